@@ -1,0 +1,13 @@
+// Package model owns servemesh's desired state: the plain, serialisable
+// structs that describe backends (groups of replicas running one version of a
+// service), endpoints (a route, or none for headless endpoints, with the HTTP
+// methods it accepts), each endpoint's traffic policy (weights over backends
+// that sum to 1) and its shadow policy (proportions of requests mirrored to
+// other backends).
+//
+// The types carry YAML and JSON tags and no protobuf: they are the format users
+// write in a config file, what the controller stores and what the xDS
+// translator reads. Validate checks every rule the seed controller enforces and
+// names the offending field in its error, so bad input is refused before it
+// reaches Envoy.
+package model

@@ -1,0 +1,132 @@
+package model
+
+import (
+	"slices"
+	"sort"
+	"strings"
+)
+
+// DefaultMaxConcurrentQueries is the per-replica concurrency limit used when a
+// backend's config does not set one (Ray Serve's historical default).
+const DefaultMaxConcurrentQueries = 100
+
+// DefaultMethods are the HTTP methods an endpoint accepts when it names none.
+var DefaultMethods = []string{"GET"}
+
+// Model is the whole desired state of a mesh.
+type Model struct {
+	Backends  []Backend  `json:"backends,omitempty"`
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+}
+
+// Backend is a named group of replicas that run one version of a service.
+type Backend struct {
+	// Name identifies the backend; traffic and shadow policies refer to it.
+	Name string `json:"name"`
+	// Replicas are the addresses that serve this backend. They are static in a
+	// config file; the node agent fills them in from Consul's catalog.
+	Replicas []Replica `json:"replicas,omitempty"`
+	// Config tunes how the backend is served.
+	Config BackendConfig `json:"config,omitempty"`
+}
+
+// BackendConfig holds the tunables of a backend.
+type BackendConfig struct {
+	// MaxConcurrentQueries is how many requests one replica serves at once.
+	// Envoy's circuit breaker for the backend allows this many per replica.
+	// Zero means DefaultMaxConcurrentQueries.
+	MaxConcurrentQueries int `json:"max_concurrent_queries,omitempty"`
+}
+
+// Health is a replica's health as the data plane should treat it.
+type Health string
+
+// The health states of a replica.
+const (
+	// HealthHealthy replicas receive traffic. It is the default.
+	HealthHealthy Health = "healthy"
+	// HealthUnhealthy replicas receive no traffic.
+	HealthUnhealthy Health = "unhealthy"
+	// HealthDraining replicas receive no new requests; in-flight ones finish.
+	HealthDraining Health = "draining"
+)
+
+// Replica is one serving instance of a backend.
+type Replica struct {
+	// Address is the replica's IP and port, such as "127.0.0.1:9001".
+	Address string `json:"address"`
+	// Health defaults to healthy.
+	Health Health `json:"health,omitempty"`
+}
+
+// Endpoint exposes a service to clients and splits its requests over backends.
+type Endpoint struct {
+	// Name identifies the endpoint. Inside the mesh it is also the host name
+	// under which the endpoint is reached (`Host: <name>`).
+	Name string `json:"name"`
+	// Route is the HTTP path prefix served on the public listener; it matches
+	// the path itself and its sub-paths ("/api" matches "/api" and "/api/x",
+	// not "/apix"). Empty means headless: reachable only inside the mesh.
+	Route string `json:"route,omitempty"`
+	// Methods are the HTTP methods allowed; others get 405. Empty means GET.
+	Methods []string `json:"methods,omitempty"`
+	// Traffic maps backend names to weights; weights are >= 0 and sum to 1.
+	Traffic map[string]float64 `json:"traffic"`
+	// Shadows maps backend names to the proportion, in [0, 1], of this
+	// endpoint's requests mirrored to them. Responses of mirrored requests are
+	// discarded. A proportion of 0 is the same as no shadow.
+	Shadows map[string]float64 `json:"shadows,omitempty"`
+}
+
+// Headless reports whether the endpoint has no public route.
+func (e Endpoint) Headless() bool { return e.Route == "" }
+
+// AllowedMethods returns the endpoint's methods, upper-cased, de-duplicated
+// and sorted, or DefaultMethods when it names none.
+func (e Endpoint) AllowedMethods() []string {
+	if len(e.Methods) == 0 {
+		return slices.Clone(DefaultMethods)
+	}
+	out := make([]string, 0, len(e.Methods))
+	for _, m := range e.Methods {
+		out = append(out, strings.ToUpper(strings.TrimSpace(m)))
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// EffectiveMaxConcurrentQueries returns the configured limit or the default.
+func (c BackendConfig) EffectiveMaxConcurrentQueries() int {
+	if c.MaxConcurrentQueries == 0 {
+		return DefaultMaxConcurrentQueries
+	}
+	return c.MaxConcurrentQueries
+}
+
+// EffectiveHealth returns the replica's health, healthy when unset.
+func (r Replica) EffectiveHealth() Health {
+	if r.Health == "" {
+		return HealthHealthy
+	}
+	return r.Health
+}
+
+// Backend returns the backend with the given name.
+func (m *Model) Backend(name string) (Backend, bool) {
+	for _, b := range m.Backends {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return Backend{}, false
+}
+
+// SortedKeys returns a map's keys in order, for deterministic iteration.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

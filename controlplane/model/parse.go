@@ -1,0 +1,29 @@
+package model
+
+import (
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Parse reads a model from YAML (or JSON) and validates it. Unknown fields are
+// errors, so a misspelt key is reported instead of silently ignored.
+func Parse(data []byte) (*Model, error) {
+	var m Model
+	if err := yaml.UnmarshalStrict(data, &m); err != nil {
+		return nil, fmt.Errorf("parse model: %w", err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Marshal renders a model as YAML, the format Parse reads.
+func Marshal(m *Model) ([]byte, error) {
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("marshal model: %w", err)
+	}
+	return out, nil
+}

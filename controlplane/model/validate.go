@@ -1,0 +1,213 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"regexp"
+	"strings"
+)
+
+// WeightTolerance is how far the weights of a traffic policy may sum from 1.
+// The seed used numpy's isclose with the same absolute tolerance.
+const WeightTolerance = 1e-8
+
+// namePattern is what backend and endpoint names may look like. Endpoint names
+// double as host names inside the mesh, so they stay DNS-label-like.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
+// routeSegment is what a route's path segments may contain: RFC 3986 unreserved
+// characters and a few sub-delimiters, nothing that needs escaping.
+var routeSegment = regexp.MustCompile(`^[A-Za-z0-9._~!$&'()*+,;=:@-]+$`)
+
+var knownMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true,
+	"CONNECT": true, "OPTIONS": true, "TRACE": true, "PATCH": true,
+}
+
+// ValidationError lists every problem found in a model. Each problem names the
+// field it is about and says how to fix it.
+type ValidationError struct {
+	Problems []string
+}
+
+func (e *ValidationError) Error() string {
+	if len(e.Problems) == 1 {
+		return "invalid model: " + e.Problems[0]
+	}
+	return "invalid model:\n  - " + strings.Join(e.Problems, "\n  - ")
+}
+
+// IsValidationError reports whether err is (or wraps) a *ValidationError.
+func IsValidationError(err error) bool {
+	var ve *ValidationError
+	return errors.As(err, &ve)
+}
+
+type problems struct{ list []string }
+
+func (p *problems) add(field, format string, args ...any) {
+	p.list = append(p.list, field+": "+fmt.Sprintf(format, args...))
+}
+
+// Validate checks the model against every rule of the data plane and returns a
+// *ValidationError listing all problems, or nil. It does not modify the model.
+func (m *Model) Validate() error {
+	var p problems
+	backends := map[string]bool{}
+	for i, b := range m.Backends {
+		field := fmt.Sprintf("backends[%d]", i)
+		if b.Name != "" {
+			field = fmt.Sprintf("backends[%d] (%q)", i, b.Name)
+		}
+		validateName(&p, field+".name", b.Name)
+		if backends[b.Name] && b.Name != "" {
+			p.add(field+".name", "backend %q is defined twice; give each backend a unique name", b.Name)
+		}
+		backends[b.Name] = true
+		validateBackend(&p, field, b)
+	}
+
+	endpoints := map[string]bool{}
+	routes := map[string]string{}
+	for i, e := range m.Endpoints {
+		field := fmt.Sprintf("endpoints[%d]", i)
+		if e.Name != "" {
+			field = fmt.Sprintf("endpoints[%d] (%q)", i, e.Name)
+		}
+		validateName(&p, field+".name", e.Name)
+		if endpoints[e.Name] && e.Name != "" {
+			p.add(field+".name", "endpoint %q is defined twice; give each endpoint a unique name", e.Name)
+		}
+		endpoints[e.Name] = true
+		if !e.Headless() {
+			if validateRoute(&p, field+".route", e.Route) {
+				if owner, taken := routes[e.Route]; taken {
+					p.add(field+".route", "route %q is already used by endpoint %q; choose another route or delete that endpoint", e.Route, owner)
+				} else {
+					routes[e.Route] = e.Name
+				}
+			}
+		}
+		validateMethods(&p, field+".methods", e.Methods)
+		validateTraffic(&p, field+".traffic", e.Traffic, backends)
+		validateShadows(&p, field+".shadows", e.Shadows, backends)
+	}
+	if len(p.list) == 0 {
+		return nil
+	}
+	return &ValidationError{Problems: p.list}
+}
+
+func validateName(p *problems, field, name string) {
+	switch {
+	case name == "":
+		p.add(field, "is empty; set a name of letters, digits, '.', '_' or '-'")
+	case !namePattern.MatchString(name):
+		p.add(field, "%q is not a valid name; use 1 to 63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
+	}
+}
+
+func validateBackend(p *problems, field string, b Backend) {
+	if b.Config.MaxConcurrentQueries < 0 {
+		p.add(field+".config.max_concurrent_queries", "is %d; set a positive number, or leave it out for the default of %d",
+			b.Config.MaxConcurrentQueries, DefaultMaxConcurrentQueries)
+	}
+	seen := map[netip.AddrPort]bool{}
+	for j, r := range b.Replicas {
+		rf := fmt.Sprintf("%s.replicas[%d]", field, j)
+		ap, err := netip.ParseAddrPort(r.Address)
+		switch {
+		case err != nil:
+			p.add(rf+".address", "%q is not an IP:port address; write it like \"127.0.0.1:9001\" or \"[::1]:9001\"", r.Address)
+		case ap.Port() == 0:
+			p.add(rf+".address", "%q has port 0; give the port the replica listens on", r.Address)
+		case seen[ap]:
+			p.add(rf+".address", "%q is listed twice; list each replica once", r.Address)
+		default:
+			seen[ap] = true
+		}
+		switch r.Health {
+		case "", HealthHealthy, HealthUnhealthy, HealthDraining:
+		default:
+			p.add(rf+".health", "%q is not a health state; use %q, %q or %q", r.Health, HealthHealthy, HealthUnhealthy, HealthDraining)
+		}
+	}
+}
+
+// validateRoute reports problems with a non-empty route and whether it is valid.
+func validateRoute(p *problems, field, route string) bool {
+	fix := "write a path such as \"/api\" or \"/models/v1\", or leave route out for a headless endpoint"
+	if !strings.HasPrefix(route, "/") {
+		p.add(field, "%q does not start with '/'; %s", route, fix)
+		return false
+	}
+	if route == "/" {
+		return true
+	}
+	if strings.HasSuffix(route, "/") {
+		p.add(field, "%q ends with '/'; remove it (sub-paths are matched anyway)", route)
+		return false
+	}
+	for _, seg := range strings.Split(route[1:], "/") {
+		switch {
+		case seg == "":
+			p.add(field, "%q has an empty segment (\"//\"); %s", route, fix)
+			return false
+		case seg == "." || seg == "..":
+			p.add(field, "%q has a %q segment; %s", route, seg, fix)
+			return false
+		case !routeSegment.MatchString(seg):
+			p.add(field, "%q has characters that are not allowed in a route (spaces, '?', '#', '%%' or non-ASCII); %s", route, fix)
+			return false
+		}
+	}
+	return true
+}
+
+func validateMethods(p *problems, field string, methods []string) {
+	for i, m := range methods {
+		if !knownMethods[strings.ToUpper(strings.TrimSpace(m))] {
+			p.add(fmt.Sprintf("%s[%d]", field, i), "%q is not an HTTP method; use GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE or CONNECT", m)
+		}
+	}
+}
+
+func validateTraffic(p *problems, field string, traffic map[string]float64, backends map[string]bool) {
+	if len(traffic) == 0 {
+		p.add(field, "is empty; give at least one backend a weight, for example {my-backend: 1}")
+		return
+	}
+	sum := 0.0
+	finite := true
+	for _, name := range SortedKeys(traffic) {
+		w := traffic[name]
+		if !backends[name] {
+			p.add(field+"."+name, "backend %q is not defined; define it under backends or remove it from the traffic policy", name)
+		}
+		switch {
+		case math.IsNaN(w) || math.IsInf(w, 0):
+			p.add(field+"."+name, "weight %v is not a number; weights are between 0 and 1", w)
+			finite = false
+		case w < 0:
+			p.add(field+"."+name, "weight %v is negative; weights cannot be negative", w)
+		}
+		sum += w
+	}
+	if finite && math.Abs(sum-1) > WeightTolerance {
+		p.add(field, "weights sum to %.10g; they must sum to 1 (within %g), adjust them", sum, WeightTolerance)
+	}
+}
+
+func validateShadows(p *problems, field string, shadows map[string]float64, backends map[string]bool) {
+	for _, name := range SortedKeys(shadows) {
+		v := shadows[name]
+		if !backends[name] {
+			p.add(field+"."+name, "backend %q is not defined; define it under backends or remove the shadow", name)
+		}
+		if math.IsNaN(v) || v < 0 || v > 1 {
+			p.add(field+"."+name, "proportion %v is outside [0, 1]; 0.05 mirrors 5%% of requests, 0 removes the shadow", v)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package translate
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// ConnectTimeout bounds how long Envoy waits to connect to a replica.
+const ConnectTimeout = time.Second
+
+// BuildClusters builds one EDS cluster per backend, sorted by name. The
+// cluster's circuit breakers admit max_concurrent_queries requests per replica.
+func BuildClusters(m *model.Model) []*cluster.Cluster {
+	backends := sortedBackends(m)
+	out := make([]*cluster.Cluster, 0, len(backends))
+	for _, b := range backends {
+		limit := wrapperspb.UInt32(concurrencyLimit(b))
+		out = append(out, &cluster.Cluster{
+			Name:                 b.Name,
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+			EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: adsConfigSource()},
+			ConnectTimeout:       durationpb.New(ConnectTimeout),
+			LbPolicy:             cluster.Cluster_LEAST_REQUEST,
+			// Health comes from EDS, which is authoritative: never fall back
+			// to sending traffic to unhealthy replicas ("panic mode").
+			CommonLbConfig: &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
+			CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{{
+				Priority:           core.RoutingPriority_DEFAULT,
+				MaxConnections:     limit,
+				MaxPendingRequests: limit,
+				MaxRequests:        limit,
+			}}},
+		})
+	}
+	return out
+}
+
+// concurrencyLimit is max_concurrent_queries × replicas, at least one
+// replica's worth so a backend whose replicas are still starting is not shut.
+func concurrencyLimit(b model.Backend) uint32 {
+	replicas := max(len(b.Replicas), 1)
+	limit := int64(b.Config.EffectiveMaxConcurrentQueries()) * int64(replicas)
+	return uint32(min(limit, math.MaxUint32))
+}
+
+func sortedBackends(m *model.Model) []model.Backend {
+	out := append([]model.Backend(nil), m.Backends...)
+	sortByName(out, func(b model.Backend) string { return b.Name })
+	return out
+}
+
+func sortByName[T any](items []T, name func(T) string) {
+	sort.Slice(items, func(i, j int) bool { return name(items[i]) < name(items[j]) })
+}

@@ -1,0 +1,16 @@
+// Package translate turns servemesh's desired state (a model.Model) plus one
+// node's listener settings into Envoy resources. It is a pure function: the
+// same input gives the same, deterministically ordered output, and nothing is
+// read from or written to the outside world.
+//
+// One small builder per resource kind:
+//
+//   - listener.go: the node's public HTTP listener (routed endpoints) and its
+//     loopback mesh listener (every endpoint, by Host header). The only
+//     node-dependent resources.
+//   - route.go: path matches, method checks with 405 + Allow, weighted
+//     clusters, request-mirror policies for shadows.
+//   - weights.go: traffic weights to integer parts per million.
+//   - cluster.go: one EDS cluster per backend with circuit breakers.
+//   - endpoint.go: one ClusterLoadAssignment per backend with health status.
+package translate

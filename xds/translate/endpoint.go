@@ -1,0 +1,56 @@
+package translate
+
+import (
+	"net/netip"
+	"sort"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// BuildEndpoints builds one ClusterLoadAssignment per backend, sorted by name,
+// listing its replicas (sorted by address) with their health. A backend with
+// no replicas gets an empty assignment, so its cluster still warms.
+func BuildEndpoints(m *model.Model) []*endpoint.ClusterLoadAssignment {
+	backends := sortedBackends(m)
+	out := make([]*endpoint.ClusterLoadAssignment, 0, len(backends))
+	for _, b := range backends {
+		out = append(out, BuildEndpoint(b))
+	}
+	return out
+}
+
+// BuildEndpoint builds one backend's ClusterLoadAssignment.
+func BuildEndpoint(b model.Backend) *endpoint.ClusterLoadAssignment {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: b.Name}
+	if len(b.Replicas) == 0 {
+		return cla
+	}
+	replicas := append([]model.Replica(nil), b.Replicas...)
+	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Address < replicas[j].Address })
+	locality := &endpoint.LocalityLbEndpoints{}
+	for _, r := range replicas {
+		ap := netip.MustParseAddrPort(r.Address) // checked by Validate
+		locality.LbEndpoints = append(locality.LbEndpoints, &endpoint.LbEndpoint{
+			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: socketAddress(ap.Addr().String(), uint32(ap.Port())),
+			}},
+			HealthStatus: healthStatus(r.EffectiveHealth()),
+		})
+	}
+	cla.Endpoints = []*endpoint.LocalityLbEndpoints{locality}
+	return cla
+}
+
+func healthStatus(h model.Health) core.HealthStatus {
+	switch h {
+	case model.HealthUnhealthy:
+		return core.HealthStatus_UNHEALTHY
+	case model.HealthDraining:
+		return core.HealthStatus_DRAINING
+	default:
+		return core.HealthStatus_HEALTHY
+	}
+}

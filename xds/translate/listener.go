@@ -1,0 +1,82 @@
+package translate
+
+import (
+	"fmt"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// BuildListeners builds a node's two listeners: the public one serving routed
+// endpoints and the loopback mesh one serving every endpoint by Host header.
+func BuildListeners(node Node) ([]*listener.Listener, error) {
+	if err := node.Validate(); err != nil {
+		return nil, err
+	}
+	mesh, err := httpListener(MeshListenerName, node.MeshAddress, node.MeshPort, MeshRouteName)
+	if err != nil {
+		return nil, err
+	}
+	public, err := httpListener(PublicListenerName, node.PublicAddress, node.PublicPort, PublicRouteName)
+	if err != nil {
+		return nil, err
+	}
+	return []*listener.Listener{mesh, public}, nil // sorted by name
+}
+
+func httpListener(name, address string, port uint32, routeName string) (*listener.Listener, error) {
+	routerConfig, err := anypb.New(&router.Router{})
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: pack router filter: %w", name, err)
+	}
+	manager := &hcm.HttpConnectionManager{
+		StatPrefix: name,
+		CodecType:  hcm.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
+			ConfigSource:    adsConfigSource(),
+			RouteConfigName: routeName,
+		}},
+		// Match routes on the normalised path, so "/a/../b" cannot reach an
+		// endpoint that "/b" would not.
+		NormalizePath: wrapperspb.Bool(true),
+		MergeSlashes:  true,
+		HttpFilters: []*hcm.HttpFilter{{
+			Name:       "envoy.filters.http.router",
+			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
+		}},
+	}
+	managerConfig, err := anypb.New(manager)
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: pack http connection manager: %w", name, err)
+	}
+	return &listener.Listener{
+		Name:    name,
+		Address: socketAddress(address, port),
+		FilterChains: []*listener.FilterChain{{
+			Filters: []*listener.Filter{{
+				Name:       "envoy.filters.network.http_connection_manager",
+				ConfigType: &listener.Filter_TypedConfig{TypedConfig: managerConfig},
+			}},
+		}},
+	}, nil
+}
+
+// adsConfigSource points a resource at the aggregated xDS stream.
+func adsConfigSource() *core.ConfigSource {
+	return &core.ConfigSource{
+		ResourceApiVersion:    core.ApiVersion_V3,
+		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+	}
+}
+
+func socketAddress(address string, port uint32) *core.Address {
+	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+		Protocol:      core.SocketAddress_TCP,
+		Address:       address,
+		PortSpecifier: &core.SocketAddress_PortValue{PortValue: port},
+	}}}
+}

@@ -1,0 +1,155 @@
+package translate
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// retryOn retries only failures where the request never reached the replica,
+// so retrying is safe for every method.
+const retryOn = "connect-failure,refused-stream,reset-before-request"
+
+// BuildRoutes builds the public and mesh route configurations.
+//
+// Public: one virtual host for any Host; each routed endpoint matches its path
+// and sub-paths, longest route first so "/api/v2" wins over "/api". Mesh: one
+// virtual host per endpoint, headless ones included, matched by Host header.
+// Either way a request whose method the endpoint does not allow gets 405 with
+// an Allow header, and an unknown path or host gets Envoy's 404.
+func BuildRoutes(m *model.Model) []*route.RouteConfiguration {
+	routed := make([]model.Endpoint, 0, len(m.Endpoints))
+	for _, e := range m.Endpoints {
+		if !e.Headless() {
+			routed = append(routed, e)
+		}
+	}
+	sort.Slice(routed, func(i, j int) bool {
+		if len(routed[i].Route) != len(routed[j].Route) {
+			return len(routed[i].Route) > len(routed[j].Route)
+		}
+		return routed[i].Route < routed[j].Route
+	})
+	var publicRoutes []*route.Route
+	for _, e := range routed {
+		publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route))...)
+	}
+	public := &route.RouteConfiguration{
+		Name: PublicRouteName,
+		VirtualHosts: []*route.VirtualHost{{
+			Name:    PublicRouteName,
+			Domains: []string{"*"},
+			Routes:  publicRoutes,
+		}},
+	}
+
+	all := append([]model.Endpoint(nil), m.Endpoints...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	mesh := &route.RouteConfiguration{Name: MeshRouteName}
+	for _, e := range all {
+		mesh.VirtualHosts = append(mesh.VirtualHosts, &route.VirtualHost{
+			Name:    e.Name,
+			Domains: []string{e.Name, e.Name + ":*"},
+			Routes:  endpointRoutes(e, pathMatch("/")),
+		})
+	}
+	return []*route.RouteConfiguration{mesh, public} // sorted by name
+}
+
+// pathMatch matches a route and its sub-paths ("/a" matches "/a" and "/a/b",
+// not "/ab"); "/" matches everything.
+func pathMatch(path string) func() *route.RouteMatch {
+	return func() *route.RouteMatch {
+		if path == "/" {
+			return &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}
+		}
+		return &route.RouteMatch{PathSpecifier: &route.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: path}}
+	}
+}
+
+// endpointRoutes returns the route that forwards an endpoint's allowed
+// methods, then the one that answers every other method with 405.
+func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.Route {
+	methods := e.AllowedMethods()
+	allowed := match()
+	allowed.Headers = []*route.HeaderMatcher{{
+		Name: ":method",
+		HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+			MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{
+				Regex: strings.Join(methods, "|"),
+			}},
+		}},
+	}}
+	return []*route.Route{
+		{
+			Name:   e.Name,
+			Match:  allowed,
+			Action: &route.Route_Route{Route: routeAction(e)},
+		},
+		{
+			Name:  e.Name + "/method-not-allowed",
+			Match: match(),
+			Action: &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{
+				Status: 405,
+				Body: &core.DataSource{Specifier: &core.DataSource_InlineString{
+					InlineString: fmt.Sprintf("method not allowed; endpoint %q accepts %s\n", e.Name, strings.Join(methods, ", ")),
+				}},
+			}},
+			ResponseHeadersToAdd: []*core.HeaderValueOption{{
+				Header:       &core.HeaderValue{Key: "allow", Value: strings.Join(methods, ", ")},
+				AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+			}},
+		},
+	}
+}
+
+// routeAction sends an endpoint's requests to its backends by weight and
+// mirrors the shadowed proportions.
+func routeAction(e model.Endpoint) *route.RouteAction {
+	action := &route.RouteAction{
+		RetryPolicy: &route.RetryPolicy{
+			RetryOn:    retryOn,
+			NumRetries: wrapperspb.UInt32(2),
+		},
+	}
+	weights := splitWeights(e.Traffic)
+	if len(weights) == 1 {
+		action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: weights[0].Backend}
+	} else {
+		split := &route.WeightedCluster{}
+		for _, w := range weights {
+			split.Clusters = append(split.Clusters, &route.WeightedCluster_ClusterWeight{
+				Name:   w.Backend,
+				Weight: wrapperspb.UInt32(w.Weight),
+			})
+		}
+		action.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: split}
+	}
+	for _, backend := range model.SortedKeys(e.Shadows) {
+		proportion := e.Shadows[backend]
+		if proportion <= 0 {
+			continue // a proportion of 0 means no shadow, as in the seed
+		}
+		// The runtime fraction must be explicit: a mirror policy without
+		// one mirrors every request.
+		action.RequestMirrorPolicies = append(action.RequestMirrorPolicies, &route.RouteAction_RequestMirrorPolicy{
+			Cluster: backend,
+			RuntimeFraction: &core.RuntimeFractionalPercent{
+				DefaultValue: &typev3.FractionalPercent{
+					Numerator:   fractionPPM(proportion),
+					Denominator: typev3.FractionalPercent_MILLION,
+				},
+				RuntimeKey: "servemesh.shadow." + e.Name + "." + backend,
+			},
+		})
+	}
+	return action
+}
