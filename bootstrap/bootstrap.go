@@ -1,0 +1,160 @@
+package bootstrap
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+// XDSClusterName is the static cluster that reaches the control plane. Model
+// names must start with a letter or digit, so it cannot collide with a backend.
+const XDSClusterName = "_servemesh_xds"
+
+// ServiceCluster is the Envoy service cluster every servemesh node reports.
+const ServiceCluster = "servemesh"
+
+// Protocol is the xDS transport variant a node uses.
+type Protocol string
+
+// The xDS transport variants.
+const (
+	ProtocolSotW  Protocol = "sotw"
+	ProtocolDelta Protocol = "delta"
+)
+
+// Options describe one node's Envoy.
+type Options struct {
+	// Node is the node's identity and listener settings.
+	Node translate.Node
+	// XDSAddress is the control plane's gRPC host:port (IP or DNS name).
+	XDSAddress string
+	// AdminAddress is where Envoy's admin API listens; keep it on loopback.
+	AdminAddress string
+	// Protocol picks state-of-the-world or delta xDS; empty means sotw.
+	Protocol Protocol
+}
+
+// Build returns the node's bootstrap, validated by Envoy's proto rules.
+func Build(o Options) (*bootstrapv3.Bootstrap, error) {
+	if err := o.Node.Validate(); err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	xdsHost, xdsPort, err := splitHostPort("xds address", o.XDSAddress)
+	if err != nil {
+		return nil, err
+	}
+	adminHost, adminPort, err := splitHostPort("admin address", o.AdminAddress)
+	if err != nil {
+		return nil, err
+	}
+	apiType := core.ApiConfigSource_GRPC
+	switch o.Protocol {
+	case "", ProtocolSotW:
+	case ProtocolDelta:
+		apiType = core.ApiConfigSource_DELTA_GRPC
+	default:
+		return nil, fmt.Errorf("bootstrap: xds protocol %q is unknown; use %q or %q", o.Protocol, ProtocolSotW, ProtocolDelta)
+	}
+	metadata, err := structpb.NewStruct(nodeMetadata(o.Node))
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: node metadata: %w", err)
+	}
+	xdsCluster, err := controlPlaneCluster(xdsHost, xdsPort)
+	if err != nil {
+		return nil, err
+	}
+	ads := &core.ConfigSource{
+		ResourceApiVersion:    core.ApiVersion_V3,
+		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
+	}
+	b := &bootstrapv3.Bootstrap{
+		Node: &core.Node{Id: o.Node.ID, Cluster: ServiceCluster, Metadata: metadata},
+		Admin: &bootstrapv3.Admin{Address: &core.Address{Address: &core.Address_SocketAddress{
+			SocketAddress: &core.SocketAddress{Address: adminHost, PortSpecifier: &core.SocketAddress_PortValue{PortValue: adminPort}},
+		}}},
+		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
+			AdsConfig: &core.ApiConfigSource{
+				ApiType:             apiType,
+				TransportApiVersion: core.ApiVersion_V3,
+				GrpcServices: []*core.GrpcService{{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{
+					EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: XDSClusterName},
+				}}},
+				SetNodeOnFirstMessageOnly: true,
+			},
+			LdsConfig: ads,
+			CdsConfig: ads,
+		},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*cluster.Cluster{xdsCluster}},
+		// An admin runtime layer lets operators override a shadow's fraction
+		// (runtime key servemesh.shadow.<endpoint>.<backend>) on one node.
+		LayeredRuntime: &bootstrapv3.LayeredRuntime{Layers: []*bootstrapv3.RuntimeLayer{
+			{Name: "static", LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: &structpb.Struct{}}},
+			{Name: "admin", LayerSpecifier: &bootstrapv3.RuntimeLayer_AdminLayer_{AdminLayer: &bootstrapv3.RuntimeLayer_AdminLayer{}}},
+		}},
+	}
+	if err := b.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("bootstrap: generated config fails Envoy's validation: %w", err)
+	}
+	return b, nil
+}
+
+// YAML renders the node's bootstrap as the YAML Envoy reads with -c, after
+// checking that it unmarshals back into the Bootstrap proto unchanged.
+func YAML(o Options) ([]byte, error) {
+	b, err := Build(o)
+	if err != nil {
+		return nil, err
+	}
+	out, err := protoyaml.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	var back bootstrapv3.Bootstrap
+	if err := protoyaml.Unmarshal(out, &back); err != nil {
+		return nil, fmt.Errorf("bootstrap: rendered YAML does not read back: %w", err)
+	}
+	return out, nil
+}
+
+func controlPlaneCluster(host string, port uint32) (*cluster.Cluster, error) {
+	http2, err := anypb.New(&httpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: pack http2 options: %w", err)
+	}
+	discovery := cluster.Cluster_STATIC
+	if _, err := netip.ParseAddr(host); err != nil {
+		discovery = cluster.Cluster_STRICT_DNS
+	}
+	return &cluster.Cluster{
+		Name:                          XDSClusterName,
+		ClusterDiscoveryType:          &cluster.Cluster_Type{Type: discovery},
+		ConnectTimeout:                durationpb.New(time.Second),
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": http2},
+		LoadAssignment: &endpoint.ClusterLoadAssignment{
+			ClusterName: XDSClusterName,
+			Endpoints: []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{{
+				HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: &core.Address{
+					Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+						Address: host, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port},
+					}},
+				}}},
+			}}}},
+		},
+	}, nil
+}

@@ -1,0 +1,93 @@
+package bootstrap
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+
+	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata")
+
+var testNode = translate.Node{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001}
+
+func TestGolden(t *testing.T) {
+	cases := map[string]Options{
+		"sotw":    {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminAddress: "127.0.0.1:19000"},
+		"delta":   {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminAddress: "127.0.0.1:19000", Protocol: ProtocolDelta},
+		"dns-xds": {Node: testNode, XDSAddress: "controlplane.internal:18000", AdminAddress: "127.0.0.1:19000"},
+	}
+	for name, opts := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := YAML(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", name+".yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("missing golden file (run `make testdata`): %v", err)
+			}
+			if string(want) != string(got) {
+				t.Errorf("%s differs; if intended run `make testdata`\n--- want\n%s\n--- got\n%s", path, want, got)
+			}
+			var b bootstrapv3.Bootstrap
+			if err := protoyaml.Unmarshal(got, &b); err != nil {
+				t.Fatalf("golden bootstrap does not unmarshal into the Bootstrap proto: %v", err)
+			}
+			node, err := NodeFromMetadata(b.GetNode())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if node != opts.Node {
+				t.Errorf("metadata round trip: got %+v, want %+v", node, opts.Node)
+			}
+		})
+	}
+}
+
+func TestBuildRejectsBadOptions(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts Options
+		want string
+	}{
+		"no xds port":    {Options{Node: testNode, XDSAddress: "127.0.0.1", AdminAddress: "127.0.0.1:19000"}, "xds address"},
+		"bad admin port": {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:99999"}, "admin address"},
+		"no node id":     {Options{Node: translate.Node{PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}, "node id"},
+		"same ports":     {Options{Node: translate.Node{ID: "n", PublicAddress: "127.0.0.1", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 1}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}, "different ports"},
+		"bad protocol":   {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2", Protocol: "rest"}, "xds protocol"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Build(tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNodeFromMetadataRejectsForeignNodes(t *testing.T) {
+	b, err := Build(Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Node.Metadata = nil
+	if _, err := NodeFromMetadata(b.Node); err == nil || !strings.Contains(err.Error(), "servemesh bootstrap") {
+		t.Fatalf("got %v, want an error pointing at `servemesh bootstrap`", err)
+	}
+	if _, err := NodeFromMetadata(nil); err == nil {
+		t.Fatal("a request without a node was accepted")
+	}
+}

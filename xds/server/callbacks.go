@@ -1,0 +1,70 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+)
+
+// callbacks hook the ADS server's stream events: they learn nodes, track what
+// was sent and ACKed, and catch NACKs.
+type callbacks struct{ s *Server }
+
+func (c *callbacks) OnStreamOpen(_ context.Context, id int64, _ string) error {
+	c.s.openStream(id)
+	return nil
+}
+
+func (c *callbacks) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
+	c.s.openStream(id)
+	return nil
+}
+
+func (c *callbacks) OnStreamClosed(id int64, _ *core.Node)      { c.s.closeStream(id) }
+func (c *callbacks) OnDeltaStreamClosed(id int64, _ *core.Node) { c.s.closeStream(id) }
+
+func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	_, nacked := c.s.onRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+	if nacked != "" {
+		// Envoy NACKs by repeating the last version it accepted. The snapshot
+		// cache would see that version differ from the current one and send
+		// the rejected config straight back, forever. Treat the rejected
+		// version as the node's, so the next send is the next real change.
+		req.VersionInfo = nacked
+	} else if err := c.s.nodeError(id); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	// Delta tracks versions per resource, so a NACK causes no resend loop.
+	c.s.onRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+	return c.s.nodeError(id)
+}
+
+func (c *callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	c.s.onResponse(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
+}
+
+func (c *callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	c.s.onResponse(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
+}
+
+func (c *callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {
+	return fmt.Errorf("REST xDS is not served; use ADS over gRPC")
+}
+
+func (c *callbacks) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
+
+// cacheLogger adapts slog to go-control-plane's logger. The caches' own
+// chatter is debug-level; warnings and errors keep their level.
+type cacheLogger struct{ log *slog.Logger }
+
+func (l cacheLogger) Debugf(format string, args ...any) { l.log.Debug(fmt.Sprintf(format, args...)) }
+func (l cacheLogger) Infof(format string, args ...any)  { l.log.Debug(fmt.Sprintf(format, args...)) }
+func (l cacheLogger) Warnf(format string, args ...any)  { l.log.Warn(fmt.Sprintf(format, args...)) }
+func (l cacheLogger) Errorf(format string, args ...any) { l.log.Error(fmt.Sprintf(format, args...)) }

@@ -1,0 +1,57 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the xDS server's Prometheus series.
+type metrics struct {
+	pushes       *prometheus.CounterVec
+	nacks        *prometheus.CounterVec
+	streams      prometheus.Gauge
+	publishes    prometheus.Counter
+	publishTime  prometheus.Histogram
+	rejected     prometheus.Counter
+	knownNodes   prometheus.Gauge
+	modelVersion prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servemesh_xds_pushes_total",
+			Help: "xDS responses sent to Envoy nodes, by resource type.",
+		}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servemesh_xds_nacks_total",
+			Help: "xDS responses Envoy rejected (NACKed), by resource type.",
+		}, []string{"type"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "servemesh_xds_streams",
+			Help: "Open xDS streams from Envoy nodes.",
+		}),
+		publishes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "servemesh_xds_snapshot_publishes_total",
+			Help: "Times the desired state was translated and published to the caches.",
+		}),
+		publishTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "servemesh_xds_snapshot_publish_seconds",
+			Help:    "Time to translate the desired state and publish it for every node.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "servemesh_xds_rejected_models_total",
+			Help: "Models refused because they failed validation; the last good model kept serving.",
+		}),
+		knownNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "servemesh_xds_nodes",
+			Help: "Envoy nodes the server builds configuration for.",
+		}),
+		modelVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "servemesh_xds_model_generation",
+			Help: "Generation of the last accepted model (increments on every accepted change).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.pushes, m.nacks, m.streams, m.publishes, m.publishTime, m.rejected, m.knownNodes, m.modelVersion)
+	}
+	return m
+}

@@ -1,0 +1,190 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+// publish translates the current model and hands it to the caches: endpoints
+// that changed to the LinearCache first (so new clusters can warm), then one
+// snapshot per node, then endpoint removals.
+func (s *Server) publish(ctx context.Context) {
+	start := time.Now()
+	s.mu.Lock()
+	m, gen := s.model, s.generation
+	nodes := make([]translate.Node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		nodes = append(nodes, n.node)
+	}
+	s.mu.Unlock()
+	if m == nil {
+		return // nothing accepted yet; nodes wait for the first model
+	}
+	shared, err := translate.TranslateShared(m)
+	if err != nil { // SetModel validated it, so this is a bug
+		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
+		return
+	}
+	built, err := buildShared(shared)
+	if err != nil {
+		s.log.Error("building shared resources failed", "generation", gen, "err", err)
+		return
+	}
+
+	changed, removed := s.diffEndpoints(built.endpoints)
+	if len(changed) > 0 {
+		if err := s.endpoints.UpdateResources(changed, nil); err != nil {
+			s.log.Error("updating endpoints cache", "err", err)
+		}
+	}
+	for _, node := range nodes {
+		snap, err := built.snapshotFor(node)
+		if err != nil {
+			s.log.Error("node snapshot refused", "node", node.ID, "generation", gen, "err", err)
+			continue
+		}
+		if err := s.snapshots.SetSnapshot(ctx, node.ID, snap); err != nil {
+			s.log.Error("setting node snapshot", "node", node.ID, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		if st := s.nodes[node.ID]; st != nil {
+			st.generation = gen
+			st.expected = map[string]string{
+				resource.ListenerType: snap.GetVersion(resource.ListenerType),
+				resource.RouteType:    snap.GetVersion(resource.RouteType),
+				resource.ClusterType:  snap.GetVersion(resource.ClusterType),
+			}
+		}
+		s.mu.Unlock()
+	}
+	if len(removed) > 0 {
+		if err := s.endpoints.UpdateResources(nil, removed); err != nil {
+			s.log.Error("removing endpoints from cache", "err", err)
+		}
+	}
+	s.metrics.publishes.Inc()
+	s.metrics.publishTime.Observe(time.Since(start).Seconds())
+	s.log.Debug("published", "generation", gen, "nodes", len(nodes), "endpoints_changed", len(changed),
+		"endpoints_removed", len(removed), "took", time.Since(start))
+}
+
+// diffEndpoints returns the assignments whose content changed since the last
+// publish and the names that disappeared, and records the new set.
+func (s *Server) diffEndpoints(next map[string]types.Resource) (map[string]types.Resource, []string) {
+	changed := map[string]types.Resource{}
+	for name, cla := range next {
+		if old, ok := s.publishedEndpoints[name]; !ok || !proto.Equal(old, cla) {
+			changed[name] = cla
+		}
+	}
+	var removed []string
+	for name := range s.publishedEndpoints {
+		if _, ok := next[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	s.publishedEndpoints = next
+	return changed, removed
+}
+
+// sharedResources are one publish's node-independent resources.
+type sharedResources struct {
+	routes, clusters       []types.Resource
+	routesVer, clustersVer string
+	endpoints              map[string]types.Resource
+	endpointList           []types.Resource
+}
+
+func buildShared(r *translate.Resources) (*sharedResources, error) {
+	out := &sharedResources{endpoints: make(map[string]types.Resource, len(r.Endpoints))}
+	for _, x := range r.Routes {
+		out.routes = append(out.routes, x)
+	}
+	for _, x := range r.Clusters {
+		out.clusters = append(out.clusters, x)
+	}
+	for _, x := range r.Endpoints {
+		out.endpoints[x.GetClusterName()] = x
+		out.endpointList = append(out.endpointList, x)
+	}
+	var err error
+	if out.routesVer, err = contentVersion(out.routes); err != nil {
+		return nil, err
+	}
+	if out.clustersVer, err = contentVersion(out.clusters); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// snapshotFor builds a node's snapshot of listeners, routes and clusters, each
+// type versioned by a hash of its content, after checking that it is
+// consistent together with the endpoints (every cluster has its assignment,
+// every listener its route configuration).
+func (sr *sharedResources) snapshotFor(node translate.Node) (*cachev3.Snapshot, error) {
+	ls, err := translate.BuildListeners(node)
+	if err != nil {
+		return nil, err
+	}
+	listeners := make([]types.Resource, 0, len(ls))
+	for _, l := range ls {
+		listeners = append(listeners, l)
+	}
+	listenersVer, err := contentVersion(listeners)
+	if err != nil {
+		return nil, err
+	}
+	full, err := cachev3.NewSnapshot("check", map[resource.Type][]types.Resource{
+		resource.ListenerType: listeners,
+		resource.RouteType:    sr.routes,
+		resource.ClusterType:  sr.clusters,
+		resource.EndpointType: sr.endpointList,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: %w", err)
+	}
+	if err := full.Consistent(); err != nil {
+		return nil, fmt.Errorf("snapshot is inconsistent: %w", err)
+	}
+	snap, err := cachev3.NewSnapshot("", map[resource.Type][]types.Resource{
+		resource.ListenerType: listeners,
+		resource.RouteType:    sr.routes,
+		resource.ClusterType:  sr.clusters,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: %w", err)
+	}
+	snap.Resources[types.Listener].Version = listenersVer
+	snap.Resources[types.Route].Version = sr.routesVer
+	snap.Resources[types.Cluster].Version = sr.clustersVer
+	return snap, nil
+}
+
+// contentVersion hashes resources (in their given, deterministic order), so an
+// unchanged resource set keeps its version and is not re-sent.
+func contentVersion(items []types.Resource) (string, error) {
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	var buf []byte
+	for _, item := range items {
+		var err error
+		buf, err = opts.MarshalAppend(buf[:0], item)
+		if err != nil {
+			return "", fmt.Errorf("hash resource: %w", err)
+		}
+		fmt.Fprintf(h, "%d:", len(buf))
+		h.Write(buf)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// Options tune a Server. The zero value of every field but Logger is usable.
+type Options struct {
+	// Logger receives the server's logs; required.
+	Logger *slog.Logger
+	// Registerer receives the server's Prometheus metrics; nil skips them.
+	Registerer prometheus.Registerer
+	// HoldOff is how long the publisher waits for more changes after one
+	// arrives before it rebuilds; 20ms when zero.
+	HoldOff time.Duration
+	// MaxHoldOff caps the wait during a steady stream of changes; 250ms when zero.
+	MaxHoldOff time.Duration
+}
+
+// Server holds the last good model and serves it to every connected node.
+type Server struct {
+	log        *slog.Logger
+	metrics    *metrics
+	snapshots  cachev3.SnapshotCache
+	endpoints  *cachev3.LinearCache
+	ads        serverv3.Server
+	holdOff    time.Duration
+	maxHoldOff time.Duration
+	wake       chan struct{}
+
+	mu         sync.Mutex
+	model      *model.Model
+	generation uint64
+	nodes      map[string]*nodeState
+	streams    map[int64]*streamState
+
+	// Owned by the publisher goroutine.
+	publishedEndpoints map[string]types.Resource
+}
+
+// New builds a Server. Call Register to expose it on a gRPC server and Run to
+// start publishing.
+func New(opts Options) *Server {
+	s := &Server{
+		log:                opts.Logger,
+		metrics:            newMetrics(opts.Registerer),
+		holdOff:            opts.HoldOff,
+		maxHoldOff:         opts.MaxHoldOff,
+		wake:               make(chan struct{}, 1),
+		nodes:              map[string]*nodeState{},
+		streams:            map[int64]*streamState{},
+		publishedEndpoints: map[string]types.Resource{},
+	}
+	if s.holdOff == 0 {
+		s.holdOff = 20 * time.Millisecond
+	}
+	if s.maxHoldOff == 0 {
+		s.maxHoldOff = 250 * time.Millisecond
+	}
+	cacheLog := cacheLogger{s.log}
+	s.snapshots = cachev3.NewSnapshotCache(true, cachev3.IDHash{}, cacheLog)
+	s.endpoints = cachev3.NewLinearCache(resource.EndpointType, cachev3.WithLogger(cacheLog))
+	mux := &cachev3.MuxCache{
+		Classify:      func(r *cachev3.Request) string { return classify(r.GetTypeUrl()) },
+		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return classify(r.GetTypeUrl()) },
+		Caches: map[string]cachev3.Cache{
+			"endpoints": s.endpoints,
+			"snapshots": s.snapshots,
+		},
+	}
+	s.ads = serverv3.NewServer(context.Background(), mux, &callbacks{s: s})
+	return s
+}
+
+func classify(typeURL string) string {
+	if typeURL == resource.EndpointType {
+		return "endpoints"
+	}
+	return "snapshots"
+}
+
+// Register exposes the aggregated discovery service (state-of-the-world and
+// delta) on g.
+func (s *Server) Register(g *grpc.Server) {
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
+}
+
+// SetModel validates m and, if it is valid, makes it the model every node is
+// served; the caller must not modify m afterwards. An invalid model is
+// refused with its validation error and the last good model keeps serving.
+func (s *Server) SetModel(m *model.Model) error {
+	if err := m.Validate(); err != nil {
+		s.metrics.rejected.Inc()
+		return fmt.Errorf("model refused, the last good model keeps serving: %w", err)
+	}
+	s.mu.Lock()
+	s.model = m
+	s.generation++
+	gen := s.generation
+	s.mu.Unlock()
+	s.metrics.modelVersion.Set(float64(gen))
+	s.log.Info("accepted model", "generation", gen, "backends", len(m.Backends), "endpoints", len(m.Endpoints))
+	s.kick()
+	return nil
+}
+
+// Generation returns the number of models accepted so far.
+func (s *Server) Generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.generation
+}
+
+func (s *Server) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes every accepted change until ctx ends. Bursts of changes are
+// coalesced: after a change it waits until HoldOff passes without another
+// one, or MaxHoldOff passes in all, then rebuilds once.
+func (s *Server) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		deadline := time.NewTimer(s.maxHoldOff)
+		quiet := time.NewTimer(s.holdOff)
+	coalesce:
+		for {
+			select {
+			case <-ctx.Done():
+				deadline.Stop()
+				quiet.Stop()
+				return
+			case <-s.wake:
+				quiet.Reset(s.holdOff)
+			case <-quiet.C:
+				break coalesce
+			case <-deadline.C:
+				break coalesce
+			}
+		}
+		deadline.Stop()
+		quiet.Stop()
+		s.publish(ctx)
+	}
+}

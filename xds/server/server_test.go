@@ -1,0 +1,377 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+func testModel(replicaAddr string) *model.Model {
+	return &model.Model{
+		Backends: []model.Backend{
+			{Name: "v1", Replicas: []model.Replica{{Address: replicaAddr}}},
+			{Name: "v2", Replicas: []model.Replica{{Address: "127.0.0.1:9002"}}},
+		},
+		Endpoints: []model.Endpoint{{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 0.5, "v2": 0.5}}},
+	}
+}
+
+// startServer runs a Server on a loopback gRPC listener and returns a client
+// connection to it.
+func startServer(t *testing.T) (*Server, *grpc.ClientConn, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	s := New(Options{Logger: slog.New(slog.NewTextHandler(testWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug})), Registerer: reg, HoldOff: time.Millisecond, MaxHoldOff: 5 * time.Millisecond})
+	g := grpc.NewServer()
+	s.Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx)
+	go func() { _ = g.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		g.Stop()
+		cancel()
+	})
+	return s, conn, reg
+}
+
+func servemeshNode(t *testing.T, id string) *core.Node {
+	t.Helper()
+	b, err := bootstrap.Build(bootstrap.Options{
+		Node:         translate.Node{ID: id, PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001},
+		XDSAddress:   "127.0.0.1:1",
+		AdminAddress: "127.0.0.1:2",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.GetNode()
+}
+
+// sotwStream is a state-of-the-world ADS client whose responses arrive on a channel.
+type sotwStream struct {
+	t      *testing.T
+	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	recv   chan *discovery.DiscoveryResponse
+	err    chan error
+}
+
+func openSotW(t *testing.T, conn *grpc.ClientConn) *sotwStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sotwStream{t: t, stream: stream, recv: make(chan *discovery.DiscoveryResponse, 16), err: make(chan error, 1)}
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				s.err <- err
+				return
+			}
+			s.recv <- r
+		}
+	}()
+	return s
+}
+
+func (s *sotwStream) send(req *discovery.DiscoveryRequest) {
+	s.t.Helper()
+	if err := s.stream.Send(req); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *sotwStream) expect(typeURL string) *discovery.DiscoveryResponse {
+	s.t.Helper()
+	select {
+	case r := <-s.recv:
+		if r.GetTypeUrl() != typeURL {
+			s.t.Fatalf("got a %s response, want %s", r.GetTypeUrl(), typeURL)
+		}
+		return r
+	case err := <-s.err:
+		s.t.Fatalf("stream ended while waiting for %s: %v", typeURL, err)
+	case <-time.After(5 * time.Second):
+		s.t.Fatalf("no %s response within 5s", typeURL)
+	}
+	return nil
+}
+
+func (s *sotwStream) expectNothing(within time.Duration) {
+	s.t.Helper()
+	select {
+	case r := <-s.recv:
+		s.t.Fatalf("unexpected %s response version %s", r.GetTypeUrl(), r.GetVersionInfo())
+	case <-time.After(within):
+	}
+}
+
+// ack acknowledges a response. Like Envoy, it restates the subscription: in
+// state-of-the-world xDS every request carries the full list of names.
+func ack(r *discovery.DiscoveryResponse, names ...string) *discovery.DiscoveryRequest {
+	return &discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names}
+}
+
+func clusterNames(t *testing.T, r *discovery.DiscoveryResponse) []string {
+	t.Helper()
+	var names []string
+	for _, a := range r.GetResources() {
+		var c cluster.Cluster
+		if err := a.UnmarshalTo(&c); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, c.GetName())
+	}
+	sort.Strings(names) // the snapshot cache sends resources in map order
+	return names
+}
+
+func TestServesClustersListenersAndEndpoints(t *testing.T) {
+	s, conn, _ := startServer(t)
+	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	st := openSotW(t, conn)
+	st.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "n1"), TypeUrl: resource.ClusterType})
+	cds := st.expect(resource.ClusterType)
+	if got := strings.Join(clusterNames(t, cds), ","); got != "v1,v2" {
+		t.Fatalf("clusters %q, want v1,v2", got)
+	}
+	st.send(ack(cds))
+	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{"v1", "v2"}})
+	eds := st.expect(resource.EndpointType)
+	if len(eds.GetResources()) != 2 {
+		t.Fatalf("got %d endpoint assignments, want 2", len(eds.GetResources()))
+	}
+	st.send(ack(eds, "v1", "v2"))
+	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType})
+	lds := st.expect(resource.ListenerType)
+	if len(lds.GetResources()) != 2 {
+		t.Fatalf("got %d listeners, want 2", len(lds.GetResources()))
+	}
+	st.send(ack(lds))
+	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.RouteType, ResourceNames: []string{"mesh", "public"}})
+	st.send(ack(st.expect(resource.RouteType), "mesh", "public"))
+
+	// A replica moving changes only endpoints: clusters are not re-sent.
+	if err := s.SetModel(testModel("127.0.0.1:9101")); err != nil {
+		t.Fatal(err)
+	}
+	eds2 := st.expect(resource.EndpointType)
+	if eds2.GetVersionInfo() == eds.GetVersionInfo() {
+		t.Fatal("endpoint version did not change")
+	}
+	st.send(ack(eds2, "v1", "v2"))
+	st.expectNothing(200 * time.Millisecond)
+
+	waitFor(t, func() bool { return len(s.Status()) == 1 && s.Status()[0].InSync })
+	if got := s.Status()[0]; !got.Connected || got.Generation != 2 {
+		t.Fatalf("status %+v, want connected at generation 2", got)
+	}
+}
+
+func TestInvalidModelIsRefusedAndLastGoodKept(t *testing.T) {
+	s, conn, reg := startServer(t)
+	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	bad := testModel("127.0.0.1:9001")
+	bad.Endpoints[0].Traffic = map[string]float64{"v1": 0.5, "v2": 0.6}
+	err := s.SetModel(bad)
+	if err == nil || !strings.Contains(err.Error(), "sum to 1") || !model.IsValidationError(err) {
+		t.Fatalf("got %v, want a validation error about the weights", err)
+	}
+	if s.Generation() != 1 {
+		t.Fatalf("generation %d after a refused model, want 1", s.Generation())
+	}
+	if got := testutil.ToFloat64(mustCounter(t, reg, "servemesh_xds_rejected_models_total")); got != 1 {
+		t.Fatalf("rejected models counter %v, want 1", got)
+	}
+	st := openSotW(t, conn)
+	st.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "n1"), TypeUrl: resource.ClusterType})
+	if got := strings.Join(clusterNames(t, st.expect(resource.ClusterType)), ","); got != "v1,v2" {
+		t.Fatalf("clusters %q, want the last good v1,v2", got)
+	}
+}
+
+func TestNACKIsCountedAndNotResent(t *testing.T) {
+	s, conn, reg := startServer(t)
+	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	st := openSotW(t, conn)
+	st.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "n1"), TypeUrl: resource.ClusterType})
+	first := st.expect(resource.ClusterType)
+	st.send(ack(first))
+
+	// A new model; the node rejects it, repeating the version it accepted.
+	m := testModel("127.0.0.1:9001")
+	m.Backends[1].Config.MaxConcurrentQueries = 7
+	if err := s.SetModel(m); err != nil {
+		t.Fatal(err)
+	}
+	second := st.expect(resource.ClusterType)
+	st.send(&discovery.DiscoveryRequest{
+		TypeUrl: resource.ClusterType, VersionInfo: first.GetVersionInfo(), ResponseNonce: second.GetNonce(),
+		ErrorDetail: &status.Status{Code: 3, Message: "simulated rejection"},
+	})
+	st.expectNothing(500 * time.Millisecond)
+	if got := testutil.ToFloat64(mustCounterVec(t, reg, "servemesh_xds_nacks_total", "clusters")); got != 1 {
+		t.Fatalf("NACK counter %v, want 1", got)
+	}
+	waitFor(t, func() bool { return s.Status()[0].NACKs == 1 })
+	if got := s.Status()[0]; got.InSync || !strings.Contains(got.LastNACK, "simulated rejection") {
+		t.Fatalf("status %+v, want out of sync with the NACK's message", got)
+	}
+
+	// The next real change is sent.
+	m2 := testModel("127.0.0.1:9001")
+	m2.Backends[1].Config.MaxConcurrentQueries = 8
+	if err := s.SetModel(m2); err != nil {
+		t.Fatal(err)
+	}
+	third := st.expect(resource.ClusterType)
+	if third.GetVersionInfo() == second.GetVersionInfo() {
+		t.Fatal("the next change carried the rejected version")
+	}
+}
+
+func TestForeignNodeIsRefused(t *testing.T) {
+	s, conn, _ := startServer(t)
+	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	st := openSotW(t, conn)
+	st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "stranger"}, TypeUrl: resource.ClusterType})
+	select {
+	case err := <-st.err:
+		if !strings.Contains(err.Error(), "servemesh bootstrap") {
+			t.Fatalf("stream closed with %v, want a pointer to `servemesh bootstrap`", err)
+		}
+	case r := <-st.recv:
+		t.Fatalf("a node without servemesh metadata got %s", r.GetTypeUrl())
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream from a foreign node stayed open")
+	}
+}
+
+func TestDeltaStreamServesClusters(t *testing.T) {
+	s, conn, _ := startServer(t)
+	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discovery.DeltaDiscoveryRequest{Node: servemeshNode(t, "d1"), TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range resp.GetResources() {
+		names = append(names, r.GetName())
+	}
+	if strings.Join(names, ",") != "v1,v2" && strings.Join(names, ",") != "v2,v1" {
+		t.Fatalf("delta clusters %v, want v1 and v2", names)
+	}
+	if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"v1"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetResources()) != 1 || resp.GetResources()[0].GetName() != "v1" {
+		t.Fatalf("delta endpoints %v, want only v1", resp.GetResources())
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	return gathered(t, reg, name, "")
+}
+
+func mustCounterVec(t *testing.T, reg *prometheus.Registry, name, typ string) prometheus.Collector {
+	t.Helper()
+	return gathered(t, reg, name, typ)
+}
+
+// gathered wraps one gathered sample as a constant collector for testutil.
+func gathered(t *testing.T, reg *prometheus.Registry, name, typ string) prometheus.Collector {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if typ == "" || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == typ) {
+				return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sample", Help: "sample"}, func() float64 { return m.GetCounter().GetValue() })
+			}
+		}
+	}
+	t.Fatalf("metric %s{%s} not found", name, typ)
+	return nil
+}
+
+func testWriter(t *testing.T) io.Writer {
+	if testing.Verbose() {
+		return tWriter{t}
+	}
+	return io.Discard
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }

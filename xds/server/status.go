@@ -1,0 +1,188 @@
+package server
+
+import (
+	"fmt"
+	"sort"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+// nodeState is what the server knows of one Envoy node.
+type nodeState struct {
+	node       translate.Node
+	streams    int
+	generation uint64            // model generation of the node's snapshot
+	expected   map[string]string // type URL -> version of the node's snapshot
+	acked      map[string]string // type URL -> version the node last ACKed
+	nacks      int
+	lastNACK   string
+}
+
+// streamState is one xDS stream's bookkeeping.
+type streamState struct {
+	nodeID  string
+	nodeErr error
+	sent    map[string]sentResponse // type URL -> last response sent
+}
+
+type sentResponse struct{ nonce, version string }
+
+func (s *Server) openStream(id int64) {
+	s.mu.Lock()
+	s.streams[id] = &streamState{sent: map[string]sentResponse{}}
+	s.mu.Unlock()
+	s.metrics.streams.Inc()
+}
+
+func (s *Server) closeStream(id int64) {
+	s.mu.Lock()
+	if st := s.streams[id]; st != nil {
+		if n := s.nodes[st.nodeID]; n != nil {
+			n.streams--
+		}
+		delete(s.streams, id)
+	}
+	s.mu.Unlock()
+	s.metrics.streams.Dec()
+}
+
+// nodeError is the error that closes a stream whose node is not a servemesh
+// node, or nil.
+func (s *Server) nodeError(id int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.streams[id]; st != nil {
+		return st.nodeErr
+	}
+	return nil
+}
+
+// onRequest records a request: it registers the stream's node on first
+// sight, records ACKs, and logs and counts NACKs. For a NACK of the last
+// response it returns the rejected version.
+func (s *Server) onRequest(id int64, node *core.Node, typeURL, nonce string, errDetail *status.Status) (acked, nackedVersion string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streams[id]
+	if st == nil {
+		return "", ""
+	}
+	if st.nodeID == "" && st.nodeErr == nil {
+		s.registerNode(st, node)
+	}
+	n := s.nodes[st.nodeID]
+	if n == nil || nonce == "" {
+		return "", "" // first request of this type, or an unknown node
+	}
+	sent, ok := st.sent[typeURL]
+	if !ok || sent.nonce != nonce {
+		return "", "" // stale nonce: the server ignores it too
+	}
+	if errDetail != nil {
+		n.nacks++
+		n.lastNACK = fmt.Sprintf("%s version %s: %s", shortType(typeURL), sent.version, errDetail.GetMessage())
+		s.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
+		s.log.Error("envoy rejected configuration (NACK); it keeps its last accepted config and the rejected version is not re-sent",
+			"node", st.nodeID, "type", shortType(typeURL), "version", sent.version, "envoy_error", errDetail.GetMessage())
+		return "", sent.version
+	}
+	n.acked[typeURL] = sent.version
+	return sent.version, ""
+}
+
+// registerNode learns a stream's node from its first request. Called with mu held.
+func (s *Server) registerNode(st *streamState, node *core.Node) {
+	parsed, err := bootstrap.NodeFromMetadata(node)
+	if err != nil {
+		st.nodeErr = err
+		s.log.Error("refusing xds stream", "err", err)
+		return
+	}
+	st.nodeID = parsed.ID
+	n := s.nodes[parsed.ID]
+	if n == nil || n.node != parsed {
+		if n == nil {
+			n = &nodeState{acked: map[string]string{}}
+			s.nodes[parsed.ID] = n
+		}
+		n.node = parsed
+		s.metrics.knownNodes.Set(float64(len(s.nodes)))
+		s.log.Info("node connected", "node", parsed.ID, "public", fmt.Sprintf("%s:%d", parsed.PublicAddress, parsed.PublicPort),
+			"mesh", fmt.Sprintf("%s:%d", parsed.MeshAddress, parsed.MeshPort))
+		s.kick()
+	}
+	n.streams++
+}
+
+func (s *Server) onResponse(id int64, typeURL, nonce, version string) {
+	s.mu.Lock()
+	if st := s.streams[id]; st != nil {
+		st.sent[typeURL] = sentResponse{nonce: nonce, version: version}
+	}
+	s.mu.Unlock()
+	s.metrics.pushes.WithLabelValues(shortType(typeURL)).Inc()
+}
+
+// NodeStatus is a node's configuration state, as shown by status commands.
+type NodeStatus struct {
+	ID        string            `json:"id"`
+	Connected bool              `json:"connected"`
+	InSync    bool              `json:"in_sync"`
+	Acked     map[string]string `json:"acked_versions"`
+	Expected  map[string]string `json:"expected_versions"`
+	NACKs     int               `json:"nacks"`
+	LastNACK  string            `json:"last_nack,omitempty"`
+	// Generation is the model generation of the node's current snapshot.
+	Generation uint64 `json:"generation"`
+	// ModelGeneration is the server's latest accepted model generation.
+	ModelGeneration uint64 `json:"model_generation"`
+}
+
+// Status reports every known node, sorted by id. A node is in sync when its
+// snapshot is of the latest model and it ACKed that snapshot's listeners,
+// routes and clusters.
+func (s *Server) Status() []NodeStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]NodeStatus, 0, len(s.nodes))
+	for id, n := range s.nodes {
+		ns := NodeStatus{
+			ID: id, Connected: n.streams > 0, NACKs: n.nacks, LastNACK: n.lastNACK,
+			Generation: n.generation, ModelGeneration: s.generation,
+			Acked: map[string]string{}, Expected: map[string]string{},
+		}
+		inSync := n.generation == s.generation && len(n.expected) > 0
+		for typ, v := range n.expected {
+			ns.Expected[shortType(typ)] = v
+			if n.acked[typ] != v {
+				inSync = false
+			}
+		}
+		for typ, v := range n.acked {
+			ns.Acked[shortType(typ)] = v
+		}
+		ns.InSync = inSync
+		out = append(out, ns)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func shortType(typeURL string) string {
+	switch typeURL {
+	case resource.ListenerType:
+		return "listeners"
+	case resource.RouteType:
+		return "routes"
+	case resource.ClusterType:
+		return "clusters"
+	case resource.EndpointType:
+		return "endpoints"
+	}
+	return typeURL
+}
