@@ -1,0 +1,117 @@
+package envoy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Admin talks to one Envoy's admin API.
+type Admin struct {
+	// Address is the admin listener's host:port.
+	Address string
+	// Client defaults to a client with a 5s timeout.
+	Client *http.Client
+}
+
+func (a Admin) client() *http.Client {
+	if a.Client != nil {
+		return a.Client
+	}
+	return &http.Client{Timeout: 5 * time.Second}
+}
+
+func (a Admin) do(ctx context.Context, method, path string) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+a.Address+path, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("envoy admin %s %s: %w", method, path, err)
+	}
+	resp, err := a.client().Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("envoy admin %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, resp.StatusCode, fmt.Errorf("envoy admin %s %s: read body: %w", method, path, err)
+	}
+	return body, resp.StatusCode, nil
+}
+
+// Ready reports whether Envoy says it is LIVE (initialised, serving).
+func (a Admin) Ready(ctx context.Context) (bool, error) {
+	body, code, err := a.do(ctx, http.MethodGet, "/ready")
+	if err != nil {
+		return false, err
+	}
+	return code == http.StatusOK && strings.TrimSpace(string(body)) == "LIVE", nil
+}
+
+// ConfigDump returns /config_dump, optionally limited to a resource kind such
+// as "dynamic_active_clusters".
+func (a Admin) ConfigDump(ctx context.Context, resource string) ([]byte, error) {
+	path := "/config_dump"
+	if resource != "" {
+		path += "?resource=" + url.QueryEscape(resource)
+	}
+	body, code, err := a.do(ctx, http.MethodGet, path)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("envoy admin %s: status %d: %s", path, code, body)
+	}
+	return body, nil
+}
+
+// Stats returns counters and gauges whose names match the regular expression
+// filter (all when empty).
+func (a Admin) Stats(ctx context.Context, filter string) (map[string]uint64, error) {
+	path := "/stats?format=json"
+	if filter != "" {
+		path += "&filter=" + url.QueryEscape(filter)
+	}
+	body, code, err := a.do(ctx, http.MethodGet, path)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("envoy admin /stats: status %d: %s", code, body)
+	}
+	var parsed struct {
+		Stats []struct {
+			Name  string          `json:"name"`
+			Value json.RawMessage `json:"value"`
+		} `json:"stats"`
+	}
+	if err := json.Unmarshal(body, &parsed); err != nil {
+		return nil, fmt.Errorf("envoy admin /stats: %w", err)
+	}
+	out := map[string]uint64{}
+	for _, s := range parsed.Stats {
+		var v uint64
+		if s.Name != "" && json.Unmarshal(s.Value, &v) == nil {
+			out[s.Name] = v
+		}
+	}
+	return out, nil
+}
+
+// DrainListeners asks Envoy to drain every listener gracefully: it stops
+// accepting new connections and asks clients to close existing ones over the
+// drain period.
+func (a Admin) DrainListeners(ctx context.Context) error {
+	body, code, err := a.do(ctx, http.MethodPost, "/drain_listeners?graceful")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("envoy admin /drain_listeners: status %d: %s", code, body)
+	}
+	return nil
+}

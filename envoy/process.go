@@ -1,0 +1,194 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Config is how to run one Envoy.
+type Config struct {
+	// Binary is the Envoy executable (see Find).
+	Binary string
+	// ConfigPath is the bootstrap file passed with -c.
+	ConfigPath string
+	// AdminAddress is the admin listener's host:port, as in the bootstrap.
+	AdminAddress string
+	// LogPath receives Envoy's stdout and stderr (appended). Required.
+	LogPath string
+	// LogLevel is Envoy's --log-level; "warning" when empty.
+	LogLevel string
+	// Concurrency is Envoy's worker thread count; Envoy's default when 0.
+	Concurrency int
+	// DrainTime is Envoy's --drain-time-s: how long listeners drain. 5s when 0.
+	DrainTime time.Duration
+	// ExtraArgs are appended to the command line as given.
+	ExtraArgs []string
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL; 5s when 0.
+	StopGrace time.Duration
+	// Logger receives the supervisor's logs; required.
+	Logger *slog.Logger
+}
+
+// Args returns Envoy's full command line (without the binary).
+func (c Config) Args() []string {
+	level := c.LogLevel
+	if level == "" {
+		level = "warning"
+	}
+	drain := c.DrainTime
+	if drain == 0 {
+		drain = 5 * time.Second
+	}
+	args := []string{
+		"-c", c.ConfigPath,
+		"--log-level", level,
+		// Several Envoys share one machine in tests and demos; servemesh
+		// restarts Envoy itself, so hot restart's shared memory is not needed.
+		"--disable-hot-restart",
+		"--drain-time-s", strconv.Itoa(int(max(drain.Seconds(), 1))),
+	}
+	if c.Concurrency > 0 {
+		args = append(args, "--concurrency", strconv.Itoa(c.Concurrency))
+	}
+	return append(args, c.ExtraArgs...)
+}
+
+// Process is a running Envoy child process.
+type Process struct {
+	cfg   Config
+	cmd   *exec.Cmd
+	admin Admin
+	done  chan struct{}
+	err   error // set before done closes
+}
+
+// Start launches Envoy. The child is killed if this process dies (Pdeathsig),
+// so an Envoy is never orphaned by a crashed supervisor.
+func Start(cfg Config) (*Process, error) {
+	if cfg.Logger == nil {
+		return nil, errors.New("envoy: start: Config.Logger is required")
+	}
+	if cfg.LogPath == "" {
+		return nil, errors.New("envoy: start: Config.LogPath is required")
+	}
+	logFile, err := os.OpenFile(cfg.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("envoy: open log file: %w", err)
+	}
+	cmd := exec.Command(cfg.Binary, cfg.Args()...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("envoy: start %s: %w", cfg.Binary, err)
+	}
+	p := &Process{cfg: cfg, cmd: cmd, admin: Admin{Address: cfg.AdminAddress}, done: make(chan struct{})}
+	cfg.Logger.Info("envoy started", "pid", cmd.Process.Pid, "binary", cfg.Binary, "config", cfg.ConfigPath, "log", cfg.LogPath)
+	go func() {
+		p.err = cmd.Wait()
+		_ = logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is the child's process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// ExitErr is the process's exit status once Done is closed.
+func (p *Process) ExitErr() error {
+	<-p.done
+	return p.err
+}
+
+// Admin returns a client for the process's admin API.
+func (p *Process) Admin() Admin { return p.admin }
+
+// WaitReady waits until Envoy's /ready says LIVE. It fails early if Envoy
+// exits, quoting the end of its log.
+func (p *Process) WaitReady(ctx context.Context) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		probe, cancel := context.WithTimeout(ctx, time.Second)
+		ready, _ := p.admin.Ready(probe)
+		cancel()
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("envoy pid %d not ready: %w; log tail:\n%s", p.Pid(), ctx.Err(), LogTail(p.cfg.LogPath, 2048))
+		case <-p.done:
+			return fmt.Errorf("envoy exited before it was ready (%v); log tail:\n%s", p.err, LogTail(p.cfg.LogPath, 2048))
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop drains Envoy's listeners through the admin API, waits up to drain for
+// connections to finish, then sends SIGTERM, and SIGKILL if it has not exited
+// within StopGrace more. It returns when the process is gone.
+func (p *Process) Stop(ctx context.Context, drain time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if drain > 0 {
+		drainCtx, cancel := context.WithTimeout(ctx, time.Second)
+		err := p.admin.DrainListeners(drainCtx)
+		cancel()
+		if err != nil {
+			p.cfg.Logger.Warn("envoy drain request failed; stopping without drain", "pid", p.Pid(), "err", err)
+		} else {
+			p.cfg.Logger.Info("envoy draining", "pid", p.Pid(), "for", drain)
+			select {
+			case <-p.done:
+				return nil
+			case <-time.After(drain):
+			case <-ctx.Done():
+			}
+		}
+	}
+	grace := p.cfg.StopGrace
+	if grace == 0 {
+		grace = 5 * time.Second
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		p.cfg.Logger.Warn("envoy ignored SIGTERM; killing", "pid", p.Pid())
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cfg.Logger.Info("envoy stopped", "pid", p.Pid())
+	return nil
+}
+
+// LogTail returns up to the last n bytes of a log file, for error messages.
+func LogTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err == nil && info.Size() > n {
+		_, _ = f.Seek(info.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
