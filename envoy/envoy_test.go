@@ -215,3 +215,29 @@ func TestChildDiesWithParent(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestSupervisorRestartsACrashedEnvoy(t *testing.T) {
+	t.Setenv("FAKE_ENVOY_CRASH", "1")
+	state := t.TempDir()
+	t.Setenv("FAKE_ENVOY_STATE", state)
+	var starts atomic.Int32
+	s := &Supervisor{
+		Config:     Config{Binary: fakeEnvoy(t), ConfigPath: "x", AdminAddress: "127.0.0.1:1", LogPath: filepath.Join(state, "log"), Logger: quietLogger()},
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		OnStart: func(*Process) { starts.Add(1) },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for starts.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d starts of a crashing envoy", starts.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

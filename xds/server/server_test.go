@@ -374,4 +374,7 @@ func testWriter(t *testing.T) io.Writer {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,51 @@
+// Package demoreplica is a tiny HTTP server that stands in for a model server
+// or API replica in demos and tests. Every response says which backend and
+// replica answered, so a client can see how traffic was split; it counts the
+// requests it served so tests can see where mirrored traffic went.
+package demoreplica
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// BackendHeader is the response header naming the backend that answered.
+const BackendHeader = "X-Servemesh-Backend"
+
+// Response is the JSON body a replica answers with.
+type Response struct {
+	Backend string `json:"backend"`
+	Replica string `json:"replica"`
+	Method  string `json:"method"`
+	Path    string `json:"path"`
+	Host    string `json:"host"`
+}
+
+// Replica is one demo replica's handler.
+type Replica struct {
+	Backend string
+	Name    string
+	served  atomic.Int64
+}
+
+// Served is how many requests the replica has answered.
+func (r *Replica) Served() int64 { return r.served.Load() }
+
+// ServeHTTP answers with the backend's identity. A `sleep_ms` query parameter
+// delays the answer, to simulate slow inference.
+func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if ms, err := strconv.Atoi(req.URL.Query().Get("sleep_ms")); err == nil && ms > 0 && ms <= 60_000 {
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-req.Context().Done():
+			return
+		}
+	}
+	r.served.Add(1)
+	w.Header().Set(BackendHeader, r.Backend)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(Response{Backend: r.Backend, Replica: r.Name, Method: req.Method, Path: req.URL.Path, Host: req.Host})
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/servemesh/servemesh/controlplane/configfile"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/xds/server"
+)
+
+type controlPlaneOptions struct {
+	configPath string
+	xdsListen  string
+	httpListen string
+	// beforeApply, if set, sees every valid model before it is served; an
+	// error refuses the model.
+	beforeApply func(*model.Model) error
+}
+
+func (o *controlPlaneOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.configPath, "config", "", "the mesh config file (YAML); changes are applied when it is saved")
+	fs.StringVar(&o.xdsListen, "xds-listen", "127.0.0.1:18000", "address of the xDS gRPC server Envoy nodes connect to")
+	fs.StringVar(&o.httpListen, "http-listen", "127.0.0.1:18001", "address of the HTTP server for /metrics, /healthz and /v1/xds/nodes")
+}
+
+func runServe(ctx context.Context, log *slog.Logger, args []string, _ io.Writer) error {
+	var o controlPlaneOptions
+	fs := newFlags("serve", "--config FILE [flags]")
+	o.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if o.configPath == "" {
+		return errors.New("--config is required: name the mesh config file to serve")
+	}
+	cp, err := startControlPlane(ctx, log, o)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	cp.stop()
+	return nil
+}
+
+// controlPlane is a running xDS server fed by a config file.
+type controlPlane struct {
+	xds       *server.Server
+	grpc      *grpc.Server
+	http      *http.Server
+	xdsAddr   string
+	httpAddr  string
+	cancelRun context.CancelFunc
+}
+
+// startControlPlane loads the config file (refusing to start on an invalid
+// one), starts the xDS and HTTP servers and the file watcher.
+func startControlPlane(ctx context.Context, log *slog.Logger, o controlPlaneOptions) (*controlPlane, error) {
+	m, sum, err := configfile.LoadForWatch(o.configPath)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	xds := server.New(server.Options{Logger: log.With("component", "xds"), Registerer: reg})
+	apply := func(m *model.Model) error {
+		if o.beforeApply != nil {
+			if err := o.beforeApply(m); err != nil {
+				return err
+			}
+		}
+		return xds.SetModel(m)
+	}
+	if err := apply(m); err != nil {
+		return nil, err
+	}
+	xdsLis, err := net.Listen("tcp", o.xdsListen)
+	if err != nil {
+		return nil, fmt.Errorf("xds listener: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", o.httpListen)
+	if err != nil {
+		_ = xdsLis.Close()
+		return nil, fmt.Errorf("http listener: %w", err)
+	}
+	g := grpc.NewServer(
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+	)
+	xds.Register(g)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /v1/xds/nodes", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(xds.Status())
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	go xds.Run(runCtx)
+	go func() {
+		if err := g.Serve(xdsLis); err != nil {
+			log.Error("xds server stopped", "err", err)
+		}
+	}()
+	go func() {
+		if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	}()
+	w := &configfile.Watcher{Path: o.configPath, Apply: apply, Logger: log.With("component", "configfile")}
+	go w.Run(runCtx, sum)
+	cp := &controlPlane{xds: xds, grpc: g, http: hs, xdsAddr: xdsLis.Addr().String(), httpAddr: httpLis.Addr().String(), cancelRun: cancel}
+	log.Info("control plane serving", "config", o.configPath, "xds", cp.xdsAddr, "http", cp.httpAddr)
+	return cp, nil
+}
+
+func (cp *controlPlane) stop() {
+	cp.cancelRun()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = cp.http.Shutdown(ctx)
+	stopped := make(chan struct{})
+	go func() { cp.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		cp.grpc.Stop() // xDS streams never end on their own
+	}
+}

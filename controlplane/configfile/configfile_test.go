@@ -1,0 +1,110 @@
+package configfile
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+const good = `
+backends: [{name: a}, {name: b}]
+endpoints: [{name: e, route: /e, traffic: {a: 1}}]
+`
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+func TestWatcherAppliesChangesAndReportsBadEdits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, sum, err := LoadForWatch(path)
+	if err != nil || len(m.Endpoints) != 1 {
+		t.Fatalf("LoadForWatch = %v, %v", m, err)
+	}
+	applied := make(chan *model.Model, 4)
+	var logs syncBuffer
+	w := &Watcher{Path: path, Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Apply: func(m *model.Model) error { applied <- m; return nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx, sum)
+
+	select {
+	case <-applied:
+		t.Fatal("the initial content was applied twice")
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	// An invalid edit is logged and not applied.
+	bad := strings.Replace(good, "{a: 1}", "{a: 0.5}", 1)
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "sum to 1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the invalid edit was not reported; logs:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case m := <-applied:
+		t.Fatalf("an invalid model was applied: %+v", m)
+	default:
+	}
+
+	// A valid edit, saved by rename as editors do, is applied.
+	next := strings.Replace(good, "{a: 1}", "{a: 0.25, b: 0.75}", 1)
+	tmp := path + ".swp"
+	if err := os.WriteFile(tmp, []byte(next), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-applied:
+		if m.Endpoints[0].Traffic["b"] != 0.75 {
+			t.Fatalf("applied %+v, want the new weights", m.Endpoints[0].Traffic)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a valid edit was not applied")
+	}
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte("backends: [{name: a, bogus: 1}]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("got %v, want an error naming the file and the unknown field", err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Fatal("a missing file loaded")
+	}
+}

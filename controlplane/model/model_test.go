@@ -1,0 +1,85 @@
+package model
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func sample() *Model {
+	return &Model{
+		Backends: []Backend{
+			{Name: "v1", Replicas: []Replica{{Address: "127.0.0.1:9001"}}, Config: BackendConfig{MaxConcurrentQueries: 4}},
+			{Name: "v2", Replicas: []Replica{{Address: "[::1]:9002", Health: HealthDraining}}},
+		},
+		Endpoints: []Endpoint{
+			{Name: "api", Route: "/api", Methods: []string{"post", "GET", "GET"}, Traffic: map[string]float64{"v1": 0.9, "v2": 0.1}, Shadows: map[string]float64{"v2": 0.2}},
+			{Name: "inner", Traffic: map[string]float64{"v2": 1}},
+		},
+	}
+}
+
+func TestAllowedMethods(t *testing.T) {
+	m := sample()
+	if got := m.Endpoints[0].AllowedMethods(); !reflect.DeepEqual(got, []string{"GET", "POST"}) {
+		t.Fatalf("AllowedMethods = %v, want [GET POST]", got)
+	}
+	if got := m.Endpoints[1].AllowedMethods(); !reflect.DeepEqual(got, []string{"GET"}) {
+		t.Fatalf("default methods = %v, want [GET]", got)
+	}
+	if !m.Endpoints[1].Headless() || m.Endpoints[0].Headless() {
+		t.Fatal("Headless is wrong")
+	}
+}
+
+func TestMarshalParseRoundTrip(t *testing.T) {
+	m := sample()
+	out, err := Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(out)
+	if err != nil {
+		t.Fatalf("parse %s: %v", out, err)
+	}
+	if !reflect.DeepEqual(back, m) {
+		t.Fatalf("round trip changed the model:\n%s\n%+v", out, back)
+	}
+}
+
+func TestValidateDoesNotModify(t *testing.T) {
+	m := sample()
+	m.Endpoints[0].Traffic["v1"] = 0.3 // invalid sum
+	before, _ := Marshal(m)
+	if err := m.Validate(); err == nil {
+		t.Fatal("invalid model validated")
+	}
+	after, _ := Marshal(m)
+	if string(before) != string(after) {
+		t.Fatal("Validate modified the model")
+	}
+}
+
+func TestWeightToleranceBoundary(t *testing.T) {
+	for _, tc := range []struct {
+		delta float64
+		ok    bool
+	}{{0, true}, {5e-9, true}, {-5e-9, true}, {2e-8, false}, {-2e-8, false}} {
+		m := sample()
+		m.Endpoints[0].Traffic = map[string]float64{"v1": 0.5 + tc.delta, "v2": 0.5}
+		if err := m.Validate(); (err == nil) != tc.ok {
+			t.Errorf("weights off by %g: err %v, want ok=%v", tc.delta, err, tc.ok)
+		}
+	}
+}
+
+func TestNonFiniteNumbersAreRefused(t *testing.T) {
+	m := sample()
+	m.Endpoints[0].Traffic = map[string]float64{"v1": math.NaN(), "v2": 1}
+	m.Endpoints[0].Shadows = map[string]float64{"v1": math.Inf(1)}
+	err := m.Validate()
+	if err == nil || !strings.Contains(err.Error(), "not a number") || !strings.Contains(err.Error(), "outside [0, 1]") {
+		t.Fatalf("got %v, want both non-finite values reported", err)
+	}
+}

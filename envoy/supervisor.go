@@ -1,0 +1,62 @@
+package envoy
+
+import (
+	"context"
+	"time"
+)
+
+// Supervisor keeps one Envoy running: it restarts it with exponential backoff
+// when it exits, and drains and stops it when its context ends.
+type Supervisor struct {
+	// Config is how to run Envoy.
+	Config Config
+	// Drain is how long listeners drain on shutdown.
+	Drain time.Duration
+	// MinBackoff and MaxBackoff bound the wait before a restart; 500ms and
+	// 30s when zero. The backoff resets after Envoy has run for a minute.
+	MinBackoff, MaxBackoff time.Duration
+	// OnStart, if set, is called with each new process.
+	OnStart func(*Process)
+}
+
+// Run supervises Envoy until ctx ends, then stops it with a drain. It returns
+// the error of the last start attempt if Envoy could not be started at all.
+func (s *Supervisor) Run(ctx context.Context) error {
+	minB, maxB := s.MinBackoff, s.MaxBackoff
+	if minB == 0 {
+		minB = 500 * time.Millisecond
+	}
+	if maxB == 0 {
+		maxB = 30 * time.Second
+	}
+	backoff := minB
+	log := s.Config.Logger
+	for starts := 0; ; starts++ {
+		p, err := Start(s.Config)
+		if err != nil {
+			return err
+		}
+		if s.OnStart != nil {
+			s.OnStart(p)
+		}
+		began := time.Now()
+		select {
+		case <-ctx.Done():
+			stopCtx, cancel := context.WithTimeout(context.Background(), s.Drain+10*time.Second)
+			defer cancel()
+			return p.Stop(stopCtx, s.Drain)
+		case <-p.Done():
+		}
+		if time.Since(began) > time.Minute {
+			backoff = minB
+		}
+		log.Error("envoy exited; restarting", "pid", p.Pid(), "exit", p.ExitErr(), "restart_in", backoff, "restarts", starts+1,
+			"log_tail", LogTail(s.Config.LogPath, 512))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxB)
+	}
+}
