@@ -27,7 +27,7 @@ func (c *callbacks) OnStreamClosed(id int64, _ *core.Node)      { c.s.closeStrea
 func (c *callbacks) OnDeltaStreamClosed(id int64, _ *core.Node) { c.s.closeStream(id) }
 
 func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
-	_, nacked := c.s.onRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+	_, nacked := c.s.onRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail())
 	if nacked != "" {
 		// Envoy NACKs by repeating the last version it accepted. The snapshot
 		// cache would see that version differ from the current one and send
@@ -42,7 +42,9 @@ func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 
 func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	// Delta tracks versions per resource, so a NACK causes no resend loop.
-	c.s.onRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+	// A reconnecting delta node states per-resource versions, not a system
+	// version, so until the next change its status shows what was last sent.
+	c.s.onRequest(id, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
 	return c.s.nodeError(id)
 }
 

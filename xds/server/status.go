@@ -65,7 +65,10 @@ func (s *Server) nodeError(id int64) error {
 // onRequest records a request: it registers the stream's node on first
 // sight, records ACKs, and logs and counts NACKs. For a NACK of the last
 // response it returns the rejected version.
-func (s *Server) onRequest(id int64, node *core.Node, typeURL, nonce string, errDetail *status.Status) (acked, nackedVersion string) {
+//
+// A request without a nonce that states a version is the first of its type on
+// a new stream (Envoy reconnecting): that version is what the node holds.
+func (s *Server) onRequest(id int64, node *core.Node, typeURL, version, nonce string, errDetail *status.Status) (acked, nackedVersion string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.streams[id]
@@ -76,8 +79,14 @@ func (s *Server) onRequest(id int64, node *core.Node, typeURL, nonce string, err
 		s.registerNode(st, node)
 	}
 	n := s.nodes[st.nodeID]
-	if n == nil || nonce == "" {
-		return "", "" // first request of this type, or an unknown node
+	if n == nil {
+		return "", ""
+	}
+	if nonce == "" {
+		if version != "" {
+			n.acked[typeURL] = version
+		}
+		return "", ""
 	}
 	sent, ok := st.sent[typeURL]
 	if !ok || sent.nonce != nonce {

