@@ -114,24 +114,25 @@ func validateBackend(p *problems, field string, b Backend) {
 		p.add(field+".config.max_concurrent_queries", "is %d; set a positive number, or leave it out for the default of %d",
 			b.Config.MaxConcurrentQueries, DefaultMaxConcurrentQueries)
 	}
-	seen := map[netip.AddrPort]bool{}
+	seen := make(map[netip.AddrPort]bool, len(b.Replicas))
 	for j, r := range b.Replicas {
-		rf := fmt.Sprintf("%s.replicas[%d]", field, j)
+		// Field names are formatted only for problems: models hold many replicas.
+		rf := func(leaf string) string { return fmt.Sprintf("%s.replicas[%d].%s", field, j, leaf) }
 		ap, err := netip.ParseAddrPort(r.Address)
 		switch {
 		case err != nil:
-			p.add(rf+".address", "%q is not an IP:port address; write it like \"127.0.0.1:9001\" or \"[::1]:9001\"", r.Address)
+			p.add(rf("address"), "%q is not an IP:port address; write it like \"127.0.0.1:9001\" or \"[::1]:9001\"", r.Address)
 		case ap.Port() == 0:
-			p.add(rf+".address", "%q has port 0; give the port the replica listens on", r.Address)
+			p.add(rf("address"), "%q has port 0; give the port the replica listens on", r.Address)
 		case seen[ap]:
-			p.add(rf+".address", "%q is listed twice; list each replica once", r.Address)
+			p.add(rf("address"), "%q is listed twice; list each replica once", r.Address)
 		default:
 			seen[ap] = true
 		}
 		switch r.Health {
 		case "", HealthHealthy, HealthUnhealthy, HealthDraining:
 		default:
-			p.add(rf+".health", "%q is not a health state; use %q, %q or %q", r.Health, HealthHealthy, HealthUnhealthy, HealthDraining)
+			p.add(rf("health"), "%q is not a health state; use %q, %q or %q", r.Health, HealthHealthy, HealthUnhealthy, HealthDraining)
 		}
 	}
 }

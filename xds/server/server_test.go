@@ -62,7 +62,7 @@ func startServer(t *testing.T) (*Server, *grpc.ClientConn, *prometheus.Registry)
 	return s, conn, reg
 }
 
-func servemeshNode(t *testing.T, id string) *core.Node {
+func servemeshNode(t testing.TB, id string) *core.Node {
 	t.Helper()
 	b, err := bootstrap.Build(bootstrap.Options{
 		Node:         translate.Node{ID: id, PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001},

@@ -1,0 +1,286 @@
+// Command dataplane measures what Envoy adds to a request: it runs a demo
+// replica as its own process, the servemesh control plane and a real Envoy,
+// then drives the same load generator at the replica directly and through
+// Envoy, at a fixed rate (open loop: latency counts from each request's
+// scheduled time, so a stall is not hidden) and at saturation (closed loop).
+//
+//	go run ./bench/dataplane [-rate 1000] [-duration 10s] [-concurrency 32]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+func main() {
+	rate := flag.Int("rate", 1000, "requests per second for the fixed-rate runs")
+	duration := flag.Duration("duration", 10*time.Second, "length of each run")
+	concurrency := flag.Int("concurrency", 32, "concurrent connections for the saturation runs")
+	envoyThreads := flag.Int("envoy-concurrency", 1, "Envoy worker threads")
+	flag.Parse()
+	if err := run(*rate, *duration, *concurrency, *envoyThreads); err != nil {
+		fmt.Fprintln(os.Stderr, "dataplane:", err)
+		os.Exit(1)
+	}
+}
+
+func run(rate int, duration time.Duration, concurrency, envoyThreads int) error {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir, err := os.MkdirTemp("", "servemesh-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "servemesh")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
+		return fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
+	}
+	replica, xds, cpHTTP, public, mesh, admin := freeAddr(), freeAddr(), freeAddr(), freeAddr(), freeAddr(), freeAddr()
+	config := filepath.Join(dir, "mesh.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
+backends: [{name: bench, replicas: [{address: "%s"}], config: {max_concurrent_queries: 1000}}]
+endpoints: [{name: bench, route: /bench, traffic: {bench: 1}}]
+`, replica)), 0o644); err != nil {
+		return err
+	}
+	stopReplica, err := startChild(bin, "demo-replica", "--backend", "bench", "--listen", replica)
+	if err != nil {
+		return err
+	}
+	defer stopReplica()
+	stopCP, err := startChild(bin, "serve", "--config", config, "--xds-listen", xds, "--http-listen", cpHTTP)
+	if err != nil {
+		return err
+	}
+	defer stopCP()
+
+	binary, err := envoy.Find("")
+	if err != nil {
+		return err
+	}
+	version, err := envoy.CheckVersion(context.Background(), binary)
+	if err != nil {
+		return err
+	}
+	pubPort, meshPort := port(public), port(mesh)
+	yaml, err := bootstrap.YAML(bootstrap.Options{
+		Node:       translate.Node{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: pubPort, MeshAddress: "127.0.0.1", MeshPort: meshPort},
+		XDSAddress: xds, AdminAddress: admin,
+	})
+	if err != nil {
+		return err
+	}
+	bootstrapPath := filepath.Join(dir, "bootstrap.yaml")
+	if err := os.WriteFile(bootstrapPath, yaml, 0o644); err != nil {
+		return err
+	}
+	proc, err := envoy.Start(envoy.Config{Binary: binary, ConfigPath: bootstrapPath, AdminAddress: admin,
+		LogPath: filepath.Join(dir, "envoy.log"), Concurrency: envoyThreads, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = proc.Stop(context.Background(), 0) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := proc.WaitReady(ctx); err != nil {
+		return err
+	}
+	direct, viaEnvoy := "http://"+replica+"/bench", "http://"+public+"/bench"
+	if err := waitServing(viaEnvoy); err != nil {
+		return err
+	}
+
+	fmt.Printf("machine: %d CPUs (%s/%s), Go %s, Envoy %s with %d worker thread(s); each run %s\n\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), version, envoyThreads, duration)
+	fmt.Println("| run | target | requests | errors | req/s | p50 | p99 | p99.9 |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
+	type pair struct{ direct, envoy stats }
+	var fixed, saturated pair
+	for _, r := range []struct {
+		name   string
+		target string
+		out    *stats
+		load   func(string) stats
+	}{
+		{fmt.Sprintf("fixed %d req/s", rate), "direct", &fixed.direct, func(u string) stats { return fixedRate(u, rate, duration) }},
+		{fmt.Sprintf("fixed %d req/s", rate), "via Envoy", &fixed.envoy, func(u string) stats { return fixedRate(u, rate, duration) }},
+		{fmt.Sprintf("saturation, %d connections", concurrency), "direct", &saturated.direct, func(u string) stats { return closedLoop(u, concurrency, duration) }},
+		{fmt.Sprintf("saturation, %d connections", concurrency), "via Envoy", &saturated.envoy, func(u string) stats { return closedLoop(u, concurrency, duration) }},
+	} {
+		url := direct
+		if r.target == "via Envoy" {
+			url = viaEnvoy
+		}
+		*r.out = r.load(url)
+		s := *r.out
+		fmt.Printf("| %s | %s | %d | %d | %.0f | %s | %s | %s |\n", r.name, r.target, s.n, s.errors, s.rps, ms(s.p50), ms(s.p99), ms(s.p999))
+	}
+	fmt.Printf("\nfixed rate: Envoy adds %s at p50 and %s at p99\n", ms(fixed.envoy.p50-fixed.direct.p50), ms(fixed.envoy.p99-fixed.direct.p99))
+	fmt.Printf("saturation: throughput via Envoy / direct = %.2f; p50 ratio %.2f\n",
+		saturated.envoy.rps/saturated.direct.rps, float64(saturated.envoy.p50)/float64(saturated.direct.p50))
+	return nil
+}
+
+type stats struct {
+	n, errors      int
+	rps            float64
+	p50, p99, p999 time.Duration
+}
+
+func summarize(lat []time.Duration, errors int, elapsed time.Duration) stats {
+	slices.Sort(lat)
+	q := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	}
+	return stats{n: len(lat) + errors, errors: errors, rps: float64(len(lat)) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999)}
+}
+
+func newClient(conns int) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}}
+}
+
+func get(c *http.Client, url string) error {
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// fixedRate sends rate requests per second on schedule; each latency runs
+// from the request's scheduled time to its response.
+func fixedRate(url string, rate int, d time.Duration) stats {
+	const workers = 256
+	client := newClient(workers)
+	total := int(d.Seconds() * float64(rate))
+	interval := time.Second / time.Duration(rate)
+	jobs := make(chan time.Time, total)
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, total)
+	errors := 0
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for due := range jobs {
+				time.Sleep(time.Until(due))
+				err := get(client, url)
+				l := time.Since(due)
+				mu.Lock()
+				if err != nil {
+					errors++
+				} else {
+					lat = append(lat, l)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	start := time.Now()
+	for i := range total {
+		jobs <- start.Add(time.Duration(i) * interval)
+	}
+	close(jobs)
+	wg.Wait()
+	return summarize(lat, errors, time.Since(start))
+}
+
+// closedLoop runs conns connections that each send the next request as soon
+// as the last one is answered.
+func closedLoop(url string, conns int, d time.Duration) stats {
+	client := newClient(conns)
+	var mu sync.Mutex
+	var lat []time.Duration
+	errors := 0
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			errs := 0
+			for time.Now().Before(deadline) {
+				t := time.Now()
+				if err := get(client, url); err != nil {
+					errs++
+					continue
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			errors += errs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return summarize(lat, errors, time.Since(start))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
+
+func startChild(bin string, args ...string) (func(), error) {
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
+func waitServing(url string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	c := newClient(1)
+	for {
+		if err := get(c, url); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("%s not serving: %w", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func port(addr string) uint32 {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return uint32(n)
+}

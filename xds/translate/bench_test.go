@@ -1,0 +1,36 @@
+package translate
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/servemesh/servemesh/internal/modelgen"
+)
+
+// BenchmarkTranslate measures one node's full translation (validation
+// included) at 10, 1,000 and 10,000 endpoints of 3 backends with 10 replicas
+// each. ns/op divided by endpoints should stay flat if it scales linearly.
+func BenchmarkTranslate(b *testing.B) {
+	for _, endpoints := range []int{10, 1000, 10000} {
+		m := modelgen.Model(endpoints, 3, 10)
+		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Translate(m, goldenNode); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(endpoints), "ns/endpoint")
+		})
+	}
+}
+
+func TestGeneratedModelIsValid(t *testing.T) {
+	m := modelgen.Model(5, 3, 10)
+	if _, err := Translate(m, goldenNode); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Backends) != 15 || len(m.Backends[0].Replicas) != 10 {
+		t.Fatalf("generator made %d backends, %d replicas each", len(m.Backends), len(m.Backends[0].Replicas))
+	}
+}
