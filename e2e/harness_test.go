@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	servemeshBin = filepath.Join(dir, "servemesh")
-	build := exec.Command("go", "build", "-o", servemeshBin, "../cmd/servemesh")
+	build := exec.CommandContext(context.Background(), "go", "build", "-o", servemeshBin, "../cmd/servemesh")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: build servemesh: %v\n", err)
@@ -62,12 +62,16 @@ func TestMain(m *testing.M) {
 // freeAddr returns a loopback address with a port nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 // replicaSet is a group of demo replicas of one backend, served in-process.
@@ -81,7 +85,8 @@ func startReplicas(t *testing.T, backend string, n int) *replicaSet {
 	t.Helper()
 	rs := &replicaSet{backend: backend}
 	for i := range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		var lc net.ListenConfig
+		lis, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +175,7 @@ func (cp *controlPlane) start() {
 	t := cp.t
 	t.Helper()
 	cp.stderr = &syncBuffer{}
-	cp.cmd = exec.Command(servemeshBin, "serve", "--config", cp.configPath, "--xds-listen", cp.xdsAddr, "--http-listen", cp.httpAddr)
+	cp.cmd = exec.CommandContext(context.Background(), servemeshBin, "serve", "--config", cp.configPath, "--xds-listen", cp.xdsAddr, "--http-listen", cp.httpAddr)
 	cp.cmd.Stderr = cp.stderr
 	cp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cp.cmd.Start(); err != nil {
@@ -185,12 +190,8 @@ func (cp *controlPlane) start() {
 		}
 	})
 	waitUntil(t, 10*time.Second, "control plane /healthz", func() bool {
-		resp, err := http.Get("http://" + cp.httpAddr + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		r := do(http.DefaultClient, http.MethodGet, "http://"+cp.httpAddr+"/healthz", "")
+		return r.err == nil && r.status == http.StatusOK
 	})
 }
 
@@ -201,11 +202,15 @@ func (cp *controlPlane) kill() {
 }
 
 func (cp *controlPlane) nodes() []server.NodeStatus {
-	resp, err := http.Get("http://" + cp.httpAddr + "/v1/xds/nodes")
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+cp.httpAddr+"/v1/xds/nodes", nil)
 	if err != nil {
 		return nil
 	}
-	defer resp.Body.Close()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = resp.Body.Close() }()
 	var out []server.NodeStatus
 	_ = json.NewDecoder(resp.Body).Decode(&out)
 	return out
@@ -285,7 +290,7 @@ type result struct {
 }
 
 func do(client *http.Client, method, url, host string) result {
-	req, err := http.NewRequest(method, url, nil)
+	req, err := http.NewRequestWithContext(context.Background(), method, url, nil)
 	if err != nil {
 		return result{err: err}
 	}
@@ -297,7 +302,7 @@ func do(client *http.Client, method, url, host string) result {
 		return result{err: err}
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return result{status: resp.StatusCode, backend: resp.Header.Get(demoreplica.BackendHeader), allow: resp.Header.Get("Allow")}
 }
 

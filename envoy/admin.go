@@ -35,7 +35,7 @@ func (a Admin) do(ctx context.Context, method, path string) ([]byte, int, error)
 	if err != nil {
 		return nil, 0, fmt.Errorf("envoy admin %s %s: %w", method, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, resp.StatusCode, fmt.Errorf("envoy admin %s %s: read body: %w", method, path, err)

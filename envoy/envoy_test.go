@@ -192,7 +192,7 @@ func TestChildDiesWithParent(t *testing.T) {
 		return
 	}
 	state := t.TempDir()
-	helper := exec.Command(os.Args[0], "-test.run=^TestChildDiesWithParent$")
+	helper := exec.CommandContext(context.Background(), os.Args[0], "-test.run=^TestChildDiesWithParent$")
 	helper.Env = append(os.Environ(), "SERVEMESH_ENVOY_HELPER=1", "FAKE_ENVOY_STATE="+state)
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)

@@ -83,7 +83,9 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy: open log file: %w", err)
 	}
-	cmd := exec.Command(cfg.Binary, cfg.Args()...)
+	// Not CommandContext: Envoy outlives any one call, and Stop ends it with a
+	// drain rather than the SIGKILL a cancelled context would send.
+	cmd := exec.Command(cfg.Binary, cfg.Args()...) //nolint:noctx // see above
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -132,7 +134,7 @@ func (p *Process) WaitReady(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("envoy pid %d not ready: %w; log tail:\n%s", p.Pid(), ctx.Err(), LogTail(p.cfg.LogPath, 2048))
 		case <-p.done:
-			return fmt.Errorf("envoy exited before it was ready (%v); log tail:\n%s", p.err, LogTail(p.cfg.LogPath, 2048))
+			return fmt.Errorf("envoy exited before it was ready (%w); log tail:\n%s", p.err, LogTail(p.cfg.LogPath, 2048))
 		case <-tick.C:
 		}
 	}
@@ -185,7 +187,7 @@ func LogTail(path string, n int64) string {
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if info, err := f.Stat(); err == nil && info.Size() > n {
 		_, _ = f.Seek(info.Size()-n, io.SeekStart)
 	}

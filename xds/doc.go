@@ -8,7 +8,7 @@
 //     publisher; a model that fails validation is refused there and the last
 //     good one stays.
 //  3. The publisher coalesces bursts of changes (a short hold-off, capped),
-//     then calls translate.TranslateShared once for routes, clusters and
+//     then calls translate.Shared once for routes, clusters and
 //     endpoints, and translate.BuildListeners once per connected node.
 //  4. Endpoints go to a LinearCache, updating only the assignments whose
 //     content changed, so replica churn wakes only the streams that asked for

@@ -1,6 +1,7 @@
 package demoreplica
 
 import (
+	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
@@ -9,7 +10,7 @@ import (
 func TestReplicaSaysWhoItIs(t *testing.T) {
 	r := &Replica{Backend: "v2", Name: "v2#abc"}
 	rec := httptest.NewRecorder()
-	r.ServeHTTP(rec, httptest.NewRequest("POST", "http://api/predict?sleep_ms=1", nil))
+	r.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), "POST", "http://api/predict?sleep_ms=1", nil))
 	var got Response
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)

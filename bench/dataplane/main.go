@@ -48,9 +48,9 @@ func run(rate int, duration time.Duration, concurrency, envoyThreads int) error 
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	bin := filepath.Join(dir, "servemesh")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(context.Background(), "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
 		return fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
 	}
 	replica, xds, cpHTTP, public, mesh, admin := freeAddr(), freeAddr(), freeAddr(), freeAddr(), freeAddr(), freeAddr()
@@ -161,12 +161,16 @@ func newClient(conns int) *http.Client {
 }
 
 func get(c *http.Client, url string) error {
-	resp, err := c.Get(url)
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
@@ -249,7 +253,7 @@ func closedLoop(url string, conns int, d time.Duration) stats {
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
 
 func startChild(bin string, args ...string) (func(), error) {
-	cmd := exec.Command(bin, args...)
+	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -271,11 +275,12 @@ func waitServing(url string) error {
 }
 
 func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String()
 }
 

@@ -31,7 +31,7 @@ func runDemoReplica(ctx context.Context, log *slog.Logger, args []string, _ io.W
 		return errors.New("--backend is required")
 	}
 	fleet := newReplicaFleet(log)
-	if err := fleet.start(*backend, *listen); err != nil {
+	if err := fleet.start(ctx, *backend, *listen); err != nil {
 		return err
 	}
 	<-ctx.Done()
@@ -52,14 +52,14 @@ func newReplicaFleet(log *slog.Logger) *replicaFleet {
 }
 
 // ensure starts a demo replica for every replica address in m not yet running.
-func (f *replicaFleet) ensure(m *model.Model) error {
+func (f *replicaFleet) ensure(ctx context.Context, m *model.Model) error {
 	for _, b := range m.Backends {
 		for _, r := range b.Replicas {
 			f.mu.Lock()
 			_, running := f.replicas[r.Address]
 			f.mu.Unlock()
 			if !running {
-				if err := f.start(b.Name, r.Address); err != nil {
+				if err := f.start(ctx, b.Name, r.Address); err != nil {
 					return err
 				}
 			}
@@ -68,8 +68,9 @@ func (f *replicaFleet) ensure(m *model.Model) error {
 	return nil
 }
 
-func (f *replicaFleet) start(backend, addr string) error {
-	lis, err := net.Listen("tcp", addr)
+func (f *replicaFleet) start(ctx context.Context, backend, addr string) error {
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("demo replica of %s: %w", backend, err)
 	}
@@ -129,7 +130,7 @@ func runDemo(ctx context.Context, log *slog.Logger, args []string, stdout io.Wri
 	}
 	fleet := newReplicaFleet(log.With("component", "replicas"))
 	defer fleet.stop()
-	cpo.beforeApply = fleet.ensure
+	cpo.beforeApply = func(m *model.Model) error { return fleet.ensure(ctx, m) }
 	cp, err := startControlPlane(ctx, log, cpo)
 	if err != nil {
 		return err

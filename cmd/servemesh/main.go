@@ -31,10 +31,7 @@ func commands() []command {
 		{"demo", "run everything on this machine with demo replicas (what `make run` does)", runDemo},
 		{"demo-replica", "run one demo replica: an HTTP server that says which backend it is", runDemoReplica},
 		{"validate", "check a config file and explain what is wrong with it", runValidate},
-		{"version", "print the version", func(_ context.Context, _ *slog.Logger, _ []string, out io.Writer) error {
-			_, err := fmt.Fprintln(out, "servemesh", version)
-			return err
-		}},
+		{"version", "print the version", runVersion},
 	}
 }
 
@@ -46,38 +43,42 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun `servemesh <command> -h` for a command's flags.")
 }
 
-func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage(os.Stderr)
-		os.Exit(2)
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run executes one subcommand and returns the process exit code: 0 on
+// success, 1 when the command failed, 2 for a usage error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) < 1 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		return 2
 	}
 	level := slog.LevelInfo
 	if lv := os.Getenv("SERVEMESH_LOG_LEVEL"); lv != "" {
 		if err := level.UnmarshalText([]byte(lv)); err != nil {
-			fmt.Fprintf(os.Stderr, "servemesh: SERVEMESH_LOG_LEVEL=%q: %v\n", lv, err)
-			os.Exit(2)
+			fmt.Fprintf(stderr, "servemesh: SERVEMESH_LOG_LEVEL=%q: %v\n", lv, err)
+			return 2
 		}
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	for _, c := range commands() {
-		if c.name != os.Args[1] {
+		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, log.With("cmd", c.name), os.Args[2:], os.Stdout)
+		err := c.run(ctx, log.With("cmd", c.name), args[1:], stdout)
 		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
+			return 2
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "servemesh %s: %v\n", c.name, err)
-			os.Exit(1)
+			fmt.Fprintf(stderr, "servemesh %s: %v\n", c.name, err)
+			return 1
 		}
-		return
+		return 0
 	}
-	fmt.Fprintf(os.Stderr, "servemesh: unknown command %q\n\n", os.Args[1])
-	usage(os.Stderr)
-	os.Exit(2)
+	fmt.Fprintf(stderr, "servemesh: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
 }
 
 // newFlags makes a subcommand's flag set that reports errors instead of exiting.
@@ -96,7 +97,15 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q; flags go before nothing else", strings.Join(fs.Args(), " "))
+		return fmt.Errorf("unexpected arguments %q; see `servemesh %s -h`", strings.Join(fs.Args(), " "), fs.Name())
 	}
 	return nil
+}
+
+func runVersion(_ context.Context, _ *slog.Logger, args []string, stdout io.Writer) error {
+	if err := parseFlags(newFlags("version", ""), args); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(stdout, "servemesh", version)
+	return err
 }

@@ -88,11 +88,12 @@ func startControlPlane(ctx context.Context, log *slog.Logger, o controlPlaneOpti
 	if err := apply(m); err != nil {
 		return nil, err
 	}
-	xdsLis, err := net.Listen("tcp", o.xdsListen)
+	var lc net.ListenConfig
+	xdsLis, err := lc.Listen(ctx, "tcp", o.xdsListen)
 	if err != nil {
 		return nil, fmt.Errorf("xds listener: %w", err)
 	}
-	httpLis, err := net.Listen("tcp", o.httpListen)
+	httpLis, err := lc.Listen(ctx, "tcp", o.httpListen)
 	if err != nil {
 		_ = xdsLis.Close()
 		return nil, fmt.Errorf("http listener: %w", err)

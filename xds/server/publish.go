@@ -30,7 +30,7 @@ func (s *Server) publish(ctx context.Context) {
 	if m == nil {
 		return // nothing accepted yet; nodes wait for the first model
 	}
-	shared, err := translate.TranslateShared(m)
+	shared, err := translate.Shared(m)
 	if err != nil { // SetModel validated it, so this is a bug
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return

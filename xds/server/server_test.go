@@ -43,7 +43,8 @@ func startServer(t *testing.T) (*Server, *grpc.ClientConn, *prometheus.Registry)
 	s := New(Options{Logger: slog.New(slog.NewTextHandler(testWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug})), Registerer: reg, HoldOff: time.Millisecond, MaxHoldOff: 5 * time.Millisecond})
 	g := grpc.NewServer()
 	s.Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	lis, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

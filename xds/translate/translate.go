@@ -66,7 +66,7 @@ type Resources struct {
 // Translate validates the model and the node and builds the node's resources.
 // An invalid model yields the model's *model.ValidationError and no resources.
 func Translate(m *model.Model, node Node) (*Resources, error) {
-	shared, err := TranslateShared(m)
+	shared, err := Shared(m)
 	if err != nil {
 		return nil, err
 	}
@@ -78,9 +78,9 @@ func Translate(m *model.Model, node Node) (*Resources, error) {
 	return shared, nil
 }
 
-// TranslateShared builds the resources every node shares (routes, clusters,
+// Shared builds the resources every node shares (routes, clusters,
 // endpoints); only listeners differ between nodes.
-func TranslateShared(m *model.Model) (*Resources, error) {
+func Shared(m *model.Model) (*Resources, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
