@@ -241,7 +241,13 @@ type node struct {
 
 func startEnvoy(t *testing.T, id, xdsAddr string, protocol bootstrap.Protocol) *node {
 	t.Helper()
-	n := &node{public: freeAddr(t), mesh: freeAddr(t)}
+	return startEnvoyWithPublic(t, id, xdsAddr, protocol, freeAddr(t))
+}
+
+// startEnvoyWithPublic starts an Envoy whose public listener uses public.
+func startEnvoyWithPublic(t *testing.T, id, xdsAddr string, protocol bootstrap.Protocol, public string) *node {
+	t.Helper()
+	n := &node{public: public, mesh: freeAddr(t)}
 	admin := freeAddr(t)
 	pubPort, _ := strconv.Atoi(n.public[len("127.0.0.1:"):])
 	meshPort, _ := strconv.Atoi(n.mesh[len("127.0.0.1:"):])

@@ -72,7 +72,11 @@ func New(opts Options) *Server {
 		s.maxHoldOff = 250 * time.Millisecond
 	}
 	cacheLog := cacheLogger{s.log}
-	s.snapshots = cachev3.NewSnapshotCache(true, cachev3.IDHash{}, cacheLog)
+	// ads=false: in ADS mode the cache answers a route request only if it
+	// names every route configuration in the snapshot, so a node whose public
+	// listener failed (say, its port was taken) would never get the routes of
+	// its working mesh listener. Envoy sequences ADS updates itself.
+	s.snapshots = cachev3.NewSnapshotCache(false, cachev3.IDHash{}, cacheLog)
 	s.endpoints = cachev3.NewLinearCache(resource.EndpointType, cachev3.WithLogger(cacheLog))
 	mux := &cachev3.MuxCache{
 		Classify:      func(r *cachev3.Request) string { return classify(r.GetTypeUrl()) },
