@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 
 	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -29,20 +29,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", name+".yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("missing golden file (run `make testdata`): %v", err)
-			}
-			if string(want) != string(got) {
-				t.Errorf("%s differs; if intended run `make testdata`\n--- want\n%s\n--- got\n%s", path, want, got)
-			}
+			testutil.Golden(t, filepath.Join("testdata", name+".yaml"), got, *update)
 			var b bootstrapv3.Bootstrap
 			if err := protoyaml.Unmarshal(got, &b); err != nil {
 				t.Fatalf("golden bootstrap does not unmarshal into the Bootstrap proto: %v", err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/xds/server"
 	"github.com/servemesh/servemesh/xds/translate"
 )
@@ -144,24 +144,7 @@ type controlPlane struct {
 	xdsAddr    string
 	httpAddr   string
 	cmd        *exec.Cmd
-	stderr     *syncBuffer
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
+	stderr     *testutil.SyncBuffer
 }
 
 func startControlPlane(t *testing.T, configPath string) *controlPlane {
@@ -174,7 +157,7 @@ func startControlPlane(t *testing.T, configPath string) *controlPlane {
 func (cp *controlPlane) start() {
 	t := cp.t
 	t.Helper()
-	cp.stderr = &syncBuffer{}
+	cp.stderr = &testutil.SyncBuffer{}
 	cp.cmd = exec.CommandContext(context.Background(), servemeshBin, "serve", "--config", cp.configPath, "--xds-listen", cp.xdsAddr, "--http-listen", cp.httpAddr)
 	cp.cmd.Stderr = cp.stderr
 	cp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

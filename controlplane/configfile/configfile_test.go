@@ -1,40 +1,22 @@
 package configfile
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 const good = `
 backends: [{name: a}, {name: b}]
 endpoints: [{name: e, route: /e, traffic: {a: 1}}]
 `
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
 
 func TestWatcherAppliesChangesAndReportsBadEdits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
@@ -46,7 +28,7 @@ func TestWatcherAppliesChangesAndReportsBadEdits(t *testing.T) {
 		t.Fatalf("LoadForWatch = %v, %v", m, err)
 	}
 	applied := make(chan *model.Model, 4)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	w := &Watcher{Path: path, Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Apply: func(m *model.Model) error { applied <- m; return nil }}
 	ctx, cancel := context.WithCancel(context.Background())

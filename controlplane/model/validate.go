@@ -57,30 +57,14 @@ func (m *Model) Validate() error {
 	var p problems
 	backends := map[string]bool{}
 	for i, b := range m.Backends {
-		field := fmt.Sprintf("backends[%d]", i)
-		if b.Name != "" {
-			field = fmt.Sprintf("backends[%d] (%q)", i, b.Name)
-		}
-		validateName(&p, field+".name", b.Name)
-		if backends[b.Name] && b.Name != "" {
-			p.add(field+".name", "backend %q is defined twice; give each backend a unique name", b.Name)
-		}
-		backends[b.Name] = true
+		field := validateNamed(&p, "backend", i, b.Name, backends)
 		validateBackend(&p, field, b)
 	}
 
 	endpoints := map[string]bool{}
 	routes := map[string]string{}
 	for i, e := range m.Endpoints {
-		field := fmt.Sprintf("endpoints[%d]", i)
-		if e.Name != "" {
-			field = fmt.Sprintf("endpoints[%d] (%q)", i, e.Name)
-		}
-		validateName(&p, field+".name", e.Name)
-		if endpoints[e.Name] && e.Name != "" {
-			p.add(field+".name", "endpoint %q is defined twice; give each endpoint a unique name", e.Name)
-		}
-		endpoints[e.Name] = true
+		field := validateNamed(&p, "endpoint", i, e.Name, endpoints)
 		if !e.Headless() {
 			if validateRoute(&p, field+".route", e.Route) {
 				if owner, taken := routes[e.Route]; taken {
@@ -98,6 +82,21 @@ func (m *Model) Validate() error {
 		return nil
 	}
 	return &ValidationError{Problems: p.list}
+}
+
+// validateNamed checks the name of the i-th backend or endpoint (kind) and
+// that it is unique among seen, and returns the item's field path.
+func validateNamed(p *problems, kind string, i int, name string, seen map[string]bool) string {
+	field := fmt.Sprintf("%ss[%d]", kind, i)
+	if name != "" {
+		field = fmt.Sprintf("%ss[%d] (%q)", kind, i, name)
+	}
+	validateName(p, field+".name", name)
+	if seen[name] && name != "" {
+		p.add(field+".name", "%s %q is defined twice; give each %s a unique name", kind, name, kind)
+	}
+	seen[name] = true
+	return field
 }
 
 func validateName(p *problems, field, name string) {

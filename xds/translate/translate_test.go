@@ -15,6 +15,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/out and delete orphaned ones")
@@ -103,19 +104,7 @@ func TestGolden(t *testing.T) {
 			for suffix, got := range goldenOutputs(t, input) {
 				path := filepath.Join("testdata", "out", name+"."+suffix)
 				wanted[path] = true
-				if *update {
-					if err := os.WriteFile(path, got, 0o644); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				want, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatalf("missing golden file (run `make testdata`): %v", err)
-				}
-				if string(want) != string(got) {
-					t.Errorf("%s differs from the translation; if the change is intended run `make testdata`\n--- want\n%s\n--- got\n%s", path, want, got)
-				}
+				testutil.Golden(t, path, got, *update)
 			}
 		})
 	}
