@@ -1,6 +1,7 @@
 package model
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -36,6 +37,44 @@ type BackendConfig struct {
 	// Envoy's circuit breaker for the backend allows this many per replica.
 	// Zero means DefaultMaxConcurrentQueries.
 	MaxConcurrentQueries int `json:"max_concurrent_queries,omitempty"`
+	// NumReplicas is how many replicas the scheduler should run for the
+	// backend on servemesh's nodes. Static replicas (Backend.Replicas) are
+	// served as listed whatever this says.
+	NumReplicas int `json:"num_replicas,omitempty"`
+	// CPUs and MemoryMB are what one replica needs of a node.
+	CPUs     float64 `json:"cpus,omitempty"`
+	MemoryMB int     `json:"memory_mb,omitempty"`
+}
+
+// BackendConfigPatch is a partial update of a BackendConfig: only the fields
+// that are set change, as in the seed's update_backend_config.
+type BackendConfigPatch struct {
+	MaxConcurrentQueries *int     `json:"max_concurrent_queries,omitempty"`
+	NumReplicas          *int     `json:"num_replicas,omitempty"`
+	CPUs                 *float64 `json:"cpus,omitempty"`
+	MemoryMB             *int     `json:"memory_mb,omitempty"`
+}
+
+// Apply returns c with the patch's set fields replaced.
+func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
+	if p.MaxConcurrentQueries != nil {
+		c.MaxConcurrentQueries = *p.MaxConcurrentQueries
+	}
+	if p.NumReplicas != nil {
+		c.NumReplicas = *p.NumReplicas
+	}
+	if p.CPUs != nil {
+		c.CPUs = *p.CPUs
+	}
+	if p.MemoryMB != nil {
+		c.MemoryMB = *p.MemoryMB
+	}
+	return c
+}
+
+// Empty reports whether the patch changes nothing.
+func (p BackendConfigPatch) Empty() bool {
+	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil
 }
 
 // Health is a replica's health as the data plane should treat it.
@@ -129,4 +168,49 @@ func SortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// Clone returns a deep copy of m.
+func Clone(m *Model) *Model {
+	out := &Model{}
+	for _, b := range m.Backends {
+		b.Replicas = slices.Clone(b.Replicas)
+		out.Backends = append(out.Backends, b)
+	}
+	for _, e := range m.Endpoints {
+		out.Endpoints = append(out.Endpoints, CloneEndpoint(e))
+	}
+	return out
+}
+
+// CloneEndpoint returns a deep copy of e.
+func CloneEndpoint(e Endpoint) Endpoint {
+	e.Methods = slices.Clone(e.Methods)
+	e.Traffic = maps.Clone(e.Traffic)
+	e.Shadows = maps.Clone(e.Shadows)
+	return e
+}
+
+// BackendsEqual reports whether two backends are the same.
+func BackendsEqual(a, b Backend) bool {
+	return a.Name == b.Name && a.Config == b.Config && slices.Equal(a.Replicas, b.Replicas)
+}
+
+// EndpointsEqual reports whether two endpoints are the same, treating unset
+// methods as GET and a shadow of 0 as no shadow.
+func EndpointsEqual(a, b Endpoint) bool {
+	return a.Name == b.Name && a.Route == b.Route &&
+		slices.Equal(a.AllowedMethods(), b.AllowedMethods()) &&
+		maps.Equal(a.Traffic, b.Traffic) &&
+		maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows))
+}
+
+func nonZero(m map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
 }

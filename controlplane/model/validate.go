@@ -9,6 +9,10 @@ import (
 	"strings"
 )
 
+// MaxReplicas bounds a backend's replicas, static or scheduled, so one backend
+// always fits one stored value.
+const MaxReplicas = 5000
+
 // WeightTolerance is how far the weights of a traffic policy may sum from 1.
 // The seed used numpy's isclose with the same absolute tolerance.
 const WeightTolerance = 1e-8
@@ -112,6 +116,18 @@ func validateBackend(p *problems, field string, b Backend) {
 	if b.Config.MaxConcurrentQueries < 0 {
 		p.add(field+".config.max_concurrent_queries", "is %d; set a positive number, or leave it out for the default of %d",
 			b.Config.MaxConcurrentQueries, DefaultMaxConcurrentQueries)
+	}
+	if b.Config.NumReplicas < 0 || b.Config.NumReplicas > MaxReplicas {
+		p.add(field+".config.num_replicas", "is %d; set a number from 0 to %d", b.Config.NumReplicas, MaxReplicas)
+	}
+	if math.IsNaN(b.Config.CPUs) || b.Config.CPUs < 0 || b.Config.CPUs > 1024 {
+		p.add(field+".config.cpus", "is %v; set the CPUs one replica needs, from 0 to 1024 (0.5 is half a core)", b.Config.CPUs)
+	}
+	if b.Config.MemoryMB < 0 {
+		p.add(field+".config.memory_mb", "is %d; set the MiB of memory one replica needs, 0 or more", b.Config.MemoryMB)
+	}
+	if len(b.Replicas) > MaxReplicas {
+		p.add(field+".replicas", "lists %d replicas; at most %d fit one backend", len(b.Replicas), MaxReplicas)
 	}
 	seen := make(map[netip.AddrPort]bool, len(b.Replicas))
 	for j, r := range b.Replicas {

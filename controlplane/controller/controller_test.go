@@ -1,0 +1,255 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+type published struct{ models []*model.Model }
+
+func (p *published) publish(m *model.Model) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	p.models = append(p.models, m)
+	return nil
+}
+
+func (p *published) last() *model.Model { return p.models[len(p.models)-1] }
+
+func newLeader(t *testing.T, st store.Store) (*Controller, *published) {
+	t.Helper()
+	pub := &published{}
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: pub.publish})
+	if err := c.Lead(context.Background(), "self:1"); err != nil {
+		t.Fatal(err)
+	}
+	return c, pub
+}
+
+func backend(name string) model.Backend {
+	return model.Backend{Name: name, Replicas: []model.Replica{{Address: "127.0.0.1:9001"}}}
+}
+
+func mustChange(t *testing.T, changed bool, err error) {
+	t.Helper()
+	if err != nil || !changed {
+		t.Fatalf("got changed=%v err=%v, want a change", changed, err)
+	}
+}
+
+func mustKind(t *testing.T, err error, kind Kind, text string) {
+	t.Helper()
+	if KindOf(err) != kind || !strings.Contains(err.Error(), text) {
+		t.Fatalf("got %v (kind %d), want kind %d mentioning %q", err, KindOf(err), kind, text)
+	}
+}
+
+func TestOperationsAreCheckpointedThenPublished(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	c, pub := newLeader(t, st)
+	ch, err := c.CreateBackend(ctx, backend("v1"))
+	mustChange(t, ch, err)
+	ch, err = c.CreateBackend(ctx, backend("v2"))
+	mustChange(t, ch, err)
+	ch, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}})
+	mustChange(t, ch, err)
+	ch, err = c.SetTraffic(ctx, "api", map[string]float64{"v1": 0.9, "v2": 0.1})
+	mustChange(t, ch, err)
+	ch, err = c.SetShadow(ctx, "api", "v2", 0.05)
+	mustChange(t, ch, err)
+	mcq := 7
+	ch, err = c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{MaxConcurrentQueries: &mcq})
+	mustChange(t, ch, err)
+
+	stored, rev, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev != 6 {
+		t.Fatalf("store at revision %d after 6 changes", rev)
+	}
+	mine, myRev := c.State()
+	if rev != myRev || !equalModels(stored, mine) || !equalModels(stored, pub.last()) {
+		t.Fatalf("store, controller and data plane disagree:\nstore %+v\nctl   %+v\npub   %+v", stored, mine, pub.last())
+	}
+	e, _ := c.GetEndpoint("api")
+	if e.Shadows["v2"] != 0.05 || e.Traffic["v2"] != 0.1 {
+		t.Fatalf("endpoint %+v", e)
+	}
+	if b, _ := c.GetBackend("v1"); b.Config.MaxConcurrentQueries != 7 {
+		t.Fatalf("backend %+v", b)
+	}
+}
+
+func TestRepeatingACallChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	c, _ := newLeader(t, st)
+	ops := []func() (bool, error){
+		func() (bool, error) { return c.CreateBackend(ctx, backend("v1")) },
+		func() (bool, error) {
+			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Methods: []string{"get"}, Traffic: map[string]float64{"v1": 1}})
+		},
+		func() (bool, error) { return c.SetTraffic(ctx, "api", map[string]float64{"v1": 1}) },
+		func() (bool, error) { return c.SetShadow(ctx, "api", "v1", 0.5) },
+		func() (bool, error) { return c.SetShadow(ctx, "api", "v1", 0) },
+		func() (bool, error) { return c.DeleteEndpoint(ctx, "api") },
+		func() (bool, error) { return c.DeleteBackend(ctx, "v1") },
+	}
+	for i, op := range ops {
+		if _, err := op(); err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+		_, before, _ := st.Load(ctx)
+		changed, err := op()
+		_, after, _ := st.Load(ctx)
+		if err != nil || changed || before != after {
+			t.Fatalf("op %d repeated: changed=%v err=%v, revision %d -> %d", i, changed, err, before, after)
+		}
+	}
+}
+
+func TestEveryErrorChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	c, _ := newLeader(t, st)
+	ch, err := c.CreateBackend(ctx, backend("v1"))
+	mustChange(t, ch, err)
+	ch, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}})
+	mustChange(t, ch, err)
+	_, revBefore, _ := st.Load(ctx)
+	other := backend("v1")
+	other.Config.MaxConcurrentQueries = 3
+	zero := 0
+	for _, tc := range []struct {
+		name string
+		call func() (bool, error)
+		kind Kind
+		text string
+	}{
+		{"backend exists, different spec", func() (bool, error) { return c.CreateBackend(ctx, other) }, Conflict, "already exists with a different spec"},
+		{"invalid backend", func() (bool, error) { return c.CreateBackend(ctx, model.Backend{Name: "bad name"}) }, Invalid, "not a valid name"},
+		{"update unknown backend", func() (bool, error) {
+			return c.UpdateBackendConfig(ctx, "ghost", model.BackendConfigPatch{NumReplicas: &zero})
+		}, NotFound, `backend "ghost" is not registered`},
+		{"empty update", func() (bool, error) { return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{}) }, Invalid, "sets no config field"},
+		{"negative replicas", func() (bool, error) {
+			n := -1
+			return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{NumReplicas: &n})
+		}, Invalid, "num_replicas: is -1"},
+		{"delete used backend", func() (bool, error) { return c.DeleteBackend(ctx, "v1") }, Conflict, `backend "v1" is used by endpoint "api"`},
+		{"endpoint exists", func() (bool, error) {
+			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/other", Traffic: map[string]float64{"v1": 1}})
+		}, Conflict, `endpoint "api" is already registered`},
+		{"route taken", func() (bool, error) {
+			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api2", Route: "/api", Traffic: map[string]float64{"v1": 1}})
+		}, Conflict, `route "/api" is already registered to endpoint "api"`},
+		{"endpoint to unknown backend", func() (bool, error) {
+			return c.CreateEndpoint(ctx, model.Endpoint{Name: "e2", Route: "/e2", Traffic: map[string]float64{"ghost": 1}})
+		}, Invalid, `backend "ghost" that is not registered`},
+		{"traffic on unknown endpoint", func() (bool, error) { return c.SetTraffic(ctx, "ghost", map[string]float64{"v1": 1}) }, NotFound, `endpoint "ghost" that is not registered`},
+		{"traffic to unknown backend", func() (bool, error) { return c.SetTraffic(ctx, "api", map[string]float64{"ghost": 1}) }, Invalid, `backend "ghost" that is not registered`},
+		{"negative weight", func() (bool, error) { return c.SetTraffic(ctx, "api", map[string]float64{"v1": -1}) }, Invalid, "weights cannot be negative"},
+		{"weights not summing to 1", func() (bool, error) { return c.SetTraffic(ctx, "api", map[string]float64{"v1": 0.5}) }, Invalid, "must sum to 1"},
+		{"shadow from unknown endpoint", func() (bool, error) { return c.SetShadow(ctx, "ghost", "v1", 0.1) }, NotFound, `shadow traffic from an endpoint "ghost"`},
+		{"shadow to unknown backend", func() (bool, error) { return c.SetShadow(ctx, "api", "ghost", 0.1) }, Invalid, `shadow traffic to a backend "ghost"`},
+		{"shadow proportion", func() (bool, error) { return c.SetShadow(ctx, "api", "v1", 1.5) }, Invalid, "outside [0, 1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changed, err := tc.call()
+			mustKind(t, err, tc.kind, tc.text)
+			_, rev, _ := st.Load(ctx)
+			if changed || rev != revBefore {
+				t.Fatalf("a refused call changed the store (revision %d -> %d)", revBefore, rev)
+			}
+		})
+	}
+}
+
+func TestFollowerRefusesWritesNamingTheLeader(t *testing.T) {
+	c, _ := newLeader(t, store.NewMemory())
+	c.Follow("10.0.0.9:18001")
+	_, err := c.CreateBackend(context.Background(), backend("v1"))
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != NotLeader || e.Leader != "10.0.0.9:18001" {
+		t.Fatalf("got %v, want NotLeader naming the leader", err)
+	}
+}
+
+// TestCrashAfterCheckpointLosesNothing: the process "dies" right after a
+// checkpoint; a new controller recovers the change from the store.
+func TestCrashAfterCheckpointLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	crashed := false
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil },
+		CrashAfterCheckpoint: 1, Exit: func(int) { crashed = true; panic("exited") }})
+	if err := c.Lead(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = c.CreateBackend(ctx, backend("v1"))
+	}()
+	if !crashed {
+		t.Fatal("fault injection did not fire")
+	}
+	if _, err := c.GetBackend("v1"); err == nil {
+		t.Fatal("the crashed controller adopted the change before it took effect")
+	}
+	recovered, pub := newLeader(t, st)
+	if _, err := recovered.GetBackend("v1"); err != nil || len(pub.last().Backends) != 1 {
+		t.Fatalf("recovery lost the checkpointed change: %v", err)
+	}
+}
+
+func TestApplySplitsLargeChangesAndDryRunChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	c, pub := newLeader(t, st)
+	desired := &model.Model{}
+	for i := range 100 {
+		desired.Backends = append(desired.Backends, model.Backend{Name: fmt.Sprintf("b%03d", i)})
+		desired.Endpoints = append(desired.Endpoints, model.Endpoint{Name: fmt.Sprintf("e%03d", i), Route: fmt.Sprintf("/e%03d", i),
+			Traffic: map[string]float64{fmt.Sprintf("b%03d", i): 1}})
+	}
+	diff, err := c.Apply(ctx, desired, true)
+	if err != nil || len(diff) != 200 || diff[0] != "create backend b000" {
+		t.Fatalf("dry run: %d lines (%v), err %v", len(diff), diff[:min(3, len(diff))], err)
+	}
+	if _, rev, _ := st.Load(ctx); rev != 0 {
+		t.Fatalf("a dry run wrote revision %d", rev)
+	}
+	if _, err := c.Apply(ctx, desired, false); err != nil {
+		t.Fatal(err)
+	}
+	stored, rev, _ := st.Load(ctx)
+	if rev != 4 || !equalModels(stored, desired) || !equalModels(pub.last(), desired) {
+		t.Fatalf("after apply: revision %d (want 4 commits of <= 63 objects), %d backends", rev, len(stored.Backends))
+	}
+	if diff, err := c.Apply(ctx, desired, false); err != nil || len(diff) != 0 {
+		t.Fatalf("re-apply: %v, %v; want no differences", diff, err)
+	}
+	// Shrinking: endpoints go before the backends they use.
+	small := &model.Model{Backends: desired.Backends[:1], Endpoints: desired.Endpoints[:1]}
+	if _, err := c.Apply(ctx, small, false); err != nil {
+		t.Fatal(err)
+	}
+	if stored, _, _ := st.Load(ctx); !equalModels(stored, small) {
+		t.Fatalf("after shrinking apply: %d backends", len(stored.Backends))
+	}
+}
+
+func equalModels(a, b *model.Model) bool {
+	return store.Diff(a, b).Size() == 0
+}

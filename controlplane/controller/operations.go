@@ -1,0 +1,219 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+func findBackend(m *model.Model, name string) int {
+	return slices.IndexFunc(m.Backends, func(b model.Backend) bool { return b.Name == name })
+}
+
+func findEndpoint(m *model.Model, name string) int {
+	return slices.IndexFunc(m.Endpoints, func(e model.Endpoint) bool { return e.Name == name })
+}
+
+// CreateBackend adds a backend. Creating it again with the same spec changes
+// nothing; with a different spec it is a conflict.
+func (c *Controller) CreateBackend(ctx context.Context, b model.Backend) (bool, error) {
+	return c.mutate(ctx, "create_backend", func(m *model.Model) error {
+		if i := findBackend(m, b.Name); i >= 0 {
+			if model.BackendsEqual(m.Backends[i], b) {
+				return nil
+			}
+			return errorf(Conflict, "backend %q already exists with a different spec; use `backend update` to change its config, or delete it first", b.Name)
+		}
+		m.Backends = append(m.Backends, b)
+		return nil
+	})
+}
+
+// UpdateBackendConfig changes the set fields of a backend's config.
+func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch model.BackendConfigPatch) (bool, error) {
+	return c.mutate(ctx, "update_backend", func(m *model.Model) error {
+		i := findBackend(m, name)
+		if i < 0 {
+			return errorf(NotFound, "backend %q is not registered; create it first", name)
+		}
+		if patch.Empty() {
+			return errorf(Invalid, "the update sets no config field; set at least one of max_concurrent_queries, num_replicas, cpus, memory_mb")
+		}
+		m.Backends[i].Config = patch.Apply(m.Backends[i].Config)
+		return nil
+	})
+}
+
+// DeleteBackend removes a backend no endpoint uses. Deleting a backend that
+// does not exist changes nothing.
+func (c *Controller) DeleteBackend(ctx context.Context, name string) (bool, error) {
+	return c.mutate(ctx, "delete_backend", func(m *model.Model) error {
+		i := findBackend(m, name)
+		if i < 0 {
+			return nil
+		}
+		for _, e := range m.Endpoints {
+			if _, ok := e.Traffic[name]; ok {
+				return errorf(Conflict, "backend %q is used by endpoint %q; remove it from that endpoint's traffic before deleting it", name, e.Name)
+			}
+			if p, ok := e.Shadows[name]; ok && p > 0 {
+				return errorf(Conflict, "backend %q shadows traffic of endpoint %q; set that shadow to 0 before deleting it", name, e.Name)
+			}
+		}
+		m.Backends = slices.Delete(m.Backends, i, i+1)
+		return nil
+	})
+}
+
+// CreateEndpoint adds an endpoint with its route (or none: headless), methods
+// and initial traffic. Creating it again with the same spec changes nothing.
+func (c *Controller) CreateEndpoint(ctx context.Context, e model.Endpoint) (bool, error) {
+	return c.mutate(ctx, "create_endpoint", func(m *model.Model) error {
+		if i := findEndpoint(m, e.Name); i >= 0 {
+			existing := m.Endpoints[i]
+			want := e
+			want.Shadows = existing.Shadows // shadows are set separately
+			if model.EndpointsEqual(existing, want) {
+				return nil
+			}
+			return errorf(Conflict, "cannot create endpoint: endpoint %q is already registered with a different route, methods or traffic; use `traffic set` to change its traffic, or delete it first", e.Name)
+		}
+		if e.Route != "" {
+			for _, other := range m.Endpoints {
+				if other.Route == e.Route {
+					return errorf(Conflict, "cannot create endpoint: route %q is already registered to endpoint %q", e.Route, other.Name)
+				}
+			}
+		}
+		for b := range e.Traffic {
+			if findBackend(m, b) < 0 {
+				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered; create the backend first", b)
+			}
+		}
+		m.Endpoints = append(m.Endpoints, model.CloneEndpoint(e))
+		return nil
+	})
+}
+
+// DeleteEndpoint removes an endpoint; its backends stay. Deleting an
+// endpoint that does not exist changes nothing.
+func (c *Controller) DeleteEndpoint(ctx context.Context, name string) (bool, error) {
+	return c.mutate(ctx, "delete_endpoint", func(m *model.Model) error {
+		if i := findEndpoint(m, name); i >= 0 {
+			m.Endpoints = slices.Delete(m.Endpoints, i, i+1)
+		}
+		return nil
+	})
+}
+
+// SetTraffic replaces an endpoint's traffic policy.
+func (c *Controller) SetTraffic(ctx context.Context, endpoint string, traffic map[string]float64) (bool, error) {
+	return c.mutate(ctx, "set_traffic", func(m *model.Model) error {
+		i := findEndpoint(m, endpoint)
+		if i < 0 {
+			return errorf(NotFound, "attempted to assign traffic for an endpoint %q that is not registered", endpoint)
+		}
+		for _, b := range model.SortedKeys(traffic) {
+			if findBackend(m, b) < 0 {
+				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered; create the backend first", b)
+			}
+		}
+		m.Endpoints[i].Traffic = traffic
+		return nil
+	})
+}
+
+// SetShadow mirrors proportion of an endpoint's requests to backend; 0
+// removes the shadow.
+func (c *Controller) SetShadow(ctx context.Context, endpoint, backend string, proportion float64) (bool, error) {
+	return c.mutate(ctx, "set_shadow", func(m *model.Model) error {
+		i := findEndpoint(m, endpoint)
+		if i < 0 {
+			return errorf(NotFound, "attempted to shadow traffic from an endpoint %q that is not registered", endpoint)
+		}
+		if findBackend(m, backend) < 0 {
+			return errorf(Invalid, "attempted to shadow traffic to a backend %q that is not registered; create the backend first", backend)
+		}
+		e := &m.Endpoints[i]
+		if proportion == 0 {
+			delete(e.Shadows, backend)
+			return nil
+		}
+		if e.Shadows == nil {
+			e.Shadows = map[string]float64{}
+		}
+		e.Shadows[backend] = proportion
+		return nil
+	})
+}
+
+// GetBackend returns one backend.
+func (c *Controller) GetBackend(name string) (model.Backend, error) {
+	m, _ := c.State()
+	if i := findBackend(m, name); i >= 0 {
+		return m.Backends[i], nil
+	}
+	return model.Backend{}, errorf(NotFound, "backend %q is not registered", name)
+}
+
+// GetEndpoint returns one endpoint.
+func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
+	m, _ := c.State()
+	if i := findEndpoint(m, name); i >= 0 {
+		return m.Endpoints[i], nil
+	}
+	return model.Endpoint{}, errorf(NotFound, "endpoint %q is not registered", name)
+}
+
+// Apply makes the desired state equal to desired, as `kubectl apply` does
+// for a whole file: it is idempotent, and with dryRun it only reports the
+// differences. It returns one line per difference.
+func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun bool) ([]string, error) {
+	if err := desired.Validate(); err != nil {
+		return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
+	}
+	current, _ := c.State()
+	diff := describe(current, store.Diff(current, desired))
+	if dryRun || len(diff) == 0 {
+		return diff, nil
+	}
+	_, err := c.mutate(ctx, "apply", func(m *model.Model) error {
+		*m = *model.Clone(desired)
+		return nil
+	})
+	return diff, err
+}
+
+// describe renders a change as sorted, human-readable lines.
+func describe(current *model.Model, ch store.Change) []string {
+	var out []string
+	for _, b := range ch.PutBackends {
+		verb := "create"
+		if findBackend(current, b.Name) >= 0 {
+			verb = "update"
+		}
+		out = append(out, fmt.Sprintf("%s backend %s", verb, b.Name))
+	}
+	for _, n := range ch.DeleteBackends {
+		out = append(out, "delete backend "+n)
+	}
+	for _, e := range ch.PutEndpoints {
+		verb := "create"
+		if findEndpoint(current, e.Name) >= 0 {
+			verb = "update"
+		}
+		out = append(out, fmt.Sprintf("%s endpoint %s", verb, e.Name))
+	}
+	for _, n := range ch.DeleteEndpoints {
+		out = append(out, "delete endpoint "+n)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return strings.SplitN(out[i], " ", 2)[1] < strings.SplitN(out[j], " ", 2)[1]
+	})
+	return out
+}

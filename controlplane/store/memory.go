@@ -1,0 +1,65 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// Memory is a Store in memory: the same semantics as Consul, for unit tests.
+type Memory struct {
+	mu      sync.Mutex
+	model   *model.Model
+	rev     Revision
+	changed chan struct{} // closed and replaced on every commit
+}
+
+// NewMemory returns an empty in-memory store.
+func NewMemory() *Memory {
+	return &Memory{model: &model.Model{}, changed: make(chan struct{})}
+}
+
+// Load implements Store.
+func (m *Memory) Load(context.Context) (*model.Model, Revision, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return model.Clone(m.model), m.rev, nil
+}
+
+// Commit implements Store.
+func (m *Memory) Commit(_ context.Context, rev Revision, c Change) (Revision, error) {
+	if c.Size() > MaxChangeObjects {
+		return 0, fmt.Errorf("store: a change of %d objects exceeds %d; split it", c.Size(), MaxChangeObjects)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rev != m.rev {
+		return 0, ErrConflict
+	}
+	m.model = Apply(m.model, c)
+	m.rev++
+	close(m.changed)
+	m.changed = make(chan struct{})
+	return m.rev, nil
+}
+
+// Watch implements Store.
+func (m *Memory) Watch(ctx context.Context, rev Revision) (*model.Model, Revision, error) {
+	for {
+		m.mu.Lock()
+		if m.rev != rev {
+			out, r := model.Clone(m.model), m.rev
+			m.mu.Unlock()
+			return out, r, nil
+		}
+		ch := m.changed
+		m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-ch:
+		}
+	}
+}
