@@ -1,0 +1,185 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/servemesh/servemesh/controlplane/controller"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+type fixture struct {
+	st  *store.Memory
+	c   *controller.Controller
+	srv *httptest.Server
+}
+
+func newFixture(t *testing.T, token string) *fixture {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st := store.NewMemory()
+	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*model.Model) error { return nil }})
+	if err := c.Lead(context.Background(), "self"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(Handler(c, token, log))
+	t.Cleanup(srv.Close)
+	return &fixture{st: st, c: c, srv: srv}
+}
+
+func (f *fixture) rev(t *testing.T) store.Revision {
+	t.Helper()
+	_, rev, err := f.st.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+func raw(t *testing.T, method, url, body, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	var e ErrorBody
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return resp.StatusCode, e.Error + " leader=" + e.Leader
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestClientRoundTripAndStatusCodes(t *testing.T) {
+	f := newFixture(t, "")
+	ctx := context.Background()
+	cl := NewClient(f.srv.URL, "")
+	v1 := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:9001"}}}
+	if changed, err := cl.CreateBackend(ctx, v1); err != nil || !changed {
+		t.Fatalf("create: %v %v", changed, err)
+	}
+	if changed, err := cl.CreateBackend(ctx, v1); err != nil || changed {
+		t.Fatalf("repeat create: %v %v", changed, err)
+	}
+	if _, err := cl.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.SetShadow(ctx, "api", "v1", 0.1); err != nil {
+		t.Fatal(err)
+	}
+	e, err := cl.GetEndpoint(ctx, "api")
+	if err != nil || e.Shadows["v1"] != 0.1 {
+		t.Fatalf("get endpoint: %+v %v", e, err)
+	}
+	res, err := cl.Apply(ctx, &model.Model{Backends: []model.Backend{v1}}, true)
+	if err != nil || strings.Join(res.Changes, ",") != "delete endpoint api" {
+		t.Fatalf("dry-run apply: %+v %v", res, err)
+	}
+	for _, tc := range []struct {
+		call   func() error
+		status int
+		kind   string
+	}{
+		{func() error { _, err := cl.GetBackend(ctx, "ghost"); return err }, 404, "not_found"},
+		{func() error { _, err := cl.DeleteBackend(ctx, "v1"); return err }, 409, "conflict"},
+		{func() error { _, err := cl.SetTraffic(ctx, "api", map[string]float64{"v1": 0.5}); return err }, 400, "invalid"},
+		{func() error { _, err := cl.SetTraffic(ctx, "ghost", map[string]float64{"v1": 1}); return err }, 404, "not_found"},
+	} {
+		var apiErr *APIError
+		if err := tc.call(); !errors.As(err, &apiErr) || apiErr.Status != tc.status || apiErr.Body.Kind != tc.kind {
+			t.Errorf("got %v, want HTTP %d %s", err, tc.status, tc.kind)
+		}
+	}
+}
+
+func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
+	f := newFixture(t, "")
+	u := f.srv.URL
+	before := f.rev(t)
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		want                     string
+	}{
+		{"malformed JSON", "POST", "/v1/backends", `{"name": "a",`, 400, "malformed JSON"},
+		{"wrong type", "POST", "/v1/backends", `{"name": 7}`, 400, `field "name" must be string`},
+		{"unknown field", "POST", "/v1/backends", `{"name": "a", "replica": []}`, 400, `unknown field "replica"`},
+		{"empty body", "POST", "/v1/endpoints", ``, 400, "the body is empty"},
+		{"two values", "POST", "/v1/backends", `{"name": "a"} {"name": "b"}`, 400, "more than one JSON value"},
+		{"odd name", "POST", "/v1/backends", `{"name": "a/../b"}`, 400, "not a valid name"},
+		{"unicode name", "POST", "/v1/backends", `{"name": "bäckend"}`, 400, "not a valid name"},
+		{"newline name", "POST", "/v1/backends", `{"name": "a\nb"}`, 400, "not a valid name"},
+		{"huge body", "POST", "/v1/backends", `{"name": "` + strings.Repeat("a", MaxBodyBytes) + `"}`, 413, "over 1048576 bytes"},
+		{"traffic without traffic", "PUT", "/v1/endpoints/x/traffic", `{}`, 400, `needs "traffic"`},
+		{"shadow without proportion", "PUT", "/v1/endpoints/x/shadows/y", `{}`, 400, `needs "proportion"`},
+		{"weights as strings", "PUT", "/v1/endpoints/x/traffic", `{"traffic": {"a": "1"}}`, 400, "must be float64"},
+		{"unknown path", "GET", "/v1/nothing", ``, 404, "not found"},
+		{"wrong method", "DELETE", "/v1/apply", ``, 405, "Method Not Allowed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := raw(t, tc.method, u+tc.path, tc.body, "")
+			if status != tc.status || !strings.Contains(body, tc.want) {
+				t.Fatalf("HTTP %d %s, want %d mentioning %q", status, body, tc.status, tc.want)
+			}
+		})
+	}
+	if after := f.rev(t); after != before {
+		t.Fatalf("bad input changed the store: revision %d -> %d", before, after)
+	}
+}
+
+func TestTokenIsRequiredAndWithoutItNothingChanges(t *testing.T) {
+	f := newFixture(t, "s3cret")
+	u := f.srv.URL
+	for _, token := range []string{"", "wrong"} {
+		if status, body := raw(t, "POST", u+"/v1/backends", `{"name": "a"}`, token); status != 401 || !strings.Contains(body, "bearer token") {
+			t.Fatalf("token %q: HTTP %d %s, want 401", token, status, body)
+		}
+		if status, _ := raw(t, "GET", u+"/v1/backends", ``, token); status != 401 {
+			t.Fatalf("token %q: a read got HTTP %d, want 401", token, status)
+		}
+	}
+	if f.rev(t) != 0 {
+		t.Fatal("an unauthenticated call changed the store")
+	}
+	if changed, err := NewClient(u, "s3cret").CreateBackend(context.Background(), model.Backend{Name: "a"}); err != nil || !changed {
+		t.Fatalf("with the token: %v %v", changed, err)
+	}
+}
+
+func TestFollowerAnswers503AndTheClientFollowsTheLeader(t *testing.T) {
+	leader := newFixture(t, "")
+	follower := newFixture(t, "")
+	follower.c.Follow(strings.TrimPrefix(leader.srv.URL, "http://"))
+
+	status, body := raw(t, "POST", follower.srv.URL+"/v1/backends", `{"name": "a"}`, "")
+	if status != 503 || !strings.Contains(body, "leader="+strings.TrimPrefix(leader.srv.URL, "http://")) {
+		t.Fatalf("write to a follower: HTTP %d %s", status, body)
+	}
+	changed, err := NewClient(follower.srv.URL, "").CreateBackend(context.Background(), model.Backend{Name: "a"})
+	if err != nil || !changed {
+		t.Fatalf("client via follower: %v %v", changed, err)
+	}
+	if _, err := leader.c.GetBackend("a"); err != nil {
+		t.Fatal("the write did not reach the leader")
+	}
+	if follower.rev(t) != 0 {
+		t.Fatal("the follower's own store was written")
+	}
+}

@@ -1,0 +1,21 @@
+// Package api is the controller's HTTP/JSON API under /v1/ and its Go client.
+//
+//	GET    /v1/backends                         list backends
+//	POST   /v1/backends                         create a backend (a model.Backend)
+//	GET    /v1/backends/{name}                  get one
+//	PATCH  /v1/backends/{name}                  update its config (a model.BackendConfigPatch)
+//	DELETE /v1/backends/{name}                  delete it (refused while an endpoint uses it)
+//	GET    /v1/endpoints                        list endpoints
+//	POST   /v1/endpoints                        create an endpoint (a model.Endpoint)
+//	GET    /v1/endpoints/{name}                 get one
+//	DELETE /v1/endpoints/{name}                 delete it
+//	PUT    /v1/endpoints/{name}/traffic         set its traffic ({"traffic": {backend: weight}})
+//	PUT    /v1/endpoints/{name}/shadows/{backend}  set a shadow ({"proportion": p}; 0 removes it)
+//	POST   /v1/apply[?dry_run=true]             make the state equal a whole model
+//	GET    /v1/leader                           who leads
+//
+// Mutations answer {"changed": bool}; repeating one answers changed=false.
+// Errors answer {"error", "kind", "leader"?} with 400 (invalid), 404
+// (unknown), 409 (conflict), 401 (no or wrong token), 413 (body too large),
+// or 503 (not the leader, with the leader's address; or the store failed).
+package api

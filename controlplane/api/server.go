@@ -1,0 +1,288 @@
+package api
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/servemesh/servemesh/controlplane/controller"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 1 << 20
+
+// LeaderHeader carries the leader's API address on 503 answers.
+const LeaderHeader = "X-Servemesh-Leader"
+
+// Changed is a mutation's answer.
+type Changed struct {
+	Changed bool `json:"changed"`
+}
+
+// ApplyResult is the answer to /v1/apply.
+type ApplyResult struct {
+	Changes []string `json:"changes"`
+	DryRun  bool     `json:"dry_run"`
+}
+
+// LeaderInfo is the answer to /v1/leader.
+type LeaderInfo struct {
+	Leading bool   `json:"leading"`
+	Leader  string `json:"leader,omitempty"`
+}
+
+// TrafficRequest sets an endpoint's traffic.
+type TrafficRequest struct {
+	Traffic map[string]float64 `json:"traffic"`
+}
+
+// ShadowRequest sets one shadow.
+type ShadowRequest struct {
+	Proportion *float64 `json:"proportion"`
+}
+
+// ErrorBody is every error answer.
+type ErrorBody struct {
+	Error  string `json:"error"`
+	Kind   string `json:"kind"`
+	Leader string `json:"leader,omitempty"`
+}
+
+// Handler serves the /v1/ API for a controller. With a non-empty token, every
+// /v1/ call needs `Authorization: Bearer <token>`.
+func Handler(c *controller.Controller, token string, log *slog.Logger) http.Handler {
+	s := &server{c: c, log: log}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/backends", s.listBackends)
+	mux.HandleFunc("POST /v1/backends", s.createBackend)
+	mux.HandleFunc("GET /v1/backends/{name}", s.getBackend)
+	mux.HandleFunc("PATCH /v1/backends/{name}", s.updateBackend)
+	mux.HandleFunc("DELETE /v1/backends/{name}", s.deleteBackend)
+	mux.HandleFunc("GET /v1/endpoints", s.listEndpoints)
+	mux.HandleFunc("POST /v1/endpoints", s.createEndpoint)
+	mux.HandleFunc("GET /v1/endpoints/{name}", s.getEndpoint)
+	mux.HandleFunc("DELETE /v1/endpoints/{name}", s.deleteEndpoint)
+	mux.HandleFunc("PUT /v1/endpoints/{name}/traffic", s.setTraffic)
+	mux.HandleFunc("PUT /v1/endpoints/{name}/shadows/{backend}", s.setShadow)
+	mux.HandleFunc("POST /v1/apply", s.apply)
+	mux.HandleFunc("GET /v1/leader", s.leader)
+	return authenticate(token, mux)
+}
+
+func authenticate(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="servemesh"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token; pass --token-file (or set SERVEMESH_TOKEN_FILE) with the controller's token", "")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type server struct {
+	c   *controller.Controller
+	log *slog.Logger
+}
+
+func (s *server) listBackends(w http.ResponseWriter, _ *http.Request) {
+	m, _ := s.c.State()
+	writeJSON(w, http.StatusOK, nonNil(m.Backends))
+}
+
+func (s *server) listEndpoints(w http.ResponseWriter, _ *http.Request) {
+	m, _ := s.c.State()
+	writeJSON(w, http.StatusOK, nonNil(m.Endpoints))
+}
+
+func (s *server) getBackend(w http.ResponseWriter, r *http.Request) {
+	b, err := s.c.GetBackend(r.PathValue("name"))
+	s.answer(w, b, err)
+}
+
+func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) {
+	e, err := s.c.GetEndpoint(r.PathValue("name"))
+	s.answer(w, e, err)
+}
+
+func (s *server) createBackend(w http.ResponseWriter, r *http.Request) {
+	var b model.Backend
+	if !decode(w, r, &b) {
+		return
+	}
+	changed, err := s.c.CreateBackend(r.Context(), b)
+	s.answerChange(w, changed, err, http.StatusCreated)
+}
+
+func (s *server) updateBackend(w http.ResponseWriter, r *http.Request) {
+	var p model.BackendConfigPatch
+	if !decode(w, r, &p) {
+		return
+	}
+	changed, err := s.c.UpdateBackendConfig(r.Context(), r.PathValue("name"), p)
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+func (s *server) deleteBackend(w http.ResponseWriter, r *http.Request) {
+	changed, err := s.c.DeleteBackend(r.Context(), r.PathValue("name"))
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+func (s *server) createEndpoint(w http.ResponseWriter, r *http.Request) {
+	var e model.Endpoint
+	if !decode(w, r, &e) {
+		return
+	}
+	changed, err := s.c.CreateEndpoint(r.Context(), e)
+	s.answerChange(w, changed, err, http.StatusCreated)
+}
+
+func (s *server) deleteEndpoint(w http.ResponseWriter, r *http.Request) {
+	changed, err := s.c.DeleteEndpoint(r.Context(), r.PathValue("name"))
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+func (s *server) setTraffic(w http.ResponseWriter, r *http.Request) {
+	var req TrafficRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Traffic == nil {
+		writeError(w, http.StatusBadRequest, "invalid", `the body needs "traffic": {"<backend>": <weight>, ...}`, "")
+		return
+	}
+	changed, err := s.c.SetTraffic(r.Context(), r.PathValue("name"), req.Traffic)
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+func (s *server) setShadow(w http.ResponseWriter, r *http.Request) {
+	var req ShadowRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Proportion == nil {
+		writeError(w, http.StatusBadRequest, "invalid", `the body needs "proportion": a number in [0, 1] (0 removes the shadow)`, "")
+		return
+	}
+	changed, err := s.c.SetShadow(r.Context(), r.PathValue("name"), r.PathValue("backend"), *req.Proportion)
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+func (s *server) apply(w http.ResponseWriter, r *http.Request) {
+	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
+	var m model.Model
+	if !decode(w, r, &m) {
+		return
+	}
+	changes, err := s.c.Apply(r.Context(), &m, dryRun)
+	s.answer(w, ApplyResult{Changes: nonNil(changes), DryRun: dryRun}, err)
+}
+
+func (s *server) leader(w http.ResponseWriter, _ *http.Request) {
+	leading, leader := s.c.Leader()
+	writeJSON(w, http.StatusOK, LeaderInfo{Leading: leading, Leader: leader})
+}
+
+func (s *server) answerChange(w http.ResponseWriter, changed bool, err error, createdStatus int) {
+	if err == nil && changed {
+		writeJSON(w, createdStatus, Changed{Changed: true})
+		return
+	}
+	s.answer(w, Changed{Changed: changed}, err)
+}
+
+func (s *server) answer(w http.ResponseWriter, body any, err error) {
+	if err == nil {
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	var ce *controller.Error
+	if !errors.As(err, &ce) {
+		s.log.Error("unclassified API error", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", err.Error(), "")
+		return
+	}
+	status, kind := http.StatusInternalServerError, "internal"
+	switch ce.Kind {
+	case controller.Invalid:
+		status, kind = http.StatusBadRequest, "invalid"
+	case controller.NotFound:
+		status, kind = http.StatusNotFound, "not_found"
+	case controller.Conflict:
+		status, kind = http.StatusConflict, "conflict"
+	case controller.NotLeader:
+		status, kind = http.StatusServiceUnavailable, "not_leader"
+		if ce.Leader != "" {
+			w.Header().Set(LeaderHeader, ce.Leader)
+		}
+	case controller.Unavailable:
+		status, kind = http.StatusServiceUnavailable, "unavailable"
+	}
+	writeError(w, status, kind, err.Error(), ce.Leader)
+}
+
+// decode reads a JSON body strictly: bounded size, no unknown fields, one
+// value. On failure it answers and returns false.
+func decode(w http.ResponseWriter, r *http.Request, into any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(into)
+	if err == nil && dec.More() {
+		err = errors.New("the body holds more than one JSON value")
+	} else if err == nil {
+		if _, extra := dec.Token(); extra != io.EOF {
+			err = errors.New("the body has data after its JSON value")
+		}
+	}
+	if err == nil {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes; split the change", MaxBodyBytes), "")
+	case errors.As(err, &typeErr):
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("field %q must be %s, not a JSON %s", typeErr.Field, typeErr.Type, typeErr.Value), "")
+	case errors.As(err, &syntaxErr):
+		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("malformed JSON at byte %d: %v", syntaxErr.Offset, err), "")
+	case errors.Is(err, io.EOF):
+		writeError(w, http.StatusBadRequest, "invalid", "the body is empty; send a JSON object", "")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		writeError(w, http.StatusBadRequest, "invalid", "malformed JSON: the body ends before its JSON value does", "")
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		writeError(w, http.StatusBadRequest, "invalid", strings.TrimPrefix(err.Error(), "json: ")+"; check the field's spelling", "")
+	default:
+		writeError(w, http.StatusBadRequest, "invalid", "bad JSON body: "+err.Error(), "")
+	}
+	return false
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func writeError(w http.ResponseWriter, status int, kind, msg, leader string) {
+	writeJSON(w, status, ErrorBody{Error: msg, Kind: kind, Leader: leader})
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
