@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -38,7 +39,9 @@ const (
 type Options struct {
 	// Node is the node's identity and listener settings.
 	Node translate.Node
-	// XDSAddress is the control plane's gRPC host:port (IP or DNS name).
+	// XDSAddress is the control plane's gRPC host:port (IP or DNS name), or
+	// several, comma-separated: Envoy connects to one and fails over to
+	// another when it goes away.
 	XDSAddress string
 	// AdminAddress is where Envoy's admin API listens; keep it on loopback.
 	AdminAddress string
@@ -50,10 +53,6 @@ type Options struct {
 func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 	if err := o.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
-	}
-	xdsHost, xdsPort, err := splitHostPort("xds address", o.XDSAddress)
-	if err != nil {
-		return nil, err
 	}
 	adminHost, adminPort, err := splitHostPort("admin address", o.AdminAddress)
 	if err != nil {
@@ -71,7 +70,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: node metadata: %w", err)
 	}
-	xdsCluster, err := controlPlaneCluster(xdsHost, xdsPort)
+	xdsCluster, err := controlPlaneCluster(o.XDSAddress)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +127,25 @@ func YAML(o Options) ([]byte, error) {
 	return out, nil
 }
 
-func controlPlaneCluster(host string, port uint32) (*cluster.Cluster, error) {
+func controlPlaneCluster(addresses string) (*cluster.Cluster, error) {
+	discovery := cluster.Cluster_STATIC
+	var endpoints []*endpoint.LbEndpoint
+	for _, addr := range strings.Split(addresses, ",") {
+		host, port, err := splitHostPort("xds address", strings.TrimSpace(addr))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := netip.ParseAddr(host); err != nil {
+			discovery = cluster.Cluster_STRICT_DNS
+		}
+		endpoints = append(endpoints, &endpoint.LbEndpoint{
+			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: &core.Address{
+				Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+					Address: host, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port},
+				}},
+			}}},
+		})
+	}
 	http2, err := anypb.New(&httpv3.HttpProtocolOptions{
 		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}},
@@ -137,10 +154,6 @@ func controlPlaneCluster(host string, port uint32) (*cluster.Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: pack http2 options: %w", err)
 	}
-	discovery := cluster.Cluster_STATIC
-	if _, err := netip.ParseAddr(host); err != nil {
-		discovery = cluster.Cluster_STRICT_DNS
-	}
 	return &cluster.Cluster{
 		Name:                          XDSClusterName,
 		ClusterDiscoveryType:          &cluster.Cluster_Type{Type: discovery},
@@ -148,13 +161,7 @@ func controlPlaneCluster(host string, port uint32) (*cluster.Cluster, error) {
 		TypedExtensionProtocolOptions: map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": http2},
 		LoadAssignment: &endpoint.ClusterLoadAssignment{
 			ClusterName: XDSClusterName,
-			Endpoints: []*endpoint.LocalityLbEndpoints{{LbEndpoints: []*endpoint.LbEndpoint{{
-				HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: &core.Address{
-					Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
-						Address: host, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port},
-					}},
-				}}},
-			}}}},
+			Endpoints:   []*endpoint.LocalityLbEndpoints{{LbEndpoints: endpoints}},
 		},
 	}, nil
 }

@@ -19,9 +19,10 @@ var testNode = translate.Node{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort
 
 func TestGolden(t *testing.T) {
 	cases := map[string]Options{
-		"sotw":    {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminAddress: "127.0.0.1:19000"},
-		"delta":   {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminAddress: "127.0.0.1:19000", Protocol: ProtocolDelta},
-		"dns-xds": {Node: testNode, XDSAddress: "controlplane.internal:18000", AdminAddress: "127.0.0.1:19000"},
+		"sotw":            {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminAddress: "127.0.0.1:19000"},
+		"delta":           {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminAddress: "127.0.0.1:19000", Protocol: ProtocolDelta},
+		"dns-xds":         {Node: testNode, XDSAddress: "controlplane.internal:18000", AdminAddress: "127.0.0.1:19000"},
+		"two-controllers": {Node: testNode, XDSAddress: "127.0.0.1:18000,127.0.0.1:18010", AdminAddress: "127.0.0.1:19000"},
 	}
 	for name, opts := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -23,7 +23,13 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"serve", "run the control plane: serve a config file to Envoy nodes over xDS", runServe},
+		{"controller", "run the controller: state in Consul, the /v1/ API, xDS; several elect a leader", runController},
+		{"serve", "run a control plane that serves a config file to Envoy nodes (no Consul needed)", runServe},
+		{"backend", "create|update|delete|list|get backends through the controller's API", runBackend},
+		{"endpoint", "create|delete|list|get endpoints through the controller's API", runEndpoint},
+		{"traffic", "set an endpoint's traffic split: traffic set ENDPOINT b1=0.9 b2=0.1", runTraffic},
+		{"shadow", "mirror a proportion of an endpoint's requests: shadow set ENDPOINT backend=0.05", runShadow},
+		{"apply", "make the controller's state equal a config file (--dry-run shows the changes)", runApply},
 		{"envoy", "run and supervise this node's Envoy, bootstrapped to the control plane", runEnvoy},
 		{"bootstrap", "print a node's Envoy bootstrap", runBootstrap},
 		{"demo", "run everything on this machine with demo replicas (what `make run` does)", runDemo},

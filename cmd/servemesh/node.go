@@ -29,7 +29,7 @@ func (o *nodeOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.public, "public", "0.0.0.0:8080", "address of the public listener serving routed endpoints")
 	fs.StringVar(&o.mesh, "mesh", "127.0.0.1:15001", "address of the mesh listener where replicas reach any endpoint by Host header")
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:19000", "address of Envoy's admin API (keep it on loopback)")
-	fs.StringVar(&o.xds, "xds", "127.0.0.1:18000", "address of the control plane's xDS server")
+	fs.StringVar(&o.xds, "xds", "127.0.0.1:18000", "address of the control plane's xDS server, or several comma-separated (HA controllers)")
 	fs.StringVar(&o.protocol, "xds-protocol", "sotw", "xDS variant: sotw (state of the world) or delta")
 }
 

@@ -57,9 +57,12 @@ func runServe(ctx context.Context, log *slog.Logger, args []string, _ io.Writer)
 	return nil
 }
 
-// controlPlane is a running xDS server fed by a config file.
-type controlPlane struct {
+// planeServers are the xDS gRPC server and the HTTP server (metrics, health,
+// node status, and the API when there is one) every control plane runs.
+type planeServers struct {
 	xds       *server.Server
+	reg       *prometheus.Registry
+	mux       *http.ServeMux
 	grpc      *grpc.Server
 	http      *http.Server
 	xdsAddr   string
@@ -67,33 +70,18 @@ type controlPlane struct {
 	cancelRun context.CancelFunc
 }
 
-// startControlPlane loads the config file (refusing to start on an invalid
-// one), starts the xDS and HTTP servers and the file watcher.
-func startControlPlane(ctx context.Context, log *slog.Logger, o controlPlaneOptions) (*controlPlane, error) {
-	m, sum, err := configfile.LoadForWatch(o.configPath)
-	if err != nil {
-		return nil, err
-	}
+// startServers listens on both addresses and starts serving; the caller adds
+// its own handlers to mux before requests arrive on them.
+func startServers(ctx context.Context, log *slog.Logger, xdsListen, httpListen string) (*planeServers, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	xds := server.New(server.Options{Logger: log.With("component", "xds"), Registerer: reg})
-	apply := func(m *model.Model) error {
-		if o.beforeApply != nil {
-			if err := o.beforeApply(m); err != nil {
-				return err
-			}
-		}
-		return xds.SetModel(m)
-	}
-	if err := apply(m); err != nil {
-		return nil, err
-	}
 	var lc net.ListenConfig
-	xdsLis, err := lc.Listen(ctx, "tcp", o.xdsListen)
+	xdsLis, err := lc.Listen(ctx, "tcp", xdsListen)
 	if err != nil {
 		return nil, fmt.Errorf("xds listener: %w", err)
 	}
-	httpLis, err := lc.Listen(ctx, "tcp", o.httpListen)
+	httpLis, err := lc.Listen(ctx, "tcp", httpListen)
 	if err != nil {
 		_ = xdsLis.Close()
 		return nil, fmt.Errorf("http listener: %w", err)
@@ -111,7 +99,6 @@ func startControlPlane(ctx context.Context, log *slog.Logger, o controlPlaneOpti
 		_ = json.NewEncoder(w).Encode(xds.Status())
 	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-
 	runCtx, cancel := context.WithCancel(ctx)
 	go xds.Run(runCtx)
 	go func() {
@@ -124,23 +111,57 @@ func startControlPlane(ctx context.Context, log *slog.Logger, o controlPlaneOpti
 			log.Error("http server stopped", "err", err)
 		}
 	}()
-	w := &configfile.Watcher{Path: o.configPath, Apply: apply, Logger: log.With("component", "configfile")}
-	go w.Run(runCtx, sum)
-	cp := &controlPlane{xds: xds, grpc: g, http: hs, xdsAddr: xdsLis.Addr().String(), httpAddr: httpLis.Addr().String(), cancelRun: cancel}
-	log.Info("control plane serving", "config", o.configPath, "xds", cp.xdsAddr, "http", cp.httpAddr)
-	return cp, nil
+	return &planeServers{xds: xds, reg: reg, mux: mux, grpc: g, http: hs, xdsAddr: xdsLis.Addr().String(),
+		httpAddr: httpLis.Addr().String(), cancelRun: cancel}, nil
 }
 
-func (cp *controlPlane) stop() {
-	cp.cancelRun()
+func (ps *planeServers) stop() {
+	ps.cancelRun()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = cp.http.Shutdown(ctx)
+	_ = ps.http.Shutdown(ctx)
 	stopped := make(chan struct{})
-	go func() { cp.grpc.GracefulStop(); close(stopped) }()
+	go func() { ps.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-ctx.Done():
-		cp.grpc.Stop() // xDS streams never end on their own
+		ps.grpc.Stop() // xDS streams never end on their own
 	}
+}
+
+// controlPlane is a running xDS server fed by a config file.
+type controlPlane struct {
+	*planeServers
+}
+
+// startControlPlane loads the config file (refusing to start on an invalid
+// one), starts the servers and the file watcher.
+func startControlPlane(ctx context.Context, log *slog.Logger, o controlPlaneOptions) (*controlPlane, error) {
+	m, sum, err := configfile.LoadForWatch(o.configPath)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := startServers(ctx, log, o.xdsListen, o.httpListen)
+	if err != nil {
+		return nil, err
+	}
+	apply := func(m *model.Model) error {
+		if o.beforeApply != nil {
+			if err := o.beforeApply(m); err != nil {
+				return err
+			}
+		}
+		return ps.xds.SetModel(m)
+	}
+	if err := apply(m); err != nil {
+		ps.stop()
+		return nil, err
+	}
+	w := &configfile.Watcher{Path: o.configPath, Apply: apply, Logger: log.With("component", "configfile")}
+	runCtx, cancel := context.WithCancel(ctx)
+	go w.Run(runCtx, sum)
+	inner := ps.cancelRun
+	ps.cancelRun = func() { cancel(); inner() }
+	log.Info("control plane serving", "config", o.configPath, "xds", ps.xdsAddr, "http", ps.httpAddr)
+	return &controlPlane{ps}, nil
 }

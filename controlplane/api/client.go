@@ -15,21 +15,31 @@ import (
 	"github.com/servemesh/servemesh/controlplane/model"
 )
 
-// Client calls a controller's API. Writes sent to a follower are retried once
-// at the leader the follower names.
+// Client calls a controller's API. It tries its controllers in turn when one
+// cannot be reached, and retries a write once at the leader a follower names.
 type Client struct {
-	base  string
+	bases []string
 	token string
 	http  *http.Client
 }
 
-// NewClient returns a client for the controller at base ("127.0.0.1:18001"
-// or "http://host:port"), authenticating with token if it is not empty.
-func NewClient(base, token string) *Client {
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
+// NewClient returns a client for the controllers at servers, one address or
+// several comma-separated ("127.0.0.1:18001" or "http://host:port"),
+// authenticating with token if it is not empty.
+func NewClient(servers, token string) *Client {
+	c := &Client{token: token, http: &http.Client{Timeout: 30 * time.Second}}
+	for _, s := range strings.Split(servers, ",") {
+		c.bases = append(c.bases, normalize(s))
 	}
-	return &Client{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: 30 * time.Second}}
+	return c
+}
+
+func normalize(addr string) string {
+	addr = strings.TrimSpace(addr)
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return strings.TrimRight(addr, "/")
 }
 
 // APIError is an error answer from the controller.
@@ -47,18 +57,34 @@ func (e *APIError) Error() string {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	err := c.doAt(ctx, c.base, method, path, body, out)
-	var apiErr *APIError
-	if method != http.MethodGet && asAPIError(err, &apiErr) && apiErr.Body.Kind == "not_leader" && apiErr.Body.Leader != "" {
-		leader := apiErr.Body.Leader
-		if !strings.Contains(leader, "://") {
-			leader = "http://" + leader
+	var err error
+	for _, base := range c.bases {
+		err = c.doAt(ctx, base, method, path, body, out)
+		var apiErr *APIError
+		if method != http.MethodGet && asAPIError(err, &apiErr) && apiErr.Body.Kind == "not_leader" && apiErr.Body.Leader != "" {
+			if leader := normalize(apiErr.Body.Leader); leader != base {
+				return c.doAt(ctx, leader, method, path, body, out)
+			}
 		}
-		if leader != c.base {
-			return c.doAt(ctx, leader, method, path, body, out)
+		if !isConnectError(err) {
+			return err
 		}
 	}
 	return err
+}
+
+// isConnectError reports whether err means the controller could not be
+// reached at all, so another one may be tried.
+func isConnectError(err error) bool {
+	var apiErr *APIError
+	return err != nil && !errors.As(err, &apiErr) && ctxErr(err) == nil
+}
+
+func ctxErr(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
 }
 
 func asAPIError(err error, target **APIError) bool { return errors.As(err, target) }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/controller"
+	"github.com/servemesh/servemesh/controlplane/leader"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+// FaultEnv names the environment variable that sets the probability of
+// exiting right after a checkpoint (fault injection for tests).
+const FaultEnv = "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT"
+
+func runController(ctx context.Context, log *slog.Logger, args []string, _ io.Writer) error {
+	fs := newFlags("controller", "[flags]")
+	apiListen := fs.String("api-listen", "127.0.0.1:18001", "address of the HTTP API (/v1/), /metrics and /healthz; keep it on loopback unless a token protects it")
+	xdsListen := fs.String("xds-listen", "127.0.0.1:18000", "address of the xDS gRPC server Envoy nodes connect to")
+	advertise := fs.String("advertise", "", "API address other controllers hand to clients when this one leads (default: --api-listen)")
+	prefix := fs.String("consul-prefix", "servemesh", "Consul KV prefix of the stored state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
+	id := fs.String("id", "", "this controller's id among controllers (default: host name and API port)")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token every API call must carry (default: no token)")
+	crash := fs.Float64("fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+FaultEnv+")")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if v := os.Getenv(FaultEnv); v != "" && *crash == 0 {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil || p < 0 || p > 1 {
+			return fmt.Errorf("$%s=%q: want a probability between 0 and 1", FaultEnv, v)
+		}
+		*crash = p
+	}
+	if *crash < 0 || *crash > 1 {
+		return fmt.Errorf("--fault-crash-after-checkpoint %v: want a probability between 0 and 1", *crash)
+	}
+	token, err := readToken(*tokenFile)
+	if err != nil {
+		return err
+	}
+	if *advertise == "" {
+		*advertise = *apiListen
+	}
+	if *id == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(*apiListen)
+		*id = host + "-" + port
+	}
+	client, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		return fmt.Errorf("consul client: %w", err)
+	}
+
+	ps, err := startServers(ctx, log, *xdsListen, *apiListen)
+	if err != nil {
+		return err
+	}
+	defer ps.stop()
+	ctl := controller.New(controller.Options{
+		Logger: log.With("component", "controller"), Store: store.NewConsul(client, *prefix),
+		Publish: ps.xds.SetModel, Registerer: ps.reg, CrashAfterCheckpoint: *crash,
+	})
+	ps.mux.Handle("/v1/", api.Handler(ctl, token, log.With("component", "api")))
+	if *crash > 0 {
+		log.Warn("fault injection on: this controller exits after a checkpoint with some probability", "probability", *crash)
+	}
+	log.Info("controller serving", "api", ps.httpAddr, "xds", ps.xdsAddr, "consul_prefix", *prefix, "id", *id)
+
+	errs := make(chan error, 2)
+	go func() { errs <- ctl.Run(ctx) }()
+	elector := &leader.Elector{Client: client, Key: strings.Trim(*prefix, "/") + "/leader",
+		Self: leader.Info{ID: *id, API: *advertise}, Logger: log.With("component", "leader")}
+	go func() {
+		errs <- elector.Run(ctx,
+			func(ctx context.Context) error { return ctl.Lead(ctx, *advertise) },
+			func(l leader.Info) { ctl.Follow(l.API) })
+	}()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+}
+
+// readToken reads a bearer token file; an empty path means no token.
+func readToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("token file %s is empty; put the token in it", path)
+	}
+	return token, nil
+}

@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/configfile"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// ctlOptions are the flags every API command takes.
+type ctlOptions struct {
+	server, tokenFile, output string
+}
+
+func (o *ctlOptions) register(fs *flag.FlagSet) {
+	server := os.Getenv("SERVEMESH_SERVER")
+	if server == "" {
+		server = "127.0.0.1:18001"
+	}
+	fs.StringVar(&o.server, "server", server, "the controller's API address (default $SERVEMESH_SERVER or 127.0.0.1:18001)")
+	fs.StringVar(&o.tokenFile, "token-file", os.Getenv("SERVEMESH_TOKEN_FILE"), "file with the API bearer token (default $SERVEMESH_TOKEN_FILE)")
+	fs.StringVar(&o.output, "o", "table", "output of reads: table or json")
+}
+
+func (o *ctlOptions) client() (*api.Client, error) {
+	if o.output != "table" && o.output != "json" {
+		return nil, fmt.Errorf("-o %q: use table or json", o.output)
+	}
+	token, err := readToken(o.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(o.server, token), nil
+}
+
+// parseNamed parses "NAME [flags]" or "[flags] NAME" with exactly want
+// positional arguments, returned in order.
+func parseNamed(fs *flag.FlagSet, args []string, want int, what string) ([]string, error) {
+	var positional []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) > 0 {
+			positional = append(positional, args[0])
+			args = args[1:]
+		}
+	}
+	if len(positional) != want {
+		return nil, fmt.Errorf("want %s; see `servemesh %s -h`", what, fs.Name())
+	}
+	return positional, nil
+}
+
+func runBackend(ctx context.Context, _ *slog.Logger, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("want a verb: backend create|update|delete|list|get")
+	}
+	var o ctlOptions
+	verb, args := args[0], args[1:]
+	fs := newFlags("backend "+verb, "NAME [flags]")
+	o.register(fs)
+	switch verb {
+	case "create":
+		var replicas multiFlag
+		fs.Var(&replicas, "replica", "a replica's IP:port (repeat the flag for several)")
+		patch := registerConfigFlags(fs)
+		names, err := parseNamed(fs, args, 1, "one backend name")
+		if err != nil {
+			return err
+		}
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		b := model.Backend{Name: names[0], Config: patch(fs).Apply(model.BackendConfig{})}
+		for _, r := range replicas {
+			b.Replicas = append(b.Replicas, model.Replica{Address: r})
+		}
+		changed, err := c.CreateBackend(ctx, b)
+		return report(out, "backend", names[0], changed, err, "created", "already exists with this spec")
+	case "update":
+		patch := registerConfigFlags(fs)
+		names, err := parseNamed(fs, args, 1, "one backend name")
+		if err != nil {
+			return err
+		}
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		changed, err := c.UpdateBackend(ctx, names[0], patch(fs))
+		return report(out, "backend", names[0], changed, err, "updated", "already has this config")
+	case "delete":
+		names, err := parseNamed(fs, args, 1, "one backend name")
+		if err != nil {
+			return err
+		}
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		changed, err := c.DeleteBackend(ctx, names[0])
+		return report(out, "backend", names[0], changed, err, "deleted", "was already absent")
+	case "list", "get":
+		want, what := 0, "no arguments"
+		if verb == "get" {
+			want, what = 1, "one backend name"
+		}
+		names, err := parseNamed(fs, args, want, what)
+		if err != nil {
+			return err
+		}
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		var backends []model.Backend
+		if verb == "get" {
+			b, err := c.GetBackend(ctx, names[0])
+			if err != nil {
+				return err
+			}
+			if o.output == "json" {
+				return writeJSONOut(out, b)
+			}
+			backends = []model.Backend{b}
+		} else if backends, err = c.ListBackends(ctx); err != nil {
+			return err
+		} else if o.output == "json" {
+			return writeJSONOut(out, backends)
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tREPLICAS\tMAX_CONCURRENT_QUERIES\tNUM_REPLICAS\tCPUS\tMEMORY_MB")
+		for _, b := range backends {
+			var addrs []string
+			for _, r := range b.Replicas {
+				addrs = append(addrs, r.Address)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%g\t%d\n", b.Name, orNone(strings.Join(addrs, ",")),
+				b.Config.EffectiveMaxConcurrentQueries(), b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB)
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("unknown verb %q: use backend create|update|delete|list|get", verb)
+}
+
+// registerConfigFlags adds the backend config flags and returns a function
+// that builds a patch of the ones given on the command line.
+func registerConfigFlags(fs *flag.FlagSet) func(*flag.FlagSet) model.BackendConfigPatch {
+	mcq := fs.Int("max-concurrent-queries", 0, "requests one replica serves at once")
+	num := fs.Int("num-replicas", 0, "replicas the scheduler should run")
+	cpus := fs.Float64("cpus", 0, "CPUs one replica needs")
+	mem := fs.Int("memory-mb", 0, "MiB of memory one replica needs")
+	return func(fs *flag.FlagSet) model.BackendConfigPatch {
+		var p model.BackendConfigPatch
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "max-concurrent-queries":
+				p.MaxConcurrentQueries = mcq
+			case "num-replicas":
+				p.NumReplicas = num
+			case "cpus":
+				p.CPUs = cpus
+			case "memory-mb":
+				p.MemoryMB = mem
+			}
+		})
+		return p
+	}
+}
+
+func runEndpoint(ctx context.Context, _ *slog.Logger, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("want a verb: endpoint create|delete|list|get")
+	}
+	var o ctlOptions
+	verb, args := args[0], args[1:]
+	fs := newFlags("endpoint "+verb, "NAME [flags]")
+	o.register(fs)
+	switch verb {
+	case "create":
+		route := fs.String("route", "", "the HTTP path it serves, with its sub-paths (none: headless)")
+		methods := fs.String("methods", "", "comma-separated HTTP methods (default GET)")
+		backend := fs.String("backend", "", "send all traffic to this backend")
+		traffic := fs.String("traffic", "", "weights, as b1=0.9,b2=0.1 (instead of --backend)")
+		names, err := parseNamed(fs, args, 1, "one endpoint name")
+		if err != nil {
+			return err
+		}
+		e := model.Endpoint{Name: names[0], Route: *route}
+		if *methods != "" {
+			e.Methods = strings.Split(*methods, ",")
+		}
+		switch {
+		case *backend != "" && *traffic != "":
+			return errors.New("give --backend or --traffic, not both")
+		case *backend != "":
+			e.Traffic = map[string]float64{*backend: 1}
+		case *traffic != "":
+			if e.Traffic, err = parseWeights(strings.Split(*traffic, ",")); err != nil {
+				return err
+			}
+		default:
+			return errors.New("an endpoint needs traffic: give --backend NAME or --traffic b1=0.9,b2=0.1")
+		}
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		changed, err := c.CreateEndpoint(ctx, e)
+		return report(out, "endpoint", names[0], changed, err, "created", "already exists with this spec")
+	case "delete":
+		names, err := parseNamed(fs, args, 1, "one endpoint name")
+		if err != nil {
+			return err
+		}
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		changed, err := c.DeleteEndpoint(ctx, names[0])
+		return report(out, "endpoint", names[0], changed, err, "deleted", "was already absent")
+	case "list", "get":
+		want, what := 0, "no arguments"
+		if verb == "get" {
+			want, what = 1, "one endpoint name"
+		}
+		names, err := parseNamed(fs, args, want, what)
+		if err != nil {
+			return err
+		}
+		c, err := o.client()
+		if err != nil {
+			return err
+		}
+		var endpoints []model.Endpoint
+		if verb == "get" {
+			e, err := c.GetEndpoint(ctx, names[0])
+			if err != nil {
+				return err
+			}
+			if o.output == "json" {
+				return writeJSONOut(out, e)
+			}
+			endpoints = []model.Endpoint{e}
+		} else if endpoints, err = c.ListEndpoints(ctx); err != nil {
+			return err
+		} else if o.output == "json" {
+			return writeJSONOut(out, endpoints)
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS")
+		for _, e := range endpoints {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Name, orNone(e.Route), strings.Join(e.AllowedMethods(), ","),
+				formatWeights(e.Traffic), orNone(formatWeights(e.Shadows)))
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("unknown verb %q: use endpoint create|delete|list|get", verb)
+}
+
+func runTraffic(ctx context.Context, _ *slog.Logger, args []string, out io.Writer) error {
+	if len(args) == 0 || args[0] != "set" {
+		return errors.New("want: traffic set ENDPOINT b1=0.9 b2=0.1")
+	}
+	var o ctlOptions
+	fs := newFlags("traffic set", "ENDPOINT BACKEND=WEIGHT...")
+	o.register(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() < 2 {
+		return errors.New("want: traffic set ENDPOINT b1=0.9 b2=0.1")
+	}
+	weights, err := parseWeights(fs.Args()[1:])
+	if err != nil {
+		return err
+	}
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	changed, err := c.SetTraffic(ctx, fs.Arg(0), weights)
+	return report(out, "endpoint", fs.Arg(0), changed, err, "traffic set", "already has this traffic")
+}
+
+func runShadow(ctx context.Context, _ *slog.Logger, args []string, out io.Writer) error {
+	if len(args) == 0 || args[0] != "set" {
+		return errors.New("want: shadow set ENDPOINT BACKEND=PROPORTION")
+	}
+	var o ctlOptions
+	fs := newFlags("shadow set", "ENDPOINT BACKEND=PROPORTION")
+	o.register(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return errors.New("want: shadow set ENDPOINT BACKEND=PROPORTION (0 removes the shadow)")
+	}
+	p, err := parseWeights(fs.Args()[1:])
+	if err != nil {
+		return err
+	}
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	for backend, proportion := range p {
+		changed, err := c.SetShadow(ctx, fs.Arg(0), backend, proportion)
+		return report(out, "endpoint", fs.Arg(0), changed, err, "shadow to "+backend+" set", "already has this shadow")
+	}
+	return nil
+}
+
+func runApply(ctx context.Context, _ *slog.Logger, args []string, out io.Writer) error {
+	var o ctlOptions
+	fs := newFlags("apply", "-f FILE [--dry-run]")
+	o.register(fs)
+	file := fs.String("f", "", "the config file to apply (the format of `servemesh serve --config`)")
+	dryRun := fs.Bool("dry-run", false, "print what would change, change nothing")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *file == "" {
+		return errors.New("-f FILE is required")
+	}
+	m, err := configfile.Load(*file)
+	if err != nil {
+		return err
+	}
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	res, err := c.Apply(ctx, m, *dryRun)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		return writeJSONOut(out, res)
+	}
+	if len(res.Changes) == 0 {
+		_, err = fmt.Fprintf(out, "%s: no changes\n", *file)
+		return err
+	}
+	prefix := ""
+	if *dryRun {
+		prefix = "(dry run) would "
+	}
+	for _, line := range res.Changes {
+		fmt.Fprintf(out, "%s%s\n", prefix, line)
+	}
+	return nil
+}
+
+// parseWeights reads "name=number" pairs.
+func parseWeights(pairs []string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, p := range pairs {
+		name, value, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q: want BACKEND=NUMBER, like model-v1=0.9", p)
+		}
+		f, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %q is not a number", p, value)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("backend %q is given twice", name)
+		}
+		out[name] = f
+	}
+	return out, nil
+}
+
+func formatWeights(m map[string]float64) string {
+	keys := model.SortedKeys(m)
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%g", k, m[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func report(out io.Writer, kind, name string, changed bool, err error, did, same string) error {
+	if err != nil {
+		return err
+	}
+	msg := did
+	if !changed {
+		msg = same + "; nothing changed"
+	}
+	_, err = fmt.Fprintf(out, "%s %s %s\n", kind, name, msg)
+	return err
+}
+
+func writeJSONOut(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// multiFlag collects a repeated string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

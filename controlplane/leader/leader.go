@@ -1,0 +1,193 @@
+package leader
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Info identifies a controller.
+type Info struct {
+	ID  string `json:"id"`
+	API string `json:"api"`
+}
+
+// Elector campaigns for the lock at Key.
+type Elector struct {
+	Client *api.Client
+	Key    string
+	Self   Info
+	Logger *slog.Logger
+	// CheckTTL is how long after its last heartbeat a controller counts as
+	// dead; 3s when zero.
+	CheckTTL time.Duration
+	// LockDelay is how long a lock released by an invalidated session stays
+	// unacquirable; 1s when zero.
+	LockDelay time.Duration
+}
+
+// Run campaigns until ctx ends. lead is called each time this controller
+// gains the lock; it must recover and return (an error gives the lock up for
+// a while). follow is called whenever another controller is known to lead,
+// and when this one loses the lock.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error, follow func(leader Info)) error {
+	ttl, delay := e.CheckTTL, e.LockDelay
+	if ttl == 0 {
+		ttl = 3 * time.Second
+	}
+	if delay == 0 {
+		delay = time.Second
+	}
+	// One check per incarnation. A restarted controller with the same id
+	// first removes its predecessors' checks: that invalidates their
+	// sessions, so a lock a dead incarnation held is released at once
+	// instead of being kept alive by the new incarnation's heartbeats.
+	checkPrefix := "servemesh-controller-" + e.Self.ID + "-"
+	checkID := checkPrefix + strconv.FormatInt(time.Now().UnixNano(), 36)
+	agent := e.Client.Agent()
+	if checks, err := agent.Checks(); err == nil {
+		for id := range checks {
+			if strings.HasPrefix(id, checkPrefix) {
+				e.Logger.Info("leader: removing a previous incarnation's check", "check", id)
+				_ = agent.CheckDeregister(id)
+			}
+		}
+	}
+	if err := agent.CheckRegister(&api.AgentCheckRegistration{
+		ID: checkID, Name: "servemesh controller " + e.Self.ID,
+		AgentServiceCheck: api.AgentServiceCheck{TTL: ttl.String(), Status: api.HealthPassing},
+	}); err != nil {
+		return fmt.Errorf("leader: register check: %w", err)
+	}
+	defer func() { _ = agent.CheckDeregister(checkID) }()
+	go e.heartbeat(ctx, checkID, ttl/3)
+
+	value, err := json.Marshal(e.Self)
+	if err != nil {
+		return fmt.Errorf("leader: encode info: %w", err)
+	}
+	kv := e.Client.KV()
+	session := ""
+	defer func() {
+		if session != "" {
+			_, _, _ = kv.Release(&api.KVPair{Key: e.Key, Session: session}, nil)
+			_, _ = e.Client.Session().Destroy(session, nil)
+		}
+	}()
+	for ctx.Err() == nil {
+		if session == "" {
+			if err := agent.UpdateTTL(checkID, "", api.HealthPassing); err != nil {
+				e.Logger.Warn("leader: heartbeat failed", "err", err)
+			}
+			session, _, err = e.Client.Session().Create(&api.SessionEntry{
+				Name: "servemesh controller " + e.Self.ID, Checks: []string{"serfHealth", checkID},
+				LockDelay: delay, Behavior: api.SessionBehaviorRelease,
+			}, nil)
+			if err != nil {
+				e.Logger.Warn("leader: create session", "err", err)
+				session = ""
+				sleep(ctx, time.Second)
+				continue
+			}
+		}
+		acquired, _, err := kv.Acquire(&api.KVPair{Key: e.Key, Value: value, Session: session}, (&api.WriteOptions{}).WithContext(ctx))
+		switch {
+		case err != nil && strings.Contains(err.Error(), "invalid session"):
+			session = ""
+			continue
+		case err != nil:
+			e.Logger.Warn("leader: acquire", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		case acquired:
+			e.Logger.Info("leader: acquired the lock", "key", e.Key, "id", e.Self.ID)
+			if !e.holdLeadership(ctx, session, lead) {
+				follow(Info{})
+				session = "" // our session may be gone; start afresh
+			}
+			continue
+		}
+		e.waitForRelease(ctx, follow)
+	}
+	return nil
+}
+
+// holdLeadership runs lead, then blocks while this session holds the key. It
+// returns true when ctx ended, false when leadership was lost or lead failed.
+func (e *Elector) holdLeadership(ctx context.Context, session string, lead func(context.Context) error) bool {
+	leadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := lead(leadCtx); err != nil {
+		e.Logger.Error("leader: could not take over; giving the lock up for a while", "err", err)
+		_, _, _ = e.Client.KV().Release(&api.KVPair{Key: e.Key, Session: session}, nil)
+		sleep(ctx, 5*time.Second)
+		return ctx.Err() != nil
+	}
+	var index uint64
+	for {
+		pair, meta, err := e.Client.KV().Get(e.Key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
+		if ctx.Err() != nil {
+			return true
+		}
+		if err != nil {
+			sleep(ctx, 500*time.Millisecond)
+			continue
+		}
+		if pair == nil || pair.Session != session {
+			e.Logger.Warn("leader: lost the lock", "key", e.Key)
+			return false
+		}
+		index = meta.LastIndex
+	}
+}
+
+// waitForRelease reports the current holder, then blocks until the key's
+// holder changes.
+func (e *Elector) waitForRelease(ctx context.Context, follow func(Info)) {
+	var index uint64
+	for ctx.Err() == nil {
+		pair, meta, err := e.Client.KV().Get(e.Key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
+		if err != nil {
+			sleep(ctx, 500*time.Millisecond)
+			return
+		}
+		if pair == nil || pair.Session == "" {
+			// Free (perhaps within its lock delay): try to acquire again.
+			sleep(ctx, 100*time.Millisecond)
+			return
+		}
+		var holder Info
+		if json.Unmarshal(pair.Value, &holder) == nil && index == 0 {
+			follow(holder)
+		}
+		index = meta.LastIndex
+	}
+}
+
+func (e *Elector) heartbeat(ctx context.Context, checkID string, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := e.Client.Agent().UpdateTTL(checkID, "", api.HealthPassing); err != nil {
+				e.Logger.Warn("leader: heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
