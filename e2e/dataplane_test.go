@@ -306,3 +306,29 @@ func TestDeltaXDS(t *testing.T) {
 	}
 	t.Logf("node status over delta xDS: %s", raw)
 }
+
+// TestMaxConcurrentQueriesQueues checks Ray Serve's semantics for
+// max_concurrent_queries through the real Envoy: no replica has more
+// requests in progress than the limit, and requests beyond it wait instead
+// of failing.
+func TestMaxConcurrentQueriesQueues(t *testing.T) {
+	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *model.Model {
+		b := f.replicas["slow"].backendModel()
+		b.Config.MaxConcurrentQueries = 2
+		return &model.Model{Backends: []model.Backend{b}, Endpoints: []model.Endpoint{{Name: "slow", Route: "/slow", Traffic: map[string]float64{"slow": 1}}}}
+	}, "unused", "slow") // the second backend of a fixture gets two replicas
+	slow := f.replicas["slow"]
+	if len(slow.replicas) != 2 {
+		t.Fatalf("want two replicas, have %d", len(slow.replicas))
+	}
+	counts := sendMany(t, f.url("/slow?sleep_ms=100"), 48) // 8 workers: twice what two replicas take
+	if counts["slow"] != 48 {
+		t.Fatalf("served %v, want all 48", counts)
+	}
+	for _, r := range slow.replicas {
+		if peak := r.MaxInFlight(); peak > 2 || peak < 1 {
+			t.Fatalf("replica %s had %d requests in progress at once; max_concurrent_queries is 2", r.Name, peak)
+		}
+		t.Logf("replica %s: %d served, at most %d at once", r.Name, r.Served(), r.MaxInFlight())
+	}
+}

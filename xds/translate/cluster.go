@@ -17,13 +17,23 @@ import (
 // ConnectTimeout bounds how long Envoy waits to connect to a replica.
 const ConnectTimeout = time.Second
 
-// BuildClusters builds one EDS cluster per backend, sorted by name. The
-// cluster's circuit breakers admit max_concurrent_queries requests per replica.
+// MinQueueLimit is the least number of requests a backend queues while its
+// replicas are busy; beyond the queue, Envoy answers 503 at once.
+const MinQueueLimit = 1024
+
+// BuildClusters builds one EDS cluster per backend, sorted by name.
+//
+// max_concurrent_queries is enforced as in Ray Serve: a replica serves at
+// most that many requests at once and further requests wait in a queue. Each
+// upstream HTTP/1.1 connection carries one request at a time, so the limit
+// is a per-host connection limit; requests beyond it wait in Envoy's pending
+// queue (bounded by the queue limit), not fail.
 func BuildClusters(m *model.Model) []*cluster.Cluster {
 	backends := sortedBackends(m)
 	out := make([]*cluster.Cluster, 0, len(backends))
 	for _, b := range backends {
-		limit := wrapperspb.UInt32(concurrencyLimit(b))
+		total := concurrencyLimit(b)
+		queue := queueLimit(total)
 		out = append(out, &cluster.Cluster{
 			Name:                 b.Name,
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
@@ -33,12 +43,18 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 			// Health comes from EDS, which is authoritative: never fall back
 			// to sending traffic to unhealthy replicas ("panic mode").
 			CommonLbConfig: &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
-			CircuitBreakers: &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{{
-				Priority:           core.RoutingPriority_DEFAULT,
-				MaxConnections:     limit,
-				MaxPendingRequests: limit,
-				MaxRequests:        limit,
-			}}},
+			CircuitBreakers: &cluster.CircuitBreakers{
+				Thresholds: []*cluster.CircuitBreakers_Thresholds{{
+					Priority:           core.RoutingPriority_DEFAULT,
+					MaxConnections:     wrapperspb.UInt32(total),
+					MaxPendingRequests: wrapperspb.UInt32(queue),
+					MaxRequests:        wrapperspb.UInt32(saturatingAdd(total, queue)),
+				}},
+				PerHostThresholds: []*cluster.CircuitBreakers_Thresholds{{
+					Priority:       core.RoutingPriority_DEFAULT,
+					MaxConnections: wrapperspb.UInt32(uint32(b.Config.EffectiveMaxConcurrentQueries())),
+				}},
+			},
 		})
 	}
 	return out
@@ -50,6 +66,16 @@ func concurrencyLimit(b model.Backend) uint32 {
 	replicas := max(len(b.Replicas), 1)
 	limit := int64(b.Config.EffectiveMaxConcurrentQueries()) * int64(replicas)
 	return uint32(min(limit, math.MaxUint32))
+}
+
+// queueLimit is how many requests may wait for a busy backend: ten times
+// what it serves at once, at least MinQueueLimit.
+func queueLimit(total uint32) uint32 {
+	return max(uint32(min(uint64(total)*10, math.MaxUint32)), MinQueueLimit)
+}
+
+func saturatingAdd(a, b uint32) uint32 {
+	return uint32(min(uint64(a)+uint64(b), math.MaxUint32))
 }
 
 func sortedBackends(m *model.Model) []model.Backend {

@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+func startConsul(t *testing.T) *testutil.Consul {
+	t.Helper()
+	c, err := testutil.StartConsul(t.TempDir())
+	if err != nil {
+		t.Fatalf("the real Consul is required: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("consul log tail:\n%s", c.LogTail())
+		}
+		c.Stop()
+	})
+	return c
+}
+
+// ctlProc is a `servemesh controller` subprocess that tests can kill and restart.
+type ctlProc struct {
+	t                *testing.T
+	id               string
+	apiAddr, xdsAddr string
+	env              []string
+	args             []string
+	cmd              *exec.Cmd
+	stderr           *testutil.SyncBuffer
+	done             chan struct{}
+	logs             []string // stderr of earlier incarnations
+}
+
+func startController(t *testing.T, consul *testutil.Consul, id string, extraArgs []string, extraEnv ...string) *ctlProc {
+	t.Helper()
+	c := &ctlProc{t: t, id: id, apiAddr: freeAddr(t), xdsAddr: freeAddr(t), args: extraArgs,
+		env: append([]string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr}, extraEnv...)}
+	c.start()
+	t.Cleanup(func() {
+		c.kill()
+		if t.Failed() {
+			t.Logf("controller %s log:\n%s%s", c.id, strings.Join(c.logs, ""), c.stderr.String())
+		}
+	})
+	return c
+}
+
+func (c *ctlProc) start() {
+	c.t.Helper()
+	if c.stderr != nil {
+		c.logs = append(c.logs, c.stderr.String())
+	}
+	c.stderr = &testutil.SyncBuffer{}
+	args := append([]string{"controller", "--id", c.id, "--api-listen", c.apiAddr, "--xds-listen", c.xdsAddr}, c.args...)
+	c.cmd = exec.CommandContext(context.Background(), servemeshBin, args...)
+	c.cmd.Env = append(os.Environ(), c.env...)
+	c.cmd.Stderr = c.stderr
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(c.cmd, c.done)
+	waitUntil(c.t, 15*time.Second, "controller "+c.id+" /healthz", func() bool {
+		r := do(httpClient(), "GET", "http://"+c.apiAddr+"/healthz", "")
+		return r.err == nil && r.status == 200
+	})
+}
+
+func (c *ctlProc) kill() {
+	if c.cmd == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+func (c *ctlProc) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *ctlProc) client(token string) *api.Client { return api.NewClient(c.apiAddr, token) }
+
+// waitLeading waits until this controller leads, and reports how long it took.
+func (c *ctlProc) waitLeading(timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	waitUntil(c.t, timeout, "controller "+c.id+" to lead", func() bool {
+		info, err := c.client(readFileOr(c.t, c.tokenFile())).Leader(context.Background())
+		return err == nil && info.Leading
+	})
+	return time.Since(start)
+}
+
+func (c *ctlProc) tokenFile() string {
+	for i, a := range c.args {
+		if a == "--token-file" && i+1 < len(c.args) {
+			return c.args[i+1]
+		}
+	}
+	return ""
+}
+
+func readFileOr(t *testing.T, path string) string {
+	t.Helper()
+	if path == "" {
+		return ""
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cli runs the servemesh CLI against a controller.
+func cli(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.CommandContext(context.Background(), servemeshBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code = 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errOut.String()
+}
+
+func writeToken(t *testing.T, token string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }
