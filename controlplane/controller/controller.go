@@ -121,7 +121,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		rev = next
 		c.mu.Lock()
-		if next != c.rev {
+		// Revisions only grow. A watch result older than what this
+		// controller already holds (it committed meanwhile) must not roll
+		// its state back.
+		if next > c.rev {
 			c.adopt(m, next)
 		}
 		c.mu.Unlock()
