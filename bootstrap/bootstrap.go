@@ -23,6 +23,10 @@ import (
 // names must start with a letter or digit, so it cannot collide with a backend.
 const XDSClusterName = "_servemesh_xds"
 
+// XDSMaxBackoff caps how long a node waits between attempts to reconnect to
+// the control plane.
+const XDSMaxBackoff = 5 * time.Second
+
 // ServiceCluster is the Envoy service cluster every servemesh node reports.
 const ServiceCluster = "servemesh"
 
@@ -88,7 +92,16 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 				ApiType:             apiType,
 				TransportApiVersion: core.ApiVersion_V3,
 				GrpcServices: []*core.GrpcService{{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{
-					EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: XDSClusterName},
+					EnvoyGrpc: &core.GrpcService_EnvoyGrpc{
+						ClusterName: XDSClusterName,
+						// Envoy's default reconnect backoff grows to 30s; a node
+						// whose control plane restarts should be back within
+						// seconds.
+						RetryPolicy: &core.RetryPolicy{RetryBackOff: &core.BackoffStrategy{
+							BaseInterval: durationpb.New(250 * time.Millisecond),
+							MaxInterval:  durationpb.New(XDSMaxBackoff),
+						}},
+					},
 				}}},
 				SetNodeOnFirstMessageOnly: true,
 			},

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+// TestHAFailover runs two controllers on one Consul and kills the leader
+// with SIGKILL under a stream of writes and reads. The follower must take
+// over, no accepted write may be lost, reads keep working on the follower,
+// and Envoy (bootstrapped to both) serves with zero failed requests.
+func TestHAFailover(t *testing.T) {
+	consul := startConsul(t)
+	a := startController(t, consul, "ctl-a", nil)
+	a.waitLeading(20 * time.Second)
+	b := startController(t, consul, "ctl-b", nil)
+	ctx := context.Background()
+	waitUntil(t, 10*time.Second, "ctl-b to follow ctl-a", func() bool {
+		info, err := b.client("").Leader(ctx)
+		return err == nil && !info.Leading && info.Leader == a.apiAddr
+	})
+
+	x := startReplicas(t, "x", 2)
+	both := api.NewClient(a.apiAddr+","+b.apiAddr, "")
+	if _, err := both.Apply(ctx, &model.Model{
+		Backends:  []model.Backend{x.backendModel()},
+		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"x": 1}}},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	n := startEnvoy(t, "ha-node", a.xdsAddr+","+b.xdsAddr, bootstrap.ProtocolSotW)
+	waitUntil(t, 10*time.Second, "Envoy to serve /svc", func() bool {
+		return do(httpClient(), "GET", "http://"+n.public+"/svc", "").status == 200
+	})
+	traffic := startLoad("http://"+n.public+"/svc", 4)
+
+	// Writes: create backends w0, w1, ... through a client that knows both
+	// controllers, retrying until each is accepted.
+	var accepted []string
+	var writeErrs atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := fmt.Sprintf("w%d", i)
+			for {
+				_, err := both.CreateBackend(ctx, model.Backend{Name: name})
+				if err == nil {
+					accepted = append(accepted, name)
+					break
+				}
+				writeErrs.Add(1)
+				var apiErr *api.APIError
+				if errors.As(err, &apiErr) && apiErr.Status < 500 {
+					t.Errorf("write %s refused: %v", name, err)
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+	}()
+	// Reads from the follower keep working throughout.
+	var reads, readErrs atomic.Int64
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := b.client("").ListBackends(ctx); err != nil {
+				readErrs.Add(1)
+			}
+			reads.Add(1)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	time.Sleep(time.Second)
+	killed := time.Now()
+	a.kill()
+	waitUntil(t, 30*time.Second, "ctl-b to lead", func() bool {
+		info, err := b.client("").Leader(ctx)
+		return err == nil && info.Leading
+	})
+	takeover := time.Since(killed)
+	waitUntil(t, 30*time.Second, "a write to be accepted after the takeover", func() bool {
+		_, err := b.client("").CreateBackend(ctx, model.Backend{Name: "after-takeover"})
+		return err == nil
+	})
+	writable := time.Since(killed)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	traffic.finish(t)
+	t.Logf("leader killed: ctl-b leads after %s, accepts writes after %s; %d writes accepted (%d attempts failed and were retried); %d reads on the follower, %d failed",
+		takeover.Round(time.Millisecond), writable.Round(time.Millisecond), len(accepted), writeErrs.Load(), reads.Load(), readErrs.Load())
+	if readErrs.Load() != 0 {
+		t.Fatalf("%d reads from the follower failed", readErrs.Load())
+	}
+	if len(accepted) < 10 {
+		t.Fatalf("only %d writes were accepted; the write stream did not run", len(accepted))
+	}
+
+	// No accepted write is lost: every one is in Consul and in the new leader's answers.
+	consulClient, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _, err := store.NewConsul(consulClient, "servemesh").Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backends, err := b.client("").ListBackends(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(list []model.Backend, name string) bool {
+		for _, x := range list {
+			if x.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	for _, name := range append(accepted, "after-takeover") {
+		if !has(stored.Backends, name) || !has(backends, name) {
+			t.Fatalf("accepted write %s is lost (in Consul: %v, from the leader: %v)", name, has(stored.Backends, name), has(backends, name))
+		}
+	}
+	// Envoy follows the new leader's xDS.
+	waitNodeInSync(t, b.apiAddr)
+}
