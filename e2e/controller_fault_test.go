@@ -239,7 +239,7 @@ func (f *fuzzer) call(what string, op func() error) bool {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		err := op()
-		var apiErr *api.APIError
+		var apiErr *api.Error
 		switch {
 		case err == nil:
 			f.accepted++
@@ -428,4 +428,3 @@ func envoyPolicies(t *testing.T, n *node) string {
 	sort.Strings(lines)
 	return strings.Join(lines, " ")
 }
-

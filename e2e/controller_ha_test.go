@@ -67,7 +67,7 @@ func TestHAFailover(t *testing.T) {
 					break
 				}
 				writeErrs.Add(1)
-				var apiErr *api.APIError
+				var apiErr *api.Error
 				if errors.As(err, &apiErr) && apiErr.Status < 500 {
 					t.Errorf("write %s refused: %v", name, err)
 					return

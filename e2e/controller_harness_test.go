@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -139,7 +140,8 @@ func cli(t *testing.T, env []string, args ...string) (code int, stdout, stderr s
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	code = 0
-	if exit, ok := err.(*exec.ExitError); ok {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
 		code = exit.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)

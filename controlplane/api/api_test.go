@@ -101,7 +101,7 @@ func TestClientRoundTripAndStatusCodes(t *testing.T) {
 		{func() error { _, err := cl.SetTraffic(ctx, "api", map[string]float64{"v1": 0.5}); return err }, 400, "invalid"},
 		{func() error { _, err := cl.SetTraffic(ctx, "ghost", map[string]float64{"v1": 1}); return err }, 404, "not_found"},
 	} {
-		var apiErr *APIError
+		var apiErr *Error
 		if err := tc.call(); !errors.As(err, &apiErr) || apiErr.Status != tc.status || apiErr.Body.Kind != tc.kind {
 			t.Errorf("got %v, want HTTP %d %s", err, tc.status, tc.kind)
 		}

@@ -42,13 +42,13 @@ func normalize(addr string) string {
 	return strings.TrimRight(addr, "/")
 }
 
-// APIError is an error answer from the controller.
-type APIError struct {
+// Error is an error answer from the controller.
+type Error struct {
 	Status int
 	Body   ErrorBody
 }
 
-func (e *APIError) Error() string {
+func (e *Error) Error() string {
 	msg := fmt.Sprintf("%s (HTTP %d)", e.Body.Error, e.Status)
 	if e.Body.Kind == "not_leader" && e.Body.Leader != "" {
 		msg += "; the leader is " + e.Body.Leader
@@ -60,8 +60,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	var err error
 	for _, base := range c.bases {
 		err = c.doAt(ctx, base, method, path, body, out)
-		var apiErr *APIError
-		if method != http.MethodGet && asAPIError(err, &apiErr) && apiErr.Body.Kind == "not_leader" && apiErr.Body.Leader != "" {
+		var apiErr *Error
+		if method != http.MethodGet && asError(err, &apiErr) && apiErr.Body.Kind == "not_leader" && apiErr.Body.Leader != "" {
 			if leader := normalize(apiErr.Body.Leader); leader != base {
 				return c.doAt(ctx, leader, method, path, body, out)
 			}
@@ -76,7 +76,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 // isConnectError reports whether err means the controller could not be
 // reached at all, so another one may be tried.
 func isConnectError(err error) bool {
-	var apiErr *APIError
+	var apiErr *Error
 	return err != nil && !errors.As(err, &apiErr) && ctxErr(err) == nil
 }
 
@@ -87,7 +87,7 @@ func ctxErr(err error) error {
 	return nil
 }
 
-func asAPIError(err error, target **APIError) bool { return errors.As(err, target) }
+func asError(err error, target **Error) bool { return errors.As(err, target) }
 
 func (c *Client) doAt(ctx context.Context, base, method, path string, body, out any) error {
 	var reader io.Reader
@@ -118,7 +118,7 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body, out 
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		e := &APIError{Status: resp.StatusCode}
+		e := &Error{Status: resp.StatusCode}
 		if json.Unmarshal(data, &e.Body) != nil || e.Body.Error == "" {
 			e.Body.Error = strings.TrimSpace(string(data))
 		}

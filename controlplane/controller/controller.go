@@ -113,10 +113,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	for {
 		m, next, err := c.store.Watch(ctx, rev)
+		if ctx.Err() != nil {
+			return ctx.Err() // shutting down
+		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
 			return fmt.Errorf("watch state: %w", err)
 		}
 		rev = next

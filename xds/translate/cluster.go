@@ -17,6 +17,19 @@ import (
 // ConnectTimeout bounds how long Envoy waits to connect to a replica.
 const ConnectTimeout = time.Second
 
+// EDSInitialFetchTimeout bounds how long a new cluster waits for its
+// endpoints before it is used without them. Envoy holds later cluster
+// updates behind clusters that are still warming, so a cluster whose
+// endpoints never come (it was deleted while a control plane restarted)
+// would stall every update for Envoy's default of 15s.
+const EDSInitialFetchTimeout = 2 * time.Second
+
+func edsConfigSource() *core.ConfigSource {
+	cs := adsConfigSource()
+	cs.InitialFetchTimeout = durationpb.New(EDSInitialFetchTimeout)
+	return cs
+}
+
 // MinQueueLimit is the least number of requests a backend queues while its
 // replicas are busy; beyond the queue, Envoy answers 503 at once.
 const MinQueueLimit = 1024
@@ -37,7 +50,7 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 		out = append(out, &cluster.Cluster{
 			Name:                 b.Name,
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
-			EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: adsConfigSource()},
+			EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: edsConfigSource()},
 			ConnectTimeout:       durationpb.New(ConnectTimeout),
 			LbPolicy:             cluster.Cluster_LEAST_REQUEST,
 			// Health comes from EDS, which is authoritative: never fall back

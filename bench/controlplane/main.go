@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/controller"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+func main() {
+	flips := flag.Int("flips", 100, "set-traffic calls to time")
+	commits := flag.Int("commits", 200, "checkpoint writes to time")
+	flag.Parse()
+	if err := run(*flips, *commits); err != nil {
+		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		os.Exit(1)
+	}
+}
+
+func run(flips, commits int) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "servemesh-bench-cp")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	consul, err := testutil.StartConsul(dir)
+	if err != nil {
+		return err
+	}
+	defer consul.Stop()
+	client, err := consul.Client()
+	if err != nil {
+		return err
+	}
+
+	fmt.Println("| measurement | n | p50 | p99 | max |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+
+	// Checkpoint writes: one backend per commit, as an operation writes.
+	st := store.NewConsul(client, "bench-commits")
+	var rev store.Revision
+	var lat []time.Duration
+	for i := range commits {
+		b := model.Backend{Name: fmt.Sprintf("b%d", i), Replicas: []model.Replica{{Address: "10.0.0.1:80"}}}
+		start := time.Now()
+		if rev, err = st.Commit(ctx, rev, store.Change{PutBackends: []model.Backend{b}}); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	row("checkpoint write (one object, Consul transaction with CAS)", lat)
+
+	// Recovery: 1,000 backends and 1,000 endpoints stored, then Lead().
+	big := modelgen.Model(1000, 1, 3)
+	big.Endpoints = big.Endpoints[:1000]
+	bigStore := store.NewConsul(client, "bench-recovery")
+	var bigRev store.Revision
+	for _, part := range store.Split(store.Diff(&model.Model{}, big)) {
+		if bigRev, err = bigStore.Commit(ctx, bigRev, part); err != nil {
+			return err
+		}
+	}
+	lat = lat[:0]
+	for range 5 {
+		ctl := controller.New(controller.Options{
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: bigStore,
+			Publish: func(m *model.Model) error { _, err := translate.Shared(m); return err },
+		})
+		start := time.Now()
+		if err := ctl.Lead(ctx, "bench"); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	row(fmt.Sprintf("recovery: load + validate + translate %d backends, %d endpoints", len(big.Backends), len(big.Endpoints)), lat)
+
+	// Set-traffic to served: a controller process, a real Envoy, two replicas.
+	return setTrafficToServed(ctx, dir, consul.HTTPAddr, flips)
+}
+
+func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) error {
+	bin := filepath.Join(dir, "servemesh")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
+		return fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
+	}
+	apiAddr, xdsAddr, public, mesh, admin := freeAddr(), freeAddr(), freeAddr(), freeAddr(), freeAddr()
+	cmd := exec.CommandContext(ctx, bin, "controller", "--api-listen", apiAddr, "--xds-listen", xdsAddr)
+	cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	c := api.NewClient(apiAddr, "")
+	if err := until(20*time.Second, func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading }); err != nil {
+		return fmt.Errorf("controller did not lead: %w", err)
+	}
+	var backends []model.Backend
+	for _, name := range []string{"a", "b"} {
+		addr, stop, err := replica(name)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		backends = append(backends, model.Backend{Name: name, Replicas: []model.Replica{{Address: addr}}})
+	}
+	if _, err := c.Apply(ctx, &model.Model{Backends: backends,
+		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}}}, false); err != nil {
+		return err
+	}
+	binary, err := envoy.Find("")
+	if err != nil {
+		return err
+	}
+	yaml, err := bootstrap.YAML(bootstrap.Options{
+		Node:       translate.Node{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: port(public), MeshAddress: "127.0.0.1", MeshPort: port(mesh)},
+		XDSAddress: xdsAddr, AdminAddress: admin,
+	})
+	if err != nil {
+		return err
+	}
+	cfg := filepath.Join(dir, "bootstrap.yaml")
+	if err := os.WriteFile(cfg, yaml, 0o644); err != nil {
+		return err
+	}
+	proc, err := envoy.Start(envoy.Config{Binary: binary, ConfigPath: cfg, AdminAddress: admin, LogPath: filepath.Join(dir, "envoy.log"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = proc.Stop(ctx, 0) }()
+	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := proc.WaitReady(readyCtx); err != nil {
+		return err
+	}
+	httpc := &http.Client{Timeout: 5 * time.Second}
+	backendOf := func() string {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+public+"/svc", nil)
+		resp, err := httpc.Do(req)
+		if err != nil {
+			return ""
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.Header.Get(demoreplica.BackendHeader)
+	}
+	if err := until(20*time.Second, func() bool { return backendOf() == "a" }); err != nil {
+		return fmt.Errorf("envoy never served backend a: %w", err)
+	}
+	var apiLat, servedLat []time.Duration
+	target := "a"
+	for range flips {
+		if target == "a" {
+			target = "b"
+		} else {
+			target = "a"
+		}
+		start := time.Now()
+		if _, err := c.SetTraffic(ctx, "svc", map[string]float64{target: 1}); err != nil {
+			return err
+		}
+		apiLat = append(apiLat, time.Since(start))
+		if err := until(10*time.Second, func() bool { return backendOf() == target }); err != nil {
+			return fmt.Errorf("envoy did not switch to %s: %w", target, err)
+		}
+		servedLat = append(servedLat, time.Since(start))
+	}
+	row("set-traffic API call (validate, checkpoint, publish), one node", apiLat)
+	row("set-traffic API call -> Envoy serving the new split, one node", servedLat)
+	return nil
+}
+
+func row(what string, lat []time.Duration) {
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	fmt.Printf("| %s | %d | %s | %s | %s |\n", what, len(lat), ms(q(0.5)), ms(q(0.99)), ms(lat[len(lat)-1]))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func replica(backend string) (string, func(), error) {
+	var lc net.ListenConfig
+	lis, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: &demoreplica.Replica{Backend: backend, Name: backend + "#0"}, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	return lis.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+func until(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", timeout)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
+}
+
+func freeAddr() string {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+func port(addr string) uint32 {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return uint32(n)
+}
