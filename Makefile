@@ -67,6 +67,7 @@ testdata: ## rewrite golden files (and remove orphaned ones) from the current co
 bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measure
 	go test -run '^$$' -bench . -benchmem ./xds/...
 	go run ./bench/dataplane
+	go run ./bench/controlplane
 
 clean: ## remove build output and run folders (keeps .tools)
 	rm -rf bin .run
