@@ -30,6 +30,14 @@ type Options struct {
 	CrashAfterCheckpoint float64
 	// Exit ends the process for fault injection; os.Exit when nil.
 	Exit func(code int)
+	// Nodes lists the live nodes replicas can be placed on; nil means none.
+	Nodes NodeLister
+	// DrainGrace is how long a draining replica keeps serving its in-flight
+	// requests before its agent stops it; 5s when zero.
+	DrainGrace time.Duration
+	// ReplaceAfter is how long a node may be gone before its replicas are
+	// placed elsewhere; 30s when zero.
+	ReplaceAfter time.Duration
 }
 
 // Controller owns the desired state. Create it with New, then call Lead to
@@ -41,6 +49,11 @@ type Controller struct {
 	crashP  float64
 	exit    func(int)
 	metrics *metrics
+
+	listNodes    NodeLister
+	drainGrace   time.Duration
+	replaceAfter time.Duration
+	missingSince map[string]time.Time // node -> first seen gone; under mu
 
 	mu      sync.Mutex // the write lock
 	state   *model.Model
@@ -55,6 +68,13 @@ func New(o Options) *Controller {
 	c := &Controller{
 		log: o.Logger, store: o.Store, publish: o.Publish, crashP: o.CrashAfterCheckpoint,
 		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &model.Model{},
+		listNodes: o.Nodes, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{},
+	}
+	if c.drainGrace == 0 {
+		c.drainGrace = 5 * time.Second
+	}
+	if c.replaceAfter == 0 {
+		c.replaceAfter = 30 * time.Second
 	}
 	if c.exit == nil {
 		c.exit = os.Exit

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
@@ -21,21 +22,35 @@ func findEndpoint(m *model.Model, name string) int {
 
 // CreateBackend adds a backend. Creating it again with the same spec changes
 // nothing; with a different spec it is a conflict.
+//
+// A backend with a process gets Config.NumReplicas replicas placed on nodes;
+// if they do not all fit, nothing is created.
 func (c *Controller) CreateBackend(ctx context.Context, b model.Backend) (bool, error) {
+	if len(b.Placements) > 0 {
+		return false, errorf(Invalid, "placements are chosen by the controller; leave them out")
+	}
+	nodes, err := c.nodes(ctx)
+	if err != nil {
+		return false, err
+	}
 	return c.mutate(ctx, "create_backend", func(m *model.Model) error {
 		if i := findBackend(m, b.Name); i >= 0 {
-			if model.BackendsEqual(m.Backends[i], b) {
+			if model.BackendsEqual(m.Backends[i].Spec(), b) {
 				return nil
 			}
 			return errorf(Conflict, "backend %q already exists with a different spec; use `backend update` to change its config, or delete it first", b.Name)
 		}
 		m.Backends = append(m.Backends, b)
-		return nil
+		return schedule(m, len(m.Backends)-1, nodes, time.Now())
 	})
 }
 
 // UpdateBackendConfig changes the set fields of a backend's config.
 func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch model.BackendConfigPatch) (bool, error) {
+	nodes, err := c.nodes(ctx)
+	if err != nil {
+		return false, err
+	}
 	return c.mutate(ctx, "update_backend", func(m *model.Model) error {
 		i := findBackend(m, name)
 		if i < 0 {
@@ -45,7 +60,10 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 			return errorf(Invalid, "the update sets no config field; set at least one of max_concurrent_queries, num_replicas, cpus, memory_mb")
 		}
 		m.Backends[i].Config = patch.Apply(m.Backends[i].Config)
-		return nil
+		if m.Backends[i].Config.NumReplicas < 0 {
+			return nil // validation reports it
+		}
+		return schedule(m, i, nodes, time.Now())
 	})
 }
 

@@ -2,6 +2,7 @@ package model
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -29,6 +30,65 @@ type Backend struct {
 	Replicas []Replica `json:"replicas,omitempty"`
 	// Config tunes how the backend is served.
 	Config BackendConfig `json:"config,omitempty"`
+	// Process, if set, is the command servemesh's agents run as this
+	// backend's replicas: Config.NumReplicas of them, placed on nodes by the
+	// controller. Such a backend lists no static Replicas.
+	Process *ProcessSpec `json:"process,omitempty"`
+	// External, if set, routes to a Consul service that something else
+	// registers and runs; servemesh manages none of its processes.
+	External *ExternalSpec `json:"external,omitempty"`
+	// Placements are where the controller placed this backend's replicas.
+	// The controller manages them; users do not set them.
+	Placements []Placement `json:"placements,omitempty"`
+}
+
+// ProcessSpec is how to run one replica. In Args and Env values, ${PORT}
+// and ${HOST} expand to the address the replica must listen on.
+type ProcessSpec struct {
+	Command string            `json:"command"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// HealthPath is probed over HTTP (2xx is healthy); empty probes TCP.
+	HealthPath string `json:"health_path,omitempty"`
+}
+
+// ExternalSpec names a Consul service to route to.
+type ExternalSpec struct {
+	Service string `json:"service"`
+}
+
+// PlacementState says whether a placed replica should serve or drain.
+type PlacementState string
+
+// The states of a placement.
+const (
+	// Running replicas are started and kept running by their node's agent.
+	Running PlacementState = "running"
+	// Draining replicas get no new requests; their agent stops them after
+	// the drain period, and the controller then removes the placement.
+	Draining PlacementState = "draining"
+)
+
+// Placement is one replica's intent: which node runs it, and whether it
+// serves or drains. Being part of the checkpointed state, a crash between
+// deciding and doing loses nothing: recovery finishes the work.
+type Placement struct {
+	// Tag names the replica: "<backend>#<6 hex digits>", as in the seed.
+	Tag   string         `json:"tag"`
+	Node  string         `json:"node"`
+	State PlacementState `json:"state"`
+	// Since is when the placement entered its state (Unix seconds).
+	Since int64 `json:"since"`
+}
+
+// Managed reports whether servemesh's agents run the backend's replicas.
+func (b Backend) Managed() bool { return b.Process != nil }
+
+// Spec returns the backend without its controller-managed placements: what a
+// user declares.
+func (b Backend) Spec() Backend {
+	b.Placements = nil
+	return b
 }
 
 // BackendConfig holds the tunables of a backend.
@@ -175,6 +235,17 @@ func Clone(m *Model) *Model {
 	out := &Model{}
 	for _, b := range m.Backends {
 		b.Replicas = slices.Clone(b.Replicas)
+		b.Placements = slices.Clone(b.Placements)
+		if b.Process != nil {
+			p := *b.Process
+			p.Args = slices.Clone(p.Args)
+			p.Env = maps.Clone(p.Env)
+			b.Process = &p
+		}
+		if b.External != nil {
+			x := *b.External
+			b.External = &x
+		}
 		out.Backends = append(out.Backends, b)
 	}
 	for _, e := range m.Endpoints {
@@ -191,9 +262,11 @@ func CloneEndpoint(e Endpoint) Endpoint {
 	return e
 }
 
-// BackendsEqual reports whether two backends are the same.
+// BackendsEqual reports whether two backends are the same, placements included.
 func BackendsEqual(a, b Backend) bool {
-	return a.Name == b.Name && a.Config == b.Config && slices.Equal(a.Replicas, b.Replicas)
+	return a.Name == b.Name && a.Config == b.Config && slices.Equal(a.Replicas, b.Replicas) &&
+		reflect.DeepEqual(a.Process, b.Process) && reflect.DeepEqual(a.External, b.External) &&
+		slices.Equal(a.Placements, b.Placements)
 }
 
 // EndpointsEqual reports whether two endpoints are the same, treating unset

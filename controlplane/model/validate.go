@@ -129,6 +129,7 @@ func validateBackend(p *problems, field string, b Backend) {
 	if len(b.Replicas) > MaxReplicas {
 		p.add(field+".replicas", "lists %d replicas; at most %d fit one backend", len(b.Replicas), MaxReplicas)
 	}
+	validateSource(p, field, b)
 	seen := make(map[netip.AddrPort]bool, len(b.Replicas))
 	for j, r := range b.Replicas {
 		// Field names are formatted only for problems: models hold many replicas.
@@ -224,6 +225,55 @@ func validateShadows(p *problems, field string, shadows map[string]float64, back
 		}
 		if math.IsNaN(v) || v < 0 || v > 1 {
 			p.add(field+"."+name, "proportion %v is outside [0, 1]; 0.05 mirrors 5%% of requests, 0 removes the shadow", v)
+		}
+	}
+}
+
+var tagPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+#[0-9a-f]{6}$`)
+
+// validateSource checks where a backend's replicas come from: static
+// addresses, a process agents run, or an external Consul service; one only.
+func validateSource(p *problems, field string, b Backend) {
+	sources := 0
+	if len(b.Replicas) > 0 {
+		sources++
+	}
+	if b.Process != nil {
+		sources++
+		if strings.TrimSpace(b.Process.Command) == "" {
+			p.add(field+".process.command", "is empty; name the program that runs one replica")
+		}
+		if hp := b.Process.HealthPath; hp != "" && !strings.HasPrefix(hp, "/") {
+			p.add(field+".process.health_path", "%q does not start with '/'; write it like \"/healthz\", or leave it out to probe TCP", hp)
+		}
+	}
+	if b.External != nil {
+		sources++
+		if b.External.Service == "" {
+			p.add(field+".external.service", "is empty; name the Consul service to route to")
+		}
+	}
+	if sources > 1 {
+		p.add(field, "has more than one of replicas, process and external; a backend's replicas come from one source")
+	}
+	if b.Process == nil && len(b.Placements) > 0 {
+		p.add(field+".placements", "are set on a backend without a process; only the controller places replicas of process backends")
+	}
+	seen := map[string]bool{}
+	for i, pl := range b.Placements {
+		pf := fmt.Sprintf("%s.placements[%d]", field, i)
+		switch {
+		case !tagPattern.MatchString(pl.Tag) || !strings.HasPrefix(pl.Tag, b.Name+"#"):
+			p.add(pf+".tag", "%q is not a replica tag of backend %q (<backend>#<6 hex digits>)", pl.Tag, b.Name)
+		case seen[pl.Tag]:
+			p.add(pf+".tag", "%q is placed twice", pl.Tag)
+		}
+		seen[pl.Tag] = true
+		if pl.Node == "" {
+			p.add(pf+".node", "is empty")
+		}
+		if pl.State != Running && pl.State != Draining {
+			p.add(pf+".state", "%q is not %q or %q", pl.State, Running, Draining)
 		}
 	}
 }

@@ -1,0 +1,208 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// Node is a node an agent runs replicas on, with its capacity.
+type Node struct {
+	ID       string
+	CPUs     float64
+	MemoryMB int
+}
+
+// NodeLister returns the nodes whose agents are alive.
+type NodeLister func(ctx context.Context) ([]Node, error)
+
+type usage struct {
+	cpus  float64
+	mem   int
+	count map[string]int // replicas per backend
+}
+
+// nodeUsage sums what every placement in m takes of each node.
+func nodeUsage(m *model.Model) map[string]*usage {
+	out := map[string]*usage{}
+	for _, b := range m.Backends {
+		for _, p := range b.Placements {
+			u := out[p.Node]
+			if u == nil {
+				u = &usage{count: map[string]int{}}
+				out[p.Node] = u
+			}
+			u.cpus += b.Config.CPUs
+			u.mem += b.Config.MemoryMB
+			u.count[b.Name]++
+		}
+	}
+	return out
+}
+
+// schedule makes backend i's running placements number NumReplicas: it adds
+// placements on the nodes with room, spreading them (fewest replicas of the
+// backend first, then most free CPU), or marks the surplus draining. If not
+// every replica fits, nothing is placed and the error says what would.
+func schedule(m *model.Model, i int, nodes []Node, now time.Time) error {
+	b := &m.Backends[i]
+	if !b.Managed() {
+		return nil
+	}
+	var running []int
+	for j, p := range b.Placements {
+		if p.State == model.Running {
+			running = append(running, j)
+		}
+	}
+	want := b.Config.NumReplicas
+	switch {
+	case len(running) > want:
+		// Drain from the nodes holding the most replicas of this backend.
+		per := map[string]int{}
+		for _, j := range running {
+			per[b.Placements[j].Node]++
+		}
+		sort.SliceStable(running, func(x, y int) bool {
+			return per[b.Placements[running[x]].Node] > per[b.Placements[running[y]].Node]
+		})
+		for _, j := range running[:len(running)-want] {
+			b.Placements[j].State = model.Draining
+			b.Placements[j].Since = now.Unix()
+		}
+	case len(running) < want:
+		need := want - len(running)
+		used := nodeUsage(m)
+		var added []model.Placement
+		for range need {
+			best := -1
+			for k, n := range nodes {
+				u := used[n.ID]
+				if u == nil {
+					u = &usage{count: map[string]int{}}
+					used[n.ID] = u
+				}
+				if n.CPUs-u.cpus < b.Config.CPUs-1e-9 || n.MemoryMB-u.mem < b.Config.MemoryMB {
+					continue
+				}
+				if best < 0 || better(n, u, nodes[best], used[nodes[best].ID], b.Name) {
+					best = k
+				}
+			}
+			if best < 0 {
+				break
+			}
+			n := nodes[best]
+			used[n.ID].cpus += b.Config.CPUs
+			used[n.ID].mem += b.Config.MemoryMB
+			used[n.ID].count[b.Name]++
+			added = append(added, model.Placement{Tag: newTag(b.Name), Node: n.ID, State: model.Running, Since: now.Unix()})
+		}
+		if len(added) < need {
+			return errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus or memory_mb, or add nodes",
+				b.Name, want, need, len(added), len(running)+len(added))
+		}
+		b.Placements = append(b.Placements, added...)
+	}
+	return nil
+}
+
+func better(n Node, u *usage, best Node, bu *usage, backend string) bool {
+	if u.count[backend] != bu.count[backend] {
+		return u.count[backend] < bu.count[backend]
+	}
+	if free, bestFree := n.CPUs-u.cpus, best.CPUs-bu.cpus; free != bestFree {
+		return free > bestFree
+	}
+	return n.ID < best.ID
+}
+
+func newTag(backend string) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return backend + "#" + hex.EncodeToString(b[:])
+}
+
+// nodes lists live nodes, or none if the controller has no lister.
+func (c *Controller) nodes(ctx context.Context) ([]Node, error) {
+	if c.listNodes == nil {
+		return nil, nil
+	}
+	nodes, err := c.listNodes(ctx)
+	if err != nil {
+		return nil, &Error{Kind: Unavailable, Msg: "listing nodes failed; nothing changed", Err: err}
+	}
+	return nodes, nil
+}
+
+// Reconcile finishes what placements ask for, as the leader: it removes
+// draining placements whose drain period is over, drains the replicas of
+// nodes that have been gone for ReplaceAfter, and places missing replicas.
+// It is what recovery runs after a crash, too.
+func (c *Controller) Reconcile(ctx context.Context) error {
+	nodes, err := c.nodes(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	alive := map[string]bool{}
+	for _, n := range nodes {
+		alive[n.ID] = true
+		delete(c.missingSince, n.ID)
+	}
+	_, err = c.mutate(ctx, "reconcile", func(m *model.Model) error {
+		for i := range m.Backends {
+			b := &m.Backends[i]
+			if !b.Managed() {
+				continue
+			}
+			kept := b.Placements[:0]
+			for _, p := range b.Placements {
+				if p.State == model.Running && !alive[p.Node] {
+					first, seen := c.missingSince[p.Node]
+					if !seen {
+						c.missingSince[p.Node] = now
+					} else if now.Sub(first) >= c.replaceAfter {
+						c.log.Warn("node gone; replacing its replica", "node", p.Node, "replica", p.Tag, "gone_for", now.Sub(first).Round(time.Second))
+						continue // its replica is dead: forget it, place a new one below
+					}
+				}
+				if p.State == model.Draining && now.Sub(time.Unix(p.Since, 0)) >= c.drainGrace+drainMargin {
+					continue
+				}
+				kept = append(kept, p)
+			}
+			b.Placements = kept
+			if err := schedule(m, i, nodes, now); err != nil {
+				c.log.Warn("reconcile: cannot place every replica yet", "backend", b.Name, "err", err)
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+// drainMargin is extra time after the drain period before a draining
+// placement is dropped, so the agent has stopped the replica by then.
+const drainMargin = 2 * time.Second
+
+// ReconcileLoop runs Reconcile every interval until ctx ends.
+func (c *Controller) ReconcileLoop(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := c.Reconcile(ctx); err != nil && KindOf(err) != NotLeader && ctx.Err() == nil {
+			c.log.Warn("reconcile failed; will retry", "err", fmt.Sprint(err))
+		}
+	}
+}

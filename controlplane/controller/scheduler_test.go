@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+type fakeNodes struct {
+	mu    sync.Mutex
+	nodes []Node
+}
+
+func (f *fakeNodes) list(context.Context) ([]Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Node(nil), f.nodes...), nil
+}
+
+func (f *fakeNodes) set(n ...Node) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nodes = n
+}
+
+func newScheduling(t *testing.T, nodes *fakeNodes) (*Controller, *store.Memory) {
+	t.Helper()
+	st := store.NewMemory()
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil },
+		Nodes: nodes.list, DrainGrace: time.Millisecond, ReplaceAfter: time.Millisecond})
+	if err := c.Lead(context.Background(), "self"); err != nil {
+		t.Fatal(err)
+	}
+	return c, st
+}
+
+func processBackend(name string, replicas int, cpus float64) model.Backend {
+	return model.Backend{Name: name, Process: &model.ProcessSpec{Command: "/bin/replica"},
+		Config: model.BackendConfig{NumReplicas: replicas, CPUs: cpus}}
+}
+
+func perNode(b model.Backend, state model.PlacementState) map[string]int {
+	out := map[string]int{}
+	for _, p := range b.Placements {
+		if p.State == state {
+			out[p.Node]++
+		}
+	}
+	return out
+}
+
+func TestPlacementSpreadsAcrossNodes(t *testing.T) {
+	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 4, MemoryMB: 1000}, {ID: "n2", CPUs: 4, MemoryMB: 1000}, {ID: "n3", CPUs: 4, MemoryMB: 1000}}}
+	c, st := newScheduling(t, nodes)
+	ctx := context.Background()
+	if _, err := c.CreateBackend(ctx, processBackend("a", 6, 1)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.GetBackend("a")
+	if got := perNode(b, model.Running); got["n1"] != 2 || got["n2"] != 2 || got["n3"] != 2 {
+		t.Fatalf("6 replicas over 3 nodes: %v", got)
+	}
+	for _, p := range b.Placements {
+		if !strings.HasPrefix(p.Tag, "a#") || len(p.Tag) != 8 {
+			t.Fatalf("tag %q", p.Tag)
+		}
+	}
+	stored, _, _ := st.Load(ctx)
+	if len(stored.Backends[0].Placements) != 6 {
+		t.Fatal("placements were not checkpointed with the backend")
+	}
+}
+
+func TestTooManyReplicasFailsWithTheSeedsMessageAndChangesNothing(t *testing.T) {
+	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 2, MemoryMB: 1000}, {ID: "n2", CPUs: 1, MemoryMB: 1000}}}
+	c, st := newScheduling(t, nodes)
+	ctx := context.Background()
+	_, err := c.CreateBackend(ctx, processBackend("a", 4, 1))
+	mustKind(t, err, Conflict, `cannot scale backend "a" to 4 replicas: servemesh tried to add 4 replicas but the nodes' free resources only allow 3 to be added; scale to 3 replicas`)
+	if _, rev, _ := st.Load(ctx); rev != 0 {
+		t.Fatal("a backend that did not fit was stored")
+	}
+	if _, err := c.CreateBackend(ctx, processBackend("a", 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	n := 5
+	_, err = c.UpdateBackendConfig(ctx, "a", model.BackendConfigPatch{NumReplicas: &n})
+	mustKind(t, err, Conflict, "tried to add 3 replicas but the nodes' free resources only allow 1")
+	if b, _ := c.GetBackend("a"); len(b.Placements) != 2 || b.Config.NumReplicas != 2 {
+		t.Fatalf("a refused scale-up changed the backend: %+v", b)
+	}
+}
+
+func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
+	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := context.Background()
+	if _, err := c.CreateBackend(ctx, processBackend("a", 4, 0)); err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	if _, err := c.UpdateBackendConfig(ctx, "a", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.GetBackend("a")
+	if len(b.Placements) != 4 || len(perNode(b, model.Draining)) == 0 {
+		t.Fatalf("scale-down must drain first, not remove: %+v", b.Placements)
+	}
+	running := 0
+	for _, n := range perNode(b, model.Running) {
+		running += n
+	}
+	if running != 1 {
+		t.Fatalf("%d running after scaling to 1", running)
+	}
+	time.Sleep(drainMargin + 10*time.Millisecond)
+	if err := c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := c.GetBackend("a"); len(b.Placements) != 1 || b.Placements[0].State != model.Running {
+		t.Fatalf("after the drain period: %+v", b.Placements)
+	}
+}
+
+func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
+	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := context.Background()
+	if _, err := c.CreateBackend(ctx, processBackend("a", 2, 0)); err != nil {
+		t.Fatal(err)
+	}
+	nodes.set(Node{ID: "n1", CPUs: 8})
+	if err := c.Reconcile(ctx); err != nil { // notes n2 missing
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := c.Reconcile(ctx); err != nil { // replaces after ReplaceAfter
+		t.Fatal(err)
+	}
+	b, _ := c.GetBackend("a")
+	if got := perNode(b, model.Running); got["n1"] != 2 || got["n2"] != 0 {
+		t.Fatalf("after n2 went away: %v", got)
+	}
+}
+
+func TestUsersCannotSetPlacements(t *testing.T) {
+	c, _ := newScheduling(t, &fakeNodes{})
+	b := processBackend("a", 0, 0)
+	b.Placements = []model.Placement{{Tag: "a#000000", Node: "n1", State: model.Running}}
+	_, err := c.CreateBackend(context.Background(), b)
+	mustKind(t, err, Invalid, "placements are chosen by the controller")
+}
