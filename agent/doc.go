@@ -1,8 +1,19 @@
-// Package agent is servemesh's per-node agent: it runs the replicas the
-// controller places on its node, registers them in Consul's catalog with
-// health checks, supervises the node's Envoy and reports load.
+// Package agent is servemesh's per-node agent. One runs on every node:
 //
-// Today it holds demoreplica, the small HTTP workload the demo and the tests
-// run as replicas; the agent's process supervision and Consul registration
-// build on it.
+//  1. It registers its node in Consul as an instance of the "servemesh-agent"
+//     service (with its CPUs and memory in meta) and heartbeats a TTL check,
+//     so the controller places replicas only on live nodes (ListNodes).
+//  2. It watches the desired state in Consul KV with blocking queries and
+//     runs the replicas placed on its node: each gets a port ($PORT), its
+//     replica tag, a log file, and restarts with exponential backoff when it
+//     exits (counted in servemesh_agent_replica_restarts_total).
+//  3. It registers every replica in Consul's catalog as an instance of its
+//     backend's service, with a TTL check it feeds from an HTTP or TCP probe:
+//     when the agent dies, its replicas go critical on their own.
+//  4. A replica whose placement turns draining keeps serving its in-flight
+//     requests for the drain period (Envoy sends it no new ones), then gets
+//     SIGTERM, then SIGKILL, and is deregistered.
+//  5. The servemesh binary's agent command also supervises the node's Envoy.
+//
+// demoreplica is the small HTTP workload the demo and the tests run.
 package agent

@@ -276,6 +276,7 @@ type result struct {
 	backend string
 	allow   string
 	err     error
+	body    string // the start of the body of an error answer
 }
 
 func do(client *http.Client, method, url, host string) result {
@@ -290,9 +291,14 @@ func do(client *http.Client, method, url, host string) result {
 	if err != nil {
 		return result{err: err}
 	}
+	var body string
+	if resp.StatusCode >= 500 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		body = string(b)
+	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
-	return result{status: resp.StatusCode, backend: resp.Header.Get(demoreplica.BackendHeader), allow: resp.Header.Get("Allow")}
+	return result{status: resp.StatusCode, backend: resp.Header.Get(demoreplica.BackendHeader), allow: resp.Header.Get("Allow"), body: body}
 }
 
 // sendMany sends n GETs over a few keep-alive connections and counts the

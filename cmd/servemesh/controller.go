@@ -10,13 +10,19 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 
+	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/leader"
+	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/xds/server"
 )
 
 // FaultEnv names the environment variable that sets the probability of
@@ -32,6 +38,8 @@ func runController(ctx context.Context, log *slog.Logger, args []string, _ io.Wr
 	id := fs.String("id", "", "this controller's id among controllers (default: host name and API port)")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token every API call must carry (default: no token)")
 	crash := fs.Float64("fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+FaultEnv+")")
+	drain := fs.Duration("drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")
+	replaceAfter := fs.Duration("replace-after", 30*time.Second, "how long a node may be gone before its replicas are placed elsewhere")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -67,9 +75,12 @@ func runController(ctx context.Context, log *slog.Logger, args []string, _ io.Wr
 		return err
 	}
 	defer ps.stop()
+	dp := &dataPlane{xds: ps.xds, ctx: ctx}
+	dp.watcher = catalog.NewWatcher(client, log.With("component", "catalog"), dp.refresh)
 	ctl := controller.New(controller.Options{
 		Logger: log.With("component", "controller"), Store: store.NewConsul(client, *prefix),
-		Publish: ps.xds.SetModel, Registerer: ps.reg, CrashAfterCheckpoint: *crash,
+		Publish: dp.publish, Registerer: ps.reg, CrashAfterCheckpoint: *crash,
+		Nodes: agent.ListNodes(client), DrainGrace: *drain, ReplaceAfter: *replaceAfter,
 	})
 	ps.mux.Handle("/v1/", api.Handler(ctl, token, log.With("component", "api")))
 	if *crash > 0 {
@@ -83,7 +94,13 @@ func runController(ctx context.Context, log *slog.Logger, args []string, _ io.Wr
 		Self: leader.Info{ID: *id, API: *advertise}, Logger: log.With("component", "leader")}
 	go func() {
 		errs <- elector.Run(ctx,
-			func(ctx context.Context) error { return ctl.Lead(ctx, *advertise) },
+			func(ctx context.Context) error {
+				if err := ctl.Lead(ctx, *advertise); err != nil {
+					return err
+				}
+				go ctl.ReconcileLoop(ctx, time.Second) // finishes half-done work, then keeps placements whole
+				return nil
+			},
 			func(l leader.Info) { ctl.Follow(l.API) })
 	}()
 	select {
@@ -95,6 +112,36 @@ func runController(ctx context.Context, log *slog.Logger, args []string, _ io.Wr
 		}
 		return nil
 	}
+}
+
+// dataPlane publishes the desired state merged with Consul's health view of
+// the replicas: what Envoy should route to.
+type dataPlane struct {
+	xds     *server.Server
+	watcher *catalog.Watcher
+	ctx     context.Context
+
+	mu    sync.Mutex
+	model *model.Model
+}
+
+func (d *dataPlane) publish(m *model.Model) error {
+	d.mu.Lock()
+	d.model = m
+	d.mu.Unlock()
+	d.watcher.Sync(d.ctx, catalog.Services(m))
+	return d.xds.SetModel(catalog.DataPlaneView(m, d.watcher.Snapshot()))
+}
+
+// refresh republishes after the health view changed.
+func (d *dataPlane) refresh() {
+	d.mu.Lock()
+	m := d.model
+	d.mu.Unlock()
+	if m == nil {
+		return
+	}
+	_ = d.xds.SetModel(catalog.DataPlaneView(m, d.watcher.Snapshot()))
 }
 
 // readToken reads a bearer token file; an empty path means no token.

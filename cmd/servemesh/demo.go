@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -31,7 +32,7 @@ func runDemoReplica(ctx context.Context, log *slog.Logger, args []string, _ io.W
 		return errors.New("--backend is required")
 	}
 	fleet := newReplicaFleet(log)
-	if err := fleet.start(ctx, *backend, *listen); err != nil {
+	if err := fleet.start(ctx, *backend, os.Getenv("SERVEMESH_REPLICA_TAG"), *listen); err != nil {
 		return err
 	}
 	<-ctx.Done()
@@ -59,7 +60,7 @@ func (f *replicaFleet) ensure(ctx context.Context, m *model.Model) error {
 			_, running := f.replicas[r.Address]
 			f.mu.Unlock()
 			if !running {
-				if err := f.start(ctx, b.Name, r.Address); err != nil {
+				if err := f.start(ctx, b.Name, "", r.Address); err != nil {
 					return err
 				}
 			}
@@ -68,15 +69,19 @@ func (f *replicaFleet) ensure(ctx context.Context, m *model.Model) error {
 	return nil
 }
 
-func (f *replicaFleet) start(ctx context.Context, backend, addr string) error {
+// start runs a demo replica named name (a fresh tag when empty) on addr.
+func (f *replicaFleet) start(ctx context.Context, backend, name, addr string) error {
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("demo replica of %s: %w", backend, err)
 	}
-	var tag [3]byte
-	_, _ = rand.Read(tag[:])
-	r := &demoreplica.Replica{Backend: backend, Name: backend + "#" + hex.EncodeToString(tag[:])}
+	if name == "" {
+		var tag [3]byte
+		_, _ = rand.Read(tag[:])
+		name = backend + "#" + hex.EncodeToString(tag[:])
+	}
+	r := &demoreplica.Replica{Backend: backend, Name: name}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	f.mu.Lock()

@@ -73,8 +73,7 @@ type planeServers struct {
 // startServers listens on both addresses and starts serving; the caller adds
 // its own handlers to mux before requests arrive on them.
 func startServers(ctx context.Context, log *slog.Logger, xdsListen, httpListen string) (*planeServers, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	xds := server.New(server.Options{Logger: log.With("component", "xds"), Registerer: reg})
 	var lc net.ListenConfig
 	xdsLis, err := lc.Listen(ctx, "tcp", xdsListen)
@@ -113,6 +112,31 @@ func startServers(ctx context.Context, log *slog.Logger, xdsListen, httpListen s
 	}()
 	return &planeServers{xds: xds, reg: reg, mux: mux, grpc: g, http: hs, xdsAddr: xdsLis.Addr().String(),
 		httpAddr: httpLis.Addr().String(), cancelRun: cancel}, nil
+}
+
+// newRegistry returns a Prometheus registry with the Go and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// serveMetrics serves /metrics from reg on addr until the returned stop is called.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prometheus.Registry) (func(), error) {
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return func() { _ = hs.Close() }, nil
 }
 
 func (ps *planeServers) stop() {

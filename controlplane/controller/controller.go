@@ -54,6 +54,7 @@ type Controller struct {
 	drainGrace   time.Duration
 	replaceAfter time.Duration
 	missingSince map[string]time.Time // node -> first seen gone; under mu
+	lastPlaceErr map[string]string    // backend -> last placement error logged; under mu
 
 	mu      sync.Mutex // the write lock
 	state   *model.Model
@@ -68,7 +69,7 @@ func New(o Options) *Controller {
 	c := &Controller{
 		log: o.Logger, store: o.Store, publish: o.Publish, crashP: o.CrashAfterCheckpoint,
 		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &model.Model{},
-		listNodes: o.Nodes, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{},
+		listNodes: o.Nodes, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
 	}
 	if c.drainGrace == 0 {
 		c.drainGrace = 5 * time.Second

@@ -178,8 +178,12 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 				kept = append(kept, p)
 			}
 			b.Placements = kept
-			if err := schedule(m, i, nodes, now); err != nil {
-				c.log.Warn("reconcile: cannot place every replica yet", "backend", b.Name, "err", err)
+			err := schedule(m, i, nodes, now)
+			if msg := fmt.Sprint(err); err != nil && c.lastPlaceErr[b.Name] != msg {
+				c.log.Warn("reconcile: cannot place every replica yet; will keep trying", "backend", b.Name, "err", err)
+				c.lastPlaceErr[b.Name] = msg
+			} else if err == nil {
+				delete(c.lastPlaceErr, b.Name)
 			}
 		}
 		return nil

@@ -62,6 +62,9 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 					MaxConnections:     wrapperspb.UInt32(total),
 					MaxPendingRequests: wrapperspb.UInt32(queue),
 					MaxRequests:        wrapperspb.UInt32(saturatingAdd(total, queue)),
+					// Envoy allows 3 concurrent retries per cluster by default;
+					// when a replica dies, every request headed to it needs one.
+					MaxRetries: wrapperspb.UInt32(max(total, 3)),
 				}},
 				PerHostThresholds: []*cluster.CircuitBreakers_Thresholds{{
 					Priority:       core.RoutingPriority_DEFAULT,

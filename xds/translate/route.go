@@ -7,8 +7,10 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -17,6 +19,13 @@ import (
 // retryOn retries only failures where the request never reached the replica,
 // so retrying is safe for every method.
 const retryOn = "connect-failure,refused-stream,reset-before-request"
+
+// retryOnIdempotent also retries a request whose connection was reset after
+// it was sent (a replica that died mid-request): safe for idempotent methods.
+const retryOnIdempotent = retryOn + ",reset"
+
+// idempotentMethods are retried after a reset.
+var idempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true}
 
 // BuildRoutes builds the public and mesh route configurations.
 //
@@ -75,26 +84,37 @@ func pathMatch(path string) func() *route.RouteMatch {
 	}
 }
 
-// endpointRoutes returns the route that forwards an endpoint's allowed
-// methods, then the one that answers every other method with 405.
+// endpointRoutes returns the routes that forward an endpoint's allowed
+// methods (idempotent ones first, retried even after a reset; then the
+// rest), then the one that answers every other method with 405.
 func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.Route {
 	methods := e.AllowedMethods()
-	allowed := match()
-	allowed.Headers = []*route.HeaderMatcher{{
-		Name: ":method",
-		HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
-			MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{
-				Regex: strings.Join(methods, "|"),
-			}},
-		}},
-	}}
-	return []*route.Route{
-		{
-			Name:   e.Name,
-			Match:  allowed,
-			Action: &route.Route_Route{Route: routeAction(e)},
-		},
-		{
+	var idempotent, other []string
+	for _, m := range methods {
+		if idempotentMethods[m] {
+			idempotent = append(idempotent, m)
+		} else {
+			other = append(other, m)
+		}
+	}
+	var routes []*route.Route
+	for _, group := range []struct {
+		suffix, retry string
+		methods       []string
+	}{{"", retryOnIdempotent, idempotent}, {"/non-idempotent", retryOn, other}} {
+		if len(group.methods) == 0 {
+			continue
+		}
+		m := match()
+		m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods)}
+		name := e.Name
+		if len(idempotent) > 0 {
+			name += group.suffix
+		}
+		routes = append(routes, &route.Route{Name: name, Match: m, Action: &route.Route_Route{Route: routeAction(e, group.retry)}})
+	}
+	return append(routes,
+		&route.Route{
 			Name:  e.Name + "/method-not-allowed",
 			Match: match(),
 			Action: &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{
@@ -107,17 +127,43 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 				Header:       &core.HeaderValue{Key: "allow", Value: strings.Join(methods, ", ")},
 				AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 			}},
-		},
+		})
+}
+
+func methodMatcher(methods []string) *route.HeaderMatcher {
+	return &route.HeaderMatcher{
+		Name: ":method",
+		HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+			MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{
+				Regex: strings.Join(methods, "|"),
+			}},
+		}},
 	}
 }
 
+// previousHosts makes a retry pick a replica other than those already tried:
+// a dead replica fails fast, so a least-request balancer would otherwise
+// keep choosing it.
+var previousHosts = func() *anypb.Any {
+	a, err := anypb.New(&previoushosts.PreviousHostsPredicate{})
+	if err != nil {
+		panic(err) // a static, valid message
+	}
+	return a
+}()
+
 // routeAction sends an endpoint's requests to its backends by weight and
 // mirrors the shadowed proportions.
-func routeAction(e model.Endpoint) *route.RouteAction {
+func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 	action := &route.RouteAction{
 		RetryPolicy: &route.RetryPolicy{
-			RetryOn:    retryOn,
-			NumRetries: wrapperspb.UInt32(2),
+			RetryOn:    retry,
+			NumRetries: wrapperspb.UInt32(3),
+			RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
+				Name:       "envoy.retry_host_predicates.previous_hosts",
+				ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: previousHosts},
+			}},
+			HostSelectionRetryMaxAttempts: 5,
 		},
 	}
 	weights := splitWeights(e.Traffic)

@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+// Options configure an Agent.
+type Options struct {
+	Node   Node
+	Consul *api.Client
+	// Store is the desired state the agent watches (read only).
+	Store   store.Store
+	Logger  *slog.Logger
+	WorkDir string // replica logs go here
+	// Registerer receives the agent's metrics; nil skips them.
+	Registerer prometheus.Registerer
+	// DrainGrace is how long a draining replica serves in-flight requests
+	// before it is stopped; 5s when zero. Keep it equal to the controller's.
+	DrainGrace time.Duration
+	// StopGrace is how long a replica has to exit after SIGTERM; 5s when zero.
+	StopGrace time.Duration
+	// CheckTTL is how long after the last heartbeat the node and its
+	// replicas go critical; 3s when zero.
+	CheckTTL time.Duration
+}
+
+// Agent runs the replicas placed on its node.
+type Agent struct {
+	node                   Node
+	consul                 *api.Client
+	store                  store.Store
+	log                    *slog.Logger
+	workDir                string
+	drainGrace, stopGrace  time.Duration
+	checkTTL               time.Duration
+	minBackoff, maxBackoff time.Duration
+	metrics                *metrics
+
+	replicas map[string]*replica // by tag; owned by Run
+}
+
+type metrics struct {
+	restarts *prometheus.CounterVec
+	replicas prometheus.Gauge
+}
+
+// New returns an agent; Run starts it.
+func New(o Options) *Agent {
+	a := &Agent{node: o.Node, consul: o.Consul, store: o.Store, log: o.Logger, workDir: o.WorkDir,
+		drainGrace: o.DrainGrace, stopGrace: o.StopGrace, checkTTL: o.CheckTTL,
+		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second, replicas: map[string]*replica{},
+		metrics: &metrics{
+			restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: "servemesh_agent_replica_restarts_total",
+				Help: "Times a replica's process was restarted after it exited (the seed's backend_worker_starts).",
+			}, []string{"backend", "replica"}),
+			replicas: prometheus.NewGauge(prometheus.GaugeOpts{
+				Name: "servemesh_agent_replicas",
+				Help: "Replicas this agent runs, draining ones included.",
+			}),
+		}}
+	if a.drainGrace == 0 {
+		a.drainGrace = 5 * time.Second
+	}
+	if a.stopGrace == 0 {
+		a.stopGrace = 5 * time.Second
+	}
+	if a.checkTTL == 0 {
+		a.checkTTL = 3 * time.Second
+	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(a.metrics.restarts, a.metrics.replicas)
+	}
+	return a
+}
+
+// Run registers the node, then runs its placed replicas until ctx ends, when
+// it stops them all and deregisters.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := os.MkdirAll(a.workDir, 0o755); err != nil {
+		return fmt.Errorf("agent work dir: %w", err)
+	}
+	if err := a.registerNode(); err != nil {
+		return err
+	}
+	defer func() { _ = a.consul.Agent().ServiceDeregister(nodeServiceID(a.node.ID)) }()
+	go a.heartbeat(ctx)
+	defer a.stopAll()
+	a.log.Info("agent running", "node", a.node.ID, "address", a.node.Address, "cpus", a.node.CPUs, "memory_mb", a.node.MemoryMB)
+
+	m, rev, err := a.store.Load(ctx)
+	for ctx.Err() == nil {
+		if err != nil {
+			a.log.Warn("reading the desired state failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			m, rev, err = a.store.Load(ctx)
+			continue
+		}
+		a.reconcile(ctx, m)
+		m, rev, err = a.store.Watch(ctx, rev)
+	}
+	return nil
+}
+
+// reconcile makes the running replicas match this node's placements.
+func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
+	want := map[string]bool{}
+	for _, b := range m.Backends {
+		if b.Process == nil {
+			continue
+		}
+		for _, p := range b.Placements {
+			if p.Node != a.node.ID {
+				continue
+			}
+			want[p.Tag] = true
+			r, running := a.replicas[p.Tag]
+			switch {
+			case !running && p.State == model.Running:
+				r, err := a.startReplica(ctx, b.Name, p, *b.Process)
+				if err != nil {
+					a.log.Error("could not start replica", "replica", p.Tag, "err", err)
+					continue
+				}
+				a.replicas[p.Tag] = r
+			case running && p.State == model.Draining:
+				r.drain()
+			case running && !reflect.DeepEqual(r.spec, *b.Process):
+				a.log.Warn("a replica's process spec changed; it keeps running until it is replaced", "replica", p.Tag)
+			}
+		}
+	}
+	for tag, r := range a.replicas {
+		if !want[tag] {
+			go r.stop() // placement gone: the controller is done with it
+			delete(a.replicas, tag)
+		}
+	}
+	a.metrics.replicas.Set(float64(len(a.replicas)))
+}
+
+func (a *Agent) stopAll() {
+	for tag, r := range a.replicas {
+		r.stop()
+		delete(a.replicas, tag)
+	}
+}
+
+func (a *Agent) registerNode() error {
+	id := nodeServiceID(a.node.ID)
+	err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
+		ID: id, Name: NodeService, Address: a.node.Address,
+		Meta: map[string]string{metaNode: a.node.ID, metaCPUs: strconv.FormatFloat(a.node.CPUs, 'g', -1, 64), metaMemoryMB: strconv.Itoa(a.node.MemoryMB)},
+		Check: &api.AgentServiceCheck{CheckID: id, Name: "servemesh agent " + a.node.ID, TTL: a.checkTTL.String(),
+			Status: api.HealthPassing, DeregisterCriticalServiceAfter: "10m"},
+	})
+	if err != nil {
+		return fmt.Errorf("register node in consul: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(a.checkTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := a.consul.Agent().UpdateTTL(nodeServiceID(a.node.ID), "", api.HealthPassing); err != nil {
+				a.log.Warn("node heartbeat failed", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// agentProc is a `servemesh agent` subprocess with its own Envoy, on its own
+// loopback address: one node.
+type agentProc struct {
+	id, address               string
+	public, mesh, admin, metr string
+	cmd                       *exec.Cmd
+	stderr                    *testutil.SyncBuffer
+	done                      chan struct{}
+}
+
+func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int) *agentProc {
+	t.Helper()
+	a := &agentProc{id: id, address: address, public: address + ":" + freePortOn(t, address),
+		mesh: freeAddr(t), admin: freeAddr(t), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
+	a.cmd = exec.CommandContext(context.Background(), servemeshBin, "agent", "--node-id", id, "--address", address,
+		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
+		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info")
+	a.cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin)
+	a.cmd.Stderr = a.stderr
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.cmd.Wait(); close(a.done) }()
+	t.Cleanup(func() {
+		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-a.done:
+		case <-time.After(15 * time.Second):
+			_ = a.cmd.Process.Kill()
+			<-a.done
+		}
+		if t.Failed() {
+			t.Logf("agent %s log:\n%s", id, a.stderr.String())
+		}
+	})
+	waitUntil(t, 30*time.Second, "agent "+id+"'s Envoy", func() bool {
+		return strings.Contains(a.stderr.String(), "envoy ready")
+	})
+	return a
+}
+
+func freePortOn(t *testing.T, host string) string {
+	t.Helper()
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", host+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	_, port, _ := strings.Cut(l.Addr().String(), ":")
+	return port
+}
+
+// replicaOf reads which replica answered a request.
+func replicaOf(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url) //nolint:noctx // test helper
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("status %d", resp.StatusCode)
+	}
+	var body struct {
+		Replica string `json:"replica"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return "", err
+	}
+	return body.Replica, nil
+}
+
+func placements(t *testing.T, c *api.Client, backend string) []model.Placement {
+	t.Helper()
+	b, err := c.GetBackend(context.Background(), backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Placements
+}
+
+func runningOn(ps []model.Placement) map[string]string {
+	out := map[string]string{}
+	for _, p := range ps {
+		if p.State == model.Running {
+			out[p.Tag] = p.Node
+		}
+	}
+	return out
+}
+
+// restarts reads servemesh_agent_replica_restarts_total for a replica.
+func restarts(t *testing.T, a *agentProc, tag string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + a.metr + "/metrics") //nolint:noctx // test helper
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "servemesh_agent_replica_restarts_total{") && strings.Contains(line, `replica="`+tag+`"`) {
+			v, _ := strconv.Atoi(line[strings.LastIndex(line, " ")+1:])
+			return v
+		}
+	}
+	return 0
+}
+
+// pidListeningOn finds the process whose command line says --listen addr.
+func pidListeningOn(t *testing.T, addr string) int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.Contains(string(cmdline), "--listen\x00"+addr+"\x00") {
+			return pid
+		}
+	}
+	t.Fatalf("no process listens on %s", addr)
+	return 0
+}
+
+func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
+	consul := startConsul(t)
+	ctl := startController(t, consul, "ctl", []string{"--replace-after", "4s", "--drain-grace", "1s"})
+	ctl.waitLeading(20 * time.Second)
+	var nodes []*agentProc
+	for i, addr := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		nodes = append(nodes, startAgent(t, consul, fmt.Sprintf("n%d", i+1), addr, ctl.xdsAddr, 3))
+	}
+	c := ctl.client("")
+	ctx := context.Background()
+	demo := func(name string, replicas int) model.Backend {
+		return model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1},
+			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+	}
+	waitUntil(t, 10*time.Second, "three live nodes", func() bool {
+		_, err := c.CreateBackend(ctx, demo("a", 3))
+		return err == nil
+	})
+	if _, err := c.CreateBackend(ctx, demo("b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}); err != nil {
+		t.Fatal(err)
+	}
+	aNodes := map[string]bool{}
+	for _, node := range runningOn(placements(t, c, "a")) {
+		aNodes[node] = true
+	}
+	if len(aNodes) != 3 {
+		t.Fatalf("3 replicas of a on %d nodes, want spread over 3", len(aNodes))
+	}
+	consulClient, _ := consul.Client()
+	waitUntil(t, 20*time.Second, "5 passing replicas in Consul's catalog", func() bool {
+		ea, _, _ := consulClient.Health().Service("a", "", true, nil)
+		eb, _, _ := consulClient.Health().Service("b", "", true, nil)
+		return len(ea) == 3 && len(eb) == 2
+	})
+
+	t.Run("any node's Envoy reaches replicas on every node", func(t *testing.T) {
+		tags := runningOn(placements(t, c, "a"))
+		for k, v := range runningOn(placements(t, c, "b")) {
+			tags[k] = v
+		}
+		for _, n := range nodes {
+			seen := map[string]bool{}
+			client := &http.Client{Timeout: 5 * time.Second}
+			waitUntil(t, 20*time.Second, "node "+n.id+" to reach replicas on all three nodes", func() bool {
+				tag, err := replicaOf(client, "http://"+n.public+"/svc")
+				if err == nil {
+					seen[tags[tag]] = true
+				}
+				return len(seen) == 3
+			})
+		}
+		counts := sendMany(t, "http://"+nodes[0].public+"/svc", 2000)
+		checkShare(t, "a (weight 0.5) through n1's Envoy", counts["a"], 2000, 0.5)
+	})
+
+	t.Run("too many replicas: the seed's error, nothing started", func(t *testing.T) {
+		before := placements(t, c, "b")
+		ten := 10
+		_, err := c.UpdateBackend(ctx, "b", model.BackendConfigPatch{NumReplicas: &ten})
+		if err == nil || !strings.Contains(err.Error(), `cannot scale backend "b" to 10 replicas: servemesh tried to add 8 replicas but the nodes' free resources only allow 4 to be added`) {
+			t.Fatalf("got %v", err)
+		}
+		if after := placements(t, c, "b"); len(after) != len(before) {
+			t.Fatalf("placements changed from %d to %d", len(before), len(after))
+		}
+	})
+
+	t.Run("kill -9 a replica: restarted, no client error", func(t *testing.T) {
+		entries, _, err := consulClient.Health().Service("a", "", true, nil)
+		if err != nil || len(entries) == 0 {
+			t.Fatal(err)
+		}
+		victim := entries[0].Service
+		addr := fmt.Sprintf("%s:%d", victim.Address, victim.Port)
+		tag := victim.Meta["replica_tag"]
+		owner := nodes[0]
+		for _, n := range nodes {
+			if n.id == victim.Meta["servemesh_node"] {
+				owner = n
+			}
+		}
+		l := startLoad("http://"+nodes[1].public+"/svc", 4)
+		time.Sleep(300 * time.Millisecond)
+		pid := pidListeningOn(t, addr)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 20*time.Second, "the replica to be restarted", func() bool { return restarts(t, owner, tag) >= 1 })
+		client := &http.Client{Timeout: 5 * time.Second}
+		waitUntil(t, 20*time.Second, "the restarted replica to serve again", func() bool {
+			got, _ := replicaOf(client, "http://"+nodes[1].public+"/svc")
+			return got == tag && pidListeningOn(t, addr) != pid
+		})
+		l.finish(t)
+	})
+
+	t.Run("scale down 4 to 1 under load: zero failed requests", func(t *testing.T) {
+		four, one := 4, 1
+		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &four}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 20*time.Second, "4 passing replicas of a", func() bool {
+			e, _, _ := consulClient.Health().Service("a", "", true, nil)
+			return len(e) == 4
+		})
+		l := startLoad("http://"+nodes[2].public+"/svc", 4)
+		time.Sleep(300 * time.Millisecond)
+		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 20*time.Second, "a to be down to 1 replica in Consul and in the placements", func() bool {
+			e, _, _ := consulClient.Health().Service("a", "", false, nil)
+			return len(e) == 1 && len(placements(t, c, "a")) == 1
+		})
+		time.Sleep(300 * time.Millisecond)
+		l.finish(t)
+	})
+
+	t.Run("a stopped agent's replicas go critical and are replaced", func(t *testing.T) {
+		three := 3
+		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &three}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 20*time.Second, "3 passing replicas of a", func() bool {
+			e, _, _ := consulClient.Health().Service("a", "", true, nil)
+			return len(e) == 3
+		})
+		dead := nodes[2]
+		l := startLoad("http://"+nodes[0].public+"/svc", 4)
+		time.Sleep(300 * time.Millisecond)
+		_ = dead.cmd.Process.Signal(syscall.SIGKILL) // its Envoy and replicas die with it
+		<-dead.done
+		waitUntil(t, 20*time.Second, "the dead node's replicas to go critical", func() bool {
+			checks, _, _ := consulClient.Health().Checks("a", nil)
+			for _, ch := range checks {
+				if ch.Status == "critical" {
+					return true
+				}
+			}
+			return false
+		})
+		waitUntil(t, 30*time.Second, "replacements on the other nodes", func() bool {
+			for _, node := range runningOn(placements(t, c, "a")) {
+				if node == dead.id {
+					return false
+				}
+			}
+			e, _, _ := consulClient.Health().Service("a", "", true, nil)
+			return len(runningOn(placements(t, c, "a"))) == 3 && len(e) == 3
+		})
+		time.Sleep(500 * time.Millisecond)
+		l.finish(t)
+	})
+}
