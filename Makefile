@@ -68,6 +68,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go test -run '^$$' -bench . -benchmem ./xds/...
 	go run ./bench/dataplane
 	go run ./bench/controlplane
+	go run ./bench/agents
 
 clean: ## remove build output and run folders (keeps .tools)
 	rm -rf bin .run

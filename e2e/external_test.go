@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// TestExternalBackend routes to a Consul service that something other than
+// servemesh registers and runs, following its registrations and health.
+func TestExternalBackend(t *testing.T) {
+	consul := startConsul(t)
+	ctl := startController(t, consul, "ctl", nil)
+	ctl.waitLeading(20 * time.Second)
+	n := startEnvoy(t, "ext-node", ctl.xdsAddr, bootstrap.ProtocolSotW)
+	legacy := startReplicas(t, "legacy", 2)
+	consulClient, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(i int, status string) {
+		host, port, _ := strings.Cut(legacy.addrs[i], ":")
+		p, _ := strconv.Atoi(port)
+		if err := consulClient.Agent().ServiceRegister(&api.AgentServiceRegistration{
+			ID: "legacy-" + strconv.Itoa(i), Name: "legacy-api", Address: host, Port: p,
+			Check: &api.AgentServiceCheck{CheckID: "legacy-check-" + strconv.Itoa(i), TTL: "1h", Status: status},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(0, api.HealthPassing)
+	register(1, api.HealthCritical)
+
+	c := ctl.client("")
+	ctx := context.Background()
+	if _, err := c.CreateBackend(ctx, model.Backend{Name: "legacy", External: &model.ExternalSpec{Service: "legacy-api"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "old", Route: "/old", Traffic: map[string]float64{"legacy": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + n.public + "/old"
+	waitUntil(t, 15*time.Second, "Envoy to route to the external service", func() bool {
+		return do(httpClient(), http.MethodGet, url, "").status == http.StatusOK
+	})
+	sendMany(t, url, 200)
+	if got := legacy.replicas[1].Served(); got != 0 {
+		t.Fatalf("the critical instance served %d requests", got)
+	}
+	// Its health turns passing: it joins. Deregistered: it leaves.
+	if err := consulClient.Agent().UpdateTTL("legacy-check-1", "", api.HealthPassing); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 15*time.Second, "the second instance to get traffic", func() bool {
+		sendMany(t, url, 20)
+		return legacy.replicas[1].Served() > 0
+	})
+	if err := consulClient.Agent().ServiceDeregister("legacy-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := consulClient.Agent().ServiceDeregister("legacy-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 15*time.Second, "Envoy to stop routing to deregistered instances", func() bool {
+		return do(httpClient(), http.MethodGet, url, "").status == http.StatusServiceUnavailable
+	})
+}
