@@ -207,6 +207,35 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		checkShare(t, "a (weight 0.5) through n1's Envoy", counts["a"], 2000, 0.5)
 	})
 
+	t.Run("each agent reports the config its Envoy holds, which is the current one", func(t *testing.T) {
+		status := nodesOf(ctl.apiAddr)
+		for _, n := range nodes {
+			var expected map[string]string
+			for _, s := range status {
+				if s.ID == n.id {
+					expected = s.Expected
+				}
+			}
+			waitUntil(t, 15*time.Second, n.id+"'s Envoy to hold the controller's current config", func() bool {
+				resp, err := http.Get("http://" + n.metr + "/v1/envoy") //nolint:noctx // test helper
+				if err != nil {
+					return false
+				}
+				defer func() { _ = resp.Body.Close() }()
+				var v struct {
+					Clusters  string            `json:"clusters"`
+					Listeners string            `json:"listeners"`
+					Routes    map[string]string `json:"routes"`
+					Connected bool              `json:"connected"`
+				}
+				if json.NewDecoder(resp.Body).Decode(&v) != nil {
+					return false
+				}
+				return v.Connected && v.Clusters == expected["clusters"] && v.Listeners == expected["listeners"] && v.Routes["mesh"] == expected["routes"]
+			})
+		}
+	})
+
 	t.Run("too many replicas: the seed's error, nothing started", func(t *testing.T) {
 		before := placements(t, c, "b")
 		ten := 10

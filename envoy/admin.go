@@ -115,3 +115,54 @@ func (a Admin) DrainListeners(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ConfigVersions are the xDS versions an Envoy holds: what it last ACKed.
+type ConfigVersions struct {
+	Clusters  string            `json:"clusters"`
+	Listeners string            `json:"listeners"`
+	Routes    map[string]string `json:"routes"`
+	// Connected reports whether Envoy's xDS stream is up.
+	Connected bool `json:"connected"`
+}
+
+// Versions reads the versions of the dynamic config Envoy holds.
+func (a Admin) Versions(ctx context.Context) (ConfigVersions, error) {
+	out := ConfigVersions{Routes: map[string]string{}}
+	dump, err := a.ConfigDump(ctx, "")
+	if err != nil {
+		return out, err
+	}
+	var parsed struct {
+		Configs []struct {
+			Type                string `json:"@type"`
+			VersionInfo         string `json:"version_info"`
+			DynamicRouteConfigs []struct {
+				VersionInfo string `json:"version_info"`
+				RouteConfig struct {
+					Name string `json:"name"`
+				} `json:"route_config"`
+			} `json:"dynamic_route_configs"`
+		} `json:"configs"`
+	}
+	if err := json.Unmarshal(dump, &parsed); err != nil {
+		return out, fmt.Errorf("envoy admin /config_dump: %w", err)
+	}
+	for _, c := range parsed.Configs {
+		switch {
+		case strings.HasSuffix(c.Type, ".ClustersConfigDump"):
+			out.Clusters = c.VersionInfo
+		case strings.HasSuffix(c.Type, ".ListenersConfigDump"):
+			out.Listeners = c.VersionInfo
+		case strings.HasSuffix(c.Type, ".RoutesConfigDump"):
+			for _, r := range c.DynamicRouteConfigs {
+				out.Routes[r.RouteConfig.Name] = r.VersionInfo
+			}
+		}
+	}
+	stats, err := a.Stats(ctx, `^control_plane\.connected_state$`)
+	if err != nil {
+		return out, err
+	}
+	out.Connected = stats["control_plane.connected_state"] == 1
+	return out, nil
+}

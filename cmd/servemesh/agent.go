@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -42,7 +44,19 @@ func runAgent(ctx context.Context, log *slog.Logger, args []string, _ io.Writer)
 	}
 	reg := newRegistry()
 	if *metricsListen != "" {
-		stop, err := serveMetrics(ctx, log, *metricsListen, reg)
+		// /v1/envoy reports the versions this node's Envoy holds (what it
+		// last ACKed), to compare with the controller's /v1/xds/nodes.
+		envoyStatus := func(w http.ResponseWriter, r *http.Request) {
+			v, err := envoy.Admin{Address: eo.node.admin}.Versions(r.Context())
+			w.Header().Set("Content-Type", "application/json")
+			if err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+				return
+			}
+			_ = json.NewEncoder(w).Encode(v)
+		}
+		stop, err := serveMetrics(ctx, log, *metricsListen, reg, map[string]http.HandlerFunc{"GET /v1/envoy": envoyStatus})
 		if err != nil {
 			return err
 		}

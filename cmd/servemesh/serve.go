@@ -122,7 +122,7 @@ func newRegistry() *prometheus.Registry {
 }
 
 // serveMetrics serves /metrics from reg on addr until the returned stop is called.
-func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prometheus.Registry) (func(), error) {
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prometheus.Registry, extra map[string]http.HandlerFunc) (func(), error) {
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -130,6 +130,9 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prome
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for pattern, h := range extra {
+		mux.HandleFunc(pattern, h)
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
