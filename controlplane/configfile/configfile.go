@@ -24,6 +24,9 @@ func Load(path string) (*model.Model, error) {
 	return m, nil
 }
 
+// settle is how long a changed file must keep its content before it is read.
+const settle = 50 * time.Millisecond
+
 // Watcher applies a config file's model whenever its content changes.
 type Watcher struct {
 	// Path is the config file.
@@ -61,6 +64,17 @@ func (w *Watcher) Run(ctx context.Context, lastApplied [32]byte) {
 		sum := sha256.Sum256(data)
 		if sum == seen {
 			continue
+		}
+		// Apply a change only once the content holds still: an editor that
+		// saves in place can be caught between truncating and writing.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(settle):
+		}
+		again, err := os.ReadFile(w.Path)
+		if err != nil || sha256.Sum256(again) != sum {
+			continue // still being written; look again next tick
 		}
 		seen = sum
 		start := time.Now()

@@ -41,12 +41,29 @@ func TestWatcherAppliesChangesAndReportsBadEdits(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 
+	// A file caught empty (an in-place save, half done) is never applied.
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "the input is empty") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the empty file was not reported; logs:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case m := <-applied:
+		t.Fatalf("an empty file was applied as %+v", m)
+	default:
+	}
+
 	// An invalid edit is logged and not applied.
 	bad := strings.Replace(good, "{a: 1}", "{a: 0.5}", 1)
 	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for !strings.Contains(logs.String(), "sum to 1") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the invalid edit was not reported; logs:\n%s", logs.String())

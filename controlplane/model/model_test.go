@@ -83,3 +83,14 @@ func TestNonFiniteNumbersAreRefused(t *testing.T) {
 		t.Fatalf("got %v, want both non-finite values reported", err)
 	}
 }
+
+func TestEmptyInputIsNotAnEmptyModel(t *testing.T) {
+	for _, in := range []string{"", "  \n", "\n\n"} {
+		if _, err := Parse([]byte(in)); err == nil || !strings.Contains(err.Error(), "write {}") {
+			t.Fatalf("Parse(%q) = %v, want a refusal", in, err)
+		}
+	}
+	if m, err := Parse([]byte("{}")); err != nil || len(m.Backends) != 0 {
+		t.Fatalf("Parse({}) = %v, %v", m, err)
+	}
+}

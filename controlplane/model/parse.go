@@ -1,6 +1,8 @@
 package model
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 
 	"sigs.k8s.io/yaml"
@@ -8,7 +10,13 @@ import (
 
 // Parse reads a model from YAML (or JSON) and validates it. Unknown fields are
 // errors, so a misspelt key is reported instead of silently ignored.
+//
+// An empty input is an error, not an empty model: a file caught half-written
+// must not wipe the mesh. Write `{}` for a model with nothing in it.
 func Parse(data []byte) (*Model, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("parse model: the input is empty; write {} for a mesh with nothing in it")
+	}
 	var m Model
 	if err := yaml.UnmarshalStrict(data, &m); err != nil {
 		return nil, fmt.Errorf("parse model: %w", err)
