@@ -166,7 +166,8 @@ func (a *Agent) registerNode() error {
 	id := nodeServiceID(a.node.ID)
 	err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
 		ID: id, Name: NodeService, Address: a.node.Address,
-		Meta: map[string]string{metaNode: a.node.ID, metaCPUs: strconv.FormatFloat(a.node.CPUs, 'g', -1, 64), metaMemoryMB: strconv.Itoa(a.node.MemoryMB)},
+		Meta: map[string]string{metaNode: a.node.ID, metaCPUs: strconv.FormatFloat(a.node.CPUs, 'g', -1, 64),
+			metaMemoryMB: strconv.Itoa(a.node.MemoryMB), metaStatus: a.node.StatusAddr},
 		Check: &api.AgentServiceCheck{CheckID: id, Name: "servemesh agent " + a.node.ID, TTL: a.checkTTL.String(),
 			Status: api.HealthPassing, DeregisterCriticalServiceAfter: "10m"},
 	})

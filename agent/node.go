@@ -18,7 +18,11 @@ const (
 	metaNode     = "node"
 	metaCPUs     = "cpus"
 	metaMemoryMB = "memory_mb"
+	metaStatus   = "status_addr"
 )
+
+// LoadPath is where an agent serves its Load as JSON, on its status address.
+const LoadPath = "/v1/load"
 
 // Node describes the node an agent runs on.
 type Node struct {
@@ -26,6 +30,8 @@ type Node struct {
 	Address  string // the IP replicas listen on
 	CPUs     float64
 	MemoryMB int
+	// StatusAddr is where the agent serves /metrics, /v1/load and /v1/envoy.
+	StatusAddr string
 }
 
 func nodeServiceID(node string) string { return NodeService + "-" + node }
@@ -43,7 +49,7 @@ func ListNodes(client *api.Client) controller.NodeLister {
 			cpus, _ := strconv.ParseFloat(e.Service.Meta[metaCPUs], 64)
 			mem, _ := strconv.Atoi(e.Service.Meta[metaMemoryMB])
 			if id := e.Service.Meta[metaNode]; id != "" {
-				out = append(out, controller.Node{ID: id, CPUs: cpus, MemoryMB: mem})
+				out = append(out, controller.Node{ID: id, CPUs: cpus, MemoryMB: mem, StatusAddr: e.Service.Meta[metaStatus]})
 			}
 		}
 		return out, nil

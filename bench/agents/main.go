@@ -135,8 +135,11 @@ func run() error {
 	client, _ := consul.Client()
 	for range 5 {
 		entries, _, err := client.Health().Service("a", "", true, nil)
-		if err != nil || len(entries) == 0 {
-			return fmt.Errorf("no replica to hang: %v", err)
+		if err != nil {
+			return fmt.Errorf("list replicas: %w", err)
+		}
+		if len(entries) == 0 {
+			return fmt.Errorf("no replica to hang")
 		}
 		addr := fmt.Sprintf("%s:%d", entries[0].Service.Address, entries[0].Service.Port)
 		pid := pidListening(addr)

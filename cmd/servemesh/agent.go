@@ -31,7 +31,7 @@ func runAgent(ctx context.Context, log *slog.Logger, args []string, _ io.Writer)
 	prefix := fs.String("consul-prefix", "servemesh", "Consul KV prefix of the controller's state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
 	drain := fs.Duration("drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before it is stopped (keep it equal to the controller's)")
 	noEnvoy := fs.Bool("no-envoy", false, "do not run this node's Envoy")
-	metricsListen := fs.String("metrics-listen", "", "address for the agent's /metrics (default: none)")
+	statusListen := fs.String("metrics-listen", "127.0.0.1:0", "address of the agent's /metrics, /v1/load (read by the controller) and /v1/envoy; port 0 picks one")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -43,27 +43,37 @@ func runAgent(ctx context.Context, log *slog.Logger, args []string, _ io.Writer)
 		return err
 	}
 	reg := newRegistry()
-	if *metricsListen != "" {
-		// /v1/envoy reports the versions this node's Envoy holds (what it
-		// last ACKed), to compare with the controller's /v1/xds/nodes.
-		envoyStatus := func(w http.ResponseWriter, r *http.Request) {
-			v, err := envoy.Admin{Address: eo.node.admin}.Versions(r.Context())
-			w.Header().Set("Content-Type", "application/json")
-			if err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
-				return
-			}
-			_ = json.NewEncoder(w).Encode(v)
-		}
-		stop, err := serveMetrics(ctx, log, *metricsListen, reg, map[string]http.HandlerFunc{"GET /v1/envoy": envoyStatus})
-		if err != nil {
-			return err
-		}
-		defer stop()
+	admin := envoy.Admin{Address: eo.node.admin}
+	if !*noEnvoy {
+		agent.RegisterLoadMetrics(reg, admin, eo.node.id)
 	}
+	answer := func(w http.ResponseWriter, v any, err error) {
+		w.Header().Set("Content-Type", "application/json")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			v = map[string]string{"error": err.Error()}
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	statusAddr, stop, err := serveMetrics(ctx, log, *statusListen, reg, map[string]http.HandlerFunc{
+		// The versions this node's Envoy holds (what it last ACKed), to
+		// compare with the controller's /v1/xds/nodes.
+		"GET /v1/envoy": func(w http.ResponseWriter, r *http.Request) {
+			v, err := admin.Versions(r.Context())
+			answer(w, v, err)
+		},
+		// The node's load, as its Envoy counts it; the controller reads it.
+		"GET " + agent.LoadPath: func(w http.ResponseWriter, r *http.Request) {
+			l, err := agent.ReadLoad(r.Context(), admin, eo.node.id)
+			answer(w, l, err)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer stop()
 	a := agent.New(agent.Options{
-		Node:   agent.Node{ID: eo.node.id, Address: *address, CPUs: *cpus, MemoryMB: *memory},
+		Node:   agent.Node{ID: eo.node.id, Address: *address, CPUs: *cpus, MemoryMB: *memory, StatusAddr: statusAddr},
 		Consul: client, Store: store.NewConsul(client, *prefix), Logger: log.With("component", "agent"),
 		WorkDir: eo.workDir + "/replicas", Registerer: reg, DrainGrace: *drain,
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/autoscale"
 	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/leader"
@@ -82,7 +83,10 @@ func runController(ctx context.Context, log *slog.Logger, args []string, _ io.Wr
 		Publish: dp.publish, Registerer: ps.reg, CrashAfterCheckpoint: *crash,
 		Nodes: agent.ListNodes(client), DrainGrace: *drain, ReplaceAfter: *replaceAfter,
 	})
-	ps.mux.Handle("/v1/", api.Handler(ctl, token, log.With("component", "api")))
+	scaler := autoscale.New(ctl, agent.ListNodes(client), log.With("component", "autoscale"), ps.reg)
+	go scaler.Run(ctx)
+	ps.mux.Handle("/v1/", api.Handler(ctl, token, log.With("component", "api"),
+		func() api.StatusReport { return statusReport(ctl, scaler, ps.xds) }))
 	if *crash > 0 {
 		log.Warn("fault injection on: this controller exits after a checkpoint with some probability", "probability", *crash)
 	}
@@ -142,6 +146,49 @@ func (d *dataPlane) refresh() {
 		return
 	}
 	_ = d.xds.SetModel(catalog.DataPlaneView(m, d.watcher.Snapshot()))
+}
+
+// statusReport joins the configured state, the live load and the nodes'
+// config currency.
+func statusReport(ctl *controller.Controller, scaler *autoscale.Autoscaler, xds *server.Server) api.StatusReport {
+	m, _ := ctl.State()
+	load := scaler.Load()
+	r := api.StatusReport{Endpoints: []api.EndpointStatus{}, Backends: []api.BackendStatus{}, Nodes: []api.NodeStatus{}}
+	for _, e := range m.Endpoints {
+		es := api.EndpointStatus{Name: e.Name, Route: e.Route}
+		names := map[string]bool{}
+		for b := range e.Traffic {
+			names[b] = true
+		}
+		for b := range e.Shadows {
+			names[b] = true
+		}
+		for _, b := range model.SortedKeys(names) {
+			l := load[b]
+			es.Backends = append(es.Backends, api.EndpointBackendStatus{Backend: b, Weight: e.Traffic[b], Shadow: e.Shadows[b],
+				RequestRate: l.RequestRate, ErrorRate: l.ErrorRate})
+		}
+		r.Endpoints = append(r.Endpoints, es)
+	}
+	for _, b := range m.Backends {
+		bs := api.BackendStatus{Name: b.Name, Desired: b.Config.NumReplicas, Autoscaled: b.Config.Autoscaling != nil,
+			InFlight: load[b.Name].InFlight, RequestRate: load[b.Name].RequestRate, ErrorRate: load[b.Name].ErrorRate}
+		for _, p := range b.Placements {
+			if p.State == model.Running {
+				bs.Running++
+			} else {
+				bs.Draining++
+			}
+		}
+		if b.Process == nil {
+			bs.Desired, bs.Running = len(b.Replicas), len(b.Replicas)
+		}
+		r.Backends = append(r.Backends, bs)
+	}
+	for _, n := range xds.Status() {
+		r.Nodes = append(r.Nodes, api.NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK})
+	}
+	return r
 }
 
 // readToken reads a bearer token file; an empty path means no token.

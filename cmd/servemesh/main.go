@@ -29,6 +29,7 @@ func commands() []command {
 		{"endpoint", "create|delete|list|get endpoints through the controller's API", runEndpoint},
 		{"traffic", "set an endpoint's traffic split: traffic set ENDPOINT b1=0.9 b2=0.1", runTraffic},
 		{"shadow", "mirror a proportion of an endpoint's requests: shadow set ENDPOINT backend=0.05", runShadow},
+		{"status", "show live request and error rates next to the weights, replicas, and each node's config", runStatus},
 		{"apply", "make the controller's state equal a config file (--dry-run shows the changes)", runApply},
 		{"agent", "run a node's agent: the replicas placed on it, their Consul registration, its Envoy", runAgent},
 		{"envoy", "run and supervise this node's Envoy, bootstrapped to the control plane", runEnvoy},

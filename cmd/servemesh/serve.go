@@ -122,11 +122,12 @@ func newRegistry() *prometheus.Registry {
 }
 
 // serveMetrics serves /metrics from reg on addr until the returned stop is called.
-func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prometheus.Registry, extra map[string]http.HandlerFunc) (func(), error) {
+// It returns the address it listens on and a stop function.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prometheus.Registry, extra map[string]http.HandlerFunc) (string, func(), error) {
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
+		return "", nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -139,7 +140,7 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, reg *prome
 			log.Error("metrics server stopped", "err", err)
 		}
 	}()
-	return func() { _ = hs.Close() }, nil
+	return lis.Addr().String(), func() { _ = hs.Close() }, nil
 }
 
 func (ps *planeServers) stop() {

@@ -30,7 +30,7 @@ func newFixture(t *testing.T, token string) *fixture {
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(c, token, log))
+	srv := httptest.NewServer(Handler(c, token, log, nil))
 	t.Cleanup(srv.Close)
 	return &fixture{st: st, c: c, srv: srv}
 }

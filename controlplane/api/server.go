@@ -56,8 +56,9 @@ type ErrorBody struct {
 }
 
 // Handler serves the /v1/ API for a controller. With a non-empty token, every
-// /v1/ call needs `Authorization: Bearer <token>`.
-func Handler(c *controller.Controller, token string, log *slog.Logger) http.Handler {
+// /v1/ call needs `Authorization: Bearer <token>`. status, if not nil,
+// answers GET /v1/status.
+func Handler(c *controller.Controller, token string, log *slog.Logger, status func() StatusReport) http.Handler {
 	s := &server{c: c, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/backends", s.listBackends)
@@ -73,6 +74,9 @@ func Handler(c *controller.Controller, token string, log *slog.Logger) http.Hand
 	mux.HandleFunc("PUT /v1/endpoints/{name}/shadows/{backend}", s.setShadow)
 	mux.HandleFunc("POST /v1/apply", s.apply)
 	mux.HandleFunc("GET /v1/leader", s.leader)
+	if status != nil {
+		mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, status()) })
+	}
 	return authenticate(token, mux)
 }
 

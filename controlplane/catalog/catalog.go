@@ -172,7 +172,9 @@ func DataPlaneView(m *model.Model, instances map[string][]Instance) *model.Model
 				b.Replicas = append(b.Replicas, model.Replica{Address: in.Address, Health: health(in.Passing, model.Running)})
 			}
 		}
-		b.Process, b.External, b.Placements = nil, nil, nil
+		// What only the controller and agents use goes: the view is plain
+		// replicas, as in a config file.
+		b.Process, b.External, b.Placements, b.Config.Autoscaling = nil, nil, nil, nil
 		b.Replicas = dedupe(b.Replicas)
 	}
 	return out

@@ -8,7 +8,8 @@ import (
 
 func TestDataPlaneView(t *testing.T) {
 	m := &model.Model{Backends: []model.Backend{
-		{Name: "run", Process: &model.ProcessSpec{Command: "x"}, Placements: []model.Placement{
+		{Name: "run", Process: &model.ProcessSpec{Command: "x"}, Config: model.BackendConfig{NumReplicas: 2,
+			Autoscaling: &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 3, TargetInFlight: 1}}, Placements: []model.Placement{
 			{Tag: "run#000001", Node: "n1", State: model.Running},
 			{Tag: "run#000002", Node: "n2", State: model.Draining},
 			{Tag: "run#000003", Node: "n3", State: model.Running},

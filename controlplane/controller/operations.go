@@ -29,6 +29,9 @@ func (c *Controller) CreateBackend(ctx context.Context, b model.Backend) (bool, 
 	if len(b.Placements) > 0 {
 		return false, errorf(Invalid, "placements are chosen by the controller; leave them out")
 	}
+	if as := b.Config.Autoscaling; as != nil && b.Config.NumReplicas == 0 {
+		b.Config.NumReplicas = as.MinReplicas // an autoscaled backend starts at its minimum
+	}
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return false, err
@@ -57,9 +60,16 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 			return errorf(NotFound, "backend %q is not registered; create it first", name)
 		}
 		if patch.Empty() {
-			return errorf(Invalid, "the update sets no config field; set at least one of max_concurrent_queries, num_replicas, cpus, memory_mb")
+			return errorf(Invalid, "the update sets no config field; set at least one of max_concurrent_queries, num_replicas, cpus, memory_mb, autoscaling")
 		}
-		m.Backends[i].Config = patch.Apply(m.Backends[i].Config)
+		next := patch.Apply(m.Backends[i].Config)
+		if as := next.Autoscaling; as != nil {
+			if patch.NumReplicas != nil {
+				return errorf(Conflict, "backend %q is autoscaled between %d and %d replicas: the autoscaler sets num_replicas; change autoscaling.min_replicas and max_replicas instead, or turn autoscaling off", name, as.MinReplicas, as.MaxReplicas)
+			}
+			next.NumReplicas = min(max(next.NumReplicas, as.MinReplicas), as.MaxReplicas)
+		}
+		m.Backends[i].Config = next
 		if m.Backends[i].Config.NumReplicas < 0 {
 			return nil // validation reports it
 		}
@@ -234,4 +244,23 @@ func describe(current *model.Model, ch store.Change) []string {
 		return strings.SplitN(out[i], " ", 2)[1] < strings.SplitN(out[j], " ", 2)[1]
 	})
 	return out
+}
+
+// Autoscale sets an autoscaled backend's replica count, through the same
+// checkpointed path as a user's call; the count is kept within the
+// backend's bounds.
+func (c *Controller) Autoscale(ctx context.Context, name string, replicas int) (bool, error) {
+	nodes, err := c.nodes(ctx)
+	if err != nil {
+		return false, err
+	}
+	return c.mutate(ctx, "autoscale", func(m *model.Model) error {
+		i := findBackend(m, name)
+		if i < 0 || m.Backends[i].Config.Autoscaling == nil {
+			return errorf(NotFound, "backend %q is not registered or not autoscaled", name)
+		}
+		as := m.Backends[i].Config.Autoscaling
+		m.Backends[i].Config.NumReplicas = min(max(replicas, as.MinReplicas), as.MaxReplicas)
+		return schedule(m, i, nodes, time.Now())
+	})
 }

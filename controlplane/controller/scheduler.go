@@ -16,6 +16,8 @@ type Node struct {
 	ID       string
 	CPUs     float64
 	MemoryMB int
+	// StatusAddr is where the node's agent reports its load.
+	StatusAddr string
 }
 
 // NodeLister returns the nodes whose agents are alive.

@@ -104,6 +104,46 @@ type BackendConfig struct {
 	// CPUs and MemoryMB are what one replica needs of a node.
 	CPUs     float64 `json:"cpus,omitempty"`
 	MemoryMB int     `json:"memory_mb,omitempty"`
+	// Autoscaling, if set, lets the controller choose NumReplicas from the
+	// backend's load (process backends only).
+	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
+}
+
+// AutoscalingConfig is Ray Serve's autoscaling policy: keep about
+// TargetInFlight requests in flight per replica, averaged over the look-back
+// period, between MinReplicas and MaxReplicas, scaling up only after the
+// need has lasted UpscaleDelayS and down only after DownscaleDelayS. Zero
+// durations take the defaults (Ray Serve's).
+type AutoscalingConfig struct {
+	MinReplicas      int     `json:"min_replicas"`
+	MaxReplicas      int     `json:"max_replicas"`
+	TargetInFlight   float64 `json:"target_in_flight_requests"`
+	MetricsIntervalS float64 `json:"metrics_interval_s,omitempty"`
+	LookBackPeriodS  float64 `json:"look_back_period_s,omitempty"`
+	UpscaleDelayS    float64 `json:"upscale_delay_s,omitempty"`
+	DownscaleDelayS  float64 `json:"downscale_delay_s,omitempty"`
+}
+
+// Autoscaling defaults, as in Ray Serve: scale down much slower than up.
+const (
+	DefaultMetricsIntervalS = 10
+	DefaultLookBackPeriodS  = 30
+	DefaultUpscaleDelayS    = 30
+	DefaultDownscaleDelayS  = 600
+)
+
+// Effective returns the config with defaults filled in.
+func (a AutoscalingConfig) Effective() AutoscalingConfig {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&a.MetricsIntervalS, DefaultMetricsIntervalS)
+	def(&a.LookBackPeriodS, DefaultLookBackPeriodS)
+	def(&a.UpscaleDelayS, DefaultUpscaleDelayS)
+	def(&a.DownscaleDelayS, DefaultDownscaleDelayS)
+	return a
 }
 
 // BackendConfigPatch is a partial update of a BackendConfig: only the fields
@@ -113,6 +153,9 @@ type BackendConfigPatch struct {
 	NumReplicas          *int     `json:"num_replicas,omitempty"`
 	CPUs                 *float64 `json:"cpus,omitempty"`
 	MemoryMB             *int     `json:"memory_mb,omitempty"`
+	// Autoscaling replaces the autoscaling config; an empty one
+	// ({"max_replicas": 0}) turns autoscaling off.
+	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
 }
 
 // Apply returns c with the patch's set fields replaced.
@@ -129,12 +172,18 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 	if p.MemoryMB != nil {
 		c.MemoryMB = *p.MemoryMB
 	}
+	if p.Autoscaling != nil {
+		c.Autoscaling = p.Autoscaling
+		if *p.Autoscaling == (AutoscalingConfig{}) {
+			c.Autoscaling = nil
+		}
+	}
 	return c
 }
 
 // Empty reports whether the patch changes nothing.
 func (p BackendConfigPatch) Empty() bool {
-	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil
+	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.Autoscaling == nil
 }
 
 // Health is a replica's health as the data plane should treat it.
@@ -246,6 +295,10 @@ func Clone(m *Model) *Model {
 			x := *b.External
 			b.External = &x
 		}
+		if b.Config.Autoscaling != nil {
+			as := *b.Config.Autoscaling
+			b.Config.Autoscaling = &as
+		}
 		out.Backends = append(out.Backends, b)
 	}
 	for _, e := range m.Endpoints {
@@ -264,7 +317,7 @@ func CloneEndpoint(e Endpoint) Endpoint {
 
 // BackendsEqual reports whether two backends are the same, placements included.
 func BackendsEqual(a, b Backend) bool {
-	return a.Name == b.Name && a.Config == b.Config && slices.Equal(a.Replicas, b.Replicas) &&
+	return a.Name == b.Name && reflect.DeepEqual(a.Config, b.Config) && slices.Equal(a.Replicas, b.Replicas) &&
 		reflect.DeepEqual(a.Process, b.Process) && reflect.DeepEqual(a.External, b.External) &&
 		slices.Equal(a.Placements, b.Placements)
 }

@@ -130,6 +130,7 @@ func validateBackend(p *problems, field string, b Backend) {
 		p.add(field+".replicas", "lists %d replicas; at most %d fit one backend", len(b.Replicas), MaxReplicas)
 	}
 	validateSource(p, field, b)
+	validateAutoscaling(p, field+".config", b)
 	seen := make(map[netip.AddrPort]bool, len(b.Replicas))
 	for j, r := range b.Replicas {
 		// Field names are formatted only for problems: models hold many replicas.
@@ -274,6 +275,37 @@ func validateSource(p *problems, field string, b Backend) {
 		}
 		if pl.State != Running && pl.State != Draining {
 			p.add(pf+".state", "%q is not %q or %q", pl.State, Running, Draining)
+		}
+	}
+}
+
+func validateAutoscaling(p *problems, field string, b Backend) {
+	a := b.Config.Autoscaling
+	if a == nil {
+		return
+	}
+	config := field
+	field += ".autoscaling"
+	if b.Process == nil {
+		p.add(field, "is set on a backend without a process; only replicas servemesh runs can be autoscaled")
+	}
+	switch {
+	case a.MinReplicas < 0:
+		p.add(field+".min_replicas", "is %d; set 0 or more", a.MinReplicas)
+	case a.MaxReplicas < 1 || a.MaxReplicas > MaxReplicas:
+		p.add(field+".max_replicas", "is %d; set a number from 1 to %d", a.MaxReplicas, MaxReplicas)
+	case a.MinReplicas > a.MaxReplicas:
+		p.add(field+".min_replicas", "%d is above max_replicas %d; lower it or raise max_replicas", a.MinReplicas, a.MaxReplicas)
+	case b.Config.NumReplicas < a.MinReplicas || b.Config.NumReplicas > a.MaxReplicas:
+		p.add(config+".num_replicas", "%d is outside autoscaling's [%d, %d]; leave num_replicas out to start at min_replicas", b.Config.NumReplicas, a.MinReplicas, a.MaxReplicas)
+	}
+	if !(a.TargetInFlight > 0) || math.IsInf(a.TargetInFlight, 0) {
+		p.add(field+".target_in_flight_requests", "is %v; set the requests in flight one replica should carry, above 0 (such as 2)", a.TargetInFlight)
+	}
+	for name, v := range map[string]float64{"metrics_interval_s": a.MetricsIntervalS, "look_back_period_s": a.LookBackPeriodS,
+		"upscale_delay_s": a.UpscaleDelayS, "downscale_delay_s": a.DownscaleDelayS} {
+		if math.IsNaN(v) || v < 0 || v > 86400 {
+			p.add(field+"."+name, "is %v; set seconds from 0 (the default) to 86400", v)
 		}
 	}
 }

@@ -111,7 +111,10 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 		if len(idempotent) > 0 {
 			name += group.suffix
 		}
-		routes = append(routes, &route.Route{Name: name, Match: m, Action: &route.Route_Route{Route: routeAction(e, group.retry)}})
+		// Both forwarding routes count into the endpoint's route stats:
+		// vhost.<vhost>.route.<endpoint>.upstream_rq_*.
+		routes = append(routes, &route.Route{Name: name, Match: m, StatPrefix: e.Name,
+			Action: &route.Route_Route{Route: routeAction(e, group.retry)}})
 	}
 	return append(routes,
 		&route.Route{

@@ -1,0 +1,74 @@
+package autoscale
+
+import (
+	"math"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// Sample is one reading of a backend's requests in flight, summed over nodes.
+type Sample struct {
+	At       time.Time
+	InFlight float64
+}
+
+// Policy decides one backend's replica count.
+type Policy struct {
+	samples []Sample
+	// wantSince is when the current wish to scale (direction want) began.
+	want      int
+	wantSince time.Time
+}
+
+// Observe records a sample and forgets those older than the look-back period.
+func (p *Policy) Observe(s Sample, lookBack time.Duration) {
+	p.samples = append(p.samples, s)
+	cut := 0
+	for cut < len(p.samples) && s.At.Sub(p.samples[cut].At) > lookBack {
+		cut++
+	}
+	p.samples = p.samples[cut:]
+}
+
+// Average is the mean in-flight count over the samples kept.
+func (p *Policy) Average() float64 {
+	if len(p.samples) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, s := range p.samples {
+		sum += s.InFlight
+	}
+	return sum / float64(len(p.samples))
+}
+
+// Decide returns the replica count to scale to, and whether to act now.
+func (p *Policy) Decide(cfg model.AutoscalingConfig, current int, now time.Time) (int, bool) {
+	cfg = cfg.Effective()
+	desired := int(math.Ceil(p.Average() / cfg.TargetInFlight))
+	desired = min(max(desired, cfg.MinReplicas), cfg.MaxReplicas)
+	direction := 0
+	switch {
+	case desired > current:
+		direction = 1
+	case desired < current:
+		direction = -1
+	}
+	if direction == 0 {
+		p.want = 0
+		return current, false
+	}
+	if p.want != direction {
+		p.want, p.wantSince = direction, now
+	}
+	delay := cfg.UpscaleDelayS
+	if direction < 0 {
+		delay = cfg.DownscaleDelayS
+	}
+	if now.Sub(p.wantSince) < time.Duration(delay*float64(time.Second)) {
+		return current, false
+	}
+	p.want = 0
+	return desired, true
+}

@@ -1,0 +1,84 @@
+package autoscale
+
+import (
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+var cfg = model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 6, TargetInFlight: 2,
+	MetricsIntervalS: 1, LookBackPeriodS: 3, UpscaleDelayS: 2, DownscaleDelayS: 5}
+
+// run feeds a constant load for d, one sample a second, and returns every
+// scaling decision as (second, replicas).
+func run(p *Policy, start time.Time, current *int, load float64, d int) [][2]int {
+	var out [][2]int
+	for s := range d {
+		now := start.Add(time.Duration(s) * time.Second)
+		p.Observe(Sample{At: now, InFlight: load}, 3*time.Second)
+		if n, act := p.Decide(cfg, *current, now); act {
+			*current = n
+			out = append(out, [2]int{s, n})
+		}
+	}
+	return out
+}
+
+func TestScalesUpAfterTheUpscaleDelay(t *testing.T) {
+	p, current, t0 := &Policy{}, 1, time.Unix(1000, 0)
+	got := run(p, t0, &current, 10, 10)
+	if len(got) != 1 || got[0][1] != 5 || got[0][0] < 2 {
+		t.Fatalf("10 in flight, target 2: decisions %v; want one, to 5 replicas, after 2s", got)
+	}
+}
+
+func TestNeverAboveMaxNorBelowMin(t *testing.T) {
+	p, current, t0 := &Policy{}, 1, time.Unix(1000, 0)
+	run(p, t0, &current, 100, 10)
+	if current != 6 {
+		t.Fatalf("100 in flight: %d replicas, want max 6", current)
+	}
+	run(p, t0.Add(10*time.Second), &current, 0, 20)
+	if current != 1 {
+		t.Fatalf("no load: %d replicas, want min 1", current)
+	}
+}
+
+func TestDownscaleWaitsLongerAndSteadyLoadNeverFlaps(t *testing.T) {
+	p, current, t0 := &Policy{}, 1, time.Unix(1000, 0)
+	run(p, t0, &current, 6, 10) // -> 3
+	got := run(p, t0.Add(10*time.Second), &current, 6, 60)
+	if len(got) != 0 || current != 3 {
+		t.Fatalf("steady load flapped: %v (now %d)", got, current)
+	}
+	got = run(p, t0.Add(70*time.Second), &current, 0, 4)
+	if len(got) != 0 {
+		t.Fatalf("scaled down within the 5s downscale delay: %v", got)
+	}
+	got = run(p, t0.Add(74*time.Second), &current, 0, 10)
+	if len(got) != 1 || current != 1 {
+		t.Fatalf("after the downscale delay: %v (now %d)", got, current)
+	}
+}
+
+// A spike shorter than the upscale delay does not scale, when the look-back
+// period is no longer than that delay. (A longer look-back keeps a spike in
+// the average for longer; that is the averaging working, as in Ray Serve.)
+func TestABriefSpikeDoesNotScale(t *testing.T) {
+	c := cfg
+	c.LookBackPeriodS, c.UpscaleDelayS = 1, 3
+	p, current, t0 := &Policy{}, 2, time.Unix(1000, 0)
+	var decisions []int
+	for s, load := range []float64{4, 4, 4, 40, 4, 4, 4, 4, 4, 4} {
+		now := t0.Add(time.Duration(s) * time.Second)
+		p.Observe(Sample{At: now, InFlight: load}, time.Second)
+		if n, act := p.Decide(c, current, now); act {
+			current = n
+			decisions = append(decisions, n)
+		}
+	}
+	if len(decisions) != 0 || current != 2 {
+		t.Fatalf("a one-second spike scaled: %v", decisions)
+	}
+}
