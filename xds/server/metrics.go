@@ -12,6 +12,8 @@ type metrics struct {
 	rejected     prometheus.Counter
 	knownNodes   prometheus.Gauge
 	modelVersion prometheus.Gauge
+	connected    prometheus.Gauge
+	convergence  prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -49,9 +51,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "servemesh_xds_model_generation",
 			Help: "Generation of the last accepted model (increments on every accepted change).",
 		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "servemesh_xds_connected_nodes",
+			Help: "Envoy nodes with at least one open xDS stream.",
+		}),
+		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "servemesh_xds_convergence_seconds",
+			Help:    "Time from an accepted change to a node ACKing the configuration built from it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.pushes, m.nacks, m.streams, m.publishes, m.publishTime, m.rejected, m.knownNodes, m.modelVersion)
+		reg.MustRegister(m.pushes, m.nacks, m.streams, m.publishes, m.publishTime, m.rejected, m.knownNodes, m.modelVersion,
+			m.connected, m.convergence)
 	}
 	return m
 }

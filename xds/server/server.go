@@ -45,6 +45,7 @@ type Server struct {
 	mu         sync.Mutex
 	model      *model.Model
 	generation uint64
+	acceptedAt map[uint64]time.Time // when each recent generation was accepted
 	nodes      map[string]*nodeState
 	streams    map[int64]*streamState
 
@@ -62,6 +63,7 @@ func New(opts Options) *Server {
 		maxHoldOff:         opts.MaxHoldOff,
 		wake:               make(chan struct{}, 1),
 		nodes:              map[string]*nodeState{},
+		acceptedAt:         map[uint64]time.Time{},
 		streams:            map[int64]*streamState{},
 		publishedEndpoints: map[string]types.Resource{},
 	}
@@ -115,6 +117,8 @@ func (s *Server) SetModel(m *model.Model) error {
 	s.model = m
 	s.generation++
 	gen := s.generation
+	s.acceptedAt[gen] = time.Now()
+	delete(s.acceptedAt, gen-1000) // keep the recent ones
 	s.mu.Unlock()
 	s.metrics.modelVersion.Set(float64(gen))
 	s.log.Info("accepted model", "generation", gen, "backends", len(m.Backends), "endpoints", len(m.Endpoints))

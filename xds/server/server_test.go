@@ -159,7 +159,7 @@ func clusterNames(t *testing.T, r *discovery.DiscoveryResponse) []string {
 }
 
 func TestServesClustersListenersAndEndpoints(t *testing.T) {
-	s, conn, _ := startServer(t)
+	s, conn, reg := startServer(t)
 	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +197,9 @@ func TestServesClustersListenersAndEndpoints(t *testing.T) {
 	st.expectNothing(200 * time.Millisecond)
 
 	waitFor(t, func() bool { return len(s.Status()) == 1 && s.Status()[0].InSync })
+	if n := histogramCount(t, reg, "servemesh_xds_convergence_seconds"); n < 1 {
+		t.Fatalf("servemesh_xds_convergence_seconds has %d observations, want at least 1", n)
+	}
 	if got := s.Status()[0]; !got.Connected || got.Generation != 2 {
 		t.Fatalf("status %+v, want connected at generation 2", got)
 	}
@@ -378,4 +381,18 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -21,6 +22,7 @@ type nodeState struct {
 	acked      map[string]string // type URL -> version the node last ACKed
 	nacks      int
 	lastNACK   string
+	converged  uint64 // the last generation this node was seen in sync with
 }
 
 // streamState is one xDS stream's bookkeeping.
@@ -46,6 +48,7 @@ func (s *Server) closeStream(id int64) {
 			n.streams--
 		}
 		delete(s.streams, id)
+		s.countConnected()
 	}
 	s.mu.Unlock()
 	s.metrics.streams.Dec()
@@ -101,7 +104,36 @@ func (s *Server) onRequest(id int64, node *core.Node, typeURL, version, nonce st
 		return "", sent.version
 	}
 	n.acked[typeURL] = sent.version
+	s.observeConvergence(n)
 	return sent.version, ""
+}
+
+// observeConvergence records how long the node took to ACK its current
+// generation, the first time it is in sync with it. Called with mu held.
+func (s *Server) observeConvergence(n *nodeState) {
+	if n.converged >= n.generation || len(n.expected) == 0 {
+		return
+	}
+	for typ, v := range n.expected {
+		if n.acked[typ] != v {
+			return
+		}
+	}
+	n.converged = n.generation
+	if at, ok := s.acceptedAt[n.generation]; ok {
+		s.metrics.convergence.Observe(time.Since(at).Seconds())
+	}
+}
+
+// countConnected updates the connected-nodes gauge. Called with mu held.
+func (s *Server) countConnected() {
+	connected := 0
+	for _, n := range s.nodes {
+		if n.streams > 0 {
+			connected++
+		}
+	}
+	s.metrics.connected.Set(float64(connected))
 }
 
 // registerNode learns a stream's node from its first request. Called with mu held.
@@ -126,6 +158,7 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 		s.kick()
 	}
 	n.streams++
+	s.countConnected()
 }
 
 func (s *Server) onResponse(id int64, typeURL, nonce, version string) {
