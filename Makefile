@@ -69,6 +69,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/dataplane
 	go run ./bench/controlplane
 	go run ./bench/agents
+	go run ./bench/statsoverhead
 
 clean: ## remove build output and run folders (keeps .tools)
 	rm -rf bin .run

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+func main() {
+	rate := flag.Int("rate", 1000, "requests per second through Envoy")
+	phase := flag.Duration("phase", 10*time.Second, "length of each phase")
+	flag.Parse()
+	if err := run(*rate, *phase); err != nil {
+		fmt.Fprintln(os.Stderr, "statsoverhead:", err)
+		os.Exit(1)
+	}
+}
+
+func run(rate int, phase time.Duration) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "servemesh-bench-stats")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	bin := filepath.Join(dir, "servemesh")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
+		return fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
+	}
+	consul, err := testutil.StartConsul(dir)
+	if err != nil {
+		return err
+	}
+	defer consul.Stop()
+	replica, xds, cpHTTP, public, mesh, admin, status := free(), free(), free(), free(), free(), free(), free()
+	config := filepath.Join(dir, "mesh.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("backends: [{name: b, replicas: [{address: %q}], config: {max_concurrent_queries: 1000}}]\nendpoints: [{name: e, route: /e, traffic: {b: 1}}]\n", replica)), 0o644); err != nil {
+		return err
+	}
+	env := []string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr}
+	for _, args := range [][]string{
+		{"demo-replica", "--backend", "b", "--listen", replica},
+		{"serve", "--config", config, "--xds-listen", xds, "--http-listen", cpHTTP},
+	} {
+		p, err := start(env, bin, args...)
+		if err != nil {
+			return err
+		}
+		defer stop(p)
+	}
+	binary, err := envoy.Find("")
+	if err != nil {
+		return err
+	}
+	yaml, err := bootstrap.YAML(bootstrap.Options{Node: translate.Node{ID: "stats", PublicAddress: "127.0.0.1", PublicPort: port(public),
+		MeshAddress: "127.0.0.1", MeshPort: port(mesh)}, XDSAddress: xds, AdminAddress: admin})
+	if err != nil {
+		return err
+	}
+	cfg := filepath.Join(dir, "bootstrap.yaml")
+	if err := os.WriteFile(cfg, yaml, 0o644); err != nil {
+		return err
+	}
+	proxy, err := envoy.Start(envoy.Config{Binary: binary, ConfigPath: cfg, AdminAddress: admin, LogPath: filepath.Join(dir, "envoy.log"),
+		Concurrency: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = proxy.Stop(ctx, 0) }()
+	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := proxy.WaitReady(readyCtx); err != nil {
+		return err
+	}
+	agentProc, err := start(env, bin, "agent", "--no-envoy", "--node-id", "stats", "--admin", admin, "--metrics-listen", status,
+		"--work-dir", filepath.Join(dir, "agent"))
+	if err != nil {
+		return err
+	}
+	defer stop(agentProc)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	if err := waitOK(client, "http://"+public+"/e"); err != nil {
+		return err
+	}
+	if err := waitOK(client, "http://"+status+"/v1/load"); err != nil {
+		return err
+	}
+
+	fmt.Printf("Envoy (1 worker thread) serving %d req/s; each phase %s; CPU as %% of one core\n\n", rate, phase)
+	fmt.Println("| /v1/load polled | Envoy CPU | agent CPU | requests failed |")
+	fmt.Println("|---|---:|---:|---:|")
+	for _, every := range []time.Duration{0, time.Second, 100 * time.Millisecond} {
+		envoyCPU, agentCPU, failed := measure(client, "http://"+public+"/e", "http://"+status+"/v1/load", rate, phase, every, proxy.Pid(), agentProc.Process.Pid)
+		label := "never"
+		if every > 0 {
+			label = "every " + every.String()
+		}
+		fmt.Printf("| %s | %.1f%% | %.2f%% | %d |\n", label, envoyCPU, agentCPU, failed)
+	}
+	return nil
+}
+
+// measure drives rate requests a second for d while polling loadURL every
+// poll (never when 0), and returns Envoy's and the agent's CPU share.
+func measure(client *http.Client, url, loadURL string, rate int, d, poll time.Duration, envoyPid, agentPid int) (float64, float64, int) {
+	e0, a0 := cpuSeconds(envoyPid), cpuSeconds(agentPid)
+	start := time.Now()
+	var failed int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	stopPoll := make(chan struct{})
+	if poll > 0 {
+		go func() {
+			tick := time.NewTicker(poll)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopPoll:
+					return
+				case <-tick.C:
+					_ = get(client, loadURL)
+				}
+			}
+		}()
+	}
+	interval := time.Second / time.Duration(rate)
+	total := int(d / interval)
+	sem := make(chan struct{}, 64)
+	for i := range total {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if get(client, url) != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stopPoll)
+	elapsed := time.Since(start).Seconds()
+	return (cpuSeconds(envoyPid) - e0) / elapsed * 100, (cpuSeconds(agentPid) - a0) / elapsed * 100, failed
+}
+
+func get(c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func waitOK(c *http.Client, url string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for get(c, url) != nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not answering", url)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// cpuSeconds is a process's user+system CPU time so far.
+func cpuSeconds(pid int) float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100
+}
+
+func start(env []string, bin string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.CommandContext(context.Background(), bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, cmd.Start()
+}
+
+func stop(cmd *exec.Cmd) { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+
+func free() string {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+func port(addr string) uint32 {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return uint32(n)
+}
