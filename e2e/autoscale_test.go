@@ -139,6 +139,17 @@ func TestAutoscaling(t *testing.T) {
 	l.add(9) // 10 in flight: ceil(10 / 2) = 5 replicas
 	waitUntil(t, 30*time.Second, "replicas to rise to meet the load", func() bool { return replicas() >= 5 })
 	decided := time.Since(stepped)
+	// servemesh status shows the live rate next to the weight, and the nodes.
+	waitUntil(t, 10*time.Second, "servemesh status to show the load", func() bool {
+		code, out, _ := cli(t, []string{"SERVEMESH_SERVER=" + ctl.apiAddr}, "status")
+		var rate float64
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 7 && f[0] == "slow" && f[2] == "slow" {
+				rate, _ = strconv.ParseFloat(f[5], 64)
+			}
+		}
+		return code == 0 && rate > 50 && strings.Contains(out, "n1") && strings.Contains(out, "n2") && strings.Contains(out, "LATEST CONFIG")
+	})
 	consulClient, err := consul.Client()
 	if err != nil {
 		t.Fatal(err)
