@@ -105,55 +105,17 @@ func runBackend(ctx context.Context, _ *slog.Logger, args []string, out io.Write
 		changed, err := c.UpdateBackend(ctx, names[0], patch(fs))
 		return report(out, "backend", names[0], changed, err, "updated", "already has this config")
 	case "delete":
-		names, err := parseNamed(fs, args, 1, "one backend name")
-		if err != nil {
-			return err
-		}
-		c, err := o.client()
-		if err != nil {
-			return err
-		}
-		changed, err := c.DeleteBackend(ctx, names[0])
-		return report(out, "backend", names[0], changed, err, "deleted", "was already absent")
+		return deleteObject(ctx, &o, fs, args, "backend", out, (*api.Client).DeleteBackend)
 	case "list", "get":
-		want, what := 0, "no arguments"
-		if verb == "get" {
-			want, what = 1, "one backend name"
-		}
-		names, err := parseNamed(fs, args, want, what)
-		if err != nil {
-			return err
-		}
-		c, err := o.client()
-		if err != nil {
-			return err
-		}
-		var backends []model.Backend
-		if verb == "get" {
-			b, err := c.GetBackend(ctx, names[0])
-			if err != nil {
-				return err
-			}
-			if o.output == "json" {
-				return writeJSONOut(out, b)
-			}
-			backends = []model.Backend{b}
-		} else if backends, err = c.ListBackends(ctx); err != nil {
-			return err
-		} else if o.output == "json" {
-			return writeJSONOut(out, backends)
-		}
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tREPLICAS\tMAX_CONCURRENT_QUERIES\tNUM_REPLICAS\tCPUS\tMEMORY_MB")
-		for _, b := range backends {
-			var addrs []string
-			for _, r := range b.Replicas {
-				addrs = append(addrs, r.Address)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%g\t%d\n", b.Name, orNone(strings.Join(addrs, ",")),
-				b.Config.EffectiveMaxConcurrentQueries(), b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB)
-		}
-		return tw.Flush()
+		return readObjects(ctx, &o, fs, args, verb, "backend", out, (*api.Client).GetBackend, (*api.Client).ListBackends,
+			"NAME\tREPLICAS\tMAX_CONCURRENT_QUERIES\tNUM_REPLICAS\tCPUS\tMEMORY_MB", func(b model.Backend) string {
+				var addrs []string
+				for _, r := range b.Replicas {
+					addrs = append(addrs, r.Address)
+				}
+				return fmt.Sprintf("%s\t%s\t%d\t%d\t%g\t%d", b.Name, orNone(strings.Join(addrs, ",")),
+					b.Config.EffectiveMaxConcurrentQueries(), b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB)
+			})
 	}
 	return fmt.Errorf("unknown verb %q: use backend create|update|delete|list|get", verb)
 }
@@ -224,51 +186,13 @@ func runEndpoint(ctx context.Context, _ *slog.Logger, args []string, out io.Writ
 		changed, err := c.CreateEndpoint(ctx, e)
 		return report(out, "endpoint", names[0], changed, err, "created", "already exists with this spec")
 	case "delete":
-		names, err := parseNamed(fs, args, 1, "one endpoint name")
-		if err != nil {
-			return err
-		}
-		c, err := o.client()
-		if err != nil {
-			return err
-		}
-		changed, err := c.DeleteEndpoint(ctx, names[0])
-		return report(out, "endpoint", names[0], changed, err, "deleted", "was already absent")
+		return deleteObject(ctx, &o, fs, args, "endpoint", out, (*api.Client).DeleteEndpoint)
 	case "list", "get":
-		want, what := 0, "no arguments"
-		if verb == "get" {
-			want, what = 1, "one endpoint name"
-		}
-		names, err := parseNamed(fs, args, want, what)
-		if err != nil {
-			return err
-		}
-		c, err := o.client()
-		if err != nil {
-			return err
-		}
-		var endpoints []model.Endpoint
-		if verb == "get" {
-			e, err := c.GetEndpoint(ctx, names[0])
-			if err != nil {
-				return err
-			}
-			if o.output == "json" {
-				return writeJSONOut(out, e)
-			}
-			endpoints = []model.Endpoint{e}
-		} else if endpoints, err = c.ListEndpoints(ctx); err != nil {
-			return err
-		} else if o.output == "json" {
-			return writeJSONOut(out, endpoints)
-		}
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS")
-		for _, e := range endpoints {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Name, orNone(e.Route), strings.Join(e.AllowedMethods(), ","),
-				formatWeights(e.Traffic), orNone(formatWeights(e.Shadows)))
-		}
-		return tw.Flush()
+		return readObjects(ctx, &o, fs, args, verb, "endpoint", out, (*api.Client).GetEndpoint, (*api.Client).ListEndpoints,
+			"NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS", func(e model.Endpoint) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", e.Name, orNone(e.Route), strings.Join(e.AllowedMethods(), ","),
+					formatWeights(e.Traffic), orNone(formatWeights(e.Shadows)))
+			})
 	}
 	return fmt.Errorf("unknown verb %q: use endpoint create|delete|list|get", verb)
 }
@@ -365,6 +289,64 @@ func runApply(ctx context.Context, _ *slog.Logger, args []string, out io.Writer)
 		fmt.Fprintf(out, "%s%s\n", prefix, line)
 	}
 	return nil
+}
+
+// readObjects runs `list`, or `get NAME`, for one kind of object: JSON as
+// the API answers it with -o json, else a table.
+func readObjects[T any](ctx context.Context, o *ctlOptions, fs *flag.FlagSet, args []string, verb, kind string, out io.Writer,
+	get func(*api.Client, context.Context, string) (T, error), list func(*api.Client, context.Context) ([]T, error),
+	header string, row func(T) string) error {
+	want, what := 0, "no arguments"
+	if verb == "get" {
+		want, what = 1, "one "+kind+" name"
+	}
+	names, err := parseNamed(fs, args, want, what)
+	if err != nil {
+		return err
+	}
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	var items []T
+	if verb == "get" {
+		item, err := get(c, ctx, names[0])
+		if err != nil {
+			return err
+		}
+		if o.output == "json" {
+			return writeJSONOut(out, item)
+		}
+		items = []T{item}
+	} else {
+		if items, err = list(c, ctx); err != nil {
+			return err
+		}
+		if o.output == "json" {
+			return writeJSONOut(out, items)
+		}
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, item := range items {
+		fmt.Fprintln(tw, row(item))
+	}
+	return tw.Flush()
+}
+
+// deleteObject runs `delete NAME` for one kind of object.
+func deleteObject(ctx context.Context, o *ctlOptions, fs *flag.FlagSet, args []string, kind string, out io.Writer,
+	del func(*api.Client, context.Context, string) (bool, error)) error {
+	names, err := parseNamed(fs, args, 1, "one "+kind+" name")
+	if err != nil {
+		return err
+	}
+	c, err := o.client()
+	if err != nil {
+		return err
+	}
+	changed, err := del(c, ctx, names[0])
+	return report(out, kind, names[0], changed, err, "deleted", "was already absent")
 }
 
 // parseWeights reads "name=number" pairs.

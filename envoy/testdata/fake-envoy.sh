@@ -9,16 +9,17 @@ if [ "$1" = "--version" ]; then
   exit 0
 fi
 state=${FAKE_ENVOY_STATE:?FAKE_ENVOY_STATE must name a folder}
+# The trap goes first: tests signal as soon as the pid file appears.
+if [ -n "$FAKE_ENVOY_IGNORE_TERM" ]; then
+  trap '' TERM
+else
+  trap 'echo terminated > "$state/signal"; exit 0' TERM
+fi
 echo "$*" > "$state/args"
 echo $$ > "$state/pid"
 if [ -n "$FAKE_ENVOY_CRASH" ]; then
   echo "critical: fake envoy crashed on purpose"
   exit 1
-fi
-if [ -n "$FAKE_ENVOY_IGNORE_TERM" ]; then
-  trap '' TERM
-else
-  trap 'echo terminated > "$state/signal"; exit 0' TERM
 fi
 echo "fake envoy running"
 while :; do sleep 0.05; done
