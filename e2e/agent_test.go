@@ -131,24 +131,6 @@ func restarts(t *testing.T, a *agentProc, tag string) int {
 	return 0
 }
 
-// pidListeningOn finds the process whose command line says --listen addr.
-func pidListeningOn(t *testing.T, addr string) int {
-	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(cmdline), "--listen\x00"+addr+"\x00") {
-			return pid
-		}
-	}
-	t.Fatalf("no process listens on %s", addr)
-	return 0
-}
-
 func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", []string{"--replace-after", "4s", "--drain-grace", "1s"})
@@ -264,7 +246,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		}
 		l := startLoad("http://"+nodes[1].public+"/svc", 4)
 		time.Sleep(300 * time.Millisecond)
-		pid := pidListeningOn(t, addr)
+		pid := mustPid(t, addr)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +254,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		client := &http.Client{Timeout: 5 * time.Second}
 		waitUntil(t, 20*time.Second, "the restarted replica to serve again", func() bool {
 			got, _ := replicaOf(client, "http://"+nodes[1].public+"/svc")
-			return got == tag && pidListeningOn(t, addr) != pid
+			return got == tag && mustPid(t, addr) != pid
 		})
 		l.finish(t)
 	})
@@ -334,4 +316,13 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		l.finish(t)
 	})
+}
+
+func mustPid(t *testing.T, addr string) int {
+	t.Helper()
+	pid := testutil.PidListening(addr)
+	if pid == 0 {
+		t.Fatalf("no process listens on %s", addr)
+	}
+	return pid
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,9 +49,9 @@ func run() error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	bin := filepath.Join(dir, "servemesh")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
-		return fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
+	bin, err := testutil.BuildServemesh(ctx, dir)
+	if err != nil {
+		return err
 	}
 	envoyBin, err := envoy.Find("")
 	if err != nil {
@@ -64,22 +63,22 @@ func run() error {
 	}
 	defer consul.Stop()
 	env := []string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr, "SERVEMESH_ENVOY=" + envoyBin}
-	apiAddr, xdsAddr := freeAddr("127.0.0.1"), freeAddr("127.0.0.1")
+	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
 	ctlProc, err := start(env, bin, "controller", "--api-listen", apiAddr, "--xds-listen", xdsAddr, "--drain-grace", "1s")
 	if err != nil {
 		return err
 	}
 	defer ctlProc.stop()
 	c := api.NewClient(apiAddr, "")
-	if err := until(20*time.Second, func() bool { i, err := c.Leader(ctx); return err == nil && i.Leading }); err != nil {
+	if err := testutil.Until(20*time.Second, func() bool { i, err := c.Leader(ctx); return err == nil && i.Leading }); err != nil {
 		return err
 	}
 	admins := []string{}
 	for i, addr := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
-		admin := freeAddr("127.0.0.1")
+		admin := testutil.MustFreeAddr("127.0.0.1")
 		admins = append(admins, admin)
 		p, err := start(env, bin, "agent", "--node-id", fmt.Sprintf("n%d", i+1), "--address", addr, "--cpus", "4",
-			"--xds", xdsAddr, "--public", freeAddr(addr), "--mesh", freeAddr("127.0.0.1"), "--admin", admin,
+			"--xds", xdsAddr, "--public", testutil.MustFreeAddr(addr), "--mesh", testutil.MustFreeAddr("127.0.0.1"), "--admin", admin,
 			"--work-dir", filepath.Join(dir, fmt.Sprintf("n%d", i+1)), "--drain-grace", "1s")
 		if err != nil {
 			return err
@@ -87,7 +86,7 @@ func run() error {
 		defer p.stop()
 	}
 	spec := &model.ProcessSpec{Command: bin, Args: []string{"demo-replica", "--backend", "a", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
-	if err := until(30*time.Second, func() bool {
+	if err := testutil.Until(30*time.Second, func() bool {
 		_, err := c.CreateBackend(ctx, model.Backend{Name: "a", Process: spec, Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}})
 		return err == nil
 	}); err != nil {
@@ -104,7 +103,7 @@ func run() error {
 		}
 		return int(s["cluster.a.membership_healthy"])
 	}
-	if err := until(30*time.Second, func() bool { return healthy() == 1 }); err != nil {
+	if err := testutil.Until(30*time.Second, func() bool { return healthy() == 1 }); err != nil {
 		return fmt.Errorf("first replica never served: %w", err)
 	}
 
@@ -117,14 +116,14 @@ func run() error {
 		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &six}); err != nil {
 			return err
 		}
-		if err := until(30*time.Second, func() bool { return healthy() == 6 }); err != nil {
+		if err := testutil.Until(30*time.Second, func() bool { return healthy() == 6 }); err != nil {
 			return fmt.Errorf("scale-up: %w", err)
 		}
 		scaleUp = append(scaleUp, time.Since(start))
 		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
 			return err
 		}
-		if err := until(30*time.Second, func() bool { b, _ := c.GetBackend(ctx, "a"); return len(b.Placements) == 1 && healthy() == 1 }); err != nil {
+		if err := testutil.Until(30*time.Second, func() bool { b, _ := c.GetBackend(ctx, "a"); return len(b.Placements) == 1 && healthy() == 1 }); err != nil {
 			return fmt.Errorf("scale-down: %w", err)
 		}
 	}
@@ -142,15 +141,15 @@ func run() error {
 			return fmt.Errorf("no replica to hang")
 		}
 		addr := fmt.Sprintf("%s:%d", entries[0].Service.Address, entries[0].Service.Port)
-		pid := pidListening(addr)
+		pid := testutil.PidListening(addr)
 		start := time.Now()
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
-		if err := until(30*time.Second, func() bool { return healthy() == 0 }); err != nil {
+		if err := testutil.Until(30*time.Second, func() bool { return healthy() == 0 }); err != nil {
 			return fmt.Errorf("hung replica still healthy: %w", err)
 		}
 		hung = append(hung, time.Since(start))
 		_ = syscall.Kill(pid, syscall.SIGCONT)
-		if err := until(30*time.Second, func() bool { return healthy() == 1 }); err != nil {
+		if err := testutil.Until(30*time.Second, func() bool { return healthy() == 1 }); err != nil {
 			return fmt.Errorf("replica did not come back: %w", err)
 		}
 	}
@@ -219,50 +218,10 @@ func usage(pid int) (int, float64) {
 			rss, _ = strconv.Atoi(strings.Fields(rest)[0])
 		}
 	}
-	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return rss, (utime + stime) / 100 // clock ticks of 10ms
-}
-
-func pidListening(addr string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(cmdline), "--listen\x00"+addr+"\x00") {
-			return pid
-		}
-	}
-	return 0
+	return rss, testutil.CPUSeconds(pid)
 }
 
 func row(what string, lat []time.Duration) {
 	slices.Sort(lat)
 	fmt.Printf("| %s | %d | %s | %s |\n", what, len(lat), lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
-}
-
-func until(timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil
-}
-
-func freeAddr(host string) string {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", host+":0")
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
 }

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -101,11 +100,11 @@ func run(flips, commits int) error {
 }
 
 func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) error {
-	bin := filepath.Join(dir, "servemesh")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
-		return fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
+	bin, err := testutil.BuildServemesh(ctx, dir)
+	if err != nil {
+		return err
 	}
-	apiAddr, xdsAddr, public, mesh, admin := freeAddr(), freeAddr(), freeAddr(), freeAddr(), freeAddr()
+	apiAddr, xdsAddr, public, mesh, admin := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
 	cmd := exec.CommandContext(ctx, bin, "controller", "--api-listen", apiAddr, "--xds-listen", xdsAddr)
 	cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -114,7 +113,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	c := api.NewClient(apiAddr, "")
-	if err := until(20*time.Second, func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading }); err != nil {
+	if err := testutil.Until(20*time.Second, func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading }); err != nil {
 		return fmt.Errorf("controller did not lead: %w", err)
 	}
 	var backends []model.Backend
@@ -135,7 +134,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 		return err
 	}
 	yaml, err := bootstrap.YAML(bootstrap.Options{
-		Node:       translate.Node{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: port(public), MeshAddress: "127.0.0.1", MeshPort: port(mesh)},
+		Node:       translate.Node{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)},
 		XDSAddress: xdsAddr, AdminAddress: admin,
 	})
 	if err != nil {
@@ -167,7 +166,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 		_ = resp.Body.Close()
 		return resp.Header.Get(demoreplica.BackendHeader)
 	}
-	if err := until(20*time.Second, func() bool { return backendOf() == "a" }); err != nil {
+	if err := testutil.Until(20*time.Second, func() bool { return backendOf() == "a" }); err != nil {
 		return fmt.Errorf("envoy never served backend a: %w", err)
 	}
 	var apiLat, servedLat []time.Duration
@@ -183,7 +182,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 			return err
 		}
 		apiLat = append(apiLat, time.Since(start))
-		if err := until(10*time.Second, func() bool { return backendOf() == target }); err != nil {
+		if err := testutil.Until(10*time.Second, func() bool { return backendOf() == target }); err != nil {
 			return fmt.Errorf("envoy did not switch to %s: %w", target, err)
 		}
 		servedLat = append(servedLat, time.Since(start))
@@ -210,31 +209,4 @@ func replica(backend string) (string, func(), error) {
 	srv := &http.Server{Handler: &demoreplica.Replica{Backend: backend, Name: backend + "#0"}, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	return lis.Addr().String(), func() { _ = srv.Close() }, nil
-}
-
-func until(timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s", timeout)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return nil
-}
-
-func freeAddr() string {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
-}
-
-func port(addr string) uint32 {
-	_, p, _ := net.SplitHostPort(addr)
-	n, _ := strconv.Atoi(p)
-	return uint32(n)
 }

@@ -6,20 +6,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -42,11 +41,11 @@ func run(rate int, duration time.Duration, concurrency, envoyThreads int) error 
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	bin := filepath.Join(dir, "servemesh")
-	if out, err := exec.CommandContext(context.Background(), "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
-		return fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
+	bin, err := testutil.BuildServemesh(context.Background(), dir)
+	if err != nil {
+		return err
 	}
-	replica, xds, cpHTTP, public, mesh, admin := freeAddr(), freeAddr(), freeAddr(), freeAddr(), freeAddr(), freeAddr()
+	replica, xds, cpHTTP, public, mesh, admin := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
 	config := filepath.Join(dir, "mesh.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
 backends: [{name: bench, replicas: [{address: "%s"}], config: {max_concurrent_queries: 1000}}]
@@ -73,7 +72,7 @@ endpoints: [{name: bench, route: /bench, traffic: {bench: 1}}]
 	if err != nil {
 		return err
 	}
-	pubPort, meshPort := port(public), port(mesh)
+	pubPort, meshPort := testutil.Port(public), testutil.Port(mesh)
 	yaml, err := bootstrap.YAML(bootstrap.Options{
 		Node:       translate.Node{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: pubPort, MeshAddress: "127.0.0.1", MeshPort: meshPort},
 		XDSAddress: xds, AdminAddress: admin,
@@ -265,20 +264,4 @@ func waitServing(url string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freeAddr() string {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
-}
-
-func port(addr string) uint32 {
-	_, p, _ := net.SplitHostPort(addr)
-	n, _ := strconv.Atoi(p)
-	return uint32(n)
 }

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,15 +37,16 @@ func run(rate int, phase time.Duration) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	bin := filepath.Join(dir, "servemesh")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
-		return fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
+	bin, err := testutil.BuildServemesh(ctx, dir)
+	if err != nil {
+		return err
 	}
 	consul, err := testutil.StartConsul(dir)
 	if err != nil {
 		return err
 	}
 	defer consul.Stop()
+	free := func() string { return testutil.MustFreeAddr("127.0.0.1") }
 	replica, xds, cpHTTP, public, mesh, admin, status := free(), free(), free(), free(), free(), free(), free()
 	config := filepath.Join(dir, "mesh.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf("backends: [{name: b, replicas: [{address: %q}], config: {max_concurrent_queries: 1000}}]\nendpoints: [{name: e, route: /e, traffic: {b: 1}}]\n", replica)), 0o644); err != nil {
@@ -69,8 +67,8 @@ func run(rate int, phase time.Duration) error {
 	if err != nil {
 		return err
 	}
-	yaml, err := bootstrap.YAML(bootstrap.Options{Node: translate.Node{ID: "stats", PublicAddress: "127.0.0.1", PublicPort: port(public),
-		MeshAddress: "127.0.0.1", MeshPort: port(mesh)}, XDSAddress: xds, AdminAddress: admin})
+	yaml, err := bootstrap.YAML(bootstrap.Options{Node: translate.Node{ID: "stats", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public),
+		MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)}, XDSAddress: xds, AdminAddress: admin})
 	if err != nil {
 		return err
 	}
@@ -120,7 +118,7 @@ func run(rate int, phase time.Duration) error {
 // measure drives rate requests a second for d while polling loadURL every
 // poll (never when 0), and returns Envoy's and the agent's CPU share.
 func measure(client *http.Client, url, loadURL string, rate int, d, poll time.Duration, envoyPid, agentPid int) (float64, float64, int) {
-	e0, a0 := cpuSeconds(envoyPid), cpuSeconds(agentPid)
+	e0, a0 := testutil.CPUSeconds(envoyPid), testutil.CPUSeconds(agentPid)
 	start := time.Now()
 	var failed int
 	var mu sync.Mutex
@@ -159,7 +157,7 @@ func measure(client *http.Client, url, loadURL string, rate int, d, poll time.Du
 	wg.Wait()
 	close(stopPoll)
 	elapsed := time.Since(start).Seconds()
-	return (cpuSeconds(envoyPid) - e0) / elapsed * 100, (cpuSeconds(agentPid) - a0) / elapsed * 100, failed
+	return (testutil.CPUSeconds(envoyPid) - e0) / elapsed * 100, (testutil.CPUSeconds(agentPid) - a0) / elapsed * 100, failed
 }
 
 func get(c *http.Client, url string) error {
@@ -190,18 +188,6 @@ func waitOK(c *http.Client, url string) error {
 	return nil
 }
 
-// cpuSeconds is a process's user+system CPU time so far.
-func cpuSeconds(pid int) float64 {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100
-}
-
 func start(env []string, bin string, args ...string) (*exec.Cmd, error) {
 	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -210,19 +196,3 @@ func start(env []string, bin string, args ...string) (*exec.Cmd, error) {
 }
 
 func stop(cmd *exec.Cmd) { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-
-func free() string {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
-}
-
-func port(addr string) uint32 {
-	_, p, _ := net.SplitHostPort(addr)
-	n, _ := strconv.Atoi(p)
-	return uint32(n)
-}

@@ -1,0 +1,91 @@
+package testutil
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FreeAddr returns host:port with a port nothing listens on right now.
+func FreeAddr(host string) (string, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}
+
+// MustFreeAddr is FreeAddr for programs that cannot go on without one.
+func MustFreeAddr(host string) string {
+	addr, err := FreeAddr(host)
+	if err != nil {
+		panic(err)
+	}
+	return addr
+}
+
+// Port returns the port of a host:port address (0 if there is none).
+func Port(addr string) uint32 {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return uint32(n)
+}
+
+// Until polls cond every 10ms until it holds or timeout passes.
+func Until(timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// BuildServemesh builds the servemesh binary into dir from the repository
+// root (the working directory) and returns its path.
+func BuildServemesh(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "servemesh")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// CPUSeconds is a process's user plus system CPU time so far.
+func CPUSeconds(pid int) float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100 // clock ticks of 10ms
+}
+
+// PidListening finds the process whose command line has `--listen addr`
+// (how demo replicas are started), or 0.
+func PidListening(addr string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.Contains(string(cmdline), "--listen\x00"+addr+"\x00") {
+			return pid
+		}
+	}
+	return 0
+}
