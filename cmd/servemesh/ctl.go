@@ -45,6 +45,17 @@ func (o *ctlOptions) client() (*api.Client, error) {
 	return api.NewClient(o.server, token), nil
 }
 
+// parseOne parses a command's flags and its one NAME, and returns the name
+// with an API client.
+func (o *ctlOptions) parseOne(fs *flag.FlagSet, args []string, kind string) (string, *api.Client, error) {
+	names, err := parseNamed(fs, args, 1, "one "+kind+" name")
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := o.client()
+	return names[0], c, err
+}
+
 // parseNamed parses "NAME [flags]" or "[flags] NAME" with exactly want
 // positional arguments, returned in order.
 func parseNamed(fs *flag.FlagSet, args []string, want int, what string) ([]string, error) {
@@ -78,32 +89,24 @@ func runBackend(ctx context.Context, _ *slog.Logger, args []string, out io.Write
 		var replicas multiFlag
 		fs.Var(&replicas, "replica", "a replica's IP:port (repeat the flag for several)")
 		patch := registerConfigFlags(fs)
-		names, err := parseNamed(fs, args, 1, "one backend name")
+		name, c, err := o.parseOne(fs, args, "backend")
 		if err != nil {
 			return err
 		}
-		c, err := o.client()
-		if err != nil {
-			return err
-		}
-		b := model.Backend{Name: names[0], Config: patch(fs).Apply(model.BackendConfig{})}
+		b := model.Backend{Name: name, Config: patch(fs).Apply(model.BackendConfig{})}
 		for _, r := range replicas {
 			b.Replicas = append(b.Replicas, model.Replica{Address: r})
 		}
 		changed, err := c.CreateBackend(ctx, b)
-		return report(out, "backend", names[0], changed, err, "created", "already exists with this spec")
+		return report(out, "backend", name, changed, err, "created", "already exists with this spec")
 	case "update":
 		patch := registerConfigFlags(fs)
-		names, err := parseNamed(fs, args, 1, "one backend name")
+		name, c, err := o.parseOne(fs, args, "backend")
 		if err != nil {
 			return err
 		}
-		c, err := o.client()
-		if err != nil {
-			return err
-		}
-		changed, err := c.UpdateBackend(ctx, names[0], patch(fs))
-		return report(out, "backend", names[0], changed, err, "updated", "already has this config")
+		changed, err := c.UpdateBackend(ctx, name, patch(fs))
+		return report(out, "backend", name, changed, err, "updated", "already has this config")
 	case "delete":
 		return deleteObject(ctx, &o, fs, args, "backend", out, (*api.Client).DeleteBackend)
 	case "list", "get":
@@ -163,7 +166,8 @@ func runEndpoint(ctx context.Context, _ *slog.Logger, args []string, out io.Writ
 		if err != nil {
 			return err
 		}
-		e := model.Endpoint{Name: names[0], Route: *route}
+		name := names[0]
+		e := model.Endpoint{Name: name, Route: *route}
 		if *methods != "" {
 			e.Methods = strings.Split(*methods, ",")
 		}
@@ -184,7 +188,7 @@ func runEndpoint(ctx context.Context, _ *slog.Logger, args []string, out io.Writ
 			return err
 		}
 		changed, err := c.CreateEndpoint(ctx, e)
-		return report(out, "endpoint", names[0], changed, err, "created", "already exists with this spec")
+		return report(out, "endpoint", name, changed, err, "created", "already exists with this spec")
 	case "delete":
 		return deleteObject(ctx, &o, fs, args, "endpoint", out, (*api.Client).DeleteEndpoint)
 	case "list", "get":
@@ -337,16 +341,12 @@ func readObjects[T any](ctx context.Context, o *ctlOptions, fs *flag.FlagSet, ar
 // deleteObject runs `delete NAME` for one kind of object.
 func deleteObject(ctx context.Context, o *ctlOptions, fs *flag.FlagSet, args []string, kind string, out io.Writer,
 	del func(*api.Client, context.Context, string) (bool, error)) error {
-	names, err := parseNamed(fs, args, 1, "one "+kind+" name")
+	name, c, err := o.parseOne(fs, args, kind)
 	if err != nil {
 		return err
 	}
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	changed, err := del(c, ctx, names[0])
-	return report(out, kind, names[0], changed, err, "deleted", "was already absent")
+	changed, err := del(c, ctx, name)
+	return report(out, kind, name, changed, err, "deleted", "was already absent")
 }
 
 // parseWeights reads "name=number" pairs.
