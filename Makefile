@@ -54,8 +54,8 @@ unit: ## run the unit tests only (no Envoy, no Consul)
 e2e: tools ## run the end-to-end tests only
 	go test -count=1 -v $(GO_TEST_FLAGS) ./e2e/...
 
-run: tools build ## run servemesh on this machine: control plane, an Envoy node and demo replicas
-	bin/servemesh demo --config examples/demo.yaml
+run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas
+	bin/servemesh demo-stack
 
 lint: $(LINT) ## run golangci-lint, go vet and gofmt
 	go vet ./...

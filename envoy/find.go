@@ -2,13 +2,12 @@ package envoy
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
+
+	"github.com/servemesh/servemesh/internal/toolpath"
 )
 
 // EnvVar names the environment variable that points at an Envoy binary.
@@ -34,43 +33,18 @@ func (v Version) Less(o Version) bool {
 }
 
 // ErrNotFound means no Envoy binary was found anywhere servemesh looks.
-var ErrNotFound = errors.New("envoy binary not found; run `make tools`, or set " + EnvVar + " or --envoy to its path")
+var ErrNotFound = toolpath.ErrNotFound
 
 // Find returns the Envoy binary to run: explicit if not empty, else
 // $SERVEMESH_ENVOY, else .tools/bin/envoy next to the servemesh binary's
 // folder or in the working directory (what `make tools` installs), else
 // `envoy` on $PATH.
 func Find(explicit string) (string, error) {
-	var candidates []string
-	if explicit != "" {
-		candidates = append(candidates, explicit)
-	} else if env := os.Getenv(EnvVar); env != "" {
-		candidates = append(candidates, env)
-	} else {
-		if exe, err := os.Executable(); err == nil {
-			candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", ".tools", "bin", "envoy"))
-		}
-		if wd, err := os.Getwd(); err == nil {
-			for dir := wd; ; dir = filepath.Dir(dir) {
-				candidates = append(candidates, filepath.Join(dir, ".tools", "bin", "envoy"))
-				if filepath.Dir(dir) == dir {
-					break
-				}
-			}
-		}
-		if p, err := exec.LookPath("envoy"); err == nil {
-			candidates = append(candidates, p)
-		}
+	p, err := toolpath.Find("envoy", EnvVar, explicit)
+	if err != nil {
+		return "", fmt.Errorf("%w (or pass --envoy)", err)
 	}
-	for _, c := range candidates {
-		if info, err := os.Stat(c); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
-			return filepath.Clean(c), nil
-		}
-	}
-	if explicit != "" || os.Getenv(EnvVar) != "" {
-		return "", fmt.Errorf("envoy binary %q is not an executable file: %w", candidates[0], ErrNotFound)
-	}
-	return "", ErrNotFound
+	return p, nil
 }
 
 var versionPattern = regexp.MustCompile(`version: [0-9a-f]+/(\d+)\.(\d+)\.(\d+)`)

@@ -1,0 +1,63 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// TestDemoStack runs what `make run` runs, on free ports, and checks that
+// the demo serves its split, that the CLI it suggests works, and that
+// Ctrl-C stops everything.
+func TestDemoStack(t *testing.T) {
+	api, public, mesh := freeAddr(t), freeAddr(t), freeAddr(t)
+	consulPort := strconv.Itoa(int(testutil.Port(freeAddr(t))))
+	out := &testutil.SyncBuffer{}
+	cmd := exec.CommandContext(context.Background(), servemeshBin, "demo-stack", "--work-dir", t.TempDir(),
+		"--consul-http-port", consulPort, "--api", api, "--xds", freeAddr(t), "--public", public, "--mesh", mesh, "--admin", freeAddr(t))
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(cmd.Environ(), "SERVEMESH_ENVOY="+envoyBin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("demo-stack output:\n%s", out.String())
+		}
+	})
+	waitUntil(t, 90*time.Second, "the demo to be up", func() bool { return strings.Contains(out.String(), "Try:") })
+
+	counts := sendMany(t, "http://"+public+"/model", 400)
+	checkShare(t, "model-v1 (weight 0.9)", counts["model-v1"], 400, 0.9)
+	if r := do(httpClient(), http.MethodGet, "http://"+mesh+"/", "embeddings"); r.status != 200 || r.backend != "embedder" {
+		t.Fatalf("headless embeddings on the mesh listener: %+v", r)
+	}
+	code, status, _ := cli(t, []string{"SERVEMESH_SERVER=" + api}, "status")
+	if code != 0 || !strings.Contains(status, "model-v3-candidate") || !strings.Contains(status, "demo-node") {
+		t.Fatalf("servemesh status: exit %d\n%s", code, status)
+	}
+
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo-stack exited with %v after Ctrl-C", err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("demo-stack did not stop after Ctrl-C")
+	}
+	if r := do(httpClient(), http.MethodGet, "http://"+public+"/model", ""); r.err == nil {
+		t.Fatalf("the demo's Envoy still answers after the demo stopped: %+v", r)
+	}
+}

@@ -1,0 +1,114 @@
+package devconsul
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/internal/toolpath"
+)
+
+// Agent is a real `consul agent -dev` on loopback ports.
+type Agent struct {
+	// HTTPAddr is the agent's HTTP API address (host:port).
+	HTTPAddr string
+	cmd      *exec.Cmd
+	log      string
+}
+
+// Find returns the Consul binary: $SERVEMESH_CONSUL, else
+// .tools/bin/consul, else $PATH (see package toolpath).
+func Find() (string, error) { return toolpath.Find("consul", "SERVEMESH_CONSUL", "") }
+
+// Start starts a dev agent logging into dir. Its HTTP API listens on
+// httpPort (a free port when 0); its other ports are free ones. It fails
+// rather than skips when Consul is missing.
+func Start(dir string, httpPort int) (*Agent, error) {
+	bin, err := Find()
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]int, 4)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	if httpPort != 0 {
+		ports[0] = httpPort
+	}
+	logPath := filepath.Join(dir, "consul.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = logFile.Close() }()
+	c := &Agent{HTTPAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), log: logPath}
+	c.cmd = exec.CommandContext(context.Background(), bin, "agent", "-dev", "-node", "servemesh-dev",
+		"-bind", "127.0.0.1", "-client", "127.0.0.1",
+		"-http-port", strconv.Itoa(ports[0]), "-serf-lan-port", strconv.Itoa(ports[1]),
+		"-serf-wan-port", strconv.Itoa(ports[2]), "-server-port", strconv.Itoa(ports[3]),
+		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1", "-log-level", "warn")
+	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start consul: %w", err)
+	}
+	client, err := c.Client()
+	if err != nil {
+		c.Stop()
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if leader, err := client.Status().Leader(); err == nil && leader != "" {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			c.Stop()
+			return nil, fmt.Errorf("consul agent at %s elected no leader within 30s; log:\n%s", c.HTTPAddr, c.LogTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Client returns an API client for the agent.
+func (c *Agent) Client() (*api.Client, error) {
+	cfg := api.DefaultConfig()
+	cfg.Address = c.HTTPAddr
+	cfg.Token = ""
+	return api.NewClient(cfg)
+}
+
+// Stop kills the agent.
+func (c *Agent) Stop() {
+	_ = c.cmd.Process.Kill()
+	_ = c.cmd.Wait()
+}
+
+// LogTail returns the end of the agent's log.
+func (c *Agent) LogTail() string {
+	b, _ := os.ReadFile(c.log)
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+func freePort() (int, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
