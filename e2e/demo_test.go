@@ -20,7 +20,8 @@ func TestDemoStack(t *testing.T) {
 	api, public, mesh := freeAddr(t), freeAddr(t), freeAddr(t)
 	consulPort := strconv.Itoa(int(testutil.Port(freeAddr(t))))
 	out := &testutil.SyncBuffer{}
-	cmd := exec.CommandContext(context.Background(), servemeshBin, "demo-stack", "--work-dir", t.TempDir(),
+	workDir := t.TempDir()
+	cmd := exec.CommandContext(context.Background(), servemeshBin, "demo-stack", "--work-dir", workDir,
 		"--consul-http-port", consulPort, "--api", api, "--xds", freeAddr(t), "--public", public, "--mesh", mesh, "--admin", freeAddr(t))
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(cmd.Environ(), "SERVEMESH_ENVOY="+envoyBin)
@@ -46,6 +47,12 @@ func TestDemoStack(t *testing.T) {
 	code, status, _ := cli(t, []string{"SERVEMESH_SERVER=" + api}, "status")
 	if code != 0 || !strings.Contains(status, "model-v3-candidate") || !strings.Contains(status, "demo-node") {
 		t.Fatalf("servemesh status: exit %d\n%s", code, status)
+	}
+
+	// Re-applying the state the demo wrote keeps every replica: no changes.
+	code, applied, errOut := cli(t, []string{"SERVEMESH_SERVER=" + api}, "apply", "-f", workDir+"/mesh.yaml")
+	if code != 0 || !strings.Contains(applied, "no changes") {
+		t.Fatalf("servemesh apply -f mesh.yaml: exit %d\n%s%s", code, applied, errOut)
 	}
 
 	_ = cmd.Process.Signal(syscall.SIGINT)

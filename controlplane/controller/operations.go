@@ -201,20 +201,67 @@ func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
 // Apply makes the desired state equal to desired, as `kubectl apply` does
 // for a whole file: it is idempotent, and with dryRun it only reports the
 // differences. It returns one line per difference.
+//
+// A file says what users declare, never placements: applying it keeps the
+// replicas the controller placed, scales process backends to the file's
+// num_replicas (draining any surplus), and leaves an autoscaled backend's
+// replica count to the autoscaler.
 func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun bool) ([]string, error) {
-	if err := desired.Validate(); err != nil {
-		return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
+	nodes, err := c.nodes(ctx)
+	if err != nil {
+		return nil, err
 	}
-	current, _ := c.State()
-	diff := describe(current, store.Diff(current, desired))
-	if dryRun || len(diff) == 0 {
-		return diff, nil
+	if dryRun {
+		current, _ := c.State()
+		next, err := prepareApply(current, desired, nodes)
+		if err != nil {
+			return nil, err
+		}
+		return describe(current, store.Diff(current, next)), nil
 	}
-	_, err := c.mutate(ctx, "apply", func(m *model.Model) error {
-		*m = *model.Clone(desired)
+	var diff []string
+	_, err = c.mutate(ctx, "apply", func(m *model.Model) error {
+		next, err := prepareApply(m, desired, nodes)
+		if err != nil {
+			return err
+		}
+		diff = describe(m, store.Diff(m, next))
+		*m = *next
 		return nil
 	})
 	return diff, err
+}
+
+// prepareApply turns a file's model into the state to store: it carries
+// over what the controller manages from current and places replicas.
+func prepareApply(current, desired *model.Model, nodes []Node) (*model.Model, error) {
+	next := model.Clone(desired)
+	for i := range next.Backends {
+		d := &next.Backends[i]
+		if len(d.Placements) > 0 {
+			return nil, errorf(Invalid, "backend %q lists placements; they are chosen by the controller, leave them out of the file", d.Name)
+		}
+		if as := d.Config.Autoscaling; as != nil && d.Config.NumReplicas == 0 {
+			d.Config.NumReplicas = as.MinReplicas
+		}
+		if j := findBackend(current, d.Name); j >= 0 && d.Managed() && current.Backends[j].Managed() {
+			cur := current.Backends[j]
+			d.Placements = slices.Clone(cur.Placements)
+			if as := d.Config.Autoscaling; as != nil && cur.Config.Autoscaling != nil {
+				d.Config.NumReplicas = min(max(cur.Config.NumReplicas, as.MinReplicas), as.MaxReplicas)
+			}
+		}
+	}
+	if err := next.Validate(); err != nil {
+		return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
+	}
+	now := time.Now()
+	for i := range next.Backends {
+		if err := schedule(next, i, nodes, now); err != nil {
+			return nil, err
+		}
+	}
+	return next, nil
 }
 
 // describe renders a change as sorted, human-readable lines.

@@ -157,3 +157,55 @@ func TestUsersCannotSetPlacements(t *testing.T) {
 	_, err := c.CreateBackend(context.Background(), b)
 	mustKind(t, err, Invalid, "placements are chosen by the controller")
 }
+
+// TestApplyKeepsPlacements: a file never lists placements, so applying one
+// must keep the replicas the controller placed, scale by the file's
+// num_replicas, leave an autoscaled backend's count to the autoscaler, and
+// report no changes when applied again.
+func TestApplyKeepsPlacements(t *testing.T) {
+	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	c, st := newScheduling(t, nodes)
+	ctx := context.Background()
+	scaled := processBackend("auto", 0, 1)
+	scaled.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2}
+	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1), scaled}}
+	if _, err := c.Apply(ctx, file, false); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := c.GetBackend("a")
+	auto, _ := c.GetBackend("auto")
+	if len(a.Placements) != 2 || auto.Config.NumReplicas != 1 || len(auto.Placements) != 1 {
+		t.Fatalf("first apply: a %+v, auto %+v", a.Placements, auto.Config)
+	}
+	if _, err := c.Autoscale(ctx, "auto", 3); err != nil {
+		t.Fatal(err)
+	}
+	_, rev, _ := st.Load(ctx)
+	diff, err := c.Apply(ctx, file, false)
+	if _, after, _ := st.Load(ctx); err != nil || len(diff) != 0 || after != rev {
+		t.Fatalf("re-applying the same file: %v, %v (revision %d -> %d); want no changes", diff, err, rev, after)
+	}
+	if got, _ := c.GetBackend("auto"); got.Config.NumReplicas != 3 {
+		t.Fatalf("apply reset the autoscaler's count to %d", got.Config.NumReplicas)
+	}
+	file.Backends[0].Config.NumReplicas = 3
+	if _, err := c.Apply(ctx, file, false); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := c.GetBackend("a")
+	kept := 0
+	for _, p := range after.Placements {
+		for _, q := range a.Placements {
+			if p.Tag == q.Tag && p.State == model.Running {
+				kept++
+			}
+		}
+	}
+	if len(after.Placements) != 3 || kept != 2 {
+		t.Fatalf("scaling a by the file from 2 to 3: %+v; want the 2 replicas kept and 1 added", after.Placements)
+	}
+	file.Backends[0].Placements = []model.Placement{{Tag: "a#000000", Node: "n1", State: model.Running}}
+	if _, err := c.Apply(ctx, file, false); KindOf(err) != Invalid {
+		t.Fatalf("a file with placements: %v, want Invalid", err)
+	}
+}
