@@ -14,7 +14,7 @@ LINT        := $(TOOLS_BIN)/golangci-lint
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_TEST_FLAGS ?=
 
-.PHONY: help tools build test unit e2e run lint testdata bench clean
+.PHONY: help tools build test race unit e2e run lint testdata bench clean
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +47,10 @@ test: tools ## run every test: vet, unit tests, and e2e with the real Envoy and 
 	go vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
 	go test -count=1 $(GO_TEST_FLAGS) ./...
+
+race: tools ## run every test with the race detector, the e2e daemons built with -race too
+	go test -race -count=1 $$(go list ./... | grep -v /e2e)
+	SERVEMESH_E2E_RACE=1 go test -count=1 $(GO_TEST_FLAGS) ./e2e/...
 
 unit: ## run the unit tests only (no Envoy, no Consul)
 	go test $$(go list ./... | grep -v /e2e)

@@ -52,6 +52,7 @@ func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, 
 			_ = a.cmd.Process.Kill()
 			<-a.done
 		}
+		failOnRace(t, "agent "+id, a.stderr.String())
 		if t.Failed() {
 			t.Logf("agent %s log:\n%s", id, a.stderr.String())
 		}

@@ -51,6 +51,7 @@ func startController(t *testing.T, consul *testutil.Consul, id string, extraArgs
 	c.start()
 	t.Cleanup(func() {
 		c.kill()
+		failOnRace(t, "controller "+c.id, strings.Join(c.logs, "")+c.stderr.String())
 		if t.Failed() {
 			t.Logf("controller %s log:\n%s%s", c.id, strings.Join(c.logs, ""), c.stderr.String())
 		}

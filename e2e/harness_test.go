@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -48,7 +49,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	servemeshBin = filepath.Join(dir, "servemesh")
-	build := exec.CommandContext(context.Background(), "go", "build", "-o", servemeshBin, "../cmd/servemesh")
+	args := []string{"build", "-o", servemeshBin}
+	if os.Getenv("SERVEMESH_E2E_RACE") == "1" {
+		args = append(args, "-race") // then any race report in a child's output fails its test
+	}
+	build := exec.CommandContext(context.Background(), "go", append(args, "../cmd/servemesh")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: build servemesh: %v\n", err)
@@ -168,6 +173,7 @@ func (cp *controlPlane) start() {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		failOnRace(t, "control plane", cp.stderr.String())
 		if t.Failed() {
 			t.Logf("control plane log:\n%s", cp.stderr.String())
 		}
@@ -349,6 +355,15 @@ func checkShare(t *testing.T, what string, got, n int, p float64) {
 		t.Errorf("%s: %d of %d, want %.0f ± %.0f (p=%.2f, 5 sigma)", what, got, n, mean, 5*sigma, p)
 	} else {
 		t.Logf("%s: %d of %d (expected %.0f ± %.0f)", what, got, n, mean, 5*sigma)
+	}
+}
+
+// failOnRace fails the test if a servemesh process built with -race
+// reported a data race.
+func failOnRace(t *testing.T, who, output string) {
+	t.Helper()
+	if i := strings.Index(output, "WARNING: DATA RACE"); i >= 0 {
+		t.Errorf("%s reported a data race:\n%s", who, output[i:min(len(output), i+4000)])
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 func (s *Server) publish(ctx context.Context) {
 	start := time.Now()
 	s.mu.Lock()
+	s.forgetGoneNodes(start)
 	m, gen := s.model, s.generation
 	nodes := make([]translate.Node, 0, len(s.nodes))
 	for _, n := range s.nodes {

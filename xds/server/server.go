@@ -29,18 +29,22 @@ type Options struct {
 	HoldOff time.Duration
 	// MaxHoldOff caps the wait during a steady stream of changes; 250ms when zero.
 	MaxHoldOff time.Duration
+	// ForgetNodesAfter is how long a node without an open stream is kept
+	// (its snapshot and status); 10 minutes when zero.
+	ForgetNodesAfter time.Duration
 }
 
 // Server holds the last good model and serves it to every connected node.
 type Server struct {
-	log        *slog.Logger
-	metrics    *metrics
-	snapshots  cachev3.SnapshotCache
-	endpoints  *cachev3.LinearCache
-	ads        serverv3.Server
-	holdOff    time.Duration
-	maxHoldOff time.Duration
-	wake       chan struct{}
+	log         *slog.Logger
+	metrics     *metrics
+	snapshots   cachev3.SnapshotCache
+	endpoints   *cachev3.LinearCache
+	ads         serverv3.Server
+	holdOff     time.Duration
+	maxHoldOff  time.Duration
+	forgetAfter time.Duration
+	wake        chan struct{}
 
 	mu         sync.Mutex
 	model      *model.Model
@@ -61,6 +65,7 @@ func New(opts Options) *Server {
 		metrics:            newMetrics(opts.Registerer),
 		holdOff:            opts.HoldOff,
 		maxHoldOff:         opts.MaxHoldOff,
+		forgetAfter:        opts.ForgetNodesAfter,
 		wake:               make(chan struct{}, 1),
 		nodes:              map[string]*nodeState{},
 		acceptedAt:         map[uint64]time.Time{},
@@ -72,6 +77,9 @@ func New(opts Options) *Server {
 	}
 	if s.maxHoldOff == 0 {
 		s.maxHoldOff = 250 * time.Millisecond
+	}
+	if s.forgetAfter == 0 {
+		s.forgetAfter = 10 * time.Minute
 	}
 	cacheLog := cacheLogger{s.log}
 	// ads=false: in ADS mode the cache answers a route request only if it

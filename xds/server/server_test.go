@@ -271,6 +271,37 @@ func TestNACKIsCountedAndNotResent(t *testing.T) {
 	}
 }
 
+func TestGoneNodesAreForgotten(t *testing.T) {
+	s, conn, _ := startServer(t)
+	s.mu.Lock()
+	s.forgetAfter = 50 * time.Millisecond
+	s.mu.Unlock()
+	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "short-lived"), TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	waitFor(t, func() bool { st := s.Status(); return len(st) == 1 && !st[0].Connected })
+	time.Sleep(100 * time.Millisecond)
+	if err := s.SetModel(testModel("127.0.0.1:9002")); err != nil { // a publish prunes
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(s.Status()) == 0 })
+	if _, err := s.snapshots.GetSnapshot("short-lived"); err == nil {
+		t.Fatal("the gone node's snapshot was kept")
+	}
+}
+
 func TestForeignNodeIsRefused(t *testing.T) {
 	s, conn, _ := startServer(t)
 	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {

@@ -22,7 +22,8 @@ type nodeState struct {
 	acked      map[string]string // type URL -> version the node last ACKed
 	nacks      int
 	lastNACK   string
-	converged  uint64 // the last generation this node was seen in sync with
+	converged  uint64    // the last generation this node was seen in sync with
+	goneSince  time.Time // when its last stream closed
 }
 
 // streamState is one xDS stream's bookkeeping.
@@ -46,6 +47,9 @@ func (s *Server) closeStream(id int64) {
 	if st := s.streams[id]; st != nil {
 		if n := s.nodes[st.nodeID]; n != nil {
 			n.streams--
+			if n.streams == 0 {
+				n.goneSince = time.Now()
+			}
 		}
 		delete(s.streams, id)
 		s.countConnected()
@@ -123,6 +127,19 @@ func (s *Server) observeConvergence(n *nodeState) {
 	if at, ok := s.acceptedAt[n.generation]; ok {
 		s.metrics.convergence.Observe(time.Since(at).Seconds())
 	}
+}
+
+// forgetGoneNodes drops nodes without a stream for longer than forgetAfter,
+// with their snapshots. Called with mu held.
+func (s *Server) forgetGoneNodes(now time.Time) {
+	for id, n := range s.nodes {
+		if n.streams == 0 && !n.goneSince.IsZero() && now.Sub(n.goneSince) > s.forgetAfter {
+			delete(s.nodes, id)
+			s.snapshots.ClearSnapshot(id)
+			s.log.Info("forgot a node gone since", "node", id, "since", n.goneSince.Format(time.RFC3339))
+		}
+	}
+	s.metrics.knownNodes.Set(float64(len(s.nodes)))
 }
 
 // countConnected updates the connected-nodes gauge. Called with mu held.
