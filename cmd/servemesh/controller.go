@@ -129,10 +129,13 @@ type dataPlane struct {
 	model *model.Model
 }
 
+// publish and refresh hold mu while they compute the view and hand it to
+// the xDS server, so a refresh computed from an older model can never be
+// published after a newer one.
 func (d *dataPlane) publish(m *model.Model) error {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.model = m
-	d.mu.Unlock()
 	d.watcher.Sync(d.ctx, catalog.Services(m))
 	return d.xds.SetModel(catalog.DataPlaneView(m, d.watcher.Snapshot()))
 }
@@ -140,12 +143,11 @@ func (d *dataPlane) publish(m *model.Model) error {
 // refresh republishes after the health view changed.
 func (d *dataPlane) refresh() {
 	d.mu.Lock()
-	m := d.model
-	d.mu.Unlock()
-	if m == nil {
+	defer d.mu.Unlock()
+	if d.model == nil {
 		return
 	}
-	_ = d.xds.SetModel(catalog.DataPlaneView(m, d.watcher.Snapshot()))
+	_ = d.xds.SetModel(catalog.DataPlaneView(d.model, d.watcher.Snapshot()))
 }
 
 // statusReport joins the configured state, the live load and the nodes'
