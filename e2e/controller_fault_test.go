@@ -409,20 +409,25 @@ func envoyPolicies(t *testing.T, n *node) string {
 		}
 		for _, vh := range c.RouteConfig.VirtualHosts {
 			r := vh.Routes[0].Route
-			var parts []string
+			weights, mirrors := map[string]int{}, map[string]int{}
 			if r.Cluster != "" {
-				parts = append(parts, r.Cluster+"=1000000")
+				weights[r.Cluster] = 1000000
 			}
 			for _, wc := range r.WeightedClusters.Clusters {
-				parts = append(parts, fmt.Sprintf("%s=%d", wc.Name, wc.Weight))
+				weights[wc.Name] = wc.Weight
 			}
-			sort.Strings(parts)
-			var mirrors []string
 			for _, m := range r.Mirrors {
-				mirrors = append(mirrors, fmt.Sprintf("mirror:%s=%d", m.Cluster, m.RuntimeFraction.DefaultValue.Numerator))
+				mirrors[m.Cluster] = m.RuntimeFraction.DefaultValue.Numerator
 			}
-			sort.Strings(mirrors)
-			lines = append(lines, vh.Name+"{"+strings.Join(append(parts, mirrors...), ",")+"}")
+			// Ordered by backend name, as expectedPolicies orders them.
+			var parts []string
+			for _, b := range model.SortedKeys(weights) {
+				parts = append(parts, fmt.Sprintf("%s=%d", b, weights[b]))
+			}
+			for _, b := range model.SortedKeys(mirrors) {
+				parts = append(parts, fmt.Sprintf("mirror:%s=%d", b, mirrors[b]))
+			}
+			lines = append(lines, vh.Name+"{"+strings.Join(parts, ",")+"}")
 		}
 	}
 	sort.Strings(lines)
