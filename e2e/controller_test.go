@@ -113,7 +113,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 		t.Fatalf("API %+v and Consul %+v disagree with what was set", api, inConsul)
 	}
 	list := expectCLI(t, env, 0, "v2", "backend", "list")
-	if !strings.Contains(list, "MAX_CONCURRENT_QUERIES") || !strings.Contains(list, v1.addrs[0]) {
+	if !strings.Contains(list, "RUNNING/DESIRED") || !strings.Contains(list, v1.addrs[0]) {
 		t.Fatalf("backend list:\n%s", list)
 	}
 

@@ -49,6 +49,32 @@ func TestDemoStack(t *testing.T) {
 		t.Fatalf("servemesh status: exit %d\n%s", code, status)
 	}
 
+	// A process backend, autoscaled, made with the CLI alone.
+	env := []string{"SERVEMESH_SERVER=" + api}
+	if code, o, e := cli(t, env, "backend", "create", "extra", "--command", servemeshBin, "--arg", "demo-replica",
+		"--arg", "--backend", "--arg", "extra", "--arg", "--listen=${HOST}:${PORT}", "--health-path", "/",
+		"--num-replicas", "2", "--autoscale-max", "3", "--autoscale-target", "2"); code != 0 {
+		t.Fatalf("backend create --command: exit %d %s%s", code, o, e)
+	}
+	if code, o, e := cli(t, env, "endpoint", "create", "extra", "--route", "/extra", "--backend", "extra"); code != 0 {
+		t.Fatalf("endpoint create: exit %d %s%s", code, o, e)
+	}
+	waitUntil(t, 30*time.Second, "the CLI-made process backend to serve", func() bool {
+		return do(httpClient(), http.MethodGet, "http://"+public+"/extra", "").backend == "extra"
+	})
+	if _, list, _ := cli(t, env, "backend", "list"); !strings.Contains(list, "process servemesh") || !strings.Contains(list, "2/2") || !strings.Contains(list, "0..3 @2") {
+		t.Fatalf("backend list:\n%s", list)
+	}
+	if code, o, e := cli(t, env, "backend", "update", "extra", "--autoscale-off"); code != 0 || !strings.Contains(o, "updated") {
+		t.Fatalf("backend update --autoscale-off: exit %d %s%s", code, o, e)
+	}
+	if code, o, e := cli(t, env, "endpoint", "delete", "extra"); code != 0 {
+		t.Fatalf("endpoint delete: exit %d %s%s", code, o, e)
+	}
+	if code, o, e := cli(t, env, "backend", "delete", "extra"); code != 0 {
+		t.Fatalf("backend delete: exit %d %s%s", code, o, e)
+	}
+
 	// Re-applying the state the demo wrote keeps every replica: no changes.
 	code, applied, errOut := cli(t, []string{"SERVEMESH_SERVER=" + api}, "apply", "-f", workDir+"/mesh.yaml")
 	if code != 0 || !strings.Contains(applied, "no changes") {

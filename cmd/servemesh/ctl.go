@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,16 +87,43 @@ func runBackend(ctx context.Context, _ *slog.Logger, args []string, out io.Write
 	o.register(fs)
 	switch verb {
 	case "create":
-		var replicas multiFlag
-		fs.Var(&replicas, "replica", "a replica's IP:port (repeat the flag for several)")
+		var replicas, cmdArgs, envs multiFlag
+		fs.Var(&replicas, "replica", "a static replica's IP:port (repeat the flag for several)")
+		command := fs.String("command", "", "run replicas of this program on servemesh's nodes (with --num-replicas)")
+		fs.Var(&cmdArgs, "arg", "an argument of --command (repeat in order); ${PORT} and ${HOST} expand per replica, so quote them: '--arg=${HOST}:${PORT}'")
+		fs.Var(&envs, "env", "an environment variable of --command, as KEY=VALUE (repeat)")
+		health := fs.String("health-path", "", "HTTP path that answers 2xx when a replica is healthy (default: a TCP probe)")
+		external := fs.String("external", "", "route to this Consul service, run by something else")
 		patch := registerConfigFlags(fs)
 		name, c, err := o.parseOne(fs, args, "backend")
 		if err != nil {
 			return err
 		}
-		b := model.Backend{Name: name, Config: patch(fs).Apply(model.BackendConfig{})}
+		p, err := patch(fs)
+		if err != nil {
+			return err
+		}
+		b := model.Backend{Name: name, Config: p.Apply(model.BackendConfig{})}
 		for _, r := range replicas {
 			b.Replicas = append(b.Replicas, model.Replica{Address: r})
+		}
+		if *command != "" {
+			b.Process = &model.ProcessSpec{Command: *command, Args: cmdArgs, HealthPath: *health}
+			for _, kv := range envs {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--env %q: want KEY=VALUE", kv)
+				}
+				if b.Process.Env == nil {
+					b.Process.Env = map[string]string{}
+				}
+				b.Process.Env[k] = v
+			}
+		} else if len(cmdArgs) > 0 || len(envs) > 0 || *health != "" {
+			return errors.New("--arg, --env and --health-path go with --command")
+		}
+		if *external != "" {
+			b.External = &model.ExternalSpec{Service: *external}
 		}
 		changed, err := c.CreateBackend(ctx, b)
 		return report(out, "backend", name, changed, err, "created", "already exists with this spec")
@@ -105,34 +133,44 @@ func runBackend(ctx context.Context, _ *slog.Logger, args []string, out io.Write
 		if err != nil {
 			return err
 		}
-		changed, err := c.UpdateBackend(ctx, name, patch(fs))
+		p, err := patch(fs)
+		if err != nil {
+			return err
+		}
+		changed, err := c.UpdateBackend(ctx, name, p)
 		return report(out, "backend", name, changed, err, "updated", "already has this config")
 	case "delete":
 		return deleteObject(ctx, &o, fs, args, "backend", out, (*api.Client).DeleteBackend)
 	case "list", "get":
 		return readObjects(ctx, &o, fs, args, verb, "backend", out, (*api.Client).GetBackend, (*api.Client).ListBackends,
-			"NAME\tREPLICAS\tMAX_CONCURRENT_QUERIES\tNUM_REPLICAS\tCPUS\tMEMORY_MB", func(b model.Backend) string {
-				var addrs []string
-				for _, r := range b.Replicas {
-					addrs = append(addrs, r.Address)
-				}
-				return fmt.Sprintf("%s\t%s\t%d\t%d\t%g\t%d", b.Name, orNone(strings.Join(addrs, ",")),
-					b.Config.EffectiveMaxConcurrentQueries(), b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB)
-			})
+			"NAME\tREPLICAS FROM\tRUNNING/DESIRED\tAUTOSCALE\tMAX_CONCURRENT_QUERIES\tCPUS\tMEMORY_MB", backendRow)
 	}
 	return fmt.Errorf("unknown verb %q: use backend create|update|delete|list|get", verb)
 }
 
 // registerConfigFlags adds the backend config flags and returns a function
 // that builds a patch of the ones given on the command line.
-func registerConfigFlags(fs *flag.FlagSet) func(*flag.FlagSet) model.BackendConfigPatch {
+func registerConfigFlags(fs *flag.FlagSet) func(*flag.FlagSet) (model.BackendConfigPatch, error) {
 	mcq := fs.Int("max-concurrent-queries", 0, "requests one replica serves at once")
 	num := fs.Int("num-replicas", 0, "replicas the scheduler should run")
 	cpus := fs.Float64("cpus", 0, "CPUs one replica needs")
 	mem := fs.Int("memory-mb", 0, "MiB of memory one replica needs")
-	return func(fs *flag.FlagSet) model.BackendConfigPatch {
+	var as model.AutoscalingConfig
+	fs.IntVar(&as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
+	fs.IntVar(&as.MaxReplicas, "autoscale-max", 0, "autoscale: most replicas (setting it turns autoscaling on)")
+	fs.Float64Var(&as.TargetInFlight, "autoscale-target", 0, "autoscale: requests in flight per replica to aim for")
+	upscale := fs.Duration("autoscale-upscale-delay", 0, "autoscale: how long a need for more replicas must last (default 30s)")
+	downscale := fs.Duration("autoscale-downscale-delay", 0, "autoscale: how long a need for fewer replicas must last (default 10m)")
+	lookBack := fs.Duration("autoscale-look-back", 0, "autoscale: the window the load is averaged over (default 30s)")
+	interval := fs.Duration("autoscale-interval", 0, "autoscale: how often the load is read (default 10s)")
+	off := fs.Bool("autoscale-off", false, "turn autoscaling off (num_replicas stays where it is)")
+	return func(fs *flag.FlagSet) (model.BackendConfigPatch, error) {
 		var p model.BackendConfigPatch
+		autoscale := false
 		fs.Visit(func(f *flag.Flag) {
+			if strings.HasPrefix(f.Name, "autoscale-") && f.Name != "autoscale-off" {
+				autoscale = true
+			}
 			switch f.Name {
 			case "max-concurrent-queries":
 				p.MaxConcurrentQueries = mcq
@@ -144,7 +182,20 @@ func registerConfigFlags(fs *flag.FlagSet) func(*flag.FlagSet) model.BackendConf
 				p.MemoryMB = mem
 			}
 		})
-		return p
+		switch {
+		case autoscale && *off:
+			return p, errors.New("--autoscale-off goes without the other --autoscale flags")
+		case *off:
+			p.Autoscaling = &model.AutoscalingConfig{}
+		case autoscale:
+			if as.MaxReplicas == 0 || as.TargetInFlight == 0 {
+				return p, errors.New("autoscaling needs at least --autoscale-max and --autoscale-target")
+			}
+			as.UpscaleDelayS, as.DownscaleDelayS = upscale.Seconds(), downscale.Seconds()
+			as.LookBackPeriodS, as.MetricsIntervalS = lookBack.Seconds(), interval.Seconds()
+			p.Autoscaling = &as
+		}
+		return p, nil
 	}
 }
 
@@ -293,6 +344,35 @@ func runApply(ctx context.Context, _ *slog.Logger, args []string, out io.Writer)
 		fmt.Fprintf(out, "%s%s\n", prefix, line)
 	}
 	return nil
+}
+
+// backendRow renders one backend for `backend list`.
+func backendRow(b model.Backend) string {
+	source, running, desired := "-", len(b.Replicas), len(b.Replicas)
+	switch {
+	case b.Process != nil:
+		source = "process " + filepath.Base(b.Process.Command)
+		running, desired = 0, b.Config.NumReplicas
+		for _, p := range b.Placements {
+			if p.State == model.Running {
+				running++
+			}
+		}
+	case b.External != nil:
+		source, running, desired = "consul service "+b.External.Service, 0, 0
+	case len(b.Replicas) > 0:
+		var addrs []string
+		for _, r := range b.Replicas {
+			addrs = append(addrs, r.Address)
+		}
+		source = strings.Join(addrs, ",")
+	}
+	autoscale := "-"
+	if as := b.Config.Autoscaling; as != nil {
+		autoscale = fmt.Sprintf("%d..%d @%g", as.MinReplicas, as.MaxReplicas, as.TargetInFlight)
+	}
+	return fmt.Sprintf("%s\t%s\t%d/%d\t%s\t%d\t%g\t%d", b.Name, source, running, desired, autoscale,
+		b.Config.EffectiveMaxConcurrentQueries(), b.Config.CPUs, b.Config.MemoryMB)
 }
 
 // readObjects runs `list`, or `get NAME`, for one kind of object: JSON as

@@ -60,6 +60,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bootstrap", "--xds-protocol", "rest"}, 1, `xds protocol "rest" is unknown`},
 		{[]string{"validate", "a", "b"}, 1, "name one config file"},
 		{[]string{"version", "extra"}, 1, `unexpected arguments "extra"`},
+		{[]string{"backend", "create", "b", "--arg", "x", "--server", "127.0.0.1:1"}, 1, "go with --command"},
+		{[]string{"backend", "create", "b", "--command", "x", "--env", "NOEQUALS", "--server", "127.0.0.1:1"}, 1, `--env "NOEQUALS": want KEY=VALUE`},
+		{[]string{"backend", "update", "b", "--autoscale-max", "3", "--server", "127.0.0.1:1"}, 1, "needs at least --autoscale-max and --autoscale-target"},
+		{[]string{"backend", "update", "b", "--autoscale-off", "--autoscale-max", "3", "--server", "127.0.0.1:1"}, 1, "--autoscale-off goes without"},
+		{[]string{"traffic", "set", "e", "a=x", "--server", "127.0.0.1:1"}, 1, `"x" is not a number`},
+		{[]string{"backend", "list", "-o", "yaml", "--server", "127.0.0.1:1"}, 1, `-o "yaml": use table or json`},
 	} {
 		code, _, errOut := runCLI(tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
