@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"reflect"
 	"strconv"
 	"time"
 
@@ -141,8 +140,6 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 				a.replicas[p.Tag] = r
 			case running && p.State == model.Draining:
 				r.drain()
-			case running && !reflect.DeepEqual(r.spec, *b.Process):
-				a.log.Warn("a replica's process spec changed; it keeps running until it is replaced", "replica", p.Tag)
 			}
 		}
 	}

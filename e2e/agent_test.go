@@ -282,6 +282,50 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		l.finish(t)
 	})
 
+	t.Run("a new process spec rolls out by apply, zero failed requests", func(t *testing.T) {
+		backends, err := c.ListBackends(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		endpoints, err := c.ListEndpoints(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := &model.Model{Endpoints: endpoints}
+		old := map[string]bool{}
+		for _, b := range backends {
+			if b.Name == "b" {
+				for _, p := range b.Placements {
+					old[p.Tag] = true
+				}
+				b.Process.Env = map[string]string{"MODEL_VERSION": "2"}
+			}
+			b.Placements = nil
+			file.Backends = append(file.Backends, b)
+		}
+		l := startLoad("http://"+nodes[1].public+"/svc", 4)
+		time.Sleep(300 * time.Millisecond)
+		res, err := c.Apply(ctx, file, false)
+		if err != nil || len(res.Changes) != 1 || res.Changes[0] != "update backend b" {
+			t.Fatalf("apply: %+v %v", res, err)
+		}
+		waitUntil(t, 30*time.Second, "b's replicas to be replaced by new ones", func() bool {
+			ps := placements(t, c, "b")
+			if len(ps) != 2 {
+				return false
+			}
+			for _, p := range ps {
+				if old[p.Tag] || p.State != model.Running {
+					return false
+				}
+			}
+			e, _, _ := consulClient.Health().Service("b", "", true, nil)
+			return len(e) == 2
+		})
+		time.Sleep(300 * time.Millisecond)
+		l.finish(t)
+	})
+
 	t.Run("a stopped agent's replicas go critical and are replaced", func(t *testing.T) {
 		three := 3
 		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &three}); err != nil {

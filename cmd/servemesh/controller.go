@@ -78,10 +78,17 @@ func runController(ctx context.Context, log *slog.Logger, args []string, _ io.Wr
 	defer ps.stop()
 	dp := &dataPlane{xds: ps.xds, ctx: ctx}
 	dp.watcher = catalog.NewWatcher(client, log.With("component", "catalog"), dp.refresh)
+	healthy := func(backend string) map[string]bool {
+		out := map[string]bool{}
+		for _, in := range dp.watcher.Snapshot()[backend] {
+			out[in.Tag] = in.Passing
+		}
+		return out
+	}
 	ctl := controller.New(controller.Options{
 		Logger: log.With("component", "controller"), Store: store.NewConsul(client, *prefix),
 		Publish: dp.publish, Registerer: ps.reg, CrashAfterCheckpoint: *crash,
-		Nodes: agent.ListNodes(client), DrainGrace: *drain, ReplaceAfter: *replaceAfter,
+		Nodes: agent.ListNodes(client), DrainGrace: *drain, ReplaceAfter: *replaceAfter, Healthy: healthy,
 	})
 	scaler := autoscale.New(ctl, agent.ListNodes(client), log.With("component", "autoscale"), ps.reg)
 	go scaler.Run(ctx)

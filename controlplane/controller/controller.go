@@ -38,6 +38,10 @@ type Options struct {
 	// ReplaceAfter is how long a node may be gone before its replicas are
 	// placed elsewhere; 30s when zero.
 	ReplaceAfter time.Duration
+	// Healthy reports which replica tags of a backend pass their health
+	// checks; a rollout drains old replicas only when enough new ones do.
+	// Nil counts every placed replica as healthy.
+	Healthy func(backend string) map[string]bool
 }
 
 // Controller owns the desired state. Create it with New, then call Lead to
@@ -51,6 +55,7 @@ type Controller struct {
 	metrics *metrics
 
 	listNodes    NodeLister
+	healthy      func(backend string) map[string]bool
 	drainGrace   time.Duration
 	replaceAfter time.Duration
 	missingSince map[string]time.Time // node -> first seen gone; under mu
@@ -69,7 +74,7 @@ func New(o Options) *Controller {
 	c := &Controller{
 		log: o.Logger, store: o.Store, publish: o.Publish, crashP: o.CrashAfterCheckpoint,
 		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &model.Model{},
-		listNodes: o.Nodes, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
+		listNodes: o.Nodes, healthy: o.Healthy, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
 	}
 	if c.drainGrace == 0 {
 		c.drainGrace = 5 * time.Second

@@ -204,8 +204,9 @@ func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
 //
 // A file says what users declare, never placements: applying it keeps the
 // replicas the controller placed, scales process backends to the file's
-// num_replicas (draining any surplus), and leaves an autoscaled backend's
-// replica count to the autoscaler.
+// num_replicas (draining any surplus), leaves an autoscaled backend's
+// replica count to the autoscaler, and rolls out a changed process spec
+// (the old replicas drain while new ones are placed).
 func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun bool) ([]string, error) {
 	nodes, err := c.nodes(ctx)
 	if err != nil {
@@ -247,6 +248,15 @@ func prepareApply(current, desired *model.Model, nodes []Node) (*model.Model, er
 		if j := findBackend(current, d.Name); j >= 0 && d.Managed() && current.Backends[j].Managed() {
 			cur := current.Backends[j]
 			d.Placements = slices.Clone(cur.Placements)
+			for k := range d.Placements {
+				if d.Placements[k].Spec == "" { // placed before specs were recorded
+					d.Placements[k].Spec = model.SpecHash(cur.Process)
+				}
+			}
+			// A changed spec needs nothing more here: schedule (below) counts
+			// only replicas of the current spec, so it places a full set of
+			// new ones, and the reconcile loop drains the old ones once the
+			// new ones are healthy.
 			if as := d.Config.Autoscaling; as != nil && cur.Config.Autoscaling != nil {
 				d.Config.NumReplicas = min(max(cur.Config.NumReplicas, as.MinReplicas), as.MaxReplicas)
 			}

@@ -56,9 +56,10 @@ func schedule(m *model.Model, i int, nodes []Node, now time.Time) error {
 	if !b.Managed() {
 		return nil
 	}
-	var running []int
+	spec := model.SpecHash(b.Process)
+	var running []int // replicas of the current spec; older ones roll out in Reconcile
 	for j, p := range b.Placements {
-		if p.State == model.Running {
+		if p.State == model.Running && (p.Spec == spec || p.Spec == "") {
 			running = append(running, j)
 		}
 	}
@@ -103,7 +104,7 @@ func schedule(m *model.Model, i int, nodes []Node, now time.Time) error {
 			used[n.ID].cpus += b.Config.CPUs
 			used[n.ID].mem += b.Config.MemoryMB
 			used[n.ID].count[b.Name]++
-			added = append(added, model.Placement{Tag: newTag(b.Name), Node: n.ID, State: model.Running, Since: now.Unix()})
+			added = append(added, model.Placement{Tag: newTag(b.Name), Node: n.ID, State: model.Running, Since: now.Unix(), Spec: spec})
 		}
 		if len(added) < need {
 			return errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus or memory_mb, or add nodes",
@@ -180,6 +181,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 				kept = append(kept, p)
 			}
 			b.Placements = kept
+			c.rollOut(b, now)
 			err := schedule(m, i, nodes, now)
 			if msg := fmt.Sprint(err); err != nil && c.lastPlaceErr[b.Name] != msg {
 				c.log.Warn("reconcile: cannot place every replica yet; will keep trying", "backend", b.Name, "err", err)
@@ -191,6 +193,44 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		return nil
 	})
 	return err
+}
+
+// rollOut drains the replicas of an older process spec once the current
+// spec has NumReplicas healthy replicas, so a new spec never leaves the
+// backend without serving replicas.
+func (c *Controller) rollOut(b *model.Backend, now time.Time) {
+	spec := model.SpecHash(b.Process)
+	var old []int
+	var fresh []string
+	for j, p := range b.Placements {
+		switch {
+		case p.State != model.Running:
+		case p.Spec == spec || p.Spec == "":
+			fresh = append(fresh, p.Tag)
+		default:
+			old = append(old, j)
+		}
+	}
+	if len(old) == 0 {
+		return
+	}
+	healthy := len(fresh)
+	if c.healthy != nil {
+		passing := c.healthy(b.Name)
+		healthy = 0
+		for _, tag := range fresh {
+			if passing[tag] {
+				healthy++
+			}
+		}
+	}
+	if healthy < b.Config.NumReplicas {
+		return // not yet: the old replicas keep serving
+	}
+	for _, j := range old {
+		b.Placements[j].State, b.Placements[j].Since = model.Draining, now.Unix()
+	}
+	c.log.Info("rolled out a new process spec; draining the old replicas", "backend", b.Name, "old", len(old), "new", len(fresh))
 }
 
 // drainMargin is extra time after the drain period before a draining

@@ -209,3 +209,67 @@ func TestApplyKeepsPlacements(t *testing.T) {
 		t.Fatalf("a file with placements: %v, want Invalid", err)
 	}
 }
+
+// TestApplyRollsOutANewProcessSpec: changing a process backend's command in
+// a file drains the replicas running the old spec and places new ones.
+func TestApplyRollsOutANewProcessSpec(t *testing.T) {
+	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := context.Background()
+	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1)}}
+	if _, err := c.Apply(ctx, file, false); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := c.GetBackend("a")
+	file.Backends[0].Process = &model.ProcessSpec{Command: "/bin/replica-v2"}
+	diff, err := c.Apply(ctx, file, false)
+	if err != nil || len(diff) != 1 || diff[0] != "update backend a" {
+		t.Fatalf("apply of a new spec: %v, %v", diff, err)
+	}
+	old := map[string]bool{}
+	for _, p := range before.Placements {
+		old[p.Tag] = true
+	}
+	count := func() (oldRunning, oldDraining, fresh int) {
+		b, _ := c.GetBackend("a")
+		for _, p := range b.Placements {
+			switch {
+			case old[p.Tag] && p.State == model.Running:
+				oldRunning++
+			case old[p.Tag] && p.State == model.Draining:
+				oldDraining++
+			case !old[p.Tag] && p.State == model.Running:
+				fresh++
+			}
+		}
+		return
+	}
+	// First the new replicas start beside the old ones, which keep serving.
+	if r, d, f := count(); r != 2 || d != 0 || f != 2 {
+		t.Fatalf("after the apply: %d old running, %d old draining, %d new; want 2, 0, 2", r, d, f)
+	}
+	// Until the new ones are healthy, the old ones stay.
+	healthyTags := map[string]bool{}
+	c.healthy = func(string) map[string]bool { return healthyTags }
+	if err := c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := count(); r != 2 {
+		t.Fatalf("old replicas drained before the new ones were healthy")
+	}
+	b, _ := c.GetBackend("a")
+	for _, p := range b.Placements {
+		if !old[p.Tag] {
+			healthyTags[p.Tag] = true
+		}
+	}
+	if err := c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, d, f := count(); r != 0 || d != 2 || f != 2 {
+		t.Fatalf("once the new replicas are healthy: %d old running, %d old draining, %d new; want 0, 2, 2", r, d, f)
+	}
+	if diff, err := c.Apply(ctx, file, false); err != nil || len(diff) != 0 {
+		t.Fatalf("re-applying the new spec: %v, %v; want no changes", diff, err)
+	}
+}

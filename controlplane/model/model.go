@@ -1,6 +1,9 @@
 package model
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"maps"
 	"reflect"
 	"slices"
@@ -79,6 +82,19 @@ type Placement struct {
 	State PlacementState `json:"state"`
 	// Since is when the placement entered its state (Unix seconds).
 	Since int64 `json:"since"`
+	// Spec identifies the process spec the replica runs (SpecHash), so a
+	// changed spec can be rolled out replica by replica.
+	Spec string `json:"spec,omitempty"`
+}
+
+// SpecHash is a short, stable identifier of a process spec.
+func SpecHash(p *ProcessSpec) string {
+	if p == nil {
+		return ""
+	}
+	b, _ := json.Marshal(p) // maps marshal in key order: stable
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:4])
 }
 
 // Managed reports whether servemesh's agents run the backend's replicas.
