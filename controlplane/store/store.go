@@ -51,41 +51,34 @@ type Store interface {
 // Diff returns the change that turns from into to.
 func Diff(from, to *model.Model) Change {
 	var c Change
-	oldB := map[string]model.Backend{}
-	for _, b := range from.Backends {
-		oldB[b.Name] = b
-	}
-	newB := map[string]bool{}
-	for _, b := range to.Backends {
-		newB[b.Name] = true
-		if old, ok := oldB[b.Name]; !ok || !model.BackendsEqual(old, b) {
-			c.PutBackends = append(c.PutBackends, b)
-		}
-	}
-	for _, b := range from.Backends {
-		if !newB[b.Name] {
-			c.DeleteBackends = append(c.DeleteBackends, b.Name)
-		}
-	}
-	oldE := map[string]model.Endpoint{}
-	for _, e := range from.Endpoints {
-		oldE[e.Name] = e
-	}
-	newE := map[string]bool{}
-	for _, e := range to.Endpoints {
-		newE[e.Name] = true
-		if old, ok := oldE[e.Name]; !ok || !model.EndpointsEqual(old, e) {
-			c.PutEndpoints = append(c.PutEndpoints, e)
-		}
-	}
-	for _, e := range from.Endpoints {
-		if !newE[e.Name] {
-			c.DeleteEndpoints = append(c.DeleteEndpoints, e.Name)
-		}
-	}
-	sort.Strings(c.DeleteBackends)
-	sort.Strings(c.DeleteEndpoints)
+	c.PutBackends, c.DeleteBackends = diffByName(from.Backends, to.Backends,
+		func(b model.Backend) string { return b.Name }, model.BackendsEqual)
+	c.PutEndpoints, c.DeleteEndpoints = diffByName(from.Endpoints, to.Endpoints,
+		func(e model.Endpoint) string { return e.Name }, model.EndpointsEqual)
 	return c
+}
+
+// diffByName returns the items of to that are new or differ from their
+// namesake in from, in to's order, and the sorted names only from has.
+func diffByName[T any](from, to []T, name func(T) string, equal func(a, b T) bool) (put []T, deleted []string) {
+	old := make(map[string]T, len(from))
+	for _, x := range from {
+		old[name(x)] = x
+	}
+	kept := make(map[string]bool, len(to))
+	for _, x := range to {
+		kept[name(x)] = true
+		if prev, ok := old[name(x)]; !ok || !equal(prev, x) {
+			put = append(put, x)
+		}
+	}
+	for _, x := range from {
+		if !kept[name(x)] {
+			deleted = append(deleted, name(x))
+		}
+	}
+	sort.Strings(deleted)
+	return put, deleted
 }
 
 // Split cuts a change into commits of at most MaxChangeObjects objects, in an
