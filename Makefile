@@ -66,7 +66,7 @@ lint: $(LINT) ## run golangci-lint, go vet and gofmt
 	$(LINT) run ./...
 
 testdata: ## rewrite golden files (and remove orphaned ones) from the current code
-	go test ./xds/translate ./bootstrap -update
+	go test ./xds/translate ./controlplane/model ./bootstrap -update
 
 bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measure
 	go test -run '^$$' -bench . -benchmem ./xds/...

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -13,11 +12,13 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/heartbeat"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Options configure an Agent.
 type Options struct {
-	Node   Node
+	Node   wire.NodeInfo
 	Consul *api.Client
 	// Store is the desired state the agent watches (read only).
 	Store   store.Store
@@ -37,7 +38,7 @@ type Options struct {
 
 // Agent runs the replicas placed on its node.
 type Agent struct {
-	node                   Node
+	node                   wire.NodeInfo
 	consul                 *api.Client
 	store                  store.Store
 	log                    *slog.Logger
@@ -94,8 +95,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.registerNode(); err != nil {
 		return err
 	}
-	defer func() { _ = a.consul.Agent().ServiceDeregister(nodeServiceID(a.node.ID)) }()
-	go a.heartbeat(ctx)
+	defer func() { _ = a.consul.Agent().ServiceDeregister(wire.AgentServiceID(a.node.ID)) }()
+	go heartbeat.Run(ctx, a.consul.Agent(), wire.AgentServiceID(a.node.ID), a.checkTTL/3, heartbeat.Passing, a.log)
 	defer a.stopAll()
 	a.log.Info("agent running", "node", a.node.ID, "address", a.node.Address, "cpus", a.node.CPUs, "memory_mb", a.node.MemoryMB)
 
@@ -160,11 +161,9 @@ func (a *Agent) stopAll() {
 }
 
 func (a *Agent) registerNode() error {
-	id := nodeServiceID(a.node.ID)
+	id := wire.AgentServiceID(a.node.ID)
 	err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
-		ID: id, Name: NodeService, Address: a.node.Address,
-		Meta: map[string]string{metaNode: a.node.ID, metaCPUs: strconv.FormatFloat(a.node.CPUs, 'g', -1, 64),
-			metaMemoryMB: strconv.Itoa(a.node.MemoryMB), metaStatus: a.node.StatusAddr},
+		ID: id, Name: wire.AgentService, Address: a.node.Address, Meta: a.node.Meta(),
 		Check: &api.AgentServiceCheck{CheckID: id, Name: "servemesh agent " + a.node.ID, TTL: a.checkTTL.String(),
 			Status: api.HealthPassing, DeregisterCriticalServiceAfter: "10m"},
 	})
@@ -172,19 +171,4 @@ func (a *Agent) registerNode() error {
 		return fmt.Errorf("register node in consul: %w", err)
 	}
 	return nil
-}
-
-func (a *Agent) heartbeat(ctx context.Context) {
-	tick := time.NewTicker(a.checkTTL / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := a.consul.Agent().UpdateTTL(nodeServiceID(a.node.ID), "", api.HealthPassing); err != nil {
-				a.log.Warn("node heartbeat failed", "err", err)
-			}
-		}
-	}
 }

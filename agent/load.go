@@ -9,89 +9,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/wire"
 )
-
-// BackendLoad is one backend's request figures as one node's Envoy counts
-// them.
-type BackendLoad struct {
-	// Active is the number of requests in flight to the backend now, and
-	// Pending those queued in Envoy waiting for a replica to have room
-	// (max_concurrent_queries). Both count as load: Ray Serve's signal is
-	// its router's queue.
-	Active  uint64 `json:"active"`
-	Pending uint64 `json:"pending"`
-	// Requests and Errors (5xx answers) are totals since Envoy started.
-	Requests uint64 `json:"requests"`
-	Errors   uint64 `json:"errors"`
-}
-
-// Load is what an agent reports: its node's Envoy's figures per backend
-// (cluster) and per endpoint (route).
-type Load struct {
-	Node     string                 `json:"node"`
-	At       time.Time              `json:"at"`
-	Backends map[string]BackendLoad `json:"backends"`
-	// Routes are HTTP requests per endpoint and listener ("public" or
-	// "mesh"), with their 5xx answers.
-	Routes map[string]BackendLoad `json:"routes"`
-}
-
-// statsFilter selects the Envoy stats servemesh reads.
-const statsFilter = `^(cluster\.[^_].*\.upstream_rq_(total|5xx|active|pending_active)|vhost\..*\.route\..*\.upstream_rq_(total|5xx))$`
 
 // ReadLoad reads the load figures from an Envoy's admin API. Envoy counts
 // them; nothing is counted in Go.
-func ReadLoad(ctx context.Context, admin envoy.Admin, node string) (Load, error) {
-	stats, err := admin.Stats(ctx, statsFilter)
+func ReadLoad(ctx context.Context, admin envoy.Admin, node string) (wire.Load, error) {
+	stats, err := admin.Stats(ctx, wire.StatsFilter)
 	if err != nil {
-		return Load{}, err
+		return wire.Load{}, err
 	}
-	l := Load{Node: node, At: time.Now(), Backends: map[string]BackendLoad{}, Routes: map[string]BackendLoad{}}
-	for name, v := range stats {
-		if rest, ok := strings.CutPrefix(name, "cluster."); ok {
-			for _, suffix := range []string{".upstream_rq_total", ".upstream_rq_5xx", ".upstream_rq_active", ".upstream_rq_pending_active"} {
-				if backend, ok := strings.CutSuffix(rest, suffix); ok {
-					b := l.Backends[backend]
-					switch suffix {
-					case ".upstream_rq_total":
-						b.Requests = v
-					case ".upstream_rq_5xx":
-						b.Errors = v
-					case ".upstream_rq_pending_active":
-						b.Pending = v
-					default:
-						b.Active = v
-					}
-					l.Backends[backend] = b
-				}
-			}
-			continue
-		}
-		// vhost.<vhost>.route.<endpoint>.upstream_rq_{total,5xx}; the
-		// public listener's vhost is "public", the mesh's the endpoint.
-		rest, _ := strings.CutPrefix(name, "vhost.")
-		vhost, route, ok := strings.Cut(rest, ".route.")
-		if !ok {
-			continue
-		}
-		listener := "mesh"
-		if vhost == "public" {
-			listener = "public"
-		}
-		for _, suffix := range []string{".upstream_rq_total", ".upstream_rq_5xx"} {
-			if endpoint, ok := strings.CutSuffix(route, suffix); ok {
-				key := endpoint + "/" + listener
-				r := l.Routes[key]
-				if suffix == ".upstream_rq_total" {
-					r.Requests = v
-				} else {
-					r.Errors = v
-				}
-				l.Routes[key] = r
-			}
-		}
-	}
-	return l, nil
+	return wire.NewLoad(node, time.Now(), stats), nil
 }
 
 // loadCollector exports the node's Envoy figures as Prometheus metrics on
@@ -137,7 +65,7 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(v.Pending), b, c.node)
 	}
 	for key, v := range l.Routes {
-		endpoint, listener, _ := strings.Cut(key, "/")
+		endpoint, listener, _ := strings.Cut(key, "/") // see wire.RouteKey
 		ch <- prometheus.MustNewConstMetric(c.routeRequests, prometheus.CounterValue, float64(v.Requests), endpoint, listener, c.node)
 		ch <- prometheus.MustNewConstMetric(c.routeErrors, prometheus.CounterValue, float64(v.Errors), endpoint, listener, c.node)
 	}

@@ -1,16 +1,21 @@
 package agent
 
 import (
-	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/wire"
 )
 
-func TestReadLoadParsesEnvoyStats(t *testing.T) {
+// fakeAdmin answers /stats as an Envoy admin API does.
+func fakeAdmin(t *testing.T) envoy.Admin {
+	t.Helper()
 	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/stats" || !strings.Contains(r.URL.Query().Get("filter"), "pending_active") {
 			http.Error(w, "unexpected query", http.StatusBadRequest)
@@ -21,27 +26,66 @@ func TestReadLoadParsesEnvoyStats(t *testing.T) {
 			{"name": "cluster.model.v1.upstream_rq_5xx", "value": 3},
 			{"name": "cluster.model.v1.upstream_rq_active", "value": 4},
 			{"name": "cluster.model.v1.upstream_rq_pending_active", "value": 6},
-			{"name": "vhost.public.route.predict.upstream_rq_total", "value": 100},
-			{"name": "vhost.public.route.predict.upstream_rq_5xx", "value": 2},
+			{"name": "vhost._public.route.predict.upstream_rq_total", "value": 100},
+			{"name": "vhost._public.route.predict.upstream_rq_5xx", "value": 2},
 			{"name": "vhost.predict.route.predict.upstream_rq_total", "value": 20},
 			{"name": "http.public.downstream_rq_total", "value": 999}
 		]}`))
 	}))
-	defer admin.Close()
-	l, err := ReadLoad(context.Background(), envoy.Admin{Address: strings.TrimPrefix(admin.URL, "http://")}, "n1")
+	t.Cleanup(admin.Close)
+	return envoy.Admin{Address: strings.TrimPrefix(admin.URL, "http://")}
+}
+
+// TestStatusHandlerServesLoad reads the load as the controller does: over
+// the agent's status listener, from its Envoy's stats.
+func TestStatusHandlerServesLoad(t *testing.T) {
+	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), fakeAdmin(t), "n1"))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + wire.LoadPath) //nolint:noctx // test
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := l.Backends["model.v1"]; got != (BackendLoad{Active: 4, Pending: 6, Requests: 120, Errors: 3}) {
+	defer func() { _ = resp.Body.Close() }()
+	var l wire.Load
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, decode: %v", resp.StatusCode, err)
+	}
+	if got := l.Backends["model.v1"]; got != (wire.BackendLoad{Active: 4, Pending: 6, Requests: 120, Errors: 3}) {
 		t.Fatalf("backend model.v1: %+v", got)
 	}
-	if got := l.Routes["predict/public"]; got != (BackendLoad{Requests: 100, Errors: 2}) {
+	if got := l.Routes[wire.RouteKey("predict", wire.PublicListener)]; got != (wire.BackendLoad{Requests: 100, Errors: 2}) {
 		t.Fatalf("route predict on the public listener: %+v", got)
 	}
-	if got := l.Routes["predict/mesh"]; got.Requests != 20 {
+	if got := l.Routes[wire.RouteKey("predict", wire.MeshListener)]; got.Requests != 20 {
 		t.Fatalf("route predict on the mesh listener: %+v", got)
 	}
 	if len(l.Backends) != 1 || len(l.Routes) != 2 || l.Node != "n1" {
 		t.Fatalf("unexpected figures: %+v", l)
+	}
+}
+
+// TestStatusHandlerWithoutEnvoy: with no Envoy to ask, the load and the
+// versions answer 503 saying so, never made-up figures.
+func TestStatusHandlerWithoutEnvoy(t *testing.T) {
+	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), envoy.Admin{Address: "127.0.0.1:1"}, "n1"))
+	defer srv.Close()
+	for _, path := range []string{wire.LoadPath, wire.EnvoyVersionsPath, "/metrics"} {
+		resp, err := http.Get(srv.URL + path) //nolint:noctx // test
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		_ = resp.Body.Close()
+		want := http.StatusServiceUnavailable
+		if path == "/metrics" {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("%s: status %d, want %d", path, resp.StatusCode, want)
+		}
+		if want != http.StatusOK && !strings.Contains(body["error"].(string), "envoy did not answer") {
+			t.Errorf("%s: body %v", path, body)
+		}
 	}
 }

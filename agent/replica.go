@@ -7,18 +7,18 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/heartbeat"
+	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // replica runs one placed replica: its process, its registration in Consul
@@ -34,27 +34,28 @@ type replica struct {
 	cancel   context.CancelFunc // ends the run loop
 	done     chan struct{}
 	mu       sync.Mutex
-	cmd      *exec.Cmd
 	draining bool
 	stopOnce sync.Once
 }
 
 // serviceID is the replica's Consul service id; '#' is not URL-safe.
-func (r *replica) serviceID() string { return strings.ReplaceAll(r.tag, "#", "-") }
+func (r *replica) serviceID() string { return wire.ReplicaServiceID(r.tag) }
 func (r *replica) checkID() string   { return "replica-" + r.serviceID() }
 func (r *replica) address() string   { return net.JoinHostPort(r.a.node.Address, strconv.Itoa(r.port)) }
 
 func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placement, spec model.ProcessSpec) (*replica, error) {
-	port, err := freePort(ctx, a.node.Address)
+	addr, err := proc.FreeAddr(ctx, a.node.Address)
 	if err != nil {
-		return nil, fmt.Errorf("replica %s: find a port: %w", p.Tag, err)
+		return nil, fmt.Errorf("replica %s: %w", p.Tag, err)
 	}
+	_, portText, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portText)
 	r := &replica{a: a, backend: backend, tag: p.Tag, spec: spec, port: port, done: make(chan struct{}),
 		log: a.log.With("replica", p.Tag)}
 	if err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
-		ID: r.serviceID(), Name: backend, Tags: []string{"servemesh", p.Tag},
+		ID: r.serviceID(), Name: backend, Tags: []string{wire.ReplicaServiceTag, p.Tag},
 		Address: a.node.Address, Port: port,
-		Meta: map[string]string{catalog.MetaReplicaTag: p.Tag, catalog.MetaNode: a.node.ID},
+		Meta: map[string]string{wire.MetaReplicaTag: p.Tag, wire.MetaReplicaNode: a.node.ID},
 		Check: &api.AgentServiceCheck{CheckID: r.checkID(), Name: "servemesh probe of " + p.Tag,
 			TTL: a.checkTTL.String(), Status: api.HealthCritical, DeregisterCriticalServiceAfter: "1m"},
 	}); err != nil {
@@ -63,7 +64,7 @@ func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placem
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go r.run(runCtx)
-	go r.probe(runCtx)
+	go heartbeat.Run(runCtx, a.consul.Agent(), r.checkID(), a.checkTTL/3, r.probe, r.log)
 	r.log.Info("replica placed here", "backend", backend, "address", r.address())
 	return r, nil
 }
@@ -71,32 +72,32 @@ func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placem
 // run keeps the process running, restarting it with exponential backoff.
 func (r *replica) run(ctx context.Context) {
 	defer close(r.done)
-	backoff := r.a.minBackoff
-	for starts := 0; ctx.Err() == nil; starts++ {
+	backoff := proc.Backoff{Min: r.a.minBackoff, Max: r.a.maxBackoff, ResetAfter: time.Minute}
+	for ctx.Err() == nil {
 		began := time.Now()
-		if err := r.startProcess(); err != nil {
-			r.log.Error("replica failed to start", "err", err)
-		} else {
-			err := r.cmd.Wait()
-			if ctx.Err() != nil {
+		child, err := r.startProcess()
+		if err == nil {
+			select {
+			case <-ctx.Done(): // stopping: SIGTERM, then SIGKILL after the grace
+				_ = child.Stop(r.a.stopGrace)
 				return
+			case <-child.Done():
+				err = child.Wait()
 			}
-			r.log.Warn("replica exited; restarting", "exit", err, "restart_in", backoff)
 		}
-		r.a.metrics.restarts.WithLabelValues(r.backend, r.tag).Inc()
-		if time.Since(began) > time.Minute {
-			backoff = r.a.minBackoff
-		}
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, r.a.maxBackoff)
+		delay := backoff.Next(time.Since(began))
+		r.log.Warn("replica exited or failed to start; restarting", "err", err, "restart_in", delay)
+		r.a.metrics.restarts.WithLabelValues(r.backend, r.tag).Inc()
+		if !proc.Sleep(ctx, delay) {
+			return
+		}
 	}
 }
 
-func (r *replica) startProcess() error {
+func (r *replica) startProcess() (*proc.Process, error) {
 	env := map[string]string{
 		"PORT": strconv.Itoa(r.port), "HOST": r.a.node.Address,
 		"SERVEMESH_BACKEND": r.backend, "SERVEMESH_REPLICA_TAG": r.tag, "SERVEMESH_NODE": r.a.node.ID,
@@ -111,47 +112,32 @@ func (r *replica) startProcess() error {
 	}
 	logFile, err := os.OpenFile(filepath.Join(r.a.workDir, strings.ReplaceAll(r.tag, "#", "-")+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(r.spec.Command, args...) //nolint:noctx // stopped by stop(), with a drain
-	cmd.Env = os.Environ()
+	environ := os.Environ()
 	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		environ = append(environ, k+"="+v)
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return err
+	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: logFile, Stderr: logFile})
+	if err != nil {
+		return nil, err
 	}
-	r.mu.Lock()
-	r.cmd = cmd
-	r.mu.Unlock()
-	return nil
+	return child, nil
 }
 
-// probe reports the replica's health to its TTL check every second.
-func (r *replica) probe(ctx context.Context) {
-	tick := time.NewTicker(r.a.checkTTL / 3)
-	defer tick.Stop()
-	client := &http.Client{Timeout: time.Second}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		status, output := api.HealthPassing, "ok"
-		if err := r.check(ctx, client); err != nil {
-			status, output = api.HealthCritical, err.Error()
-		}
-		if err := r.a.consul.Agent().UpdateTTL(r.checkID(), output, status); err != nil && ctx.Err() == nil {
-			r.log.Warn("could not report replica health", "err", err)
-		}
+// probeClient checks replicas' health paths.
+var probeClient = &http.Client{Timeout: time.Second}
+
+// probe checks the replica for its TTL check's next beat.
+func (r *replica) probe(ctx context.Context) (status, output string) {
+	if err := r.check(ctx); err != nil {
+		return api.HealthCritical, err.Error()
 	}
+	return api.HealthPassing, "ok"
 }
 
-func (r *replica) check(ctx context.Context, client *http.Client) error {
+func (r *replica) check(ctx context.Context) error {
 	if r.spec.HealthPath == "" {
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "tcp", r.address())
@@ -164,7 +150,7 @@ func (r *replica) check(ctx context.Context, client *http.Client) error {
 	if err != nil {
 		return err
 	}
-	resp, err := client.Do(req)
+	resp, err := probeClient.Do(req)
 	if err != nil {
 		return err
 	}
@@ -197,31 +183,10 @@ func (r *replica) drain() {
 func (r *replica) stop() { r.stopOnce.Do(r.stopNow) }
 
 func (r *replica) stopNow() {
-	r.cancel()
-	r.mu.Lock()
-	cmd := r.cmd
-	r.mu.Unlock()
-	if cmd != nil && cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(r.a.stopGrace):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-r.done
-		}
-	}
+	r.cancel() // run stops the process
+	<-r.done
 	if err := r.a.consul.Agent().ServiceDeregister(r.serviceID()); err != nil {
 		r.log.Warn("deregister replica", "err", err)
 	}
 	r.log.Info("replica stopped")
-}
-
-func freePort(ctx context.Context, host string) (int, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -16,12 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/servemesh/servemesh/internal/protoyaml"
-	"github.com/servemesh/servemesh/xds/translate"
+	"github.com/servemesh/servemesh/wire"
 )
-
-// XDSClusterName is the static cluster that reaches the control plane. Model
-// names must start with a letter or digit, so it cannot collide with a backend.
-const XDSClusterName = "_servemesh_xds"
 
 // XDSMaxBackoff caps how long a node waits between attempts to reconnect to
 // the control plane.
@@ -42,7 +38,7 @@ const (
 // Options describe one node's Envoy.
 type Options struct {
 	// Node is the node's identity and listener settings.
-	Node translate.Node
+	Node wire.ProxyNode
 	// XDSAddress is the control plane's gRPC host:port (IP or DNS name), or
 	// several, comma-separated: Envoy connects to one and fails over to
 	// another when it goes away.
@@ -70,9 +66,9 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 	default:
 		return nil, fmt.Errorf("bootstrap: xds protocol %q is unknown; use %q or %q", o.Protocol, ProtocolSotW, ProtocolDelta)
 	}
-	metadata, err := structpb.NewStruct(nodeMetadata(o.Node))
+	metadata, err := o.Node.Metadata()
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap: node metadata: %w", err)
+		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	xdsCluster, err := controlPlaneCluster(o.XDSAddress)
 	if err != nil {
@@ -93,7 +89,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 				TransportApiVersion: core.ApiVersion_V3,
 				GrpcServices: []*core.GrpcService{{TargetSpecifier: &core.GrpcService_EnvoyGrpc_{
 					EnvoyGrpc: &core.GrpcService_EnvoyGrpc{
-						ClusterName: XDSClusterName,
+						ClusterName: wire.ControlPlaneCluster,
 						// Envoy's default reconnect backoff grows to 30s; a node
 						// whose control plane restarts should be back within
 						// seconds.
@@ -168,12 +164,12 @@ func controlPlaneCluster(addresses string) (*cluster.Cluster, error) {
 		return nil, fmt.Errorf("bootstrap: pack http2 options: %w", err)
 	}
 	return &cluster.Cluster{
-		Name:                          XDSClusterName,
+		Name:                          wire.ControlPlaneCluster,
 		ClusterDiscoveryType:          &cluster.Cluster_Type{Type: discovery},
 		ConnectTimeout:                durationpb.New(time.Second),
 		TypedExtensionProtocolOptions: map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": http2},
 		LoadAssignment: &endpoint.ClusterLoadAssignment{
-			ClusterName: XDSClusterName,
+			ClusterName: wire.ControlPlaneCluster,
 			Endpoints:   []*endpoint.LocalityLbEndpoints{{LbEndpoints: endpoints}},
 		},
 	}, nil

@@ -10,12 +10,12 @@ import (
 
 	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/internal/testutil"
-	"github.com/servemesh/servemesh/xds/translate"
+	"github.com/servemesh/servemesh/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata")
 
-var testNode = translate.Node{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001}
+var testNode = wire.ProxyNode{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001}
 
 func TestGolden(t *testing.T) {
 	cases := map[string]Options{
@@ -35,7 +35,7 @@ func TestGolden(t *testing.T) {
 			if err := protoyaml.Unmarshal(got, &b); err != nil {
 				t.Fatalf("golden bootstrap does not unmarshal into the Bootstrap proto: %v", err)
 			}
-			node, err := NodeFromMetadata(b.GetNode())
+			node, err := wire.ProxyNodeFromEnvoy(b.GetNode())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,8 +53,8 @@ func TestBuildRejectsBadOptions(t *testing.T) {
 	}{
 		"no xds port":    {Options{Node: testNode, XDSAddress: "127.0.0.1", AdminAddress: "127.0.0.1:19000"}, "xds address"},
 		"bad admin port": {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:99999"}, "admin address"},
-		"no node id":     {Options{Node: translate.Node{PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}, "node id"},
-		"same ports":     {Options{Node: translate.Node{ID: "n", PublicAddress: "127.0.0.1", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 1}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}, "different ports"},
+		"no node id":     {Options{Node: wire.ProxyNode{PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}, "node id"},
+		"same ports":     {Options{Node: wire.ProxyNode{ID: "n", PublicAddress: "127.0.0.1", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 1}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}, "different ports"},
 		"bad protocol":   {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2", Protocol: "rest"}, "xds protocol"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -63,19 +63,5 @@ func TestBuildRejectsBadOptions(t *testing.T) {
 				t.Fatalf("got error %v, want one mentioning %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestNodeFromMetadataRejectsForeignNodes(t *testing.T) {
-	b, err := Build(Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Node.Metadata = nil
-	if _, err := NodeFromMetadata(b.Node); err == nil || !strings.Contains(err.Error(), "servemesh bootstrap") {
-		t.Fatalf("got %v, want an error pointing at `servemesh bootstrap`", err)
-	}
-	if _, err := NodeFromMetadata(nil); err == nil {
-		t.Fatal("a request without a node was accepted")
 	}
 }

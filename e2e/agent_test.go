@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
@@ -25,33 +24,24 @@ import (
 type agentProc struct {
 	id, address               string
 	public, mesh, admin, metr string
-	cmd                       *exec.Cmd
+	child                     *proc.Process
 	stderr                    *testutil.SyncBuffer
-	done                      chan struct{}
 }
 
 func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int) *agentProc {
 	t.Helper()
-	a := &agentProc{id: id, address: address, public: address + ":" + freePortOn(t, address),
-		mesh: freeAddr(t), admin: freeAddr(t), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
-	a.cmd = exec.CommandContext(context.Background(), servemeshBin, "agent", "--node-id", id, "--address", address,
+	a := &agentProc{id: id, address: address, public: freeAddrOn(t, address),
+		mesh: freeAddr(t), admin: freeAddr(t), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}}
+	var err error
+	a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: []string{"agent", "--node-id", id, "--address", address,
 		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
-		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info")
-	a.cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin)
-	a.cmd.Stderr = a.stderr
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
+		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info"},
+		Env: append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin), Stderr: a.stderr})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = a.cmd.Wait(); close(a.done) }()
 	t.Cleanup(func() {
-		_ = a.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-a.done:
-		case <-time.After(15 * time.Second):
-			_ = a.cmd.Process.Kill()
-			<-a.done
-		}
+		_ = a.child.Stop(15 * time.Second)
 		failOnRace(t, "agent "+id, a.stderr.String())
 		if t.Failed() {
 			t.Logf("agent %s log:\n%s", id, a.stderr.String())
@@ -63,16 +53,13 @@ func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, 
 	return a
 }
 
-func freePortOn(t *testing.T, host string) string {
+func freeAddrOn(t *testing.T, host string) string {
 	t.Helper()
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", host+":0")
+	addr, err := proc.FreeAddr(context.Background(), host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	_, port, _ := strings.Cut(l.Addr().String(), ":")
-	return port
+	return addr
 }
 
 // replicaOf reads which replica answered a request.
@@ -338,8 +325,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		dead := nodes[2]
 		l := startLoad("http://"+nodes[0].public+"/svc", 4)
 		time.Sleep(300 * time.Millisecond)
-		_ = dead.cmd.Process.Signal(syscall.SIGKILL) // its Envoy and replicas die with it
-		<-dead.done
+		_ = dead.child.Kill() // its Envoy and replicas die with it
 		waitUntil(t, 20*time.Second, "the dead node's replicas to go critical", func() bool {
 			checks, _, _ := consulClient.Health().Checks("a", nil)
 			for _, ch := range checks {

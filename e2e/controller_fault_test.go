@@ -170,7 +170,7 @@ func TestCrashFuzz(t *testing.T) {
 			select {
 			case <-supervise:
 				return
-			case <-ctl.done:
+			case <-ctl.child.Done():
 				crashes.Add(1)
 				ctl.start()
 			}

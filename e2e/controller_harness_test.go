@@ -8,11 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
@@ -38,9 +38,8 @@ type ctlProc struct {
 	apiAddr, xdsAddr string
 	env              []string
 	args             []string
-	cmd              *exec.Cmd
+	child            *proc.Process
 	stderr           *testutil.SyncBuffer
-	done             chan struct{}
 	logs             []string // stderr of earlier incarnations
 }
 
@@ -66,15 +65,11 @@ func (c *ctlProc) start() {
 	}
 	c.stderr = &testutil.SyncBuffer{}
 	args := append([]string{"controller", "--id", c.id, "--api-listen", c.apiAddr, "--xds-listen", c.xdsAddr}, c.args...)
-	c.cmd = exec.CommandContext(context.Background(), servemeshBin, args...)
-	c.cmd.Env = append(os.Environ(), c.env...)
-	c.cmd.Stderr = c.stderr
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
+	var err error
+	c.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: args, Env: append(os.Environ(), c.env...), Stderr: c.stderr})
+	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(c.cmd, c.done)
 	waitUntil(c.t, 15*time.Second, "controller "+c.id+" /healthz", func() bool {
 		r := do(httpClient(), "GET", "http://"+c.apiAddr+"/healthz", "")
 		return r.err == nil && r.status == 200
@@ -82,16 +77,15 @@ func (c *ctlProc) start() {
 }
 
 func (c *ctlProc) kill() {
-	if c.cmd == nil {
+	if c.child == nil {
 		return
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.done
+	_ = c.child.Kill()
 }
 
 func (c *ctlProc) exited() bool {
 	select {
-	case <-c.done:
+	case <-c.child.Done():
 		return true
 	default:
 		return false

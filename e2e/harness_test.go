@@ -12,10 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,9 +21,10 @@ import (
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/server"
-	"github.com/servemesh/servemesh/xds/translate"
 )
 
 var (
@@ -67,13 +66,8 @@ func TestMain(m *testing.M) {
 // freeAddr returns a loopback address with a port nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	addr, err := proc.FreeAddr(context.Background(), "127.0.0.1")
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return addr
@@ -148,7 +142,7 @@ type controlPlane struct {
 	configPath string
 	xdsAddr    string
 	httpAddr   string
-	cmd        *exec.Cmd
+	child      *proc.Process
 	stderr     *testutil.SyncBuffer
 }
 
@@ -163,16 +157,14 @@ func (cp *controlPlane) start() {
 	t := cp.t
 	t.Helper()
 	cp.stderr = &testutil.SyncBuffer{}
-	cp.cmd = exec.CommandContext(context.Background(), servemeshBin, "serve", "--config", cp.configPath, "--xds-listen", cp.xdsAddr, "--http-listen", cp.httpAddr)
-	cp.cmd.Stderr = cp.stderr
-	cp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cp.cmd.Start(); err != nil {
+	child, err := proc.Start(proc.Spec{Path: servemeshBin, Args: []string{"serve", "--config", cp.configPath,
+		"--xds-listen", cp.xdsAddr, "--http-listen", cp.httpAddr}, Stderr: cp.stderr})
+	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := cp.cmd
+	cp.child = child
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		_ = child.Kill()
 		failOnRace(t, "control plane", cp.stderr.String())
 		if t.Failed() {
 			t.Logf("control plane log:\n%s", cp.stderr.String())
@@ -186,8 +178,7 @@ func (cp *controlPlane) start() {
 
 // kill stops the control plane with SIGKILL, as a crash would.
 func (cp *controlPlane) kill() {
-	_ = cp.cmd.Process.Signal(syscall.SIGKILL)
-	_ = cp.cmd.Wait()
+	_ = cp.child.Kill()
 }
 
 func (cp *controlPlane) nodes() []server.NodeStatus {
@@ -237,41 +228,23 @@ func startEnvoy(t *testing.T, id, xdsAddr string, protocol bootstrap.Protocol) *
 func startEnvoyWithPublic(t *testing.T, id, xdsAddr string, protocol bootstrap.Protocol, public string) *node {
 	t.Helper()
 	n := &node{public: public, mesh: freeAddr(t)}
-	admin := freeAddr(t)
-	pubPort, _ := strconv.Atoi(n.public[len("127.0.0.1:"):])
-	meshPort, _ := strconv.Atoi(n.mesh[len("127.0.0.1:"):])
-	yaml, err := bootstrap.YAML(bootstrap.Options{
-		Node:       translate.Node{ID: id, PublicAddress: "127.0.0.1", PublicPort: uint32(pubPort), MeshAddress: "127.0.0.1", MeshPort: uint32(meshPort)},
-		XDSAddress: xdsAddr, AdminAddress: admin, Protocol: protocol,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "bootstrap.yaml")
-	if err := os.WriteFile(cfg, yaml, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "envoy.log")
-	p, err := envoy.Start(envoy.Config{
-		Binary: envoyBin, ConfigPath: cfg, AdminAddress: admin, LogPath: logPath,
-		LogLevel: "info", Concurrency: 1, DrainTime: time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := envoy.Node{Binary: envoyBin, WorkDir: dir, LogLevel: "info", Concurrency: 1, Drain: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bootstrap: bootstrap.Options{
+			Node:       wire.ProxyNode{ID: id, PublicAddress: "127.0.0.1", PublicPort: testutil.Port(n.public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(n.mesh)},
+			XDSAddress: xdsAddr, AdminAddress: freeAddr(t), Protocol: protocol,
+		}}.StartReady(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = p.Stop(context.Background(), 0)
 		if t.Failed() {
-			t.Logf("envoy %s log tail:\n%s", id, envoy.LogTail(logPath, 4096))
+			t.Logf("envoy %s log tail:\n%s", id, envoy.LogTail(filepath.Join(dir, "envoy.log"), 4096))
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	n.proc = p
 	return n
 }

@@ -3,9 +3,15 @@
 //
 //   - find.go: where the binary comes from (an explicit path, $SERVEMESH_ENVOY,
 //     the project's tools folder, then $PATH) and its --version check.
-//   - process.go: the child process: explicit arguments, dies with its parent
-//     (Pdeathsig), output to a log file, ready when /ready says LIVE, stopped
-//     by draining listeners through the admin API, then SIGTERM, then SIGKILL.
+//   - node.go: one node's Envoy from start to finish: render its bootstrap
+//     (package bootstrap) into a work folder, then supervise it (Supervise)
+//     or, in tests and benchmarks, start it and wait until ready
+//     (StartReady).
+//   - process.go: the child process (started with package proc: its own
+//     process group, dies with its parent), output to a log file, ready when
+//     /ready says LIVE, stopped by draining listeners through the admin API,
+//     then SIGTERM, then SIGKILL.
+//   - supervisor.go: restarts an Envoy that exits, with backoff.
 //   - admin.go: a small client for the admin endpoints servemesh reads
 //     (/ready, /config_dump, /stats, /drain_listeners).
 //

@@ -42,7 +42,7 @@ func startFake(t *testing.T, admin string) (*Process, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	t.Cleanup(func() { _ = p.child.Kill() })
 	waitFile(t, filepath.Join(state, "pid"))
 	return p, state
 }

@@ -7,10 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
+
+	"github.com/servemesh/servemesh/internal/proc"
 )
 
 // Config is how to run one Envoy.
@@ -64,10 +64,8 @@ func (c Config) Args() []string {
 // Process is a running Envoy child process.
 type Process struct {
 	cfg   Config
-	cmd   *exec.Cmd
+	child *proc.Process
 	admin Admin
-	done  chan struct{}
-	err   error // set before done closes
 }
 
 // Start launches Envoy. The child is killed if this process dies (Pdeathsig),
@@ -83,37 +81,24 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy: open log file: %w", err)
 	}
-	// Not CommandContext: Envoy outlives any one call, and Stop ends it with a
-	// drain rather than the SIGKILL a cancelled context would send.
-	cmd := exec.Command(cfg.Binary, cfg.Args()...) //nolint:noctx // see above
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("envoy: start %s: %w", cfg.Binary, err)
+	child, err := proc.Start(proc.Spec{Path: cfg.Binary, Args: cfg.Args(), Stdout: logFile, Stderr: logFile})
+	_ = logFile.Close() // the child holds its own descriptor
+	if err != nil {
+		return nil, fmt.Errorf("envoy: %w", err)
 	}
-	p := &Process{cfg: cfg, cmd: cmd, admin: Admin{Address: cfg.AdminAddress}, done: make(chan struct{})}
-	cfg.Logger.Info("envoy started", "pid", cmd.Process.Pid, "binary", cfg.Binary, "config", cfg.ConfigPath, "log", cfg.LogPath)
-	go func() {
-		p.err = cmd.Wait()
-		_ = logFile.Close()
-		close(p.done)
-	}()
+	p := &Process{cfg: cfg, child: child, admin: Admin{Address: cfg.AdminAddress}}
+	cfg.Logger.Info("envoy started", "pid", child.Pid(), "binary", cfg.Binary, "config", cfg.ConfigPath, "log", cfg.LogPath)
 	return p, nil
 }
 
 // Pid is the child's process id.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
+func (p *Process) Pid() int { return p.child.Pid() }
 
 // Done is closed when the process has exited.
-func (p *Process) Done() <-chan struct{} { return p.done }
+func (p *Process) Done() <-chan struct{} { return p.child.Done() }
 
 // ExitErr is the process's exit status once Done is closed.
-func (p *Process) ExitErr() error {
-	<-p.done
-	return p.err
-}
+func (p *Process) ExitErr() error { return p.child.Wait() }
 
 // Admin returns a client for the process's admin API.
 func (p *Process) Admin() Admin { return p.admin }
@@ -133,8 +118,8 @@ func (p *Process) WaitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("envoy pid %d not ready: %w; log tail:\n%s", p.Pid(), ctx.Err(), LogTail(p.cfg.LogPath, 2048))
-		case <-p.done:
-			return fmt.Errorf("envoy exited before it was ready (%w); log tail:\n%s", p.err, LogTail(p.cfg.LogPath, 2048))
+		case <-p.Done():
+			return fmt.Errorf("envoy exited before it was ready (%w); log tail:\n%s", p.ExitErr(), LogTail(p.cfg.LogPath, 2048))
 		case <-tick.C:
 		}
 	}
@@ -144,10 +129,8 @@ func (p *Process) WaitReady(ctx context.Context) error {
 // connections to finish, then sends SIGTERM, and SIGKILL if it has not exited
 // within StopGrace more. It returns when the process is gone.
 func (p *Process) Stop(ctx context.Context, drain time.Duration) error {
-	select {
-	case <-p.done:
+	if p.child.Exited() {
 		return nil
-	default:
 	}
 	if drain > 0 {
 		drainCtx, cancel := context.WithTimeout(ctx, time.Second)
@@ -158,7 +141,7 @@ func (p *Process) Stop(ctx context.Context, drain time.Duration) error {
 		} else {
 			p.cfg.Logger.Info("envoy draining", "pid", p.Pid(), "for", drain)
 			select {
-			case <-p.done:
+			case <-p.Done():
 				return nil
 			case <-time.After(drain):
 			case <-ctx.Done():
@@ -169,14 +152,7 @@ func (p *Process) Stop(ctx context.Context, drain time.Duration) error {
 	if grace == 0 {
 		grace = 5 * time.Second
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(grace):
-		p.cfg.Logger.Warn("envoy ignored SIGTERM; killing", "pid", p.Pid())
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	_ = p.child.Stop(grace)
 	p.cfg.Logger.Info("envoy stopped", "pid", p.Pid())
 	return nil
 }

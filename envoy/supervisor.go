@@ -3,6 +3,8 @@ package envoy
 import (
 	"context"
 	"time"
+
+	"github.com/servemesh/servemesh/internal/proc"
 )
 
 // Supervisor keeps one Envoy running: it restarts it with exponential backoff
@@ -22,16 +24,14 @@ type Supervisor struct {
 // Run supervises Envoy until ctx ends, then stops it with a drain. It returns
 // the error of the last start attempt if Envoy could not be started at all.
 func (s *Supervisor) Run(ctx context.Context) error {
-	minB, maxB := s.MinBackoff, s.MaxBackoff
-	if minB == 0 {
-		minB = 500 * time.Millisecond
+	backoff := proc.Backoff{Min: s.MinBackoff, Max: s.MaxBackoff, ResetAfter: time.Minute}
+	if backoff.Min == 0 {
+		backoff.Min = 500 * time.Millisecond
 	}
-	if maxB == 0 {
-		maxB = 30 * time.Second
+	if backoff.Max == 0 {
+		backoff.Max = 30 * time.Second
 	}
-	backoff := minB
-	log := s.Config.Logger
-	for starts := 0; ; starts++ {
+	for starts := 1; ; starts++ {
 		p, err := Start(s.Config)
 		if err != nil {
 			return err
@@ -47,16 +47,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			return p.Stop(stopCtx, s.Drain)
 		case <-p.Done():
 		}
-		if time.Since(began) > time.Minute {
-			backoff = minB
-		}
-		log.Error("envoy exited; restarting", "pid", p.Pid(), "exit", p.ExitErr(), "restart_in", backoff, "restarts", starts+1,
-			"log_tail", LogTail(s.Config.LogPath, 512))
-		select {
-		case <-ctx.Done():
+		delay := backoff.Next(time.Since(began))
+		s.Config.Logger.Error("envoy exited; restarting", "pid", p.Pid(), "exit", p.ExitErr(), "restart_in", delay,
+			"restarts", starts, "log_tail", LogTail(s.Config.LogPath, 512))
+		if !proc.Sleep(ctx, delay) {
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, maxB)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
@@ -28,19 +28,10 @@ func main() {
 	}
 }
 
-type proc struct{ cmd *exec.Cmd }
-
-func start(env []string, bin string, args ...string) (*proc, error) {
-	cmd := exec.CommandContext(context.Background(), bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return &proc{cmd}, nil
+// start runs a servemesh child with env added to this process's.
+func start(env []string, bin string, args ...string) (*proc.Process, error) {
+	return proc.Start(proc.Spec{Path: bin, Args: args, Env: append(os.Environ(), env...)})
 }
-
-func (p *proc) stop() { _ = p.cmd.Process.Signal(syscall.SIGTERM); _ = p.cmd.Wait() }
 
 func run() error {
 	ctx := context.Background()
@@ -68,7 +59,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer ctlProc.stop()
+	defer func() { _ = ctlProc.Stop(15 * time.Second) }()
 	c := api.NewClient(apiAddr, "")
 	if err := testutil.Until(20*time.Second, func() bool { i, err := c.Leader(ctx); return err == nil && i.Leading }); err != nil {
 		return err
@@ -83,7 +74,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		defer p.stop()
+		defer func() { _ = p.Stop(15 * time.Second) }()
 	}
 	spec := &model.ProcessSpec{Command: bin, Args: []string{"demo-replica", "--backend", "a", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 	if err := testutil.Until(30*time.Second, func() bool {
@@ -155,7 +146,7 @@ func run() error {
 	}
 	row("replica hangs (SIGSTOP) -> Envoy stops routing to it (probe every 1s, 1s timeout)", hung)
 
-	return registrationLoad(ctx, client, c, ctlProc.cmd.Process.Pid)
+	return registrationLoad(ctx, client, c, ctlProc.Pid())
 }
 
 // registrationLoad registers 1,000 instances of 100 external services and

@@ -9,10 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
@@ -23,7 +20,9 @@ import (
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -105,13 +104,12 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 		return err
 	}
 	apiAddr, xdsAddr, public, mesh, admin := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	cmd := exec.CommandContext(ctx, bin, "controller", "--api-listen", apiAddr, "--xds-listen", xdsAddr)
-	cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	ctl, err := proc.Start(proc.Spec{Path: bin, Args: []string{"controller", "--api-listen", apiAddr, "--xds-listen", xdsAddr},
+		Env: append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)})
+	if err != nil {
 		return err
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer func() { _ = ctl.Kill() }()
 	c := api.NewClient(apiAddr, "")
 	if err := testutil.Until(20*time.Second, func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading }); err != nil {
 		return fmt.Errorf("controller did not lead: %w", err)
@@ -129,32 +127,16 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}}}, false); err != nil {
 		return err
 	}
-	binary, err := envoy.Find("")
-	if err != nil {
-		return err
-	}
-	yaml, err := bootstrap.YAML(bootstrap.Options{
-		Node:       translate.Node{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)},
-		XDSAddress: xdsAddr, AdminAddress: admin,
-	})
-	if err != nil {
-		return err
-	}
-	cfg := filepath.Join(dir, "bootstrap.yaml")
-	if err := os.WriteFile(cfg, yaml, 0o644); err != nil {
-		return err
-	}
-	proc, err := envoy.Start(envoy.Config{Binary: binary, ConfigPath: cfg, AdminAddress: admin, LogPath: filepath.Join(dir, "envoy.log"),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = proc.Stop(ctx, 0) }()
 	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := proc.WaitReady(readyCtx); err != nil {
+	envoyProc, err := envoy.Node{WorkDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bootstrap: bootstrap.Options{
+		Node:       wire.ProxyNode{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)},
+		XDSAddress: xdsAddr, AdminAddress: admin,
+	}}.StartReady(readyCtx)
+	if err != nil {
 		return err
 	}
+	defer func() { _ = envoyProc.Stop(ctx, 0) }()
 	httpc := &http.Client{Timeout: 5 * time.Second}
 	backendOf := func() string {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+public+"/svc", nil)

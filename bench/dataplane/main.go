@@ -8,18 +8,17 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
-	"github.com/servemesh/servemesh/xds/translate"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func main() {
@@ -72,29 +71,17 @@ endpoints: [{name: bench, route: /bench, traffic: {bench: 1}}]
 	if err != nil {
 		return err
 	}
-	pubPort, meshPort := testutil.Port(public), testutil.Port(mesh)
-	yaml, err := bootstrap.YAML(bootstrap.Options{
-		Node:       translate.Node{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: pubPort, MeshAddress: "127.0.0.1", MeshPort: meshPort},
-		XDSAddress: xds, AdminAddress: admin,
-	})
-	if err != nil {
-		return err
-	}
-	bootstrapPath := filepath.Join(dir, "bootstrap.yaml")
-	if err := os.WriteFile(bootstrapPath, yaml, 0o644); err != nil {
-		return err
-	}
-	proc, err := envoy.Start(envoy.Config{Binary: binary, ConfigPath: bootstrapPath, AdminAddress: admin,
-		LogPath: filepath.Join(dir, "envoy.log"), Concurrency: envoyThreads, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = proc.Stop(context.Background(), 0) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := proc.WaitReady(ctx); err != nil {
+	node := envoy.Node{Binary: binary, WorkDir: dir, Concurrency: envoyThreads, Logger: log, Bootstrap: bootstrap.Options{
+		Node:       wire.ProxyNode{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)},
+		XDSAddress: xds, AdminAddress: admin,
+	}}
+	envoyProc, err := node.StartReady(ctx)
+	if err != nil {
 		return err
 	}
+	defer func() { _ = envoyProc.Stop(context.Background(), 0) }()
 	direct, viaEnvoy := "http://"+replica+"/bench", "http://"+public+"/bench"
 	if err := waitServing(viaEnvoy); err != nil {
 		return err
@@ -245,12 +232,11 @@ func closedLoop(url string, conns int, d time.Duration) stats {
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
 
 func startChild(bin string, args ...string) (func(), error) {
-	cmd := exec.CommandContext(context.Background(), bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(proc.Spec{Path: bin, Args: args})
+	if err != nil {
 		return nil, err
 	}
-	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+	return func() { _ = p.Kill() }, nil
 }
 
 func waitServing(url string) error {

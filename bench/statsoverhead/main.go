@@ -8,16 +8,15 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
-	"github.com/servemesh/servemesh/xds/translate"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func main() {
@@ -63,30 +62,15 @@ func run(rate int, phase time.Duration) error {
 		}
 		defer stop(p)
 	}
-	binary, err := envoy.Find("")
-	if err != nil {
-		return err
-	}
-	yaml, err := bootstrap.YAML(bootstrap.Options{Node: translate.Node{ID: "stats", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public),
-		MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)}, XDSAddress: xds, AdminAddress: admin})
-	if err != nil {
-		return err
-	}
-	cfg := filepath.Join(dir, "bootstrap.yaml")
-	if err := os.WriteFile(cfg, yaml, 0o644); err != nil {
-		return err
-	}
-	proxy, err := envoy.Start(envoy.Config{Binary: binary, ConfigPath: cfg, AdminAddress: admin, LogPath: filepath.Join(dir, "envoy.log"),
-		Concurrency: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	proxy, err := envoy.Node{WorkDir: dir, Concurrency: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Bootstrap: bootstrap.Options{Node: wire.ProxyNode{ID: "stats", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public),
+			MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)}, XDSAddress: xds, AdminAddress: admin}}.StartReady(readyCtx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = proxy.Stop(ctx, 0) }()
-	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := proxy.WaitReady(readyCtx); err != nil {
-		return err
-	}
 	agentProc, err := start(env, bin, "agent", "--no-envoy", "--node-id", "stats", "--admin", admin, "--metrics-listen", status,
 		"--work-dir", filepath.Join(dir, "agent"))
 	if err != nil {
@@ -105,7 +89,7 @@ func run(rate int, phase time.Duration) error {
 	fmt.Println("| /v1/load polled | Envoy CPU | agent CPU | requests failed |")
 	fmt.Println("|---|---:|---:|---:|")
 	for _, every := range []time.Duration{0, time.Second, 100 * time.Millisecond} {
-		envoyCPU, agentCPU, failed := measure(client, "http://"+public+"/e", "http://"+status+"/v1/load", rate, phase, every, proxy.Pid(), agentProc.Process.Pid)
+		envoyCPU, agentCPU, failed := measure(client, "http://"+public+"/e", "http://"+status+"/v1/load", rate, phase, every, proxy.Pid(), agentProc.Pid())
 		label := "never"
 		if every > 0 {
 			label = "every " + every.String()
@@ -188,11 +172,8 @@ func waitOK(c *http.Client, url string) error {
 	return nil
 }
 
-func start(env []string, bin string, args ...string) (*exec.Cmd, error) {
-	cmd := exec.CommandContext(context.Background(), bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd, cmd.Start()
+func start(env []string, bin string, args ...string) (*proc.Process, error) {
+	return proc.Start(proc.Spec{Path: bin, Args: args, Env: append(os.Environ(), env...)})
 }
 
-func stop(cmd *exec.Cmd) { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+func stop(p *proc.Process) { _ = p.Kill() }

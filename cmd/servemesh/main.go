@@ -3,116 +3,123 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-type command struct {
-	name, summary string
-	run           func(ctx context.Context, log *slog.Logger, args []string, stdout io.Writer) error
-}
-
-func commands() []command {
-	return []command{
-		{"controller", "run the controller: state in Consul, the /v1/ API, xDS; several elect a leader", runController},
-		{"serve", "run a control plane that serves a config file to Envoy nodes (no Consul needed)", runServe},
-		{"backend", "create|update|delete|list|get backends through the controller's API", runBackend},
-		{"endpoint", "create|delete|list|get endpoints through the controller's API", runEndpoint},
-		{"traffic", "set an endpoint's traffic split: traffic set ENDPOINT b1=0.9 b2=0.1", runTraffic},
-		{"shadow", "mirror a proportion of an endpoint's requests: shadow set ENDPOINT backend=0.05", runShadow},
-		{"status", "show live request and error rates next to the weights, replicas, and each node's config", runStatus},
-		{"apply", "make the controller's state equal a config file (--dry-run shows the changes)", runApply},
-		{"agent", "run a node's agent: the replicas placed on it, their Consul registration, its Envoy", runAgent},
-		{"envoy", "run and supervise this node's Envoy, bootstrapped to the control plane", runEnvoy},
-		{"bootstrap", "print a node's Envoy bootstrap", runBootstrap},
-		{"demo-stack", "run all of servemesh on this machine with a demo: Consul, controller, agent, Envoy (what `make run` does)", runDemoStack},
-		{"demo", "run a file-mode demo: control plane, Envoy and demo replicas, no Consul", runDemo},
-		{"demo-replica", "run one demo replica: an HTTP server that says which backend it is", runDemoReplica},
-		{"validate", "check a config file and explain what is wrong with it", runValidate},
-		{"version", "print the version", runVersion},
-	}
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: servemesh <command> [flags]\n\ncommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nRun `servemesh <command> -h` for a command's flags.")
-}
-
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// run executes one subcommand and returns the process exit code: 0 on
-// success, 1 when the command failed, 2 for a usage error.
+// usageError is a command line naming no command, or one that does not
+// exist: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// run executes one command line and returns the process exit code: 0 on
+// success (help included), 1 when the command or its flags failed, 2 when
+// no command or an unknown one was named.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) < 1 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
+	log, err := newLogger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "servemesh: %v\n", err)
 		return 2
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCommand(log)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+	if errors.As(err, new(usageError)) {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return 2
+	}
+	return 1
+}
+
+// newLogger logs text to stderr at $SERVEMESH_LOG_LEVEL (info by default).
+func newLogger(stderr io.Writer) (*slog.Logger, error) {
 	level := slog.LevelInfo
 	if lv := os.Getenv("SERVEMESH_LOG_LEVEL"); lv != "" {
 		if err := level.UnmarshalText([]byte(lv)); err != nil {
-			fmt.Fprintf(stderr, "servemesh: SERVEMESH_LOG_LEVEL=%q: %v\n", lv, err)
-			return 2
+			return nil, fmt.Errorf("SERVEMESH_LOG_LEVEL=%q: %w", lv, err)
 		}
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	for _, c := range commands() {
-		if c.name != args[0] {
-			continue
-		}
-		err := c.run(ctx, log.With("cmd", c.name), args[1:], stdout)
-		if errors.Is(err, flag.ErrHelp) {
-			return 2
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "servemesh %s: %v\n", c.name, err)
-			return 1
-		}
-		return 0
-	}
-	fmt.Fprintf(stderr, "servemesh: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})), nil
 }
 
-// newFlags makes a subcommand's flag set that reports errors instead of exiting.
-func newFlags(name, usageLine string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: servemesh %s %s\n\nflags:\n", name, usageLine)
-		fs.PrintDefaults()
+// newRootCommand builds the whole command tree.
+func newRootCommand(log *slog.Logger) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "servemesh",
+		Short: "servemesh shifts, splits and mirrors live traffic between versions of a service, on Envoy",
+		Long: "servemesh shifts, splits and mirrors live traffic between versions of a service, on Envoy.\n\n" +
+			"The API commands (backend, endpoint, traffic, shadow, apply, status) talk to a controller;\n" +
+			"the others run servemesh's processes.",
+		Version:       version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.ArbitraryArgs,
+		RunE:          needSubcommand,
 	}
-	return fs
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
+	root.AddGroup(&cobra.Group{ID: "api", Title: "Change and read the mesh (through a controller's API):"},
+		&cobra.Group{ID: "run", Title: "Run servemesh:"})
+	for _, c := range []*cobra.Command{newBackendCommand(), newEndpointCommand(), newTrafficCommand(),
+		newShadowCommand(), newApplyCommand(), newStatusCommand()} {
+		c.GroupID = "api"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newControllerCommand(log), newAgentCommand(log), newServeCommand(log),
+		newEnvoyCommand(log), newBootstrapCommand(), newDemoStackCommand(log), newDemoCommand(log),
+		newDemoReplicaCommand(log), newValidateCommand()} {
+		c.GroupID = "run"
+		root.AddCommand(c)
+	}
+	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "servemesh", version)
+			return err
+		}})
+	return root
 }
 
-// parseFlags parses args and refuses stray positional arguments.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
+// needSubcommand is the RunE of a command that only groups others: with no
+// argument it prints its help, with one it names the unknown command;
+// either is a usage error.
+func needSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		_ = cmd.Help()
+		return usageError{"name a command"}
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q; see `servemesh %s -h`", strings.Join(fs.Args(), " "), fs.Name())
+	msg := fmt.Sprintf("unknown command %q", args[0])
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf("; did you mean %q?", s[0])
 	}
-	return nil
+	return usageError{msg}
 }
 
-func runVersion(_ context.Context, _ *slog.Logger, args []string, stdout io.Writer) error {
-	if err := parseFlags(newFlags("version", ""), args); err != nil {
-		return err
+// names checks that a command got exactly n positional arguments, saying
+// what they are (what: "one backend name").
+func names(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("want %s; see `%s --help`", what, cmd.CommandPath())
+		}
+		return nil
 	}
-	_, err := fmt.Fprintln(stdout, "servemesh", version)
-	return err
 }

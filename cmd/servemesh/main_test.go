@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	"github.com/google/shlex"
 
 	"github.com/servemesh/servemesh/internal/protoyaml"
 )
@@ -53,18 +58,24 @@ func TestUsageErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "usage: servemesh <command>"},
+		{nil, 2, "name a command"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"backend"}, 2, "name a command"},
+		{[]string{"backend", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"serve"}, 1, "--config is required"},
 		{[]string{"bootstrap", "--public", "nonsense"}, 1, `--public "nonsense"`},
 		{[]string{"bootstrap", "--xds-protocol", "rest"}, 1, `xds protocol "rest" is unknown`},
+		{[]string{"bootstrap", "--no-such-flag"}, 1, "unknown flag: --no-such-flag"},
 		{[]string{"validate", "a", "b"}, 1, "name one config file"},
-		{[]string{"version", "extra"}, 1, `unexpected arguments "extra"`},
+		{[]string{"version", "extra"}, 1, `unknown command "extra"`},
 		{[]string{"backend", "create", "b", "--arg", "x", "--server", "127.0.0.1:1"}, 1, "go with --command"},
 		{[]string{"backend", "create", "b", "--command", "x", "--env", "NOEQUALS", "--server", "127.0.0.1:1"}, 1, `--env "NOEQUALS": want KEY=VALUE`},
 		{[]string{"backend", "update", "b", "--autoscale-max", "3", "--server", "127.0.0.1:1"}, 1, "needs at least --autoscale-max and --autoscale-target"},
 		{[]string{"backend", "update", "b", "--autoscale-off", "--autoscale-max", "3", "--server", "127.0.0.1:1"}, 1, "--autoscale-off goes without"},
+		{[]string{"backend", "create", "--server", "127.0.0.1:1"}, 1, "want one backend name"},
 		{[]string{"traffic", "set", "e", "a=x", "--server", "127.0.0.1:1"}, 1, `"x" is not a number`},
+		// Flags may come after positional arguments, for every command.
+		{[]string{"traffic", "set", "e", "a=1", "--server", "127.0.0.1:1"}, 1, "127.0.0.1:1"},
 		{[]string{"backend", "list", "-o", "yaml", "--server", "127.0.0.1:1"}, 1, `-o "yaml": use table or json`},
 	} {
 		code, _, errOut := runCLI(tc.args...)
@@ -72,4 +83,113 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("servemesh %v: code %d stderr %q; want code %d and %q", tc.args, code, errOut, tc.code, tc.want)
 		}
 	}
+}
+
+// TestHelpAtEveryLevel: -h works on the root, on every noun and on every
+// verb, and exits 0.
+func TestHelpAtEveryLevel(t *testing.T) {
+	root := newRootCommand(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var paths [][]string
+	for _, c := range root.Commands() {
+		paths = append(paths, []string{c.Name()})
+		for _, v := range c.Commands() {
+			paths = append(paths, []string{c.Name(), v.Name()})
+		}
+	}
+	paths = append(paths, nil)
+	for _, p := range paths {
+		code, out, errOut := runCLI(append(p, "-h")...)
+		if code != 0 || !strings.Contains(out, "Usage:") {
+			t.Errorf("servemesh %v -h: code %d, stdout %q, stderr %q", p, code, out, errOut)
+		}
+	}
+	code, out, _ := runCLI("backend", "create", "-h")
+	if code != 0 || !strings.Contains(out, "--arg stringArray") || !strings.Contains(out, "--server string") {
+		t.Errorf("backend create -h lists its flags as --flag, and the API flags: %s", out)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for shell, want := range map[string]string{"bash": "__start_servemesh", "zsh": "#compdef servemesh", "fish": "complete -c servemesh"} {
+		code, out, errOut := runCLI("completion", shell)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("completion %s: code %d, stderr %q, output lacks %q", shell, code, errOut, want)
+		}
+	}
+}
+
+// TestREADMECommandLines parses every servemesh command line the README
+// documents with the CLI's own parser: each names a command, takes the
+// flags it is given, and the number of arguments it expects. Nothing runs.
+func TestREADMECommandLines(t *testing.T) {
+	lines := readmeCommandLines(t, "../../README.md")
+	if len(lines) < 15 {
+		t.Fatalf("found only %d servemesh command lines in README.md; the parser below is off", len(lines))
+	}
+	root := newRootCommand(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, line := range lines {
+		args, err := shlex.Split(line)
+		if err != nil {
+			t.Errorf("%s: %v", line, err)
+			continue
+		}
+		cmd, rest, err := root.Find(args[1:])
+		if err != nil || cmd == root || cmd.RunE == nil {
+			t.Errorf("%s: names no runnable command (found %q, %v)", line, cmd.CommandPath(), err)
+			continue
+		}
+		if err := cmd.ParseFlags(rest); err != nil {
+			t.Errorf("%s: %v", line, err)
+			continue
+		}
+		if cmd.Args != nil {
+			if err := cmd.Args(cmd, cmd.Flags().Args()); err != nil {
+				t.Errorf("%s: %v", line, err)
+			}
+		}
+	}
+}
+
+// readmeCommandLines returns the servemesh command lines in the README's
+// shell code blocks, with continuation lines joined and comments, pipes
+// and redirections cut off.
+func readmeCommandLines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	start := regexp.MustCompile(`^(bin/)?servemesh\s`)
+	var out []string
+	inBlock, pending := false, ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if !inBlock {
+			continue
+		}
+		line = strings.TrimSpace(line)
+		if pending != "" {
+			line, pending = pending+" "+line, ""
+		}
+		if strings.HasSuffix(line, `\`) {
+			pending = strings.TrimSuffix(line, `\`)
+			continue
+		}
+		if !start.MatchString(line) {
+			continue
+		}
+		for _, cut := range []string{" #", " |", " >", " &"} {
+			if i := strings.Index(line, cut); i >= 0 {
+				line = line[:i]
+			}
+		}
+		out = append(out, strings.TrimSpace(line))
+	}
+	return out
 }

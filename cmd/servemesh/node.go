@@ -1,39 +1,42 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/envoy"
-	"github.com/servemesh/servemesh/xds/translate"
+	"github.com/servemesh/servemesh/wire"
 )
 
-// nodeOptions are the flags that describe one node's Envoy.
-type nodeOptions struct {
+// nodeFlags describe one node's Envoy: identity, listeners, control plane.
+type nodeFlags struct {
 	id, public, mesh, admin, xds, protocol string
 }
 
-func (o *nodeOptions) register(fs *flag.FlagSet) {
+// defaultNode is what nodeFlags default to.
+func defaultNode() nodeFlags {
 	host, _ := os.Hostname()
-	fs.StringVar(&o.id, "node-id", host, "this node's Envoy node id")
-	fs.StringVar(&o.public, "public", "0.0.0.0:8080", "address of the public listener serving routed endpoints")
-	fs.StringVar(&o.mesh, "mesh", "127.0.0.1:15001", "address of the mesh listener where replicas reach any endpoint by Host header")
-	fs.StringVar(&o.admin, "admin", "127.0.0.1:19000", "address of Envoy's admin API (keep it on loopback)")
-	fs.StringVar(&o.xds, "xds", "127.0.0.1:18000", "address of the control plane's xDS server, or several comma-separated (HA controllers)")
-	fs.StringVar(&o.protocol, "xds-protocol", "sotw", "xDS variant: sotw (state of the world) or delta")
+	return nodeFlags{id: host, public: "0.0.0.0:8080", mesh: "127.0.0.1:15001", admin: "127.0.0.1:19000",
+		xds: "127.0.0.1:18000", protocol: string(bootstrap.ProtocolSotW)}
 }
 
-func (o *nodeOptions) bootstrapOptions() (bootstrap.Options, error) {
+func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
+	fs.StringVar(&o.id, "node-id", def.id, "this node's Envoy node id")
+	fs.StringVar(&o.public, "public", def.public, "address of the public listener serving routed endpoints")
+	fs.StringVar(&o.mesh, "mesh", def.mesh, "address of the mesh listener where replicas reach any endpoint by Host header")
+	fs.StringVar(&o.admin, "admin", def.admin, "address of Envoy's admin API (keep it on loopback)")
+	fs.StringVar(&o.xds, "xds", def.xds, "address of the control plane's xDS server, or several comma-separated (HA controllers)")
+	fs.StringVar(&o.protocol, "xds-protocol", def.protocol, "xDS variant: sotw (state of the world) or delta")
+}
+
+func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
 	publicHost, publicPort, err := hostPort("--public", o.public)
 	if err != nil {
 		return bootstrap.Options{}, err
@@ -43,10 +46,8 @@ func (o *nodeOptions) bootstrapOptions() (bootstrap.Options, error) {
 		return bootstrap.Options{}, err
 	}
 	return bootstrap.Options{
-		Node:         translate.Node{ID: o.id, PublicAddress: publicHost, PublicPort: publicPort, MeshAddress: meshHost, MeshPort: meshPort},
-		XDSAddress:   o.xds,
-		AdminAddress: o.admin,
-		Protocol:     bootstrap.Protocol(o.protocol),
+		Node:       wire.ProxyNode{ID: o.id, PublicAddress: publicHost, PublicPort: publicPort, MeshAddress: meshHost, MeshPort: meshPort},
+		XDSAddress: o.xds, AdminAddress: o.admin, Protocol: bootstrap.Protocol(o.protocol),
 	}, nil
 }
 
@@ -62,28 +63,9 @@ func hostPort(flagName, addr string) (string, uint32, error) {
 	return host, uint32(port), nil
 }
 
-func runBootstrap(_ context.Context, _ *slog.Logger, args []string, stdout io.Writer) error {
-	var o nodeOptions
-	fs := newFlags("bootstrap", "[flags]")
-	o.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	opts, err := o.bootstrapOptions()
-	if err != nil {
-		return err
-	}
-	out, err := bootstrap.YAML(opts)
-	if err != nil {
-		return err
-	}
-	_, err = stdout.Write(out)
-	return err
-}
-
-// envoyOptions add how to run Envoy to a node's options.
-type envoyOptions struct {
-	node        nodeOptions
+// envoyFlags add how to run Envoy to a node's flags.
+type envoyFlags struct {
+	node        nodeFlags
 	binary      string
 	workDir     string
 	concurrency int
@@ -91,72 +73,21 @@ type envoyOptions struct {
 	logLevel    string
 }
 
-func (o *envoyOptions) register(fs *flag.FlagSet) {
-	o.node.register(fs)
+func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) {
+	o.node.register(fs, def)
 	fs.StringVar(&o.binary, "envoy", "", "path to the Envoy binary (default: $"+envoy.EnvVar+", .tools/bin/envoy, then $PATH)")
-	fs.StringVar(&o.workDir, "work-dir", ".run/envoy", "folder for the bootstrap file and Envoy's log")
+	fs.StringVar(&o.workDir, "work-dir", workDir, "folder for the bootstrap file and Envoy's log")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "Envoy worker threads (default: one per core)")
 	fs.DurationVar(&o.drain, "drain", 2*time.Second, "how long listeners drain on shutdown")
 	fs.StringVar(&o.logLevel, "envoy-log-level", "warning", "Envoy's log level")
 }
 
-// prepare finds and checks Envoy and writes the node's bootstrap.
-func (o *envoyOptions) prepare(ctx context.Context, log *slog.Logger) (*envoy.Supervisor, error) {
-	binary, err := envoy.Find(o.binary)
+// envoyNode returns the node's Envoy as the envoy package runs it.
+func (o *envoyFlags) envoyNode(log *slog.Logger) (envoy.Node, error) {
+	b, err := o.node.bootstrap()
 	if err != nil {
-		return nil, err
+		return envoy.Node{}, err
 	}
-	v, err := envoy.CheckVersion(ctx, binary)
-	if err != nil {
-		return nil, err
-	}
-	opts, err := o.node.bootstrapOptions()
-	if err != nil {
-		return nil, err
-	}
-	yaml, err := bootstrap.YAML(opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
-		return nil, fmt.Errorf("work dir: %w", err)
-	}
-	bootstrapPath := filepath.Join(o.workDir, "bootstrap.yaml")
-	if err := os.WriteFile(bootstrapPath, yaml, 0o644); err != nil {
-		return nil, fmt.Errorf("write bootstrap: %w", err)
-	}
-	log.Info("envoy prepared", "binary", binary, "version", v, "bootstrap", bootstrapPath)
-	return &envoy.Supervisor{
-		Config: envoy.Config{
-			Binary: binary, ConfigPath: bootstrapPath, AdminAddress: o.node.admin,
-			LogPath: filepath.Join(o.workDir, "envoy.log"), LogLevel: o.logLevel,
-			Concurrency: o.concurrency, DrainTime: o.drain, Logger: log,
-		},
-		Drain: o.drain,
-	}, nil
-}
-
-func runEnvoy(ctx context.Context, log *slog.Logger, args []string, _ io.Writer) error {
-	var o envoyOptions
-	fs := newFlags("envoy", "[flags]")
-	o.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	sup, err := o.prepare(ctx, log)
-	if err != nil {
-		return err
-	}
-	sup.OnStart = func(p *envoy.Process) {
-		go func() {
-			readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			if err := p.WaitReady(readyCtx); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
-				log.Error("envoy not ready", "err", err)
-				return
-			}
-			log.Info("envoy ready", "pid", p.Pid(), "public", o.node.public, "mesh", o.node.mesh, "admin", o.node.admin)
-		}()
-	}
-	return sup.Run(ctx)
+	return envoy.Node{Bootstrap: b, Binary: o.binary, WorkDir: o.workDir, LogLevel: o.logLevel,
+		Concurrency: o.concurrency, Drain: o.drain, Logger: log.With("component", "envoy")}, nil
 }

@@ -1,35 +1,44 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servemesh/servemesh/controlplane/api"
 )
 
-// runStatus shows per endpoint the live request and error rate of each
-// backend next to its configured weight, each backend's replicas, and per
-// node whether its Envoy runs the latest config.
-func runStatus(ctx context.Context, _ *slog.Logger, args []string, out io.Writer) error {
-	var o ctlOptions
-	fs := newFlags("status", "[flags]")
-	o.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func newStatusCommand() *cobra.Command {
+	var f clientFlags
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "show live request and error rates next to the weights, replicas, and each node's config",
+		Args:  names(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if f.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), r)
+			}
+			return printStatus(cmd, r)
+		},
 	}
-	c, err := o.client()
-	if err != nil {
-		return err
-	}
-	r, err := c.Status(ctx)
-	if err != nil {
-		return err
-	}
-	if o.output == "json" {
-		return writeJSONOut(out, r)
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	addClientFlags(c, &f)
+	return c
+}
+
+// printStatus renders the report: per endpoint each backend's weight next to
+// its live rates, each backend's replicas, and per node whether its Envoy
+// runs the latest config.
+func printStatus(cmd *cobra.Command, r api.StatusReport) error {
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ENDPOINT\tROUTE\tBACKEND\tWEIGHT\tSHADOW\tREQ/S\tERR/S")
 	for _, e := range r.Endpoints {
 		for i, b := range e.Backends {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -214,4 +215,21 @@ func (c *Client) Apply(ctx context.Context, m *model.Model, dryRun bool) (ApplyR
 func (c *Client) Leader(ctx context.Context) (LeaderInfo, error) {
 	var out LeaderInfo
 	return out, c.do(ctx, http.MethodGet, "/v1/leader", nil, &out)
+}
+
+// ReadTokenFile reads a bearer token from a file; an empty path means no
+// token.
+func ReadTokenFile(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("token file %s is empty; put the token in it", path)
+	}
+	return token, nil
 }

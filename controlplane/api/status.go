@@ -3,6 +3,10 @@ package api
 import (
 	"context"
 	"net/http"
+
+	"github.com/servemesh/servemesh/controlplane/autoscale"
+	"github.com/servemesh/servemesh/controlplane/model"
+	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
 
 // StatusReport is the answer to GET /v1/status: what is configured next to
@@ -55,4 +59,56 @@ type NodeStatus struct {
 func (c *Client) Status(ctx context.Context) (StatusReport, error) {
 	var out StatusReport
 	return out, c.do(ctx, http.MethodGet, "/v1/status", nil, &out)
+}
+
+// NewStatusReport joins the desired state m, the live load per backend and
+// the xDS server's view of the nodes into the status report.
+func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, nodes []xdsserver.NodeStatus) StatusReport {
+	r := StatusReport{Endpoints: []EndpointStatus{}, Backends: []BackendStatus{}, Nodes: []NodeStatus{}}
+	for _, e := range m.Endpoints {
+		r.Endpoints = append(r.Endpoints, endpointStatus(e, load))
+	}
+	for _, b := range m.Backends {
+		r.Backends = append(r.Backends, backendStatus(b, load[b.Name]))
+	}
+	for _, n := range nodes {
+		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK})
+	}
+	return r
+}
+
+// endpointStatus lists an endpoint's traffic and shadow backends, sorted by
+// name, with their live rates.
+func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad) EndpointStatus {
+	es := EndpointStatus{Name: e.Name, Route: e.Route}
+	names := map[string]bool{}
+	for b := range e.Traffic {
+		names[b] = true
+	}
+	for b := range e.Shadows {
+		names[b] = true
+	}
+	for _, b := range model.SortedKeys(names) {
+		es.Backends = append(es.Backends, EndpointBackendStatus{Backend: b, Weight: e.Traffic[b], Shadow: e.Shadows[b],
+			RequestRate: load[b].RequestRate, ErrorRate: load[b].ErrorRate})
+	}
+	return es
+}
+
+// backendStatus counts a backend's replicas: placements for a process
+// backend, its listed replicas for a static one.
+func backendStatus(b model.Backend, load autoscale.BackendLoad) BackendStatus {
+	bs := BackendStatus{Name: b.Name, Desired: b.Config.NumReplicas, Autoscaled: b.Config.Autoscaling != nil,
+		InFlight: load.InFlight, RequestRate: load.RequestRate, ErrorRate: load.ErrorRate}
+	for _, p := range b.Placements {
+		if p.State == model.Running {
+			bs.Running++
+		} else {
+			bs.Draining++
+		}
+	}
+	if b.Process == nil {
+		bs.Desired, bs.Running = len(b.Replicas), len(b.Replicas)
+	}
+	return bs
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -11,9 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // BackendLoad is a backend's load over every node.
@@ -34,7 +35,7 @@ type Autoscaler struct {
 
 	mu       sync.Mutex
 	policies map[string]*Policy
-	last     map[string]agent.Load // by node
+	last     map[string]wire.Load // by node
 	load     map[string]BackendLoad
 
 	inFlight  *prometheus.GaugeVec
@@ -46,7 +47,7 @@ type Autoscaler struct {
 // New returns an autoscaler; reg receives its metrics (nil skips them).
 func New(ctl *controller.Controller, nodes controller.NodeLister, log *slog.Logger, reg prometheus.Registerer) *Autoscaler {
 	a := &Autoscaler{ctl: ctl, nodes: nodes, log: log, http: &http.Client{Timeout: time.Second},
-		policies: map[string]*Policy{}, last: map[string]agent.Load{}, load: map[string]BackendLoad{},
+		policies: map[string]*Policy{}, last: map[string]wire.Load{}, load: map[string]BackendLoad{},
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "servemesh_backend_in_flight_requests",
 			Help: "Requests in flight to the backend, summed over every node's Envoy."}, []string{"backend"}),
 		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "servemesh_backend_request_rate",
@@ -138,21 +139,21 @@ func (a *Autoscaler) poll(ctx context.Context) {
 	}
 }
 
-func (a *Autoscaler) fetch(ctx context.Context, addr string) (agent.Load, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+agent.LoadPath, nil)
+func (a *Autoscaler) fetch(ctx context.Context, addr string) (wire.Load, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+wire.LoadPath, nil)
 	if err != nil {
-		return agent.Load{}, err
+		return wire.Load{}, err
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return agent.Load{}, err
+		return wire.Load{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return agent.Load{}, fmt.Errorf("%s: status %d", addr, resp.StatusCode)
+		return wire.Load{}, fmt.Errorf("%s: status %d", addr, resp.StatusCode)
 	}
-	var l agent.Load
-	return l, json.NewDecoder(resp.Body).Decode(&l)
+	var l wire.Load
+	return l, json.NewDecoder(io.LimitReader(resp.Body, wire.MaxLoadBytes)).Decode(&l)
 }
 
 // decide feeds each autoscaled backend's policy and applies its decisions.

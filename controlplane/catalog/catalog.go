@@ -11,14 +11,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 )
-
-// MetaReplicaTag is the service-instance meta key holding a replica's tag.
-const MetaReplicaTag = "replica_tag"
-
-// MetaNode is the service-instance meta key holding a replica's node.
-const MetaNode = "servemesh_node"
 
 // Instance is one registered instance of a service.
 type Instance struct {
@@ -30,20 +24,36 @@ type Instance struct {
 
 // Watcher follows the health of a set of services.
 type Watcher struct {
-	client   *api.Client
-	log      *slog.Logger
-	onChange func()
+	client  *api.Client
+	log     *slog.Logger
+	changed chan struct{}
 
 	mu        sync.Mutex
 	instances map[string][]Instance
 	cancels   map[string]context.CancelFunc
 }
 
-// NewWatcher returns a watcher; onChange is called after any service's
-// instances change.
-func NewWatcher(client *api.Client, log *slog.Logger, onChange func()) *Watcher {
-	return &Watcher{client: client, log: log, onChange: onChange,
+// NewWatcher returns a watcher of no services; Sync chooses them.
+func NewWatcher(client *api.Client, log *slog.Logger) *Watcher {
+	return &Watcher{client: client, log: log, changed: make(chan struct{}, 1),
 		instances: map[string][]Instance{}, cancels: map[string]context.CancelFunc{}}
+}
+
+// Changed receives a value after any watched service's instances changed;
+// changes that arrive before it is read are coalesced into one.
+func (w *Watcher) Changed() <-chan struct{} { return w.changed }
+
+// PassingTags returns the replica tags of service whose checks pass.
+func (w *Watcher) PassingTags(service string) map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]bool{}
+	for _, in := range w.instances[service] {
+		if in.Passing && in.Tag != "" {
+			out[in.Tag] = true
+		}
+	}
+	return out
 }
 
 // Sync watches exactly services from now on.
@@ -108,7 +118,7 @@ func (w *Watcher) watch(ctx context.Context, service string) {
 			next = append(next, Instance{
 				ID:      e.Service.ID,
 				Address: net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
-				Tag:     e.Service.Meta[MetaReplicaTag],
+				Tag:     e.Service.Meta[wire.MetaReplicaTag],
 				Passing: e.Checks.AggregatedStatus() == api.HealthPassing,
 			})
 		}
@@ -128,79 +138,10 @@ func (w *Watcher) watch(ctx context.Context, service string) {
 		}
 		w.mu.Unlock()
 		if changed && ctx.Err() == nil {
-			w.onChange()
-		}
-	}
-}
-
-// Services returns the Consul services a model's backends read replicas from.
-func Services(m *model.Model) []string {
-	var out []string
-	for _, b := range m.Backends {
-		switch {
-		case b.Process != nil:
-			out = append(out, b.Name)
-		case b.External != nil:
-			out = append(out, b.External.Service)
-		}
-	}
-	return out
-}
-
-// DataPlaneView returns m with every backend's replicas listed plainly, as
-// the translator reads them: process backends get their placed replicas
-// that Consul knows, external ones their service's instances.
-func DataPlaneView(m *model.Model, instances map[string][]Instance) *model.Model {
-	out := model.Clone(m)
-	for i := range out.Backends {
-		b := &out.Backends[i]
-		switch {
-		case b.Process != nil:
-			placed := map[string]model.PlacementState{}
-			for _, p := range b.Placements {
-				placed[p.Tag] = p.State
-			}
-			for _, in := range instances[b.Name] {
-				state, ok := placed[in.Tag]
-				if !ok {
-					continue // not (or no longer) placed: not ours to serve
-				}
-				b.Replicas = append(b.Replicas, model.Replica{Address: in.Address, Health: health(in.Passing, state)})
-			}
-		case b.External != nil:
-			for _, in := range instances[b.External.Service] {
-				b.Replicas = append(b.Replicas, model.Replica{Address: in.Address, Health: health(in.Passing, model.Running)})
+			select {
+			case w.changed <- struct{}{}:
+			default: // a change is already pending
 			}
 		}
-		// What only the controller and agents use goes: the view is plain
-		// replicas, as in a config file.
-		b.Process, b.External, b.Placements, b.Config.Autoscaling = nil, nil, nil, nil
-		b.Replicas = dedupe(b.Replicas)
 	}
-	return out
-}
-
-func health(passing bool, state model.PlacementState) model.Health {
-	switch {
-	case state == model.Draining:
-		return model.HealthDraining
-	case passing:
-		return model.HealthHealthy
-	default:
-		return model.HealthUnhealthy
-	}
-}
-
-// dedupe keeps the first replica per address (two registrations of one
-// address would fail validation).
-func dedupe(rs []model.Replica) []model.Replica {
-	seen := map[string]bool{}
-	out := rs[:0]
-	for _, r := range rs {
-		if !seen[r.Address] {
-			seen[r.Address] = true
-			out = append(out, r)
-		}
-	}
-	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func findBackend(m *model.Model, name string) int {
@@ -235,7 +236,7 @@ func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun boo
 
 // prepareApply turns a file's model into the state to store: it carries
 // over what the controller manages from current and places replicas.
-func prepareApply(current, desired *model.Model, nodes []Node) (*model.Model, error) {
+func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo) (*model.Model, error) {
 	next := model.Clone(desired)
 	for i := range next.Backends {
 		d := &next.Backends[i]

@@ -9,19 +9,11 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 )
 
-// Node is a node an agent runs replicas on, with its capacity.
-type Node struct {
-	ID       string
-	CPUs     float64
-	MemoryMB int
-	// StatusAddr is where the node's agent reports its load.
-	StatusAddr string
-}
-
 // NodeLister returns the nodes whose agents are alive.
-type NodeLister func(ctx context.Context) ([]Node, error)
+type NodeLister func(ctx context.Context) ([]wire.NodeInfo, error)
 
 type usage struct {
 	cpus  float64
@@ -51,7 +43,7 @@ func nodeUsage(m *model.Model) map[string]*usage {
 // placements on the nodes with room, spreading them (fewest replicas of the
 // backend first, then most free CPU), or marks the surplus draining. If not
 // every replica fits, nothing is placed and the error says what would.
-func schedule(m *model.Model, i int, nodes []Node, now time.Time) error {
+func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error {
 	b := &m.Backends[i]
 	if !b.Managed() {
 		return nil
@@ -115,7 +107,7 @@ func schedule(m *model.Model, i int, nodes []Node, now time.Time) error {
 	return nil
 }
 
-func better(n Node, u *usage, best Node, bu *usage, backend string) bool {
+func better(n wire.NodeInfo, u *usage, best wire.NodeInfo, bu *usage, backend string) bool {
 	if u.count[backend] != bu.count[backend] {
 		return u.count[backend] < bu.count[backend]
 	}
@@ -132,7 +124,7 @@ func newTag(backend string) string {
 }
 
 // nodes lists live nodes, or none if the controller has no lister.
-func (c *Controller) nodes(ctx context.Context) ([]Node, error) {
+func (c *Controller) nodes(ctx context.Context) ([]wire.NodeInfo, error) {
 	if c.listNodes == nil {
 		return nil, nil
 	}

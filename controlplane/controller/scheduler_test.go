@@ -11,20 +11,21 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/wire"
 )
 
 type fakeNodes struct {
 	mu    sync.Mutex
-	nodes []Node
+	nodes []wire.NodeInfo
 }
 
-func (f *fakeNodes) list(context.Context) ([]Node, error) {
+func (f *fakeNodes) list(context.Context) ([]wire.NodeInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]Node(nil), f.nodes...), nil
+	return append([]wire.NodeInfo(nil), f.nodes...), nil
 }
 
-func (f *fakeNodes) set(n ...Node) {
+func (f *fakeNodes) set(n ...wire.NodeInfo) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nodes = n
@@ -57,7 +58,7 @@ func perNode(b model.Backend, state model.PlacementState) map[string]int {
 }
 
 func TestPlacementSpreadsAcrossNodes(t *testing.T) {
-	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 4, MemoryMB: 1000}, {ID: "n2", CPUs: 4, MemoryMB: 1000}, {ID: "n3", CPUs: 4, MemoryMB: 1000}}}
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 4, MemoryMB: 1000}, {ID: "n2", CPUs: 4, MemoryMB: 1000}, {ID: "n3", CPUs: 4, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
 	ctx := context.Background()
 	if _, err := c.CreateBackend(ctx, processBackend("a", 6, 1)); err != nil {
@@ -79,7 +80,7 @@ func TestPlacementSpreadsAcrossNodes(t *testing.T) {
 }
 
 func TestTooManyReplicasFailsWithTheSeedsMessageAndChangesNothing(t *testing.T) {
-	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 2, MemoryMB: 1000}, {ID: "n2", CPUs: 1, MemoryMB: 1000}}}
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 2, MemoryMB: 1000}, {ID: "n2", CPUs: 1, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
 	ctx := context.Background()
 	_, err := c.CreateBackend(ctx, processBackend("a", 4, 1))
@@ -99,7 +100,7 @@ func TestTooManyReplicasFailsWithTheSeedsMessageAndChangesNothing(t *testing.T) 
 }
 
 func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
-	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
 	ctx := context.Background()
 	if _, err := c.CreateBackend(ctx, processBackend("a", 4, 0)); err != nil {
@@ -130,13 +131,13 @@ func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 }
 
 func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
-	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
 	ctx := context.Background()
 	if _, err := c.CreateBackend(ctx, processBackend("a", 2, 0)); err != nil {
 		t.Fatal(err)
 	}
-	nodes.set(Node{ID: "n1", CPUs: 8})
+	nodes.set(wire.NodeInfo{ID: "n1", CPUs: 8})
 	if err := c.Reconcile(ctx); err != nil { // notes n2 missing
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestUsersCannotSetPlacements(t *testing.T) {
 // num_replicas, leave an autoscaled backend's count to the autoscaler, and
 // report no changes when applied again.
 func TestApplyKeepsPlacements(t *testing.T) {
-	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, st := newScheduling(t, nodes)
 	ctx := context.Background()
 	scaled := processBackend("auto", 0, 1)
@@ -213,7 +214,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 // TestApplyRollsOutANewProcessSpec: changing a process backend's command in
 // a file drains the replicas running the old spec and places new ones.
 func TestApplyRollsOutANewProcessSpec(t *testing.T) {
-	nodes := &fakeNodes{nodes: []Node{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
 	ctx := context.Background()
 	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1)}}

@@ -1,10 +1,13 @@
 package model
 
 import (
+	"flag"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 func sample() *Model {
@@ -93,4 +96,18 @@ func TestEmptyInputIsNotAnEmptyModel(t *testing.T) {
 	if m, err := Parse([]byte("{}")); err != nil || len(m.Backends) != 0 {
 		t.Fatalf("Parse({}) = %v, %v", m, err)
 	}
+}
+
+var update = flag.Bool("update", false, "rewrite golden error texts in testdata/errors and delete stale ones")
+
+// TestGoldenInvalid parses each model in testdata/invalid: every one must be
+// refused, with the error text in testdata/errors.
+func TestGoldenInvalid(t *testing.T) {
+	testutil.GoldenCases(t, "testdata/invalid", "testdata/errors", *update, func(t *testing.T, input []byte) map[string][]byte {
+		if _, err := Parse(input); err != nil {
+			return map[string][]byte{"error.txt": []byte(err.Error() + "\n")}
+		}
+		t.Fatal("an invalid-model case was accepted")
+		return nil
+	})
 }

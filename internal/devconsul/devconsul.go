@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/toolpath"
 )
 
@@ -20,7 +19,7 @@ import (
 type Agent struct {
 	// HTTPAddr is the agent's HTTP API address (host:port).
 	HTTPAddr string
-	cmd      *exec.Cmd
+	child    *proc.Process
 	log      string
 }
 
@@ -38,9 +37,12 @@ func Start(dir string, httpPort int) (*Agent, error) {
 	}
 	ports := make([]int, 4)
 	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+		addr, err := proc.FreeAddr(context.Background(), "127.0.0.1")
+		if err != nil {
 			return nil, err
 		}
+		_, port, _ := net.SplitHostPort(addr)
+		ports[i], _ = strconv.Atoi(port)
 	}
 	if httpPort != 0 {
 		ports[0] = httpPort
@@ -52,15 +54,13 @@ func Start(dir string, httpPort int) (*Agent, error) {
 	}
 	defer func() { _ = logFile.Close() }()
 	c := &Agent{HTTPAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), log: logPath}
-	c.cmd = exec.CommandContext(context.Background(), bin, "agent", "-dev", "-node", "servemesh-dev",
+	c.child, err = proc.Start(proc.Spec{Path: bin, Stdout: logFile, Stderr: logFile, Args: []string{"agent", "-dev", "-node", "servemesh-dev",
 		"-bind", "127.0.0.1", "-client", "127.0.0.1",
 		"-http-port", strconv.Itoa(ports[0]), "-serf-lan-port", strconv.Itoa(ports[1]),
 		"-serf-wan-port", strconv.Itoa(ports[2]), "-server-port", strconv.Itoa(ports[3]),
-		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1", "-log-level", "warn")
-	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start consul: %w", err)
+		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1", "-log-level", "warn"}})
+	if err != nil {
+		return nil, fmt.Errorf("consul: %w", err)
 	}
 	client, err := c.Client()
 	if err != nil {
@@ -90,8 +90,7 @@ func (c *Agent) Client() (*api.Client, error) {
 
 // Stop kills the agent.
 func (c *Agent) Stop() {
-	_ = c.cmd.Process.Kill()
-	_ = c.cmd.Wait()
+	_ = c.child.Kill()
 }
 
 // LogTail returns the end of the agent's log.
@@ -101,14 +100,4 @@ func (c *Agent) LogTail() string {
 		b = b[len(b)-4096:]
 	}
 	return string(b)
-}
-
-func freePort() (int, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

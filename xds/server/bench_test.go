@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // BenchmarkPublish measures a full publish for one node: translation, content
@@ -20,7 +20,7 @@ func BenchmarkPublish(b *testing.B) {
 	for _, endpoints := range []int{10, 1000, 10000} {
 		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
 			s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			node, err := bootstrap.NodeFromMetadata(servemeshNode(b, "bench"))
+			node, err := wire.ProxyNodeFromEnvoy(servemeshNode(b, "bench"))
 			if err != nil {
 				b.Fatal(err)
 			}

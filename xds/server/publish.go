@@ -12,10 +12,11 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
-// publish translates the current model and hands it to the caches: endpoints
+// publish translates the current model and hands it to the caches: assignments
 // that changed to the LinearCache first (so new clusters can warm), then one
 // snapshot per node, then endpoint removals.
 func (s *Server) publish(ctx context.Context) {
@@ -23,7 +24,7 @@ func (s *Server) publish(ctx context.Context) {
 	s.mu.Lock()
 	s.forgetGoneNodes(start)
 	m, gen := s.model, s.generation
-	nodes := make([]translate.Node, 0, len(s.nodes))
+	nodes := make([]wire.ProxyNode, 0, len(s.nodes))
 	for _, n := range s.nodes {
 		nodes = append(nodes, n.node)
 	}
@@ -42,10 +43,10 @@ func (s *Server) publish(ctx context.Context) {
 		return
 	}
 
-	changed, removed := s.diffEndpoints(built.endpoints)
+	changed, removed := s.diffAssignments(built.assignments)
 	if len(changed) > 0 {
-		if err := s.endpoints.UpdateResources(changed, nil); err != nil {
-			s.log.Error("updating endpoints cache", "err", err)
+		if err := s.assignments.UpdateResources(changed, nil); err != nil {
+			s.log.Error("updating assignments cache", "err", err)
 		}
 	}
 	for _, node := range nodes {
@@ -70,32 +71,32 @@ func (s *Server) publish(ctx context.Context) {
 		s.mu.Unlock()
 	}
 	if len(removed) > 0 {
-		if err := s.endpoints.UpdateResources(nil, removed); err != nil {
-			s.log.Error("removing endpoints from cache", "err", err)
+		if err := s.assignments.UpdateResources(nil, removed); err != nil {
+			s.log.Error("removing assignments from cache", "err", err)
 		}
 	}
 	s.metrics.publishes.Inc()
 	s.metrics.publishTime.Observe(time.Since(start).Seconds())
-	s.log.Debug("published", "generation", gen, "nodes", len(nodes), "endpoints_changed", len(changed),
-		"endpoints_removed", len(removed), "took", time.Since(start))
+	s.log.Debug("published", "generation", gen, "nodes", len(nodes), "assignments_changed", len(changed),
+		"assignments_removed", len(removed), "took", time.Since(start))
 }
 
-// diffEndpoints returns the assignments whose content changed since the last
+// diffAssignments returns the assignments whose content changed since the last
 // publish and the names that disappeared, and records the new set.
-func (s *Server) diffEndpoints(next map[string]types.Resource) (map[string]types.Resource, []string) {
+func (s *Server) diffAssignments(next map[string]types.Resource) (map[string]types.Resource, []string) {
 	changed := map[string]types.Resource{}
 	for name, cla := range next {
-		if old, ok := s.publishedEndpoints[name]; !ok || !proto.Equal(old, cla) {
+		if old, ok := s.publishedAssignments[name]; !ok || !proto.Equal(old, cla) {
 			changed[name] = cla
 		}
 	}
 	var removed []string
-	for name := range s.publishedEndpoints {
+	for name := range s.publishedAssignments {
 		if _, ok := next[name]; !ok {
 			removed = append(removed, name)
 		}
 	}
-	s.publishedEndpoints = next
+	s.publishedAssignments = next
 	return changed, removed
 }
 
@@ -103,21 +104,21 @@ func (s *Server) diffEndpoints(next map[string]types.Resource) (map[string]types
 type sharedResources struct {
 	routes, clusters       []types.Resource
 	routesVer, clustersVer string
-	endpoints              map[string]types.Resource
-	endpointList           []types.Resource
+	assignments            map[string]types.Resource
+	assignmentList         []types.Resource
 }
 
 func buildShared(r *translate.Resources) (*sharedResources, error) {
-	out := &sharedResources{endpoints: make(map[string]types.Resource, len(r.Endpoints))}
+	out := &sharedResources{assignments: make(map[string]types.Resource, len(r.Assignments))}
 	for _, x := range r.Routes {
 		out.routes = append(out.routes, x)
 	}
 	for _, x := range r.Clusters {
 		out.clusters = append(out.clusters, x)
 	}
-	for _, x := range r.Endpoints {
-		out.endpoints[x.GetClusterName()] = x
-		out.endpointList = append(out.endpointList, x)
+	for _, x := range r.Assignments {
+		out.assignments[x.GetClusterName()] = x
+		out.assignmentList = append(out.assignmentList, x)
 	}
 	var err error
 	if out.routesVer, err = contentVersion(out.routes); err != nil {
@@ -131,9 +132,9 @@ func buildShared(r *translate.Resources) (*sharedResources, error) {
 
 // snapshotFor builds a node's snapshot of listeners, routes and clusters, each
 // type versioned by a hash of its content, after checking that it is
-// consistent together with the endpoints (every cluster has its assignment,
+// consistent together with the assignments (every cluster has its assignment,
 // every listener its route configuration).
-func (sr *sharedResources) snapshotFor(node translate.Node) (*cachev3.Snapshot, error) {
+func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, error) {
 	ls, err := translate.BuildListeners(node)
 	if err != nil {
 		return nil, err
@@ -150,7 +151,7 @@ func (sr *sharedResources) snapshotFor(node translate.Node) (*cachev3.Snapshot, 
 		resource.ListenerType: listeners,
 		resource.RouteType:    sr.routes,
 		resource.ClusterType:  sr.clusters,
-		resource.EndpointType: sr.endpointList,
+		resource.EndpointType: sr.assignmentList,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: %w", err)

@@ -39,7 +39,7 @@ type Server struct {
 	log         *slog.Logger
 	metrics     *metrics
 	snapshots   cachev3.SnapshotCache
-	endpoints   *cachev3.LinearCache
+	assignments *cachev3.LinearCache
 	ads         serverv3.Server
 	holdOff     time.Duration
 	maxHoldOff  time.Duration
@@ -54,23 +54,23 @@ type Server struct {
 	streams    map[int64]*streamState
 
 	// Owned by the publisher goroutine.
-	publishedEndpoints map[string]types.Resource
+	publishedAssignments map[string]types.Resource
 }
 
 // New builds a Server. Call Register to expose it on a gRPC server and Run to
 // start publishing.
 func New(opts Options) *Server {
 	s := &Server{
-		log:                opts.Logger,
-		metrics:            newMetrics(opts.Registerer),
-		holdOff:            opts.HoldOff,
-		maxHoldOff:         opts.MaxHoldOff,
-		forgetAfter:        opts.ForgetNodesAfter,
-		wake:               make(chan struct{}, 1),
-		nodes:              map[string]*nodeState{},
-		acceptedAt:         map[uint64]time.Time{},
-		streams:            map[int64]*streamState{},
-		publishedEndpoints: map[string]types.Resource{},
+		log:                  opts.Logger,
+		metrics:              newMetrics(opts.Registerer),
+		holdOff:              opts.HoldOff,
+		maxHoldOff:           opts.MaxHoldOff,
+		forgetAfter:          opts.ForgetNodesAfter,
+		wake:                 make(chan struct{}, 1),
+		nodes:                map[string]*nodeState{},
+		acceptedAt:           map[uint64]time.Time{},
+		streams:              map[int64]*streamState{},
+		publishedAssignments: map[string]types.Resource{},
 	}
 	if s.holdOff == 0 {
 		s.holdOff = 20 * time.Millisecond
@@ -87,13 +87,13 @@ func New(opts Options) *Server {
 	// listener failed (say, its port was taken) would never get the routes of
 	// its working mesh listener. Envoy sequences ADS updates itself.
 	s.snapshots = cachev3.NewSnapshotCache(false, cachev3.IDHash{}, cacheLog)
-	s.endpoints = cachev3.NewLinearCache(resource.EndpointType, cachev3.WithLogger(cacheLog))
+	s.assignments = cachev3.NewLinearCache(resource.EndpointType, cachev3.WithLogger(cacheLog))
 	mux := &cachev3.MuxCache{
 		Classify:      func(r *cachev3.Request) string { return classify(r.GetTypeUrl()) },
 		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return classify(r.GetTypeUrl()) },
 		Caches: map[string]cachev3.Cache{
-			"endpoints": s.endpoints,
-			"snapshots": s.snapshots,
+			"assignments": s.assignments,
+			"snapshots":   s.snapshots,
 		},
 	}
 	s.ads = serverv3.NewServer(context.Background(), mux, &callbacks{s: s})
@@ -102,7 +102,7 @@ func New(opts Options) *Server {
 
 func classify(typeURL string) string {
 	if typeURL == resource.EndpointType {
-		return "endpoints"
+		return "assignments"
 	}
 	return "snapshots"
 }

@@ -20,9 +20,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
-	"github.com/servemesh/servemesh/xds/translate"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func testModel(replicaAddr string) *model.Model {
@@ -65,15 +64,11 @@ func startServer(t *testing.T) (*Server, *grpc.ClientConn, *prometheus.Registry)
 
 func servemeshNode(t testing.TB, id string) *core.Node {
 	t.Helper()
-	b, err := bootstrap.Build(bootstrap.Options{
-		Node:         translate.Node{ID: id, PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001},
-		XDSAddress:   "127.0.0.1:1",
-		AdminAddress: "127.0.0.1:2",
-	})
+	md, err := wire.ProxyNode{ID: id, PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001}.Metadata()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b.GetNode()
+	return &core.Node{Id: id, Metadata: md}
 }
 
 // sotwStream is a state-of-the-world ADS client whose responses arrive on a channel.

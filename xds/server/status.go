@@ -9,13 +9,12 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 
-	"github.com/servemesh/servemesh/bootstrap"
-	"github.com/servemesh/servemesh/xds/translate"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // nodeState is what the server knows of one Envoy node.
 type nodeState struct {
-	node       translate.Node
+	node       wire.ProxyNode
 	streams    int
 	generation uint64            // model generation of the node's snapshot
 	expected   map[string]string // type URL -> version of the node's snapshot
@@ -155,7 +154,7 @@ func (s *Server) countConnected() {
 
 // registerNode learns a stream's node from its first request. Called with mu held.
 func (s *Server) registerNode(st *streamState, node *core.Node) {
-	parsed, err := bootstrap.NodeFromMetadata(node)
+	parsed, err := wire.ProxyNodeFromEnvoy(node)
 	if err != nil {
 		st.nodeErr = err
 		s.log.Error("refusing xds stream", "err", err)
@@ -241,7 +240,7 @@ func shortType(typeURL string) string {
 	case resource.ClusterType:
 		return "clusters"
 	case resource.EndpointType:
-		return "endpoints"
+		return "assignments"
 	}
 	return typeURL
 }

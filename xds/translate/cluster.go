@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // ConnectTimeout bounds how long Envoy waits to connect to a replica.
@@ -48,7 +49,7 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 		total := concurrencyLimit(b)
 		queue := queueLimit(total)
 		out = append(out, &cluster.Cluster{
-			Name:                 b.Name,
+			Name:                 wire.ClusterName(b.Name),
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 			EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: edsConfigSource()},
 			ConnectTimeout:       durationpb.New(ConnectTimeout),

@@ -12,5 +12,10 @@
 //     clusters, request-mirror policies for shadows.
 //   - weights.go: traffic weights to integer parts per million.
 //   - cluster.go: one EDS cluster per backend with circuit breakers.
-//   - endpoint.go: one ClusterLoadAssignment per backend with health status.
+//   - assignment.go: one ClusterLoadAssignment per backend listing its
+//     replicas with their health (what Envoy calls endpoints; in servemesh an
+//     endpoint is always a model endpoint, a route).
+//
+// Resource and stat names come from package wire, which the agent also
+// reads them with.
 package translate

@@ -9,19 +9,21 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 // BuildListeners builds a node's two listeners: the public one serving routed
 // endpoints and the loopback mesh one serving every endpoint by Host header.
-func BuildListeners(node Node) ([]*listener.Listener, error) {
+func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
 	if err := node.Validate(); err != nil {
 		return nil, err
 	}
-	mesh, err := httpListener(MeshListenerName, node.MeshAddress, node.MeshPort, MeshRouteName)
+	mesh, err := httpListener(wire.MeshListener, node.MeshAddress, node.MeshPort, wire.MeshRoutes)
 	if err != nil {
 		return nil, err
 	}
-	public, err := httpListener(PublicListenerName, node.PublicAddress, node.PublicPort, PublicRouteName)
+	public, err := httpListener(wire.PublicListener, node.PublicAddress, node.PublicPort, wire.PublicRoutes)
 	if err != nil {
 		return nil, err
 	}

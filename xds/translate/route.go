@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // retryOn retries only failures where the request never reached the replica,
@@ -52,9 +53,9 @@ func BuildRoutes(m *model.Model) []*route.RouteConfiguration {
 		publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route))...)
 	}
 	public := &route.RouteConfiguration{
-		Name: PublicRouteName,
+		Name: wire.PublicRoutes,
 		VirtualHosts: []*route.VirtualHost{{
-			Name:    PublicRouteName,
+			Name:    wire.PublicVirtualHost,
 			Domains: []string{"*"},
 			Routes:  publicRoutes,
 		}},
@@ -62,7 +63,7 @@ func BuildRoutes(m *model.Model) []*route.RouteConfiguration {
 
 	all := append([]model.Endpoint(nil), m.Endpoints...)
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
-	mesh := &route.RouteConfiguration{Name: MeshRouteName}
+	mesh := &route.RouteConfiguration{Name: wire.MeshRoutes}
 	for _, e := range all {
 		mesh.VirtualHosts = append(mesh.VirtualHosts, &route.VirtualHost{
 			Name:    e.Name,
@@ -113,7 +114,7 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 		}
 		// Both forwarding routes count into the endpoint's route stats:
 		// vhost.<vhost>.route.<endpoint>.upstream_rq_*.
-		routes = append(routes, &route.Route{Name: name, Match: m, StatPrefix: e.Name,
+		routes = append(routes, &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
 			Action: &route.Route_Route{Route: routeAction(e, group.retry)}})
 	}
 	return append(routes,
@@ -171,12 +172,12 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 	}
 	weights := splitWeights(e.Traffic)
 	if len(weights) == 1 {
-		action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: weights[0].Backend}
+		action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: wire.ClusterName(weights[0].Backend)}
 	} else {
 		split := &route.WeightedCluster{}
 		for _, w := range weights {
 			split.Clusters = append(split.Clusters, &route.WeightedCluster_ClusterWeight{
-				Name:   w.Backend,
+				Name:   wire.ClusterName(w.Backend),
 				Weight: wrapperspb.UInt32(w.Weight),
 			})
 		}
@@ -190,13 +191,13 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 		// The runtime fraction must be explicit: a mirror policy without
 		// one mirrors every request.
 		action.RequestMirrorPolicies = append(action.RequestMirrorPolicies, &route.RouteAction_RequestMirrorPolicy{
-			Cluster: backend,
+			Cluster: wire.ClusterName(backend),
 			RuntimeFraction: &core.RuntimeFractionalPercent{
 				DefaultValue: &typev3.FractionalPercent{
 					Numerator:   fractionPPM(proportion),
 					Denominator: typev3.FractionalPercent_MILLION,
 				},
-				RuntimeKey: "servemesh.shadow." + e.Name + "." + backend,
+				RuntimeKey: wire.ShadowRuntimeKey(e.Name, backend),
 			},
 		})
 	}

@@ -2,54 +2,71 @@ package translate
 
 import (
 	"flag"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata/out and delete orphaned ones")
+var update = flag.Bool("update", false, "rewrite golden files in testdata and delete stale ones")
 
-// goldenNode is the node every golden case is translated for.
-var goldenNode = Node{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001}
+// goldenNode is the node every model case is translated for; listeners
+// depend only on the node and have cases of their own.
+var goldenNode = wire.ProxyNode{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001}
 
-// goldenOutputs renders one input case to its output files: the four resource
-// kinds for a valid model, or the error text for an invalid one.
-func goldenOutputs(t *testing.T, input []byte) map[string][]byte {
-	t.Helper()
-	m, err := model.Parse(input)
-	var res *Resources
-	if err == nil {
-		res, err = Translate(m, goldenNode)
-	}
-	if err != nil {
-		return map[string][]byte{"error.txt": []byte(err.Error() + "\n")}
-	}
-	checkEnvoyValid(t, res)
-	out := map[string][]byte{}
-	for kind, render := range map[string]func() ([]byte, error){
-		"listeners": func() ([]byte, error) { return protoyaml.MarshalList(res.Listeners) },
-		"routes":    func() ([]byte, error) { return protoyaml.MarshalList(res.Routes) },
-		"clusters":  func() ([]byte, error) { return protoyaml.MarshalList(res.Clusters) },
-		"endpoints": func() ([]byte, error) { return protoyaml.MarshalList(res.Endpoints) },
-	} {
-		b, err := render()
+// TestGolden translates each valid model in testdata/in into the resources
+// every node shares. Invalid models are the model package's cases: none
+// reaches translation.
+func TestGolden(t *testing.T) {
+	testutil.GoldenCases(t, "testdata/in", "testdata/out", *update, func(t *testing.T, input []byte) map[string][]byte {
+		m, err := model.Parse(input)
 		if err != nil {
-			t.Fatalf("render %s: %v", kind, err)
+			t.Fatalf("a translation case must be a valid model (invalid ones belong in controlplane/model/testdata): %v", err)
 		}
-		out[kind+".yaml"] = b
+		res, err := Translate(m, goldenNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEnvoyValid(t, res)
+		return map[string][]byte{
+			"routes.yaml":      marshal(t, res.Routes),
+			"clusters.yaml":    marshal(t, res.Clusters),
+			"assignments.yaml": marshal(t, res.Assignments),
+		}
+	})
+}
+
+// TestGoldenListeners builds each node's listeners from testdata/listeners/in.
+func TestGoldenListeners(t *testing.T) {
+	testutil.GoldenCases(t, "testdata/listeners/in", "testdata/listeners/out", *update, func(t *testing.T, input []byte) map[string][]byte {
+		var node wire.ProxyNode
+		if err := yaml.UnmarshalStrict(input, &node); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := BuildListeners(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEnvoyValid(t, &Resources{Listeners: ls, Routes: BuildRoutes(&model.Model{})})
+		return map[string][]byte{"listeners.yaml": marshal(t, ls)}
+	})
+}
+
+func marshal[T proto.Message](t *testing.T, items []T) []byte {
+	t.Helper()
+	b, err := protoyaml.MarshalList(items)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return b
 }
 
 // checkEnvoyValid runs Envoy's own proto validation rules on every resource
@@ -76,7 +93,7 @@ func checkEnvoyValid(t *testing.T, res *Resources) {
 	for _, r := range res.Clusters {
 		add(resource.ClusterType, r)
 	}
-	for _, r := range res.Endpoints {
+	for _, r := range res.Assignments {
 		add(resource.EndpointType, r)
 	}
 	snap, err := cachev3.NewSnapshot("1", all)
@@ -88,39 +105,50 @@ func checkEnvoyValid(t *testing.T, res *Resources) {
 	}
 }
 
-func TestGolden(t *testing.T) {
-	inputs, err := filepath.Glob("testdata/in/*.yaml")
-	if err != nil || len(inputs) == 0 {
-		t.Fatalf("no golden inputs found in testdata/in (err %v)", err)
+// TestStatNamesReadBack checks the contract between the names translation
+// gives Envoy resources and wire.ParseStat, with which agents read Envoy's
+// stats: every route's and cluster's stats name their endpoint, listener
+// and backend, even for an endpoint named like the public virtual host.
+func TestStatNamesReadBack(t *testing.T) {
+	m := &model.Model{
+		Backends: []model.Backend{{Name: "v1.a", Replicas: []model.Replica{{Address: "127.0.0.1:1"}}}},
+		Endpoints: []model.Endpoint{
+			{Name: "public", Route: "/p", Methods: []string{"GET", "POST"}, Traffic: map[string]float64{"v1.a": 1}},
+			{Name: "inner", Traffic: map[string]float64{"v1.a": 1}},
+		},
 	}
-	wanted := map[string]bool{}
-	for _, in := range inputs {
-		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
-		t.Run(name, func(t *testing.T) {
-			input, err := os.ReadFile(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for suffix, got := range goldenOutputs(t, input) {
-				path := filepath.Join("testdata", "out", name+"."+suffix)
-				wanted[path] = true
-				testutil.Golden(t, path, got, *update)
-			}
-		})
+	res, err := Translate(m, goldenNode)
+	if err != nil {
+		t.Fatal(err)
 	}
-	outputs, _ := filepath.Glob("testdata/out/*")
-	sort.Strings(outputs)
-	for _, out := range outputs {
-		if wanted[out] {
-			continue
+	seen := map[wire.Stat]bool{}
+	for _, rc := range res.Routes {
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				if r.GetStatPrefix() == "" {
+					continue // direct responses (405) count no upstream requests
+				}
+				s, ok := wire.ParseStat("vhost." + vh.GetName() + ".route." + r.GetStatPrefix() + "." + wire.StatRequests)
+				if !ok {
+					t.Fatalf("route %s in vhost %s: its stats do not parse", r.GetName(), vh.GetName())
+				}
+				want := wire.MeshListener
+				if rc.GetName() == wire.PublicRoutes {
+					want = wire.PublicListener
+				}
+				if s.Listener != want || (s.Endpoint != "public" && s.Endpoint != "inner") {
+					t.Errorf("route %s in %s reads back as %+v; want endpoint and listener %s", r.GetName(), rc.GetName(), s, want)
+				}
+				seen[s] = true
+			}
 		}
-		if *update {
-			if err := os.Remove(out); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("removed orphaned golden file %s", out)
-		} else {
-			t.Errorf("orphaned golden file %s has no input case; run `make testdata` to remove it", out)
+	}
+	if len(seen) != 3 { // public on both listeners, inner on the mesh only
+		t.Errorf("route stats read back as %v; want public/public, public/mesh and inner/mesh", seen)
+	}
+	for _, c := range res.Clusters {
+		if s, ok := wire.ParseStat("cluster." + c.GetName() + "." + wire.StatActive); !ok || s.Backend != "v1.a" {
+			t.Errorf("cluster %s reads back as %+v, %v", c.GetName(), s, ok)
 		}
 	}
 }

@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// StatusHandler serves an agent's status listener: /metrics from reg, the
+// node's load (wire.LoadPath, read by the controller) and the xDS versions
+// its Envoy last accepted (wire.EnvoyVersionsPath), both read from the
+// Envoy's admin API at admin. When Envoy cannot answer, the two JSON paths
+// answer 503 with the reason.
+func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET "+wire.EnvoyVersionsPath, func(w http.ResponseWriter, r *http.Request) {
+		v, err := admin.Versions(r.Context())
+		answer(w, v, err)
+	})
+	mux.HandleFunc("GET "+wire.LoadPath, func(w http.ResponseWriter, r *http.Request) {
+		l, err := ReadLoad(r.Context(), admin, node)
+		answer(w, l, err)
+	})
+	return mux
+}
+
+func answer(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		v = map[string]string{"error": "this node's envoy did not answer: " + err.Error()}
+	}
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servemesh/servemesh/controlplane/configfile"
+)
+
+func newApplyCommand() *cobra.Command {
+	var f clientFlags
+	var file string
+	var dryRun bool
+	c := &cobra.Command{
+		Use:   "apply -f FILE [--dry-run]",
+		Short: "make the controller's state equal a config file (--dry-run shows the changes)",
+		Args:  names(0, "no arguments besides -f FILE"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("-f FILE is required")
+			}
+			m, err := configfile.Load(file)
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Apply(cmd.Context(), m, dryRun)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if f.output == "json" {
+				return writeJSON(out, res)
+			}
+			if len(res.Changes) == 0 {
+				_, err = fmt.Fprintf(out, "%s: no changes\n", file)
+				return err
+			}
+			prefix := ""
+			if dryRun {
+				prefix = "(dry run) would "
+			}
+			for _, line := range res.Changes {
+				fmt.Fprintf(out, "%s%s\n", prefix, line)
+			}
+			return nil
+		},
+	}
+	addClientFlags(c, &f)
+	c.Flags().StringVarP(&file, "filename", "f", "", "the config file to apply (the format of `servemesh serve --config`)")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
+	_ = c.MarkFlagFilename("filename", "yaml", "yml", "json")
+	return c
+}
+
+func newValidateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE",
+		Short: "check a config file and explain what is wrong with it",
+		Args:  names(1, "one config file to validate; name one config file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := configfile.Load(args[0])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s is valid: %d backends, %d endpoints\n", args[0], len(m.Backends), len(m.Endpoints))
+			return err
+		},
+	}
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+func newBackendCommand() *cobra.Command {
+	var f clientFlags
+	return nounCommand("backend", "create, update, delete, list and get backends", &f,
+		newBackendCreateCommand(&f), newBackendUpdateCommand(&f),
+		deleteCommand("backend", &f, (*api.Client).DeleteBackend),
+		listCommand("backend", &f, (*api.Client).ListBackends, backendHeader, backendRow),
+		getCommand("backend", &f, (*api.Client).GetBackend, backendHeader, backendRow))
+}
+
+// backendSource are the flags that say where a new backend's replicas come
+// from.
+type backendSource struct {
+	replicas, args, env []string
+	command, health     string
+	external            string
+}
+
+func newBackendCreateCommand(f *clientFlags) *cobra.Command {
+	var src backendSource
+	var cfg configFlags
+	c := &cobra.Command{
+		Use:   "create NAME",
+		Short: "create a backend: static replicas (--replica), a command servemesh runs (--command) or a Consul service (--external)",
+		Args:  names(1, "one backend name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			patch, err := cfg.patch(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			b, err := src.backend(args[0], patch.Apply(model.BackendConfig{}))
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			changed, err := c.CreateBackend(cmd.Context(), b)
+			return report(cmd, "backend", b.Name, changed, err, "created", "already exists with this spec")
+		},
+	}
+	fs := c.Flags()
+	fs.StringArrayVar(&src.replicas, "replica", nil, "a static replica's IP:port (repeat the flag for several)")
+	fs.StringVar(&src.command, "command", "", "run replicas of this program on servemesh's nodes (with --num-replicas)")
+	fs.StringArrayVar(&src.args, "arg", nil, "an argument of --command (repeat in order); ${PORT} and ${HOST} expand per replica, so quote them: '--arg=${HOST}:${PORT}'")
+	fs.StringArrayVar(&src.env, "env", nil, "an environment variable of --command, as KEY=VALUE (repeat)")
+	fs.StringVar(&src.health, "health-path", "", "HTTP path that answers 2xx when a replica is healthy (default: a TCP probe)")
+	fs.StringVar(&src.external, "external", "", "route to this Consul service, run by something else")
+	cfg.register(fs)
+	return c
+}
+
+// backend builds the backend the flags describe.
+func (s backendSource) backend(name string, cfg model.BackendConfig) (model.Backend, error) {
+	b := model.Backend{Name: name, Config: cfg}
+	for _, r := range s.replicas {
+		b.Replicas = append(b.Replicas, model.Replica{Address: r})
+	}
+	if s.command == "" && (len(s.args) > 0 || len(s.env) > 0 || s.health != "") {
+		return b, errors.New("--arg, --env and --health-path go with --command")
+	}
+	if s.command != "" {
+		b.Process = &model.ProcessSpec{Command: s.command, Args: s.args, HealthPath: s.health}
+		for _, kv := range s.env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return b, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+			}
+			if b.Process.Env == nil {
+				b.Process.Env = map[string]string{}
+			}
+			b.Process.Env[k] = v
+		}
+	}
+	if s.external != "" {
+		b.External = &model.ExternalSpec{Service: s.external}
+	}
+	return b, nil
+}
+
+func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
+	var cfg configFlags
+	c := &cobra.Command{
+		Use:   "update NAME",
+		Short: "change a backend's config: only the flags given change",
+		Args:  names(1, "one backend name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			patch, err := cfg.patch(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			changed, err := c.UpdateBackend(cmd.Context(), args[0], patch)
+			return report(cmd, "backend", args[0], changed, err, "updated", "already has this config")
+		},
+	}
+	cfg.register(c.Flags())
+	return c
+}
+
+// configFlags are a backend's config flags; patch builds a patch of those
+// given on the command line.
+type configFlags struct {
+	mcq, num, mem                          int
+	cpus                                   float64
+	as                                     model.AutoscalingConfig
+	upscale, downscale, lookBack, interval time.Duration
+	off                                    bool
+}
+
+func (c *configFlags) register(fs *pflag.FlagSet) {
+	fs.IntVar(&c.mcq, "max-concurrent-queries", 0, "requests one replica serves at once")
+	fs.IntVar(&c.num, "num-replicas", 0, "replicas the scheduler should run")
+	fs.Float64Var(&c.cpus, "cpus", 0, "CPUs one replica needs")
+	fs.IntVar(&c.mem, "memory-mb", 0, "MiB of memory one replica needs")
+	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
+	fs.IntVar(&c.as.MaxReplicas, "autoscale-max", 0, "autoscale: most replicas (setting it turns autoscaling on)")
+	fs.Float64Var(&c.as.TargetInFlight, "autoscale-target", 0, "autoscale: requests in flight per replica to aim for")
+	fs.DurationVar(&c.upscale, "autoscale-upscale-delay", 0, "autoscale: how long a need for more replicas must last (default 30s)")
+	fs.DurationVar(&c.downscale, "autoscale-downscale-delay", 0, "autoscale: how long a need for fewer replicas must last (default 10m)")
+	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default 30s)")
+	fs.DurationVar(&c.interval, "autoscale-interval", 0, "autoscale: how often the load is read (default 10s)")
+	fs.BoolVar(&c.off, "autoscale-off", false, "turn autoscaling off (num_replicas stays where it is)")
+}
+
+func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error) {
+	var p model.BackendConfigPatch
+	autoscale := false
+	fs.Visit(func(f *pflag.Flag) {
+		if strings.HasPrefix(f.Name, "autoscale-") && f.Name != "autoscale-off" {
+			autoscale = true
+		}
+		switch f.Name {
+		case "max-concurrent-queries":
+			p.MaxConcurrentQueries = &c.mcq
+		case "num-replicas":
+			p.NumReplicas = &c.num
+		case "cpus":
+			p.CPUs = &c.cpus
+		case "memory-mb":
+			p.MemoryMB = &c.mem
+		}
+	})
+	switch {
+	case autoscale && c.off:
+		return p, errors.New("--autoscale-off goes without the other --autoscale flags")
+	case c.off:
+		p.Autoscaling = &model.AutoscalingConfig{}
+	case autoscale:
+		if c.as.MaxReplicas == 0 || c.as.TargetInFlight == 0 {
+			return p, errors.New("autoscaling needs at least --autoscale-max and --autoscale-target")
+		}
+		as := c.as
+		as.UpscaleDelayS, as.DownscaleDelayS = c.upscale.Seconds(), c.downscale.Seconds()
+		as.LookBackPeriodS, as.MetricsIntervalS = c.lookBack.Seconds(), c.interval.Seconds()
+		p.Autoscaling = &as
+	}
+	return p, nil
+}

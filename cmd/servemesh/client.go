@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+)
+
+// clientFlags are the flags of every API command, defined here once.
+type clientFlags struct {
+	server, tokenFile, output string
+}
+
+// addClientFlags adds the API flags to cmd and its subcommands.
+func addClientFlags(cmd *cobra.Command, f *clientFlags) {
+	server := os.Getenv("SERVEMESH_SERVER")
+	if server == "" {
+		server = "127.0.0.1:18001"
+	}
+	fs := cmd.PersistentFlags()
+	fs.StringVar(&f.server, "server", server, "the controller's API address, or several comma-separated (default $SERVEMESH_SERVER or 127.0.0.1:18001)")
+	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("SERVEMESH_TOKEN_FILE"), "file with the API bearer token (default $SERVEMESH_TOKEN_FILE)")
+	fs.StringVarP(&f.output, "output", "o", "table", "output of reads: table or json")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// client returns an API client for the flags.
+func (f *clientFlags) client() (*api.Client, error) {
+	if f.output != "table" && f.output != "json" {
+		return nil, fmt.Errorf("-o %q: use table or json", f.output)
+	}
+	token, err := api.ReadTokenFile(f.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(f.server, token), nil
+}
+
+// nounCommand is a command that only groups verbs (backend, endpoint, ...),
+// with the API flags.
+func nounCommand(use, short string, f *clientFlags, verbs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{Use: use, Short: short, Args: cobra.ArbitraryArgs, RunE: needSubcommand}
+	addClientFlags(c, f)
+	c.AddCommand(verbs...)
+	return c
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/internal/daemon"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// faultEnv names the environment variable that sets the probability of
+// exiting right after a checkpoint (fault injection for tests).
+const faultEnv = "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT"
+
+func newControllerCommand(log *slog.Logger) *cobra.Command {
+	var o daemon.ControllerOptions
+	var tokenFile string
+	c := &cobra.Command{
+		Use:   "controller",
+		Short: "run the controller: state in Consul, the /v1/ API, xDS; several elect a leader",
+		Args:  names(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := controllerDefaults(&o, cmd.Flags().Changed("fault-crash-after-checkpoint")); err != nil {
+				return err
+			}
+			token, err := api.ReadTokenFile(tokenFile)
+			if err != nil {
+				return err
+			}
+			o.Token = token
+			return daemon.RunController(cmd.Context(), log.With("cmd", "controller"), o)
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&o.APIListen, "api-listen", "127.0.0.1:18001", "address of the HTTP API (/v1/), /metrics and /healthz; keep it on loopback unless a token protects it")
+	fs.StringVar(&o.XDSListen, "xds-listen", "127.0.0.1:18000", "address of the xDS gRPC server Envoy nodes connect to")
+	fs.StringVar(&o.Advertise, "advertise", "", "API address other controllers hand to clients when this one leads (default: --api-listen)")
+	fs.StringVar(&o.ConsulPrefix, "consul-prefix", "servemesh", "Consul KV prefix of the stored state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
+	fs.StringVar(&o.ID, "id", "", "this controller's id among controllers (default: host name and API port)")
+	fs.StringVar(&tokenFile, "token-file", "", "file holding the bearer token every API call must carry (default: no token)")
+	fs.Float64Var(&o.CrashAfterCheckpoint, "fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+faultEnv+")")
+	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")
+	fs.DurationVar(&o.ReplaceAfter, "replace-after", 30*time.Second, "how long a node may be gone before its replicas are placed elsewhere")
+	return c
+}
+
+// controllerDefaults fills what defaults to other flags or the environment.
+func controllerDefaults(o *daemon.ControllerOptions, crashFlagSet bool) error {
+	if v := os.Getenv(faultEnv); v != "" && !crashFlagSet {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil || p < 0 || p > 1 {
+			return fmt.Errorf("$%s=%q: want a probability between 0 and 1", faultEnv, v)
+		}
+		o.CrashAfterCheckpoint = p
+	}
+	if o.CrashAfterCheckpoint < 0 || o.CrashAfterCheckpoint > 1 {
+		return fmt.Errorf("--fault-crash-after-checkpoint %v: want a probability between 0 and 1", o.CrashAfterCheckpoint)
+	}
+	if o.Advertise == "" {
+		o.Advertise = o.APIListen
+	}
+	if o.ID == "" {
+		host, _ := os.Hostname()
+		_, port, _ := net.SplitHostPort(o.APIListen)
+		o.ID = host + "-" + port
+	}
+	return nil
+}
+
+func newAgentCommand(log *slog.Logger) *cobra.Command {
+	var o daemon.AgentOptions
+	var ef envoyFlags
+	c := &cobra.Command{
+		Use:   "agent",
+		Short: "run a node's agent: the replicas placed on it, their Consul registration, its Envoy",
+		Args:  names(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("work-dir") {
+				ef.workDir = ".run/agent-" + ef.node.id
+			}
+			n, err := ef.envoyNode(log)
+			if err != nil {
+				return err
+			}
+			o.Envoy, o.Node.ID = n, ef.node.id
+			return daemon.RunAgent(cmd.Context(), log.With("cmd", "agent"), o)
+		},
+	}
+	fs := c.Flags()
+	ef.register(fs, defaultNode(), ".run/envoy")
+	fs.StringVar(&o.Node.Address, "address", "127.0.0.1", "the IP address this node's replicas listen on")
+	fs.Float64Var(&o.Node.CPUs, "cpus", float64(runtime.NumCPU()), "CPUs this node offers to replicas")
+	fs.IntVar(&o.Node.MemoryMB, "memory-mb", agent.MemoryMB(), "MiB of memory this node offers to replicas")
+	fs.StringVar(&o.ConsulPrefix, "consul-prefix", "servemesh", "Consul KV prefix of the controller's state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
+	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before it is stopped (keep it equal to the controller's)")
+	fs.BoolVar(&o.NoEnvoy, "no-envoy", false, "do not run this node's Envoy")
+	fs.StringVar(&o.StatusListen, "metrics-listen", "127.0.0.1:0", "address of the agent's /metrics, "+wire.LoadPath+" (read by the controller) and "+wire.EnvoyVersionsPath+"; port 0 picks one")
+	return c
+}
+
+func newServeCommand(log *slog.Logger) *cobra.Command {
+	var o daemon.FilePlaneOptions
+	c := &cobra.Command{
+		Use:   "serve --config FILE",
+		Short: "run a control plane that serves a config file to Envoy nodes (no Consul needed)",
+		Args:  names(0, "no arguments besides --config FILE"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return daemon.ServeFile(cmd.Context(), log.With("cmd", "serve"), o)
+		},
+	}
+	registerFilePlane(c, &o, "")
+	return c
+}
+
+func registerFilePlane(c *cobra.Command, o *daemon.FilePlaneOptions, config string) {
+	fs := c.Flags()
+	fs.StringVar(&o.ConfigPath, "config", config, "the mesh config file (YAML); changes are applied when it is saved")
+	fs.StringVar(&o.XDSListen, "xds-listen", "127.0.0.1:18000", "address of the xDS gRPC server Envoy nodes connect to")
+	fs.StringVar(&o.HTTPListen, "http-listen", "127.0.0.1:18001", "address of the HTTP server for /metrics, /healthz and /v1/xds/nodes")
+	_ = c.MarkFlagFilename("config", "yaml", "yml", "json")
+}
+
+func newEnvoyCommand(log *slog.Logger) *cobra.Command {
+	var ef envoyFlags
+	c := &cobra.Command{
+		Use:   "envoy",
+		Short: "run and supervise this node's Envoy, bootstrapped to the control plane",
+		Args:  names(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := ef.envoyNode(log)
+			if err != nil {
+				return err
+			}
+			return daemon.RunEnvoy(cmd.Context(), n)
+		},
+	}
+	ef.register(c.Flags(), defaultNode(), ".run/envoy")
+	return c
+}
+
+func newBootstrapCommand() *cobra.Command {
+	var nf nodeFlags
+	c := &cobra.Command{
+		Use:   "bootstrap",
+		Short: "print a node's Envoy bootstrap",
+		Args:  names(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := nf.bootstrap()
+			if err != nil {
+				return err
+			}
+			out, err := bootstrap.YAML(opts)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	nf.register(c.Flags(), defaultNode())
+	return c
+}

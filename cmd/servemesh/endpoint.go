@@ -1,0 +1,124 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+func newEndpointCommand() *cobra.Command {
+	var f clientFlags
+	return nounCommand("endpoint", "create, delete, list and get endpoints", &f,
+		newEndpointCreateCommand(&f),
+		deleteCommand("endpoint", &f, (*api.Client).DeleteEndpoint),
+		listCommand("endpoint", &f, (*api.Client).ListEndpoints, endpointHeader, endpointRow),
+		getCommand("endpoint", &f, (*api.Client).GetEndpoint, endpointHeader, endpointRow))
+}
+
+func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
+	var route, methods, backend, traffic string
+	c := &cobra.Command{
+		Use:   "create NAME",
+		Short: "create an endpoint: a route (or none: headless) and its traffic",
+		Args:  names(1, "one endpoint name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e := model.Endpoint{Name: args[0], Route: route}
+			if methods != "" {
+				e.Methods = strings.Split(methods, ",")
+			}
+			var err error
+			switch {
+			case backend != "" && traffic != "":
+				return errors.New("give --backend or --traffic, not both")
+			case backend != "":
+				e.Traffic = map[string]float64{backend: 1}
+			case traffic != "":
+				if e.Traffic, err = parseWeights(strings.Split(traffic, ",")); err != nil {
+					return err
+				}
+			default:
+				return errors.New("an endpoint needs traffic: give --backend NAME or --traffic b1=0.9,b2=0.1")
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			changed, err := c.CreateEndpoint(cmd.Context(), e)
+			return report(cmd, "endpoint", e.Name, changed, err, "created", "already exists with this spec")
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&route, "route", "", "the HTTP path it serves, with its sub-paths (none: headless)")
+	fs.StringVar(&methods, "methods", "", "comma-separated HTTP methods (default GET)")
+	fs.StringVar(&backend, "backend", "", "send all traffic to this backend")
+	fs.StringVar(&traffic, "traffic", "", "weights, as b1=0.9,b2=0.1 (instead of --backend)")
+	return c
+}
+
+func newTrafficCommand() *cobra.Command {
+	var f clientFlags
+	set := &cobra.Command{
+		Use:     "set ENDPOINT BACKEND=WEIGHT...",
+		Short:   "set an endpoint's traffic split",
+		Example: "  servemesh traffic set model model-v1=0.9 model-v2=0.1",
+		Args:    cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			weights, err := parseWeights(args[1:])
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			changed, err := c.SetTraffic(cmd.Context(), args[0], weights)
+			return report(cmd, "endpoint", args[0], changed, err, "traffic set", "already has this traffic")
+		},
+	}
+	return nounCommand("traffic", "set an endpoint's traffic split", &f, set)
+}
+
+func newShadowCommand() *cobra.Command {
+	var f clientFlags
+	set := &cobra.Command{
+		Use:     "set ENDPOINT BACKEND=PROPORTION",
+		Short:   "mirror a proportion of an endpoint's requests to a backend (0 removes the shadow)",
+		Example: "  servemesh shadow set model model-v3=0.05",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := parseWeights(args[1:])
+			if err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			backend, proportion := firstPair(p)
+			changed, err := c.SetShadow(cmd.Context(), args[0], backend, proportion)
+			return report(cmd, "endpoint", args[0], changed, err, "shadow to "+backend+" set", "already has this shadow")
+		},
+	}
+	return nounCommand("shadow", "mirror a proportion of an endpoint's requests", &f, set)
+}
+
+// firstPair returns the one pair of a one-entry map.
+func firstPair(m map[string]float64) (string, float64) {
+	for k, v := range m {
+		return k, v
+	}
+	return "", 0
+}
+
+// endpointHeader and endpointRow render endpoints for list and get.
+const endpointHeader = "NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS"
+
+func endpointRow(e model.Endpoint) string {
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", e.Name, orNone(e.Route), strings.Join(e.AllowedMethods(), ","),
+		formatWeights(e.Traffic), orNone(formatWeights(e.Shadows)))
+}

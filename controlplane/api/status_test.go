@@ -1,0 +1,42 @@
+package api
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/servemesh/servemesh/controlplane/autoscale"
+	"github.com/servemesh/servemesh/controlplane/model"
+	xdsserver "github.com/servemesh/servemesh/xds/server"
+)
+
+func TestNewStatusReport(t *testing.T) {
+	m := &model.Model{
+		Backends: []model.Backend{
+			{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:1"}, {Address: "127.0.0.1:2"}}},
+			{Name: "v2", Process: &model.ProcessSpec{Command: "x"}, Config: model.BackendConfig{NumReplicas: 3,
+				Autoscaling: &model.AutoscalingConfig{MaxReplicas: 4, TargetInFlight: 1}},
+				Placements: []model.Placement{{Tag: "v2#1", State: model.Running}, {Tag: "v2#2", State: model.Running}, {Tag: "v2#3", State: model.Draining}}},
+		},
+		Endpoints: []model.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"v1": 0.75, "v2": 0.25}, Shadows: map[string]float64{"v2": 0.1}}},
+	}
+	load := map[string]autoscale.BackendLoad{"v1": {InFlight: 2, RequestRate: 30, ErrorRate: 1}, "v2": {RequestRate: 10}}
+	nodes := []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: false, NACKs: 2, LastNACK: "port taken"}}
+	got := NewStatusReport(m, load, nodes)
+	want := StatusReport{
+		Endpoints: []EndpointStatus{{Name: "e", Route: "/e", Backends: []EndpointBackendStatus{
+			{Backend: "v1", Weight: 0.75, RequestRate: 30, ErrorRate: 1},
+			{Backend: "v2", Weight: 0.25, Shadow: 0.1, RequestRate: 10},
+		}}},
+		Backends: []BackendStatus{
+			{Name: "v1", Desired: 2, Running: 2, InFlight: 2, RequestRate: 30, ErrorRate: 1},
+			{Name: "v2", Desired: 3, Running: 2, Draining: 1, Autoscaled: true, RequestRate: 10},
+		},
+		Nodes: []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("status report\n got %+v\nwant %+v", got, want)
+	}
+	if empty := NewStatusReport(&model.Model{}, nil, nil); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil {
+		t.Fatal("an empty report must list empty arrays, not null")
+	}
+}

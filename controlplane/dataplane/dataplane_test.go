@@ -1,0 +1,204 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/servemesh/servemesh/controlplane/catalog"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+func processState() *model.Model {
+	return &model.Model{Backends: []model.Backend{
+		{Name: "run", Process: &model.ProcessSpec{Command: "x"}, Config: model.BackendConfig{NumReplicas: 2,
+			Autoscaling: &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 3, TargetInFlight: 1}}, Placements: []model.Placement{
+			{Tag: "run#000001", Node: "n1", State: model.Running},
+			{Tag: "run#000002", Node: "n2", State: model.Draining},
+			{Tag: "run#000003", Node: "n3", State: model.Running},
+		}},
+		{Name: "ext", External: &model.ExternalSpec{Service: "legacy"}},
+		{Name: "static", Replicas: []model.Replica{{Address: "127.0.0.1:1"}}},
+	}}
+}
+
+func TestView(t *testing.T) {
+	m := processState()
+	view, dropped := View(m, map[string][]catalog.Instance{
+		"run": {
+			{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true},
+			{ID: "b", Address: "127.0.0.3:1000", Tag: "run#000002", Passing: true},
+			{ID: "c", Address: "127.0.0.4:1000", Tag: "run#000003", Passing: false},
+			{ID: "d", Address: "127.0.0.5:1000", Tag: "run#ffffff", Passing: true}, // not placed
+		},
+		"legacy": {
+			{ID: "l", Address: "10.0.0.1:80", Passing: true},
+			{ID: "dns", Address: "legacy.internal:80", Passing: true}, // not an IP: dropped alone
+			{ID: "twice", Address: "10.0.0.1:80", Passing: true},      // same address: dropped alone
+		},
+	})
+	if err := view.Validate(); err != nil {
+		t.Fatalf("the data-plane view must be a valid model: %v", err)
+	}
+	want := []model.Replica{
+		{Address: "127.0.0.2:1000", Health: model.HealthHealthy},
+		{Address: "127.0.0.3:1000", Health: model.HealthDraining},
+		{Address: "127.0.0.4:1000", Health: model.HealthUnhealthy},
+	}
+	if got := view.Backends[0].Replicas; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("process backend replicas %+v, want %+v", got, want)
+	}
+	if got := view.Backends[1].Replicas; len(got) != 1 || got[0].Address != "10.0.0.1:80" {
+		t.Fatalf("external backend replicas %+v", got)
+	}
+	if len(dropped) != 2 || dropped[0].Instance != "dns" || !strings.Contains(dropped[0].Reason, "not IP:port") ||
+		dropped[1].Instance != "twice" || dropped[1].Backend != "ext" {
+		t.Fatalf("dropped %+v, want the DNS-named and the duplicate instance", dropped)
+	}
+	if len(view.Backends[2].Replicas) != 1 || m.Backends[0].Replicas != nil || m.Backends[0].Process == nil {
+		t.Fatal("static replicas lost, or the input state was modified")
+	}
+	if b := view.Backends[0]; b.Process != nil || b.Placements != nil || b.Config.Autoscaling != nil {
+		t.Fatalf("the view keeps what only the controller uses: %+v", b)
+	}
+	if s := Services(m); len(s) != 2 || s[0] != "run" || s[1] != "legacy" {
+		t.Fatalf("services %v", s)
+	}
+}
+
+// fakeInstances is a health view the test changes by hand.
+type fakeInstances struct {
+	mu      sync.Mutex
+	synced  []string
+	current map[string][]catalog.Instance
+	changed chan struct{}
+}
+
+func (f *fakeInstances) Sync(_ context.Context, services []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.synced = services
+}
+
+func (f *fakeInstances) Snapshot() map[string][]catalog.Instance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.current
+}
+
+func (f *fakeInstances) Changed() <-chan struct{} { return f.changed }
+
+func (f *fakeInstances) set(service string, in ...catalog.Instance) {
+	f.mu.Lock()
+	f.current = map[string][]catalog.Instance{service: in}
+	f.mu.Unlock()
+	f.changed <- struct{}{}
+}
+
+// sink records views, refusing them while refuse is set, as the xDS server
+// refuses an invalid model.
+type sink struct {
+	mu     sync.Mutex
+	views  []*model.Model
+	refuse error
+}
+
+func (s *sink) SetModel(m *model.Model) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refuse != nil {
+		return s.refuse
+	}
+	s.views = append(s.views, m)
+	return nil
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.views)
+}
+
+func (s *sink) last() *model.Model {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.views[len(s.views)-1]
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func newPublisher(t *testing.T) (*Publisher, *fakeInstances, *sink, *prometheus.Registry) {
+	t.Helper()
+	in := &fakeInstances{changed: make(chan struct{}, 1)}
+	out := &sink{}
+	reg := prometheus.NewRegistry()
+	p := New(Options{Sink: out, Instances: in, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go p.Run(ctx)
+	return p, in, out, reg
+}
+
+func TestPublisherFollowsStateAndHealth(t *testing.T) {
+	p, in, out, _ := newPublisher(t)
+	if err := p.Publish(processState()); err != nil {
+		t.Fatal(err)
+	}
+	if out.count() != 1 || len(out.last().Backends[0].Replicas) != 0 {
+		t.Fatalf("first view: %d views", out.count())
+	}
+	in.mu.Lock()
+	synced := in.synced
+	in.mu.Unlock()
+	if len(synced) != 2 {
+		t.Fatalf("watched services %v, want the process and the external backend's", synced)
+	}
+	in.set("run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true})
+	waitFor(t, "a view with the new replica", func() bool {
+		return out.count() == 2 && len(out.last().Backends[0].Replicas) == 1
+	})
+}
+
+// TestPublisherReportsRefusedViews: a view the data plane refuses, on either
+// path, is an error the caller sees (Publish), kept in Err and counted,
+// until a later view is accepted.
+func TestPublisherReportsRefusedViews(t *testing.T) {
+	p, in, out, reg := newPublisher(t)
+	out.refuse = errors.New("invalid model")
+	if err := p.Publish(processState()); err == nil || !strings.Contains(err.Error(), "invalid model") {
+		t.Fatalf("Publish returned %v, want the sink's refusal", err)
+	}
+	in.set("run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true})
+	waitFor(t, "the health-driven refusal to be counted", func() bool {
+		return promtest.ToFloat64(p.failures) == 2
+	})
+	if p.Err() == nil {
+		t.Fatal("Err is nil after a refused view")
+	}
+	if n, err := promtest.GatherAndCount(reg, "servemesh_dataplane_view_refusals_total"); err != nil || n != 1 {
+		t.Fatalf("refusal metric not exported: %d series, %v", n, err)
+	}
+	out.mu.Lock()
+	out.refuse = nil
+	out.mu.Unlock()
+	if err := p.Publish(processState()); err != nil || p.Err() != nil {
+		t.Fatalf("an accepted view must clear the error: %v, %v", err, p.Err())
+	}
+}

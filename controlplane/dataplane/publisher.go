@@ -1,0 +1,121 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/servemesh/servemesh/controlplane/catalog"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// Sink takes a view to serve; the xDS server's SetModel.
+type Sink interface {
+	SetModel(m *model.Model) error
+}
+
+// Instances is the health view of the watched services: a catalog.Watcher.
+type Instances interface {
+	Sync(ctx context.Context, services []string)
+	Snapshot() map[string][]catalog.Instance
+	Changed() <-chan struct{}
+}
+
+// Options configure a Publisher.
+type Options struct {
+	Sink      Sink
+	Instances Instances
+	Logger    *slog.Logger
+	// Registerer receives the publisher's metrics; nil skips them.
+	Registerer prometheus.Registerer
+}
+
+// Publisher hands the data plane the desired state merged with the health
+// view, in order. See the package doc for the steps.
+type Publisher struct {
+	sink      Sink
+	instances Instances
+	log       *slog.Logger
+	failures  prometheus.Counter
+	dropped   prometheus.Gauge
+
+	mu      sync.Mutex
+	ctx     context.Context // for the watcher's queries; set by Run
+	state   *model.Model    // the last state published
+	lastErr error
+}
+
+// New returns a Publisher; call Run to follow health changes.
+func New(o Options) *Publisher {
+	p := &Publisher{sink: o.Sink, instances: o.Instances, log: o.Logger, ctx: context.Background(),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "servemesh_dataplane_view_refusals_total",
+			Help: "Data-plane views the xDS server refused; the last accepted one keeps serving."}),
+		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "servemesh_dataplane_dropped_instances",
+			Help: "Service instances left out of the last data-plane view because they cannot be used."}),
+	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(p.failures, p.dropped)
+	}
+	return p
+}
+
+// Publish makes m the state the data plane follows: it syncs the watched
+// services to m's and hands over m's view. The error is the sink's.
+func (p *Publisher) Publish(m *model.Model) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.state = m
+	p.instances.Sync(p.ctx, Services(m))
+	return p.handOver()
+}
+
+// Run rebuilds and hands over the view whenever the health view changes,
+// until ctx ends.
+func (p *Publisher) Run(ctx context.Context) {
+	p.mu.Lock()
+	p.ctx = ctx
+	if p.state != nil {
+		p.instances.Sync(ctx, Services(p.state))
+	}
+	p.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.instances.Changed():
+		}
+		p.mu.Lock()
+		if p.state != nil {
+			_ = p.handOver() // logged and counted; kept in Err
+		}
+		p.mu.Unlock()
+	}
+}
+
+// Err is why the last view was refused, or nil when it was accepted.
+func (p *Publisher) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastErr
+}
+
+// handOver builds the view of p.state and gives it to the sink. Called
+// with mu held.
+func (p *Publisher) handOver() error {
+	view, dropped := View(p.state, p.instances.Snapshot())
+	p.dropped.Set(float64(len(dropped)))
+	for _, d := range dropped {
+		p.log.Warn("instance left out of the data plane", "backend", d.Backend, "instance", d.Instance, "reason", d.Reason)
+	}
+	if err := p.sink.SetModel(view); err != nil {
+		p.failures.Inc()
+		p.lastErr = fmt.Errorf("the data plane refused the view; it keeps serving the last one: %w", err)
+		p.log.Error("publishing the data-plane view failed", "err", err)
+		return p.lastErr
+	}
+	p.lastErr = nil
+	return nil
+}

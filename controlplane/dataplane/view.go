@@ -1,0 +1,90 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/servemesh/servemesh/controlplane/catalog"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// Services returns the Consul services a state's backends read replicas from.
+func Services(m *model.Model) []string {
+	var out []string
+	for _, b := range m.Backends {
+		switch {
+		case b.Process != nil:
+			out = append(out, b.Name)
+		case b.External != nil:
+			out = append(out, b.External.Service)
+		}
+	}
+	return out
+}
+
+// Dropped is an instance left out of the view, and why.
+type Dropped struct {
+	Backend, Instance, Reason string
+}
+
+// View returns m with every backend's replicas listed plainly, as the
+// translator reads them: a process backend gets its placed replicas that
+// Consul knows (draining when their placement drains), an external backend
+// its service's instances. What only the controller and agents use
+// (process specs, placements, autoscaling) is left out. An instance whose
+// address the data plane cannot use is dropped alone and listed in the
+// second result; m is not modified.
+func View(m *model.Model, instances map[string][]catalog.Instance) (*model.Model, []Dropped) {
+	out := model.Clone(m)
+	var dropped []Dropped
+	for i := range out.Backends {
+		b := &out.Backends[i]
+		switch {
+		case b.Process != nil:
+			placed := map[string]model.PlacementState{}
+			for _, p := range b.Placements {
+				placed[p.Tag] = p.State
+			}
+			for _, in := range instances[b.Name] {
+				state, ok := placed[in.Tag]
+				if !ok {
+					continue // not (or no longer) placed: not ours to serve
+				}
+				b.Replicas, dropped = addReplica(b, in, state, dropped)
+			}
+		case b.External != nil:
+			for _, in := range instances[b.External.Service] {
+				b.Replicas, dropped = addReplica(b, in, model.Running, dropped)
+			}
+		}
+		b.Process, b.External, b.Placements, b.Config.Autoscaling = nil, nil, nil, nil
+	}
+	return out, dropped
+}
+
+// addReplica appends instance in to b's replicas unless its address is not
+// an IP:port or another instance already has it.
+func addReplica(b *model.Backend, in catalog.Instance, state model.PlacementState, dropped []Dropped) ([]model.Replica, []Dropped) {
+	if _, err := netip.ParseAddrPort(in.Address); err != nil {
+		return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID,
+			Reason: fmt.Sprintf("address %q is not IP:port", in.Address)})
+	}
+	for _, r := range b.Replicas {
+		if r.Address == in.Address {
+			return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID,
+				Reason: fmt.Sprintf("address %s is registered twice", in.Address)})
+		}
+	}
+	return append(b.Replicas, model.Replica{Address: in.Address, Health: health(in.Passing, state)}), dropped
+}
+
+func health(passing bool, state model.PlacementState) model.Health {
+	switch {
+	case state == model.Draining:
+		return model.HealthDraining
+	case passing:
+		return model.HealthHealthy
+	default:
+		return model.HealthUnhealthy
+	}
+}

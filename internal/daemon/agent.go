@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// AgentOptions configure `servemesh agent`. Consul is reached through
+// CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN.
+type AgentOptions struct {
+	// Node is the node's address and capacity; its ID names the node, and
+	// its status address is filled in from StatusListen.
+	Node wire.NodeInfo
+	// Envoy is how to run the node's Envoy; NoEnvoy runs none.
+	Envoy        envoy.Node
+	NoEnvoy      bool
+	ConsulPrefix string
+	DrainGrace   time.Duration
+	// StatusListen is the agent's status listener (port 0 picks one).
+	StatusListen string
+}
+
+// RunAgent runs a node's agent and, unless NoEnvoy, its Envoy, until ctx
+// ends or either fails.
+func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
+	client, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		return fmt.Errorf("consul client: %w", err)
+	}
+	reg := httpserver.NewRegistry()
+	admin := envoy.Admin{Address: o.Envoy.Bootstrap.AdminAddress}
+	if !o.NoEnvoy {
+		agent.RegisterLoadMetrics(reg, admin, o.Node.ID)
+	}
+	status, err := httpserver.Start(ctx, log, o.StatusListen, agent.StatusHandler(reg, admin, o.Node.ID))
+	if err != nil {
+		return fmt.Errorf("agent status listener: %w", err)
+	}
+	defer status.Stop()
+	o.Node.StatusAddr = status.Addr()
+	a := agent.New(agent.Options{
+		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix), Logger: log.With("component", "agent"),
+		WorkDir: o.Envoy.WorkDir + "/replicas", Registerer: reg, DrainGrace: o.DrainGrace,
+	})
+	errs := make(chan error, 2)
+	go func() { errs <- a.Run(ctx) }()
+	if !o.NoEnvoy {
+		sup, err := o.Envoy.Supervise(ctx)
+		if err != nil {
+			return err
+		}
+		go func() { errs <- sup.Run(ctx) }()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+}
+
+// RunEnvoy supervises one node's Envoy until ctx ends.
+func RunEnvoy(ctx context.Context, n envoy.Node) error {
+	sup, err := n.Supervise(ctx)
+	if err != nil {
+		return err
+	}
+	return sup.Run(ctx)
+}

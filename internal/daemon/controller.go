@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/autoscale"
+	"github.com/servemesh/servemesh/controlplane/catalog"
+	"github.com/servemesh/servemesh/controlplane/controller"
+	"github.com/servemesh/servemesh/controlplane/dataplane"
+	"github.com/servemesh/servemesh/controlplane/leader"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+// ControllerOptions configure `servemesh controller`. Consul is reached
+// through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN.
+type ControllerOptions struct {
+	APIListen, XDSListen string
+	// Advertise is the API address other controllers hand to clients when
+	// this one leads.
+	Advertise    string
+	ConsulPrefix string
+	ID           string
+	// Token is the bearer token every API call must carry; empty: none.
+	Token                string
+	CrashAfterCheckpoint float64
+	DrainGrace           time.Duration
+	ReplaceAfter         time.Duration
+}
+
+// controllerParts are a controller's components, wired together.
+type controllerParts struct {
+	plane     *Plane
+	ctl       *controller.Controller
+	scaler    *autoscale.Autoscaler
+	publisher *dataplane.Publisher
+}
+
+// RunController runs a controller until ctx ends or a component fails.
+func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) error {
+	client, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		return fmt.Errorf("consul client: %w", err)
+	}
+	p := wireController(log, client, o)
+	if err := p.plane.Start(ctx, log, o.XDSListen, o.APIListen); err != nil {
+		return err
+	}
+	defer p.plane.Stop()
+	if o.CrashAfterCheckpoint > 0 {
+		log.Warn("fault injection on: this controller exits after a checkpoint with some probability", "probability", o.CrashAfterCheckpoint)
+	}
+	log.Info("controller serving", "api", p.plane.HTTPAddr(), "xds", p.plane.XDSAddr(), "consul_prefix", o.ConsulPrefix, "id", o.ID)
+	go p.publisher.Run(ctx)
+	go p.scaler.Run(ctx)
+	errs := make(chan error, 2)
+	go func() { errs <- p.ctl.Run(ctx) }()
+	elector := &leader.Elector{Client: client, Key: strings.Trim(o.ConsulPrefix, "/") + "/leader",
+		Self: leader.Info{ID: o.ID, API: o.Advertise}, Logger: log.With("component", "leader")}
+	go func() { errs <- elector.Run(ctx, p.lead(o.Advertise), func(l leader.Info) { p.ctl.Follow(l.API) }) }()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+}
+
+// wireController builds a controller's components and connects them.
+func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOptions) *controllerParts {
+	plane := NewPlane(log)
+	watcher := catalog.NewWatcher(client, log.With("component", "catalog"))
+	publisher := dataplane.New(dataplane.Options{Sink: plane.XDS, Instances: watcher,
+		Logger: log.With("component", "dataplane"), Registerer: plane.Registry})
+	nodes := catalog.Nodes(client, log.With("component", "catalog").Warn)
+	ctl := controller.New(controller.Options{
+		Logger: log.With("component", "controller"), Store: store.NewConsul(client, o.ConsulPrefix),
+		Publish: publisher.Publish, Registerer: plane.Registry, CrashAfterCheckpoint: o.CrashAfterCheckpoint,
+		Nodes: nodes, DrainGrace: o.DrainGrace, ReplaceAfter: o.ReplaceAfter, Healthy: watcher.PassingTags,
+	})
+	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)
+	status := func() api.StatusReport {
+		m, _ := ctl.State()
+		return api.NewStatusReport(m, scaler.Load(), plane.XDS.Status())
+	}
+	plane.Mux.Handle("/v1/", api.Handler(ctl, o.Token, log.With("component", "api"), status))
+	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, publisher: publisher}
+}
+
+// lead is what the controller does each time it wins the election: recover
+// and publish the stored state, then keep placements whole.
+func (p *controllerParts) lead(self string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := p.ctl.Lead(ctx, self); err != nil {
+			return err
+		}
+		go p.ctl.ReconcileLoop(ctx, time.Second) // finishes half-done work, then keeps placements whole
+		return nil
+	}
+}

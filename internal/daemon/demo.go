@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
+)
+
+// DemoOptions configure `servemesh demo`: a file-mode control plane, one
+// Envoy and the file's replicas as demo replicas in this process.
+type DemoOptions struct {
+	Plane FilePlaneOptions
+	// Envoy is the node; its control-plane address is the plane's.
+	Envoy envoy.Node
+}
+
+// RunDemo runs the file-mode demo until ctx ends, printing what to try.
+func RunDemo(ctx context.Context, log *slog.Logger, o DemoOptions, stdout io.Writer) error {
+	fleet := demoreplica.NewFleet(log.With("component", "replicas"))
+	defer fleet.Stop()
+	o.Plane.BeforeApply = func(m *model.Model) error { return fleet.Ensure(ctx, m) }
+	plane, err := StartFilePlane(ctx, log, o.Plane)
+	if err != nil {
+		return err
+	}
+	defer plane.Stop()
+	o.Envoy.Bootstrap.XDSAddress = plane.XDSAddr()
+	cfg, err := o.Envoy.Prepare(ctx)
+	if err != nil {
+		return err
+	}
+	ready := make(chan error, 1)
+	sup := &envoy.Supervisor{Config: cfg, Drain: o.Envoy.Drain, OnStart: func(p *envoy.Process) {
+		go func() {
+			readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			ready <- p.WaitReady(readyCtx)
+		}()
+	}}
+	supDone := make(chan error, 1)
+	go func() { supDone <- sup.Run(ctx) }()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return err
+		}
+	case err := <-supDone:
+		return err
+	}
+	printDemoHelp(stdout, o, plane.HTTPAddr())
+	return logCounts(ctx, log, fleet, supDone)
+}
+
+// logCounts logs the requests each backend served, every 10 seconds when
+// they changed, until the Envoy supervisor ends.
+func logCounts(ctx context.Context, log *slog.Logger, fleet *demoreplica.Fleet, supDone <-chan error) error {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return <-supDone
+		case err := <-supDone:
+			return err
+		case <-tick.C:
+			if c := fleet.Counts(); c != last {
+				log.Info("requests served so far (mirrored ones included)", "by_backend", c)
+				last = c
+			}
+		}
+	}
+}
+
+func printDemoHelp(w io.Writer, o DemoOptions, httpAddr string) {
+	node := o.Envoy.Bootstrap.Node
+	public := fmt.Sprintf("%s:%d", node.PublicAddress, node.PublicPort)
+	mesh := fmt.Sprintf("%s:%d", node.MeshAddress, node.MeshPort)
+	fmt.Fprintf(w, `
+servemesh demo is running: control plane, Envoy node %q, demo replicas.
+Config: %s (edit and save it: the change is served in well under a second).
+
+Try:
+  curl -s http://%[3]s/model                       # 90%% model-v1, 10%% model-v2; 20%% also mirrored to model-v3-candidate
+  for i in $(seq 200); do curl -s http://%[3]s/model -o /dev/null -w '%%{header_json}\n' | grep -o 'model-v[0-9a-z-]*'; done | sort | uniq -c
+  curl -si -X DELETE http://%[3]s/model            # 405, with an Allow header
+  curl -si http://%[3]s/embeddings                 # 404: a headless endpoint is not public
+  curl -s -H 'Host: embeddings' http://%[4]s/      # ...but the mesh listener serves it by Host
+  curl -s http://%[5]s/v1/xds/nodes                # which config each node has ACKed
+  curl -s http://%[5]s/metrics | grep servemesh_   # control-plane metrics
+  curl -s http://%[6]s/stats | grep 'cluster.model-v.*upstream_rq_total'   # Envoy's own counts
+
+Press Ctrl-C to stop.
+`, node.ID, o.Plane.ConfigPath, public, mesh, httpAddr, o.Envoy.Bootstrap.AdminAddress)
+}
+
+// RunDemoReplica runs one demo replica (what the demo stack's agent starts
+// as a process) until ctx ends.
+func RunDemoReplica(ctx context.Context, log *slog.Logger, backend, tag, listen string) error {
+	if backend == "" {
+		return fmt.Errorf("--backend is required")
+	}
+	fleet := demoreplica.NewFleet(log)
+	if err := fleet.Start(ctx, backend, tag, listen); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	fleet.Stop()
+	return nil
+}

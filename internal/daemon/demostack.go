@@ -1,0 +1,192 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/internal/proc"
+)
+
+// StackOptions configure `servemesh demo-stack` (what `make run` starts).
+type StackOptions struct {
+	WorkDir             string
+	ConsulHTTPPort      int
+	API, XDS            string
+	Public, Mesh, Admin string
+	// Self is the servemesh binary the controller, agent and replicas run.
+	Self string
+}
+
+// RunStack runs the whole of servemesh on this machine, as it runs in
+// production: a Consul dev agent, the controller, and one node agent with
+// its Envoy running the demo's replicas as processes.
+func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.Writer) error {
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	consul, err := devconsul.Start(o.WorkDir, o.ConsulHTTPPort)
+	if err != nil {
+		return fmt.Errorf("consul: %w", err)
+	}
+	defer consul.Stop()
+	children, err := startStackDaemons(o, consul.HTTPAddr)
+	defer func() {
+		for _, c := range children {
+			_ = c.Stop(15 * time.Second)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	meshFile, err := applyDemo(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, stackHelp(o, consul.HTTPAddr, meshFile))
+	<-ctx.Done()
+	log.Info("stopping the demo")
+	return nil
+}
+
+// startStackDaemons starts the controller and the agent, logging into the
+// work folder; it returns those it started.
+func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, error) {
+	env := append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)
+	var started []*proc.Process
+	for _, d := range []struct {
+		name string
+		args []string
+	}{
+		{"controller", []string{"controller", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
+		{"agent", []string{"agent", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", "8", "--memory-mb", "8192",
+			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh, "--admin", o.Admin,
+			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s"}},
+	} {
+		logFile, err := os.Create(filepath.Join(o.WorkDir, d.name+".log"))
+		if err != nil {
+			return started, err
+		}
+		p, err := proc.Start(proc.Spec{Path: o.Self, Args: d.args, Env: env, Stdout: logFile, Stderr: logFile})
+		_ = logFile.Close()
+		if err != nil {
+			return started, fmt.Errorf("start %s: %w", d.name, err)
+		}
+		started = append(started, p)
+	}
+	return started, nil
+}
+
+// applyDemo applies the demo's state once the controller and the agent are
+// up, writes it to mesh.yaml for the user to edit, and waits until Envoy
+// serves it.
+func applyDemo(ctx context.Context, o StackOptions) (string, error) {
+	client := api.NewClient(o.API, "")
+	m := StackModel(o.Self)
+	// Process backends need a live node: retry until the agent has registered.
+	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, m, false); return err == nil }); err != nil {
+		return "", fmt.Errorf("the controller and agent did not come up (see %s/*.log): %w", o.WorkDir, err)
+	}
+	out, err := model.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	meshFile := filepath.Join(o.WorkDir, "mesh.yaml")
+	if err := os.WriteFile(meshFile, out, 0o644); err != nil {
+		return "", err
+	}
+	httpc := &http.Client{Timeout: 2 * time.Second}
+	if err := poll(ctx, 60*time.Second, func() bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.Public+"/model", nil)
+		if err != nil {
+			return false
+		}
+		resp, err := httpc.Do(req)
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}); err != nil {
+		return "", fmt.Errorf("envoy did not serve /model (see %s/*.log): %w", o.WorkDir, err)
+	}
+	return meshFile, nil
+}
+
+// StackModel is the demo's mesh: replicas are `servemesh demo-replica`
+// processes the agent runs.
+func StackModel(self string) *model.Model {
+	backend := func(name string, replicas int) model.Backend {
+		return model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1, MaxConcurrentQueries: 16},
+			Process: &model.ProcessSpec{Command: self, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+	}
+	embedder := backend("embedder", 1)
+	embedder.Config.MaxConcurrentQueries = 2
+	embedder.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2,
+		MetricsIntervalS: 0.5, LookBackPeriodS: 5, UpscaleDelayS: 2, DownscaleDelayS: 20}
+	return &model.Model{
+		Backends: []model.Backend{backend("model-v1", 2), backend("model-v2", 1), backend("model-v3-candidate", 1), embedder},
+		Endpoints: []model.Endpoint{
+			{Name: "model", Route: "/model", Methods: []string{"GET", "POST"},
+				Traffic: map[string]float64{"model-v1": 0.9, "model-v2": 0.1}, Shadows: map[string]float64{"model-v3-candidate": 0.2}},
+			{Name: "embeddings", Traffic: map[string]float64{"embedder": 1}},
+		},
+	}
+}
+
+func stackHelp(o StackOptions, consulAddr, meshFile string) string {
+	bin := o.Self
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, o.Self); err == nil {
+			bin = rel
+		}
+	}
+	consulBin, err := devconsul.Find()
+	if err != nil {
+		consulBin = "consul"
+	}
+	return fmt.Sprintf(`
+servemesh is running on this machine, as in production: Consul (UI http://%[1]s/ui), the
+controller (API %[2]s), and one node agent running its Envoy (public %[3]s) and 6 demo
+replicas as processes. The applied state is in %[4]s.
+
+Try:
+  curl -s http://%[3]s/model                       # 90%% model-v1, 10%% model-v2; 20%% mirrored to model-v3-candidate
+  for i in $(seq 200); do curl -s http://%[3]s/model -o /dev/null -w '%%{header_json}\n' | grep -o 'model-v[0-9a-z-]*'; done | sort | uniq -c
+  curl -si -X DELETE http://%[3]s/model            # 405, with an Allow header
+  curl -s -H 'Host: embeddings' http://%[5]s/      # a headless endpoint, on the mesh listener
+
+  export SERVEMESH_SERVER=%[2]s
+  %[6]s status                           # live request rates next to the weights, replicas, nodes
+  %[6]s traffic set model model-v1=0.5 model-v2=0.5
+  %[6]s backend update model-v2 --num-replicas 3
+  for i in $(seq 8); do (for j in $(seq 60); do curl -s -o /dev/null -H 'Host: embeddings' 'http://%[5]s/?sleep_ms=200'; done &); done
+                                                   # load on embedder: it autoscales from 1 up to 4, then back
+  %[6]s apply -f %[4]s --dry-run   # edit the file, then apply it without --dry-run
+  CONSUL_HTTP_ADDR=%[1]s %[7]s catalog services -tags
+
+Logs: %[8]s/*.log. Press Ctrl-C to stop everything.
+`, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir)
+}
+
+// poll checks cond every 200ms until it holds, timeout passes or ctx ends.
+func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", timeout)
+		}
+		if !proc.Sleep(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/servemesh/servemesh/controlplane/configfile"
+	"github.com/servemesh/servemesh/controlplane/model"
+)
+
+// FilePlaneOptions configure a control plane that serves a config file
+// (`servemesh serve`): no Consul, no API.
+type FilePlaneOptions struct {
+	ConfigPath string
+	XDSListen  string
+	HTTPListen string
+	// BeforeApply, if set, sees every valid model before it is served; an
+	// error refuses the model (the demo starts its replicas here).
+	BeforeApply func(*model.Model) error
+}
+
+// StartFilePlane loads the config file (refusing to start on an invalid
+// one), starts the plane and follows the file's changes until ctx ends.
+func StartFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (*Plane, error) {
+	if o.ConfigPath == "" {
+		return nil, fmt.Errorf("--config is required: name the mesh config file to serve")
+	}
+	m, sum, err := configfile.LoadForWatch(o.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	p := NewPlane(log)
+	apply := func(m *model.Model) error {
+		if o.BeforeApply != nil {
+			if err := o.BeforeApply(m); err != nil {
+				return err
+			}
+		}
+		return p.XDS.SetModel(m)
+	}
+	if err := apply(m); err != nil {
+		return nil, err
+	}
+	if err := p.Start(ctx, log, o.XDSListen, o.HTTPListen); err != nil {
+		return nil, err
+	}
+	w := &configfile.Watcher{Path: o.ConfigPath, Apply: apply, Logger: log.With("component", "configfile")}
+	go w.Run(ctx, sum)
+	log.Info("control plane serving", "config", o.ConfigPath, "xds", p.XDSAddr(), "http", p.HTTPAddr())
+	return p, nil
+}
+
+// ServeFile runs StartFilePlane until ctx ends.
+func ServeFile(ctx context.Context, log *slog.Logger, o FilePlaneOptions) error {
+	p, err := StartFilePlane(ctx, log, o)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	p.Stop()
+	return nil
+}

@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/xds/server"
+)
+
+// Plane is what every control plane runs: the xDS server on a gRPC
+// listener, and an HTTP listener with /metrics, /healthz, /v1/xds/nodes
+// and whatever the caller adds to Mux before it starts.
+type Plane struct {
+	XDS      *server.Server
+	Registry *prometheus.Registry
+	Mux      *http.ServeMux
+
+	grpc    *grpc.Server
+	http    *httpserver.Server
+	xdsAddr string
+	cancel  context.CancelFunc
+}
+
+// NewPlane builds the xDS server and the HTTP mux; Start listens.
+func NewPlane(log *slog.Logger) *Plane {
+	reg := httpserver.NewRegistry()
+	xds := server.New(server.Options{Logger: log.With("component", "xds"), Registerer: reg})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /v1/xds/nodes", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(xds.Status())
+	})
+	return &Plane{XDS: xds, Registry: reg, Mux: mux}
+}
+
+// Start listens on both addresses and serves until Stop.
+func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpListen string) error {
+	var lc net.ListenConfig
+	xdsLis, err := lc.Listen(ctx, "tcp", xdsListen)
+	if err != nil {
+		return fmt.Errorf("xds listener: %w", err)
+	}
+	p.http, err = httpserver.Start(ctx, log, httpListen, p.Mux)
+	if err != nil {
+		_ = xdsLis.Close()
+		return err
+	}
+	p.grpc = grpc.NewServer(
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+	)
+	p.XDS.Register(p.grpc)
+	runCtx, cancel := context.WithCancel(ctx)
+	p.cancel, p.xdsAddr = cancel, xdsLis.Addr().String()
+	go p.XDS.Run(runCtx)
+	go func() {
+		if err := p.grpc.Serve(xdsLis); err != nil {
+			log.Error("xds server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// XDSAddr and HTTPAddr are the addresses the plane listens on.
+func (p *Plane) XDSAddr() string  { return p.xdsAddr }
+func (p *Plane) HTTPAddr() string { return p.http.Addr() }
+
+// Stop ends both servers; xDS streams, which never end on their own, are
+// cut after 2 seconds.
+func (p *Plane) Stop() {
+	p.cancel()
+	p.http.Stop()
+	stopped := make(chan struct{})
+	go func() { p.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		p.grpc.Stop()
+	}
+}

@@ -1,0 +1,145 @@
+// Package proc starts and stops child processes the one way servemesh
+// does it everywhere (Envoy, replicas, the demo stack, Consul in tests):
+// each child leads its own process group and is killed if its parent dies
+// (Pdeathsig), and Stop sends SIGTERM, then SIGKILL after a grace period,
+// to the whole group, so a child's own children go with it. Backoff is the
+// restart delay of a supervised child; FreeAddr finds a port to listen on.
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// Spec is how to run a child.
+type Spec struct {
+	Path string
+	Args []string
+	// Env is the child's whole environment; nil inherits this process's.
+	Env            []string
+	Dir            string
+	Stdout, Stderr io.Writer
+}
+
+// Process is a running child.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // set before done closes
+}
+
+// Start starts the child in its own process group, to die with its parent.
+func Start(s Spec) (*Process, error) {
+	// Not CommandContext: a child outlives the call that starts it, and Stop
+	// ends it gracefully rather than with the SIGKILL a context would send.
+	cmd := exec.Command(s.Path, s.Args...) //nolint:noctx // see above
+	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = s.Env, s.Dir, s.Stdout, s.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.Path, err)
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is the child's process id (and its process group's).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the child has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the child has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait waits for the child to exit and returns its exit status.
+func (p *Process) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// Signal sends sig to the child's whole process group.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if err := syscall.Kill(-p.Pid(), sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %d to process group %d: %w", sig, p.Pid(), err)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM to the process group and SIGKILL if the child has not
+// exited within grace. It returns when the child is gone, with its exit
+// status (a child stopped by a signal reports it).
+func (p *Process) Stop(grace time.Duration) error {
+	if !p.Exited() {
+		_ = p.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(grace):
+			_ = p.Signal(syscall.SIGKILL)
+		}
+	}
+	return p.Wait()
+}
+
+// Kill sends SIGKILL to the process group, as a crash would, and waits.
+func (p *Process) Kill() error {
+	_ = p.Signal(syscall.SIGKILL)
+	return p.Wait()
+}
+
+// Backoff is the delay before restarting a child that exited: Min, doubling
+// up to Max, back to Min after a run that lasted ResetAfter.
+type Backoff struct {
+	Min, Max, ResetAfter time.Duration
+	next                 time.Duration
+}
+
+// Next returns the delay before the next start, given how long the last
+// run lasted.
+func (b *Backoff) Next(ran time.Duration) time.Duration {
+	if b.next == 0 || ran >= b.ResetAfter {
+		b.next = b.Min
+	}
+	d := b.next
+	b.next = min(b.next*2, b.Max)
+	return d
+}
+
+// Sleep waits d or until ctx ends; it reports whether ctx is still live.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// FreeAddr returns host:port with a port nothing listens on right now.
+func FreeAddr(ctx context.Context, host string) (string, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", fmt.Errorf("find a free port on %s: %w", host, err)
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}

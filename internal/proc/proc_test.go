@@ -1,0 +1,86 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// TestStopEndsTheWholeGroup starts a shell that starts a grandchild, then
+// stops the shell: the grandchild must be gone too.
+func TestStopEndsTheWholeGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "grandchild")
+	p, err := Start(Spec{Path: "/bin/sh", Args: []string{"-c", "sleep 60 & echo $! > " + pidFile + "; wait"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grandchild int
+	deadline := time.Now().Add(5 * time.Second)
+	for grandchild == 0 && time.Now().Before(deadline) {
+		b, _ := os.ReadFile(pidFile)
+		grandchild, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		time.Sleep(10 * time.Millisecond)
+	}
+	if grandchild == 0 {
+		t.Fatal("the grandchild never started")
+	}
+	_ = p.Stop(2 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
+	for alive(grandchild) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive(grandchild) {
+		_ = syscall.Kill(grandchild, syscall.SIGKILL)
+		t.Fatal("the grandchild survived Stop of its parent")
+	}
+}
+
+func TestStopKillsAChildThatIgnoresTERM(t *testing.T) {
+	p, err := Start(Spec{Path: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let the trap be set
+	start := time.Now()
+	err = p.Stop(300 * time.Millisecond)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("exit %v, want killed by SIGKILL", err)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Fatal("SIGKILL came before the grace period")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	b := Backoff{Min: time.Second, Max: 5 * time.Second, ResetAfter: time.Minute}
+	var got []time.Duration
+	for range 5 {
+		got = append(got, b.Next(time.Second))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("delays %v, want %v", got, want)
+		}
+	}
+	if d := b.Next(2 * time.Minute); d != time.Second {
+		t.Fatalf("after a long run the delay is %v, want it reset to %v", d, time.Second)
+	}
+}
+
+func TestFreeAddr(t *testing.T) {
+	addr, err := FreeAddr(context.Background(), "127.0.0.1")
+	if err != nil || !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
+		t.Fatalf("FreeAddr = %q, %v", addr, err)
+	}
+}

@@ -1,0 +1,81 @@
+package wire
+
+import "time"
+
+// Paths an agent serves on its status listener (NodeInfo.StatusAddr),
+// besides /metrics.
+const (
+	// LoadPath answers the node's Load as JSON; the controller reads it.
+	LoadPath = "/v1/load"
+	// EnvoyVersionsPath answers the xDS versions the node's Envoy last
+	// accepted, to compare with the controller's /v1/xds/nodes.
+	EnvoyVersionsPath = "/v1/envoy"
+)
+
+// MaxLoadBytes bounds the size of a Load answer a reader accepts.
+const MaxLoadBytes = 4 << 20
+
+// BackendLoad is one backend's request figures as one node's Envoy counts
+// them.
+type BackendLoad struct {
+	// Active is the number of requests in flight to the backend now, and
+	// Pending those queued in Envoy waiting for a replica to have room
+	// (max_concurrent_queries). Both count as load: Ray Serve's signal is
+	// its router's queue.
+	Active  uint64 `json:"active"`
+	Pending uint64 `json:"pending"`
+	// Requests and Errors (5xx answers) are totals since Envoy started.
+	Requests uint64 `json:"requests"`
+	Errors   uint64 `json:"errors"`
+}
+
+// Load is what an agent reports: its node's Envoy's figures per backend
+// (cluster) and per endpoint (route).
+type Load struct {
+	Node     string                 `json:"node"`
+	At       time.Time              `json:"at"`
+	Backends map[string]BackendLoad `json:"backends"`
+	// Routes are HTTP requests per endpoint and listener, keyed
+	// "<endpoint>/<listener>" (RouteKey), with their 5xx answers.
+	Routes map[string]BackendLoad `json:"routes"`
+}
+
+// RouteKey is the key of an endpoint's figures on one listener in
+// Load.Routes.
+func RouteKey(endpoint, listener string) string { return endpoint + "/" + listener }
+
+// NewLoad reads Envoy's stats (name to value, as /stats answers them) into a
+// Load; stats ParseStat does not know are ignored.
+func NewLoad(node string, at time.Time, stats map[string]uint64) Load {
+	l := Load{Node: node, At: at, Backends: map[string]BackendLoad{}, Routes: map[string]BackendLoad{}}
+	for name, v := range stats {
+		s, ok := ParseStat(name)
+		if !ok {
+			continue
+		}
+		if s.Backend != "" {
+			b := l.Backends[s.Backend]
+			setFigure(&b, s.Name, v)
+			l.Backends[s.Backend] = b
+			continue
+		}
+		key := RouteKey(s.Endpoint, s.Listener)
+		r := l.Routes[key]
+		setFigure(&r, s.Name, v)
+		l.Routes[key] = r
+	}
+	return l
+}
+
+func setFigure(b *BackendLoad, stat string, v uint64) {
+	switch stat {
+	case StatRequests:
+		b.Requests = v
+	case StatErrors:
+		b.Errors = v
+	case StatActive:
+		b.Active = v
+	case StatPending:
+		b.Pending = v
+	}
+}

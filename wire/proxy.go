@@ -1,0 +1,99 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// ProxyNode is one Envoy node as the xDS server sees it: its node id and
+// where its two listeners go. The bootstrap announces it in the node's
+// metadata; the translator builds the node's listeners from it.
+type ProxyNode struct {
+	// ID is the Envoy node id.
+	ID string `json:"id"`
+	// PublicAddress and PublicPort are where routed endpoints are served.
+	PublicAddress string `json:"public_address"`
+	PublicPort    uint32 `json:"public_port"`
+	// MeshAddress and MeshPort are the loopback listener where local replicas
+	// reach any endpoint by `Host: <endpoint name>`.
+	MeshAddress string `json:"mesh_address"`
+	MeshPort    uint32 `json:"mesh_port"`
+}
+
+// Node metadata keys: the bootstrap writes them, the xDS server reads them
+// back from the node's first request.
+const (
+	MetaPublicAddress = "servemesh.public_address"
+	MetaPublicPort    = "servemesh.public_port"
+	MetaMeshAddress   = "servemesh.mesh_address"
+	MetaMeshPort      = "servemesh.mesh_port"
+)
+
+// Validate checks the node's settings.
+func (n ProxyNode) Validate() error {
+	if n.ID == "" {
+		return errors.New("node id is empty: set the Envoy node id")
+	}
+	for _, a := range []struct {
+		field, addr string
+		port        uint32
+	}{{"public", n.PublicAddress, n.PublicPort}, {"mesh", n.MeshAddress, n.MeshPort}} {
+		if _, err := netip.ParseAddr(a.addr); err != nil {
+			return fmt.Errorf("node %q: %s_address %q is not an IP address", n.ID, a.field, a.addr)
+		}
+		if a.port == 0 || a.port > 65535 {
+			return fmt.Errorf("node %q: %s_port %d is not a port between 1 and 65535", n.ID, a.field, a.port)
+		}
+	}
+	if n.PublicPort == n.MeshPort && n.PublicAddress == n.MeshAddress {
+		return fmt.Errorf("node %q: public and mesh listeners both use %s:%d; give them different ports", n.ID, n.MeshAddress, n.MeshPort)
+	}
+	return nil
+}
+
+// Metadata returns the node's listener settings as Envoy node metadata.
+func (n ProxyNode) Metadata() (*structpb.Struct, error) {
+	s, err := structpb.NewStruct(map[string]any{
+		MetaPublicAddress: n.PublicAddress,
+		MetaPublicPort:    float64(n.PublicPort),
+		MetaMeshAddress:   n.MeshAddress,
+		MetaMeshPort:      float64(n.MeshPort),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node metadata: %w", err)
+	}
+	return s, nil
+}
+
+// ProxyNodeFromEnvoy recovers a node's settings from the node it announced
+// on its xDS stream. A node not started from a servemesh bootstrap gets an
+// error saying so.
+func ProxyNodeFromEnvoy(n *core.Node) (ProxyNode, error) {
+	if n == nil || n.GetId() == "" {
+		return ProxyNode{}, errors.New("xds request carries no node id")
+	}
+	fields := n.GetMetadata().GetFields()
+	str := func(key string) string { return fields[key].GetStringValue() }
+	port := func(key string) uint32 {
+		v := fields[key].GetNumberValue()
+		if v < 1 || v > 65535 || v != float64(uint32(v)) {
+			return 0
+		}
+		return uint32(v)
+	}
+	node := ProxyNode{
+		ID:            n.GetId(),
+		PublicAddress: str(MetaPublicAddress),
+		PublicPort:    port(MetaPublicPort),
+		MeshAddress:   str(MetaMeshAddress),
+		MeshPort:      port(MetaMeshPort),
+	}
+	if err := node.Validate(); err != nil {
+		return ProxyNode{}, fmt.Errorf("node %q has no valid servemesh metadata (start it with a bootstrap from `servemesh bootstrap`): %w", n.GetId(), err)
+	}
+	return node, nil
+}

@@ -1,0 +1,105 @@
+package wire
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+)
+
+func TestParseStat(t *testing.T) {
+	for stat, want := range map[string]Stat{
+		"cluster.model-v1.upstream_rq_total":          {Backend: "model-v1", Name: StatRequests},
+		"cluster.model.v1.upstream_rq_pending_active": {Backend: "model.v1", Name: StatPending},
+		"vhost._public.route.model.upstream_rq_5xx":   {Endpoint: "model", Listener: PublicListener, Name: StatErrors},
+		"vhost.model.route.model.upstream_rq_total":   {Endpoint: "model", Listener: MeshListener, Name: StatRequests},
+		// An endpoint named "public" is served on the mesh listener under a
+		// virtual host of its own name: its figures stay the mesh's.
+		"vhost.public.route.public.upstream_rq_total":  {Endpoint: "public", Listener: MeshListener, Name: StatRequests},
+		"vhost._public.route.public.upstream_rq_total": {Endpoint: "public", Listener: PublicListener, Name: StatRequests},
+	} {
+		got, ok := ParseStat(stat)
+		if !ok || got != want {
+			t.Errorf("ParseStat(%q) = %+v, %v; want %+v", stat, got, ok, want)
+		}
+	}
+	for _, stat := range []string{
+		"cluster._servemesh_xds.upstream_rq_total", // the control plane's cluster is no backend
+		"cluster.model.upstream_cx_total",
+		"cluster..upstream_rq_total",
+		"vhost._public.route..upstream_rq_total",
+		"http.public.downstream_rq_total",
+		"vhost.model.vcluster.other.upstream_rq_total",
+	} {
+		if got, ok := ParseStat(stat); ok {
+			t.Errorf("ParseStat(%q) = %+v; want no match", stat, got)
+		}
+	}
+}
+
+func TestNewLoad(t *testing.T) {
+	at := time.Unix(100, 0)
+	l := NewLoad("n1", at, map[string]uint64{
+		"cluster.a.upstream_rq_total": 10, "cluster.a.upstream_rq_5xx": 2, "cluster.a.upstream_rq_active": 3,
+		"cluster.a.upstream_rq_pending_active": 4, "vhost._public.route.e.upstream_rq_total": 7,
+		"vhost.e.route.e.upstream_rq_total": 5, "vhost.e.route.e.upstream_rq_5xx": 1, "server.uptime": 9,
+	})
+	if l.Node != "n1" || !l.At.Equal(at) {
+		t.Fatalf("node %q at %v", l.Node, l.At)
+	}
+	if got, want := l.Backends["a"], (BackendLoad{Requests: 10, Errors: 2, Active: 3, Pending: 4}); got != want || len(l.Backends) != 1 {
+		t.Errorf("backends %+v, want a=%+v", l.Backends, want)
+	}
+	if l.Routes[RouteKey("e", PublicListener)].Requests != 7 || l.Routes[RouteKey("e", MeshListener)] != (BackendLoad{Requests: 5, Errors: 1}) || len(l.Routes) != 2 {
+		t.Errorf("routes %+v", l.Routes)
+	}
+}
+
+func TestNodeInfoMetaRoundTrip(t *testing.T) {
+	n := NodeInfo{ID: "n1", Address: "127.0.0.2", CPUs: 2.5, MemoryMB: 4096, StatusAddr: "127.0.0.2:9000"}
+	got, err := NodeInfoFromMeta(n.Address, n.Meta())
+	if err != nil || got != n {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, n)
+	}
+	for name, meta := range map[string]map[string]string{
+		"no id":      {MetaCPUs: "1", MetaMemoryMB: "1"},
+		"bad cpus":   {MetaNodeID: "n", MetaCPUs: "many", MetaMemoryMB: "1"},
+		"bad memory": {MetaNodeID: "n", MetaCPUs: "1", MetaMemoryMB: ""},
+	} {
+		if _, err := NodeInfoFromMeta("127.0.0.1", meta); err == nil {
+			t.Errorf("%s: want an error", name)
+		}
+	}
+}
+
+func TestProxyNodeMetadataRoundTrip(t *testing.T) {
+	n := ProxyNode{ID: "n1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001}
+	md, err := n.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md})
+	if err != nil || got != n {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, n)
+	}
+	if _, err := ProxyNodeFromEnvoy(&core.Node{Id: "foreign"}); err == nil || !strings.Contains(err.Error(), "servemesh bootstrap") {
+		t.Fatalf("got %v, want a node without servemesh metadata refused, pointing at `servemesh bootstrap`", err)
+	}
+	if _, err := ProxyNodeFromEnvoy(nil); err == nil {
+		t.Fatal("a request without a node must be refused")
+	}
+}
+
+func TestProxyNodeValidate(t *testing.T) {
+	for name, n := range map[string]ProxyNode{
+		"no id":      {PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2},
+		"bad ip":     {ID: "n", PublicAddress: "example.com", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2},
+		"no port":    {ID: "n", PublicAddress: "0.0.0.0", MeshAddress: "127.0.0.1", MeshPort: 2},
+		"same place": {ID: "n", PublicAddress: "127.0.0.1", PublicPort: 2, MeshAddress: "127.0.0.1", MeshPort: 2},
+	} {
+		if err := n.Validate(); err == nil {
+			t.Errorf("%s: want an error", name)
+		}
+	}
+}
