@@ -52,7 +52,7 @@ race: tools ## run every test with the race detector, the e2e daemons built with
 	go test -race -count=1 $$(go list ./... | grep -v /e2e)
 	SERVEMESH_E2E_RACE=1 go test -count=1 $(GO_TEST_FLAGS) ./e2e/...
 
-unit: ## run the unit tests only (no Envoy, no Consul)
+unit: tools ## run the unit tests only (no Envoy; the store tests start a Consul dev agent)
 	go test $$(go list ./... | grep -v /e2e)
 
 e2e: tools ## run the end-to-end tests only

@@ -64,7 +64,7 @@ func New(o Options) *Agent {
 		metrics: &metrics{
 			restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: "servemesh_agent_replica_restarts_total",
-				Help: "Times a replica's process was restarted after it exited (the seed's backend_worker_starts).",
+				Help: "Times a replica's process was restarted after it exited (Ray Serve's backend_worker_starts).",
 			}, []string{"backend", "replica"}),
 			replicas: prometheus.NewGauge(prometheus.GaugeOpts{
 				Name: "servemesh_agent_replicas",

@@ -38,7 +38,7 @@ func newLoadCollector(admin envoy.Admin, node string) *loadCollector {
 		errors:        prometheus.NewDesc("servemesh_backend_errors_total", "5xx answers from the backend through this node's Envoy (upstream_rq_5xx).", []string{"backend", "node"}, nil),
 		active:        prometheus.NewDesc("servemesh_backend_active_requests", "Requests in flight from this node's Envoy to the backend (upstream_rq_active).", []string{"backend", "node"}, nil),
 		pending:       prometheus.NewDesc("servemesh_backend_queued_requests", "Requests queued in this node's Envoy for the backend's replicas to have room (upstream_rq_pending_active).", []string{"backend", "node"}, nil),
-		routeRequests: prometheus.NewDesc("servemesh_http_requests_total", "HTTP requests per endpoint and listener through this node's Envoy (the seed's num_http_requests).", []string{"endpoint", "listener", "node"}, nil),
+		routeRequests: prometheus.NewDesc("servemesh_http_requests_total", "HTTP requests per endpoint and listener through this node's Envoy (Ray Serve's num_http_requests).", []string{"endpoint", "listener", "node"}, nil),
 		routeErrors:   prometheus.NewDesc("servemesh_http_errors_total", "5xx answers per endpoint and listener through this node's Envoy.", []string{"endpoint", "listener", "node"}, nil),
 	}
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -100,23 +99,11 @@ func runningOn(ps []model.Placement) map[string]string {
 	return out
 }
 
-// restarts reads servemesh_agent_replica_restarts_total for a replica.
-func restarts(t *testing.T, a *agentProc, tag string) int {
+// restarts reads servemesh_agent_replica_restarts_total for a replica; a
+// replica not yet restarted has no series, and found is false.
+func restarts(t *testing.T, a *agentProc, tag string) (n float64, found bool) {
 	t.Helper()
-	resp, err := http.Get("http://" + a.metr + "/metrics") //nolint:noctx // test helper
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "servemesh_agent_replica_restarts_total{") && strings.Contains(line, `replica="`+tag+`"`) {
-			v, _ := strconv.Atoi(line[strings.LastIndex(line, " ")+1:])
-			return v
-		}
-	}
-	return 0
+	return scrapeMetric(t, a.metr, "servemesh_agent_replica_restarts_total", "replica", tag)
 }
 
 func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
@@ -206,7 +193,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		}
 	})
 
-	t.Run("too many replicas: the seed's error, nothing started", func(t *testing.T) {
+	t.Run("too many replicas: Ray Serve's error, nothing started", func(t *testing.T) {
 		before := placements(t, c, "b")
 		ten := 10
 		_, err := c.UpdateBackend(ctx, "b", model.BackendConfigPatch{NumReplicas: &ten})
@@ -238,7 +225,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 20*time.Second, "the replica to be restarted", func() bool { return restarts(t, owner, tag) >= 1 })
+		waitUntil(t, 20*time.Second, "the replica to be restarted", func() bool { n, found := restarts(t, owner, tag); return found && n >= 1 })
 		client := &http.Client{Timeout: 5 * time.Second}
 		waitUntil(t, 20*time.Second, "the restarted replica to serve again", func() bool {
 			got, _ := replicaOf(client, "http://"+nodes[1].public+"/svc")

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net/http"
@@ -15,34 +14,6 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 )
-
-// scrape sums the samples of a metric whose labels contain every given
-// label="value" pair.
-func scrape(t *testing.T, addr, metric string, labels ...string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics") //nolint:noctx // test helper
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, metric+"{") {
-			continue
-		}
-		match := true
-		for _, l := range labels {
-			match = match && strings.Contains(line, l)
-		}
-		if match {
-			v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-			sum += v
-		}
-	}
-	return sum
-}
 
 // stepLoad runs workers that each send one 50 ms request after another.
 type stepLoad struct {
@@ -179,16 +150,16 @@ func TestAutoscaling(t *testing.T) {
 
 	// The metrics show what the load generator sent, as Envoy counted it.
 	sent := float64(l.sent.Load())
-	gotBackend := scrape(t, n1.metr, "servemesh_backend_requests_total", `backend="slow"`) + scrape(t, n2.metr, "servemesh_backend_requests_total", `backend="slow"`)
-	gotRoute := scrape(t, n1.metr, "servemesh_http_requests_total", `endpoint="slow"`, `listener="public"`)
+	gotBackend := metricValue(t, n1.metr, "servemesh_backend_requests_total", "backend", "slow") + metricValue(t, n2.metr, "servemesh_backend_requests_total", "backend", "slow")
+	gotRoute := metricValue(t, n1.metr, "servemesh_http_requests_total", "endpoint", "slow", "listener", "public")
 	t.Logf("load generator sent %.0f requests (plus the warm-up); Envoy counted %.0f to backend slow, %.0f on route slow", sent, gotBackend, gotRoute)
 	if gotRoute < sent || gotRoute > sent+50 || gotBackend < sent || gotBackend > sent+50 {
 		t.Fatalf("metrics disagree with the load generator: sent %.0f, backend %.0f, route %.0f", sent, gotBackend, gotRoute)
 	}
-	if up, dn := scrape(t, ctl.apiAddr, "servemesh_autoscale_decisions_total", `direction="up"`), scrape(t, ctl.apiAddr, "servemesh_autoscale_decisions_total", `direction="down"`); up < 1 || dn < 1 {
+	if up, dn := metricValue(t, ctl.apiAddr, "servemesh_autoscale_decisions_total", "direction", "up"), metricValue(t, ctl.apiAddr, "servemesh_autoscale_decisions_total", "direction", "down"); up < 1 || dn < 1 {
 		t.Fatalf("autoscale decisions up %v down %v", up, dn)
 	}
-	if got := scrape(t, ctl.apiAddr, "servemesh_replicas", `backend="slow"`, `state="desired"`); got != 1 {
+	if got := metricValue(t, ctl.apiAddr, "servemesh_replicas", "backend", "slow", "state", "desired"); got != 1 {
 		t.Fatalf("servemesh_replicas desired = %v, want 1 after the load", got)
 	}
 	report, err := c.Status(ctx)

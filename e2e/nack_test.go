@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,31 +12,6 @@ import (
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
 )
-
-// metricValue reads one sample from the control plane's /metrics.
-func metricValue(t *testing.T, cp *controlPlane, series string) float64 {
-	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+cp.httpAddr+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			v, err := strconv.ParseFloat(rest, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
-	}
-	return 0
-}
 
 // TestEnvoyNACKIsReportedNotResent gives Envoy a listener it cannot bind (the
 // port is taken), so the real Envoy rejects it. The control plane must log
@@ -74,13 +47,13 @@ func TestEnvoyNACKIsReportedNotResent(t *testing.T) {
 	if !strings.Contains(cp.stderr.String(), "envoy rejected configuration (NACK)") {
 		t.Fatal("the control plane did not log the NACK")
 	}
-	nacks := metricValue(t, cp, `servemesh_xds_nacks_total{type="listeners"}`)
-	pushes := metricValue(t, cp, `servemesh_xds_pushes_total{type="listeners"}`)
+	nacks := metricValue(t, cp.httpAddr, "servemesh_xds_nacks_total", "type", "listeners")
+	pushes := metricValue(t, cp.httpAddr, "servemesh_xds_pushes_total", "type", "listeners")
 	if nacks < 1 {
 		t.Fatalf("servemesh_xds_nacks_total{type=listeners} = %v, want >= 1", nacks)
 	}
 	time.Sleep(2 * time.Second) // a resend loop would push many times meanwhile
-	if again := metricValue(t, cp, `servemesh_xds_pushes_total{type="listeners"}`); again != pushes {
+	if again := metricValue(t, cp.httpAddr, "servemesh_xds_pushes_total", "type", "listeners"); again != pushes {
 		t.Fatalf("listener pushes went from %v to %v with no change: the rejected config is being re-sent", pushes, again)
 	}
 	// The mesh listener was accepted and serves.

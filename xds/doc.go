@@ -9,13 +9,13 @@
 //     good one stays.
 //  3. The publisher coalesces bursts of changes (a short hold-off, capped),
 //     then calls translate.Shared once for routes, clusters and
-//     endpoints, and translate.BuildListeners once per connected node.
-//  4. Endpoints go to a LinearCache, updating only the assignments whose
+//     assignments (each backend's replicas, Envoy's endpoints), and translate.BuildListeners once per connected node.
+//  4. Assignments go to a LinearCache, updating only the assignments whose
 //     content changed, so replica churn wakes only the streams that asked for
 //     those clusters.
 //  5. Listeners, routes and clusters go into one full snapshot per node with a
 //     content hash per resource type as its version, checked with
-//     Consistent() (together with the endpoints) before it is set.
+//     Consistent() (together with the assignments) before it is set.
 //  6. go-control-plane's ADS server (state-of-the-world and delta) answers
 //     each node's streams from the two caches; callbacks learn each node's
 //     listener settings from its bootstrap metadata, record ACKs and detect

@@ -13,6 +13,7 @@
 //	PUT    /v1/endpoints/{name}/shadows/{backend}  set a shadow ({"proportion": p}; 0 removes it)
 //	POST   /v1/apply[?dry_run=true]             make the state equal a whole model
 //	GET    /v1/leader                           who leads
+//	GET    /v1/status                           weights next to live rates, replicas, each node's config
 //
 // Mutations answer {"changed": bool}; repeating one answers changed=false.
 // Errors answer {"error", "kind", "leader"?} with 400 (invalid), 404

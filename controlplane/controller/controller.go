@@ -90,7 +90,7 @@ func New(o Options) *Controller {
 
 // Lead makes this controller the writer. Holding the write lock throughout,
 // it loads the stored state, publishes it, and only then accepts writes, as
-// the seed controller recovers from its checkpoint.
+// Ray Serve's controller recovers from its checkpoint.
 func (c *Controller) Lead(ctx context.Context, self string) error {
 	start := time.Now()
 	c.mu.Lock()
@@ -185,7 +185,7 @@ func (c *Controller) Leader() (bool, string) {
 // adopted and published. It reports whether anything changed.
 func (c *Controller) mutate(ctx context.Context, op string, fn func(m *model.Model) error) (changed bool, err error) {
 	start := time.Now()
-	defer func() { c.metrics.observe(op, err, time.Since(start)) }()
+	defer func() { c.metrics.observe(op, changed, err, time.Since(start)) }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.leading {

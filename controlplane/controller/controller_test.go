@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 )
@@ -252,4 +254,53 @@ func TestApplySplitsLargeChangesAndDryRunChangesNothing(t *testing.T) {
 
 func equalModels(a, b *model.Model) bool {
 	return store.Diff(a, b).Size() == 0
+}
+
+// TestOperationResultsAreCounted: a repeated operation counts as
+// "unchanged", not "ok", and a refused one by its error kind.
+func TestOperationResultsAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
+		Publish: func(*model.Model) error { return nil }, Registerer: reg})
+	ctx := context.Background()
+	if err := c.Lead(ctx, "self:1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := c.CreateBackend(ctx, backend("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CreateBackend(ctx, model.Backend{Name: "bad name!"}); err == nil {
+		t.Fatal("an invalid backend was accepted")
+	}
+	for result, want := range map[string]float64{"ok": 1, "unchanged": 1, "invalid": 1} {
+		got, err := counterValue(reg, "servemesh_controller_operations_total", map[string]string{"result": result})
+		if err != nil || got != want {
+			t.Errorf("operations with result %q: %v (%v), want %v", result, got, err, want)
+		}
+	}
+}
+
+// counterValue reads one counter series; a missing series is an error, not 0.
+func counterValue(reg *prometheus.Registry, name string, labels map[string]string) (float64, error) {
+	families, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue(), nil
+		}
+	}
+	return 0, fmt.Errorf("no series %s%v", name, labels)
 }

@@ -40,10 +40,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) observe(op string, err error, took time.Duration) {
+func (m *metrics) observe(op string, changed bool, err error, took time.Duration) {
 	result := "ok"
-	if err != nil {
+	switch {
+	case err != nil:
 		result = kindName(KindOf(err))
+	case !changed:
+		result = "unchanged"
 	}
 	m.operations.WithLabelValues(op, result).Inc()
 	m.opLatency.WithLabelValues(op).Observe(took.Seconds())

@@ -148,9 +148,11 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	alive := map[string]bool{}
 	for _, n := range nodes {
 		alive[n.ID] = true
-		delete(c.missingSince, n.ID)
 	}
 	_, err = c.mutate(ctx, "reconcile", func(m *model.Model) error {
+		for id := range alive {
+			delete(c.missingSince, id) // under mu, as mutate runs this
+		}
 		for i := range m.Backends {
 			b := &m.Backends[i]
 			if !b.Managed() {

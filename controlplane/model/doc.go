@@ -7,7 +7,7 @@
 //
 // The types carry YAML and JSON tags and no protobuf: they are the format users
 // write in a config file, what the controller stores and what the xDS
-// translator reads. Validate checks every rule the seed controller enforces and
+// translator reads. Validate checks every rule Ray Serve's controller enforces and
 // names the offending field in its error, so bad input is refused before it
 // reaches Envoy.
 package model

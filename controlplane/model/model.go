@@ -28,8 +28,10 @@ type Model struct {
 type Backend struct {
 	// Name identifies the backend; traffic and shadow policies refer to it.
 	Name string `json:"name"`
-	// Replicas are the addresses that serve this backend. They are static in a
-	// config file; the node agent fills them in from Consul's catalog.
+	// Replicas are the addresses that serve this backend: static ones a user
+	// lists. For process and external backends they stay empty in the stored
+	// state; the data-plane view (package dataplane) fills them in from
+	// Consul's catalog before translation.
 	Replicas []Replica `json:"replicas,omitempty"`
 	// Config tunes how the backend is served.
 	Config BackendConfig `json:"config,omitempty"`
@@ -76,7 +78,7 @@ const (
 // serves or drains. Being part of the checkpointed state, a crash between
 // deciding and doing loses nothing: recovery finishes the work.
 type Placement struct {
-	// Tag names the replica: "<backend>#<6 hex digits>", as in the seed.
+	// Tag names the replica: "<backend>#<6 hex digits>", as in Ray Serve.
 	Tag   string         `json:"tag"`
 	Node  string         `json:"node"`
 	State PlacementState `json:"state"`
@@ -163,7 +165,7 @@ func (a AutoscalingConfig) Effective() AutoscalingConfig {
 }
 
 // BackendConfigPatch is a partial update of a BackendConfig: only the fields
-// that are set change, as in the seed's update_backend_config.
+// that are set change, as in Ray Serve's update_backend_config.
 type BackendConfigPatch struct {
 	MaxConcurrentQueries *int     `json:"max_concurrent_queries,omitempty"`
 	NumReplicas          *int     `json:"num_replicas,omitempty"`

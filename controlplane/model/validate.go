@@ -14,7 +14,7 @@ import (
 const MaxReplicas = 5000
 
 // WeightTolerance is how far the weights of a traffic policy may sum from 1.
-// The seed used numpy's isclose with the same absolute tolerance.
+// Ray Serve's controller used numpy's isclose with the same absolute tolerance.
 const WeightTolerance = 1e-8
 
 // namePattern is what backend and endpoint names may look like. Endpoint names

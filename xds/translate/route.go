@@ -186,7 +186,7 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 	for _, backend := range model.SortedKeys(e.Shadows) {
 		proportion := e.Shadows[backend]
 		if proportion <= 0 {
-			continue // a proportion of 0 means no shadow, as in the seed
+			continue // a proportion of 0 means no shadow, as in Ray Serve
 		}
 		// The runtime fraction must be explicit: a mirror policy without
 		// one mirrors every request.
