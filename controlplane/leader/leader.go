@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/internal/heartbeat"
 )
 
 // Info identifies a controller.
@@ -66,7 +68,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error,
 		return fmt.Errorf("leader: register check: %w", err)
 	}
 	defer func() { _ = agent.CheckDeregister(checkID) }()
-	go e.heartbeat(ctx, checkID, ttl/3)
+	go heartbeat.Run(ctx, agent, checkID, ttl/3, heartbeat.Passing, e.Logger)
 
 	value, err := json.Marshal(e.Self)
 	if err != nil {
@@ -167,21 +169,6 @@ func (e *Elector) waitForRelease(ctx context.Context, follow func(Info)) {
 			follow(holder)
 		}
 		index = meta.LastIndex
-	}
-}
-
-func (e *Elector) heartbeat(ctx context.Context, checkID string, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := e.Client.Agent().UpdateTTL(checkID, "", api.HealthPassing); err != nil {
-				e.Logger.Warn("leader: heartbeat failed", "err", err)
-			}
-		}
 	}
 }
 

@@ -62,15 +62,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		go func() { errs <- sup.Run(ctx) }()
 	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errs:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
-		}
-		return nil
-	}
+	return firstError(ctx, errs)
 }
 
 // RunEnvoy supervises one node's Envoy until ctx ends.
@@ -80,4 +72,18 @@ func RunEnvoy(ctx context.Context, n envoy.Node) error {
 		return err
 	}
 	return sup.Run(ctx)
+}
+
+// firstError waits until ctx ends (nil) or a component reports an error
+// (nil too if it only reports its context's end).
+func firstError(ctx context.Context, errs <-chan error) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
 }

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -65,15 +64,7 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	elector := &leader.Elector{Client: client, Key: strings.Trim(o.ConsulPrefix, "/") + "/leader",
 		Self: leader.Info{ID: o.ID, API: o.Advertise}, Logger: log.With("component", "leader")}
 	go func() { errs <- elector.Run(ctx, p.lead(o.Advertise), func(l leader.Info) { p.ctl.Follow(l.API) }) }()
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errs:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
-		}
-		return nil
-	}
+	return firstError(ctx, errs)
 }
 
 // wireController builds a controller's components and connects them.

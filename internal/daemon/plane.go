@@ -75,8 +75,10 @@ func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpList
 	return nil
 }
 
-// XDSAddr and HTTPAddr are the addresses the plane listens on.
-func (p *Plane) XDSAddr() string  { return p.xdsAddr }
+// XDSAddr is the address the xDS server listens on.
+func (p *Plane) XDSAddr() string { return p.xdsAddr }
+
+// HTTPAddr is the address the HTTP server listens on.
 func (p *Plane) HTTPAddr() string { return p.http.Addr() }
 
 // Stop ends both servers; xDS streams, which never end on their own, are

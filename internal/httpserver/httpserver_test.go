@@ -26,7 +26,8 @@ func TestServesAndStops(t *testing.T) {
 		t.Fatalf("body %q", b)
 	}
 	// A client that never finishes its request headers is cut off.
-	conn, err := net.Dial("tcp", s.Addr())
+	var d net.Dialer
+	conn, err := d.DialContext(context.Background(), "tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,8 @@ func TestServesAndStops(t *testing.T) {
 		t.Fatalf("a stalled request was kept open %s", waited)
 	}
 	s.Stop()
-	if _, err := http.Get("http://" + s.Addr() + "/"); err == nil { //nolint:noctx // test
+	if resp, err := http.Get("http://" + s.Addr() + "/"); err == nil { //nolint:noctx // test
+		_ = resp.Body.Close()
 		t.Fatal("still serving after Stop")
 	}
 }
