@@ -3,7 +3,7 @@
 //
 //   - find.go: where the binary comes from (an explicit path, $SERVEMESH_ENVOY,
 //     the project's tools folder, then $PATH) and its --version check.
-//   - node.go: one node's Envoy from start to finish: render its bootstrap
+//   - launcher.go: one node's Envoy from start to finish: render its bootstrap
 //     (package bootstrap) into a work folder, then supervise it (Supervise)
 //     or, in tests and benchmarks, start it and wait until ready
 //     (StartReady).

@@ -129,7 +129,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	envoyProc, err := envoy.Node{WorkDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bootstrap: bootstrap.Options{
+	envoyProc, err := envoy.Launcher{WorkDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bootstrap: bootstrap.Options{
 		Node:       wire.ProxyNode{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)},
 		XDSAddress: xdsAddr, AdminAddress: admin,
 	}}.StartReady(readyCtx)

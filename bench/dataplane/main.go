@@ -73,7 +73,7 @@ endpoints: [{name: bench, route: /bench, traffic: {bench: 1}}]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	node := envoy.Node{Binary: binary, WorkDir: dir, Concurrency: envoyThreads, Logger: log, Bootstrap: bootstrap.Options{
+	node := envoy.Launcher{Binary: binary, WorkDir: dir, Concurrency: envoyThreads, Logger: log, Bootstrap: bootstrap.Options{
 		Node:       wire.ProxyNode{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)},
 		XDSAddress: xds, AdminAddress: admin,
 	}}

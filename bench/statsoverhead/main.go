@@ -64,7 +64,7 @@ func run(rate int, phase time.Duration) error {
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	proxy, err := envoy.Node{WorkDir: dir, Concurrency: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	proxy, err := envoy.Launcher{WorkDir: dir, Concurrency: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Bootstrap: bootstrap.Options{Node: wire.ProxyNode{ID: "stats", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public),
 			MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)}, XDSAddress: xds, AdminAddress: admin}}.StartReady(readyCtx)
 	if err != nil {

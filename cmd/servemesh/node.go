@@ -83,11 +83,11 @@ func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) 
 }
 
 // envoyNode returns the node's Envoy as the envoy package runs it.
-func (o *envoyFlags) envoyNode(log *slog.Logger) (envoy.Node, error) {
+func (o *envoyFlags) envoyNode(log *slog.Logger) (envoy.Launcher, error) {
 	b, err := o.node.bootstrap()
 	if err != nil {
-		return envoy.Node{}, err
+		return envoy.Launcher{}, err
 	}
-	return envoy.Node{Bootstrap: b, Binary: o.binary, WorkDir: o.workDir, LogLevel: o.logLevel,
+	return envoy.Launcher{Bootstrap: b, Binary: o.binary, WorkDir: o.workDir, LogLevel: o.logLevel,
 		Concurrency: o.concurrency, Drain: o.drain, Logger: log.With("component", "envoy")}, nil
 }

@@ -23,7 +23,7 @@ type AgentOptions struct {
 	// its status address is filled in from StatusListen.
 	Node wire.NodeInfo
 	// Envoy is how to run the node's Envoy; NoEnvoy runs none.
-	Envoy        envoy.Node
+	Envoy        envoy.Launcher
 	NoEnvoy      bool
 	ConsulPrefix string
 	DrainGrace   time.Duration
@@ -66,7 +66,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 }
 
 // RunEnvoy supervises one node's Envoy until ctx ends.
-func RunEnvoy(ctx context.Context, n envoy.Node) error {
+func RunEnvoy(ctx context.Context, n envoy.Launcher) error {
 	sup, err := n.Supervise(ctx)
 	if err != nil {
 		return err

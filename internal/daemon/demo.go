@@ -17,7 +17,7 @@ import (
 type DemoOptions struct {
 	Plane FilePlaneOptions
 	// Envoy is the node; its control-plane address is the plane's.
-	Envoy envoy.Node
+	Envoy envoy.Launcher
 }
 
 // RunDemo runs the file-mode demo until ctx ends, printing what to try.

@@ -11,8 +11,8 @@ import (
 	"github.com/servemesh/servemesh/bootstrap"
 )
 
-// Node is how to run one node's Envoy: its bootstrap and its process.
-type Node struct {
+// Launcher is how to run one node's Envoy: its bootstrap and its process.
+type Launcher struct {
 	// Bootstrap is the node's identity, listeners and control plane.
 	Bootstrap bootstrap.Options
 	// Binary is an explicit Envoy path; empty means Find's search.
@@ -28,8 +28,8 @@ type Node struct {
 
 // Prepare finds and checks Envoy, renders the node's bootstrap into
 // WorkDir, and returns the Config that runs it.
-func (n Node) Prepare(ctx context.Context) (Config, error) {
-	binary, err := Find(n.Binary)
+func (l Launcher) Prepare(ctx context.Context) (Config, error) {
+	binary, err := Find(l.Binary)
 	if err != nil {
 		return Config{}, err
 	}
@@ -37,51 +37,51 @@ func (n Node) Prepare(ctx context.Context) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	yaml, err := bootstrap.YAML(n.Bootstrap)
+	yaml, err := bootstrap.YAML(l.Bootstrap)
 	if err != nil {
 		return Config{}, err
 	}
-	if err := os.MkdirAll(n.WorkDir, 0o755); err != nil {
+	if err := os.MkdirAll(l.WorkDir, 0o755); err != nil {
 		return Config{}, fmt.Errorf("envoy work dir: %w", err)
 	}
-	path := filepath.Join(n.WorkDir, "bootstrap.yaml")
+	path := filepath.Join(l.WorkDir, "bootstrap.yaml")
 	if err := os.WriteFile(path, yaml, 0o644); err != nil {
 		return Config{}, fmt.Errorf("write bootstrap: %w", err)
 	}
-	n.Logger.Info("envoy prepared", "binary", binary, "version", v, "bootstrap", path)
+	l.Logger.Info("envoy prepared", "binary", binary, "version", v, "bootstrap", path)
 	return Config{
-		Binary: binary, ConfigPath: path, AdminAddress: n.Bootstrap.AdminAddress,
-		LogPath: filepath.Join(n.WorkDir, "envoy.log"), LogLevel: n.LogLevel,
-		Concurrency: n.Concurrency, DrainTime: n.Drain, Logger: n.Logger,
+		Binary: binary, ConfigPath: path, AdminAddress: l.Bootstrap.AdminAddress,
+		LogPath: filepath.Join(l.WorkDir, "envoy.log"), LogLevel: l.LogLevel,
+		Concurrency: l.Concurrency, DrainTime: l.Drain, Logger: l.Logger,
 	}, nil
 }
 
 // Supervise prepares the node and returns a supervisor for its Envoy that
 // logs each start's readiness.
-func (n Node) Supervise(ctx context.Context) (*Supervisor, error) {
-	cfg, err := n.Prepare(ctx)
+func (l Launcher) Supervise(ctx context.Context) (*Supervisor, error) {
+	cfg, err := l.Prepare(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &Supervisor{Config: cfg, Drain: n.Drain, OnStart: func(p *Process) { go n.logReady(ctx, p) }}, nil
+	return &Supervisor{Config: cfg, Drain: l.Drain, OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil
 }
 
-func (n Node) logReady(ctx context.Context, p *Process) {
+func (l Launcher) logReady(ctx context.Context, p *Process) {
 	readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := p.WaitReady(readyCtx); err != nil {
 		if ctx.Err() == nil {
-			n.Logger.Error("envoy not ready", "pid", p.Pid(), "err", err)
+			l.Logger.Error("envoy not ready", "pid", p.Pid(), "err", err)
 		}
 		return
 	}
-	n.Logger.Info("envoy ready", "pid", p.Pid(), "node", n.Bootstrap.Node.ID, "admin", n.Bootstrap.AdminAddress)
+	l.Logger.Info("envoy ready", "pid", p.Pid(), "node", l.Bootstrap.Node.ID, "admin", l.Bootstrap.AdminAddress)
 }
 
 // StartReady prepares the node, starts its Envoy and waits until it is
 // ready (for tests and benchmarks, which need no supervisor).
-func (n Node) StartReady(ctx context.Context) (*Process, error) {
-	cfg, err := n.Prepare(ctx)
+func (l Launcher) StartReady(ctx context.Context) (*Process, error) {
+	cfg, err := l.Prepare(ctx)
 	if err != nil {
 		return nil, err
 	}

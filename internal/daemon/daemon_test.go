@@ -1,0 +1,127 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/internal/proc"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestFilePlaneServesAValidFileOnly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{}); err == nil || !strings.Contains(err.Error(), "--config is required") {
+		t.Fatalf("no config: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("backends: [{name: 'x y'}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: bad, XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}); err == nil {
+		t.Fatal("an invalid config file was served")
+	}
+	p, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	if code, body := get(t, "http://"+p.HTTPAddr()+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, body := get(t, "http://"+p.HTTPAddr()+"/v1/xds/nodes"); code != http.StatusOK || strings.TrimSpace(body) != "[]" {
+		t.Fatalf("/v1/xds/nodes with no node: %d %q", code, body)
+	}
+	if _, body := get(t, "http://"+p.HTTPAddr()+"/metrics"); !strings.Contains(body, "servemesh_xds_model_generation 1") {
+		t.Fatalf("the demo model was not accepted: /metrics lacks servemesh_xds_model_generation 1")
+	}
+}
+
+// TestControllerWiring runs a whole controller against a real Consul dev
+// agent: it must lead, take a change through its API, and report it in
+// /v1/status and its metrics.
+func TestControllerWiring(t *testing.T) {
+	consul, err := devconsul.Start(t.TempDir(), 0)
+	if err != nil {
+		t.Fatalf("the real Consul is required: %v", err)
+	}
+	defer consul.Stop()
+	t.Setenv("CONSUL_HTTP_ADDR", consul.HTTPAddr)
+	ctx, cancel := context.WithCancel(context.Background())
+	apiAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
+	done := make(chan error, 1)
+	go func() {
+		done <- RunController(ctx, quiet(), ControllerOptions{APIListen: apiAddr, XDSListen: "127.0.0.1:0", Advertise: apiAddr,
+			ConsulPrefix: "servemesh", ID: "test", DrainGrace: time.Second, ReplaceAfter: time.Second})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller ended with %v", err)
+		}
+	}()
+	c := api.NewClient(apiAddr, "")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := c.Leader(ctx)
+		if err == nil && info.Leading {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the controller did not lead: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:9001"}}}
+	if changed, err := c.CreateBackend(ctx, b); err != nil || !changed {
+		t.Fatalf("create backend: %v, %v", changed, err)
+	}
+	r, err := c.Status(ctx)
+	if err != nil || len(r.Backends) != 1 || r.Backends[0].Name != "v1" || r.Backends[0].Running != 1 {
+		t.Fatalf("status %+v, %v", r, err)
+	}
+	_, body := get(t, "http://"+apiAddr+"/metrics")
+	for _, want := range []string{`servemesh_controller_operations_total{op="create_backend",result="ok"} 1`,
+		"servemesh_dataplane_view_refusals_total 0", "servemesh_xds_model_generation"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	var nodes []json.RawMessage
+	if _, body := get(t, "http://"+apiAddr+"/v1/xds/nodes"); json.Unmarshal([]byte(body), &nodes) != nil {
+		t.Errorf("/v1/xds/nodes: %q", body)
+	}
+}
+
+func TestStackModelIsValid(t *testing.T) {
+	if err := StackModel("/bin/servemesh").Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
