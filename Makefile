@@ -43,9 +43,10 @@ $(LINT): tools/lint/go.mod tools/lint/go.sum
 build: ## build bin/servemesh
 	go build -ldflags "-X main.version=$(VERSION)" -o bin/servemesh ./cmd/servemesh
 
-test: tools ## run every test: vet, unit tests, and e2e with the real Envoy and Consul
+test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering included), unit tests, and e2e with the real Envoy and Consul
 	go vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
+	$(LINT) run ./...
 	go test -count=1 $(GO_TEST_FLAGS) ./...
 
 race: tools ## run every test with the race detector, the e2e daemons built with -race too
