@@ -118,17 +118,17 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		want                     string
 	}{
 		{"malformed JSON", "POST", "/v1/backends", `{"name": "a",`, 400, "malformed JSON"},
-		{"wrong type", "POST", "/v1/backends", `{"name": 7}`, 400, `field "name" must be string`},
-		{"unknown field", "POST", "/v1/backends", `{"name": "a", "replica": []}`, 400, `unknown field "replica"`},
+		{"wrong type", "POST", "/v1/backends", `{"name": 7}`, 400, `field "name" must be a string`},
+		{"unknown field", "POST", "/v1/backends", `{"name": "a", "replica": []}`, 400, `unknown field "/replica"`},
 		{"empty body", "POST", "/v1/endpoints", ``, 400, "the body is empty"},
-		{"two values", "POST", "/v1/backends", `{"name": "a"} {"name": "b"}`, 400, "more than one JSON value"},
+		{"two values", "POST", "/v1/backends", `{"name": "a"} {"name": "b"}`, 400, "malformed JSON"},
 		{"odd name", "POST", "/v1/backends", `{"name": "a/../b"}`, 400, "not a valid name"},
 		{"unicode name", "POST", "/v1/backends", `{"name": "bäckend"}`, 400, "not a valid name"},
 		{"newline name", "POST", "/v1/backends", `{"name": "a\nb"}`, 400, "not a valid name"},
 		{"huge body", "POST", "/v1/backends", `{"name": "` + strings.Repeat("a", MaxBodyBytes) + `"}`, 413, "over 1048576 bytes"},
 		{"traffic without traffic", "PUT", "/v1/endpoints/x/traffic", `{}`, 400, `needs "traffic"`},
 		{"shadow without proportion", "PUT", "/v1/endpoints/x/shadows/y", `{}`, 400, `needs "proportion"`},
-		{"weights as strings", "PUT", "/v1/endpoints/x/traffic", `{"traffic": {"a": "1"}}`, 400, "must be float64"},
+		{"weights as strings", "PUT", "/v1/endpoints/x/traffic", `{"traffic": {"a": "1"}}`, 400, "must be a number"},
 		{"unknown path", "GET", "/v1/nothing", ``, 404, "not found"},
 		{"wrong method", "DELETE", "/v1/apply", ``, 405, "Method Not Allowed"},
 	} {

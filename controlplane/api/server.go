@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -239,39 +239,24 @@ func (s *server) answer(w http.ResponseWriter, body any, err error) {
 // decode reads a JSON body strictly: bounded size, no unknown fields, one
 // value. On failure it answers and returns false.
 func decode(w http.ResponseWriter, r *http.Request, into any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(into)
-	if err == nil && dec.More() {
-		err = errors.New("the body holds more than one JSON value")
-	} else if err == nil {
-		if _, extra := dec.Token(); extra != io.EOF {
-			err = errors.New("the body has data after its JSON value")
-		}
-	}
-	if err == nil {
-		return true
-	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var tooBig *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes; split the change", MaxBodyBytes), "")
-	case errors.As(err, &typeErr):
-		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("field %q must be %s, not a JSON %s", typeErr.Field, typeErr.Type, typeErr.Value), "")
-	case errors.As(err, &syntaxErr):
-		writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("malformed JSON at byte %d: %v", syntaxErr.Offset, err), "")
-	case errors.Is(err, io.EOF):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes, the limit; split the change", MaxBodyBytes), "")
+		return false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "invalid", "reading the body failed: "+err.Error(), "")
+		return false
+	case len(bytes.TrimSpace(body)) == 0:
 		writeError(w, http.StatusBadRequest, "invalid", "the body is empty; send a JSON object", "")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		writeError(w, http.StatusBadRequest, "invalid", "malformed JSON: the body ends before its JSON value does", "")
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		writeError(w, http.StatusBadRequest, "invalid", strings.TrimPrefix(err.Error(), "json: ")+"; check the field's spelling", "")
-	default:
-		writeError(w, http.StatusBadRequest, "invalid", "bad JSON body: "+err.Error(), "")
+		return false
 	}
-	return false
+	if err := model.DecodeJSON(body, into); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", err.Error(), "")
+		return false
+	}
+	return true
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {
