@@ -38,6 +38,9 @@ func (c *Controller) CreateBackend(ctx context.Context, b model.Backend) (bool, 
 		return false, err
 	}
 	return c.mutate(ctx, "create_backend", func(m *model.Model) error {
+		if err := model.ValidateBackend(b); err != nil {
+			return &Error{Kind: Invalid, Msg: "refused", Err: err} // before any work its numbers size
+		}
 		if i := findBackend(m, b.Name); i >= 0 {
 			if model.BackendsEqual(m.Backends[i].Spec(), b) {
 				return nil
@@ -71,8 +74,8 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 			next.NumReplicas = min(max(next.NumReplicas, as.MinReplicas), as.MaxReplicas)
 		}
 		m.Backends[i].Config = next
-		if m.Backends[i].Config.NumReplicas < 0 {
-			return nil // validation reports it
+		if err := model.ValidateBackend(m.Backends[i]); err != nil {
+			return &Error{Kind: Invalid, Msg: "refused", Err: err} // before any work its numbers size
 		}
 		return schedule(m, i, nodes, time.Now())
 	})

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -272,5 +273,29 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	}
 	if diff, err := c.Apply(ctx, file, false); err != nil || len(diff) != 0 {
 		t.Fatalf("re-applying the new spec: %v, %v; want no changes", diff, err)
+	}
+}
+
+// TestHugeScaleIsRefusedBeforeScheduling: a num_replicas far over the limit
+// is refused with a short error naming the limit, before any placement
+// work, and changes nothing.
+func TestHugeScaleIsRefusedBeforeScheduling(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8, MemoryMB: 1000}}}
+	c, st := newScheduling(t, nodes)
+	ctx := context.Background()
+	changed, err := c.CreateBackend(ctx, processBackend("b", 1, 1))
+	mustChange(t, changed, err)
+	_, before, _ := st.Load(ctx)
+	for _, n := range []int{2_000_000, model.MaxReplicas + 1, -1} {
+		_, err := c.UpdateBackendConfig(ctx, "b", model.BackendConfigPatch{NumReplicas: &n})
+		mustKind(t, err, Invalid, fmt.Sprintf("num_replicas: is %d; set a number from 0 to %d", n, model.MaxReplicas))
+		if len(err.Error()) > 500 {
+			t.Fatalf("a %d-byte error for one bad number", len(err.Error()))
+		}
+	}
+	_, err = c.CreateBackend(ctx, processBackend("h", 2_000_000, 1))
+	mustKind(t, err, Invalid, "set a number from 0 to")
+	if _, after, _ := st.Load(ctx); after != before {
+		t.Fatalf("a refused change moved the store from revision %d to %d", before, after)
 	}
 }

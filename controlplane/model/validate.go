@@ -9,9 +9,38 @@ import (
 	"strings"
 )
 
-// MaxReplicas bounds a backend's replicas, static or scheduled, so one backend
-// always fits one stored value.
-const MaxReplicas = 5000
+// The ranges of the model's numbers and the lengths of its strings; each is
+// checked by Validate, and docs/limits.md lists them all.
+const (
+	// MaxReplicas bounds a backend's replicas, static or scheduled, so one
+	// backend with all its placements always fits one stored value.
+	MaxReplicas = 2000
+	// MaxConcurrentQueriesLimit bounds max_concurrent_queries; times
+	// MaxReplicas it still fits Envoy's 32-bit circuit-breaker limits.
+	MaxConcurrentQueriesLimit = 10000
+	// MaxCPUs and MaxMemoryMB bound what one replica may ask of a node.
+	MaxCPUs     = 1024
+	MaxMemoryMB = 4 << 20 // 4 TiB
+	// MinTargetInFlight and MaxTargetInFlight bound autoscaling's target.
+	MinTargetInFlight = 0.01
+	MaxTargetInFlight = 100000
+	// MaxAutoscalingSeconds bounds autoscaling's periods and delays;
+	// MinMetricsIntervalS is the shortest metrics interval.
+	MaxAutoscalingSeconds = 86400
+	MinMetricsIntervalS   = 0.1
+	// MaxRouteBytes bounds a route; MaxMethods an endpoint's methods.
+	MaxRouteBytes = 1024
+	MaxMethods    = 16
+	// MaxTrafficBackends and MaxShadows bound an endpoint's policies.
+	MaxTrafficBackends = 256
+	MaxShadows         = 16
+	// MaxArgs, MaxEnv and MaxStringBytes bound a process spec.
+	MaxArgs        = 256
+	MaxEnv         = 256
+	MaxStringBytes = 4096
+	// MaxProblems is how many problems a ValidationError lists.
+	MaxProblems = 50
+)
 
 // WeightTolerance is how far the weights of a traffic policy may sum from 1.
 // Ray Serve's controller used numpy's isclose with the same absolute tolerance.
@@ -43,16 +72,36 @@ func (e *ValidationError) Error() string {
 	return "invalid model:\n  - " + strings.Join(e.Problems, "\n  - ")
 }
 
+// problems collects a ValidationError's problems, keeping the first
+// MaxProblems and counting the rest, so no input makes a long answer.
+type problems struct {
+	list    []string
+	dropped int
+}
+
+func (p *problems) add(field, format string, args ...any) {
+	if len(p.list) >= MaxProblems {
+		p.dropped++
+		return
+	}
+	p.list = append(p.list, field+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *problems) err() error {
+	if len(p.list) == 0 {
+		return nil
+	}
+	list := p.list
+	if p.dropped > 0 {
+		list = append(list, fmt.Sprintf("... and %d more problems; fix these first", p.dropped))
+	}
+	return &ValidationError{Problems: list}
+}
+
 // IsValidationError reports whether err is (or wraps) a *ValidationError.
 func IsValidationError(err error) bool {
 	var ve *ValidationError
 	return errors.As(err, &ve)
-}
-
-type problems struct{ list []string }
-
-func (p *problems) add(field, format string, args ...any) {
-	p.list = append(p.list, field+": "+fmt.Sprintf(format, args...))
 }
 
 // Validate checks the model against every rule of the data plane and returns a
@@ -82,10 +131,21 @@ func (m *Model) Validate() error {
 		validateTraffic(&p, field+".traffic", e.Traffic, backends)
 		validateShadows(&p, field+".shadows", e.Shadows, backends)
 	}
-	if len(p.list) == 0 {
-		return nil
+	return p.err()
+}
+
+// ValidateBackend checks one backend on its own: every rule of Validate
+// that does not need the rest of the model. The controller runs it before
+// any work the backend's numbers size, such as placing its replicas.
+func ValidateBackend(b Backend) error {
+	var p problems
+	field := "backend"
+	if b.Name != "" {
+		field = fmt.Sprintf("backend %q", b.Name)
 	}
-	return &ValidationError{Problems: p.list}
+	validateName(&p, field+".name", b.Name)
+	validateBackend(&p, field, b)
+	return p.err()
 }
 
 // validateNamed checks the name of the i-th backend or endpoint (kind) and
@@ -113,18 +173,21 @@ func validateName(p *problems, field, name string) {
 }
 
 func validateBackend(p *problems, field string, b Backend) {
-	if b.Config.MaxConcurrentQueries < 0 {
-		p.add(field+".config.max_concurrent_queries", "is %d; set a positive number, or leave it out for the default of %d",
-			b.Config.MaxConcurrentQueries, DefaultMaxConcurrentQueries)
+	if mcq := b.Config.MaxConcurrentQueries; mcq < 0 || mcq > MaxConcurrentQueriesLimit {
+		p.add(field+".config.max_concurrent_queries", "is %d; set a number from 1 to %d, or leave it out for the default of %d",
+			mcq, MaxConcurrentQueriesLimit, DefaultMaxConcurrentQueries)
 	}
 	if b.Config.NumReplicas < 0 || b.Config.NumReplicas > MaxReplicas {
 		p.add(field+".config.num_replicas", "is %d; set a number from 0 to %d", b.Config.NumReplicas, MaxReplicas)
 	}
-	if math.IsNaN(b.Config.CPUs) || b.Config.CPUs < 0 || b.Config.CPUs > 1024 {
-		p.add(field+".config.cpus", "is %v; set the CPUs one replica needs, from 0 to 1024 (0.5 is half a core)", b.Config.CPUs)
+	if math.IsNaN(b.Config.CPUs) || b.Config.CPUs < 0 || b.Config.CPUs > MaxCPUs {
+		p.add(field+".config.cpus", "is %v; set the CPUs one replica needs, from 0 to %d (0.5 is half a core)", b.Config.CPUs, MaxCPUs)
 	}
-	if b.Config.MemoryMB < 0 {
-		p.add(field+".config.memory_mb", "is %d; set the MiB of memory one replica needs, 0 or more", b.Config.MemoryMB)
+	if b.Config.MemoryMB < 0 || b.Config.MemoryMB > MaxMemoryMB {
+		p.add(field+".config.memory_mb", "is %d; set the MiB of memory one replica needs, from 0 to %d", b.Config.MemoryMB, MaxMemoryMB)
+	}
+	if len(b.Placements) > 2*MaxReplicas {
+		p.add(field+".placements", "are %d; at most %d (running and draining) fit one backend", len(b.Placements), 2*MaxReplicas)
 	}
 	if len(b.Replicas) > MaxReplicas {
 		p.add(field+".replicas", "lists %d replicas; at most %d fit one backend", len(b.Replicas), MaxReplicas)
@@ -161,6 +224,10 @@ func validateRoute(p *problems, field, route string) bool {
 		p.add(field, "%q does not start with '/'; %s", route, fix)
 		return false
 	}
+	if len(route) > MaxRouteBytes {
+		p.add(field, "is %d bytes long; a route has at most %d", len(route), MaxRouteBytes)
+		return false
+	}
 	if route == "/" {
 		return true
 	}
@@ -185,6 +252,10 @@ func validateRoute(p *problems, field, route string) bool {
 }
 
 func validateMethods(p *problems, field string, methods []string) {
+	if len(methods) > MaxMethods {
+		p.add(field, "lists %d methods; list each of the %d HTTP methods at most once", len(methods), len(knownMethods))
+		return
+	}
 	for i, m := range methods {
 		if !knownMethods[strings.ToUpper(strings.TrimSpace(m))] {
 			p.add(fmt.Sprintf("%s[%d]", field, i), "%q is not an HTTP method; use GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE or CONNECT", m)
@@ -195,6 +266,10 @@ func validateMethods(p *problems, field string, methods []string) {
 func validateTraffic(p *problems, field string, traffic map[string]float64, backends map[string]bool) {
 	if len(traffic) == 0 {
 		p.add(field, "is empty; give at least one backend a weight, for example {my-backend: 1}")
+		return
+	}
+	if len(traffic) > MaxTrafficBackends {
+		p.add(field, "splits traffic over %d backends; at most %d", len(traffic), MaxTrafficBackends)
 		return
 	}
 	sum := 0.0
@@ -219,6 +294,10 @@ func validateTraffic(p *problems, field string, traffic map[string]float64, back
 }
 
 func validateShadows(p *problems, field string, shadows map[string]float64, backends map[string]bool) {
+	if len(shadows) > MaxShadows {
+		p.add(field, "mirrors to %d backends; at most %d (each mirror is a copy of every request)", len(shadows), MaxShadows)
+		return
+	}
 	for _, name := range SortedKeys(shadows) {
 		v := shadows[name]
 		if !backends[name] {
@@ -229,6 +308,12 @@ func validateShadows(p *problems, field string, shadows map[string]float64, back
 		}
 	}
 }
+
+// envName is what a process's environment variable may be called.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
+
+// serviceName is what an external backend's Consul service may be called.
+var serviceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
 
 var tagPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+#[0-9a-f]{6}$`)
 
@@ -241,17 +326,12 @@ func validateSource(p *problems, field string, b Backend) {
 	}
 	if b.Process != nil {
 		sources++
-		if strings.TrimSpace(b.Process.Command) == "" {
-			p.add(field+".process.command", "is empty; name the program that runs one replica")
-		}
-		if hp := b.Process.HealthPath; hp != "" && !strings.HasPrefix(hp, "/") {
-			p.add(field+".process.health_path", "%q does not start with '/'; write it like \"/healthz\", or leave it out to probe TCP", hp)
-		}
+		validateProcess(p, field+".process", *b.Process)
 	}
 	if b.External != nil {
 		sources++
-		if b.External.Service == "" {
-			p.add(field+".external.service", "is empty; name the Consul service to route to")
+		if s := b.External.Service; !serviceName.MatchString(s) {
+			p.add(field+".external.service", "%q is not a Consul service name; use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit", s)
 		}
 	}
 	if sources > 1 {
@@ -299,13 +379,52 @@ func validateAutoscaling(p *problems, field string, b Backend) {
 	case b.Config.NumReplicas < a.MinReplicas || b.Config.NumReplicas > a.MaxReplicas:
 		p.add(config+".num_replicas", "%d is outside autoscaling's [%d, %d]; leave num_replicas out to start at min_replicas", b.Config.NumReplicas, a.MinReplicas, a.MaxReplicas)
 	}
-	if !(a.TargetInFlight > 0) || math.IsInf(a.TargetInFlight, 0) {
-		p.add(field+".target_in_flight_requests", "is %v; set the requests in flight one replica should carry, above 0 (such as 2)", a.TargetInFlight)
+	if t := a.TargetInFlight; !(t >= MinTargetInFlight && t <= MaxTargetInFlight) {
+		p.add(field+".target_in_flight_requests", "is %v; set the requests in flight one replica should carry, from %g to %g (such as 2)",
+			t, float64(MinTargetInFlight), float64(MaxTargetInFlight))
 	}
-	for name, v := range map[string]float64{"metrics_interval_s": a.MetricsIntervalS, "look_back_period_s": a.LookBackPeriodS,
-		"upscale_delay_s": a.UpscaleDelayS, "downscale_delay_s": a.DownscaleDelayS} {
-		if math.IsNaN(v) || v < 0 || v > 86400 {
-			p.add(field+"."+name, "is %v; set seconds from 0 (the default) to 86400", v)
+	for _, d := range []struct {
+		name string
+		v    float64
+	}{{"metrics_interval_s", a.MetricsIntervalS}, {"look_back_period_s", a.LookBackPeriodS},
+		{"upscale_delay_s", a.UpscaleDelayS}, {"downscale_delay_s", a.DownscaleDelayS}} {
+		if !(d.v >= 0 && d.v <= MaxAutoscalingSeconds) {
+			p.add(field+"."+d.name, "is %v; set seconds from 0 (the default) to %d", d.v, MaxAutoscalingSeconds)
+		}
+	}
+	if v := a.MetricsIntervalS; v > 0 && v < MinMetricsIntervalS {
+		p.add(field+".metrics_interval_s", "is %v; set %g seconds or more, or 0 for the default", v, MinMetricsIntervalS)
+	}
+}
+
+// validateProcess checks a process spec's strings and their sizes.
+func validateProcess(p *problems, field string, spec ProcessSpec) {
+	switch {
+	case strings.TrimSpace(spec.Command) == "":
+		p.add(field+".command", "is empty; name the program that runs one replica")
+	case len(spec.Command) > MaxStringBytes:
+		p.add(field+".command", "is %d bytes long; at most %d", len(spec.Command), MaxStringBytes)
+	}
+	if hp := spec.HealthPath; hp != "" && (!strings.HasPrefix(hp, "/") || len(hp) > MaxRouteBytes || strings.ContainsAny(hp, " ?#\r\n")) {
+		p.add(field+".health_path", "%.64q is not a path; write it like \"/healthz\" (at most %d bytes), or leave it out to probe TCP", hp, MaxRouteBytes)
+	}
+	if len(spec.Args) > MaxArgs {
+		p.add(field+".args", "lists %d arguments; at most %d", len(spec.Args), MaxArgs)
+	}
+	for i, a := range spec.Args {
+		if len(a) > MaxStringBytes {
+			p.add(fmt.Sprintf("%s.args[%d]", field, i), "is %d bytes long; at most %d", len(a), MaxStringBytes)
+		}
+	}
+	if len(spec.Env) > MaxEnv {
+		p.add(field+".env", "sets %d variables; at most %d", len(spec.Env), MaxEnv)
+	}
+	for _, k := range SortedKeys(spec.Env) {
+		switch {
+		case !envName.MatchString(k):
+			p.add(field+".env", "%.64q is not an environment variable name; use letters, digits and '_', not starting with a digit", k)
+		case len(spec.Env[k]) > MaxStringBytes:
+			p.add(field+".env."+k, "is %d bytes long; at most %d", len(spec.Env[k]), MaxStringBytes)
 		}
 	}
 }
