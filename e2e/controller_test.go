@@ -69,7 +69,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	// Every number has a range, checked before any work it sizes (issue: a
 	// num_replicas of 2,000,000 was scheduled before it was validated, and
 	// 2^32 concurrent queries became 0 in Envoy).
-	expectCLI(t, env, 1, "num_replicas: is 2000000; set a number from 0 to 2000", "backend", "update", "v2", "--num-replicas", "2000000")
+	expectCLI(t, env, 1, "num_replicas: is 2000000; set a number from 0 to 1000", "backend", "update", "v2", "--num-replicas", "2000000")
 	expectCLI(t, env, 1, "max_concurrent_queries: is 4294967296; set a number from 1 to 10000", "backend", "update", "v2", "--max-concurrent-queries", "4294967296")
 	expectCLI(t, env, 1, "not a valid name", "backend", "create", "bad/name")
 	expectCLI(t, env, 1, "is not an IP:port address", "backend", "create", "v9", "--replica", "localhost:1")

@@ -74,11 +74,8 @@ func run(flips, commits int) error {
 	big := modelgen.Model(1000, 1, 3)
 	big.Endpoints = big.Endpoints[:1000]
 	bigStore := store.NewConsul(client, "bench-recovery")
-	var bigRev store.Revision
-	for _, part := range store.Split(store.Diff(&model.Model{}, big)) {
-		if bigRev, err = bigStore.Commit(ctx, bigRev, part); err != nil {
-			return err
-		}
+	if _, err := bigStore.Commit(ctx, 0, store.Diff(&model.Model{}, big)); err != nil {
+		return err
 	}
 	lat = lat[:0]
 	for range 5 {

@@ -61,5 +61,11 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 	for _, n := range r.Nodes {
 		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\n", n.ID, n.Connected, n.InSync, n.NACKs)
 	}
+	if len(r.Problems) > 0 {
+		fmt.Fprintln(tw, "\nPROBLEMS")
+		for _, p := range r.Problems {
+			fmt.Fprintln(tw, p)
+		}
+	}
 	return tw.Flush()
 }

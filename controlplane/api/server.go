@@ -15,8 +15,12 @@ import (
 	"github.com/servemesh/servemesh/controlplane/model"
 )
 
-// MaxBodyBytes bounds a request body.
-const MaxBodyBytes = 1 << 20
+// MaxBodyBytes bounds a request body; MaxApplyBytes an apply's, which
+// carries a whole model.
+const (
+	MaxBodyBytes  = 1 << 20
+	MaxApplyBytes = 16 << 20
+)
 
 // LeaderHeader carries the leader's API address on 503 answers.
 const LeaderHeader = "X-Servemesh-Leader"
@@ -186,7 +190,7 @@ func (s *server) setShadow(w http.ResponseWriter, r *http.Request) {
 func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
 	var m model.Model
-	if !decode(w, r, &m) {
+	if !decodeLimit(w, r, &m, MaxApplyBytes) {
 		return
 	}
 	changes, err := s.c.Apply(r.Context(), &m, dryRun)
@@ -239,11 +243,16 @@ func (s *server) answer(w http.ResponseWriter, body any, err error) {
 // decode reads a JSON body strictly: bounded size, no unknown fields, one
 // value. On failure it answers and returns false.
 func decode(w http.ResponseWriter, r *http.Request, into any) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	return decodeLimit(w, r, into, MaxBodyBytes)
+}
+
+// decodeLimit is decode with a body of at most limit bytes.
+func decodeLimit(w http.ResponseWriter, r *http.Request, into any, limit int64) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes, the limit; split the change", MaxBodyBytes), "")
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes, the limit; split the change", limit), "")
 		return false
 	case err != nil:
 		writeError(w, http.StatusBadRequest, "invalid", "reading the body failed: "+err.Error(), "")

@@ -15,6 +15,10 @@ type StatusReport struct {
 	Endpoints []EndpointStatus `json:"endpoints"`
 	Backends  []BackendStatus  `json:"backends"`
 	Nodes     []NodeStatus     `json:"nodes"`
+	// Problems are what keeps the mesh from following the desired state
+	// exactly: stored keys that cannot be read, a view the data plane
+	// refused. Empty when all is well.
+	Problems []string `json:"problems"`
 }
 
 // EndpointStatus is one endpoint's policy and its backends' live rates.
@@ -61,10 +65,10 @@ func (c *Client) Status(ctx context.Context) (StatusReport, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/status", nil, &out)
 }
 
-// NewStatusReport joins the desired state m, the live load per backend and
-// the xDS server's view of the nodes into the status report.
-func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, nodes []xdsserver.NodeStatus) StatusReport {
-	r := StatusReport{Endpoints: []EndpointStatus{}, Backends: []BackendStatus{}, Nodes: []NodeStatus{}}
+// NewStatusReport joins the desired state m, the live load per backend, the
+// xDS server's view of the nodes and the problems into the status report.
+func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, nodes []xdsserver.NodeStatus, problems []string) StatusReport {
+	r := StatusReport{Endpoints: []EndpointStatus{}, Backends: []BackendStatus{}, Nodes: []NodeStatus{}, Problems: append([]string{}, problems...)}
 	for _, e := range m.Endpoints {
 		r.Endpoints = append(r.Endpoints, endpointStatus(e, load))
 	}

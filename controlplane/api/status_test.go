@@ -21,7 +21,7 @@ func TestNewStatusReport(t *testing.T) {
 	}
 	load := map[string]autoscale.BackendLoad{"v1": {InFlight: 2, RequestRate: 30, ErrorRate: 1}, "v2": {RequestRate: 10}}
 	nodes := []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: false, NACKs: 2, LastNACK: "port taken"}}
-	got := NewStatusReport(m, load, nodes)
+	got := NewStatusReport(m, load, nodes, []string{"key x: unreadable"})
 	want := StatusReport{
 		Endpoints: []EndpointStatus{{Name: "e", Route: "/e", Backends: []EndpointBackendStatus{
 			{Backend: "v1", Weight: 0.75, RequestRate: 30, ErrorRate: 1},
@@ -31,12 +31,13 @@ func TestNewStatusReport(t *testing.T) {
 			{Name: "v1", Desired: 2, Running: 2, InFlight: 2, RequestRate: 30, ErrorRate: 1},
 			{Name: "v2", Desired: 3, Running: 2, Draining: 1, Autoscaled: true, RequestRate: 10},
 		},
-		Nodes: []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken"}},
+		Nodes:    []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken"}},
+		Problems: []string{"key x: unreadable"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("status report\n got %+v\nwant %+v", got, want)
 	}
-	if empty := NewStatusReport(&model.Model{}, nil, nil); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil {
+	if empty := NewStatusReport(&model.Model{}, nil, nil, nil); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil || empty.Problems == nil {
 		t.Fatal("an empty report must list empty arrays, not null")
 	}
 }

@@ -8,12 +8,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/proc"
 )
 
 // Options configure a Controller.
@@ -67,6 +69,22 @@ type Controller struct {
 	loaded  bool
 	leading bool
 	leader  string // the leader's API address, when known
+
+	// adopted is the last adopted state, read without the write lock so
+	// that no write, however long, delays a read.
+	adopted atomic.Pointer[adoptedState]
+	// leadership mirrors leading and leader for readers, likewise.
+	leadership atomic.Pointer[leadership]
+}
+
+type adoptedState struct {
+	model *model.Model
+	rev   store.Revision
+}
+
+type leadership struct {
+	leading bool
+	leader  string
 }
 
 // New returns a controller that has loaded nothing yet.
@@ -85,7 +103,20 @@ func New(o Options) *Controller {
 	if c.exit == nil {
 		c.exit = os.Exit
 	}
+	c.adopted.Store(&adoptedState{model: c.state})
+	c.leadership.Store(&leadership{})
 	return c
+}
+
+// setLeading records who leads. Called with mu held.
+func (c *Controller) setLeading(leading bool, leader string) {
+	c.leading, c.leader = leading, leader
+	c.leadership.Store(&leadership{leading: leading, leader: leader})
+	if leading {
+		c.metrics.leader.Set(1)
+	} else {
+		c.metrics.leader.Set(0)
+	}
 }
 
 // Lead makes this controller the writer. Holding the write lock throughout,
@@ -95,18 +126,21 @@ func (c *Controller) Lead(ctx context.Context, self string) error {
 	start := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.store.Settle(ctx); err != nil {
+		c.log.Error("recover: settling the store failed; leading with what it holds", "err", err)
+	}
 	m, rev, err := c.store.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	c.reportUnreadable()
 	if err := m.Validate(); err != nil {
 		// A stored state that fails today's validation is still what was
 		// accepted; serve writes only once an operator fixes it.
 		return fmt.Errorf("recover: the stored state is invalid; fix it in the store: %w", err)
 	}
 	c.adopt(m, rev)
-	c.leading, c.leader = true, self
-	c.metrics.leader.Set(1)
+	c.setLeading(true, self)
 	c.log.Info("leading: recovered state and published it", "revision", rev, "backends", len(m.Backends),
 		"endpoints", len(m.Endpoints), "took", time.Since(start))
 	return nil
@@ -119,22 +153,20 @@ func (c *Controller) Follow(leader string) {
 	if c.leading {
 		c.log.Warn("no longer leading", "leader", leader)
 	}
-	c.leading, c.leader = false, leader
-	c.metrics.leader.Set(0)
+	c.setLeading(false, leader)
 }
 
 // Run watches the store until ctx ends and adopts and publishes every new
-// revision, including ones written by another controller.
+// revision, including ones written by another controller. A store that
+// cannot be read is retried, with backoff; the last state keeps serving.
 func (c *Controller) Run(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.loaded {
-		m, rev, err := c.store.Load(ctx)
-		if err != nil {
-			c.mu.Unlock()
-			return fmt.Errorf("load state: %w", err)
+	backoff := proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
+	for !c.loadOnce(ctx) {
+		if !proc.Sleep(ctx, backoff.Next(0)) {
+			return ctx.Err()
 		}
-		c.adopt(m, rev)
 	}
+	c.mu.Lock()
 	rev := c.rev
 	c.mu.Unlock()
 	for {
@@ -143,9 +175,15 @@ func (c *Controller) Run(ctx context.Context) error {
 			return ctx.Err() // shutting down
 		}
 		if err != nil {
-			return fmt.Errorf("watch state: %w", err)
+			c.log.Warn("watching the stored state failed; retrying", "err", err)
+			if !proc.Sleep(ctx, backoff.Next(0)) {
+				return ctx.Err()
+			}
+			continue
 		}
+		backoff = proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
 		rev = next
+		c.reportUnreadable()
 		c.mu.Lock()
 		// Revisions only grow. A watch result older than what this
 		// controller already holds (it committed meanwhile) must not roll
@@ -157,27 +195,58 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
+// loadOnce loads the stored state unless something was loaded already; it
+// reports whether there is a state.
+func (c *Controller) loadOnce(ctx context.Context) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded {
+		return true
+	}
+	m, rev, err := c.store.Load(ctx)
+	if err != nil {
+		c.log.Warn("loading the stored state failed; retrying", "err", err)
+		return false
+	}
+	c.reportUnreadable()
+	c.adopt(m, rev)
+	return true
+}
+
+// reportUnreadable logs what the store's last load left out and sets the
+// metric.
+func (c *Controller) reportUnreadable() {
+	u := c.store.Unreadable()
+	c.metrics.unreadable.Set(float64(len(u)))
+	for _, x := range u {
+		c.log.Warn("a stored key cannot be read; it is left out and left alone", "key", x.Key, "reason", x.Reason)
+	}
+}
+
+// StoreProblems lists the stored keys the last load left out, and why.
+func (c *Controller) StoreProblems() []store.Unreadable { return c.store.Unreadable() }
+
 // adopt makes m the current state and publishes it. Called with mu held.
 func (c *Controller) adopt(m *model.Model, rev store.Revision) {
 	c.state, c.rev, c.loaded = m, rev, true
+	c.adopted.Store(&adoptedState{model: m, rev: rev})
 	if err := c.publish(m); err != nil {
 		c.log.Error("publishing the stored state failed; the data plane keeps its last config", "revision", rev, "err", err)
 	}
 }
 
-// State returns a copy of the current desired state and its revision.
+// State returns a copy of the last adopted state and its revision. It
+// never waits for a write in progress.
 func (c *Controller) State() (*model.Model, store.Revision) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return model.Clone(c.state), c.rev
+	a := c.adopted.Load()
+	return model.Clone(a.model), a.rev
 }
 
 // Leader reports whether this controller takes writes, and the leader's
-// address as far as it knows.
+// address as far as it knows. It never waits for a write in progress.
 func (c *Controller) Leader() (bool, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.leading, c.leader
+	l := c.leadership.Load()
+	return l.leading, l.leader
 }
 
 // mutate runs one operation: fn edits a copy of the state; an unchanged copy
@@ -202,34 +271,35 @@ func (c *Controller) mutate(ctx context.Context, op string, fn func(m *model.Mod
 	if err := next.Validate(); err != nil {
 		return false, &Error{Kind: Invalid, Msg: "refused", Err: err}
 	}
-	for _, part := range store.Split(change) {
-		if err := c.checkpoint(ctx, part); err != nil {
-			return changed, err
-		}
-		changed = true
+	if err := c.checkpoint(ctx, change, store.Apply(c.state, change)); err != nil {
+		return false, err
 	}
 	return true, nil
 }
 
-// checkpoint writes one change at the current revision, then adopts it.
-// Called with mu held.
-func (c *Controller) checkpoint(ctx context.Context, change store.Change) error {
-	next := store.Apply(c.state, change)
-	if err := next.Validate(); err != nil {
-		return &Error{Kind: Invalid, Msg: "this change needs several checkpoints and one of the intermediate states is invalid; apply it in smaller steps", Err: err}
-	}
+// checkpointTimeout bounds one commit, which a client that goes away does
+// not cut short: an accepted change is stored whole or not at all.
+const checkpointTimeout = 2 * time.Minute
+
+// checkpoint commits change at the current revision, then adopts next, the
+// state it makes. Called with mu held.
+func (c *Controller) checkpoint(ctx context.Context, change store.Change, next *model.Model) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+	defer cancel()
 	start := time.Now()
 	rev, err := c.store.Commit(ctx, c.rev, change)
 	c.metrics.checkpoint.Observe(time.Since(start).Seconds())
-	if errors.Is(err, store.ErrConflict) {
+	switch {
+	case errors.Is(err, store.ErrTooLarge):
+		return &Error{Kind: Invalid, Msg: "refused", Err: err}
+	case errors.Is(err, store.ErrConflict):
 		// Another writer got in: adopt what is stored and let the client retry.
 		if m, r, lerr := c.store.Load(ctx); lerr == nil {
 			c.adopt(m, r)
 		}
-		return &Error{Kind: Unavailable, Msg: "the stored state changed under this controller; retry", Err: err}
-	}
-	if err != nil {
-		return &Error{Kind: Unavailable, Msg: "checkpoint failed; nothing changed", Err: err}
+		return &Error{Kind: Unavailable, Msg: "the stored state changed under this controller; nothing changed; retry", Err: err}
+	case err != nil:
+		return c.afterFailedCommit(ctx, err, next)
 	}
 	if c.crashP > 0 && rand.Float64() < c.crashP {
 		c.log.Warn("fault injection: exiting right after a checkpoint", "revision", rev)
@@ -237,4 +307,27 @@ func (c *Controller) checkpoint(ctx context.Context, change store.Change) error 
 	}
 	c.adopt(next, rev)
 	return nil
+}
+
+// afterFailedCommit finds out what a commit that failed did, so the answer
+// says whether the change is stored: it settles the store and reads it back.
+func (c *Controller) afterFailedCommit(ctx context.Context, err error, next *model.Model) error {
+	if errors.Is(err, store.ErrCommitted) {
+		c.log.Warn("a change was committed but not fully applied; settling it", "err", err)
+	}
+	if serr := c.store.Settle(ctx); serr != nil {
+		c.log.Warn("settling the store failed; the next leader settles it", "err", serr)
+	}
+	m, rev, lerr := c.store.Load(ctx)
+	switch {
+	case lerr != nil:
+		return &Error{Kind: Unavailable, Msg: "the store did not answer: whether the change was stored is unknown; read the state before retrying", Err: errors.Join(err, lerr)}
+	case store.Diff(m, next).Size() == 0:
+		c.adopt(m, rev) // it was stored after all
+		return nil
+	case rev == c.rev:
+		return &Error{Kind: Unavailable, Msg: "checkpoint failed; nothing changed", Err: err}
+	}
+	c.adopt(m, rev)
+	return &Error{Kind: Unavailable, Msg: "checkpoint failed and the stored state moved on; nothing of this change is stored; retry", Err: err}
 }

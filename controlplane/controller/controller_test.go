@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -215,7 +216,7 @@ func TestCrashAfterCheckpointLosesNothing(t *testing.T) {
 	}
 }
 
-func TestApplySplitsLargeChangesAndDryRunChangesNothing(t *testing.T) {
+func TestApplyIsOneCommitAndDryRunChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	c, pub := newLeader(t, st)
@@ -236,13 +237,13 @@ func TestApplySplitsLargeChangesAndDryRunChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored, rev, _ := st.Load(ctx)
-	if rev != 4 || !equalModels(stored, desired) || !equalModels(pub.last(), desired) {
-		t.Fatalf("after apply: revision %d (want 4 commits of <= 63 objects), %d backends", rev, len(stored.Backends))
+	if rev != 1 || !equalModels(stored, desired) || !equalModels(pub.last(), desired) || len(pub.models) != 2 {
+		t.Fatalf("after apply: revision %d (want 1: one atomic commit), %d backends, %d publishes (want the recovery's and one)", rev, len(stored.Backends), len(pub.models))
 	}
 	if diff, err := c.Apply(ctx, desired, false); err != nil || len(diff) != 0 {
 		t.Fatalf("re-apply: %v, %v; want no differences", diff, err)
 	}
-	// Shrinking: endpoints go before the backends they use.
+	// Shrinking, in one commit too.
 	small := &model.Model{Backends: desired.Backends[:1], Endpoints: desired.Endpoints[:1]}
 	if _, err := c.Apply(ctx, small, false); err != nil {
 		t.Fatal(err)
@@ -303,4 +304,53 @@ func counterValue(reg *prometheus.Registry, name string, labels map[string]strin
 		}
 	}
 	return 0, fmt.Errorf("no series %s%v", name, labels)
+}
+
+// blockingStore holds every Commit until release is closed.
+type blockingStore struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingStore) Commit(ctx context.Context, rev store.Revision, c store.Change) (store.Revision, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.Store.Commit(ctx, rev, c)
+}
+
+// TestReadsNeverWaitForWrites: while a write holds the write lock in the
+// middle of its checkpoint, reads answer from the last adopted state.
+func TestReadsNeverWaitForWrites(t *testing.T) {
+	ctx := context.Background()
+	st := &blockingStore{Store: store.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
+	c, _ := newLeader(t, st)
+	done := make(chan error, 1)
+	go func() { _, err := c.CreateBackend(ctx, backend("v1")); done <- err }()
+	<-st.entered // the write is inside its checkpoint, holding the lock
+	read := make(chan int, 1)
+	go func() {
+		m, _ := c.State()
+		leading, _ := c.Leader()
+		if _, err := c.GetBackend("v1"); KindOf(err) != NotFound || !leading {
+			read <- -1
+			return
+		}
+		read <- len(m.Backends)
+	}()
+	select {
+	case n := <-read:
+		if n != 0 {
+			t.Fatalf("a read during a write saw %d backends (or failed); want the last adopted state, with none", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read waited for a write in progress")
+	}
+	close(st.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := c.State(); len(m.Backends) != 1 {
+		t.Fatalf("after the write: %d backends", len(m.Backends))
+	}
 }

@@ -11,6 +11,7 @@ type metrics struct {
 	opLatency  *prometheus.HistogramVec
 	checkpoint prometheus.Histogram
 	leader     prometheus.Gauge
+	unreadable prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -33,9 +34,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "servemesh_controller_leader",
 			Help: "1 while this controller is the leader.",
 		}),
+		unreadable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "servemesh_store_unreadable_keys",
+			Help: "Keys under the state's prefix that the last load left out (unknown, malformed, another schema); see servemesh status.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.operations, m.opLatency, m.checkpoint, m.leader)
+		reg.MustRegister(m.operations, m.opLatency, m.checkpoint, m.leader, m.unreadable)
 	}
 	return m
 }

@@ -241,6 +241,7 @@ func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun boo
 // over what the controller manages from current and places replicas.
 func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo) (*model.Model, error) {
 	next := model.Clone(desired)
+	currentBackends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
 	for i := range next.Backends {
 		d := &next.Backends[i]
 		if len(d.Placements) > 0 {
@@ -249,7 +250,7 @@ func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo) (*model.
 		if as := d.Config.Autoscaling; as != nil && d.Config.NumReplicas == 0 {
 			d.Config.NumReplicas = as.MinReplicas
 		}
-		if j := findBackend(current, d.Name); j >= 0 && d.Managed() && current.Backends[j].Managed() {
+		if j, ok := currentBackends[d.Name]; ok && d.Managed() && current.Backends[j].Managed() {
 			cur := current.Backends[j]
 			d.Placements = slices.Clone(cur.Placements)
 			for k := range d.Placements {
@@ -278,12 +279,23 @@ func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo) (*model.
 	return next, nil
 }
 
+// indexByName maps each item's name to its index.
+func indexByName[T any](items []T, name func(T) string) map[string]int {
+	out := make(map[string]int, len(items))
+	for i, x := range items {
+		out[name(x)] = i
+	}
+	return out
+}
+
 // describe renders a change as sorted, human-readable lines.
 func describe(current *model.Model, ch store.Change) []string {
 	var out []string
+	backends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
+	endpoints := indexByName(current.Endpoints, func(e model.Endpoint) string { return e.Name })
 	for _, b := range ch.PutBackends {
 		verb := "create"
-		if findBackend(current, b.Name) >= 0 {
+		if _, ok := backends[b.Name]; ok {
 			verb = "update"
 		}
 		out = append(out, fmt.Sprintf("%s backend %s", verb, b.Name))
@@ -293,7 +305,7 @@ func describe(current *model.Model, ch store.Change) []string {
 	}
 	for _, e := range ch.PutEndpoints {
 		verb := "create"
-		if findEndpoint(current, e.Name) >= 0 {
+		if _, ok := endpoints[e.Name]; ok {
 			verb = "update"
 		}
 		out = append(out, fmt.Sprintf("%s endpoint %s", verb, e.Name))

@@ -14,7 +14,7 @@ import (
 const (
 	// MaxReplicas bounds a backend's replicas, static or scheduled, so one
 	// backend with all its placements always fits one stored value.
-	MaxReplicas = 2000
+	MaxReplicas = 1000
 	// MaxConcurrentQueriesLimit bounds max_concurrent_queries; times
 	// MaxReplicas it still fits Envoy's 32-bit circuit-breaker limits.
 	MaxConcurrentQueriesLimit = 10000

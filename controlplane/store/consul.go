@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -12,13 +14,14 @@ import (
 	"github.com/servemesh/servemesh/controlplane/model"
 )
 
-// MaxValueBytes is Consul's limit on one KV value.
-const MaxValueBytes = 512 * 1024
-
-// Consul stores the desired state in Consul's KV under a prefix.
+// Consul stores the desired state in Consul's KV under a prefix; FORMAT.md
+// describes the keys and values.
 type Consul struct {
 	kv     *api.KV
 	prefix string
+
+	mu         sync.Mutex
+	unreadable []Unreadable // what the last Load left out
 }
 
 // NewConsul returns a store under prefix (such as "servemesh") using client.
@@ -28,13 +31,23 @@ func NewConsul(client *api.Client, prefix string) *Consul {
 
 // Keys under the prefix.
 func (c *Consul) metaKey() string                { return c.prefix + "/meta" }
+func (c *Consul) leaderKey() string              { return c.prefix + "/leader" }
 func (c *Consul) backendKey(name string) string  { return c.prefix + "/backends/" + name }
 func (c *Consul) endpointKey(name string) string { return c.prefix + "/endpoints/" + name }
+func (c *Consul) pendingDir(id string) string    { return c.prefix + "/pending/" + id + "/" }
 
 // The stored values: see FORMAT.md.
 type metaValue struct {
 	Schema    int       `json:"schema"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Pending names a committed change whose objects are not all written
+	// yet: readers apply it on top of the object keys.
+	Pending *pendingRef `json:"pending,omitempty"`
+}
+
+type pendingRef struct {
+	ID    string `json:"id"`
+	Parts int    `json:"parts"`
 }
 
 type backendValue struct {
@@ -47,100 +60,163 @@ type endpointValue struct {
 	Endpoint model.Endpoint `json:"endpoint"`
 }
 
+type changeValue struct {
+	Schema int    `json:"schema"`
+	Change Change `json:"change"`
+}
+
 // Load implements Store with one consistent read of the whole prefix.
 func (c *Consul) Load(ctx context.Context) (*model.Model, Revision, error) {
+	snap, err := c.snapshot(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.mu.Lock()
+	c.unreadable = snap.unreadable
+	c.mu.Unlock()
+	return snap.model, snap.rev, nil
+}
+
+// Unreadable implements Store.
+func (c *Consul) Unreadable() []Unreadable {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Unreadable(nil), c.unreadable...)
+}
+
+// snapshot is one consistent read of the prefix, decoded.
+type snapshot struct {
+	model      *model.Model
+	rev        Revision
+	meta       metaValue
+	pending    *Change             // the pending change, if meta names a readable one
+	parts      map[string][]string // pending id -> its part keys
+	unreadable []Unreadable
+}
+
+func (c *Consul) snapshot(ctx context.Context) (*snapshot, error) {
 	pairs, _, err := c.kv.List(c.prefix+"/", (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 	if err != nil {
-		return nil, 0, fmt.Errorf("store: list %s/ in consul: %w", c.prefix, err)
+		return nil, fmt.Errorf("store: list %s/ in consul: %w", c.prefix, err)
 	}
-	m := &model.Model{}
-	var rev Revision
+	s := &snapshot{model: &model.Model{}, parts: map[string][]string{}}
+	partValues := map[string][]byte{}
 	for _, p := range pairs {
-		switch {
-		case p.Key == c.metaKey():
-			var meta metaValue
-			if err := decode(p, &meta.Schema, &meta); err != nil {
-				return nil, 0, err
-			}
-			rev = Revision(p.ModifyIndex)
-		case strings.HasPrefix(p.Key, c.prefix+"/backends/"):
-			var v backendValue
-			if err := decode(p, &v.Schema, &v); err != nil {
-				return nil, 0, err
-			}
-			m.Backends = append(m.Backends, v.Backend)
-		case strings.HasPrefix(p.Key, c.prefix+"/endpoints/"):
-			var v endpointValue
-			if err := decode(p, &v.Schema, &v); err != nil {
-				return nil, 0, err
-			}
-			m.Endpoints = append(m.Endpoints, v.Endpoint)
+		if reason := c.readPair(s, p, partValues); reason != "" {
+			s.unreadable = append(s.unreadable, Unreadable{Key: p.Key, Reason: reason})
 		}
 	}
-	return m, rev, nil
+	if ref := s.meta.Pending; ref != nil {
+		s.pending = c.readPending(s, *ref, partValues)
+	}
+	base := s.model
+	if s.pending != nil {
+		base = Apply(base, *s.pending)
+	}
+	s.model = dropDangling(base, s, c)
+	return s, nil
 }
 
-func decode(p *api.KVPair, schema *int, into any) error {
-	if err := json.Unmarshal(p.Value, into); err != nil {
-		return fmt.Errorf("store: consul key %s holds invalid JSON: %w", p.Key, err)
+// readPair decodes one key into s; it returns why the key cannot be read,
+// or "".
+func (c *Consul) readPair(s *snapshot, p *api.KVPair, partValues map[string][]byte) string {
+	name := func(dir string) string { return strings.TrimPrefix(p.Key, c.prefix+dir) }
+	switch {
+	case p.Key == c.metaKey():
+		s.rev = Revision(p.ModifyIndex) // the revision holds whatever the value says
+		return decodeValue(p.Value, &s.meta.Schema, &s.meta)
+	case p.Key == c.leaderKey():
+		return ""
+	case strings.HasPrefix(p.Key, c.prefix+"/pending/"):
+		id, _, _ := strings.Cut(name("/pending/"), "/")
+		s.parts[id] = append(s.parts[id], p.Key)
+		partValues[p.Key] = p.Value
+		return ""
+	case strings.HasPrefix(p.Key, c.prefix+"/backends/"):
+		var v backendValue
+		if reason := decodeValue(p.Value, &v.Schema, &v); reason != "" {
+			return reason
+		}
+		if v.Backend.Name != name("/backends/") {
+			return fmt.Sprintf("holds backend %q under another name", v.Backend.Name)
+		}
+		if err := model.ValidateBackend(v.Backend); err != nil {
+			return err.Error()
+		}
+		s.model.Backends = append(s.model.Backends, v.Backend)
+		return ""
+	case strings.HasPrefix(p.Key, c.prefix+"/endpoints/"):
+		var v endpointValue
+		if reason := decodeValue(p.Value, &v.Schema, &v); reason != "" {
+			return reason
+		}
+		if v.Endpoint.Name != name("/endpoints/") {
+			return fmt.Sprintf("holds endpoint %q under another name", v.Endpoint.Name)
+		}
+		s.model.Endpoints = append(s.model.Endpoints, v.Endpoint)
+		return ""
+	}
+	return "not a key servemesh writes; it is left alone"
+}
+
+// decodeValue reads a stored JSON value of this schema; it returns why it
+// cannot, or "".
+func decodeValue(value []byte, schema *int, into any) string {
+	if err := json.Unmarshal(value, into); err != nil {
+		return "not a servemesh JSON value: " + err.Error()
 	}
 	if *schema != SchemaVersion {
-		return fmt.Errorf("store: consul key %s has schema %d; this servemesh reads schema %d (upgrade servemesh, or restore the key)", p.Key, *schema, SchemaVersion)
+		return fmt.Sprintf("schema %d; this servemesh reads schema %d (upgrade servemesh, or restore the key)", *schema, SchemaVersion)
 	}
-	return nil
+	return ""
 }
 
-// Commit implements Store as one Consul transaction: a check-and-set of the
-// meta key at rev, then the writes and deletes.
-func (c *Consul) Commit(ctx context.Context, rev Revision, change Change) (Revision, error) {
-	if change.Size() > MaxChangeObjects {
-		return 0, fmt.Errorf("store: a change of %d objects exceeds %d; split it", change.Size(), MaxChangeObjects)
-	}
-	meta, err := json.Marshal(metaValue{Schema: SchemaVersion, UpdatedAt: time.Now().UTC()})
-	if err != nil {
-		return 0, fmt.Errorf("store: encode meta: %w", err)
-	}
-	ops := api.KVTxnOps{{Verb: api.KVCAS, Key: c.metaKey(), Value: meta, Index: uint64(rev)}}
-	put := func(key string, v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Errorf("store: encode %s: %w", key, err)
-		}
-		if len(b) > MaxValueBytes {
-			return fmt.Errorf("store: %s would be %d bytes, over Consul's %d-byte limit for one value", key, len(b), MaxValueBytes)
-		}
-		ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: key, Value: b})
+// readPending reassembles the pending change ref names from its parts.
+func (c *Consul) readPending(s *snapshot, ref pendingRef, partValues map[string][]byte) *Change {
+	keys := s.parts[ref.ID]
+	sort.Strings(keys)
+	if len(keys) != ref.Parts {
+		s.unreadable = append(s.unreadable, Unreadable{Key: c.pendingDir(ref.ID),
+			Reason: fmt.Sprintf("the pending change has %d of its %d parts", len(keys), ref.Parts)})
 		return nil
 	}
-	for _, b := range change.PutBackends {
-		if err := put(c.backendKey(b.Name), backendValue{Schema: SchemaVersion, Backend: b}); err != nil {
-			return 0, err
-		}
+	var record []byte
+	for _, k := range keys {
+		record = append(record, partValues[k]...)
 	}
-	for _, e := range change.PutEndpoints {
-		if err := put(c.endpointKey(e.Name), endpointValue{Schema: SchemaVersion, Endpoint: e}); err != nil {
-			return 0, err
-		}
+	var v changeValue
+	if reason := decodeValue(record, &v.Schema, &v); reason != "" {
+		s.unreadable = append(s.unreadable, Unreadable{Key: c.pendingDir(ref.ID), Reason: "the pending change: " + reason})
+		return nil
 	}
-	for _, n := range change.DeleteBackends {
-		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: c.backendKey(n)})
+	return &v.Change
+}
+
+// dropDangling leaves out endpoints whose traffic or shadows name a backend
+// the state lacks (one that could not be read), reporting them.
+func dropDangling(m *model.Model, s *snapshot, c *Consul) *model.Model {
+	have := make(map[string]bool, len(m.Backends))
+	for _, b := range m.Backends {
+		have[b.Name] = true
 	}
-	for _, n := range change.DeleteEndpoints {
-		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: c.endpointKey(n)})
-	}
-	ok, resp, _, err := c.kv.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return 0, fmt.Errorf("store: consul transaction: %w", err)
-	}
-	if !ok {
-		for _, e := range resp.Errors {
-			if e.OpIndex == 0 {
-				return 0, ErrConflict
+	kept := m.Endpoints[:0:0]
+	for _, e := range m.Endpoints {
+		missing := ""
+		for _, b := range append(model.SortedKeys(e.Traffic), model.SortedKeys(e.Shadows)...) {
+			if !have[b] {
+				missing = b
+				break
 			}
 		}
-		return 0, fmt.Errorf("store: consul transaction refused: %+v", resp.Errors)
+		if missing != "" {
+			s.unreadable = append(s.unreadable, Unreadable{Key: c.endpointKey(e.Name),
+				Reason: fmt.Sprintf("uses backend %q, which is not stored or cannot be read", missing)})
+			continue
+		}
+		kept = append(kept, e)
 	}
-	return Revision(resp.Results[0].ModifyIndex), nil
+	m.Endpoints = kept
+	return m
 }
 
 // Watch implements Store with a blocking query on the meta key.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -30,9 +29,6 @@ func (m *Memory) Load(context.Context) (*model.Model, Revision, error) {
 
 // Commit implements Store.
 func (m *Memory) Commit(_ context.Context, rev Revision, c Change) (Revision, error) {
-	if c.Size() > MaxChangeObjects {
-		return 0, fmt.Errorf("store: a change of %d objects exceeds %d; split it", c.Size(), MaxChangeObjects)
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if rev != m.rev {
@@ -63,3 +59,9 @@ func (m *Memory) Watch(ctx context.Context, rev Revision) (*model.Model, Revisio
 		}
 	}
 }
+
+// Settle implements Store: a memory store is never half-written.
+func (m *Memory) Settle(context.Context) error { return nil }
+
+// Unreadable implements Store: a memory store holds only what it read.
+func (m *Memory) Unreadable() []Unreadable { return nil }

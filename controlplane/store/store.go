@@ -11,10 +11,6 @@ import (
 // SchemaVersion is the version of the stored JSON format.
 const SchemaVersion = 1
 
-// MaxChangeObjects is how many backends and endpoints one Change may write or
-// delete: a Consul transaction holds 64 operations and one checks the meta key.
-const MaxChangeObjects = 63
-
 // ErrConflict means the store moved past the revision a commit expected:
 // someone else wrote first. Reload and retry.
 var ErrConflict = errors.New("store: the stored state changed since it was read")
@@ -22,12 +18,13 @@ var ErrConflict = errors.New("store: the stored state changed since it was read"
 // Revision identifies one committed state. It only grows; 0 is "never written".
 type Revision uint64
 
-// Change is one atomic checkpoint: objects to write and names to delete.
+// Change is one atomic checkpoint, of any size: objects to write and names
+// to delete.
 type Change struct {
-	PutBackends     []model.Backend
-	DeleteBackends  []string
-	PutEndpoints    []model.Endpoint
-	DeleteEndpoints []string
+	PutBackends     []model.Backend  `json:"put_backends,omitempty"`
+	DeleteBackends  []string         `json:"delete_backends,omitempty"`
+	PutEndpoints    []model.Endpoint `json:"put_endpoints,omitempty"`
+	DeleteEndpoints []string         `json:"delete_endpoints,omitempty"`
 }
 
 // Size is the number of objects the change touches.
@@ -38,15 +35,39 @@ func (c Change) Size() int {
 // Store persists the desired state.
 type Store interface {
 	// Load returns the stored model and its revision; an empty model at
-	// revision 0 if nothing was ever stored.
+	// revision 0 if nothing was ever stored. What it cannot read (see
+	// Unreadable) is left out, never an error.
 	Load(ctx context.Context) (*model.Model, Revision, error)
-	// Commit applies change atomically if the store is still at rev, and
-	// returns the new revision. It returns ErrConflict otherwise.
+	// Commit applies change atomically, whatever its size, if the store is
+	// still at rev, and returns the new revision. It returns ErrConflict
+	// otherwise; after any error the stored state is the old one or, if
+	// the error says so (ErrCommitted), the new one.
 	Commit(ctx context.Context, rev Revision, change Change) (Revision, error)
 	// Watch blocks until the store's revision differs from rev, then returns
 	// the new model and revision. It returns ctx's error when ctx ends.
 	Watch(ctx context.Context, rev Revision) (*model.Model, Revision, error)
+	// Settle finishes a commit a crashed writer left half-applied and
+	// clears what writers left behind; the leader calls it before writing.
+	Settle(ctx context.Context) error
+	// Unreadable lists what the last Load had to leave out, and why.
+	Unreadable() []Unreadable
 }
+
+// Unreadable is a stored key Load could not read: unknown, malformed, of
+// another schema, or naming a backend that cannot be read. It is left
+// untouched, reported, and kept out of the state.
+type Unreadable struct {
+	Key    string `json:"key"`
+	Reason string `json:"reason"`
+}
+
+// ErrCommitted wraps an error that came after a commit's point of no
+// return: the change is stored, and Settle (or the next leader) finishes
+// applying it.
+var ErrCommitted = errors.New("store: the change is committed")
+
+// ErrTooLarge means one object is larger than the store holds.
+var ErrTooLarge = errors.New("store: an object is too large")
 
 // Diff returns the change that turns from into to.
 func Diff(from, to *model.Model) Change {
@@ -79,45 +100,6 @@ func diffByName[T any](from, to []T, name func(T) string, equal func(a, b T) boo
 	}
 	sort.Strings(deleted)
 	return put, deleted
-}
-
-// Split cuts a change into commits of at most MaxChangeObjects objects, in an
-// order that keeps each intermediate state valid where possible: removed
-// endpoints go first (freeing their routes and backends), then backends are
-// written, then endpoints that may use them, and last the backends no longer
-// used are deleted.
-func Split(c Change) []Change {
-	if c.Size() <= MaxChangeObjects {
-		return []Change{c}
-	}
-	var out []Change
-	cur := Change{}
-	flush := func() {
-		if cur.Size() == MaxChangeObjects {
-			out = append(out, cur)
-			cur = Change{}
-		}
-	}
-	for _, n := range c.DeleteEndpoints {
-		cur.DeleteEndpoints = append(cur.DeleteEndpoints, n)
-		flush()
-	}
-	for _, b := range c.PutBackends {
-		cur.PutBackends = append(cur.PutBackends, b)
-		flush()
-	}
-	for _, e := range c.PutEndpoints {
-		cur.PutEndpoints = append(cur.PutEndpoints, e)
-		flush()
-	}
-	for _, n := range c.DeleteBackends {
-		cur.DeleteBackends = append(cur.DeleteBackends, n)
-		flush()
-	}
-	if cur.Size() > 0 {
-		out = append(out, cur)
-	}
-	return out
 }
 
 // Apply returns m with change applied, objects sorted by name; m is not

@@ -113,46 +113,160 @@ func TestStoreContract(t *testing.T) {
 				t.Fatalf("watch after its context ended: %v", err)
 			}
 
-			if _, err := st.Commit(ctx, rev2, Diff(&model.Model{}, sample(40))); err == nil || !strings.Contains(err.Error(), "split it") {
-				t.Fatalf("an oversized change: %v", err)
+			// A change of any size is one atomic commit: 400 objects, far
+			// more than one Consul transaction holds.
+			big := sample(200)
+			cur, _, err := st.Load(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev3, err := st.Commit(ctx, rev2, Diff(cur, big))
+			if err != nil {
+				t.Fatalf("a large change: %v", err)
+			}
+			if got, rev, err := st.Load(ctx); err != nil || rev != rev3 || Diff(got, big).Size() != 0 {
+				t.Fatalf("load after a large change: rev %d (want %d), err %v, %d differences", rev, rev3, err, Diff(got, big).Size())
+			}
+			if u := st.Unreadable(); len(u) != 0 {
+				t.Fatalf("a store servemesh wrote has unreadable keys: %+v", u)
 			}
 		})
 	}
 }
 
-func TestConsulRefusesAnotherSchema(t *testing.T) {
+// consulStore returns a Consul store under a fresh prefix and the raw KV.
+func consulStore(t *testing.T) (*Consul, *api.KV, string) {
+	t.Helper()
 	client, err := consul.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := NewConsul(client, "test/schema")
-	if _, err := st.Commit(context.Background(), 0, Diff(&model.Model{}, sample(1))); err != nil {
+	prefix := "test/" + strings.ReplaceAll(t.Name(), "/", "-")
+	return NewConsul(client, prefix), client.KV(), prefix
+}
+
+func put(t *testing.T, kv *api.KV, key, value string) {
+	t.Helper()
+	if _, err := kv.Put(&api.KVPair{Key: key, Value: []byte(value)}, nil); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := client.KV().Put(&api.KVPair{Key: "test/schema/backends/b0", Value: []byte(`{"schema": 2, "backend": {}}`)}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := st.Load(context.Background()); err == nil || !strings.Contains(err.Error(), "schema 2") {
-		t.Fatalf("load of a newer schema: %v", err)
 	}
 }
 
-func TestSplitKeepsEveryCommitSmallAndOrdered(t *testing.T) {
-	parts := Split(Diff(sample(100), sample(0)))
-	if len(parts) != 4 {
-		t.Fatalf("200 deletions in %d parts, want 4", len(parts))
+// TestStrayKeysAreReportedNotFatal: keys a person or another tool put under
+// the prefix (the Consul UI's "create folder" makes an empty "backends/")
+// never stop a reader; they are left out, reported, and left untouched by
+// later commits.
+func TestStrayKeysAreReportedNotFatal(t *testing.T) {
+	st, kv, prefix := consulStore(t)
+	ctx := context.Background()
+	rev, err := st.Commit(ctx, 0, Diff(&model.Model{}, sample(2)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(parts[0].DeleteEndpoints) != MaxChangeObjects || len(parts[0].DeleteBackends) != 0 {
-		t.Fatalf("endpoints must be deleted before backends: first part %+v", parts[0])
+	stray := map[string]string{
+		prefix + "/backends/":          "",
+		prefix + "/something-else":     "hello",
+		prefix + "/backends/broken":    "{not json",
+		prefix + "/backends/newer":     `{"schema": 2, "backend": {"name": "newer"}}`,
+		prefix + "/backends/alias":     `{"schema": 1, "backend": {"name": "b0"}}`,
+		prefix + "/backends/bad-value": `{"schema": 1, "backend": {"name": "bad-value", "config": {"num_replicas": -5}}}`,
+		prefix + "/endpoints/orphan":   `{"schema": 1, "endpoint": {"name": "orphan", "route": "/o", "traffic": {"broken": 1}}}`,
 	}
-	m := sample(100)
-	for i, p := range parts {
-		if p.Size() > MaxChangeObjects {
-			t.Fatalf("part %d has %d objects", i, p.Size())
+	for k, v := range stray {
+		put(t, kv, k, v)
+	}
+	m, rev2, err := st.Load(ctx)
+	if err != nil {
+		t.Fatalf("stray keys stopped the load: %v", err)
+	}
+	if rev2 != rev || Diff(m, sample(2)).Size() != 0 {
+		t.Fatalf("the readable state changed: rev %d (want %d), %d differences", rev2, rev, Diff(m, sample(2)).Size())
+	}
+	unreadable := map[string]string{}
+	for _, u := range st.Unreadable() {
+		unreadable[u.Key] = u.Reason
+	}
+	for k := range stray {
+		if unreadable[k] == "" {
+			t.Errorf("stray key %s is not reported", k)
 		}
-		m = Apply(m, p)
-		if err := m.Validate(); err != nil {
-			t.Fatalf("state after part %d is invalid: %v", i, err)
+	}
+	if !strings.Contains(unreadable[prefix+"/backends/newer"], "schema 2") || !strings.Contains(unreadable[prefix+"/endpoints/orphan"], `backend "broken"`) {
+		t.Errorf("reasons: %+v", unreadable)
+	}
+	// Writes go on, and leave the stray keys as they were.
+	if _, err := st.Commit(ctx, rev, Diff(m, sample(300))); err != nil {
+		t.Fatalf("a commit over stray keys: %v", err)
+	}
+	for k, v := range stray {
+		pair, _, err := kv.Get(k, nil)
+		if err != nil || pair == nil || string(pair.Value) != v {
+			t.Errorf("stray key %s was changed or removed", k)
 		}
+	}
+}
+
+// TestInterruptedLargeCommit: a large change is visible exactly when its
+// meta check-and-set lands. One recorded but never committed is invisible
+// and Settle removes it; one committed but not applied is read whole, and
+// Settle finishes applying it.
+func TestInterruptedLargeCommit(t *testing.T) {
+	st, kv, prefix := consulStore(t)
+	ctx := context.Background()
+	rev, err := st.Commit(ctx, 0, Diff(&model.Model{}, sample(10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	change := Diff(sample(10), sample(150))
+
+	// Recorded, never committed: the old state, and Settle cleans up.
+	id, _, err := st.writeRecord(ctx, change)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, r, _ := st.Load(ctx); r != rev || Diff(m, sample(10)).Size() != 0 {
+		t.Fatal("an uncommitted record changed the state")
+	}
+	if err := st.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _, _ := kv.Keys(st.pendingDir(id), "", nil); len(keys) != 0 {
+		t.Fatalf("Settle left an uncommitted record: %v", keys)
+	}
+
+	// Committed, then the writer died before applying: the new state whole.
+	id, parts, err := st.writeRecord(ctx, change)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _ := encodeMeta(&pendingRef{ID: id, Parts: parts})
+	committed, err := st.casMeta(ctx, uint64(rev), meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, r, _ := st.Load(ctx); r != committed || Diff(m, sample(150)).Size() != 0 {
+		t.Fatalf("a committed, unapplied change is not read whole: rev %d, %d differences", r, Diff(m, sample(150)).Size())
+	}
+	if err := st.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, r, _ := st.Load(ctx)
+	if r <= committed || Diff(m, sample(150)).Size() != 0 {
+		t.Fatalf("after Settle: rev %d, %d differences", r, Diff(m, sample(150)).Size())
+	}
+	if keys, _, _ := kv.Keys(prefix+"/pending/", "", nil); len(keys) != 0 {
+		t.Fatalf("Settle left the record: %v", keys)
+	}
+	if keys, _, _ := kv.Keys(prefix+"/endpoints/", "", nil); len(keys) != 150 {
+		t.Fatalf("Settle applied %d endpoints of 150", len(keys))
+	}
+}
+
+func TestOversizedObjectIsRefused(t *testing.T) {
+	st, _, _ := consulStore(t)
+	b := model.Backend{Name: "fat", Process: &model.ProcessSpec{Command: "x", Args: []string{strings.Repeat("a", MaxValueBytes)}}}
+	_, err := st.Commit(context.Background(), 0, Change{PutBackends: []model.Backend{b}})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "at most") {
+		t.Fatalf("got %v, want ErrTooLarge naming the limit", err)
 	}
 }

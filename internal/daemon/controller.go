@@ -82,10 +82,23 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)
 	status := func() api.StatusReport {
 		m, _ := ctl.State()
-		return api.NewStatusReport(m, scaler.Load(), plane.XDS.Status())
+		return api.NewStatusReport(m, scaler.Load(), plane.XDS.Status(), problems(ctl, publisher))
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, o.Token, log.With("component", "api"), status))
 	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, publisher: publisher}
+}
+
+// problems lists what keeps the data plane from following the stored
+// state exactly.
+func problems(ctl *controller.Controller, publisher *dataplane.Publisher) []string {
+	var out []string
+	for _, u := range ctl.StoreProblems() {
+		out = append(out, fmt.Sprintf("stored key %s cannot be read and is left out: %s", u.Key, u.Reason))
+	}
+	if err := publisher.Err(); err != nil {
+		out = append(out, err.Error())
+	}
+	return out
 }
 
 // lead is what the controller does each time it wins the election: recover
