@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -45,12 +44,14 @@ func TestHAFailover(t *testing.T) {
 	traffic := startLoad("http://"+n.public+"/svc", 4)
 
 	// Writes: create backends w0, w1, ... through a client that knows both
-	// controllers, retrying until each is accepted.
-	var accepted []string
+	// controllers, and c0, c1, ... through the CLI given both (as
+	// SERVEMESH_SERVER=a,b). Each must succeed at its first call: a write
+	// that reached no leader is sent again until the takeover is done.
+	var accepted, cliAccepted []string
 	var writeErrs atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		for i := 0; ; i++ {
@@ -60,24 +61,30 @@ func TestHAFailover(t *testing.T) {
 			default:
 			}
 			name := fmt.Sprintf("w%d", i)
-			for {
-				_, err := both.CreateBackend(ctx, model.Backend{Name: name})
-				if err == nil {
-					accepted = append(accepted, name)
-					break
-				}
+			if _, err := both.CreateBackend(ctx, model.Backend{Name: name}); err != nil {
 				writeErrs.Add(1)
-				var apiErr *api.Error
-				if errors.As(err, &apiErr) && apiErr.Status < 500 {
-					t.Errorf("write %s refused: %v", name, err)
-					return
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(50 * time.Millisecond):
-				}
+				t.Errorf("write %s failed during the failover: %v", name, err)
+				return
 			}
+			accepted = append(accepted, name)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		env := []string{"SERVEMESH_SERVER=" + a.apiAddr + "," + b.apiAddr}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := fmt.Sprintf("c%d", i)
+			if code, out, errOut := cli(t, env, "backend", "create", name, "--replica", x.addrs[0]); code != 0 {
+				writeErrs.Add(1)
+				t.Errorf("servemesh backend create %s failed during the failover: exit %d %s%s", name, code, out, errOut)
+				return
+			}
+			cliAccepted = append(cliAccepted, name)
 		}
 	}()
 	// Reads from the follower keep working throughout.
@@ -115,13 +122,13 @@ func TestHAFailover(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	traffic.finish(t)
-	t.Logf("leader killed: ctl-b leads after %s, accepts writes after %s; %d writes accepted (%d attempts failed and were retried); %d reads on the follower, %d failed",
-		takeover.Round(time.Millisecond), writable.Round(time.Millisecond), len(accepted), writeErrs.Load(), reads.Load(), readErrs.Load())
+	t.Logf("leader killed: ctl-b leads after %s, accepts writes after %s; %d client and %d CLI writes accepted, %d failed; %d reads on the follower, %d failed",
+		takeover.Round(time.Millisecond), writable.Round(time.Millisecond), len(accepted), len(cliAccepted), writeErrs.Load(), reads.Load(), readErrs.Load())
 	if readErrs.Load() != 0 {
 		t.Fatalf("%d reads from the follower failed", readErrs.Load())
 	}
-	if len(accepted) < 10 {
-		t.Fatalf("only %d writes were accepted; the write stream did not run", len(accepted))
+	if len(accepted) < 10 || len(cliAccepted) < 3 {
+		t.Fatalf("only %d client and %d CLI writes were accepted; the write streams did not run", len(accepted), len(cliAccepted))
 	}
 
 	// No accepted write is lost: every one is in Consul and in the new leader's answers.
@@ -145,7 +152,7 @@ func TestHAFailover(t *testing.T) {
 		}
 		return false
 	}
-	for _, name := range append(accepted, "after-takeover") {
+	for _, name := range append(append(accepted, cliAccepted...), "after-takeover") {
 		if !has(stored.Backends, name) || !has(backends, name) {
 			t.Fatalf("accepted write %s is lost (in Consul: %v, from the leader: %v)", name, has(stored.Backends, name), has(backends, name))
 		}

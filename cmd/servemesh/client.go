@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,6 +13,7 @@ import (
 // clientFlags are the flags of every API command, defined here once.
 type clientFlags struct {
 	server, tokenFile, output string
+	failoverWait              time.Duration
 }
 
 // addClientFlags adds the API flags to cmd and its subcommands.
@@ -24,6 +26,7 @@ func addClientFlags(cmd *cobra.Command, f *clientFlags) {
 	fs.StringVar(&f.server, "server", server, "the controller's API address, or several comma-separated (default $SERVEMESH_SERVER or 127.0.0.1:18001)")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("SERVEMESH_TOKEN_FILE"), "file with the API bearer token (default $SERVEMESH_TOKEN_FILE)")
 	fs.StringVarP(&f.output, "output", "o", "table", "output of reads: table or json")
+	fs.DurationVar(&f.failoverWait, "failover-wait", api.DefaultFailoverWait, "how long a call waits for a controller that leads and answers (a leader's failover), trying each given one; 0 tries each once")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
@@ -36,7 +39,9 @@ func (f *clientFlags) client() (*api.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.NewClient(f.server, token), nil
+	c := api.NewClient(f.server, token)
+	c.FailoverWait = f.failoverWait
+	return c, nil
 }
 
 // nounCommand is a command that only groups verbs (backend, endpoint, ...),

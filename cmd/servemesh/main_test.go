@@ -75,7 +75,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"backend", "create", "--server", "127.0.0.1:1"}, 1, "want one backend name"},
 		{[]string{"traffic", "set", "e", "a=x", "--server", "127.0.0.1:1"}, 1, `"x" is not a number`},
 		// Flags may come after positional arguments, for every command.
-		{[]string{"traffic", "set", "e", "a=1", "--server", "127.0.0.1:1"}, 1, "127.0.0.1:1"},
+		{[]string{"traffic", "set", "e", "a=1", "--server", "127.0.0.1:1", "--failover-wait", "0"}, 1, "127.0.0.1:1"},
 		{[]string{"backend", "list", "-o", "yaml", "--server", "127.0.0.1:1"}, 1, `-o "yaml": use table or json`},
 	} {
 		code, _, errOut := runCLI(tc.args...)

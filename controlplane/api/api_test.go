@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -172,7 +173,7 @@ func TestFollowerAnswers503AndTheClientFollowsTheLeader(t *testing.T) {
 	if status != 503 || !strings.Contains(body, "leader="+strings.TrimPrefix(leader.srv.URL, "http://")) {
 		t.Fatalf("write to a follower: HTTP %d %s", status, body)
 	}
-	changed, err := NewClient(follower.srv.URL, "").CreateBackend(context.Background(), model.Backend{Name: "a"})
+	changed, err := NewClient(follower.srv.URL+","+leader.srv.URL, "").CreateBackend(context.Background(), model.Backend{Name: "a"})
 	if err != nil || !changed {
 		t.Fatalf("client via follower: %v %v", changed, err)
 	}
@@ -181,5 +182,46 @@ func TestFollowerAnswers503AndTheClientFollowsTheLeader(t *testing.T) {
 	}
 	if follower.rev(t) != 0 {
 		t.Fatal("the follower's own store was written")
+	}
+	// A leader the client was not given gets nothing, token included.
+	only := NewClient(follower.srv.URL, "s3cret")
+	only.FailoverWait = 0
+	if _, err := only.CreateBackend(context.Background(), model.Backend{Name: "b"}); err == nil || !strings.Contains(err.Error(), "not among the controllers") {
+		t.Fatalf("a write via a follower naming an unknown leader: %v", err)
+	}
+	if _, err := leader.c.GetBackend("b"); err == nil {
+		t.Fatal("the write reached a leader the client was not given")
+	}
+}
+
+// TestClientRidesThroughAFailover: writes that were never delivered (no
+// controller listening, a follower with no leader yet) are sent again,
+// across the given controllers, until one leads, within FailoverWait.
+func TestClientRidesThroughAFailover(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close() // connection refused
+	successor := newFixture(t, "")
+	successor.c.Follow("") // no leader known: the old one just died
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		if err := successor.c.Lead(context.Background(), strings.TrimPrefix(successor.srv.URL, "http://")); err != nil {
+			t.Error(err)
+		}
+	}()
+	c := NewClient(dead.URL+","+successor.srv.URL, "")
+	c.FailoverWait = 10 * time.Second
+	if changed, err := c.CreateBackend(context.Background(), model.Backend{Name: "a"}); err != nil || !changed {
+		t.Fatalf("a write during a failover: %v, %v", changed, err)
+	}
+	// Without a wait, a call tries each controller once and says why it failed.
+	c.FailoverWait = 0
+	dead2 := NewClient(dead.URL, "")
+	dead2.FailoverWait = 0
+	if _, err := dead2.ListBackends(context.Background()); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("a call to no controller: %v", err)
+	}
+	// Errors that reached the leader are not sent again.
+	if _, err := c.CreateBackend(context.Background(), model.Backend{Name: "bad name"}); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
+		t.Fatalf("an invalid write: %v", err)
 	}
 }

@@ -10,25 +10,42 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
 )
 
-// Client calls a controller's API. It tries its controllers in turn when one
-// cannot be reached, and retries a write once at the leader a follower names.
+// Client calls a controllers' API. A call that reached no leader (no
+// controller could be reached, a follower answered that it does not lead)
+// or whose answer was lost (the leader died mid-call) is sent again: every
+// call of the API is idempotent, so repeating one that did land changes
+// nothing. The client tries its other controllers, starting with the
+// leader a follower names if it is one of them, and waits with backoff for
+// a leader for up to FailoverWait, so a script rides through a leader's
+// failover. It never sends its token to an address it was not given.
 type Client struct {
 	bases []string
 	token string
 	http  *http.Client
+	// FailoverWait bounds how long a call waits for a controller that
+	// leads (and answers); NewClient sets DefaultFailoverWait, and zero
+	// tries each controller once.
+	FailoverWait time.Duration
 }
+
+// DefaultFailoverWait is a little longer than a leader's takeover after it
+// dies (its check's TTL of 3 s, then the 1 s lock delay, then recovery).
+const DefaultFailoverWait = 15 * time.Second
 
 // NewClient returns a client for the controllers at servers, one address or
 // several comma-separated ("127.0.0.1:18001" or "http://host:port"),
 // authenticating with token if it is not empty.
 func NewClient(servers, token string) *Client {
-	c := &Client{token: token, http: &http.Client{Timeout: 30 * time.Second}}
+	c := &Client{token: token, FailoverWait: DefaultFailoverWait, http: &http.Client{Timeout: 30 * time.Second,
+		// Never follow a redirect: it could carry the token elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	for _, s := range strings.Split(servers, ",") {
 		c.bases = append(c.bases, normalize(s))
 	}
@@ -58,27 +75,64 @@ func (e *Error) Error() string {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	var err error
-	for _, base := range c.bases {
-		err = c.doAt(ctx, base, method, path, body, out)
-		var apiErr *Error
-		if method != http.MethodGet && asError(err, &apiErr) && apiErr.Body.Kind == "not_leader" && apiErr.Body.Leader != "" {
-			if leader := normalize(apiErr.Body.Leader); leader != base {
-				return c.doAt(ctx, leader, method, path, body, out)
+	deadline := time.Now().Add(c.FailoverWait)
+	delay := 100 * time.Millisecond
+	order := append([]string(nil), c.bases...)
+	for {
+		var err error
+		var unknownLeader string
+		for i := 0; i < len(order); i++ {
+			err = c.doAt(ctx, order[i], method, path, body, out)
+			if !retryable(err) {
+				return err
+			}
+			if leader := namedLeader(err); leader != "" {
+				if j := slices.Index(order, leader); j > i {
+					order[i+1], order[j] = order[j], order[i+1] // ask the named leader next
+				} else if j < 0 {
+					unknownLeader = leader
+				}
 			}
 		}
-		if !isConnectError(err) {
+		if unknownLeader != "" && len(c.bases) == 1 {
+			return fmt.Errorf("%w; it is not among the controllers this client was given (--server), so the token is not sent there; add it", err)
+		}
+		if time.Now().Add(delay).After(deadline) {
 			return err
 		}
+		select { // no controller leads yet: wait for a takeover
+		case <-ctx.Done():
+			return fmt.Errorf("%w (then: %w)", err, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
 	}
-	return err
 }
 
-// isConnectError reports whether err means the controller could not be
-// reached at all, so another one may be tried.
-func isConnectError(err error) bool {
+// retryable reports whether err means the call reached no leader (no
+// controller could be connected to, a follower answered that it does not
+// lead) or its answer was lost on the way (the connection broke). Errors
+// the controller answered, and the caller's own deadline, are final.
+func retryable(err error) bool {
+	if err == nil || ctxErr(err) != nil {
+		return false
+	}
 	var apiErr *Error
-	return err != nil && !errors.As(err, &apiErr) && ctxErr(err) == nil
+	if errors.As(err, &apiErr) {
+		return apiErr.Body.Kind == "not_leader"
+	}
+	var urlErr *url.Error
+	return errors.As(err, &urlErr) // transport: refused, reset, EOF
+}
+
+// namedLeader is the leader a follower's answer names, normalised; "" if
+// none.
+func namedLeader(err error) string {
+	var apiErr *Error
+	if errors.As(err, &apiErr) && apiErr.Body.Kind == "not_leader" && apiErr.Body.Leader != "" {
+		return normalize(apiErr.Body.Leader)
+	}
+	return ""
 }
 
 func ctxErr(err error) error {
@@ -87,8 +141,6 @@ func ctxErr(err error) error {
 	}
 	return nil
 }
-
-func asError(err error, target **Error) bool { return errors.As(err, target) }
 
 func (c *Client) doAt(ctx context.Context, base, method, path string, body, out any) error {
 	var reader io.Reader

@@ -74,7 +74,7 @@ func (a *Autoscaler) Run(ctx context.Context) {
 			return
 		case <-time.After(period):
 		}
-		a.poll(ctx)
+		a.poll(ctx, m)
 		a.decide(ctx, m)
 	}
 }
@@ -91,8 +91,14 @@ func pollPeriod(m *model.Model) time.Duration {
 	return max(period, 100*time.Millisecond)
 }
 
-// poll reads every live agent's load and sums it per backend.
-func (a *Autoscaler) poll(ctx context.Context) {
+// poll reads every live agent's load and sums it per backend of m; names an
+// agent reports that m does not have are ignored, so they make no metric
+// labels.
+func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
+	known := make(map[string]bool, len(m.Backends))
+	for _, b := range m.Backends {
+		known[b.Name] = true
+	}
 	nodes, err := a.nodes(ctx)
 	if err != nil {
 		a.log.Warn("autoscale: listing nodes failed", "err", err)
@@ -115,6 +121,9 @@ func (a *Autoscaler) poll(ctx context.Context) {
 		a.mu.Unlock()
 		dt := l.At.Sub(prev.At).Seconds()
 		for backend, bl := range l.Backends {
+			if !known[backend] {
+				continue
+			}
 			t := totals[backend]
 			t.InFlight += float64(bl.Active + bl.Pending)
 			if p, ok := prev.Backends[backend]; hadPrev && ok && dt > 0 && bl.Requests >= p.Requests {
@@ -132,6 +141,9 @@ func (a *Autoscaler) poll(ctx context.Context) {
 		}
 	}
 	a.load = totals
+	a.inFlight.Reset() // backends gone from the state lose their series
+	a.rate.Reset()
+	a.errRate.Reset()
 	for backend, t := range totals {
 		a.inFlight.WithLabelValues(backend).Set(t.InFlight)
 		a.rate.WithLabelValues(backend).Set(t.RequestRate)

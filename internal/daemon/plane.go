@@ -12,11 +12,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/xds/server"
+)
+
+// The xDS listener's limits (docs/limits.md). An Envoy opens one
+// connection with one ADS stream; requests are small (a node, resource
+// names, versions), answers are not bounded here.
+const (
+	MaxXDSConnections          = 4096
+	MaxXDSStreamsPerConnection = 8
+	MaxXDSRequestBytes         = 1 << 20
 )
 
 // Plane is what every control plane runs: the xDS server on a gRPC
@@ -59,9 +69,13 @@ func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpList
 		_ = xdsLis.Close()
 		return err
 	}
+	xdsLis = netutil.LimitListener(xdsLis, MaxXDSConnections)
 	p.grpc = grpc.NewServer(
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(MaxXDSStreamsPerConnection),
+		grpc.MaxRecvMsgSize(MaxXDSRequestBytes),
+		grpc.ConnectionTimeout(10*time.Second),
 	)
 	p.XDS.Register(p.grpc)
 	runCtx, cancel := context.WithCancel(ctx)

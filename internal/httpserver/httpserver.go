@@ -15,15 +15,25 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/net/netutil"
 )
 
-// The limits of every servemesh HTTP server.
-const (
-	ReadHeaderTimeout = 5 * time.Second
-	ReadTimeout       = 30 * time.Second
-	IdleTimeout       = 60 * time.Second
-	MaxHeaderBytes    = 64 << 10
-)
+// Limits bound what one client can hold of a server.
+type Limits struct {
+	// ReadHeader and Read bound reading a request's headers and all of
+	// it; Write bounds a request from its headers to its answer; Idle
+	// closes a keep-alive connection with no request.
+	ReadHeader, Read, Write, Idle time.Duration
+	MaxHeaderBytes                int
+	// MaxConnections bounds open connections; more wait to be accepted.
+	MaxConnections int
+}
+
+// DefaultLimits are the limits of every servemesh HTTP server
+// (docs/limits.md). The longest request is a large apply, whose commit is
+// bounded at two minutes.
+var DefaultLimits = Limits{ReadHeader: 5 * time.Second, Read: 20 * time.Second, Write: 150 * time.Second,
+	Idle: 30 * time.Second, MaxHeaderBytes: 64 << 10, MaxConnections: 512}
 
 // Server is an HTTP server listening on one address.
 type Server struct {
@@ -32,16 +42,23 @@ type Server struct {
 	done chan struct{}
 }
 
-// Start listens on addr (port 0 picks one) and serves h until Stop.
+// Start listens on addr (port 0 picks one) and serves h, within
+// DefaultLimits, until Stop.
 func Start(ctx context.Context, log *slog.Logger, addr string, h http.Handler) (*Server, error) {
+	return StartLimited(ctx, log, addr, h, DefaultLimits)
+}
+
+// StartLimited is Start with other limits.
+func StartLimited(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l Limits) (*Server, error) {
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	lis = netutil.LimitListener(lis, l.MaxConnections)
 	s := &Server{addr: lis.Addr().String(), done: make(chan struct{}), hs: &http.Server{
-		Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, ReadTimeout: ReadTimeout,
-		IdleTimeout: IdleTimeout, MaxHeaderBytes: MaxHeaderBytes,
+		Handler: h, ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read, WriteTimeout: l.Write,
+		IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes,
 	}}
 	go func() {
 		defer close(s.done)

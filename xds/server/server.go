@@ -32,6 +32,9 @@ type Options struct {
 	// ForgetNodesAfter is how long a node without an open stream is kept
 	// (its snapshot and status); 10 minutes when zero.
 	ForgetNodesAfter time.Duration
+	// MaxGoneNodes is how many nodes without an open stream are kept at
+	// most; the longest gone are forgotten first. 256 when zero.
+	MaxGoneNodes int
 }
 
 // Server holds the last good model and serves it to every connected node.
@@ -44,6 +47,7 @@ type Server struct {
 	holdOff     time.Duration
 	maxHoldOff  time.Duration
 	forgetAfter time.Duration
+	maxGone     int
 	wake        chan struct{}
 
 	mu         sync.Mutex
@@ -66,6 +70,7 @@ func New(opts Options) *Server {
 		holdOff:              opts.HoldOff,
 		maxHoldOff:           opts.MaxHoldOff,
 		forgetAfter:          opts.ForgetNodesAfter,
+		maxGone:              opts.MaxGoneNodes,
 		wake:                 make(chan struct{}, 1),
 		nodes:                map[string]*nodeState{},
 		acceptedAt:           map[uint64]time.Time{},
@@ -80,6 +85,9 @@ func New(opts Options) *Server {
 	}
 	if s.forgetAfter == 0 {
 		s.forgetAfter = 10 * time.Minute
+	}
+	if s.maxGone == 0 {
+		s.maxGone = 256
 	}
 	cacheLog := cacheLogger{s.log}
 	// ads=false: in ADS mode the cache answers a route request only if it

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -294,6 +295,47 @@ func TestGoneNodesAreForgotten(t *testing.T) {
 	waitFor(t, func() bool { return len(s.Status()) == 0 })
 	if _, err := s.snapshots.GetSnapshot("short-lived"); err == nil {
 		t.Fatal("the gone node's snapshot was kept")
+	}
+}
+
+// TestGoneNodesAreBounded: node ids that connected once (3,000 of them
+// used to be kept for 10 minutes, 130 MB) are kept at most MaxGoneNodes at a
+// time, the longest gone forgotten first, with no publish needed.
+func TestGoneNodesAreBounded(t *testing.T) {
+	s, conn, _ := startServer(t)
+	s.mu.Lock()
+	s.maxGone = 3
+	s.mu.Unlock()
+	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		ctx, cancel := context.WithCancel(context.Background())
+		stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&discovery.DiscoveryRequest{Node: servemeshNode(t, fmt.Sprintf("once-%d", i)), TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		waitFor(t, func() bool {
+			for _, n := range s.Status() {
+				if n.Connected {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	waitFor(t, func() bool { return len(s.Status()) == 3 })
+	for _, n := range s.Status() {
+		if n.ID != "once-7" && n.ID != "once-8" && n.ID != "once-9" {
+			t.Errorf("kept %s; want the three most recently gone", n.ID)
+		}
 	}
 }
 

@@ -52,6 +52,7 @@ func (s *Server) closeStream(id int64) {
 		}
 		delete(s.streams, id)
 		s.countConnected()
+		s.forgetGoneNodes(time.Now())
 	}
 	s.mu.Unlock()
 	s.metrics.streams.Dec()
@@ -128,17 +129,34 @@ func (s *Server) observeConvergence(n *nodeState) {
 	}
 }
 
-// forgetGoneNodes drops nodes without a stream for longer than forgetAfter,
-// with their snapshots. Called with mu held.
+// forgetGoneNodes drops, with their snapshots, nodes without a stream for
+// longer than forgetAfter, and the longest gone beyond maxGone, so node ids
+// that connected once cannot pile up. Called with mu held.
 func (s *Server) forgetGoneNodes(now time.Time) {
+	var gone []string
 	for id, n := range s.nodes {
-		if n.streams == 0 && !n.goneSince.IsZero() && now.Sub(n.goneSince) > s.forgetAfter {
-			delete(s.nodes, id)
-			s.snapshots.ClearSnapshot(id)
-			s.log.Info("forgot a node gone since", "node", id, "since", n.goneSince.Format(time.RFC3339))
+		switch {
+		case n.streams > 0 || n.goneSince.IsZero():
+		case now.Sub(n.goneSince) > s.forgetAfter:
+			s.forget(id)
+		default:
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) > s.maxGone {
+		sort.Slice(gone, func(i, j int) bool { return s.nodes[gone[i]].goneSince.Before(s.nodes[gone[j]].goneSince) })
+		for _, id := range gone[:len(gone)-s.maxGone] {
+			s.forget(id)
 		}
 	}
 	s.metrics.knownNodes.Set(float64(len(s.nodes)))
+}
+
+// forget drops one node and its snapshot. Called with mu held.
+func (s *Server) forget(id string) {
+	s.log.Info("forgot a node gone since", "node", id, "since", s.nodes[id].goneSince.Format(time.RFC3339))
+	delete(s.nodes, id)
+	s.snapshots.ClearSnapshot(id)
 }
 
 // countConnected updates the connected-nodes gauge. Called with mu held.

@@ -1,0 +1,60 @@
+package autoscale
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/servemesh/servemesh/controlplane/controller"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// TestPollKeepsOnlyKnownBackendsAndBoundsAnswers: an agent's answer is read
+// up to wire.MaxLoadBytes, and backend names the state does not have make
+// no metric series (an agent could report any number of names).
+func TestPollKeepsOnlyKnownBackendsAndBoundsAnswers(t *testing.T) {
+	huge := false
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if huge {
+			_, _ = io.WriteString(w, `{"backends": {"b": {"active": 1}}, "padding": "`+strings.Repeat("x", wire.MaxLoadBytes)+`"}`)
+			return
+		}
+		l := wire.Load{Node: "n1", At: time.Now(), Backends: map[string]wire.BackendLoad{"b": {Active: 3, Pending: 1}}}
+		for i := range 100 {
+			l.Backends["made-up-"+string(rune('a'+i%26))+strings.Repeat("z", i)] = wire.BackendLoad{Active: 1}
+		}
+		_ = json.NewEncoder(w).Encode(l)
+	}))
+	defer agent.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	nodes := func(context.Context) ([]wire.NodeInfo, error) {
+		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
+	}
+	reg := prometheus.NewRegistry()
+	a := New(ctl, nodes, log, reg)
+	m := &model.Model{Backends: []model.Backend{{Name: "b"}}}
+	a.poll(context.Background(), m)
+	if got := a.Load()["b"].InFlight; got != 4 {
+		t.Fatalf("in flight for b: %v, want 4", got)
+	}
+	if n := promtest.CollectAndCount(a.inFlight); n != 1 {
+		t.Fatalf("%d in-flight series; want one, for the one backend the state has", n)
+	}
+	huge = true
+	a.poll(context.Background(), m) // an oversized answer is refused, not read whole
+	if _, ok := a.Load()["b"]; ok {
+		t.Fatal("an answer over the size limit was used")
+	}
+}
