@@ -34,6 +34,9 @@ type Options struct {
 	// CheckTTL is how long after the last heartbeat the node and its
 	// replicas go critical; 3s when zero.
 	CheckTTL time.Duration
+	// ReplicaLogMB caps a replica's log: it rotates at this size, keeping
+	// two older files. 10 (MiB) when zero.
+	ReplicaLogMB int
 }
 
 // Agent runs the replicas placed on its node.
@@ -46,6 +49,7 @@ type Agent struct {
 	drainGrace, stopGrace  time.Duration
 	checkTTL               time.Duration
 	minBackoff, maxBackoff time.Duration
+	logMaxMB               int
 	metrics                *metrics
 
 	replicas map[string]*replica // by tag; owned by Run
@@ -80,6 +84,9 @@ func New(o Options) *Agent {
 	if a.checkTTL == 0 {
 		a.checkTTL = 3 * time.Second
 	}
+	if a.logMaxMB = o.ReplicaLogMB; a.logMaxMB == 0 {
+		a.logMaxMB = 10
+	}
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(a.metrics.restarts, a.metrics.replicas)
 	}
@@ -91,6 +98,9 @@ func New(o Options) *Agent {
 func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.workDir, 0o755); err != nil {
 		return fmt.Errorf("agent work dir: %w", err)
+	}
+	if killed := killLeftovers(a.node.ID); len(killed) > 0 {
+		a.log.Warn("killed processes a previous agent of this node left running", "pids", killed)
 	}
 	if err := a.registerNode(); err != nil {
 		return err

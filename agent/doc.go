@@ -15,5 +15,11 @@
 //     SIGTERM, then SIGKILL, and is deregistered.
 //  5. The servemesh binary's agent command also supervises the node's Envoy.
 //
+// A replica's process dies with its agent (Pdeathsig), so an agent that
+// restarts has nothing to adopt: it starts the node's replicas afresh, on
+// new ports, after killing whatever processes the replicas of its previous
+// incarnation had started (found by their SERVEMESH_NODE and
+// SERVEMESH_REPLICA_TAG environment). Replica logs rotate at a size cap.
+//
 // demoreplica is the small HTTP workload the demo and the tests run.
 package agent

@@ -9,11 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/heartbeat"
@@ -33,6 +34,7 @@ type replica struct {
 
 	cancel   context.CancelFunc // ends the run loop
 	done     chan struct{}
+	output   *lumberjack.Logger // the replica's log, rotated
 	mu       sync.Mutex
 	draining bool
 	stopOnce sync.Once
@@ -51,7 +53,10 @@ func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placem
 	_, portText, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portText)
 	r := &replica{a: a, backend: backend, tag: p.Tag, spec: spec, port: port, done: make(chan struct{}),
-		log: a.log.With("replica", p.Tag)}
+		log: a.log.With("replica", p.Tag), output: &lumberjack.Logger{
+			Filename: filepath.Join(a.workDir, wire.ReplicaServiceID(p.Tag)+".log"),
+			MaxSize:  a.logMaxMB, MaxBackups: 2,
+		}}
 	if err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
 		ID: r.serviceID(), Name: backend, Tags: []string{wire.ReplicaServiceTag, p.Tag},
 		Address: a.node.Address, Port: port,
@@ -110,16 +115,11 @@ func (r *replica) startProcess() (*proc.Process, error) {
 	for i, a := range r.spec.Args {
 		args[i] = expand(a)
 	}
-	logFile, err := os.OpenFile(filepath.Join(r.a.workDir, strings.ReplaceAll(r.tag, "#", "-")+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = logFile.Close() }()
 	environ := os.Environ()
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
-	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: logFile, Stderr: logFile})
+	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: r.output, Stderr: r.output})
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +185,7 @@ func (r *replica) stop() { r.stopOnce.Do(r.stopNow) }
 func (r *replica) stopNow() {
 	r.cancel() // run stops the process
 	<-r.done
+	_ = r.output.Close()
 	if err := r.a.consul.Agent().ServiceDeregister(r.serviceID()); err != nil {
 		r.log.Warn("deregister replica", "err", err)
 	}

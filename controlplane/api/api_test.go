@@ -162,6 +162,19 @@ func TestTokenIsRequiredAndWithoutItNothingChanges(t *testing.T) {
 	if changed, err := NewClient(u, "s3cret").CreateBackend(context.Background(), model.Backend{Name: "a"}); err != nil || !changed {
 		t.Fatalf("with the token: %v %v", changed, err)
 	}
+	// The scheme is case-insensitive (RFC 9110), the token is not.
+	for header, want := range map[string]int{"bearer s3cret": 200, "BEARER s3cret": 200, "Bearer S3CRET": 401, "Basic s3cret": 401, "s3cret": 401} {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, u+"/v1/backends", nil)
+		req.Header.Set("Authorization", header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization: %q answered %d, want %d", header, resp.StatusCode, want)
+		}
+	}
 }
 
 func TestFollowerAnswers503AndTheClientFollowsTheLeader(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -88,9 +89,11 @@ func authenticate(token string, next http.Handler) http.Handler {
 	if token == "" {
 		return next
 	}
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		// RFC 9110: the scheme is case-insensitive; the token is not.
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(got, " ")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="servemesh"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token; pass --token-file (or set SERVEMESH_TOKEN_FILE) with the controller's token", "")
 			return

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -96,7 +97,7 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 			used[n.ID].cpus += b.Config.CPUs
 			used[n.ID].mem += b.Config.MemoryMB
 			used[n.ID].count[b.Name]++
-			added = append(added, model.Placement{Tag: newTag(b.Name), Node: n.ID, State: model.Running, Since: now.Unix(), Spec: spec})
+			added = append(added, model.Placement{Tag: newTag(b.Name, b.Placements, added), Node: n.ID, State: model.Running, Since: now.Unix(), Spec: spec})
 		}
 		if len(added) < need {
 			return errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus or memory_mb, or add nodes",
@@ -117,10 +118,24 @@ func better(n wire.NodeInfo, u *usage, best wire.NodeInfo, bu *usage, backend st
 	return n.ID < best.ID
 }
 
-func newTag(backend string) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return backend + "#" + hex.EncodeToString(b[:])
+// randRead draws random bytes; tests replace it.
+var randRead = rand.Read
+
+// newTag draws a replica tag for backend that none of its placements (nor
+// those being added) has: 24 random bits, drawn again on a collision.
+func newTag(backend string, placed ...[]model.Placement) string {
+	for {
+		var b [3]byte
+		_, _ = randRead(b[:])
+		tag := backend + "#" + hex.EncodeToString(b[:])
+		taken := false
+		for _, ps := range placed {
+			taken = taken || slices.ContainsFunc(ps, func(p model.Placement) bool { return p.Tag == tag })
+		}
+		if !taken {
+			return tag
+		}
+	}
 }
 
 // nodes lists live nodes, or none if the controller has no lister.

@@ -299,3 +299,19 @@ func TestHugeScaleIsRefusedBeforeScheduling(t *testing.T) {
 		t.Fatalf("a refused change moved the store from revision %d to %d", before, after)
 	}
 }
+
+// TestReplicaTagsAreRedrawnOnCollision: 24 random bits collide sometimes; a
+// tag a placement of the backend already has is drawn again.
+func TestReplicaTagsAreRedrawnOnCollision(t *testing.T) {
+	draws := [][]byte{{0xab, 0xcd, 0xef}, {0xab, 0xcd, 0xef}, {0x01, 0x02, 0x03}}
+	defer func(orig func([]byte) (int, error)) { randRead = orig }(randRead)
+	randRead = func(b []byte) (int, error) {
+		copy(b, draws[0])
+		draws = draws[1:]
+		return len(b), nil
+	}
+	placed := []model.Placement{{Tag: "b#abcdef"}}
+	if tag := newTag("b", placed); tag != "b#010203" {
+		t.Fatalf("tag %s; want the colliding draws skipped", tag)
+	}
+}

@@ -41,6 +41,9 @@ func Start(s Spec) (*Process, error) {
 	cmd := exec.Command(s.Path, s.Args...) //nolint:noctx // see above
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = s.Env, s.Dir, s.Stdout, s.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// Output that is not a file goes through a pipe; a grandchild holding
+	// it open must not keep Wait from returning once the child is gone.
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Path, err)
 	}

@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// killLeftovers kills what a previous incarnation of this node's agent left
+// running: when an agent is killed (SIGKILL), each replica's own process
+// dies with it (Pdeathsig), but the processes that one started live on.
+// They carry the replica's environment, so they are found by
+// SERVEMESH_NODE=<node> and a SERVEMESH_REPLICA_TAG, and killed with their
+// process groups. Nothing is adopted: the replicas themselves are gone.
+// It returns the pids it killed.
+func killLeftovers(node string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var killed []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !isReplicaOf(environ, node) {
+			continue
+		}
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		killed = append(killed, pid)
+	}
+	return killed
+}
+
+// isReplicaOf reports whether a process environment (NUL-separated) is that
+// of a replica of node.
+func isReplicaOf(environ []byte, node string) bool {
+	hasNode, hasTag := false, false
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		s := string(kv)
+		hasNode = hasNode || s == "SERVEMESH_NODE="+node
+		hasTag = hasTag || strings.HasPrefix(s, "SERVEMESH_REPLICA_TAG=")
+	}
+	return hasNode && hasTag
+}

@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"gopkg.in/natefinch/lumberjack.v2"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// TestReplicaLogsRotate: a replica that writes 5 MiB leaves at most its
+// current log and two rotated ones, each at most the cap (logs used to grow
+// forever).
+func TestReplicaLogsRotate(t *testing.T) {
+	dir := t.TempDir()
+	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, logMaxMB: 1,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
+		spec: model.ProcessSpec{Command: "/usr/bin/head", Args: []string{"-c", "5242880", "/dev/zero"}},
+		output: &lumberjack.Logger{Filename: filepath.Join(dir, "b-000001.log"), MaxSize: 1, MaxBackups: 2}}
+	child, err := r.startProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.output.Close()
+	var files []string
+	deadline := time.Now().Add(5 * time.Second) // lumberjack removes old files in the background
+	for files, _ = filepath.Glob(filepath.Join(dir, "b-000001*.log")); len(files) > 3 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		files, _ = filepath.Glob(filepath.Join(dir, "b-000001*.log"))
+	}
+	var total int64
+	for _, f := range files {
+		info, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Size() > 1<<20 {
+			t.Errorf("%s is %d bytes, over the 1 MiB cap", f, info.Size())
+		}
+		total += info.Size()
+	}
+	if len(files) < 2 || len(files) > 3 || total > 3<<20 {
+		t.Fatalf("%d log files, %d bytes in all; want the log and at most two rotated ones", len(files), total)
+	}
+}
