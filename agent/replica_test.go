@@ -22,7 +22,7 @@ func TestReplicaLogsRotate(t *testing.T) {
 	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, logMaxMB: 1,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
-		spec: model.ProcessSpec{Command: "/usr/bin/head", Args: []string{"-c", "5242880", "/dev/zero"}},
+		spec:   model.ProcessSpec{Command: "/usr/bin/head", Args: []string{"-c", "5242880", "/dev/zero"}},
 		output: &lumberjack.Logger{Filename: filepath.Join(dir, "b-000001.log"), MaxSize: 1, MaxBackups: 2}}
 	child, err := r.startProcess()
 	if err != nil {
