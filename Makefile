@@ -13,8 +13,14 @@ CONSUL      := $(TOOLS_BIN)/consul
 LINT        := $(TOOLS_BIN)/golangci-lint
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_TEST_FLAGS ?=
+# Native Go fuzz targets, package:target; make fuzz runs each for FUZZTIME,
+# make test for FUZZTIME_SHORT.
+FUZZ_TARGETS := ./controlplane/model:FuzzParse ./controlplane/model:FuzzDecodeJSON ./controlplane/api:FuzzAPIRequests \
+                ./xds/translate:FuzzTranslate ./xds/translate:FuzzTranslateRefusesInvalid
+FUZZTIME       ?= 2m
+FUZZTIME_SHORT ?= 4s
 
-.PHONY: help tools build test race unit e2e run lint testdata bench clean
+.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +54,12 @@ test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering inclu
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
 	$(LINT) run ./...
 	go test -count=1 $(GO_TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
+
+fuzz: ## run every fuzz target for FUZZTIME (default 2m each; make test runs them for 4s)
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz: $$fn in $$pkg for $(FUZZTIME)"; \
+	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 race: tools ## run every test with the race detector, the e2e daemons built with -race too
 	go test -race -count=1 $$(go list ./... | grep -v /e2e)

@@ -23,7 +23,7 @@ type fixture struct {
 	srv *httptest.Server
 }
 
-func newFixture(t *testing.T, token string) *fixture {
+func newFixture(t testing.TB, token string) *fixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.NewMemory()
@@ -36,7 +36,7 @@ func newFixture(t *testing.T, token string) *fixture {
 	return &fixture{st: st, c: c, srv: srv}
 }
 
-func (f *fixture) rev(t *testing.T) store.Revision {
+func (f *fixture) rev(t testing.TB) store.Revision {
 	t.Helper()
 	_, rev, err := f.st.Load(context.Background())
 	if err != nil {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -82,7 +84,26 @@ func Handler(c *controller.Controller, token string, log *slog.Logger, status fu
 	if status != nil {
 		mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, status()) })
 	}
-	return authenticate(token, mux)
+	return authenticate(token, finishWrites(mux))
+}
+
+// WriteTimeout bounds a write once its request is read: a client that hangs
+// up does not cut it short, so an accepted change is made whole or not at
+// all (the store's commit is atomic).
+const WriteTimeout = 2 * time.Minute
+
+// finishWrites gives every request but a read a context its client cannot
+// cancel by hanging up.
+func finishWrites(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), WriteTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 func authenticate(token string, next http.Handler) http.Handler {
