@@ -3,8 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"

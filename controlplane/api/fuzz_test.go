@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,7 +28,7 @@ func FuzzAPIRequests(f *testing.F) {
 		r := routes[int(route)%len(routes)]
 		before := fx.rev(t)
 		w := httptest.NewRecorder()
-		handler.ServeHTTP(w, httptest.NewRequest(r.method, r.path, strings.NewReader(body)))
+		handler.ServeHTTP(w, httptest.NewRequestWithContext(context.Background(), r.method, r.path, strings.NewReader(body)))
 		switch {
 		case w.Code >= 500:
 			t.Fatalf("%s %s %q: HTTP %d %s", r.method, r.path, body, w.Code, w.Body)
