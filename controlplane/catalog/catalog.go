@@ -2,41 +2,60 @@ package catalog
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/wire"
 )
 
 // Instance is one registered instance of a service.
 type Instance struct {
 	ID      string
-	Address string // IP:port
+	Address string // host:port
 	Tag     string // replica tag, for servemesh-run replicas
 	Passing bool
 }
 
-// Watcher follows the health of a set of services.
+// Watcher follows the instances of a set of services with a bounded number
+// of connections to Consul, whatever the number of services: one blocking
+// query on the health state of every check tells which services changed,
+// and at most Fetchers requests at a time read those services' instances.
+// Every service is also read again each Resync, for instances registered
+// without a check.
 type Watcher struct {
 	client  *api.Client
 	log     *slog.Logger
 	changed chan struct{}
+	kick    chan struct{}
+	// Fetchers bounds concurrent instance reads; Resync is the period of a
+	// full read. Set them before Run; 4 and 30s when zero.
+	Fetchers int
+	Resync   time.Duration
+	sem      chan struct{} // one token per read in progress, shared by every fetch
 
 	mu        sync.Mutex
+	want      map[string]bool
 	instances map[string][]Instance
-	cancels   map[string]context.CancelFunc
+	digests   map[string]string // service -> digest of its checks when last read
+	nodes     string            // digest of the node-level checks
 }
 
-// NewWatcher returns a watcher of no services; Sync chooses them.
+// NewWatcher returns a watcher of no services; Sync chooses them, Run
+// watches.
 func NewWatcher(client *api.Client, log *slog.Logger) *Watcher {
-	return &Watcher{client: client, log: log, changed: make(chan struct{}, 1),
-		instances: map[string][]Instance{}, cancels: map[string]context.CancelFunc{}}
+	return &Watcher{client: client, log: log, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1),
+		want: map[string]bool{}, instances: map[string][]Instance{}, digests: map[string]string{}}
 }
 
 // Changed receives a value after any watched service's instances changed;
@@ -56,28 +75,6 @@ func (w *Watcher) PassingTags(service string) map[string]bool {
 	return out
 }
 
-// Sync watches exactly services from now on.
-func (w *Watcher) Sync(ctx context.Context, services []string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	want := map[string]bool{}
-	for _, s := range services {
-		want[s] = true
-		if _, ok := w.cancels[s]; !ok {
-			wctx, cancel := context.WithCancel(ctx)
-			w.cancels[s] = cancel
-			go w.watch(wctx, s)
-		}
-	}
-	for s, cancel := range w.cancels {
-		if !want[s] {
-			cancel()
-			delete(w.cancels, s)
-			delete(w.instances, s)
-		}
-	}
-}
-
 // Snapshot returns a copy of every watched service's instances.
 func (w *Watcher) Snapshot() map[string][]Instance {
 	w.mu.Lock()
@@ -89,59 +86,199 @@ func (w *Watcher) Snapshot() map[string][]Instance {
 	return out
 }
 
-func (w *Watcher) watch(ctx context.Context, service string) {
+// Sync watches exactly services from now on; new ones are read at once.
+func (w *Watcher) Sync(_ context.Context, services []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	want := make(map[string]bool, len(services))
+	added := false
+	for _, s := range services {
+		want[s] = true
+		added = added || !w.want[s]
+	}
+	for s := range w.want {
+		if !want[s] {
+			delete(w.instances, s)
+			delete(w.digests, s)
+		}
+	}
+	w.want = want
+	if added {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run watches until ctx ends.
+func (w *Watcher) Run(ctx context.Context) {
+	if w.Fetchers == 0 {
+		w.Fetchers = 4
+	}
+	if w.Resync == 0 {
+		w.Resync = 30 * time.Second
+	}
+	w.sem = make(chan struct{}, w.Fetchers)
+	go w.resyncLoop(ctx)
+	backoff := proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
 	var index uint64
 	for ctx.Err() == nil {
-		entries, meta, err := w.client.Health().Service(service, "", false,
+		checks, meta, err := w.client.Health().State(api.HealthAny,
 			(&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
 		if err != nil {
 			if ctx.Err() == nil {
-				w.log.Warn("catalog watch failed; retrying", "service", service, "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
+				w.log.Warn("watching the catalog's health failed; retrying", "err", err)
+				proc.Sleep(ctx, backoff.Next(0))
 			}
 			continue
 		}
+		backoff = proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
 		if meta.LastIndex < index {
-			index = 0
+			index = 0 // a restored Consul: start over
 		} else {
 			index = meta.LastIndex
 		}
-		next := make([]Instance, 0, len(entries))
-		for _, e := range entries {
-			addr := e.Service.Address
-			if addr == "" {
-				addr = e.Node.Address
-			}
-			next = append(next, Instance{
-				ID:      e.Service.ID,
-				Address: net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
-				Tag:     e.Service.Meta[wire.MetaReplicaTag],
-				Passing: e.Checks.AggregatedStatus() == api.HealthPassing,
-			})
+		w.fetch(ctx, w.changedServices(checks))
+	}
+}
+
+// resyncLoop reads new services at once (Sync) and every service each Resync.
+func (w *Watcher) resyncLoop(ctx context.Context) {
+	tick := time.NewTicker(w.Resync)
+	defer tick.Stop()
+	for {
+		all := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		case <-tick.C:
+			all = true
 		}
-		slices.SortFunc(next, func(a, b Instance) int {
-			if a.ID < b.ID {
-				return -1
-			}
-			if a.ID > b.ID {
-				return 1
-			}
-			return 0
-		})
 		w.mu.Lock()
-		changed := !slices.Equal(w.instances[service], next)
-		if _, still := w.cancels[service]; still && changed {
-			w.instances[service] = next
+		var services []string
+		for s := range w.want {
+			if all || w.digests[s] == "" {
+				services = append(services, s)
+			}
 		}
 		w.mu.Unlock()
-		if changed && ctx.Err() == nil {
-			select {
-			case w.changed <- struct{}{}:
-			default: // a change is already pending
+		w.fetch(ctx, services)
+	}
+}
+
+// changedServices returns the watched services whose checks differ from
+// when they were last read: all of them when a node-level check changed.
+func (w *Watcher) changedServices(checks api.HealthChecks) []string {
+	per := map[string][]string{}
+	var nodeChecks []string
+	for _, c := range checks {
+		entry := fmt.Sprintf("%s/%s/%s/%d", c.Node, c.CheckID, c.Status, c.ModifyIndex)
+		if c.ServiceName == "" {
+			nodeChecks = append(nodeChecks, entry)
+		} else {
+			per[c.ServiceName] = append(per[c.ServiceName], entry)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	nodes := digest(nodeChecks)
+	all := nodes != w.nodes
+	w.nodes = nodes
+	var out []string
+	for s := range w.want {
+		if all || digest(per[s]) != w.digests[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func digest(entries []string) string {
+	sort.Strings(entries)
+	h := sha256.New()
+	for _, e := range entries {
+		fmt.Fprintln(h, e)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// fetch reads services' instances, at most Fetchers at a time over every
+// fetch in progress, and signals Changed once if any differ.
+func (w *Watcher) fetch(ctx context.Context, services []string) {
+	if len(services) == 0 {
+		return
+	}
+	sem := w.sem
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	changed := false
+	for _, s := range services {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if w.read(ctx, s) {
+				mu.Lock()
+				changed = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if changed && ctx.Err() == nil {
+		select {
+		case w.changed <- struct{}{}:
+		default: // a change is already pending
+		}
+	}
+}
+
+// read reads one service's instances and reports whether they changed.
+func (w *Watcher) read(ctx context.Context, service string) bool {
+	entries, _, err := w.client.Health().Service(service, "", false, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("reading a service's instances failed; the next change or resync retries", "service", service, "err", err)
+		}
+		return false
+	}
+	next := make([]Instance, 0, len(entries))
+	var checks []string
+	for _, e := range entries {
+		addr := e.Service.Address
+		if addr == "" {
+			addr = e.Node.Address
+		}
+		next = append(next, Instance{ID: e.Service.ID, Address: net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
+			Tag: e.Service.Meta[wire.MetaReplicaTag], Passing: e.Checks.AggregatedStatus() == api.HealthPassing})
+		for _, c := range e.Checks {
+			if c.ServiceName != "" {
+				checks = append(checks, fmt.Sprintf("%s/%s/%s/%d", c.Node, c.CheckID, c.Status, c.ModifyIndex))
 			}
 		}
 	}
+	slices.SortFunc(next, func(a, b Instance) int { return cmpString(a.ID, b.ID) })
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.want[service] {
+		return false
+	}
+	w.digests[service] = digest(checks)
+	if slices.Equal(w.instances[service], next) {
+		return false
+	}
+	w.instances[service] = next
+	return true
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }

@@ -8,5 +8,14 @@
 // after the TTL, Consul invalidates the session and releases the key, and a
 // follower blocked on the key acquires it after the lock delay. Checks are
 // per incarnation: a controller restarting under the same id removes its
-// predecessors' checks first, which releases their lock at once.
+// predecessors' checks first, which releases their lock at once. No Consul
+// error ends the election: a lost check is registered again, failed
+// sessions and acquisitions are retried with backoff.
+//
+// Why not the Consul client's own api.Lock: its sessions are renewed on a
+// session TTL of at least 10 s (a dead leader would be replaced in 10 to 20
+// s, not 3 to 4); its monitor gives leadership up on any error that is not
+// a 5xx (an HTTP 429 from a busy agent included), where this elector keeps
+// it while the key still names its session; and followers need the holder's
+// identity to name the leader, which api.Lock does not report.
 package leader

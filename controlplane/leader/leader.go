@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/internal/heartbeat"
+	"github.com/servemesh/servemesh/internal/proc"
 )
 
 // Info identifies a controller.
@@ -37,43 +38,72 @@ type Elector struct {
 // Run campaigns until ctx ends. lead is called each time this controller
 // gains the lock; it must recover and return (an error gives the lock up for
 // a while). follow is called whenever another controller is known to lead,
-// and when this one loses the lock.
+// and when this one loses the lock. No Consul error ends Run: whatever fails
+// (registering the check, creating a session, acquiring) is retried with
+// backoff, so leadership comes back once Consul answers again.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error, follow func(leader Info)) error {
-	ttl, delay := e.CheckTTL, e.LockDelay
-	if ttl == 0 {
-		ttl = 3 * time.Second
+	if e.CheckTTL == 0 {
+		e.CheckTTL = 3 * time.Second
 	}
-	if delay == 0 {
-		delay = time.Second
+	if e.LockDelay == 0 {
+		e.LockDelay = time.Second
 	}
-	// One check per incarnation. A restarted controller with the same id
-	// first removes its predecessors' checks: that invalidates their
-	// sessions, so a lock a dead incarnation held is released at once
-	// instead of being kept alive by the new incarnation's heartbeats.
-	checkPrefix := "servemesh-controller-" + e.Self.ID + "-"
-	checkID := checkPrefix + strconv.FormatInt(time.Now().UnixNano(), 36)
-	agent := e.Client.Agent()
-	if checks, err := agent.Checks(); err == nil {
-		for id := range checks {
-			if strings.HasPrefix(id, checkPrefix) {
-				e.Logger.Info("leader: removing a previous incarnation's check", "check", id)
-				_ = agent.CheckDeregister(id)
-			}
-		}
-	}
-	if err := agent.CheckRegister(&api.AgentCheckRegistration{
-		ID: checkID, Name: "servemesh controller " + e.Self.ID,
-		AgentServiceCheck: api.AgentServiceCheck{TTL: ttl.String(), Status: api.HealthPassing},
-	}); err != nil {
-		return fmt.Errorf("leader: register check: %w", err)
-	}
-	defer func() { _ = agent.CheckDeregister(checkID) }()
-	go heartbeat.Run(ctx, agent, checkID, ttl/3, heartbeat.Passing, e.Logger)
-
 	value, err := json.Marshal(e.Self)
 	if err != nil {
 		return fmt.Errorf("leader: encode info: %w", err)
 	}
+	backoff := proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
+	for ctx.Err() == nil {
+		checkID, err := e.registerCheck()
+		if err != nil {
+			e.Logger.Warn("leader: registering the controller's check failed; retrying", "err", err)
+			proc.Sleep(ctx, backoff.Next(0))
+			continue
+		}
+		began := time.Now()
+		e.campaign(ctx, checkID, value, lead, follow)
+		_ = e.Client.Agent().CheckDeregister(checkID)
+		if ctx.Err() == nil {
+			proc.Sleep(ctx, backoff.Next(time.Since(began)))
+		}
+	}
+	return nil
+}
+
+// registerCheck registers this incarnation's TTL check. A restarted
+// controller with the same id first removes its predecessors' checks: that
+// invalidates their sessions, so a lock a dead incarnation held is released
+// at once instead of being kept alive by the new incarnation's heartbeats.
+func (e *Elector) registerCheck() (string, error) {
+	checkPrefix := "servemesh-controller-" + e.Self.ID + "-"
+	checkID := checkPrefix + strconv.FormatInt(time.Now().UnixNano(), 36)
+	agent := e.Client.Agent()
+	checks, err := agent.Checks()
+	if err != nil {
+		return "", fmt.Errorf("leader: list checks: %w", err)
+	}
+	for id := range checks {
+		if strings.HasPrefix(id, checkPrefix) {
+			e.Logger.Info("leader: removing a previous incarnation's check", "check", id)
+			_ = agent.CheckDeregister(id)
+		}
+	}
+	if err := agent.CheckRegister(&api.AgentCheckRegistration{
+		ID: checkID, Name: "servemesh controller " + e.Self.ID,
+		AgentServiceCheck: api.AgentServiceCheck{TTL: e.CheckTTL.String(), Status: api.HealthPassing},
+	}); err != nil {
+		return "", fmt.Errorf("leader: register check: %w", err)
+	}
+	return checkID, nil
+}
+
+// campaign heartbeats checkID and competes for the lock with sessions bound
+// to it, until ctx ends or sessions keep failing (the check may be gone:
+// Run registers it again).
+func (e *Elector) campaign(ctx context.Context, checkID string, value []byte, lead func(ctx context.Context) error, follow func(leader Info)) {
+	beatCtx, stopBeat := context.WithCancel(ctx)
+	defer stopBeat()
+	go heartbeat.Run(beatCtx, e.Client.Agent(), checkID, e.CheckTTL/3, heartbeat.Passing, e.Logger)
 	kv := e.Client.KV()
 	session := ""
 	defer func() {
@@ -82,19 +112,14 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error,
 			_, _ = e.Client.Session().Destroy(session, nil)
 		}
 	}()
-	for ctx.Err() == nil {
+	failures := 0
+	for ctx.Err() == nil && failures < 3 {
 		if session == "" {
-			if err := agent.UpdateTTL(checkID, "", api.HealthPassing); err != nil {
-				e.Logger.Warn("leader: heartbeat failed", "err", err)
-			}
-			session, _, err = e.Client.Session().Create(&api.SessionEntry{
-				Name: "servemesh controller " + e.Self.ID, Checks: []string{"serfHealth", checkID},
-				LockDelay: delay, Behavior: api.SessionBehaviorRelease,
-			}, nil)
-			if err != nil {
+			var err error
+			if session, err = e.newSession(checkID); err != nil {
 				e.Logger.Warn("leader: create session", "err", err)
-				session = ""
-				sleep(ctx, time.Second)
+				failures++
+				proc.Sleep(ctx, time.Second)
 				continue
 			}
 		}
@@ -105,19 +130,35 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error,
 			continue
 		case err != nil:
 			e.Logger.Warn("leader: acquire", "err", err)
-			sleep(ctx, time.Second)
+			failures++
+			proc.Sleep(ctx, time.Second)
 			continue
 		case acquired:
+			failures = 0
 			e.Logger.Info("leader: acquired the lock", "key", e.Key, "id", e.Self.ID)
 			if !e.holdLeadership(ctx, session, lead) {
 				follow(Info{})
-				session = "" // our session may be gone; start afresh
+				_, _ = e.Client.Session().Destroy(session, nil)
+				session = "" // start afresh
 			}
 			continue
 		}
+		failures = 0
 		e.waitForRelease(ctx, follow)
 	}
-	return nil
+}
+
+// newSession creates a session bound to the agent's serf health and
+// checkID, released on invalidation, with the lock delay.
+func (e *Elector) newSession(checkID string) (string, error) {
+	if err := e.Client.Agent().UpdateTTL(checkID, "", api.HealthPassing); err != nil {
+		return "", fmt.Errorf("heartbeat before the session: %w", err)
+	}
+	id, _, err := e.Client.Session().Create(&api.SessionEntry{
+		Name: "servemesh controller " + e.Self.ID, Checks: []string{"serfHealth", checkID},
+		LockDelay: e.LockDelay, Behavior: api.SessionBehaviorRelease,
+	}, nil)
+	return id, err
 }
 
 // holdLeadership runs lead, then blocks while this session holds the key. It
@@ -128,7 +169,7 @@ func (e *Elector) holdLeadership(ctx context.Context, session string, lead func(
 	if err := lead(leadCtx); err != nil {
 		e.Logger.Error("leader: could not take over; giving the lock up for a while", "err", err)
 		_, _, _ = e.Client.KV().Release(&api.KVPair{Key: e.Key, Session: session}, nil)
-		sleep(ctx, 5*time.Second)
+		proc.Sleep(ctx, 5*time.Second)
 		return ctx.Err() != nil
 	}
 	var index uint64
@@ -138,7 +179,7 @@ func (e *Elector) holdLeadership(ctx context.Context, session string, lead func(
 			return true
 		}
 		if err != nil {
-			sleep(ctx, 500*time.Millisecond)
+			proc.Sleep(ctx, 500*time.Millisecond)
 			continue
 		}
 		if pair == nil || pair.Session != session {
@@ -156,12 +197,12 @@ func (e *Elector) waitForRelease(ctx context.Context, follow func(Info)) {
 	for ctx.Err() == nil {
 		pair, meta, err := e.Client.KV().Get(e.Key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
 		if err != nil {
-			sleep(ctx, 500*time.Millisecond)
+			proc.Sleep(ctx, 500*time.Millisecond)
 			return
 		}
 		if pair == nil || pair.Session == "" {
 			// Free (perhaps within its lock delay): try to acquire again.
-			sleep(ctx, 100*time.Millisecond)
+			proc.Sleep(ctx, 100*time.Millisecond)
 			return
 		}
 		var holder Info
@@ -169,12 +210,5 @@ func (e *Elector) waitForRelease(ctx context.Context, follow func(Info)) {
 			follow(holder)
 		}
 		index = meta.LastIndex
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }

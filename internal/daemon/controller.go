@@ -40,6 +40,7 @@ type controllerParts struct {
 	ctl       *controller.Controller
 	scaler    *autoscale.Autoscaler
 	publisher *dataplane.Publisher
+	watcher   *catalog.Watcher
 }
 
 // RunController runs a controller until ctx ends or a component fails.
@@ -57,6 +58,7 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 		log.Warn("fault injection on: this controller exits after a checkpoint with some probability", "probability", o.CrashAfterCheckpoint)
 	}
 	log.Info("controller serving", "api", p.plane.HTTPAddr(), "xds", p.plane.XDSAddr(), "consul_prefix", o.ConsulPrefix, "id", o.ID)
+	go p.watcher.Run(ctx)
 	go p.publisher.Run(ctx)
 	go p.scaler.Run(ctx)
 	errs := make(chan error, 2)
@@ -85,7 +87,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		return api.NewStatusReport(m, scaler.Load(), plane.XDS.Status(), problems(ctl, publisher))
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, o.Token, log.With("component", "api"), status))
-	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, publisher: publisher}
+	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, publisher: publisher, watcher: watcher}
 }
 
 // problems lists what keeps the data plane from following the stored

@@ -1,0 +1,124 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/internal/devconsul"
+)
+
+// countingClient is a Consul client whose connections are counted: open
+// now, and the most open at once.
+func countingClient(t *testing.T, addr string) (*api.Client, *atomic.Int64, *atomic.Int64) {
+	t.Helper()
+	var open, peak atomic.Int64
+	dialer := &net.Dialer{}
+	transport := &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, a)
+		if err != nil {
+			return nil, err
+		}
+		n := open.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		return &countedConn{Conn: c, open: &open}, nil
+	}}
+	client, err := api.NewClient(&api.Config{Address: addr, HttpClient: &http.Client{Transport: transport}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, &open, &peak
+}
+
+type countedConn struct {
+	net.Conn
+	open   *atomic.Int64
+	closed atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.open.Add(-1)
+	}
+	return c.Conn.Close()
+}
+
+// TestWatcherUsesBoundedConnections watches 250 services (each used to hold
+// a blocking query of its own: over 200 connections, HTTP 429 from the
+// Consul agent, a lost leadership) and checks that the watcher follows
+// their instances' health with a bounded number of connections.
+func TestWatcherUsesBoundedConnections(t *testing.T) {
+	dir, err := os.MkdirTemp("", "servemesh-catalog-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	consul, err := devconsul.Start(dir, 0)
+	if err != nil {
+		t.Fatalf("the real Consul is required: %v", err)
+	}
+	defer consul.Stop()
+	admin, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const services = 250
+	var names []string
+	for i := range services {
+		name := fmt.Sprintf("svc-%03d", i)
+		names = append(names, name)
+		if err := admin.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: name + "-1", Name: name, Address: "127.0.0.1", Port: 1000 + i,
+			Check: &api.AgentServiceCheck{CheckID: name + "-check", TTL: "1h", Status: api.HealthPassing}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, open, peak := countingClient(t, consul.HTTPAddr)
+	w := NewWatcher(client, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	w.Sync(ctx, names)
+	waitFor(t, "every service's instance", func() bool { return len(w.Snapshot()) == services })
+
+	// A health change on one service reaches the snapshot.
+	if err := admin.Agent().UpdateTTL("svc-123-check", "down", api.HealthCritical); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the critical instance", func() bool { s := w.Snapshot()["svc-123"]; return len(s) == 1 && !s[0].Passing })
+	select {
+	case <-w.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Changed was not signalled")
+	}
+	// A new instance too.
+	if err := admin.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "svc-007-2", Name: "svc-007", Address: "127.0.0.2", Port: 7,
+		Check: &api.AgentServiceCheck{CheckID: "svc-007-2-check", TTL: "1h", Status: api.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new instance", func() bool { return len(w.Snapshot()["svc-007"]) == 2 })
+	t.Logf("connections to Consul: %d open now, at most %d at once, for %d services", open.Load(), peak.Load(), services)
+	if limit := int64(w.Fetchers + 1); peak.Load() > limit {
+		t.Fatalf("the watcher opened %d connections at once for %d services; want at most %d", peak.Load(), services, limit)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
