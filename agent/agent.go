@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -99,7 +100,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.workDir, 0o755); err != nil {
 		return fmt.Errorf("agent work dir: %w", err)
 	}
-	if killed := killLeftovers(a.node.ID); len(killed) > 0 {
+	if abs, err := filepath.Abs(a.workDir); err == nil {
+		a.workDir = abs // replicas carry it, to be found by a later incarnation
+	}
+	if killed := killLeftovers(a.node.ID, a.workDir); len(killed) > 0 {
 		a.log.Warn("killed processes a previous agent of this node left running", "pids", killed)
 	}
 	if err := a.registerNode(); err != nil {

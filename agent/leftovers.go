@@ -13,10 +13,11 @@ import (
 // running: when an agent is killed (SIGKILL), each replica's own process
 // dies with it (Pdeathsig), but the processes that one started live on.
 // They carry the replica's environment, so they are found by
-// SERVEMESH_NODE=<node> and a SERVEMESH_REPLICA_TAG, and killed with their
-// process groups. Nothing is adopted: the replicas themselves are gone.
-// It returns the pids it killed.
-func killLeftovers(node string) []int {
+// SERVEMESH_NODE=<node>, SERVEMESH_AGENT_DIR=<the agent's work folder> and
+// a SERVEMESH_REPLICA_TAG, and killed with their process groups. Nothing
+// is adopted: the replicas themselves are gone. It returns the pids it
+// killed.
+func killLeftovers(node, dir string) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -29,7 +30,7 @@ func killLeftovers(node string) []int {
 			continue
 		}
 		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !isReplicaOf(environ, node) {
+		if err != nil || !isReplicaOf(environ, node, dir) {
 			continue
 		}
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 {
@@ -42,13 +43,14 @@ func killLeftovers(node string) []int {
 }
 
 // isReplicaOf reports whether a process environment (NUL-separated) is that
-// of a replica of node.
-func isReplicaOf(environ []byte, node string) bool {
-	hasNode, hasTag := false, false
+// of a replica of the agent of node working in dir.
+func isReplicaOf(environ []byte, node, dir string) bool {
+	hasNode, hasDir, hasTag := false, false, false
 	for _, kv := range bytes.Split(environ, []byte{0}) {
 		s := string(kv)
 		hasNode = hasNode || s == "SERVEMESH_NODE="+node
+		hasDir = hasDir || s == "SERVEMESH_AGENT_DIR="+dir
 		hasTag = hasTag || strings.HasPrefix(s, "SERVEMESH_REPLICA_TAG=")
 	}
-	return hasNode && hasTag
+	return hasNode && hasDir && hasTag
 }

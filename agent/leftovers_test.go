@@ -15,13 +15,14 @@ import (
 // TestLeftoversOfAKilledAgentAreKilled: a replica that started a process of
 // its own is killed as its agent would be by SIGKILL (the replica dies, its
 // child lives on); the next incarnation's killLeftovers finds the child by
-// its environment and kills it, and leaves another node's alone.
+// its environment and kills it, and leaves another node's alone (and, by
+// the agent's work folder, another agent's of the same node id).
 func TestLeftoversOfAKilledAgentAreKilled(t *testing.T) {
 	dir := t.TempDir()
 	start := func(node string) (*proc.Process, int) {
 		pidFile := filepath.Join(dir, node)
 		p, err := proc.Start(proc.Spec{Path: "/bin/sh", Args: []string{"-c", "sleep 60 & echo $! > " + pidFile + "; wait"},
-			Env: append(os.Environ(), "SERVEMESH_NODE="+node, "SERVEMESH_REPLICA_TAG=b#000001")})
+			Env: append(os.Environ(), "SERVEMESH_NODE="+node, "SERVEMESH_AGENT_DIR="+dir, "SERVEMESH_REPLICA_TAG=b#000001")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +46,7 @@ func TestLeftoversOfAKilledAgentAreKilled(t *testing.T) {
 	if syscall.Kill(child, 0) != nil {
 		t.Fatal("the replica's child did not outlive it; the test shows nothing")
 	}
-	killed := killLeftovers("leftover-node")
+	killed := killLeftovers("leftover-node", dir)
 	deadline := time.Now().Add(5 * time.Second)
 	for syscall.Kill(child, 0) == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

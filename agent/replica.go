@@ -106,6 +106,7 @@ func (r *replica) startProcess() (*proc.Process, error) {
 	env := map[string]string{
 		"PORT": strconv.Itoa(r.port), "HOST": r.a.node.Address,
 		"SERVEMESH_BACKEND": r.backend, "SERVEMESH_REPLICA_TAG": r.tag, "SERVEMESH_NODE": r.a.node.ID,
+		"SERVEMESH_AGENT_DIR": r.a.workDir,
 	}
 	expand := func(s string) string { return os.Expand(s, func(k string) string { return env[k] }) }
 	for k, v := range r.spec.Env {

@@ -72,7 +72,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 1, "num_replicas: is 2000000; set a number from 0 to 1000", "backend", "update", "v2", "--num-replicas", "2000000")
 	expectCLI(t, env, 1, "max_concurrent_queries: is 4294967296; set a number from 1 to 10000", "backend", "update", "v2", "--max-concurrent-queries", "4294967296")
 	expectCLI(t, env, 1, "not a valid name", "backend", "create", "bad/name")
-	expectCLI(t, env, 1, "is not an IP:port address", "backend", "create", "v9", "--replica", "localhost:1")
+	expectCLI(t, env, 1, "is not an IP:port or host:port address", "backend", "create", "v9", "--replica", "local_host:1")
 
 	// Endpoints, traffic, shadows.
 	expectCLI(t, env, 0, "endpoint api created", "endpoint", "create", "api", "--route", "/api", "--backend", "v1")

@@ -72,4 +72,41 @@ func TestExternalBackend(t *testing.T) {
 	waitUntil(t, 15*time.Second, "Envoy to stop routing to deregistered instances", func() bool {
 		return do(httpClient(), http.MethodGet, url, "").status == http.StatusServiceUnavailable
 	})
+
+	// An instance registered by DNS name is resolved by Envoy; one whose
+	// address is unusable is left out alone and reported. Either used to
+	// make every later change go unpublished while status said in sync.
+	_, port, _ := strings.Cut(legacy.addrs[0], ":")
+	p, _ := strconv.Atoi(port)
+	for id, addr := range map[string]string{"legacy-dns": "localhost", "legacy-junk": "not an address"} {
+		if err := consulClient.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: id, Name: "legacy-api", Address: addr, Port: p,
+			Check: &api.AgentServiceCheck{CheckID: id + "-check", TTL: "1h", Status: api.HealthPassing}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := legacy.replicas[0].Served()
+	waitUntil(t, 20*time.Second, "Envoy to route to the instance named by DNS", func() bool {
+		return do(httpClient(), http.MethodGet, url, "").status == http.StatusOK
+	})
+	sendMany(t, url, 50)
+	if legacy.replicas[0].Served() <= before {
+		t.Fatal("the DNS-named instance did not serve")
+	}
+	// Later changes are still published: a new endpoint is served.
+	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "again", Route: "/again", Traffic: map[string]float64{"legacy": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 15*time.Second, "a later change to be served", func() bool {
+		return do(httpClient(), http.MethodGet, "http://"+n.public+"/again", "").status == http.StatusOK
+	})
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Problems) != 1 || !strings.Contains(st.Problems[0], "legacy-junk") || !strings.Contains(st.Problems[0], "not an IP:port or host:port") {
+		t.Fatalf("status problems %q; want the unusable instance reported", st.Problems)
+	}
+	if n := metricValue(t, ctl.apiAddr, "servemesh_dataplane_dropped_instances"); n != 1 {
+		t.Fatalf("servemesh_dataplane_dropped_instances = %v, want 1", n)
+	}
 }

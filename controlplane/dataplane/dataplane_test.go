@@ -41,7 +41,8 @@ func TestView(t *testing.T) {
 		},
 		"legacy": {
 			{ID: "l", Address: "10.0.0.1:80", Passing: true},
-			{ID: "dns", Address: "legacy.internal:80", Passing: true}, // not an IP: dropped alone
+			{ID: "dns", Address: "legacy.internal:80", Passing: true}, // a DNS name: Envoy resolves it
+			{ID: "junk", Address: "not an address", Passing: true},    // dropped alone
 			{ID: "twice", Address: "10.0.0.1:80", Passing: true},      // same address: dropped alone
 		},
 	})
@@ -56,10 +57,10 @@ func TestView(t *testing.T) {
 	if got := view.Backends[0].Replicas; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("process backend replicas %+v, want %+v", got, want)
 	}
-	if got := view.Backends[1].Replicas; len(got) != 1 || got[0].Address != "10.0.0.1:80" {
+	if got := view.Backends[1].Replicas; len(got) != 2 || got[0].Address != "10.0.0.1:80" || got[1].Address != "legacy.internal:80" {
 		t.Fatalf("external backend replicas %+v", got)
 	}
-	if len(dropped) != 2 || dropped[0].Instance != "dns" || !strings.Contains(dropped[0].Reason, "not IP:port") ||
+	if len(dropped) != 2 || dropped[0].Instance != "junk" || !strings.Contains(dropped[0].Reason, "not an IP:port or host:port") ||
 		dropped[1].Instance != "twice" || dropped[1].Backend != "ext" {
 		t.Fatalf("dropped %+v, want the DNS-named and the duplicate instance", dropped)
 	}

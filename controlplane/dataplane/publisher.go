@@ -42,10 +42,11 @@ type Publisher struct {
 	failures  prometheus.Counter
 	dropped   prometheus.Gauge
 
-	mu      sync.Mutex
-	ctx     context.Context // for the watcher's queries; set by Run
-	state   *model.Model    // the last state published
-	lastErr error
+	mu          sync.Mutex
+	ctx         context.Context // for the watcher's queries; set by Run
+	state       *model.Model    // the last state published
+	lastErr     error
+	lastDropped []Dropped // left out of the last view
 }
 
 // New returns a Publisher; call Run to follow health changes.
@@ -95,6 +96,13 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 }
 
+// Dropped lists the instances the last view left out, and why.
+func (p *Publisher) Dropped() []Dropped {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Dropped(nil), p.lastDropped...)
+}
+
 // Err is why the last view was refused, or nil when it was accepted.
 func (p *Publisher) Err() error {
 	p.mu.Lock()
@@ -106,6 +114,7 @@ func (p *Publisher) Err() error {
 // with mu held.
 func (p *Publisher) handOver() error {
 	view, dropped := View(p.state, p.instances.Snapshot())
+	p.lastDropped = dropped
 	p.dropped.Set(float64(len(dropped)))
 	for _, d := range dropped {
 		p.log.Warn("instance left out of the data plane", "backend", d.Backend, "instance", d.Instance, "reason", d.Reason)

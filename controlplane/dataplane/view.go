@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -30,10 +29,10 @@ type Dropped struct {
 // View returns m with every backend's replicas listed plainly, as the
 // translator reads them: a process backend gets its placed replicas that
 // Consul knows (draining when their placement drains), an external backend
-// its service's instances. What only the controller and agents use
-// (process specs, placements, autoscaling) is left out. An instance whose
-// address the data plane cannot use is dropped alone and listed in the
-// second result; m is not modified.
+// its service's instances, by IP or by DNS name. What only the controller
+// and agents use (process specs, placements, autoscaling) is left out. An
+// instance whose address the data plane cannot use is dropped alone and
+// listed in the second result; m is not modified.
 func View(m *model.Model, instances map[string][]catalog.Instance) (*model.Model, []Dropped) {
 	out := model.Clone(m)
 	var dropped []Dropped
@@ -63,11 +62,11 @@ func View(m *model.Model, instances map[string][]catalog.Instance) (*model.Model
 }
 
 // addReplica appends instance in to b's replicas unless its address is not
-// an IP:port or another instance already has it.
+// IP:port or host:port (a DNS name Envoy resolves), or another instance
+// already has it.
 func addReplica(b *model.Backend, in catalog.Instance, state model.PlacementState, dropped []Dropped) ([]model.Replica, []Dropped) {
-	if _, err := netip.ParseAddrPort(in.Address); err != nil {
-		return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID,
-			Reason: fmt.Sprintf("address %q is not IP:port", in.Address)})
+	if err := model.CheckReplicaAddress(in.Address); err != nil {
+		return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: "address " + err.Error()})
 	}
 	for _, r := range b.Replicas {
 		if r.Address == in.Address {

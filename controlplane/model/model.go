@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
+	"net"
+	"net/netip"
 	"reflect"
 	"slices"
 	"sort"
@@ -219,7 +221,9 @@ const (
 
 // Replica is one serving instance of a backend.
 type Replica struct {
-	// Address is the replica's IP and port, such as "127.0.0.1:9001".
+	// Address is the replica's IP and port, such as "127.0.0.1:9001", or a
+	// DNS name and port, such as "legacy.internal:8080", which Envoy
+	// resolves.
 	Address string `json:"address"`
 	// Health defaults to healthy.
 	Health Health `json:"health,omitempty"`
@@ -267,6 +271,22 @@ func (c BackendConfig) EffectiveMaxConcurrentQueries() int {
 		return DefaultMaxConcurrentQueries
 	}
 	return c.MaxConcurrentQueries
+}
+
+// ByName reports whether the replica's address is a DNS name, not an IP.
+func (r Replica) ByName() bool {
+	host, _, err := net.SplitHostPort(r.Address)
+	if err != nil {
+		return false
+	}
+	_, err = netip.ParseAddr(host)
+	return err != nil
+}
+
+// ResolvedByDNS reports whether any of the backend's replicas is named by
+// DNS, so Envoy must resolve them.
+func (b Backend) ResolvedByDNS() bool {
+	return slices.ContainsFunc(b.Replicas, Replica.ByName)
 }
 
 // EffectiveHealth returns the replica's health, healthy when unset.

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -194,20 +196,18 @@ func validateBackend(p *problems, field string, b Backend) {
 	}
 	validateSource(p, field, b)
 	validateAutoscaling(p, field+".config", b)
-	seen := make(map[netip.AddrPort]bool, len(b.Replicas))
+	seen := make(map[string]bool, len(b.Replicas))
 	for j, r := range b.Replicas {
 		// Field names are formatted only for problems: models hold many replicas.
 		rf := func(leaf string) string { return fmt.Sprintf("%s.replicas[%d].%s", field, j, leaf) }
-		ap, err := netip.ParseAddrPort(r.Address)
+		key, reason := replicaAddress(r.Address)
 		switch {
-		case err != nil:
-			p.add(rf("address"), "%q is not an IP:port address; write it like \"127.0.0.1:9001\" or \"[::1]:9001\"", r.Address)
-		case ap.Port() == 0:
-			p.add(rf("address"), "%q has port 0; give the port the replica listens on", r.Address)
-		case seen[ap]:
+		case reason != "":
+			p.add(rf("address"), "%.80q %s", r.Address, reason)
+		case seen[key]:
 			p.add(rf("address"), "%q is listed twice; list each replica once", r.Address)
 		default:
-			seen[ap] = true
+			seen[key] = true
 		}
 		switch r.Health {
 		case "", HealthHealthy, HealthUnhealthy, HealthDraining:
@@ -215,6 +215,38 @@ func validateBackend(p *problems, field string, b Backend) {
 			p.add(rf("health"), "%q is not a health state; use %q, %q or %q", r.Health, HealthHealthy, HealthUnhealthy, HealthDraining)
 		}
 	}
+}
+
+// hostName is a DNS name: dot-separated labels of letters, digits and '-'.
+var hostName = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
+
+// CheckReplicaAddress says why addr cannot be a replica's address, or
+// returns nil: it must be IP:port or host:port.
+func CheckReplicaAddress(addr string) error {
+	if _, reason := replicaAddress(addr); reason != "" {
+		return fmt.Errorf("%.80q %s", addr, reason)
+	}
+	return nil
+}
+
+// replicaAddress checks a replica's address, IP:port or host:port, and
+// returns its canonical form, or why it is not an address.
+func replicaAddress(addr string) (string, string) {
+	const fix = `is not an IP:port or host:port address; write it like "127.0.0.1:9001", "[::1]:9001" or "legacy.internal:9001"`
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		if ap.Port() == 0 {
+			return "", "has port 0; give the port the replica listens on"
+		}
+		return ap.String(), ""
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || len(host) > 253 || !hostName.MatchString(host) {
+		return "", fix
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", "needs a port from 1 to 65535"
+	}
+	return strings.ToLower(strings.TrimSuffix(host, ".")) + ":" + port, ""
 }
 
 // validateRoute reports problems with a non-empty route and whether it is valid.

@@ -97,6 +97,9 @@ func problems(ctl *controller.Controller, publisher *dataplane.Publisher) []stri
 	for _, u := range ctl.StoreProblems() {
 		out = append(out, fmt.Sprintf("stored key %s cannot be read and is left out: %s", u.Key, u.Reason))
 	}
+	for _, d := range publisher.Dropped() {
+		out = append(out, fmt.Sprintf("instance %s of backend %s is left out of the data plane: %s", d.Instance, d.Backend, d.Reason))
+	}
 	if err := publisher.Err(); err != nil {
 		out = append(out, err.Error())
 	}

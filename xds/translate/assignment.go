@@ -1,8 +1,10 @@
 package translate
 
 import (
+	"net"
 	"net/netip"
 	"sort"
+	"strconv"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -11,14 +13,18 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
-// BuildAssignments builds one ClusterLoadAssignment per backend, sorted by name,
-// listing its replicas (sorted by address) with their health. A backend with
-// no replicas gets an empty assignment, so its cluster still warms.
+// BuildAssignments builds one ClusterLoadAssignment per backend served by
+// EDS, sorted by name, listing its replicas (sorted by address) with their
+// health. A backend with no replicas gets an empty assignment, so its
+// cluster still warms. A backend whose replicas are named by DNS has its
+// assignment in its cluster instead (BuildClusters).
 func BuildAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 	backends := sortedBackends(m)
 	out := make([]*endpoint.ClusterLoadAssignment, 0, len(backends))
 	for _, b := range backends {
-		out = append(out, BuildAssignment(b))
+		if !b.ResolvedByDNS() {
+			out = append(out, BuildAssignment(b))
+		}
 	}
 	return out
 }
@@ -34,10 +40,14 @@ func BuildAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
 	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Address < replicas[j].Address })
 	locality := &endpoint.LocalityLbEndpoints{}
 	for _, r := range replicas {
-		ap := netip.MustParseAddrPort(r.Address) // checked by Validate
+		host, portText, _ := net.SplitHostPort(r.Address) // checked by Validate
+		port, _ := strconv.ParseUint(portText, 10, 16)
+		if ip, err := netip.ParseAddr(host); err == nil {
+			host = ip.String()
+		}
 		locality.LbEndpoints = append(locality.LbEndpoints, &endpoint.LbEndpoint{
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-				Address: socketAddress(ap.Addr().String(), uint32(ap.Port())),
+				Address: socketAddress(host, uint32(port)),
 			}},
 			HealthStatus: healthStatus(r.EffectiveHealth()),
 		})

@@ -48,7 +48,7 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 	for _, b := range backends {
 		total := concurrencyLimit(b)
 		queue := queueLimit(total)
-		out = append(out, &cluster.Cluster{
+		c := &cluster.Cluster{
 			Name:                 wire.ClusterName(b.Name),
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 			EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: edsConfigSource()},
@@ -72,9 +72,30 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 					MaxConnections: wrapperspb.UInt32(uint32(b.Config.EffectiveMaxConcurrentQueries())),
 				}},
 			},
-		})
+		}
+		if b.ResolvedByDNS() {
+			resolveByDNS(c, b)
+		}
+		out = append(out, c)
 	}
 	return out
+}
+
+// resolveByDNS makes c a STRICT_DNS cluster that lists b's serving replicas
+// itself: Envoy resolves their names (IPv4 first), and serves no replica
+// that is unhealthy or draining.
+func resolveByDNS(c *cluster.Cluster, b model.Backend) {
+	serving := b
+	serving.Replicas = nil
+	for _, r := range b.Replicas {
+		if r.EffectiveHealth() == model.HealthHealthy {
+			serving.Replicas = append(serving.Replicas, r)
+		}
+	}
+	c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STRICT_DNS}
+	c.EdsClusterConfig = nil
+	c.DnsLookupFamily = cluster.Cluster_V4_PREFERRED
+	c.LoadAssignment = BuildAssignment(serving)
 }
 
 // concurrencyLimit is max_concurrent_queries × replicas, at least one
