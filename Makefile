@@ -18,9 +18,10 @@ GO_TEST_FLAGS ?=
 FUZZ_TARGETS := ./controlplane/model:FuzzParse ./controlplane/model:FuzzDecodeJSON ./controlplane/api:FuzzAPIRequests \
                 ./xds/translate:FuzzTranslate ./xds/translate:FuzzTranslateRefusesInvalid
 FUZZTIME       ?= 2m
+CHAOS          ?= 3m
 FUZZTIME_SHORT ?= 4s
 
-.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz
+.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,6 +57,9 @@ test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering inclu
 	go test -count=1 $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
+chaos: tools ## run the chaos e2e test for CHAOS (default 3m; make test runs it for 20s)
+	SERVEMESH_CHAOS=$(CHAOS) go test -count=1 -v -run '^TestChaos$$' -timeout 30m ./e2e/
+
 fuzz: ## run every fuzz target for FUZZTIME (default 2m each; make test runs them for 4s)
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz: $$fn in $$pkg for $(FUZZTIME)"; \
@@ -87,6 +91,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/controlplane
 	go run ./bench/agents
 	go run ./bench/statsoverhead
+	go run ./bench/apiload
 
 clean: ## remove build output and run folders (keeps .tools)
 	rm -rf bin .run

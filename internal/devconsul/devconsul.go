@@ -88,6 +88,9 @@ func (c *Agent) Client() (*api.Client, error) {
 	return api.NewClient(cfg)
 }
 
+// Pid is the agent's process id (tests stop it with SIGSTOP).
+func (c *Agent) Pid() int { return c.child.Pid() }
+
 // Stop kills the agent.
 func (c *Agent) Stop() {
 	_ = c.child.Kill()

@@ -1,0 +1,349 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/bootstrap"
+	smapi "github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// chaosDuration is how long TestChaos runs: $SERVEMESH_CHAOS (make chaos
+// sets minutes), 20 s in make test.
+func chaosDuration(t *testing.T) time.Duration {
+	if v := os.Getenv("SERVEMESH_CHAOS"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("SERVEMESH_CHAOS=%q: %v", v, err)
+		}
+		return d
+	}
+	return 20 * time.Second
+}
+
+// chaosAgent is an agent without its own Envoy (the test's Envoy carries the
+// load), restartable under the same node id and work folder.
+type chaosAgent struct {
+	id, address, dir string
+	args, env        []string
+	child            *proc.Process
+	log              *testutil.SyncBuffer
+}
+
+func (a *chaosAgent) start(t *testing.T) {
+	t.Helper()
+	a.log = &testutil.SyncBuffer{}
+	var err error
+	if a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: a.args, Env: a.env, Stderr: a.log}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChaos mixes, at random and for a bounded time, under steady load
+// through Envoy: operations and applies of random size through two
+// controllers, kill -9 of the leading controller, of an agent and of a
+// replica, SIGSTOP of Consul for a few seconds, and stray keys. At the end
+// the stored state equals the model of every accepted operation, Envoy
+// serves it, and every failed request has a documented cause.
+func TestChaos(t *testing.T) {
+	d := chaosDuration(t)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 7))
+	t.Logf("chaos for %s, seed %d", d, seed)
+	consul := startConsul(t)
+	ctls := []*ctlProc{startController(t, consul, "c1", []string{"--replace-after", "5s", "--drain-grace", "500ms"}),
+		startController(t, consul, "c2", []string{"--replace-after", "5s", "--drain-grace", "500ms"})}
+	ctls[0].waitLeading(20 * time.Second)
+	var agents []*chaosAgent
+	for i, addr := range []string{"127.0.0.2", "127.0.0.3"} {
+		a := &chaosAgent{id: fmt.Sprintf("chaos-n%d", i+1), address: addr, dir: t.TempDir()}
+		a.args = []string{"agent", "--no-envoy", "--node-id", a.id, "--address", addr, "--cpus", "4", "--memory-mb", "4096",
+			"--work-dir", a.dir, "--drain-grace", "500ms", "--metrics-listen", freeAddr(t)}
+		a.env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr)
+		a.start(t)
+		agents = append(agents, a)
+	}
+	t.Cleanup(func() {
+		for _, a := range agents {
+			_ = a.child.Stop(10 * time.Second)
+		}
+	})
+	static := startReplicas(t, "static", 3)
+	c := smapi.NewClient(ctls[0].apiAddr+","+ctls[1].apiAddr, "")
+	c.FailoverWait = 30 * time.Second
+	ctx := context.Background()
+	want := chaosInitial(static.addrs)
+	waitUntil(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, want, false); return err == nil })
+	n := startEnvoy(t, "chaos-node", ctls[0].xdsAddr+","+ctls[1].xdsAddr, bootstrap.ProtocolSotW)
+	waitUntil(t, 30*time.Second, "Envoy to serve /svc", func() bool {
+		return do(httpClient(), "GET", "http://"+n.public+"/svc", "").status == 200
+	})
+
+	ch := &chaos{t: t, rng: rng, c: c, want: want, static: static.addrs, ctls: ctls, agents: agents, consul: consul}
+	traffic := startLoad("http://"+n.public+"/svc", 4)
+	deadline := time.Now().Add(d)
+	for i := 0; time.Now().Before(deadline); i++ {
+		if i%8 == 7 {
+			ch.fault()
+		} else {
+			ch.operate()
+		}
+		time.Sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond)
+	}
+	ch.heal()
+	close(traffic.stop)
+	traffic.wg.Wait()
+
+	ch.check(n)
+	t.Logf("%d operations, faults: %v; %d requests through Envoy, %d failed", ch.ops, ch.faults, traffic.sent.Load(), traffic.failed.Load())
+	if f := traffic.failed.Load(); f > 0 {
+		// Load goes to static replicas that never die, through an Envoy that
+		// never dies: no fault explains a failed request.
+		t.Errorf("%d requests failed with no documented cause, first: %v", f, traffic.first.Load())
+	}
+}
+
+// chaosInitial is the state chaos starts from: a routed endpoint over three
+// static backends, and a process backend the agents run.
+func chaosInitial(addrs []string) *model.Model {
+	m := &model.Model{}
+	for i, a := range addrs {
+		m.Backends = append(m.Backends, model.Backend{Name: fmt.Sprintf("s%d", i), Replicas: []model.Replica{{Address: a}}})
+	}
+	m.Backends = append(m.Backends, model.Backend{Name: "p", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1},
+		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "p", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}})
+	m.Endpoints = []model.Endpoint{
+		{Name: "svc", Route: "/svc", Traffic: map[string]float64{"s0": 0.5, "s1": 0.5}},
+		{Name: "inner", Traffic: map[string]float64{"p": 1}},
+	}
+	return m
+}
+
+type chaos struct {
+	t      *testing.T
+	rng    *rand.Rand
+	c      *smapi.Client
+	want   *model.Model
+	static []string
+	ctls   []*ctlProc
+	agents []*chaosAgent
+	consul *testutil.Consul
+	ops    int
+	faults map[string]int
+	mu     sync.Mutex
+}
+
+// accept sends op until it is accepted: every call is idempotent, so one
+// whose answer was lost is simply sent again.
+func (ch *chaos) accept(what string, op func() error) {
+	ch.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := op()
+		if err == nil {
+			ch.ops++
+			return
+		}
+		if time.Now().After(deadline) {
+			ch.t.Fatalf("%s was never accepted: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// operate runs one random operation and records it in the expected state.
+func (ch *chaos) operate() {
+	ctx := context.Background()
+	switch ch.rng.IntN(4) {
+	case 0, 1: // shift svc's traffic among the static backends
+		a, b := ch.rng.IntN(3), ch.rng.IntN(3)
+		w := float64(ch.rng.IntN(11)) / 10
+		traffic := map[string]float64{fmt.Sprintf("s%d", a): w}
+		traffic[fmt.Sprintf("s%d", b)] += 1 - w
+		for k, v := range traffic {
+			if v == 0 {
+				delete(traffic, k)
+			}
+		}
+		ch.accept("traffic set", func() error { _, err := ch.c.SetTraffic(ctx, "svc", traffic); return err })
+		ch.want.Endpoints[ch.find("svc")].Traffic = traffic
+	case 2: // apply a random number of headless endpoints (0 to 400)
+		next := model.Clone(ch.want)
+		next.Endpoints = next.Endpoints[:2]
+		for i := range ch.rng.IntN(401) {
+			next.Endpoints = append(next.Endpoints, model.Endpoint{Name: fmt.Sprintf("x%d", i), Traffic: map[string]float64{"s2": 1}})
+		}
+		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, stripPlacements(next), false); return err })
+		ch.want = next
+	case 3: // scale the process backend
+		r := 1 + ch.rng.IntN(3)
+		ch.accept("scale p", func() error {
+			_, err := ch.c.UpdateBackend(ctx, "p", model.BackendConfigPatch{NumReplicas: &r})
+			return err
+		})
+		ch.want.Backends[ch.findBackend("p")].Config.NumReplicas = r
+	}
+}
+
+func stripPlacements(m *model.Model) *model.Model {
+	out := model.Clone(m)
+	for i := range out.Backends {
+		out.Backends[i].Placements = nil
+	}
+	return out
+}
+
+func (ch *chaos) find(name string) int {
+	for i, e := range ch.want.Endpoints {
+		if e.Name == name {
+			return i
+		}
+	}
+	ch.t.Fatalf("no endpoint %s", name)
+	return -1
+}
+
+func (ch *chaos) findBackend(name string) int {
+	for i, b := range ch.want.Backends {
+		if b.Name == name {
+			return i
+		}
+	}
+	ch.t.Fatalf("no backend %s", name)
+	return -1
+}
+
+// fault injects one random fault; the faulty piece is brought back.
+func (ch *chaos) fault() {
+	if ch.faults == nil {
+		ch.faults = map[string]int{}
+	}
+	switch kind := ch.rng.IntN(5); kind {
+	case 0: // kill -9 a controller (the leader half the time), restart it
+		victim := ch.ctls[ch.rng.IntN(2)]
+		victim.kill()
+		time.Sleep(500 * time.Millisecond)
+		victim.start()
+		ch.faults["controller killed"]++
+	case 1: // kill -9 an agent (its replicas die with it), restart it
+		a := ch.agents[ch.rng.IntN(2)]
+		_ = a.child.Kill()
+		time.Sleep(300 * time.Millisecond)
+		a.start(ch.t)
+		ch.faults["agent killed"]++
+	case 2: // kill -9 one replica of p
+		pids := replicaPids("p")
+		if len(pids) > 0 {
+			_ = syscall.Kill(pids[ch.rng.IntN(len(pids))], syscall.SIGKILL)
+			ch.faults["replica killed"]++
+		}
+	case 3: // stop Consul for 1 to 3 seconds
+		pid := ch.consul.Pid()
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		time.Sleep(time.Duration(1000+ch.rng.IntN(2000)) * time.Millisecond)
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		ch.faults["consul stopped"]++
+	case 4: // a stray key under the state's prefix
+		client, err := ch.consul.Client()
+		if err == nil {
+			key := "servemesh/" + []string{"backends/", "endpoints/stray" + strconv.Itoa(ch.rng.IntN(9)), "other/thing"}[ch.rng.IntN(3)]
+			_, _ = client.KV().Put(&api.KVPair{Key: key, Value: []byte("{")}, nil)
+			ch.faults["stray key"]++
+		}
+	}
+}
+
+// heal brings every piece back and waits until a controller leads.
+func (ch *chaos) heal() {
+	for _, c := range ch.ctls {
+		if c.exited() {
+			c.start()
+		}
+	}
+	for _, a := range ch.agents {
+		if a.child.Exited() {
+			a.start(ch.t)
+		}
+	}
+	waitUntil(ch.t, 30*time.Second, "a controller to lead", func() bool {
+		for _, c := range ch.ctls {
+			if info, err := c.client("").Leader(context.Background()); err == nil && info.Leading {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// check compares the stored state, the API's answers and Envoy's routes
+// with the model of every accepted operation.
+func (ch *chaos) check(n *node) {
+	t := ch.t
+	client, err := ch.consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _, err := store.NewConsul(client, "servemesh").Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := summary(stored), summary(ch.want); got != want {
+		t.Fatalf("the stored state is not the model of the accepted operations:\n got  %s\n want %s", got, want)
+	}
+	var leader string
+	for _, c := range ch.ctls {
+		if info, err := c.client("").Leader(context.Background()); err == nil && info.Leading {
+			leader = c.apiAddr
+		}
+	}
+	waitNodeInSync(t, leader)
+	waitUntil(t, 30*time.Second, "Envoy to serve the stored routes", func() bool {
+		return envoyPolicies(t, n) == expectedPolicies(stored)
+	})
+}
+
+// summary renders what the operations control: backends with their
+// replica counts, endpoints with their traffic.
+func summary(m *model.Model) string {
+	var parts []string
+	for _, b := range m.Backends {
+		parts = append(parts, fmt.Sprintf("backend %s replicas=%d num=%d", b.Name, len(b.Replicas), b.Config.NumReplicas))
+	}
+	for _, e := range m.Endpoints {
+		parts = append(parts, "endpoint "+e.Name+" "+expectedPolicies(&model.Model{Endpoints: []model.Endpoint{e}}))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
+}
+
+// replicaPids finds the demo replicas of backend by their command line.
+func replicaPids(backend string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.Contains(string(cmdline), "demo-replica\x00--backend\x00"+backend+"\x00") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
