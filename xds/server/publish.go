@@ -18,19 +18,28 @@ import (
 
 // publish translates the current model and hands it to the caches: assignments
 // that changed to the LinearCache first (so new clusters can warm), then one
-// snapshot per node, then endpoint removals.
+// snapshot per node, then endpoint removals. When the model is the one last
+// published and only nodes connected since, just their snapshots are built.
 func (s *Server) publish(ctx context.Context) {
 	start := time.Now()
 	s.mu.Lock()
 	s.forgetGoneNodes(start)
 	m, gen := s.model, s.generation
+	newOnly := s.built != nil && s.builtGen == gen
 	nodes := make([]wire.ProxyNode, 0, len(s.nodes))
-	for _, n := range s.nodes {
-		nodes = append(nodes, n.node)
+	for id, n := range s.nodes {
+		if !newOnly || s.newNodes[id] {
+			nodes = append(nodes, n.node)
+		}
 	}
+	clear(s.newNodes)
 	s.mu.Unlock()
 	if m == nil {
 		return // nothing accepted yet; nodes wait for the first model
+	}
+	if newOnly {
+		s.setSnapshots(ctx, s.built, gen, nodes)
+		return
 	}
 	shared, err := translate.Shared(m)
 	if err != nil { // SetModel validated it, so this is a bug
@@ -42,6 +51,7 @@ func (s *Server) publish(ctx context.Context) {
 		s.log.Error("building shared resources failed", "generation", gen, "err", err)
 		return
 	}
+	s.built, s.builtGen = built, gen
 
 	changed, removed := s.diffAssignments(built.assignments)
 	if len(changed) > 0 {
@@ -49,6 +59,21 @@ func (s *Server) publish(ctx context.Context) {
 			s.log.Error("updating assignments cache", "err", err)
 		}
 	}
+	s.setSnapshots(ctx, built, gen, nodes)
+	if len(removed) > 0 {
+		if err := s.assignments.UpdateResources(nil, removed); err != nil {
+			s.log.Error("removing assignments from cache", "err", err)
+		}
+	}
+	s.metrics.publishes.Inc()
+	s.metrics.publishTime.Observe(time.Since(start).Seconds())
+	s.log.Debug("published", "generation", gen, "nodes", len(nodes), "assignments_changed", len(changed),
+		"assignments_removed", len(removed), "took", time.Since(start))
+}
+
+// setSnapshots builds and sets each node's snapshot from built, the
+// resources of model generation gen.
+func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen uint64, nodes []wire.ProxyNode) {
 	for _, node := range nodes {
 		snap, err := built.snapshotFor(node)
 		if err != nil {
@@ -70,15 +95,6 @@ func (s *Server) publish(ctx context.Context) {
 		}
 		s.mu.Unlock()
 	}
-	if len(removed) > 0 {
-		if err := s.assignments.UpdateResources(nil, removed); err != nil {
-			s.log.Error("removing assignments from cache", "err", err)
-		}
-	}
-	s.metrics.publishes.Inc()
-	s.metrics.publishTime.Observe(time.Since(start).Seconds())
-	s.log.Debug("published", "generation", gen, "nodes", len(nodes), "assignments_changed", len(changed),
-		"assignments_removed", len(removed), "took", time.Since(start))
 }
 
 // diffAssignments returns the assignments whose content changed since the last

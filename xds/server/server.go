@@ -57,8 +57,12 @@ type Server struct {
 	nodes      map[string]*nodeState
 	streams    map[int64]*streamState
 
+	newNodes map[string]bool // connected since the last publish
+
 	// Owned by the publisher goroutine.
 	publishedAssignments map[string]types.Resource
+	built                *sharedResources // the last generation's resources
+	builtGen             uint64
 }
 
 // New builds a Server. Call Register to expose it on a gRPC server and Run to
@@ -75,6 +79,7 @@ func New(opts Options) *Server {
 		nodes:                map[string]*nodeState{},
 		acceptedAt:           map[uint64]time.Time{},
 		streams:              map[int64]*streamState{},
+		newNodes:             map[string]bool{},
 		publishedAssignments: map[string]types.Resource{},
 	}
 	if s.holdOff == 0 {

@@ -189,6 +189,7 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 		s.metrics.knownNodes.Set(float64(len(s.nodes)))
 		s.log.Info("node connected", "node", parsed.ID, "public", fmt.Sprintf("%s:%d", parsed.PublicAddress, parsed.PublicPort),
 			"mesh", fmt.Sprintf("%s:%d", parsed.MeshAddress, parsed.MeshPort))
+		s.newNodes[parsed.ID] = true
 		s.kick()
 	}
 	n.streams++
