@@ -203,3 +203,25 @@ func TestPublisherReportsRefusedViews(t *testing.T) {
 		t.Fatalf("an accepted view must clear the error: %v, %v", err, p.Err())
 	}
 }
+
+// TestRefusedViewIsRetried: a view the data plane refused is offered again
+// without waiting for the next change, so a passing refusal heals itself.
+func TestRefusedViewIsRetried(t *testing.T) {
+	p, _, out, _ := newPublisher(t)
+	out.mu.Lock()
+	out.refuse = errors.New("not now")
+	out.mu.Unlock()
+	if err := p.Publish(processState()); err == nil {
+		t.Fatal("the refusal was not returned")
+	}
+	out.mu.Lock()
+	out.refuse = nil
+	out.mu.Unlock()
+	deadline := time.Now().Add(3 * RetryEvery)
+	for p.Err() != nil || out.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a refused view was not offered again")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -73,8 +74,11 @@ func (p *Publisher) Publish(m *model.Model) error {
 	return p.handOver()
 }
 
+// RetryEvery is how often a refused view is offered again.
+const RetryEvery = 5 * time.Second
+
 // Run rebuilds and hands over the view whenever the health view changes,
-// until ctx ends.
+// and every RetryEvery while the last one was refused, until ctx ends.
 func (p *Publisher) Run(ctx context.Context) {
 	p.mu.Lock()
 	p.ctx = ctx
@@ -82,14 +86,19 @@ func (p *Publisher) Run(ctx context.Context) {
 		p.instances.Sync(ctx, Services(p.state))
 	}
 	p.mu.Unlock()
+	retry := time.NewTicker(RetryEvery)
+	defer retry.Stop()
 	for {
+		refusedOnly := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.instances.Changed():
+		case <-retry.C:
+			refusedOnly = true
 		}
 		p.mu.Lock()
-		if p.state != nil {
+		if p.state != nil && (!refusedOnly || p.lastErr != nil) {
 			_ = p.handOver() // logged and counted; kept in Err
 		}
 		p.mu.Unlock()

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,10 +13,17 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -123,5 +131,69 @@ func TestControllerWiring(t *testing.T) {
 func TestStackModelIsValid(t *testing.T) {
 	if err := StackModel("/bin/servemesh").Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestXDSStreamsPerConnectionAreCapped: one connection may hold at most
+// MaxXDSStreamsPerConnection ADS streams (the xDS server had no limits); one
+// more waits until another ends.
+func TestXDSStreamsPerConnectionAreCapped(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	conn, err := grpc.NewClient(p.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	// open starts stream i as a node and waits up to 2 s for its first
+	// answer; the stream lives until the test ends (or 20 s).
+	open := func(i int) (context.CancelFunc, error) {
+		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+		got := make(chan error, 1)
+		go func() {
+			stream, err := ads.StreamAggregatedResources(sctx) // waits for a stream slot
+			if err != nil {
+				got <- err
+				return
+			}
+			id := fmt.Sprintf("cap-%d", i)
+			md, _ := wire.ProxyNode{ID: id, PublicAddress: "127.0.0.1", PublicPort: uint32(20000 + i), MeshAddress: "127.0.0.1", MeshPort: 15001}.Metadata()
+			if err := stream.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: id, Metadata: md}, TypeUrl: resource.ClusterType}); err != nil {
+				got <- err
+				return
+			}
+			_, err = stream.Recv()
+			got <- err
+		}()
+		select {
+		case err := <-got:
+			return scancel, err
+		case <-time.After(2 * time.Second):
+			return scancel, context.DeadlineExceeded
+		}
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := range MaxXDSStreamsPerConnection {
+		c, err := open(i)
+		cancels = append(cancels, c)
+		if err != nil {
+			t.Fatalf("stream %d of %d: %v", i+1, MaxXDSStreamsPerConnection, err)
+		}
+	}
+	c, err := open(MaxXDSStreamsPerConnection)
+	cancels = append(cancels, c)
+	if err == nil {
+		t.Fatalf("stream %d on one connection was served; the cap is %d", MaxXDSStreamsPerConnection+1, MaxXDSStreamsPerConnection)
 	}
 }
