@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,7 +144,6 @@ type chaos struct {
 	consul *testutil.Consul
 	ops    int
 	faults map[string]int
-	mu     sync.Mutex
 }
 
 // accept sends op until it is accepted: every call is idempotent, so one
