@@ -102,23 +102,47 @@ func (r *replica) run(ctx context.Context) {
 	}
 }
 
-func (r *replica) startProcess() (*proc.Process, error) {
-	env := map[string]string{
+// defaultPath is a replica's PATH when its backend sets none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// environment is a replica's whole environment: PATH, what its backend
+// sets, and servemesh's own variables (which win). Nothing of the agent's
+// own environment reaches it: no CONSUL_HTTP_TOKEN, no other secret. In
+// the backend's values and arguments, ${PORT}, ${HOST} and servemesh's
+// variables expand; anything else is left as written.
+func (r *replica) environment() (env map[string]string, expand func(string) string) {
+	own := map[string]string{
 		"PORT": strconv.Itoa(r.port), "HOST": r.a.node.Address,
 		"SERVEMESH_BACKEND": r.backend, "SERVEMESH_REPLICA_TAG": r.tag, "SERVEMESH_NODE": r.a.node.ID,
 		"SERVEMESH_AGENT_DIR": r.a.workDir,
 	}
-	expand := func(s string) string { return os.Expand(s, func(k string) string { return env[k] }) }
+	expand = func(s string) string {
+		return os.Expand(s, func(k string) string {
+			if v, ok := own[k]; ok {
+				return v
+			}
+			return "${" + k + "}"
+		})
+	}
+	env = map[string]string{"PATH": defaultPath}
 	for k, v := range r.spec.Env {
 		env[k] = expand(v)
 	}
+	for k, v := range own {
+		env[k] = v
+	}
+	return env, expand
+}
+
+func (r *replica) startProcess() (*proc.Process, error) {
+	env, expand := r.environment()
 	args := make([]string, len(r.spec.Args))
 	for i, a := range r.spec.Args {
 		args[i] = expand(a)
 	}
-	environ := os.Environ()
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
+	environ := make([]string, 0, len(env))
+	for _, k := range model.SortedKeys(env) {
+		environ = append(environ, k+"="+env[k])
 	}
 	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: r.output, Stderr: r.output})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,5 +52,43 @@ func TestReplicaLogsRotate(t *testing.T) {
 	}
 	if len(files) < 2 || len(files) > 3 || total > 3<<20 {
 		t.Fatalf("%d log files, %d bytes in all; want the log and at most two rotated ones", len(files), total)
+	}
+}
+
+// TestReplicaEnvironmentHoldsNoAgentSecret: a replica's environment holds
+// what its backend set and servemesh's variables, nothing of the agent's
+// (every replica used to inherit CONSUL_HTTP_TOKEN).
+func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "agent-secret-token")
+	t.Setenv("SOME_AGENT_SETTING", "x")
+	dir := t.TempDir()
+	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, logMaxMB: 1,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	logPath := filepath.Join(dir, "env.log")
+	r := &replica{a: a, backend: "b", tag: "b#000001", port: 4321, log: a.log,
+		spec: model.ProcessSpec{Command: "/usr/bin/env", Env: map[string]string{"MODEL": "v3", "ADDR": "${HOST}:${PORT}", "LITERAL": "$other"}},
+		output: &lumberjack.Logger{Filename: logPath, MaxSize: 1}}
+	child, err := r.startProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.output.Close()
+	out, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, want := range []string{"MODEL=v3", "ADDR=127.0.0.1:4321", "LITERAL=${other}", "PORT=4321", "SERVEMESH_REPLICA_TAG=b#000001", "PATH="} {
+		if !strings.Contains(got, want+"\n") && !strings.Contains(got, want) {
+			t.Errorf("the replica's environment lacks %s:\n%s", want, got)
+		}
+	}
+	for _, leaked := range []string{"CONSUL_HTTP_TOKEN", "agent-secret-token", "SOME_AGENT_SETTING"} {
+		if strings.Contains(got, leaked) {
+			t.Errorf("the agent's %s reached the replica:\n%s", leaked, got)
+		}
 	}
 }

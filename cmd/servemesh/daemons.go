@@ -24,7 +24,7 @@ const faultEnv = "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT"
 
 func newControllerCommand(log *slog.Logger) *cobra.Command {
 	var o daemon.ControllerOptions
-	var tokenFile string
+	var tokenFile, writeTokenFile, readTokenFile string
 	c := &cobra.Command{
 		Use:   "controller",
 		Short: "run the controller: state in Consul, the /v1/ API, xDS; several elect a leader",
@@ -33,21 +33,28 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 			if err := controllerDefaults(&o, cmd.Flags().Changed("fault-crash-after-checkpoint")); err != nil {
 				return err
 			}
-			token, err := api.ReadTokenFile(tokenFile)
-			if err != nil {
-				return err
+			o.Tokens = api.Tokens{}
+			for _, f := range []struct {
+				path  string
+				scope api.Scope
+			}{{tokenFile, api.ScopeExec}, {writeTokenFile, api.ScopeWrite}, {readTokenFile, api.ScopeRead}} {
+				if err := o.Tokens.Add(f.path, f.scope); err != nil {
+					return err
+				}
 			}
-			o.Token = token
 			return daemon.RunController(cmd.Context(), log.With("cmd", "controller"), o)
 		},
 	}
 	fs := c.Flags()
-	fs.StringVar(&o.APIListen, "api-listen", "127.0.0.1:18001", "address of the HTTP API (/v1/), /metrics and /healthz; keep it on loopback unless a token protects it")
+	fs.StringVar(&o.APIListen, "api-listen", "127.0.0.1:18001", "address of the HTTP API (/v1/), /metrics and /healthz; beyond loopback it needs a token (--token-file)")
 	fs.StringVar(&o.XDSListen, "xds-listen", "127.0.0.1:18000", "address of the xDS gRPC server Envoy nodes connect to")
 	fs.StringVar(&o.Advertise, "advertise", "", "API address other controllers hand to clients when this one leads (default: --api-listen)")
 	fs.StringVar(&o.ConsulPrefix, "consul-prefix", "servemesh", "Consul KV prefix of the stored state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
 	fs.StringVar(&o.ID, "id", "", "this controller's id among controllers (default: host name and API port)")
-	fs.StringVar(&tokenFile, "token-file", "", "file holding the bearer token every API call must carry (default: no token)")
+	fs.StringVar(&tokenFile, "token-file", "", "file holding the bearer token with every scope (read, write, and exec: changes that run commands on nodes)")
+	fs.StringVar(&writeTokenFile, "write-token-file", "", "file holding a bearer token for reads and changes that run no command")
+	fs.StringVar(&readTokenFile, "read-token-file", "", "file holding a bearer token for reads only (state, status, /metrics, /v1/xds/nodes)")
+	fs.BoolVar(&o.Insecure, "insecure", false, "allow an API beyond loopback without a token (anyone who reaches it can run commands on every node)")
 	fs.Float64Var(&o.CrashAfterCheckpoint, "fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+faultEnv+")")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")
 	fs.DurationVar(&o.ReplaceAfter, "replace-after", 30*time.Second, "how long a node may be gone before its replicas are placed elsewhere")

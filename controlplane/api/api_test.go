@@ -31,7 +31,11 @@ func newFixture(t testing.TB, token string) *fixture {
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(c, token, log, nil))
+	tokens := Tokens{}
+	if token != "" {
+		tokens[token] = ScopeExec
+	}
+	srv := httptest.NewServer(tokens.Authenticate(Handler(c, log, nil)))
 	t.Cleanup(srv.Close)
 	return &fixture{st: st, c: c, srv: srv}
 }
@@ -236,5 +240,43 @@ func TestClientRidesThroughAFailover(t *testing.T) {
 	// Errors that reached the leader are not sent again.
 	if _, err := c.CreateBackend(context.Background(), model.Backend{Name: "bad name"}); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
 		t.Fatalf("an invalid write: %v", err)
+	}
+}
+
+// TestTokenScopes: a read token reads and changes nothing, a write token
+// changes what runs no command, and creating or changing a backend's
+// command needs the exec scope (anyone who could call the API could run any
+// command on every node).
+func TestTokenScopes(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st := store.NewMemory()
+	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*model.Model) error { return nil }})
+	if err := c.Lead(context.Background(), "self"); err != nil {
+		t.Fatal(err)
+	}
+	tokens := Tokens{"r-token": ScopeRead, "w-token": ScopeWrite, "x-token": ScopeExec}
+	srv := httptest.NewServer(tokens.Authenticate(Handler(c, log, nil)))
+	defer srv.Close()
+	process := `{"name": "p", "process": {"command": "/bin/true"}}`
+	applyProcess := `{"backends": [{"name": "p2", "process": {"command": "/bin/sh"}}]}`
+	for _, tc := range []struct {
+		token, method, path, body string
+		want                      int
+	}{
+		{"r-token", "GET", "/v1/backends", "", 200},
+		{"r-token", "POST", "/v1/backends", `{"name": "a"}`, 403},
+		{"w-token", "POST", "/v1/backends", `{"name": "a"}`, 201},
+		{"w-token", "POST", "/v1/backends", process, 403},
+		{"w-token", "POST", "/v1/apply", applyProcess, 403},
+		{"x-token", "POST", "/v1/backends", process, 201},
+		{"w-token", "POST", "/v1/apply", `{"backends": [{"name": "a"}, {"name": "p", "process": {"command": "/bin/true"}}]}`, 200}, // its command is unchanged
+		{"x-token", "POST", "/v1/apply", applyProcess, 200},
+		{"", "GET", "/v1/backends", "", 401},
+		{"nope", "GET", "/v1/leader", "", 401},
+	} {
+		status, body := raw(t, tc.method, srv.URL+tc.path, tc.body, tc.token)
+		if status != tc.want {
+			t.Errorf("%s %s %s with %q: HTTP %d %s, want %d", tc.method, tc.path, tc.body, tc.token, status, body, tc.want)
+		}
 	}
 }

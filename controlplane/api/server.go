@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
@@ -62,10 +60,11 @@ type ErrorBody struct {
 	Leader string `json:"leader,omitempty"`
 }
 
-// Handler serves the /v1/ API for a controller. With a non-empty token, every
-// /v1/ call needs `Authorization: Bearer <token>`. status, if not nil,
-// answers GET /v1/status.
-func Handler(c *controller.Controller, token string, log *slog.Logger, status func() StatusReport) http.Handler {
+// Handler serves the /v1/ API for a controller; status, if not nil,
+// answers GET /v1/status. Wrap it (with the rest of the controller's HTTP
+// paths) in Tokens.Authenticate: changes that run commands check for the
+// exec scope here.
+func Handler(c *controller.Controller, log *slog.Logger, status func() StatusReport) http.Handler {
 	s := &server{c: c, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/backends", s.listBackends)
@@ -84,7 +83,7 @@ func Handler(c *controller.Controller, token string, log *slog.Logger, status fu
 	if status != nil {
 		mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, status()) })
 	}
-	return authenticate(token, finishWrites(mux))
+	return finishWrites(mux)
 }
 
 // WriteTimeout bounds a write once its request is read: a client that hangs
@@ -106,22 +105,6 @@ func finishWrites(next http.Handler) http.Handler {
 	})
 }
 
-func authenticate(token string, next http.Handler) http.Handler {
-	if token == "" {
-		return next
-	}
-	want := []byte(token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// RFC 9110: the scheme is case-insensitive; the token is not.
-		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(got, " ")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="servemesh"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token; pass --token-file (or set SERVEMESH_TOKEN_FILE) with the controller's token", "")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
 
 type server struct {
 	c   *controller.Controller
@@ -151,6 +134,9 @@ func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) {
 func (s *server) createBackend(w http.ResponseWriter, r *http.Request) {
 	var b model.Backend
 	if !decode(w, r, &b) {
+		return
+	}
+	if b.Process != nil && !requireExec(w, r, fmt.Sprintf("backend %q", b.Name)) {
 		return
 	}
 	changed, err := s.c.CreateBackend(r.Context(), b)
@@ -217,8 +203,27 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 	if !decodeLimit(w, r, &m, MaxApplyBytes) {
 		return
 	}
+	if name := s.newCommand(&m); name != "" && !requireExec(w, r, fmt.Sprintf("the apply's backend %q", name)) {
+		return
+	}
 	changes, err := s.c.Apply(r.Context(), &m, dryRun)
 	s.answer(w, ApplyResult{Changes: nonNil(changes), DryRun: dryRun}, err)
+}
+
+// newCommand names a process backend of desired whose command is new or
+// changed against the current state, or returns "".
+func (s *server) newCommand(desired *model.Model) string {
+	current, _ := s.c.State()
+	specs := make(map[string]string, len(current.Backends))
+	for _, b := range current.Backends {
+		specs[b.Name] = model.SpecHash(b.Process)
+	}
+	for _, b := range desired.Backends {
+		if b.Process != nil && specs[b.Name] != model.SpecHash(b.Process) {
+			return b.Name
+		}
+	}
+	return ""
 }
 
 func (s *server) leader(w http.ResponseWriter, _ *http.Request) {

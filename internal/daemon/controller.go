@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -27,8 +29,10 @@ type ControllerOptions struct {
 	Advertise    string
 	ConsulPrefix string
 	ID           string
-	// Token is the bearer token every API call must carry; empty: none.
-	Token                string
+	// Tokens are the API's bearer tokens by scope; none: no authentication,
+	// allowed only on a loopback address unless Insecure.
+	Tokens   api.Tokens
+	Insecure bool
 	CrashAfterCheckpoint float64
 	DrainGrace           time.Duration
 	ReplaceAfter         time.Duration
@@ -45,6 +49,9 @@ type controllerParts struct {
 
 // RunController runs a controller until ctx ends or a component fails.
 func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) error {
+	if err := checkExposure(log, o); err != nil {
+		return err
+	}
 	client, err := consulapi.NewClient(consulapi.DefaultConfig())
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
@@ -86,8 +93,35 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		m, _ := ctl.State()
 		return api.NewStatusReport(m, scaler.Load(), plane.XDS.Status(), problems(ctl, publisher))
 	}
-	plane.Mux.Handle("/v1/", api.Handler(ctl, o.Token, log.With("component", "api"), status))
+	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), status))
+	plane.Wrap(o.Tokens.Authenticate)
 	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, publisher: publisher, watcher: watcher}
+}
+
+// checkExposure refuses an API without a token on an address beyond
+// loopback: whoever reaches it could run commands on every node.
+func checkExposure(log *slog.Logger, o ControllerOptions) error {
+	if len(o.Tokens) > 0 || isLoopback(o.APIListen) {
+		return nil
+	}
+	if !o.Insecure {
+		return fmt.Errorf("refusing to serve the API on %s without a token: anyone who reaches it could run commands on every node; give --token-file (and --read-token-file, --write-token-file for narrower scopes), or --insecure to accept that", o.APIListen)
+	}
+	log.Warn("INSECURE: the API listens beyond loopback without a token; anyone who reaches it can run commands on every node", "api", o.APIListen)
+	return nil
+}
+
+// isLoopback reports whether a listen address is on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // problems lists what keeps the data plane from following the stored

@@ -197,3 +197,55 @@ func TestXDSStreamsPerConnectionAreCapped(t *testing.T) {
 		t.Fatalf("stream %d on one connection was served; the cap is %d", MaxXDSStreamsPerConnection+1, MaxXDSStreamsPerConnection)
 	}
 }
+
+// TestEveryPathNeedsAToken: with tokens, /metrics and /v1/xds/nodes need
+// one too (they used to skip it); only /healthz answers anyone.
+func TestEveryPathNeedsAToken(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := NewPlane(quiet())
+	p.Wrap(api.Tokens{"read-token": api.ScopeRead}.Authenticate)
+	if err := p.Start(ctx, quiet(), "127.0.0.1:0", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	for _, path := range []string{"/metrics", "/v1/xds/nodes", "/healthz"} {
+		for _, token := range []string{"", "read-token"} {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTPAddr()+path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			want := http.StatusOK
+			if token == "" && path != "/healthz" {
+				want = http.StatusUnauthorized
+			}
+			if resp.StatusCode != want {
+				t.Errorf("GET %s with token %q: %d, want %d", path, token, resp.StatusCode, want)
+			}
+		}
+	}
+}
+
+func TestAPIBeyondLoopbackNeedsAToken(t *testing.T) {
+	for _, tc := range []struct {
+		o     ControllerOptions
+		fails bool
+	}{
+		{ControllerOptions{APIListen: "127.0.0.1:18001"}, false},
+		{ControllerOptions{APIListen: "[::1]:18001"}, false},
+		{ControllerOptions{APIListen: "0.0.0.0:18001"}, true},
+		{ControllerOptions{APIListen: "10.0.0.5:18001"}, true},
+		{ControllerOptions{APIListen: "0.0.0.0:18001", Tokens: api.Tokens{"t": api.ScopeExec}}, false},
+		{ControllerOptions{APIListen: "0.0.0.0:18001", Insecure: true}, false},
+	} {
+		err := checkExposure(quiet(), tc.o)
+		if (err != nil) != tc.fails || (err != nil && !strings.Contains(err.Error(), "--token-file")) {
+			t.Errorf("%+v: %v", tc.o, err)
+		}
+	}
+}

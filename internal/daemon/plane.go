@@ -41,6 +41,7 @@ type Plane struct {
 	http    *httpserver.Server
 	xdsAddr string
 	cancel  context.CancelFunc
+	wrap    func(http.Handler) http.Handler
 }
 
 // NewPlane builds the xDS server and the HTTP mux; Start listens.
@@ -64,7 +65,11 @@ func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpList
 	if err != nil {
 		return fmt.Errorf("xds listener: %w", err)
 	}
-	p.http, err = httpserver.Start(ctx, log, httpListen, p.Mux)
+	var h http.Handler = p.Mux
+	if p.wrap != nil {
+		h = p.wrap(h)
+	}
+	p.http, err = httpserver.Start(ctx, log, httpListen, h)
 	if err != nil {
 		_ = xdsLis.Close()
 		return err
@@ -88,6 +93,10 @@ func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpList
 	}()
 	return nil
 }
+
+// Wrap puts middleware around every HTTP path of the plane (call before
+// Start): the controller's authentication.
+func (p *Plane) Wrap(mw func(http.Handler) http.Handler) { p.wrap = mw }
 
 // XDSAddr is the address the xDS server listens on.
 func (p *Plane) XDSAddr() string { return p.xdsAddr }

@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Scope is what a bearer token allows; a wider scope includes the
+// narrower ones.
+type Scope int
+
+// The scopes, narrowest first.
+const (
+	// ScopeRead allows reads: the state, status, the leader, /metrics and
+	// /v1/xds/nodes.
+	ScopeRead Scope = iota + 1
+	// ScopeWrite allows changes, except those that run commands.
+	ScopeWrite
+	// ScopeExec allows creating or changing a backend's command: code
+	// execution on every node that runs its replicas.
+	ScopeExec
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeRead:
+		return "read"
+	case ScopeWrite:
+		return "write"
+	case ScopeExec:
+		return "exec"
+	}
+	return "none"
+}
+
+// Tokens maps each bearer token to its scope. Empty: no authentication,
+// every caller has every scope (loopback only; see the controller).
+type Tokens map[string]Scope
+
+// Add reads a token file (its first line, trimmed) into t with scope; an
+// empty path adds nothing.
+func (t Tokens) Add(path string, scope Scope) error {
+	if path == "" {
+		return nil
+	}
+	token, err := ReadTokenFile(path)
+	if err != nil {
+		return err
+	}
+	if prev, ok := t[token]; ok && prev != scope {
+		return fmt.Errorf("token file %s holds the token of another scope (%s); give each scope its own token", path, prev)
+	}
+	t[token] = scope
+	return nil
+}
+
+type scopeKey struct{}
+
+// ScopeOf is the scope the request's token allows.
+func ScopeOf(ctx context.Context) Scope {
+	if s, ok := ctx.Value(scopeKey{}).(Scope); ok {
+		return s
+	}
+	return 0
+}
+
+// Authenticate requires a token of at least the read scope for GET and HEAD
+// and of the write scope for anything else, on every path but /healthz, and
+// records the token's scope for handlers that need more (ScopeOf). Without
+// tokens every request has every scope.
+func (t Tokens) Authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(t) == 0 {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, ScopeExec)))
+			return
+		}
+		if r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		scope := t.scopeOf(r.Header.Get("Authorization"))
+		need := ScopeWrite
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			need = ScopeRead
+		}
+		switch {
+		case scope == 0:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="servemesh"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token; pass --token-file (or set SERVEMESH_TOKEN_FILE) with a token of the controller's", "")
+		case scope < need:
+			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("this token has the %s scope; %s %s needs %s", scope, r.Method, r.URL.Path, need), "")
+		default:
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, scope)))
+		}
+	})
+}
+
+// scopeOf finds the scope of an Authorization header's bearer token (RFC
+// 9110: the scheme is case-insensitive, the token is not), comparing every
+// token in constant time.
+func (t Tokens) scopeOf(header string) Scope {
+	scheme, got, _ := strings.Cut(header, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return 0
+	}
+	got = strings.TrimLeft(got, " ")
+	var found Scope
+	for token, scope := range t {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
+			found = scope
+		}
+	}
+	return found
+}
+
+// requireExec answers 403 unless the request's token has the exec scope.
+func requireExec(w http.ResponseWriter, r *http.Request, what string) bool {
+	if ScopeOf(r.Context()) >= ScopeExec {
+		return true
+	}
+	writeError(w, http.StatusForbidden, "forbidden", what+" runs a command on servemesh's nodes, which needs a token with the exec scope; this one has "+ScopeOf(r.Context()).String(), "")
+	return false
+}
