@@ -66,7 +66,7 @@ func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	logPath := filepath.Join(dir, "env.log")
 	r := &replica{a: a, backend: "b", tag: "b#000001", port: 4321, log: a.log,
-		spec: model.ProcessSpec{Command: "/usr/bin/env", Env: map[string]string{"MODEL": "v3", "ADDR": "${HOST}:${PORT}", "LITERAL": "$other"}},
+		spec:   model.ProcessSpec{Command: "/usr/bin/env", Env: map[string]string{"MODEL": "v3", "ADDR": "${HOST}:${PORT}", "LITERAL": "$other"}},
 		output: &lumberjack.Logger{Filename: logPath, MaxSize: 1}}
 	child, err := r.startProcess()
 	if err != nil {

@@ -105,7 +105,6 @@ func finishWrites(next http.Handler) http.Handler {
 	})
 }
 
-
 type server struct {
 	c   *controller.Controller
 	log *slog.Logger

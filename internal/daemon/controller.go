@@ -31,8 +31,8 @@ type ControllerOptions struct {
 	ID           string
 	// Tokens are the API's bearer tokens by scope; none: no authentication,
 	// allowed only on a loopback address unless Insecure.
-	Tokens   api.Tokens
-	Insecure bool
+	Tokens               api.Tokens
+	Insecure             bool
 	CrashAfterCheckpoint float64
 	DrainGrace           time.Duration
 	ReplaceAfter         time.Duration
