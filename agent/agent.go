@@ -146,6 +146,9 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 			want[p.Tag] = true
 			r, running := a.replicas[p.Tag]
 			switch {
+			case !running && p.State == model.Running && !a.node.Allows(b.Process.Command):
+				a.log.Error("refusing to run a command this node does not allow", "replica", p.Tag, "command", b.Process.Command,
+					"allowed", a.node.AllowedCommands)
 			case !running && p.State == model.Running:
 				r, err := a.startReplica(ctx, b.Name, p, *b.Process)
 				if err != nil {

@@ -34,7 +34,8 @@ func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, 
 	var err error
 	a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: []string{"agent", "--node-id", id, "--address", address,
 		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
-		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info"},
+		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info",
+		"--allow-command", servemeshBin},
 		Env: append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin), Stderr: a.stderr})
 	if err != nil {
 		t.Fatal(err)
@@ -343,4 +344,24 @@ func mustPid(t *testing.T, addr string) int {
 		t.Fatalf("no process listens on %s", addr)
 	}
 	return pid
+}
+
+// TestCommandsNodesDoNotAllowAreRefused: an agent runs only the commands its
+// operator allowed; a backend whose command no node allows is refused at
+// placement, naming the command and the node (anyone who could call the
+// API used to run any command on every node).
+func TestCommandsNodesDoNotAllowAreRefused(t *testing.T) {
+	consul := startConsul(t)
+	ctl := startController(t, consul, "ctl", nil)
+	ctl.waitLeading(20 * time.Second)
+	startAgent(t, consul, "allow-node", "127.0.0.2", ctl.xdsAddr, 4)
+	env := []string{"SERVEMESH_SERVER=" + ctl.apiAddr}
+	waitUntil(t, 15*time.Second, "the node to register", func() bool {
+		code, _, _ := cli(t, env, "backend", "create", "probe", "--command", servemeshBin, "--arg", "demo-replica",
+			"--arg", "--backend", "--arg", "probe", "--arg", "--listen=${HOST}:${PORT}", "--num-replicas", "1")
+		return code == 0
+	})
+	expectCLI(t, env, 1, `no node allows command "/bin/sh" (nodes: allow-node); start their agents with --allow-command "/bin/sh"`,
+		"backend", "create", "shell", "--command", "/bin/sh", "--arg", "-c", "--arg", "id", "--num-replicas", "1")
+	expectCLI(t, env, 1, `backend "shell" is not registered`, "backend", "get", "shell")
 }

@@ -2,6 +2,8 @@ package wire
 
 import (
 	"fmt"
+	"path"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -41,6 +43,28 @@ type NodeInfo struct {
 	// StatusAddr is where the agent serves /metrics, LoadPath and
 	// EnvoyVersionsPath.
 	StatusAddr string
+	// AllowedCommands are the commands the node's agent runs as replicas:
+	// paths or path.Match patterns ("/opt/models/*/serve"). None: it runs
+	// no command.
+	AllowedCommands []string
+}
+
+// MetaAllowCommand prefixes the meta keys of an agent's allowed commands,
+// one pattern per key (a meta value holds at most 512 characters).
+const MetaAllowCommand = "allow_command_"
+
+// MaxAllowedCommands bounds a node's allowed command patterns (Consul
+// allows 64 meta keys).
+const MaxAllowedCommands = 48
+
+// Allows reports whether the node's agent may run command.
+func (n NodeInfo) Allows(command string) bool {
+	for _, pattern := range n.AllowedCommands {
+		if ok, err := path.Match(pattern, command); err == nil && ok {
+			return true
+		}
+	}
+	return false
 }
 
 // AgentServiceID is the Consul service id of node's agent registration.
@@ -51,12 +75,30 @@ func ReplicaServiceID(tag string) string { return strings.ReplaceAll(tag, "#", "
 
 // Meta encodes the node for its agent's Consul registration.
 func (n NodeInfo) Meta() map[string]string {
-	return map[string]string{
+	m := map[string]string{
 		MetaNodeID:     n.ID,
 		MetaCPUs:       strconv.FormatFloat(n.CPUs, 'g', -1, 64),
 		MetaMemoryMB:   strconv.Itoa(n.MemoryMB),
 		MetaStatusAddr: n.StatusAddr,
 	}
+	for i, p := range n.AllowedCommands {
+		m[fmt.Sprintf("%s%02d", MetaAllowCommand, i)] = p
+	}
+	return m
+}
+
+// CheckAllowedCommands says what is wrong with a list of allowed command
+// patterns, or returns nil.
+func CheckAllowedCommands(patterns []string) error {
+	if len(patterns) > MaxAllowedCommands {
+		return fmt.Errorf("%d allowed commands; at most %d: use patterns such as /opt/models/*/serve", len(patterns), MaxAllowedCommands)
+	}
+	for _, p := range patterns {
+		if _, err := path.Match(p, ""); err != nil || !strings.HasPrefix(p, "/") || len(p) > 500 {
+			return fmt.Errorf("allowed command %.80q: want an absolute path or path.Match pattern of at most 500 characters", p)
+		}
+	}
+	return nil
 }
 
 // NodeInfoFromMeta decodes an agent's registration; address is the
@@ -73,5 +115,11 @@ func NodeInfoFromMeta(address string, meta map[string]string) (NodeInfo, error) 
 	if n.MemoryMB, err = strconv.Atoi(meta[MetaMemoryMB]); err != nil {
 		return NodeInfo{}, fmt.Errorf("node %q: meta %q: %w", n.ID, MetaMemoryMB, err)
 	}
+	for k, v := range meta {
+		if strings.HasPrefix(k, MetaAllowCommand) {
+			n.AllowedCommands = append(n.AllowedCommands, v)
+		}
+	}
+	sort.Strings(n.AllowedCommands)
 	return n, nil
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -57,10 +58,25 @@ func TestNewLoad(t *testing.T) {
 }
 
 func TestNodeInfoMetaRoundTrip(t *testing.T) {
-	n := NodeInfo{ID: "n1", Address: "127.0.0.2", CPUs: 2.5, MemoryMB: 4096, StatusAddr: "127.0.0.2:9000"}
+	n := NodeInfo{ID: "n1", Address: "127.0.0.2", CPUs: 2.5, MemoryMB: 4096, StatusAddr: "127.0.0.2:9000",
+		AllowedCommands: []string{"/opt/models/*/serve", "/usr/bin/servemesh"}}
 	got, err := NodeInfoFromMeta(n.Address, n.Meta())
-	if err != nil || got != n {
+	if err != nil || !reflect.DeepEqual(got, n) {
 		t.Fatalf("round trip: %+v, %v; want %+v", got, err, n)
+	}
+	for cmd, want := range map[string]bool{"/opt/models/bert/serve": true, "/usr/bin/servemesh": true, "/bin/sh": false, "/opt/models/a/b/serve": false} {
+		if got.Allows(cmd) != want {
+			t.Errorf("Allows(%q) = %v", cmd, !want)
+		}
+	}
+	if (NodeInfo{}).Allows("/bin/true") {
+		t.Error("a node that allows nothing allowed a command")
+	}
+	if err := CheckAllowedCommands([]string{"relative/path"}); err == nil {
+		t.Error("a relative path was accepted")
+	}
+	if err := CheckAllowedCommands([]string{"/opt/[bad"}); err == nil {
+		t.Error("a malformed pattern was accepted")
 	}
 	for name, meta := range map[string]map[string]string{
 		"no id":      {MetaCPUs: "1", MetaMemoryMB: "1"},

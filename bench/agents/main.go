@@ -70,7 +70,7 @@ func run() error {
 		admins = append(admins, admin)
 		p, err := start(env, bin, "agent", "--node-id", fmt.Sprintf("n%d", i+1), "--address", addr, "--cpus", "4",
 			"--xds", xdsAddr, "--public", testutil.MustFreeAddr(addr), "--mesh", testutil.MustFreeAddr("127.0.0.1"), "--admin", admin,
-			"--work-dir", filepath.Join(dir, fmt.Sprintf("n%d", i+1)), "--drain-grace", "1s")
+			"--work-dir", filepath.Join(dir, fmt.Sprintf("n%d", i+1)), "--drain-grace", "1s", "--allow-command", bin)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -73,6 +74,10 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 		}
 	case len(running) < want:
 		need := want - len(running)
+		nodes, err := allowing(nodes, b.Process.Command)
+		if err != nil {
+			return err
+		}
 		used := nodeUsage(m)
 		var added []model.Placement
 		for range need {
@@ -106,6 +111,24 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 		b.Placements = append(b.Placements, added...)
 	}
 	return nil
+}
+
+// allowing returns the nodes whose agents may run command, or an error
+// naming the command and the nodes when none may.
+func allowing(nodes []wire.NodeInfo, command string) ([]wire.NodeInfo, error) {
+	var out []wire.NodeInfo
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, n.ID)
+		if n.Allows(command) {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 && len(nodes) > 0 {
+		return nil, errorf(Conflict, "no node allows command %q (nodes: %s); start their agents with --allow-command %q (or a pattern that matches it)",
+			command, strings.Join(ids, ", "), command)
+	}
+	return out, nil
 }
 
 func better(n wire.NodeInfo, u *usage, best wire.NodeInfo, bu *usage, backend string) bool {

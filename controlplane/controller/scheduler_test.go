@@ -20,10 +20,18 @@ type fakeNodes struct {
 	nodes []wire.NodeInfo
 }
 
+// list returns the nodes; one that names no allowed command allows the
+// tests' /bin/replica commands.
 func (f *fakeNodes) list(context.Context) ([]wire.NodeInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]wire.NodeInfo(nil), f.nodes...), nil
+	out := append([]wire.NodeInfo(nil), f.nodes...)
+	for i := range out {
+		if out[i].AllowedCommands == nil {
+			out[i].AllowedCommands = []string{"/bin/replica*"}
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeNodes) set(n ...wire.NodeInfo) {
@@ -313,5 +321,30 @@ func TestReplicaTagsAreRedrawnOnCollision(t *testing.T) {
 	placed := []model.Placement{{Tag: "b#abcdef"}}
 	if tag := newTag("b", placed); tag != "b#010203" {
 		t.Fatalf("tag %s; want the colliding draws skipped", tag)
+	}
+}
+
+// TestOnlyNodesThatAllowACommandRunIt: a replica goes only to a node whose
+// agent allows its command; when none does, the error names the command
+// and the nodes, and nothing changes.
+func TestOnlyNodesThatAllowACommandRunIt(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{
+		{ID: "n1", CPUs: 8, MemoryMB: 1000, AllowedCommands: []string{"/opt/other"}},
+		{ID: "n2", CPUs: 8, MemoryMB: 1000, AllowedCommands: []string{"/bin/*"}},
+	}}
+	c, _ := newScheduling(t, nodes)
+	ctx := context.Background()
+	changed, err := c.CreateBackend(ctx, processBackend("ok", 3, 1))
+	mustChange(t, changed, err)
+	m, _ := c.State()
+	if got := perNode(m.Backends[0], model.Running); got["n2"] != 3 || got["n1"] != 0 {
+		t.Fatalf("placements %v; want all on n2, the node that allows /bin/replica", got)
+	}
+	b := processBackend("no", 1, 1)
+	b.Process.Command = "/usr/bin/python3"
+	_, err = c.CreateBackend(ctx, b)
+	mustKind(t, err, Conflict, `no node allows command "/usr/bin/python3" (nodes: n1, n2)`)
+	if m, _ := c.State(); len(m.Backends) != 1 {
+		t.Fatal("a refused backend was created")
 	}
 }

@@ -69,7 +69,7 @@ func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, erro
 		{"controller", []string{"controller", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
 		{"agent", []string{"agent", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", "8", "--memory-mb", "8192",
 			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh, "--admin", o.Admin,
-			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s"}},
+			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--allow-command", o.Self}},
 	} {
 		logFile, err := os.Create(filepath.Join(o.WorkDir, d.name+".log"))
 		if err != nil {
