@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -38,6 +41,9 @@ type Options struct {
 	// ReplicaLogMB caps a replica's log: it rotates at this size, keeping
 	// two older files. 10 (MiB) when zero.
 	ReplicaLogMB int
+	// RunAs is the user replicas run as (a name or a uid). Empty: the
+	// agent's own user, unless the agent is root, when it is "nobody".
+	RunAs string
 }
 
 // Agent runs the replicas placed on its node.
@@ -51,6 +57,7 @@ type Agent struct {
 	checkTTL               time.Duration
 	minBackoff, maxBackoff time.Duration
 	logMaxMB               int
+	runAs                  *syscall.Credential // nil: the agent's user
 	metrics                *metrics
 
 	replicas map[string]*replica // by tag; owned by Run
@@ -61,8 +68,12 @@ type metrics struct {
 	replicas prometheus.Gauge
 }
 
-// New returns an agent; Run starts it.
-func New(o Options) *Agent {
+// New returns an agent; Run starts it. It fails when RunAs names no user.
+func New(o Options) (*Agent, error) {
+	cred, err := replicaUser(o.RunAs)
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{node: o.Node, consul: o.Consul, store: o.Store, log: o.Logger, workDir: o.WorkDir,
 		drainGrace: o.DrainGrace, stopGrace: o.StopGrace, checkTTL: o.CheckTTL,
 		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second, replicas: map[string]*replica{},
@@ -88,10 +99,34 @@ func New(o Options) *Agent {
 	if a.logMaxMB = o.ReplicaLogMB; a.logMaxMB == 0 {
 		a.logMaxMB = 10
 	}
+	a.runAs = cred
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(a.metrics.restarts, a.metrics.replicas)
 	}
-	return a
+	return a, nil
+}
+
+// replicaUser resolves the user replicas run as: name (or uid), else
+// "nobody" when the agent is root, else the agent's own user (nil).
+func replicaUser(name string) (*syscall.Credential, error) {
+	if name == "" {
+		if os.Geteuid() != 0 {
+			return nil, nil
+		}
+		name = "nobody"
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return nil, fmt.Errorf("--run-as %q: no such user; name an unprivileged user for replicas", name)
+		}
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("--run-as %q: user %s has a non-numeric uid or gid", name, u.Username)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
 }
 
 // Run registers the node, then runs its placed replicas until ctx ends, when

@@ -144,7 +144,8 @@ func (r *replica) startProcess() (*proc.Process, error) {
 	for _, k := range model.SortedKeys(env) {
 		environ = append(environ, k+"="+env[k])
 	}
-	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: r.output, Stderr: r.output})
+	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: r.output, Stderr: r.output,
+		Credential: r.a.runAs})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +91,47 @@ func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
 		if strings.Contains(got, leaked) {
 			t.Errorf("the agent's %s reached the replica:\n%s", leaked, got)
 		}
+	}
+}
+
+// TestReplicasRunUnprivileged: an agent running as root runs its replicas
+// as nobody unless told otherwise (they ran as root).
+func TestReplicasRunUnprivileged(t *testing.T) {
+	cred, err := replicaUser("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() != 0 {
+		if cred != nil {
+			t.Fatalf("an unprivileged agent changes its replicas' user to %d", cred.Uid)
+		}
+		return
+	}
+	if cred == nil || cred.Uid == 0 {
+		t.Fatalf("a root agent runs replicas as %+v; want nobody", cred)
+	}
+	if _, err := replicaUser("no-such-user-xyz"); err == nil || !strings.Contains(err.Error(), "--run-as") {
+		t.Fatalf("an unknown user: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, runAs: cred,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	logPath := filepath.Join(dir, "id.log")
+	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
+		spec: model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-u"}}, output: &lumberjack.Logger{Filename: logPath, MaxSize: 1}}
+	child, err := r.startProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.output.Close()
+	out, _ := os.ReadFile(logPath)
+	if got := strings.TrimSpace(string(out)); got != strconv.Itoa(int(cred.Uid)) {
+		t.Fatalf("the replica ran as uid %q, want %d (nobody)", got, cred.Uid)
 	}
 }

@@ -47,6 +47,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Agents run replicas as nobody: the binary must be theirs to run.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	servemeshBin = filepath.Join(dir, "servemesh")
 	args := []string{"build", "-o", servemeshBin}
 	if os.Getenv("SERVEMESH_E2E_RACE") == "1" {

@@ -114,6 +114,7 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&o.ConsulPrefix, "consul-prefix", "servemesh", "Consul KV prefix of the controller's state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before it is stopped (keep it equal to the controller's)")
 	fs.BoolVar(&o.NoEnvoy, "no-envoy", false, "do not run this node's Envoy")
+	fs.StringVar(&o.RunAs, "run-as", "", "the user replicas run as (default: this user, or nobody when the agent runs as root)")
 	fs.StringArrayVar(&o.Node.AllowedCommands, "allow-command", nil, "a command this node runs as replicas: an absolute path or a pattern such as /opt/models/*/serve (repeat; none: it runs no command)")
 	fs.StringVar(&o.StatusListen, "metrics-listen", "127.0.0.1:0", "address of the agent's /metrics, "+wire.LoadPath+" (read by the controller) and "+wire.EnvoyVersionsPath+"; port 0 picks one")
 	return c

@@ -29,6 +29,8 @@ type AgentOptions struct {
 	DrainGrace   time.Duration
 	// StatusListen is the agent's status listener (port 0 picks one).
 	StatusListen string
+	// RunAs is the user replicas run as; see agent.Options.
+	RunAs string
 }
 
 // RunAgent runs a node's agent and, unless NoEnvoy, its Envoy, until ctx
@@ -49,10 +51,13 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	defer status.Stop()
 	o.Node.StatusAddr = status.Addr()
-	a := agent.New(agent.Options{
+	a, err := agent.New(agent.Options{
 		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix), Logger: log.With("component", "agent"),
-		WorkDir: o.Envoy.WorkDir + "/replicas", Registerer: reg, DrainGrace: o.DrainGrace,
+		WorkDir: o.Envoy.WorkDir + "/replicas", Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs,
 	})
+	if err != nil {
+		return err
+	}
 	errs := make(chan error, 2)
 	go func() { errs <- a.Run(ctx) }()
 	if !o.NoEnvoy {

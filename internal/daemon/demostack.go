@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
@@ -69,7 +70,10 @@ func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, erro
 		{"controller", []string{"controller", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
 		{"agent", []string{"agent", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", "8", "--memory-mb", "8192",
 			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh, "--admin", o.Admin,
-			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--allow-command", o.Self}},
+			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--allow-command", o.Self,
+			// The demo's replicas are this binary, wherever the checkout is:
+			// they run as the user who started the demo, on one trusted host.
+			"--run-as", currentUser()}},
 	} {
 		logFile, err := os.Create(filepath.Join(o.WorkDir, d.name+".log"))
 		if err != nil {
@@ -176,6 +180,9 @@ Try:
 Logs: %[8]s/*.log. Press Ctrl-C to stop everything.
 `, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir)
 }
+
+// currentUser is this process's user id, for --run-as.
+func currentUser() string { return strconv.Itoa(os.Getuid()) }
 
 // poll checks cond every 200ms until it holds, timeout passes or ctx ends.
 func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {

@@ -25,6 +25,8 @@ type Spec struct {
 	Env            []string
 	Dir            string
 	Stdout, Stderr io.Writer
+	// Credential, if set, is the user and group the child runs as.
+	Credential *syscall.Credential
 }
 
 // Process is a running child.
@@ -40,7 +42,7 @@ func Start(s Spec) (*Process, error) {
 	// ends it gracefully rather than with the SIGKILL a context would send.
 	cmd := exec.Command(s.Path, s.Args...) //nolint:noctx // see above
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = s.Env, s.Dir, s.Stdout, s.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: s.Credential}
 	// Output that is not a file goes through a pipe; a grandchild holding
 	// it open must not keep Wait from returning once the child is gone.
 	cmd.WaitDelay = 2 * time.Second

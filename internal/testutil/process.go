@@ -54,6 +54,9 @@ func Until(timeout time.Duration, cond func() bool) error {
 // BuildServemesh builds the servemesh binary into dir from the repository
 // root (the working directory) and returns its path.
 func BuildServemesh(ctx context.Context, dir string) (string, error) {
+	if err := os.Chmod(dir, 0o755); err != nil { // replicas run as nobody must reach it
+		return "", err
+	}
 	bin := filepath.Join(dir, "servemesh")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/servemesh").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build servemesh (run from the repository root): %w: %s", err, out)
