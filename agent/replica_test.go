@@ -56,18 +56,22 @@ func TestReplicaLogsRotate(t *testing.T) {
 	}
 }
 
-// TestReplicaEnvironmentHoldsNoAgentSecret: a replica's environment holds
-// what its backend set and servemesh's variables, nothing of the agent's
-// (every replica used to inherit CONSUL_HTTP_TOKEN).
-func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
-	t.Setenv("CONSUL_HTTP_TOKEN", "agent-secret-token")
-	t.Setenv("SOME_AGENT_SETTING", "x")
+// testAgent is an agent for running replicas directly, with its work dir.
+func testAgent(t *testing.T) *Agent {
+	t.Helper()
 	dir := t.TempDir()
-	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, logMaxMB: 1,
+	if err := os.Chmod(dir, 0o755); err != nil { // a replica run as nobody reads nothing here, but may need to enter it
+		t.Fatal(err)
+	}
+	return &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, logMaxMB: 1,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	logPath := filepath.Join(dir, "env.log")
-	r := &replica{a: a, backend: "b", tag: "b#000001", port: 4321, log: a.log,
-		spec:   model.ProcessSpec{Command: "/usr/bin/env", Env: map[string]string{"MODEL": "v3", "ADDR": "${HOST}:${PORT}", "LITERAL": "$other"}},
+}
+
+// runOnce runs one replica of spec to its end and returns what it wrote.
+func runOnce(t *testing.T, a *Agent, spec model.ProcessSpec, port int) string {
+	t.Helper()
+	logPath := filepath.Join(a.workDir, "once.log")
+	r := &replica{a: a, backend: "b", tag: "b#000001", port: port, log: a.log, spec: spec,
 		output: &lumberjack.Logger{Filename: logPath, MaxSize: 1}}
 	child, err := r.startProcess()
 	if err != nil {
@@ -81,7 +85,17 @@ func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(out)
+	return string(out)
+}
+
+// TestReplicaEnvironmentHoldsNoAgentSecret: a replica's environment holds
+// what its backend set and servemesh's variables, nothing of the agent's
+// (every replica used to inherit CONSUL_HTTP_TOKEN).
+func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "agent-secret-token")
+	t.Setenv("SOME_AGENT_SETTING", "x")
+	got := runOnce(t, testAgent(t), model.ProcessSpec{Command: "/usr/bin/env",
+		Env: map[string]string{"MODEL": "v3", "ADDR": "${HOST}:${PORT}", "LITERAL": "$other"}}, 4321)
 	for _, want := range []string{"MODEL=v3", "ADDR=127.0.0.1:4321", "LITERAL=${other}", "PORT=4321", "SERVEMESH_REPLICA_TAG=b#000001", "PATH="} {
 		if !strings.Contains(got, want+"\n") && !strings.Contains(got, want) {
 			t.Errorf("the replica's environment lacks %s:\n%s", want, got)
@@ -113,25 +127,10 @@ func TestReplicasRunUnprivileged(t *testing.T) {
 	if _, err := replicaUser("no-such-user-xyz"); err == nil || !strings.Contains(err.Error(), "--run-as") {
 		t.Fatalf("an unknown user: %v", err)
 	}
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, runAs: cred,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	logPath := filepath.Join(dir, "id.log")
-	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
-		spec: model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-u"}}, output: &lumberjack.Logger{Filename: logPath, MaxSize: 1}}
-	child, err := r.startProcess()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	_ = r.output.Close()
-	out, _ := os.ReadFile(logPath)
-	if got := strings.TrimSpace(string(out)); got != strconv.Itoa(int(cred.Uid)) {
+	a := testAgent(t)
+	a.runAs = cred
+	out := runOnce(t, a, model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-u"}}, 1)
+	if got := strings.TrimSpace(out); got != strconv.Itoa(int(cred.Uid)) {
 		t.Fatalf("the replica ran as uid %q, want %d (nobody)", got, cred.Uid)
 	}
 }

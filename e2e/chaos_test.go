@@ -303,13 +303,18 @@ func (ch *chaos) check(n *node) {
 	if got, want := summary(stored), summary(ch.want); got != want {
 		t.Fatalf("the stored state is not the model of the accepted operations:\n got  %s\n want %s", got, want)
 	}
-	var leader string
-	for _, c := range ch.ctls {
-		if info, err := c.client("").Leader(context.Background()); err == nil && info.Leading {
-			leader = c.apiAddr
+	// Envoy is connected to one of the two controllers, either may be it:
+	// every controller publishes what is stored.
+	waitUntil(t, 30*time.Second, "the node to be in sync with the controller it is connected to", func() bool {
+		for _, c := range ch.ctls {
+			for _, n := range nodesOf(c.apiAddr) {
+				if n.Connected && n.InSync {
+					return true
+				}
+			}
 		}
-	}
-	waitNodeInSync(t, leader)
+		return false
+	})
 	waitUntil(t, 30*time.Second, "Envoy to serve the stored routes", func() bool {
 		return envoyPolicies(t, n) == expectedPolicies(stored)
 	})

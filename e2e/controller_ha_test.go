@@ -127,7 +127,7 @@ func TestHAFailover(t *testing.T) {
 	if readErrs.Load() != 0 {
 		t.Fatalf("%d reads from the follower failed", readErrs.Load())
 	}
-	if len(accepted) < 10 || len(cliAccepted) < 3 {
+	if len(accepted) < 10 || len(cliAccepted) < 1 { // a CLI call is a process start: few, under -race
 		t.Fatalf("only %d client and %d CLI writes were accepted; the write streams did not run", len(accepted), len(cliAccepted))
 	}
 

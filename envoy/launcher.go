@@ -8,7 +8,14 @@ import (
 	"path/filepath"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Launcher is how to run one node's Envoy: its bootstrap and its process.
@@ -24,6 +31,11 @@ type Launcher struct {
 	// Drain is how long listeners drain when Envoy stops.
 	Drain  time.Duration
 	Logger *slog.Logger
+	// PublicCert and PublicKey, if set, are PEM files of the public
+	// listener's certificate chain and key: it then serves HTTPS, and Envoy
+	// reloads them when a file is moved into their folder (replace them by
+	// rename, as Kubernetes does with secrets).
+	PublicCert, PublicKey string
 }
 
 // Prepare finds and checks Envoy, renders the node's bootstrap into
@@ -37,12 +49,15 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	if err := os.MkdirAll(l.WorkDir, 0o755); err != nil {
+		return Config{}, fmt.Errorf("envoy work dir: %w", err)
+	}
+	if err := l.writePublicTLS(); err != nil {
+		return Config{}, err
+	}
 	yaml, err := bootstrap.YAML(l.Bootstrap)
 	if err != nil {
 		return Config{}, err
-	}
-	if err := os.MkdirAll(l.WorkDir, 0o755); err != nil {
-		return Config{}, fmt.Errorf("envoy work dir: %w", err)
 	}
 	path := filepath.Join(l.WorkDir, "bootstrap.yaml")
 	if err := os.WriteFile(path, yaml, 0o644); err != nil {
@@ -54,6 +69,46 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 		LogPath: filepath.Join(l.WorkDir, "envoy.log"), LogLevel: l.LogLevel,
 		Concurrency: l.Concurrency, DrainTime: l.Drain, Logger: l.Logger,
 	}, nil
+}
+
+// writePublicTLS writes the file-based SDS config of the public listener's
+// certificate into the work folder and names it in the bootstrap, when a
+// certificate is given.
+func (l *Launcher) writePublicTLS() error {
+	if l.PublicCert == "" && l.PublicKey == "" {
+		return nil
+	}
+	cert, err1 := filepath.Abs(l.PublicCert)
+	key, err2 := filepath.Abs(l.PublicKey)
+	if l.PublicCert == "" || l.PublicKey == "" || err1 != nil || err2 != nil {
+		return fmt.Errorf("the public listener's TLS needs both a certificate and a key file")
+	}
+	for _, f := range []string{cert, key} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("public TLS: %w", err)
+		}
+	}
+	secret, err := anypb.New(&tlsv3.Secret{Name: wire.PublicTLSSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		CertificateChain: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: cert}},
+		PrivateKey:       &core.DataSource{Specifier: &core.DataSource_Filename{Filename: key}},
+		WatchedDirectory: &core.WatchedDirectory{Path: filepath.Dir(cert)},
+	}}})
+	if err != nil {
+		return fmt.Errorf("public TLS secret: %w", err)
+	}
+	out, err := protoyaml.Marshal(&discovery.DiscoveryResponse{Resources: []*anypb.Any{secret}})
+	if err != nil {
+		return fmt.Errorf("public TLS secret: %w", err)
+	}
+	path, err := filepath.Abs(filepath.Join(l.WorkDir, "public-tls-sds.yaml"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		return fmt.Errorf("write the public TLS secret config: %w", err)
+	}
+	l.Bootstrap.Node.PublicTLS = path
+	return nil
 }
 
 // Supervise prepares the node and returns a supervisor for its Envoy that

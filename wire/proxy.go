@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -22,7 +23,15 @@ type ProxyNode struct {
 	// reach any endpoint by `Host: <endpoint name>`.
 	MeshAddress string `json:"mesh_address"`
 	MeshPort    uint32 `json:"mesh_port"`
+	// PublicTLS, if set, is the absolute path of a file-based SDS config
+	// on the node holding the public listener's certificate (secret
+	// PublicTLSSecret): the public listener then serves HTTPS, HTTP/2 and
+	// HTTP/1.1 by ALPN, and Envoy reloads the certificate when it changes.
+	PublicTLS string `json:"public_tls,omitempty"`
 }
+
+// PublicTLSSecret names the public listener's certificate in its SDS file.
+const PublicTLSSecret = "public_tls"
 
 // Node metadata keys: the bootstrap writes them, the xDS server reads them
 // back from the node's first request.
@@ -31,6 +40,7 @@ const (
 	MetaPublicPort    = "servemesh.public_port"
 	MetaMeshAddress   = "servemesh.mesh_address"
 	MetaMeshPort      = "servemesh.mesh_port"
+	MetaPublicTLS     = "servemesh.public_tls_sds"
 )
 
 // Validate checks the node's settings.
@@ -49,6 +59,9 @@ func (n ProxyNode) Validate() error {
 			return fmt.Errorf("node %q: %s_port %d is not a port between 1 and 65535", n.ID, a.field, a.port)
 		}
 	}
+	if n.PublicTLS != "" && !strings.HasPrefix(n.PublicTLS, "/") {
+		return fmt.Errorf("node %q: public_tls %q is not an absolute path", n.ID, n.PublicTLS)
+	}
 	if n.PublicPort == n.MeshPort && n.PublicAddress == n.MeshAddress {
 		return fmt.Errorf("node %q: public and mesh listeners both use %s:%d; give them different ports", n.ID, n.MeshAddress, n.MeshPort)
 	}
@@ -62,6 +75,7 @@ func (n ProxyNode) Metadata() (*structpb.Struct, error) {
 		MetaPublicPort:    float64(n.PublicPort),
 		MetaMeshAddress:   n.MeshAddress,
 		MetaMeshPort:      float64(n.MeshPort),
+		MetaPublicTLS:     n.PublicTLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
@@ -91,6 +105,7 @@ func ProxyNodeFromEnvoy(n *core.Node) (ProxyNode, error) {
 		PublicPort:    port(MetaPublicPort),
 		MeshAddress:   str(MetaMeshAddress),
 		MeshPort:      port(MetaMeshPort),
+		PublicTLS:     str(MetaPublicTLS),
 	}
 	if err := node.Validate(); err != nil {
 		return ProxyNode{}, fmt.Errorf("node %q has no valid servemesh metadata (start it with a bootstrap from `servemesh bootstrap`): %w", n.GetId(), err)

@@ -71,6 +71,8 @@ type envoyFlags struct {
 	concurrency int
 	drain       time.Duration
 	logLevel    string
+	tlsCert     string
+	tlsKey      string
 }
 
 func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) {
@@ -80,6 +82,8 @@ func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) 
 	fs.IntVar(&o.concurrency, "concurrency", 0, "Envoy worker threads (default: one per core)")
 	fs.DurationVar(&o.drain, "drain", 2*time.Second, "how long listeners drain on shutdown")
 	fs.StringVar(&o.logLevel, "envoy-log-level", "warning", "Envoy's log level")
+	fs.StringVar(&o.tlsCert, "public-tls-cert", "", "PEM certificate chain for HTTPS on the public listener (with --public-tls-key; replace the files by rename and Envoy reloads them)")
+	fs.StringVar(&o.tlsKey, "public-tls-key", "", "PEM private key for HTTPS on the public listener")
 }
 
 // envoyNode returns the node's Envoy as the envoy package runs it.
@@ -89,5 +93,6 @@ func (o *envoyFlags) envoyNode(log *slog.Logger) (envoy.Launcher, error) {
 		return envoy.Launcher{}, err
 	}
 	return envoy.Launcher{Bootstrap: b, Binary: o.binary, WorkDir: o.workDir, LogLevel: o.logLevel,
-		Concurrency: o.concurrency, Drain: o.drain, Logger: log.With("component", "envoy")}, nil
+		Concurrency: o.concurrency, Drain: o.drain, Logger: log.With("component", "envoy"),
+		PublicCert: o.tlsCert, PublicKey: o.tlsKey}, nil
 }

@@ -7,14 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // countingClient is a Consul client whose connections are counted: open
@@ -58,16 +57,7 @@ func (c *countedConn) Close() error {
 // Consul agent, a lost leadership) and checks that the watcher follows
 // their instances' health with a bounded number of connections.
 func TestWatcherUsesBoundedConnections(t *testing.T) {
-	dir, err := os.MkdirTemp("", "servemesh-catalog-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	consul, err := devconsul.Start(dir, 0)
-	if err != nil {
-		t.Fatalf("the real Consul is required: %v", err)
-	}
-	defer consul.Stop()
+	consul := testutil.MustStartConsul(t)
 	admin, err := consul.Client()
 	if err != nil {
 		t.Fatal(err)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestLeadershipComesBackAfterTheCheckIsLost: when Consul loses the
@@ -18,16 +17,7 @@ import (
 // is invalidated and the lock released; the elector registers a new check
 // and leads again, with no restart.
 func TestLeadershipComesBackAfterTheCheckIsLost(t *testing.T) {
-	dir, err := os.MkdirTemp("", "servemesh-leader-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	consul, err := devconsul.Start(dir, 0)
-	if err != nil {
-		t.Fatalf("the real Consul is required: %v", err)
-	}
-	defer consul.Stop()
+	consul := testutil.MustStartConsul(t)
 	client, err := consul.Client()
 	if err != nil {
 		t.Fatal(err)

@@ -21,8 +21,8 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
-	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -76,11 +76,7 @@ func TestFilePlaneServesAValidFileOnly(t *testing.T) {
 // agent: it must lead, take a change through its API, and report it in
 // /v1/status and its metrics.
 func TestControllerWiring(t *testing.T) {
-	consul, err := devconsul.Start(t.TempDir(), 0)
-	if err != nil {
-		t.Fatalf("the real Consul is required: %v", err)
-	}
-	defer consul.Stop()
+	consul := testutil.MustStartConsul(t)
 	t.Setenv("CONSUL_HTTP_ADDR", consul.HTTPAddr)
 	ctx, cancel := context.WithCancel(context.Background())
 	apiAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")

@@ -7,6 +7,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -27,7 +28,36 @@ func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if node.PublicTLS != "" {
+		if err := serveTLS(public, node.PublicTLS); err != nil {
+			return nil, err
+		}
+	}
 	return []*listener.Listener{mesh, public}, nil // sorted by name
+}
+
+// serveTLS makes l serve HTTPS with the certificate of the file-based SDS
+// config at sdsPath (which Envoy watches and reloads), offering HTTP/2 and
+// HTTP/1.1 by ALPN.
+func serveTLS(l *listener.Listener, sdsPath string) error {
+	tlsContext, err := anypb.New(&tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		AlpnProtocols: []string{"h2", "http/1.1"},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{
+			Name: wire.PublicTLSSecret,
+			SdsConfig: &core.ConfigSource{
+				ResourceApiVersion:    core.ApiVersion_V3,
+				ConfigSourceSpecifier: &core.ConfigSource_PathConfigSource{PathConfigSource: &core.PathConfigSource{Path: sdsPath}},
+			},
+		}},
+	}})
+	if err != nil {
+		return fmt.Errorf("listener %s: pack TLS context: %w", l.Name, err)
+	}
+	l.FilterChains[0].TransportSocket = &core.TransportSocket{
+		Name:       "envoy.transport_sockets.tls",
+		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: tlsContext},
+	}
+	return nil
 }
 
 func httpListener(name, address string, port uint32, routeName string) (*listener.Listener, error) {
