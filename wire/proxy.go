@@ -70,13 +70,16 @@ func (n ProxyNode) Validate() error {
 
 // Metadata returns the node's listener settings as Envoy node metadata.
 func (n ProxyNode) Metadata() (*structpb.Struct, error) {
-	s, err := structpb.NewStruct(map[string]any{
+	fields := map[string]any{
 		MetaPublicAddress: n.PublicAddress,
 		MetaPublicPort:    float64(n.PublicPort),
 		MetaMeshAddress:   n.MeshAddress,
 		MetaMeshPort:      float64(n.MeshPort),
-		MetaPublicTLS:     n.PublicTLS,
-	})
+	}
+	if n.PublicTLS != "" {
+		fields[MetaPublicTLS] = n.PublicTLS
+	}
+	s, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
 	}

@@ -99,6 +99,15 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 	if err != nil || got != n {
 		t.Fatalf("round trip: %+v, %v; want %+v", got, err, n)
 	}
+	tls := n
+	tls.PublicTLS = "/var/lib/servemesh/n1/public-tls-sds.yaml"
+	md, err = tls.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || got != tls {
+		t.Fatalf("round trip with TLS: %+v, %v", got, err)
+	}
 	if _, err := ProxyNodeFromEnvoy(&core.Node{Id: "foreign"}); err == nil || !strings.Contains(err.Error(), "servemesh bootstrap") {
 		t.Fatalf("got %v, want a node without servemesh metadata refused, pointing at `servemesh bootstrap`", err)
 	}
