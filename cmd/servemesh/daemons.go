@@ -24,7 +24,7 @@ const faultEnv = "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT"
 
 func newControllerCommand(log *slog.Logger) *cobra.Command {
 	var o daemon.ControllerOptions
-	var tokenFile, writeTokenFile, readTokenFile string
+	var tokenFile, writeTokenFile, readTokenFile, agentTokenFile string
 	c := &cobra.Command{
 		Use:   "controller",
 		Short: "run the controller: state in Consul, the /v1/ API, xDS; several elect a leader",
@@ -42,6 +42,11 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 					return err
 				}
 			}
+			token, err := api.ReadTokenFile(agentTokenFile)
+			if err != nil {
+				return err
+			}
+			o.AgentToken = token
 			return daemon.RunController(cmd.Context(), log.With("cmd", "controller"), o)
 		},
 	}
@@ -55,6 +60,7 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&writeTokenFile, "write-token-file", "", "file holding a bearer token for reads and changes that run no command")
 	fs.StringVar(&readTokenFile, "read-token-file", "", "file holding a bearer token for reads only (state, status, /metrics, /v1/xds/nodes)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow an API beyond loopback without a token (anyone who reaches it can run commands on every node)")
+	fs.StringVar(&agentTokenFile, "agent-token-file", "", "file holding the token agents' status listeners ask for (their --status-token-file)")
 	fs.Float64Var(&o.CrashAfterCheckpoint, "fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+faultEnv+")")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")
 	fs.DurationVar(&o.ReplaceAfter, "replace-after", 30*time.Second, "how long a node may be gone before its replicas are placed elsewhere")
@@ -87,6 +93,7 @@ func controllerDefaults(o *daemon.ControllerOptions, crashFlagSet bool) error {
 func newAgentCommand(log *slog.Logger) *cobra.Command {
 	var o daemon.AgentOptions
 	var ef envoyFlags
+	var statusTokenFile string
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "run a node's agent: the replicas placed on it, their Consul registration, its Envoy",
@@ -99,6 +106,11 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			token, err := api.ReadTokenFile(statusTokenFile)
+			if err != nil {
+				return err
+			}
+			o.StatusToken = token
 			if err := wire.CheckAllowedCommands(o.Node.AllowedCommands); err != nil {
 				return fmt.Errorf("--allow-command: %w", err)
 			}
@@ -114,6 +126,8 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&o.ConsulPrefix, "consul-prefix", "servemesh", "Consul KV prefix of the controller's state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before it is stopped (keep it equal to the controller's)")
 	fs.BoolVar(&o.NoEnvoy, "no-envoy", false, "do not run this node's Envoy")
+	fs.StringVar(&statusTokenFile, "status-token-file", "", "file holding the bearer token the status listener asks for (the controller's --agent-token-file); needed beyond loopback")
+	fs.BoolVar(&o.Insecure, "insecure", false, "allow the status listener beyond loopback without a token")
 	fs.StringVar(&o.RunAs, "run-as", "", "the user replicas run as (default: this user, or nobody when the agent runs as root)")
 	fs.StringArrayVar(&o.Node.AllowedCommands, "allow-command", nil, "a command this node runs as replicas: an absolute path or a pattern such as /opt/models/*/serve (repeat; none: it runs no command)")
 	fs.StringVar(&o.StatusListen, "metrics-listen", "127.0.0.1:0", "address of the agent's /metrics, "+wire.LoadPath+" (read by the controller) and "+wire.EnvoyVersionsPath+"; port 0 picks one")

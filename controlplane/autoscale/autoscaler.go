@@ -28,6 +28,10 @@ type BackendLoad struct {
 
 // Autoscaler polls the agents and scales autoscaled backends.
 type Autoscaler struct {
+	// AgentToken, if set, is the bearer token agents' status listeners ask
+	// for. Set it before Run.
+	AgentToken string
+
 	ctl   *controller.Controller
 	nodes controller.NodeLister
 	log   *slog.Logger
@@ -155,6 +159,9 @@ func (a *Autoscaler) fetch(ctx context.Context, addr string) (wire.Load, error) 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+wire.LoadPath, nil)
 	if err != nil {
 		return wire.Load{}, err
+	}
+	if a.AgentToken != "" {
+		req.Header.Set("Authorization", "Bearer "+a.AgentToken)
 	}
 	resp, err := a.http.Do(req)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -56,5 +57,30 @@ func TestPollKeepsOnlyKnownBackendsAndBoundsAnswers(t *testing.T) {
 	a.poll(context.Background(), m) // an oversized answer is refused, not read whole
 	if _, ok := a.Load()["b"]; ok {
 		t.Fatal("an answer over the size limit was used")
+	}
+}
+
+// TestPollSendsTheAgentToken: an agent whose status listener asks for a
+// token gets it; without it, its load is not read.
+func TestPollSendsTheAgentToken(t *testing.T) {
+	agent := httptest.NewServer(httpserver.RequireBearer("agent-token", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(wire.Load{Node: "n1", At: time.Now(), Backends: map[string]wire.BackendLoad{"b": {Active: 2}}})
+	})))
+	defer agent.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	nodes := func(context.Context) ([]wire.NodeInfo, error) {
+		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
+	}
+	m := &model.Model{Backends: []model.Backend{{Name: "b"}}}
+	a := New(ctl, nodes, log, nil)
+	a.poll(context.Background(), m)
+	if _, ok := a.Load()["b"]; ok {
+		t.Fatal("an agent asking for a token answered without one")
+	}
+	a.AgentToken = "agent-token"
+	a.poll(context.Background(), m)
+	if got := a.Load()["b"].InFlight; got != 2 {
+		t.Fatalf("in flight %v with the token, want 2", got)
 	}
 }

@@ -31,6 +31,10 @@ type AgentOptions struct {
 	StatusListen string
 	// RunAs is the user replicas run as; see agent.Options.
 	RunAs string
+	// StatusToken, if set, is the bearer token the status listener asks
+	// for; beyond loopback it must be set unless Insecure.
+	StatusToken string
+	Insecure    bool
 }
 
 // RunAgent runs a node's agent and, unless NoEnvoy, its Envoy, until ctx
@@ -45,7 +49,13 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	if !o.NoEnvoy {
 		agent.RegisterLoadMetrics(reg, admin, o.Node.ID)
 	}
-	status, err := httpserver.Start(ctx, log, o.StatusListen, agent.StatusHandler(reg, admin, o.Node.ID))
+	if o.StatusToken == "" && !httpserver.IsLoopback(o.StatusListen) {
+		if !o.Insecure {
+			return fmt.Errorf("refusing to serve the agent's status listener on %s without a token: give --status-token-file (and the controller --agent-token-file), or --insecure", o.StatusListen)
+		}
+		log.Warn("INSECURE: the agent's status listener is beyond loopback without a token", "listen", o.StatusListen)
+	}
+	status, err := httpserver.Start(ctx, log, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID)))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
 	}

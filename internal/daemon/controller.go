@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/dataplane"
 	"github.com/servemesh/servemesh/controlplane/leader"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/httpserver"
 )
 
 // ControllerOptions configure `servemesh controller`. Consul is reached
@@ -31,8 +30,11 @@ type ControllerOptions struct {
 	ID           string
 	// Tokens are the API's bearer tokens by scope; none: no authentication,
 	// allowed only on a loopback address unless Insecure.
-	Tokens               api.Tokens
-	Insecure             bool
+	Tokens   api.Tokens
+	Insecure bool
+	// AgentToken is sent to agents' status listeners, which read it as their
+	// --status-token-file.
+	AgentToken           string
 	CrashAfterCheckpoint float64
 	DrainGrace           time.Duration
 	ReplaceAfter         time.Duration
@@ -89,6 +91,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		Nodes: nodes, DrainGrace: o.DrainGrace, ReplaceAfter: o.ReplaceAfter, Healthy: watcher.PassingTags,
 	})
 	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)
+	scaler.AgentToken = o.AgentToken
 	status := func() api.StatusReport {
 		m, _ := ctl.State()
 		return api.NewStatusReport(m, scaler.Load(), plane.XDS.Status(), problems(ctl, publisher))
@@ -101,7 +104,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 // checkExposure refuses an API without a token on an address beyond
 // loopback: whoever reaches it could run commands on every node.
 func checkExposure(log *slog.Logger, o ControllerOptions) error {
-	if len(o.Tokens) > 0 || isLoopback(o.APIListen) {
+	if len(o.Tokens) > 0 || httpserver.IsLoopback(o.APIListen) {
 		return nil
 	}
 	if !o.Insecure {
@@ -109,19 +112,6 @@ func checkExposure(log *slog.Logger, o ControllerOptions) error {
 	}
 	log.Warn("INSECURE: the API listens beyond loopback without a token; anyone who reaches it can run commands on every node", "api", o.APIListen)
 	return nil
-}
-
-// isLoopback reports whether a listen address is on loopback only.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }
 
 // problems lists what keeps the data plane from following the stored

@@ -245,3 +245,10 @@ func TestAPIBeyondLoopbackNeedsAToken(t *testing.T) {
 		}
 	}
 }
+
+func TestAgentStatusBeyondLoopbackNeedsAToken(t *testing.T) {
+	err := RunAgent(context.Background(), quiet(), AgentOptions{StatusListen: "0.0.0.0:0"})
+	if err == nil || !strings.Contains(err.Error(), "--status-token-file") {
+		t.Fatalf("a status listener beyond loopback without a token: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,25 @@ func TestConnectionsAreCapped(t *testing.T) {
 	_ = third.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := third.Read(make([]byte, 512)); err != nil {
 		t.Fatalf("the waiting connection was not served once another closed: %v", err)
+	}
+}
+
+func TestRequireBearer(t *testing.T) {
+	h := RequireBearer("s3cret", echo())
+	for header, want := range map[string]int{"": 401, "Bearer nope": 401, "Bearer s3cret": 200, "bearer s3cret": 200, "Basic s3cret": 401} {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "/v1/load", http.NoBody)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != want {
+			t.Errorf("Authorization %q: %d, want %d", header, w.Code, want)
+		}
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:0": true, "[::1]:9": true, "localhost:1": true, "0.0.0.0:9": false, "10.1.2.3:9": false, "bad": false} {
+		if IsLoopback(addr) != want {
+			t.Errorf("IsLoopback(%q) = %v", addr, !want)
+		}
 	}
 }
