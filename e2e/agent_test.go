@@ -27,7 +27,7 @@ type agentProc struct {
 	stderr                    *testutil.SyncBuffer
 }
 
-func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int) *agentProc {
+func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int, extraEnv ...string) *agentProc {
 	t.Helper()
 	a := &agentProc{id: id, address: address, public: freeAddrOn(t, address),
 		mesh: freeAddr(t), admin: freeAddr(t), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}}
@@ -36,7 +36,7 @@ func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, 
 		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
 		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info",
 		"--allow-command", servemeshBin},
-		Env: append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin), Stderr: a.stderr})
+		Env: append(append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin), extraEnv...), Stderr: a.stderr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,11 @@ type Agent struct {
 	HTTPAddr string
 	child    *proc.Process
 	log      string
+	token    string // the management token, with ACLs on
 }
+
+// NodeName is the dev agent's Consul node name.
+const NodeName = "servemesh-dev"
 
 // Find returns the Consul binary: $SERVEMESH_CONSUL, else
 // .tools/bin/consul, else $PATH (see package toolpath).
@@ -30,7 +34,20 @@ func Find() (string, error) { return toolpath.Find("consul", "SERVEMESH_CONSUL",
 // Start starts a dev agent logging into dir. Its HTTP API listens on
 // httpPort (a free port when 0); its other ports are free ones. It fails
 // rather than skips when Consul is missing.
-func Start(dir string, httpPort int) (*Agent, error) {
+func Start(dir string, httpPort int) (*Agent, error) { return StartWith(dir, Options{HTTPPort: httpPort}) }
+
+// Options configure a dev agent.
+type Options struct {
+	// HTTPPort is the HTTP API's port; a free one when 0.
+	HTTPPort int
+	// ManagementToken, if set, turns ACLs on with default deny and makes
+	// it the initial management token (and the agent's own).
+	ManagementToken string
+}
+
+// StartWith starts a dev agent with o, logging into dir.
+func StartWith(dir string, o Options) (*Agent, error) {
+	httpPort := o.HTTPPort
 	bin, err := Find()
 	if err != nil {
 		return nil, err
@@ -53,12 +70,17 @@ func Start(dir string, httpPort int) (*Agent, error) {
 		return nil, err
 	}
 	defer func() { _ = logFile.Close() }()
-	c := &Agent{HTTPAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), log: logPath}
-	c.child, err = proc.Start(proc.Spec{Path: bin, Stdout: logFile, Stderr: logFile, Args: []string{"agent", "-dev", "-node", "servemesh-dev",
+	c := &Agent{HTTPAddr: "127.0.0.1:" + strconv.Itoa(ports[0]), log: logPath, token: o.ManagementToken}
+	args := []string{"agent", "-dev", "-node", NodeName,
 		"-bind", "127.0.0.1", "-client", "127.0.0.1",
 		"-http-port", strconv.Itoa(ports[0]), "-serf-lan-port", strconv.Itoa(ports[1]),
 		"-serf-wan-port", strconv.Itoa(ports[2]), "-server-port", strconv.Itoa(ports[3]),
-		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1", "-log-level", "warn"}})
+		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1", "-log-level", "warn"}
+	if o.ManagementToken != "" {
+		args = append(args, "-hcl", fmt.Sprintf(`acl { enabled = true, default_policy = "deny", tokens { initial_management = %q, agent = %q } }`,
+			o.ManagementToken, o.ManagementToken))
+	}
+	c.child, err = proc.Start(proc.Spec{Path: bin, Stdout: logFile, Stderr: logFile, Args: args})
 	if err != nil {
 		return nil, fmt.Errorf("consul: %w", err)
 	}
@@ -84,7 +106,7 @@ func Start(dir string, httpPort int) (*Agent, error) {
 func (c *Agent) Client() (*api.Client, error) {
 	cfg := api.DefaultConfig()
 	cfg.Address = c.HTTPAddr
-	cfg.Token = ""
+	cfg.Token = c.token
 	return api.NewClient(cfg)
 }
 
