@@ -34,7 +34,9 @@ func Find() (string, error) { return toolpath.Find("consul", "SERVEMESH_CONSUL",
 // Start starts a dev agent logging into dir. Its HTTP API listens on
 // httpPort (a free port when 0); its other ports are free ones. It fails
 // rather than skips when Consul is missing.
-func Start(dir string, httpPort int) (*Agent, error) { return StartWith(dir, Options{HTTPPort: httpPort}) }
+func Start(dir string, httpPort int) (*Agent, error) {
+	return StartWith(dir, Options{HTTPPort: httpPort})
+}
 
 // Options configure a dev agent.
 type Options struct {
