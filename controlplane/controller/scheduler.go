@@ -60,50 +60,14 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 	want := b.Config.NumReplicas
 	switch {
 	case len(running) > want:
-		// Drain from the nodes holding the most replicas of this backend.
-		per := map[string]int{}
-		for _, j := range running {
-			per[b.Placements[j].Node]++
-		}
-		sort.SliceStable(running, func(x, y int) bool {
-			return per[b.Placements[running[x]].Node] > per[b.Placements[running[y]].Node]
-		})
-		for _, j := range running[:len(running)-want] {
-			b.Placements[j].State = model.Draining
-			b.Placements[j].Since = now.Unix()
-		}
+		drainSurplus(b, running, want, now)
 	case len(running) < want:
 		need := want - len(running)
 		nodes, err := allowing(nodes, b.Process.Command)
 		if err != nil {
 			return err
 		}
-		used := nodeUsage(m)
-		var added []model.Placement
-		for range need {
-			best := -1
-			for k, n := range nodes {
-				u := used[n.ID]
-				if u == nil {
-					u = &usage{count: map[string]int{}}
-					used[n.ID] = u
-				}
-				if n.CPUs-u.cpus < b.Config.CPUs-1e-9 || n.MemoryMB-u.mem < b.Config.MemoryMB {
-					continue
-				}
-				if best < 0 || better(n, u, nodes[best], used[nodes[best].ID], b.Name) {
-					best = k
-				}
-			}
-			if best < 0 {
-				break
-			}
-			n := nodes[best]
-			used[n.ID].cpus += b.Config.CPUs
-			used[n.ID].mem += b.Config.MemoryMB
-			used[n.ID].count[b.Name]++
-			added = append(added, model.Placement{Tag: newTag(b.Name, b.Placements, added), Node: n.ID, State: model.Running, Since: now.Unix(), Spec: spec})
-		}
+		added := place(m, b, nodes, need, now, spec)
 		if len(added) < need {
 			return errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus or memory_mb, or add nodes",
 				b.Name, want, need, len(added), len(running)+len(added))
@@ -111,6 +75,55 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 		b.Placements = append(b.Placements, added...)
 	}
 	return nil
+}
+
+// drainSurplus marks running placements beyond want draining, from the
+// nodes holding the most replicas of the backend first.
+func drainSurplus(b *model.Backend, running []int, want int, now time.Time) {
+	per := map[string]int{}
+	for _, j := range running {
+		per[b.Placements[j].Node]++
+	}
+	sort.SliceStable(running, func(x, y int) bool {
+		return per[b.Placements[running[x]].Node] > per[b.Placements[running[y]].Node]
+	})
+	for _, j := range running[:len(running)-want] {
+		b.Placements[j].State = model.Draining
+		b.Placements[j].Since = now.Unix()
+	}
+}
+
+// place chooses nodes with room for up to need new replicas of b, spreading
+// them (fewest replicas of b first, then most free CPU), and returns their
+// placements; fewer than need when the nodes are full.
+func place(m *model.Model, b *model.Backend, nodes []wire.NodeInfo, need int, now time.Time, spec string) []model.Placement {
+	used := nodeUsage(m)
+	var added []model.Placement
+	for range need {
+		best := -1
+		for k, n := range nodes {
+			u := used[n.ID]
+			if u == nil {
+				u = &usage{count: map[string]int{}}
+				used[n.ID] = u
+			}
+			if n.CPUs-u.cpus < b.Config.CPUs-1e-9 || n.MemoryMB-u.mem < b.Config.MemoryMB {
+				continue
+			}
+			if best < 0 || better(n, u, nodes[best], used[nodes[best].ID], b.Name) {
+				best = k
+			}
+		}
+		if best < 0 {
+			break
+		}
+		n := nodes[best]
+		used[n.ID].cpus += b.Config.CPUs
+		used[n.ID].mem += b.Config.MemoryMB
+		used[n.ID].count[b.Name]++
+		added = append(added, model.Placement{Tag: newTag(b.Name, b.Placements, added), Node: n.ID, State: model.Running, Since: now.Unix(), Spec: spec})
+	}
+	return added
 }
 
 // allowing returns the nodes whose agents may run command, or an error
