@@ -10,7 +10,9 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -47,6 +49,18 @@ type Options struct {
 	AdminAddress string
 	// Protocol picks state-of-the-world or delta xDS; empty means sotw.
 	Protocol Protocol
+	// XDSTLS, if set, makes the node reach the control plane over TLS with
+	// its client certificate, verifying the controller's identity.
+	XDSTLS *XDSTLS
+}
+
+// XDSTLS are the PEM files of a node's xDS identity: its Consul Connect
+// leaf (certificate and key) and the CA roots that verify the controller.
+type XDSTLS struct {
+	CertFile, KeyFile, CAFile string
+	// ServerSANSuffix is what the controller's URI SAN must end with
+	// ("/svc/servemesh-controller").
+	ServerSANSuffix string
 }
 
 // Build returns the node's bootstrap, validated by Envoy's proto rules.
@@ -73,6 +87,11 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 	xdsCluster, err := controlPlaneCluster(o.XDSAddress)
 	if err != nil {
 		return nil, err
+	}
+	if o.XDSTLS != nil {
+		if xdsCluster.TransportSocket, err = xdsTransportSocket(*o.XDSTLS); err != nil {
+			return nil, err
+		}
 	}
 	ads := &core.ConfigSource{
 		ResourceApiVersion:    core.ApiVersion_V3,
@@ -134,6 +153,27 @@ func YAML(o Options) ([]byte, error) {
 		return nil, fmt.Errorf("bootstrap: rendered YAML does not read back: %w", err)
 	}
 	return out, nil
+}
+
+// xdsTransportSocket is TLS to the control plane with the node's client
+// certificate, checking the controller's SPIFFE id.
+func xdsTransportSocket(t XDSTLS) (*core.TransportSocket, error) {
+	file := func(name string) *core.DataSource {
+		return &core.DataSource{Specifier: &core.DataSource_Filename{Filename: name}}
+	}
+	ctx, err := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		AlpnProtocols:   []string{"h2"},
+		TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(t.CertFile), PrivateKey: file(t.KeyFile)}},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: file(t.CAFile),
+			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{SanType: tlsv3.SubjectAltNameMatcher_URI,
+				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: t.ServerSANSuffix}}}},
+		}},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: xds TLS: %w", err)
+	}
+	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: ctx}}, nil
 }
 
 func controlPlaneCluster(addresses string) (*cluster.Cluster, error) {

@@ -29,13 +29,21 @@ type agentProc struct {
 
 func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int, extraEnv ...string) *agentProc {
 	t.Helper()
+	return startAgentArgs(t, consul, id, address, xds, cpus, nil, extraEnv...)
+}
+
+// startAgentArgs is startAgent with more command-line arguments.
+func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int, extraArgs []string, extraEnv ...string) *agentProc {
+	t.Helper()
 	a := &agentProc{id: id, address: address, public: freeAddrOn(t, address),
 		mesh: freeAddr(t), admin: freeAddr(t), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}}
-	var err error
-	a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: []string{"agent", "--node-id", id, "--address", address,
+	args := []string{"agent", "--node-id", id, "--address", address,
 		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
 		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info",
-		"--allow-command", servemeshBin},
+		"--allow-command", servemeshBin}
+	args = append(args, extraArgs...)
+	var err error
+	a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: args,
 		Env: append(append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin), extraEnv...), Stderr: a.stderr})
 	if err != nil {
 		t.Fatal(err)

@@ -27,3 +27,8 @@ service_prefix "" {
 agent_prefix "" {
   policy = "read"
 }
+
+# With --xds-tls: its Connect certificate, for the service servemesh-controller.
+service "servemesh-controller" {
+  policy = "write"
+}

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -35,6 +39,9 @@ type AgentOptions struct {
 	// for; beyond loopback it must be set unless Insecure.
 	StatusToken string
 	Insecure    bool
+	// XDSOverTLS makes the node's Envoy reach the controller over TLS with
+	// the node's Consul Connect identity (service servemesh-node-<id>).
+	XDSOverTLS bool
 }
 
 // RunAgent runs a node's agent and, unless NoEnvoy, its Envoy, until ctx
@@ -71,6 +78,11 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	errs := make(chan error, 2)
 	go func() { errs <- a.Run(ctx) }()
 	if !o.NoEnvoy {
+		if o.XDSOverTLS {
+			if err := nodeIdentity(ctx, client, &o); err != nil {
+				return err
+			}
+		}
 		sup, err := o.Envoy.Supervise(ctx)
 		if err != nil {
 			return err
@@ -78,6 +90,32 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		go func() { errs <- sup.Run(ctx) }()
 	}
 	return firstError(ctx, errs)
+}
+
+// nodeIdentity fetches the node's Consul Connect leaf and the CA roots,
+// writes them beside its Envoy's bootstrap and points the bootstrap at them.
+func nodeIdentity(ctx context.Context, client *consulapi.Client, o *AgentOptions) error {
+	b, err := connect.Fetch(ctx, client, connect.NodeService(o.Node.ID))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.Envoy.WorkDir, 0o700); err != nil {
+		return fmt.Errorf("envoy work dir: %w", err)
+	}
+	t := &bootstrap.XDSTLS{CertFile: filepath.Join(o.Envoy.WorkDir, "node-cert.pem"), KeyFile: filepath.Join(o.Envoy.WorkDir, "node-key.pem"),
+		CAFile: filepath.Join(o.Envoy.WorkDir, "ca-roots.pem"), ServerSANSuffix: "/svc/" + connect.ControllerService}
+	for path, data := range map[string][]byte{t.CertFile: b.CertPEM, t.KeyFile: b.KeyPEM, t.CAFile: b.RootsPEM} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return fmt.Errorf("write the node's identity: %w", err)
+		}
+	}
+	for _, p := range []*string{&t.CertFile, &t.KeyFile, &t.CAFile} {
+		if abs, err := filepath.Abs(*p); err == nil {
+			*p = abs
+		}
+	}
+	o.Envoy.Bootstrap.XDSTLS = t
+	return nil
 }
 
 // RunEnvoy supervises one node's Envoy until ctx ends.

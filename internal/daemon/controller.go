@@ -16,6 +16,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/dataplane"
 	"github.com/servemesh/servemesh/controlplane/leader"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
 )
 
@@ -34,7 +35,10 @@ type ControllerOptions struct {
 	Insecure bool
 	// AgentToken is sent to agents' status listeners, which read it as their
 	// --status-token-file.
-	AgentToken           string
+	AgentToken string
+	// XDSOverTLS serves xDS over TLS with the controller's Consul Connect
+	// identity, requiring each node's (its id from its certificate).
+	XDSOverTLS           bool
 	CrashAfterCheckpoint float64
 	DrainGrace           time.Duration
 	ReplaceAfter         time.Duration
@@ -59,6 +63,17 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 		return fmt.Errorf("consul client: %w", err)
 	}
 	p := wireController(log, client, o)
+	if o.XDSOverTLS {
+		src, err := connect.NewSource(ctx, client, connect.ControllerService)
+		if err != nil {
+			return err
+		}
+		go src.Run(ctx, time.Hour, nil)
+		p.plane.ServeXDSOverTLS(src.ServerTLS())
+		log.Info("xDS over TLS: nodes are known by their Consul Connect certificates")
+	} else {
+		log.Warn("xDS in plaintext: any client that reaches the xDS address gets the mesh's config; use --xds-tls across machines", "xds", o.XDSListen)
+	}
 	if err := p.plane.Start(ctx, log, o.XDSListen, o.APIListen); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/servemesh/servemesh/internal/httpserver"
@@ -42,7 +44,12 @@ type Plane struct {
 	xdsAddr string
 	cancel  context.CancelFunc
 	wrap    func(http.Handler) http.Handler
+	xdsTLS  *tls.Config
 }
+
+// ServeXDSOverTLS makes the xDS server require TLS with client
+// certificates (call before Start).
+func (p *Plane) ServeXDSOverTLS(cfg *tls.Config) { p.xdsTLS = cfg }
 
 // NewPlane builds the xDS server and the HTTP mux; Start listens.
 func NewPlane(log *slog.Logger) *Plane {
@@ -75,13 +82,17 @@ func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpList
 		return err
 	}
 	xdsLis = netutil.LimitListener(xdsLis, MaxXDSConnections)
-	p.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 		grpc.MaxConcurrentStreams(MaxXDSStreamsPerConnection),
 		grpc.MaxRecvMsgSize(MaxXDSRequestBytes),
-		grpc.ConnectionTimeout(10*time.Second),
-	)
+		grpc.ConnectionTimeout(10 * time.Second),
+	}
+	if p.xdsTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(p.xdsTLS)))
+	}
+	p.grpc = grpc.NewServer(opts...)
 	p.XDS.Register(p.grpc)
 	runCtx, cancel := context.WithCancel(ctx)
 	p.cancel, p.xdsAddr = cancel, xdsLis.Addr().String()

@@ -7,20 +7,44 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+
+	"github.com/servemesh/servemesh/internal/connect"
 )
 
 // callbacks hook the ADS server's stream events: they learn nodes, track what
 // was sent and ACKed, and catch NACKs.
 type callbacks struct{ s *Server }
 
-func (c *callbacks) OnStreamOpen(_ context.Context, id int64, _ string) error {
-	c.s.openStream(id)
+func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	c.s.openStream(id, peerIdentity(ctx))
 	return nil
 }
 
-func (c *callbacks) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
-	c.s.openStream(id)
+func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
+	c.s.openStream(id, peerIdentity(ctx))
 	return nil
+}
+
+// identity is what a stream's TLS client certificate says of its node.
+type identity struct {
+	tls  bool   // the stream came over TLS with a verified client certificate
+	node string // the node id its certificate names; "" if it names none
+}
+
+// peerIdentity reads a stream's client certificate, if it came over TLS.
+func peerIdentity(ctx context.Context) identity {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return identity{}
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return identity{}
+	}
+	node, _ := connect.NodeOf(info.State.VerifiedChains[0][0])
+	return identity{tls: true, node: node}
 }
 
 func (c *callbacks) OnStreamClosed(id int64, _ *core.Node)      { c.s.closeStream(id) }

@@ -29,14 +29,15 @@ type nodeState struct {
 type streamState struct {
 	nodeID  string
 	nodeErr error
+	peer    identity
 	sent    map[string]sentResponse // type URL -> last response sent
 }
 
 type sentResponse struct{ nonce, version string }
 
-func (s *Server) openStream(id int64) {
+func (s *Server) openStream(id int64, peer identity) {
 	s.mu.Lock()
-	s.streams[id] = &streamState{sent: map[string]sentResponse{}}
+	s.streams[id] = &streamState{sent: map[string]sentResponse{}, peer: peer}
 	s.mu.Unlock()
 	s.metrics.streams.Inc()
 }
@@ -173,6 +174,11 @@ func (s *Server) countConnected() {
 // registerNode learns a stream's node from its first request. Called with mu held.
 func (s *Server) registerNode(st *streamState, node *core.Node) {
 	parsed, err := wire.ProxyNodeFromEnvoy(node)
+	if err == nil && st.peer.tls && parsed.ID != st.peer.node {
+		// Over TLS a node is who its certificate says: it can neither read
+		// nor rewrite another node's configuration.
+		err = fmt.Errorf("the stream's certificate is node %q's, and it announced node %q: refused", st.peer.node, parsed.ID)
+	}
 	if err != nil {
 		st.nodeErr = err
 		s.log.Error("refusing xds stream", "err", err)
