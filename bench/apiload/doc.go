@@ -1,4 +1,4 @@
-// Command apiload measures the controller's API under load, against a real
+// Package main is the apiload benchmark. It measures the controller's API under load, against a real
 // Consul dev agent and the servemesh binary, on loopback, bounded in count
 // and time:
 //

@@ -5,7 +5,8 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
-	"strings"
+
+	"github.com/servemesh/servemesh/internal/httpserver"
 )
 
 // Scope is what a bearer token allows; a wider scope includes the
@@ -81,7 +82,7 @@ func (t Tokens) Authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		scope := t.scopeOf(r.Header.Get("Authorization"))
+		scope := t.scopeOf(r)
 		need := ScopeWrite
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			need = ScopeRead
@@ -98,15 +99,13 @@ func (t Tokens) Authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// scopeOf finds the scope of an Authorization header's bearer token (RFC
-// 9110: the scheme is case-insensitive, the token is not), comparing every
+// scopeOf finds the scope of a request's bearer token, comparing every
 // token in constant time.
-func (t Tokens) scopeOf(header string) Scope {
-	scheme, got, _ := strings.Cut(header, " ")
-	if !strings.EqualFold(scheme, "Bearer") {
+func (t Tokens) scopeOf(r *http.Request) Scope {
+	got, ok := httpserver.BearerToken(r)
+	if !ok {
 		return 0
 	}
-	got = strings.TrimLeft(got, " ")
 	var found Scope
 	for token, scope := range t {
 		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {

@@ -87,7 +87,7 @@ func (w *Watcher) Snapshot() map[string][]Instance {
 }
 
 // Sync watches exactly services from now on; new ones are read at once.
-func (w *Watcher) Sync(_ context.Context, services []string) {
+func (w *Watcher) Sync(services []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	want := make(map[string]bool, len(services))

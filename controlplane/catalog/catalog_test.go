@@ -77,7 +77,7 @@ func TestWatcherUsesBoundedConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
-	w.Sync(ctx, names)
+	w.Sync(names)
 	waitFor(t, "every service's instance", func() bool { return len(w.Snapshot()) == services })
 
 	// A health change on one service reaches the snapshot.

@@ -62,6 +62,9 @@ type Controller struct {
 	replaceAfter time.Duration
 	missingSince map[string]time.Time // node -> first seen gone; under mu
 	lastPlaceErr map[string]string    // backend -> last placement error logged; under mu
+	// unreadableLogged are the stored keys already logged as unreadable;
+	// under mu.
+	unreadableLogged map[string]bool
 
 	mu      sync.Mutex // the write lock
 	state   *model.Model
@@ -183,8 +186,8 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		backoff = proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
 		rev = next
-		c.reportUnreadable()
 		c.mu.Lock()
+		c.reportUnreadable()
 		// Revisions only grow. A watch result older than what this
 		// controller already holds (it committed meanwhile) must not roll
 		// its state back.
@@ -213,14 +216,19 @@ func (c *Controller) loadOnce(ctx context.Context) bool {
 	return true
 }
 
-// reportUnreadable logs what the store's last load left out and sets the
-// metric.
+// reportUnreadable sets the metric to what the store's last load left out
+// and logs each key once, when it first cannot be read. Called with mu held.
 func (c *Controller) reportUnreadable() {
 	u := c.store.Unreadable()
 	c.metrics.unreadable.Set(float64(len(u)))
+	seen := make(map[string]bool, len(u))
 	for _, x := range u {
-		c.log.Warn("a stored key cannot be read; it is left out and left alone", "key", x.Key, "reason", x.Reason)
+		seen[x.Key] = true
+		if !c.unreadableLogged[x.Key] {
+			c.log.Warn("a stored key cannot be read; it is left out and left alone", "key", x.Key, "reason", x.Reason)
+		}
 	}
+	c.unreadableLogged = seen
 }
 
 // StoreProblems lists the stored keys the last load left out, and why.

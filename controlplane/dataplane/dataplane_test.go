@@ -83,7 +83,7 @@ type fakeInstances struct {
 	changed chan struct{}
 }
 
-func (f *fakeInstances) Sync(_ context.Context, services []string) {
+func (f *fakeInstances) Sync(services []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.synced = services

@@ -20,7 +20,7 @@ type Sink interface {
 
 // Instances is the health view of the watched services: a catalog.Watcher.
 type Instances interface {
-	Sync(ctx context.Context, services []string)
+	Sync(services []string)
 	Snapshot() map[string][]catalog.Instance
 	Changed() <-chan struct{}
 }
@@ -44,15 +44,14 @@ type Publisher struct {
 	dropped   prometheus.Gauge
 
 	mu          sync.Mutex
-	ctx         context.Context // for the watcher's queries; set by Run
-	state       *model.Model    // the last state published
+	state       *model.Model // the last state published
 	lastErr     error
 	lastDropped []Dropped // left out of the last view
 }
 
 // New returns a Publisher; call Run to follow health changes.
 func New(o Options) *Publisher {
-	p := &Publisher{sink: o.Sink, instances: o.Instances, log: o.Logger, ctx: context.Background(),
+	p := &Publisher{sink: o.Sink, instances: o.Instances, log: o.Logger,
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "servemesh_dataplane_view_refusals_total",
 			Help: "Data-plane views the xDS server refused; the last accepted one keeps serving."}),
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "servemesh_dataplane_dropped_instances",
@@ -70,7 +69,7 @@ func (p *Publisher) Publish(m *model.Model) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.state = m
-	p.instances.Sync(p.ctx, Services(m))
+	p.instances.Sync(Services(m))
 	return p.handOver()
 }
 
@@ -80,12 +79,6 @@ const RetryEvery = 5 * time.Second
 // Run rebuilds and hands over the view whenever the health view changes,
 // and every RetryEvery while the last one was refused, until ctx ends.
 func (p *Publisher) Run(ctx context.Context) {
-	p.mu.Lock()
-	p.ctx = ctx
-	if p.state != nil {
-		p.instances.Sync(ctx, Services(p.state))
-	}
-	p.mu.Unlock()
 	retry := time.NewTicker(RetryEvery)
 	defer retry.Stop()
 	for {
