@@ -2,12 +2,15 @@ package wire
 
 import "strings"
 
-// Names of each node's two listeners and their route configurations.
+// Names of each node's listeners and their route configurations.
 const (
 	PublicListener = "public"
 	MeshListener   = "mesh"
-	PublicRoutes   = "public"
-	MeshRoutes     = "mesh"
+	// InboundListener receives other nodes' requests for this node's
+	// replicas over mTLS (mesh mTLS only).
+	InboundListener = "inbound"
+	PublicRoutes    = "public"
+	MeshRoutes      = "mesh"
 )
 
 // PublicVirtualHost names the public route configuration's one virtual
@@ -22,6 +25,35 @@ const ControlPlaneCluster = "_servemesh_xds"
 
 // ClusterName is the Envoy cluster (and endpoint assignment) of a backend.
 func ClusterName(backend string) string { return backend }
+
+// InboundClusterName is the cluster through which a node's inbound
+// listener reaches its own replicas of backend over loopback. The leading
+// '_' keeps its stats apart from the backend's cluster (ParseStat skips it).
+func InboundClusterName(backend string) string { return "_inbound_" + backend }
+
+// BackendSNI is the TLS server name a node asks for when it calls another
+// node's replicas of backend; the inbound listener picks the backend's
+// certificate and route by it, as Consul service mesh does.
+func BackendSNI(backend string) string { return backend + ".backend.servemesh" }
+
+// NodeServicePrefix prefixes the Consul service name of a node's identity
+// ("servemesh-node-<node id>"): its Connect leaf names it in a SPIFFE id.
+const NodeServicePrefix = "servemesh-node-"
+
+// Secret names of a node's file-based SDS configs (mesh mTLS): the node's
+// own identity, the CA roots, and the identity of each backend it serves.
+const (
+	NodeSecret  = "node"
+	RootsSecret = "roots"
+)
+
+// BackendSecret is the secret of backend's identity on the nodes that run
+// its replicas.
+func BackendSecret(backend string) string { return "backend_" + backend }
+
+// SecretFile is where, in a node's secrets folder, the file-based SDS
+// config of secret name is.
+func SecretFile(dir, name string) string { return dir + "/" + name + ".yaml" }
 
 // RouteStatPrefix is the stat prefix of every route that forwards an
 // endpoint's requests, so Envoy counts them as

@@ -26,6 +26,10 @@ const (
 	MetaReplicaTag = "replica_tag"
 	// MetaReplicaNode holds the node whose agent runs the replica.
 	MetaReplicaNode = "servemesh_node"
+	// MetaReplicaInbound holds, with mesh mTLS, the IP:port of the inbound
+	// listener of the replica's node; the replica's own address is then on
+	// that node's loopback.
+	MetaReplicaInbound = "servemesh_inbound"
 )
 
 // ReplicaServiceTag marks the Consul service instances servemesh's agents

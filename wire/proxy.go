@@ -28,7 +28,18 @@ type ProxyNode struct {
 	// PublicTLSSecret): the public listener then serves HTTPS, HTTP/2 and
 	// HTTP/1.1 by ALPN, and Envoy reloads the certificate when it changes.
 	PublicTLS string `json:"public_tls,omitempty"`
+	// InboundAddress and InboundPort, with mesh mTLS, are where the node's
+	// Envoy receives other nodes' requests for its replicas (InboundListener).
+	InboundAddress string `json:"inbound_address,omitempty"`
+	InboundPort    uint32 `json:"inbound_port,omitempty"`
+	// Secrets, with mesh mTLS, is the absolute path of the folder of the
+	// node's file-based SDS configs (SecretFile): its identity, the CA
+	// roots and its backends' identities, which its agent keeps fresh.
+	Secrets string `json:"secrets,omitempty"`
 }
+
+// MTLS reports whether the node takes part in mesh mTLS.
+func (n ProxyNode) MTLS() bool { return n.Secrets != "" }
 
 // PublicTLSSecret names the public listener's certificate in its SDS file.
 const PublicTLSSecret = "public_tls"
@@ -41,6 +52,9 @@ const (
 	MetaMeshAddress   = "servemesh.mesh_address"
 	MetaMeshPort      = "servemesh.mesh_port"
 	MetaPublicTLS     = "servemesh.public_tls_sds"
+	MetaInboundAddr   = "servemesh.inbound_address"
+	MetaInboundPort   = "servemesh.inbound_port"
+	MetaSecrets       = "servemesh.secrets"
 )
 
 // Validate checks the node's settings.
@@ -62,8 +76,29 @@ func (n ProxyNode) Validate() error {
 	if n.PublicTLS != "" && !strings.HasPrefix(n.PublicTLS, "/") {
 		return fmt.Errorf("node %q: public_tls %q is not an absolute path", n.ID, n.PublicTLS)
 	}
+	if err := n.validateMTLS(); err != nil {
+		return err
+	}
 	if n.PublicPort == n.MeshPort && n.PublicAddress == n.MeshAddress {
 		return fmt.Errorf("node %q: public and mesh listeners both use %s:%d; give them different ports", n.ID, n.MeshAddress, n.MeshPort)
+	}
+	return nil
+}
+
+// validateMTLS checks the inbound listener and secrets folder: both or
+// neither.
+func (n ProxyNode) validateMTLS() error {
+	if n.Secrets == "" && n.InboundAddress == "" && n.InboundPort == 0 {
+		return nil
+	}
+	if !strings.HasPrefix(n.Secrets, "/") {
+		return fmt.Errorf("node %q: secrets %q is not an absolute path; mesh mTLS needs the node's secrets folder", n.ID, n.Secrets)
+	}
+	if _, err := netip.ParseAddr(n.InboundAddress); err != nil {
+		return fmt.Errorf("node %q: inbound_address %q is not an IP address; mesh mTLS needs the node's inbound listener", n.ID, n.InboundAddress)
+	}
+	if n.InboundPort == 0 || n.InboundPort > 65535 {
+		return fmt.Errorf("node %q: inbound_port %d is not a port between 1 and 65535", n.ID, n.InboundPort)
 	}
 	return nil
 }
@@ -78,6 +113,9 @@ func (n ProxyNode) Metadata() (*structpb.Struct, error) {
 	}
 	if n.PublicTLS != "" {
 		fields[MetaPublicTLS] = n.PublicTLS
+	}
+	if n.MTLS() {
+		fields[MetaInboundAddr], fields[MetaInboundPort], fields[MetaSecrets] = n.InboundAddress, float64(n.InboundPort), n.Secrets
 	}
 	s, err := structpb.NewStruct(fields)
 	if err != nil {
@@ -109,6 +147,10 @@ func ProxyNodeFromEnvoy(n *core.Node) (ProxyNode, error) {
 		MeshAddress:   str(MetaMeshAddress),
 		MeshPort:      port(MetaMeshPort),
 		PublicTLS:     str(MetaPublicTLS),
+
+		InboundAddress: str(MetaInboundAddr),
+		InboundPort:    port(MetaInboundPort),
+		Secrets:        str(MetaSecrets),
 	}
 	if err := node.Validate(); err != nil {
 		return ProxyNode{}, fmt.Errorf("node %q has no valid servemesh metadata (start it with a bootstrap from `servemesh bootstrap`): %w", n.GetId(), err)

@@ -25,6 +25,9 @@ type Instance struct {
 	Address string // host:port
 	Tag     string // replica tag, for servemesh-run replicas
 	Passing bool
+	// Node and Inbound are the servemesh node running the replica and, with
+	// mesh mTLS, its inbound listener (IP:port).
+	Node, Inbound string
 }
 
 // Watcher follows the instances of a set of services with a bounded number
@@ -252,7 +255,8 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 			addr = e.Node.Address
 		}
 		next = append(next, Instance{ID: e.Service.ID, Address: net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
-			Tag: e.Service.Meta[wire.MetaReplicaTag], Passing: e.Checks.AggregatedStatus() == api.HealthPassing})
+			Tag: e.Service.Meta[wire.MetaReplicaTag], Passing: e.Checks.AggregatedStatus() == api.HealthPassing,
+			Node: e.Service.Meta[wire.MetaReplicaNode], Inbound: e.Service.Meta[wire.MetaReplicaInbound]})
 		for _, c := range e.Checks {
 			if c.ServiceName != "" {
 				checks = append(checks, fmt.Sprintf("%s/%s/%s/%d", c.Node, c.CheckID, c.Status, c.ModifyIndex))

@@ -45,7 +45,7 @@ func TestView(t *testing.T) {
 			{ID: "junk", Address: "not an address", Passing: true},    // dropped alone
 			{ID: "twice", Address: "10.0.0.1:80", Passing: true},      // same address: dropped alone
 		},
-	})
+	}, false)
 	if err := view.Validate(); err != nil {
 		t.Fatalf("the data-plane view must be a valid model: %v", err)
 	}
@@ -72,6 +72,34 @@ func TestView(t *testing.T) {
 	}
 	if s := Services(m); len(s) != 2 || s[0] != "run" || s[1] != "legacy" {
 		t.Fatalf("services %v", s)
+	}
+}
+
+// TestViewMTLS: with mesh mTLS, replicas keep their node and its inbound
+// listener; the same loopback address on two nodes is two replicas; a
+// replica whose node has no inbound listener is dropped with the reason.
+func TestViewMTLS(t *testing.T) {
+	m := processState()
+	view, dropped := View(m, map[string][]catalog.Instance{
+		"run": {
+			{ID: "a", Address: "127.0.0.1:1000", Tag: "run#000001", Passing: true, Node: "n1", Inbound: "10.0.0.1:21000"},
+			{ID: "b", Address: "127.0.0.1:1000", Tag: "run#000002", Passing: true, Node: "n2", Inbound: "10.0.0.2:21000"},
+			{ID: "c", Address: "10.0.0.3:1000", Tag: "run#000003", Passing: true, Node: "n3"},
+		},
+		"legacy": {{ID: "l", Address: "10.0.0.9:80", Passing: true, Node: "x", Inbound: "10.0.0.9:21000"}},
+	}, true)
+	if err := view.Validate(); err != nil {
+		t.Fatalf("the data-plane view must be a valid model: %v", err)
+	}
+	got := view.Backends[0].Replicas
+	if len(got) != 2 || got[0].Inbound != "10.0.0.1:21000" || got[0].Node != "n1" || got[1].Inbound != "10.0.0.2:21000" {
+		t.Fatalf("process backend replicas %+v, want both loopback replicas with their nodes' inbound listeners", got)
+	}
+	if len(dropped) != 1 || dropped[0].Instance != "c" || !strings.Contains(dropped[0].Reason, `node "n3" announces no inbound listener`) {
+		t.Fatalf("dropped %+v, want the replica of the node without mesh mTLS", dropped)
+	}
+	if ext := view.Backends[1].Replicas; len(ext) != 1 || ext[0].Inbound != "" || ext[0].Node != "" {
+		t.Fatalf("an external instance is reached directly, whatever its meta says: %+v", ext)
 	}
 }
 

@@ -33,7 +33,11 @@ type Dropped struct {
 // and agents use (process specs, placements, autoscaling) is left out. An
 // instance whose address the data plane cannot use is dropped alone and
 // listed in the second result; m is not modified.
-func View(m *model.Model, instances map[string][]catalog.Instance) (*model.Model, []Dropped) {
+//
+// With mtls, a replica servemesh runs keeps its node and its node's inbound
+// listener, through which every node reaches it; one whose agent announces
+// no inbound listener (it runs without mesh mTLS) is dropped.
+func View(m *model.Model, instances map[string][]catalog.Instance, mtls bool) (*model.Model, []Dropped) {
 	out := model.Clone(m)
 	var dropped []Dropped
 	for i := range out.Backends {
@@ -49,10 +53,16 @@ func View(m *model.Model, instances map[string][]catalog.Instance) (*model.Model
 				if !ok {
 					continue // not (or no longer) placed: not ours to serve
 				}
+				if mtls && in.Inbound == "" {
+					dropped = append(dropped, Dropped{Backend: b.Name, Instance: in.ID,
+						Reason: fmt.Sprintf("node %q announces no inbound listener: run its agent with mesh mTLS, as the controller", in.Node)})
+					continue
+				}
 				b.Replicas, dropped = addReplica(b, in, state, dropped)
 			}
 		case b.External != nil:
 			for _, in := range instances[b.External.Service] {
+				in.Node, in.Inbound = "", "" // outside the mesh: reached directly
 				b.Replicas, dropped = addReplica(b, in, model.Running, dropped)
 			}
 		}
@@ -69,12 +79,16 @@ func addReplica(b *model.Backend, in catalog.Instance, state model.PlacementStat
 		return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: "address " + err.Error()})
 	}
 	for _, r := range b.Replicas {
-		if r.Address == in.Address {
+		if r.Address == in.Address && r.Inbound == in.Inbound {
 			return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID,
 				Reason: fmt.Sprintf("address %s is registered twice", in.Address)})
 		}
 	}
-	return append(b.Replicas, model.Replica{Address: in.Address, Health: health(in.Passing, state)}), dropped
+	r := model.Replica{Address: in.Address, Health: health(in.Passing, state), Node: in.Node, Inbound: in.Inbound}
+	if err := model.CheckReplicaInbound(r); err != nil {
+		return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: err.Error()})
+	}
+	return append(b.Replicas, r), dropped
 }
 
 func health(passing bool, state model.PlacementState) model.Health {

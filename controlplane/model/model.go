@@ -227,6 +227,13 @@ type Replica struct {
 	Address string `json:"address"`
 	// Health defaults to healthy.
 	Health Health `json:"health,omitempty"`
+	// Node is the node whose agent runs the replica, for replicas servemesh
+	// runs.
+	Node string `json:"node,omitempty"`
+	// Inbound, with mesh mTLS, is the IP:port of the inbound listener of the
+	// replica's node: every node's Envoy reaches the replica through it, and
+	// Address is then on that node's loopback, reachable only there.
+	Inbound string `json:"inbound,omitempty"`
 }
 
 // Endpoint exposes a service to clients and splits its requests over backends.

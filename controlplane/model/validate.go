@@ -201,6 +201,12 @@ func validateBackend(p *problems, field string, b Backend) {
 		// Field names are formatted only for problems: models hold many replicas.
 		rf := func(leaf string) string { return fmt.Sprintf("%s.replicas[%d].%s", field, j, leaf) }
 		key, reason := replicaAddress(r.Address)
+		if r.Inbound != "" {
+			key = r.Inbound + " " + key // loopback addresses repeat across nodes
+			if err := CheckReplicaInbound(r); err != nil {
+				p.add(rf("inbound"), "%s", err.Error())
+			}
+		}
 		switch {
 		case reason != "":
 			p.add(rf("address"), "%.80q %s", r.Address, reason)
@@ -225,6 +231,21 @@ var hostName = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?
 func CheckReplicaAddress(addr string) error {
 	if _, reason := replicaAddress(addr); reason != "" {
 		return fmt.Errorf("%.80q %s", addr, reason)
+	}
+	return nil
+}
+
+// CheckReplicaInbound says why r's inbound listener (if any) cannot be used:
+// it must be IP:port, and r must name its node.
+func CheckReplicaInbound(r Replica) error {
+	if r.Inbound == "" {
+		return nil
+	}
+	if ap, err := netip.ParseAddrPort(r.Inbound); err != nil || ap.Port() == 0 {
+		return fmt.Errorf(`inbound %.80q is not IP:port with a port from 1 to 65535; write it like "10.0.0.7:21000"`, r.Inbound)
+	}
+	if r.Node == "" {
+		return fmt.Errorf("inbound %q needs the replica's node", r.Inbound)
 	}
 	return nil
 }

@@ -19,13 +19,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 // ControllerService is the service name of the controllers' identity.
 const ControllerService = "servemesh-controller"
 
 // nodePrefix prefixes a node's identity service name.
-const nodePrefix = "servemesh-node-"
+const nodePrefix = wire.NodeServicePrefix
 
 // NodeService is the service name of node id's identity.
 func NodeService(id string) string { return nodePrefix + id }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
@@ -24,8 +26,8 @@ func (s *Server) publish(ctx context.Context) {
 	start := time.Now()
 	s.mu.Lock()
 	s.forgetGoneNodes(start)
-	m, gen := s.model, s.generation
-	newOnly := s.built != nil && s.builtGen == gen
+	m, gen, mtls := s.model, s.generation, s.mtls
+	newOnly := s.built != nil && s.builtGen == gen && s.built.mtls == mtls
 	nodes := make([]wire.ProxyNode, 0, len(s.nodes))
 	for id, n := range s.nodes {
 		if !newOnly || s.newNodes[id] {
@@ -46,7 +48,7 @@ func (s *Server) publish(ctx context.Context) {
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return
 	}
-	built, err := buildShared(shared)
+	built, err := buildShared(m, mtls, shared)
 	if err != nil {
 		s.log.Error("building shared resources failed", "generation", gen, "err", err)
 		return
@@ -116,16 +118,21 @@ func (s *Server) diffAssignments(next map[string]types.Resource) (map[string]typ
 	return changed, removed
 }
 
-// sharedResources are one publish's node-independent resources.
+// sharedResources are one publish's node-independent resources, and what
+// ForNode needs to build each node's own.
 type sharedResources struct {
+	model                  *model.Model
+	mtls                   *translate.MTLS
 	routes, clusters       []types.Resource
+	clusterList            []*cluster.Cluster
 	routesVer, clustersVer string
 	assignments            map[string]types.Resource
 	assignmentList         []types.Resource
 }
 
-func buildShared(r *translate.Resources) (*sharedResources, error) {
-	out := &sharedResources{assignments: make(map[string]types.Resource, len(r.Assignments))}
+func buildShared(m *model.Model, mtls *translate.MTLS, r *translate.Resources) (*sharedResources, error) {
+	out := &sharedResources{model: m, mtls: mtls, clusterList: r.Clusters,
+		assignments: make(map[string]types.Resource, len(r.Assignments))}
 	for _, x := range r.Routes {
 		out.routes = append(out.routes, x)
 	}
@@ -151,22 +158,32 @@ func buildShared(r *translate.Resources) (*sharedResources, error) {
 // consistent together with the assignments (every cluster has its assignment,
 // every listener its route configuration).
 func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, error) {
-	ls, err := translate.BuildListeners(node)
+	own, err := translate.ForNode(sr.model, node, sr.mtls, sr.clusterList)
 	if err != nil {
 		return nil, err
 	}
-	listeners := make([]types.Resource, 0, len(ls))
-	for _, l := range ls {
+	listeners := make([]types.Resource, 0, len(own.Listeners))
+	for _, l := range own.Listeners {
 		listeners = append(listeners, l)
 	}
 	listenersVer, err := contentVersion(listeners)
 	if err != nil {
 		return nil, err
 	}
+	clusters, clustersVer := sr.clusters, sr.clustersVer
+	if sr.mtls != nil { // the node's identity is in its clusters
+		clusters = make([]types.Resource, 0, len(own.Clusters))
+		for _, c := range own.Clusters {
+			clusters = append(clusters, c)
+		}
+		if clustersVer, err = contentVersion(clusters); err != nil {
+			return nil, err
+		}
+	}
 	full, err := cachev3.NewSnapshot("check", map[resource.Type][]types.Resource{
 		resource.ListenerType: listeners,
 		resource.RouteType:    sr.routes,
-		resource.ClusterType:  sr.clusters,
+		resource.ClusterType:  clusters,
 		resource.EndpointType: sr.assignmentList,
 	})
 	if err != nil {
@@ -178,14 +195,14 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, 
 	snap, err := cachev3.NewSnapshot("", map[resource.Type][]types.Resource{
 		resource.ListenerType: listeners,
 		resource.RouteType:    sr.routes,
-		resource.ClusterType:  sr.clusters,
+		resource.ClusterType:  clusters,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: %w", err)
 	}
 	snap.Resources[types.Listener].Version = listenersVer
 	snap.Resources[types.Route].Version = sr.routesVer
-	snap.Resources[types.Cluster].Version = sr.clustersVer
+	snap.Resources[types.Cluster].Version = clustersVer
 	return snap, nil
 }
 

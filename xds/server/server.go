@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/xds/translate"
 )
 
 // Options tune a Server. The zero value of every field but Logger is usable.
@@ -52,6 +53,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	model      *model.Model
+	mtls       *translate.MTLS // nil: plaintext between nodes
 	generation uint64
 	acceptedAt map[uint64]time.Time // when each recent generation was accepted
 	nodes      map[string]*nodeState
@@ -143,6 +145,21 @@ func (s *Server) SetModel(m *model.Model) error {
 	s.mu.Unlock()
 	s.metrics.modelVersion.Set(float64(gen))
 	s.log.Info("accepted model", "generation", gen, "backends", len(m.Backends), "endpoints", len(m.Endpoints))
+	s.kick()
+	return nil
+}
+
+// RequireMTLS makes the mesh run mTLS between nodes (translate.MTLS): each
+// node's snapshot then has its inbound listener and calls other nodes over
+// mTLS, and a node that announces no inbound listener gets no snapshot.
+// Call it before nodes connect.
+func (s *Server) RequireMTLS(t *translate.MTLS) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.mtls = t
+	s.mu.Unlock()
 	s.kick()
 	return nil
 }

@@ -36,6 +36,9 @@ func BuildAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
 	if len(b.Replicas) == 0 {
 		return cla
 	}
+	if viaInbound(b) {
+		return inboundAssignment(b)
+	}
 	replicas := append([]model.Replica(nil), b.Replicas...)
 	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Address < replicas[j].Address })
 	locality := &endpoint.LocalityLbEndpoints{}

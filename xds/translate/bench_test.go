@@ -16,7 +16,7 @@ func BenchmarkTranslate(b *testing.B) {
 		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := Translate(m, goldenNode); err != nil {
+				if _, err := Translate(m, goldenNode, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -27,7 +27,7 @@ func BenchmarkTranslate(b *testing.B) {
 
 func TestGeneratedModelIsValid(t *testing.T) {
 	m := modelgen.Model(5, 3, 10)
-	if _, err := Translate(m, goldenNode); err != nil {
+	if _, err := Translate(m, goldenNode, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.Backends) != 15 || len(m.Backends[0].Replicas) != 10 {

@@ -46,8 +46,6 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 	backends := sortedBackends(m)
 	out := make([]*cluster.Cluster, 0, len(backends))
 	for _, b := range backends {
-		total := concurrencyLimit(b)
-		queue := queueLimit(total)
 		c := &cluster.Cluster{
 			Name:                 wire.ClusterName(b.Name),
 			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
@@ -56,22 +54,8 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 			LbPolicy:             cluster.Cluster_LEAST_REQUEST,
 			// Health comes from EDS, which is authoritative: never fall back
 			// to sending traffic to unhealthy replicas ("panic mode").
-			CommonLbConfig: &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
-			CircuitBreakers: &cluster.CircuitBreakers{
-				Thresholds: []*cluster.CircuitBreakers_Thresholds{{
-					Priority:           core.RoutingPriority_DEFAULT,
-					MaxConnections:     wrapperspb.UInt32(total),
-					MaxPendingRequests: wrapperspb.UInt32(queue),
-					MaxRequests:        wrapperspb.UInt32(saturatingAdd(total, queue)),
-					// Envoy allows 3 concurrent retries per cluster by default;
-					// when a replica dies, every request headed to it needs one.
-					MaxRetries: wrapperspb.UInt32(max(total, 3)),
-				}},
-				PerHostThresholds: []*cluster.CircuitBreakers_Thresholds{{
-					Priority:       core.RoutingPriority_DEFAULT,
-					MaxConnections: wrapperspb.UInt32(uint32(b.Config.EffectiveMaxConcurrentQueries())),
-				}},
-			},
+			CommonLbConfig:  &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
+			CircuitBreakers: circuitBreakers(b),
 		}
 		if b.ResolvedByDNS() {
 			resolveByDNS(c, b)
@@ -79,6 +63,28 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 		out = append(out, c)
 	}
 	return out
+}
+
+// circuitBreakers limit b's requests in flight to max_concurrent_queries
+// per replica, and queue the rest.
+func circuitBreakers(b model.Backend) *cluster.CircuitBreakers {
+	total := concurrencyLimit(b)
+	queue := queueLimit(total)
+	return &cluster.CircuitBreakers{
+		Thresholds: []*cluster.CircuitBreakers_Thresholds{{
+			Priority:           core.RoutingPriority_DEFAULT,
+			MaxConnections:     wrapperspb.UInt32(total),
+			MaxPendingRequests: wrapperspb.UInt32(queue),
+			MaxRequests:        wrapperspb.UInt32(saturatingAdd(total, queue)),
+			// Envoy allows 3 concurrent retries per cluster by default;
+			// when a replica dies, every request headed to it needs one.
+			MaxRetries: wrapperspb.UInt32(max(total, 3)),
+		}},
+		PerHostThresholds: []*cluster.CircuitBreakers_Thresholds{{
+			Priority:       core.RoutingPriority_DEFAULT,
+			MaxConnections: wrapperspb.UInt32(uint32(b.Config.EffectiveMaxConcurrentQueries())),
+		}},
+	}
 }
 
 // resolveByDNS makes c a STRICT_DNS cluster that lists b's serving replicas

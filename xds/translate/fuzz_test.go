@@ -24,7 +24,7 @@ func FuzzTranslate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		res, err := Translate(m, goldenNode)
+		res, err := Translate(m, goldenNode, nil)
 		if err != nil {
 			t.Fatalf("a valid model did not translate: %v", err)
 		}
@@ -44,7 +44,7 @@ func FuzzTranslateRefusesInvalid(f *testing.F) {
 			Endpoints: []model.Endpoint{{Name: endpoint, Route: route, Traffic: map[string]float64{backend: weight},
 				Shadows: map[string]float64{backend: shadow}}},
 		}
-		res, err := Translate(m, goldenNode)
+		res, err := Translate(m, goldenNode, nil)
 		if verr := m.Validate(); verr != nil {
 			if err == nil {
 				t.Fatalf("an invalid model was translated: %v", verr)

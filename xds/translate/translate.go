@@ -19,23 +19,24 @@ type Resources struct {
 	Assignments []*endpoint.ClusterLoadAssignment
 }
 
-// Translate validates the model and the node and builds the node's resources.
-// An invalid model yields the model's *model.ValidationError and no resources.
-func Translate(m *model.Model, node wire.ProxyNode) (*Resources, error) {
+// Translate validates the model and the node and builds the node's
+// resources; t, if not nil, is the mesh's mTLS. An invalid model yields the
+// model's *model.ValidationError and no resources.
+func Translate(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
 	shared, err := Shared(m)
 	if err != nil {
 		return nil, err
 	}
-	listeners, err := BuildListeners(node)
+	own, err := ForNode(m, node, t, shared.Clusters)
 	if err != nil {
 		return nil, err
 	}
-	shared.Listeners = listeners
+	shared.Listeners, shared.Clusters = own.Listeners, own.Clusters
 	return shared, nil
 }
 
 // Shared builds the resources every node shares (routes, clusters,
-// assignments); only listeners differ between nodes.
+// assignments); ForNode builds the rest, node by node.
 func Shared(m *model.Model) (*Resources, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"flag"
+	"strings"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -31,7 +32,7 @@ func TestGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a translation case must be a valid model (invalid ones belong in controlplane/model/testdata): %v", err)
 		}
-		res, err := Translate(m, goldenNode)
+		res, err := Translate(m, goldenNode, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,6 +43,49 @@ func TestGolden(t *testing.T) {
 			"assignments.yaml": marshal(t, res.Assignments),
 		}
 	})
+}
+
+// goldenMTLSNode is node-1 of the mTLS cases, and goldenMTLS their mesh.
+var (
+	goldenMTLSNode = wire.ProxyNode{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
+		InboundAddress: "10.0.0.1", InboundPort: 21000, Secrets: "/var/lib/servemesh/node-1/secrets"}
+	goldenMTLS = &MTLS{IdentityPrefix: "spiffe://11111111-2222-3333-4444-555555555555.consul/ns/default/dc/dc1/svc/"}
+)
+
+// TestGoldenMTLS translates each model in testdata/mtls/in for node-1 of a
+// mesh with mTLS: its listeners (the inbound one included), its clusters
+// (over mTLS, and to its own replicas) and the shared assignments (nodes by
+// their inbound listeners).
+func TestGoldenMTLS(t *testing.T) {
+	testutil.GoldenCases(t, "testdata/mtls/in", "testdata/mtls/out", *update, func(t *testing.T, input []byte) map[string][]byte {
+		m, err := model.Parse(input)
+		if err != nil {
+			t.Fatalf("a translation case must be a valid model: %v", err)
+		}
+		res, err := Translate(m, goldenMTLSNode, goldenMTLS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEnvoyValid(t, res)
+		return map[string][]byte{
+			"listeners.yaml":   marshal(t, res.Listeners),
+			"clusters.yaml":    marshal(t, res.Clusters),
+			"assignments.yaml": marshal(t, res.Assignments),
+		}
+	})
+}
+
+// TestMTLSRefusesPlainNode: a node without an inbound listener or secrets
+// folder gets no config in a mesh with mTLS, and a bad identity prefix is
+// refused.
+func TestMTLSRefusesPlainNode(t *testing.T) {
+	m := &model.Model{Backends: []model.Backend{{Name: "a"}}}
+	if _, err := Translate(m, goldenNode, goldenMTLS); err == nil || !strings.Contains(err.Error(), "announces no inbound listener") {
+		t.Fatalf("a plaintext node in an mTLS mesh: %v", err)
+	}
+	if _, err := Translate(m, goldenMTLSNode, &MTLS{IdentityPrefix: "https://x/"}); err == nil {
+		t.Fatal("a bad identity prefix was accepted")
+	}
 }
 
 // TestGoldenListeners builds each node's listeners from testdata/listeners/in.
@@ -117,7 +161,7 @@ func TestStatNamesReadBack(t *testing.T) {
 			{Name: "inner", Traffic: map[string]float64{"v1.a": 1}},
 		},
 	}
-	res, err := Translate(m, goldenNode)
+	res, err := Translate(m, goldenNode, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

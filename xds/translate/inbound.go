@@ -1,0 +1,132 @@
+package translate
+
+import (
+	"fmt"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// buildInboundListener is node's inbound listener: one filter chain per
+// backend with replicas here, chosen by the SNI the caller asks for,
+// presenting the backend's identity and requiring a client certificate of
+// a servemesh node. A connection that names no such backend, or brings no
+// or another certificate, is closed.
+func buildInboundListener(node wire.ProxyNode, t *MTLS, local []model.Backend) (*listener.Listener, error) {
+	inspector, err := anypb.New(&tlsinspector.TlsInspector{})
+	if err != nil {
+		return nil, fmt.Errorf("inbound listener: pack tls inspector: %w", err)
+	}
+	l := &listener.Listener{
+		Name:    wire.InboundListener,
+		Address: socketAddress(node.InboundAddress, node.InboundPort),
+		ListenerFilters: []*listener.ListenerFilter{{
+			Name:       "envoy.filters.listener.tls_inspector",
+			ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: inspector},
+		}},
+	}
+	for _, b := range local {
+		chain, err := inboundChain(node, t, b.Name)
+		if err != nil {
+			return nil, err
+		}
+		l.FilterChains = append(l.FilterChains, chain)
+	}
+	return l, nil
+}
+
+// inboundChain serves backend on the inbound listener: mTLS terminated
+// with the backend's identity, then HTTP to the backend's replicas here.
+func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.FilterChain, error) {
+	downstream := &tlsv3.DownstreamTlsContext{
+		RequireClientCertificate: wrapperspb.Bool(true),
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{fileSecret(node.Secrets, wire.BackendSecret(backend))},
+			ValidationContextType: validation(node, uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{
+				Prefix: t.IdentityPrefix + wire.NodeServicePrefix}})),
+		},
+	}
+	socket, err := tlsSocket(downstream)
+	if err != nil {
+		return nil, fmt.Errorf("inbound listener, backend %s: %w", backend, err)
+	}
+	routerConfig, err := anypb.New(&router.Router{})
+	if err != nil {
+		return nil, fmt.Errorf("inbound listener: pack router filter: %w", err)
+	}
+	manager, err := anypb.New(&hcm.HttpConnectionManager{
+		StatPrefix: wire.InboundListener + "_" + backend,
+		CodecType:  hcm.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
+			Name: wire.InboundListener + "_" + backend,
+			VirtualHosts: []*route.VirtualHost{{
+				Name: "_inbound", Domains: []string{"*"},
+				Routes: []*route.Route{{
+					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &route.Route_Route{Route: &route.RouteAction{
+						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: wire.InboundClusterName(backend)},
+						// The calling node keeps the endpoint's timeout.
+						Timeout: durationpb.New(0),
+					}},
+				}},
+			}},
+		}},
+		HttpFilters: []*hcm.HttpFilter{{
+			Name:       "envoy.filters.http.router",
+			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbound listener: pack http connection manager: %w", err)
+	}
+	return &listener.FilterChain{
+		Name:             wire.BackendSecret(backend),
+		FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{wire.BackendSNI(backend)}, TransportProtocol: "tls"},
+		TransportSocket:  socket,
+		Filters: []*listener.Filter{{
+			Name:       "envoy.filters.network.http_connection_manager",
+			ConfigType: &listener.Filter_TypedConfig{TypedConfig: manager},
+		}},
+	}, nil
+}
+
+// buildInboundCluster reaches b's healthy replicas on node, each at most
+// max_concurrent_queries at a time, with the rest queued.
+func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: wire.InboundClusterName(b.Name)}
+	locality := &endpoint.LocalityLbEndpoints{}
+	for _, r := range b.Replicas {
+		if r.EffectiveHealth() != model.HealthHealthy || r.Node != node {
+			continue
+		}
+		ep := BuildAssignment(model.Backend{Name: b.Name, Replicas: []model.Replica{{Address: r.Address}}})
+		locality.LbEndpoints = append(locality.LbEndpoints, ep.Endpoints[0].LbEndpoints...)
+	}
+	if len(locality.LbEndpoints) > 0 {
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{locality}
+	}
+	return &cluster.Cluster{
+		Name:                 wire.InboundClusterName(b.Name),
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+		LoadAssignment:       cla,
+		ConnectTimeout:       durationpb.New(ConnectTimeout),
+		LbPolicy:             cluster.Cluster_LEAST_REQUEST,
+		CommonLbConfig:       &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
+		CircuitBreakers:      circuitBreakers(b),
+	}
+}
+

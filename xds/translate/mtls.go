@@ -1,0 +1,240 @@
+package translate
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// MTLS is the mesh's mTLS setting: every request for a replica servemesh
+// runs goes from the calling node's Envoy to the inbound listener of the
+// replica's node over mTLS, which forwards it to the replica on loopback.
+type MTLS struct {
+	// IdentityPrefix is the SPIFFE id of a service without its name, as the
+	// CA issues them: "spiffe://<trust domain>/ns/default/dc/<dc>/svc/". A
+	// backend's identity is the prefix and its name; a node's is the prefix
+	// and wire.NodeServicePrefix and its id.
+	IdentityPrefix string
+}
+
+// Validate checks the identity prefix.
+func (t *MTLS) Validate() error {
+	if !strings.HasPrefix(t.IdentityPrefix, "spiffe://") || !strings.HasSuffix(t.IdentityPrefix, "/svc/") {
+		return fmt.Errorf("mtls identity prefix %q is not a SPIFFE id prefix ending in /svc/", t.IdentityPrefix)
+	}
+	return nil
+}
+
+// tlsBackend reports whether b's replicas are reached over mTLS: the mesh
+// runs it and every replica has its node's inbound listener (a backend of
+// external instances has none; one with no replicas yet is taken as
+// servemesh's).
+func tlsBackend(t *MTLS, b model.Backend) bool {
+	if t == nil {
+		return false
+	}
+	for _, r := range b.Replicas {
+		if r.Inbound == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// viaInbound reports whether b's replicas are listed by node (their inbound
+// listeners) rather than each by its own address.
+func viaInbound(b model.Backend) bool {
+	return len(b.Replicas) > 0 && b.Replicas[0].Inbound != ""
+}
+
+// inboundAssignment lists b's nodes, each by its inbound listener, weighted
+// by its healthy replicas: healthy with one or more, else draining if one
+// drains, else unhealthy. The node's Envoy picks among its own replicas.
+func inboundAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
+	type node struct{ healthy, draining int }
+	nodes := map[string]*node{}
+	for _, r := range b.Replicas {
+		n := nodes[r.Inbound]
+		if n == nil {
+			n = &node{}
+			nodes[r.Inbound] = n
+		}
+		switch r.EffectiveHealth() {
+		case model.HealthHealthy:
+			n.healthy++
+		case model.HealthDraining:
+			n.draining++
+		}
+	}
+	inbounds := make([]string, 0, len(nodes))
+	for in := range nodes {
+		inbounds = append(inbounds, in)
+	}
+	sort.Strings(inbounds)
+	locality := &endpoint.LocalityLbEndpoints{}
+	for _, in := range inbounds {
+		n := nodes[in]
+		ap := netip.MustParseAddrPort(in) // checked by Validate
+		health := model.HealthUnhealthy
+		switch {
+		case n.healthy > 0:
+			health = model.HealthHealthy
+		case n.draining > 0:
+			health = model.HealthDraining
+		}
+		locality.LbEndpoints = append(locality.LbEndpoints, &endpoint.LbEndpoint{
+			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: socketAddress(ap.Addr().String(), uint32(ap.Port())),
+			}},
+			HealthStatus:        healthStatus(health),
+			LoadBalancingWeight: wrapperspb.UInt32(uint32(max(n.healthy, 1))),
+		})
+	}
+	return &endpoint.ClusterLoadAssignment{ClusterName: wire.ClusterName(b.Name), Endpoints: []*endpoint.LocalityLbEndpoints{locality}}
+}
+
+// ForNode builds what is node's own: its listeners, and with t its inbound
+// listener and clusters, and the shared clusters of backends reached over
+// mTLS, with node's identity. m is the model the shared resources were
+// built from; clusters are its shared clusters, which stay unmodified.
+func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS, clusters []*cluster.Cluster) (*Resources, error) {
+	listeners, err := BuildListeners(node)
+	if err != nil {
+		return nil, err
+	}
+	out := &Resources{Listeners: listeners, Clusters: clusters}
+	if t == nil {
+		return out, nil
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if !node.MTLS() {
+		return nil, fmt.Errorf("node %q announces no inbound listener or secrets folder, but the mesh runs mTLS: start its agent with mTLS", node.ID)
+	}
+	local := localBackends(m, node.ID)
+	if len(local) > 0 { // Envoy refuses a listener without filter chains
+		inbound, err := buildInboundListener(node, t, local)
+		if err != nil {
+			return nil, err
+		}
+		out.Listeners = append(out.Listeners, inbound)
+		sortByName(out.Listeners, func(l *listener.Listener) string { return l.GetName() })
+	}
+	if out.Clusters, err = secureClusters(m, node, t, clusters); err != nil {
+		return nil, err
+	}
+	for _, b := range local {
+		out.Clusters = append(out.Clusters, buildInboundCluster(b, node.ID))
+	}
+	sortByName(out.Clusters, func(c *cluster.Cluster) string { return c.GetName() })
+	return out, nil
+}
+
+// localBackends are m's backends reached over mTLS with a replica on node,
+// sorted by name, each with only its replicas there.
+func localBackends(m *model.Model, node string) []model.Backend {
+	var out []model.Backend
+	for _, b := range sortedBackends(m) {
+		if !viaInbound(b) {
+			continue
+		}
+		var here []model.Replica
+		for _, r := range b.Replicas {
+			if r.Node == node {
+				here = append(here, r)
+			}
+		}
+		if len(here) > 0 {
+			b.Replicas = here
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// secureClusters returns clusters with those of backends reached over mTLS
+// replaced by copies that connect with node's identity.
+func secureClusters(m *model.Model, node wire.ProxyNode, t *MTLS, clusters []*cluster.Cluster) ([]*cluster.Cluster, error) {
+	secure := map[string]bool{}
+	for _, b := range m.Backends {
+		if tlsBackend(t, b) && !b.ResolvedByDNS() {
+			secure[wire.ClusterName(b.Name)] = true
+		}
+	}
+	out := make([]*cluster.Cluster, 0, len(clusters))
+	for _, c := range clusters {
+		if !secure[c.GetName()] {
+			out = append(out, c)
+			continue
+		}
+		c = proto.Clone(c).(*cluster.Cluster)
+		socket, err := upstreamTLS(node, t, c.GetName())
+		if err != nil {
+			return nil, err
+		}
+		c.TransportSocket = socket
+		// Each replica's own limit is kept by its node's inbound cluster;
+		// here a host is a node with several replicas.
+		c.CircuitBreakers.PerHostThresholds = nil
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// upstreamTLS is how node calls backend's nodes: with its own identity,
+// asking for the backend by SNI and accepting only the backend's identity.
+func upstreamTLS(node wire.ProxyNode, t *MTLS, backend string) (*core.TransportSocket, error) {
+	ctx := &tlsv3.UpstreamTlsContext{
+		Sni: wire.BackendSNI(backend),
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{fileSecret(node.Secrets, wire.NodeSecret)},
+			ValidationContextType:          validation(node, uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.IdentityPrefix + backend}})),
+		},
+	}
+	return tlsSocket(ctx)
+}
+
+// validation trusts the CA roots in node's secrets folder and accepts a
+// peer whose URI SAN matches san.
+func validation(node wire.ProxyNode, san *tlsv3.SubjectAltNameMatcher) *tlsv3.CommonTlsContext_CombinedValidationContext {
+	return &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+		DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{san}},
+		ValidationContextSdsSecretConfig: fileSecret(node.Secrets, wire.RootsSecret),
+	}}
+}
+
+func uriMatcher(m *matcherv3.StringMatcher) *tlsv3.SubjectAltNameMatcher {
+	return &tlsv3.SubjectAltNameMatcher{SanType: tlsv3.SubjectAltNameMatcher_URI, Matcher: m}
+}
+
+// fileSecret refers to secret name in its file-based SDS config in dir,
+// which Envoy watches: the agent replaces the file to rotate it.
+func fileSecret(dir, name string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &core.ConfigSource{
+		ResourceApiVersion:    core.ApiVersion_V3,
+		ConfigSourceSpecifier: &core.ConfigSource_PathConfigSource{PathConfigSource: &core.PathConfigSource{Path: wire.SecretFile(dir, name)}},
+	}}
+}
+
+func tlsSocket(ctx proto.Message) (*core.TransportSocket, error) {
+	typed, err := anypb.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pack TLS context: %w", err)
+	}
+	return &core.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: typed}}, nil
+}
