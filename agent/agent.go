@@ -44,6 +44,12 @@ type Options struct {
 	// RunAs is the user replicas run as (a name or a uid). Empty: the
 	// agent's own user, unless the agent is root, when it is "nobody".
 	RunAs string
+	// Secrets, with mesh mTLS, are the node's identities for its Envoy
+	// (started by the caller); Inbound is then the IP:port of the node's
+	// inbound listener. Replicas then listen on loopback only ($HOST is
+	// 127.0.0.1): other nodes reach them through the inbound listener.
+	Secrets *Secrets
+	Inbound string
 }
 
 // Agent runs the replicas placed on its node.
@@ -58,6 +64,9 @@ type Agent struct {
 	minBackoff, maxBackoff time.Duration
 	logMaxMB               int
 	runAs                  *syscall.Credential // nil: the agent's user
+	secrets                *Secrets            // nil: no mesh mTLS
+	inbound                string
+	listenHost             string // where replicas listen
 	metrics                *metrics
 
 	replicas map[string]*replica // by tag; owned by Run
@@ -100,6 +109,13 @@ func New(o Options) (*Agent, error) {
 		a.logMaxMB = 10
 	}
 	a.runAs = cred
+	a.secrets, a.inbound, a.listenHost = o.Secrets, o.Inbound, o.Node.Address
+	if (o.Secrets == nil) != (o.Inbound == "") {
+		return nil, fmt.Errorf("agent: mesh mTLS needs both the node's secrets and its inbound listener")
+	}
+	if o.Secrets != nil {
+		a.listenHost = "127.0.0.1"
+	}
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(a.metrics.restarts, a.metrics.replicas)
 	}

@@ -43,10 +43,15 @@ type replica struct {
 // serviceID is the replica's Consul service id; '#' is not URL-safe.
 func (r *replica) serviceID() string { return wire.ReplicaServiceID(r.tag) }
 func (r *replica) checkID() string   { return "replica-" + r.serviceID() }
-func (r *replica) address() string   { return net.JoinHostPort(r.a.node.Address, strconv.Itoa(r.port)) }
+func (r *replica) address() string   { return net.JoinHostPort(r.a.listenHost, strconv.Itoa(r.port)) }
 
 func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placement, spec model.ProcessSpec) (*replica, error) {
-	addr, err := proc.FreeAddr(ctx, a.node.Address)
+	if a.secrets != nil { // its node's inbound listener presents this identity
+		if err := a.secrets.AddBackend(ctx, backend); err != nil {
+			return nil, fmt.Errorf("replica %s: %w", p.Tag, err)
+		}
+	}
+	addr, err := proc.FreeAddr(ctx, a.listenHost)
 	if err != nil {
 		return nil, fmt.Errorf("replica %s: %w", p.Tag, err)
 	}
@@ -57,10 +62,13 @@ func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placem
 			Filename: filepath.Join(a.workDir, wire.ReplicaServiceID(p.Tag)+".log"),
 			MaxSize:  a.logMaxMB, MaxBackups: 2,
 		}}
+	meta := map[string]string{wire.MetaReplicaTag: p.Tag, wire.MetaReplicaNode: a.node.ID}
+	if a.inbound != "" {
+		meta[wire.MetaReplicaInbound] = a.inbound
+	}
 	if err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
 		ID: r.serviceID(), Name: backend, Tags: []string{wire.ReplicaServiceTag, p.Tag},
-		Address: a.node.Address, Port: port,
-		Meta: map[string]string{wire.MetaReplicaTag: p.Tag, wire.MetaReplicaNode: a.node.ID},
+		Address: a.listenHost, Port: port, Meta: meta,
 		Check: &api.AgentServiceCheck{CheckID: r.checkID(), Name: "servemesh probe of " + p.Tag,
 			TTL: a.checkTTL.String(), Status: api.HealthCritical, DeregisterCriticalServiceAfter: "1m"},
 	}); err != nil {
@@ -112,7 +120,7 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // variables expand; anything else is left as written.
 func (r *replica) environment() (env map[string]string, expand func(string) string) {
 	own := map[string]string{
-		"PORT": strconv.Itoa(r.port), "HOST": r.a.node.Address,
+		"PORT": strconv.Itoa(r.port), "HOST": r.a.listenHost,
 		"SERVEMESH_BACKEND": r.backend, "SERVEMESH_REPLICA_TAG": r.tag, "SERVEMESH_NODE": r.a.node.ID,
 		"SERVEMESH_AGENT_DIR": r.a.workDir,
 	}

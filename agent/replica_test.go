@@ -21,7 +21,7 @@ import (
 // forever).
 func TestReplicaLogsRotate(t *testing.T) {
 	dir := t.TempDir()
-	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, logMaxMB: 1,
+	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, listenHost: "127.0.0.1", workDir: dir, logMaxMB: 1,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
 		spec:   model.ProcessSpec{Command: "/usr/bin/head", Args: []string{"-c", "5242880", "/dev/zero"}},
@@ -63,7 +63,7 @@ func testAgent(t *testing.T) *Agent {
 	if err := os.Chmod(dir, 0o755); err != nil { // a replica run as nobody reads nothing here, but may need to enter it
 		t.Fatal(err)
 	}
-	return &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, workDir: dir, logMaxMB: 1,
+	return &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, listenHost: "127.0.0.1", workDir: dir, logMaxMB: 1,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 

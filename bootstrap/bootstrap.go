@@ -54,10 +54,13 @@ type Options struct {
 	XDSTLS *XDSTLS
 }
 
-// XDSTLS are the PEM files of a node's xDS identity: its Consul Connect
-// leaf (certificate and key) and the CA roots that verify the controller.
+// XDSTLS is where a node's xDS identity is: the folder of its file-based
+// SDS configs (wire.SecretFile), holding its Consul Connect leaf
+// (wire.NodeSecret) and the CA roots that verify the controller
+// (wire.RootsSecret). Its agent replaces them when Consul renews or
+// re-signs them, and Envoy reloads them without a restart.
 type XDSTLS struct {
-	CertFile, KeyFile, CAFile string
+	Secrets string
 	// ServerSANSuffix is what the controller's URI SAN must end with
 	// ("/svc/servemesh-controller").
 	ServerSANSuffix string
@@ -158,16 +161,18 @@ func YAML(o Options) ([]byte, error) {
 // xdsTransportSocket is TLS to the control plane with the node's client
 // certificate, checking the controller's SPIFFE id.
 func xdsTransportSocket(t XDSTLS) (*core.TransportSocket, error) {
-	file := func(name string) *core.DataSource {
-		return &core.DataSource{Specifier: &core.DataSource_Filename{Filename: name}}
+	if !strings.HasPrefix(t.Secrets, "/") {
+		return nil, fmt.Errorf("bootstrap: xds TLS: secrets folder %q is not an absolute path", t.Secrets)
 	}
 	ctx, err := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
-		AlpnProtocols:   []string{"h2"},
-		TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(t.CertFile), PrivateKey: file(t.KeyFile)}},
-		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			TrustedCa: file(t.CAFile),
-			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{SanType: tlsv3.SubjectAltNameMatcher_URI,
-				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: t.ServerSANSuffix}}}},
+		AlpnProtocols:                  []string{"h2"},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(t.Secrets, wire.NodeSecret)},
+		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext: &tlsv3.CertificateValidationContext{
+				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{SanType: tlsv3.SubjectAltNameMatcher_URI,
+					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: t.ServerSANSuffix}}}},
+			},
+			ValidationContextSdsSecretConfig: wire.FileSecret(t.Secrets, wire.RootsSecret),
 		}},
 	}})
 	if err != nil {

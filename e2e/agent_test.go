@@ -37,7 +37,8 @@ func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds stri
 	t.Helper()
 	a := &agentProc{id: id, address: address, public: freeAddrOn(t, address),
 		mesh: freeAddr(t), admin: freeAddr(t), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}}
-	args := []string{"agent", "--node-id", id, "--address", address,
+	// Plaintext unless the test asks for mTLS (--plaintext=false): a later flag wins.
+	args := []string{"agent", "--plaintext", "--node-id", id, "--address", address,
 		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
 		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info",
 		"--allow-command", servemeshBin}

@@ -64,7 +64,8 @@ func (c *ctlProc) start() {
 		c.logs = append(c.logs, c.stderr.String())
 	}
 	c.stderr = &testutil.SyncBuffer{}
-	args := append([]string{"controller", "--id", c.id, "--api-listen", c.apiAddr, "--xds-listen", c.xdsAddr}, c.args...)
+	// Plaintext unless the test asks for mTLS (--plaintext=false): a later flag wins.
+	args := append([]string{"controller", "--plaintext", "--id", c.id, "--api-listen", c.apiAddr, "--xds-listen", c.xdsAddr}, c.args...)
 	var err error
 	c.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: args, Env: append(os.Environ(), c.env...), Stderr: c.stderr})
 	if err != nil {

@@ -43,9 +43,9 @@ func askClusters(t *testing.T, conn *grpc.ClientConn, id string) error {
 // get the whole mesh's config and could rewrite a node's listeners).
 func TestXDSOverTLS(t *testing.T) {
 	consul := startConsul(t)
-	ctl := startController(t, consul, "ctl", []string{"--xds-tls"})
+	ctl := startController(t, consul, "ctl", []string{"--plaintext=false"})
 	ctl.waitLeading(20 * time.Second)
-	a := startAgentArgs(t, consul, "tls-node", "127.0.0.2", ctl.xdsAddr, 4, []string{"--xds-tls"})
+	a := startAgentArgs(t, consul, "tls-node", "127.0.0.2", ctl.xdsAddr, 4, []string{"--plaintext=false"})
 	c := ctl.client("")
 	ctx := context.Background()
 	b := model.Backend{Name: "web", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1},

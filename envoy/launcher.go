@@ -10,11 +10,8 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/servemesh/servemesh/bootstrap"
-	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -88,17 +85,13 @@ func (l *Launcher) writePublicTLS() error {
 			return fmt.Errorf("public TLS: %w", err)
 		}
 	}
-	secret, err := anypb.New(&tlsv3.Secret{Name: wire.PublicTLSSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+	out, err := sdsConfig(&tlsv3.Secret{Name: wire.PublicTLSSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
 		CertificateChain: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: cert}},
 		PrivateKey:       &core.DataSource{Specifier: &core.DataSource_Filename{Filename: key}},
 		WatchedDirectory: &core.WatchedDirectory{Path: filepath.Dir(cert)},
 	}}})
 	if err != nil {
-		return fmt.Errorf("public TLS secret: %w", err)
-	}
-	out, err := protoyaml.Marshal(&discovery.DiscoveryResponse{Resources: []*anypb.Any{secret}})
-	if err != nil {
-		return fmt.Errorf("public TLS secret: %w", err)
+		return fmt.Errorf("public TLS: %w", err)
 	}
 	path, err := filepath.Abs(filepath.Join(l.WorkDir, "public-tls-sds.yaml"))
 	if err != nil {

@@ -1,6 +1,11 @@
 package wire
 
-import "strings"
+import (
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+)
 
 // Names of each node's listeners and their route configurations.
 const (
@@ -118,4 +123,14 @@ func ParseStat(stat string) (s Stat, ok bool) {
 		}
 	}
 	return Stat{}, false
+}
+
+// FileSecret refers an Envoy TLS context to secret name in its file-based
+// SDS config in dir (SecretFile), which Envoy watches: replacing the file
+// rotates the secret without a restart.
+func FileSecret(dir, name string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &core.ConfigSource{
+		ResourceApiVersion:    core.ApiVersion_V3,
+		ConfigSourceSpecifier: &core.ConfigSource_PathConfigSource{PathConfigSource: &core.PathConfigSource{Path: SecretFile(dir, name)}},
+	}}
 }

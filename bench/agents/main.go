@@ -55,7 +55,7 @@ func run() error {
 	defer consul.Stop()
 	env := []string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr, "SERVEMESH_ENVOY=" + envoyBin}
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctlProc, err := start(env, bin, "controller", "--api-listen", apiAddr, "--xds-listen", xdsAddr, "--drain-grace", "1s")
+	ctlProc, err := start(env, bin, "controller", "--plaintext", "--api-listen", apiAddr, "--xds-listen", xdsAddr, "--drain-grace", "1s")
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func run() error {
 	for i, addr := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
 		admin := testutil.MustFreeAddr("127.0.0.1")
 		admins = append(admins, admin)
-		p, err := start(env, bin, "agent", "--node-id", fmt.Sprintf("n%d", i+1), "--address", addr, "--cpus", "4",
+		p, err := start(env, bin, "agent", "--plaintext", "--node-id", fmt.Sprintf("n%d", i+1), "--address", addr, "--cpus", "4",
 			"--xds", xdsAddr, "--public", testutil.MustFreeAddr(addr), "--mesh", testutil.MustFreeAddr("127.0.0.1"), "--admin", admin,
 			"--work-dir", filepath.Join(dir, fmt.Sprintf("n%d", i+1)), "--drain-grace", "1s", "--allow-command", bin)
 		if err != nil {

@@ -52,7 +52,7 @@ func run(nodes int, mixed time.Duration) error {
 		return err
 	}
 	b := &bench{api: testutil.MustFreeAddr("127.0.0.1"), xds: testutil.MustFreeAddr("127.0.0.1")}
-	b.ctl, err = proc.Start(proc.Spec{Path: bin, Args: []string{"controller", "--api-listen", b.api, "--xds-listen", b.xds},
+	b.ctl, err = proc.Start(proc.Spec{Path: bin, Args: []string{"controller", "--plaintext", "--api-listen", b.api, "--xds-listen", b.xds},
 		Env: append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_LOG_LEVEL=warn")})
 	if err != nil {
 		return err

@@ -71,7 +71,7 @@ func run(rate int, phase time.Duration) error {
 		return err
 	}
 	defer func() { _ = proxy.Stop(ctx, 0) }()
-	agentProc, err := start(env, bin, "agent", "--no-envoy", "--node-id", "stats", "--admin", admin, "--metrics-listen", status,
+	agentProc, err := start(env, bin, "agent", "--plaintext", "--no-envoy", "--node-id", "stats", "--admin", admin, "--metrics-listen", status,
 		"--work-dir", filepath.Join(dir, "agent"))
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&writeTokenFile, "write-token-file", "", "file holding a bearer token for reads and changes that run no command")
 	fs.StringVar(&readTokenFile, "read-token-file", "", "file holding a bearer token for reads only (state, status, /metrics, /v1/xds/nodes)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow an API beyond loopback without a token (anyone who reaches it can run commands on every node)")
-	fs.BoolVar(&o.XDSOverTLS, "xds-tls", false, "serve xDS over TLS with the controller's Consul Connect certificate, requiring each node's (a node is known by its certificate)")
+	fs.BoolVar(&o.Plaintext, "plaintext", false, "run the mesh without mTLS, on a single trusted host only (default: xDS over TLS and calls between nodes over mTLS, with identities from Consul's service-mesh CA)")
 	fs.StringVar(&agentTokenFile, "agent-token-file", "", "file holding the token agents' status listeners ask for (their --status-token-file)")
 	fs.Float64Var(&o.CrashAfterCheckpoint, "fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+faultEnv+")")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")
@@ -116,6 +116,9 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 				return fmt.Errorf("--allow-command: %w", err)
 			}
 			o.Envoy, o.Node.ID = n, ef.node.id
+			if o.Inbound == "" {
+				o.Inbound = net.JoinHostPort(o.Node.Address, "21000")
+			}
 			return daemon.RunAgent(cmd.Context(), log.With("cmd", "agent"), o)
 		},
 	}
@@ -127,7 +130,8 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&o.ConsulPrefix, "consul-prefix", "servemesh", "Consul KV prefix of the controller's state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before it is stopped (keep it equal to the controller's)")
 	fs.BoolVar(&o.NoEnvoy, "no-envoy", false, "do not run this node's Envoy")
-	fs.BoolVar(&o.XDSOverTLS, "xds-tls", false, "reach the controller's xDS over TLS with this node's Consul Connect certificate (service servemesh-node-<node id>)")
+	fs.BoolVar(&o.Plaintext, "plaintext", false, "run the node without mTLS, on a single trusted host only, as the controller (default: its identity from Consul's service-mesh CA for xDS and calls between nodes; replicas on loopback)")
+	fs.StringVar(&o.Inbound, "inbound", "", "address of the node's inbound listener, where other nodes call its replicas over mTLS (default: --address, port 21000)")
 	fs.StringVar(&statusTokenFile, "status-token-file", "", "file holding the bearer token the status listener asks for (the controller's --agent-token-file); needed beyond loopback")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow the status listener beyond loopback without a token")
 	fs.StringVar(&o.RunAs, "run-as", "", "the user replicas run as (default: this user, or nobody when the agent runs as root)")

@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -41,21 +42,15 @@ type Bundle struct {
 
 // Fetch gets service's leaf and the CA's roots from the Consul agent.
 func Fetch(ctx context.Context, client *api.Client, service string) (*Bundle, error) {
-	leaf, _, err := client.Agent().ConnectCALeaf(service, (&api.QueryOptions{}).WithContext(ctx))
+	cert, key, _, err := Leaf(ctx, client, service, 0)
 	if err != nil {
-		return nil, fmt.Errorf("connect: leaf certificate for %s: %w", service, err)
+		return nil, err
 	}
-	roots, _, err := client.Agent().ConnectCARoots((&api.QueryOptions{}).WithContext(ctx))
+	roots, _, err := Roots(ctx, client, 0)
 	if err != nil {
-		return nil, fmt.Errorf("connect: CA roots: %w", err)
+		return nil, err
 	}
-	b := &Bundle{CertPEM: []byte(leaf.CertPEM), KeyPEM: []byte(leaf.PrivateKeyPEM), Roots: x509.NewCertPool()}
-	for _, r := range roots.Roots {
-		b.RootsPEM = append(b.RootsPEM, []byte(r.RootCertPEM)...)
-		if !strings.HasSuffix(r.RootCertPEM, "\n") {
-			b.RootsPEM = append(b.RootsPEM, '\n')
-		}
-	}
+	b := &Bundle{CertPEM: cert, KeyPEM: key, RootsPEM: roots, Roots: x509.NewCertPool()}
 	if !b.Roots.AppendCertsFromPEM(b.RootsPEM) {
 		return nil, errors.New("connect: the CA answered no usable root")
 	}
@@ -65,8 +60,60 @@ func Fetch(ctx context.Context, client *api.Client, service string) (*Bundle, er
 	return b, nil
 }
 
-// Source keeps a service's bundle fresh: it fetches it again every Refresh
-// (Consul renews leaves well before they expire, and rotates roots).
+// Leaf gets service's leaf certificate and key (PEM). With index > 0 it is
+// a blocking query: it answers when the leaf differs from the one of that
+// index (Consul renews leaves before they expire and when roots rotate), or
+// after a few minutes; the answer's index is returned for the next call.
+func Leaf(ctx context.Context, client *api.Client, service string, index uint64) (cert, key []byte, next uint64, err error) {
+	q := &api.QueryOptions{WaitIndex: index, WaitTime: blockFor}
+	leaf, meta, err := client.Agent().ConnectCALeaf(service, q.WithContext(ctx))
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("connect: leaf certificate for %s: %w", service, err)
+	}
+	return []byte(leaf.CertPEM), []byte(leaf.PrivateKeyPEM), meta.LastIndex, nil
+}
+
+// Roots gets the CA's roots (PEM, every root the CA still trusts, so
+// peers with leaves of an older root stay verified while a rotation
+// completes); index makes it a blocking query, as in Leaf.
+func Roots(ctx context.Context, client *api.Client, index uint64) ([]byte, uint64, error) {
+	q := &api.QueryOptions{WaitIndex: index, WaitTime: blockFor}
+	roots, meta, err := client.Agent().ConnectCARoots(q.WithContext(ctx))
+	if err != nil {
+		return nil, 0, fmt.Errorf("connect: CA roots: %w", err)
+	}
+	var pem []byte
+	for _, r := range roots.Roots {
+		pem = append(pem, []byte(r.RootCertPEM)...)
+		if !strings.HasSuffix(r.RootCertPEM, "\n") {
+			pem = append(pem, '\n')
+		}
+	}
+	if len(pem) == 0 {
+		return nil, 0, errors.New("connect: the CA answered no root")
+	}
+	return pem, meta.LastIndex, nil
+}
+
+// blockFor bounds a blocking query.
+const blockFor = 5 * time.Minute
+
+// IdentityPrefix is the SPIFFE id of cert without its service name
+// ("spiffe://<trust domain>/ns/default/dc/<dc>/svc/"): the same for every
+// service of the datacenter.
+func IdentityPrefix(cert *x509.Certificate) (string, bool) {
+	for _, u := range cert.URIs {
+		if _, ok := serviceOfURI(u); ok {
+			s := u.String()
+			return s[:strings.Index(s, "/svc/")+len("/svc/")], true
+		}
+	}
+	return "", false
+}
+
+// Source keeps a service's bundle fresh with blocking queries on its leaf
+// and on the roots: a renewed leaf or a rotated root is in use as soon as
+// Consul has it.
 type Source struct {
 	client  *api.Client
 	service string
@@ -90,28 +137,77 @@ func (s *Source) Bundle() *Bundle {
 	return s.bundle
 }
 
-// Run fetches the bundle every refresh until ctx ends; onChange, if not
-// nil, sees each new one. A failed fetch keeps the last bundle.
-func (s *Source) Run(ctx context.Context, refresh time.Duration, onChange func(*Bundle)) {
-	tick := time.NewTicker(refresh)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+// Run follows the leaf and the roots until ctx ends. A failed query keeps
+// the last bundle, is logged and retried.
+func (s *Source) Run(ctx context.Context, log *slog.Logger) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		Watch(ctx, log, "leaf of "+s.service, func(ctx context.Context, index uint64) (uint64, error) {
+			cert, key, next, err := Leaf(ctx, s.client, s.service, index)
+			if err == nil {
+				err = s.update(func(b *Bundle) { b.CertPEM, b.KeyPEM = cert, key })
+			}
+			return next, err
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		Watch(ctx, log, "CA roots", func(ctx context.Context, index uint64) (uint64, error) {
+			roots, next, err := Roots(ctx, s.client, index)
+			if err == nil {
+				err = s.update(func(b *Bundle) { b.RootsPEM = roots })
+			}
+			return next, err
+		})
+	}()
+	wg.Wait()
+}
+
+// update replaces the bundle by a copy that change modified, if it parses.
+func (s *Source) update(change func(*Bundle)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := *s.bundle
+	change(&b)
+	leaf, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
+	if err != nil {
+		return fmt.Errorf("connect: leaf certificate for %s: %w", s.service, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b.RootsPEM) {
+		return errors.New("connect: the CA answered no usable root")
+	}
+	b.Leaf, b.Roots = leaf, pool
+	s.bundle = &b
+	return nil
+}
+
+// Watch runs a blocking query until ctx ends: query gets the index of its
+// last answer (0 at first) and returns the next. A failed query is logged
+// and retried after a pause that doubles up to 30s.
+func Watch(ctx context.Context, log *slog.Logger, what string, query func(ctx context.Context, index uint64) (uint64, error)) {
+	var index uint64
+	pause := time.Second
+	for ctx.Err() == nil {
+		next, err := query(ctx, index)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("following a Consul Connect certificate failed; retrying", "what", what, "err", err, "retry_in", pause)
 		}
-		b, err := Fetch(ctx, s.client, s.service)
-		if err != nil {
+		if err != nil || next == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 30*time.Second)
 			continue
 		}
-		s.mu.Lock()
-		changed := string(b.CertPEM) != string(s.bundle.CertPEM) || string(b.RootsPEM) != string(s.bundle.RootsPEM)
-		s.bundle = b
-		s.mu.Unlock()
-		if changed && onChange != nil {
-			onChange(b)
+		pause = time.Second
+		if next < index { // Consul's index went back (a restored server): start over
+			next = 0
 		}
+		index = next
 	}
 }
 

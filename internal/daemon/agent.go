@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
+	"net"
+	"net/netip"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -39,9 +41,15 @@ type AgentOptions struct {
 	// for; beyond loopback it must be set unless Insecure.
 	StatusToken string
 	Insecure    bool
-	// XDSOverTLS makes the node's Envoy reach the controller over TLS with
-	// the node's Consul Connect identity (service servemesh-node-<id>).
-	XDSOverTLS bool
+	// Plaintext runs the node without mTLS, for a single trusted host:
+	// xDS in plaintext, replicas listening on the node's address and called
+	// directly. Otherwise the node's Envoy reaches the controller and other
+	// nodes with the node's Consul Connect identity (service
+	// servemesh-node-<id>), receives other nodes' calls on Inbound, and
+	// replicas listen on loopback.
+	Plaintext bool
+	// Inbound is the IP:port of the node's inbound listener (mTLS).
+	Inbound string
 }
 
 // RunAgent runs a node's agent and, unless NoEnvoy, its Envoy, until ctx
@@ -68,21 +76,24 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	defer status.Stop()
 	o.Node.StatusAddr = status.Addr()
-	a, err := agent.New(agent.Options{
+	secrets, err := nodeMTLS(ctx, log, client, &o)
+	if err != nil {
+		return err
+	}
+	ao := agent.Options{
 		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix), Logger: log.With("component", "agent"),
-		WorkDir: o.Envoy.WorkDir + "/replicas", Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs,
-	})
+		WorkDir: o.Envoy.WorkDir + "/replicas", Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs, Secrets: secrets,
+	}
+	if secrets != nil {
+		ao.Inbound = o.Inbound
+	}
+	a, err := agent.New(ao)
 	if err != nil {
 		return err
 	}
 	errs := make(chan error, 2)
 	go func() { errs <- a.Run(ctx) }()
 	if !o.NoEnvoy {
-		if o.XDSOverTLS {
-			if err := nodeIdentity(ctx, client, &o); err != nil {
-				return err
-			}
-		}
 		sup, err := o.Envoy.Supervise(ctx)
 		if err != nil {
 			return err
@@ -92,30 +103,34 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	return firstError(ctx, errs)
 }
 
-// nodeIdentity fetches the node's Consul Connect leaf and the CA roots,
-// writes them beside its Envoy's bootstrap and points the bootstrap at them.
-func nodeIdentity(ctx context.Context, client *consulapi.Client, o *AgentOptions) error {
-	b, err := connect.Fetch(ctx, client, connect.NodeService(o.Node.ID))
+// nodeMTLS, unless the node runs in plaintext, starts keeping the node's
+// identities in its secrets folder and points its Envoy at them: xDS over
+// TLS, and the inbound listener. It returns the secrets (nil in plaintext).
+func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o *AgentOptions) (*agent.Secrets, error) {
+	if o.Plaintext {
+		log.Warn("PLAINTEXT: xDS and calls between nodes are neither encrypted nor authenticated, and replicas listen on the node's address; "+
+			"use this on a single trusted host only", "address", o.Node.Address)
+		return nil, nil
+	}
+	host, portText, err := net.SplitHostPort(o.Inbound)
+	port, perr := strconv.ParseUint(portText, 10, 16)
+	if _, aerr := netip.ParseAddr(host); err != nil || perr != nil || aerr != nil || port == 0 {
+		return nil, fmt.Errorf("--inbound %q: want the IP:port of the node's inbound listener, like 10.0.0.7:21000", o.Inbound)
+	}
+	dir, err := filepath.Abs(filepath.Join(o.Envoy.WorkDir, "secrets"))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("secrets folder: %w", err)
 	}
-	if err := os.MkdirAll(o.Envoy.WorkDir, 0o700); err != nil {
-		return fmt.Errorf("envoy work dir: %w", err)
+	secrets := agent.NewSecrets(dir, client, o.Node.ID, log.With("component", "secrets"))
+	if err := secrets.Start(ctx); err != nil {
+		return nil, fmt.Errorf("the node's identity from Consul's service-mesh CA: %w", err)
 	}
-	t := &bootstrap.XDSTLS{CertFile: filepath.Join(o.Envoy.WorkDir, "node-cert.pem"), KeyFile: filepath.Join(o.Envoy.WorkDir, "node-key.pem"),
-		CAFile: filepath.Join(o.Envoy.WorkDir, "ca-roots.pem"), ServerSANSuffix: "/svc/" + connect.ControllerService}
-	for path, data := range map[string][]byte{t.CertFile: b.CertPEM, t.KeyFile: b.KeyPEM, t.CAFile: b.RootsPEM} {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return fmt.Errorf("write the node's identity: %w", err)
-		}
-	}
-	for _, p := range []*string{&t.CertFile, &t.KeyFile, &t.CAFile} {
-		if abs, err := filepath.Abs(*p); err == nil {
-			*p = abs
-		}
-	}
-	o.Envoy.Bootstrap.XDSTLS = t
-	return nil
+	n := &o.Envoy.Bootstrap.Node
+	n.InboundAddress, n.InboundPort, n.Secrets = host, uint32(port), dir
+	o.Envoy.Bootstrap.XDSTLS = &bootstrap.XDSTLS{Secrets: dir, ServerSANSuffix: "/svc/" + connect.ControllerService}
+	log.Info("mTLS: the node is known by its Consul Connect identity; replicas listen on loopback", "identity", connect.NodeService(o.Node.ID),
+		"inbound", o.Inbound, "secrets", dir)
+	return secrets, nil
 }
 
 // RunEnvoy supervises one node's Envoy until ctx ends.

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/xds/translate"
 )
 
 // ControllerOptions configure `servemesh controller`. Consul is reached
@@ -36,9 +39,11 @@ type ControllerOptions struct {
 	// AgentToken is sent to agents' status listeners, which read it as their
 	// --status-token-file.
 	AgentToken string
-	// XDSOverTLS serves xDS over TLS with the controller's Consul Connect
-	// identity, requiring each node's (its id from its certificate).
-	XDSOverTLS           bool
+	// Plaintext runs the mesh without mTLS, for a single trusted host.
+	// Otherwise xDS is served over TLS with the controller's Consul Connect
+	// identity, requiring each node's (its id from its certificate), and
+	// nodes call each other's replicas over mTLS.
+	Plaintext            bool
 	CrashAfterCheckpoint float64
 	DrainGrace           time.Duration
 	ReplaceAfter         time.Duration
@@ -63,16 +68,8 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 		return fmt.Errorf("consul client: %w", err)
 	}
 	p := wireController(log, client, o)
-	if o.XDSOverTLS {
-		src, err := connect.NewSource(ctx, client, connect.ControllerService)
-		if err != nil {
-			return err
-		}
-		go src.Run(ctx, time.Hour, nil)
-		p.plane.ServeXDSOverTLS(src.ServerTLS())
-		log.Info("xDS over TLS: nodes are known by their Consul Connect certificates")
-	} else {
-		log.Warn("xDS in plaintext: any client that reaches the xDS address gets the mesh's config; use --xds-tls across machines", "xds", o.XDSListen)
+	if err := meshMTLS(ctx, log, client, o, p); err != nil {
+		return err
 	}
 	if err := p.plane.Start(ctx, log, o.XDSListen, o.APIListen); err != nil {
 		return err
@@ -93,11 +90,40 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	return firstError(ctx, errs)
 }
 
+// meshMTLS, unless the mesh runs in plaintext, serves xDS over TLS with the
+// controller's identity and makes the mesh run mTLS between nodes.
+func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o ControllerOptions, p *controllerParts) error {
+	if o.Plaintext {
+		log.Warn("PLAINTEXT: any client that reaches the xDS address gets the mesh's config, and calls between nodes are neither "+
+			"encrypted nor authenticated; use this on a single trusted host only", "xds", o.XDSListen)
+		return nil
+	}
+	src, err := connect.NewSource(ctx, client, connect.ControllerService)
+	if err != nil {
+		return fmt.Errorf("the controller's identity from Consul's service-mesh CA (or run with --plaintext on a single trusted host): %w", err)
+	}
+	leaf, err := x509.ParseCertificate(src.Bundle().Leaf.Certificate[0])
+	if err != nil {
+		return fmt.Errorf("the controller's leaf certificate: %w", err)
+	}
+	prefix, ok := connect.IdentityPrefix(leaf)
+	if !ok {
+		return errors.New("the controller's leaf certificate names no SPIFFE service id")
+	}
+	if err := p.plane.XDS.RequireMTLS(&translate.MTLS{IdentityPrefix: prefix}); err != nil {
+		return err
+	}
+	go src.Run(ctx, log.With("component", "connect"))
+	p.plane.ServeXDSOverTLS(src.ServerTLS())
+	log.Info("mTLS: xDS over TLS, nodes known by their Consul Connect certificates; calls between nodes over mTLS", "identities", prefix)
+	return nil
+}
+
 // wireController builds a controller's components and connects them.
 func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOptions) *controllerParts {
 	plane := NewPlane(log)
 	watcher := catalog.NewWatcher(client, log.With("component", "catalog"))
-	publisher := dataplane.New(dataplane.Options{Sink: plane.XDS, Instances: watcher,
+	publisher := dataplane.New(dataplane.Options{Sink: plane.XDS, Instances: watcher, MTLS: !o.Plaintext,
 		Logger: log.With("component", "dataplane"), Registerer: plane.Registry})
 	nodes := catalog.Nodes(client, log.With("component", "catalog").Warn)
 	ctl := controller.New(controller.Options{

@@ -55,7 +55,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 	downstream := &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{fileSecret(node.Secrets, wire.BackendSecret(backend))},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(node.Secrets, wire.BackendSecret(backend))},
 			ValidationContextType: validation(node, uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{
 				Prefix: t.IdentityPrefix + wire.NodeServicePrefix}})),
 		},

@@ -202,7 +202,7 @@ func upstreamTLS(node wire.ProxyNode, t *MTLS, backend string) (*core.TransportS
 	ctx := &tlsv3.UpstreamTlsContext{
 		Sni: wire.BackendSNI(backend),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{fileSecret(node.Secrets, wire.NodeSecret)},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(node.Secrets, wire.NodeSecret)},
 			ValidationContextType:          validation(node, uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.IdentityPrefix + backend}})),
 		},
 	}
@@ -214,21 +214,12 @@ func upstreamTLS(node wire.ProxyNode, t *MTLS, backend string) (*core.TransportS
 func validation(node wire.ProxyNode, san *tlsv3.SubjectAltNameMatcher) *tlsv3.CommonTlsContext_CombinedValidationContext {
 	return &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 		DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{san}},
-		ValidationContextSdsSecretConfig: fileSecret(node.Secrets, wire.RootsSecret),
+		ValidationContextSdsSecretConfig: wire.FileSecret(node.Secrets, wire.RootsSecret),
 	}}
 }
 
 func uriMatcher(m *matcherv3.StringMatcher) *tlsv3.SubjectAltNameMatcher {
 	return &tlsv3.SubjectAltNameMatcher{SanType: tlsv3.SubjectAltNameMatcher_URI, Matcher: m}
-}
-
-// fileSecret refers to secret name in its file-based SDS config in dir,
-// which Envoy watches: the agent replaces the file to rotate it.
-func fileSecret(dir, name string) *tlsv3.SdsSecretConfig {
-	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &core.ConfigSource{
-		ResourceApiVersion:    core.ApiVersion_V3,
-		ConfigSourceSpecifier: &core.ConfigSource_PathConfigSource{PathConfigSource: &core.PathConfigSource{Path: wire.SecretFile(dir, name)}},
-	}}
 }
 
 func tlsSocket(ctx proto.Message) (*core.TransportSocket, error) {

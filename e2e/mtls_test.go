@@ -1,0 +1,347 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/connect"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// mtlsNode is a node of the mTLS mesh: its agent, inbound listener and
+// secrets folder.
+type mtlsNode struct {
+	*agentProc
+	inbound, secrets string
+}
+
+func startMTLSNode(t *testing.T, consul *testutil.Consul, id, address, xds string) *mtlsNode {
+	t.Helper()
+	dir := t.TempDir()
+	n := &mtlsNode{inbound: freeAddrOn(t, address), secrets: filepath.Join(dir, "secrets")}
+	n.agentProc = startAgentArgs(t, consul, id, address, xds, 4, []string{"--plaintext=false", "--inbound", n.inbound, "--work-dir", dir})
+	return n
+}
+
+// envoyStat reads one stat from an Envoy's admin API; a stat Envoy does
+// not have fails the test, so no check passes by its absence.
+func envoyStat(t *testing.T, admin, name string) float64 {
+	t.Helper()
+	v, ok := readEnvoyStat(admin, name)
+	if !ok {
+		t.Fatalf("Envoy at %s has no stat %s", admin, name)
+	}
+	return v
+}
+
+func readEnvoyStat(admin, name string) (float64, bool) {
+	r, err := http.Get("http://" + admin + "/stats?filter=" + url.QueryEscape("^"+regexp.QuoteMeta(name)+"$")) //nolint:noctx // test helper
+	if err != nil {
+		return 0, false
+	}
+	defer func() { _ = r.Body.Close() }()
+	body, _ := io.ReadAll(r.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+": "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// inboundClient calls an inbound listener as a node would: with bundle's
+// leaf (none if nil), asking for sni, and checking that the server shows
+// identity wantID, signed by roots.
+func inboundClient(bundle *connect.Bundle, roots *x509.CertPool, sni, wantID string) *http.Client {
+	cfg := &tls.Config{ServerName: sni, MinVersion: tls.VersionTLS12,
+		InsecureSkipVerify: true, //nolint:gosec // the server's identity is a SPIFFE id, checked below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+				return err
+			}
+			for _, u := range cs.PeerCertificates[0].URIs {
+				if u.String() == wantID {
+					return nil
+				}
+			}
+			return fmt.Errorf("server identity %v, want %s", cs.PeerCertificates[0].URIs, wantID)
+		}}
+	if bundle != nil {
+		cfg.Certificates = []tls.Certificate{bundle.Leaf}
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+}
+
+// TestMeshMTLS runs three nodes with mTLS (the default): requests that
+// cross nodes go Envoy to Envoy over mTLS and reach replicas listening on
+// loopback only; split and shadow proportions hold; the inbound listener
+// refuses callers without a node's certificate; and a rotation of the CA
+// root, which re-signs every leaf, fails no request under load.
+func TestMeshMTLS(t *testing.T) {
+	consul := startConsul(t)
+	ctl := startController(t, consul, "ctl", []string{"--plaintext=false"})
+	ctl.waitLeading(20 * time.Second)
+	var nodes []*mtlsNode
+	for i, addr := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		nodes = append(nodes, startMTLSNode(t, consul, fmt.Sprintf("m%d", i+1), addr, ctl.xdsAddr))
+	}
+	c := ctl.client("")
+	ctx := context.Background()
+	create := func(name string, replicas int, cpus float64) {
+		b := model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: cpus},
+			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+		waitUntil(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, b); return err == nil })
+	}
+	create("a", 3, 3) // one per node: each node offers 4 CPUs
+	create("b", 1, 1)
+	create("s", 1, 1)
+	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "ep", Route: "/ep", Traffic: map[string]float64{"a": 0.7, "b": 0.3},
+		Shadows: map[string]float64{"s": 0.4}}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + nodes[0].public + "/ep"
+	waitUntil(t, 60*time.Second, "node m1 to see every node of a, b and s healthy", func() bool {
+		for backend, want := range map[string]float64{"a": 3, "b": 1, "s": 1} {
+			if v, ok := readEnvoyStat(nodes[0].admin, "cluster."+backend+".membership_healthy"); !ok || v != want {
+				return false
+			}
+		}
+		return do(httpClient(), "GET", url, "").status == 200
+	})
+
+	t.Run("proportions hold across nodes", func(t *testing.T) {
+		before := shadowServed(t, nodes)
+		const n = 2000
+		counts := sendMany(t, url, n)
+		checkShare(t, "a (weight 0.7)", counts["a"], n, 0.7)
+		waitUntil(t, 10*time.Second, "mirrored requests to settle", func() bool {
+			return shadowServed(t, nodes)-before >= 0.3*n
+		})
+		time.Sleep(time.Second)
+		checkShare(t, "s (shadow 0.4)", int(shadowServed(t, nodes)-before), n, 0.4)
+	})
+
+	t.Run("traffic between nodes is mTLS", func(t *testing.T) {
+		if v := envoyStat(t, nodes[0].admin, "cluster.a.ssl.handshake"); v < 1 {
+			t.Fatalf("node m1 made %v TLS handshakes to backend a's nodes", v)
+		}
+		for _, n := range nodes[1:] {
+			if v := envoyStat(t, n.admin, "http.inbound_a.downstream_rq_total"); v < 1 {
+				t.Errorf("node %s's inbound listener served %v requests for a; m1 must reach its replica through it", n.id, v)
+			}
+		}
+		replicasListenOnLoopbackOnly(t, consul, nodes)
+	})
+
+	client, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := func(service string) *connect.Bundle {
+		b, err := connect.Fetch(ctx, client, service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	node, intruder := bundle(connect.NodeService("probe")), bundle("intruder")
+	prefix := identityPrefix(t, node)
+	target := "https://" + nodes[1].inbound + "/"
+
+	t.Run("the inbound listener refuses callers without a node's certificate", func(t *testing.T) {
+		if r := do(inboundClient(node, node.Roots, wire.BackendSNI("a"), prefix+"a"), "GET", target, ""); r.status != 200 || r.backend != "a" {
+			t.Fatalf("a node's certificate, asking for a: %+v; want a's answer", r)
+		}
+		for what, cl := range map[string]*http.Client{
+			"no certificate":                   inboundClient(nil, node.Roots, wire.BackendSNI("a"), prefix+"a"),
+			"a service's, not a node's":        inboundClient(intruder, node.Roots, wire.BackendSNI("a"), prefix+"a"),
+			"a node's, for a backend not here": inboundClient(node, node.Roots, wire.BackendSNI("nothere"), prefix+"nothere"),
+		} {
+			if r := do(cl, "GET", target, ""); r.err == nil {
+				t.Errorf("%s: answered %d; want the connection refused", what, r.status)
+			}
+		}
+	})
+
+	t.Run("a CA root rotation fails no request", func(t *testing.T) {
+		rotateUnderLoad(t, client, c, url, nodes, node, prefix)
+	})
+}
+
+// shadowServed is how many requests the nodes' inbound listeners passed to
+// backend s's replicas.
+func shadowServed(t *testing.T, nodes []*mtlsNode) float64 {
+	t.Helper()
+	var sum float64
+	for _, n := range nodes {
+		if v, ok := readEnvoyStat(n.admin, "cluster._inbound_s.upstream_rq_total"); ok {
+			sum += v // only the node running s's replica has the cluster
+		}
+	}
+	return sum
+}
+
+// replicasListenOnLoopbackOnly checks that each replica Consul lists is
+// reachable on its node's loopback and not on the node's address.
+func replicasListenOnLoopbackOnly(t *testing.T, consul *testutil.Consul, nodes []*mtlsNode) {
+	t.Helper()
+	client, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := map[string]string{}
+	for _, n := range nodes {
+		address[n.id] = n.address
+	}
+	entries, _, err := client.Health().Service("a", "", false, nil)
+	if err != nil || len(entries) != 3 {
+		t.Fatalf("replicas of a in Consul: %d, %v", len(entries), err)
+	}
+	for _, e := range entries {
+		port := strconv.Itoa(e.Service.Port)
+		if e.Service.Address != "127.0.0.1" {
+			t.Errorf("replica %s is registered at %s; it must listen on loopback", e.Service.ID, e.Service.Address)
+		}
+		if conn, err := net.DialTimeout("tcp", net.JoinHostPort(address[e.Service.Meta[wire.MetaReplicaNode]], port), time.Second); err == nil {
+			_ = conn.Close()
+			t.Errorf("replica %s answers on its node's address: anyone could reach it around Envoy", e.Service.ID)
+		}
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), time.Second)
+		if err != nil {
+			t.Errorf("replica %s does not answer on loopback: %v", e.Service.ID, err)
+			continue
+		}
+		_ = conn.Close()
+	}
+}
+
+func identityPrefix(t *testing.T, b *connect.Bundle) string {
+	t.Helper()
+	leaf, err := x509.ParseCertificate(b.Leaf.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, ok := connect.IdentityPrefix(leaf)
+	if !ok {
+		t.Fatal("the leaf names no SPIFFE id")
+	}
+	return prefix
+}
+
+// rotateUnderLoad gives Consul's CA a new root key under load, waits until
+// every node's secrets are re-signed and its inbound listener presents a
+// leaf of the new root, checks that the mesh still follows a change (xDS
+// with the new leaves), and that no request failed.
+func rotateUnderLoad(t *testing.T, client *consulapi.Client, c *api.Client, url string, nodes []*mtlsNode, probe *connect.Bundle, prefix string) {
+	t.Helper()
+	files := func(n *mtlsNode) map[string][]byte {
+		out := map[string][]byte{}
+		for _, name := range []string{wire.NodeSecret, wire.RootsSecret, wire.BackendSecret("a")} {
+			b, err := os.ReadFile(wire.SecretFile(n.secrets, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = b
+		}
+		return out
+	}
+	before := make([]map[string][]byte, len(nodes))
+	for i, n := range nodes {
+		before[i] = files(n)
+	}
+	oldRoot := activeRootPEM(t, client)
+	load := startLoad(url, 4)
+	time.Sleep(2 * time.Second)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, _, err := client.Connect().CAGetConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf.Config["PrivateKey"] = string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	conf.Config["RootCert"] = ""
+	if _, err := client.Connect().CASetConfig(conf, nil); err != nil {
+		t.Fatalf("rotating the CA root: %v", err)
+	}
+	if activeRootPEM(t, client) == oldRoot {
+		t.Fatal("the CA kept its root after a new key was set")
+	}
+	newRoot := x509.NewCertPool()
+	newRoot.AppendCertsFromPEM([]byte(activeRootPEM(t, client)))
+	waitUntil(t, 90*time.Second, "every node's secrets to be re-signed", func() bool {
+		for i, n := range nodes {
+			now := files(n)
+			for name := range now {
+				if bytes.Equal(now[name], before[i][name]) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for _, n := range nodes {
+		waitUntil(t, 30*time.Second, "node "+n.id+"'s inbound listener to present a leaf of the new root", func() bool {
+			r := do(inboundClient(probe, newRoot, wire.BackendSNI("a"), prefix+"a"), "GET", "https://"+n.inbound+"/", "")
+			return r.status == 200
+		})
+	}
+	time.Sleep(3 * time.Second) // more load on the new leaves
+	if _, err := c.SetTraffic(context.Background(), "ep", map[string]float64{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the nodes to follow a change after the rotation", func() bool {
+		counts := sendMany(t, url, 50)
+		return counts["a"] == 50
+	})
+	load.finish(t)
+}
+
+// activeRootPEM is the CA's active root.
+func activeRootPEM(t *testing.T, client *consulapi.Client) string {
+	t.Helper()
+	roots, _, err := client.Agent().ConnectCARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range roots.Roots {
+		if r.Active {
+			return r.RootCertPEM
+		}
+	}
+	t.Fatal("the CA has no active root")
+	return ""
+}
