@@ -127,25 +127,32 @@ func TestMeshMTLS(t *testing.T) {
 		Shadows: map[string]float64{"s": 0.4}}); err != nil {
 		t.Fatal(err)
 	}
-	url := "http://" + nodes[0].public + "/ep"
+	epURL := "http://" + nodes[0].public + "/ep"
 	waitUntil(t, 60*time.Second, "node m1 to see every node of a, b and s healthy", func() bool {
 		for backend, want := range map[string]float64{"a": 3, "b": 1, "s": 1} {
 			if v, ok := readEnvoyStat(nodes[0].admin, "cluster."+backend+".membership_healthy"); !ok || v != want {
 				return false
 			}
 		}
-		return do(httpClient(), "GET", url, "").status == 200
+		return do(httpClient(), "GET", epURL, "").status == 200
 	})
 
 	t.Run("proportions hold across nodes", func(t *testing.T) {
+		defer func() {
+			if t.Failed() {
+				dumpNodes(t, nodes)
+			}
+		}()
 		before := shadowServed(t, nodes)
 		const n = 2000
-		counts := sendMany(t, url, n)
+		counts := sendMany(t, epURL, n)
 		checkShare(t, "a (weight 0.7)", counts["a"], n, 0.7)
-		waitUntil(t, 10*time.Second, "mirrored requests to settle", func() bool {
-			return shadowServed(t, nodes)-before >= 0.3*n
-		})
-		time.Sleep(time.Second)
+		// Mirrors are sent asynchronously: wait for the count to settle.
+		last := -1.0
+		for cur := shadowServed(t, nodes); cur != last; cur = shadowServed(t, nodes) {
+			last = cur
+			time.Sleep(500 * time.Millisecond)
+		}
 		checkShare(t, "s (shadow 0.4)", int(shadowServed(t, nodes)-before), n, 0.4)
 	})
 
@@ -192,7 +199,7 @@ func TestMeshMTLS(t *testing.T) {
 	})
 
 	t.Run("a CA root rotation fails no request", func(t *testing.T) {
-		rotateUnderLoad(t, client, c, url, nodes, node, prefix)
+		rotateUnderLoad(t, client, c, epURL, nodes, node, prefix)
 	})
 }
 
@@ -225,16 +232,17 @@ func replicasListenOnLoopbackOnly(t *testing.T, consul *testutil.Consul, nodes [
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("replicas of a in Consul: %d, %v", len(entries), err)
 	}
+	d := &net.Dialer{Timeout: time.Second}
 	for _, e := range entries {
 		port := strconv.Itoa(e.Service.Port)
 		if e.Service.Address != "127.0.0.1" {
 			t.Errorf("replica %s is registered at %s; it must listen on loopback", e.Service.ID, e.Service.Address)
 		}
-		if conn, err := net.DialTimeout("tcp", net.JoinHostPort(address[e.Service.Meta[wire.MetaReplicaNode]], port), time.Second); err == nil {
+		if conn, err := d.DialContext(context.Background(), "tcp", net.JoinHostPort(address[e.Service.Meta[wire.MetaReplicaNode]], port)); err == nil {
 			_ = conn.Close()
 			t.Errorf("replica %s answers on its node's address: anyone could reach it around Envoy", e.Service.ID)
 		}
-		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), time.Second)
+		conn, err := d.DialContext(context.Background(), "tcp", net.JoinHostPort("127.0.0.1", port))
 		if err != nil {
 			t.Errorf("replica %s does not answer on loopback: %v", e.Service.ID, err)
 			continue
@@ -344,4 +352,36 @@ func activeRootPEM(t *testing.T, client *consulapi.Client) string {
 	}
 	t.Fatal("the CA has no active root")
 	return ""
+}
+
+// dumpNodes logs what each node's Envoy says of mTLS, for a failed test.
+func dumpNodes(t *testing.T, nodes []*mtlsNode) {
+	for _, n := range nodes {
+				if b, err := os.ReadFile(filepath.Join(filepath.Dir(n.secrets), "envoy.log")); err == nil {
+			var keep []string
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, "[warning]") || strings.Contains(line, "[error]") || strings.Contains(line, "inbound") {
+					keep = append(keep, line)
+				}
+			}
+			t.Logf("node %s envoy.log:\n%.6000s", n.id, strings.Join(keep, "\n"))
+		}
+		for _, path := range []string{"/stats?filter=" + url.QueryEscape(`(ssl|inbound|connect_fail|rq_5xx|membership_healthy|cx_none_healthy|no_route|no_cluster|overflow|listener_manager)`), "/listeners"} {
+			r, err := http.Get("http://" + n.admin + path) //nolint:noctx // test helper
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(r.Body)
+			_ = r.Body.Close()
+			var keep []string
+			for _, line := range strings.Split(string(b), "\n") {
+				if !strings.HasSuffix(line, ": 0") && !strings.Contains(line, "::zone::") && !strings.Contains(line, "::canary::") &&
+					!strings.Contains(line, "::priority::") && !strings.Contains(line, "::weight::") && !strings.Contains(line, "::region::") &&
+					!strings.Contains(line, "::sub_zone::") && !strings.Contains(line, "::success_rate") && !strings.Contains(line, "::local_origin") {
+					keep = append(keep, line)
+				}
+			}
+			t.Logf("node %s %s:\n%.6000s", n.id, path, strings.Join(keep, "\n"))
+		}
+	}
 }

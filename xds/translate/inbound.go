@@ -7,8 +7,8 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -73,6 +73,10 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 		CodecType:  hcm.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
 			Name: wire.InboundListener + "_" + backend,
+			// The listener and its cluster come in separate updates, in
+			// either order: an inline route naming a cluster Envoy does not
+			// have yet is otherwise refused, and not asked for again.
+			ValidateClusters: wrapperspb.Bool(false),
 			VirtualHosts: []*route.VirtualHost{{
 				Name: "_inbound", Domains: []string{"*"},
 				Routes: []*route.Route{{
@@ -129,4 +133,3 @@ func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
 		CircuitBreakers:      circuitBreakers(b),
 	}
 }
-
