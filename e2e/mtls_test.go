@@ -357,7 +357,7 @@ func activeRootPEM(t *testing.T, client *consulapi.Client) string {
 // dumpNodes logs what each node's Envoy says of mTLS, for a failed test.
 func dumpNodes(t *testing.T, nodes []*mtlsNode) {
 	for _, n := range nodes {
-				if b, err := os.ReadFile(filepath.Join(filepath.Dir(n.secrets), "envoy.log")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(filepath.Dir(n.secrets), "envoy.log")); err == nil {
 			var keep []string
 			for _, line := range strings.Split(string(b), "\n") {
 				if strings.Contains(line, "[warning]") || strings.Contains(line, "[error]") || strings.Contains(line, "inbound") {
