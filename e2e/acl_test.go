@@ -49,9 +49,11 @@ func TestConsulACLs(t *testing.T) {
 	controllerToken := aclToken(t, admin, "servemesh-controller", "controller-policy.hcl")
 	agentToken := aclToken(t, admin, "servemesh-agent", "agent-policy.hcl")
 
-	ctl := startController(t, consul, "ctl", nil, "CONSUL_HTTP_TOKEN="+controllerToken)
+	// With mTLS: the policies also let each get its Connect identities.
+	ctl := startController(t, consul, "ctl", []string{"--plaintext=false"}, "CONSUL_HTTP_TOKEN="+controllerToken)
 	ctl.waitLeading(20 * time.Second)
-	a := startAgent(t, consul, "acl-node", "127.0.0.2", ctl.xdsAddr, 4, "CONSUL_HTTP_TOKEN="+agentToken)
+	a := startAgentArgs(t, consul, "acl-node", "127.0.0.2", ctl.xdsAddr, 4, []string{"--plaintext=false", "--inbound", freeAddrOn(t, "127.0.0.2")},
+		"CONSUL_HTTP_TOKEN="+agentToken)
 	c := ctl.client("")
 	ctx := context.Background()
 	b := model.Backend{Name: "acl", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1},

@@ -8,7 +8,9 @@ key_prefix "servemesh/" {
   policy = "read"
 }
 
-# Registers and heartbeats services: its own and its replicas'.
+# Registers and heartbeats services: its own and its replicas'. The same
+# right gets the Connect certificates of its node (servemesh-node-<id>) and
+# of the backends it runs replicas of, for mTLS.
 service_prefix "" {
   policy = "write"
 }

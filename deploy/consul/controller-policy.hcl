@@ -28,7 +28,8 @@ agent_prefix "" {
   policy = "read"
 }
 
-# With --xds-tls: its Connect certificate, for the service servemesh-controller.
+# Its Connect certificate (xDS over TLS), for the service servemesh-controller;
+# not needed with --plaintext.
 service "servemesh-controller" {
   policy = "write"
 }
