@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"sync"
 	"time"
 
+	"github.com/servemesh/servemesh/bench/loadgen"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
@@ -83,7 +81,7 @@ endpoints: [{name: bench, route: /bench, traffic: {bench: 1}}]
 	}
 	defer func() { _ = envoyProc.Stop(context.Background(), 0) }()
 	direct, viaEnvoy := "http://"+replica+"/bench", "http://"+public+"/bench"
-	if err := waitServing(viaEnvoy); err != nil {
+	if err := loadgen.WaitServing(viaEnvoy); err != nil {
 		return err
 	}
 
@@ -91,18 +89,18 @@ endpoints: [{name: bench, route: /bench, traffic: {bench: 1}}]
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), version, envoyThreads, duration)
 	fmt.Println("| run | target | requests | errors | req/s | p50 | p99 | p99.9 |")
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|")
-	type pair struct{ direct, envoy stats }
+	type pair struct{ direct, envoy loadgen.Stats }
 	var fixed, saturated pair
 	for _, r := range []struct {
 		name   string
 		target string
-		out    *stats
-		load   func(string) stats
+		out    *loadgen.Stats
+		load   func(string) loadgen.Stats
 	}{
-		{fmt.Sprintf("fixed %d req/s", rate), "direct", &fixed.direct, func(u string) stats { return fixedRate(u, rate, duration) }},
-		{fmt.Sprintf("fixed %d req/s", rate), "via Envoy", &fixed.envoy, func(u string) stats { return fixedRate(u, rate, duration) }},
-		{fmt.Sprintf("saturation, %d connections", concurrency), "direct", &saturated.direct, func(u string) stats { return closedLoop(u, concurrency, duration) }},
-		{fmt.Sprintf("saturation, %d connections", concurrency), "via Envoy", &saturated.envoy, func(u string) stats { return closedLoop(u, concurrency, duration) }},
+		{fmt.Sprintf("fixed %d req/s", rate), "direct", &fixed.direct, func(u string) loadgen.Stats { return loadgen.FixedRate(u, rate, duration) }},
+		{fmt.Sprintf("fixed %d req/s", rate), "via Envoy", &fixed.envoy, func(u string) loadgen.Stats { return loadgen.FixedRate(u, rate, duration) }},
+		{fmt.Sprintf("saturation, %d connections", concurrency), "direct", &saturated.direct, func(u string) loadgen.Stats { return loadgen.ClosedLoop(u, concurrency, duration) }},
+		{fmt.Sprintf("saturation, %d connections", concurrency), "via Envoy", &saturated.envoy, func(u string) loadgen.Stats { return loadgen.ClosedLoop(u, concurrency, duration) }},
 	} {
 		url := direct
 		if r.target == "via Envoy" {
@@ -110,126 +108,13 @@ endpoints: [{name: bench, route: /bench, traffic: {bench: 1}}]
 		}
 		*r.out = r.load(url)
 		s := *r.out
-		fmt.Printf("| %s | %s | %d | %d | %.0f | %s | %s | %s |\n", r.name, r.target, s.n, s.errors, s.rps, ms(s.p50), ms(s.p99), ms(s.p999))
+		fmt.Printf("| %s | %s | %d | %d | %.0f | %s | %s | %s |\n", r.name, r.target, s.N, s.Errors, s.RPS, loadgen.MS(s.P50), loadgen.MS(s.P99), loadgen.MS(s.P999))
 	}
-	fmt.Printf("\nfixed rate: Envoy adds %s at p50 and %s at p99\n", ms(fixed.envoy.p50-fixed.direct.p50), ms(fixed.envoy.p99-fixed.direct.p99))
+	fmt.Printf("\nfixed rate: Envoy adds %s at p50 and %s at p99\n", loadgen.MS(fixed.envoy.P50-fixed.direct.P50), loadgen.MS(fixed.envoy.P99-fixed.direct.P99))
 	fmt.Printf("saturation: throughput via Envoy / direct = %.2f; p50 ratio %.2f\n",
-		saturated.envoy.rps/saturated.direct.rps, float64(saturated.envoy.p50)/float64(saturated.direct.p50))
+		saturated.envoy.RPS/saturated.direct.RPS, float64(saturated.envoy.P50)/float64(saturated.direct.P50))
 	return nil
 }
-
-type stats struct {
-	n, errors      int
-	rps            float64
-	p50, p99, p999 time.Duration
-}
-
-func summarize(lat []time.Duration, errors int, elapsed time.Duration) stats {
-	slices.Sort(lat)
-	q := func(p float64) time.Duration {
-		if len(lat) == 0 {
-			return 0
-		}
-		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
-	}
-	return stats{n: len(lat) + errors, errors: errors, rps: float64(len(lat)) / elapsed.Seconds(), p50: q(0.5), p99: q(0.99), p999: q(0.999)}
-}
-
-func newClient(conns int) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}}
-}
-
-func get(c *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return nil
-}
-
-// fixedRate sends rate requests per second on schedule; each latency runs
-// from the request's scheduled time to its response.
-func fixedRate(url string, rate int, d time.Duration) stats {
-	const workers = 256
-	client := newClient(workers)
-	total := int(d.Seconds() * float64(rate))
-	interval := time.Second / time.Duration(rate)
-	jobs := make(chan time.Time, total)
-	var mu sync.Mutex
-	lat := make([]time.Duration, 0, total)
-	errors := 0
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for due := range jobs {
-				time.Sleep(time.Until(due))
-				err := get(client, url)
-				l := time.Since(due)
-				mu.Lock()
-				if err != nil {
-					errors++
-				} else {
-					lat = append(lat, l)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	start := time.Now()
-	for i := range total {
-		jobs <- start.Add(time.Duration(i) * interval)
-	}
-	close(jobs)
-	wg.Wait()
-	return summarize(lat, errors, time.Since(start))
-}
-
-// closedLoop runs conns connections that each send the next request as soon
-// as the last one is answered.
-func closedLoop(url string, conns int, d time.Duration) stats {
-	client := newClient(conns)
-	var mu sync.Mutex
-	var lat []time.Duration
-	errors := 0
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			errs := 0
-			for time.Now().Before(deadline) {
-				t := time.Now()
-				if err := get(client, url); err != nil {
-					errs++
-					continue
-				}
-				mine = append(mine, time.Since(t))
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			errors += errs
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return summarize(lat, errors, time.Since(start))
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
 
 func startChild(bin string, args ...string) (func(), error) {
 	p, err := proc.Start(proc.Spec{Path: bin, Args: args})
@@ -237,17 +122,4 @@ func startChild(bin string, args ...string) (func(), error) {
 		return nil, err
 	}
 	return func() { _ = p.Kill() }, nil
-}
-
-func waitServing(url string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	c := newClient(1)
-	for {
-		if err := get(c, url); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			return fmt.Errorf("%s not serving: %w", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

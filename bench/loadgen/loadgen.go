@@ -1,0 +1,145 @@
+// Package loadgen drives HTTP load for the benchmarks: fixed-rate (open
+// loop, latency from each request's scheduled time) and saturation (closed
+// loop), with latency quantiles.
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Stats summarise one run.
+type Stats struct {
+	N, Errors      int
+	RPS            float64
+	P50, P99, P999 time.Duration
+}
+
+func summarize(lat []time.Duration, errors int, elapsed time.Duration) Stats {
+	slices.Sort(lat)
+	q := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	}
+	return Stats{N: len(lat) + errors, Errors: errors, RPS: float64(len(lat)) / elapsed.Seconds(), P50: q(0.5), P99: q(0.99), P999: q(0.999)}
+}
+
+// NewClient is an HTTP client keeping up to conns connections.
+func NewClient(conns int) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}}
+}
+
+// Get sends one GET and wants 200.
+func Get(c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// FixedRate sends rate requests per second on schedule; each latency runs
+// from the request's scheduled time to its response.
+func FixedRate(url string, rate int, d time.Duration) Stats {
+	const workers = 256
+	client := NewClient(workers)
+	total := int(d.Seconds() * float64(rate))
+	interval := time.Second / time.Duration(rate)
+	jobs := make(chan time.Time, total)
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, total)
+	errors := 0
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for due := range jobs {
+				time.Sleep(time.Until(due))
+				err := Get(client, url)
+				l := time.Since(due)
+				mu.Lock()
+				if err != nil {
+					errors++
+				} else {
+					lat = append(lat, l)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	start := time.Now()
+	for i := range total {
+		jobs <- start.Add(time.Duration(i) * interval)
+	}
+	close(jobs)
+	wg.Wait()
+	return summarize(lat, errors, time.Since(start))
+}
+
+// ClosedLoop runs conns connections that each send the next request as soon
+// as the last one is answered.
+func ClosedLoop(url string, conns int, d time.Duration) Stats {
+	client := NewClient(conns)
+	var mu sync.Mutex
+	var lat []time.Duration
+	errors := 0
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			errs := 0
+			for time.Now().Before(deadline) {
+				t := time.Now()
+				if err := Get(client, url); err != nil {
+					errs++
+					continue
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			errors += errs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return summarize(lat, errors, time.Since(start))
+}
+
+// MS formats d in milliseconds.
+func MS(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
+
+// WaitServing waits up to 15 s until url answers 200.
+func WaitServing(url string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	c := NewClient(1)
+	for {
+		if err := Get(c, url); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("%s not serving: %w", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
