@@ -9,7 +9,8 @@
 //     good one stays.
 //  3. The publisher coalesces bursts of changes (a short hold-off, capped),
 //     then calls translate.Shared once for routes, clusters and
-//     assignments (each backend's replicas, Envoy's endpoints), and translate.BuildListeners once per connected node.
+//     assignments (each backend's replicas, Envoy's endpoints), and translate.ForNode once per connected node
+//     (its listeners and, with mesh mTLS, its inbound listener and clusters).
 //  4. Assignments go to a LinearCache, updating only the assignments whose
 //     content changed, so replica churn wakes only the streams that asked for
 //     those clusters.

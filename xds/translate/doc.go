@@ -6,8 +6,12 @@
 // One small builder per resource kind:
 //
 //   - listener.go: the node's public HTTP listener (routed endpoints) and its
-//     loopback mesh listener (every endpoint, by Host header). The only
-//     node-dependent resources.
+//     loopback mesh listener (every endpoint, by Host header).
+//   - mtls.go and inbound.go (mesh mTLS, ForNode): the node's inbound
+//     listener (one filter chain per backend it runs, chosen by SNI, a
+//     node's certificate required), its _inbound_<backend> clusters of its
+//     own replicas, and the backend clusters with its identity. With
+//     listeners, the only node-dependent resources; Shared builds the rest.
 //   - route.go: path matches, method checks with 405 + Allow, weighted
 //     clusters, request-mirror policies for shadows.
 //   - weights.go: traffic weights to integer parts per million.
