@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
@@ -57,6 +58,8 @@ type NodeStatus struct {
 	InSync    bool   `json:"in_sync"`
 	NACKs     int    `json:"nacks"`
 	LastNACK  string `json:"last_nack,omitempty"`
+	// Refused says why the node gets no configuration, if it does not.
+	Refused string `json:"refused,omitempty"`
 }
 
 // Status reads the controller's status report.
@@ -76,7 +79,10 @@ func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, node
 		r.Backends = append(r.Backends, backendStatus(b, load[b.Name]))
 	}
 	for _, n := range nodes {
-		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK})
+		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK, Refused: n.Refused})
+		if n.Refused != "" && n.Connected {
+			r.Problems = append(r.Problems, fmt.Sprintf("node %s gets no configuration: %s", n.ID, n.Refused))
+		}
 	}
 	return r
 }

@@ -80,6 +80,11 @@ func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen u
 		snap, err := built.snapshotFor(node)
 		if err != nil {
 			s.log.Error("node snapshot refused", "node", node.ID, "generation", gen, "err", err)
+			s.mu.Lock()
+			if st := s.nodes[node.ID]; st != nil {
+				st.refused = err.Error()
+			}
+			s.mu.Unlock()
 			continue
 		}
 		if err := s.snapshots.SetSnapshot(ctx, node.ID, snap); err != nil {
@@ -88,7 +93,7 @@ func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen u
 		}
 		s.mu.Lock()
 		if st := s.nodes[node.ID]; st != nil {
-			st.generation = gen
+			st.generation, st.refused = gen, ""
 			st.expected = map[string]string{
 				resource.ListenerType: snap.GetVersion(resource.ListenerType),
 				resource.RouteType:    snap.GetVersion(resource.RouteType),

@@ -23,6 +23,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/wire"
+	"github.com/servemesh/servemesh/xds/translate"
 )
 
 func testModel(replicaAddr string) *model.Model {
@@ -337,6 +338,60 @@ func TestGoneNodesAreBounded(t *testing.T) {
 			t.Errorf("kept %s; want the three most recently gone", n.ID)
 		}
 	}
+}
+
+// TestMTLSServesOnlyMTLSNodes: in a mesh with mTLS, a node with an inbound
+// listener and secrets folder gets clusters that call over TLS; a node
+// without gets nothing, and its status says why.
+func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
+	s, conn, _ := startServer(t)
+	if err := s.RequireMTLS(&translate.MTLS{IdentityPrefix: "spiffe://td.consul/ns/default/dc/dc1/svc/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RequireMTLS(&translate.MTLS{IdentityPrefix: "not-spiffe"}); err == nil {
+		t.Fatal("a bad identity prefix was accepted")
+	}
+	m := testModel("127.0.0.1:9001")
+	for i := range m.Backends {
+		for j := range m.Backends[i].Replicas {
+			m.Backends[i].Replicas[j].Node, m.Backends[i].Replicas[j].Inbound = "n1", "10.0.0.1:21000"
+		}
+	}
+	if err := s.SetModel(m); err != nil {
+		t.Fatal(err)
+	}
+	md, err := wire.ProxyNode{ID: "n1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
+		InboundAddress: "10.0.0.1", InboundPort: 21000, Secrets: "/run/n1/secrets"}.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openSotW(t, conn)
+	st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "n1", Metadata: md}, TypeUrl: resource.ClusterType})
+	cds := st.expect(resource.ClusterType)
+	names := strings.Join(clusterNames(t, cds), ",")
+	if names != "_inbound_v1,_inbound_v2,v1,v2" {
+		t.Fatalf("clusters %q, want the node's inbound clusters and v1,v2", names)
+	}
+	for _, r := range cds.GetResources() {
+		var c cluster.Cluster
+		if err := r.UnmarshalTo(&c); err != nil {
+			t.Fatal(err)
+		}
+		if tls := c.GetTransportSocket() != nil; tls != !strings.HasPrefix(c.GetName(), "_inbound_") {
+			t.Errorf("cluster %s: over TLS %v", c.GetName(), tls)
+		}
+	}
+	plain := openSotW(t, conn)
+	plain.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "plain"), TypeUrl: resource.ClusterType})
+	plain.expectNothing(300 * time.Millisecond)
+	waitFor(t, func() bool {
+		for _, n := range s.Status() {
+			if n.ID == "plain" {
+				return strings.Contains(n.Refused, "announces no inbound listener") && !n.InSync
+			}
+		}
+		return false
+	})
 }
 
 func TestForeignNodeIsRefused(t *testing.T) {

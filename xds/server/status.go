@@ -21,6 +21,7 @@ type nodeState struct {
 	acked      map[string]string // type URL -> version the node last ACKed
 	nacks      int
 	lastNACK   string
+	refused    string // why the node's last snapshot could not be built
 	converged  uint64    // the last generation this node was seen in sync with
 	goneSince  time.Time // when its last stream closed
 }
@@ -220,6 +221,9 @@ type NodeStatus struct {
 	Expected  map[string]string `json:"expected_versions"`
 	NACKs     int               `json:"nacks"`
 	LastNACK  string            `json:"last_nack,omitempty"`
+	// Refused says why the node gets no configuration for the latest model
+	// (a plaintext node in a mesh with mTLS), if it does not.
+	Refused string `json:"refused,omitempty"`
 	// Generation is the model generation of the node's current snapshot.
 	Generation uint64 `json:"generation"`
 	// ModelGeneration is the server's latest accepted model generation.
@@ -235,7 +239,7 @@ func (s *Server) Status() []NodeStatus {
 	out := make([]NodeStatus, 0, len(s.nodes))
 	for id, n := range s.nodes {
 		ns := NodeStatus{
-			ID: id, Connected: n.streams > 0, NACKs: n.nacks, LastNACK: n.lastNACK,
+			ID: id, Connected: n.streams > 0, NACKs: n.nacks, LastNACK: n.lastNACK, Refused: n.refused,
 			Generation: n.generation, ModelGeneration: s.generation,
 			Acked: map[string]string{}, Expected: map[string]string{},
 		}
