@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,6 +202,22 @@ func TestMeshMTLS(t *testing.T) {
 	t.Run("a CA root rotation fails no request", func(t *testing.T) {
 		rotateUnderLoad(t, client, c, epURL, nodes, node, prefix)
 	})
+
+	t.Run("after the rotation, the running controller takes a node's new leaf", func(t *testing.T) {
+		m3 := nodes[2]
+		pid := envoyPid(t, filepath.Dir(m3.secrets))
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// The new Envoy's stats start from zero: a TLS handshake with the
+		// controller and a listener update are its own, with its new leaf.
+		waitUntil(t, 30*time.Second, "m3's new Envoy to connect with its new leaf and get its config", func() bool {
+			now := envoyPid(t, filepath.Dir(m3.secrets))
+			hs, ok1 := readEnvoyStat(m3.admin, "cluster._servemesh_xds.ssl.handshake")
+			lds, ok2 := readEnvoyStat(m3.admin, "listener_manager.lds.update_success")
+			return now != 0 && now != pid && ok1 && ok2 && hs >= 1 && lds >= 1
+		})
+	})
 }
 
 // shadowServed is how many requests the nodes' inbound listeners passed to
@@ -305,9 +322,7 @@ func rotateUnderLoad(t *testing.T, client *consulapi.Client, c *api.Client, url 
 	if _, err := client.Connect().CASetConfig(conf, nil); err != nil {
 		t.Fatalf("rotating the CA root: %v", err)
 	}
-	if activeRootPEM(t, client) == oldRoot {
-		t.Fatal("the CA kept its root after a new key was set")
-	}
+	waitUntil(t, 10*time.Second, "the CA to make the new root active", func() bool { return activeRootPEM(t, client) != oldRoot })
 	newRoot := x509.NewCertPool()
 	newRoot.AppendCertsFromPEM([]byte(activeRootPEM(t, client)))
 	waitUntil(t, 90*time.Second, "every node's secrets to be re-signed", func() bool {
@@ -336,6 +351,22 @@ func rotateUnderLoad(t *testing.T, client *consulapi.Client, c *api.Client, url 
 		return counts["a"] == 50
 	})
 	load.finish(t)
+}
+
+// envoyPid is the pid of the Envoy whose bootstrap is in dir.
+func envoyPid(t *testing.T, dir string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, path := range procs {
+		cmdline, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(cmdline, []byte(filepath.Join(dir, "bootstrap.yaml"))) {
+			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+			if err == nil {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 // activeRootPEM is the CA's active root.
