@@ -21,7 +21,7 @@ type nodeState struct {
 	acked      map[string]string // type URL -> version the node last ACKed
 	nacks      int
 	lastNACK   string
-	refused    string // why the node's last snapshot could not be built
+	refused    string    // why the node's last snapshot could not be built
 	converged  uint64    // the last generation this node was seen in sync with
 	goneSince  time.Time // when its last stream closed
 }
