@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,8 +73,13 @@ func (c *ctlProc) start() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	health, client := "http://"+c.apiAddr+"/healthz", httpClient()
+	if slices.Contains(c.args, "--api-tls-cert") { // the test checks the certificate itself
+		health = "https://" + c.apiAddr + "/healthz"
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a readiness probe only
+	}
 	waitUntil(c.t, 15*time.Second, "controller "+c.id+" /healthz", func() bool {
-		r := do(httpClient(), "GET", "http://"+c.apiAddr+"/healthz", "")
+		r := do(client, "GET", health, "")
 		return r.err == nil && r.status == 200
 	})
 }
@@ -125,6 +132,16 @@ func readFileOr(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// waitServingTLS waits until a controller serving HTTPS answers the CLI's
+// status, checking its certificate against caFile.
+func (c *ctlProc) waitServingTLS(t *testing.T, caFile string) {
+	t.Helper()
+	waitUntil(t, 20*time.Second, "controller "+c.id+" to answer over HTTPS", func() bool {
+		code, _, _ := cli(t, nil, "status", "--server", "https://"+c.apiAddr, "--ca-file", caFile, "--failover-wait", "0")
+		return code == 0
+	})
 }
 
 // cli runs the servemesh CLI against a controller.

@@ -12,8 +12,8 @@ import (
 
 // clientFlags are the flags of every API command, defined here once.
 type clientFlags struct {
-	server, tokenFile, output string
-	failoverWait              time.Duration
+	server, tokenFile, output, caFile string
+	failoverWait                      time.Duration
 }
 
 // addClientFlags adds the API flags to cmd and its subcommands.
@@ -25,6 +25,7 @@ func addClientFlags(cmd *cobra.Command, f *clientFlags) {
 	fs := cmd.PersistentFlags()
 	fs.StringVar(&f.server, "server", server, "the controller's API address, or several comma-separated (default $SERVEMESH_SERVER or 127.0.0.1:18001)")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("SERVEMESH_TOKEN_FILE"), "file with the API bearer token (default $SERVEMESH_TOKEN_FILE)")
+	fs.StringVar(&f.caFile, "ca-file", os.Getenv("SERVEMESH_CA_FILE"), "PEM file of the CA that signed the controller's HTTPS certificate, for https:// servers (default $SERVEMESH_CA_FILE, else the system's)")
 	fs.StringVarP(&f.output, "output", "o", "table", "output of reads: table or json")
 	fs.DurationVar(&f.failoverWait, "failover-wait", api.DefaultFailoverWait, "how long a call waits for a controller that leads and answers (a leader's failover), trying each given one; 0 tries each once")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
@@ -41,6 +42,15 @@ func (f *clientFlags) client() (*api.Client, error) {
 	}
 	c := api.NewClient(f.server, token)
 	c.FailoverWait = f.failoverWait
+	if f.caFile != "" {
+		ca, err := os.ReadFile(f.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		if err := c.TrustCA(ca); err != nil {
+			return nil, fmt.Errorf("--ca-file %s: %w", f.caFile, err)
+		}
+	}
 	return c, nil
 }
 

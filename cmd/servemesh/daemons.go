@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,6 +62,8 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&readTokenFile, "read-token-file", "", "file holding a bearer token for reads only (state, status, /metrics, /v1/xds/nodes)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow an API beyond loopback without a token (anyone who reaches it can run commands on every node)")
 	fs.BoolVar(&o.Plaintext, "plaintext", false, "run the mesh without mTLS, on a single trusted host only (default: xDS over TLS and calls between nodes over mTLS, with identities from Consul's service-mesh CA)")
+	fs.StringVar(&o.APITLSCert, "api-tls-cert", "", "PEM certificate chain the API serves HTTPS with (with --api-tls-key; replace the files by rename and it is reloaded)")
+	fs.StringVar(&o.APITLSKey, "api-tls-key", "", "PEM private key of --api-tls-cert")
 	fs.StringVar(&agentTokenFile, "agent-token-file", "", "file holding the token agents' status listeners ask for (their --status-token-file)")
 	fs.Float64Var(&o.CrashAfterCheckpoint, "fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+faultEnv+")")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")
@@ -82,6 +85,9 @@ func controllerDefaults(o *daemon.ControllerOptions, crashFlagSet bool) error {
 	}
 	if o.Advertise == "" {
 		o.Advertise = o.APIListen
+	}
+	if o.APITLSCert != "" && !strings.Contains(o.Advertise, "://") {
+		o.Advertise = "https://" + o.Advertise // clients given https:// addresses know it
 	}
 	if o.ID == "" {
 		host, _ := os.Hostname()

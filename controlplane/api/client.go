@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +60,17 @@ func normalize(addr string) string {
 		addr = "http://" + addr
 	}
 	return strings.TrimRight(addr, "/")
+}
+
+// TrustCA makes the client verify HTTPS controllers against the PEM
+// certificates in caPEM instead of the system's roots.
+func (c *Client) TrustCA(caPEM []byte) error {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return errors.New("the CA file holds no PEM certificate")
+	}
+	c.http.Transport = &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}
+	return nil
 }
 
 // Error is an error answer from the controller.

@@ -39,6 +39,9 @@ type ControllerOptions struct {
 	// AgentToken is sent to agents' status listeners, which read it as their
 	// --status-token-file.
 	AgentToken string
+	// APITLSCert and APITLSKey, if set, are PEM files the API serves HTTPS
+	// with; replaced by rename, they are reloaded without a restart.
+	APITLSCert, APITLSKey string
 	// Plaintext runs the mesh without mTLS, for a single trusted host.
 	// Otherwise xDS is served over TLS with the controller's Consul Connect
 	// identity, requiring each node's (its id from its certificate), and
@@ -71,6 +74,9 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	if err := meshMTLS(ctx, log, client, o, p); err != nil {
 		return err
 	}
+	if err := apiTLS(log, o, p.plane); err != nil {
+		return err
+	}
 	if err := p.plane.Start(ctx, log, o.XDSListen, o.APIListen); err != nil {
 		return err
 	}
@@ -88,6 +94,28 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 		Self: leader.Info{ID: o.ID, API: o.Advertise}, Logger: log.With("component", "leader")}
 	go func() { errs <- elector.Run(ctx, p.lead(o.Advertise), func(l leader.Info) { p.ctl.Follow(l.API) }) }()
 	return firstError(ctx, errs)
+}
+
+// apiTLS makes the API serve HTTPS when it has a certificate, and warns
+// when tokens would cross a network in the clear.
+func apiTLS(log *slog.Logger, o ControllerOptions, plane *Plane) error {
+	if o.APITLSCert == "" && o.APITLSKey == "" {
+		if !httpserver.IsLoopback(o.APIListen) {
+			log.Warn("the API is served over plain HTTP beyond loopback: its tokens cross the network in the clear; give --api-tls-cert and --api-tls-key",
+				"listen", o.APIListen)
+		}
+		return nil
+	}
+	if o.APITLSCert == "" || o.APITLSKey == "" {
+		return errors.New("the API's TLS needs both --api-tls-cert and --api-tls-key")
+	}
+	certs, err := httpserver.LoadCertFiles(o.APITLSCert, o.APITLSKey)
+	if err != nil {
+		return fmt.Errorf("--api-tls-cert/--api-tls-key: %w", err)
+	}
+	plane.ServeHTTPOverTLS(certs.TLSConfig())
+	log.Info("the API serves HTTPS", "cert", o.APITLSCert)
+	return nil
 }
 
 // meshMTLS, unless the mesh runs in plaintext, serves xDS over TLS with the

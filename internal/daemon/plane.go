@@ -45,11 +45,16 @@ type Plane struct {
 	cancel  context.CancelFunc
 	wrap    func(http.Handler) http.Handler
 	xdsTLS  *tls.Config
+	httpTLS *tls.Config
 }
 
 // ServeXDSOverTLS makes the xDS server require TLS with client
 // certificates (call before Start).
 func (p *Plane) ServeXDSOverTLS(cfg *tls.Config) { p.xdsTLS = cfg }
+
+// ServeHTTPOverTLS makes the HTTP listener (the API) serve HTTPS with cfg;
+// call before Start.
+func (p *Plane) ServeHTTPOverTLS(cfg *tls.Config) { p.httpTLS = cfg }
 
 // NewPlane builds the xDS server and the HTTP mux; Start listens.
 func NewPlane(log *slog.Logger) *Plane {
@@ -76,7 +81,11 @@ func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpList
 	if p.wrap != nil {
 		h = p.wrap(h)
 	}
-	p.http, err = httpserver.Start(ctx, log, httpListen, h)
+	if p.httpTLS != nil {
+		p.http, err = httpserver.StartTLS(ctx, log, httpListen, h, p.httpTLS)
+	} else {
+		p.http, err = httpserver.Start(ctx, log, httpListen, h)
+	}
 	if err != nil {
 		_ = xdsLis.Close()
 		return err

@@ -1,11 +1,13 @@
 // Package httpserver serves every HTTP listener servemesh opens (the
 // controller's API, the file-mode control plane's status, an agent's status
 // listener) with the same limits, so none can be held open forever by a
-// slow or idle client.
+// slow or idle client, and serves HTTPS from certificate files it reloads
+// when they are replaced (CertFiles).
 package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,14 +50,26 @@ func Start(ctx context.Context, log *slog.Logger, addr string, h http.Handler) (
 	return StartLimited(ctx, log, addr, h, DefaultLimits)
 }
 
+// StartTLS is Start serving HTTPS with cfg.
+func StartTLS(ctx context.Context, log *slog.Logger, addr string, h http.Handler, cfg *tls.Config) (*Server, error) {
+	return start(ctx, log, addr, h, DefaultLimits, cfg)
+}
+
 // StartLimited is Start with other limits.
 func StartLimited(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l Limits) (*Server, error) {
+	return start(ctx, log, addr, h, l, nil)
+}
+
+func start(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l Limits, cfg *tls.Config) (*Server, error) {
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	lis = netutil.LimitListener(lis, l.MaxConnections)
+	if cfg != nil {
+		lis = tls.NewListener(lis, cfg)
+	}
 	s := &Server{addr: lis.Addr().String(), done: make(chan struct{}), hs: &http.Server{
 		Handler: h, ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read, WriteTimeout: l.Write,
 		IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes,

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,19 @@ func TestRequireBearer(t *testing.T) {
 		if IsLoopback(addr) != want {
 			t.Errorf("IsLoopback(%q) = %v", addr, !want)
 		}
+	}
+}
+
+// TestCertFilesNameTheFiles: a certificate that does not load is an error
+// naming both files, so the operator knows which flag to fix.
+func TestCertFilesNameTheFiles(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := dir+"/cert.pem", dir+"/key.pem"
+	if err := os.WriteFile(cert, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadCertFiles(cert, key)
+	if err == nil || !strings.Contains(err.Error(), cert) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("error %v, want one naming %s and %s", err, cert, key)
 	}
 }
