@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/servemesh/servemesh/internal/connect"
+	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// readSecret reads a file-based SDS config back as Envoy would.
+func readSecret(t *testing.T, dir, name string) *tlsv3.Secret {
+	t.Helper()
+	b, err := os.ReadFile(wire.SecretFile(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp discovery.DiscoveryResponse
+	if err := protoyaml.Unmarshal(b, &resp); err != nil || len(resp.GetResources()) != 1 {
+		t.Fatalf("secret %s does not read back as one resource: %v", name, err)
+	}
+	var s tlsv3.Secret
+	if err := resp.GetResources()[0].UnmarshalTo(&s); err != nil {
+		t.Fatal(err)
+	}
+	if s.GetName() != name {
+		t.Fatalf("secret file %s holds secret %q", name, s.GetName())
+	}
+	return &s
+}
+
+// TestSecretsFromConsul writes the node's identity, the roots and a
+// backend's identity from the real Consul's CA, as Envoy reads them, in a
+// folder only the agent can read.
+func TestSecretsFromConsul(t *testing.T) {
+	consul := testutil.MustStartConsul(t)
+	client, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "secrets")
+	s := NewSecrets(dir, client, "n1", slog.New(slog.DiscardHandler))
+	if err := s.AddBackend(context.Background(), "web"); err == nil {
+		t.Fatal("a backend's identity was written before the secrets started")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddBackend(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("secrets folder mode %v, %v; want 0700", st.Mode().Perm(), err)
+	}
+	for name, want := range map[string]string{wire.NodeSecret: connect.NodeService("n1"), wire.BackendSecret("web"): "web"} {
+		c := readSecret(t, dir, name).GetTlsCertificate()
+		pair, err := tls.X509KeyPair(c.GetCertificateChain().GetInlineBytes(), c.GetPrivateKey().GetInlineBytes())
+		if err != nil {
+			t.Fatalf("secret %s: %v", name, err)
+		}
+		if svc, ok := connect.ServiceOf(pair.Leaf); !ok || svc != want {
+			t.Errorf("secret %s names service %q, want %q", name, svc, want)
+		}
+	}
+	if roots := readSecret(t, dir, wire.RootsSecret).GetValidationContext().GetTrustedCa().GetInlineBytes(); len(roots) == 0 {
+		t.Fatal("the roots secret holds no root")
+	}
+}
