@@ -14,6 +14,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
+	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
@@ -35,25 +36,12 @@ func start(env []string, bin string, args ...string) (*proc.Process, error) {
 
 func run() error {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "servemesh-bench-agents")
+	be, err := benchenv.Start(ctx, "agents")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	bin, err := testutil.BuildServemesh(ctx, dir)
-	if err != nil {
-		return err
-	}
-	envoyBin, err := envoy.Find("")
-	if err != nil {
-		return err
-	}
-	consul, err := testutil.StartConsul(dir)
-	if err != nil {
-		return err
-	}
-	defer consul.Stop()
-	env := []string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr, "SERVEMESH_ENVOY=" + envoyBin}
+	defer be.Close()
+	dir, bin, consul, env := be.Dir, be.Bin, be.Consul, be.Vars()
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
 	ctlProc, err := start(env, bin, "controller", "--plaintext", "--api-listen", apiAddr, "--xds-listen", xdsAddr, "--drain-grace", "1s")
 	if err != nil {

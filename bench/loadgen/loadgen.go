@@ -4,6 +4,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -16,11 +17,12 @@ import (
 // Stats summarise one run.
 type Stats struct {
 	N, Errors      int
+	FirstError     string // the first failure's error, if any
 	RPS            float64
 	P50, P99, P999 time.Duration
 }
 
-func summarize(lat []time.Duration, errors int, elapsed time.Duration) Stats {
+func summarize(lat []time.Duration, errors int, first error, elapsed time.Duration) Stats {
 	slices.Sort(lat)
 	q := func(p float64) time.Duration {
 		if len(lat) == 0 {
@@ -28,7 +30,11 @@ func summarize(lat []time.Duration, errors int, elapsed time.Duration) Stats {
 		}
 		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 	}
-	return Stats{N: len(lat) + errors, Errors: errors, RPS: float64(len(lat)) / elapsed.Seconds(), P50: q(0.5), P99: q(0.99), P999: q(0.999)}
+	firstErr := ""
+	if first != nil {
+		firstErr = first.Error()
+	}
+	return Stats{FirstError: firstErr, N: len(lat) + errors, Errors: errors, RPS: float64(len(lat)) / elapsed.Seconds(), P50: q(0.5), P99: q(0.99), P999: q(0.999)}
 }
 
 // NewClient is an HTTP client keeping up to conns connections.
@@ -65,6 +71,7 @@ func FixedRate(url string, rate int, d time.Duration) Stats {
 	var mu sync.Mutex
 	lat := make([]time.Duration, 0, total)
 	errors := 0
+	var first error
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -77,6 +84,7 @@ func FixedRate(url string, rate int, d time.Duration) Stats {
 				mu.Lock()
 				if err != nil {
 					errors++
+					first = cmp.Or(first, err)
 				} else {
 					lat = append(lat, l)
 				}
@@ -90,7 +98,7 @@ func FixedRate(url string, rate int, d time.Duration) Stats {
 	}
 	close(jobs)
 	wg.Wait()
-	return summarize(lat, errors, time.Since(start))
+	return summarize(lat, errors, first, time.Since(start))
 }
 
 // ClosedLoop runs conns connections that each send the next request as soon
@@ -100,6 +108,7 @@ func ClosedLoop(url string, conns int, d time.Duration) Stats {
 	var mu sync.Mutex
 	var lat []time.Duration
 	errors := 0
+	var first error
 	var wg sync.WaitGroup
 	start := time.Now()
 	deadline := start.Add(d)
@@ -109,10 +118,12 @@ func ClosedLoop(url string, conns int, d time.Duration) Stats {
 			defer wg.Done()
 			var mine []time.Duration
 			errs := 0
+			var mineFirst error
 			for time.Now().Before(deadline) {
 				t := time.Now()
 				if err := Get(client, url); err != nil {
 					errs++
+					mineFirst = cmp.Or(mineFirst, err)
 					continue
 				}
 				mine = append(mine, time.Since(t))
@@ -120,11 +131,12 @@ func ClosedLoop(url string, conns int, d time.Duration) Stats {
 			mu.Lock()
 			lat = append(lat, mine...)
 			errors += errs
+			first = cmp.Or(first, mineFirst)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return summarize(lat, errors, time.Since(start))
+	return summarize(lat, errors, first, time.Since(start))
 }
 
 // MS formats d in milliseconds.

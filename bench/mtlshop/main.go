@@ -16,11 +16,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
-	"github.com/servemesh/servemesh/envoy"
-	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
@@ -42,25 +41,12 @@ type result struct {
 }
 
 func run(rate int, duration time.Duration, concurrency int) error {
-	dir, err := os.MkdirTemp("", "servemesh-bench-mtls")
+	be, err := benchenv.Start(context.Background(), "mtls")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	bin, err := testutil.BuildServemesh(context.Background(), dir)
-	if err != nil {
-		return err
-	}
-	envoyBin, err := envoy.Find("")
-	if err != nil {
-		return err
-	}
-	consul, err := testutil.StartConsul(dir)
-	if err != nil {
-		return err
-	}
-	defer consul.Stop()
-	b := &bench{dir: dir, bin: bin, env: []string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr, "SERVEMESH_ENVOY=" + envoyBin}}
+	defer be.Close()
+	b := &bench{Env: be}
 	results := map[string]result{}
 	for _, mode := range []string{"plaintext", "mtls"} {
 		r, err := b.measure(mode, rate, duration, concurrency)
@@ -81,6 +67,9 @@ func run(rate int, duration time.Duration, concurrency int) error {
 			}
 			fmt.Printf("| %s | %s | %d | %d | %.0f | %s | %s | %s | %.3f ms |\n", name, mode, s.N, s.Errors, s.RPS,
 				loadgen.MS(s.P50), loadgen.MS(s.P99), loadgen.MS(s.P999), cpu)
+			if s.Errors > 0 {
+				defer fmt.Printf("first error (%s, %s): %s\n", name, mode, s.FirstError)
+			}
 		}
 	}
 	p, m := results["plaintext"], results["mtls"]
@@ -90,23 +79,16 @@ func run(rate int, duration time.Duration, concurrency int) error {
 	return nil
 }
 
-type bench struct {
-	dir, bin string
-	env      []string
-}
-
-func (b *bench) start(args ...string) (*proc.Process, error) {
-	return proc.Start(proc.Spec{Path: b.bin, Args: args, Env: append(os.Environ(), b.env...)})
-}
+type bench struct{ *benchenv.Env }
 
 // measure runs a controller and two nodes in mode, places the replica on
 // n2, and loads n1's public listener.
 func (b *bench) measure(mode string, rate int, duration time.Duration, concurrency int) (result, error) {
 	ctx := context.Background()
-	work := filepath.Join(b.dir, mode)
+	work := filepath.Join(b.Dir, mode)
 	plaintext := "--plaintext=" + strconv.FormatBool(mode == "plaintext")
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctl, err := b.start("controller", plaintext, "--consul-prefix", "bench-"+mode, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
+	ctl, err := b.Run("controller", plaintext, "--consul-prefix", "bench-"+mode, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
 	if err != nil {
 		return result{}, err
 	}
@@ -120,17 +102,17 @@ func (b *bench) measure(mode string, rate int, duration time.Duration, concurren
 		if i == 0 {
 			public = pub
 		}
-		p, err := b.start("agent", plaintext, "--consul-prefix", "bench-"+mode, "--node-id", mode+"-"+id, "--address", node.addr,
+		p, err := b.Run("agent", plaintext, "--consul-prefix", "bench-"+mode, "--node-id", mode+"-"+id, "--address", node.addr,
 			"--cpus", node.cpus, "--xds", xdsAddr, "--public", pub, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
 			"--inbound", testutil.MustFreeAddr(node.addr), "--admin", testutil.MustFreeAddr("127.0.0.1"),
-			"--work-dir", filepath.Join(work, id), "--allow-command", b.bin, "--concurrency", "1")
+			"--work-dir", filepath.Join(work, id), "--allow-command", b.Bin, "--concurrency", "1")
 		if err != nil {
 			return result{}, err
 		}
 		defer func() { _ = p.Stop(15 * time.Second) }()
 	}
 	c := api.NewClient(apiAddr, "")
-	spec := &model.ProcessSpec{Command: b.bin, Args: []string{"demo-replica", "--backend", "bench", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+	spec := &model.ProcessSpec{Command: b.Bin, Args: []string{"demo-replica", "--backend", "bench", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 	if err := testutil.Until(30*time.Second, func() bool {
 		_, err := c.CreateBackend(ctx, model.Backend{Name: "bench", Process: spec,
 			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000}})

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/servemesh/servemesh/bench/loadgen"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
@@ -117,7 +118,7 @@ func measure(client *http.Client, url, loadURL string, rate int, d, poll time.Du
 				case <-stopPoll:
 					return
 				case <-tick.C:
-					_ = get(client, loadURL)
+					_ = loadgen.Get(client, loadURL)
 				}
 			}
 		}()
@@ -131,7 +132,7 @@ func measure(client *http.Client, url, loadURL string, rate int, d, poll time.Du
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if get(client, url) != nil {
+			if loadgen.Get(client, url) != nil {
 				mu.Lock()
 				failed++
 				mu.Unlock()
@@ -144,26 +145,9 @@ func measure(client *http.Client, url, loadURL string, rate int, d, poll time.Du
 	return (testutil.CPUSeconds(envoyPid) - e0) / elapsed * 100, (testutil.CPUSeconds(agentPid) - a0) / elapsed * 100, failed
 }
 
-func get(c *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return nil
-}
-
 func waitOK(c *http.Client, url string) error {
 	deadline := time.Now().Add(20 * time.Second)
-	for get(c, url) != nil {
+	for loadgen.Get(c, url) != nil {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not answering", url)
 		}

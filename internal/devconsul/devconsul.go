@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -54,14 +55,16 @@ func StartWith(dir string, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports := make([]int, 4)
-	for i := range ports {
+	ports := make([]int, 0, 4)
+	for len(ports) < 4 { // four different ports: a freed port can come back at once
 		addr, err := proc.FreeAddr(context.Background(), "127.0.0.1")
 		if err != nil {
 			return nil, err
 		}
-		_, port, _ := net.SplitHostPort(addr)
-		ports[i], _ = strconv.Atoi(port)
+		_, text, _ := net.SplitHostPort(addr)
+		if port, _ := strconv.Atoi(text); !slices.Contains(ports, port) && port != httpPort {
+			ports = append(ports, port)
+		}
 	}
 	if httpPort != 0 {
 		ports[0] = httpPort
