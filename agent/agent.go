@@ -164,6 +164,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	go heartbeat.Run(ctx, a.consul.Agent(), wire.AgentServiceID(a.node.ID), a.checkTTL/3, heartbeat.Passing, a.log)
 	defer a.stopAll()
 	a.log.Info("agent running", "node", a.node.ID, "address", a.node.Address, "cpus", a.node.CPUs, "memory_mb", a.node.MemoryMB)
+	if a.secrets != nil && (a.runAs == nil || a.runAs.Uid == uint32(os.Geteuid())) {
+		a.log.Warn("replicas run as the agent's own user, so they could read the node's private keys; give --run-as another user",
+			"secrets", a.secrets.Dir())
+	}
 
 	m, rev, err := a.store.Load(ctx)
 	for ctx.Err() == nil {
