@@ -223,6 +223,24 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 		}
 	}
 	a.metrics.replicas.Set(float64(len(a.replicas)))
+	a.forgetIdentities()
+}
+
+// forgetIdentities stops following the identities of backends the node no
+// longer runs a replica of.
+func (a *Agent) forgetIdentities() {
+	if a.secrets == nil {
+		return
+	}
+	running := map[string]bool{}
+	for _, r := range a.replicas {
+		running[r.backend] = true
+	}
+	for _, b := range a.secrets.Backends() {
+		if !running[b] {
+			a.secrets.RemoveBackend(b)
+		}
+	}
 }
 
 func (a *Agent) stopAll() {

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -31,13 +32,13 @@ type Secrets struct {
 
 	mu       sync.Mutex
 	ctx      context.Context // from Start: ends every watch
-	backends map[string]bool // followed
+	backends map[string]context.CancelFunc // followed; ends the watch
 	written  map[string][]byte
 }
 
 // NewSecrets returns the secrets of node in dir (an absolute path).
 func NewSecrets(dir string, consul *api.Client, node string, log *slog.Logger) *Secrets {
-	return &Secrets{dir: dir, consul: consul, node: node, log: log, backends: map[string]bool{}, written: map[string][]byte{}}
+	return &Secrets{dir: dir, consul: consul, node: node, log: log, backends: map[string]context.CancelFunc{}, written: map[string][]byte{}}
 }
 
 // Dir is the secrets folder.
@@ -77,7 +78,8 @@ func (s *Secrets) Start(ctx context.Context) error {
 // announces a replica of backend, whose inbound filter chain needs it.
 func (s *Secrets) AddBackend(ctx context.Context, backend string) error {
 	s.mu.Lock()
-	followed, watchCtx := s.backends[backend], s.ctx
+	_, followed := s.backends[backend]
+	watchCtx := s.ctx
 	s.mu.Unlock()
 	if followed {
 		return nil
@@ -92,13 +94,43 @@ func (s *Secrets) AddBackend(ctx context.Context, backend string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.backends[backend] {
-		s.backends[backend] = true
-		go connect.Watch(watchCtx, s.log, "identity of backend "+backend, func(ctx context.Context, i uint64) (uint64, error) {
+	if _, ok := s.backends[backend]; !ok {
+		ctx, cancel := context.WithCancel(watchCtx)
+		s.backends[backend] = cancel
+		go connect.Watch(ctx, s.log, "identity of backend "+backend, func(ctx context.Context, i uint64) (uint64, error) {
 			return s.writeLeaf(ctx, name, backend, max(i, index))
 		})
 	}
 	return nil
+}
+
+// Backends are the backends whose identities are followed.
+func (s *Secrets) Backends() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.backends))
+	for b := range s.backends {
+		out = append(out, b)
+	}
+	return out
+}
+
+// RemoveBackend stops following backend's identity and deletes its file:
+// call it once the node runs no replica of backend.
+func (s *Secrets) RemoveBackend(backend string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cancel, ok := s.backends[backend]
+	if !ok {
+		return
+	}
+	cancel()
+	delete(s.backends, backend)
+	name := wire.BackendSecret(backend)
+	delete(s.written, name)
+	if err := os.Remove(wire.SecretFile(s.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("removing a backend's identity", "backend", backend, "err", err)
+	}
 }
 
 // writeLeaf gets service's leaf (blocking from index) and writes it as
@@ -112,7 +144,7 @@ func (s *Secrets) writeLeaf(ctx context.Context, name, service string, index uin
 	if err != nil {
 		return 0, err
 	}
-	return next, s.write(name, data)
+	return next, s.write(ctx, name, data)
 }
 
 func (s *Secrets) writeRoots(ctx context.Context, index uint64) (uint64, error) {
@@ -124,13 +156,18 @@ func (s *Secrets) writeRoots(ctx context.Context, index uint64) (uint64, error) 
 	if err != nil {
 		return 0, err
 	}
-	return next, s.write(wire.RootsSecret, data)
+	return next, s.write(ctx, wire.RootsSecret, data)
 }
 
-// write replaces secret name's file when its content changed.
-func (s *Secrets) write(name string, data []byte) error {
+// write replaces secret name's file when its content changed, unless ctx
+// ended (RemoveBackend cancels it under the same lock, so a removed
+// backend's file is not written again).
+func (s *Secrets) write(ctx context.Context, name string, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if bytes.Equal(s.written[name], data) {
 		return nil
 	}

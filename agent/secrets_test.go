@@ -76,4 +76,12 @@ func TestSecretsFromConsul(t *testing.T) {
 	if roots := readSecret(t, dir, wire.RootsSecret).GetValidationContext().GetTrustedCa().GetInlineBytes(); len(roots) == 0 {
 		t.Fatal("the roots secret holds no root")
 	}
+	s.RemoveBackend("web")
+	if _, err := os.Stat(wire.SecretFile(dir, wire.BackendSecret("web"))); !os.IsNotExist(err) || len(s.Backends()) != 0 {
+		t.Fatalf("a removed backend's identity is still there: %v, %v", err, s.Backends())
+	}
+	if err := s.AddBackend(ctx, "web"); err != nil { // it comes back
+		t.Fatal(err)
+	}
+	readSecret(t, dir, wire.BackendSecret("web"))
 }
