@@ -31,7 +31,7 @@ type Secrets struct {
 	log    *slog.Logger
 
 	mu       sync.Mutex
-	ctx      context.Context // from Start: ends every watch
+	ctx      context.Context               // from Start: ends every watch
 	backends map[string]context.CancelFunc // followed; ends the watch
 	written  map[string][]byte
 }
