@@ -123,7 +123,7 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 	}
 	secrets := agent.NewSecrets(dir, client, o.Node.ID, log.With("component", "secrets"))
 	if err := secrets.Start(ctx); err != nil {
-		return nil, fmt.Errorf("the node's identity from Consul's service-mesh CA: %w", err)
+		return nil, fmt.Errorf("the node's identity from Consul's service-mesh CA (is Connect on? or run with --plaintext on a single trusted host): %w", err)
 	}
 	n := &o.Envoy.Bootstrap.Node
 	n.InboundAddress, n.InboundPort, n.Secrets = host, uint32(port), dir

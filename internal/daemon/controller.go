@@ -128,7 +128,7 @@ func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 	}
 	src, err := connect.NewSource(ctx, client, connect.ControllerService)
 	if err != nil {
-		return fmt.Errorf("the controller's identity from Consul's service-mesh CA (or run with --plaintext on a single trusted host): %w", err)
+		return fmt.Errorf("the controller's identity from Consul's service-mesh CA (is Connect on? or run with --plaintext on a single trusted host): %w", err)
 	}
 	leaf, err := x509.ParseCertificate(src.Bundle().Leaf.Certificate[0])
 	if err != nil {
