@@ -41,6 +41,11 @@ func InboundClusterName(backend string) string { return "_inbound_" + backend }
 // certificate and route by it, as Consul service mesh does.
 func BackendSNI(backend string) string { return backend + ".backend.servemesh" }
 
+// ControllerService is the Consul service of the controllers: their
+// Connect identity, and the instances whose checks their leader-election
+// sessions are bound to.
+const ControllerService = "servemesh-controller"
+
 // NodeServicePrefix prefixes the Consul service name of a node's identity
 // ("servemesh-node-<node id>"): its Connect leaf names it in a SPIFFE id.
 const NodeServicePrefix = "servemesh-node-"

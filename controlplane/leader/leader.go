@@ -13,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/internal/heartbeat"
 	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Info identifies a controller.
@@ -62,7 +63,7 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error,
 		}
 		began := time.Now()
 		e.campaign(ctx, checkID, value, lead, follow)
-		_ = e.Client.Agent().CheckDeregister(checkID)
+		_ = e.Client.Agent().ServiceDeregister(checkID)
 		if ctx.Err() == nil {
 			proc.Sleep(ctx, backoff.Next(time.Since(began)))
 		}
@@ -70,31 +71,41 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error,
 	return nil
 }
 
-// registerCheck registers this incarnation's TTL check. A restarted
-// controller with the same id first removes its predecessors' checks: that
-// invalidates their sessions, so a lock a dead incarnation held is released
-// at once instead of being kept alive by the new incarnation's heartbeats.
+// Service is the Consul service each controller registers; its TTL check
+// is what the controller's sessions are bound to.
+const Service = wire.ControllerService
+
+// registerCheck registers this incarnation as an instance of Service with a
+// TTL check; both have the returned id. The check belongs to the instance,
+// not to the Consul node: a dead controller's check turns critical and
+// takes down only its own instance (a node-level check would take down
+// every service on the Consul node, replicas included), which Consul
+// removes a minute later. A restarted controller with the same id first
+// removes its predecessors' instances: that invalidates their sessions, so
+// a lock a dead incarnation held is released at once instead of being kept
+// alive by the new incarnation's heartbeats.
 func (e *Elector) registerCheck() (string, error) {
-	checkPrefix := "servemesh-controller-" + e.Self.ID + "-"
-	checkID := checkPrefix + strconv.FormatInt(time.Now().UnixNano(), 36)
+	prefix := Service + "-" + e.Self.ID + "-"
+	id := prefix + strconv.FormatInt(time.Now().UnixNano(), 36)
 	agent := e.Client.Agent()
-	checks, err := agent.Checks()
+	services, err := agent.Services()
 	if err != nil {
-		return "", fmt.Errorf("leader: list checks: %w", err)
+		return "", fmt.Errorf("leader: list services: %w", err)
 	}
-	for id := range checks {
-		if strings.HasPrefix(id, checkPrefix) {
-			e.Logger.Info("leader: removing a previous incarnation's check", "check", id)
-			_ = agent.CheckDeregister(id)
+	for old := range services {
+		if strings.HasPrefix(old, prefix) {
+			e.Logger.Info("leader: removing a previous incarnation's check", "check", old)
+			_ = agent.ServiceDeregister(old)
 		}
 	}
-	if err := agent.CheckRegister(&api.AgentCheckRegistration{
-		ID: checkID, Name: "servemesh controller " + e.Self.ID,
-		AgentServiceCheck: api.AgentServiceCheck{TTL: e.CheckTTL.String(), Status: api.HealthPassing},
+	if err := agent.ServiceRegister(&api.AgentServiceRegistration{
+		ID: id, Name: Service, Meta: map[string]string{"controller": e.Self.ID},
+		Check: &api.AgentServiceCheck{CheckID: id, Name: "servemesh controller " + e.Self.ID, TTL: e.CheckTTL.String(),
+			Status: api.HealthPassing, DeregisterCriticalServiceAfter: "1m"},
 	}); err != nil {
 		return "", fmt.Errorf("leader: register check: %w", err)
 	}
-	return checkID, nil
+	return id, nil
 }
 
 // campaign heartbeats checkID and competes for the lock with sessions bound
@@ -149,13 +160,13 @@ func (e *Elector) campaign(ctx context.Context, checkID string, value []byte, le
 }
 
 // newSession creates a session bound to the agent's serf health and
-// checkID, released on invalidation, with the lock delay.
+// the service check checkID, released on invalidation, with the lock delay.
 func (e *Elector) newSession(checkID string) (string, error) {
 	if err := e.Client.Agent().UpdateTTL(checkID, "", api.HealthPassing); err != nil {
 		return "", fmt.Errorf("heartbeat before the session: %w", err)
 	}
 	id, _, err := e.Client.Session().Create(&api.SessionEntry{
-		Name: "servemesh controller " + e.Self.ID, Checks: []string{"serfHealth", checkID},
+		Name: "servemesh controller " + e.Self.ID, NodeChecks: []string{"serfHealth"}, ServiceChecks: []api.ServiceCheck{{ID: checkID}},
 		LockDelay: e.LockDelay, Behavior: api.SessionBehaviorRelease,
 	}, nil)
 	return id, err

@@ -25,7 +25,7 @@ import (
 )
 
 // ControllerService is the service name of the controllers' identity.
-const ControllerService = "servemesh-controller"
+const ControllerService = wire.ControllerService
 
 // nodePrefix prefixes a node's identity service name.
 const nodePrefix = wire.NodeServicePrefix
