@@ -63,6 +63,8 @@ type controllerParts struct {
 
 // RunController runs a controller until ctx ends or a component fails.
 func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	if err := checkExposure(log, o); err != nil {
 		return err
 	}
@@ -92,8 +94,18 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	go func() { errs <- p.ctl.Run(ctx) }()
 	elector := &leader.Elector{Client: client, Key: strings.Trim(o.ConsulPrefix, "/") + "/leader",
 		Self: leader.Info{ID: o.ID, API: o.Advertise}, Logger: log.With("component", "leader")}
-	go func() { errs <- elector.Run(ctx, p.lead(o.Advertise), func(l leader.Info) { p.ctl.Follow(l.API) }) }()
-	return firstError(ctx, errs)
+	electorDone := make(chan struct{})
+	go func() {
+		defer close(electorDone)
+		errs <- elector.Run(ctx, p.lead(o.Advertise), func(l leader.Info) { p.ctl.Follow(l.API) })
+	}()
+	err = firstError(ctx, errs)
+	stop()
+	select { // let the elector release the lock and deregister, so others take over at once
+	case <-electorDone:
+	case <-time.After(5 * time.Second):
+	}
+	return err
 }
 
 // apiTLS makes the API serve HTTPS when it has a certificate, and warns
