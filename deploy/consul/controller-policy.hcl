@@ -9,11 +9,9 @@ key_prefix "servemesh/" {
   policy = "write"
 }
 
-# Sessions for the leader lock, on its Consul node; its own TTL check there.
+# Sessions for the leader lock, on its Consul node. Its TTL check belongs to
+# its servemesh-controller instance (service write, below), not to the node.
 session "NODE" {
-  policy = "write"
-}
-node "NODE" {
   policy = "write"
 }
 
@@ -28,8 +26,8 @@ agent_prefix "" {
   policy = "read"
 }
 
-# Its Connect certificate (xDS over TLS), for the service servemesh-controller;
-# not needed with --plaintext.
+# Its servemesh-controller instance (whose TTL check the leader lock is
+# bound to) and its Connect certificate (xDS over TLS).
 service "servemesh-controller" {
   policy = "write"
 }
