@@ -29,7 +29,7 @@ func askClusters(t *testing.T, conn *grpc.ClientConn, id string) error {
 		return err
 	}
 	md, _ := wire.ProxyNode{ID: id, PublicAddress: "127.0.0.1", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2,
-		InboundAddress: "127.0.0.1", InboundPort: 3, Secrets: "/nonexistent"}.Metadata()
+		InboundAddress: "127.0.0.1", InboundPort: 3}.Metadata()
 	if err := stream.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: id, Metadata: md}, TypeUrl: resource.ClusterType}); err != nil {
 		return err
 	}

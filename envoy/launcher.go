@@ -21,7 +21,8 @@ type Launcher struct {
 	Bootstrap bootstrap.Options
 	// Binary is an explicit Envoy path; empty means Find's search.
 	Binary string
-	// WorkDir receives bootstrap.yaml and envoy.log.
+	// WorkDir receives bootstrap.yaml and envoy.log, and is Envoy's working
+	// directory: a node's secrets are in its wire.SecretsDir.
 	WorkDir     string
 	LogLevel    string
 	Concurrency int
@@ -49,6 +50,9 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 	if err := os.MkdirAll(l.WorkDir, 0o755); err != nil {
 		return Config{}, fmt.Errorf("envoy work dir: %w", err)
 	}
+	if l.WorkDir, err = filepath.Abs(l.WorkDir); err != nil { // Envoy runs there
+		return Config{}, fmt.Errorf("envoy work dir: %w", err)
+	}
 	if err := l.writePublicTLS(); err != nil {
 		return Config{}, err
 	}
@@ -62,7 +66,7 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 	}
 	l.Logger.Info("envoy prepared", "binary", binary, "version", v, "bootstrap", path)
 	return Config{
-		Binary: binary, ConfigPath: path, AdminAddress: l.Bootstrap.AdminAddress,
+		Binary: binary, ConfigPath: path, Dir: l.WorkDir, AdminAddress: l.Bootstrap.AdminAddress,
 		LogPath: filepath.Join(l.WorkDir, "envoy.log"), LogLevel: l.LogLevel,
 		Concurrency: l.Concurrency, DrainTime: l.Drain, Logger: l.Logger,
 	}, nil

@@ -19,6 +19,9 @@ type Config struct {
 	Binary string
 	// ConfigPath is the bootstrap file passed with -c.
 	ConfigPath string
+	// Dir is Envoy's working directory, where relative paths in its
+	// configuration (wire.SecretsDir) resolve; the caller's when empty.
+	Dir string
 	// AdminAddress is the admin listener's host:port, as in the bootstrap.
 	AdminAddress string
 	// LogPath receives Envoy's stdout and stderr (appended). Required.
@@ -81,7 +84,7 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy: open log file: %w", err)
 	}
-	child, err := proc.Start(proc.Spec{Path: cfg.Binary, Args: cfg.Args(), Stdout: logFile, Stderr: logFile})
+	child, err := proc.Start(proc.Spec{Path: cfg.Binary, Args: cfg.Args(), Dir: cfg.Dir, Stdout: logFile, Stderr: logFile})
 	_ = logFile.Close() // the child holds its own descriptor
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)

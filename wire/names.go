@@ -61,6 +61,12 @@ const (
 // its replicas.
 func BackendSecret(backend string) string { return "backend_" + backend }
 
+// SecretsDir is the folder of a node's file-based SDS configs (mesh mTLS),
+// relative to its Envoy's working directory: servemesh runs each node's
+// Envoy in its work folder and the agent keeps the folder there, so every
+// node's resources name the same paths and nodes share their clusters.
+const SecretsDir = "secrets"
+
 // SecretFile is where, in a node's secrets folder, the file-based SDS
 // config of secret name is.
 func SecretFile(dir, name string) string { return dir + "/" + name + ".yaml" }

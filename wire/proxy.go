@@ -30,16 +30,14 @@ type ProxyNode struct {
 	PublicTLS string `json:"public_tls,omitempty"`
 	// InboundAddress and InboundPort, with mesh mTLS, are where the node's
 	// Envoy receives other nodes' requests for its replicas (InboundListener).
+	// Its identities are then in SecretsDir.
 	InboundAddress string `json:"inbound_address,omitempty"`
 	InboundPort    uint32 `json:"inbound_port,omitempty"`
-	// Secrets, with mesh mTLS, is the absolute path of the folder of the
-	// node's file-based SDS configs (SecretFile): its identity, the CA
-	// roots and its backends' identities, which its agent keeps fresh.
-	Secrets string `json:"secrets,omitempty"`
 }
 
-// MTLS reports whether the node takes part in mesh mTLS.
-func (n ProxyNode) MTLS() bool { return n.Secrets != "" }
+// MTLS reports whether the node takes part in mesh mTLS: it has an inbound
+// listener, and its identities in SecretsDir.
+func (n ProxyNode) MTLS() bool { return n.InboundPort != 0 }
 
 // PublicTLSSecret names the public listener's certificate in its SDS file.
 const PublicTLSSecret = "public_tls"
@@ -54,7 +52,6 @@ const (
 	MetaPublicTLS     = "servemesh.public_tls_sds"
 	MetaInboundAddr   = "servemesh.inbound_address"
 	MetaInboundPort   = "servemesh.inbound_port"
-	MetaSecrets       = "servemesh.secrets"
 )
 
 // Validate checks the node's settings.
@@ -85,14 +82,11 @@ func (n ProxyNode) Validate() error {
 	return nil
 }
 
-// validateMTLS checks the inbound listener and secrets folder: both or
+// validateMTLS checks the inbound listener's address and port: both or
 // neither.
 func (n ProxyNode) validateMTLS() error {
-	if n.Secrets == "" && n.InboundAddress == "" && n.InboundPort == 0 {
+	if n.InboundAddress == "" && n.InboundPort == 0 {
 		return nil
-	}
-	if !strings.HasPrefix(n.Secrets, "/") {
-		return fmt.Errorf("node %q: secrets %q is not an absolute path; mesh mTLS needs the node's secrets folder", n.ID, n.Secrets)
 	}
 	if _, err := netip.ParseAddr(n.InboundAddress); err != nil {
 		return fmt.Errorf("node %q: inbound_address %q is not an IP address; mesh mTLS needs the node's inbound listener", n.ID, n.InboundAddress)
@@ -115,7 +109,7 @@ func (n ProxyNode) Metadata() (*structpb.Struct, error) {
 		fields[MetaPublicTLS] = n.PublicTLS
 	}
 	if n.MTLS() {
-		fields[MetaInboundAddr], fields[MetaInboundPort], fields[MetaSecrets] = n.InboundAddress, float64(n.InboundPort), n.Secrets
+		fields[MetaInboundAddr], fields[MetaInboundPort] = n.InboundAddress, float64(n.InboundPort)
 	}
 	s, err := structpb.NewStruct(fields)
 	if err != nil {
@@ -150,7 +144,6 @@ func ProxyNodeFromEnvoy(n *core.Node) (ProxyNode, error) {
 
 		InboundAddress: str(MetaInboundAddr),
 		InboundPort:    port(MetaInboundPort),
-		Secrets:        str(MetaSecrets),
 	}
 	if err := node.Validate(); err != nil {
 		return ProxyNode{}, fmt.Errorf("node %q has no valid servemesh metadata (start it with a bootstrap from `servemesh bootstrap`): %w", n.GetId(), err)

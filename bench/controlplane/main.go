@@ -81,7 +81,7 @@ func run(flips, commits int) error {
 	for range 5 {
 		ctl := controller.New(controller.Options{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: bigStore,
-			Publish: func(m *model.Model) error { _, err := translate.Shared(m); return err },
+			Publish: func(m *model.Model) error { _, err := translate.Shared(m, nil); return err },
 		})
 		start := time.Now()
 		if err := ctl.Lead(ctx, "bench"); err != nil {

@@ -117,7 +117,8 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 	if _, aerr := netip.ParseAddr(host); err != nil || perr != nil || aerr != nil || port == 0 {
 		return nil, fmt.Errorf("--inbound %q: want the IP:port of the node's inbound listener, like 10.0.0.7:21000", o.Inbound)
 	}
-	dir, err := filepath.Abs(filepath.Join(o.Envoy.WorkDir, "secrets"))
+	// Envoy runs in its work folder and finds them at wire.SecretsDir.
+	dir, err := filepath.Abs(filepath.Join(o.Envoy.WorkDir, wire.SecretsDir))
 	if err != nil {
 		return nil, fmt.Errorf("secrets folder: %w", err)
 	}
@@ -126,7 +127,7 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 		return nil, fmt.Errorf("the node's identity from Consul's service-mesh CA (is Connect on? or run with --plaintext on a single trusted host): %w", err)
 	}
 	n := &o.Envoy.Bootstrap.Node
-	n.InboundAddress, n.InboundPort, n.Secrets = host, uint32(port), dir
+	n.InboundAddress, n.InboundPort = host, uint32(port)
 	o.Envoy.Bootstrap.XDSTLS = &bootstrap.XDSTLS{Secrets: dir, ServerSANSuffix: "/svc/" + connect.ControllerService}
 	log.Info("mTLS: the node is known by its Consul Connect identity; replicas listen on loopback", "identity", connect.NodeService(o.Node.ID),
 		"inbound", o.Inbound, "secrets", dir)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -43,7 +42,7 @@ func (s *Server) publish(ctx context.Context) {
 		s.setSnapshots(ctx, s.built, gen, nodes)
 		return
 	}
-	shared, err := translate.Shared(m)
+	shared, err := translate.Shared(m, mtls)
 	if err != nil { // SetModel validated it, so this is a bug
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return
@@ -129,14 +128,13 @@ type sharedResources struct {
 	model                  *model.Model
 	mtls                   *translate.MTLS
 	routes, clusters       []types.Resource
-	clusterList            []*cluster.Cluster
 	routesVer, clustersVer string
 	assignments            map[string]types.Resource
 	assignmentList         []types.Resource
 }
 
 func buildShared(m *model.Model, mtls *translate.MTLS, r *translate.Resources) (*sharedResources, error) {
-	out := &sharedResources{model: m, mtls: mtls, clusterList: r.Clusters,
+	out := &sharedResources{model: m, mtls: mtls,
 		assignments: make(map[string]types.Resource, len(r.Assignments))}
 	for _, x := range r.Routes {
 		out.routes = append(out.routes, x)
@@ -163,7 +161,7 @@ func buildShared(m *model.Model, mtls *translate.MTLS, r *translate.Resources) (
 // consistent together with the assignments (every cluster has its assignment,
 // every listener its route configuration).
 func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, error) {
-	own, err := translate.ForNode(sr.model, node, sr.mtls, sr.clusterList)
+	own, err := translate.ForNode(sr.model, node, sr.mtls)
 	if err != nil {
 		return nil, err
 	}
@@ -176,14 +174,17 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, 
 		return nil, err
 	}
 	clusters, clustersVer := sr.clusters, sr.clustersVer
-	if sr.mtls != nil { // the node's identity is in its clusters
-		clusters = make([]types.Resource, 0, len(own.Clusters))
+	if len(own.Clusters) > 0 { // mTLS: the clusters to the node's own replicas
+		mine := make([]types.Resource, 0, len(own.Clusters))
 		for _, c := range own.Clusters {
-			clusters = append(clusters, c)
+			mine = append(mine, c)
 		}
-		if clustersVer, err = contentVersion(clusters); err != nil {
+		ownVer, err := contentVersion(mine)
+		if err != nil {
 			return nil, err
 		}
+		clusters = append(append(make([]types.Resource, 0, len(sr.clusters)+len(mine)), sr.clusters...), mine...)
+		clustersVer += "-" + ownVer
 	}
 	full, err := cachev3.NewSnapshot("check", map[resource.Type][]types.Resource{
 		resource.ListenerType: listeners,

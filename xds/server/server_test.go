@@ -361,7 +361,7 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	md, err := wire.ProxyNode{ID: "n1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
-		InboundAddress: "10.0.0.1", InboundPort: 21000, Secrets: "/run/n1/secrets"}.Metadata()
+		InboundAddress: "10.0.0.1", InboundPort: 21000}.Metadata()
 	if err != nil {
 		t.Fatal(err)
 	}

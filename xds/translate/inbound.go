@@ -55,8 +55,8 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 	downstream := &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(node.Secrets, wire.BackendSecret(backend))},
-			ValidationContextType: validation(node, uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(wire.SecretsDir, wire.BackendSecret(backend))},
+			ValidationContextType: validation(uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{
 				Prefix: t.IdentityPrefix + wire.NodeServicePrefix}})),
 		},
 	}

@@ -107,16 +107,16 @@ func inboundAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
 	return &endpoint.ClusterLoadAssignment{ClusterName: wire.ClusterName(b.Name), Endpoints: []*endpoint.LocalityLbEndpoints{locality}}
 }
 
-// ForNode builds what is node's own: its listeners, and with t its inbound
-// listener and clusters, and the shared clusters of backends reached over
-// mTLS, with node's identity. m is the model the shared resources were
-// built from; clusters are its shared clusters, which stay unmodified.
-func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS, clusters []*cluster.Cluster) (*Resources, error) {
+// ForNode builds what is node's own: its listeners and, with t, its
+// inbound listener and the clusters to its own replicas (Clusters holds
+// only those: the shared ones are Shared's). m is the model the shared
+// resources were built from.
+func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
 	listeners, err := BuildListeners(node)
 	if err != nil {
 		return nil, err
 	}
-	out := &Resources{Listeners: listeners, Clusters: clusters}
+	out := &Resources{Listeners: listeners}
 	if t == nil {
 		return out, nil
 	}
@@ -124,24 +124,21 @@ func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS, clusters []*cluster.C
 		return nil, err
 	}
 	if !node.MTLS() {
-		return nil, fmt.Errorf("node %q announces no inbound listener or secrets folder, but the mesh runs mTLS: start its agent with mTLS", node.ID)
+		return nil, fmt.Errorf("node %q announces no inbound listener, but the mesh runs mTLS: start its agent with mTLS", node.ID)
 	}
 	local := localBackends(m, node.ID)
-	if len(local) > 0 { // Envoy refuses a listener without filter chains
-		inbound, err := buildInboundListener(node, t, local)
-		if err != nil {
-			return nil, err
-		}
-		out.Listeners = append(out.Listeners, inbound)
-		sortByName(out.Listeners, func(l *listener.Listener) string { return l.GetName() })
+	if len(local) == 0 {
+		return out, nil // Envoy refuses a listener without filter chains
 	}
-	if out.Clusters, err = secureClusters(m, node, t, clusters); err != nil {
+	inbound, err := buildInboundListener(node, t, local)
+	if err != nil {
 		return nil, err
 	}
+	out.Listeners = append(out.Listeners, inbound)
+	sortByName(out.Listeners, func(l *listener.Listener) string { return l.GetName() })
 	for _, b := range local {
 		out.Clusters = append(out.Clusters, buildInboundCluster(b, node.ID))
 	}
-	sortByName(out.Clusters, func(c *cluster.Cluster) string { return c.GetName() })
 	return out, nil
 }
 
@@ -167,54 +164,51 @@ func localBackends(m *model.Model, node string) []model.Backend {
 	return out
 }
 
-// secureClusters returns clusters with those of backends reached over mTLS
-// replaced by copies that connect with node's identity.
-func secureClusters(m *model.Model, node wire.ProxyNode, t *MTLS, clusters []*cluster.Cluster) ([]*cluster.Cluster, error) {
+// secureClusters gives the clusters of backends reached over mTLS the
+// calling node's identity (from its SecretsDir, the same path on every
+// node, so the clusters stay shared).
+func secureClusters(m *model.Model, t *MTLS, clusters []*cluster.Cluster) error {
 	secure := map[string]bool{}
 	for _, b := range m.Backends {
 		if tlsBackend(t, b) && !b.ResolvedByDNS() {
 			secure[wire.ClusterName(b.Name)] = true
 		}
 	}
-	out := make([]*cluster.Cluster, 0, len(clusters))
 	for _, c := range clusters {
 		if !secure[c.GetName()] {
-			out = append(out, c)
 			continue
 		}
-		c = proto.Clone(c).(*cluster.Cluster)
-		socket, err := upstreamTLS(node, t, c.GetName())
+		socket, err := upstreamTLS(t, c.GetName())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.TransportSocket = socket
 		// Each replica's own limit is kept by its node's inbound cluster;
 		// here a host is a node with several replicas.
 		c.CircuitBreakers.PerHostThresholds = nil
-		out = append(out, c)
 	}
-	return out, nil
+	return nil
 }
 
-// upstreamTLS is how node calls backend's nodes: with its own identity,
+// upstreamTLS is how a node calls backend's nodes: with its own identity,
 // asking for the backend by SNI and accepting only the backend's identity.
-func upstreamTLS(node wire.ProxyNode, t *MTLS, backend string) (*core.TransportSocket, error) {
+func upstreamTLS(t *MTLS, backend string) (*core.TransportSocket, error) {
 	ctx := &tlsv3.UpstreamTlsContext{
 		Sni: wire.BackendSNI(backend),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(node.Secrets, wire.NodeSecret)},
-			ValidationContextType:          validation(node, uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.IdentityPrefix + backend}})),
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(wire.SecretsDir, wire.NodeSecret)},
+			ValidationContextType:          validation(uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.IdentityPrefix + backend}})),
 		},
 	}
 	return tlsSocket(ctx)
 }
 
-// validation trusts the CA roots in node's secrets folder and accepts a
-// peer whose URI SAN matches san.
-func validation(node wire.ProxyNode, san *tlsv3.SubjectAltNameMatcher) *tlsv3.CommonTlsContext_CombinedValidationContext {
+// validation trusts the CA roots in the node's secrets folder and accepts
+// a peer whose URI SAN matches san.
+func validation(san *tlsv3.SubjectAltNameMatcher) *tlsv3.CommonTlsContext_CombinedValidationContext {
 	return &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 		DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{san}},
-		ValidationContextSdsSecretConfig: wire.FileSecret(node.Secrets, wire.RootsSecret),
+		ValidationContextSdsSecretConfig: wire.FileSecret(wire.SecretsDir, wire.RootsSecret),
 	}}
 }
 

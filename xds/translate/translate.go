@@ -23,27 +23,39 @@ type Resources struct {
 // resources; t, if not nil, is the mesh's mTLS. An invalid model yields the
 // model's *model.ValidationError and no resources.
 func Translate(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
-	shared, err := Shared(m)
+	shared, err := Shared(m, t)
 	if err != nil {
 		return nil, err
 	}
-	own, err := ForNode(m, node, t, shared.Clusters)
+	own, err := ForNode(m, node, t)
 	if err != nil {
 		return nil, err
 	}
-	shared.Listeners, shared.Clusters = own.Listeners, own.Clusters
+	shared.Listeners = own.Listeners
+	shared.Clusters = append(shared.Clusters, own.Clusters...)
+	sortByName(shared.Clusters, func(c *cluster.Cluster) string { return c.GetName() })
 	return shared, nil
 }
 
 // Shared builds the resources every node shares (routes, clusters,
-// assignments); ForNode builds the rest, node by node.
-func Shared(m *model.Model) (*Resources, error) {
+// assignments), t being the mesh's mTLS or nil; ForNode builds the rest,
+// node by node.
+func Shared(m *model.Model, t *MTLS) (*Resources, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
+	clusters := BuildClusters(m)
+	if t != nil {
+		if err := t.Validate(); err != nil {
+			return nil, err
+		}
+		if err := secureClusters(m, t, clusters); err != nil {
+			return nil, err
+		}
+	}
 	return &Resources{
 		Routes:      BuildRoutes(m),
-		Clusters:    BuildClusters(m),
+		Clusters:    clusters,
 		Assignments: BuildAssignments(m),
 	}, nil
 }

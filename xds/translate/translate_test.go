@@ -48,7 +48,7 @@ func TestGolden(t *testing.T) {
 // goldenMTLSNode is node-1 of the mTLS cases, and goldenMTLS their mesh.
 var (
 	goldenMTLSNode = wire.ProxyNode{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
-		InboundAddress: "10.0.0.1", InboundPort: 21000, Secrets: "/var/lib/servemesh/node-1/secrets"}
+		InboundAddress: "10.0.0.1", InboundPort: 21000}
 	goldenMTLS = &MTLS{IdentityPrefix: "spiffe://11111111-2222-3333-4444-555555555555.consul/ns/default/dc/dc1/svc/"}
 )
 
