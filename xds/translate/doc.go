@@ -7,11 +7,13 @@
 //
 //   - listener.go: the node's public HTTP listener (routed endpoints) and its
 //     loopback mesh listener (every endpoint, by Host header).
-//   - mtls.go and inbound.go (mesh mTLS, ForNode): the node's inbound
+//   - mtls.go and inbound.go (mesh mTLS): ForNode builds the node's inbound
 //     listener (one filter chain per backend it runs, chosen by SNI, a
-//     node's certificate required), its _inbound_<backend> clusters of its
-//     own replicas, and the backend clusters with its identity. With
-//     listeners, the only node-dependent resources; Shared builds the rest.
+//     node's certificate required) and its _inbound_<backend> clusters of
+//     its own replicas; with the listeners, the only node-dependent
+//     resources. Shared gives backend clusters the calling node's identity
+//     from wire.SecretsDir, a path relative to each node's Envoy, so they
+//     stay shared.
 //   - route.go: path matches, method checks with 405 + Allow, weighted
 //     clusters, request-mirror policies for shadows.
 //   - weights.go: traffic weights to integer parts per million.
