@@ -136,12 +136,7 @@ type sharedResources struct {
 func buildShared(m *model.Model, mtls *translate.MTLS, r *translate.Resources) (*sharedResources, error) {
 	out := &sharedResources{model: m, mtls: mtls,
 		assignments: make(map[string]types.Resource, len(r.Assignments))}
-	for _, x := range r.Routes {
-		out.routes = append(out.routes, x)
-	}
-	for _, x := range r.Clusters {
-		out.clusters = append(out.clusters, x)
-	}
+	out.routes, out.clusters = asResources(r.Routes), asResources(r.Clusters)
 	for _, x := range r.Assignments {
 		out.assignments[x.GetClusterName()] = x
 		out.assignmentList = append(out.assignmentList, x)
@@ -165,20 +160,14 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	listeners := make([]types.Resource, 0, len(own.Listeners))
-	for _, l := range own.Listeners {
-		listeners = append(listeners, l)
-	}
+	listeners := asResources(own.Listeners)
 	listenersVer, err := contentVersion(listeners)
 	if err != nil {
 		return nil, err
 	}
 	clusters, clustersVer := sr.clusters, sr.clustersVer
 	if len(own.Clusters) > 0 { // mTLS: the clusters to the node's own replicas
-		mine := make([]types.Resource, 0, len(own.Clusters))
-		for _, c := range own.Clusters {
-			mine = append(mine, c)
-		}
+		mine := asResources(own.Clusters)
 		ownVer, err := contentVersion(mine)
 		if err != nil {
 			return nil, err
@@ -210,6 +199,15 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, 
 	snap.Resources[types.Route].Version = sr.routesVer
 	snap.Resources[types.Cluster].Version = clustersVer
 	return snap, nil
+}
+
+// asResources lists items as the caches take them.
+func asResources[T types.Resource](items []T) []types.Resource {
+	out := make([]types.Resource, 0, len(items))
+	for _, x := range items {
+		out = append(out, x)
+	}
+	return out
 }
 
 // contentVersion hashes resources (in their given, deterministic order), so an
