@@ -44,8 +44,8 @@ func NewSecrets(dir string, consul *api.Client, node string, log *slog.Logger) *
 // Dir is the secrets folder.
 func (s *Secrets) Dir() string { return s.dir }
 
-// Start writes the node's identity and the CA roots, then follows them
-// until ctx ends.
+// Start writes the node's identity and the CA roots (retrying until Consul
+// answers, or ctx ends), then follows them until ctx ends.
 func (s *Secrets) Start(ctx context.Context) error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("secrets folder: %w", err)
@@ -56,14 +56,21 @@ func (s *Secrets) Start(ctx context.Context) error {
 	s.mu.Lock()
 	s.ctx = ctx
 	s.mu.Unlock()
-	index, err := s.writeLeaf(ctx, wire.NodeSecret, connect.NodeService(s.node), 0)
+	var index, rootsIndex uint64
+	err := connect.Retry(ctx, s.log, "node identity", func(ctx context.Context) (err error) {
+		index, err = s.writeLeaf(ctx, wire.NodeSecret, connect.NodeService(s.node), 0)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	go connect.Watch(ctx, s.log, "node identity", func(ctx context.Context, i uint64) (uint64, error) {
 		return s.writeLeaf(ctx, wire.NodeSecret, connect.NodeService(s.node), max(i, index))
 	})
-	rootsIndex, err := s.writeRoots(ctx, 0)
+	err = connect.Retry(ctx, s.log, "CA roots", func(ctx context.Context) (err error) {
+		rootsIndex, err = s.writeRoots(ctx, 0)
+		return err
+	})
 	if err != nil {
 		return err
 	}

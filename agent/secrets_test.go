@@ -4,14 +4,21 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/servemesh/servemesh/internal/connect"
+	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
@@ -84,4 +91,40 @@ func TestSecretsFromConsul(t *testing.T) {
 		t.Fatal(err)
 	}
 	readSecret(t, dir, wire.BackendSecret("web"))
+}
+
+// TestSecretsWaitForConsul: an agent started before Consul answers waits
+// for its identities instead of failing.
+func TestSecretsWaitForConsul(t *testing.T) {
+	addr, err := proc.FreeAddr(context.Background(), "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, portText, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portText)
+	later := make(chan *devconsul.Agent, 1)
+	go func() {
+		time.Sleep(2 * time.Second)
+		c, err := devconsul.StartWith(t.TempDir(), devconsul.Options{HTTPPort: port})
+		if err != nil {
+			t.Errorf("consul: %v", err)
+		}
+		later <- c
+	}()
+	t.Cleanup(func() {
+		if c := <-later; c != nil {
+			c.Stop()
+		}
+	})
+	client, err := api.NewClient(&api.Config{Address: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := NewSecrets(filepath.Join(t.TempDir(), "secrets"), client, "n1", slog.New(slog.DiscardHandler))
+	if err := s.Start(ctx); err != nil {
+		t.Fatalf("the secrets did not wait for Consul: %v", err)
+	}
+	readSecret(t, s.Dir(), wire.NodeSecret)
 }

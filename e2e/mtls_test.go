@@ -28,6 +28,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/connect"
+	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -415,4 +416,41 @@ func dumpNodes(t *testing.T, nodes []*mtlsNode) {
 			t.Logf("node %s %s:\n%.6000s", n.id, path, strings.Join(keep, "\n"))
 		}
 	}
+}
+
+// TestMTLSControllerWaitsForConsul: a controller started with mTLS before
+// Consul answers waits for it (its identity comes from Consul's CA)
+// instead of exiting, leads once it is up, and configures a node. (The
+// agent waits the same way: agent.TestSecretsWaitForConsul.)
+func TestMTLSControllerWaitsForConsul(t *testing.T) {
+	port := testutil.Port(freeAddr(t))
+	later := make(chan *devconsul.Agent, 1)
+	go func() {
+		time.Sleep(3 * time.Second)
+		c, err := devconsul.StartWith(t.TempDir(), devconsul.Options{HTTPPort: int(port)})
+		if err != nil {
+			t.Errorf("consul: %v", err)
+		}
+		later <- c
+	}()
+	t.Cleanup(func() {
+		if c := <-later; c != nil {
+			c.Stop()
+		}
+	})
+	notYet := &testutil.Consul{HTTPAddr: fmt.Sprintf("127.0.0.1:%d", port)}
+	ctl := startController(t, notYet, "ctl", []string{"--plaintext=false"})
+	ctl.waitLeading(30 * time.Second)
+	if !strings.Contains(ctl.stderr.String(), "retrying") {
+		t.Fatal("the controller never waited for Consul; the test did not start it first")
+	}
+	n := startMTLSNode(t, notYet, "late", "127.0.0.2", ctl.xdsAddr)
+	waitUntil(t, 30*time.Second, "the node to get its configuration", func() bool {
+		for _, s := range nodesOf(ctl.apiAddr) {
+			if s.ID == n.id && s.Connected && s.InSync {
+				return true
+			}
+		}
+		return false
+	})
 }

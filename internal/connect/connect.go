@@ -184,6 +184,30 @@ func (s *Source) update(change func(*Bundle)) error {
 	return nil
 }
 
+// Retry calls fetch until it succeeds or ctx ends, logging each failure and
+// pausing between tries (doubling from a second up to 30s): a Consul that
+// is not up yet, or briefly away, delays a daemon's start instead of
+// ending it. It returns fetch's last error when ctx ends first.
+func Retry(ctx context.Context, log *slog.Logger, what string, fetch func(context.Context) error) error {
+	pause := time.Second
+	for {
+		err := fetch(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		log.Warn("getting a Consul Connect certificate failed; retrying (is Consul up, and Connect on?)", "what", what, "err", err, "retry_in", pause)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 30*time.Second)
+	}
+}
+
 // Watch runs a blocking query until ctx ends: query gets the index of its
 // last answer (0 at first) and returns the next. A failed query is logged
 // and retried after a pause that doubles up to 30s.

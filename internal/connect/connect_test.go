@@ -66,3 +66,26 @@ func TestWatchFollowsIndexesAndRetries(t *testing.T) {
 		}
 	}
 }
+
+// TestRetry: a failing fetch is tried again until it succeeds, and given
+// up with its error when the context ends.
+func TestRetry(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	calls := 0
+	err := Retry(context.Background(), log, "test", func(context.Context) error {
+		calls++
+		if calls < 2 {
+			return errors.New("consul not up yet")
+		}
+		return nil
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("Retry: %v after %d calls, want success on the second", err, calls)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = Retry(ctx, log, "test", func(context.Context) error { return errors.New("connect is off") })
+	if err == nil || err.Error() != "connect is off" {
+		t.Fatalf("Retry after its context ended: %v, want the last error", err)
+	}
+}

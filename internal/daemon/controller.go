@@ -138,7 +138,11 @@ func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 			"encrypted nor authenticated; use this on a single trusted host only", "xds", o.XDSListen)
 		return nil
 	}
-	src, err := connect.NewSource(ctx, client, connect.ControllerService)
+	var src *connect.Source
+	err := connect.Retry(ctx, log, "the controller's identity", func(ctx context.Context) (err error) {
+		src, err = connect.NewSource(ctx, client, connect.ControllerService)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("the controller's identity from Consul's service-mesh CA (is Connect on? or run with --plaintext on a single trusted host): %w", err)
 	}
