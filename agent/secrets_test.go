@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,8 +15,6 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/internal/connect"
-	"github.com/servemesh/servemesh/internal/devconsul"
-	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
@@ -96,26 +92,7 @@ func TestSecretsFromConsul(t *testing.T) {
 // TestSecretsWaitForConsul: an agent started before Consul answers waits
 // for its identities instead of failing.
 func TestSecretsWaitForConsul(t *testing.T) {
-	addr, err := proc.FreeAddr(context.Background(), "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, portText, _ := net.SplitHostPort(addr)
-	port, _ := strconv.Atoi(portText)
-	later := make(chan *devconsul.Agent, 1)
-	go func() {
-		time.Sleep(2 * time.Second)
-		c, err := devconsul.StartWith(t.TempDir(), devconsul.Options{HTTPPort: port})
-		if err != nil {
-			t.Errorf("consul: %v", err)
-		}
-		later <- c
-	}()
-	t.Cleanup(func() {
-		if c := <-later; c != nil {
-			c.Stop()
-		}
-	})
+	addr := testutil.StartConsulLater(t, 2*time.Second)
 	client, err := api.NewClient(&api.Config{Address: addr})
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,6 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/connect"
-	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -423,22 +422,7 @@ func dumpNodes(t *testing.T, nodes []*mtlsNode) {
 // instead of exiting, leads once it is up, and configures a node. (The
 // agent waits the same way: agent.TestSecretsWaitForConsul.)
 func TestMTLSControllerWaitsForConsul(t *testing.T) {
-	port := testutil.Port(freeAddr(t))
-	later := make(chan *devconsul.Agent, 1)
-	go func() {
-		time.Sleep(3 * time.Second)
-		c, err := devconsul.StartWith(t.TempDir(), devconsul.Options{HTTPPort: int(port)})
-		if err != nil {
-			t.Errorf("consul: %v", err)
-		}
-		later <- c
-	}()
-	t.Cleanup(func() {
-		if c := <-later; c != nil {
-			c.Stop()
-		}
-	})
-	notYet := &testutil.Consul{HTTPAddr: fmt.Sprintf("127.0.0.1:%d", port)}
+	notYet := &testutil.Consul{HTTPAddr: testutil.StartConsulLater(t, 3*time.Second)}
 	ctl := startController(t, notYet, "ctl", []string{"--plaintext=false"})
 	ctl.waitLeading(30 * time.Second)
 	if !strings.Contains(ctl.stderr.String(), "retrying") {

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"testing"
+	"time"
 
 	"github.com/servemesh/servemesh/internal/devconsul"
 )
@@ -24,4 +25,28 @@ func MustStartConsul(t testing.TB) *Consul {
 	}
 	t.Cleanup(c.Stop)
 	return c
+}
+
+// StartConsulLater starts a dev agent for one test after delay, on the
+// HTTP address it returns at once (for daemons started before Consul), and
+// stops it when the test ends.
+func StartConsulLater(t testing.TB, delay time.Duration) string {
+	t.Helper()
+	addr := MustFreeAddr("127.0.0.1")
+	later := make(chan *Consul, 1)
+	dir := t.TempDir()
+	go func() {
+		time.Sleep(delay)
+		c, err := devconsul.StartWith(dir, devconsul.Options{HTTPPort: int(Port(addr))})
+		if err != nil {
+			t.Errorf("the real Consul is required: %v", err)
+		}
+		later <- c
+	}()
+	t.Cleanup(func() {
+		if c := <-later; c != nil {
+			c.Stop()
+		}
+	})
+	return addr
 }
