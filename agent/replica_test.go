@@ -20,9 +20,8 @@ import (
 // current log and two rotated ones, each at most the cap (logs used to grow
 // forever).
 func TestReplicaLogsRotate(t *testing.T) {
-	dir := t.TempDir()
-	a := &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, listenHost: "127.0.0.1", workDir: dir, logMaxMB: 1,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a := testAgent(t)
+	dir := a.workDir
 	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
 		spec:   model.ProcessSpec{Command: "/usr/bin/head", Args: []string{"-c", "5242880", "/dev/zero"}},
 		output: &lumberjack.Logger{Filename: filepath.Join(dir, "b-000001.log"), MaxSize: 1, MaxBackups: 2}}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/proc"
@@ -37,23 +38,14 @@ type bench struct {
 
 func run(nodes int, mixed time.Duration) error {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "servemesh-bench-api")
+	be, err := benchenv.Start(ctx, "api")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	consul, err := testutil.StartConsul(dir)
-	if err != nil {
-		return err
-	}
-	defer consul.Stop()
-	bin, err := testutil.BuildServemesh(ctx, dir)
-	if err != nil {
-		return err
-	}
+	defer be.Close()
 	b := &bench{api: testutil.MustFreeAddr("127.0.0.1"), xds: testutil.MustFreeAddr("127.0.0.1")}
-	b.ctl, err = proc.Start(proc.Spec{Path: bin, Args: []string{"controller", "--plaintext", "--api-listen", b.api, "--xds-listen", b.xds},
-		Env: append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_LOG_LEVEL=warn")})
+	b.ctl, err = proc.Start(proc.Spec{Path: be.Bin, Args: []string{"controller", "--plaintext", "--api-listen", b.api, "--xds-listen", b.xds},
+		Env: append(os.Environ(), append(be.Vars(), "SERVEMESH_LOG_LEVEL=warn")...)})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/envoy"
@@ -32,27 +33,19 @@ func main() {
 
 func run(rate int, phase time.Duration) error {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "servemesh-bench-stats")
+	be, err := benchenv.Start(ctx, "stats")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	bin, err := testutil.BuildServemesh(ctx, dir)
-	if err != nil {
-		return err
-	}
-	consul, err := testutil.StartConsul(dir)
-	if err != nil {
-		return err
-	}
-	defer consul.Stop()
+	defer be.Close()
+	dir, bin := be.Dir, be.Bin
 	free := func() string { return testutil.MustFreeAddr("127.0.0.1") }
 	replica, xds, cpHTTP, public, mesh, admin, status := free(), free(), free(), free(), free(), free(), free()
 	config := filepath.Join(dir, "mesh.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf("backends: [{name: b, replicas: [{address: %q}], config: {max_concurrent_queries: 1000}}]\nendpoints: [{name: e, route: /e, traffic: {b: 1}}]\n", replica)), 0o644); err != nil {
 		return err
 	}
-	env := []string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr}
+	env := be.Vars()
 	for _, args := range [][]string{
 		{"demo-replica", "--backend", "b", "--listen", replica},
 		{"serve", "--config", config, "--xds-listen", xds, "--http-listen", cpHTTP},

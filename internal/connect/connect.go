@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -50,10 +51,16 @@ func Fetch(ctx context.Context, client *api.Client, service string) (*Bundle, er
 	if err != nil {
 		return nil, err
 	}
+	return newBundle(service, cert, key, roots)
+}
+
+// newBundle parses a leaf and the roots into a Bundle.
+func newBundle(service string, cert, key, roots []byte) (*Bundle, error) {
 	b := &Bundle{CertPEM: cert, KeyPEM: key, RootsPEM: roots, Roots: x509.NewCertPool()}
 	if !b.Roots.AppendCertsFromPEM(b.RootsPEM) {
 		return nil, errors.New("connect: the CA answered no usable root")
 	}
+	var err error
 	if b.Leaf, err = tls.X509KeyPair(b.CertPEM, b.KeyPEM); err != nil {
 		return nil, fmt.Errorf("connect: leaf certificate for %s: %w", service, err)
 	}
@@ -169,18 +176,13 @@ func (s *Source) Run(ctx context.Context, log *slog.Logger) {
 func (s *Source) update(change func(*Bundle)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := *s.bundle
-	change(&b)
-	leaf, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
+	next := *s.bundle
+	change(&next)
+	b, err := newBundle(s.service, next.CertPEM, next.KeyPEM, next.RootsPEM)
 	if err != nil {
-		return fmt.Errorf("connect: leaf certificate for %s: %w", s.service, err)
+		return err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b.RootsPEM) {
-		return errors.New("connect: the CA answered no usable root")
-	}
-	b.Leaf, b.Roots = leaf, pool
-	s.bundle = &b
+	s.bundle = b
 	return nil
 }
 
@@ -189,23 +191,24 @@ func (s *Source) update(change func(*Bundle)) error {
 // is not up yet, or briefly away, delays a daemon's start instead of
 // ending it. It returns fetch's last error when ctx ends first.
 func Retry(ctx context.Context, log *slog.Logger, what string, fetch func(context.Context) error) error {
-	pause := time.Second
+	backoff := retryBackoff()
 	for {
 		err := fetch(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
+		pause := backoff.Next(0)
 		log.Warn("getting a Consul Connect certificate failed; retrying (is Consul up, and Connect on?)", "what", what, "err", err, "retry_in", pause)
-		select {
-		case <-ctx.Done():
+		if !proc.Sleep(ctx, pause) {
 			return err
-		case <-time.After(pause):
 		}
-		pause = min(2*pause, 30*time.Second)
 	}
+}
+
+// retryBackoff pauses a second after a failure, doubling up to 30s (its
+// callers start a new one after a success, so ResetAfter never applies).
+func retryBackoff() proc.Backoff {
+	return proc.Backoff{Min: time.Second, Max: 30 * time.Second, ResetAfter: time.Hour}
 }
 
 // Watch runs a blocking query until ctx ends: query gets the index of its
@@ -213,21 +216,18 @@ func Retry(ctx context.Context, log *slog.Logger, what string, fetch func(contex
 // and retried after a pause that doubles up to 30s.
 func Watch(ctx context.Context, log *slog.Logger, what string, query func(ctx context.Context, index uint64) (uint64, error)) {
 	var index uint64
-	pause := time.Second
+	backoff := retryBackoff()
 	for ctx.Err() == nil {
 		next, err := query(ctx, index)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("following a Consul Connect certificate failed; retrying", "what", what, "err", err, "retry_in", pause)
-		}
 		if err != nil || next == 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(pause):
+			pause := backoff.Next(0)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("following a Consul Connect certificate failed; retrying", "what", what, "err", err, "retry_in", pause)
 			}
-			pause = min(2*pause, 30*time.Second)
+			proc.Sleep(ctx, pause)
 			continue
 		}
-		pause = time.Second
+		backoff = retryBackoff()
 		if next < index { // Consul's index went back (a restored server): start over
 			next = 0
 		}

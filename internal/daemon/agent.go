@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -112,9 +110,8 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 			"use this on a single trusted host only", "address", o.Node.Address)
 		return nil, nil
 	}
-	host, portText, err := net.SplitHostPort(o.Inbound)
-	port, perr := strconv.ParseUint(portText, 10, 16)
-	if _, aerr := netip.ParseAddr(host); err != nil || perr != nil || aerr != nil || port == 0 {
+	inbound, err := netip.ParseAddrPort(o.Inbound)
+	if err != nil || inbound.Port() == 0 {
 		return nil, fmt.Errorf("--inbound %q: want the IP:port of the node's inbound listener, like 10.0.0.7:21000", o.Inbound)
 	}
 	// Envoy runs in its work folder and finds them at wire.SecretsDir.
@@ -127,7 +124,7 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 		return nil, fmt.Errorf("the node's identity from Consul's service-mesh CA (is Connect on? or run with --plaintext on a single trusted host): %w", err)
 	}
 	n := &o.Envoy.Bootstrap.Node
-	n.InboundAddress, n.InboundPort = host, uint32(port)
+	n.InboundAddress, n.InboundPort = inbound.Addr().String(), uint32(inbound.Port())
 	o.Envoy.Bootstrap.XDSTLS = &bootstrap.XDSTLS{Secrets: dir, ServerSANSuffix: "/svc/" + connect.ControllerService}
 	log.Info("mTLS: the node is known by its Consul Connect identity; replicas listen on loopback", "identity", connect.NodeService(o.Node.ID),
 		"inbound", o.Inbound, "secrets", dir)

@@ -40,7 +40,7 @@ func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
 // config at sdsPath (which Envoy watches and reloads), offering HTTP/2 and
 // HTTP/1.1 by ALPN.
 func serveTLS(l *listener.Listener, sdsPath string) error {
-	tlsContext, err := anypb.New(&tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+	socket, err := tlsSocket(&tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
 		AlpnProtocols: []string{"h2", "http/1.1"},
 		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{
 			Name: wire.PublicTLSSecret,
@@ -51,12 +51,9 @@ func serveTLS(l *listener.Listener, sdsPath string) error {
 		}},
 	}})
 	if err != nil {
-		return fmt.Errorf("listener %s: pack TLS context: %w", l.Name, err)
+		return fmt.Errorf("listener %s: %w", l.Name, err)
 	}
-	l.FilterChains[0].TransportSocket = &core.TransportSocket{
-		Name:       "envoy.transport_sockets.tls",
-		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: tlsContext},
-	}
+	l.FilterChains[0].TransportSocket = socket
 	return nil
 }
 

@@ -39,14 +39,11 @@ func (t *MTLS) Validate() error {
 	return nil
 }
 
-// tlsBackend reports whether b's replicas are reached over mTLS: the mesh
-// runs it and every replica has its node's inbound listener (a backend of
-// external instances has none; one with no replicas yet is taken as
-// servemesh's).
-func tlsBackend(t *MTLS, b model.Backend) bool {
-	if t == nil {
-		return false
-	}
+// tlsBackend reports whether, in a mesh with mTLS, b's replicas are
+// reached over mTLS: every replica has its node's inbound listener (a
+// backend of external instances has none; one with no replicas yet is
+// taken as servemesh's).
+func tlsBackend(b model.Backend) bool {
 	for _, r := range b.Replicas {
 		if r.Inbound == "" {
 			return false
@@ -170,7 +167,7 @@ func localBackends(m *model.Model, node string) []model.Backend {
 func secureClusters(m *model.Model, t *MTLS, clusters []*cluster.Cluster) error {
 	secure := map[string]bool{}
 	for _, b := range m.Backends {
-		if tlsBackend(t, b) && !b.ResolvedByDNS() {
+		if tlsBackend(b) && !b.ResolvedByDNS() {
 			secure[wire.ClusterName(b.Name)] = true
 		}
 	}
