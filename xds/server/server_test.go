@@ -341,7 +341,7 @@ func TestGoneNodesAreBounded(t *testing.T) {
 }
 
 // TestMTLSServesOnlyMTLSNodes: in a mesh with mTLS, a node with an inbound
-// listener and secrets folder gets clusters that call over TLS; a node
+// listener gets clusters that call over TLS; a node
 // without gets nothing, and its status says why.
 func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 	s, conn, _ := startServer(t)
