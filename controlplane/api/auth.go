@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/internal/httpserver"
 )
 
@@ -75,7 +76,7 @@ func ScopeOf(ctx context.Context) Scope {
 func (t Tokens) Authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(t) == 0 {
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, ScopeExec)))
+			next.ServeHTTP(w, r.WithContext(withScope(r.Context(), ScopeExec)))
 			return
 		}
 		if r.URL.Path == "/healthz" {
@@ -94,9 +95,19 @@ func (t Tokens) Authenticate(next http.Handler) http.Handler {
 		case scope < need:
 			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("this token has the %s scope; %s %s needs %s", scope, r.Method, r.URL.Path, need), "")
 		default:
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, scope)))
+			next.ServeHTTP(w, r.WithContext(withScope(r.Context(), scope)))
 		}
 	})
+}
+
+// withScope records scope in ctx, and with the exec scope the authority to
+// change what commands backends run.
+func withScope(ctx context.Context, scope Scope) context.Context {
+	ctx = context.WithValue(ctx, scopeKey{}, scope)
+	if scope >= ScopeExec {
+		ctx = controller.MayRunCommands(ctx)
+	}
+	return ctx
 }
 
 // scopeOf finds the scope of a request's bearer token, comparing every
@@ -113,13 +124,4 @@ func (t Tokens) scopeOf(r *http.Request) Scope {
 		}
 	}
 	return found
-}
-
-// requireExec answers 403 unless the request's token has the exec scope.
-func requireExec(w http.ResponseWriter, r *http.Request, what string) bool {
-	if ScopeOf(r.Context()) >= ScopeExec {
-		return true
-	}
-	writeError(w, http.StatusForbidden, "forbidden", what+" runs a command on servemesh's nodes, which needs a token with the exec scope; this one has "+ScopeOf(r.Context()).String(), "")
-	return false
 }

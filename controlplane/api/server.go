@@ -62,8 +62,9 @@ type ErrorBody struct {
 
 // Handler serves the /v1/ API for a controller; status, if not nil,
 // answers GET /v1/status. Wrap it (with the rest of the controller's HTTP
-// paths) in Tokens.Authenticate: changes that run commands check for the
-// exec scope here.
+// paths) in Tokens.Authenticate: only a token with the exec scope gets the
+// authority to change what commands run (controller.MayRunCommands), which
+// the controller checks under its write lock.
 func Handler(c *controller.Controller, log *slog.Logger, status func() StatusReport) http.Handler {
 	s := &server{c: c, log: log}
 	mux := http.NewServeMux()
@@ -135,9 +136,6 @@ func (s *server) createBackend(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &b) {
 		return
 	}
-	if b.Process != nil && !requireExec(w, r, fmt.Sprintf("backend %q", b.Name)) {
-		return
-	}
 	changed, err := s.c.CreateBackend(r.Context(), b)
 	s.answerChange(w, changed, err, http.StatusCreated)
 }
@@ -202,27 +200,8 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 	if !decodeLimit(w, r, &m, MaxApplyBytes) {
 		return
 	}
-	if name := s.newCommand(&m); name != "" && !requireExec(w, r, fmt.Sprintf("the apply's backend %q", name)) {
-		return
-	}
 	changes, err := s.c.Apply(r.Context(), &m, dryRun)
 	s.answer(w, ApplyResult{Changes: nonNil(changes), DryRun: dryRun}, err)
-}
-
-// newCommand names a process backend of desired whose command is new or
-// changed against the current state, or returns "".
-func (s *server) newCommand(desired *model.Model) string {
-	current, _ := s.c.State()
-	specs := make(map[string]string, len(current.Backends))
-	for _, b := range current.Backends {
-		specs[b.Name] = model.SpecHash(b.Process)
-	}
-	for _, b := range desired.Backends {
-		if b.Process != nil && specs[b.Name] != model.SpecHash(b.Process) {
-			return b.Name
-		}
-	}
-	return ""
 }
 
 func (s *server) leader(w http.ResponseWriter, _ *http.Request) {
@@ -264,6 +243,8 @@ func (s *server) answer(w http.ResponseWriter, body any, err error) {
 		}
 	case controller.Unavailable:
 		status, kind = http.StatusServiceUnavailable, "unavailable"
+	case controller.Forbidden:
+		status, kind = http.StatusForbidden, "forbidden"
 	}
 	writeError(w, status, kind, err.Error(), ce.Leader)
 }

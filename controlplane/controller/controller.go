@@ -258,8 +258,9 @@ func (c *Controller) Leader() (bool, string) {
 }
 
 // mutate runs one operation: fn edits a copy of the state; an unchanged copy
-// is a successful no-op; a changed one is validated, checkpointed, then
-// adopted and published. It reports whether anything changed.
+// is a successful no-op; a changed one is checked against the caller's
+// authority (checkCommands), validated, checkpointed, then adopted and
+// published. It reports whether anything changed.
 func (c *Controller) mutate(ctx context.Context, op string, fn func(m *model.Model) error) (changed bool, err error) {
 	start := time.Now()
 	defer func() { c.metrics.observe(op, changed, err, time.Since(start)) }()
@@ -275,6 +276,9 @@ func (c *Controller) mutate(ctx context.Context, op string, fn func(m *model.Mod
 	change := store.Diff(c.state, next)
 	if change.Size() == 0 {
 		return false, nil
+	}
+	if err := checkCommands(ctx, c.state, next); err != nil {
+		return false, err
 	}
 	if err := next.Validate(); err != nil {
 		return false, &Error{Kind: Invalid, Msg: "refused", Err: err}

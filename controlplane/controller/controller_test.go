@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -352,5 +353,47 @@ func TestReadsNeverWaitForWrites(t *testing.T) {
 	}
 	if m, _ := c.State(); len(m.Backends) != 1 {
 		t.Fatalf("after the write: %d backends", len(m.Backends))
+	}
+}
+
+// TestCommandsNeedAuthority: storing a new or changed process spec needs
+// MayRunCommands; the check compares whole specs (an env change with the
+// same command is a change), runs under the write lock on every path
+// (create, apply, dry run), and a refused change stores nothing.
+func TestCommandsNeedAuthority(t *testing.T) {
+	write := context.Background()
+	exec := MayRunCommands(write)
+	c, _ := newLeader(t, store.NewMemory())
+	p := model.Backend{Name: "p", Process: &model.ProcessSpec{Command: "/srv/model", Args: []string{"--port", "${PORT}"}}}
+	_, err := c.CreateBackend(write, p)
+	mustKind(t, err, Forbidden, "exec scope")
+	changed, err := c.CreateBackend(exec, p)
+	mustChange(t, changed, err)
+	if changed, err := c.CreateBackend(write, p); err != nil || changed {
+		t.Fatalf("creating the same backend again needs no authority: changed=%v err=%v", changed, err)
+	}
+	n := 8
+	changed, err = c.UpdateBackendConfig(write, "p", model.BackendConfigPatch{MaxConcurrentQueries: &n})
+	mustChange(t, changed, err)
+	same := &model.Model{Backends: []model.Backend{p}}
+	if _, err := c.Apply(write, same, false); err != nil {
+		t.Fatalf("an apply with the stored spec needs no authority: %v", err)
+	}
+	for name, change := range map[string]func(*model.ProcessSpec){
+		"env":     func(s *model.ProcessSpec) { s.Env = map[string]string{"LD_PRELOAD": "/tmp/x.so"} },
+		"args":    func(s *model.ProcessSpec) { s.Args = append(s.Args, "--evil") },
+		"command": func(s *model.ProcessSpec) { s.Command = "/bin/sh" },
+		"health":  func(s *model.ProcessSpec) { s.HealthPath = "/x" },
+	} {
+		changed := model.Clone(same)
+		change(changed.Backends[0].Process)
+		for _, dry := range []bool{true, false} {
+			_, err := c.Apply(write, changed, dry)
+			mustKind(t, err, Forbidden, `backend "p"`)
+		}
+		got, _ := c.GetBackend("p")
+		if !reflect.DeepEqual(got.Process, p.Process) {
+			t.Fatalf("%s: a refused apply changed the stored spec to %+v", name, got.Process)
+		}
 	}
 }

@@ -21,6 +21,9 @@ const (
 	NotLeader
 	// Unavailable: the store could not be written; nothing changed (HTTP 503).
 	Unavailable
+	// Forbidden: the caller may not make this change, such as a new
+	// command without the authority to run one (HTTP 403).
+	Forbidden
 )
 
 // Error is an operation's failure.

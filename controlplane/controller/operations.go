@@ -222,6 +222,9 @@ func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun boo
 		if err != nil {
 			return nil, err
 		}
+		if err := checkCommands(ctx, current, next); err != nil {
+			return nil, err
+		}
 		return describe(current, store.Diff(current, next)), nil
 	}
 	var diff []string

@@ -53,7 +53,7 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 	spec := model.SpecHash(b.Process)
 	var running []int // replicas of the current spec; older ones roll out in Reconcile
 	for j, p := range b.Placements {
-		if p.State == model.Running && (p.Spec == spec || p.Spec == "") {
+		if p.State == model.Running && p.Runs(spec) {
 			running = append(running, j)
 		}
 	}
@@ -250,7 +250,7 @@ func (c *Controller) rollOut(b *model.Backend, now time.Time) {
 	for j, p := range b.Placements {
 		switch {
 		case p.State != model.Running:
-		case p.Spec == spec || p.Spec == "":
+		case p.Runs(spec):
 			fresh = append(fresh, p.Tag)
 		default:
 			old = append(old, j)

@@ -69,7 +69,7 @@ func perNode(b model.Backend, state model.PlacementState) map[string]int {
 func TestPlacementSpreadsAcrossNodes(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 4, MemoryMB: 1000}, {ID: "n2", CPUs: 4, MemoryMB: 1000}, {ID: "n3", CPUs: 4, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
-	ctx := context.Background()
+	ctx := MayRunCommands(context.Background())
 	if _, err := c.CreateBackend(ctx, processBackend("a", 6, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestPlacementSpreadsAcrossNodes(t *testing.T) {
 func TestTooManyReplicasFailsWithTheSeedsMessageAndChangesNothing(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 2, MemoryMB: 1000}, {ID: "n2", CPUs: 1, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
-	ctx := context.Background()
+	ctx := MayRunCommands(context.Background())
 	_, err := c.CreateBackend(ctx, processBackend("a", 4, 1))
 	mustKind(t, err, Conflict, `cannot scale backend "a" to 4 replicas: servemesh tried to add 4 replicas but the nodes' free resources only allow 3 to be added; scale to 3 replicas`)
 	if _, rev, _ := st.Load(ctx); rev != 0 {
@@ -111,7 +111,7 @@ func TestTooManyReplicasFailsWithTheSeedsMessageAndChangesNothing(t *testing.T) 
 func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
-	ctx := context.Background()
+	ctx := MayRunCommands(context.Background())
 	if _, err := c.CreateBackend(ctx, processBackend("a", 4, 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
-	ctx := context.Background()
+	ctx := MayRunCommands(context.Background())
 	if _, err := c.CreateBackend(ctx, processBackend("a", 2, 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestUsersCannotSetPlacements(t *testing.T) {
 	c, _ := newScheduling(t, &fakeNodes{})
 	b := processBackend("a", 0, 0)
 	b.Placements = []model.Placement{{Tag: "a#000000", Node: "n1", State: model.Running}}
-	_, err := c.CreateBackend(context.Background(), b)
+	_, err := c.CreateBackend(MayRunCommands(context.Background()), b)
 	mustKind(t, err, Invalid, "placements are chosen by the controller")
 }
 
@@ -175,7 +175,7 @@ func TestUsersCannotSetPlacements(t *testing.T) {
 func TestApplyKeepsPlacements(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, st := newScheduling(t, nodes)
-	ctx := context.Background()
+	ctx := MayRunCommands(context.Background())
 	scaled := processBackend("auto", 0, 1)
 	scaled.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2}
 	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1), scaled}}
@@ -225,7 +225,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
-	ctx := context.Background()
+	ctx := MayRunCommands(context.Background())
 	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1)}}
 	if _, err := c.Apply(ctx, file, false); err != nil {
 		t.Fatal(err)
@@ -290,7 +290,7 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 func TestHugeScaleIsRefusedBeforeScheduling(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
-	ctx := context.Background()
+	ctx := MayRunCommands(context.Background())
 	changed, err := c.CreateBackend(ctx, processBackend("b", 1, 1))
 	mustChange(t, changed, err)
 	_, before, _ := st.Load(ctx)
@@ -333,7 +333,7 @@ func TestOnlyNodesThatAllowACommandRunIt(t *testing.T) {
 		{ID: "n2", CPUs: 8, MemoryMB: 1000, AllowedCommands: []string{"/bin/*"}},
 	}}
 	c, _ := newScheduling(t, nodes)
-	ctx := context.Background()
+	ctx := MayRunCommands(context.Background())
 	changed, err := c.CreateBackend(ctx, processBackend("ok", 3, 1))
 	mustChange(t, changed, err)
 	m, _ := c.State()

@@ -91,14 +91,35 @@ type Placement struct {
 	Spec string `json:"spec,omitempty"`
 }
 
-// SpecHash is a short, stable identifier of a process spec.
+// SpecHash is a stable identifier of a process spec: 128 bits of its
+// SHA-256, so no two specs share one in practice. It only tells replicas of
+// an older spec from the current one; whether a change may run a new
+// command is decided by comparing whole specs (see the controller).
 func SpecHash(p *ProcessSpec) string {
 	if p == nil {
 		return ""
 	}
 	b, _ := json.Marshal(p) // maps marshal in key order: stable
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:4])
+	return hex.EncodeToString(sum[:16])
+}
+
+// legacySpecHashLen is the length of the 32-bit hashes placements stored
+// before SpecHash grew to 128 bits.
+const legacySpecHashLen = 8
+
+// Runs reports whether the placed replica runs the spec whose SpecHash is
+// hash. A placement stored before specs were recorded runs the current one,
+// and one stored with a 32-bit hash runs it if that is hash's prefix, so an
+// upgrade restarts no replica.
+func (p Placement) Runs(hash string) bool {
+	switch len(p.Spec) {
+	case 0:
+		return true
+	case legacySpecHashLen:
+		return strings.HasPrefix(hash, p.Spec)
+	}
+	return p.Spec == hash
 }
 
 // Managed reports whether servemesh's agents run the backend's replicas.

@@ -111,3 +111,21 @@ func TestGoldenInvalid(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSpecHashIs128Bits: a 32-bit hash could be matched by brute force;
+// placements stored with one still count as running the current spec.
+func TestSpecHashIs128Bits(t *testing.T) {
+	spec := &ProcessSpec{Command: "/srv/model"}
+	h := SpecHash(spec)
+	if len(h) != 32 {
+		t.Fatalf("SpecHash = %q: %d hex digits, want 32 (128 bits)", h, len(h))
+	}
+	for _, tc := range []struct {
+		stored string
+		want   bool
+	}{{h, true}, {"", true}, {h[:8], true}, {"00000000", h[:8] == "00000000"}, {h[:16], false}, {SpecHash(&ProcessSpec{Command: "/bin/sh"}), false}} {
+		if got := (Placement{Spec: tc.stored}).Runs(h); got != tc.want {
+			t.Errorf("Placement{Spec: %q}.Runs(%q) = %v, want %v", tc.stored, h, got, tc.want)
+		}
+	}
+}
