@@ -142,7 +142,29 @@ func replicaUser(name string) (*syscall.Credential, error) {
 	if err1 != nil || err2 != nil {
 		return nil, fmt.Errorf("--run-as %q: user %s has a non-numeric uid or gid", name, u.Username)
 	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+	groups, err := userGroups(u)
+	if err != nil {
+		return nil, fmt.Errorf("--run-as %q: %w", name, err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}, nil
+}
+
+// userGroups are the ids of the groups u belongs to: exactly what a replica
+// run as u gets, none of the agent's own supplementary groups.
+func userGroups(u *user.User) ([]uint32, error) {
+	ids, err := u.GroupIds()
+	if err != nil {
+		return nil, fmt.Errorf("the groups of user %s: %w", u.Username, err)
+	}
+	groups := make([]uint32, 0, len(ids))
+	for _, id := range ids {
+		g, err := strconv.ParseUint(id, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("user %s is in a group with a non-numeric id %q", u.Username, id)
+		}
+		groups = append(groups, uint32(g))
+	}
+	return groups, nil
 }
 
 // Run registers the node, then runs its placed replicas until ctx ends, when

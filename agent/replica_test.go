@@ -4,9 +4,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,5 +134,21 @@ func TestReplicasRunUnprivileged(t *testing.T) {
 	out := runOnce(t, a, model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-u"}}, 1)
 	if got := strings.TrimSpace(out); got != strconv.Itoa(int(cred.Uid)) {
 		t.Fatalf("the replica ran as uid %q, want %d (nobody)", got, cred.Uid)
+	}
+	// Exactly nobody's groups: none of the agent's supplementary groups
+	// (here adm and disk) is kept.
+	if err := syscall.Setgroups([]int{4, 6}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Setgroups(nil) }()
+	a.workDir = t.TempDir()
+	_ = os.Chmod(a.workDir, 0o755)
+	out = runOnce(t, a, model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-G"}}, 1)
+	want, err := exec.Command("/usr/bin/id", "-G", "nobody").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(out); !slices.Equal(got, strings.Fields(string(want))) {
+		t.Fatalf("the replica runs with groups %v, want nobody's %v", got, strings.Fields(string(want)))
 	}
 }
