@@ -135,6 +135,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	for _, body := range []string{`{"name": "x",`, `{"name": ["x"]}`, `{"name": "x", "bogus": 1}`, `{"name": "` + strings.Repeat("x", 2<<20) + `"}`} {
 		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+ctl.apiAddr+"/v1/backends", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer e2e-secret")
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -51,9 +51,18 @@ func (f *fixture) rev(t testing.TB) store.Revision {
 
 func raw(t *testing.T, method, url, body, token string) (int, string) {
 	t.Helper()
+	return rawWith(t, method, url, body, token, http.Header{"Content-Type": {"application/json"}})
+}
+
+// rawWith is raw with the given request headers.
+func rawWith(t *testing.T, method, url, body, token string, header http.Header) (int, string) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -278,5 +287,76 @@ func TestTokenScopes(t *testing.T) {
 		if status != tc.want {
 			t.Errorf("%s %s %s with %q: HTTP %d %s, want %d", tc.method, tc.path, tc.body, tc.token, status, body, tc.want)
 		}
+	}
+}
+
+// TestTokenlessAPIRefusesBrowsers: an API without tokens trusts whoever
+// reaches it, so what a web page can send must not reach it: a cross-origin
+// POST with Content-Type text/plain and a foreign Host created a process
+// backend (CSRF, DNS rebinding). Bodies are JSON (YAML for apply) only,
+// with tokens too.
+func TestTokenlessAPIRefusesBrowsers(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tokens := range []Tokens{{}, {"x-token": ScopeExec}} {
+		st := store.NewMemory()
+		c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*model.Model) error { return nil }})
+		if err := c.Lead(context.Background(), "self"); err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(tokens.Authenticate(Handler(c, log, nil)))
+		token := ""
+		if len(tokens) > 0 {
+			token = "x-token"
+		}
+		process := `{"name": "p", "process": {"command": "/bin/sh"}}`
+		js := "application/json"
+		for _, tc := range []struct {
+			name   string
+			header http.Header
+			path   string
+			body   string
+			want   int
+		}{
+			{"text/plain (a form a page may post)", http.Header{"Content-Type": {"text/plain"}}, "/v1/backends", process, 415},
+			{"no content type", http.Header{}, "/v1/backends", process, 415},
+			{"a form", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, "/v1/backends", process, 415},
+			{"YAML outside apply", http.Header{"Content-Type": {"application/yaml"}}, "/v1/backends", "name: a", 415},
+			{"YAML apply", http.Header{"Content-Type": {"application/yaml"}}, "/v1/apply", "backends: [{name: ya}]", 200},
+			{"JSON with a charset", http.Header{"Content-Type": {js + "; charset=utf-8"}}, "/v1/backends", `{"name": "a"}`, 201},
+		} {
+			if status, body := rawWith(t, "POST", srv.URL+tc.path, tc.body, token, tc.header); status != tc.want {
+				t.Errorf("tokens=%d %s: HTTP %d %s, want %d", len(tokens), tc.name, status, body, tc.want)
+			}
+		}
+		if len(tokens) == 0 {
+			for _, tc := range []struct {
+				name   string
+				header http.Header
+			}{
+				{"an Origin header", http.Header{"Content-Type": {js}, "Origin": {"http://evil.example"}}},
+				{"a foreign Host on loopback", http.Header{"Content-Type": {js}, "Host": {"evil.example"}}},
+			} {
+				req, _ := http.NewRequestWithContext(context.Background(), "POST", srv.URL+"/v1/backends", strings.NewReader(process))
+				req.Header = tc.header
+				if h := tc.header.Get("Host"); h != "" {
+					req.Host = h
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusForbidden {
+					t.Errorf("%s: HTTP %d, want 403", tc.name, resp.StatusCode)
+				}
+			}
+			if status, _ := rawWith(t, "GET", srv.URL+"/v1/backends", "", "", http.Header{"Origin": {"http://evil.example"}}); status != http.StatusForbidden {
+				t.Errorf("a read from a page: HTTP %d, want 403", status)
+			}
+		}
+		if _, err := c.GetBackend("p"); err == nil {
+			t.Errorf("tokens=%d: a refused request created the process backend", len(tokens))
+		}
+		srv.Close()
 	}
 }

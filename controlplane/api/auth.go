@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"fmt"
+	"net"
 	"net/http"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
@@ -76,6 +77,10 @@ func ScopeOf(ctx context.Context) Scope {
 func (t Tokens) Authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(t) == 0 {
+			if msg := fromABrowser(r); msg != "" {
+				writeError(w, http.StatusForbidden, "forbidden", msg, "")
+				return
+			}
 			next.ServeHTTP(w, r.WithContext(withScope(r.Context(), ScopeExec)))
 			return
 		}
@@ -98,6 +103,26 @@ func (t Tokens) Authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(withScope(r.Context(), scope)))
 		}
 	})
+}
+
+// fromABrowser says why a request to an API without tokens may come from a
+// web page rather than a local client, or returns "". Such an API trusts
+// whoever reaches it, so a page must not reach it through the browser: a
+// request with an Origin header (a page's fetch or form, CSRF), or one that
+// reached a loopback address naming another host (DNS rebinding), is
+// refused.
+func fromABrowser(r *http.Request) string {
+	if o := r.Header.Get("Origin"); o != "" {
+		return fmt.Sprintf("a request with an Origin header (%q) comes from a web page, and this API has no token; call it from a client such as the servemesh CLI, or give the controller tokens (--token-file)", o)
+	}
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if local == nil || !httpserver.IsLoopback(local.String()) {
+		return "" // served beyond loopback without a token: --insecure said so
+	}
+	if !httpserver.IsLoopback(r.Host) && !httpserver.IsLoopback(r.Host+":0") {
+		return fmt.Sprintf("this API listens on loopback without a token and answers only to a loopback host (localhost, 127.0.0.1, [::1]), not %q (DNS rebinding); use a loopback address", r.Host)
+	}
+	return ""
 }
 
 // withScope records scope in ctx, and with the exec scope the authority to

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -197,7 +200,7 @@ func (s *server) setShadow(w http.ResponseWriter, r *http.Request) {
 func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
 	var m model.Model
-	if !decodeLimit(w, r, &m, MaxApplyBytes) {
+	if !decodeLimit(w, r, &m, MaxApplyBytes, true) {
 		return
 	}
 	changes, err := s.c.Apply(r.Context(), &m, dryRun)
@@ -249,14 +252,20 @@ func (s *server) answer(w http.ResponseWriter, body any, err error) {
 	writeError(w, status, kind, err.Error(), ce.Leader)
 }
 
-// decode reads a JSON body strictly: bounded size, no unknown fields, one
-// value. On failure it answers and returns false.
+// decode reads a JSON body strictly: Content-Type application/json,
+// bounded size, no unknown fields, one value. On failure it answers and
+// returns false.
 func decode(w http.ResponseWriter, r *http.Request, into any) bool {
-	return decodeLimit(w, r, into, MaxBodyBytes)
+	return decodeLimit(w, r, into, MaxBodyBytes, false)
 }
 
-// decodeLimit is decode with a body of at most limit bytes.
-func decodeLimit(w http.ResponseWriter, r *http.Request, into any, limit int64) bool {
+// decodeLimit is decode with a body of at most limit bytes, in YAML too
+// (application/yaml) if yamlToo.
+func decodeLimit(w http.ResponseWriter, r *http.Request, into any, limit int64, yamlToo bool) bool {
+	isYAML, ok := bodyType(w, r, yamlToo)
+	if !ok {
+		return false
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	switch {
@@ -270,11 +279,37 @@ func decodeLimit(w http.ResponseWriter, r *http.Request, into any, limit int64) 
 		writeError(w, http.StatusBadRequest, "invalid", "the body is empty; send a JSON object", "")
 		return false
 	}
+	if isYAML {
+		if body, err = yaml.YAMLToJSONStrict(body); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid", "the YAML body: "+err.Error(), "")
+			return false
+		}
+	}
 	if err := model.DecodeJSON(body, into); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid", err.Error(), "")
 		return false
 	}
 	return true
+}
+
+// bodyType checks a body's Content-Type: application/json, or with yamlToo
+// application/yaml. Anything else, a form or text/plain in particular (what
+// a web page may send to another origin without asking), is answered 415.
+func bodyType(w http.ResponseWriter, r *http.Request, yamlToo bool) (isYAML, ok bool) {
+	media, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case err == nil && media == "application/json":
+		return false, true
+	case err == nil && yamlToo && (media == "application/yaml" || media == "application/x-yaml"):
+		return true, true
+	}
+	want := "application/json"
+	if yamlToo {
+		want += " or application/yaml"
+	}
+	writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type",
+		fmt.Sprintf("the body's Content-Type is %q; send %s", r.Header.Get("Content-Type"), want), "")
+	return false, false
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {
