@@ -67,7 +67,11 @@ func (c *ctlProc) start() {
 	}
 	c.stderr = &testutil.SyncBuffer{}
 	// Plaintext unless the test asks for mTLS (--plaintext=false): a later flag wins.
-	args := append([]string{"controller", "--plaintext", "--id", c.id, "--api-listen", c.apiAddr, "--xds-listen", c.xdsAddr}, c.args...)
+	args := []string{"controller", "--plaintext", "--id", c.id, "--api-listen", c.apiAddr, "--xds-listen", c.xdsAddr}
+	if !slices.ContainsFunc(c.args, func(a string) bool { return strings.HasPrefix(a, "--allow-replica-cidr") }) {
+		args = append(args, "--allow-replica-cidr", "127.0.0.0/8") // the tests' static replicas listen on loopback
+	}
+	args = append(args, c.args...)
 	var err error
 	c.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: args, Env: append(os.Environ(), c.env...), Stderr: c.stderr})
 	if err != nil {

@@ -43,7 +43,7 @@ func run() error {
 	defer be.Close()
 	dir, bin, consul, env := be.Dir, be.Bin, be.Consul, be.Vars()
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctlProc, err := start(env, bin, "controller", "--plaintext", "--api-listen", apiAddr, "--xds-listen", xdsAddr, "--drain-grace", "1s")
+	ctlProc, err := start(env, bin, "controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", apiAddr, "--xds-listen", xdsAddr, "--drain-grace", "1s")
 	if err != nil {
 		return err
 	}

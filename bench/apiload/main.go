@@ -44,7 +44,7 @@ func run(nodes int, mixed time.Duration) error {
 	}
 	defer be.Close()
 	b := &bench{api: testutil.MustFreeAddr("127.0.0.1"), xds: testutil.MustFreeAddr("127.0.0.1")}
-	b.ctl, err = proc.Start(proc.Spec{Path: be.Bin, Args: []string{"controller", "--plaintext", "--api-listen", b.api, "--xds-listen", b.xds},
+	b.ctl, err = proc.Start(proc.Spec{Path: be.Bin, Args: []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", b.api, "--xds-listen", b.xds},
 		Env: append(os.Environ(), append(be.Vars(), "SERVEMESH_LOG_LEVEL=warn")...)})
 	if err != nil {
 		return err

@@ -101,7 +101,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 		return err
 	}
 	apiAddr, xdsAddr, public, mesh, admin := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctl, err := proc.Start(proc.Spec{Path: bin, Args: []string{"controller", "--plaintext", "--api-listen", apiAddr, "--xds-listen", xdsAddr},
+	ctl, err := proc.Start(proc.Spec{Path: bin, Args: []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", apiAddr, "--xds-listen", xdsAddr},
 		Env: append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)})
 	if err != nil {
 		return err

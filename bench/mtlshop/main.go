@@ -88,7 +88,7 @@ func (b *bench) measure(mode string, rate int, duration time.Duration, concurren
 	work := filepath.Join(b.Dir, mode)
 	plaintext := "--plaintext=" + strconv.FormatBool(mode == "plaintext")
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctl, err := b.Run("controller", plaintext, "--consul-prefix", "bench-"+mode, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
+	ctl, err := b.Run("controller", plaintext, "--allow-replica-cidr", "127.0.0.0/8", "--consul-prefix", "bench-"+mode, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
 	if err != nil {
 		return result{}, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/daemon"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -26,6 +27,7 @@ const faultEnv = "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT"
 func newControllerCommand(log *slog.Logger) *cobra.Command {
 	var o daemon.ControllerOptions
 	var tokenFile, writeTokenFile, readTokenFile, agentTokenFile string
+	var allowCIDRs []string
 	c := &cobra.Command{
 		Use:   "controller",
 		Short: "run the controller: state in Consul, the /v1/ API, xDS; several elect a leader",
@@ -34,6 +36,11 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 			if err := controllerDefaults(&o, cmd.Flags().Changed("fault-crash-after-checkpoint")); err != nil {
 				return err
 			}
+			cidrs, err := model.ParseCIDRs(allowCIDRs)
+			if err != nil {
+				return err
+			}
+			o.Addresses.Allow = cidrs
 			o.Tokens = api.Tokens{}
 			for _, f := range []struct {
 				path  string
@@ -68,6 +75,7 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 	fs.Float64Var(&o.CrashAfterCheckpoint, "fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+faultEnv+")")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")
 	fs.DurationVar(&o.ReplaceAfter, "replace-after", 30*time.Second, "how long a node may be gone before its replicas are placed elsewhere")
+	fs.StringSliceVar(&allowCIDRs, "allow-replica-cidr", nil, "a range (CIDR, repeatable) that static replicas and external instances may name although it is on the node: loopback, link-local and unspecified addresses are refused otherwise (Envoy's admin, Consul and the metadata service listen there)")
 	return c
 }
 

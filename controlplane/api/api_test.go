@@ -84,7 +84,7 @@ func TestClientRoundTripAndStatusCodes(t *testing.T) {
 	f := newFixture(t, "")
 	ctx := context.Background()
 	cl := NewClient(f.srv.URL, "")
-	v1 := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:9001"}}}
+	v1 := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
 	if changed, err := cl.CreateBackend(ctx, v1); err != nil || !changed {
 		t.Fatalf("create: %v %v", changed, err)
 	}

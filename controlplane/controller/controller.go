@@ -44,6 +44,8 @@ type Options struct {
 	// checks; a rollout drains old replicas only when enough new ones do.
 	// Nil counts every placed replica as healthy.
 	Healthy func(backend string) map[string]bool
+	// Addresses are the static replica addresses users may name.
+	Addresses model.AddressPolicy
 }
 
 // Controller owns the desired state. Create it with New, then call Lead to
@@ -58,6 +60,7 @@ type Controller struct {
 
 	listNodes    NodeLister
 	healthy      func(backend string) map[string]bool
+	addresses    model.AddressPolicy
 	drainGrace   time.Duration
 	replaceAfter time.Duration
 	missingSince map[string]time.Time // node -> first seen gone; under mu
@@ -95,7 +98,7 @@ func New(o Options) *Controller {
 	c := &Controller{
 		log: o.Logger, store: o.Store, publish: o.Publish, crashP: o.CrashAfterCheckpoint,
 		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &model.Model{},
-		listNodes: o.Nodes, healthy: o.Healthy, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
+		listNodes: o.Nodes, healthy: o.Healthy, addresses: o.Addresses, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
 	}
 	if c.drainGrace == 0 {
 		c.drainGrace = 5 * time.Second
@@ -259,7 +262,7 @@ func (c *Controller) Leader() (bool, string) {
 
 // mutate runs one operation: fn edits a copy of the state; an unchanged copy
 // is a successful no-op; a changed one is checked against the caller's
-// authority (checkCommands), validated, checkpointed, then adopted and
+// authority and the operator's settings (guard), validated, checkpointed, then adopted and
 // published. It reports whether anything changed.
 func (c *Controller) mutate(ctx context.Context, op string, fn func(m *model.Model) error) (changed bool, err error) {
 	start := time.Now()
@@ -277,7 +280,7 @@ func (c *Controller) mutate(ctx context.Context, op string, fn func(m *model.Mod
 	if change.Size() == 0 {
 		return false, nil
 	}
-	if err := checkCommands(ctx, c.state, next); err != nil {
+	if err := c.guard(ctx, c.state, next); err != nil {
 		return false, err
 	}
 	if err := next.Validate(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func newLeader(t *testing.T, st store.Store) (*Controller, *published) {
 }
 
 func backend(name string) model.Backend {
-	return model.Backend{Name: name, Replicas: []model.Replica{{Address: "127.0.0.1:9001"}}}
+	return model.Backend{Name: name, Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
 }
 
 func mustChange(t *testing.T, changed bool, err error) {
@@ -396,4 +397,41 @@ func TestCommandsNeedAuthority(t *testing.T) {
 			t.Fatalf("%s: a refused apply changed the stored spec to %+v", name, got.Process)
 		}
 	}
+}
+
+// TestReplicaAddressesOnTheNodeNeedTheOperator: a write token could point a
+// public route at Envoy's admin, Consul or the metadata service through a
+// static replica; such addresses need the operator's --allow-replica-cidr,
+// on every path, and a state accepted under other settings keeps working.
+func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	c, _ := newLeader(t, st)
+	for _, addr := range []string{"127.0.0.1:15000", "localhost:8500", "169.254.169.254:80", "0.0.0.0:9001", "[::1]:9001"} {
+		b := model.Backend{Name: "b", Replicas: []model.Replica{{Address: "10.0.0.2:80"}, {Address: addr}}}
+		_, err := c.CreateBackend(ctx, b)
+		mustKind(t, err, Invalid, "--allow-replica-cidr")
+		mustKind(t, err, Invalid, "replicas[1]")
+		for _, dry := range []bool{true, false} {
+			_, err = c.Apply(ctx, &model.Model{Backends: []model.Backend{b}}, dry)
+			mustKind(t, err, Invalid, "--allow-replica-cidr")
+		}
+	}
+	if m, _ := c.State(); len(m.Backends) != 0 {
+		t.Fatalf("refused writes stored %+v", m.Backends)
+	}
+	allowing := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil },
+		Addresses: model.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	if err := allowing.Lead(ctx, "self"); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := allowing.CreateBackend(ctx, model.Backend{Name: "local", Replicas: []model.Replica{{Address: "127.0.0.1:9001"}}})
+	mustChange(t, changed, err)
+	// A controller without the setting leads the stored state and takes
+	// writes that add no such address.
+	c, _ = newLeader(t, st)
+	changed, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "e", Traffic: map[string]float64{"local": 1}})
+	mustChange(t, changed, err)
+	_, err = c.Apply(ctx, &model.Model{Backends: []model.Backend{{Name: "local", Replicas: []model.Replica{{Address: "127.0.0.1:9001"}, {Address: "127.0.0.1:9002"}}}}}, true)
+	mustKind(t, err, Invalid, `"127.0.0.1:9002"`)
 }

@@ -222,7 +222,7 @@ func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun boo
 		if err != nil {
 			return nil, err
 		}
-		if err := checkCommands(ctx, current, next); err != nil {
+		if err := c.guard(ctx, current, next); err != nil {
 			return nil, err
 		}
 		return describe(current, store.Diff(current, next)), nil

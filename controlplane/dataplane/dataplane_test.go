@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -44,8 +45,10 @@ func TestView(t *testing.T) {
 			{ID: "dns", Address: "legacy.internal:80", Passing: true}, // a DNS name: Envoy resolves it
 			{ID: "junk", Address: "not an address", Passing: true},    // dropped alone
 			{ID: "twice", Address: "10.0.0.1:80", Passing: true},      // same address: dropped alone
+			{ID: "admin", Address: "127.0.0.1:15000", Passing: true},  // on the node: refused unless allowed
+			{ID: "meta", Address: "169.254.169.254:80", Passing: true},
 		},
-	}, false)
+	}, Rules{})
 	if err := view.Validate(); err != nil {
 		t.Fatalf("the data-plane view must be a valid model: %v", err)
 	}
@@ -60,9 +63,15 @@ func TestView(t *testing.T) {
 	if got := view.Backends[1].Replicas; len(got) != 2 || got[0].Address != "10.0.0.1:80" || got[1].Address != "legacy.internal:80" {
 		t.Fatalf("external backend replicas %+v", got)
 	}
-	if len(dropped) != 2 || dropped[0].Instance != "junk" || !strings.Contains(dropped[0].Reason, "not an IP:port or host:port") ||
-		dropped[1].Instance != "twice" || dropped[1].Backend != "ext" {
-		t.Fatalf("dropped %+v, want the DNS-named and the duplicate instance", dropped)
+	if len(dropped) != 4 || dropped[0].Instance != "junk" || !strings.Contains(dropped[0].Reason, "not an IP:port or host:port") ||
+		dropped[1].Instance != "twice" || dropped[1].Backend != "ext" ||
+		dropped[2].Instance != "admin" || !strings.Contains(dropped[2].Reason, "--allow-replica-cidr") || dropped[3].Instance != "meta" {
+		t.Fatalf("dropped %+v, want the unreadable, the duplicate, the loopback and the link-local instance", dropped)
+	}
+	allowed, dropped := View(m, map[string][]catalog.Instance{"legacy": {{ID: "admin", Address: "127.0.0.1:9001", Passing: true}}},
+		Rules{Addresses: model.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	if len(dropped) != 0 || len(allowed.Backends[1].Replicas) != 1 {
+		t.Fatalf("with loopback allowed, an external instance there is served: %+v, dropped %+v", allowed.Backends[1].Replicas, dropped)
 	}
 	if len(view.Backends[2].Replicas) != 1 || m.Backends[0].Replicas != nil || m.Backends[0].Process == nil {
 		t.Fatal("static replicas lost, or the input state was modified")
@@ -87,7 +96,7 @@ func TestViewMTLS(t *testing.T) {
 			{ID: "c", Address: "10.0.0.3:1000", Tag: "run#000003", Passing: true, Node: "n3"},
 		},
 		"legacy": {{ID: "l", Address: "10.0.0.9:80", Passing: true, Node: "x", Inbound: "10.0.0.9:21000"}},
-	}, true)
+	}, Rules{MTLS: true})
 	if err := view.Validate(); err != nil {
 		t.Fatalf("the data-plane view must be a valid model: %v", err)
 	}

@@ -32,9 +32,8 @@ type Options struct {
 	Logger    *slog.Logger
 	// Registerer receives the publisher's metrics; nil skips them.
 	Registerer prometheus.Registerer
-	// MTLS says the mesh runs mesh mTLS: a replica is reached only through
-	// its node's inbound listener (see View).
-	MTLS bool
+	// Rules are what the view checks of instances (see View).
+	Rules Rules
 }
 
 // Publisher hands the data plane the desired state merged with the health
@@ -45,7 +44,7 @@ type Publisher struct {
 	log       *slog.Logger
 	failures  prometheus.Counter
 	dropped   prometheus.Gauge
-	mtls      bool
+	rules     Rules
 
 	mu          sync.Mutex
 	state       *model.Model // the last state published
@@ -55,7 +54,7 @@ type Publisher struct {
 
 // New returns a Publisher; call Run to follow health changes.
 func New(o Options) *Publisher {
-	p := &Publisher{sink: o.Sink, instances: o.Instances, log: o.Logger, mtls: o.MTLS,
+	p := &Publisher{sink: o.Sink, instances: o.Instances, log: o.Logger, rules: o.Rules,
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "servemesh_dataplane_view_refusals_total",
 			Help: "Data-plane views the xDS server refused; the last accepted one keeps serving."}),
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "servemesh_dataplane_dropped_instances",
@@ -119,7 +118,7 @@ func (p *Publisher) Err() error {
 // handOver builds the view of p.state and gives it to the sink. Called
 // with mu held.
 func (p *Publisher) handOver() error {
-	view, dropped := View(p.state, p.instances.Snapshot(), p.mtls)
+	view, dropped := View(p.state, p.instances.Snapshot(), p.rules)
 	p.lastDropped = dropped
 	p.dropped.Set(float64(len(dropped)))
 	for _, d := range dropped {

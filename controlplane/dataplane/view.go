@@ -26,18 +26,30 @@ type Dropped struct {
 	Backend, Instance, Reason string
 }
 
+// Rules are what View checks of the instances it is given.
+type Rules struct {
+	// MTLS says the mesh runs mesh mTLS: a replica is reached only through
+	// its node's inbound listener.
+	MTLS bool
+	// Addresses are the addresses an external service's instances may
+	// have, as for static replicas (their registrations are as much users'
+	// input).
+	Addresses model.AddressPolicy
+}
+
 // View returns m with every backend's replicas listed plainly, as the
 // translator reads them: a process backend gets its placed replicas that
 // Consul knows (draining when their placement drains), an external backend
 // its service's instances, by IP or by DNS name. What only the controller
 // and agents use (process specs, placements, autoscaling) is left out. An
-// instance whose address the data plane cannot use is dropped alone and
-// listed in the second result; m is not modified.
+// instance whose address the data plane cannot use, or that the address
+// policy refuses, is dropped alone and listed in the second result; m is
+// not modified.
 //
-// With mtls, a replica servemesh runs keeps its node and its node's inbound
+// With mTLS, a replica servemesh runs keeps its node and its node's inbound
 // listener, through which every node reaches it; one whose agent announces
 // no inbound listener (it runs without mesh mTLS) is dropped.
-func View(m *model.Model, instances map[string][]catalog.Instance, mtls bool) (*model.Model, []Dropped) {
+func View(m *model.Model, instances map[string][]catalog.Instance, rules Rules) (*model.Model, []Dropped) {
 	out := model.Clone(m)
 	var dropped []Dropped
 	for i := range out.Backends {
@@ -53,7 +65,7 @@ func View(m *model.Model, instances map[string][]catalog.Instance, mtls bool) (*
 				if !ok {
 					continue // not (or no longer) placed: not ours to serve
 				}
-				if mtls && in.Inbound == "" {
+				if rules.MTLS && in.Inbound == "" {
 					dropped = append(dropped, Dropped{Backend: b.Name, Instance: in.ID,
 						Reason: fmt.Sprintf("node %q announces no inbound listener: run its agent with mesh mTLS, as the controller", in.Node)})
 					continue
@@ -63,6 +75,10 @@ func View(m *model.Model, instances map[string][]catalog.Instance, mtls bool) (*
 		case b.External != nil:
 			for _, in := range instances[b.External.Service] {
 				in.Node, in.Inbound = "", "" // outside the mesh: reached directly
+				if err := rules.Addresses.Check(in.Address); err != nil {
+					dropped = append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: err.Error()})
+					continue
+				}
 				b.Replicas, dropped = addReplica(b, in, model.Running, dropped)
 			}
 		}

@@ -3,6 +3,7 @@ package model
 import (
 	"flag"
 	"math"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -127,5 +128,44 @@ func TestSpecHashIs128Bits(t *testing.T) {
 		if got := (Placement{Spec: tc.stored}).Runs(h); got != tc.want {
 			t.Errorf("Placement{Spec: %q}.Runs(%q) = %v, want %v", tc.stored, h, got, tc.want)
 		}
+	}
+}
+
+// TestAddressPolicy: addresses on the node itself or its link are refused
+// unless allowed, and the error names the setting that allows them.
+func TestAddressPolicy(t *testing.T) {
+	var deny AddressPolicy
+	allow := AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	for _, tc := range []struct {
+		addr         string
+		denied, both bool
+	}{
+		{"127.0.0.1:15000", true, false},
+		{"127.1.2.3:8500", true, false},
+		{"localhost:8500", true, false},
+		{"api.localhost.:8500", true, false},
+		{"[::1]:9001", true, true},
+		{"[::ffff:127.0.0.1]:9001", true, false},
+		{"169.254.169.254:80", true, true},
+		{"[fe80::1]:80", true, true},
+		{"0.0.0.0:80", true, true},
+		{"[::]:80", true, true},
+		{"224.0.0.1:80", true, true},
+		{"10.0.0.5:9000", false, false},
+		{"model.internal:9000", false, false},
+	} {
+		err := deny.Check(tc.addr)
+		if (err != nil) != tc.denied {
+			t.Errorf("Check(%q) = %v, want denied=%v", tc.addr, err, tc.denied)
+		}
+		if err != nil && !strings.Contains(err.Error(), AllowFlag) {
+			t.Errorf("Check(%q): %v does not name %s", tc.addr, err, AllowFlag)
+		}
+		if err := allow.Check(tc.addr); (err != nil) != tc.both {
+			t.Errorf("with 127.0.0.0/8 allowed, Check(%q) = %v, want denied=%v", tc.addr, err, tc.both)
+		}
+	}
+	if _, err := ParseCIDRs([]string{"127.0.0.1"}); err == nil || !strings.Contains(err.Error(), AllowFlag) {
+		t.Errorf("a CIDR without its length: %v", err)
 	}
 }

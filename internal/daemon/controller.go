@@ -17,6 +17,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/dataplane"
 	"github.com/servemesh/servemesh/controlplane/leader"
+	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
@@ -50,6 +51,9 @@ type ControllerOptions struct {
 	CrashAfterCheckpoint float64
 	DrainGrace           time.Duration
 	ReplaceAfter         time.Duration
+	// Addresses are the replica addresses users may name (static replicas,
+	// external services' instances).
+	Addresses model.AddressPolicy
 }
 
 // controllerParts are a controller's components, wired together.
@@ -167,13 +171,15 @@ func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOptions) *controllerParts {
 	plane := NewPlane(log)
 	watcher := catalog.NewWatcher(client, log.With("component", "catalog"))
-	publisher := dataplane.New(dataplane.Options{Sink: plane.XDS, Instances: watcher, MTLS: !o.Plaintext,
+	publisher := dataplane.New(dataplane.Options{Sink: plane.XDS, Instances: watcher,
+		Rules:  dataplane.Rules{MTLS: !o.Plaintext, Addresses: o.Addresses},
 		Logger: log.With("component", "dataplane"), Registerer: plane.Registry})
 	nodes := catalog.Nodes(client, log.With("component", "catalog").Warn)
 	ctl := controller.New(controller.Options{
 		Logger: log.With("component", "controller"), Store: store.NewConsul(client, o.ConsulPrefix),
 		Publish: publisher.Publish, Registerer: plane.Registry, CrashAfterCheckpoint: o.CrashAfterCheckpoint,
 		Nodes: nodes, DrainGrace: o.DrainGrace, ReplaceAfter: o.ReplaceAfter, Healthy: watcher.PassingTags,
+		Addresses: o.Addresses,
 	})
 	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)
 	scaler.AgentToken = o.AgentToken

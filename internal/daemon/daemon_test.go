@@ -103,7 +103,7 @@ func TestControllerWiring(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	b := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:9001"}}}
+	b := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
 	if changed, err := c.CreateBackend(ctx, b); err != nil || !changed {
 		t.Fatalf("create backend: %v, %v", changed, err)
 	}

@@ -68,7 +68,7 @@ func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, erro
 		args []string
 	}{
 		// The demo runs on one trusted host: plaintext, chosen here and logged.
-		{"controller", []string{"controller", "--plaintext", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
+		{"controller", []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
 		{"agent", []string{"agent", "--plaintext", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", "8", "--memory-mb", "8192",
 			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh, "--admin", o.Admin,
 			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--allow-command", o.Self,

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -22,6 +23,41 @@ func MayRunCommands(ctx context.Context) context.Context {
 func mayRunCommands(ctx context.Context) bool {
 	ok, _ := ctx.Value(commandsKey{}).(bool)
 	return ok
+}
+
+// guard checks what a change may do beyond what validation checks: it may
+// run new commands only with the caller's authority, and name only the
+// replica addresses the operator allows. It looks only at what the change
+// makes new, so a stored state accepted under other settings keeps working.
+// It runs under the write lock, against the state the change is applied to.
+func (c *Controller) guard(ctx context.Context, current, next *model.Model) error {
+	if err := checkCommands(ctx, current, next); err != nil {
+		return err
+	}
+	return checkAddresses(c.addresses, current, next)
+}
+
+// checkAddresses refuses a static replica address that is new to its
+// backend and that policy refuses.
+func checkAddresses(policy model.AddressPolicy, current, next *model.Model) error {
+	held := make(map[string]map[string]bool, len(current.Backends))
+	for _, b := range current.Backends {
+		held[b.Name] = make(map[string]bool, len(b.Replicas))
+		for _, r := range b.Replicas {
+			held[b.Name][r.Address] = true
+		}
+	}
+	for _, b := range next.Backends {
+		for i, r := range b.Replicas {
+			if held[b.Name][r.Address] {
+				continue
+			}
+			if err := policy.Check(r.Address); err != nil {
+				return &Error{Kind: Invalid, Msg: fmt.Sprintf("refused: backend %q replicas[%d]", b.Name, i), Err: err}
+			}
+		}
+	}
+	return nil
 }
 
 // checkCommands refuses next unless every process spec in it is the one
