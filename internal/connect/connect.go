@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -263,11 +264,33 @@ func serviceOfURI(u *url.URL) (string, bool) {
 	return svc, ok && svc != ""
 }
 
-// NodeOf returns the node id a node's certificate names, if it is one.
-func NodeOf(cert *x509.Certificate) (string, bool) {
-	svc, ok := ServiceOf(cert)
-	if !ok || !strings.HasPrefix(svc, nodePrefix) {
-		return "", false
+// NodeOf returns the node id a node's certificate names, if it is one of
+// the mesh's: its SPIFFE id must be identityPrefix (the mesh's trust domain
+// and datacenter, IdentityPrefix) followed by NodeService(id), exactly.
+func NodeOf(cert *x509.Certificate, identityPrefix string) (string, bool) {
+	for _, u := range cert.URIs {
+		id, ok := strings.CutPrefix(u.String(), identityPrefix+nodePrefix)
+		if ok && id != "" && !strings.ContainsAny(id, "/?#") {
+			return id, true
+		}
 	}
-	return strings.TrimPrefix(svc, nodePrefix), true
+	return "", false
+}
+
+// IdentityPrefixOfPEM is IdentityPrefix of the first certificate in a PEM
+// bundle, such as a leaf Consul issued.
+func IdentityPrefixOfPEM(certPEM []byte) (string, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return "", errors.New("connect: no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("connect: %w", err)
+	}
+	prefix, ok := IdentityPrefix(cert)
+	if !ok {
+		return "", errors.New("connect: the certificate names no SPIFFE service id")
+	}
+	return prefix, nil
 }

@@ -17,8 +17,24 @@ func TestIdentityPrefixAndNode(t *testing.T) {
 	if p, ok := IdentityPrefix(cert); !ok || p != "spiffe://11111111.consul/ns/default/dc/dc1/svc/" {
 		t.Fatalf("prefix %q, %v", p, ok)
 	}
-	if n, ok := NodeOf(cert); !ok || n != "n7" {
+	prefix := "spiffe://11111111.consul/ns/default/dc/dc1/svc/"
+	if n, ok := NodeOf(cert, prefix); !ok || n != "n7" {
 		t.Fatalf("node %q, %v", n, ok)
+	}
+	// Only the mesh's own trust domain and datacenter name a node, and only
+	// a node's whole service name (it was a match on the service name alone).
+	for _, other := range []string{
+		"spiffe://22222222.consul/ns/default/dc/dc1/svc/servemesh-node-n7",
+		"spiffe://11111111.consul/ns/default/dc/dc2/svc/servemesh-node-n7",
+		"spiffe://11111111.consul/ns/other/dc/dc1/svc/servemesh-node-n7",
+		"spiffe://11111111.consul/ns/default/dc/dc1/svc/servemesh-node-",
+		"spiffe://11111111.consul/ns/default/dc/dc1/svc/servemesh-node-n7/x",
+		"spiffe://11111111.consul/ns/default/dc/dc1/svc/model-servemesh-node-n7",
+	} {
+		u, _ := url.Parse(other)
+		if n, ok := NodeOf(&x509.Certificate{URIs: []*url.URL{u}}, prefix); ok {
+			t.Errorf("%s names node %q of the mesh %s", other, n, prefix)
+		}
 	}
 	if _, ok := IdentityPrefix(&x509.Certificate{}); ok {
 		t.Fatal("a certificate without a SPIFFE id has a prefix")

@@ -18,12 +18,12 @@ import (
 type callbacks struct{ s *Server }
 
 func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
-	c.s.openStream(id, peerIdentity(ctx))
+	c.s.openStream(id, c.s.peerIdentity(ctx))
 	return nil
 }
 
 func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	c.s.openStream(id, peerIdentity(ctx))
+	c.s.openStream(id, c.s.peerIdentity(ctx))
 	return nil
 }
 
@@ -33,8 +33,9 @@ type identity struct {
 	node string // the node id its certificate names; "" if it names none
 }
 
-// peerIdentity reads a stream's client certificate, if it came over TLS.
-func peerIdentity(ctx context.Context) identity {
+// peerIdentity reads a stream's client certificate, if it came over TLS:
+// the node it names in the mesh's trust domain and datacenter.
+func (s *Server) peerIdentity(ctx context.Context) identity {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return identity{}
@@ -43,7 +44,16 @@ func peerIdentity(ctx context.Context) identity {
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return identity{}
 	}
-	node, _ := connect.NodeOf(info.State.VerifiedChains[0][0])
+	s.mu.Lock()
+	prefix := ""
+	if s.mtls != nil {
+		prefix = s.mtls.IdentityPrefix
+	}
+	s.mu.Unlock()
+	var node string
+	if prefix != "" {
+		node, _ = connect.NodeOf(info.State.VerifiedChains[0][0], prefix)
+	}
 	return identity{tls: true, node: node}
 }
 
