@@ -62,8 +62,10 @@ func TestReplicaLogsRotate(t *testing.T) {
 func testAgent(t *testing.T) *Agent {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil { // a replica run as nobody reads nothing here, but may need to enter it
-		t.Fatal(err)
+	for _, d := range []string{filepath.Dir(dir), dir} { // a replica run as nobody passes through to its own folder
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, listenHost: "127.0.0.1", workDir: dir, logMaxMB: 1,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -141,8 +143,7 @@ func TestReplicasRunUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = syscall.Setgroups(nil) }()
-	a.workDir = t.TempDir()
-	_ = os.Chmod(a.workDir, 0o755)
+	a.workDir = testAgent(t).workDir
 	out = runOnce(t, a, model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-G"}}, 1)
 	want, err := exec.Command("/usr/bin/id", "-G", "nobody").Output()
 	if err != nil {
@@ -150,5 +151,95 @@ func TestReplicasRunUnprivileged(t *testing.T) {
 	}
 	if got := strings.Fields(out); !slices.Equal(got, strings.Fields(string(want))) {
 		t.Fatalf("the replica runs with groups %v, want nobody's %v", got, strings.Fields(string(want)))
+	}
+}
+
+// TestReplicaStartsInAFolderOfItsOwn: a replica used to start in the
+// agent's working folder and be told SERVEMESH_AGENT_DIR; now it starts in
+// a folder only its user may enter, and nothing in its environment names
+// the agent's work folder.
+func TestReplicaStartsInAFolderOfItsOwn(t *testing.T) {
+	a := testAgent(t)
+	if cred, err := replicaUser(""); err == nil {
+		a.runAs = cred
+	}
+	out := runOnce(t, a, model.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", "pwd; env"}}, 1)
+	want := filepath.Join(a.workDir, wire.ReplicaServiceID("b#000001"))
+	first, env, _ := strings.Cut(out, "\n")
+	if first != want {
+		t.Fatalf("the replica started in %q, want %q", first, want)
+	}
+	for _, kv := range strings.Split(env, "\n") {
+		if strings.Contains(kv, a.workDir) && !strings.HasPrefix(kv, "PWD=") { // the shell's own
+			t.Fatalf("the replica's environment names the agent's work folder: %s", kv)
+		}
+	}
+	fi, err := os.Stat(want)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the replica's folder: %v, mode %v; want 0700", err, fi.Mode().Perm())
+	}
+	if a.runAs != nil {
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != a.runAs.Uid {
+			t.Fatalf("the replica's folder belongs to uid %d, want the replica's %d", st.Uid, a.runAs.Uid)
+		}
+	}
+}
+
+// TestReachable: an agent whose work folder its replicas' user cannot pass
+// through says so at start, instead of every replica failing to start.
+func TestReachable(t *testing.T) {
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	closed := filepath.Join(t.TempDir(), "closed", "work")
+	if err := os.MkdirAll(closed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(closed), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := reachable(closed, nobody); err == nil || !strings.Contains(err.Error(), "may not pass through "+filepath.Dir(closed)) {
+		t.Fatalf("a work folder below a 0700 folder: %v", err)
+	}
+	if err := reachable(closed, nil); err != nil {
+		t.Fatalf("the agent's own user: %v", err)
+	}
+	if err := reachable(testAgent(t).workDir, nobody); err != nil {
+		t.Fatalf("a work folder whose parents are 0755: %v", err)
+	}
+}
+
+// TestMayRun: an allowed pattern's '*' matched "..", a symlink under an
+// allowed folder led anywhere, and loader variables ran other code: the
+// node refuses each.
+func TestMayRun(t *testing.T) {
+	dir := t.TempDir()
+	serve := filepath.Join(dir, "models", "serve")
+	if err := os.MkdirAll(filepath.Dir(serve), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(serve, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shell := filepath.Join(dir, "models", "shell")
+	if err := os.Symlink("/bin/sh", shell); err != nil {
+		t.Fatal(err)
+	}
+	a := testAgent(t)
+	a.node.AllowedCommands = []string{filepath.Join(dir, "*", "*")}
+	for _, tc := range []struct {
+		spec model.ProcessSpec
+		want string
+	}{
+		{model.ProcessSpec{Command: serve}, ""},
+		{model.ProcessSpec{Command: serve, Env: map[string]string{"MODEL": "v1"}}, ""},
+		{model.ProcessSpec{Command: dir + "/models/../models/serve"}, "not allowed"},
+		{model.ProcessSpec{Command: dir + "/x/../../../bin/sh"}, "not allowed"},
+		{model.ProcessSpec{Command: shell}, `leads to "/`},
+		{model.ProcessSpec{Command: serve, Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, "LD_PRELOAD"},
+		{model.ProcessSpec{Command: serve, Env: map[string]string{"PYTHONPATH": "/tmp"}}, "PYTHONPATH"},
+	} {
+		err := a.mayRun(tc.spec)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("mayRun(%+v) = %v, want %q", tc.spec, err, tc.want)
+		}
 	}
 }

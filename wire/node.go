@@ -61,8 +61,14 @@ const MetaAllowCommand = "allow_command_"
 // allows 64 meta keys).
 const MaxAllowedCommands = 48
 
-// Allows reports whether the node's agent may run command.
+// Allows reports whether the node's agent may run command: a clean
+// absolute path (a '*' would match "..", so "/opt/*/bin/*" would allow
+// "/opt/../bin/sh") that an allowed pattern matches. The agent also checks
+// where the path's symlinks lead (agent.mayRun).
 func (n NodeInfo) Allows(command string) bool {
+	if !strings.HasPrefix(command, "/") || path.Clean(command) != command {
+		return false
+	}
 	for _, pattern := range n.AllowedCommands {
 		if ok, err := path.Match(pattern, command); err == nil && ok {
 			return true

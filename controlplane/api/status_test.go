@@ -13,7 +13,7 @@ func TestNewStatusReport(t *testing.T) {
 	m := &model.Model{
 		Backends: []model.Backend{
 			{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:1"}, {Address: "127.0.0.1:2"}}},
-			{Name: "v2", Process: &model.ProcessSpec{Command: "x"}, Config: model.BackendConfig{NumReplicas: 3,
+			{Name: "v2", Process: &model.ProcessSpec{Command: "/srv/x"}, Config: model.BackendConfig{NumReplicas: 3,
 				Autoscaling: &model.AutoscalingConfig{MaxReplicas: 4, TargetInFlight: 1}},
 				Placements: []model.Placement{{Tag: "v2#1", State: model.Running}, {Tag: "v2#2", State: model.Running}, {Tag: "v2#3", State: model.Draining}}},
 		},

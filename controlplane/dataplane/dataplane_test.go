@@ -20,7 +20,7 @@ import (
 
 func processState() *model.Model {
 	return &model.Model{Backends: []model.Backend{
-		{Name: "run", Process: &model.ProcessSpec{Command: "x"}, Config: model.BackendConfig{NumReplicas: 2,
+		{Name: "run", Process: &model.ProcessSpec{Command: "/srv/x"}, Config: model.BackendConfig{NumReplicas: 2,
 			Autoscaling: &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 3, TargetInFlight: 1}}, Placements: []model.Placement{
 			{Tag: "run#000001", Node: "n1", State: model.Running},
 			{Tag: "run#000002", Node: "n2", State: model.Draining},

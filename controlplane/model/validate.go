@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -47,6 +48,11 @@ const (
 // WeightTolerance is how far the weights of a traffic policy may sum from 1.
 // Ray Serve's controller used numpy's isclose with the same absolute tolerance.
 const WeightTolerance = 1e-8
+
+// ReservedPrefix starts the names of servemesh's own Consul services and
+// identities; no backend may take one (a backend named after a node's
+// identity would have nodes fetch that node's key).
+const ReservedPrefix = "servemesh-"
 
 // namePattern is what backend and endpoint names may look like. Endpoint names
 // double as host names inside the mesh, so they stay DNS-label-like.
@@ -175,6 +181,10 @@ func validateName(p *problems, field, name string) {
 }
 
 func validateBackend(p *problems, field string, b Backend) {
+	if strings.HasPrefix(strings.ToLower(b.Name), ReservedPrefix) {
+		p.add(field+".name", "%q starts with %q, which is reserved for servemesh's own services and identities (%scontroller, %snode-<id>); choose another name",
+			b.Name, ReservedPrefix, ReservedPrefix, ReservedPrefix)
+	}
 	if mcq := b.Config.MaxConcurrentQueries; mcq < 0 || mcq > MaxConcurrentQueriesLimit {
 		p.add(field+".config.max_concurrent_queries", "is %d; set a number from 1 to %d, or leave it out for the default of %d",
 			mcq, MaxConcurrentQueriesLimit, DefaultMaxConcurrentQueries)
@@ -457,6 +467,8 @@ func validateProcess(p *problems, field string, spec ProcessSpec) {
 		p.add(field+".command", "is empty; name the program that runs one replica")
 	case len(spec.Command) > MaxStringBytes:
 		p.add(field+".command", "is %d bytes long; at most %d", len(spec.Command), MaxStringBytes)
+	case !strings.HasPrefix(spec.Command, "/") || path.Clean(spec.Command) != spec.Command:
+		p.add(field+".command", "%.80q is not a clean absolute path; name the program as nodes allow it, like \"/opt/model/serve\" (no '..', '.' or '//')", spec.Command)
 	}
 	if hp := spec.HealthPath; hp != "" && (!strings.HasPrefix(hp, "/") || len(hp) > MaxRouteBytes || strings.ContainsAny(hp, " ?#\r\n")) {
 		p.add(field+".health_path", "%.64q is not a path; write it like \"/healthz\" (at most %d bytes), or leave it out to probe TCP", hp, MaxRouteBytes)
@@ -476,8 +488,29 @@ func validateProcess(p *problems, field string, spec ProcessSpec) {
 		switch {
 		case !envName.MatchString(k):
 			p.add(field+".env", "%.64q is not an environment variable name; use letters, digits and '_', not starting with a digit", k)
+		case LoaderVariable(k):
+			p.add(field+".env."+k, "makes the program load code it does not name (a library, module or startup file), which would run more than the command nodes allow; set it inside the command (a wrapper script the nodes allow) instead")
 		case len(spec.Env[k]) > MaxStringBytes:
 			p.add(field+".env."+k, "is %d bytes long; at most %d", len(spec.Env[k]), MaxStringBytes)
 		}
 	}
+}
+
+// loaderVariables make a program (its dynamic loader, shell or runtime)
+// load and run code the command line does not name.
+var loaderVariables = map[string]bool{
+	"GCONV_PATH": true, "BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "PS4": true,
+	"NODE_OPTIONS": true, "NODE_PATH": true,
+	"PYTHONPATH": true, "PYTHONHOME": true, "PYTHONSTARTUP": true, "PYTHONUSERBASE": true, "PYTHONWARNINGS": true, "PYTHONINSPECT": true,
+	"PERL5LIB": true, "PERL5OPT": true, "PERLLIB": true, "RUBYOPT": true, "RUBYLIB": true,
+	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true, "CLASSPATH": true,
+}
+
+// LoaderVariable reports whether an environment variable makes a program
+// load code its command line does not name: LD_* and DYLD_* (the dynamic
+// loader: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT) and the startup hooks of
+// shells and language runtimes. A backend may not set one: it would run
+// more than the command the nodes' operators allow.
+func LoaderVariable(name string) bool {
+	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "DYLD_") || loaderVariables[name]
 }

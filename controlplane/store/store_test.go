@@ -264,7 +264,7 @@ func TestInterruptedLargeCommit(t *testing.T) {
 
 func TestOversizedObjectIsRefused(t *testing.T) {
 	st, _, _ := consulStore(t)
-	b := model.Backend{Name: "fat", Process: &model.ProcessSpec{Command: "x", Args: []string{strings.Repeat("a", MaxValueBytes)}}}
+	b := model.Backend{Name: "fat", Process: &model.ProcessSpec{Command: "/srv/x", Args: []string{strings.Repeat("a", MaxValueBytes)}}}
 	_, err := st.Commit(context.Background(), 0, Change{PutBackends: []model.Backend{b}})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "at most") {
 		t.Fatalf("got %v, want ErrTooLarge naming the limit", err)
