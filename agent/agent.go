@@ -170,11 +170,18 @@ func userGroups(u *user.User) ([]uint32, error) {
 // Run registers the node, then runs its placed replicas until ctx ends, when
 // it stops them all and deregisters.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := os.MkdirAll(a.workDir, 0o755); err != nil {
+	// Replicas pass through it to their own folders, but list nothing.
+	if err := os.MkdirAll(a.workDir, 0o711); err != nil {
+		return fmt.Errorf("agent work dir: %w", err)
+	}
+	if err := os.Chmod(a.workDir, 0o711); err != nil {
 		return fmt.Errorf("agent work dir: %w", err)
 	}
 	if abs, err := filepath.Abs(a.workDir); err == nil {
 		a.workDir = abs // replicas carry it, to be found by a later incarnation
+	}
+	if err := reachable(a.workDir, a.runAs); err != nil {
+		return fmt.Errorf("replicas start in their own folders under the work folder, so their user must pass through it: %w; give --work-dir a folder whose parents they may pass through (mode o+x)", err)
 	}
 	if killed := killLeftovers(a.node.ID, a.workDir); len(killed) > 0 {
 		a.log.Warn("killed processes a previous agent of this node left running", "pids", killed)
@@ -223,8 +230,8 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 			want[p.Tag] = true
 			r, running := a.replicas[p.Tag]
 			switch {
-			case !running && p.State == model.Running && !a.node.Allows(b.Process.Command):
-				a.log.Error("refusing to run a command this node does not allow", "replica", p.Tag, "command", b.Process.Command,
+			case !running && p.State == model.Running && a.mayRun(*b.Process) != nil:
+				a.log.Error("refusing to run a command this node does not allow", "replica", p.Tag, "err", a.mayRun(*b.Process),
 					"allowed", a.node.AllowedCommands)
 			case !running && p.State == model.Running:
 				r, err := a.startReplica(ctx, b.Name, p, *b.Process)

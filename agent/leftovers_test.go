@@ -22,7 +22,7 @@ func TestLeftoversOfAKilledAgentAreKilled(t *testing.T) {
 	start := func(node string) (*proc.Process, int) {
 		pidFile := filepath.Join(dir, node)
 		p, err := proc.Start(proc.Spec{Path: "/bin/sh", Args: []string{"-c", "sleep 60 & echo $! > " + pidFile + "; wait"},
-			Env: append(os.Environ(), "SERVEMESH_NODE="+node, "SERVEMESH_AGENT_DIR="+dir, "SERVEMESH_REPLICA_TAG=b#000001")})
+			Env: append(os.Environ(), "SERVEMESH_NODE="+node, agentMarkVar+"="+agentMark(node, dir), "SERVEMESH_REPLICA_TAG=b#000001")})
 		if err != nil {
 			t.Fatal(err)
 		}

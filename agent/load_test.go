@@ -10,13 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
 
 // fakeAdmin answers /stats as an Envoy admin API does.
 func fakeAdmin(t *testing.T) envoy.Admin {
 	t.Helper()
-	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	admin := testutil.UnixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/stats" || !strings.Contains(r.URL.Query().Get("filter"), "pending_active") {
 			http.Error(w, "unexpected query", http.StatusBadRequest)
 			return
@@ -32,8 +33,7 @@ func fakeAdmin(t *testing.T) envoy.Admin {
 			{"name": "http.public.downstream_rq_total", "value": 999}
 		]}`))
 	}))
-	t.Cleanup(admin.Close)
-	return envoy.Admin{Address: strings.TrimPrefix(admin.URL, "http://")}
+	return envoy.Admin{Socket: admin}
 }
 
 // TestStatusHandlerServesLoad reads the load as the controller does: over
@@ -67,7 +67,7 @@ func TestStatusHandlerServesLoad(t *testing.T) {
 // TestStatusHandlerWithoutEnvoy: with no Envoy to ask, the load and the
 // versions answer 503 saying so, never made-up figures.
 func TestStatusHandlerWithoutEnvoy(t *testing.T) {
-	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), envoy.Admin{Address: "127.0.0.1:1"}, "n1"))
+	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), envoy.Admin{Socket: "/nonexistent/admin.sock"}, "n1"))
 	defer srv.Close()
 	for _, path := range []string{wire.LoadPath, wire.EnvoyVersionsPath, "/metrics"} {
 		resp, err := http.Get(srv.URL + path) //nolint:noctx // test

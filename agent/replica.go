@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -115,14 +117,15 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // environment is a replica's whole environment: PATH, what its backend
 // sets, and servemesh's own variables (which win). Nothing of the agent's
-// own environment reaches it: no CONSUL_HTTP_TOKEN, no other secret. In
+// own environment reaches it: no CONSUL_HTTP_TOKEN, no other secret, not
+// even where the agent works. In
 // the backend's values and arguments, ${PORT}, ${HOST} and servemesh's
 // variables expand; anything else is left as written.
 func (r *replica) environment() (env map[string]string, expand func(string) string) {
 	own := map[string]string{
 		"PORT": strconv.Itoa(r.port), "HOST": r.a.listenHost,
 		"SERVEMESH_BACKEND": r.backend, "SERVEMESH_REPLICA_TAG": r.tag, "SERVEMESH_NODE": r.a.node.ID,
-		"SERVEMESH_AGENT_DIR": r.a.workDir,
+		agentMarkVar: agentMark(r.a.node.ID, r.a.workDir),
 	}
 	expand = func(s string) string {
 		return os.Expand(s, func(k string) string {
@@ -152,12 +155,36 @@ func (r *replica) startProcess() (*proc.Process, error) {
 	for _, k := range model.SortedKeys(env) {
 		environ = append(environ, k+"="+env[k])
 	}
+	dir, err := r.folder()
+	if err != nil {
+		return nil, err
+	}
 	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: r.output, Stderr: r.output,
-		Credential: r.a.runAs})
+		Dir: dir, Credential: r.a.runAs})
 	if err != nil {
 		return nil, err
 	}
 	return child, nil
+}
+
+// folder is where the replica starts: a folder of its own in the agent's
+// work folder (which replicas may pass through but not list), which only
+// its user may enter (0700, owned by the user it runs as); never a folder
+// of the agent's own, where Envoy's admin socket and the node's keys are.
+func (r *replica) folder() (string, error) {
+	dir := filepath.Join(r.a.workDir, r.serviceID())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("the replica's folder: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", fmt.Errorf("the replica's folder: %w", err)
+	}
+	if c := r.a.runAs; c != nil {
+		if err := os.Chown(dir, int(c.Uid), int(c.Gid)); err != nil {
+			return "", fmt.Errorf("the replica's folder for user %d: %w", c.Uid, err)
+		}
+	}
+	return dir, nil
 }
 
 // probeClient checks replicas' health paths.
@@ -224,4 +251,60 @@ func (r *replica) stopNow() {
 		r.log.Warn("deregister replica", "err", err)
 	}
 	r.log.Info("replica stopped")
+}
+
+// reachable says why a process run as cred could not pass through dir and
+// its parents into a folder of its own below it, or returns nil (always,
+// for the agent's own user).
+func reachable(dir string, cred *syscall.Credential) error {
+	if cred == nil || cred.Uid == 0 {
+		return nil
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("folder %s: %w", d, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		mode := fi.Mode().Perm()
+		switch {
+		case !ok:
+		case st.Uid == cred.Uid:
+			ok = mode&0o100 != 0
+		case st.Gid == cred.Gid || slices.Contains(cred.Groups, st.Gid):
+			ok = mode&0o010 != 0
+		default:
+			ok = mode&0o001 != 0
+		}
+		if !ok {
+			return fmt.Errorf("user %d may not pass through %s (mode %v)", cred.Uid, d, mode)
+		}
+		if parent := filepath.Dir(d); parent == d {
+			return nil
+		}
+	}
+}
+
+// mayRun says why this node refuses to run spec, or returns nil: its
+// command, and where the command's symlinks lead, must both be allowed
+// (--allow-command), and it may set no variable that loads other code
+// (model.LoaderVariable). The controller checks the same before placing,
+// but only the node sees its own files.
+func (a *Agent) mayRun(spec model.ProcessSpec) error {
+	if !a.node.Allows(spec.Command) {
+		return fmt.Errorf("command %q is not allowed here", spec.Command)
+	}
+	resolved, err := filepath.EvalSymlinks(spec.Command)
+	if err != nil {
+		return fmt.Errorf("command %q: %w", spec.Command, err)
+	}
+	if !a.node.Allows(resolved) {
+		return fmt.Errorf("command %q leads to %q, which is not allowed here", spec.Command, resolved)
+	}
+	for k := range spec.Env {
+		if model.LoaderVariable(k) {
+			return fmt.Errorf("variable %s would load code the command does not name", k)
+		}
+	}
+	return nil
 }

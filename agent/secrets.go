@@ -34,11 +34,21 @@ type Secrets struct {
 	ctx      context.Context               // from Start: ends every watch
 	backends map[string]context.CancelFunc // followed; ends the watch
 	written  map[string][]byte
+	prefix   string // the node leaf's identity prefix
 }
 
 // NewSecrets returns the secrets of node in dir (an absolute path).
 func NewSecrets(dir string, consul *api.Client, node string, log *slog.Logger) *Secrets {
 	return &Secrets{dir: dir, consul: consul, node: node, log: log, backends: map[string]context.CancelFunc{}, written: map[string][]byte{}}
+}
+
+// IdentityPrefix is the SPIFFE id of the mesh's services without a name, as
+// the node's leaf says ("spiffe://<trust domain>/ns/default/dc/<dc>/svc/"),
+// once Start has returned.
+func (s *Secrets) IdentityPrefix() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.prefix
 }
 
 // Dir is the secrets folder.
@@ -146,6 +156,15 @@ func (s *Secrets) writeLeaf(ctx context.Context, name, service string, index uin
 	cert, key, next, err := connect.Leaf(ctx, s.consul, service, index)
 	if err != nil {
 		return 0, err
+	}
+	if name == wire.NodeSecret {
+		prefix, err := connect.IdentityPrefixOfPEM(cert)
+		if err != nil {
+			return 0, fmt.Errorf("the node's leaf: %w", err)
+		}
+		s.mu.Lock()
+		s.prefix = prefix
+		s.mu.Unlock()
 	}
 	data, err := envoy.CertificateSecret(name, cert, key)
 	if err != nil {

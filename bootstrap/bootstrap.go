@@ -45,8 +45,12 @@ type Options struct {
 	// several, comma-separated: Envoy connects to one and fails over to
 	// another when it goes away.
 	XDSAddress string
-	// AdminAddress is where Envoy's admin API listens; keep it on loopback.
-	AdminAddress string
+	// AdminSocket is the path of the Unix socket Envoy's admin API listens
+	// on, created with mode 0600; its folder should be 0700 (envoy.Launcher
+	// makes it so). The admin API is unauthenticated and controls Envoy
+	// (quitquitquit, log levels, config dumps), so it is never on a TCP
+	// port a replica could reach.
+	AdminSocket string
 	// Protocol picks state-of-the-world or delta xDS; empty means sotw.
 	Protocol Protocol
 	// XDSTLS, if set, makes the node reach the control plane over TLS with
@@ -61,9 +65,24 @@ type Options struct {
 // re-signs them, and Envoy reloads them without a restart.
 type XDSTLS struct {
 	Secrets string
-	// ServerSANSuffix is what the controller's URI SAN must end with
-	// ("/svc/servemesh-controller").
-	ServerSANSuffix string
+	// ServerSAN is the controller's SPIFFE id, exactly: its trust domain and
+	// datacenter are the node's
+	// ("spiffe://<trust domain>/ns/default/dc/<dc>/svc/servemesh-controller").
+	ServerSAN string
+}
+
+// MaxAdminSocketPath is the longest Unix socket path Linux binds.
+const MaxAdminSocketPath = 107
+
+// CheckAdminSocket says why path cannot be the admin API's socket.
+func CheckAdminSocket(path string) error {
+	switch {
+	case path == "":
+		return fmt.Errorf("bootstrap: the admin socket path is empty; give the path of a Unix socket in a folder only the node's user reads")
+	case len(path) > MaxAdminSocketPath:
+		return fmt.Errorf("bootstrap: the admin socket path %q is %d bytes, over the %d a Unix socket allows; choose a shorter work folder", path, len(path), MaxAdminSocketPath)
+	}
+	return nil
 }
 
 // Build returns the node's bootstrap, validated by Envoy's proto rules.
@@ -71,8 +90,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 	if err := o.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
-	adminHost, adminPort, err := splitHostPort("admin address", o.AdminAddress)
-	if err != nil {
+	if err := CheckAdminSocket(o.AdminSocket); err != nil {
 		return nil, err
 	}
 	apiType := core.ApiConfigSource_GRPC
@@ -102,8 +120,8 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 	}
 	b := &bootstrapv3.Bootstrap{
 		Node: &core.Node{Id: o.Node.ID, Cluster: ServiceCluster, Metadata: metadata},
-		Admin: &bootstrapv3.Admin{Address: &core.Address{Address: &core.Address_SocketAddress{
-			SocketAddress: &core.SocketAddress{Address: adminHost, PortSpecifier: &core.SocketAddress_PortValue{PortValue: adminPort}},
+		Admin: &bootstrapv3.Admin{Address: &core.Address{Address: &core.Address_Pipe{
+			Pipe: &core.Pipe{Path: o.AdminSocket, Mode: 0o600},
 		}}},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
 			AdsConfig: &core.ApiConfigSource{
@@ -170,7 +188,7 @@ func xdsTransportSocket(t XDSTLS) (*core.TransportSocket, error) {
 		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 			DefaultValidationContext: &tlsv3.CertificateValidationContext{
 				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{SanType: tlsv3.SubjectAltNameMatcher_URI,
-					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: t.ServerSANSuffix}}}},
+					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.ServerSAN}}}},
 			},
 			ValidationContextSdsSecretConfig: wire.FileSecret(t.Secrets, wire.RootsSecret),
 		}},

@@ -19,10 +19,12 @@ var testNode = wire.ProxyNode{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort
 
 func TestGolden(t *testing.T) {
 	cases := map[string]Options{
-		"sotw":            {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminAddress: "127.0.0.1:19000"},
-		"delta":           {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminAddress: "127.0.0.1:19000", Protocol: ProtocolDelta},
-		"dns-xds":         {Node: testNode, XDSAddress: "controlplane.internal:18000", AdminAddress: "127.0.0.1:19000"},
-		"two-controllers": {Node: testNode, XDSAddress: "127.0.0.1:18000,127.0.0.1:18010", AdminAddress: "127.0.0.1:19000"},
+		"sotw":            {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminSocket: "/run/servemesh/admin/envoy.sock"},
+		"delta":           {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminSocket: "/run/servemesh/admin/envoy.sock", Protocol: ProtocolDelta},
+		"dns-xds":         {Node: testNode, XDSAddress: "controlplane.internal:18000", AdminSocket: "/run/servemesh/admin/envoy.sock"},
+		"two-controllers": {Node: testNode, XDSAddress: "127.0.0.1:18000,127.0.0.1:18010", AdminSocket: "/run/servemesh/admin/envoy.sock"},
+		"xds-tls": {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminSocket: "/run/servemesh/admin/envoy.sock",
+			XDSTLS: &XDSTLS{Secrets: "/run/servemesh/secrets", ServerSAN: "spiffe://11111111.consul/ns/default/dc/dc1/svc/servemesh-controller"}},
 	}
 	for name, opts := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -51,11 +53,12 @@ func TestBuildRejectsBadOptions(t *testing.T) {
 		opts Options
 		want string
 	}{
-		"no xds port":    {Options{Node: testNode, XDSAddress: "127.0.0.1", AdminAddress: "127.0.0.1:19000"}, "xds address"},
-		"bad admin port": {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:99999"}, "admin address"},
-		"no node id":     {Options{Node: wire.ProxyNode{PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}, "node id"},
-		"same ports":     {Options{Node: wire.ProxyNode{ID: "n", PublicAddress: "127.0.0.1", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 1}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}, "different ports"},
-		"bad protocol":   {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2", Protocol: "rest"}, "xds protocol"},
+		"no xds port":       {Options{Node: testNode, XDSAddress: "127.0.0.1", AdminSocket: "/run/servemesh/admin/envoy.sock"}, "xds address"},
+		"no admin socket":   {Options{Node: testNode, XDSAddress: "127.0.0.1:1"}, "admin socket path is empty"},
+		"long admin socket": {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminSocket: "/" + strings.Repeat("x", 120)}, "over the 107"},
+		"no node id":        {Options{Node: wire.ProxyNode{PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2}, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock"}, "node id"},
+		"same ports":        {Options{Node: wire.ProxyNode{ID: "n", PublicAddress: "127.0.0.1", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 1}, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock"}, "different ports"},
+		"bad protocol":      {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock", Protocol: "rest"}, "xds protocol"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Build(tc.opts)

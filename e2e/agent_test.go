@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
@@ -27,6 +30,18 @@ type agentProc struct {
 	stderr                    *testutil.SyncBuffer
 }
 
+// passThrough lets replicas, which the agents run as nobody, pass through
+// a test's work folder to their own folders below it: a test's temporary
+// folders are 0700.
+func passThrough(t *testing.T, dir string) {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int, extraEnv ...string) *agentProc {
 	t.Helper()
 	return startAgentArgs(t, consul, id, address, xds, cpus, nil, extraEnv...)
@@ -35,12 +50,17 @@ func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, 
 // startAgentArgs is startAgent with more command-line arguments.
 func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int, extraArgs []string, extraEnv ...string) *agentProc {
 	t.Helper()
+	workDir := t.TempDir()
+	if i := slices.Index(extraArgs, "--work-dir"); i >= 0 && i+1 < len(extraArgs) {
+		workDir = extraArgs[i+1]
+	}
+	passThrough(t, workDir)
 	a := &agentProc{id: id, address: address, public: freeAddrOn(t, address),
-		mesh: freeAddr(t), admin: freeAddr(t), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}}
+		mesh: freeAddr(t), admin: envoy.AdminSocketIn(workDir), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}}
 	// Plaintext unless the test asks for mTLS (--plaintext=false): a later flag wins.
 	args := []string{"agent", "--plaintext", "--node-id", id, "--address", address,
 		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
-		"--admin", a.admin, "--metrics-listen", a.metr, "--work-dir", t.TempDir(), "--drain-grace", "1s", "--envoy-log-level", "info",
+		"--metrics-listen", a.metr, "--work-dir", workDir, "--drain-grace", "1s", "--envoy-log-level", "info",
 		"--allow-command", servemeshBin}
 	args = append(args, extraArgs...)
 	var err error

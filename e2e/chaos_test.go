@@ -71,6 +71,7 @@ func TestChaos(t *testing.T) {
 	var agents []*chaosAgent
 	for i, addr := range []string{"127.0.0.2", "127.0.0.3"} {
 		a := &chaosAgent{id: fmt.Sprintf("chaos-n%d", i+1), address: addr, dir: t.TempDir()}
+		passThrough(t, a.dir)
 		a.args = []string{"agent", "--plaintext", "--no-envoy", "--node-id", a.id, "--address", addr, "--cpus", "4", "--memory-mb", "4096",
 			"--work-dir", a.dir, "--drain-grace", "500ms", "--metrics-listen", freeAddr(t), "--allow-command", servemeshBin}
 		a.env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr)

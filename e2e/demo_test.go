@@ -22,7 +22,7 @@ func TestDemoStack(t *testing.T) {
 	out := &testutil.SyncBuffer{}
 	workDir := t.TempDir()
 	cmd := exec.CommandContext(context.Background(), servemeshBin, "demo-stack", "--work-dir", workDir,
-		"--consul-http-port", consulPort, "--api", api, "--xds", freeAddr(t), "--public", public, "--mesh", mesh, "--admin", freeAddr(t))
+		"--consul-http-port", consulPort, "--api", api, "--xds", freeAddr(t), "--public", public, "--mesh", mesh)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(cmd.Environ(), "SERVEMESH_ENVOY="+envoyBin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

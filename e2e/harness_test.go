@@ -239,7 +239,7 @@ func startEnvoyWithPublic(t *testing.T, id, xdsAddr string, protocol bootstrap.P
 	p, err := envoy.Launcher{Binary: envoyBin, WorkDir: dir, LogLevel: "info", Concurrency: 1, Drain: time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bootstrap: bootstrap.Options{
 			Node:       wire.ProxyNode{ID: id, PublicAddress: "127.0.0.1", PublicPort: testutil.Port(n.public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(n.mesh)},
-			XDSAddress: xdsAddr, AdminAddress: freeAddr(t), Protocol: protocol,
+			XDSAddress: xdsAddr, Protocol: protocol,
 		}}.StartReady(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -101,7 +101,7 @@ func TestPublicHTTPS(t *testing.T) {
 	p, err := envoy.Launcher{Binary: envoyBin, WorkDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		PublicCert: filepath.Join(certs, "cert.pem"), PublicKey: filepath.Join(certs, "key.pem"),
 		Bootstrap: bootstrap.Options{Node: wire.ProxyNode{ID: "https-node", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public),
-			MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)}, XDSAddress: cp.xdsAddr, AdminAddress: freeAddr(t)}}.StartReady(ctx)
+			MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)}, XDSAddress: cp.xdsAddr}}.StartReady(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

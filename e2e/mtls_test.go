@@ -10,7 +10,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
@@ -59,12 +59,10 @@ func envoyStat(t *testing.T, admin, name string) float64 {
 }
 
 func readEnvoyStat(admin, name string) (float64, bool) {
-	r, err := http.Get("http://" + admin + "/stats?filter=" + url.QueryEscape("^"+regexp.QuoteMeta(name)+"$")) //nolint:noctx // test helper
+	body, err := envoy.Admin{Socket: admin}.Get(context.Background(), "/stats?filter="+url.QueryEscape("^"+regexp.QuoteMeta(name)+"$"))
 	if err != nil {
 		return 0, false
 	}
-	defer func() { _ = r.Body.Close() }()
-	body, _ := io.ReadAll(r.Body)
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, name+": "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
@@ -398,12 +396,10 @@ func dumpNodes(t *testing.T, nodes []*mtlsNode) {
 			t.Logf("node %s envoy.log:\n%.6000s", n.id, strings.Join(keep, "\n"))
 		}
 		for _, path := range []string{"/stats?filter=" + url.QueryEscape(`(ssl|inbound|connect_fail|rq_5xx|membership_healthy|cx_none_healthy|no_route|no_cluster|overflow|listener_manager)`), "/listeners"} {
-			r, err := http.Get("http://" + n.admin + path) //nolint:noctx // test helper
+			b, err := envoy.Admin{Socket: n.admin}.Get(context.Background(), path)
 			if err != nil {
 				continue
 			}
-			b, _ := io.ReadAll(r.Body)
-			_ = r.Body.Close()
 			var keep []string
 			for _, line := range strings.Split(string(b), "\n") {
 				if !strings.HasSuffix(line, ": 0") && !strings.Contains(line, "::zone::") && !strings.Contains(line, "::canary::") &&

@@ -5,29 +5,46 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 )
 
-// Admin talks to one Envoy's admin API.
+// Admin talks to one Envoy's admin API, on its Unix socket.
 type Admin struct {
-	// Address is the admin listener's host:port.
-	Address string
-	// Client defaults to a client with a 5s timeout.
-	Client *http.Client
+	// Socket is the path of the admin API's Unix socket, as in the
+	// bootstrap (bootstrap.Options.AdminSocket).
+	Socket string
 }
 
 func (a Admin) client() *http.Client {
-	if a.Client != nil {
-		return a.Client
+	var d net.Dialer
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", a.Socket)
+		},
+		DisableKeepAlives: true,
+	}}
+}
+
+// Get answers GET path (with its query) from the admin API: the body, or
+// an error when Envoy does not answer 200.
+func (a Admin) Get(ctx context.Context, path string) ([]byte, error) {
+	body, code, err := a.do(ctx, http.MethodGet, path)
+	if err != nil {
+		return nil, err
 	}
-	return &http.Client{Timeout: 5 * time.Second}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("envoy admin %s: status %d: %s", path, code, body)
+	}
+	return body, nil
 }
 
 func (a Admin) do(ctx context.Context, method, path string) ([]byte, int, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+a.Address+path, nil)
+	// The host names nothing: every request goes to the socket.
+	req, err := http.NewRequestWithContext(ctx, method, "http://envoy-admin"+path, nil)
 	if err != nil {
 		return nil, 0, fmt.Errorf("envoy admin %s %s: %w", method, path, err)
 	}

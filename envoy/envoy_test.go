@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 func fakeEnvoy(t *testing.T) string {
@@ -35,7 +36,7 @@ func startFake(t *testing.T, admin string) (*Process, string) {
 	state := t.TempDir()
 	t.Setenv("FAKE_ENVOY_STATE", state)
 	p, err := Start(Config{
-		Binary: fakeEnvoy(t), ConfigPath: "/etc/bootstrap.yaml", AdminAddress: admin,
+		Binary: fakeEnvoy(t), ConfigPath: "/etc/bootstrap.yaml", AdminSocket: admin,
 		LogPath: filepath.Join(state, "envoy.log"), Logger: quietLogger(), Concurrency: 2,
 		StopGrace: 300 * time.Millisecond,
 	})
@@ -126,13 +127,12 @@ func TestStopKillsAnEnvoyThatIgnoresTERM(t *testing.T) {
 
 func TestStopDrainsThroughAdminFirst(t *testing.T) {
 	var drained atomic.Bool
-	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	admin := testutil.UnixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.URL.Path == "/drain_listeners" && r.URL.Query().Has("graceful") {
 			drained.Store(true)
 		}
 	}))
-	defer admin.Close()
-	p, state := startFake(t, strings.TrimPrefix(admin.URL, "http://"))
+	p, state := startFake(t, admin)
 	if err := p.Stop(context.Background(), 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestStopDrainsThroughAdminFirst(t *testing.T) {
 
 func TestWaitReadyPollsAdmin(t *testing.T) {
 	var calls atomic.Int32
-	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	admin := testutil.UnixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ready" && calls.Add(1) >= 3 {
 			_, _ = io.WriteString(w, "LIVE\n")
 			return
@@ -152,8 +152,7 @@ func TestWaitReadyPollsAdmin(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, "PRE_INITIALIZING\n")
 	}))
-	defer admin.Close()
-	p, _ := startFake(t, strings.TrimPrefix(admin.URL, "http://"))
+	p, _ := startFake(t, admin)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := p.WaitReady(ctx); err != nil {
@@ -168,7 +167,7 @@ func TestWaitReadyReportsACrashWithItsLog(t *testing.T) {
 	t.Setenv("FAKE_ENVOY_CRASH", "1")
 	state := t.TempDir()
 	t.Setenv("FAKE_ENVOY_STATE", state)
-	p, err := Start(Config{Binary: fakeEnvoy(t), ConfigPath: "x", AdminAddress: "127.0.0.1:1", LogPath: filepath.Join(state, "log"), Logger: quietLogger()})
+	p, err := Start(Config{Binary: fakeEnvoy(t), ConfigPath: "x", AdminSocket: "/nonexistent/admin.sock", LogPath: filepath.Join(state, "log"), Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +183,7 @@ func TestWaitReadyReportsACrashWithItsLog(t *testing.T) {
 // kills the helper with SIGKILL, and expects the fake Envoy to die too.
 func TestChildDiesWithParent(t *testing.T) {
 	if os.Getenv("SERVEMESH_ENVOY_HELPER") == "1" {
-		if _, err := Start(Config{Binary: fakeEnvoy(t), ConfigPath: "x", AdminAddress: "127.0.0.1:1",
+		if _, err := Start(Config{Binary: fakeEnvoy(t), ConfigPath: "x", AdminSocket: "/nonexistent/admin.sock",
 			LogPath: filepath.Join(os.Getenv("FAKE_ENVOY_STATE"), "log"), Logger: quietLogger()}); err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +221,7 @@ func TestSupervisorRestartsACrashedEnvoy(t *testing.T) {
 	t.Setenv("FAKE_ENVOY_STATE", state)
 	var starts atomic.Int32
 	s := &Supervisor{
-		Config:     Config{Binary: fakeEnvoy(t), ConfigPath: "x", AdminAddress: "127.0.0.1:1", LogPath: filepath.Join(state, "log"), Logger: quietLogger()},
+		Config:     Config{Binary: fakeEnvoy(t), ConfigPath: "x", AdminSocket: "/nonexistent/admin.sock", LogPath: filepath.Join(state, "log"), Logger: quietLogger()},
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		OnStart: func(*Process) { starts.Add(1) },
 	}

@@ -56,6 +56,9 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 	if err := l.writePublicTLS(); err != nil {
 		return Config{}, err
 	}
+	if err := l.adminFolder(); err != nil {
+		return Config{}, err
+	}
 	yaml, err := bootstrap.YAML(l.Bootstrap)
 	if err != nil {
 		return Config{}, err
@@ -66,10 +69,43 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 	}
 	l.Logger.Info("envoy prepared", "binary", binary, "version", v, "bootstrap", path)
 	return Config{
-		Binary: binary, ConfigPath: path, Dir: l.WorkDir, AdminAddress: l.Bootstrap.AdminAddress,
+		Binary: binary, ConfigPath: path, Dir: l.WorkDir, AdminSocket: l.Bootstrap.AdminSocket,
 		LogPath: filepath.Join(l.WorkDir, "envoy.log"), LogLevel: l.LogLevel,
 		Concurrency: l.Concurrency, DrainTime: l.Drain, Logger: l.Logger,
 	}, nil
+}
+
+// AdminSocket is where the node's Envoy serves its admin API: the given
+// socket, or AdminSocketIn the work folder.
+func (l Launcher) AdminSocket() string {
+	if l.Bootstrap.AdminSocket != "" {
+		return l.Bootstrap.AdminSocket
+	}
+	return AdminSocketIn(l.WorkDir)
+}
+
+// AdminSocketIn is the admin API's socket in a node's work folder, when the
+// node is given none: in a folder of its own (AdminSocketFolder).
+func AdminSocketIn(workDir string) string {
+	return filepath.Join(workDir, AdminSocketFolder, "envoy.sock")
+}
+
+// AdminSocketFolder is the work folder's folder for the admin socket.
+const AdminSocketFolder = "admin"
+
+// adminFolder puts the admin socket (AdminSocketIn the work folder unless
+// given) in a folder only the node's user may enter (0700): whoever reaches
+// the socket controls Envoy, and replicas run as other users.
+func (l *Launcher) adminFolder() error {
+	l.Bootstrap.AdminSocket = l.AdminSocket()
+	dir := filepath.Dir(l.Bootstrap.AdminSocket)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("the admin socket's folder: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("the admin socket's folder: %w", err)
+	}
+	return nil
 }
 
 // writePublicTLS writes the file-based SDS config of the public listener's
@@ -127,7 +163,7 @@ func (l Launcher) logReady(ctx context.Context, p *Process) {
 		}
 		return
 	}
-	l.Logger.Info("envoy ready", "pid", p.Pid(), "node", l.Bootstrap.Node.ID, "admin", l.Bootstrap.AdminAddress)
+	l.Logger.Info("envoy ready", "pid", p.Pid(), "node", l.Bootstrap.Node.ID, "admin", l.Bootstrap.AdminSocket)
 }
 
 // StartReady prepares the node, starts its Envoy and waits until it is

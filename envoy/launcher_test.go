@@ -3,7 +3,6 @@ package envoy
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -21,20 +21,18 @@ import (
 // into the work folder, starts Envoy with it and returns once /ready says
 // LIVE.
 func TestLauncherRendersAndStarts(t *testing.T) {
-	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	admin := testutil.UnixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ready" {
 			_, _ = w.Write([]byte("LIVE\n"))
 			return
 		}
 		http.NotFound(w, r)
 	}))
-	defer admin.Close()
 	state, work := t.TempDir(), t.TempDir()
 	t.Setenv("FAKE_ENVOY_STATE", state)
-	adminAddr := strings.TrimPrefix(admin.URL, "http://")
 	l := Launcher{Binary: fakeEnvoy(t), WorkDir: work, Logger: quietLogger(), Drain: time.Second, Bootstrap: bootstrap.Options{
 		Node:       wire.ProxyNode{ID: "n1", PublicAddress: "127.0.0.1", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001},
-		XDSAddress: "127.0.0.1:18000", AdminAddress: adminAddr,
+		XDSAddress: "127.0.0.1:18000", AdminSocket: admin,
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -55,14 +53,47 @@ func TestLauncherRendersAndStarts(t *testing.T) {
 	if !strings.Contains(args, "-c "+filepath.Join(work, "bootstrap.yaml")) || !strings.Contains(args, "--drain-time-s 1") {
 		t.Fatalf("envoy started with %q", args)
 	}
-	if p.Admin().Address != adminAddr {
-		t.Fatalf("admin %q, want the bootstrap's %q", p.Admin().Address, adminAddr)
+	if p.Admin().Socket != admin {
+		t.Fatalf("admin %q, want the bootstrap's %q", p.Admin().Socket, admin)
+	}
+	// At debug levels Envoy logs requests' headers: only the node's user
+	// reads its log.
+	if fi, err := os.Stat(filepath.Join(work, "envoy.log")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("envoy.log: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+}
+
+// TestLauncherPutsTheAdminSocketInAPrivateFolder: by default the admin API
+// listens on a Unix socket in the work folder's admin/, which only the
+// node's user may enter: a replica (another user) cannot reach it.
+func TestLauncherPutsTheAdminSocketInAPrivateFolder(t *testing.T) {
+	work := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(work, AdminSocketFolder), 0o777); err != nil { // as an older version left it
+		t.Fatal(err)
+	}
+	l := Launcher{Binary: fakeEnvoy(t), WorkDir: work, Logger: quietLogger(), Bootstrap: bootstrap.Options{
+		Node:       wire.ProxyNode{ID: "n1", PublicAddress: "127.0.0.1", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001},
+		XDSAddress: "127.0.0.1:18000",
+	}}
+	cfg, err := l.Prepare(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(work, "admin", "envoy.sock"); cfg.AdminSocket != want {
+		t.Fatalf("admin socket %q, want %q", cfg.AdminSocket, want)
+	}
+	if fi, err := os.Stat(filepath.Dir(cfg.AdminSocket)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the admin socket's folder: %v, mode %v; want 0700", err, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(cfg.ConfigPath)
+	if err != nil || !strings.Contains(string(b), "path: "+cfg.AdminSocket) || !strings.Contains(string(b), "mode: 384") {
+		t.Fatalf("the bootstrap does not put the admin API on the socket with mode 0600: %v\n%s", err, b)
 	}
 }
 
 func TestLauncherRefusesABadNode(t *testing.T) {
 	l := Launcher{Binary: fakeEnvoy(t), WorkDir: t.TempDir(), Logger: quietLogger(),
-		Bootstrap: bootstrap.Options{Node: wire.ProxyNode{ID: "n1"}, XDSAddress: "127.0.0.1:1", AdminAddress: "127.0.0.1:2"}}
+		Bootstrap: bootstrap.Options{Node: wire.ProxyNode{ID: "n1"}, XDSAddress: "127.0.0.1:1", AdminSocket: "admin.sock"}}
 	if _, err := l.Prepare(context.Background()); err == nil || !strings.Contains(err.Error(), "not an IP address") {
 		t.Fatalf("got %v, want the node's listener addresses refused", err)
 	}

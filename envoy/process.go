@@ -22,8 +22,8 @@ type Config struct {
 	// Dir is Envoy's working directory, where relative paths in its
 	// configuration (wire.SecretsDir) resolve; the caller's when empty.
 	Dir string
-	// AdminAddress is the admin listener's host:port, as in the bootstrap.
-	AdminAddress string
+	// AdminSocket is the admin API's Unix socket, as in the bootstrap.
+	AdminSocket string
 	// LogPath receives Envoy's stdout and stderr (appended). Required.
 	LogPath string
 	// LogLevel is Envoy's --log-level; "warning" when empty.
@@ -80,7 +80,12 @@ func Start(cfg Config) (*Process, error) {
 	if cfg.LogPath == "" {
 		return nil, errors.New("envoy: start: Config.LogPath is required")
 	}
-	logFile, err := os.OpenFile(cfg.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// Only the node's user reads Envoy's log: at debug levels it holds
+	// requests' headers, Authorization included.
+	logFile, err := os.OpenFile(cfg.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err == nil {
+		err = logFile.Chmod(0o600) // a log an older version left readable
+	}
 	if err != nil {
 		return nil, fmt.Errorf("envoy: open log file: %w", err)
 	}
@@ -89,7 +94,7 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
-	p := &Process{cfg: cfg, child: child, admin: Admin{Address: cfg.AdminAddress}}
+	p := &Process{cfg: cfg, child: child, admin: Admin{Socket: cfg.AdminSocket}}
 	cfg.Logger.Info("envoy started", "pid", child.Pid(), "binary", cfg.Binary, "config", cfg.ConfigPath, "log", cfg.LogPath)
 	return p, nil
 }

@@ -52,12 +52,9 @@ func run() error {
 	if err := testutil.Until(20*time.Second, func() bool { i, err := c.Leader(ctx); return err == nil && i.Leading }); err != nil {
 		return err
 	}
-	admins := []string{}
 	for i, addr := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
-		admin := testutil.MustFreeAddr("127.0.0.1")
-		admins = append(admins, admin)
 		p, err := start(env, bin, "agent", "--plaintext", "--node-id", fmt.Sprintf("n%d", i+1), "--address", addr, "--cpus", "4",
-			"--xds", xdsAddr, "--public", testutil.MustFreeAddr(addr), "--mesh", testutil.MustFreeAddr("127.0.0.1"), "--admin", admin,
+			"--xds", xdsAddr, "--public", testutil.MustFreeAddr(addr), "--mesh", testutil.MustFreeAddr("127.0.0.1"),
 			"--work-dir", filepath.Join(dir, fmt.Sprintf("n%d", i+1)), "--drain-grace", "1s", "--allow-command", bin)
 		if err != nil {
 			return err
@@ -74,7 +71,7 @@ func run() error {
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}); err != nil {
 		return err
 	}
-	stats := envoy.Admin{Address: admins[0]}
+	stats := envoy.Admin{Socket: envoy.AdminSocketIn(filepath.Join(dir, "n1"))}
 	healthy := func() int {
 		s, err := stats.Stats(ctx, `^cluster\.a\.membership_healthy$`)
 		if err != nil {

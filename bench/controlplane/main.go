@@ -100,7 +100,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 	if err != nil {
 		return err
 	}
-	apiAddr, xdsAddr, public, mesh, admin := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
+	apiAddr, xdsAddr, public, mesh := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
 	ctl, err := proc.Start(proc.Spec{Path: bin, Args: []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", apiAddr, "--xds-listen", xdsAddr},
 		Env: append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)})
 	if err != nil {
@@ -128,7 +128,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 	defer cancel()
 	envoyProc, err := envoy.Launcher{WorkDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Bootstrap: bootstrap.Options{
 		Node:       wire.ProxyNode{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)},
-		XDSAddress: xdsAddr, AdminAddress: admin,
+		XDSAddress: xdsAddr,
 	}}.StartReady(readyCtx)
 	if err != nil {
 		return err

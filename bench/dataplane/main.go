@@ -42,7 +42,7 @@ func run(rate int, duration time.Duration, concurrency, envoyThreads int) error 
 	if err != nil {
 		return err
 	}
-	replica, xds, cpHTTP, public, mesh, admin := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
+	replica, xds, cpHTTP, public, mesh := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
 	config := filepath.Join(dir, "mesh.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`
 backends: [{name: bench, replicas: [{address: "%s"}], config: {max_concurrent_queries: 1000}}]
@@ -73,7 +73,7 @@ endpoints: [{name: bench, route: /bench, traffic: {bench: 1}}]
 	defer cancel()
 	node := envoy.Launcher{Binary: binary, WorkDir: dir, Concurrency: envoyThreads, Logger: log, Bootstrap: bootstrap.Options{
 		Node:       wire.ProxyNode{ID: "bench", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public), MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)},
-		XDSAddress: xds, AdminAddress: admin,
+		XDSAddress: xds,
 	}}
 	envoyProc, err := node.StartReady(ctx)
 	if err != nil {

@@ -104,7 +104,7 @@ func (b *bench) measure(mode string, rate int, duration time.Duration, concurren
 		}
 		p, err := b.Run("agent", plaintext, "--consul-prefix", "bench-"+mode, "--node-id", mode+"-"+id, "--address", node.addr,
 			"--cpus", node.cpus, "--xds", xdsAddr, "--public", pub, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
-			"--inbound", testutil.MustFreeAddr(node.addr), "--admin", testutil.MustFreeAddr("127.0.0.1"),
+			"--inbound", testutil.MustFreeAddr(node.addr),
 			"--work-dir", filepath.Join(work, id), "--allow-command", b.Bin, "--concurrency", "1")
 		if err != nil {
 			return result{}, err

@@ -40,7 +40,7 @@ func run(rate int, phase time.Duration) error {
 	defer be.Close()
 	dir, bin := be.Dir, be.Bin
 	free := func() string { return testutil.MustFreeAddr("127.0.0.1") }
-	replica, xds, cpHTTP, public, mesh, admin, status := free(), free(), free(), free(), free(), free(), free()
+	replica, xds, cpHTTP, public, mesh, status := free(), free(), free(), free(), free(), free()
 	config := filepath.Join(dir, "mesh.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf("backends: [{name: b, replicas: [{address: %q}], config: {max_concurrent_queries: 1000}}]\nendpoints: [{name: e, route: /e, traffic: {b: 1}}]\n", replica)), 0o644); err != nil {
 		return err
@@ -60,12 +60,12 @@ func run(rate int, phase time.Duration) error {
 	defer cancel()
 	proxy, err := envoy.Launcher{WorkDir: dir, Concurrency: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Bootstrap: bootstrap.Options{Node: wire.ProxyNode{ID: "stats", PublicAddress: "127.0.0.1", PublicPort: testutil.Port(public),
-			MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)}, XDSAddress: xds, AdminAddress: admin}}.StartReady(readyCtx)
+			MeshAddress: "127.0.0.1", MeshPort: testutil.Port(mesh)}, XDSAddress: xds}}.StartReady(readyCtx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = proxy.Stop(ctx, 0) }()
-	agentProc, err := start(env, bin, "agent", "--plaintext", "--no-envoy", "--node-id", "stats", "--admin", admin, "--metrics-listen", status,
+	agentProc, err := start(env, bin, "agent", "--plaintext", "--no-envoy", "--node-id", "stats", "--admin-socket", envoy.AdminSocketIn(dir), "--metrics-listen", status,
 		"--work-dir", filepath.Join(dir, "agent"))
 	if err != nil {
 		return err

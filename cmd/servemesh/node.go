@@ -17,13 +17,13 @@ import (
 
 // nodeFlags describe one node's Envoy: identity, listeners, control plane.
 type nodeFlags struct {
-	id, public, mesh, admin, xds, protocol string
+	id, public, mesh, adminSocket, xds, protocol string
 }
 
 // defaultNode is what nodeFlags default to.
 func defaultNode() nodeFlags {
 	host, _ := os.Hostname()
-	return nodeFlags{id: host, public: "0.0.0.0:8080", mesh: "127.0.0.1:15001", admin: "127.0.0.1:19000",
+	return nodeFlags{id: host, public: "0.0.0.0:8080", mesh: "127.0.0.1:15001",
 		xds: "127.0.0.1:18000", protocol: string(bootstrap.ProtocolSotW)}
 }
 
@@ -31,7 +31,7 @@ func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
 	fs.StringVar(&o.id, "node-id", def.id, "this node's Envoy node id")
 	fs.StringVar(&o.public, "public", def.public, "address of the public listener serving routed endpoints")
 	fs.StringVar(&o.mesh, "mesh", def.mesh, "address of the mesh listener where replicas reach any endpoint by Host header")
-	fs.StringVar(&o.admin, "admin", def.admin, "address of Envoy's admin API (keep it on loopback)")
+	fs.StringVar(&o.adminSocket, "admin-socket", def.adminSocket, "Unix socket of Envoy's admin API (default: admin/envoy.sock in --work-dir, a folder only this user may enter)")
 	fs.StringVar(&o.xds, "xds", def.xds, "address of the control plane's xDS server, or several comma-separated (HA controllers)")
 	fs.StringVar(&o.protocol, "xds-protocol", def.protocol, "xDS variant: sotw (state of the world) or delta")
 }
@@ -47,7 +47,7 @@ func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
 	}
 	return bootstrap.Options{
 		Node:       wire.ProxyNode{ID: o.id, PublicAddress: publicHost, PublicPort: publicPort, MeshAddress: meshHost, MeshPort: meshPort},
-		XDSAddress: o.xds, AdminAddress: o.admin, Protocol: bootstrap.Protocol(o.protocol),
+		XDSAddress: o.xds, AdminSocket: o.adminSocket, Protocol: bootstrap.Protocol(o.protocol),
 	}, nil
 }
 

@@ -41,6 +41,9 @@ func (c *Controller) CreateBackend(ctx context.Context, b model.Backend) (bool, 
 		if err := model.ValidateBackend(b); err != nil {
 			return &Error{Kind: Invalid, Msg: "refused", Err: err} // before any work its numbers size
 		}
+		if err := c.guard(ctx, m, &model.Model{Backends: []model.Backend{b}}); err != nil {
+			return err // before placement says whether it would fit
+		}
 		if i := findBackend(m, b.Name); i >= 0 {
 			if model.BackendsEqual(m.Backends[i].Spec(), b) {
 				return nil
@@ -218,17 +221,20 @@ func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun boo
 	}
 	if dryRun {
 		current, _ := c.State()
-		next, err := prepareApply(current, desired, nodes)
-		if err != nil {
+		if err := c.guard(ctx, current, desired); err != nil {
 			return nil, err
 		}
-		if err := c.guard(ctx, current, next); err != nil {
+		next, err := prepareApply(current, desired, nodes)
+		if err != nil {
 			return nil, err
 		}
 		return describe(current, store.Diff(current, next)), nil
 	}
 	var diff []string
 	_, err = c.mutate(ctx, "apply", func(m *model.Model) error {
+		if err := c.guard(ctx, m, desired); err != nil {
+			return err // before placement says whether it would fit
+		}
 		next, err := prepareApply(m, desired, nodes)
 		if err != nil {
 			return err

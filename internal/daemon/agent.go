@@ -58,7 +58,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		return fmt.Errorf("consul client: %w", err)
 	}
 	reg := httpserver.NewRegistry()
-	admin := envoy.Admin{Address: o.Envoy.Bootstrap.AdminAddress}
+	admin := envoy.Admin{Socket: o.Envoy.AdminSocket()}
 	if !o.NoEnvoy {
 		agent.RegisterLoadMetrics(reg, admin, o.Node.ID)
 	}
@@ -125,7 +125,7 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 	}
 	n := &o.Envoy.Bootstrap.Node
 	n.InboundAddress, n.InboundPort = inbound.Addr().String(), uint32(inbound.Port())
-	o.Envoy.Bootstrap.XDSTLS = &bootstrap.XDSTLS{Secrets: dir, ServerSANSuffix: "/svc/" + connect.ControllerService}
+	o.Envoy.Bootstrap.XDSTLS = &bootstrap.XDSTLS{Secrets: dir, ServerSAN: secrets.IdentityPrefix() + connect.ControllerService}
 	log.Info("mTLS: the node is known by its Consul Connect identity; replicas listen on loopback", "identity", connect.NodeService(o.Node.ID),
 		"inbound", o.Inbound, "secrets", dir)
 	return secrets, nil

@@ -94,10 +94,10 @@ Try:
   curl -s -H 'Host: embeddings' http://%[4]s/      # ...but the mesh listener serves it by Host
   curl -s http://%[5]s/v1/xds/nodes                # which config each node has ACKed
   curl -s http://%[5]s/metrics | grep servemesh_   # control-plane metrics
-  curl -s http://%[6]s/stats | grep 'cluster.model-v.*upstream_rq_total'   # Envoy's own counts
+  curl -s --unix-socket %[6]s http://envoy/stats | grep 'cluster.model-v.*upstream_rq_total'   # Envoy's own counts (its admin API)
 
 Press Ctrl-C to stop.
-`, node.ID, o.Plane.ConfigPath, public, mesh, httpAddr, o.Envoy.Bootstrap.AdminAddress)
+`, node.ID, o.Plane.ConfigPath, public, mesh, httpAddr, o.Envoy.AdminSocket())
 }
 
 // RunDemoReplica runs one demo replica (what the demo stack's agent starts

@@ -19,10 +19,10 @@ import (
 
 // StackOptions configure `servemesh demo-stack` (what `make run` starts).
 type StackOptions struct {
-	WorkDir             string
-	ConsulHTTPPort      int
-	API, XDS            string
-	Public, Mesh, Admin string
+	WorkDir        string
+	ConsulHTTPPort int
+	API, XDS       string
+	Public, Mesh   string
 	// Self is the servemesh binary the controller, agent and replicas run.
 	Self string
 }
@@ -70,7 +70,7 @@ func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, erro
 		// The demo runs on one trusted host: plaintext, chosen here and logged.
 		{"controller", []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
 		{"agent", []string{"agent", "--plaintext", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", "8", "--memory-mb", "8192",
-			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh, "--admin", o.Admin,
+			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh,
 			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--allow-command", o.Self,
 			// The demo's replicas are this binary, wherever the checkout is:
 			// they run as the user who started the demo, on one trusted host.

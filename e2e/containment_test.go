@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// TestContainment: whoever holds a little (a write token, a replica) cannot
+// take more, through the real controller, agents, Envoy and Consul, in the
+// default mode (mTLS, two nodes). Each subtest is a finding of issue 14
+// that succeeded before.
+func TestContainment(t *testing.T) {
+	consul := startConsul(t)
+	execToken, writeToken := writeToken(t, "exec-secret"), writeToken(t, "write-secret")
+	ctl := startController(t, consul, "ctl", []string{"--plaintext=false", "--token-file", execToken, "--write-token-file", writeToken,
+		"--allow-replica-cidr", "192.0.2.0/24"}) // loopback is not allowed: the default
+	ctl.waitLeading(20 * time.Second)
+	nodes := []*mtlsNode{startMTLSNode(t, consul, "k1", "127.0.0.2", ctl.xdsAddr), startMTLSNode(t, consul, "k2", "127.0.0.3", ctl.xdsAddr)}
+	ctx := context.Background()
+	execC := ctl.client("exec-secret")
+	spec := &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "m", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+	waitUntil(t, 20*time.Second, "backend m to be placed on both nodes", func() bool {
+		_, err := execC.CreateBackend(ctx, model.Backend{Name: "m", Process: spec, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}})
+		return err == nil
+	})
+	if _, err := execC.CreateEndpoint(ctx, model.Endpoint{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 60*time.Second, "/m served through k1", func() bool {
+		return do(httpClient(), http.MethodGet, "http://"+nodes[0].public+"/m", "").status == http.StatusOK
+	})
+	writer := []string{"SERVEMESH_SERVER=" + ctl.apiAddr, "SERVEMESH_TOKEN_FILE=" + writeToken}
+
+	t.Run("a write token changes no command", func(t *testing.T) {
+		// Finding 1: the exec check compared a 32-bit hash, outside the
+		// write lock. Any change of the spec, here only its environment,
+		// needs the exec scope.
+		evil := *spec
+		evil.Env = map[string]string{"LD_PRELOAD": "/tmp/evil.so"}
+		file := writeMesh(t, &model.Model{Backends: []model.Backend{{Name: "m", Process: &evil, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}}},
+			Endpoints: []model.Endpoint{{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}}})
+		for _, dry := range []string{"--dry-run=true", "--dry-run=false"} {
+			expectCLI(t, writer, 1, "exec scope", "apply", "-f", file, dry)
+		}
+		got, err := execC.GetBackend(ctx, "m")
+		if err != nil || len(got.Process.Env) != 0 {
+			t.Fatalf("the stored spec changed: %+v, %v", got.Process, err)
+		}
+		// What runs no new command is the write token's to change.
+		expectCLI(t, writer, 0, "", "backend", "update", "m", "--max-concurrent-queries", "50")
+	})
+
+	t.Run("a write token points no route at the node", func(t *testing.T) {
+		// Finding 2: a static replica at Envoy's admin, Consul or the
+		// metadata service was served on a public route.
+		_, consulPort, _ := net.SplitHostPort(consul.HTTPAddr)
+		for _, addr := range []string{"127.0.0.1:" + consulPort, "localhost:" + consulPort, "169.254.169.254:80", "0.0.0.0:" + consulPort, "[::1]:" + consulPort} {
+			expectCLI(t, writer, 1, "--allow-replica-cidr", "backend", "create", "evil", "--replica", addr)
+		}
+		if _, err := execC.GetBackend(ctx, "evil"); err == nil {
+			t.Fatal("a refused backend was stored")
+		}
+		// An external service's instance on loopback is dropped, and
+		// status says why: registrations in Consul are users' input too.
+		client, err := consul.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(consulPort)
+		if err := client.Agent().ServiceRegister(&consulapi.AgentServiceRegistration{ID: "kv-1", Name: "kv", Address: "127.0.0.1", Port: port,
+			Check: &consulapi.AgentServiceCheck{TTL: "1h", Status: consulapi.HealthPassing}}); err != nil {
+			t.Fatal(err)
+		}
+		expectCLI(t, writer, 0, "", "backend", "create", "kv", "--external", "kv")
+		expectCLI(t, writer, 0, "", "endpoint", "create", "kv", "--route", "/v1/kv", "--methods", "GET,PUT", "--backend", "kv")
+		execEnv := []string{"SERVEMESH_SERVER=" + ctl.apiAddr, "SERVEMESH_TOKEN_FILE=" + execToken}
+		waitUntil(t, 15*time.Second, "status to report the dropped instance", func() bool {
+			_, out, _ := cli(t, execEnv, "status")
+			return strings.Contains(out, "kv-1") && strings.Contains(out, "--allow-replica-cidr")
+		})
+		waitUntil(t, 15*time.Second, "the route to be served (to no replica)", func() bool {
+			return do(httpClient(), http.MethodGet, "http://"+nodes[0].public+"/v1/kv/x", "").status == http.StatusServiceUnavailable
+		})
+		r := do(httpClient(), http.MethodPut, "http://"+nodes[0].public+"/v1/kv/servemesh/owned", "x")
+		if r.status == http.StatusOK {
+			t.Fatalf("a public route wrote Consul's KV: %+v", r)
+		}
+		if kv, _, _ := client.KV().Get("servemesh/owned", nil); kv != nil {
+			t.Fatal("a public route wrote Consul's KV")
+		}
+	})
+
+	t.Run("a replica cannot reach its node's Envoy", func(t *testing.T) {
+		// Finding 3: Envoy's admin API listened on 127.0.0.1 without
+		// authentication; a replica raised the log level (headers went to a
+		// world-readable envoy.log) and stopped Envoy with /quitquitquit.
+		for _, n := range nodes {
+			work := filepath.Dir(n.secrets)
+			boot, err := os.ReadFile(filepath.Join(work, "bootstrap.yaml"))
+			if err != nil || !strings.Contains(string(boot), "pipe:") || strings.Contains(string(boot), "port_value: 19000") {
+				t.Fatalf("node %s: the admin API is not on a Unix socket: %v\n%s", n.id, err, boot)
+			}
+			if body, err := (envoy.Admin{Socket: n.admin}).Get(ctx, "/ready"); err != nil || !strings.Contains(string(body), "LIVE") {
+				t.Fatalf("node %s: the agent's user cannot reach the admin socket: %q %v", n.id, body, err)
+			}
+			// The same curl as the agent's user reaches it (the positive
+			// control); as nobody, a replica's user, it cannot connect.
+			if out, err := exec.CommandContext(ctx, "curl", "-sS", "--unix-socket", n.admin, "http://envoy/ready").CombinedOutput(); err != nil || !strings.Contains(string(out), "LIVE") {
+				t.Fatalf("node %s: curl as the agent's user: %v %s", n.id, err, out)
+			}
+			out, err := asNobody(t, "curl", "-sS", "--unix-socket", n.admin, "-X", "POST", "http://envoy/quitquitquit")
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 7 { // curl's "failed to connect"
+				t.Fatalf("node %s: nobody (a replica's user) reached the admin socket: %v %s", n.id, err, out)
+			}
+			for _, private := range []string{"envoy.log"} {
+				if fi, err := os.Stat(filepath.Join(work, private)); err != nil || fi.Mode().Perm() != 0o600 {
+					t.Fatalf("node %s: %s: %v, mode %v; want 0600", n.id, private, err, fi.Mode().Perm())
+				}
+			}
+			// The replica started in a folder of its own, not the agent's.
+			folders, err := filepath.Glob(filepath.Join(work, "replicas", "m-*[^g]")) // not the .log
+			if err != nil || len(folders) != 1 {
+				t.Fatalf("node %s: replica folders %v, %v; want one", n.id, folders, err)
+			}
+			fi, err := os.Stat(folders[0])
+			if err != nil || !fi.IsDir() {
+				t.Fatalf("node %s: the replica's folder: %v", n.id, err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o700 || st.Uid == uint32(os.Geteuid()) {
+				t.Fatalf("node %s: the replica's folder has mode %v, owner %d; want 0700, the replica's user", n.id, fi.Mode().Perm(), st.Uid)
+			}
+		}
+		if got := do(httpClient(), http.MethodGet, "http://"+nodes[0].public+"/m", ""); got.status != http.StatusOK {
+			t.Fatalf("/m after the probes: %+v", got)
+		}
+	})
+}
+
+// asNobody runs a command as nobody, a replica's user, and returns what it
+// printed.
+func asNobody(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is needed for this test: %v", name, err)
+	}
+	out := &testutil.SyncBuffer{}
+	p, err := proc.Start(proc.Spec{Path: path, Args: args, Stdout: out, Stderr: out,
+		Credential: &syscall.Credential{Uid: 65534, Gid: 65534}})
+	if err != nil {
+		return "", err
+	}
+	err = p.Wait()
+	return out.String(), err
+}
+
+// writeMesh writes m as a config file for `servemesh apply -f`.
+func writeMesh(t *testing.T, m *model.Model) string {
+	t.Helper()
+	b, err := model.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("mesh-%d.yaml", time.Now().UnixNano()))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
