@@ -120,20 +120,34 @@ func ParseStat(stat string) (s Stat, ok bool) {
 	if !found {
 		return Stat{}, false
 	}
-	vhost, route, found := strings.Cut(rest, ".route.")
-	if !found || vhost == "" {
-		return Stat{}, false
-	}
-	listener := MeshListener
-	if vhost == PublicVirtualHost {
-		listener = PublicListener
-	}
 	for _, name := range []string{StatRequests, StatErrors} {
-		if endpoint, found := strings.CutSuffix(route, "."+name); found && endpoint != "" {
-			return Stat{Endpoint: endpoint, Listener: listener, Name: name}, true
+		if hosted, found := strings.CutSuffix(rest, "."+name); found {
+			if endpoint, listener, ok := routeOf(hosted); ok {
+				return Stat{Endpoint: endpoint, Listener: listener, Name: name}, true
+			}
 		}
 	}
 	return Stat{}, false
+}
+
+// routeOf splits "<virtual host>.route.<endpoint>". Names may hold dots
+// (and ".route."), so the split is not the first ".route.": the public
+// virtual host is PublicVirtualHost, and on the mesh listener an endpoint's
+// virtual host is named after the endpoint, so both halves are the same.
+func routeOf(hosted string) (endpoint, listener string, ok bool) {
+	const sep = ".route."
+	if e, found := strings.CutPrefix(hosted, PublicVirtualHost+sep); found && e != "" {
+		return e, PublicListener, true
+	}
+	n := len(hosted) - len(sep)
+	if n <= 0 || n%2 != 0 {
+		return "", "", false
+	}
+	host, mid, e := hosted[:n/2], hosted[n/2:n/2+len(sep)], hosted[n/2+len(sep):]
+	if mid != sep || host != e {
+		return "", "", false
+	}
+	return e, MeshListener, true
 }
 
 // FileSecret refers an Envoy TLS context to secret name in its file-based

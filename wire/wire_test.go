@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/servemesh/servemesh/controlplane/model"
 	"reflect"
 	"strings"
 	"testing"
@@ -19,6 +20,10 @@ func TestParseStat(t *testing.T) {
 		// virtual host of its own name: its figures stay the mesh's.
 		"vhost.public.route.public.upstream_rq_total":  {Endpoint: "public", Listener: MeshListener, Name: StatRequests},
 		"vhost._public.route.public.upstream_rq_total": {Endpoint: "public", Listener: PublicListener, Name: StatRequests},
+		// Names with dots, even ".route.", keep their figures.
+		"vhost.a.route.b.route.a.route.b.upstream_rq_total": {Endpoint: "a.route.b", Listener: MeshListener, Name: StatRequests},
+		"vhost._public.route.a.route.b.upstream_rq_5xx":     {Endpoint: "a.route.b", Listener: PublicListener, Name: StatErrors},
+		"vhost.m.v1.route.m.v1.upstream_rq_total":           {Endpoint: "m.v1", Listener: MeshListener, Name: StatRequests},
 	} {
 		got, ok := ParseStat(stat)
 		if !ok || got != want {
@@ -32,6 +37,7 @@ func TestParseStat(t *testing.T) {
 		"vhost._public.route..upstream_rq_total",
 		"http.public.downstream_rq_total",
 		"vhost.model.vcluster.other.upstream_rq_total",
+		"vhost.a.route.b.upstream_rq_total", // a virtual host is its endpoint's
 	} {
 		if got, ok := ParseStat(stat); ok {
 			t.Errorf("ParseStat(%q) = %+v; want no match", stat, got)
@@ -125,6 +131,16 @@ func TestProxyNodeValidate(t *testing.T) {
 	} {
 		if err := n.Validate(); err == nil {
 			t.Errorf("%s: want an error", name)
+		}
+	}
+}
+
+// TestServiceNamesAreReserved: no backend may be named as servemesh's own
+// services and identities (model.ReservedPrefix), so none is one of them.
+func TestServiceNamesAreReserved(t *testing.T) {
+	for _, name := range []string{ControllerService, NodeServicePrefix + "n1", AgentService} {
+		if !strings.HasPrefix(name, model.ReservedPrefix) {
+			t.Errorf("service %q is not under the reserved prefix %q: a backend could take its name", name, model.ReservedPrefix)
 		}
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -358,5 +361,54 @@ func TestTokenlessAPIRefusesBrowsers(t *testing.T) {
 			t.Errorf("tokens=%d: a refused request created the process backend", len(tokens))
 		}
 		srv.Close()
+	}
+}
+
+// TestTokenFilesAreTheOwnersAlone: a token file other users may read is
+// refused, naming the fix (it was read whatever its mode).
+func TestTokenFilesAreTheOwnersAlone(t *testing.T) {
+	dir := t.TempDir()
+	for mode, want := range map[os.FileMode]string{0o600: "", 0o400: "", 0o644: "chmod 600", 0o640: "chmod 600", 0o606: "chmod 600"} {
+		path := filepath.Join(dir, fmt.Sprintf("token-%o", mode))
+		if err := os.WriteFile(path, []byte("secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		token, err := ReadTokenFile(path)
+		if want == "" && (err != nil || token != "secret") {
+			t.Errorf("mode %o: %q, %v", mode, token, err)
+		}
+		if want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("mode %o: %q, %v; want refused naming %q", mode, token, err, want)
+		}
+		if err := (Tokens{}).Add(path, ScopeRead); (err == nil) != (want == "") {
+			t.Errorf("mode %o: Tokens.Add: %v", mode, err)
+		}
+	}
+}
+
+// TestEnvValuesNeedTheExecScope: a process's environment often holds the
+// model server's secrets; read and write tokens saw its values.
+func TestEnvValuesNeedTheExecScope(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	if err := c.Lead(context.Background(), "self"); err != nil {
+		t.Fatal(err)
+	}
+	tokens := Tokens{"r-token": ScopeRead, "w-token": ScopeWrite, "x-token": ScopeExec}
+	srv := httptest.NewServer(tokens.Authenticate(Handler(c, log, nil)))
+	defer srv.Close()
+	if status, body := raw(t, "POST", srv.URL+"/v1/backends", `{"name": "p", "process": {"command": "/srv/model", "env": {"API_KEY": "s3cret"}}}`, "x-token"); status != 201 {
+		t.Fatalf("create: HTTP %d %s", status, body)
+	}
+	for token, wantSecret := range map[string]bool{"r-token": false, "w-token": false, "x-token": true} {
+		for _, path := range []string{"/v1/backends", "/v1/backends/p"} {
+			status, body := raw(t, "GET", srv.URL+path, "", token)
+			if status != 200 || strings.Contains(body, "s3cret") != wantSecret || strings.Contains(body, "API_KEY") != true {
+				t.Errorf("GET %s with %s: HTTP %d %s; want the value shown: %v (the name always)", path, token, status, body, wantSecret)
+			}
+		}
 	}
 }

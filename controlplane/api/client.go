@@ -282,13 +282,26 @@ func (c *Client) Leader(ctx context.Context) (LeaderInfo, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/leader", nil, &out)
 }
 
-// ReadTokenFile reads a bearer token from a file; an empty path means no
-// token.
+// ReadTokenFile reads a bearer token from a file (its first 64 KiB,
+// trimmed); an empty path means no token. A file other users may read or
+// write is refused, as ssh refuses such a key.
 func ReadTokenFile(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	if mode := fi.Mode().Perm(); mode&0o077 != 0 {
+		return "", fmt.Errorf("token file %s can be read or written by other users (mode %04o), who could use its token; make it the owner's alone: chmod 600 %s", path, mode, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err != nil {
 		return "", fmt.Errorf("token file: %w", err)
 	}

@@ -114,9 +114,29 @@ type server struct {
 	log *slog.Logger
 }
 
-func (s *server) listBackends(w http.ResponseWriter, _ *http.Request) {
+func (s *server) listBackends(w http.ResponseWriter, r *http.Request) {
 	m, _ := s.c.State()
+	for i := range m.Backends {
+		m.Backends[i] = redact(r.Context(), m.Backends[i])
+	}
 	writeJSON(w, http.StatusOK, nonNil(m.Backends))
+}
+
+// Redacted replaces the values of a process's environment for callers
+// without the exec scope: they often hold the model server's secrets, and
+// only who may set them may read them.
+const Redacted = "<redacted: reading it needs the exec scope>"
+
+// redact returns b as a caller of ctx's scope may read it. b is a copy
+// (controller.State clones), so it is changed in place.
+func redact(ctx context.Context, b model.Backend) model.Backend {
+	if ScopeOf(ctx) >= ScopeExec || b.Process == nil {
+		return b
+	}
+	for k := range b.Process.Env {
+		b.Process.Env[k] = Redacted
+	}
+	return b
 }
 
 func (s *server) listEndpoints(w http.ResponseWriter, _ *http.Request) {
@@ -126,7 +146,7 @@ func (s *server) listEndpoints(w http.ResponseWriter, _ *http.Request) {
 
 func (s *server) getBackend(w http.ResponseWriter, r *http.Request) {
 	b, err := s.c.GetBackend(r.PathValue("name"))
-	s.answer(w, b, err)
+	s.answer(w, redact(r.Context(), b), err)
 }
 
 func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) {
