@@ -110,6 +110,7 @@ func New(o Options) (*Agent, error) {
 	}
 	a.runAs = cred
 	a.secrets, a.inbound, a.listenHost = o.Secrets, o.Inbound, o.Node.Address
+	a.node.Inbound = o.Inbound // registered: the controller checks replicas' claims against it
 	if (o.Secrets == nil) != (o.Inbound == "") {
 		return nil, fmt.Errorf("agent: mesh mTLS needs both the node's secrets and its inbound listener")
 	}
@@ -282,7 +283,7 @@ func (a *Agent) stopAll() {
 func (a *Agent) registerNode() error {
 	id := wire.AgentServiceID(a.node.ID)
 	err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
-		ID: id, Name: wire.AgentService, Address: a.node.Address, Meta: a.node.Meta(),
+		ID: id, Name: wire.NodeService(a.node.ID), Tags: []string{wire.AgentTag}, Address: a.node.Address, Meta: a.node.Meta(),
 		Check: &api.AgentServiceCheck{CheckID: id, Name: "servemesh agent " + a.node.ID, TTL: a.checkTTL.String(),
 			Status: api.HealthPassing, DeregisterCriticalServiceAfter: "10m"},
 	})

@@ -69,7 +69,7 @@ func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placem
 		meta[wire.MetaReplicaInbound] = a.inbound
 	}
 	if err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
-		ID: r.serviceID(), Name: backend, Tags: []string{wire.ReplicaServiceTag, p.Tag},
+		ID: r.serviceID(), Name: wire.BackendService(backend), Tags: []string{wire.ReplicaServiceTag, p.Tag},
 		Address: a.listenHost, Port: port, Meta: meta,
 		Check: &api.AgentServiceCheck{CheckID: r.checkID(), Name: "servemesh probe of " + p.Tag,
 			TTL: a.checkTTL.String(), Status: api.HealthCritical, DeregisterCriticalServiceAfter: "1m"},

@@ -105,7 +105,7 @@ func (s *Secrets) AddBackend(ctx context.Context, backend string) error {
 		return fmt.Errorf("identity of backend %s: the node's secrets are not started", backend)
 	}
 	name := wire.BackendSecret(backend)
-	index, err := s.writeLeaf(ctx, name, backend, 0)
+	index, err := s.writeLeaf(ctx, name, wire.BackendService(backend), 0)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (s *Secrets) AddBackend(ctx context.Context, backend string) error {
 		ctx, cancel := context.WithCancel(watchCtx)
 		s.backends[backend] = cancel
 		go connect.Watch(ctx, s.log, "identity of backend "+backend, func(ctx context.Context, i uint64) (uint64, error) {
-			return s.writeLeaf(ctx, name, backend, max(i, index))
+			return s.writeLeaf(ctx, name, wire.BackendService(backend), max(i, index))
 		})
 	}
 	return nil

@@ -66,7 +66,7 @@ func TestSecretsFromConsul(t *testing.T) {
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("secrets folder mode %v, %v; want 0700", st.Mode().Perm(), err)
 	}
-	for name, want := range map[string]string{wire.NodeSecret: connect.NodeService("n1"), wire.BackendSecret("web"): "web"} {
+	for name, want := range map[string]string{wire.NodeSecret: connect.NodeService("n1"), wire.BackendSecret("web"): wire.BackendService("web")} {
 		c := readSecret(t, dir, name).GetTlsCertificate()
 		pair, err := tls.X509KeyPair(c.GetCertificateChain().GetInlineBytes(), c.GetPrivateKey().GetInlineBytes())
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // agentProc is a `servemesh agent` subprocess with its own Envoy, on its own
@@ -57,8 +58,10 @@ func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds stri
 	passThrough(t, workDir)
 	a := &agentProc{id: id, address: address, public: freeAddrOn(t, address),
 		mesh: freeAddr(t), admin: envoy.AdminSocketIn(workDir), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}}
-	// Plaintext unless the test asks for mTLS (--plaintext=false): a later flag wins.
-	args := []string{"agent", "--plaintext", "--node-id", id, "--address", address,
+	// Plaintext unless the test asks for mTLS (--plaintext=false), on a
+	// Consul without ACLs unless it says --insecure-consul=false: a later
+	// flag wins.
+	args := []string{"agent", "--plaintext", "--insecure-consul", "--node-id", id, "--address", address,
 		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
 		"--metrics-listen", a.metr, "--work-dir", workDir, "--drain-grace", "1s", "--envoy-log-level", "info",
 		"--allow-command", servemeshBin}
@@ -151,10 +154,10 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	}
 	waitUntil(t, 10*time.Second, "three live nodes", func() bool {
-		_, err := c.CreateBackend(ctx, demo("a", 3))
+		_, err := c.CreateBackend(ctx, model.BackendSpecOf(demo("a", 3)))
 		return err == nil
 	})
-	if _, err := c.CreateBackend(ctx, demo("b", 2)); err != nil {
+	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(demo("b", 2))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}); err != nil {
@@ -169,8 +172,8 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 	}
 	consulClient, _ := consul.Client()
 	waitUntil(t, 20*time.Second, "5 passing replicas in Consul's catalog", func() bool {
-		ea, _, _ := consulClient.Health().Service("a", "", true, nil)
-		eb, _, _ := consulClient.Health().Service("b", "", true, nil)
+		ea, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
+		eb, _, _ := consulClient.Health().Service(wire.BackendService("b"), "", true, nil)
 		return len(ea) == 3 && len(eb) == 2
 	})
 
@@ -236,7 +239,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 	})
 
 	t.Run("kill -9 a replica: restarted, no client error", func(t *testing.T) {
-		entries, _, err := consulClient.Health().Service("a", "", true, nil)
+		entries, _, err := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
 		if err != nil || len(entries) == 0 {
 			t.Fatal(err)
 		}
@@ -270,7 +273,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitUntil(t, 20*time.Second, "4 passing replicas of a", func() bool {
-			e, _, _ := consulClient.Health().Service("a", "", true, nil)
+			e, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
 			return len(e) == 4
 		})
 		l := startLoad("http://"+nodes[2].public+"/svc", 4)
@@ -279,7 +282,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitUntil(t, 20*time.Second, "a to be down to 1 replica in Consul and in the placements", func() bool {
-			e, _, _ := consulClient.Health().Service("a", "", false, nil)
+			e, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", false, nil)
 			return len(e) == 1 && len(placements(t, c, "a")) == 1
 		})
 		time.Sleep(300 * time.Millisecond)
@@ -309,7 +312,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		}
 		l := startLoad("http://"+nodes[1].public+"/svc", 4)
 		time.Sleep(300 * time.Millisecond)
-		res, err := c.Apply(ctx, file, false)
+		res, err := c.Apply(ctx, model.SpecOf(file), false)
 		if err != nil || len(res.Changes) != 1 || res.Changes[0] != "update backend b" {
 			t.Fatalf("apply: %+v %v", res, err)
 		}
@@ -323,7 +326,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 					return false
 				}
 			}
-			e, _, _ := consulClient.Health().Service("b", "", true, nil)
+			e, _, _ := consulClient.Health().Service(wire.BackendService("b"), "", true, nil)
 			return len(e) == 2
 		})
 		time.Sleep(300 * time.Millisecond)
@@ -336,7 +339,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitUntil(t, 20*time.Second, "3 passing replicas of a", func() bool {
-			e, _, _ := consulClient.Health().Service("a", "", true, nil)
+			e, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
 			return len(e) == 3
 		})
 		dead := nodes[2]
@@ -344,7 +347,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		_ = dead.child.Kill() // its Envoy and replicas die with it
 		waitUntil(t, 20*time.Second, "the dead node's replicas to go critical", func() bool {
-			checks, _, _ := consulClient.Health().Checks("a", nil)
+			checks, _, _ := consulClient.Health().Checks(wire.BackendService("a"), nil)
 			for _, ch := range checks {
 				if ch.Status == "critical" {
 					return true
@@ -358,7 +361,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 					return false
 				}
 			}
-			e, _, _ := consulClient.Health().Service("a", "", true, nil)
+			e, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
 			return len(runningOn(placements(t, c, "a"))) == 3 && len(e) == 3
 		})
 		time.Sleep(500 * time.Millisecond)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // stepLoad runs workers that each send one 50 ms request after another.
@@ -75,7 +76,7 @@ func TestAutoscaling(t *testing.T) {
 	backend := model.Backend{Name: "slow", Config: model.BackendConfig{CPUs: 1, MaxConcurrentQueries: 4, Autoscaling: as},
 		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "slow", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	waitUntil(t, 15*time.Second, "two live nodes", func() bool {
-		_, err := c.CreateBackend(ctx, backend)
+		_, err := c.CreateBackend(ctx, model.BackendSpecOf(backend))
 		return err == nil
 	})
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "slow", Route: "/slow", Traffic: map[string]float64{"slow": 1}}); err != nil {
@@ -126,7 +127,7 @@ func TestAutoscaling(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, 30*time.Second, "5 replicas to serve", func() bool {
-		e, _, _ := consulClient.Health().Service("slow", "", true, nil)
+		e, _, _ := consulClient.Health().Service(wire.BackendService("slow"), "", true, nil)
 		return len(e) >= 5
 	})
 	serving := time.Since(stepped)

@@ -88,7 +88,7 @@ func TestChaos(t *testing.T) {
 	c.FailoverWait = 30 * time.Second
 	ctx := context.Background()
 	want := chaosInitial(static.addrs)
-	waitUntil(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, want, false); return err == nil })
+	waitUntil(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, model.SpecOf(want), false); return err == nil })
 	n := startEnvoy(t, "chaos-node", ctls[0].xdsAddr+","+ctls[1].xdsAddr, bootstrap.ProtocolSotW)
 	waitUntil(t, 30*time.Second, "Envoy to serve /svc", func() bool {
 		return do(httpClient(), "GET", "http://"+n.public+"/svc", "").status == 200
@@ -187,7 +187,7 @@ func (ch *chaos) operate() {
 		for i := range ch.rng.IntN(401) {
 			next.Endpoints = append(next.Endpoints, model.Endpoint{Name: fmt.Sprintf("x%d", i), Traffic: map[string]float64{"s2": 1}})
 		}
-		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, stripPlacements(next), false); return err })
+		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, model.SpecOf(stripPlacements(next)), false); return err })
 		ch.want = next
 	case 3: // scale the process backend
 		r := 1 + ch.rng.IntN(3)

@@ -38,7 +38,7 @@ func TestContainment(t *testing.T) {
 	execC := ctl.client("exec-secret")
 	spec := &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "m", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 	waitUntil(t, 20*time.Second, "backend m to be placed on both nodes", func() bool {
-		_, err := execC.CreateBackend(ctx, model.Backend{Name: "m", Process: spec, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}})
+		_, err := execC.CreateBackend(ctx, model.BackendSpec{Name: "m", Process: spec, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}})
 		return err == nil
 	})
 	if _, err := execC.CreateEndpoint(ctx, model.Endpoint{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}); err != nil {
@@ -52,9 +52,10 @@ func TestContainment(t *testing.T) {
 	t.Run("a write token changes no command", func(t *testing.T) {
 		// Finding 1: the exec check compared a 32-bit hash, outside the
 		// write lock. Any change of the spec, here only its environment,
-		// needs the exec scope.
+		// needs the exec scope. (Loader variables such as LD_PRELOAD are
+		// refused for everyone: see the model's validation.)
 		evil := *spec
-		evil.Env = map[string]string{"LD_PRELOAD": "/tmp/evil.so"}
+		evil.Env = map[string]string{"MODEL_URL": "http://evil.example/weights"}
 		file := writeMesh(t, &model.Model{Backends: []model.Backend{{Name: "m", Process: &evil, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}}},
 			Endpoints: []model.Endpoint{{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}}})
 		for _, dry := range []string{"--dry-run=true", "--dry-run=false"} {

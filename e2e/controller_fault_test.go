@@ -119,10 +119,10 @@ func TestControllerRestartChangesNothing(t *testing.T) {
 	a, b := startReplicas(t, "a", 1), startReplicas(t, "b", 1)
 	c := ctl.client("")
 	ctx := context.Background()
-	if _, err := c.Apply(ctx, &model.Model{
+	if _, err := c.Apply(ctx, model.SpecOf(&model.Model{
 		Backends:  []model.Backend{a.backendModel(), b.backendModel()},
 		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}},
-	}, false); err != nil {
+	}), false); err != nil {
 		t.Fatal(err)
 	}
 	n := startEnvoy(t, "restart-node", ctl.xdsAddr, bootstrap.ProtocolSotW)
@@ -264,7 +264,7 @@ func (f *fuzzer) step(i int) {
 	case r < 20 || len(m.Backends) < 2:
 		b := model.Backend{Name: fmt.Sprintf("b%d", f.next), Replicas: []model.Replica{{Address: f.addrs[pick(len(f.addrs))]}}}
 		f.next++
-		if f.call("create backend "+b.Name, func() error { _, err := f.c.CreateBackend(ctx, b); return err }) {
+		if f.call("create backend "+b.Name, func() error { _, err := f.c.CreateBackend(ctx, model.BackendSpecOf(b)); return err }) {
 			m.Backends = append(m.Backends, b)
 		}
 	case r < 30:

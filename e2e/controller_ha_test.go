@@ -31,10 +31,10 @@ func TestHAFailover(t *testing.T) {
 
 	x := startReplicas(t, "x", 2)
 	both := api.NewClient(a.apiAddr+","+b.apiAddr, "")
-	if _, err := both.Apply(ctx, &model.Model{
+	if _, err := both.Apply(ctx, model.SpecOf(&model.Model{
 		Backends:  []model.Backend{x.backendModel()},
 		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"x": 1}}},
-	}, false); err != nil {
+	}), false); err != nil {
 		t.Fatal(err)
 	}
 	n := startEnvoy(t, "ha-node", a.xdsAddr+","+b.xdsAddr, bootstrap.ProtocolSotW)
@@ -61,7 +61,7 @@ func TestHAFailover(t *testing.T) {
 			default:
 			}
 			name := fmt.Sprintf("w%d", i)
-			if _, err := both.CreateBackend(ctx, model.Backend{Name: name}); err != nil {
+			if _, err := both.CreateBackend(ctx, model.BackendSpec{Name: name}); err != nil {
 				writeErrs.Add(1)
 				t.Errorf("write %s failed during the failover: %v", name, err)
 				return
@@ -114,7 +114,7 @@ func TestHAFailover(t *testing.T) {
 	})
 	takeover := time.Since(killed)
 	waitUntil(t, 30*time.Second, "a write to be accepted after the takeover", func() bool {
-		_, err := b.client("").CreateBackend(ctx, model.Backend{Name: "after-takeover"})
+		_, err := b.client("").CreateBackend(ctx, model.BackendSpec{Name: "after-takeover"})
 		return err == nil
 	})
 	writable := time.Since(killed)

@@ -41,7 +41,7 @@ func TestExternalBackend(t *testing.T) {
 
 	c := ctl.client("")
 	ctx := context.Background()
-	if _, err := c.CreateBackend(ctx, model.Backend{Name: "legacy", External: &model.ExternalSpec{Service: "legacy-api"}}); err != nil {
+	if _, err := c.CreateBackend(ctx, model.BackendSpec{Name: "legacy", External: &model.ExternalSpec{Service: "legacy-api"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "old", Route: "/old", Traffic: map[string]float64{"legacy": 1}}); err != nil {

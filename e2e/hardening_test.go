@@ -100,7 +100,7 @@ func TestLargeApplyIsAtomicAndReadsGoOn(t *testing.T) {
 		big.Endpoints = append(big.Endpoints, model.Endpoint{Name: fmt.Sprintf("e%d", i), Traffic: map[string]float64{"b": 1}})
 	}
 	c := ctl.client("")
-	if _, err := c.Apply(context.Background(), &model.Model{Backends: big.Backends, Endpoints: big.Endpoints[:10]}, false); err != nil {
+	if _, err := c.Apply(context.Background(), model.SpecOf(&model.Model{Backends: big.Backends, Endpoints: big.Endpoints[:10]}), false); err != nil {
 		t.Fatal(err)
 	}
 	client, err := consul.Client()

@@ -117,7 +117,7 @@ func TestMeshMTLS(t *testing.T) {
 	create := func(name string, replicas int, cpus float64) {
 		b := model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: cpus},
 			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-		waitUntil(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, b); return err == nil })
+		waitUntil(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
 	}
 	create("a", 3, 3) // one per node: each node offers 4 CPUs
 	create("b", 1, 1)
@@ -183,13 +183,13 @@ func TestMeshMTLS(t *testing.T) {
 	target := "https://" + nodes[1].inbound + "/"
 
 	t.Run("the inbound listener refuses callers without a node's certificate", func(t *testing.T) {
-		if r := do(inboundClient(node, node.Roots, wire.BackendSNI("a"), prefix+"a"), "GET", target, ""); r.status != 200 || r.backend != "a" {
+		if r := do(inboundClient(node, node.Roots, wire.BackendSNI("a"), prefix+wire.BackendService("a")), "GET", target, ""); r.status != 200 || r.backend != "a" {
 			t.Fatalf("a node's certificate, asking for a: %+v; want a's answer", r)
 		}
 		for what, cl := range map[string]*http.Client{
-			"no certificate":                   inboundClient(nil, node.Roots, wire.BackendSNI("a"), prefix+"a"),
-			"a service's, not a node's":        inboundClient(intruder, node.Roots, wire.BackendSNI("a"), prefix+"a"),
-			"a node's, for a backend not here": inboundClient(node, node.Roots, wire.BackendSNI("nothere"), prefix+"nothere"),
+			"no certificate":                   inboundClient(nil, node.Roots, wire.BackendSNI("a"), prefix+wire.BackendService("a")),
+			"a service's, not a node's":        inboundClient(intruder, node.Roots, wire.BackendSNI("a"), prefix+wire.BackendService("a")),
+			"a node's, for a backend not here": inboundClient(node, node.Roots, wire.BackendSNI("nothere"), prefix+wire.BackendService("nothere")),
 		} {
 			if r := do(cl, "GET", target, ""); r.err == nil {
 				t.Errorf("%s: answered %d; want the connection refused", what, r.status)
@@ -243,7 +243,7 @@ func replicasListenOnLoopbackOnly(t *testing.T, consul *testutil.Consul, nodes [
 	for _, n := range nodes {
 		address[n.id] = n.address
 	}
-	entries, _, err := client.Health().Service("a", "", false, nil)
+	entries, _, err := client.Health().Service(wire.BackendService("a"), "", false, nil)
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("replicas of a in Consul: %d, %v", len(entries), err)
 	}
@@ -336,7 +336,7 @@ func rotateUnderLoad(t *testing.T, client *consulapi.Client, c *api.Client, url 
 	})
 	for _, n := range nodes {
 		waitUntil(t, 30*time.Second, "node "+n.id+"'s inbound listener to present a leaf of the new root", func() bool {
-			r := do(inboundClient(probe, newRoot, wire.BackendSNI("a"), prefix+"a"), "GET", "https://"+n.inbound+"/", "")
+			r := do(inboundClient(probe, newRoot, wire.BackendSNI("a"), prefix+wire.BackendService("a")), "GET", "https://"+n.inbound+"/", "")
 			return r.status == 200
 		})
 	}

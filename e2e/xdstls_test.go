@@ -51,7 +51,7 @@ func TestXDSOverTLS(t *testing.T) {
 	ctx := context.Background()
 	b := model.Backend{Name: "web", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1},
 		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "web", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	waitUntil(t, 20*time.Second, "the backend to be placed", func() bool { _, err := c.CreateBackend(ctx, b); return err == nil })
+	waitUntil(t, 20*time.Second, "the backend to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "web", Route: "/web", Traffic: map[string]float64{"web": 1}}); err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func (l Launcher) logReady(ctx context.Context, p *Process) {
 		}
 		return
 	}
-	l.Logger.Info("envoy ready", "pid", p.Pid(), "node", l.Bootstrap.Node.ID, "admin", l.Bootstrap.AdminSocket)
+	l.Logger.Info("envoy ready", "pid", p.Pid(), "node", l.Bootstrap.Node.ID, "admin", l.AdminSocket())
 }
 
 // StartReady prepares the node, starts its Envoy and waits until it is

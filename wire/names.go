@@ -47,8 +47,24 @@ func BackendSNI(backend string) string { return backend + ".backend.servemesh" }
 const ControllerService = "servemesh-controller"
 
 // NodeServicePrefix prefixes the Consul service name of a node's identity
-// ("servemesh-node-<node id>"): its Connect leaf names it in a SPIFFE id.
+// ("servemesh-node-<node id>"): its Connect leaf names it in a SPIFFE id,
+// and the node's agent registers the node under it (AgentTag). Only the
+// node's own Consul token may write it.
 const NodeServicePrefix = "servemesh-node-"
+
+// NodeService is the Consul service of node id: its identity and its
+// agent's registration.
+func NodeService(id string) string { return NodeServicePrefix + id }
+
+// BackendServicePrefix prefixes the Consul service of a backend servemesh
+// runs: its replicas register as its instances, and its Connect leaf is
+// the identity its nodes' inbound listeners present. Node tokens may write
+// these names and no other service but their own node's, so no node takes
+// another's identity, the controller's, or an external service's name.
+const BackendServicePrefix = "servemesh-backend-"
+
+// BackendService is the Consul service of backend's replicas.
+func BackendService(backend string) string { return BackendServicePrefix + backend }
 
 // Secret names of a node's file-based SDS configs (mesh mTLS): the node's
 // own identity, the CA roots, and the identity of each backend it serves.

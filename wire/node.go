@@ -8,8 +8,9 @@ import (
 	"strings"
 )
 
-// AgentService is the Consul service every agent registers its node under.
-const AgentService = "servemesh-agent"
+// AgentTag marks an agent's registration of its node, an instance of the
+// node's own service (NodeService), which only the node's token may write.
+const AgentTag = "servemesh-agent"
 
 // Meta keys of an agent's registration.
 const (
@@ -17,6 +18,9 @@ const (
 	MetaCPUs       = "cpus"
 	MetaMemoryMB   = "memory_mb"
 	MetaStatusAddr = "status_addr"
+	// MetaInbound is, with mesh mTLS, the node's inbound listener (as
+	// MetaReplicaInbound is in its replicas' registrations).
+	MetaInbound = MetaReplicaInbound
 )
 
 // Meta keys of a replica's registration, as an instance of its backend's
@@ -51,6 +55,9 @@ type NodeInfo struct {
 	// paths or path.Match patterns ("/opt/models/*/serve"). None: it runs
 	// no command.
 	AllowedCommands []string
+	// Inbound is the IP:port of the node's inbound listener, with mesh
+	// mTLS; "" without.
+	Inbound string
 }
 
 // MetaAllowCommand prefixes the meta keys of an agent's allowed commands,
@@ -78,7 +85,7 @@ func (n NodeInfo) Allows(command string) bool {
 }
 
 // AgentServiceID is the Consul service id of node's agent registration.
-func AgentServiceID(node string) string { return AgentService + "-" + node }
+func AgentServiceID(node string) string { return AgentTag + "-" + node }
 
 // ReplicaServiceID is a replica's Consul service id; '#' is not URL-safe.
 func ReplicaServiceID(tag string) string { return strings.ReplaceAll(tag, "#", "-") }
@@ -90,6 +97,9 @@ func (n NodeInfo) Meta() map[string]string {
 		MetaCPUs:       strconv.FormatFloat(n.CPUs, 'g', -1, 64),
 		MetaMemoryMB:   strconv.Itoa(n.MemoryMB),
 		MetaStatusAddr: n.StatusAddr,
+	}
+	if n.Inbound != "" {
+		m[MetaInbound] = n.Inbound
 	}
 	for i, p := range n.AllowedCommands {
 		m[fmt.Sprintf("%s%02d", MetaAllowCommand, i)] = p
@@ -114,7 +124,7 @@ func CheckAllowedCommands(patterns []string) error {
 // NodeInfoFromMeta decodes an agent's registration; address is the
 // registration's service address.
 func NodeInfoFromMeta(address string, meta map[string]string) (NodeInfo, error) {
-	n := NodeInfo{ID: meta[MetaNodeID], Address: address, StatusAddr: meta[MetaStatusAddr]}
+	n := NodeInfo{ID: meta[MetaNodeID], Address: address, StatusAddr: meta[MetaStatusAddr], Inbound: meta[MetaInbound]}
 	if n.ID == "" {
 		return NodeInfo{}, fmt.Errorf("agent registration has no %q meta", MetaNodeID)
 	}

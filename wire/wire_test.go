@@ -138,7 +138,7 @@ func TestProxyNodeValidate(t *testing.T) {
 // TestServiceNamesAreReserved: no backend may be named as servemesh's own
 // services and identities (model.ReservedPrefix), so none is one of them.
 func TestServiceNamesAreReserved(t *testing.T) {
-	for _, name := range []string{ControllerService, NodeServicePrefix + "n1", AgentService} {
+	for _, name := range []string{ControllerService, NodeService("n1"), BackendService("b")} {
 		if !strings.HasPrefix(name, model.ReservedPrefix) {
 			t.Errorf("service %q is not under the reserved prefix %q: a backend could take its name", name, model.ReservedPrefix)
 		}

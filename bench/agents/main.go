@@ -63,7 +63,7 @@ func run() error {
 	}
 	spec := &model.ProcessSpec{Command: bin, Args: []string{"demo-replica", "--backend", "a", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 	if err := testutil.Until(30*time.Second, func() bool {
-		_, err := c.CreateBackend(ctx, model.Backend{Name: "a", Process: spec, Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}})
+		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "a", Process: spec, Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}})
 		return err == nil
 	}); err != nil {
 		return fmt.Errorf("create backend (are the agents up?): %w", err)
@@ -148,7 +148,7 @@ func registrationLoad(ctx context.Context, client *consulapi.Client, c *api.Clie
 				return err
 			}
 		}
-		if _, err := c.CreateBackend(ctx, model.Backend{Name: svc, External: &model.ExternalSpec{Service: svc}}); err != nil {
+		if _, err := c.CreateBackend(ctx, model.BackendSpec{Name: svc, External: &model.ExternalSpec{Service: svc}}); err != nil {
 			return err
 		}
 		if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: svc, Route: "/" + svc, Traffic: map[string]float64{svc: 1}}); err != nil {

@@ -120,8 +120,8 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 		defer stop()
 		backends = append(backends, model.Backend{Name: name, Replicas: []model.Replica{{Address: addr}}})
 	}
-	if _, err := c.Apply(ctx, &model.Model{Backends: backends,
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}}}, false); err != nil {
+	if _, err := c.Apply(ctx, model.SpecOf(&model.Model{Backends: backends,
+		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}}}), false); err != nil {
 		return err
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

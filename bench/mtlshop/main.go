@@ -88,7 +88,7 @@ func (b *bench) measure(mode string, rate int, duration time.Duration, concurren
 	work := filepath.Join(b.Dir, mode)
 	plaintext := "--plaintext=" + strconv.FormatBool(mode == "plaintext")
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctl, err := b.Run("controller", plaintext, "--allow-replica-cidr", "127.0.0.0/8", "--consul-prefix", "bench-"+mode, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
+	ctl, err := b.Run("controller", plaintext, "--insecure-consul", "--allow-replica-cidr", "127.0.0.0/8", "--consul-prefix", "bench-"+mode, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
 	if err != nil {
 		return result{}, err
 	}
@@ -102,7 +102,7 @@ func (b *bench) measure(mode string, rate int, duration time.Duration, concurren
 		if i == 0 {
 			public = pub
 		}
-		p, err := b.Run("agent", plaintext, "--consul-prefix", "bench-"+mode, "--node-id", mode+"-"+id, "--address", node.addr,
+		p, err := b.Run("agent", plaintext, "--insecure-consul", "--consul-prefix", "bench-"+mode, "--node-id", mode+"-"+id, "--address", node.addr,
 			"--cpus", node.cpus, "--xds", xdsAddr, "--public", pub, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
 			"--inbound", testutil.MustFreeAddr(node.addr),
 			"--work-dir", filepath.Join(work, id), "--allow-command", b.Bin, "--concurrency", "1")
@@ -114,7 +114,7 @@ func (b *bench) measure(mode string, rate int, duration time.Duration, concurren
 	c := api.NewClient(apiAddr, "")
 	spec := &model.ProcessSpec{Command: b.Bin, Args: []string{"demo-replica", "--backend", "bench", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 	if err := testutil.Until(30*time.Second, func() bool {
-		_, err := c.CreateBackend(ctx, model.Backend{Name: "bench", Process: spec,
+		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "bench", Process: spec,
 			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000}})
 		return err == nil
 	}); err != nil {

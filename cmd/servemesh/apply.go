@@ -21,7 +21,7 @@ func newApplyCommand() *cobra.Command {
 			if file == "" {
 				return errors.New("-f FILE is required")
 			}
-			m, err := configfile.Load(file)
+			m, err := configfile.LoadSpec(file)
 			if err != nil {
 				return err
 			}

@@ -66,10 +66,10 @@ func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 }
 
 // backend builds the backend the flags describe.
-func (s backendSource) backend(name string, cfg model.BackendConfig) (model.Backend, error) {
-	b := model.Backend{Name: name, Config: cfg}
+func (s backendSource) backend(name string, cfg model.BackendConfig) (model.BackendSpec, error) {
+	b := model.BackendSpec{Name: name, Config: cfg}
 	for _, r := range s.replicas {
-		b.Replicas = append(b.Replicas, model.Replica{Address: r})
+		b.Replicas = append(b.Replicas, model.ReplicaSpec{Address: r})
 	}
 	if s.command == "" && (len(s.args) > 0 || len(s.env) > 0 || s.health != "") {
 		return b, errors.New("--arg, --env and --health-path go with --command")

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/daemon"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -69,6 +71,7 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&readTokenFile, "read-token-file", "", "file holding a bearer token for reads only (state, status, /metrics, /v1/xds/nodes)")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow an API beyond loopback without a token (anyone who reaches it can run commands on every node)")
 	fs.BoolVar(&o.Plaintext, "plaintext", false, "run the mesh without mTLS, on a single trusted host only (default: xDS over TLS and calls between nodes over mTLS, with identities from Consul's service-mesh CA)")
+	fs.BoolVar(&o.InsecureConsul, "insecure-consul", false, "with mTLS, start even if Consul accepts writes without a token (ACLs off or default allow): then any process that reaches Consul can mint identities; for a single trusted host")
 	fs.StringVar(&o.APITLSCert, "api-tls-cert", "", "PEM certificate chain the API serves HTTPS with (with --api-tls-key; replace the files by rename and it is reloaded)")
 	fs.StringVar(&o.APITLSKey, "api-tls-key", "", "PEM private key of --api-tls-cert")
 	fs.StringVar(&agentTokenFile, "agent-token-file", "", "file holding the token agents' status listeners ask for (their --status-token-file)")
@@ -148,6 +151,7 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&o.Inbound, "inbound", "", "address of the node's inbound listener, where other nodes call its replicas over mTLS (default: --address, port 21000)")
 	fs.StringVar(&statusTokenFile, "status-token-file", "", "file holding the bearer token the status listener asks for (the controller's --agent-token-file); needed beyond loopback")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow the status listener beyond loopback without a token")
+	fs.BoolVar(&o.InsecureConsul, "insecure-consul", false, "with mTLS, start even if Consul accepts writes without a token (ACLs off or default allow): then any process that reaches Consul can mint identities; for a single trusted host")
 	fs.StringVar(&o.RunAs, "run-as", "", "the user replicas run as (default: this user, or nobody when the agent runs as root)")
 	fs.StringArrayVar(&o.Node.AllowedCommands, "allow-command", nil, "a command this node runs as replicas: an absolute path or a pattern such as /opt/models/*/serve (repeat; none: it runs no command)")
 	fs.StringVar(&o.StatusListen, "metrics-listen", "127.0.0.1:0", "address of the agent's /metrics, "+wire.LoadPath+" (read by the controller) and "+wire.EnvoyVersionsPath+"; port 0 picks one")
@@ -204,6 +208,9 @@ func newBootstrapCommand() *cobra.Command {
 			opts, err := nf.bootstrap()
 			if err != nil {
 				return err
+			}
+			if opts.AdminSocket == "" { // relative to Envoy's working folder
+				opts.AdminSocket = filepath.Join(envoy.AdminSocketFolder, "envoy.sock")
 			}
 			out, err := bootstrap.YAML(opts)
 			if err != nil {

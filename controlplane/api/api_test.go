@@ -88,10 +88,10 @@ func TestClientRoundTripAndStatusCodes(t *testing.T) {
 	ctx := context.Background()
 	cl := NewClient(f.srv.URL, "")
 	v1 := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
-	if changed, err := cl.CreateBackend(ctx, v1); err != nil || !changed {
+	if changed, err := cl.CreateBackend(ctx, model.BackendSpecOf(v1)); err != nil || !changed {
 		t.Fatalf("create: %v %v", changed, err)
 	}
-	if changed, err := cl.CreateBackend(ctx, v1); err != nil || changed {
+	if changed, err := cl.CreateBackend(ctx, model.BackendSpecOf(v1)); err != nil || changed {
 		t.Fatalf("repeat create: %v %v", changed, err)
 	}
 	if _, err := cl.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}}); err != nil {
@@ -104,7 +104,7 @@ func TestClientRoundTripAndStatusCodes(t *testing.T) {
 	if err != nil || e.Shadows["v1"] != 0.1 {
 		t.Fatalf("get endpoint: %+v %v", e, err)
 	}
-	res, err := cl.Apply(ctx, &model.Model{Backends: []model.Backend{v1}}, true)
+	res, err := cl.Apply(ctx, model.SpecOf(&model.Model{Backends: []model.Backend{v1}}), true)
 	if err != nil || strings.Join(res.Changes, ",") != "delete endpoint api" {
 		t.Fatalf("dry-run apply: %+v %v", res, err)
 	}
@@ -175,7 +175,7 @@ func TestTokenIsRequiredAndWithoutItNothingChanges(t *testing.T) {
 	if f.rev(t) != 0 {
 		t.Fatal("an unauthenticated call changed the store")
 	}
-	if changed, err := NewClient(u, "s3cret").CreateBackend(context.Background(), model.Backend{Name: "a"}); err != nil || !changed {
+	if changed, err := NewClient(u, "s3cret").CreateBackend(context.Background(), model.BackendSpec{Name: "a"}); err != nil || !changed {
 		t.Fatalf("with the token: %v %v", changed, err)
 	}
 	// The scheme is case-insensitive (RFC 9110), the token is not.
@@ -202,7 +202,7 @@ func TestFollowerAnswers503AndTheClientFollowsTheLeader(t *testing.T) {
 	if status != 503 || !strings.Contains(body, "leader="+strings.TrimPrefix(leader.srv.URL, "http://")) {
 		t.Fatalf("write to a follower: HTTP %d %s", status, body)
 	}
-	changed, err := NewClient(follower.srv.URL+","+leader.srv.URL, "").CreateBackend(context.Background(), model.Backend{Name: "a"})
+	changed, err := NewClient(follower.srv.URL+","+leader.srv.URL, "").CreateBackend(context.Background(), model.BackendSpec{Name: "a"})
 	if err != nil || !changed {
 		t.Fatalf("client via follower: %v %v", changed, err)
 	}
@@ -215,7 +215,7 @@ func TestFollowerAnswers503AndTheClientFollowsTheLeader(t *testing.T) {
 	// A leader the client was not given gets nothing, token included.
 	only := NewClient(follower.srv.URL, "s3cret")
 	only.FailoverWait = 0
-	if _, err := only.CreateBackend(context.Background(), model.Backend{Name: "b"}); err == nil || !strings.Contains(err.Error(), "not among the controllers") {
+	if _, err := only.CreateBackend(context.Background(), model.BackendSpec{Name: "b"}); err == nil || !strings.Contains(err.Error(), "not among the controllers") {
 		t.Fatalf("a write via a follower naming an unknown leader: %v", err)
 	}
 	if _, err := leader.c.GetBackend("b"); err == nil {
@@ -239,7 +239,7 @@ func TestClientRidesThroughAFailover(t *testing.T) {
 	}()
 	c := NewClient(dead.URL+","+successor.srv.URL, "")
 	c.FailoverWait = 10 * time.Second
-	if changed, err := c.CreateBackend(context.Background(), model.Backend{Name: "a"}); err != nil || !changed {
+	if changed, err := c.CreateBackend(context.Background(), model.BackendSpec{Name: "a"}); err != nil || !changed {
 		t.Fatalf("a write during a failover: %v, %v", changed, err)
 	}
 	// Without a wait, a call tries each controller once and says why it failed.
@@ -250,7 +250,7 @@ func TestClientRidesThroughAFailover(t *testing.T) {
 		t.Fatalf("a call to no controller: %v", err)
 	}
 	// Errors that reached the leader are not sent again.
-	if _, err := c.CreateBackend(context.Background(), model.Backend{Name: "bad name"}); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
+	if _, err := c.CreateBackend(context.Background(), model.BackendSpec{Name: "bad name"}); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
 		t.Fatalf("an invalid write: %v", err)
 	}
 }

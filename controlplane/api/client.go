@@ -213,7 +213,7 @@ func (c *Client) GetBackend(ctx context.Context, name string) (model.Backend, er
 }
 
 // CreateBackend creates a backend; it reports whether anything changed.
-func (c *Client) CreateBackend(ctx context.Context, b model.Backend) (bool, error) {
+func (c *Client) CreateBackend(ctx context.Context, b model.BackendSpec) (bool, error) {
 	var out Changed
 	return out.Changed, c.do(ctx, http.MethodPost, "/v1/backends", b, &out)
 }
@@ -267,7 +267,7 @@ func (c *Client) SetShadow(ctx context.Context, endpoint, backend string, propor
 }
 
 // Apply makes the state equal m (or, with dryRun, only reports the changes).
-func (c *Client) Apply(ctx context.Context, m *model.Model, dryRun bool) (ApplyResult, error) {
+func (c *Client) Apply(ctx context.Context, m *model.Spec, dryRun bool) (ApplyResult, error) {
 	var out ApplyResult
 	path := "/v1/apply"
 	if dryRun {

@@ -155,7 +155,7 @@ func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) createBackend(w http.ResponseWriter, r *http.Request) {
-	var b model.Backend
+	var b model.BackendSpec
 	if !decode(w, r, &b) {
 		return
 	}
@@ -219,7 +219,7 @@ func (s *server) setShadow(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
-	var m model.Model
+	var m model.Spec
 	if !decodeLimit(w, r, &m, MaxApplyBytes, true) {
 		return
 	}

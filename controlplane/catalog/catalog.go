@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -26,8 +27,13 @@ type Instance struct {
 	Tag     string // replica tag, for servemesh-run replicas
 	Passing bool
 	// Node and Inbound are the servemesh node running the replica and, with
-	// mesh mTLS, its inbound listener (IP:port).
+	// mesh mTLS, its inbound listener (IP:port), as the registration claims
+	// them (its meta); for an agent's registration of its node, Node is the
+	// node's id.
 	Node, Inbound string
+	// ConsulNode is the Consul node the instance is registered on: a
+	// node's token may register only there.
+	ConsulNode string
 }
 
 // Watcher follows the instances of a set of services with a bounded number
@@ -256,7 +262,8 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 		}
 		next = append(next, Instance{ID: e.Service.ID, Address: net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
 			Tag: e.Service.Meta[wire.MetaReplicaTag], Passing: e.Checks.AggregatedStatus() == api.HealthPassing,
-			Node: e.Service.Meta[wire.MetaReplicaNode], Inbound: e.Service.Meta[wire.MetaReplicaInbound]})
+			Node: cmp.Or(e.Service.Meta[wire.MetaReplicaNode], e.Service.Meta[wire.MetaNodeID]), Inbound: e.Service.Meta[wire.MetaReplicaInbound],
+			ConsulNode: e.Node.Node})
 		for _, c := range e.Checks {
 			if c.ServiceName != "" {
 				checks = append(checks, fmt.Sprintf("%s/%s/%s/%d", c.Node, c.CheckID, c.Status, c.ModifyIndex))

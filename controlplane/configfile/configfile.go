@@ -11,6 +11,19 @@ import (
 	"github.com/servemesh/servemesh/controlplane/model"
 )
 
+// LoadSpec reads and validates what the file in path declares.
+func LoadSpec(path string) (*model.Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	s, err := model.ParseSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return s, nil
+}
+
 // Load reads and validates the model in path.
 func Load(path string) (*model.Model, error) {
 	data, err := os.ReadFile(path)

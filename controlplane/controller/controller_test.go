@@ -62,9 +62,9 @@ func TestOperationsAreCheckpointedThenPublished(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	c, pub := newLeader(t, st)
-	ch, err := c.CreateBackend(ctx, backend("v1"))
+	ch, err := c.CreateBackend(ctx, model.BackendSpecOf(backend("v1")))
 	mustChange(t, ch, err)
-	ch, err = c.CreateBackend(ctx, backend("v2"))
+	ch, err = c.CreateBackend(ctx, model.BackendSpecOf(backend("v2")))
 	mustChange(t, ch, err)
 	ch, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}})
 	mustChange(t, ch, err)
@@ -101,7 +101,7 @@ func TestRepeatingACallChangesNothing(t *testing.T) {
 	st := store.NewMemory()
 	c, _ := newLeader(t, st)
 	ops := []func() (bool, error){
-		func() (bool, error) { return c.CreateBackend(ctx, backend("v1")) },
+		func() (bool, error) { return c.CreateBackend(ctx, model.BackendSpecOf(backend("v1"))) },
 		func() (bool, error) {
 			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Methods: []string{"get"}, Traffic: map[string]float64{"v1": 1}})
 		},
@@ -128,7 +128,7 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	c, _ := newLeader(t, st)
-	ch, err := c.CreateBackend(ctx, backend("v1"))
+	ch, err := c.CreateBackend(ctx, model.BackendSpecOf(backend("v1")))
 	mustChange(t, ch, err)
 	ch, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}})
 	mustChange(t, ch, err)
@@ -142,8 +142,8 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 		kind Kind
 		text string
 	}{
-		{"backend exists, different spec", func() (bool, error) { return c.CreateBackend(ctx, other) }, Conflict, "already exists with a different spec"},
-		{"invalid backend", func() (bool, error) { return c.CreateBackend(ctx, model.Backend{Name: "bad name"}) }, Invalid, "not a valid name"},
+		{"backend exists, different spec", func() (bool, error) { return c.CreateBackend(ctx, model.BackendSpecOf(other)) }, Conflict, "already exists with a different spec"},
+		{"invalid backend", func() (bool, error) { return c.CreateBackend(ctx, model.BackendSpec{Name: "bad name"}) }, Invalid, "not a valid name"},
 		{"update unknown backend", func() (bool, error) {
 			return c.UpdateBackendConfig(ctx, "ghost", model.BackendConfigPatch{NumReplicas: &zero})
 		}, NotFound, `backend "ghost" is not registered`},
@@ -184,7 +184,7 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 func TestFollowerRefusesWritesNamingTheLeader(t *testing.T) {
 	c, _ := newLeader(t, store.NewMemory())
 	c.Follow("10.0.0.9:18001")
-	_, err := c.CreateBackend(context.Background(), backend("v1"))
+	_, err := c.CreateBackend(context.Background(), model.BackendSpecOf(backend("v1")))
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != NotLeader || e.Leader != "10.0.0.9:18001" {
 		t.Fatalf("got %v, want NotLeader naming the leader", err)
@@ -204,7 +204,7 @@ func TestCrashAfterCheckpointLosesNothing(t *testing.T) {
 	}
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = c.CreateBackend(ctx, backend("v1"))
+		_, _ = c.CreateBackend(ctx, model.BackendSpecOf(backend("v1")))
 	}()
 	if !crashed {
 		t.Fatal("fault injection did not fire")
@@ -228,26 +228,26 @@ func TestApplyIsOneCommitAndDryRunChangesNothing(t *testing.T) {
 		desired.Endpoints = append(desired.Endpoints, model.Endpoint{Name: fmt.Sprintf("e%03d", i), Route: fmt.Sprintf("/e%03d", i),
 			Traffic: map[string]float64{fmt.Sprintf("b%03d", i): 1}})
 	}
-	diff, err := c.Apply(ctx, desired, true)
+	diff, err := c.Apply(ctx, model.SpecOf(desired), true)
 	if err != nil || len(diff) != 200 || diff[0] != "create backend b000" {
 		t.Fatalf("dry run: %d lines (%v), err %v", len(diff), diff[:min(3, len(diff))], err)
 	}
 	if _, rev, _ := st.Load(ctx); rev != 0 {
 		t.Fatalf("a dry run wrote revision %d", rev)
 	}
-	if _, err := c.Apply(ctx, desired, false); err != nil {
+	if _, err := c.Apply(ctx, model.SpecOf(desired), false); err != nil {
 		t.Fatal(err)
 	}
 	stored, rev, _ := st.Load(ctx)
 	if rev != 1 || !equalModels(stored, desired) || !equalModels(pub.last(), desired) || len(pub.models) != 2 {
 		t.Fatalf("after apply: revision %d (want 1: one atomic commit), %d backends, %d publishes (want the recovery's and one)", rev, len(stored.Backends), len(pub.models))
 	}
-	if diff, err := c.Apply(ctx, desired, false); err != nil || len(diff) != 0 {
+	if diff, err := c.Apply(ctx, model.SpecOf(desired), false); err != nil || len(diff) != 0 {
 		t.Fatalf("re-apply: %v, %v; want no differences", diff, err)
 	}
 	// Shrinking, in one commit too.
 	small := &model.Model{Backends: desired.Backends[:1], Endpoints: desired.Endpoints[:1]}
-	if _, err := c.Apply(ctx, small, false); err != nil {
+	if _, err := c.Apply(ctx, model.SpecOf(small), false); err != nil {
 		t.Fatal(err)
 	}
 	if stored, _, _ := st.Load(ctx); !equalModels(stored, small) {
@@ -270,11 +270,11 @@ func TestOperationResultsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, err := c.CreateBackend(ctx, backend("v1")); err != nil {
+		if _, err := c.CreateBackend(ctx, model.BackendSpecOf(backend("v1"))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.CreateBackend(ctx, model.Backend{Name: "bad name!"}); err == nil {
+	if _, err := c.CreateBackend(ctx, model.BackendSpec{Name: "bad name!"}); err == nil {
 		t.Fatal("an invalid backend was accepted")
 	}
 	for result, want := range map[string]float64{"ok": 1, "unchanged": 1, "invalid": 1} {
@@ -328,7 +328,7 @@ func TestReadsNeverWaitForWrites(t *testing.T) {
 	st := &blockingStore{Store: store.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
 	c, _ := newLeader(t, st)
 	done := make(chan error, 1)
-	go func() { _, err := c.CreateBackend(ctx, backend("v1")); done <- err }()
+	go func() { _, err := c.CreateBackend(ctx, model.BackendSpecOf(backend("v1"))); done <- err }()
 	<-st.entered // the write is inside its checkpoint, holding the lock
 	read := make(chan int, 1)
 	go func() {
@@ -365,7 +365,7 @@ func TestCommandsNeedAuthority(t *testing.T) {
 	write := context.Background()
 	exec := MayRunCommands(write)
 	c, _ := newLeader(t, store.NewMemory())
-	p := model.Backend{Name: "p", Process: &model.ProcessSpec{Command: "/srv/model", Args: []string{"--port", "${PORT}"}}}
+	p := model.BackendSpec{Name: "p", Process: &model.ProcessSpec{Command: "/srv/model", Args: []string{"--port", "${PORT}"}}}
 	_, err := c.CreateBackend(write, p)
 	mustKind(t, err, Forbidden, "exec scope")
 	changed, err := c.CreateBackend(exec, p)
@@ -376,7 +376,7 @@ func TestCommandsNeedAuthority(t *testing.T) {
 	n := 8
 	changed, err = c.UpdateBackendConfig(write, "p", model.BackendConfigPatch{MaxConcurrentQueries: &n})
 	mustChange(t, changed, err)
-	same := &model.Model{Backends: []model.Backend{p}}
+	same := &model.Spec{Backends: []model.BackendSpec{p}}
 	if _, err := c.Apply(write, same, false); err != nil {
 		t.Fatalf("an apply with the stored spec needs no authority: %v", err)
 	}
@@ -386,7 +386,7 @@ func TestCommandsNeedAuthority(t *testing.T) {
 		"command": func(s *model.ProcessSpec) { s.Command = "/bin/sh" },
 		"health":  func(s *model.ProcessSpec) { s.HealthPath = "/x" },
 	} {
-		changed := model.Clone(same)
+		changed := model.SpecOf(same.Model())
 		change(changed.Backends[0].Process)
 		for _, dry := range []bool{true, false} {
 			_, err := c.Apply(write, changed, dry)
@@ -408,12 +408,12 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 	st := store.NewMemory()
 	c, _ := newLeader(t, st)
 	for _, addr := range []string{"127.0.0.1:15000", "localhost:8500", "169.254.169.254:80", "0.0.0.0:9001", "[::1]:9001"} {
-		b := model.Backend{Name: "b", Replicas: []model.Replica{{Address: "10.0.0.2:80"}, {Address: addr}}}
+		b := model.BackendSpec{Name: "b", Replicas: []model.ReplicaSpec{{Address: "10.0.0.2:80"}, {Address: addr}}}
 		_, err := c.CreateBackend(ctx, b)
 		mustKind(t, err, Invalid, "--allow-replica-cidr")
 		mustKind(t, err, Invalid, "replicas[1]")
 		for _, dry := range []bool{true, false} {
-			_, err = c.Apply(ctx, &model.Model{Backends: []model.Backend{b}}, dry)
+			_, err = c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{b}}, dry)
 			mustKind(t, err, Invalid, "--allow-replica-cidr")
 		}
 	}
@@ -425,13 +425,13 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 	if err := allowing.Lead(ctx, "self"); err != nil {
 		t.Fatal(err)
 	}
-	changed, err := allowing.CreateBackend(ctx, model.Backend{Name: "local", Replicas: []model.Replica{{Address: "127.0.0.1:9001"}}})
+	changed, err := allowing.CreateBackend(ctx, model.BackendSpec{Name: "local", Replicas: []model.ReplicaSpec{{Address: "127.0.0.1:9001"}}})
 	mustChange(t, changed, err)
 	// A controller without the setting leads the stored state and takes
 	// writes that add no such address.
 	c, _ = newLeader(t, st)
 	changed, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "e", Traffic: map[string]float64{"local": 1}})
 	mustChange(t, changed, err)
-	_, err = c.Apply(ctx, &model.Model{Backends: []model.Backend{{Name: "local", Replicas: []model.Replica{{Address: "127.0.0.1:9001"}, {Address: "127.0.0.1:9002"}}}}}, true)
+	_, err = c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{{Name: "local", Replicas: []model.ReplicaSpec{{Address: "127.0.0.1:9001"}, {Address: "127.0.0.1:9002"}}}}}, true)
 	mustKind(t, err, Invalid, `"127.0.0.1:9002"`)
 }

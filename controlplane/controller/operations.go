@@ -26,10 +26,8 @@ func findEndpoint(m *model.Model, name string) int {
 //
 // A backend with a process gets Config.NumReplicas replicas placed on nodes;
 // if they do not all fit, nothing is created.
-func (c *Controller) CreateBackend(ctx context.Context, b model.Backend) (bool, error) {
-	if len(b.Placements) > 0 {
-		return false, errorf(Invalid, "placements are chosen by the controller; leave them out")
-	}
+func (c *Controller) CreateBackend(ctx context.Context, spec model.BackendSpec) (bool, error) {
+	b := spec.Backend()
 	if as := b.Config.Autoscaling; as != nil && b.Config.NumReplicas == 0 {
 		b.Config.NumReplicas = as.MinReplicas // an autoscaled backend starts at its minimum
 	}
@@ -214,7 +212,8 @@ func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
 // num_replicas (draining any surplus), leaves an autoscaled backend's
 // replica count to the autoscaler, and rolls out a changed process spec
 // (the old replicas drain while new ones are placed).
-func (c *Controller) Apply(ctx context.Context, desired *model.Model, dryRun bool) ([]string, error) {
+func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) ([]string, error) {
+	desired := spec.Model()
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return nil, err
@@ -253,9 +252,6 @@ func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo) (*model.
 	currentBackends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
 	for i := range next.Backends {
 		d := &next.Backends[i]
-		if len(d.Placements) > 0 {
-			return nil, errorf(Invalid, "backend %q lists placements; they are chosen by the controller, leave them out of the file", d.Name)
-		}
 		if as := d.Config.Autoscaling; as != nil && d.Config.NumReplicas == 0 {
 			d.Config.NumReplicas = as.MinReplicas
 		}

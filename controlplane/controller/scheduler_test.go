@@ -70,7 +70,7 @@ func TestPlacementSpreadsAcrossNodes(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 4, MemoryMB: 1000}, {ID: "n2", CPUs: 4, MemoryMB: 1000}, {ID: "n3", CPUs: 4, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	if _, err := c.CreateBackend(ctx, processBackend("a", 6, 1)); err != nil {
+	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 6, 1))); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := c.GetBackend("a")
@@ -92,12 +92,12 @@ func TestTooManyReplicasFailsWithTheSeedsMessageAndChangesNothing(t *testing.T) 
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 2, MemoryMB: 1000}, {ID: "n2", CPUs: 1, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	_, err := c.CreateBackend(ctx, processBackend("a", 4, 1))
+	_, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 4, 1)))
 	mustKind(t, err, Conflict, `cannot scale backend "a" to 4 replicas: servemesh tried to add 4 replicas but the nodes' free resources only allow 3 to be added; scale to 3 replicas`)
 	if _, rev, _ := st.Load(ctx); rev != 0 {
 		t.Fatal("a backend that did not fit was stored")
 	}
-	if _, err := c.CreateBackend(ctx, processBackend("a", 2, 1)); err != nil {
+	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 2, 1))); err != nil {
 		t.Fatal(err)
 	}
 	n := 5
@@ -112,7 +112,7 @@ func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	if _, err := c.CreateBackend(ctx, processBackend("a", 4, 0)); err != nil {
+	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 4, 0))); err != nil {
 		t.Fatal(err)
 	}
 	one := 1
@@ -143,7 +143,7 @@ func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	if _, err := c.CreateBackend(ctx, processBackend("a", 2, 0)); err != nil {
+	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 2, 0))); err != nil {
 		t.Fatal(err)
 	}
 	nodes.set(wire.NodeInfo{ID: "n1", CPUs: 8})
@@ -164,7 +164,7 @@ func TestUsersCannotSetPlacements(t *testing.T) {
 	c, _ := newScheduling(t, &fakeNodes{})
 	b := processBackend("a", 0, 0)
 	b.Placements = []model.Placement{{Tag: "a#000000", Node: "n1", State: model.Running}}
-	_, err := c.CreateBackend(MayRunCommands(context.Background()), b)
+	_, err := c.CreateBackend(MayRunCommands(context.Background()), model.BackendSpecOf(b))
 	mustKind(t, err, Invalid, "placements are chosen by the controller")
 }
 
@@ -179,7 +179,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 	scaled := processBackend("auto", 0, 1)
 	scaled.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2}
 	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1), scaled}}
-	if _, err := c.Apply(ctx, file, false); err != nil {
+	if _, err := c.Apply(ctx, model.SpecOf(file), false); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := c.GetBackend("a")
@@ -191,7 +191,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, rev, _ := st.Load(ctx)
-	diff, err := c.Apply(ctx, file, false)
+	diff, err := c.Apply(ctx, model.SpecOf(file), false)
 	if _, after, _ := st.Load(ctx); err != nil || len(diff) != 0 || after != rev {
 		t.Fatalf("re-applying the same file: %v, %v (revision %d -> %d); want no changes", diff, err, rev, after)
 	}
@@ -199,7 +199,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 		t.Fatalf("apply reset the autoscaler's count to %d", got.Config.NumReplicas)
 	}
 	file.Backends[0].Config.NumReplicas = 3
-	if _, err := c.Apply(ctx, file, false); err != nil {
+	if _, err := c.Apply(ctx, model.SpecOf(file), false); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := c.GetBackend("a")
@@ -215,7 +215,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 		t.Fatalf("scaling a by the file from 2 to 3: %+v; want the 2 replicas kept and 1 added", after.Placements)
 	}
 	file.Backends[0].Placements = []model.Placement{{Tag: "a#000000", Node: "n1", State: model.Running}}
-	if _, err := c.Apply(ctx, file, false); KindOf(err) != Invalid {
+	if _, err := c.Apply(ctx, model.SpecOf(file), false); KindOf(err) != Invalid {
 		t.Fatalf("a file with placements: %v, want Invalid", err)
 	}
 }
@@ -227,12 +227,12 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
 	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1)}}
-	if _, err := c.Apply(ctx, file, false); err != nil {
+	if _, err := c.Apply(ctx, model.SpecOf(file), false); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := c.GetBackend("a")
 	file.Backends[0].Process = &model.ProcessSpec{Command: "/bin/replica-v2"}
-	diff, err := c.Apply(ctx, file, false)
+	diff, err := c.Apply(ctx, model.SpecOf(file), false)
 	if err != nil || len(diff) != 1 || diff[0] != "update backend a" {
 		t.Fatalf("apply of a new spec: %v, %v", diff, err)
 	}
@@ -279,7 +279,7 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	if r, d, f := count(); r != 0 || d != 2 || f != 2 {
 		t.Fatalf("once the new replicas are healthy: %d old running, %d old draining, %d new; want 0, 2, 2", r, d, f)
 	}
-	if diff, err := c.Apply(ctx, file, false); err != nil || len(diff) != 0 {
+	if diff, err := c.Apply(ctx, model.SpecOf(file), false); err != nil || len(diff) != 0 {
 		t.Fatalf("re-applying the new spec: %v, %v; want no changes", diff, err)
 	}
 }
@@ -291,7 +291,7 @@ func TestHugeScaleIsRefusedBeforeScheduling(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	changed, err := c.CreateBackend(ctx, processBackend("b", 1, 1))
+	changed, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("b", 1, 1)))
 	mustChange(t, changed, err)
 	_, before, _ := st.Load(ctx)
 	for _, n := range []int{2_000_000, model.MaxReplicas + 1, -1} {
@@ -301,7 +301,7 @@ func TestHugeScaleIsRefusedBeforeScheduling(t *testing.T) {
 			t.Fatalf("a %d-byte error for one bad number", len(err.Error()))
 		}
 	}
-	_, err = c.CreateBackend(ctx, processBackend("h", 2_000_000, 1))
+	_, err = c.CreateBackend(ctx, model.BackendSpecOf(processBackend("h", 2_000_000, 1)))
 	mustKind(t, err, Invalid, "set a number from 0 to")
 	if _, after, _ := st.Load(ctx); after != before {
 		t.Fatalf("a refused change moved the store from revision %d to %d", before, after)
@@ -334,7 +334,7 @@ func TestOnlyNodesThatAllowACommandRunIt(t *testing.T) {
 	}}
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	changed, err := c.CreateBackend(ctx, processBackend("ok", 3, 1))
+	changed, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("ok", 3, 1)))
 	mustChange(t, changed, err)
 	m, _ := c.State()
 	if got := perNode(m.Backends[0], model.Running); got["n2"] != 3 || got["n1"] != 0 {
@@ -342,7 +342,7 @@ func TestOnlyNodesThatAllowACommandRunIt(t *testing.T) {
 	}
 	b := processBackend("no", 1, 1)
 	b.Process.Command = "/usr/bin/python3"
-	_, err = c.CreateBackend(ctx, b)
+	_, err = c.CreateBackend(ctx, model.BackendSpecOf(b))
 	mustKind(t, err, Conflict, `no node allows command "/usr/bin/python3" (nodes: n1, n2)`)
 	if m, _ := c.State(); len(m.Backends) != 1 {
 		t.Fatal("a refused backend was created")

@@ -3,9 +3,11 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,14 +33,28 @@ func processState() *model.Model {
 	}}
 }
 
+// withAgents adds to instances the agent registration of nodes n1 to n3,
+// each on Consul node c1 to c3, with inbound listener fmt.Sprintf(inbound,
+// i) unless inbound is "".
+func withAgents(instances map[string][]catalog.Instance, inbound string) map[string][]catalog.Instance {
+	for i := 1; i <= 3; i++ {
+		reg := catalog.Instance{ID: fmt.Sprintf("servemesh-agent-n%d", i), Node: fmt.Sprintf("n%d", i), ConsulNode: fmt.Sprintf("c%d", i)}
+		if inbound != "" {
+			reg.Inbound = fmt.Sprintf(inbound, i)
+		}
+		instances[fmt.Sprintf("servemesh-node-n%d", i)] = []catalog.Instance{reg}
+	}
+	return instances
+}
+
 func TestView(t *testing.T) {
 	m := processState()
-	view, dropped := View(m, map[string][]catalog.Instance{
-		"run": {
-			{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true},
-			{ID: "b", Address: "127.0.0.3:1000", Tag: "run#000002", Passing: true},
-			{ID: "c", Address: "127.0.0.4:1000", Tag: "run#000003", Passing: false},
-			{ID: "d", Address: "127.0.0.5:1000", Tag: "run#ffffff", Passing: true}, // not placed
+	view, dropped := View(m, withAgents(map[string][]catalog.Instance{
+		"servemesh-backend-run": {
+			{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true, Node: "n1", ConsulNode: "c1"},
+			{ID: "b", Address: "127.0.0.3:1000", Tag: "run#000002", Passing: true, Node: "n2", ConsulNode: "c2"},
+			{ID: "c", Address: "127.0.0.4:1000", Tag: "run#000003", Passing: false, Node: "n3", ConsulNode: "c3"},
+			{ID: "d", Address: "127.0.0.5:1000", Tag: "run#ffffff", Passing: true, Node: "n1", ConsulNode: "c1"}, // not placed
 		},
 		"legacy": {
 			{ID: "l", Address: "10.0.0.1:80", Passing: true},
@@ -48,14 +64,14 @@ func TestView(t *testing.T) {
 			{ID: "admin", Address: "127.0.0.1:15000", Passing: true},  // on the node: refused unless allowed
 			{ID: "meta", Address: "169.254.169.254:80", Passing: true},
 		},
-	}, Rules{})
+	}, ""), Rules{})
 	if err := view.Validate(); err != nil {
 		t.Fatalf("the data-plane view must be a valid model: %v", err)
 	}
 	want := []model.Replica{
-		{Address: "127.0.0.2:1000", Health: model.HealthHealthy},
-		{Address: "127.0.0.3:1000", Health: model.HealthDraining},
-		{Address: "127.0.0.4:1000", Health: model.HealthUnhealthy},
+		{Address: "127.0.0.2:1000", Health: model.HealthHealthy, Node: "n1"},
+		{Address: "127.0.0.3:1000", Health: model.HealthDraining, Node: "n2"},
+		{Address: "127.0.0.4:1000", Health: model.HealthUnhealthy, Node: "n3"},
 	}
 	if got := view.Backends[0].Replicas; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("process backend replicas %+v, want %+v", got, want)
@@ -79,8 +95,44 @@ func TestView(t *testing.T) {
 	if b := view.Backends[0]; b.Process != nil || b.Placements != nil || b.Config.Autoscaling != nil {
 		t.Fatalf("the view keeps what only the controller uses: %+v", b)
 	}
-	if s := Services(m); len(s) != 2 || s[0] != "run" || s[1] != "legacy" {
-		t.Fatalf("services %v", s)
+	if s, want := Services(m), []string{"servemesh-backend-run", "legacy", "servemesh-node-n1", "servemesh-node-n2", "servemesh-node-n3"}; !slices.Equal(s, want) {
+		t.Fatalf("services %v, want %v", s, want)
+	}
+}
+
+// TestViewServesOnlyWhatNodesMayClaim: any node's Consul token may register
+// instances of a backend's service, claiming any node; such an instance
+// used to be served (other nodes sent it traffic over mTLS). Now an
+// instance is served only as the one replica of its placement, on the
+// placement's node, registered on the Consul node of that node's agent
+// registration with its inbound listener.
+func TestViewServesOnlyWhatNodesMayClaim(t *testing.T) {
+	m := processState()
+	genuine := catalog.Instance{ID: "a", Address: "127.0.0.1:1000", Tag: "run#000001", Passing: true, Node: "n1", Inbound: "10.0.0.1:21000", ConsulNode: "c1"}
+	for name, tc := range map[string]struct {
+		fake   catalog.Instance
+		reason string
+	}{
+		"another node's placement": {catalog.Instance{ID: "f", Address: "127.0.0.1:2000", Tag: "run#000003", Passing: true, Node: "n2",
+			Inbound: "10.0.0.2:21000", ConsulNode: "c2"}, `placed on node "n3"`},
+		"the placement's node, from another Consul node": {catalog.Instance{ID: "f", Address: "127.0.0.1:2000", Tag: "run#000003", Passing: true,
+			Node: "n3", Inbound: "10.0.0.2:21000", ConsulNode: "c2"}, `does not match`},
+		"the placement's node and Consul node, another inbound": {catalog.Instance{ID: "f", Address: "127.0.0.1:2000", Tag: "run#000003",
+			Passing: true, Node: "n3", Inbound: "10.0.0.2:21000", ConsulNode: "c3"}, `does not match`},
+		"a second registration of a replica": {catalog.Instance{ID: "z", Address: "127.0.0.1:2000", Tag: "run#000001", Passing: true,
+			Node: "n1", Inbound: "10.0.0.1:21000", ConsulNode: "c1"}, "registered twice"},
+		"a node without an agent": {catalog.Instance{ID: "f", Address: "127.0.0.1:2000", Tag: "run#000004", Passing: true, Node: "n4",
+			Inbound: "10.0.0.4:21000", ConsulNode: "c4"}, "no agent registration"},
+	} {
+		state := model.Clone(m)
+		state.Backends[0].Placements = append(state.Backends[0].Placements, model.Placement{Tag: "run#000004", Node: "n4", State: model.Running})
+		view, dropped := View(state, withAgents(map[string][]catalog.Instance{"servemesh-backend-run": {genuine, tc.fake}}, "10.0.0.%d:21000"), Rules{MTLS: true})
+		if got := view.Backends[0].Replicas; len(got) != 1 || got[0].Address != genuine.Address || got[0].Node != "n1" {
+			t.Errorf("%s: served %+v, want the genuine replica alone", name, got)
+		}
+		if len(dropped) != 1 || dropped[0].Instance != tc.fake.ID || !strings.Contains(dropped[0].Reason, tc.reason) {
+			t.Errorf("%s: dropped %+v, want the fake, because %q", name, dropped, tc.reason)
+		}
 	}
 }
 
@@ -89,14 +141,14 @@ func TestView(t *testing.T) {
 // replica whose node has no inbound listener is dropped with the reason.
 func TestViewMTLS(t *testing.T) {
 	m := processState()
-	view, dropped := View(m, map[string][]catalog.Instance{
-		"run": {
-			{ID: "a", Address: "127.0.0.1:1000", Tag: "run#000001", Passing: true, Node: "n1", Inbound: "10.0.0.1:21000"},
-			{ID: "b", Address: "127.0.0.1:1000", Tag: "run#000002", Passing: true, Node: "n2", Inbound: "10.0.0.2:21000"},
-			{ID: "c", Address: "10.0.0.3:1000", Tag: "run#000003", Passing: true, Node: "n3"},
+	view, dropped := View(m, withAgents(map[string][]catalog.Instance{
+		"servemesh-backend-run": {
+			{ID: "a", Address: "127.0.0.1:1000", Tag: "run#000001", Passing: true, Node: "n1", Inbound: "10.0.0.1:21000", ConsulNode: "c1"},
+			{ID: "b", Address: "127.0.0.1:1000", Tag: "run#000002", Passing: true, Node: "n2", Inbound: "10.0.0.2:21000", ConsulNode: "c2"},
+			{ID: "c", Address: "10.0.0.3:1000", Tag: "run#000003", Passing: true, Node: "n3", ConsulNode: "c3"},
 		},
 		"legacy": {{ID: "l", Address: "10.0.0.9:80", Passing: true, Node: "x", Inbound: "10.0.0.9:21000"}},
-	}, Rules{MTLS: true})
+	}, "10.0.0.%d:21000"), Rules{MTLS: true})
 	if err := view.Validate(); err != nil {
 		t.Fatalf("the data-plane view must be a valid model: %v", err)
 	}
@@ -136,9 +188,15 @@ func (f *fakeInstances) Changed() <-chan struct{} { return f.changed }
 
 func (f *fakeInstances) set(service string, in ...catalog.Instance) {
 	f.mu.Lock()
-	f.current = map[string][]catalog.Instance{service: in}
+	if f.current == nil {
+		f.current = map[string][]catalog.Instance{}
+	}
+	f.current[service] = in
 	f.mu.Unlock()
-	f.changed <- struct{}{}
+	select {
+	case f.changed <- struct{}{}:
+	default: // a change is pending already
+	}
 }
 
 // sink records views, refusing them while refuse is set, as the xDS server
@@ -205,10 +263,11 @@ func TestPublisherFollowsStateAndHealth(t *testing.T) {
 	in.mu.Lock()
 	synced := in.synced
 	in.mu.Unlock()
-	if len(synced) != 2 {
-		t.Fatalf("watched services %v, want the process and the external backend's", synced)
+	if want := []string{"servemesh-backend-run", "legacy", "servemesh-node-n1", "servemesh-node-n2", "servemesh-node-n3"}; !slices.Equal(synced, want) {
+		t.Fatalf("watched services %v, want %v: the process and the external backend's, and the agents of the placements' nodes", synced, want)
 	}
-	in.set("run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true})
+	in.set("servemesh-node-n1", catalog.Instance{ID: "n1", Node: "n1", ConsulNode: "c1"})
+	in.set("servemesh-backend-run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true, Node: "n1", ConsulNode: "c1"})
 	waitFor(t, "a view with the new replica", func() bool {
 		return out.count() == 2 && len(out.last().Backends[0].Replicas) == 1
 	})
@@ -223,7 +282,7 @@ func TestPublisherReportsRefusedViews(t *testing.T) {
 	if err := p.Publish(processState()); err == nil || !strings.Contains(err.Error(), "invalid model") {
 		t.Fatalf("Publish returned %v, want the sink's refusal", err)
 	}
-	in.set("run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true})
+	in.set("servemesh-backend-run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true})
 	waitFor(t, "the health-driven refusal to be counted", func() bool {
 		return promtest.ToFloat64(p.failures) == 2
 	})

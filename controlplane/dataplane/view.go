@@ -5,18 +5,30 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 )
 
-// Services returns the Consul services a state's backends read replicas from.
+// Services returns the Consul services a state's view reads: each
+// backend's replicas (wire.BackendService for a process backend, the named
+// service for an external one), and the registration of every node a
+// replica is placed on (wire.NodeService), which the view checks the
+// replicas' claims against.
 func Services(m *model.Model) []string {
 	var out []string
+	nodes := map[string]bool{}
 	for _, b := range m.Backends {
 		switch {
 		case b.Process != nil:
-			out = append(out, b.Name)
+			out = append(out, wire.BackendService(b.Name))
+			for _, p := range b.Placements {
+				nodes[p.Node] = true
+			}
 		case b.External != nil:
 			out = append(out, b.External.Service)
 		}
+	}
+	for _, n := range model.SortedKeys(nodes) {
+		out = append(out, wire.NodeService(n))
 	}
 	return out
 }
@@ -56,21 +68,22 @@ func View(m *model.Model, instances map[string][]catalog.Instance, rules Rules) 
 		b := &out.Backends[i]
 		switch {
 		case b.Process != nil:
-			placed := map[string]model.PlacementState{}
+			placed := map[string]model.Placement{}
 			for _, p := range b.Placements {
-				placed[p.Tag] = p.State
+				placed[p.Tag] = p
 			}
-			for _, in := range instances[b.Name] {
-				state, ok := placed[in.Tag]
+			served := map[string]bool{}
+			for _, in := range instances[wire.BackendService(b.Name)] {
+				p, ok := placed[in.Tag]
 				if !ok {
 					continue // not (or no longer) placed: not ours to serve
 				}
-				if rules.MTLS && in.Inbound == "" {
-					dropped = append(dropped, Dropped{Backend: b.Name, Instance: in.ID,
-						Reason: fmt.Sprintf("node %q announces no inbound listener: run its agent with mesh mTLS, as the controller", in.Node)})
+				if reason := rules.refuse(in, p, instances[wire.NodeService(p.Node)], served); reason != "" {
+					dropped = append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: reason})
 					continue
 				}
-				b.Replicas, dropped = addReplica(b, in, state, dropped)
+				served[in.Tag] = true
+				b.Replicas, dropped = addReplica(b, in, p.State, dropped)
 			}
 		case b.External != nil:
 			for _, in := range instances[b.External.Service] {
@@ -85,6 +98,34 @@ func View(m *model.Model, instances map[string][]catalog.Instance, rules Rules) 
 		b.Process, b.External, b.Placements, b.Config.Autoscaling = nil, nil, nil, nil
 	}
 	return out, dropped
+}
+
+// refuse says why a replica instance of placement p is not served, or
+// returns "". Whoever may register a backend's instances in Consul (any
+// node's token) could claim any node, so an instance is served only if it
+// is the one replica of its placement, claims the placement's node, and
+// is registered on the Consul node of that node's agent registration
+// (regs, which only that node's token may write), with its inbound
+// listener.
+func (r Rules) refuse(in catalog.Instance, p model.Placement, regs []catalog.Instance, served map[string]bool) string {
+	switch {
+	case served[in.Tag]:
+		return fmt.Sprintf("replica %s is registered twice; the first registration is served", in.Tag)
+	case in.Node != p.Node:
+		return fmt.Sprintf("it claims node %q, but replica %s is placed on node %q", in.Node, in.Tag, p.Node)
+	case r.MTLS && in.Inbound == "":
+		return fmt.Sprintf("node %q announces no inbound listener: run its agent with mesh mTLS, as the controller", in.Node)
+	}
+	for _, reg := range regs {
+		if reg.Node == p.Node && reg.ConsulNode == in.ConsulNode && (!r.MTLS || reg.Inbound == in.Inbound) {
+			return ""
+		}
+	}
+	if len(regs) == 0 {
+		return fmt.Sprintf("node %q has no agent registration (%s) to check it against", p.Node, wire.NodeService(p.Node))
+	}
+	return fmt.Sprintf("it is registered on Consul node %q with inbound %q, which node %q's agent registration (Consul node %q, inbound %q) does not match",
+		in.ConsulNode, in.Inbound, p.Node, regs[0].ConsulNode, regs[0].Inbound)
 }
 
 // addReplica appends instance in to b's replicas unless its address is not

@@ -9,6 +9,14 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
+// systemFields are fields of the stored state that users may not write
+// (they are not in Spec), and why.
+var systemFields = map[string]string{
+	"placements": "the controller places a backend's replicas",
+	"node":       "a replica's node comes from Consul's catalog, registered by the node's agent",
+	"inbound":    "a replica's inbound listener comes from Consul's catalog, registered by the node's agent",
+}
+
 // DecodeJSON reads one JSON value into v strictly: member names must match
 // the fields' names exactly (case included), unknown and duplicate members
 // are errors, and nothing may follow the value. The error names the field
@@ -24,7 +32,11 @@ func DecodeJSON(data []byte, v any) error {
 	case errors.As(err, &syntactic):
 		return fmt.Errorf("malformed JSON at byte %d: %s", syntactic.ByteOffset, strings.TrimPrefix(syntactic.Err.Error(), "jsontext: "))
 	case errors.As(err, &semantic) && errors.Is(err, json.ErrUnknownName):
-		return fmt.Errorf("unknown field %q; check its spelling (names are lower case, as documented)", string(semantic.JSONPointer))
+		ptr := string(semantic.JSONPointer)
+		if why, ok := systemFields[ptr[strings.LastIndex(ptr, "/")+1:]]; ok {
+			return fmt.Errorf("field %q is servemesh's to set, not yours: %s; leave it out", ptr, why)
+		}
+		return fmt.Errorf("unknown field %q; check its spelling (names are lower case, as documented)", ptr)
 	case errors.As(err, &semantic) && semantic.GoType != nil:
 		return fmt.Errorf("field %q must be %s, not JSON %s", fieldOf(semantic.JSONPointer), goTypeName(semantic.GoType.String()), semantic.JSONKind)
 	}

@@ -169,3 +169,16 @@ func TestAddressPolicy(t *testing.T) {
 		t.Errorf("a CIDR without its length: %v", err)
 	}
 }
+
+// TestValidateStoredPlacements: placements are the controller's, stored
+// with the state; Validate still checks a stored state's.
+func TestValidateStoredPlacements(t *testing.T) {
+	m := &Model{Backends: []Backend{{Name: "placed", Replicas: []Replica{{Address: "10.0.0.1:9002"}},
+		Placements: []Placement{{Tag: "placed#zzzzzz", Node: "", State: "sleeping"}}}}}
+	err := m.Validate()
+	for _, want := range []string{"are set on a backend without a process", `"placed#zzzzzz" is not a replica tag`, "node: is empty", `"sleeping" is not`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v; want it to mention %q", err, want)
+		}
+	}
+}

@@ -8,13 +8,24 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Parse reads a model from YAML (or JSON) and validates it. Unknown,
-// duplicate and differently-cased fields are errors (DecodeJSON), so a
-// misspelt key is reported instead of silently ignored.
+// Parse reads what users write (a Spec) from YAML (or JSON), validates it
+// and returns the model it declares. Unknown, duplicate and
+// differently-cased fields are errors (DecodeJSON), so a misspelt key is
+// reported instead of silently ignored, and so is a field only the system
+// sets (placements, a replica's node or inbound listener).
 //
 // An empty input is an error, not an empty model: a file caught half-written
 // must not wipe the mesh. Write `{}` for a model with nothing in it.
 func Parse(data []byte) (*Model, error) {
+	s, err := ParseSpec(data)
+	if err != nil {
+		return nil, err
+	}
+	return s.Model(), nil
+}
+
+// ParseSpec is Parse returning the Spec as written.
+func ParseSpec(data []byte) (*Spec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("parse model: the input is empty; write {} for a mesh with nothing in it")
 	}
@@ -22,14 +33,14 @@ func Parse(data []byte) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse model: %w", err)
 	}
-	var m Model
-	if err := DecodeJSON(js, &m); err != nil {
+	var s Spec
+	if err := DecodeJSON(js, &s); err != nil {
 		return nil, fmt.Errorf("parse model: %w", err)
 	}
-	if err := m.Validate(); err != nil {
+	if err := s.Model().Validate(); err != nil {
 		return nil, err
 	}
-	return &m, nil
+	return &s, nil
 }
 
 // Marshal renders a model as YAML, the format Parse reads.

@@ -33,7 +33,7 @@ const ControllerService = wire.ControllerService
 const nodePrefix = wire.NodeServicePrefix
 
 // NodeService is the service name of node id's identity.
-func NodeService(id string) string { return nodePrefix + id }
+func NodeService(id string) string { return wire.NodeService(id) }
 
 // Bundle is one identity: its leaf and the roots that verify its peers.
 type Bundle struct {

@@ -46,6 +46,8 @@ type AgentOptions struct {
 	// servemesh-node-<id>), receives other nodes' calls on Inbound, and
 	// replicas listen on loopback.
 	Plaintext bool
+	// InsecureConsul skips, with mTLS, the check that Consul enforces ACLs.
+	InsecureConsul bool
 	// Inbound is the IP:port of the node's inbound listener (mTLS).
 	Inbound string
 }
@@ -109,6 +111,9 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 		log.Warn("PLAINTEXT: xDS and calls between nodes are neither encrypted nor authenticated, and replicas listen on the node's address; "+
 			"use this on a single trusted host only", "address", o.Node.Address)
 		return nil, nil
+	}
+	if err := checkConsulACLs(ctx, log, o.InsecureConsul); err != nil {
+		return nil, err
 	}
 	inbound, err := netip.ParseAddrPort(o.Inbound)
 	if err != nil || inbound.Port() == 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -47,7 +48,9 @@ type ControllerOptions struct {
 	// Otherwise xDS is served over TLS with the controller's Consul Connect
 	// identity, requiring each node's (its id from its certificate), and
 	// nodes call each other's replicas over mTLS.
-	Plaintext            bool
+	Plaintext bool
+	// InsecureConsul skips, with mTLS, the check that Consul enforces ACLs.
+	InsecureConsul       bool
 	CrashAfterCheckpoint float64
 	DrainGrace           time.Duration
 	ReplaceAfter         time.Duration
@@ -142,6 +145,9 @@ func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 			"encrypted nor authenticated; use this on a single trusted host only", "xds", o.XDSListen)
 		return nil
 	}
+	if err := checkConsulACLs(ctx, log, o.InsecureConsul); err != nil {
+		return err
+	}
 	var src *connect.Source
 	err := connect.Retry(ctx, log, "the controller's identity", func(ctx context.Context) (err error) {
 		src, err = connect.NewSource(ctx, client, connect.ControllerService)
@@ -178,7 +184,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 	ctl := controller.New(controller.Options{
 		Logger: log.With("component", "controller"), Store: store.NewConsul(client, o.ConsulPrefix),
 		Publish: publisher.Publish, Registerer: plane.Registry, CrashAfterCheckpoint: o.CrashAfterCheckpoint,
-		Nodes: nodes, DrainGrace: o.DrainGrace, ReplaceAfter: o.ReplaceAfter, Healthy: watcher.PassingTags,
+		Nodes: nodes, DrainGrace: o.DrainGrace, ReplaceAfter: o.ReplaceAfter, Healthy: func(backend string) map[string]bool { return watcher.PassingTags(wire.BackendService(backend)) },
 		Addresses: o.Addresses,
 	})
 	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -75,6 +76,33 @@ func TestFilePlaneServesAValidFileOnly(t *testing.T) {
 // TestControllerWiring runs a whole controller against a real Consul dev
 // agent: it must lead, take a change through its API, and report it in
 // /v1/status and its metrics.
+// TestDaemonsRefuseAnOpenConsul: with mTLS, a Consul whose ACLs are off
+// lets any replica mint any identity and rewrite the state; the controller
+// and the agent refuse to start on one unless told --insecure-consul. (The
+// e2e ACL test shows both start on a Consul with default deny.)
+func TestDaemonsRefuseAnOpenConsul(t *testing.T) {
+	consul := testutil.MustStartConsul(t)
+	t.Setenv("CONSUL_HTTP_ADDR", consul.HTTPAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	apiAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
+	err := RunController(ctx, quiet(), ControllerOptions{APIListen: apiAddr, XDSListen: "127.0.0.1:0", Advertise: apiAddr, ConsulPrefix: "servemesh", ID: "open"})
+	if !errors.Is(err, ErrConsulOpen) || !strings.Contains(err.Error(), "--insecure-consul") {
+		t.Fatalf("the controller on a Consul without ACLs: %v; want ErrConsulOpen naming --insecure-consul", err)
+	}
+	_, err = nodeMTLS(ctx, quiet(), nil, &AgentOptions{Inbound: "127.0.0.1:21000"})
+	if !errors.Is(err, ErrConsulOpen) {
+		t.Fatalf("the agent on a Consul without ACLs: %v; want ErrConsulOpen", err)
+	}
+	client, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, _, err := client.KV().Keys(aclProbePrefix, "", nil); err != nil || len(keys) != 0 {
+		t.Fatalf("the probe left keys %v (%v)", keys, err)
+	}
+}
+
 func TestControllerWiring(t *testing.T) {
 	consul := testutil.MustStartConsul(t)
 	t.Setenv("CONSUL_HTTP_ADDR", consul.HTTPAddr)
@@ -83,7 +111,7 @@ func TestControllerWiring(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunController(ctx, quiet(), ControllerOptions{APIListen: apiAddr, XDSListen: "127.0.0.1:0", Advertise: apiAddr,
-			ConsulPrefix: "servemesh", ID: "test", DrainGrace: time.Second, ReplaceAfter: time.Second})
+			ConsulPrefix: "servemesh", ID: "test", DrainGrace: time.Second, ReplaceAfter: time.Second, InsecureConsul: true})
 	}()
 	defer func() {
 		cancel()
@@ -104,7 +132,7 @@ func TestControllerWiring(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	b := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
-	if changed, err := c.CreateBackend(ctx, b); err != nil || !changed {
+	if changed, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); err != nil || !changed {
 		t.Fatalf("create backend: %v, %v", changed, err)
 	}
 	r, err := c.Status(ctx)

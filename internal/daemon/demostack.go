@@ -97,7 +97,7 @@ func applyDemo(ctx context.Context, o StackOptions) (string, error) {
 	client := api.NewClient(o.API, "")
 	m := StackModel(o.Self)
 	// Process backends need a live node: retry until the agent has registered.
-	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, m, false); return err == nil }); err != nil {
+	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, model.SpecOf(m), false); return err == nil }); err != nil {
 		return "", fmt.Errorf("the controller and agent did not come up (see %s/*.log): %w", o.WorkDir, err)
 	}
 	out, err := model.Marshal(m)

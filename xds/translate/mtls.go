@@ -194,7 +194,7 @@ func upstreamTLS(t *MTLS, backend string) (*core.TransportSocket, error) {
 		Sni: wire.BackendSNI(backend),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(wire.SecretsDir, wire.NodeSecret)},
-			ValidationContextType:          validation(uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.IdentityPrefix + backend}})),
+			ValidationContextType:          validation(uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.IdentityPrefix + wire.BackendService(backend)}})),
 		},
 	}
 	return tlsSocket(ctx)

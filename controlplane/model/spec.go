@@ -1,0 +1,71 @@
+package model
+
+// Spec is the desired state as users write it: a config file, `servemesh
+// apply`, the API. It holds only what users may set: no placements (the
+// controller's), and no replica's node or inbound listener (the data-plane
+// view's, from Consul's catalog). Strict decoding refuses those fields by
+// name. Spec.Model is the state the controller stores and the translator
+// reads.
+type Spec struct {
+	Backends  []BackendSpec `json:"backends,omitempty"`
+	Endpoints []Endpoint    `json:"endpoints,omitempty"`
+}
+
+// BackendSpec is a backend as users declare it.
+type BackendSpec struct {
+	Name     string        `json:"name"`
+	Replicas []ReplicaSpec `json:"replicas,omitempty"`
+	Config   BackendConfig `json:"config,omitempty"`
+	Process  *ProcessSpec  `json:"process,omitempty"`
+	External *ExternalSpec `json:"external,omitempty"`
+}
+
+// ReplicaSpec is a static replica as users list it.
+type ReplicaSpec struct {
+	// Address is IP:port or host:port.
+	Address string `json:"address"`
+	// Health defaults to healthy.
+	Health Health `json:"health,omitempty"`
+}
+
+// Model returns the state s declares, sharing nothing with s.
+func (s *Spec) Model() *Model {
+	m := &Model{Backends: make([]Backend, 0, len(s.Backends))}
+	for _, b := range s.Backends {
+		m.Backends = append(m.Backends, b.Backend())
+	}
+	for _, e := range s.Endpoints {
+		m.Endpoints = append(m.Endpoints, CloneEndpoint(e))
+	}
+	return Clone(m)
+}
+
+// Backend returns the backend b declares.
+func (b BackendSpec) Backend() Backend {
+	out := Backend{Name: b.Name, Config: b.Config, Process: b.Process, External: b.External}
+	for _, r := range b.Replicas {
+		out.Replicas = append(out.Replicas, Replica{Address: r.Address, Health: r.Health})
+	}
+	return out
+}
+
+// SpecOf returns what users declared of m: m without what the system sets.
+func SpecOf(m *Model) *Spec {
+	s := &Spec{}
+	for _, b := range Clone(m).Backends {
+		s.Backends = append(s.Backends, BackendSpecOf(b))
+	}
+	for _, e := range m.Endpoints {
+		s.Endpoints = append(s.Endpoints, CloneEndpoint(e))
+	}
+	return s
+}
+
+// BackendSpecOf returns what users declared of b.
+func BackendSpecOf(b Backend) BackendSpec {
+	out := BackendSpec{Name: b.Name, Config: b.Config, Process: b.Process, External: b.External}
+	for _, r := range b.Replicas {
+		out.Replicas = append(out.Replicas, ReplicaSpec{Address: r.Address, Health: r.Health})
+	}
+	return out
+}
