@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -145,7 +146,7 @@ func TestReplicasRunUnprivileged(t *testing.T) {
 	defer func() { _ = syscall.Setgroups(nil) }()
 	a.workDir = testAgent(t).workDir
 	out = runOnce(t, a, model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-G"}}, 1)
-	want, err := exec.Command("/usr/bin/id", "-G", "nobody").Output()
+	want, err := exec.CommandContext(context.Background(), "/usr/bin/id", "-G", "nobody").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

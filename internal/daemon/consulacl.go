@@ -16,7 +16,7 @@ import (
 
 // ErrConsulOpen says Consul lets a request without a token write: its ACLs
 // are off or default to allow.
-var ErrConsulOpen = errors.New("Consul accepts writes without a token (ACLs off, or default allow): any process that reaches it, a replica included, could mint any identity from its CA and rewrite the desired state; turn ACLs on with default deny (deploy/consul/README.md), or pass --insecure-consul on a single trusted host")
+var ErrConsulOpen = errors.New("the Consul agent accepts writes without a token (ACLs off, or default allow): any process that reaches it, a replica included, could mint any identity from its CA and rewrite the desired state; turn ACLs on with default deny (deploy/consul/README.md), or pass --insecure-consul on a single trusted host")
 
 // aclProbePrefix is where the probe writes: outside any servemesh state.
 const aclProbePrefix = "servemesh-acl-probe/"

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,7 @@ import (
 func UnixServer(t testing.TB, h http.Handler) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "admin.sock")
-	l, err := net.Listen("unix", path)
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
