@@ -412,3 +412,25 @@ func TestEnvValuesNeedTheExecScope(t *testing.T) {
 		}
 	}
 }
+
+// TestUsersCannotSetWhatServemeshSets: placements are the controller's, a
+// replica's node and inbound listener the catalog's; a static backend
+// naming a node made that node's inbound listener refer to a secret that
+// never exists, and Envoy refused it. Users write a model.Spec, which has
+// no such fields: the API refuses them by name and changes nothing.
+func TestUsersCannotSetWhatServemeshSets(t *testing.T) {
+	f := newFixture(t, "")
+	for _, tc := range []struct{ path, body, field string }{
+		{"/v1/backends", `{"name": "a", "process": {"command": "/srv/x"}, "placements": [{"tag": "a#000000", "node": "n1", "state": "running"}]}`, "/placements"},
+		{"/v1/backends", `{"name": "a", "replicas": [{"address": "10.0.0.1:80", "node": "n1"}]}`, "/replicas/0/node"},
+		{"/v1/apply", `{"backends": [{"name": "a", "replicas": [{"address": "10.0.0.1:80", "node": "n1", "inbound": "10.0.0.1:21000"}]}]}`, "/backends/0/replicas/0/"},
+	} {
+		status, body := raw(t, "POST", f.srv.URL+tc.path, tc.body, "")
+		if status != 400 || !strings.Contains(body, tc.field) || !strings.Contains(body, "servemesh's to set") {
+			t.Errorf("POST %s %s: HTTP %d %s; want 400 naming %s", tc.path, tc.body, status, body, tc.field)
+		}
+	}
+	if status, body := raw(t, "GET", f.srv.URL+"/v1/backends", "", ""); status != 200 || strings.TrimSpace(body) != "[]" {
+		t.Fatalf("refused writes stored something: %s", body)
+	}
+}

@@ -230,7 +230,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 		return describe(current, store.Diff(current, next)), nil
 	}
 	var diff []string
-	_, err = c.mutate(ctx, "apply", func(m *model.Model) error {
+	_, err = c.change(ctx, "apply", func(m *model.Model) error {
 		if err := c.guard(ctx, m, desired); err != nil {
 			return err // before placement says whether it would fit
 		}
@@ -241,7 +241,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 		diff = describe(m, store.Diff(m, next))
 		*m = *next
 		return nil
-	})
+	}, false) // prepareApply validated it
 	return diff, err
 }
 

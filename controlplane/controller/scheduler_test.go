@@ -160,14 +160,6 @@ func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
 	}
 }
 
-func TestUsersCannotSetPlacements(t *testing.T) {
-	c, _ := newScheduling(t, &fakeNodes{})
-	b := processBackend("a", 0, 0)
-	b.Placements = []model.Placement{{Tag: "a#000000", Node: "n1", State: model.Running}}
-	_, err := c.CreateBackend(MayRunCommands(context.Background()), model.BackendSpecOf(b))
-	mustKind(t, err, Invalid, "placements are chosen by the controller")
-}
-
 // TestApplyKeepsPlacements: a file never lists placements, so applying one
 // must keep the replicas the controller placed, scale by the file's
 // num_replicas, leave an autoscaled backend's count to the autoscaler, and
@@ -213,10 +205,6 @@ func TestApplyKeepsPlacements(t *testing.T) {
 	}
 	if len(after.Placements) != 3 || kept != 2 {
 		t.Fatalf("scaling a by the file from 2 to 3: %+v; want the 2 replicas kept and 1 added", after.Placements)
-	}
-	file.Backends[0].Placements = []model.Placement{{Tag: "a#000000", Node: "n1", State: model.Running}}
-	if _, err := c.Apply(ctx, model.SpecOf(file), false); KindOf(err) != Invalid {
-		t.Fatalf("a file with placements: %v, want Invalid", err)
 	}
 }
 
