@@ -76,14 +76,7 @@ func (a Admin) ConfigDump(ctx context.Context, resource string) ([]byte, error) 
 	if resource != "" {
 		path += "?resource=" + url.QueryEscape(resource)
 	}
-	body, code, err := a.do(ctx, http.MethodGet, path)
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("envoy admin %s: status %d: %s", path, code, body)
-	}
-	return body, nil
+	return a.Get(ctx, path)
 }
 
 // Stats returns counters and gauges whose names match the regular expression

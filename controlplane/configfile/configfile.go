@@ -26,15 +26,11 @@ func LoadSpec(path string) (*model.Spec, error) {
 
 // Load reads and validates the model in path.
 func Load(path string) (*model.Model, error) {
-	data, err := os.ReadFile(path)
+	s, err := LoadSpec(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config file: %w", err)
+		return nil, err
 	}
-	m, err := model.Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
-	}
-	return m, nil
+	return s.Model(), nil
 }
 
 // settle is how long a changed file must keep its content before it is read.
