@@ -28,7 +28,7 @@ var goldenNode = wire.ProxyNode{ID: "node-1", PublicAddress: "0.0.0.0", PublicPo
 // reaches translation.
 func TestGolden(t *testing.T) {
 	testutil.GoldenCases(t, "testdata/in", "testdata/out", *update, func(t *testing.T, input []byte) map[string][]byte {
-		m, err := model.Parse(input)
+		m, err := parseView(input)
 		if err != nil {
 			t.Fatalf("a translation case must be a valid model (invalid ones belong in controlplane/model/testdata): %v", err)
 		}
@@ -58,7 +58,7 @@ var (
 // their inbound listeners).
 func TestGoldenMTLS(t *testing.T) {
 	testutil.GoldenCases(t, "testdata/mtls/in", "testdata/mtls/out", *update, func(t *testing.T, input []byte) map[string][]byte {
-		m, err := model.Parse(input)
+		m, err := parseView(input)
 		if err != nil {
 			t.Fatalf("a translation case must be a valid model: %v", err)
 		}
@@ -195,4 +195,18 @@ func TestStatNamesReadBack(t *testing.T) {
 			t.Errorf("cluster %s reads back as %+v, %v", c.GetName(), s, ok)
 		}
 	}
+}
+
+// parseView reads a translation case: a data-plane view, which unlike what
+// users write (model.Parse) holds replicas' nodes and inbound listeners.
+func parseView(input []byte) (*model.Model, error) {
+	js, err := yaml.YAMLToJSONStrict(input)
+	if err != nil {
+		return nil, err
+	}
+	var m model.Model
+	if err := model.DecodeJSON(js, &m); err != nil {
+		return nil, err
+	}
+	return &m, m.Validate()
 }
