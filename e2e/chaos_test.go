@@ -335,6 +335,18 @@ func summary(m *model.Model) string {
 	return strings.Join(parts, "; ")
 }
 
+// envOf reads a process's environment.
+func envOf(pid int) map[string]string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	out := map[string]string{}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // replicaPids finds the demo replicas of backend by their command line.
 func replicaPids(backend string) []int {
 	entries, _ := os.ReadDir("/proc")

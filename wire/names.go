@@ -31,6 +31,18 @@ const ControlPlaneCluster = "_servemesh_xds"
 // ClusterName is the Envoy cluster (and endpoint assignment) of a backend.
 func ClusterName(backend string) string { return backend }
 
+// Headers a node's inbound listener adds to an answer it made itself
+// because its replicas did not answer; calling nodes retry on them (on
+// another node) and strip them.
+const (
+	// UnreachedHeader: no replica was reached (connection refused or
+	// failed, none healthy, all busy); retrying is safe for every method.
+	UnreachedHeader = "x-servemesh-unreached"
+	// ResetHeader: the replica's connection was reset after the request was
+	// sent; retrying is safe for idempotent methods only.
+	ResetHeader = "x-servemesh-reset"
+)
+
 // InboundClusterName is the cluster through which a node's inbound
 // listener reaches its own replicas of backend over loopback. The leading
 // '_' keeps its stats apart from the backend's cluster (ParseStat skips it).

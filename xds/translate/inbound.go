@@ -3,7 +3,9 @@ package translate
 import (
 	"fmt"
 
+	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -85,6 +87,9 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: wire.InboundClusterName(backend)},
 						// The calling node keeps the endpoint's timeout.
 						Timeout: durationpb.New(0),
+						// Another replica here, if the request reached none;
+						// then the caller tries another node.
+						RetryPolicy: retryPolicy(retryOn),
 					}},
 				}},
 			}},
@@ -93,6 +98,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 			Name:       "envoy.filters.http.router",
 			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
 		}},
+		LocalReplyConfig: inboundLocalReplies,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack http connection manager: %w", err)
@@ -106,6 +112,28 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: manager},
 		}},
 	}, nil
+}
+
+// inboundLocalReplies mark the answers the inbound listener makes itself
+// when its replicas do not answer, by why, so the calling node retries
+// what is safe to retry on another node (retriedHeaders). Envoy's response
+// flags: UF connection failure, UH no healthy replica, UO overflow (all
+// busy), NC no such cluster (yet), URX retries exhausted, all before the
+// request reached a replica; UR and UC a reset after it was sent.
+var inboundLocalReplies = &hcm.LocalReplyConfig{Mappers: []*hcm.ResponseMapper{
+	localReplyHeader([]string{"UF", "UH", "UO", "NC", "URX"}, wire.UnreachedHeader),
+	localReplyHeader([]string{"UR", "UC"}, wire.ResetHeader),
+}}
+
+func localReplyHeader(flags []string, header string) *hcm.ResponseMapper {
+	return &hcm.ResponseMapper{
+		Filter: &accesslog.AccessLogFilter{FilterSpecifier: &accesslog.AccessLogFilter_ResponseFlagFilter{
+			ResponseFlagFilter: &accesslog.ResponseFlagFilter{Flags: flags}}},
+		HeadersToAdd: []*core.HeaderValueOption{{
+			Header:       &core.HeaderValue{Key: header, Value: "1"},
+			AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}},
+	}
 }
 
 // buildInboundCluster reaches b's healthy replicas on node, each at most

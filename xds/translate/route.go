@@ -25,6 +25,14 @@ const retryOn = "connect-failure,refused-stream,reset-before-request"
 // it was sent (a replica that died mid-request): safe for idempotent methods.
 const retryOnIdempotent = retryOn + ",reset"
 
+// retriedHeaders are, for each retryOn, the headers of an answer a node's
+// inbound listener made itself (inboundLocalReplies) that the caller
+// retries too: the same failures, one hop further.
+var retriedHeaders = map[string][]string{
+	retryOn:           {wire.UnreachedHeader},
+	retryOnIdempotent: {wire.UnreachedHeader, wire.ResetHeader},
+}
+
 // idempotentMethods are retried after a reset.
 var idempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true}
 
@@ -115,7 +123,9 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 		// Both forwarding routes count into the endpoint's route stats:
 		// vhost.<vhost>.route.<endpoint>.upstream_rq_*.
 		routes = append(routes, &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
-			Action: &route.Route_Route{Route: routeAction(e, group.retry)}})
+			Action: &route.Route_Route{Route: routeAction(e, group.retry)},
+			// What a node's inbound listener tells its callers stays inside.
+			ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader}})
 	}
 	return append(routes,
 		&route.Route{
@@ -156,20 +166,30 @@ var previousHosts = func() *anypb.Any {
 	return a
 }()
 
+// retryPolicy retries on retryOn, at most 3 times, each time on a host not
+// tried yet (a replica, or a node's inbound listener).
+func retryPolicy(retryOn string) *route.RetryPolicy {
+	return &route.RetryPolicy{
+		RetryOn:    retryOn,
+		NumRetries: wrapperspb.UInt32(3),
+		RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
+			Name:       "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: previousHosts},
+		}},
+		HostSelectionRetryMaxAttempts: 5,
+	}
+}
+
 // routeAction sends an endpoint's requests to its backends by weight and
 // mirrors the shadowed proportions.
 func routeAction(e model.Endpoint, retry string) *route.RouteAction {
-	action := &route.RouteAction{
-		RetryPolicy: &route.RetryPolicy{
-			RetryOn:    retry,
-			NumRetries: wrapperspb.UInt32(3),
-			RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
-				Name:       "envoy.retry_host_predicates.previous_hosts",
-				ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: previousHosts},
-			}},
-			HostSelectionRetryMaxAttempts: 5,
-		},
+	policy := retryPolicy(retry)
+	policy.RetryOn += ",retriable-headers"
+	for _, h := range retriedHeaders[retry] {
+		policy.RetriableHeaders = append(policy.RetriableHeaders, &route.HeaderMatcher{
+			Name: h, HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}})
 	}
+	action := &route.RouteAction{RetryPolicy: policy}
 	weights := splitWeights(e.Traffic)
 	if len(weights) == 1 {
 		action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: wire.ClusterName(weights[0].Backend)}
