@@ -48,6 +48,18 @@ const (
 // '_' keeps its stats apart from the backend's cluster (ParseStat skips it).
 func InboundClusterName(backend string) string { return "_inbound_" + backend }
 
+// InboundAssignmentName names the assignment (EDS) of node's own replicas of
+// backend, which only node's inbound cluster asks for: a replica's health
+// change updates it, never the cluster.
+func InboundAssignmentName(backend, node string) string { return InboundClusterName(backend) + "@" + node }
+
+// NodeAsksFor reports whether node asks for the assignment name: every
+// backend's, and of the nodes' own (InboundAssignmentName), its own only.
+func NodeAsksFor(node, name string) bool {
+	_, owner, own := strings.Cut(name, "@")
+	return !own || owner == node
+}
+
 // BackendSNI is the TLS server name a node asks for when it calls another
 // node's replicas of backend; the inbound listener picks the backend's
 // certificate and route by it, as Consul service mesh does.

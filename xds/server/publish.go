@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -175,11 +176,17 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, 
 		clusters = append(append(make([]types.Resource, 0, len(sr.clusters)+len(mine)), sr.clusters...), mine...)
 		clustersVer += "-" + ownVer
 	}
+	asked := make([]types.Resource, 0, len(sr.assignmentList))
+	for _, cla := range sr.assignmentList {
+		if wire.NodeAsksFor(node.ID, cla.(*endpoint.ClusterLoadAssignment).GetClusterName()) {
+			asked = append(asked, cla)
+		}
+	}
 	full, err := cachev3.NewSnapshot("check", map[resource.Type][]types.Resource{
 		resource.ListenerType: listeners,
 		resource.RouteType:    sr.routes,
 		resource.ClusterType:  clusters,
-		resource.EndpointType: sr.assignmentList,
+		resource.EndpointType: asked,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: %w", err)

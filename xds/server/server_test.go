@@ -381,6 +381,18 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 			t.Errorf("cluster %s: over TLS %v", c.GetName(), tls)
 		}
 	}
+	// A node with no replica gets the shared clusters alone (other nodes'
+	// own assignments once made its snapshot inconsistent and refused).
+	md2, err := wire.ProxyNode{ID: "n2", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
+		InboundAddress: "10.0.0.2", InboundPort: 21000}.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := openSotW(t, conn)
+	other.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "n2", Metadata: md2}, TypeUrl: resource.ClusterType})
+	if names := strings.Join(clusterNames(t, other.expect(resource.ClusterType)), ","); names != "v1,v2" {
+		t.Fatalf("node n2's clusters %q, want v1,v2", names)
+	}
 	plain := openSotW(t, conn)
 	plain.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "plain"), TypeUrl: resource.ClusterType})
 	plain.expectNothing(300 * time.Millisecond)

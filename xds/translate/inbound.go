@@ -136,28 +136,41 @@ func localReplyHeader(flags []string, header string) *hcm.ResponseMapper {
 	}
 }
 
-// buildInboundCluster reaches b's healthy replicas on node, each at most
-// max_concurrent_queries at a time, with the rest queued.
+// buildInboundCluster reaches b's replicas on node (b lists only those),
+// each at most max_concurrent_queries at a time, with the rest queued. Its
+// replicas come by EDS (inboundAssignments), so a replica's health change
+// leaves the cluster as it is.
 func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
-	cla := &endpoint.ClusterLoadAssignment{ClusterName: wire.InboundClusterName(b.Name)}
-	locality := &endpoint.LocalityLbEndpoints{}
-	for _, r := range b.Replicas {
-		if r.EffectiveHealth() != model.HealthHealthy || r.Node != node {
-			continue
-		}
-		ep := BuildAssignment(model.Backend{Name: b.Name, Replicas: []model.Replica{{Address: r.Address}}})
-		locality.LbEndpoints = append(locality.LbEndpoints, ep.Endpoints[0].LbEndpoints...)
-	}
-	if len(locality.LbEndpoints) > 0 {
-		cla.Endpoints = []*endpoint.LocalityLbEndpoints{locality}
-	}
 	return &cluster.Cluster{
 		Name:                 wire.InboundClusterName(b.Name),
-		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
-		LoadAssignment:       cla,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{EdsConfig: edsConfigSource(),
+			ServiceName: wire.InboundAssignmentName(b.Name, node)},
 		ConnectTimeout:       durationpb.New(ConnectTimeout),
 		LbPolicy:             cluster.Cluster_LEAST_REQUEST,
 		CommonLbConfig:       &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
 		CircuitBreakers:      circuitBreakers(b),
 	}
+}
+
+// inboundAssignments are, for every node with replicas of a backend reached
+// over mTLS, the assignment of its inbound cluster: its own replicas on
+// loopback, with their health. Sorted by name.
+func inboundAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
+	var out []*endpoint.ClusterLoadAssignment
+	for _, b := range sortedBackends(m) {
+		if !viaInbound(b) {
+			continue
+		}
+		byNode := map[string][]model.Replica{}
+		for _, r := range b.Replicas {
+			byNode[r.Node] = append(byNode[r.Node], model.Replica{Address: r.Address, Health: r.Health})
+		}
+		for _, node := range model.SortedKeys(byNode) {
+			cla := BuildAssignment(model.Backend{Name: b.Name, Replicas: byNode[node]})
+			cla.ClusterName = wire.InboundAssignmentName(b.Name, node)
+			out = append(out, cla)
+		}
+	}
+	return out
 }

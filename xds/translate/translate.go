@@ -15,7 +15,9 @@ type Resources struct {
 	Listeners []*listener.Listener
 	Routes    []*route.RouteConfiguration
 	Clusters  []*cluster.Cluster
-	// Assignments list each backend's replicas: Envoy's endpoints (EDS).
+	// Assignments list each backend's replicas: Envoy's endpoints (EDS);
+	// with mTLS, also each node's own replicas of each backend
+	// (wire.InboundAssignmentName).
 	Assignments []*endpoint.ClusterLoadAssignment
 }
 
@@ -33,6 +35,14 @@ func Translate(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error)
 	}
 	shared.Listeners = own.Listeners
 	shared.Clusters = append(shared.Clusters, own.Clusters...)
+	// Of the nodes' own assignments, only this node's.
+	own.Assignments = shared.Assignments[:0]
+	for _, cla := range shared.Assignments {
+		if wire.NodeAsksFor(node.ID, cla.GetClusterName()) {
+			own.Assignments = append(own.Assignments, cla)
+		}
+	}
+	shared.Assignments = own.Assignments
 	sortByName(shared.Clusters, func(c *cluster.Cluster) string { return c.GetName() })
 	return shared, nil
 }
@@ -45,6 +55,7 @@ func Shared(m *model.Model, t *MTLS) (*Resources, error) {
 		return nil, err
 	}
 	clusters := BuildClusters(m)
+	assignments := BuildAssignments(m)
 	if t != nil {
 		if err := t.Validate(); err != nil {
 			return nil, err
@@ -52,10 +63,14 @@ func Shared(m *model.Model, t *MTLS) (*Resources, error) {
 		if err := secureClusters(m, t, clusters); err != nil {
 			return nil, err
 		}
+		// Each node's inbound cluster asks for its own; every node's are
+		// here, so one publish updates them all.
+		assignments = append(assignments, inboundAssignments(m)...)
+		sortByName(assignments, (*endpoint.ClusterLoadAssignment).GetClusterName)
 	}
 	return &Resources{
 		Routes:      BuildRoutes(m),
 		Clusters:    clusters,
-		Assignments: BuildAssignments(m),
+		Assignments: assignments,
 	}, nil
 }

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"flag"
+	"os"
 	"strings"
 	"testing"
 
@@ -209,4 +210,66 @@ func parseView(input []byte) (*model.Model, error) {
 		return nil, err
 	}
 	return &m, m.Validate()
+}
+
+// TestInboundHealthChangesOnlyAssignments: a node's own replicas come by
+// EDS, so a replica's health change updates the node's inbound assignment
+// and leaves its inbound cluster as it was (the cluster was STATIC and was
+// replaced at each change).
+func TestInboundHealthChangesOnlyAssignments(t *testing.T) {
+	input, err := os.ReadFile("testdata/mtls/in/two-nodes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := parseView(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := model.Clone(before)
+	changed := false
+	for i, r := range after.Backends[0].Replicas {
+		if r.Node == goldenMTLSNode.ID && r.EffectiveHealth() == model.HealthHealthy {
+			after.Backends[0].Replicas[i].Health = model.HealthUnhealthy
+			changed = true
+			break
+		}
+	}
+	if !changed {
+		t.Fatal("the case has no healthy replica on the node to change")
+	}
+	own := func(m *model.Model) (*Resources, error) { return Translate(m, goldenMTLSNode, goldenMTLS) }
+	b, err := own(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := own(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := after.Backends[0].Name
+	find := func(r *Resources) (proto.Message, proto.Message) {
+		var c, cla proto.Message
+		for _, x := range r.Clusters {
+			if x.GetName() == wire.InboundClusterName(name) {
+				c = x
+			}
+		}
+		for _, x := range r.Assignments {
+			if x.GetClusterName() == wire.InboundAssignmentName(name, goldenMTLSNode.ID) {
+				cla = x
+			}
+		}
+		if c == nil || cla == nil {
+			t.Fatalf("no inbound cluster or assignment of %s for %s", name, goldenMTLSNode.ID)
+		}
+		return c, cla
+	}
+	bc, bcla := find(b)
+	ac, acla := find(a)
+	if !proto.Equal(bc, ac) {
+		t.Error("a replica's health change changed the node's inbound cluster")
+	}
+	if proto.Equal(bcla, acla) {
+		t.Error("a replica's health change left the node's inbound assignment as it was")
+	}
 }
