@@ -155,7 +155,7 @@ func TestMeshMTLS(t *testing.T) {
 		checkShare(t, "s (shadow 0.4)", int(shadowServed(t, nodes)-before), n, 0.4)
 	})
 
-	t.Run("traffic between nodes is mTLS", func(t *testing.T) {
+	t.Run("traffic between nodes is mTLS, to the node's own replica direct", func(t *testing.T) {
 		if v := envoyStat(t, nodes[0].admin, "cluster.a.ssl.handshake"); v < 1 {
 			t.Fatalf("node m1 made %v TLS handshakes to backend a's nodes", v)
 		}
@@ -163,6 +163,33 @@ func TestMeshMTLS(t *testing.T) {
 			if v := envoyStat(t, n.admin, "http.inbound_a.downstream_rq_total"); v < 1 {
 				t.Errorf("node %s's inbound listener served %v requests for a; m1 must reach its replica through it", n.id, v)
 			}
+		}
+		// m1's own replica of a is called on loopback without TLS: m1's
+		// inbound listener (which other nodes call) served none of m1's
+		// requests, though its replica served its third of them.
+		if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "only-a", Route: "/only-a", Traffic: map[string]float64{"a": 1}}); err != nil {
+			t.Fatal(err)
+		}
+		url := "http://" + nodes[0].public + "/only-a"
+		waitUntil(t, 15*time.Second, "/only-a to be served", func() bool { return do(httpClient(), "GET", url, "").status == 200 })
+		const n = 900
+		perReplica := map[string]int{}
+		client := httpClient()
+		for range n {
+			tag, err := replicaOf(client, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perReplica[tag]++
+		}
+		if len(perReplica) != 3 {
+			t.Fatalf("a's requests from m1 reached replicas %v; want all three", perReplica)
+		}
+		for tag, got := range perReplica {
+			checkShare(t, "replica "+tag+" of a (one of three, local or remote)", got, n, 1.0/3)
+		}
+		if v := envoyStat(t, nodes[0].admin, "http.inbound_a.downstream_rq_total"); v != 0 {
+			t.Errorf("node m1's inbound listener served %v requests for a; m1 must call its own replica directly", v)
 		}
 		replicasListenOnLoopbackOnly(t, consul, nodes)
 	})

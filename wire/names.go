@@ -53,12 +53,11 @@ func InboundClusterName(backend string) string { return "_inbound_" + backend }
 // change updates it, never the cluster.
 func InboundAssignmentName(backend, node string) string { return InboundClusterName(backend) + "@" + node }
 
-// NodeAsksFor reports whether node asks for the assignment name: every
-// backend's, and of the nodes' own (InboundAssignmentName), its own only.
-func NodeAsksFor(node, name string) bool {
-	_, owner, own := strings.Cut(name, "@")
-	return !own || owner == node
-}
+// NodeViewAssignmentName names the assignment of backend as node sees it
+// when it runs replicas of backend: the other nodes by their inbound
+// listeners, and its own replicas directly on loopback, without TLS.
+func NodeViewAssignmentName(backend, node string) string { return ClusterName(backend) + "@" + node }
+
 
 // BackendSNI is the TLS server name a node asks for when it calls another
 // node's replicas of backend; the inbound listener picks the backend's

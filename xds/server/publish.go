@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -129,6 +130,7 @@ type sharedResources struct {
 	model                  *model.Model
 	mtls                   *translate.MTLS
 	routes, clusters       []types.Resource
+	clusterList            []*cluster.Cluster // clusters, as translated
 	routesVer, clustersVer string
 	assignments            map[string]types.Resource
 	assignmentList         []types.Resource
@@ -137,7 +139,7 @@ type sharedResources struct {
 func buildShared(m *model.Model, mtls *translate.MTLS, r *translate.Resources) (*sharedResources, error) {
 	out := &sharedResources{model: m, mtls: mtls,
 		assignments: make(map[string]types.Resource, len(r.Assignments))}
-	out.routes, out.clusters = asResources(r.Routes), asResources(r.Clusters)
+	out.routes, out.clusters, out.clusterList = asResources(r.Routes), asResources(r.Clusters), r.Clusters
 	for _, x := range r.Assignments {
 		out.assignments[x.GetClusterName()] = x
 		out.assignmentList = append(out.assignmentList, x)
@@ -166,19 +168,20 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	clusters, clustersVer := sr.clusters, sr.clustersVer
-	if len(own.Clusters) > 0 { // mTLS: the clusters to the node's own replicas
-		mine := asResources(own.Clusters)
-		ownVer, err := contentVersion(mine)
+	clusters, clustersVer, merged := sr.clusters, sr.clustersVer, sr.clusterList
+	if len(own.Clusters) > 0 { // mTLS: the node's own, replacing shared ones of the same name
+		ownVer, err := contentVersion(asResources(own.Clusters))
 		if err != nil {
 			return nil, err
 		}
-		clusters = append(append(make([]types.Resource, 0, len(sr.clusters)+len(mine)), sr.clusters...), mine...)
+		merged = translate.MergeClusters(sr.clusterList, own.Clusters)
+		clusters = asResources(merged)
 		clustersVer += "-" + ownVer
 	}
-	asked := make([]types.Resource, 0, len(sr.assignmentList))
+	names := translate.AskedAssignments(merged)
+	asked := make([]types.Resource, 0, len(names))
 	for _, cla := range sr.assignmentList {
-		if wire.NodeAsksFor(node.ID, cla.(*endpoint.ClusterLoadAssignment).GetClusterName()) {
+		if names[cla.(*endpoint.ClusterLoadAssignment).GetClusterName()] {
 			asked = append(asked, cla)
 		}
 	}

@@ -146,10 +146,10 @@ func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{EdsConfig: edsConfigSource(),
 			ServiceName: wire.InboundAssignmentName(b.Name, node)},
-		ConnectTimeout:       durationpb.New(ConnectTimeout),
-		LbPolicy:             cluster.Cluster_LEAST_REQUEST,
-		CommonLbConfig:       &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
-		CircuitBreakers:      circuitBreakers(b),
+		ConnectTimeout:  durationpb.New(ConnectTimeout),
+		LbPolicy:        cluster.Cluster_LEAST_REQUEST,
+		CommonLbConfig:  &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
+		CircuitBreakers: circuitBreakers(b),
 	}
 }
 

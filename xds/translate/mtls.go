@@ -105,8 +105,9 @@ func inboundAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
 }
 
 // ForNode builds what is node's own: its listeners and, with t, its
-// inbound listener and the clusters to its own replicas (Clusters holds
-// only those: the shared ones are Shared's). m is the model the shared
+// inbound listener, the clusters to its own replicas, and its view of each
+// backend it runs replicas of, which replaces the shared cluster of the
+// same name (MergeClusters; the shared ones are Shared's). m is the model the shared
 // resources were built from.
 func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
 	listeners, err := BuildListeners(node)
@@ -135,8 +136,24 @@ func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
 	sortByName(out.Listeners, func(l *listener.Listener) string { return l.GetName() })
 	for _, b := range local {
 		out.Clusters = append(out.Clusters, buildInboundCluster(b, node.ID))
+		view, err := localViewCluster(m, t, b.Name, node.ID)
+		if err != nil {
+			return nil, err
+		}
+		out.Clusters = append(out.Clusters, view)
 	}
 	return out, nil
+}
+
+// localViewCluster is node's version of backend's shared cluster (local.go).
+func localViewCluster(m *model.Model, t *MTLS, backend, node string) (*cluster.Cluster, error) {
+	b, _ := m.Backend(backend)
+	one := &model.Model{Backends: []model.Backend{b}}
+	clusters := BuildClusters(one)
+	if err := secureClusters(one, t, clusters); err != nil {
+		return nil, err
+	}
+	return localView(clusters[0], b, node)
 }
 
 // localBackends are m's backends reached over mTLS with a replica on node,

@@ -34,17 +34,52 @@ func Translate(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error)
 		return nil, err
 	}
 	shared.Listeners = own.Listeners
-	shared.Clusters = append(shared.Clusters, own.Clusters...)
-	// Of the nodes' own assignments, only this node's.
+	shared.Clusters = MergeClusters(shared.Clusters, own.Clusters)
+	// Of every node's assignments, those this node's clusters ask for.
+	asked := AskedAssignments(shared.Clusters)
 	own.Assignments = shared.Assignments[:0]
 	for _, cla := range shared.Assignments {
-		if wire.NodeAsksFor(node.ID, cla.GetClusterName()) {
+		if asked[cla.GetClusterName()] {
 			own.Assignments = append(own.Assignments, cla)
 		}
 	}
 	shared.Assignments = own.Assignments
-	sortByName(shared.Clusters, func(c *cluster.Cluster) string { return c.GetName() })
 	return shared, nil
+}
+
+// AskedAssignments are the names of the assignments (EDS) clusters ask for.
+func AskedAssignments(clusters []*cluster.Cluster) map[string]bool {
+	out := make(map[string]bool, len(clusters))
+	for _, c := range clusters {
+		if c.GetType() != cluster.Cluster_EDS {
+			continue
+		}
+		name := c.GetEdsClusterConfig().GetServiceName()
+		if name == "" {
+			name = c.GetName()
+		}
+		out[name] = true
+	}
+	return out
+}
+
+// MergeClusters is a node's clusters: the shared ones, each replaced by the
+// node's own of the same name (its view of a backend it runs replicas of),
+// and the node's others, sorted by name.
+func MergeClusters(shared, own []*cluster.Cluster) []*cluster.Cluster {
+	mine := make(map[string]bool, len(own))
+	for _, c := range own {
+		mine[c.GetName()] = true
+	}
+	out := make([]*cluster.Cluster, 0, len(shared)+len(own))
+	for _, c := range shared {
+		if !mine[c.GetName()] {
+			out = append(out, c)
+		}
+	}
+	out = append(out, own...)
+	sortByName(out, (*cluster.Cluster).GetName)
+	return out
 }
 
 // Shared builds the resources every node shares (routes, clusters,
@@ -66,6 +101,7 @@ func Shared(m *model.Model, t *MTLS) (*Resources, error) {
 		// Each node's inbound cluster asks for its own; every node's are
 		// here, so one publish updates them all.
 		assignments = append(assignments, inboundAssignments(m)...)
+		assignments = append(assignments, nodeViewAssignments(m)...)
 		sortByName(assignments, (*endpoint.ClusterLoadAssignment).GetClusterName)
 	}
 	return &Resources{

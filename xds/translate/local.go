@@ -1,0 +1,101 @@
+package translate
+
+import (
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// Same-node calls. With mTLS, a backend's shared cluster lists its nodes
+// by their inbound listeners, and a node running replicas of it would call
+// its own inbound listener over TLS. Such a node gets its own version of
+// the cluster instead (localView): the same cluster, whose assignment
+// (NodeViewAssignmentName) lists the other nodes as the shared one does
+// and the node's own replicas directly on loopback, marked local, which
+// the cluster reaches without TLS. Weights stay per replica (a node by its
+// healthy replicas, a local replica 1), so splits and shadows keep their
+// proportions.
+
+// localMatch marks a node's own replicas in its view of a backend.
+const (
+	localMatchFilter = "envoy.transport_socket_match"
+	localMatchKey    = "servemesh_local"
+	localSocket      = "local"
+)
+
+// localView is node's version of b's shared cluster c.
+func localView(c *cluster.Cluster, b model.Backend, node string) (*cluster.Cluster, error) {
+	out := proto.Clone(c).(*cluster.Cluster)
+	out.EdsClusterConfig.ServiceName = wire.NodeViewAssignmentName(b.Name, node)
+	raw, err := anypb.New(&rawbuffer.RawBuffer{})
+	if err != nil {
+		return nil, err
+	}
+	out.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{{
+		Name:            localSocket,
+		Match:           &structpb.Struct{Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
+		TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: raw}},
+	}}
+	return out, nil
+}
+
+// nodeViewAssignments are, for every backend reached over mTLS and every
+// node running replicas of it, that node's view of it: the other nodes by
+// their inbound listeners, its own replicas on loopback.
+func nodeViewAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
+	var out []*endpoint.ClusterLoadAssignment
+	for _, b := range sortedBackends(m) {
+		if !viaInbound(b) {
+			continue
+		}
+		byNode := map[string][]model.Replica{}
+		for _, r := range b.Replicas {
+			byNode[r.Node] = append(byNode[r.Node], r)
+		}
+		for _, node := range model.SortedKeys(byNode) {
+			out = append(out, nodeViewAssignment(b, node, byNode[node]))
+		}
+	}
+	return out
+}
+
+func nodeViewAssignment(b model.Backend, node string, own []model.Replica) *endpoint.ClusterLoadAssignment {
+	others := b
+	others.Replicas = nil
+	for _, r := range b.Replicas {
+		if r.Node != node {
+			others.Replicas = append(others.Replicas, r)
+		}
+	}
+	locality := &endpoint.LocalityLbEndpoints{}
+	if len(others.Replicas) > 0 {
+		locality.LbEndpoints = inboundAssignment(others).Endpoints[0].LbEndpoints
+	}
+	mine := BuildAssignment(model.Backend{Name: b.Name, Replicas: localReplicas(own)})
+	for _, ep := range mine.Endpoints[0].LbEndpoints {
+		ep.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			localMatchFilter: {Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
+		}}
+		ep.LoadBalancingWeight = wrapperspb.UInt32(1)
+		locality.LbEndpoints = append(locality.LbEndpoints, ep)
+	}
+	return &endpoint.ClusterLoadAssignment{ClusterName: wire.NodeViewAssignmentName(b.Name, node),
+		Endpoints: []*endpoint.LocalityLbEndpoints{locality}}
+}
+
+// localReplicas are replicas as their own node reaches them: by address.
+func localReplicas(rs []model.Replica) []model.Replica {
+	out := make([]model.Replica, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, model.Replica{Address: r.Address, Health: r.Health})
+	}
+	return out
+}
