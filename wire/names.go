@@ -51,13 +51,14 @@ func InboundClusterName(backend string) string { return "_inbound_" + backend }
 // InboundAssignmentName names the assignment (EDS) of node's own replicas of
 // backend, which only node's inbound cluster asks for: a replica's health
 // change updates it, never the cluster.
-func InboundAssignmentName(backend, node string) string { return InboundClusterName(backend) + "@" + node }
+func InboundAssignmentName(backend, node string) string {
+	return InboundClusterName(backend) + "@" + node
+}
 
 // NodeViewAssignmentName names the assignment of backend as node sees it
 // when it runs replicas of backend: the other nodes by their inbound
 // listeners, and its own replicas directly on loopback, without TLS.
 func NodeViewAssignmentName(backend, node string) string { return ClusterName(backend) + "@" + node }
-
 
 // BackendSNI is the TLS server name a node asks for when it calls another
 // node's replicas of backend; the inbound listener picks the backend's
