@@ -92,7 +92,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/agents
 	go run ./bench/statsoverhead
 	go run ./bench/apiload
-	go run ./bench/mtlshop
+	go run ./bench/datapath
 
 clean: ## remove build output and run folders (keeps .tools)
 	rm -rf bin .run

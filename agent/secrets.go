@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/hashicorp/consul/api"
@@ -57,6 +58,11 @@ func (s *Secrets) Dir() string { return s.dir }
 // Start writes the node's identity and the CA roots (retrying until Consul
 // answers, or ctx ends), then follows them until ctx ends.
 func (s *Secrets) Start(ctx context.Context) error {
+	// The work folder above it is the node's, which replicas pass through
+	// to their own folders; the secrets folder is the agent's user's alone.
+	if err := os.MkdirAll(filepath.Dir(s.dir), 0o755); err != nil {
+		return fmt.Errorf("secrets folder: %w", err)
+	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("secrets folder: %w", err)
 	}

@@ -50,7 +50,7 @@ func TestSecretsFromConsul(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "secrets")
+	dir := filepath.Join(t.TempDir(), "work", "secrets") // the node's work folder does not exist yet
 	s := NewSecrets(dir, client, "n1", slog.New(slog.DiscardHandler))
 	if err := s.AddBackend(context.Background(), "web"); err == nil {
 		t.Fatal("a backend's identity was written before the secrets started")
@@ -65,6 +65,12 @@ func TestSecretsFromConsul(t *testing.T) {
 	}
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("secrets folder mode %v, %v; want 0700", st.Mode().Perm(), err)
+	}
+	// The work folder it made is the node's, which replicas (other users)
+	// pass through to their own folders: it was made 0700 too, and every
+	// replica then failed to start.
+	if st, err := os.Stat(filepath.Dir(dir)); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("work folder mode %v, %v; want 0755", st.Mode().Perm(), err)
 	}
 	for name, want := range map[string]string{wire.NodeSecret: connect.NodeService("n1"), wire.BackendSecret("web"): wire.BackendService("web")} {
 		c := readSecret(t, dir, name).GetTlsCertificate()

@@ -5,6 +5,7 @@ package benchenv
 
 import (
 	"context"
+	"io"
 	"os"
 
 	"github.com/servemesh/servemesh/envoy"
@@ -23,6 +24,11 @@ type Env struct {
 func Start(ctx context.Context, name string) (*Env, error) {
 	dir, err := os.MkdirTemp("", "servemesh-bench-"+name)
 	if err != nil {
+		return nil, err
+	}
+	// Replicas run as another user (nobody, for a root agent): they run the
+	// binary built here and pass through to their folders below.
+	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
 	e := &Env{Dir: dir}
@@ -47,7 +53,11 @@ func (e *Env) Vars() []string {
 // Run starts a servemesh child with args, in this process's environment
 // and Vars.
 func (e *Env) Run(args ...string) (*proc.Process, error) {
-	return proc.Start(proc.Spec{Path: e.Bin, Args: args, Env: append(os.Environ(), e.Vars()...)})
+	var out io.Writer
+	if os.Getenv("SERVEMESH_BENCH_LOGS") != "" {
+		out = os.Stderr
+	}
+	return proc.Start(proc.Spec{Path: e.Bin, Args: args, Env: append(os.Environ(), e.Vars()...), Stdout: out, Stderr: out})
 }
 
 // Close stops Consul and removes the folder.

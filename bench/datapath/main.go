@@ -1,0 +1,219 @@
+// Package main measures servemesh's data path beside a baseline in one run:
+// requests enter node n1's Envoy and are served by a replica on n1 itself
+// (same-node) or on n2 (cross-node), through servemesh in its default mode
+// (mTLS between nodes), in --plaintext mode, and through a minimal
+// hand-written static Envoy configuration doing the same thing (this
+// folder's envoy-*.yaml; for cross-node, mTLS with certificates the bench
+// makes). Every Envoy runs one worker thread. It reports, as medians of
+// -runs runs: throughput at saturation, p50 and p99 latency at a fixed
+// rate, and the CPU the Envoys use per request.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/servemesh/servemesh/bench/benchenv"
+	"github.com/servemesh/servemesh/bench/loadgen"
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// The placements of the replica, and the modes compared.
+const (
+	sameNode  = "same-node"
+	crossNode = "cross-node"
+
+	modeDefault   = "servemesh (mTLS)"
+	modePlaintext = "servemesh --plaintext"
+	modeBaseline  = "hand-written Envoy"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func main() {
+	rate := flag.Int("rate", 1000, "requests per second for the fixed-rate runs")
+	duration := flag.Duration("duration", 5*time.Second, "length of each run")
+	concurrency := flag.Int("concurrency", 16, "concurrent connections for the saturation runs")
+	runs := flag.Int("runs", 3, "runs of each configuration; the figures are their medians")
+	flag.Parse()
+	if err := run(*rate, *duration, *concurrency, *runs); err != nil {
+		fmt.Fprintln(os.Stderr, "datapath:", err)
+		os.Exit(1)
+	}
+}
+
+// result is one run of one configuration.
+type result struct {
+	rps, p50, p99, cpu float64 // req/s at saturation; ms at the fixed rate; Envoy CPU ms per request
+	errors             int
+	firstError         string
+}
+
+func run(rate int, duration time.Duration, concurrency, runs int) error {
+	be, err := benchenv.Start(context.Background(), "datapath")
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	b := &bench{Env: be}
+	all := map[string][]result{}
+	for i := range runs {
+		for _, placement := range []string{sameNode, crossNode} {
+			for j, mode := range []string{modeDefault, modePlaintext, modeBaseline} {
+				r, err := b.measure(fmt.Sprintf("r%d-%s-m%d", i, placement, j), placement, mode, rate, duration, concurrency)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", placement, mode, err)
+				}
+				all[placement+mode] = append(all[placement+mode], r)
+			}
+		}
+	}
+	fmt.Printf("medians of %d runs; each fixed-rate and saturation run %s; Envoy CPU is every Envoy on the path, per request\n\n", runs, duration)
+	fmt.Printf("| call | path | saturation req/s (%d connections) | p50 / p99 at %d req/s | Envoy CPU per request | errors |\n", concurrency, rate)
+	fmt.Println("|---|---|---:|---:|---:|---:|")
+	for _, placement := range []string{sameNode, crossNode} {
+		for _, mode := range []string{modeDefault, modePlaintext, modeBaseline} {
+			rs := all[placement+mode]
+			errors := 0
+			for _, r := range rs {
+				errors += r.errors
+				if r.firstError != "" {
+					defer fmt.Printf("first error (%s, %s): %s\n", placement, mode, r.firstError)
+				}
+			}
+			fmt.Printf("| %s | %s | %.0f | %.3f / %.3f ms | %.3f ms | %d |\n", placement, mode,
+				median(rs, func(r result) float64 { return r.rps }), median(rs, func(r result) float64 { return r.p50 }),
+				median(rs, func(r result) float64 { return r.p99 }), median(rs, func(r result) float64 { return r.cpu }), errors)
+		}
+	}
+	return nil
+}
+
+func median(rs []result, f func(result) float64) float64 {
+	vs := make([]float64, 0, len(rs))
+	for _, r := range rs {
+		vs = append(vs, f(r))
+	}
+	slices.Sort(vs)
+	return vs[len(vs)/2]
+}
+
+type bench struct{ *benchenv.Env }
+
+// measure sets up one configuration in a folder of its own, loads it at
+// the fixed rate, then to saturation, and tears it down.
+func (b *bench) measure(name, placement, mode string, rate int, duration time.Duration, concurrency int) (result, error) {
+	work := filepath.Join(b.Dir, name)
+	var url string
+	var stop func()
+	var err error
+	if mode == modeBaseline {
+		url, stop, err = b.startBaseline(work, placement)
+	} else {
+		url, stop, err = b.startServemesh(work, placement, mode == modePlaintext)
+	}
+	if err != nil {
+		return result{}, err
+	}
+	defer stop()
+	if err := testutil.Until(60*time.Second, func() bool { return loadgen.Get(loadgen.NewClient(1), url) == nil }); err != nil {
+		return result{}, fmt.Errorf("n1 never served: %w", err)
+	}
+	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRate(url, rate, duration) })
+	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoop(url, concurrency, duration) })
+	r := result{rps: saturated.RPS, p50: ms(fixed.P50), p99: ms(fixed.P99), cpu: cpu, errors: fixed.Errors + saturated.Errors}
+	r.firstError = fixed.FirstError + saturated.FirstError
+	return r, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// startServemesh runs a controller and two nodes (n1 on 127.0.0.2, n2 on
+// 127.0.0.3) and places one replica on n1 (same-node) or n2 (cross-node);
+// it returns n1's URL and a stop func.
+func (b *bench) startServemesh(work, placement string, plaintext bool) (string, func(), error) {
+	ctx := context.Background()
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	prefix := "bench-" + filepath.Base(work)
+	pt := "--plaintext=" + strconv.FormatBool(plaintext)
+	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
+	ctl, err := b.Run("controller", pt, "--insecure-consul", "--consul-prefix", prefix, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
+	if err != nil {
+		return "", nil, err
+	}
+	stops = append(stops, func() { _ = ctl.Stop(15 * time.Second) })
+	cpus := map[string]string{sameNode: "4", crossNode: "0.5"}[placement] // the replica needs 1 CPU
+	var public string
+	for i, node := range []struct{ addr, cpus string }{{"127.0.0.2", cpus}, {"127.0.0.3", map[string]string{"4": "0.5", "0.5": "4"}[cpus]}} {
+		id := fmt.Sprintf("n%d", i+1)
+		pub := testutil.MustFreeAddr(node.addr)
+		if i == 0 {
+			public = pub
+		}
+		p, err := b.Run("agent", pt, "--insecure-consul", "--consul-prefix", prefix, "--node-id", filepath.Base(work)+"-"+id, "--address", node.addr,
+			"--cpus", node.cpus, "--xds", xdsAddr, "--public", pub, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
+			"--inbound", testutil.MustFreeAddr(node.addr), "--work-dir", filepath.Join(work, id), "--allow-command", b.Bin, "--concurrency", "1")
+		if err != nil {
+			stop()
+			return "", nil, err
+		}
+		stops = append(stops, func() { _ = p.Stop(15 * time.Second) })
+	}
+	c := api.NewClient(apiAddr, "")
+	spec := &model.ProcessSpec{Command: b.Bin, Args: []string{"demo-replica", "--backend", "bench", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+	if err := testutil.Until(30*time.Second, func() bool {
+		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "bench", Process: spec,
+			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000}})
+		return err == nil
+	}); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("create backend (are the agents up?): %w", err)
+	}
+	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}); err != nil {
+		stop()
+		return "", nil, err
+	}
+	return "http://" + public + "/bench", stop, nil
+}
+
+// withCPU runs load and returns its stats and the CPU milliseconds per
+// request the Envoys under work used meanwhile.
+func withCPU(work string, load func() loadgen.Stats) (loadgen.Stats, float64) {
+	before := envoyCPU(work)
+	s := load()
+	used := envoyCPU(work) - before
+	return s, used * 1000 / float64(max(s.N, 1))
+}
+
+// envoyCPU sums the CPU seconds of the Envoys whose bootstrap is under work.
+func envoyCPU(work string) float64 {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var sum float64
+	for _, path := range procs {
+		cmdline, err := os.ReadFile(path)
+		if err != nil || !bytes.Contains(cmdline, []byte(work+"/")) || !bytes.Contains(cmdline, []byte("bootstrap.yaml")) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		if err == nil {
+			sum += testutil.CPUSeconds(pid)
+		}
+	}
+	return sum
+}
