@@ -79,7 +79,7 @@ func TestConsulACLs(t *testing.T) {
 
 	// With mTLS, checking that Consul enforces ACLs: the policies also let
 	// each get its Connect identities.
-	ctl := startController(t, consul, "ctl", []string{"--plaintext=false", "--insecure-consul=false"}, "CONSUL_HTTP_TOKEN="+controllerToken)
+	ctl := startController(t, consul, "ctl", []string{"--insecure-consul=false"}, "CONSUL_HTTP_TOKEN="+controllerToken)
 	ctl.waitLeading(20 * time.Second)
 	var nodes []*agentProc
 	var inbounds []string
@@ -87,7 +87,7 @@ func TestConsulACLs(t *testing.T) {
 		addr := fmt.Sprintf("127.0.0.%d", i+2)
 		inbounds = append(inbounds, freeAddrOn(t, addr))
 		nodes = append(nodes, startAgentArgs(t, consul, id, addr, ctl.xdsAddr, 4,
-			[]string{"--plaintext=false", "--insecure-consul=false", "--inbound", inbounds[i]}, "CONSUL_HTTP_TOKEN="+tokens[id]))
+			[]string{"--insecure-consul=false", "--inbound", inbounds[i]}, "CONSUL_HTTP_TOKEN="+tokens[id]))
 	}
 	c := ctl.client("")
 	ctx := context.Background()

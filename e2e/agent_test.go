@@ -58,10 +58,10 @@ func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds stri
 	passThrough(t, workDir)
 	a := &agentProc{id: id, address: address, public: freeAddrOn(t, address),
 		mesh: freeAddr(t), admin: envoy.AdminSocketIn(workDir), metr: freeAddr(t), stderr: &testutil.SyncBuffer{}}
-	// Plaintext unless the test asks for mTLS (--plaintext=false), on a
-	// Consul without ACLs unless it says --insecure-consul=false: a later
-	// flag wins.
-	args := []string{"agent", "--plaintext", "--insecure-consul", "--node-id", id, "--address", address,
+	// The default mode (mTLS, its inbound listener on its address) unless
+	// the test chooses --plaintext, on a Consul without ACLs unless it says
+	// --insecure-consul=false: a later flag wins.
+	args := []string{"agent", "--insecure-consul", "--inbound", freeAddrOn(t, address), "--node-id", id, "--address", address,
 		"--cpus", strconv.Itoa(cpus), "--memory-mb", "4096", "--xds", xds, "--public", a.public, "--mesh", a.mesh,
 		"--metrics-listen", a.metr, "--work-dir", workDir, "--drain-grace", "1s", "--envoy-log-level", "info",
 		"--allow-command", servemeshBin}

@@ -65,8 +65,8 @@ func TestChaos(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	t.Logf("chaos for %s, seed %d", d, seed)
 	consul := startConsul(t)
-	ctls := []*ctlProc{startController(t, consul, "c1", []string{"--replace-after", "5s", "--drain-grace", "500ms"}),
-		startController(t, consul, "c2", []string{"--replace-after", "5s", "--drain-grace", "500ms"})}
+	ctls := []*ctlProc{startController(t, consul, "c1", []string{"--plaintext", "--replace-after", "5s", "--drain-grace", "500ms"}),
+		startController(t, consul, "c2", []string{"--plaintext", "--replace-after", "5s", "--drain-grace", "500ms"})}
 	ctls[0].waitLeading(20 * time.Second)
 	var agents []*chaosAgent
 	for i, addr := range []string{"127.0.0.2", "127.0.0.3"} {

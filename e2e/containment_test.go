@@ -30,7 +30,7 @@ import (
 func TestContainment(t *testing.T) {
 	consul := startConsul(t)
 	execToken, writeToken := writeToken(t, "exec-secret"), writeToken(t, "write-secret")
-	ctl := startController(t, consul, "ctl", []string{"--plaintext=false", "--token-file", execToken, "--write-token-file", writeToken,
+	ctl := startController(t, consul, "ctl", []string{"--token-file", execToken, "--write-token-file", writeToken,
 		"--allow-replica-cidr", "192.0.2.0/24"}) // loopback is not allowed: the default
 	ctl.waitLeading(20 * time.Second)
 	nodes := []*mtlsNode{startMTLSNode(t, consul, "k1", "127.0.0.2", ctl.xdsAddr), startMTLSNode(t, consul, "k2", "127.0.0.3", ctl.xdsAddr)}

@@ -139,7 +139,7 @@ func routeVersions(t *testing.T, n *node) map[string]string {
 
 func TestControllerRestartChangesNothing(t *testing.T) {
 	consul := startConsul(t)
-	ctl := startController(t, consul, "c1", nil)
+	ctl := startController(t, consul, "c1", []string{"--plaintext"})
 	ctl.waitLeading(20 * time.Second)
 	a, b := startReplicas(t, "a", 1), startReplicas(t, "b", 1)
 	c := ctl.client("")
@@ -184,7 +184,7 @@ func TestControllerRestartChangesNothing(t *testing.T) {
 // Envoy's configuration must all equal the expected model.
 func TestCrashFuzz(t *testing.T) {
 	consul := startConsul(t)
-	ctl := startController(t, consul, "fuzz", nil, "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT=0.1")
+	ctl := startController(t, consul, "fuzz", []string{"--plaintext"}, "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT=0.1")
 	ctl.waitLeading(20 * time.Second)
 	var crashes atomic.Int32
 	supervise := make(chan struct{})

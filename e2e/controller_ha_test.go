@@ -20,9 +20,9 @@ import (
 // and Envoy (bootstrapped to both) serves with zero failed requests.
 func TestHAFailover(t *testing.T) {
 	consul := startConsul(t)
-	a := startController(t, consul, "ctl-a", nil)
+	a := startController(t, consul, "ctl-a", []string{"--plaintext"})
 	a.waitLeading(20 * time.Second)
-	b := startController(t, consul, "ctl-b", nil)
+	b := startController(t, consul, "ctl-b", []string{"--plaintext"})
 	ctx := context.Background()
 	waitUntil(t, 10*time.Second, "ctl-b to follow ctl-a", func() bool {
 		info, err := b.client("").Leader(ctx)

@@ -66,10 +66,10 @@ func (c *ctlProc) start() {
 		c.logs = append(c.logs, c.stderr.String())
 	}
 	c.stderr = &testutil.SyncBuffer{}
-	// Plaintext unless the test asks for mTLS (--plaintext=false), on a
+	// The default mode (mTLS) unless the test chooses --plaintext, on a
 	// Consul without ACLs unless it says --insecure-consul=false: a later
 	// flag wins.
-	args := []string{"controller", "--plaintext", "--insecure-consul", "--id", c.id, "--api-listen", c.apiAddr, "--xds-listen", c.xdsAddr}
+	args := []string{"controller", "--insecure-consul", "--id", c.id, "--api-listen", c.apiAddr, "--xds-listen", c.xdsAddr}
 	if !slices.ContainsFunc(c.args, func(a string) bool { return strings.HasPrefix(a, "--allow-replica-cidr") }) {
 		args = append(args, "--allow-replica-cidr", "127.0.0.0/8") // the tests' static replicas listen on loopback
 	}

@@ -31,7 +31,7 @@ func expectCLI(t *testing.T, env []string, code int, want string, args ...string
 func TestControllerOperationsThroughCLI(t *testing.T) {
 	consul := startConsul(t)
 	tokenFile := writeToken(t, "e2e-secret")
-	ctl := startController(t, consul, "c1", []string{"--token-file", tokenFile})
+	ctl := startController(t, consul, "c1", []string{"--plaintext", "--token-file", tokenFile})
 	ctl.waitLeading(20 * time.Second)
 	env := []string{"SERVEMESH_SERVER=" + ctl.apiAddr, "SERVEMESH_TOKEN_FILE=" + tokenFile}
 	noToken := []string{"SERVEMESH_SERVER=" + ctl.apiAddr, "SERVEMESH_TOKEN_FILE="}

@@ -18,7 +18,7 @@ import (
 // servemesh registers and runs, following its registrations and health.
 func TestExternalBackend(t *testing.T) {
 	consul := startConsul(t)
-	ctl := startController(t, consul, "ctl", nil)
+	ctl := startController(t, consul, "ctl", []string{"--plaintext"})
 	ctl.waitLeading(20 * time.Second)
 	n := startEnvoy(t, "ext-node", ctl.xdsAddr, bootstrap.ProtocolSotW)
 	legacy := startReplicas(t, "legacy", 2)

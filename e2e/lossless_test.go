@@ -20,7 +20,7 @@ import (
 // did not retry its 503).
 func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 	consul := startConsul(t)
-	ctl := startController(t, consul, "ctl", []string{"--plaintext=false"})
+	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)
 	nodes := []*mtlsNode{startMTLSNode(t, consul, "l1", "127.0.0.2", ctl.xdsAddr), startMTLSNode(t, consul, "l2", "127.0.0.3", ctl.xdsAddr)}
 	c := ctl.client("")

@@ -43,7 +43,7 @@ func startMTLSNode(t *testing.T, consul *testutil.Consul, id, address, xds strin
 	t.Helper()
 	dir := t.TempDir()
 	n := &mtlsNode{inbound: freeAddrOn(t, address), secrets: filepath.Join(dir, "secrets")}
-	n.agentProc = startAgentArgs(t, consul, id, address, xds, 4, []string{"--plaintext=false", "--inbound", n.inbound, "--work-dir", dir})
+	n.agentProc = startAgentArgs(t, consul, id, address, xds, 4, []string{"--inbound", n.inbound, "--work-dir", dir})
 	return n
 }
 
@@ -106,7 +106,7 @@ func inboundClient(bundle *connect.Bundle, roots *x509.CertPool, sni, wantID str
 // root, which re-signs every leaf, fails no request under load.
 func TestMeshMTLS(t *testing.T) {
 	consul := startConsul(t)
-	ctl := startController(t, consul, "ctl", []string{"--plaintext=false"})
+	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)
 	var nodes []*mtlsNode
 	for i, addr := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
@@ -446,7 +446,7 @@ func dumpNodes(t *testing.T, nodes []*mtlsNode) {
 // agent waits the same way: agent.TestSecretsWaitForConsul.)
 func TestMTLSControllerWaitsForConsul(t *testing.T) {
 	notYet := &testutil.Consul{HTTPAddr: testutil.StartConsulLater(t, 3*time.Second)}
-	ctl := startController(t, notYet, "ctl", []string{"--plaintext=false"})
+	ctl := startController(t, notYet, "ctl", nil)
 	ctl.waitLeading(30 * time.Second)
 	if !strings.Contains(ctl.stderr.String(), "retrying") {
 		t.Fatal("the controller never waited for Consul; the test did not start it first")

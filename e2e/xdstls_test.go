@@ -44,9 +44,9 @@ func askClusters(t *testing.T, conn *grpc.ClientConn, id string) error {
 // get the whole mesh's config and could rewrite a node's listeners).
 func TestXDSOverTLS(t *testing.T) {
 	consul := startConsul(t)
-	ctl := startController(t, consul, "ctl", []string{"--plaintext=false"})
+	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)
-	a := startAgentArgs(t, consul, "tls-node", "127.0.0.2", ctl.xdsAddr, 4, []string{"--plaintext=false"})
+	a := startAgentArgs(t, consul, "tls-node", "127.0.0.2", ctl.xdsAddr, 4, nil)
 	c := ctl.client("")
 	ctx := context.Background()
 	b := model.Backend{Name: "web", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1},
