@@ -131,6 +131,7 @@ type sharedResources struct {
 	mtls                   *translate.MTLS
 	routes, clusters       []types.Resource
 	clusterList            []*cluster.Cluster // clusters, as translated
+	clusterByName          map[string]*cluster.Cluster
 	routesVer, clustersVer string
 	assignments            map[string]types.Resource
 	assignmentList         []types.Resource
@@ -140,6 +141,7 @@ func buildShared(m *model.Model, mtls *translate.MTLS, r *translate.Resources) (
 	out := &sharedResources{model: m, mtls: mtls,
 		assignments: make(map[string]types.Resource, len(r.Assignments))}
 	out.routes, out.clusters, out.clusterList = asResources(r.Routes), asResources(r.Clusters), r.Clusters
+	out.clusterByName = translate.ClustersByName(r.Clusters)
 	for _, x := range r.Assignments {
 		out.assignments[x.GetClusterName()] = x
 		out.assignmentList = append(out.assignmentList, x)
@@ -159,7 +161,7 @@ func buildShared(m *model.Model, mtls *translate.MTLS, r *translate.Resources) (
 // consistent together with the assignments (every cluster has its assignment,
 // every listener its route configuration).
 func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, error) {
-	own, err := translate.ForNode(sr.model, node, sr.mtls)
+	own, err := translate.ForNode(sr.model, node, sr.mtls, sr.clusterByName)
 	if err != nil {
 		return nil, err
 	}

@@ -107,9 +107,9 @@ func inboundAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
 // ForNode builds what is node's own: its listeners and, with t, its
 // inbound listener, the clusters to its own replicas, and its view of each
 // backend it runs replicas of, which replaces the shared cluster of the
-// same name (MergeClusters; the shared ones are Shared's). m is the model the shared
-// resources were built from.
-func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
+// same name (MergeClusters). m is the model, and shared the clusters by
+// name, that Shared built.
+func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS, shared map[string]*cluster.Cluster) (*Resources, error) {
 	listeners, err := BuildListeners(node)
 	if err != nil {
 		return nil, err
@@ -136,7 +136,11 @@ func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
 	sortByName(out.Listeners, func(l *listener.Listener) string { return l.GetName() })
 	for _, b := range local {
 		out.Clusters = append(out.Clusters, buildInboundCluster(b, node.ID))
-		view, err := localViewCluster(m, t, b.Name, node.ID)
+		c, ok := shared[wire.ClusterName(b.Name)]
+		if !ok {
+			return nil, fmt.Errorf("node %q: no shared cluster of backend %q", node.ID, b.Name)
+		}
+		view, err := localView(c, b, node.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -145,15 +149,13 @@ func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
 	return out, nil
 }
 
-// localViewCluster is node's version of backend's shared cluster (local.go).
-func localViewCluster(m *model.Model, t *MTLS, backend, node string) (*cluster.Cluster, error) {
-	b, _ := m.Backend(backend)
-	one := &model.Model{Backends: []model.Backend{b}}
-	clusters := BuildClusters(one)
-	if err := secureClusters(one, t, clusters); err != nil {
-		return nil, err
+// ClustersByName indexes clusters by name, as ForNode takes them.
+func ClustersByName(clusters []*cluster.Cluster) map[string]*cluster.Cluster {
+	out := make(map[string]*cluster.Cluster, len(clusters))
+	for _, c := range clusters {
+		out[c.GetName()] = c
 	}
-	return localView(clusters[0], b, node)
+	return out
 }
 
 // localBackends are m's backends reached over mTLS with a replica on node,

@@ -29,7 +29,7 @@ func Translate(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error)
 	if err != nil {
 		return nil, err
 	}
-	own, err := ForNode(m, node, t)
+	own, err := ForNode(m, node, t, ClustersByName(shared.Clusters))
 	if err != nil {
 		return nil, err
 	}
