@@ -4,22 +4,25 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/bootstrap"
 	smapi "github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // chaosDuration is how long TestChaos runs: $SERVEMESH_CHAOS (make chaos
@@ -35,10 +38,11 @@ func chaosDuration(t *testing.T) time.Duration {
 	return 20 * time.Second
 }
 
-// chaosAgent is an agent without its own Envoy (the test's Envoy carries the
-// load), restartable under the same node id and work folder.
+// chaosAgent is a node's agent with its Envoy, in the default mode (mTLS),
+// restartable under the same node id, work folder and addresses.
 type chaosAgent struct {
 	id, address, dir string
+	public           string
 	args, env        []string
 	child            *proc.Process
 	log              *testutil.SyncBuffer
@@ -65,16 +69,18 @@ func TestChaos(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	t.Logf("chaos for %s, seed %d", d, seed)
 	consul := startConsul(t)
-	ctls := []*ctlProc{startController(t, consul, "c1", []string{"--plaintext", "--replace-after", "5s", "--drain-grace", "500ms"}),
-		startController(t, consul, "c2", []string{"--plaintext", "--replace-after", "5s", "--drain-grace", "500ms"})}
+	ctls := []*ctlProc{startController(t, consul, "c1", []string{"--replace-after", "5s", "--drain-grace", "500ms"}),
+		startController(t, consul, "c2", []string{"--replace-after", "5s", "--drain-grace", "500ms"})}
 	ctls[0].waitLeading(20 * time.Second)
 	var agents []*chaosAgent
-	for i, addr := range []string{"127.0.0.2", "127.0.0.3"} {
-		a := &chaosAgent{id: fmt.Sprintf("chaos-n%d", i+1), address: addr, dir: t.TempDir()}
+	for i, addr := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		a := &chaosAgent{id: fmt.Sprintf("chaos-n%d", i+1), address: addr, dir: t.TempDir(), public: freeAddrOn(t, addr)}
 		passThrough(t, a.dir)
-		a.args = []string{"agent", "--plaintext", "--no-envoy", "--node-id", a.id, "--address", addr, "--cpus", "4", "--memory-mb", "4096",
-			"--work-dir", a.dir, "--drain-grace", "500ms", "--metrics-listen", freeAddr(t), "--allow-command", servemeshBin}
-		a.env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr)
+		a.args = []string{"agent", "--insecure-consul", "--inbound", freeAddrOn(t, addr), "--node-id", a.id, "--address", addr,
+			"--cpus", "4", "--memory-mb", "4096", "--xds", ctls[0].xdsAddr + "," + ctls[1].xdsAddr, "--public", a.public,
+			"--mesh", freeAddr(t), "--work-dir", a.dir, "--drain-grace", "500ms", "--metrics-listen", freeAddr(t),
+			"--allow-command", servemeshBin, "--concurrency", "1"}
+		a.env = append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin)
 		a.start(t)
 		agents = append(agents, a)
 	}
@@ -89,13 +95,17 @@ func TestChaos(t *testing.T) {
 	ctx := context.Background()
 	want := chaosInitial(static.addrs)
 	waitUntil(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, model.SpecOf(want), false); return err == nil })
-	n := startEnvoy(t, "chaos-node", ctls[0].xdsAddr+","+ctls[1].xdsAddr, bootstrap.ProtocolSotW)
-	waitUntil(t, 30*time.Second, "Envoy to serve /svc", func() bool {
-		return do(httpClient(), "GET", "http://"+n.public+"/svc", "").status == 200
+	// The load enters the first node, whose agent (and so its Envoy) is
+	// never killed; its replicas are.
+	entry := agents[0]
+	waitUntil(t, 60*time.Second, "the entry node to serve /svc and /inner", func() bool {
+		return do(httpClient(), "GET", "http://"+entry.public+"/svc", "").status == 200 &&
+			do(httpClient(), "GET", "http://"+entry.public+"/inner", "").status == 200
 	})
 
 	ch := &chaos{t: t, rng: rng, c: c, want: want, static: static.addrs, ctls: ctls, agents: agents, consul: consul}
-	traffic := startLoad("http://"+n.public+"/svc", 4)
+	traffic := startLoad("http://"+entry.public+"/svc", 2)
+	mesh := startLoadExcusing("http://"+entry.public+"/inner", 2, ch.afterConsulStop)
 	deadline := time.Now().Add(d)
 	for i := 0; time.Now().Before(deadline); i++ {
 		if i%8 == 7 {
@@ -107,19 +117,36 @@ func TestChaos(t *testing.T) {
 	}
 	ch.heal()
 	close(traffic.stop)
+	close(mesh.stop)
 	traffic.wg.Wait()
+	mesh.wg.Wait()
 
-	ch.check(n)
-	t.Logf("%d operations, faults: %v; %d requests through Envoy, %d failed", ch.ops, ch.faults, traffic.sent.Load(), traffic.failed.Load())
+	ch.check(envoy.Admin{Socket: envoy.AdminSocketIn(entry.dir)})
+	t.Logf("%d operations, faults: %v; requests through Envoy: %d to static replicas (%d failed), %d to the mesh's replicas (%d failed)",
+		ch.ops, ch.faults, traffic.sent.Load(), traffic.failed.Load(), mesh.sent.Load(), mesh.failed.Load())
 	if f := traffic.failed.Load(); f > 0 {
 		// Load goes to static replicas that never die, through an Envoy that
 		// never dies: no fault explains a failed request.
-		t.Errorf("%d requests failed with no documented cause, first: %v", f, traffic.first.Load())
+		t.Errorf("%d requests to static replicas failed with no documented cause, first: %v", f, traffic.first.Load())
+	}
+	// p always has a live replica (faults that kill one wait for it to be
+	// replaced), and a request that reaches no replica is retried. One
+	// cause is known and not fixed yet: when Consul resumes after a pause,
+	// the TTL checks of every replica expire together before their agents'
+	// next heartbeats, and for about a second the data plane has no healthy
+	// replica of p ("no healthy upstream").
+	if excused := mesh.excused.Load(); excused > 0 {
+		t.Logf("%d requests to the mesh's replicas failed within %s of a Consul pause (every replica's TTL check expired at once)", excused, consulStopGrace)
+	}
+	if f := mesh.failed.Load() - mesh.excused.Load(); f > 0 {
+		t.Errorf("%d requests to the mesh's replicas failed with no documented cause, first: %v", f, mesh.first.Load())
 	}
 }
 
 // chaosInitial is the state chaos starts from: a routed endpoint over three
-// static backends, and a process backend the agents run.
+// static backends (outside the mesh), and a routed endpoint of a process
+// backend the agents run (inside it: across nodes over mTLS, or on the
+// entry node itself).
 func chaosInitial(addrs []string) *model.Model {
 	m := &model.Model{}
 	for i, a := range addrs {
@@ -129,7 +156,7 @@ func chaosInitial(addrs []string) *model.Model {
 		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "p", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}})
 	m.Endpoints = []model.Endpoint{
 		{Name: "svc", Route: "/svc", Traffic: map[string]float64{"s0": 0.5, "s1": 0.5}},
-		{Name: "inner", Traffic: map[string]float64{"p": 1}},
+		{Name: "inner", Route: "/inner", Traffic: map[string]float64{"p": 1}},
 	}
 	return m
 }
@@ -145,6 +172,9 @@ type chaos struct {
 	consul *testutil.Consul
 	ops    int
 	faults map[string]int
+	// consulStopped is when Consul last resumed (Unix nanoseconds), or a
+	// time ahead while it is stopped; 0 before any stop.
+	consulStopped atomic.Int64
 }
 
 // accept sends op until it is accepted: every call is idempotent, so one
@@ -190,7 +220,7 @@ func (ch *chaos) operate() {
 		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, model.SpecOf(stripPlacements(next)), false); return err })
 		ch.want = next
 	case 3: // scale the process backend
-		r := 1 + ch.rng.IntN(3)
+		r := 2 + ch.rng.IntN(2) // at least two: one may be killed at a time
 		ch.accept("scale p", func() error {
 			_, err := ch.c.UpdateBackend(ctx, "p", model.BackendConfigPatch{NumReplicas: &r})
 			return err
@@ -239,23 +269,27 @@ func (ch *chaos) fault() {
 		time.Sleep(500 * time.Millisecond)
 		victim.start()
 		ch.faults["controller killed"]++
-	case 1: // kill -9 an agent (its replicas die with it), restart it
-		a := ch.agents[ch.rng.IntN(2)]
+	case 1: // kill -9 an agent other than the entry node's (its Envoy and replicas die with it), restart it
+		a := ch.agents[1+ch.rng.IntN(len(ch.agents)-1)]
 		_ = a.child.Kill()
 		time.Sleep(300 * time.Millisecond)
 		a.start(ch.t)
 		ch.faults["agent killed"]++
+		ch.waitReplicas()
 	case 2: // kill -9 one replica of p
 		pids := replicaPids("p")
 		if len(pids) > 0 {
 			_ = syscall.Kill(pids[ch.rng.IntN(len(pids))], syscall.SIGKILL)
 			ch.faults["replica killed"]++
+			ch.waitReplicas()
 		}
 	case 3: // stop Consul for 1 to 3 seconds
 		pid := ch.consul.Pid()
+		ch.consulStopped.Store(time.Now().Add(time.Hour).UnixNano()) // until it resumes
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
 		time.Sleep(time.Duration(1000+ch.rng.IntN(2000)) * time.Millisecond)
 		_ = syscall.Kill(pid, syscall.SIGCONT)
+		ch.consulStopped.Store(time.Now().UnixNano())
 		ch.faults["consul stopped"]++
 	case 4: // a stray key under the state's prefix
 		client, err := ch.consul.Client()
@@ -265,6 +299,58 @@ func (ch *chaos) fault() {
 			ch.faults["stray key"]++
 		}
 	}
+}
+
+// consulStopGrace is how long after Consul resumes its replicas' expired
+// TTL checks may keep the data plane without a healthy replica.
+const consulStopGrace = 5 * time.Second
+
+// afterConsulStop reports whether Consul is stopped now or resumed less
+// than consulStopGrace ago.
+func (ch *chaos) afterConsulStop() bool {
+	at := ch.consulStopped.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < consulStopGrace
+}
+
+// waitReplicas waits until p has as many passing replicas as it should,
+// each of them answering, and every node's Envoy routes to them (the entry node's view of p, each
+// node's own inbound cluster), so a fault never finds every replica of p
+// dead at once as the data plane sees it.
+func (ch *chaos) waitReplicas() {
+	client, err := ch.consul.Client()
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	want := ch.want.Backends[ch.findBackend("p")].Config.NumReplicas
+	waitUntil(ch.t, 60*time.Second, "p's replicas to pass again and every Envoy to route to them", func() bool {
+		e, _, err := client.Health().Service(wire.BackendService("p"), "", true, nil)
+		if err != nil || len(e) < want {
+			return false
+		}
+		perNode := map[string]float64{}
+		for _, in := range e {
+			perNode[in.Service.Meta[wire.MetaReplicaNode]]++
+			// Its check passes until its TTL runs out: ask the replica
+			// itself (all nodes share this machine's loopback).
+			addr := net.JoinHostPort(in.Service.Address, strconv.Itoa(in.Service.Port))
+			if do(httpClient(), "GET", "http://"+addr+"/", "").status != 200 {
+				return false
+			}
+		}
+		entry := ch.agents[0]
+		hosts := float64(len(perNode)) - min(perNode[entry.id], 1) + perNode[entry.id] // other nodes by inbound, the entry's replicas each
+		if v, ok := readEnvoyStat(envoy.AdminSocketIn(entry.dir), "cluster.p.membership_healthy"); !ok || v != hosts {
+			return false
+		}
+		for _, a := range ch.agents {
+			if n := perNode[a.id]; n > 0 {
+				if v, ok := readEnvoyStat(envoy.AdminSocketIn(a.dir), "cluster._inbound_p.membership_healthy"); !ok || v != n {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
 
 // heal brings every piece back and waits until a controller leads.
@@ -291,7 +377,7 @@ func (ch *chaos) heal() {
 
 // check compares the stored state, the API's answers and Envoy's routes
 // with the model of every accepted operation.
-func (ch *chaos) check(n *node) {
+func (ch *chaos) check(admin envoy.Admin) {
 	t := ch.t
 	client, err := ch.consul.Client()
 	if err != nil {
@@ -317,7 +403,7 @@ func (ch *chaos) check(n *node) {
 		return false
 	})
 	waitUntil(t, 30*time.Second, "Envoy to serve the stored routes", func() bool {
-		return envoyPolicies(t, n) == expectedPolicies(stored)
+		return envoyPolicies(t, admin) == expectedPolicies(stored)
 	})
 }
 
