@@ -158,19 +158,10 @@ func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
 // loopback, with their health. Sorted by name.
 func inboundAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
-	for _, b := range sortedBackends(m) {
-		if !viaInbound(b) {
-			continue
-		}
-		byNode := map[string][]model.Replica{}
-		for _, r := range b.Replicas {
-			byNode[r.Node] = append(byNode[r.Node], model.Replica{Address: r.Address, Health: r.Health})
-		}
-		for _, node := range model.SortedKeys(byNode) {
-			cla := BuildAssignment(model.Backend{Name: b.Name, Replicas: byNode[node]})
-			cla.ClusterName = wire.InboundAssignmentName(b.Name, node)
-			out = append(out, cla)
-		}
-	}
+	eachNodeOf(m, func(b model.Backend, node string, own []model.Replica) {
+		cla := BuildAssignment(model.Backend{Name: b.Name, Replicas: localReplicas(own)})
+		cla.ClusterName = wire.InboundAssignmentName(b.Name, node)
+		out = append(out, cla)
+	})
 	return out
 }

@@ -52,18 +52,9 @@ func localView(c *cluster.Cluster, b model.Backend, node string) (*cluster.Clust
 // their inbound listeners, its own replicas on loopback.
 func nodeViewAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
-	for _, b := range sortedBackends(m) {
-		if !viaInbound(b) {
-			continue
-		}
-		byNode := map[string][]model.Replica{}
-		for _, r := range b.Replicas {
-			byNode[r.Node] = append(byNode[r.Node], r)
-		}
-		for _, node := range model.SortedKeys(byNode) {
-			out = append(out, nodeViewAssignment(b, node, byNode[node]))
-		}
-	}
+	eachNodeOf(m, func(b model.Backend, node string, own []model.Replica) {
+		out = append(out, nodeViewAssignment(b, node, own))
+	})
 	return out
 }
 
@@ -89,6 +80,23 @@ func nodeViewAssignment(b model.Backend, node string, own []model.Replica) *endp
 	}
 	return &endpoint.ClusterLoadAssignment{ClusterName: wire.NodeViewAssignmentName(b.Name, node),
 		Endpoints: []*endpoint.LocalityLbEndpoints{locality}}
+}
+
+// eachNodeOf calls fn for every backend of m reached over mTLS and every
+// node running replicas of it, with those replicas, in order.
+func eachNodeOf(m *model.Model, fn func(b model.Backend, node string, own []model.Replica)) {
+	for _, b := range sortedBackends(m) {
+		if !viaInbound(b) {
+			continue
+		}
+		byNode := map[string][]model.Replica{}
+		for _, r := range b.Replicas {
+			byNode[r.Node] = append(byNode[r.Node], r)
+		}
+		for _, node := range model.SortedKeys(byNode) {
+			fn(b, node, byNode[node])
+		}
+	}
 }
 
 // localReplicas are replicas as their own node reaches them: by address.
