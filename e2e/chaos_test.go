@@ -217,7 +217,7 @@ func (ch *chaos) operate() {
 		for i := range ch.rng.IntN(401) {
 			next.Endpoints = append(next.Endpoints, model.Endpoint{Name: fmt.Sprintf("x%d", i), Traffic: map[string]float64{"s2": 1}})
 		}
-		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, model.SpecOf(stripPlacements(next)), false); return err })
+		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, model.SpecOf(next), false); return err })
 		ch.want = next
 	case 3: // scale the process backend
 		r := 2 + ch.rng.IntN(2) // at least two: one may be killed at a time
@@ -227,14 +227,6 @@ func (ch *chaos) operate() {
 		})
 		ch.want.Backends[ch.findBackend("p")].Config.NumReplicas = r
 	}
-}
-
-func stripPlacements(m *model.Model) *model.Model {
-	out := model.Clone(m)
-	for i := range out.Backends {
-		out.Backends[i].Placements = nil
-	}
-	return out
 }
 
 func (ch *chaos) find(name string) int {
