@@ -231,10 +231,12 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 			want[p.Tag] = true
 			r, running := a.replicas[p.Tag]
 			switch {
-			case !running && p.State == model.Running && a.mayRun(*b.Process) != nil:
-				a.log.Error("refusing to run a command this node does not allow", "replica", p.Tag, "err", a.mayRun(*b.Process),
-					"allowed", a.node.AllowedCommands)
 			case !running && p.State == model.Running:
+				if err := a.mayRun(*b.Process); err != nil {
+					a.log.Error("refusing to run a command this node does not allow", "replica", p.Tag, "err", err,
+						"allowed", a.node.AllowedCommands)
+					continue
+				}
 				r, err := a.startReplica(ctx, b.Name, p, *b.Process)
 				if err != nil {
 					a.log.Error("could not start replica", "replica", p.Tag, "err", err)

@@ -74,14 +74,14 @@ func (s *Secrets) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	var index, rootsIndex uint64
 	err := connect.Retry(ctx, s.log, "node identity", func(ctx context.Context) (err error) {
-		index, err = s.writeLeaf(ctx, wire.NodeSecret, connect.NodeService(s.node), 0)
+		index, err = s.writeLeaf(ctx, wire.NodeSecret, wire.NodeService(s.node), 0)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	go connect.Watch(ctx, s.log, "node identity", func(ctx context.Context, i uint64) (uint64, error) {
-		return s.writeLeaf(ctx, wire.NodeSecret, connect.NodeService(s.node), max(i, index))
+		return s.writeLeaf(ctx, wire.NodeSecret, wire.NodeService(s.node), max(i, index))
 	})
 	err = connect.Retry(ctx, s.log, "CA roots", func(ctx context.Context) (err error) {
 		rootsIndex, err = s.writeRoots(ctx, 0)

@@ -72,7 +72,7 @@ func TestSecretsFromConsul(t *testing.T) {
 	if st, err := os.Stat(filepath.Dir(dir)); err != nil || st.Mode().Perm() != 0o755 {
 		t.Fatalf("work folder mode %v, %v; want 0755", st.Mode().Perm(), err)
 	}
-	for name, want := range map[string]string{wire.NodeSecret: connect.NodeService("n1"), wire.BackendSecret("web"): wire.BackendService("web")} {
+	for name, want := range map[string]string{wire.NodeSecret: wire.NodeService("n1"), wire.BackendSecret("web"): wire.BackendService("web")} {
 		c := readSecret(t, dir, name).GetTlsCertificate()
 		pair, err := tls.X509KeyPair(c.GetCertificateChain().GetInlineBytes(), c.GetPrivateKey().GetInlineBytes())
 		if err != nil {

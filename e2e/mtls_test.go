@@ -205,7 +205,7 @@ func TestMeshMTLS(t *testing.T) {
 		}
 		return b
 	}
-	node, intruder := bundle(connect.NodeService("probe")), bundle("intruder")
+	node, intruder := bundle(wire.NodeService("probe")), bundle("intruder")
 	prefix := identityPrefix(t, node)
 	target := "https://" + nodes[1].inbound + "/"
 

@@ -86,13 +86,13 @@ func TestXDSOverTLS(t *testing.T) {
 		t.Cleanup(func() { _ = conn.Close() })
 		return conn
 	}
-	if err := askClusters(t, withCert(connect.NodeService("tls-node")), "another-node"); err == nil {
+	if err := askClusters(t, withCert(wire.NodeService("tls-node")), "another-node"); err == nil {
 		t.Fatal("a client with tls-node's certificate got another node's config")
 	}
 	if err := askClusters(t, withCert("some-service"), "tls-node"); err == nil {
 		t.Fatal("a client whose certificate names no servemesh node got a node's config")
 	}
-	if err := askClusters(t, withCert(connect.NodeService("probe")), "probe"); err != nil {
+	if err := askClusters(t, withCert(wire.NodeService("probe")), "probe"); err != nil {
 		t.Fatalf("a node with its own certificate: %v", err)
 	}
 }

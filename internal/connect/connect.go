@@ -3,7 +3,7 @@
 // SPIFFE id (spiffe://<trust domain>/ns/default/dc/<dc>/svc/<service>), and
 // the CA's roots. The controller serves xDS with its leaf
 // (ControllerService) and trusts the roots; a node's Envoy presents the
-// leaf of NodeService(id), which is how the xDS server knows which node a
+// leaf of wire.NodeService(id), which is how the xDS server knows which node a
 // stream belongs to. servemesh issues no certificate of its own.
 package connect
 
@@ -31,9 +31,6 @@ const ControllerService = wire.ControllerService
 
 // nodePrefix prefixes a node's identity service name.
 const nodePrefix = wire.NodeServicePrefix
-
-// NodeService is the service name of node id's identity.
-func NodeService(id string) string { return wire.NodeService(id) }
 
 // Bundle is one identity: its leaf and the roots that verify its peers.
 type Bundle struct {

@@ -131,7 +131,7 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 	n := &o.Envoy.Bootstrap.Node
 	n.InboundAddress, n.InboundPort = inbound.Addr().String(), uint32(inbound.Port())
 	o.Envoy.Bootstrap.XDSTLS = &bootstrap.XDSTLS{Secrets: dir, ServerSAN: secrets.IdentityPrefix() + connect.ControllerService}
-	log.Info("mTLS: the node is known by its Consul Connect identity; replicas listen on loopback", "identity", connect.NodeService(o.Node.ID),
+	log.Info("mTLS: the node is known by its Consul Connect identity; replicas listen on loopback", "identity", wire.NodeService(o.Node.ID),
 		"inbound", o.Inbound, "secrets", dir)
 	return secrets, nil
 }

@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"slices"
+
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -37,13 +39,9 @@ func Translate(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error)
 	shared.Clusters = MergeClusters(shared.Clusters, own.Clusters)
 	// Of every node's assignments, those this node's clusters ask for.
 	asked := AskedAssignments(shared.Clusters)
-	own.Assignments = shared.Assignments[:0]
-	for _, cla := range shared.Assignments {
-		if asked[cla.GetClusterName()] {
-			own.Assignments = append(own.Assignments, cla)
-		}
-	}
-	shared.Assignments = own.Assignments
+	shared.Assignments = slices.DeleteFunc(shared.Assignments, func(cla *endpoint.ClusterLoadAssignment) bool {
+		return !asked[cla.GetClusterName()]
+	})
 	return shared, nil
 }
 
