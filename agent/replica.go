@@ -195,7 +195,7 @@ func (r *replica) probe(ctx context.Context) (status, output string) {
 	if err := r.check(ctx); err != nil {
 		return api.HealthCritical, err.Error()
 	}
-	return api.HealthPassing, "ok"
+	return api.HealthPassing, wire.ReplicaReadyOutput
 }
 
 func (r *replica) check(ctx context.Context) error {

@@ -28,13 +28,23 @@ type load struct {
 	// reached counts failures whose request reached a replica that died
 	// with it (Envoy: "connection termination", "remote reset").
 	reached atomic.Int64
-	// excused counts failures excuse (if set) accounts for, when they
-	// happened; first is the first failure not excused.
-	excused atomic.Int64
-	excuse  func() bool
-	first   atomic.Value
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// first is the first failure.
+	first atomic.Value
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	// failures are the first maxFailures failures, with when they
+	// happened, for a test to set against its faults.
+	mu       sync.Mutex
+	failures []event
+}
+
+// maxFailures bounds load.failures.
+const maxFailures = 50
+
+// event is something that happened during a test, and when.
+type event struct {
+	at   time.Time
+	what string
 }
 
 func startLoad(url string, workers int) *load { return startLoadMethod(http.MethodGet, url, workers) }
@@ -42,12 +52,6 @@ func startLoad(url string, workers int) *load { return startLoadMethod(http.Meth
 // startLoadMethod is startLoad with another method (a body with POST).
 func startLoadMethod(method, url string, workers int) *load {
 	return runLoad(&load{stop: make(chan struct{})}, method, url, workers)
-}
-
-// startLoadExcusing is startLoad whose failures excuse accounts for (it is
-// called at each failure) are counted apart.
-func startLoadExcusing(url string, workers int, excuse func() bool) *load {
-	return runLoad(&load{stop: make(chan struct{}), excuse: excuse}, http.MethodGet, url, workers)
 }
 
 func runLoad(l *load, method, url string, workers int) *load {
@@ -70,11 +74,8 @@ func runLoad(l *load, method, url string, workers int) *load {
 				l.sent.Add(1)
 				if r.err != nil || r.status != http.StatusOK {
 					l.failed.Add(1)
-					if l.excuse != nil && l.excuse() {
-						l.excused.Add(1)
-						continue
-					}
 					l.first.CompareAndSwap(nil, fmt.Sprintf("%+v", r))
+					l.record(fmt.Sprintf("%+v", r))
 					if strings.Contains(r.body, "connection termination") || strings.Contains(r.body, "remote reset") {
 						l.reached.Add(1)
 					}
@@ -83,6 +84,21 @@ func runLoad(l *load, method, url string, workers int) *load {
 		}()
 	}
 	return l
+}
+
+func (l *load) record(result string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failures) < maxFailures {
+		l.failures = append(l.failures, event{at: time.Now(), what: result})
+	}
+}
+
+// recorded returns the failures recorded so far.
+func (l *load) recorded() []event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]event(nil), l.failures...)
 }
 
 func (l *load) finish(t *testing.T) {

@@ -40,6 +40,12 @@ const (
 // register for replicas.
 const ReplicaServiceTag = "servemesh"
 
+// ReplicaReadyOutput is the output an agent gives a replica's TTL check
+// with each passing beat. When the check's TTL then expires (the agent, its
+// node or Consul stalled), Consul keeps it as the check's last output, and
+// the controller knows the replica answered when it was last heard of.
+const ReplicaReadyOutput = "servemesh: the replica answers its health check"
+
 // NodeInfo is a node as its agent registers it: where its replicas listen,
 // what it offers them, and where the agent reports.
 type NodeInfo struct {

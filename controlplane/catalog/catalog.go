@@ -26,6 +26,11 @@ type Instance struct {
 	Address string // host:port
 	Tag     string // replica tag, for servemesh-run replicas
 	Passing bool
+	// Expired says that the instance is not passing only because its TTL
+	// checks expired after a ready beat (wire.ReplicaReadyOutput): it
+	// answered when last heard of, and its agent, its node or Consul has
+	// stalled since. Which one, nobody can tell from here.
+	Expired bool
 	// Node and Inbound are the servemesh node running the replica and, with
 	// mesh mTLS, its inbound listener (IP:port), as the registration claims
 	// them (its meta); for an agent's registration of its node, Node is the
@@ -261,7 +266,7 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 			addr = e.Node.Address
 		}
 		next = append(next, Instance{ID: e.Service.ID, Address: net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
-			Tag: e.Service.Meta[wire.MetaReplicaTag], Passing: e.Checks.AggregatedStatus() == api.HealthPassing,
+			Tag: e.Service.Meta[wire.MetaReplicaTag], Passing: e.Checks.AggregatedStatus() == api.HealthPassing, Expired: expired(e.Checks),
 			Node: cmp.Or(e.Service.Meta[wire.MetaReplicaNode], e.Service.Meta[wire.MetaNodeID]), Inbound: e.Service.Meta[wire.MetaReplicaInbound],
 			ConsulNode: e.Node.Node})
 		for _, c := range e.Checks {
@@ -282,6 +287,26 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 	}
 	w.instances[service] = next
 	return true
+}
+
+// expiredAfterReady is the output Consul gives a TTL check that expired
+// after an agent's ready beat.
+const expiredAfterReady = "TTL expired (last output before timeout follows): " + wire.ReplicaReadyOutput
+
+// expired reports whether checks fail, and every one that does is a TTL
+// check that expired after a ready beat.
+func expired(checks api.HealthChecks) bool {
+	failing := 0
+	for _, c := range checks {
+		if c.Status == api.HealthPassing {
+			continue
+		}
+		if c.Type != "ttl" || c.Output != expiredAfterReady {
+			return false
+		}
+		failing++
+	}
+	return failing > 0
 }
 
 func cmpString(a, b string) int {

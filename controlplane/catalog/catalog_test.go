@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // countingClient is a Consul client whose connections are counted: open
@@ -114,5 +115,65 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestExpiredChecks reads, from a real Consul, how each instance's checks
+// failed: a TTL check that expired after a ready beat (its agent or Consul
+// stalled) is Expired; one its agent reported failing, one that expired
+// after a failing beat, and one that never beat are not.
+func TestExpiredChecks(t *testing.T) {
+	consul := testutil.MustStartConsul(t)
+	client, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(id, ttl string) {
+		t.Helper()
+		if err := client.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: id, Name: "svc", Address: "127.0.0.1", Port: 9000 + len(id),
+			Check: &api.AgentServiceCheck{CheckID: id, TTL: ttl, Status: api.HealthCritical}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat := func(id, status, output string) {
+		t.Helper()
+		if err := client.Agent().UpdateTTL(id, output, status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register("ready", "1h")
+	beat("ready", api.HealthPassing, wire.ReplicaReadyOutput)
+	register("stalled", "500ms")
+	beat("stalled", api.HealthPassing, wire.ReplicaReadyOutput)
+	register("failing", "1h")
+	beat("failing", api.HealthCritical, "/health answered 500")
+	register("stalled-failing", "500ms")
+	beat("stalled-failing", api.HealthCritical, "/health answered 500")
+	register("never-beat", "500ms")
+
+	w := NewWatcher(client, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	w.Sync([]string{"svc"})
+	want := map[string][2]bool{ // passing, expired
+		"ready": {true, false}, "stalled": {false, true}, "failing": {false, false},
+		"stalled-failing": {false, false}, "never-beat": {false, false},
+	}
+	waitFor(t, "the stalled check to expire", func() bool {
+		for _, in := range w.Snapshot()["svc"] {
+			if in.ID == "stalled" && in.Expired {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(time.Second) // every 500 ms TTL has run out
+	got := map[string][2]bool{}
+	for _, in := range w.Snapshot()["svc"] {
+		got[in.ID] = [2]bool{in.Passing, in.Expired}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("(passing, expired) by instance:\n got  %v\n want %v", got, want)
 	}
 }

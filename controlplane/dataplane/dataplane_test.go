@@ -106,6 +106,25 @@ func TestView(t *testing.T) {
 // instance is served only as the one replica of its placement, on the
 // placement's node, registered on the Consul node of that node's agent
 // registration with its inbound listener.
+// TestViewUnknownHealth: a replica whose check only expired (its agent or
+// Consul stalled) is of unknown health, not unhealthy, unless it drains.
+func TestViewUnknownHealth(t *testing.T) {
+	view, _ := View(processState(), withAgents(map[string][]catalog.Instance{
+		"servemesh-backend-run": {
+			{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Expired: true, Node: "n1", ConsulNode: "c1"},
+			{ID: "b", Address: "127.0.0.3:1000", Tag: "run#000002", Expired: true, Node: "n2", ConsulNode: "c2"},
+			{ID: "c", Address: "127.0.0.4:1000", Tag: "run#000003", Node: "n3", ConsulNode: "c3"},
+		},
+	}, ""), Rules{})
+	var got []model.Health
+	for _, r := range view.Backends[0].Replicas {
+		got = append(got, r.Health)
+	}
+	if want := []model.Health{model.HealthUnknown, model.HealthDraining, model.HealthUnhealthy}; !slices.Equal(got, want) {
+		t.Fatalf("health %v, want %v", got, want)
+	}
+}
+
 func TestViewServesOnlyWhatNodesMayClaim(t *testing.T) {
 	m := processState()
 	genuine := catalog.Instance{ID: "a", Address: "127.0.0.1:1000", Tag: "run#000001", Passing: true, Node: "n1", Inbound: "10.0.0.1:21000", ConsulNode: "c1"}

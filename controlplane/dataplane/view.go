@@ -141,19 +141,26 @@ func addReplica(b *model.Backend, in catalog.Instance, state model.PlacementStat
 				Reason: fmt.Sprintf("address %s is registered twice", in.Address)})
 		}
 	}
-	r := model.Replica{Address: in.Address, Health: health(in.Passing, state), Node: in.Node, Inbound: in.Inbound}
+	r := model.Replica{Address: in.Address, Health: health(in, state), Node: in.Node, Inbound: in.Inbound}
 	if err := model.CheckReplicaInbound(r); err != nil {
 		return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: err.Error()})
 	}
 	return append(b.Replicas, r), dropped
 }
 
-func health(passing bool, state model.PlacementState) model.Health {
+// health is how the data plane treats instance in of a placement in state:
+// a replica whose checks only expired (its agent or Consul stalled, see
+// catalog.Instance.Expired) is unknown, not unhealthy, so that a stall of
+// Consul, which expires every check at once, leaves the data plane
+// something to call.
+func health(in catalog.Instance, state model.PlacementState) model.Health {
 	switch {
 	case state == model.Draining:
 		return model.HealthDraining
-	case passing:
+	case in.Passing:
 		return model.HealthHealthy
+	case in.Expired:
+		return model.HealthUnknown
 	default:
 		return model.HealthUnhealthy
 	}

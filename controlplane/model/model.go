@@ -238,6 +238,11 @@ const (
 	HealthUnhealthy Health = "unhealthy"
 	// HealthDraining replicas receive no new requests; in-flight ones finish.
 	HealthDraining Health = "draining"
+	// HealthUnknown replicas answered when last heard of, and have not been
+	// heard of since (their agent, their node or Consul stalled): they
+	// receive requests only while no replica of their backend is healthy,
+	// and a request that does not reach one is retried on another.
+	HealthUnknown Health = "unknown"
 )
 
 // Replica is one serving instance of a backend.

@@ -226,9 +226,9 @@ func validateBackend(p *problems, field string, b Backend) {
 			seen[key] = true
 		}
 		switch r.Health {
-		case "", HealthHealthy, HealthUnhealthy, HealthDraining:
+		case "", HealthHealthy, HealthUnhealthy, HealthDraining, HealthUnknown:
 		default:
-			p.add(rf("health"), "%q is not a health state; use %q, %q or %q", r.Health, HealthHealthy, HealthUnhealthy, HealthDraining)
+			p.add(rf("health"), "%q is not a health state; use %q, %q, %q or %q", r.Health, HealthHealthy, HealthUnhealthy, HealthDraining, HealthUnknown)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/wire"
@@ -32,7 +33,7 @@ func BuildAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 // BuildAssignment builds one backend's ClusterLoadAssignment: its replicas,
 // which Envoy calls endpoints.
 func BuildAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
-	cla := &endpoint.ClusterLoadAssignment{ClusterName: wire.ClusterName(b.Name)}
+	cla := assignment(wire.ClusterName(b.Name), nil)
 	if len(b.Replicas) == 0 {
 		return cla
 	}
@@ -59,12 +60,34 @@ func BuildAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
 	return cla
 }
 
+// overprovisioning is every assignment's overprovisioning factor, in
+// percent. Envoy sends a share of the requests to DEGRADED endpoints (the
+// replicas of unknown health) once fewer than 100/factor of them are
+// healthy: with its default of 140, as soon as fewer than 71% are. With
+// this factor, only while none is (up to 100,000 endpoints).
+const overprovisioning = 100 * 100_000
+
+// assignment is a ClusterLoadAssignment of one locality (nil: none) with
+// servemesh's policy.
+func assignment(name string, locality *endpoint.LocalityLbEndpoints) *endpoint.ClusterLoadAssignment {
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: name,
+		Policy: &endpoint.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(overprovisioning)}}
+	if locality != nil {
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{locality}
+	}
+	return cla
+}
+
 func healthStatus(h model.Health) core.HealthStatus {
 	switch h {
 	case model.HealthUnhealthy:
 		return core.HealthStatus_UNHEALTHY
 	case model.HealthDraining:
 		return core.HealthStatus_DRAINING
+	case model.HealthUnknown:
+		// Envoy calls DEGRADED endpoints only when too few are healthy
+		// (see overprovisioning); its own UNKNOWN means healthy.
+		return core.HealthStatus_DEGRADED
 	default:
 		return core.HealthStatus_HEALTHY
 	}

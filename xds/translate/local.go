@@ -78,8 +78,7 @@ func nodeViewAssignment(b model.Backend, node string, own []model.Replica) *endp
 		ep.LoadBalancingWeight = wrapperspb.UInt32(1)
 		locality.LbEndpoints = append(locality.LbEndpoints, ep)
 	}
-	return &endpoint.ClusterLoadAssignment{ClusterName: wire.NodeViewAssignmentName(b.Name, node),
-		Endpoints: []*endpoint.LocalityLbEndpoints{locality}}
+	return assignment(wire.NodeViewAssignmentName(b.Name, node), locality)
 }
 
 // eachNodeOf calls fn for every backend of m reached over mTLS and every

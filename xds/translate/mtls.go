@@ -3,7 +3,6 @@ package translate
 import (
 	"fmt"
 	"net/netip"
-	"sort"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -62,46 +61,39 @@ func viaInbound(b model.Backend) bool {
 // by its healthy replicas: healthy with one or more, else draining if one
 // drains, else unhealthy. The node's Envoy picks among its own replicas.
 func inboundAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
-	type node struct{ healthy, draining int }
-	nodes := map[string]*node{}
+	nodes := map[string]map[model.Health]int{}
 	for _, r := range b.Replicas {
-		n := nodes[r.Inbound]
-		if n == nil {
-			n = &node{}
-			nodes[r.Inbound] = n
+		if nodes[r.Inbound] == nil {
+			nodes[r.Inbound] = map[model.Health]int{}
 		}
-		switch r.EffectiveHealth() {
-		case model.HealthHealthy:
-			n.healthy++
-		case model.HealthDraining:
-			n.draining++
-		}
+		nodes[r.Inbound][r.EffectiveHealth()]++
 	}
-	inbounds := make([]string, 0, len(nodes))
-	for in := range nodes {
-		inbounds = append(inbounds, in)
-	}
-	sort.Strings(inbounds)
 	locality := &endpoint.LocalityLbEndpoints{}
-	for _, in := range inbounds {
-		n := nodes[in]
+	for _, in := range model.SortedKeys(nodes) {
+		health, weight := nodeHealth(nodes[in])
 		ap := netip.MustParseAddrPort(in) // checked by Validate
-		health := model.HealthUnhealthy
-		switch {
-		case n.healthy > 0:
-			health = model.HealthHealthy
-		case n.draining > 0:
-			health = model.HealthDraining
-		}
 		locality.LbEndpoints = append(locality.LbEndpoints, &endpoint.LbEndpoint{
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 				Address: socketAddress(ap.Addr().String(), uint32(ap.Port())),
 			}},
 			HealthStatus:        healthStatus(health),
-			LoadBalancingWeight: wrapperspb.UInt32(uint32(max(n.healthy, 1))),
+			LoadBalancingWeight: wrapperspb.UInt32(uint32(weight)),
 		})
 	}
-	return &endpoint.ClusterLoadAssignment{ClusterName: wire.ClusterName(b.Name), Endpoints: []*endpoint.LocalityLbEndpoints{locality}}
+	return assignment(wire.ClusterName(b.Name), locality)
+}
+
+// nodeHealth is how callers see a node, given how many of a backend's
+// replicas it runs in each health: by its best replicas (healthy, then
+// unknown, then draining), weighted by how many it has of them, so that
+// every replica gets about the same share.
+func nodeHealth(count map[model.Health]int) (model.Health, int) {
+	for _, h := range []model.Health{model.HealthHealthy, model.HealthUnknown, model.HealthDraining} {
+		if count[h] > 0 {
+			return h, count[h]
+		}
+	}
+	return model.HealthUnhealthy, 1
 }
 
 // ForNode builds what is node's own: its listeners and, with t, its
