@@ -20,12 +20,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
@@ -46,8 +49,15 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "length of each run")
 	concurrency := flag.Int("concurrency", 16, "concurrent connections for the saturation runs")
 	runs := flag.Int("runs", 3, "runs of each configuration; the figures are their medians")
+	pause := flag.String("pause", "", "stop servemesh's daemons (SIGSTOP) while measuring, leaving the Envoys and the replica running: controller, agents or all; what they cost the data path on a shared machine")
+	only := flag.String("placements", sameNode+","+crossNode, "the placements measured, comma-separated")
 	flag.Parse()
-	if err := run(*rate, *duration, *concurrency, *runs); err != nil {
+	if !slices.Contains([]string{"", "controller", "agents", "all"}, *pause) {
+		fmt.Fprintf(os.Stderr, "datapath: -pause %q: use controller, agents or all\n", *pause)
+		os.Exit(2)
+	}
+	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ",")}
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
 	}
@@ -60,18 +70,26 @@ type result struct {
 	firstError         string
 }
 
-func run(rate int, duration time.Duration, concurrency, runs int) error {
+// options are the bench's flags.
+type options struct {
+	rate, concurrency, runs int
+	duration                time.Duration
+	pause                   string
+	placements              []string
+}
+
+func run(o options) error {
 	be, err := benchenv.Start(context.Background(), "datapath")
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	b := &bench{Env: be}
+	b := &bench{Env: be, options: o}
 	all := map[string][]result{}
-	for i := range runs {
-		for _, placement := range []string{sameNode, crossNode} {
+	for i := range o.runs {
+		for _, placement := range o.placements {
 			for j, mode := range []string{modeDefault, modePlaintext, modeBaseline} {
-				r, err := b.measure(fmt.Sprintf("r%d-%s-m%d", i, placement, j), placement, mode, rate, duration, concurrency)
+				r, err := b.measure(fmt.Sprintf("r%d-%s-m%d", i, placement, j), placement, mode)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", placement, mode, err)
 				}
@@ -79,10 +97,14 @@ func run(rate int, duration time.Duration, concurrency, runs int) error {
 			}
 		}
 	}
-	fmt.Printf("medians of %d runs; each fixed-rate and saturation run %s; Envoy CPU is every Envoy on the path, per request\n\n", runs, duration)
-	fmt.Printf("| call | path | saturation req/s (%d connections) | p50 / p99 at %d req/s | Envoy CPU per request | errors |\n", concurrency, rate)
+	fmt.Printf("medians of %d runs; each fixed-rate and saturation run %s; Envoy CPU is every Envoy on the path, per request\n", o.runs, o.duration)
+	if o.pause != "" {
+		fmt.Printf("servemesh's daemons stopped while measuring: %s\n", o.pause)
+	}
+	fmt.Println()
+	fmt.Printf("| call | path | saturation req/s (%d connections) | p50 / p99 at %d req/s | Envoy CPU per request | errors |\n", o.concurrency, o.rate)
 	fmt.Println("|---|---|---:|---:|---:|---:|")
-	for _, placement := range []string{sameNode, crossNode} {
+	for _, placement := range o.placements {
 		for _, mode := range []string{modeDefault, modePlaintext, modeBaseline} {
 			rs := all[placement+mode]
 			errors := 0
@@ -109,29 +131,33 @@ func median(rs []result, f func(result) float64) float64 {
 	return vs[len(vs)/2]
 }
 
-type bench struct{ *benchenv.Env }
+type bench struct {
+	*benchenv.Env
+	options
+}
 
 // measure sets up one configuration in a folder of its own, loads it at
 // the fixed rate, then to saturation, and tears it down.
-func (b *bench) measure(name, placement, mode string, rate int, duration time.Duration, concurrency int) (result, error) {
+func (b *bench) measure(name, placement, mode string) (result, error) {
 	work := filepath.Join(b.Dir, name)
-	var url string
-	var stop func()
+	var s stack
 	var err error
 	if mode == modeBaseline {
-		url, stop, err = b.startBaseline(work, placement)
+		s.url, s.stop, err = b.startBaseline(work, placement)
 	} else {
-		url, stop, err = b.startServemesh(work, placement, mode == modePlaintext)
+		s, err = b.startServemesh(work, placement, mode == modePlaintext)
 	}
 	if err != nil {
 		return result{}, err
 	}
-	defer stop()
-	if err := testutil.Until(60*time.Second, func() bool { return loadgen.Get(loadgen.NewClient(1), url) == nil }); err != nil {
+	defer s.stop()
+	if err := testutil.Until(60*time.Second, func() bool { return loadgen.Get(loadgen.NewClient(1), s.url) == nil }); err != nil {
 		return result{}, fmt.Errorf("n1 never served: %w", err)
 	}
-	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRate(url, rate, duration) })
-	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoop(url, concurrency, duration) })
+	resume := s.pause(b.pause)
+	defer resume()
+	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRate(s.url, b.rate, b.duration) })
+	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoop(s.url, b.concurrency, b.duration) })
 	r := result{rps: saturated.RPS, p50: ms(fixed.P50), p99: ms(fixed.P99), cpu: cpu, errors: fixed.Errors + saturated.Errors}
 	r.firstError = fixed.FirstError + saturated.FirstError
 	return r, nil
@@ -139,13 +165,42 @@ func (b *bench) measure(name, placement, mode string, rate int, duration time.Du
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// stack is one configuration running: the URL of n1's route, how to stop
+// it, and servemesh's daemons, if it runs them.
+type stack struct {
+	url        string
+	stop       func()
+	controller *proc.Process
+	agents     []*proc.Process
+}
+
+// pause stops which daemons ("": none) until the returned func resumes
+// them; the Envoys and the replica run on.
+func (s stack) pause(which string) (resume func()) {
+	var ps []*proc.Process
+	if (which == "controller" || which == "all") && s.controller != nil {
+		ps = append(ps, s.controller)
+	}
+	if which == "agents" || which == "all" {
+		ps = append(ps, s.agents...)
+	}
+	for _, p := range ps {
+		_ = syscall.Kill(p.Pid(), syscall.SIGSTOP) // the daemon alone: its children have process groups of their own
+	}
+	return func() {
+		for _, p := range ps {
+			_ = syscall.Kill(p.Pid(), syscall.SIGCONT)
+		}
+	}
+}
+
 // startServemesh runs a controller and two nodes (n1 on 127.0.0.2, n2 on
-// 127.0.0.3) and places one replica on n1 (same-node) or n2 (cross-node);
-// it returns n1's URL and a stop func.
-func (b *bench) startServemesh(work, placement string, plaintext bool) (string, func(), error) {
+// 127.0.0.3) and places one replica on n1 (same-node) or n2 (cross-node).
+func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, error) {
 	ctx := context.Background()
+	var s stack
 	var stops []func()
-	stop := func() {
+	s.stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
@@ -155,8 +210,9 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (string, 
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
 	ctl, err := b.Run("controller", pt, "--insecure-consul", "--consul-prefix", prefix, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
 	if err != nil {
-		return "", nil, err
+		return s, err
 	}
+	s.controller = ctl
 	stops = append(stops, func() { _ = ctl.Stop(15 * time.Second) })
 	cpus := map[string]string{sameNode: "4", crossNode: "0.5"}[placement] // the replica needs 1 CPU
 	var public string
@@ -170,9 +226,10 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (string, 
 			"--cpus", node.cpus, "--xds", xdsAddr, "--public", pub, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
 			"--inbound", testutil.MustFreeAddr(node.addr), "--work-dir", filepath.Join(work, id), "--allow-command", b.Bin, "--concurrency", "1")
 		if err != nil {
-			stop()
-			return "", nil, err
+			s.stop()
+			return s, err
 		}
+		s.agents = append(s.agents, p)
 		stops = append(stops, func() { _ = p.Stop(15 * time.Second) })
 	}
 	c := api.NewClient(apiAddr, "")
@@ -182,14 +239,15 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (string, 
 			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000}})
 		return err == nil
 	}); err != nil {
-		stop()
-		return "", nil, fmt.Errorf("create backend (are the agents up?): %w", err)
+		s.stop()
+		return s, fmt.Errorf("create backend (are the agents up?): %w", err)
 	}
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}); err != nil {
-		stop()
-		return "", nil, err
+		s.stop()
+		return s, err
 	}
-	return "http://" + public + "/bench", stop, nil
+	s.url = "http://" + public + "/bench"
+	return s, nil
 }
 
 // withCPU runs load and returns its stats and the CPU milliseconds per
