@@ -16,6 +16,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -199,18 +200,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			"secrets", a.secrets.Dir())
 	}
 
+	retry := backoff.Consul()
 	m, rev, err := a.store.Load(ctx)
 	for ctx.Err() == nil {
 		if err != nil {
-			a.log.Warn("reading the desired state failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
+			pause := retry.Next(0)
+			a.log.Warn("reading the desired state failed; retrying", "err", err, "retry_in", pause)
+			if !backoff.Sleep(ctx, pause) {
 				return nil
-			case <-time.After(time.Second):
 			}
 			m, rev, err = a.store.Load(ctx)
 			continue
 		}
+		retry.Reset()
 		a.reconcile(ctx, m)
 		m, rev, err = a.store.Watch(ctx, rev)
 	}

@@ -19,6 +19,7 @@ import (
 	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/wire"
@@ -87,7 +88,7 @@ func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placem
 // run keeps the process running, restarting it with exponential backoff.
 func (r *replica) run(ctx context.Context) {
 	defer close(r.done)
-	backoff := proc.Backoff{Min: r.a.minBackoff, Max: r.a.maxBackoff, ResetAfter: time.Minute}
+	restart := backoff.Backoff{Min: r.a.minBackoff, Max: r.a.maxBackoff, ResetAfter: time.Minute}
 	for ctx.Err() == nil {
 		began := time.Now()
 		child, err := r.startProcess()
@@ -103,10 +104,10 @@ func (r *replica) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		delay := backoff.Next(time.Since(began))
+		delay := restart.Next(time.Since(began))
 		r.log.Warn("replica exited or failed to start; restarting", "err", err, "restart_in", delay)
 		r.a.metrics.restarts.WithLabelValues(r.backend, r.tag).Inc()
-		if !proc.Sleep(ctx, delay) {
+		if !backoff.Sleep(ctx, delay) {
 			return
 		}
 	}

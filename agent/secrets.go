@@ -14,6 +14,7 @@ import (
 
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/connect"
+	"github.com/servemesh/servemesh/internal/consulwatch"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -80,9 +81,11 @@ func (s *Secrets) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go connect.Watch(ctx, s.log, "node identity", func(ctx context.Context, i uint64) (uint64, error) {
-		return s.writeLeaf(ctx, wire.NodeSecret, wire.NodeService(s.node), max(i, index))
-	})
+	go func() {
+		_ = consulwatch.Loop(ctx, s.log, "node identity", func(ctx context.Context, i uint64) (uint64, error) {
+			return s.writeLeaf(ctx, wire.NodeSecret, wire.NodeService(s.node), max(i, index))
+		})
+	}()
 	err = connect.Retry(ctx, s.log, "CA roots", func(ctx context.Context) (err error) {
 		rootsIndex, err = s.writeRoots(ctx, 0)
 		return err
@@ -90,9 +93,11 @@ func (s *Secrets) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go connect.Watch(ctx, s.log, "CA roots", func(ctx context.Context, i uint64) (uint64, error) {
-		return s.writeRoots(ctx, max(i, rootsIndex))
-	})
+	go func() {
+		_ = consulwatch.Loop(ctx, s.log, "CA roots", func(ctx context.Context, i uint64) (uint64, error) {
+			return s.writeRoots(ctx, max(i, rootsIndex))
+		})
+	}()
 	return nil
 }
 
@@ -120,9 +125,11 @@ func (s *Secrets) AddBackend(ctx context.Context, backend string) error {
 	if _, ok := s.backends[backend]; !ok {
 		ctx, cancel := context.WithCancel(watchCtx)
 		s.backends[backend] = cancel
-		go connect.Watch(ctx, s.log, "identity of backend "+backend, func(ctx context.Context, i uint64) (uint64, error) {
-			return s.writeLeaf(ctx, name, wire.BackendService(backend), max(i, index))
-		})
+		go func() {
+			_ = consulwatch.Loop(ctx, s.log, "identity of backend "+backend, func(ctx context.Context, i uint64) (uint64, error) {
+				return s.writeLeaf(ctx, name, wire.BackendService(backend), max(i, index))
+			})
+		}()
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -417,7 +418,7 @@ func (ch *chaos) check(admin envoy.Admin) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, _, err := store.NewConsul(client, "servemesh").Load(context.Background())
+	stored, _, err := store.NewConsul(client, "servemesh", slog.New(slog.DiscardHandler)).Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -260,7 +261,7 @@ func TestCrashFuzz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, _, err := store.NewConsul(consulClient, "servemesh").Load(context.Background())
+	stored, _, err := store.NewConsul(consulClient, "servemesh", slog.New(slog.DiscardHandler)).Load(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

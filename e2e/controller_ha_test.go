@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -136,7 +137,7 @@ func TestHAFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, _, err := store.NewConsul(consulClient, "servemesh").Load(ctx)
+	stored, _, err := store.NewConsul(consulClient, "servemesh", slog.New(slog.DiscardHandler)).Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

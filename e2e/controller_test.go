@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := store.NewConsul(consulClient, "servemesh")
+	stored := store.NewConsul(consulClient, "servemesh", slog.New(slog.DiscardHandler))
 	revision := func() store.Revision {
 		_, rev, err := stored.Load(context.Background())
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -107,7 +108,7 @@ func TestLargeApplyIsAtomicAndReadsGoOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	observer := store.NewConsul(client, "servemesh")
+	observer := store.NewConsul(client, "servemesh", slog.New(slog.DiscardHandler))
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/backoff"
 )
 
 // Supervisor keeps one Envoy running: it restarts it with exponential backoff
@@ -24,12 +24,12 @@ type Supervisor struct {
 // Run supervises Envoy until ctx ends, then stops it with a drain. It returns
 // the error of the last start attempt if Envoy could not be started at all.
 func (s *Supervisor) Run(ctx context.Context) error {
-	backoff := proc.Backoff{Min: s.MinBackoff, Max: s.MaxBackoff, ResetAfter: time.Minute}
-	if backoff.Min == 0 {
-		backoff.Min = 500 * time.Millisecond
+	restart := backoff.Backoff{Min: s.MinBackoff, Max: s.MaxBackoff, ResetAfter: time.Minute}
+	if restart.Min == 0 {
+		restart.Min = 500 * time.Millisecond
 	}
-	if backoff.Max == 0 {
-		backoff.Max = 30 * time.Second
+	if restart.Max == 0 {
+		restart.Max = 30 * time.Second
 	}
 	for starts := 1; ; starts++ {
 		p, err := Start(s.Config)
@@ -47,10 +47,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			return p.Stop(stopCtx, s.Drain)
 		case <-p.Done():
 		}
-		delay := backoff.Next(time.Since(began))
+		delay := restart.Next(time.Since(began))
 		s.Config.Logger.Error("envoy exited; restarting", "pid", p.Pid(), "exit", p.ExitErr(), "restart_in", delay,
 			"restarts", starts, "log_tail", LogTail(s.Config.LogPath, 512))
-		if !proc.Sleep(ctx, delay) {
+		if !backoff.Sleep(ctx, delay) {
 			return nil
 		}
 	}

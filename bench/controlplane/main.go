@@ -57,7 +57,7 @@ func run(flips, commits int) error {
 	fmt.Println("|---|---:|---:|---:|---:|")
 
 	// Checkpoint writes: one backend per commit, as an operation writes.
-	st := store.NewConsul(client, "bench-commits")
+	st := store.NewConsul(client, "bench-commits", slog.New(slog.DiscardHandler))
 	var rev store.Revision
 	var lat []time.Duration
 	for i := range commits {
@@ -73,7 +73,7 @@ func run(flips, commits int) error {
 	// Recovery: 1,000 backends and 1,000 endpoints stored, then Lead().
 	big := modelgen.Model(1000, 1, 3)
 	big.Endpoints = big.Endpoints[:1000]
-	bigStore := store.NewConsul(client, "bench-recovery")
+	bigStore := store.NewConsul(client, "bench-recovery", slog.New(slog.DiscardHandler))
 	if _, err := bigStore.Commit(ctx, 0, store.Diff(&model.Model{}, big)); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/consulwatch"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -135,26 +135,15 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 	w.sem = make(chan struct{}, w.Fetchers)
 	go w.resyncLoop(ctx)
-	backoff := proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
-	var index uint64
-	for ctx.Err() == nil {
+	_ = consulwatch.Loop(ctx, w.log, "the catalog's health", func(ctx context.Context, index uint64) (uint64, error) {
 		checks, meta, err := w.client.Health().State(api.HealthAny,
 			(&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
 		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("watching the catalog's health failed; retrying", "err", err)
-				proc.Sleep(ctx, backoff.Next(0))
-			}
-			continue
-		}
-		backoff = proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
-		if meta.LastIndex < index {
-			index = 0 // a restored Consul: start over
-		} else {
-			index = meta.LastIndex
+			return 0, err
 		}
 		w.fetch(ctx, w.changedServices(checks))
-	}
+		return meta.LastIndex, nil
+	})
 }
 
 // resyncLoop reads new services at once (Sync) and every service each Resync.

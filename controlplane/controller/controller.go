@@ -15,7 +15,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
-	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/backoff"
 )
 
 // Options configure a Controller.
@@ -166,15 +166,16 @@ func (c *Controller) Follow(leader string) {
 // revision, including ones written by another controller. A store that
 // cannot be read is retried, with backoff; the last state keeps serving.
 func (c *Controller) Run(ctx context.Context) error {
-	backoff := proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
+	retry := backoff.Consul()
 	for !c.loadOnce(ctx) {
-		if !proc.Sleep(ctx, backoff.Next(0)) {
+		if !backoff.Sleep(ctx, retry.Next(0)) {
 			return ctx.Err()
 		}
 	}
 	c.mu.Lock()
 	rev := c.rev
 	c.mu.Unlock()
+	retry.Reset()
 	for {
 		m, next, err := c.store.Watch(ctx, rev)
 		if ctx.Err() != nil {
@@ -182,12 +183,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			c.log.Warn("watching the stored state failed; retrying", "err", err)
-			if !proc.Sleep(ctx, backoff.Next(0)) {
+			if !backoff.Sleep(ctx, retry.Next(0)) {
 				return ctx.Err()
 			}
 			continue
 		}
-		backoff = proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
+		retry.Reset()
 		rev = next
 		c.mu.Lock()
 		c.reportUnreadable()

@@ -11,8 +11,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/servemesh/servemesh/internal/backoff"
+	"github.com/servemesh/servemesh/internal/consulwatch"
 	"github.com/servemesh/servemesh/internal/heartbeat"
-	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -53,19 +54,19 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error,
 	if err != nil {
 		return fmt.Errorf("leader: encode info: %w", err)
 	}
-	backoff := proc.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
+	retry := backoff.Consul()
 	for ctx.Err() == nil {
 		checkID, err := e.registerCheck()
 		if err != nil {
 			e.Logger.Warn("leader: registering the controller's check failed; retrying", "err", err)
-			proc.Sleep(ctx, backoff.Next(0))
+			backoff.Sleep(ctx, retry.Next(0))
 			continue
 		}
 		began := time.Now()
 		e.campaign(ctx, checkID, value, lead, follow)
 		_ = e.Client.Agent().ServiceDeregister(checkID)
 		if ctx.Err() == nil {
-			proc.Sleep(ctx, backoff.Next(time.Since(began)))
+			backoff.Sleep(ctx, retry.Next(time.Since(began)))
 		}
 	}
 	return nil
@@ -130,7 +131,7 @@ func (e *Elector) campaign(ctx context.Context, checkID string, value []byte, le
 			if session, err = e.newSession(checkID); err != nil {
 				e.Logger.Warn("leader: create session", "err", err)
 				failures++
-				proc.Sleep(ctx, time.Second)
+				backoff.Sleep(ctx, time.Second)
 				continue
 			}
 		}
@@ -142,7 +143,7 @@ func (e *Elector) campaign(ctx context.Context, checkID string, value []byte, le
 		case err != nil:
 			e.Logger.Warn("leader: acquire", "err", err)
 			failures++
-			proc.Sleep(ctx, time.Second)
+			backoff.Sleep(ctx, time.Second)
 			continue
 		case acquired:
 			failures = 0
@@ -180,46 +181,42 @@ func (e *Elector) holdLeadership(ctx context.Context, session string, lead func(
 	if err := lead(leadCtx); err != nil {
 		e.Logger.Error("leader: could not take over; giving the lock up for a while", "err", err)
 		_, _, _ = e.Client.KV().Release(&api.KVPair{Key: e.Key, Session: session}, nil)
-		proc.Sleep(ctx, 5*time.Second)
+		backoff.Sleep(ctx, 5*time.Second)
 		return ctx.Err() != nil
 	}
-	var index uint64
-	for {
+	// Loop ends with ctx's error, or nil once the lock is lost.
+	return consulwatch.Loop(ctx, e.Logger, "the leader's lock", func(ctx context.Context, index uint64) (uint64, error) {
 		pair, meta, err := e.Client.KV().Get(e.Key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
-		if ctx.Err() != nil {
-			return true
-		}
 		if err != nil {
-			proc.Sleep(ctx, 500*time.Millisecond)
-			continue
+			return 0, err
 		}
 		if pair == nil || pair.Session != session {
 			e.Logger.Warn("leader: lost the lock", "key", e.Key)
-			return false
+			return 0, consulwatch.ErrDone
 		}
-		index = meta.LastIndex
-	}
+		return meta.LastIndex, nil
+	}) != nil
 }
 
 // waitForRelease reports the current holder, then blocks until the key's
 // holder changes.
 func (e *Elector) waitForRelease(ctx context.Context, follow func(Info)) {
-	var index uint64
-	for ctx.Err() == nil {
+	first := true
+	_ = consulwatch.Loop(ctx, e.Logger, "the leader's lock", func(ctx context.Context, index uint64) (uint64, error) {
 		pair, meta, err := e.Client.KV().Get(e.Key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
 		if err != nil {
-			proc.Sleep(ctx, 500*time.Millisecond)
-			return
+			return 0, err
 		}
 		if pair == nil || pair.Session == "" {
 			// Free (perhaps within its lock delay): try to acquire again.
-			proc.Sleep(ctx, 100*time.Millisecond)
-			return
+			backoff.Sleep(ctx, 100*time.Millisecond)
+			return 0, consulwatch.ErrDone
 		}
 		var holder Info
-		if json.Unmarshal(pair.Value, &holder) == nil && index == 0 {
+		if json.Unmarshal(pair.Value, &holder) == nil && first {
 			follow(holder)
 		}
-		index = meta.LastIndex
-	}
+		first = false
+		return meta.LastIndex, nil
+	})
 }

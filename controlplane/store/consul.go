@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/consulwatch"
 )
 
 // Consul stores the desired state in Consul's KV under a prefix; FORMAT.md
@@ -19,14 +21,16 @@ import (
 type Consul struct {
 	kv     *api.KV
 	prefix string
+	log    *slog.Logger
 
 	mu         sync.Mutex
 	unreadable []Unreadable // what the last Load left out
 }
 
-// NewConsul returns a store under prefix (such as "servemesh") using client.
-func NewConsul(client *api.Client, prefix string) *Consul {
-	return &Consul{kv: client.KV(), prefix: strings.Trim(prefix, "/")}
+// NewConsul returns a store under prefix (such as "servemesh") using
+// client; Watch logs to log while Consul fails.
+func NewConsul(client *api.Client, prefix string, log *slog.Logger) *Consul {
+	return &Consul{kv: client.KV(), prefix: strings.Trim(prefix, "/"), log: log}
 }
 
 // Keys under the prefix.
@@ -219,31 +223,31 @@ func dropDangling(m *model.Model, s *snapshot, c *Consul) *model.Model {
 	return m
 }
 
-// Watch implements Store with a blocking query on the meta key.
+// Watch implements Store with a blocking query on the meta key, retried
+// while Consul fails.
 func (c *Consul) Watch(ctx context.Context, rev Revision) (*model.Model, Revision, error) {
-	wait := uint64(rev)
-	for {
-		pair, meta, err := c.kv.Get(c.metaKey(), (&api.QueryOptions{WaitIndex: wait, WaitTime: 5 * time.Minute}).WithContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, 0, ctx.Err()
-			}
-			select { // Consul unreachable: back off, then ask again
-			case <-ctx.Done():
-				return nil, 0, ctx.Err()
-			case <-time.After(time.Second):
-			}
-			continue
+	var (
+		m    *model.Model
+		next Revision
+		err  error
+	)
+	first := true
+	loopErr := consulwatch.Loop(ctx, c.log, "the stored state", func(ctx context.Context, index uint64) (uint64, error) {
+		if first { // wait past rev; then past each answer
+			index, first = uint64(rev), false
+		}
+		pair, meta, qerr := c.kv.Get(c.metaKey(), (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
+		if qerr != nil {
+			return 0, qerr
 		}
 		if pair != nil && Revision(pair.ModifyIndex) != rev {
-			return c.Load(ctx)
+			m, next, err = c.Load(ctx)
+			return 0, consulwatch.ErrDone
 		}
-		// Nothing new for us: wait past this index. An index that went
-		// backwards (a restored Consul) restarts the wait from zero.
-		if meta.LastIndex < wait {
-			wait = 0
-		} else {
-			wait = meta.LastIndex
-		}
+		return meta.LastIndex, nil // nothing new for us: wait past this index
+	})
+	if loopErr != nil {
+		return nil, 0, loopErr
 	}
+	return m, next, err
 }

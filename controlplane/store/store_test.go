@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func stores(t *testing.T) map[string]Store {
 	}
 	return map[string]Store{
 		"memory": NewMemory(),
-		"consul": NewConsul(client, "test/"+strings.ReplaceAll(t.Name(), "/", "-")),
+		"consul": NewConsul(client, "test/"+strings.ReplaceAll(t.Name(), "/", "-"), slog.New(slog.DiscardHandler)),
 	}
 }
 
@@ -142,7 +143,7 @@ func consulStore(t *testing.T) (*Consul, *api.KV, string) {
 		t.Fatal(err)
 	}
 	prefix := "test/" + strings.ReplaceAll(t.Name(), "/", "-")
-	return NewConsul(client, prefix), client.KV(), prefix
+	return NewConsul(client, prefix, slog.New(slog.DiscardHandler)), client.KV(), prefix
 }
 
 func put(t *testing.T, kv *api.KV, key, value string) {

@@ -22,7 +22,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/backoff"
+	"github.com/servemesh/servemesh/internal/consulwatch"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -149,7 +150,7 @@ func (s *Source) Run(ctx context.Context, log *slog.Logger) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		Watch(ctx, log, "leaf of "+s.service, func(ctx context.Context, index uint64) (uint64, error) {
+		_ = consulwatch.Loop(ctx, log, "leaf of "+s.service, func(ctx context.Context, index uint64) (uint64, error) {
 			cert, key, next, err := Leaf(ctx, s.client, s.service, index)
 			if err == nil {
 				err = s.update(func(b *Bundle) { b.CertPEM, b.KeyPEM = cert, key })
@@ -159,7 +160,7 @@ func (s *Source) Run(ctx context.Context, log *slog.Logger) {
 	}()
 	go func() {
 		defer wg.Done()
-		Watch(ctx, log, "CA roots", func(ctx context.Context, index uint64) (uint64, error) {
+		_ = consulwatch.Loop(ctx, log, "CA roots", func(ctx context.Context, index uint64) (uint64, error) {
 			roots, next, err := Roots(ctx, s.client, index)
 			if err == nil {
 				err = s.update(func(b *Bundle) { b.RootsPEM = roots })
@@ -185,52 +186,13 @@ func (s *Source) update(change func(*Bundle)) error {
 }
 
 // Retry calls fetch until it succeeds or ctx ends, logging each failure and
-// pausing between tries (doubling from a second up to 30s): a Consul that
-// is not up yet, or briefly away, delays a daemon's start instead of
-// ending it. It returns fetch's last error when ctx ends first.
+// pausing between tries (backoff.Consul): a Consul that is not up yet, or
+// briefly away, delays a daemon's start instead of ending it. It returns
+// fetch's last error when ctx ends first.
 func Retry(ctx context.Context, log *slog.Logger, what string, fetch func(context.Context) error) error {
-	backoff := retryBackoff()
-	for {
-		err := fetch(ctx)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		pause := backoff.Next(0)
+	return backoff.Retry(ctx, backoff.Consul(), fetch, func(err error, pause time.Duration) {
 		log.Warn("getting a Consul Connect certificate failed; retrying (is Consul up, and Connect on?)", "what", what, "err", err, "retry_in", pause)
-		if !proc.Sleep(ctx, pause) {
-			return err
-		}
-	}
-}
-
-// retryBackoff pauses a second after a failure, doubling up to 30s (its
-// callers start a new one after a success, so ResetAfter never applies).
-func retryBackoff() proc.Backoff {
-	return proc.Backoff{Min: time.Second, Max: 30 * time.Second, ResetAfter: time.Hour}
-}
-
-// Watch runs a blocking query until ctx ends: query gets the index of its
-// last answer (0 at first) and returns the next. A failed query is logged
-// and retried after a pause that doubles up to 30s.
-func Watch(ctx context.Context, log *slog.Logger, what string, query func(ctx context.Context, index uint64) (uint64, error)) {
-	var index uint64
-	backoff := retryBackoff()
-	for ctx.Err() == nil {
-		next, err := query(ctx, index)
-		if err != nil || next == 0 {
-			pause := backoff.Next(0)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("following a Consul Connect certificate failed; retrying", "what", what, "err", err, "retry_in", pause)
-			}
-			proc.Sleep(ctx, pause)
-			continue
-		}
-		backoff = retryBackoff()
-		if next < index { // Consul's index went back (a restored server): start over
-			next = 0
-		}
-		index = next
-	}
+	})
 }
 
 // ServerTLS is the xDS server's TLS: its current leaf, and every client

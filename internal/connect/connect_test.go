@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 )
@@ -38,48 +37,6 @@ func TestIdentityPrefixAndNode(t *testing.T) {
 	}
 	if _, ok := IdentityPrefix(&x509.Certificate{}); ok {
 		t.Fatal("a certificate without a SPIFFE id has a prefix")
-	}
-}
-
-// TestWatchFollowsIndexesAndRetries: each query gets the last answer's
-// index; a failed query is retried (with the same index), and an index
-// that goes back starts over.
-func TestWatchFollowsIndexesAndRetries(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var got []uint64
-	answers := []struct {
-		next uint64
-		err  error
-	}{{5, nil}, {0, errors.New("consul away")}, {9, nil}, {3, nil}, {4, nil}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Watch(ctx, slog.New(slog.DiscardHandler), "test", func(_ context.Context, index uint64) (uint64, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, index)
-			if len(got) > len(answers) {
-				cancel()
-				return index, nil
-			}
-			a := answers[len(got)-1]
-			return a.next, a.err
-		})
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Watch did not return after its context ended")
-	}
-	want := []uint64{0, 5, 5, 9, 0, 4}
-	if len(got) != len(want) {
-		t.Fatalf("indexes %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("indexes %v, want %v", got, want)
-		}
 	}
 }
 

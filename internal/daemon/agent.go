@@ -81,7 +81,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		return err
 	}
 	ao := agent.Options{
-		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix), Logger: log.With("component", "agent"),
+		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix, log.With("component", "store")), Logger: log.With("component", "agent"),
 		WorkDir: o.Envoy.WorkDir + "/replicas", Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs, Secrets: secrets,
 	}
 	if secrets != nil {

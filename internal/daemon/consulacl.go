@@ -11,7 +11,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/backoff"
 )
 
 // ErrConsulOpen says Consul lets a request without a token write: its ACLs
@@ -35,22 +35,21 @@ func checkConsulACLs(ctx context.Context, log *slog.Logger, insecure bool) error
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
 	}
-	backoff := proc.Backoff{Min: time.Second, Max: 30 * time.Second, ResetAfter: time.Hour}
-	for {
-		open, err := anonymousWrites(ctx, anon)
-		switch {
-		case err == nil && open:
-			return ErrConsulOpen
-		case err == nil:
-			log.Info("Consul refuses writes without a token: ACLs are enforced")
-			return nil
-		}
-		pause := backoff.Next(0)
+	var open bool
+	err = backoff.Retry(ctx, backoff.Consul(), func(ctx context.Context) (err error) {
+		open, err = anonymousWrites(ctx, anon)
+		return err
+	}, func(err error, pause time.Duration) {
 		log.Warn("checking that Consul enforces ACLs failed; retrying (is Consul up?)", "err", err, "retry_in", pause)
-		if !proc.Sleep(ctx, pause) {
-			return ctx.Err()
-		}
+	})
+	switch {
+	case err != nil:
+		return ctx.Err()
+	case open:
+		return ErrConsulOpen
 	}
+	log.Info("Consul refuses writes without a token: ACLs are enforced")
+	return nil
 }
 
 // anonymousWrites tries to write a probe key without a token: it reports

@@ -182,7 +182,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		Logger: log.With("component", "dataplane"), Registerer: plane.Registry})
 	nodes := catalog.Nodes(client, log.With("component", "catalog").Warn)
 	ctl := controller.New(controller.Options{
-		Logger: log.With("component", "controller"), Store: store.NewConsul(client, o.ConsulPrefix),
+		Logger: log.With("component", "controller"), Store: store.NewConsul(client, o.ConsulPrefix, log.With("component", "store")),
 		Publish: publisher.Publish, Registerer: plane.Registry, CrashAfterCheckpoint: o.CrashAfterCheckpoint,
 		Nodes: nodes, DrainGrace: o.DrainGrace, ReplaceAfter: o.ReplaceAfter, Healthy: func(backend string) map[string]bool { return watcher.PassingTags(wire.BackendService(backend)) },
 		Addresses: o.Addresses,

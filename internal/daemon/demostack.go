@@ -13,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/proc"
 )
@@ -192,7 +193,7 @@ func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not within %s", timeout)
 		}
-		if !proc.Sleep(ctx, 200*time.Millisecond) {
+		if !backoff.Sleep(ctx, 200*time.Millisecond) {
 			return ctx.Err()
 		}
 	}

@@ -2,8 +2,8 @@
 // does it everywhere (Envoy, replicas, the demo stack, Consul in tests):
 // each child leads its own process group and is killed if its parent dies
 // (Pdeathsig), and Stop sends SIGTERM, then SIGKILL after a grace period,
-// to the whole group, so a child's own children go with it. Backoff is the
-// restart delay of a supervised child; FreeAddr finds a port to listen on.
+// to the whole group, so a child's own children go with it. FreeAddr finds
+// a port to listen on; restart delays are package backoff's.
 package proc
 
 import (
@@ -106,36 +106,6 @@ func (p *Process) Stop(grace time.Duration) error {
 func (p *Process) Kill() error {
 	_ = p.Signal(syscall.SIGKILL)
 	return p.Wait()
-}
-
-// Backoff is the delay before restarting a child that exited: Min, doubling
-// up to Max, back to Min after a run that lasted ResetAfter.
-type Backoff struct {
-	Min, Max, ResetAfter time.Duration
-	next                 time.Duration
-}
-
-// Next returns the delay before the next start, given how long the last
-// run lasted.
-func (b *Backoff) Next(ran time.Duration) time.Duration {
-	if b.next == 0 || ran >= b.ResetAfter {
-		b.next = b.Min
-	}
-	d := b.next
-	b.next = min(b.next*2, b.Max)
-	return d
-}
-
-// Sleep waits d or until ctx ends; it reports whether ctx is still live.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // FreeAddr returns host:port with a port nothing listens on right now.

@@ -61,23 +61,6 @@ func TestStopKillsAChildThatIgnoresTERM(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	b := Backoff{Min: time.Second, Max: 5 * time.Second, ResetAfter: time.Minute}
-	var got []time.Duration
-	for range 5 {
-		got = append(got, b.Next(time.Second))
-	}
-	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("delays %v, want %v", got, want)
-		}
-	}
-	if d := b.Next(2 * time.Minute); d != time.Second {
-		t.Fatalf("after a long run the delay is %v, want it reset to %v", d, time.Second)
-	}
-}
-
 func TestFreeAddr(t *testing.T) {
 	addr, err := FreeAddr(context.Background(), "127.0.0.1")
 	if err != nil || !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
