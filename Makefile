@@ -78,9 +78,10 @@ e2e: tools ## run the end-to-end tests only
 run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas
 	bin/servemesh demo-stack
 
-lint: $(LINT) ## run golangci-lint, go vet and gofmt
+lint: $(LINT) ## run golangci-lint, go vet, gofmt and the layer and flow rules of docs/architecture.md
 	go vet ./...
 	$(LINT) run ./...
+	go test -count=1 ./docs/
 
 testdata: ## rewrite golden files (and remove orphaned ones) from the current code
 	go test ./xds/translate ./controlplane/model ./bootstrap -update

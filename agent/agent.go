@@ -26,7 +26,7 @@ type Options struct {
 	Node   wire.NodeInfo
 	Consul *api.Client
 	// Store is the desired state the agent watches (read only).
-	Store   store.Store
+	Store   store.Reader
 	Logger  *slog.Logger
 	WorkDir string // replica logs go here
 	// Registerer receives the agent's metrics; nil skips them.
@@ -57,7 +57,7 @@ type Options struct {
 type Agent struct {
 	node                   wire.NodeInfo
 	consul                 *api.Client
-	store                  store.Store
+	store                  store.Reader
 	log                    *slog.Logger
 	workDir                string
 	drainGrace, stopGrace  time.Duration

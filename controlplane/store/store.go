@@ -34,23 +34,29 @@ func (c Change) Size() int {
 
 // Store persists the desired state.
 type Store interface {
-	// Load returns the stored model and its revision; an empty model at
-	// revision 0 if nothing was ever stored. What it cannot read (see
-	// Unreadable) is left out, never an error.
-	Load(ctx context.Context) (*model.Model, Revision, error)
+	Reader
 	// Commit applies change atomically, whatever its size, if the store is
 	// still at rev, and returns the new revision. It returns ErrConflict
 	// otherwise; after any error the stored state is the old one or, if
 	// the error says so (ErrCommitted), the new one.
 	Commit(ctx context.Context, rev Revision, change Change) (Revision, error)
-	// Watch blocks until the store's revision differs from rev, then returns
-	// the new model and revision. It returns ctx's error when ctx ends.
-	Watch(ctx context.Context, rev Revision) (*model.Model, Revision, error)
 	// Settle finishes a commit a crashed writer left half-applied and
 	// clears what writers left behind; the leader calls it before writing.
 	Settle(ctx context.Context) error
 	// Unreadable lists what the last Load had to leave out, and why.
 	Unreadable() []Unreadable
+}
+
+// Reader is what reads the stored state and never writes it: the agents'
+// view of the store.
+type Reader interface {
+	// Load returns the stored model and its revision; an empty model at
+	// revision 0 if nothing was ever stored. What it cannot read (see
+	// Unreadable) is left out, never an error.
+	Load(ctx context.Context) (*model.Model, Revision, error)
+	// Watch blocks until the store's revision differs from rev, then returns
+	// the new model and revision. It returns ctx's error when ctx ends.
+	Watch(ctx context.Context, rev Revision) (*model.Model, Revision, error)
 }
 
 // Unreadable is a stored key Load could not read: unknown, malformed, of
