@@ -1,24 +1,27 @@
-// Package agent is servemesh's per-node agent. One runs on every node:
+// Package agent is servemesh's per-node agent. In the flow of
+// docs/architecture.md: step 9. One runs on every node:
 //
-//  1. It registers its node in Consul as an instance of the node's own
+//   - It registers its node in Consul as an instance of the node's own
 //     service, servemesh-node-<id> tagged servemesh-agent (with its CPUs,
 //     memory and inbound listener in meta; only the node's token may write
 //     that service), and heartbeats a TTL check, so the controller places
 //     replicas only on live nodes (catalog.Nodes).
-//  2. It watches the desired state in Consul KV with blocking queries and
+//   - It watches the desired state in Consul KV (store.Reader: it never writes) and
 //     runs the replicas placed on its node: each gets a port ($PORT), its
 //     replica tag, a log file, and restarts with exponential backoff when it
 //     exits (counted in servemesh_agent_replica_restarts_total).
-//  3. It registers every replica in Consul's catalog as an instance of its
+//   - It registers every replica in Consul's catalog as an instance of its
 //     backend's service (servemesh-backend-<backend>), with a TTL check it
 //     feeds from an HTTP or TCP probe: when the agent dies, its replicas go
 //     critical on their own. A replica runs only if the node allows its
 //     command (and where its symlinks lead), as its user with that user's
 //     groups, in a 0700 folder of its own.
-//  4. A replica whose placement turns draining keeps serving its in-flight
+//   - A replica whose placement turns draining keeps serving its in-flight
 //     requests for the drain period (Envoy sends it no new ones), then gets
 //     SIGTERM, then SIGKILL, and is deregistered.
-//  5. The servemesh binary's agent command also supervises the node's Envoy.
+//   - It keeps the node's and its backends' certificates fresh for the node's
+//     Envoy (Secrets, from Consul's service-mesh CA).
+//   - The servemesh binary's agent command also supervises the node's Envoy.
 //
 // A replica's process dies with its agent (Pdeathsig), so an agent that
 // restarts has nothing to adopt: it starts the node's replicas afresh, on

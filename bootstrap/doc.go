@@ -3,5 +3,5 @@
 // node's listeners go (wire.ProxyNode.Metadata, read back by the xDS server
 // with wire.ProxyNodeFromEnvoy), the admin interface on loopback, and one
 // ADS stream (state-of-the-world or delta gRPC) to the control plane for
-// everything else.
+// everything else. In the flow of docs/architecture.md: step 8.
 package bootstrap

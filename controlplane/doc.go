@@ -1,20 +1,20 @@
 // Package controlplane is servemesh's controller side: it owns the desired
 // state of the mesh (backends, endpoints, traffic and shadow policies,
-// replica placements), validates every change, checkpoints it, and hands
-// the accepted state to the xDS server.
+// replica placements), validates every change, checkpoints it, merges it
+// with the replicas' health and hands it to the xDS server. Its
+// sub-packages, with their steps in the flow of docs/architecture.md:
 //
-// Its sub-packages, from the inside out:
-//
-//   - model: the plain, serialisable desired state and its validation.
-//   - store: where the state lives durably (Consul KV), behind a small
+//   - api (1): the HTTP/JSON API and its Go client; configfile (1): the
+//     declarative YAML file (`servemesh serve`, `servemesh apply -f`).
+//   - model (2): the plain, serialisable desired state and its validation.
+//   - controller (2): every operation, under one write lock, checkpointed
+//     before it takes effect; replica placement and the reconcile loop.
+//   - leader (2): electing the one writer among several controllers.
+//   - store (3): where the state lives durably (Consul KV), behind a small
 //     interface; FORMAT.md documents the stored format.
-//   - controller: every operation, under one write lock, checkpointed before
-//     it takes effect; replica placement and the reconcile loop.
-//   - leader: electing one writer among several controllers.
-//   - catalog: replicas from Consul's health view, merged into the data
-//     plane's view of the state.
-//   - autoscale: load from every node's Envoy, and Ray Serve's policy.
-//   - api: the HTTP/JSON API and its Go client.
-//   - configfile: the declarative YAML file (`servemesh serve --config`,
-//     `servemesh apply -f`).
+//   - dataplane (4): the adopted state merged with the replicas' health,
+//     the view the xDS server translates.
+//   - catalog (10): the live nodes and the replicas' health from Consul's
+//     catalog, which dataplane merges.
+//   - autoscale (11): load from every node's Envoy, and Ray Serve's policy.
 package controlplane

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -200,5 +201,143 @@ func TestLayersRefuseWrongWayImports(t *testing.T) {
 	}
 	if v := layerViolations(rules, []pkg{{Path: "controlplane/brandnew"}}); len(v) != 1 || !strings.Contains(v[0], "no row") {
 		t.Errorf("a package without a row: %v, want it refused", v)
+	}
+}
+
+// dataPath are the packages the numbered flow must name: every package a
+// request or a change goes through.
+var dataPath = []string{
+	"controlplane/api", "controlplane/configfile", "controlplane/controller", "controlplane/model",
+	"controlplane/leader", "controlplane/store", "controlplane/dataplane", "controlplane/catalog",
+	"controlplane/autoscale", "xds/server", "xds/translate", "internal/connect", "envoy", "bootstrap", "agent",
+}
+
+var (
+	stepLine = regexp.MustCompile(`^(\d+)\. (.*)`)
+	// citation is a doc comment's "docs/architecture.md ... steps 2, 4 to 6
+	// and 9", within one sentence.
+	citation = regexp.MustCompile(`docs/architecture\.md[^.]*?\bsteps? (\d+(?:(?:, | and | to )\d+)*)`)
+	number   = regexp.MustCompile(`\d+|to`)
+)
+
+// parseFlow returns the numbered steps of the flow, by number.
+func parseFlow(t *testing.T, text string) map[int]string {
+	t.Helper()
+	steps := map[int]string{}
+	current := 0
+	for _, line := range strings.Split(text, "\n") {
+		if m := stepLine.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[1]) // digits, by the pattern
+			if n != current+1 {
+				t.Fatalf("the flow's step %d follows step %d: number the steps 1, 2, 3, ...", n, current)
+			}
+			current, steps[n] = n, m[2]
+			continue
+		}
+		if current > 0 && strings.HasPrefix(line, "   ") {
+			steps[current] += " " + strings.TrimSpace(line)
+		}
+	}
+	if len(steps) == 0 {
+		t.Fatal("the flow in docs/architecture.md has no numbered steps")
+	}
+	return steps
+}
+
+// cited returns the step numbers doc cites, and whether it cites any.
+func cited(doc string) ([]int, bool) {
+	m := citation.FindStringSubmatch(doc)
+	if m == nil {
+		return nil, false
+	}
+	var out []int
+	tokens := number.FindAllString(m[1], -1)
+	for i := 0; i < len(tokens); i++ {
+		n, _ := strconv.Atoi(tokens[i]) // digits, by the pattern
+		if i+2 < len(tokens) && tokens[i+1] == "to" {
+			last, _ := strconv.Atoi(tokens[i+2])
+			for k := n; k <= last; k++ {
+				out = append(out, k)
+			}
+			i += 2
+			continue
+		}
+		out = append(out, n)
+	}
+	return out, true
+}
+
+// docComment returns the text of the package comment in dir's doc.go, its
+// lines joined, or "" if there is none.
+func docComment(dir string) string {
+	b, err := os.ReadFile(dir + "/doc.go")
+	if err != nil {
+		return ""
+	}
+	var lines []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if text, ok := strings.CutPrefix(line, "//"); ok {
+			lines = append(lines, strings.TrimSpace(text))
+		}
+	}
+	return strings.Join(lines, " ")
+}
+
+// TestFlow holds the numbered flow of docs/architecture.md and the doc
+// comments that cite it to each other and to the code.
+func TestFlow(t *testing.T) {
+	steps := parseFlow(t, section(t, readArchitecture(t), "From a command to Envoy serving it"))
+	pkgs := listPackages(t)
+	exists := map[string]pkg{}
+	for _, p := range pkgs {
+		exists[p.Path] = p
+	}
+	naming := map[string][]int{} // package: the steps that name it
+	for n := 1; n <= len(steps); n++ {
+		for _, m := range backticked.FindAllStringSubmatch(steps[n], -1) {
+			if !packagePath.MatchString(m[1]) {
+				continue
+			}
+			if _, ok := exists[m[1]]; !ok {
+				t.Errorf("step %d names `%s`, which is not a package of the module", n, m[1])
+				continue
+			}
+			if !slices.Contains(naming[m[1]], n) {
+				naming[m[1]] = append(naming[m[1]], n)
+			}
+		}
+	}
+	for _, p := range dataPath {
+		if len(naming[p]) == 0 {
+			t.Errorf("%s is on the data path but no step of the flow names it", p)
+		}
+		got, ok := cited(docComment(exists[p].Dir))
+		switch {
+		case !ok:
+			t.Errorf("%s/doc.go cites no step of the flow; say \"In the flow of docs/architecture.md: steps %v.\"", p, naming[p])
+		case !slices.Equal(got, naming[p]):
+			t.Errorf("%s/doc.go cites steps %v of docs/architecture.md, but the steps that name it are %v", p, got, naming[p])
+		}
+	}
+	for _, p := range pkgs {
+		got, _ := cited(docComment(p.Dir))
+		for _, n := range got {
+			if n < 1 || n > len(steps) {
+				t.Errorf("%s/doc.go cites step %d; the flow has steps 1 to %d", p.Path, n, len(steps))
+			}
+		}
+	}
+}
+
+func TestCited(t *testing.T) {
+	for doc, want := range map[string][]int{
+		"In the flow of docs/architecture.md: step 4.":                {4},
+		"In the flow of docs/architecture.md: steps 2 and 11.":        {2, 11},
+		"In the flow of docs/architecture.md: steps 1, 4 to 6 and 9.": {1, 4, 5, 6, 9},
+		"See docs/architecture.md. Step 3 is elsewhere.":              nil,
+	} {
+		if got, _ := cited(doc); !slices.Equal(got, want) {
+			t.Errorf("cited(%q) = %v, want %v", doc, got, want)
+		}
 	}
 }

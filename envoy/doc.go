@@ -1,5 +1,6 @@
 // Package envoy finds, starts, watches, drains and stops a node's Envoy, and
-// reads it through its admin API.
+// reads it through its admin API. In the flow of docs/architecture.md:
+// step 8.
 //
 //   - find.go: where the binary comes from (an explicit path, $SERVEMESH_ENVOY,
 //     the project's tools folder, then $PATH) and its --version check.

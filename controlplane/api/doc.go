@@ -1,4 +1,5 @@
 // Package api is the controller's HTTP/JSON API under /v1/ and its Go client.
+// In the flow of docs/architecture.md: step 1.
 //
 //	GET    /v1/backends                         list backends
 //	POST   /v1/backends                         create a backend (a model.Backend)

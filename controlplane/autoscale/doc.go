@@ -1,14 +1,16 @@
 // Package autoscale sizes autoscaled backends from their load, as Ray
-// Serve's autoscaling policy does.
+// Serve's autoscaling policy does. In the flow of docs/architecture.md:
+// step 11.
 //
-//  1. Poller reads every live agent's /v1/load: the figures its node's Envoy
+//   - Poller reads every live agent's /v1/load: the figures its node's Envoy
 //     counts (requests in flight, totals and 5xx per backend). Nothing is
 //     counted in Go; Envoy is the source.
-//  2. For each autoscaled backend, the in-flight requests summed over all
+//   - For each autoscaled backend, the in-flight requests summed over all
 //     nodes are kept for the look-back period.
-//  3. Policy turns their average into a replica count, ceil(avg / target),
+//   - Policy turns their average into a replica count, ceil(avg / target),
 //     within [min, max], and acts only when the need has lasted the upscale
 //     (or, much longer, the downscale) delay: a steady load never flaps.
-//  4. A decision goes through the controller's checkpointed path
-//     (Controller.Autoscale), so it survives crashes and shows in status.
+//   - A decision goes through the controller's checkpointed path
+//     (Controller.Autoscale, step 2 of the flow), so it survives crashes and
+//     shows in status.
 package autoscale

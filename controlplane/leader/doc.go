@@ -1,4 +1,5 @@
-// Package leader elects one controller among several with a Consul lock.
+// Package leader elects one controller among several with a Consul lock:
+// the one that writes. In the flow of docs/architecture.md: step 2.
 //
 // Each controller registers itself on its Consul agent as an instance of
 // the service servemesh-controller with a TTL check, and heartbeats it; its

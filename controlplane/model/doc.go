@@ -5,9 +5,12 @@
 // that sum to 1) and its shadow policy (proportions of requests mirrored to
 // other backends).
 //
-// The types carry YAML and JSON tags and no protobuf: they are the format users
-// write in a config file, what the controller stores and what the xDS
-// translator reads. Validate checks every rule Ray Serve's controller enforces and
-// names the offending field in its error, so bad input is refused before it
-// reaches Envoy.
+// The types carry YAML and JSON tags and no protobuf. What users write (the
+// API, apply, config files, the CLI) is a Spec (BackendSpec, ReplicaSpec):
+// no placements, no derived health. What the controller stores, and what the
+// xDS translator reads once the data plane filled in each backend's
+// replicas, is a Model. Validate checks every rule Ray Serve's controller
+// enforces and names the offending field in its error, so bad input is
+// refused before it reaches Envoy. In the flow of docs/architecture.md:
+// step 2.
 package model

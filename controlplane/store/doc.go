@@ -1,6 +1,6 @@
 // Package store keeps the controller's desired state durably: the source of
 // truth that is written, with check-and-set, before any effect of a change is
-// published.
+// published. In the flow of docs/architecture.md: step 3.
 //
 // Store is deliberately small (load, commit a change at a revision, watch for
 // the next revision) so that a second implementation, such as an embedded

@@ -1,7 +1,8 @@
 // Package translate turns servemesh's desired state (a model.Model) plus one
 // node's listener settings into Envoy resources. It is a pure function: the
 // same input gives the same, deterministically ordered output, and nothing is
-// read from or written to the outside world.
+// read from or written to the outside world. In the flow of
+// docs/architecture.md: step 6.
 //
 // One small builder per resource kind:
 //
