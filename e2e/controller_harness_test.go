@@ -22,7 +22,7 @@ func startConsul(t *testing.T) *testutil.Consul {
 	t.Helper()
 	c, err := testutil.StartConsul(t.TempDir())
 	if err != nil {
-		t.Fatalf("the real Consul is required: %v", err)
+		t.Fatalf("the real Consul is required (`make tools` installs it): %v", err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {

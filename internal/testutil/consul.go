@@ -21,7 +21,7 @@ func MustStartConsul(t testing.TB) *Consul {
 	t.Helper()
 	c, err := devconsul.Start(t.TempDir(), 0)
 	if err != nil {
-		t.Fatalf("the real Consul is required: %v", err)
+		t.Fatalf("the real Consul is required (`make tools` installs it): %v", err)
 	}
 	t.Cleanup(c.Stop)
 	return c
@@ -29,9 +29,13 @@ func MustStartConsul(t testing.TB) *Consul {
 
 // StartConsulLater starts a dev agent for one test after delay, on the
 // HTTP address it returns at once (for daemons started before Consul), and
-// stops it when the test ends.
+// stops it when the test ends. A missing Consul fails the test at once,
+// not after whatever the test waits for.
 func StartConsulLater(t testing.TB, delay time.Duration) string {
 	t.Helper()
+	if _, err := devconsul.Find(); err != nil {
+		t.Fatalf("the real Consul is required (`make tools` installs it): %v", err)
+	}
 	addr := MustFreeAddr("127.0.0.1")
 	later := make(chan *Consul, 1)
 	dir := t.TempDir()
@@ -39,7 +43,7 @@ func StartConsulLater(t testing.TB, delay time.Duration) string {
 		time.Sleep(delay)
 		c, err := devconsul.StartWith(dir, devconsul.Options{HTTPPort: int(Port(addr))})
 		if err != nil {
-			t.Errorf("the real Consul is required: %v", err)
+			t.Errorf("the real Consul is required (`make tools` installs it): %v", err)
 		}
 		later <- c
 	}()
