@@ -14,6 +14,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -93,14 +94,14 @@ func TestConsulACLs(t *testing.T) {
 	ctx := context.Background()
 	b := model.Backend{Name: "acl", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3},
 		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "acl", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	waitUntil(t, 20*time.Second, "both nodes to register and the backend to be placed", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "both nodes to register and the backend to be placed", func() bool {
 		_, err := c.CreateBackend(ctx, model.BackendSpecOf(b))
 		return err == nil
 	})
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "acl", Route: "/acl", Traffic: map[string]float64{"acl": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the replicas to serve through the first node's Envoy", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the replicas to serve through the first node's Envoy", func() bool {
 		return do(httpClient(), "GET", "http://"+nodes[0].public+"/acl", "").status == 200
 	})
 
@@ -167,7 +168,7 @@ func TestConsulACLs(t *testing.T) {
 				t.Logf("status:\n%s", lastStatus)
 			}
 		}()
-		waitUntil(t, 15*time.Second, "status to report the fake instance", func() bool {
+		testutil.WaitFor(t, 15*time.Second, "status to report the fake instance", func() bool {
 			_, out, errOut := cli(t, []string{"SERVEMESH_SERVER=" + ctl.apiAddr}, "status")
 			lastStatus = out + errOut
 			return strings.Contains(out, "0-fake-replica") && strings.Contains(out, "does not match")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,18 +28,6 @@ type agentProc struct {
 	public, mesh, admin, metr string
 	child                     *proc.Process
 	stderr                    *testutil.SyncBuffer
-}
-
-// passThrough lets replicas, which the agents run as nobody, pass through
-// a test's work folder to their own folders below it: a test's temporary
-// folders are 0700.
-func passThrough(t *testing.T, dir string) {
-	t.Helper()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int, extraEnv ...string) *agentProc {
@@ -79,38 +66,10 @@ func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds stri
 			t.Logf("agent %s log:\n%s", id, a.stderr.String())
 		}
 	})
-	waitUntil(t, 30*time.Second, "agent "+id+"'s Envoy", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "agent "+id+"'s Envoy", func() bool {
 		return strings.Contains(a.stderr.String(), "envoy ready")
 	})
 	return a
-}
-
-func freeAddrOn(t *testing.T, host string) string {
-	t.Helper()
-	addr, err := proc.FreeAddr(context.Background(), host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-// replicaOf reads which replica answered a request.
-func replicaOf(client *http.Client, url string) (string, error) {
-	resp, err := client.Get(url) //nolint:noctx // test helper
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("status %d", resp.StatusCode)
-	}
-	var body struct {
-		Replica string `json:"replica"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return "", err
-	}
-	return body.Replica, nil
 }
 
 func placements(t *testing.T, c *api.Client, backend string) []model.Placement {
@@ -153,7 +112,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		return model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1},
 			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	}
-	waitUntil(t, 10*time.Second, "three live nodes", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "three live nodes", func() bool {
 		_, err := c.CreateBackend(ctx, model.BackendSpecOf(demo("a", 3)))
 		return err == nil
 	})
@@ -171,7 +130,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		t.Fatalf("3 replicas of a on %d nodes, want spread over 3", len(aNodes))
 	}
 	consulClient, _ := consul.Client()
-	waitUntil(t, 20*time.Second, "5 passing replicas in Consul's catalog", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "5 passing replicas in Consul's catalog", func() bool {
 		ea, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
 		eb, _, _ := consulClient.Health().Service(wire.BackendService("b"), "", true, nil)
 		return len(ea) == 3 && len(eb) == 2
@@ -185,7 +144,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		for _, n := range nodes {
 			seen := map[string]bool{}
 			client := &http.Client{Timeout: 5 * time.Second}
-			waitUntil(t, 20*time.Second, "node "+n.id+" to reach replicas on all three nodes", func() bool {
+			testutil.WaitFor(t, 20*time.Second, "node "+n.id+" to reach replicas on all three nodes", func() bool {
 				tag, err := replicaOf(client, "http://"+n.public+"/svc")
 				if err == nil {
 					seen[tags[tag]] = true
@@ -198,7 +157,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 	})
 
 	t.Run("each agent reports the config its Envoy holds, which is the current one", func(t *testing.T) {
-		status := nodesOf(ctl.apiAddr)
+		status := mustNodes(t, ctl.apiAddr)
 		for _, n := range nodes {
 			var expected map[string]string
 			for _, s := range status {
@@ -206,7 +165,10 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 					expected = s.Expected
 				}
 			}
-			waitUntil(t, 15*time.Second, n.id+"'s Envoy to hold the controller's current config", func() bool {
+			if expected == nil {
+				t.Fatalf("node %s has no expected config in the controller's status %+v", n.id, status)
+			}
+			testutil.WaitFor(t, 15*time.Second, n.id+"'s Envoy to hold the controller's current config", func() bool {
 				resp, err := http.Get("http://" + n.metr + "/v1/envoy") //nolint:noctx // test helper
 				if err != nil {
 					return false
@@ -258,9 +220,9 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 20*time.Second, "the replica to be restarted", func() bool { n, found := restarts(t, owner, tag); return found && n >= 1 })
+		testutil.WaitFor(t, 20*time.Second, "the replica to be restarted", func() bool { n, found := restarts(t, owner, tag); return found && n >= 1 })
 		client := &http.Client{Timeout: 5 * time.Second}
-		waitUntil(t, 20*time.Second, "the restarted replica to serve again", func() bool {
+		testutil.WaitFor(t, 20*time.Second, "the restarted replica to serve again", func() bool {
 			got, _ := replicaOf(client, "http://"+nodes[1].public+"/svc")
 			return got == tag && mustPid(t, addr) != pid
 		})
@@ -272,7 +234,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &four}); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 20*time.Second, "4 passing replicas of a", func() bool {
+		testutil.WaitFor(t, 20*time.Second, "4 passing replicas of a", func() bool {
 			e, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
 			return len(e) == 4
 		})
@@ -281,7 +243,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 20*time.Second, "a to be down to 1 replica in Consul and in the placements", func() bool {
+		testutil.WaitFor(t, 20*time.Second, "a to be down to 1 replica in Consul and in the placements", func() bool {
 			e, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", false, nil)
 			return len(e) == 1 && len(placements(t, c, "a")) == 1
 		})
@@ -316,7 +278,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		if err != nil || len(res.Changes) != 1 || res.Changes[0] != "update backend b" {
 			t.Fatalf("apply: %+v %v", res, err)
 		}
-		waitUntil(t, 30*time.Second, "b's replicas to be replaced by new ones", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "b's replicas to be replaced by new ones", func() bool {
 			ps := placements(t, c, "b")
 			if len(ps) != 2 {
 				return false
@@ -338,7 +300,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &three}); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 20*time.Second, "3 passing replicas of a", func() bool {
+		testutil.WaitFor(t, 20*time.Second, "3 passing replicas of a", func() bool {
 			e, _, _ := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
 			return len(e) == 3
 		})
@@ -346,7 +308,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		l := startLoad("http://"+nodes[0].public+"/svc", 4)
 		time.Sleep(300 * time.Millisecond)
 		_ = dead.child.Kill() // its Envoy and replicas die with it
-		waitUntil(t, 20*time.Second, "the dead node's replicas to go critical", func() bool {
+		testutil.WaitFor(t, 20*time.Second, "the dead node's replicas to go critical", func() bool {
 			checks, _, _ := consulClient.Health().Checks(wire.BackendService("a"), nil)
 			for _, ch := range checks {
 				if ch.Status == "critical" {
@@ -355,7 +317,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 			}
 			return false
 		})
-		waitUntil(t, 30*time.Second, "replacements on the other nodes", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "replacements on the other nodes", func() bool {
 			for _, node := range runningOn(placements(t, c, "a")) {
 				if node == dead.id {
 					return false
@@ -388,7 +350,7 @@ func TestCommandsNodesDoNotAllowAreRefused(t *testing.T) {
 	ctl.waitLeading(20 * time.Second)
 	startAgent(t, consul, "allow-node", "127.0.0.2", ctl.xdsAddr, 4)
 	env := []string{"SERVEMESH_SERVER=" + ctl.apiAddr}
-	waitUntil(t, 15*time.Second, "the node to register", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "the node to register", func() bool {
 		code, _, _ := cli(t, env, "backend", "create", "probe", "--command", servemeshBin, "--arg", "demo-replica",
 			"--arg", "--backend", "--arg", "probe", "--arg", "--listen=${HOST}:${PORT}", "--num-replicas", "1")
 		return code == 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/pem"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,5 +46,5 @@ func TestAPIOverHTTPS(t *testing.T) {
 		t.Fatalf("serial %d, want 300", got)
 	}
 	ca.issue(t, dir, 301)
-	waitUntil(t, 10*time.Second, "the API to serve the replaced certificate", func() bool { return serial() == 301 })
+	testutil.WaitFor(t, 10*time.Second, "the API to serve the replaced certificate", func() bool { return serial() == 301 })
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -75,7 +76,7 @@ func TestAutoscaling(t *testing.T) {
 		MetricsIntervalS: 0.25, LookBackPeriodS: 2, UpscaleDelayS: 1, DownscaleDelayS: 4}
 	backend := model.Backend{Name: "slow", Config: model.BackendConfig{CPUs: 1, MaxConcurrentQueries: 4, Autoscaling: as},
 		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "slow", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	waitUntil(t, 15*time.Second, "two live nodes", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "two live nodes", func() bool {
 		_, err := c.CreateBackend(ctx, model.BackendSpecOf(backend))
 		return err == nil
 	})
@@ -97,7 +98,7 @@ func TestAutoscaling(t *testing.T) {
 	if _, err := c.UpdateBackend(ctx, "slow", model.BackendConfigPatch{NumReplicas: &six}); err == nil || !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(err.Error(), "the autoscaler sets num_replicas") {
 		t.Fatalf("an explicit num_replicas on an autoscaled backend: %v", err)
 	}
-	waitUntil(t, 20*time.Second, "the first replica to serve", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the first replica to serve", func() bool {
 		return do(httpClient(), http.MethodGet, "http://"+n1.public+"/slow", "").status == 200
 	})
 
@@ -109,10 +110,10 @@ func TestAutoscaling(t *testing.T) {
 	}
 	stepped := time.Now()
 	l.add(9) // 10 in flight: ceil(10 / 2) = 5 replicas
-	waitUntil(t, 30*time.Second, "replicas to rise to meet the load", func() bool { return replicas() >= 5 })
+	testutil.WaitFor(t, 30*time.Second, "replicas to rise to meet the load", func() bool { return replicas() >= 5 })
 	decided := time.Since(stepped)
 	// servemesh status shows the live rate next to the weight, and the nodes.
-	waitUntil(t, 10*time.Second, "servemesh status to show the load", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "servemesh status to show the load", func() bool {
 		code, out, _ := cli(t, []string{"SERVEMESH_SERVER=" + ctl.apiAddr}, "status")
 		var rate float64
 		for _, line := range strings.Split(out, "\n") {
@@ -126,7 +127,7 @@ func TestAutoscaling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "5 replicas to serve", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "5 replicas to serve", func() bool {
 		e, _, _ := consulClient.Health().Service(wire.BackendService("slow"), "", true, nil)
 		return len(e) >= 5
 	})
@@ -138,7 +139,7 @@ func TestAutoscaling(t *testing.T) {
 	}
 	l.stopAll()
 	stopped := time.Now()
-	waitUntil(t, 40*time.Second, "replicas to fall back to 1", func() bool { return replicas() == 1 })
+	testutil.WaitFor(t, 40*time.Second, "replicas to fall back to 1", func() bool { return replicas() == 1 })
 	down := time.Since(stopped)
 	t.Logf("load 1 -> 10 in flight: %d replicas decided after %s, serving after %s; load stopped: back to 1 after %s (downscale delay 4s)",
 		peak, decided.Round(time.Millisecond), serving.Round(time.Millisecond), down.Round(time.Millisecond))

@@ -101,18 +101,18 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the three agents to register their nodes", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the three agents to register their nodes", func() bool {
 		nodes, err := catalog.Nodes(consulClient, nil)(ctx)
 		return err == nil && len(nodes) == len(agents)
 	})
-	waitUntil(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, model.SpecOf(want), false); return err == nil })
+	testutil.WaitFor(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, model.SpecOf(want), false); return err == nil })
 	if p, err := c.GetBackend(ctx, "p"); err != nil || len(nodesOfPlacements(p)) < 2 {
 		t.Fatalf("p's replicas are not on two nodes: %v (err %v)", p.Placements, err)
 	}
 	// The load enters the first node, whose agent (and so its Envoy) is
 	// never killed; its replicas are.
 	entry := agents[0]
-	waitUntil(t, 60*time.Second, "the entry node to serve /svc and /inner", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "the entry node to serve /svc and /inner", func() bool {
 		return do(httpClient(), "GET", "http://"+entry.public+"/svc", "").status == 200 &&
 			do(httpClient(), "GET", "http://"+entry.public+"/inner", "").status == 200
 	})
@@ -354,7 +354,7 @@ func (ch *chaos) waitReplicas() {
 		ch.t.Fatal(err)
 	}
 	want := ch.want.Backends[ch.findBackend("p")].Config.NumReplicas
-	waitUntil(ch.t, 60*time.Second, "p's replicas to pass again and every Envoy to route to them", func() bool {
+	testutil.WaitFor(ch.t, 60*time.Second, "p's replicas to pass again and every Envoy to route to them", func() bool {
 		e, _, err := client.Health().Service(wire.BackendService("p"), "", true, nil)
 		if err != nil || len(e) < want {
 			return false
@@ -400,7 +400,7 @@ func (ch *chaos) heal() {
 			a.start(ch.t)
 		}
 	}
-	waitUntil(ch.t, 30*time.Second, "a controller to lead", func() bool {
+	testutil.WaitFor(ch.t, 30*time.Second, "a controller to lead", func() bool {
 		for _, c := range ch.ctls {
 			if info, err := c.client("").Leader(context.Background()); err == nil && info.Leading {
 				return true
@@ -427,7 +427,7 @@ func (ch *chaos) check(admin envoy.Admin) {
 	}
 	// Envoy is connected to one of the two controllers, either may be it:
 	// every controller publishes what is stored.
-	waitUntil(t, 30*time.Second, "the node to be in sync with the controller it is connected to", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the node to be in sync with the controller it is connected to", func() bool {
 		for _, c := range ch.ctls {
 			for _, n := range nodesOf(c.apiAddr) {
 				if n.Connected && n.InSync {
@@ -437,7 +437,7 @@ func (ch *chaos) check(admin envoy.Admin) {
 		}
 		return false
 	})
-	waitUntil(t, 30*time.Second, "Envoy to serve the stored routes", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "Envoy to serve the stored routes", func() bool {
 		return envoyPolicies(t, admin) == expectedPolicies(stored)
 	})
 }

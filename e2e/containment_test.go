@@ -37,14 +37,14 @@ func TestContainment(t *testing.T) {
 	ctx := context.Background()
 	execC := ctl.client("exec-secret")
 	spec := &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "m", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
-	waitUntil(t, 20*time.Second, "backend m to be placed on both nodes", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "backend m to be placed on both nodes", func() bool {
 		_, err := execC.CreateBackend(ctx, model.BackendSpec{Name: "m", Process: spec, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}})
 		return err == nil
 	})
 	if _, err := execC.CreateEndpoint(ctx, model.Endpoint{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 60*time.Second, "/m served through k1", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "/m served through k1", func() bool {
 		return do(httpClient(), http.MethodGet, "http://"+nodes[0].public+"/m", "").status == http.StatusOK
 	})
 	writer := []string{"SERVEMESH_SERVER=" + ctl.apiAddr, "SERVEMESH_TOKEN_FILE=" + writeToken}
@@ -93,11 +93,11 @@ func TestContainment(t *testing.T) {
 		expectCLI(t, writer, 0, "", "backend", "create", "kv", "--external", "kv")
 		expectCLI(t, writer, 0, "", "endpoint", "create", "kv", "--route", "/v1/kv", "--methods", "GET,PUT", "--backend", "kv")
 		execEnv := []string{"SERVEMESH_SERVER=" + ctl.apiAddr, "SERVEMESH_TOKEN_FILE=" + execToken}
-		waitUntil(t, 15*time.Second, "status to report the dropped instance", func() bool {
+		testutil.WaitFor(t, 15*time.Second, "status to report the dropped instance", func() bool {
 			_, out, _ := cli(t, execEnv, "status")
 			return strings.Contains(out, "kv-1") && strings.Contains(out, "--allow-replica-cidr")
 		})
-		waitUntil(t, 15*time.Second, "the route to be served (to no replica)", func() bool {
+		testutil.WaitFor(t, 15*time.Second, "the route to be served (to no replica)", func() bool {
 			return do(httpClient(), http.MethodGet, "http://"+nodes[0].public+"/v1/kv/x", "").status == http.StatusServiceUnavailable
 		})
 		r := do(httpClient(), http.MethodPut, "http://"+nodes[0].public+"/v1/kv/servemesh/owned", "x")

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,132 +18,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
-	"github.com/servemesh/servemesh/xds/server"
 )
-
-// load sends GETs through Envoy until stop is closed and counts failures.
-type load struct {
-	sent, failed atomic.Int64
-	// reached counts failures whose request reached a replica that died
-	// with it (Envoy: "connection termination", "remote reset").
-	reached atomic.Int64
-	// first is the first failure.
-	first atomic.Value
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	// failures are the first maxFailures failures, with when they
-	// happened, for a test to set against its faults.
-	mu       sync.Mutex
-	failures []event
-}
-
-// maxFailures bounds load.failures.
-const maxFailures = 50
-
-// event is something that happened during a test, and when.
-type event struct {
-	at   time.Time
-	what string
-}
-
-func startLoad(url string, workers int) *load { return startLoadMethod(http.MethodGet, url, workers) }
-
-// startLoadMethod is startLoad with another method (a body with POST).
-func startLoadMethod(method, url string, workers int) *load {
-	return runLoad(&load{stop: make(chan struct{})}, method, url, workers)
-}
-
-func runLoad(l *load, method, url string, workers int) *load {
-	for range workers {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			client := &http.Client{Timeout: 5 * time.Second}
-			for {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				body := ""
-				if method == http.MethodPost {
-					body = "payload"
-				}
-				r := do(client, method, url, body)
-				l.sent.Add(1)
-				if r.err != nil || r.status != http.StatusOK {
-					l.failed.Add(1)
-					l.first.CompareAndSwap(nil, fmt.Sprintf("%+v", r))
-					l.record(fmt.Sprintf("%+v", r))
-					if strings.Contains(r.body, "connection termination") || strings.Contains(r.body, "remote reset") {
-						l.reached.Add(1)
-					}
-				}
-			}
-		}()
-	}
-	return l
-}
-
-func (l *load) record(result string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.failures) < maxFailures {
-		l.failures = append(l.failures, event{at: time.Now(), what: result})
-	}
-}
-
-// recorded returns the failures recorded so far.
-func (l *load) recorded() []event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]event(nil), l.failures...)
-}
-
-func (l *load) finish(t *testing.T) {
-	t.Helper()
-	l.finishAllowingReached(t, false)
-}
-
-// finishAllowingReached is finish that, with reached, lets requests fail
-// that reached a replica which died with them: a request that is not
-// idempotent cannot be sent again. Every other failure fails the test.
-func (l *load) finishAllowingReached(t *testing.T, reached bool) {
-	t.Helper()
-	close(l.stop)
-	l.wg.Wait()
-	t.Logf("requests through Envoy: %d sent, %d failed (%d had reached a replica that died)", l.sent.Load(), l.failed.Load(), l.reached.Load())
-	failed := l.failed.Load()
-	if reached {
-		failed -= l.reached.Load()
-	}
-	if failed != 0 {
-		t.Fatalf("%d requests failed, first: %v", l.failed.Load(), l.first.Load())
-	}
-	if l.sent.Load() < 100 {
-		t.Fatalf("only %d requests were sent; the load did not run", l.sent.Load())
-	}
-}
-
-// nodesOf reads a controller's xDS node status.
-func nodesOf(addr string) []server.NodeStatus {
-	r, err := http.Get("http://" + addr + "/v1/xds/nodes") //nolint:noctx // test helper
-	if err != nil {
-		return nil
-	}
-	defer func() { _ = r.Body.Close() }()
-	var out []server.NodeStatus
-	_ = json.NewDecoder(r.Body).Decode(&out)
-	return out
-}
-
-func waitNodeInSync(t *testing.T, apiAddr string) {
-	t.Helper()
-	waitUntil(t, 20*time.Second, "the node to be in sync with "+apiAddr, func() bool {
-		nodes := nodesOf(apiAddr)
-		return len(nodes) == 1 && nodes[0].Connected && nodes[0].InSync
-	})
-}
 
 // routeVersions returns the version of each route configuration Envoy holds.
 func routeVersions(t *testing.T, n *node) map[string]string {

@@ -13,6 +13,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestHAFailover runs two controllers on one Consul and kills the leader
@@ -25,7 +26,7 @@ func TestHAFailover(t *testing.T) {
 	a.waitLeading(20 * time.Second)
 	b := startController(t, consul, "ctl-b", []string{"--plaintext"})
 	ctx := context.Background()
-	waitUntil(t, 10*time.Second, "ctl-b to follow ctl-a", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "ctl-b to follow ctl-a", func() bool {
 		info, err := b.client("").Leader(ctx)
 		return err == nil && !info.Leading && info.Leader == a.apiAddr
 	})
@@ -39,7 +40,7 @@ func TestHAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := startEnvoy(t, "ha-node", a.xdsAddr+","+b.xdsAddr, bootstrap.ProtocolSotW)
-	waitUntil(t, 10*time.Second, "Envoy to serve /svc", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "Envoy to serve /svc", func() bool {
 		return do(httpClient(), "GET", "http://"+n.public+"/svc", "").status == 200
 	})
 	traffic := startLoad("http://"+n.public+"/svc", 4)
@@ -109,12 +110,12 @@ func TestHAFailover(t *testing.T) {
 	time.Sleep(time.Second)
 	killed := time.Now()
 	a.kill()
-	waitUntil(t, 30*time.Second, "ctl-b to lead", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "ctl-b to lead", func() bool {
 		info, err := b.client("").Leader(ctx)
 		return err == nil && info.Leading
 	})
 	takeover := time.Since(killed)
-	waitUntil(t, 30*time.Second, "a write to be accepted after the takeover", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "a write to be accepted after the takeover", func() bool {
 		_, err := b.client("").CreateBackend(ctx, model.BackendSpec{Name: "after-takeover"})
 		return err == nil
 	})

@@ -84,7 +84,7 @@ func (c *ctlProc) start() {
 		health = "https://" + c.apiAddr + "/healthz"
 		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a readiness probe only
 	}
-	waitUntil(c.t, 15*time.Second, "controller "+c.id+" /healthz", func() bool {
+	testutil.WaitFor(c.t, 15*time.Second, "controller "+c.id+" /healthz", func() bool {
 		r := do(client, "GET", health, "")
 		return r.err == nil && r.status == 200
 	})
@@ -112,7 +112,7 @@ func (c *ctlProc) client(token string) *api.Client { return api.NewClient(c.apiA
 func (c *ctlProc) waitLeading(timeout time.Duration) time.Duration {
 	c.t.Helper()
 	start := time.Now()
-	waitUntil(c.t, timeout, "controller "+c.id+" to lead", func() bool {
+	testutil.WaitFor(c.t, timeout, "controller "+c.id+" to lead", func() bool {
 		info, err := c.client(readFileOr(c.t, c.tokenFile())).Leader(context.Background())
 		return err == nil && info.Leading
 	})
@@ -144,7 +144,7 @@ func readFileOr(t *testing.T, path string) string {
 // status, checking its certificate against caFile.
 func (c *ctlProc) waitServingTLS(t *testing.T, caFile string) {
 	t.Helper()
-	waitUntil(t, 20*time.Second, "controller "+c.id+" to answer over HTTPS", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "controller "+c.id+" to answer over HTTPS", func() bool {
 		code, _, _ := cli(t, nil, "status", "--server", "https://"+c.apiAddr, "--ca-file", caFile, "--failover-wait", "0")
 		return code == 0
 	})
@@ -176,5 +176,3 @@ func writeToken(t *testing.T, token string) string {
 	}
 	return path
 }
-
-func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }

@@ -14,6 +14,7 @@ import (
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // expectCLI runs a CLI command and checks its exit code and output.
@@ -154,7 +155,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 0, "endpoint api deleted", "endpoint", "delete", "api")
 	expectCLI(t, env, 0, "was already absent", "endpoint", "delete", "api")
 	expectCLI(t, env, 0, "backend v1 deleted", "backend", "delete", "v1")
-	waitUntil(t, 10*time.Second, "Envoy to drop /api", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "Envoy to drop /api", func() bool {
 		return do(httpClient(), http.MethodGet, "http://"+n.public+"/api", "").status == 404
 	})
 	file := filepath.Join(t.TempDir(), "mesh.yaml")
@@ -172,7 +173,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 0, "create endpoint site", "apply", "-f", file)
 	expectCLI(t, env, 0, "no changes", "apply", "-f", file)
 	if r := do(httpClient(), http.MethodGet, "http://"+n.public+"/site", ""); r.status == 404 {
-		waitUntil(t, 10*time.Second, "Envoy to serve /site", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "Envoy to serve /site", func() bool {
 			return do(httpClient(), http.MethodGet, "http://"+n.public+"/site", "").backend == "v1"
 		})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // fixture is a control plane serving a config file to one real Envoy, with
@@ -144,7 +145,7 @@ func TestConfigChangeIsServed(t *testing.T) {
 	})
 	// From the save until every response comes from the new backend.
 	var served time.Duration
-	waitUntil(t, 15*time.Second, "the new backend to serve", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "the new backend to serve", func() bool {
 		r := do(client, http.MethodGet, f.url("/svc"), "")
 		if r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("a request failed during the change: %+v", r)
@@ -261,14 +262,14 @@ func TestInvalidConfigKeepsLastGood(t *testing.T) {
 backends: [{name: a, replicas: [{address: "`+f.replicas["a"].addrs[0]+`"}]}, {name: b}]
 endpoints: [{name: svc, route: /svc, traffic: {a: 0.4, b: 0.4}}]
 `))
-	waitUntil(t, 10*time.Second, "the control plane to report the invalid file", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the control plane to report the invalid file", func() bool {
 		return strings.Contains(f.cp.stderr.String(), `endpoints[0] (\"svc\").traffic: weights sum to 0.8`)
 	})
 	time.Sleep(500 * time.Millisecond) // time to (wrongly) publish, were it going to
 	if counts := sendMany(t, f.url("/svc"), 200); counts["a"] != 200 {
 		t.Fatalf("after an invalid edit: %v, want the last good config (all to a)", counts)
 	}
-	for _, n := range f.cp.nodes() {
+	for _, n := range mustNodes(t, f.cp.httpAddr) {
 		if n.ModelGeneration != 1 || !n.InSync {
 			t.Fatalf("node status %+v: the invalid file must not become a generation", n)
 		}
@@ -300,7 +301,7 @@ func TestDeltaXDS(t *testing.T) {
 	const n = 2000
 	counts := sendMany(t, f.url("/svc"), n)
 	checkShare(t, "delta: a (weight 0.5)", counts["a"], n, 0.5)
-	raw, err := json.Marshal(f.cp.nodes())
+	raw, err := json.Marshal(mustNodes(t, f.cp.httpAddr))
 	if err != nil {
 		t.Fatal(err)
 	}

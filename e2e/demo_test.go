@@ -37,7 +37,7 @@ func TestDemoStack(t *testing.T) {
 			t.Logf("demo-stack output:\n%s", out.String())
 		}
 	})
-	waitUntil(t, 90*time.Second, "the demo to be up", func() bool { return strings.Contains(out.String(), "Try:") })
+	testutil.WaitFor(t, 90*time.Second, "the demo to be up", func() bool { return strings.Contains(out.String(), "Try:") })
 
 	counts := sendMany(t, "http://"+public+"/model", 400)
 	checkShare(t, "model-v1 (weight 0.9)", counts["model-v1"], 400, 0.9)
@@ -59,7 +59,7 @@ func TestDemoStack(t *testing.T) {
 	if code, o, e := cli(t, env, "endpoint", "create", "extra", "--route", "/extra", "--backend", "extra"); code != 0 {
 		t.Fatalf("endpoint create: exit %d %s%s", code, o, e)
 	}
-	waitUntil(t, 30*time.Second, "the CLI-made process backend to serve", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the CLI-made process backend to serve", func() bool {
 		return do(httpClient(), http.MethodGet, "http://"+public+"/extra", "").backend == "extra"
 	})
 	if _, list, _ := cli(t, env, "backend", "list"); !strings.Contains(list, "process servemesh") || !strings.Contains(list, "2/2") || !strings.Contains(list, "0..3 @2") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestExternalBackend routes to a Consul service that something other than
@@ -48,7 +49,7 @@ func TestExternalBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://" + n.public + "/old"
-	waitUntil(t, 15*time.Second, "Envoy to route to the external service", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "Envoy to route to the external service", func() bool {
 		return do(httpClient(), http.MethodGet, url, "").status == http.StatusOK
 	})
 	sendMany(t, url, 200)
@@ -59,7 +60,7 @@ func TestExternalBackend(t *testing.T) {
 	if err := consulClient.Agent().UpdateTTL("legacy-check-1", "", api.HealthPassing); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 15*time.Second, "the second instance to get traffic", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "the second instance to get traffic", func() bool {
 		sendMany(t, url, 20)
 		return legacy.replicas[1].Served() > 0
 	})
@@ -69,7 +70,7 @@ func TestExternalBackend(t *testing.T) {
 	if err := consulClient.Agent().ServiceDeregister("legacy-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 15*time.Second, "Envoy to stop routing to deregistered instances", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "Envoy to stop routing to deregistered instances", func() bool {
 		return do(httpClient(), http.MethodGet, url, "").status == http.StatusServiceUnavailable
 	})
 
@@ -85,7 +86,7 @@ func TestExternalBackend(t *testing.T) {
 		}
 	}
 	before := legacy.replicas[0].Served()
-	waitUntil(t, 20*time.Second, "Envoy to route to the instance named by DNS", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "Envoy to route to the instance named by DNS", func() bool {
 		return do(httpClient(), http.MethodGet, url, "").status == http.StatusOK
 	})
 	sendMany(t, url, 50)
@@ -96,7 +97,7 @@ func TestExternalBackend(t *testing.T) {
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "again", Route: "/again", Traffic: map[string]float64{"legacy": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 15*time.Second, "a later change to be served", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "a later change to be served", func() bool {
 		return do(httpClient(), http.MethodGet, "http://"+n.public+"/again", "").status == http.StatusOK
 	})
 	st, err := c.Status(ctx)

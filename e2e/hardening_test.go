@@ -16,6 +16,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestStrayKeysDoNotStopTheController reproduces what the Consul UI's
@@ -151,11 +152,11 @@ func TestLargeApplyIsAtomicAndReadsGoOn(t *testing.T) {
 	// The client sends the whole apply, then hangs up without waiting for
 	// the answer; the controller carries on.
 	sendAndHangUp(t, ctl.apiAddr, "/v1/apply", big)
-	waitUntil(t, 60*time.Second, "the apply to be stored", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "the apply to be stored", func() bool {
 		m, _, err := observer.Load(context.Background())
 		return err == nil && len(m.Endpoints) == n
 	})
-	waitUntil(t, 60*time.Second, "the apply's record to be cleared once applied", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "the apply's record to be cleared once applied", func() bool {
 		keys, _, err := client.KV().Keys("servemesh/pending/", "", nil)
 		return err == nil && len(keys) == 0
 	})

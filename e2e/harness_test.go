@@ -9,11 +9,15 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,7 +179,7 @@ func (cp *controlPlane) start() {
 			t.Logf("control plane log:\n%s", cp.stderr.String())
 		}
 	})
-	waitUntil(t, 10*time.Second, "control plane /healthz", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "control plane /healthz", func() bool {
 		r := do(http.DefaultClient, http.MethodGet, "http://"+cp.httpAddr+"/healthz", "")
 		return r.err == nil && r.status == http.StatusOK
 	})
@@ -186,26 +190,11 @@ func (cp *controlPlane) kill() {
 	_ = cp.child.Kill()
 }
 
-func (cp *controlPlane) nodes() []server.NodeStatus {
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+cp.httpAddr+"/v1/xds/nodes", nil)
-	if err != nil {
-		return nil
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var out []server.NodeStatus
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return out
-}
-
 // waitInSync waits until every node has ACKed model generation gen.
 func (cp *controlPlane) waitInSync(gen uint64) {
 	cp.t.Helper()
-	waitUntil(cp.t, 15*time.Second, fmt.Sprintf("nodes in sync at generation %d", gen), func() bool {
-		nodes := cp.nodes()
+	testutil.WaitFor(cp.t, 15*time.Second, fmt.Sprintf("nodes in sync at generation %d", gen), func() bool {
+		nodes := nodesOf(cp.httpAddr)
 		if len(nodes) == 0 {
 			return false
 		}
@@ -345,13 +334,214 @@ func failOnRace(t *testing.T, who, output string) {
 	}
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+// load sends GETs through Envoy until stop is closed and counts failures.
+type load struct {
+	sent, failed atomic.Int64
+	// reached counts failures whose request reached a replica that died
+	// with it (Envoy: "connection termination", "remote reset").
+	reached atomic.Int64
+	// first is the first failure.
+	first atomic.Value
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	// failures are the first maxFailures failures, with when they
+	// happened, for a test to set against its faults.
+	mu       sync.Mutex
+	failures []event
+}
+
+// maxFailures bounds load.failures.
+const maxFailures = 50
+
+// event is something that happened during a test, and when.
+type event struct {
+	at   time.Time
+	what string
+}
+
+func startLoad(url string, workers int) *load { return startLoadMethod(http.MethodGet, url, workers) }
+
+// startLoadMethod is startLoad with another method (a body with POST).
+func startLoadMethod(method, url string, workers int) *load {
+	return runLoad(&load{stop: make(chan struct{})}, method, url, workers)
+}
+
+func runLoad(l *load, method, url string, workers int) *load {
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			client := &http.Client{Timeout: 5 * time.Second}
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				body := ""
+				if method == http.MethodPost {
+					body = "payload"
+				}
+				r := do(client, method, url, body)
+				l.sent.Add(1)
+				if r.err != nil || r.status != http.StatusOK {
+					l.failed.Add(1)
+					l.first.CompareAndSwap(nil, fmt.Sprintf("%+v", r))
+					l.record(fmt.Sprintf("%+v", r))
+					if strings.Contains(r.body, "connection termination") || strings.Contains(r.body, "remote reset") {
+						l.reached.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) record(result string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failures) < maxFailures {
+		l.failures = append(l.failures, event{at: time.Now(), what: result})
 	}
 }
+
+// recorded returns the failures recorded so far.
+func (l *load) recorded() []event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]event(nil), l.failures...)
+}
+
+func (l *load) finish(t *testing.T) {
+	t.Helper()
+	l.finishAllowingReached(t, false)
+}
+
+// finishAllowingReached is finish that, with reached, lets requests fail
+// that reached a replica which died with them: a request that is not
+// idempotent cannot be sent again. Every other failure fails the test.
+func (l *load) finishAllowingReached(t *testing.T, reached bool) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	t.Logf("requests through Envoy: %d sent, %d failed (%d had reached a replica that died)", l.sent.Load(), l.failed.Load(), l.reached.Load())
+	failed := l.failed.Load()
+	if reached {
+		failed -= l.reached.Load()
+	}
+	if failed != 0 {
+		t.Fatalf("%d requests failed, first: %v", l.failed.Load(), l.first.Load())
+	}
+	if l.sent.Load() < 100 {
+		t.Fatalf("only %d requests were sent; the load did not run", l.sent.Load())
+	}
+}
+
+// readNodes reads the xDS node status of a controller (or of a
+// standalone control plane) at addr.
+func readNodes(addr string) ([]server.NodeStatus, error) {
+	r, err := http.Get("http://" + addr + "/v1/xds/nodes") //nolint:noctx // test helper
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Body.Close() }()
+	if r.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /v1/xds/nodes: %s", r.Status)
+	}
+	var out []server.NodeStatus
+	return out, json.NewDecoder(r.Body).Decode(&out)
+}
+
+// nodesOf is readNodes for a condition polled until it holds: an error
+// reads as no node.
+func nodesOf(addr string) []server.NodeStatus {
+	nodes, _ := readNodes(addr)
+	return nodes
+}
+
+// mustNodes is readNodes for an assertion: an error, or no node at all,
+// fails t, so a check over the nodes never passes by checking none.
+func mustNodes(t *testing.T, addr string) []server.NodeStatus {
+	t.Helper()
+	nodes, err := readNodes(addr)
+	if err != nil || len(nodes) == 0 {
+		t.Fatalf("reading the xDS node status at %s: %d nodes, err %v", addr, len(nodes), err)
+	}
+	return nodes
+}
+
+func waitNodeInSync(t *testing.T, apiAddr string) {
+	t.Helper()
+	testutil.WaitFor(t, 20*time.Second, "the node to be in sync with "+apiAddr, func() bool {
+		nodes := nodesOf(apiAddr)
+		return len(nodes) == 1 && nodes[0].Connected && nodes[0].InSync
+	})
+}
+
+// passThrough lets replicas, which the agents run as nobody, pass through
+// a test's work folder to their own folders below it: a test's temporary
+// folders are 0700.
+func passThrough(t *testing.T, dir string) {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func freeAddrOn(t *testing.T, host string) string {
+	t.Helper()
+	addr, err := proc.FreeAddr(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// replicaOf reads which replica answered a request.
+func replicaOf(client *http.Client, url string) (string, error) {
+	resp, err := client.Get(url) //nolint:noctx // test helper
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("status %d", resp.StatusCode)
+	}
+	var body struct {
+		Replica string `json:"replica"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return "", err
+	}
+	return body.Replica, nil
+}
+
+// envoyStat reads one stat from an Envoy's admin API; a stat Envoy does
+// not have fails the test, so no check passes by its absence.
+func envoyStat(t *testing.T, admin, name string) float64 {
+	t.Helper()
+	v, ok := readEnvoyStat(admin, name)
+	if !ok {
+		t.Fatalf("Envoy at %s has no stat %s", admin, name)
+	}
+	return v
+}
+
+func readEnvoyStat(admin, name string) (float64, bool) {
+	body, err := envoy.Admin{Socket: admin}.Get(context.Background(), "/stats?filter="+url.QueryEscape("^"+regexp.QuoteMeta(name)+"$"))
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+": "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }

@@ -125,7 +125,7 @@ func TestPublicHTTPS(t *testing.T) {
 		}
 		return resp.Proto, resp.TLS.PeerCertificates[0].SerialNumber.Int64(), nil
 	}
-	waitUntil(t, 20*time.Second, "HTTPS on the public listener", func() bool { _, _, err := get(true); return err == nil })
+	testutil.WaitFor(t, 20*time.Second, "HTTPS on the public listener", func() bool { _, _, err := get(true); return err == nil })
 	if proto, serial, err := get(true); err != nil || proto != "HTTP/2.0" || serial != 100 {
 		t.Fatalf("HTTP/2 over TLS: %s, certificate %d, %v", proto, serial, err)
 	}
@@ -140,7 +140,7 @@ func TestPublicHTTPS(t *testing.T) {
 	}
 	pid := p.Pid()
 	ca.issue(t, certs, 200) // rotation: new files moved into place
-	waitUntil(t, 20*time.Second, "the new certificate to be served", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the new certificate to be served", func() bool {
 		_, serial, err := get(true)
 		return err == nil && serial == 200
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestNoRequestLostAcrossTheInboundHop kills replicas under load in the
@@ -26,7 +27,7 @@ func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 	c := ctl.client("")
 	ctx := context.Background()
 	spec := &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "l", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
-	waitUntil(t, 20*time.Second, "backend l to be placed on both nodes", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "backend l to be placed on both nodes", func() bool {
 		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "l", Process: spec, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}})
 		return err == nil
 	})
@@ -52,7 +53,7 @@ func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 		t.Fatalf("no replica process of l on %s (tag %q)", node, tag)
 		return 0
 	}
-	waitUntil(t, 60*time.Second, "both replicas to serve through l1", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "both replicas to serve through l1", func() bool {
 		seen := map[string]bool{}
 		for range 20 {
 			tag, err := replicaOf(httpClient(), "http://"+nodes[0].public+"/l-GET")
@@ -70,7 +71,7 @@ func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 20*time.Second, "the replica on "+victim+" to be restarted", func() bool {
+		testutil.WaitFor(t, 20*time.Second, "the replica on "+victim+" to be restarted", func() bool {
 			for _, p := range replicaPids("l") {
 				if p != pid && envOf(p)["SERVEMESH_NODE"] == victim {
 					return true

@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,31 +44,6 @@ func startMTLSNode(t *testing.T, consul *testutil.Consul, id, address, xds strin
 	n := &mtlsNode{inbound: freeAddrOn(t, address), secrets: filepath.Join(dir, "secrets")}
 	n.agentProc = startAgentArgs(t, consul, id, address, xds, 4, []string{"--inbound", n.inbound, "--work-dir", dir})
 	return n
-}
-
-// envoyStat reads one stat from an Envoy's admin API; a stat Envoy does
-// not have fails the test, so no check passes by its absence.
-func envoyStat(t *testing.T, admin, name string) float64 {
-	t.Helper()
-	v, ok := readEnvoyStat(admin, name)
-	if !ok {
-		t.Fatalf("Envoy at %s has no stat %s", admin, name)
-	}
-	return v
-}
-
-func readEnvoyStat(admin, name string) (float64, bool) {
-	body, err := envoy.Admin{Socket: admin}.Get(context.Background(), "/stats?filter="+url.QueryEscape("^"+regexp.QuoteMeta(name)+"$"))
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+": "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
 }
 
 // inboundClient calls an inbound listener as a node would: with bundle's
@@ -117,7 +91,7 @@ func TestMeshMTLS(t *testing.T) {
 	create := func(name string, replicas int, cpus float64) {
 		b := model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: cpus},
 			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-		waitUntil(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+		testutil.WaitFor(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
 	}
 	create("a", 3, 3) // one per node: each node offers 4 CPUs
 	create("b", 1, 1)
@@ -127,7 +101,7 @@ func TestMeshMTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	epURL := "http://" + nodes[0].public + "/ep"
-	waitUntil(t, 60*time.Second, "node m1 to see every node of a, b and s healthy", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "node m1 to see every node of a, b and s healthy", func() bool {
 		for backend, want := range map[string]float64{"a": 3, "b": 1, "s": 1} {
 			if v, ok := readEnvoyStat(nodes[0].admin, "cluster."+backend+".membership_healthy"); !ok || v != want {
 				return false
@@ -171,7 +145,7 @@ func TestMeshMTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		url := "http://" + nodes[0].public + "/only-a"
-		waitUntil(t, 15*time.Second, "/only-a to be served", func() bool { return do(httpClient(), "GET", url, "").status == 200 })
+		testutil.WaitFor(t, 15*time.Second, "/only-a to be served", func() bool { return do(httpClient(), "GET", url, "").status == 200 })
 		const n = 900
 		perReplica := map[string]int{}
 		client := httpClient()
@@ -236,7 +210,7 @@ func TestMeshMTLS(t *testing.T) {
 		}
 		// The new Envoy's stats start from zero: a TLS handshake with the
 		// controller and a listener update are its own, with its new leaf.
-		waitUntil(t, 30*time.Second, "m3's new Envoy to connect with its new leaf and get its config", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "m3's new Envoy to connect with its new leaf and get its config", func() bool {
 			now := envoyPid(t, filepath.Dir(m3.secrets))
 			hs, ok1 := readEnvoyStat(m3.admin, "cluster._servemesh_xds.ssl.handshake")
 			lds, ok2 := readEnvoyStat(m3.admin, "listener_manager.lds.update_success")
@@ -347,10 +321,10 @@ func rotateUnderLoad(t *testing.T, client *consulapi.Client, c *api.Client, url 
 	if _, err := client.Connect().CASetConfig(conf, nil); err != nil {
 		t.Fatalf("rotating the CA root: %v", err)
 	}
-	waitUntil(t, 10*time.Second, "the CA to make the new root active", func() bool { return activeRootPEM(t, client) != oldRoot })
+	testutil.WaitFor(t, 10*time.Second, "the CA to make the new root active", func() bool { return activeRootPEM(t, client) != oldRoot })
 	newRoot := x509.NewCertPool()
 	newRoot.AppendCertsFromPEM([]byte(activeRootPEM(t, client)))
-	waitUntil(t, 90*time.Second, "every node's secrets to be re-signed", func() bool {
+	testutil.WaitFor(t, 90*time.Second, "every node's secrets to be re-signed", func() bool {
 		for i, n := range nodes {
 			now := files(n)
 			for name := range now {
@@ -362,7 +336,7 @@ func rotateUnderLoad(t *testing.T, client *consulapi.Client, c *api.Client, url 
 		return true
 	})
 	for _, n := range nodes {
-		waitUntil(t, 30*time.Second, "node "+n.id+"'s inbound listener to present a leaf of the new root", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "node "+n.id+"'s inbound listener to present a leaf of the new root", func() bool {
 			r := do(inboundClient(probe, newRoot, wire.BackendSNI("a"), prefix+wire.BackendService("a")), "GET", "https://"+n.inbound+"/", "")
 			return r.status == 200
 		})
@@ -371,7 +345,7 @@ func rotateUnderLoad(t *testing.T, client *consulapi.Client, c *api.Client, url 
 	if _, err := c.SetTraffic(context.Background(), "ep", map[string]float64{"a": 1}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the nodes to follow a change after the rotation", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the nodes to follow a change after the rotation", func() bool {
 		counts := sendMany(t, url, 50)
 		return counts["a"] == 50
 	})
@@ -452,7 +426,7 @@ func TestMTLSControllerWaitsForConsul(t *testing.T) {
 		t.Fatal("the controller never waited for Consul; the test did not start it first")
 	}
 	n := startMTLSNode(t, notYet, "late", "127.0.0.2", ctl.xdsAddr)
-	waitUntil(t, 30*time.Second, "the node to get its configuration", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the node to get its configuration", func() bool {
 		for _, s := range nodesOf(ctl.apiAddr) {
 			if s.ID == n.id && s.Connected && s.InSync {
 				return true

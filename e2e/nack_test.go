@@ -11,6 +11,7 @@ import (
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestEnvoyNACKIsReportedNotResent gives Envoy a listener it cannot bind (the
@@ -35,11 +36,11 @@ func TestEnvoyNACKIsReportedNotResent(t *testing.T) {
 	defer func() { _ = squatter.Close() }()
 	n := startEnvoyWithPublic(t, "nack-node", cp.xdsAddr, bootstrap.ProtocolSotW, squatter.Addr().String())
 
-	waitUntil(t, 15*time.Second, "the NACK to show in the node status", func() bool {
-		nodes := cp.nodes()
+	testutil.WaitFor(t, 15*time.Second, "the NACK to show in the node status", func() bool {
+		nodes := nodesOf(cp.httpAddr)
 		return len(nodes) == 1 && nodes[0].NACKs > 0
 	})
-	status := cp.nodes()[0]
+	status := mustNodes(t, cp.httpAddr)[0]
 	t.Logf("node status after the NACK: nacks=%d in_sync=%v last_nack=%q", status.NACKs, status.InSync, status.LastNACK)
 	if status.InSync || !strings.Contains(status.LastNACK, "listeners") || !strings.Contains(strings.ToLower(status.LastNACK), "bind") {
 		t.Fatalf("status %+v: want out of sync, with Envoy's bind error on listeners", status)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -28,12 +29,12 @@ func TestStalledChecksLoseNoRequest(t *testing.T) {
 	ctx := context.Background()
 	b := model.Backend{Name: "p", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
 		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "p", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	waitUntil(t, 20*time.Second, "backend p to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+	testutil.WaitFor(t, 20*time.Second, "backend p to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "p", Route: "/p", Traffic: map[string]float64{"p": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + n1.public + "/p"
-	waitUntil(t, 30*time.Second, "both replicas of p to answer through stall-n1", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "both replicas of p to answer through stall-n1", func() bool {
 		seen := map[string]bool{}
 		for range 20 {
 			if pid, err := replicaOf(httpClient(), url); err == nil {
@@ -53,7 +54,7 @@ func TestStalledChecksLoseNoRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "every replica's check to expire", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "every replica's check to expire", func() bool {
 		checks, _, err := client.Health().Checks(wire.BackendService("p"), nil)
 		expired := 0
 		for _, c := range checks {

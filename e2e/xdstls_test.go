@@ -15,6 +15,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/connect"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -51,11 +52,11 @@ func TestXDSOverTLS(t *testing.T) {
 	ctx := context.Background()
 	b := model.Backend{Name: "web", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1},
 		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "web", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	waitUntil(t, 20*time.Second, "the backend to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+	testutil.WaitFor(t, 20*time.Second, "the backend to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
 	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "web", Route: "/web", Traffic: map[string]float64{"web": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the node's Envoy, configured over TLS, to serve", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the node's Envoy, configured over TLS, to serve", func() bool {
 		return do(httpClient(), "GET", "http://"+a.public+"/web", "").status == 200
 	})
 

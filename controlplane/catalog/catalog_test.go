@@ -79,13 +79,13 @@ func TestWatcherUsesBoundedConnections(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 	w.Sync(names)
-	waitFor(t, "every service's instance", func() bool { return len(w.Snapshot()) == services })
+	testutil.WaitFor(t, 20*time.Second, "every service's instance", func() bool { return len(w.Snapshot()) == services })
 
 	// A health change on one service reaches the snapshot.
 	if err := admin.Agent().UpdateTTL("svc-123-check", "down", api.HealthCritical); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the critical instance", func() bool { s := w.Snapshot()["svc-123"]; return len(s) == 1 && !s[0].Passing })
+	testutil.WaitFor(t, 20*time.Second, "the critical instance", func() bool { s := w.Snapshot()["svc-123"]; return len(s) == 1 && !s[0].Passing })
 	select {
 	case <-w.Changed():
 	case <-time.After(5 * time.Second):
@@ -96,7 +96,7 @@ func TestWatcherUsesBoundedConnections(t *testing.T) {
 		Check: &api.AgentServiceCheck{CheckID: "svc-007-2-check", TTL: "1h", Status: api.HealthPassing}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new instance", func() bool { return len(w.Snapshot()["svc-007"]) == 2 })
+	testutil.WaitFor(t, 20*time.Second, "the new instance", func() bool { return len(w.Snapshot()["svc-007"]) == 2 })
 	t.Logf("connections to Consul: %d open now, at most %d at once, for %d services", open.Load(), peak.Load(), services)
 	// One blocking query and Fetchers reads; a read may dial afresh while
 	// the connection of the one before it is still being returned to the
@@ -104,17 +104,6 @@ func TestWatcherUsesBoundedConnections(t *testing.T) {
 	// connection per service: 250 here.
 	if limit := int64(2*w.Fetchers + 1); peak.Load() > limit {
 		t.Fatalf("the watcher opened %d connections at once for %d services; want at most %d", peak.Load(), services, limit)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -160,7 +149,7 @@ func TestExpiredChecks(t *testing.T) {
 		"ready": {true, false}, "stalled": {false, true}, "failing": {false, false},
 		"stalled-failing": {false, false}, "never-beat": {false, false},
 	}
-	waitFor(t, "the stalled check to expire", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the stalled check to expire", func() bool {
 		for _, in := range w.Snapshot()["svc"] {
 			if in.ID == "stalled" && in.Expired {
 				return true

@@ -18,6 +18,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 func processState() *model.Model {
@@ -248,17 +249,6 @@ func (s *sink) last() *model.Model {
 	return s.views[len(s.views)-1]
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func newPublisher(t *testing.T) (*Publisher, *fakeInstances, *sink, *prometheus.Registry) {
 	t.Helper()
 	in := &fakeInstances{changed: make(chan struct{}, 1)}
@@ -287,7 +277,7 @@ func TestPublisherFollowsStateAndHealth(t *testing.T) {
 	}
 	in.set("servemesh-node-n1", catalog.Instance{ID: "n1", Node: "n1", ConsulNode: "c1"})
 	in.set("servemesh-backend-run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true, Node: "n1", ConsulNode: "c1"})
-	waitFor(t, "a view with the new replica", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "a view with the new replica", func() bool {
 		return out.count() == 2 && len(out.last().Backends[0].Replicas) == 1
 	})
 }
@@ -302,7 +292,7 @@ func TestPublisherReportsRefusedViews(t *testing.T) {
 		t.Fatalf("Publish returned %v, want the sink's refusal", err)
 	}
 	in.set("servemesh-backend-run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true})
-	waitFor(t, "the health-driven refusal to be counted", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the health-driven refusal to be counted", func() bool {
 		return promtest.ToFloat64(p.failures) == 2
 	})
 	if p.Err() == nil {

@@ -37,17 +37,7 @@ func TestLeadershipComesBackAfterTheCheckIsLost(t *testing.T) {
 				}
 			})
 	}()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitFor("the first leadership", func() bool { return leads.Load() == 1 })
+	testutil.WaitFor(t, 30*time.Second, "the first leadership", func() bool { return leads.Load() == 1 })
 	checks, err := client.Agent().Checks()
 	if err != nil {
 		t.Fatal(err)
@@ -59,8 +49,8 @@ func TestLeadershipComesBackAfterTheCheckIsLost(t *testing.T) {
 			}
 		}
 	}
-	waitFor("leadership to be lost", func() bool { return losses.Load() >= 1 })
-	waitFor("leadership to come back", func() bool { return leads.Load() >= 2 })
+	testutil.WaitFor(t, 30*time.Second, "leadership to be lost", func() bool { return losses.Load() >= 1 })
+	testutil.WaitFor(t, 30*time.Second, "leadership to come back", func() bool { return leads.Load() >= 2 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run ended with %v", err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -91,4 +92,13 @@ func PidListening(addr string) int {
 		}
 	}
 	return 0
+}
+
+// WaitFor polls cond every 10ms until it holds, and fails t if it does not
+// within timeout, naming what it waited for.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := Until(timeout, cond); err != nil {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
 }

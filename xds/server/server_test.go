@@ -16,12 +16,13 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
@@ -193,7 +194,7 @@ func TestServesClustersListenersAndEndpoints(t *testing.T) {
 	st.send(ack(eds2, "v1", "v2"))
 	st.expectNothing(200 * time.Millisecond)
 
-	waitFor(t, func() bool { return len(s.Status()) == 1 && s.Status()[0].InSync })
+	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool { return len(s.Status()) == 1 && s.Status()[0].InSync })
 	if n := histogramCount(t, reg, "servemesh_xds_convergence_seconds"); n < 1 {
 		t.Fatalf("servemesh_xds_convergence_seconds has %d observations, want at least 1", n)
 	}
@@ -216,7 +217,7 @@ func TestInvalidModelIsRefusedAndLastGoodKept(t *testing.T) {
 	if s.Generation() != 1 {
 		t.Fatalf("generation %d after a refused model, want 1", s.Generation())
 	}
-	if got := testutil.ToFloat64(mustCounter(t, reg, "servemesh_xds_rejected_models_total")); got != 1 {
+	if got := promtest.ToFloat64(mustCounter(t, reg, "servemesh_xds_rejected_models_total")); got != 1 {
 		t.Fatalf("rejected models counter %v, want 1", got)
 	}
 	st := openSotW(t, conn)
@@ -248,10 +249,10 @@ func TestNACKIsCountedAndNotResent(t *testing.T) {
 		ErrorDetail: &status.Status{Code: 3, Message: "simulated rejection"},
 	})
 	st.expectNothing(500 * time.Millisecond)
-	if got := testutil.ToFloat64(mustCounterVec(t, reg, "servemesh_xds_nacks_total", "clusters")); got != 1 {
+	if got := promtest.ToFloat64(mustCounterVec(t, reg, "servemesh_xds_nacks_total", "clusters")); got != 1 {
 		t.Fatalf("NACK counter %v, want 1", got)
 	}
-	waitFor(t, func() bool { return s.Status()[0].NACKs == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool { return s.Status()[0].NACKs == 1 })
 	if got := s.Status()[0]; got.InSync || !strings.Contains(got.LastNACK, "simulated rejection") {
 		t.Fatalf("status %+v, want out of sync with the NACK's message", got)
 	}
@@ -288,12 +289,12 @@ func TestGoneNodesAreForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	waitFor(t, func() bool { st := s.Status(); return len(st) == 1 && !st[0].Connected })
+	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool { st := s.Status(); return len(st) == 1 && !st[0].Connected })
 	time.Sleep(100 * time.Millisecond)
 	if err := s.SetModel(testModel("127.0.0.1:9002")); err != nil { // a publish prunes
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return len(s.Status()) == 0 })
+	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool { return len(s.Status()) == 0 })
 	if _, err := s.snapshots.GetSnapshot("short-lived"); err == nil {
 		t.Fatal("the gone node's snapshot was kept")
 	}
@@ -323,7 +324,7 @@ func TestGoneNodesAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		cancel()
-		waitFor(t, func() bool {
+		testutil.WaitFor(t, 5*time.Second, "the condition", func() bool {
 			for _, n := range s.Status() {
 				if n.Connected {
 					return false
@@ -332,7 +333,7 @@ func TestGoneNodesAreBounded(t *testing.T) {
 			return true
 		})
 	}
-	waitFor(t, func() bool { return len(s.Status()) == 3 })
+	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool { return len(s.Status()) == 3 })
 	for _, n := range s.Status() {
 		if n.ID != "once-7" && n.ID != "once-8" && n.ID != "once-9" {
 			t.Errorf("kept %s; want the three most recently gone", n.ID)
@@ -396,7 +397,7 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 	plain := openSotW(t, conn)
 	plain.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "plain"), TypeUrl: resource.ClusterType})
 	plain.expectNothing(300 * time.Millisecond)
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool {
 		for _, n := range s.Status() {
 			if n.ID == "plain" {
 				return strings.Contains(n.Refused, "announces no inbound listener") && !n.InSync
@@ -459,17 +460,6 @@ func TestDeltaStreamServesClusters(t *testing.T) {
 	}
 	if len(resp.GetResources()) != 1 || resp.GetResources()[0].GetName() != "v1" {
 		t.Fatalf("delta endpoints %v, want only v1", resp.GetResources())
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
