@@ -46,6 +46,9 @@ type Options struct {
 	Healthy func(backend string) map[string]bool
 	// Addresses are the static replica addresses users may name.
 	Addresses model.AddressPolicy
+	// Now is the clock placements and drains are timed by; time.Now when
+	// nil (tests pass their own).
+	Now func() time.Time
 }
 
 // Controller owns the desired state. Create it with New, then call Lead to
@@ -55,6 +58,7 @@ type Controller struct {
 	store   store.Store
 	publish func(*model.Model) error
 	crashP  float64
+	now     func() time.Time
 	exit    func(int)
 	metrics *metrics
 
@@ -99,6 +103,10 @@ func New(o Options) *Controller {
 		log: o.Logger, store: o.Store, publish: o.Publish, crashP: o.CrashAfterCheckpoint,
 		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &model.Model{},
 		listNodes: o.Nodes, healthy: o.Healthy, addresses: o.Addresses, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
+		now: o.Now,
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 	if c.drainGrace == 0 {
 		c.drainGrace = 5 * time.Second

@@ -49,7 +49,7 @@ func (c *Controller) CreateBackend(ctx context.Context, spec model.BackendSpec) 
 			return errorf(Conflict, "backend %q already exists with a different spec; use `backend update` to change its config, or delete it first", b.Name)
 		}
 		m.Backends = append(m.Backends, b)
-		return schedule(m, len(m.Backends)-1, nodes, time.Now())
+		return schedule(m, len(m.Backends)-1, nodes, c.now())
 	})
 }
 
@@ -78,7 +78,7 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 		if err := model.ValidateBackend(m.Backends[i]); err != nil {
 			return &Error{Kind: Invalid, Msg: "refused", Err: err} // before any work its numbers size
 		}
-		return schedule(m, i, nodes, time.Now())
+		return schedule(m, i, nodes, c.now())
 	})
 }
 
@@ -223,7 +223,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 		if err := c.guard(ctx, current, desired); err != nil {
 			return nil, err
 		}
-		next, err := prepareApply(current, desired, nodes)
+		next, err := prepareApply(current, desired, nodes, c.now())
 		if err != nil {
 			return nil, err
 		}
@@ -234,7 +234,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 		if err := c.guard(ctx, m, desired); err != nil {
 			return err // before placement says whether it would fit
 		}
-		next, err := prepareApply(m, desired, nodes)
+		next, err := prepareApply(m, desired, nodes, c.now())
 		if err != nil {
 			return err
 		}
@@ -247,7 +247,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 
 // prepareApply turns a file's model into the state to store: it carries
 // over what the controller manages from current and places replicas.
-func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo) (*model.Model, error) {
+func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo, now time.Time) (*model.Model, error) {
 	next := model.Clone(desired)
 	currentBackends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
 	for i := range next.Backends {
@@ -275,7 +275,6 @@ func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo) (*model.
 	if err := next.Validate(); err != nil {
 		return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
 	}
-	now := time.Now()
 	for i := range next.Backends {
 		if err := schedule(next, i, nodes, now); err != nil {
 			return nil, err
@@ -339,6 +338,6 @@ func (c *Controller) Autoscale(ctx context.Context, name string, replicas int) (
 		}
 		as := m.Backends[i].Config.Autoscaling
 		m.Backends[i].Config.NumReplicas = min(max(replicas, as.MinReplicas), as.MaxReplicas)
-		return schedule(m, i, nodes, time.Now())
+		return schedule(m, i, nodes, c.now())
 	})
 }

@@ -195,7 +195,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := c.now()
 	alive := map[string]bool{}
 	for _, n := range nodes {
 		alive[n.ID] = true

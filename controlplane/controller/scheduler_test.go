@@ -40,11 +40,32 @@ func (f *fakeNodes) set(n ...wire.NodeInfo) {
 	f.nodes = n
 }
 
+// clock is a test's clock: it moves only when the test advances it.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// testClock is the clock of the controllers newScheduling makes.
+var testClock = &clock{now: time.Unix(1_800_000_000, 0)}
+
 func newScheduling(t *testing.T, nodes *fakeNodes) (*Controller, *store.Memory) {
 	t.Helper()
 	st := store.NewMemory()
 	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil },
-		Nodes: nodes.list, DrainGrace: time.Millisecond, ReplaceAfter: time.Millisecond})
+		Nodes: nodes.list, DrainGrace: time.Second, ReplaceAfter: time.Minute, Now: testClock.Now})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +151,13 @@ func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 	if running != 1 {
 		t.Fatalf("%d running after scaling to 1", running)
 	}
-	time.Sleep(drainMargin + 10*time.Millisecond)
+	if err := c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := c.GetBackend("a"); len(b.Placements) != 4 {
+		t.Fatalf("before the drain period is over: %+v, want the draining replicas kept", b.Placements)
+	}
+	testClock.advance(time.Second + drainMargin)
 	if err := c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +177,13 @@ func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
 	if err := c.Reconcile(ctx); err != nil { // notes n2 missing
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	if err := c.Reconcile(ctx); err != nil { // too early: n2 may come back
+		t.Fatal(err)
+	}
+	if b, _ := c.GetBackend("a"); perNode(b, model.Running)["n2"] != 1 {
+		t.Fatalf("before ReplaceAfter: %v, want n2's replica kept", perNode(b, model.Running))
+	}
+	testClock.advance(time.Minute)
 	if err := c.Reconcile(ctx); err != nil { // replaces after ReplaceAfter
 		t.Fatal(err)
 	}
