@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -125,7 +125,7 @@ func classify(typeURL string) string {
 // Register exposes the aggregated discovery service (state-of-the-world and
 // delta) on g.
 func (s *Server) Register(g *grpc.Server) {
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
 }
 
 // SetModel validates m and, if it is valid, makes it the model every node is

@@ -10,7 +10,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -205,7 +205,7 @@ func upstreamTLS(t *MTLS, backend string) (*core.TransportSocket, error) {
 		Sni: wire.BackendSNI(backend),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(wire.SecretsDir, wire.NodeSecret)},
-			ValidationContextType:          validation(uriMatcher(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.IdentityPrefix + wire.BackendService(backend)}})),
+			ValidationContextType:          validation(uriMatcher(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: t.IdentityPrefix + wire.BackendService(backend)}})),
 		},
 	}
 	return tlsSocket(ctx)
@@ -220,7 +220,7 @@ func validation(san *tlsv3.SubjectAltNameMatcher) *tlsv3.CommonTlsContext_Combin
 	}}
 }
 
-func uriMatcher(m *matcherv3.StringMatcher) *tlsv3.SubjectAltNameMatcher {
+func uriMatcher(m *matcher.StringMatcher) *tlsv3.SubjectAltNameMatcher {
 	return &tlsv3.SubjectAltNameMatcher{SanType: tlsv3.SubjectAltNameMatcher_URI, Matcher: m}
 }
 
