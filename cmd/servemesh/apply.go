@@ -25,7 +25,7 @@ func newApplyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}

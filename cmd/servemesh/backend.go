@@ -46,7 +46,7 @@ func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
@@ -104,7 +104,7 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}

@@ -31,8 +31,9 @@ func addClientFlags(cmd *cobra.Command, f *clientFlags) {
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// client returns an API client for the flags.
-func (f *clientFlags) client() (*api.Client, error) {
+// client returns an API client for the flags; it tells cmd's stderr when a
+// call waits for a leader.
+func (f *clientFlags) client(cmd *cobra.Command) (*api.Client, error) {
 	if f.output != "table" && f.output != "json" {
 		return nil, fmt.Errorf("-o %q: use table or json", f.output)
 	}
@@ -42,6 +43,9 @@ func (f *clientFlags) client() (*api.Client, error) {
 	}
 	c := api.NewClient(f.server, token)
 	c.FailoverWait = f.failoverWait
+	c.Waiting = func(why error, upTo time.Duration) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "servemesh: no controller at %s leads yet (%v); waiting up to %s (--failover-wait)\n", f.server, why, upTo)
+	}
 	if f.caFile != "" {
 		ca, err := os.ReadFile(f.caFile)
 		if err != nil {

@@ -44,7 +44,7 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 			default:
 				return errors.New("an endpoint needs traffic: give --backend NAME or --traffic b1=0.9,b2=0.1")
 			}
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
@@ -72,7 +72,7 @@ func newTrafficCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
@@ -95,7 +95,7 @@ func newShadowCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}

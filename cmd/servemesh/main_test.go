@@ -76,6 +76,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"traffic", "set", "e", "a=x", "--server", "127.0.0.1:1"}, 1, `"x" is not a number`},
 		// Flags may come after positional arguments, for every command.
 		{[]string{"traffic", "set", "e", "a=1", "--server", "127.0.0.1:1", "--failover-wait", "0"}, 1, "127.0.0.1:1"},
+		// One controller that nothing answers at: at once, with what to check
+		// (the default --failover-wait would otherwise hold the test 15 s).
+		{[]string{"status", "--server", "127.0.0.1:1"}, 1, "at http://127.0.0.1:1: no controller answers (connection refused): is a controller running there? Give its address with --server or $SERVEMESH_SERVER"},
 		{[]string{"backend", "list", "-o", "yaml", "--server", "127.0.0.1:1"}, 1, `-o "yaml": use table or json`},
 	} {
 		code, _, errOut := runCLI(tc.args...)

@@ -22,7 +22,7 @@ func listCommand[T any](kind string, f *clientFlags, list func(*api.Client, cont
 	return &cobra.Command{
 		Use: "list", Short: "list " + kind + "s", Args: names(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
@@ -44,7 +44,7 @@ func getCommand[T any](kind string, f *clientFlags, get func(*api.Client, contex
 	return &cobra.Command{
 		Use: "get NAME", Short: "show one " + kind, Args: names(1, "one "+kind+" name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
@@ -65,7 +65,7 @@ func deleteCommand(kind string, f *clientFlags, del func(*api.Client, context.Co
 	return &cobra.Command{
 		Use: "delete NAME", Short: "delete a " + kind, Args: names(1, "one "+kind+" name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}

@@ -16,7 +16,7 @@ func newStatusCommand() *cobra.Command {
 		Short: "show live request and error rates next to the weights, replicas, and each node's config",
 		Args:  names(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client()
+			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}

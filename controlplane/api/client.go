@@ -33,8 +33,12 @@ type Client struct {
 	http  *http.Client
 	// FailoverWait bounds how long a call waits for a controller that
 	// leads (and answers); NewClient sets DefaultFailoverWait, and zero
-	// tries each controller once.
+	// tries each controller once. With one controller that nothing
+	// answers at, a call fails at once.
 	FailoverWait time.Duration
+	// Waiting, if set, hears once per call that it waits for a leader, why
+	// (the last error), and for how long at most.
+	Waiting func(why error, upTo time.Duration)
 }
 
 // DefaultFailoverWait is a little longer than a leader's takeover after it
@@ -91,6 +95,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	deadline := time.Now().Add(c.FailoverWait)
 	delay := 100 * time.Millisecond
 	order := append([]string(nil), c.bases...)
+	waited := false
 	for {
 		var err error
 		var unknownLeader string
@@ -110,9 +115,16 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		if unknownLeader != "" && len(c.bases) == 1 {
 			return fmt.Errorf("%w; it is not among the controllers this client was given (--server), so the token is not sent there; add it", err)
 		}
+		if len(c.bases) == 1 && errors.Is(err, ErrUnreachable) {
+			return err // nothing to fail over to, and nothing listens: say so now
+		}
 		if time.Now().Add(delay).After(deadline) {
 			return err
 		}
+		if !waited && c.Waiting != nil {
+			c.Waiting(err, time.Until(deadline).Round(100*time.Millisecond))
+		}
+		waited = true
 		select { // no controller leads yet: wait for a takeover
 		case <-ctx.Done():
 			return fmt.Errorf("%w (then: %w)", err, ctx.Err())
@@ -134,8 +146,8 @@ func retryable(err error) bool {
 	if errors.As(err, &apiErr) {
 		return apiErr.Body.Kind == "not_leader"
 	}
-	var urlErr *url.Error
-	return errors.As(err, &urlErr) // transport: refused, reset, EOF
+	var transport *transportError
+	return errors.As(err, &transport) // refused, reset, EOF
 }
 
 // namedLeader is the leader a follower's answer names, normalised; "" if
@@ -176,7 +188,7 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body, out 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, base+path, err)
+		return explain(method, path, base, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -184,6 +196,9 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body, out 
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
+		if err := explainAnswer(method, path, base, resp.StatusCode, string(data)); err != nil {
+			return err
+		}
 		e := &Error{Status: resp.StatusCode}
 		if json.Unmarshal(data, &e.Body) != nil || e.Body.Error == "" {
 			e.Body.Error = strings.TrimSpace(string(data))
