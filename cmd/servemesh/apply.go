@@ -45,14 +45,17 @@ func newApplyCommand() *cobra.Command {
 			if dryRun {
 				prefix = "(dry run) would "
 			}
-			for _, line := range res.Changes {
-				fmt.Fprintf(out, "%s%s\n", prefix, line)
+			for _, ch := range res.Diff {
+				fmt.Fprintf(out, "%s%s\n", prefix, ch)
+				for _, f := range ch.Fields {
+					fmt.Fprintf(out, "    %s\n", f)
+				}
 			}
 			return nil
 		},
 	}
 	addClientFlags(c, &f)
-	c.Flags().StringVarP(&file, "filename", "f", "", "the config file to apply (the format of `servemesh serve --config`)")
+	c.Flags().StringVarP(&file, "filename", "f", "", "the config `FILE` to apply, in the format servemesh serve --config reads")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
 	_ = c.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return c

@@ -95,14 +95,22 @@ func (s backendSource) backend(name string, cfg model.BackendConfig) (model.Back
 
 func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 	var cfg configFlags
+	var replicas []string
 	c := &cobra.Command{
-		Use:   "update NAME",
-		Short: "change a backend's config: only the flags given change",
-		Args:  names(1, "one backend name"),
+		Use:               "update NAME",
+		ValidArgsFunction: completeName(f, backendNames),
+		Short:             "change a backend's config, or the addresses of a backend of listed replicas: only the flags given change",
+		Args:              names(1, "one backend name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			patch, err := cfg.patch(cmd.Flags())
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("replica") {
+				patch.Replicas = make([]model.ReplicaSpec, 0, len(replicas))
+				for _, a := range replicas {
+					patch.Replicas = append(patch.Replicas, model.ReplicaSpec{Address: a})
+				}
 			}
 			c, err := f.client(cmd)
 			if err != nil {
@@ -113,6 +121,7 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 		},
 	}
 	cfg.register(c.Flags())
+	c.Flags().StringArrayVar(&replicas, "replica", nil, "the address (IP:port or host:port) of a replica of a backend of listed replicas; repeat it for each: the list replaces the backend's")
 	return c
 }
 

@@ -23,9 +23,9 @@ func addClientFlags(cmd *cobra.Command, f *clientFlags) {
 		server = "127.0.0.1:18001"
 	}
 	fs := cmd.PersistentFlags()
-	fs.StringVar(&f.server, "server", server, "the controller's API address, or several comma-separated (default $SERVEMESH_SERVER or 127.0.0.1:18001)")
-	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("SERVEMESH_TOKEN_FILE"), "file with the API bearer token (default $SERVEMESH_TOKEN_FILE)")
-	fs.StringVar(&f.caFile, "ca-file", os.Getenv("SERVEMESH_CA_FILE"), "PEM file of the CA that signed the controller's HTTPS certificate, for https:// servers (default $SERVEMESH_CA_FILE, else the system's)")
+	fs.StringVar(&f.server, "server", server, "the controller's API address, or several comma-separated; $SERVEMESH_SERVER sets the default")
+	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("SERVEMESH_TOKEN_FILE"), "file with the API bearer token; $SERVEMESH_TOKEN_FILE sets the default")
+	fs.StringVar(&f.caFile, "ca-file", os.Getenv("SERVEMESH_CA_FILE"), "PEM file of the CA that signed the controller's HTTPS certificate, for https:// servers; $SERVEMESH_CA_FILE sets the default, and without either the system's CAs are trusted")
 	fs.StringVarP(&f.output, "output", "o", "table", "output of reads: table or json")
 	fs.DurationVar(&f.failoverWait, "failover-wait", api.DefaultFailoverWait, "how long a call waits for a controller that leads and answers (a leader's failover), trying each given one; 0 tries each once")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))

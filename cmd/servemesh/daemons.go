@@ -120,6 +120,12 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 			if !cmd.Flags().Changed("work-dir") {
 				ef.workDir = ".run/agent-" + ef.node.id
 			}
+			if !cmd.Flags().Changed("cpus") {
+				o.Node.CPUs = float64(runtime.NumCPU())
+			}
+			if !cmd.Flags().Changed("memory-mb") {
+				o.Node.MemoryMB = agent.MemoryMB()
+			}
 			n, err := ef.envoyNode(log)
 			if err != nil {
 				return err
@@ -142,8 +148,8 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs := c.Flags()
 	ef.register(fs, defaultNode(), ".run/envoy")
 	fs.StringVar(&o.Node.Address, "address", "127.0.0.1", "the IP address this node's replicas listen on")
-	fs.Float64Var(&o.Node.CPUs, "cpus", float64(runtime.NumCPU()), "CPUs this node offers to replicas")
-	fs.IntVar(&o.Node.MemoryMB, "memory-mb", agent.MemoryMB(), "MiB of memory this node offers to replicas")
+	fs.Float64Var(&o.Node.CPUs, "cpus", 0, "CPUs this node offers to replicas (default: this machine's)")
+	fs.IntVar(&o.Node.MemoryMB, "memory-mb", 0, "MiB of memory this node offers to replicas (default: this machine's)")
 	fs.StringVar(&o.ConsulPrefix, "consul-prefix", "servemesh", "Consul KV prefix of the controller's state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before it is stopped (keep it equal to the controller's)")
 	fs.BoolVar(&o.NoEnvoy, "no-envoy", false, "do not run this node's Envoy")

@@ -63,10 +63,11 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 func newTrafficCommand() *cobra.Command {
 	var f clientFlags
 	set := &cobra.Command{
-		Use:     "set ENDPOINT BACKEND=WEIGHT...",
-		Short:   "set an endpoint's traffic split",
-		Example: "  servemesh traffic set model model-v1=0.9 model-v2=0.1",
-		Args:    cobra.MinimumNArgs(2),
+		Use:               "set ENDPOINT BACKEND=WEIGHT...",
+		ValidArgsFunction: completeSplit(&f),
+		Short:             "set an endpoint's traffic split",
+		Example:           "  servemesh traffic set model model-v1=0.9 model-v2=0.1",
+		Args:              cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			weights, err := parseWeights(args[1:])
 			if err != nil {
@@ -86,10 +87,11 @@ func newTrafficCommand() *cobra.Command {
 func newShadowCommand() *cobra.Command {
 	var f clientFlags
 	set := &cobra.Command{
-		Use:     "set ENDPOINT BACKEND=PROPORTION",
-		Short:   "mirror a proportion of an endpoint's requests to a backend (0 removes the shadow)",
-		Example: "  servemesh shadow set model model-v3=0.05",
-		Args:    cobra.ExactArgs(2),
+		Use:               "set ENDPOINT BACKEND=PROPORTION",
+		ValidArgsFunction: completeSplit(&f),
+		Short:             "mirror a proportion of an endpoint's requests to a backend (0 removes the shadow)",
+		Example:           "  servemesh shadow set model model-v3=0.05",
+		Args:              cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := parseWeights(args[1:])
 			if err != nil {
@@ -101,7 +103,11 @@ func newShadowCommand() *cobra.Command {
 			}
 			backend, proportion := firstPair(p)
 			changed, err := c.SetShadow(cmd.Context(), args[0], backend, proportion)
-			return report(cmd, "endpoint", args[0], changed, err, "shadow to "+backend+" set", "already has this shadow")
+			did, same := fmt.Sprintf("shadow to %s set to %g", backend, proportion), "already has this shadow"
+			if proportion == 0 {
+				did, same = "shadow to "+backend+" removed", "has no shadow to "+backend
+			}
+			return report(cmd, "endpoint", args[0], changed, err, did, same)
 		},
 	}
 	return nounCommand("shadow", "mirror a proportion of an endpoint's requests", &f, set)

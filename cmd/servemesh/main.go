@@ -39,6 +39,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	initCompletion(root) // after SetOut: the completion commands keep the writer they see now
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
@@ -90,12 +91,24 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 		c.GroupID = "run"
 		root.AddCommand(c)
 	}
+	root.SetVersionTemplate("servemesh {{.Version}}\n") // as `servemesh version` prints it
 	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), "servemesh", version)
 			return err
 		}})
 	return root
+}
+
+// initCompletion adds cobra's completion command, on which an unknown
+// shell is a usage error rather than help and success.
+func initCompletion(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args, c.RunE = cobra.ArbitraryArgs, needSubcommand
+		}
+	}
 }
 
 // needSubcommand is the RunE of a command that only groups others: with no

@@ -42,7 +42,7 @@ func listCommand[T any](kind string, f *clientFlags, list func(*api.Client, cont
 func getCommand[T any](kind string, f *clientFlags, get func(*api.Client, context.Context, string) (T, error),
 	header string, row func(T) string) *cobra.Command {
 	return &cobra.Command{
-		Use: "get NAME", Short: "show one " + kind, Args: names(1, "one "+kind+" name"),
+		Use: "get NAME", Short: "show one " + kind, Args: names(1, "one "+kind+" name"), ValidArgsFunction: completeKind(kind, f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client(cmd)
 			if err != nil {
@@ -63,7 +63,7 @@ func getCommand[T any](kind string, f *clientFlags, get func(*api.Client, contex
 // deleteCommand is `<kind> delete NAME`.
 func deleteCommand(kind string, f *clientFlags, del func(*api.Client, context.Context, string) (bool, error)) *cobra.Command {
 	return &cobra.Command{
-		Use: "delete NAME", Short: "delete a " + kind, Args: names(1, "one "+kind+" name"),
+		Use: "delete NAME", Short: "delete " + article(kind) + " " + kind, Args: names(1, "one "+kind+" name"), ValidArgsFunction: completeKind(kind, f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client(cmd)
 			if err != nil {
@@ -73,6 +73,22 @@ func deleteCommand(kind string, f *clientFlags, del func(*api.Client, context.Co
 			return report(cmd, kind, args[0], changed, err, "deleted", "was already absent")
 		},
 	}
+}
+
+// article is "a" or "an" before word.
+func article(word string) string {
+	if strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// completeKind completes the name of a backend or an endpoint.
+func completeKind(kind string, f *clientFlags) cobra.CompletionFunc {
+	if kind == "endpoint" {
+		return completeName(f, endpointNames)
+	}
+	return completeName(f, backendNames)
 }
 
 // report prints what a change did: did, or same when nothing changed.

@@ -36,8 +36,12 @@ type Changed struct {
 
 // ApplyResult is the answer to /v1/apply.
 type ApplyResult struct {
+	// Changes are the objects created, updated or deleted, a line each
+	// ("update endpoint model").
 	Changes []string `json:"changes"`
-	DryRun  bool     `json:"dry_run"`
+	// Diff is the same with, for each update, the fields it changes.
+	Diff   []controller.Change `json:"diff"`
+	DryRun bool                `json:"dry_run"`
 }
 
 // LeaderInfo is the answer to /v1/leader.
@@ -223,8 +227,12 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 	if !decodeLimit(w, r, &m, MaxApplyBytes, true) {
 		return
 	}
-	changes, err := s.c.Apply(r.Context(), &m, dryRun)
-	s.answer(w, ApplyResult{Changes: nonNil(changes), DryRun: dryRun}, err)
+	diff, err := s.c.Apply(r.Context(), &m, dryRun)
+	res := ApplyResult{Changes: []string{}, Diff: nonNil(diff), DryRun: dryRun}
+	for _, ch := range diff {
+		res.Changes = append(res.Changes, ch.String())
+	}
+	s.answer(w, res, err)
 }
 
 func (s *server) leader(w http.ResponseWriter, _ *http.Request) {

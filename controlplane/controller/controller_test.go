@@ -147,11 +147,19 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 		{"update unknown backend", func() (bool, error) {
 			return c.UpdateBackendConfig(ctx, "ghost", model.BackendConfigPatch{NumReplicas: &zero})
 		}, NotFound, `backend "ghost" is not registered`},
-		{"empty update", func() (bool, error) { return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{}) }, Invalid, "sets no config field"},
-		{"negative replicas", func() (bool, error) {
+		{"empty update", func() (bool, error) { return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{}) }, Invalid, "sets no field"},
+		{"negative max_concurrent_queries", func() (bool, error) {
 			n := -1
+			return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{MaxConcurrentQueries: &n})
+		}, Invalid, "max_concurrent_queries: is -1"},
+		{"replicas of a backend of listed replicas", func() (bool, error) {
+			n := 5
 			return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{NumReplicas: &n})
-		}, Invalid, "num_replicas: is -1"},
+		}, Invalid, "num_replicas: is set on a backend of listed replicas; servemesh does not run its replicas"},
+		{"cpus of a backend of listed replicas", func() (bool, error) {
+			n := 3.0
+			return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{CPUs: &n})
+		}, Invalid, "cpus: is set on a backend of listed replicas"},
 		{"delete used backend", func() (bool, error) { return c.DeleteBackend(ctx, "v1") }, Conflict, `backend "v1" is used by endpoint "api"`},
 		{"endpoint exists", func() (bool, error) {
 			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/other", Traffic: map[string]float64{"v1": 1}})
@@ -229,7 +237,7 @@ func TestApplyIsOneCommitAndDryRunChangesNothing(t *testing.T) {
 			Traffic: map[string]float64{fmt.Sprintf("b%03d", i): 1}})
 	}
 	diff, err := c.Apply(ctx, model.SpecOf(desired), true)
-	if err != nil || len(diff) != 200 || diff[0] != "create backend b000" {
+	if err != nil || len(diff) != 200 || diff[0].String() != "create backend b000" {
 		t.Fatalf("dry run: %d lines (%v), err %v", len(diff), diff[:min(3, len(diff))], err)
 	}
 	if _, rev, _ := st.Load(ctx); rev != 0 {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -65,7 +63,13 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 			return errorf(NotFound, "backend %q is not registered; create it first", name)
 		}
 		if patch.Empty() {
-			return errorf(Invalid, "the update sets no config field; set at least one of max_concurrent_queries, num_replicas, cpus, memory_mb, autoscaling")
+			return errorf(Invalid, "the update sets no field; set at least one of max_concurrent_queries, num_replicas, cpus, memory_mb, autoscaling, replicas")
+		}
+		if patch.Replicas != nil {
+			if b := m.Backends[i]; b.Process != nil || b.External != nil {
+				return errorf(Invalid, "backend %q %s: replicas are set only on a backend of listed replicas", name, source(b))
+			}
+			m.Backends[i].Replicas = model.BackendSpec{Replicas: patch.Replicas}.Backend().Replicas
 		}
 		next := patch.Apply(m.Backends[i].Config)
 		if as := next.Autoscaling; as != nil {
@@ -80,6 +84,14 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 		}
 		return schedule(m, i, nodes, c.now())
 	})
+}
+
+// source says where a process or external backend's replicas come from.
+func source(b model.Backend) string {
+	if b.Process != nil {
+		return "runs a process, whose replicas servemesh places (scale it with num_replicas)"
+	}
+	return fmt.Sprintf("routes to Consul service %q's instances", b.External.Service)
 }
 
 // DeleteBackend removes a backend no endpoint uses. Deleting a backend that
@@ -212,7 +224,7 @@ func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
 // num_replicas (draining any surplus), leaves an autoscaled backend's
 // replica count to the autoscaler, and rolls out a changed process spec
 // (the old replicas drain while new ones are placed).
-func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) ([]string, error) {
+func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) ([]Change, error) {
 	desired := spec.Model()
 	nodes, err := c.nodes(ctx)
 	if err != nil {
@@ -229,7 +241,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 		}
 		return describe(current, store.Diff(current, next)), nil
 	}
-	var diff []string
+	var diff []Change
 	_, err = c.change(ctx, "apply", func(m *model.Model) error {
 		if err := c.guard(ctx, m, desired); err != nil {
 			return err // before placement says whether it would fit
@@ -289,37 +301,6 @@ func indexByName[T any](items []T, name func(T) string) map[string]int {
 	for i, x := range items {
 		out[name(x)] = i
 	}
-	return out
-}
-
-// describe renders a change as sorted, human-readable lines.
-func describe(current *model.Model, ch store.Change) []string {
-	var out []string
-	backends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
-	endpoints := indexByName(current.Endpoints, func(e model.Endpoint) string { return e.Name })
-	for _, b := range ch.PutBackends {
-		verb := "create"
-		if _, ok := backends[b.Name]; ok {
-			verb = "update"
-		}
-		out = append(out, fmt.Sprintf("%s backend %s", verb, b.Name))
-	}
-	for _, n := range ch.DeleteBackends {
-		out = append(out, "delete backend "+n)
-	}
-	for _, e := range ch.PutEndpoints {
-		verb := "create"
-		if _, ok := endpoints[e.Name]; ok {
-			verb = "update"
-		}
-		out = append(out, fmt.Sprintf("%s endpoint %s", verb, e.Name))
-	}
-	for _, n := range ch.DeleteEndpoints {
-		out = append(out, "delete endpoint "+n)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		return strings.SplitN(out[i], " ", 2)[1] < strings.SplitN(out[j], " ", 2)[1]
-	})
 	return out
 }
 

@@ -254,8 +254,9 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	before, _ := c.GetBackend("a")
 	file.Backends[0].Process = &model.ProcessSpec{Command: "/bin/replica-v2"}
 	diff, err := c.Apply(ctx, model.SpecOf(file), false)
-	if err != nil || len(diff) != 1 || diff[0] != "update backend a" {
-		t.Fatalf("apply of a new spec: %v, %v", diff, err)
+	if err != nil || len(diff) != 1 || diff[0].String() != "update backend a" || len(diff[0].Fields) != 1 ||
+		diff[0].Fields[0].String() != `process.command: "/bin/replica" -> "/bin/replica-v2"` {
+		t.Fatalf("apply of a new spec: %+v, %v; want the command's change and nothing else (placements are not the user's)", diff, err)
 	}
 	old := map[string]bool{}
 	for _, p := range before.Placements {

@@ -96,6 +96,7 @@ func View(m *model.Model, instances map[string][]catalog.Instance, rules Rules) 
 			}
 		}
 		b.Process, b.External, b.Placements, b.Config.Autoscaling = nil, nil, nil, nil
+		*b = b.WithoutProcessOnlyFields()
 	}
 	return out, dropped
 }

@@ -197,6 +197,9 @@ type BackendConfigPatch struct {
 	// Autoscaling replaces the autoscaling config; an empty one
 	// ({"max_replicas": 0}) turns autoscaling off.
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
+	// Replicas replaces the replicas of a backend of listed replicas (not
+	// of a process or external one).
+	Replicas []ReplicaSpec `json:"replicas,omitempty"`
 }
 
 // Apply returns c with the patch's set fields replaced.
@@ -224,7 +227,17 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 
 // Empty reports whether the patch changes nothing.
 func (p BackendConfigPatch) Empty() bool {
-	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.Autoscaling == nil
+	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.Autoscaling == nil && p.Replicas == nil
+}
+
+// WithoutProcessOnlyFields returns b without the fields that size the
+// replicas servemesh runs if b has none to run: values older versions
+// accepted there and which never had an effect.
+func (b Backend) WithoutProcessOnlyFields() Backend {
+	if b.Process == nil {
+		b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB = 0, 0, 0
+	}
+	return b
 }
 
 // Health is a replica's health as the data plane should treat it.

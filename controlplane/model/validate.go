@@ -189,14 +189,10 @@ func validateBackend(p *problems, field string, b Backend) {
 		p.add(field+".config.max_concurrent_queries", "is %d; set a number from 1 to %d, or leave it out for the default of %d",
 			mcq, MaxConcurrentQueriesLimit, DefaultMaxConcurrentQueries)
 	}
-	if b.Config.NumReplicas < 0 || b.Config.NumReplicas > MaxReplicas {
-		p.add(field+".config.num_replicas", "is %d; set a number from 0 to %d", b.Config.NumReplicas, MaxReplicas)
-	}
-	if math.IsNaN(b.Config.CPUs) || b.Config.CPUs < 0 || b.Config.CPUs > MaxCPUs {
-		p.add(field+".config.cpus", "is %v; set the CPUs one replica needs, from 0 to %d (0.5 is half a core)", b.Config.CPUs, MaxCPUs)
-	}
-	if b.Config.MemoryMB < 0 || b.Config.MemoryMB > MaxMemoryMB {
-		p.add(field+".config.memory_mb", "is %d; set the MiB of memory one replica needs, from 0 to %d", b.Config.MemoryMB, MaxMemoryMB)
+	if b.Process == nil {
+		validateProcessOnly(p, field+".config", b)
+	} else {
+		validateSizing(p, field+".config", b.Config)
 	}
 	if len(b.Placements) > 2*MaxReplicas {
 		p.add(field+".placements", "are %d; at most %d (running and draining) fit one backend", len(b.Placements), 2*MaxReplicas)
@@ -382,6 +378,37 @@ var tagPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+#[0-9a-f]{6}$`)
 
 // validateSource checks where a backend's replicas come from: static
 // addresses, a process agents run, or an external Consul service; one only.
+// validateSizing checks the fields that size a process backend's replicas.
+func validateSizing(p *problems, field string, c BackendConfig) {
+	if c.NumReplicas < 0 || c.NumReplicas > MaxReplicas {
+		p.add(field+".num_replicas", "is %d; set a number from 0 to %d", c.NumReplicas, MaxReplicas)
+	}
+	if math.IsNaN(c.CPUs) || c.CPUs < 0 || c.CPUs > MaxCPUs {
+		p.add(field+".cpus", "is %v; set the CPUs one replica needs, from 0 to %d (0.5 is half a core)", c.CPUs, MaxCPUs)
+	}
+	if c.MemoryMB < 0 || c.MemoryMB > MaxMemoryMB {
+		p.add(field+".memory_mb", "is %d; set the MiB of memory one replica needs, from 0 to %d", c.MemoryMB, MaxMemoryMB)
+	}
+}
+
+// validateProcessOnly refuses, on a backend whose replicas servemesh does
+// not run, the fields that size the replicas it runs: they would be stored
+// and change nothing.
+func validateProcessOnly(p *problems, field string, b Backend) {
+	kind, fix := "a backend of listed replicas", "list its replicas' addresses instead (backend update --replica, or replicas: in the file)"
+	if b.External != nil {
+		kind, fix = fmt.Sprintf("a backend of Consul service %q's instances", b.External.Service), "scale that service where it runs"
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"num_replicas", b.Config.NumReplicas != 0}, {"cpus", b.Config.CPUs != 0}, {"memory_mb", b.Config.MemoryMB != 0}} {
+		if f.set {
+			p.add(field+"."+f.name, "is set on %s; servemesh does not run its replicas, so %s does not apply: %s, or give the backend a command", kind, f.name, fix)
+		}
+	}
+}
+
 func validateSource(p *problems, field string, b Backend) {
 	sources := 0
 	if len(b.Replicas) > 0 {

@@ -144,6 +144,7 @@ func (c *Consul) readPair(s *snapshot, p *api.KVPair, partValues map[string][]by
 		if v.Backend.Name != name("/backends/") {
 			return fmt.Sprintf("holds backend %q under another name", v.Backend.Name)
 		}
+		v.Backend = v.Backend.WithoutProcessOnlyFields() // stored by older versions, and never of effect
 		if err := model.ValidateBackend(v.Backend); err != nil {
 			return err.Error()
 		}

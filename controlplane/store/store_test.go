@@ -153,6 +153,31 @@ func put(t *testing.T, kv *api.KV, key, value string) {
 	}
 }
 
+// TestOldSizingOfListedReplicasIsDropped: num_replicas, cpus and memory_mb
+// stored on a backend of listed replicas (older versions accepted them; they
+// never had an effect) are read as unset, not as an unreadable backend.
+func TestOldSizingOfListedReplicasIsDropped(t *testing.T) {
+	st, kv, prefix := consulStore(t)
+	ctx := context.Background()
+	if _, err := st.Commit(ctx, 0, Diff(&model.Model{}, sample(1))); err != nil {
+		t.Fatal(err)
+	}
+	put(t, kv, prefix+"/backends/legacy", `{"schema": 1, "backend": {"name": "legacy", "config": {"num_replicas": 5, "cpus": 3, "memory_mb": 64}, "replicas": [{"address": "10.0.0.1:80"}]}}`)
+	m, _, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range m.Backends {
+		if b.Name == "legacy" {
+			if b.Config.NumReplicas != 0 || b.Config.CPUs != 0 || b.Config.MemoryMB != 0 || len(b.Replicas) != 1 {
+				t.Fatalf("legacy read as %+v, want its replica and no sizing", b)
+			}
+			return
+		}
+	}
+	t.Fatalf("legacy was left out: %v", st.Unreadable())
+}
+
 // TestStrayKeysAreReportedNotFatal: keys a person or another tool put under
 // the prefix (the Consul UI's "create folder" makes an empty "backends/")
 // never stop a reader; they are left out, reported, and left untouched by
@@ -170,7 +195,7 @@ func TestStrayKeysAreReportedNotFatal(t *testing.T) {
 		prefix + "/backends/broken":    "{not json",
 		prefix + "/backends/newer":     `{"schema": 2, "backend": {"name": "newer"}}`,
 		prefix + "/backends/alias":     `{"schema": 1, "backend": {"name": "b0"}}`,
-		prefix + "/backends/bad-value": `{"schema": 1, "backend": {"name": "bad-value", "config": {"num_replicas": -5}}}`,
+		prefix + "/backends/bad-value": `{"schema": 1, "backend": {"name": "bad-value", "config": {"max_concurrent_queries": -5}}}`,
 		prefix + "/endpoints/orphan":   `{"schema": 1, "endpoint": {"name": "orphan", "route": "/o", "traffic": {"broken": 1}}}`,
 	}
 	for k, v := range stray {

@@ -161,7 +161,7 @@ func stackHelp(o StackOptions, consulAddr, meshFile string) string {
 	}
 	return fmt.Sprintf(`
 servemesh is running on this machine, as in production: Consul (UI http://%[1]s/ui), the
-controller (API %[2]s), and one node agent running its Envoy (public %[3]s) and 6 demo
+controller (API %[2]s), and one node agent running its Envoy (public %[3]s) and %[9]d demo
 replicas as processes. The applied state is in %[4]s.
 
 Try:
@@ -180,7 +180,18 @@ Try:
   CONSUL_HTTP_ADDR=%[1]s %[7]s catalog services -tags
 
 Logs: %[8]s/*.log. Press Ctrl-C to stop everything.
-`, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir)
+`, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir, replicasOf(StackModel(o.Self)))
+}
+
+// replicasOf counts the replicas m's process backends start with.
+func replicasOf(m *model.Model) int {
+	n := 0
+	for _, b := range m.Backends {
+		if b.Process != nil {
+			n += b.Config.NumReplicas
+		}
+	}
+	return n
 }
 
 // currentUser is this process's user id, for --run-as.

@@ -14,6 +14,9 @@ import (
 func Golden(t testing.TB, path string, got []byte, update bool) {
 	t.Helper()
 	if update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,126 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+// Change is one object an apply creates, updates or deletes and, for an
+// update, the fields it changes, as users write them (placements and
+// health are not fields of theirs).
+type Change struct {
+	Action string        `json:"action"` // create, update or delete
+	Kind   string        `json:"kind"`   // backend or endpoint
+	Name   string        `json:"name"`
+	Fields []FieldChange `json:"fields,omitempty"`
+}
+
+// String is the change in one line: "update endpoint model".
+func (c Change) String() string { return c.Action + " " + c.Kind + " " + c.Name }
+
+// FieldChange is one field an update changes, by its path in the config
+// file ("traffic.model-v1"), with its JSON value before and after (absent
+// when it was or will be unset).
+type FieldChange struct {
+	Field string          `json:"field"`
+	From  json.RawMessage `json:"from,omitempty"`
+	To    json.RawMessage `json:"to,omitempty"`
+}
+
+// String is the field change in one line: "traffic.model-v1: 0.7 -> 0.9".
+func (f FieldChange) String() string {
+	show := func(v json.RawMessage) string {
+		if v == nil {
+			return "(none)"
+		}
+		return string(v)
+	}
+	return fmt.Sprintf("%s: %s -> %s", f.Field, show(f.From), show(f.To))
+}
+
+// describe lists what ch changes in current, sorted by object.
+func describe(current *model.Model, ch store.Change) []Change {
+	var out []Change
+	backends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
+	endpoints := indexByName(current.Endpoints, func(e model.Endpoint) string { return e.Name })
+	for _, b := range ch.PutBackends {
+		c := Change{Action: "create", Kind: "backend", Name: b.Name}
+		if i, ok := backends[b.Name]; ok {
+			c.Action, c.Fields = "update", fieldChanges(model.BackendSpecOf(current.Backends[i]), model.BackendSpecOf(b))
+		}
+		out = append(out, c)
+	}
+	for _, n := range ch.DeleteBackends {
+		out = append(out, Change{Action: "delete", Kind: "backend", Name: n})
+	}
+	for _, e := range ch.PutEndpoints {
+		c := Change{Action: "create", Kind: "endpoint", Name: e.Name}
+		if i, ok := endpoints[e.Name]; ok {
+			c.Action, c.Fields = "update", fieldChanges(current.Endpoints[i], e)
+		}
+		out = append(out, c)
+	}
+	for _, n := range ch.DeleteEndpoints {
+		out = append(out, Change{Action: "delete", Kind: "endpoint", Name: n})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// fieldChanges compares two objects as their JSON: maps field by field,
+// anything else (lists included) as a whole.
+func fieldChanges(before, after any) []FieldChange {
+	var out []FieldChange
+	diffJSON("", toJSON(before), toJSON(after), &out)
+	return out
+}
+
+func toJSON(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var out any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func diffJSON(path string, before, after any, out *[]FieldChange) {
+	bm, bok := before.(map[string]any)
+	am, aok := after.(map[string]any)
+	if bok && aok {
+		keys := map[string]bool{}
+		for k := range bm {
+			keys[k] = true
+		}
+		for k := range am {
+			keys[k] = true
+		}
+		for _, k := range model.SortedKeys(keys) {
+			diffJSON(strings.TrimPrefix(path+"."+k, "."), bm[k], am[k], out)
+		}
+		return
+	}
+	from, to := raw(before), raw(after)
+	if string(from) != string(to) {
+		*out = append(*out, FieldChange{Field: path, From: from, To: to})
+	}
+}
+
+func raw(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
