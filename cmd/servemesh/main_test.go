@@ -33,7 +33,7 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := runCLI("validate", bad)
-	if code != 1 || !strings.Contains(errOut, `endpoints[0] ("e").traffic: weights sum to 0.5`) {
+	if code != 1 || !strings.Contains(errOut, `endpoints[0] ("e").traffic (line 2, column 43): weights sum to 0.5`) {
 		t.Fatalf("validate bad.yaml: code %d, stderr %q", code, errOut)
 	}
 }

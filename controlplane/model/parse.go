@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"sigs.k8s.io/yaml"
 )
@@ -29,6 +30,13 @@ func ParseSpec(data []byte) (*Spec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("parse model: the input is empty; write {} for a mesh with nothing in it")
 	}
+	sh, err := checkShape(data, reflect.TypeFor[Spec]())
+	if err != nil {
+		return nil, fmt.Errorf("parse model: %w", err) // YAML's own errors name the line
+	}
+	if err := sh.problems.err(); err != nil {
+		return nil, err // every unknown field and wrong kind at once, each with its line
+	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse model: %w", err)
@@ -38,7 +46,7 @@ func ParseSpec(data []byte) (*Spec, error) {
 		return nil, fmt.Errorf("parse model: %w", err)
 	}
 	if err := s.Model().Validate(); err != nil {
-		return nil, err
+		return nil, sh.locate(err)
 	}
 	return &s, nil
 }
