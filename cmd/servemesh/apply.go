@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/configfile"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/daemon"
 )
 
 func newApplyCommand() *cobra.Command {
@@ -71,8 +73,18 @@ func newValidateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s is valid: %d backends, %d endpoints\n", args[0], len(m.Backends), len(m.Endpoints))
-			return err
+			out := cmd.OutOrStdout()
+			if _, err := fmt.Fprintf(out, "%s is valid: %d backends, %d endpoints\n", args[0], len(m.Backends), len(m.Endpoints)); err != nil {
+				return err
+			}
+			var ve *model.ValidationError
+			if errors.As(daemon.FileModeProblems(m), &ve) {
+				fmt.Fprintf(out, "for servemesh apply -f only; servemesh serve would refuse it:\n")
+				for _, p := range ve.Problems {
+					fmt.Fprintf(out, "  - %s\n", p)
+				}
+			}
+			return nil
 		},
 	}
 }

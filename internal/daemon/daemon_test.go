@@ -280,3 +280,22 @@ func TestAgentStatusBeyondLoopbackNeedsAToken(t *testing.T) {
 		t.Fatalf("a status listener beyond loopback without a token: %v", err)
 	}
 }
+
+// TestFilePlaneRefusesWhatItCannotRun: a served file whose backend names a
+// command (no agent runs it) or a Consul service (no catalog is read) is
+// refused with the fix, not served as a backend with no replica.
+func TestFilePlaneRefusesWhatItCannotRun(t *testing.T) {
+	for name, backend := range map[string]string{
+		"process":  `{name: a, process: {command: /srv/model}}`,
+		"external": `{name: a, external: {service: legacy}}`,
+	} {
+		path := filepath.Join(t.TempDir(), "mesh.yaml")
+		if err := os.WriteFile(path, []byte("backends: ["+backend+"]\nendpoints: [{name: e, route: /e, traffic: {a: 1}}]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := StartFilePlane(context.Background(), quiet(), FilePlaneOptions{ConfigPath: path, XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+		if err == nil || !strings.Contains(err.Error(), `backends[0] ("a").`+name+": servemesh serve") || !strings.Contains(err.Error(), "servemesh apply -f") {
+			t.Errorf("%s: %v; want it refused, naming the field and the fix", name, err)
+		}
+	}
+}

@@ -30,8 +30,14 @@ func StartFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (
 	if err != nil {
 		return nil, err
 	}
+	if err := FileModeProblems(m); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", o.ConfigPath, err)
+	}
 	p := NewPlane(log)
 	apply := func(m *model.Model) error {
+		if err := FileModeProblems(m); err != nil {
+			return err // reported by the watcher; the last good config keeps serving
+		}
 		if o.BeforeApply != nil {
 			if err := o.BeforeApply(m); err != nil {
 				return err
@@ -49,6 +55,29 @@ func StartFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (
 	go w.Run(ctx, sum)
 	log.Info("control plane serving", "config", o.ConfigPath, "xds", p.XDSAddr(), "http", p.HTTPAddr())
 	return p, nil
+}
+
+// FileModeProblems refuses what a config file served without a controller
+// (`servemesh serve`) cannot have: backends whose replicas servemesh would
+// run (a process: no agent runs it) or read from Consul (external: no
+// catalog is read), which would never have a replica.
+func FileModeProblems(m *model.Model) error {
+	var problems []string
+	for i, b := range m.Backends {
+		field := fmt.Sprintf("backends[%d] (%q)", i, b.Name)
+		switch {
+		case b.Process != nil:
+			problems = append(problems, field+".process: servemesh serve runs no process, so this backend would have no replica; "+
+				"list its replicas' addresses (replicas:), or run a controller with agents and apply the file (servemesh apply -f)")
+		case b.External != nil:
+			problems = append(problems, field+".external: servemesh serve reads no Consul catalog, so this backend would have no replica; "+
+				"list its replicas' addresses (replicas:), or run a controller and apply the file (servemesh apply -f)")
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return &model.ValidationError{Problems: problems}
 }
 
 // ServeFile runs StartFilePlane until ctx ends.
