@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestFirstHour runs the CLI as a new user would against a live controller:
@@ -133,5 +135,42 @@ endpoints:
 				t.Errorf("completing %q: %q (stderr %q), want %q", tc.args, got, errOut, tc.want)
 			}
 		}
+	})
+
+	t.Run("status marks the replicas of a stopped agent, and placing says no node is connected", func(t *testing.T) {
+		n := startMTLSNode(t, consul, "first-hour-n1", "127.0.0.2", ctl.xdsAddr)
+		mustRun("backend", "create", "p", "--command", servemeshBin, "--arg=demo-replica", "--arg=--backend", "--arg=p", "--arg=--listen", "--arg=${HOST}:${PORT}",
+			"--health-path", "/", "--num-replicas", "1", "--cpus", "1")
+		status := func() api.StatusReport {
+			var r api.StatusReport
+			if err := json.Unmarshal([]byte(mustRun("status", "-o", "json")), &r); err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		backendOf := func(r api.StatusReport) api.BackendStatus {
+			for _, b := range r.Backends {
+				if b.Name == "p" {
+					return b
+				}
+			}
+			t.Fatalf("status has no backend p: %+v", r.Backends)
+			return api.BackendStatus{}
+		}
+		testutil.WaitFor(t, 30*time.Second, "p's replica to be ready", func() bool { return backendOf(status()).Ready == 1 })
+		_ = n.child.Kill() // kill -9: its replica and Envoy die with it
+		testutil.WaitFor(t, 10*time.Second, "status to mark p's replica not heard from", func() bool {
+			r := status()
+			b := backendOf(r)
+			return b.Ready == 0 && b.Unheard == 1 && b.Running == 1 &&
+				strings.Contains(strings.Join(r.Problems, "\n"), `backend "p": 1 of 1 placed replicas are not ready; 1 not heard from`)
+		})
+		if out := mustRun("status"); !strings.Contains(out, "0/1/1") {
+			t.Errorf("the status table does not show p as 0 ready of 1 running:\n%s", out)
+		}
+		testutil.WaitFor(t, 10*time.Second, "scaling p to say no node is connected", func() bool {
+			code, _, errOut := sm("backend", "update", "p", "--num-replicas", "2")
+			return code == 1 && strings.Contains(errOut, "no node is connected") && strings.Contains(errOut, "servemesh agent")
+		})
 	})
 }

@@ -41,9 +41,15 @@ type EndpointBackendStatus struct {
 
 // BackendStatus is one backend's replicas and load.
 type BackendStatus struct {
-	Name        string  `json:"name"`
-	Desired     int     `json:"desired"`
+	Name    string `json:"name"`
+	Desired int    `json:"desired"`
+	// Running are the placed replicas (for a backend of listed replicas,
+	// the listed ones); Ready those of them Consul says pass their health
+	// check, Unheard those whose check expired: their agent or node
+	// stopped answering.
 	Running     int     `json:"running"`
+	Ready       int     `json:"ready"`
+	Unheard     int     `json:"unheard,omitempty"`
 	Draining    int     `json:"draining"`
 	Autoscaled  bool    `json:"autoscaled"`
 	InFlight    float64 `json:"in_flight"`
@@ -68,15 +74,31 @@ func (c *Client) Status(ctx context.Context) (StatusReport, error) {
 	return out, c.do(ctx, http.MethodGet, "/v1/status", nil, &out)
 }
 
+// ReplicaHealth counts a process backend's running placements by what
+// Consul's catalog says of their replicas.
+type ReplicaHealth struct {
+	Ready, Unheard int
+}
+
 // NewStatusReport joins the desired state m, the live load per backend, the
-// xDS server's view of the nodes and the problems into the status report.
-func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, nodes []xdsserver.NodeStatus, problems []string) StatusReport {
+// health of each process backend's replicas, the xDS server's view of the
+// nodes and the problems into the status report.
+func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, health func(model.Backend) ReplicaHealth,
+	nodes []xdsserver.NodeStatus, problems []string) StatusReport {
 	r := StatusReport{Endpoints: []EndpointStatus{}, Backends: []BackendStatus{}, Nodes: []NodeStatus{}, Problems: append([]string{}, problems...)}
 	for _, e := range m.Endpoints {
 		r.Endpoints = append(r.Endpoints, endpointStatus(e, load))
 	}
 	for _, b := range m.Backends {
-		r.Backends = append(r.Backends, backendStatus(b, load[b.Name]))
+		bs := backendStatus(b, load[b.Name])
+		if b.Process != nil {
+			h := health(b)
+			bs.Ready, bs.Unheard = h.Ready, h.Unheard
+			if bs.Ready < bs.Running {
+				r.Problems = append(r.Problems, notReady(bs))
+			}
+		}
+		r.Backends = append(r.Backends, bs)
 	}
 	for _, n := range nodes {
 		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK, Refused: n.Refused})
@@ -118,7 +140,19 @@ func backendStatus(b model.Backend, load autoscale.BackendLoad) BackendStatus {
 		}
 	}
 	if b.Process == nil {
-		bs.Desired, bs.Running = len(b.Replicas), len(b.Replicas)
+		bs.Desired, bs.Running, bs.Ready = len(b.Replicas), len(b.Replicas), len(b.Replicas)
 	}
 	return bs
+}
+
+// notReady says why a backend's placed replicas are not all ready.
+func notReady(bs BackendStatus) string {
+	msg := fmt.Sprintf("backend %q: %d of %d placed replicas are not ready", bs.Name, bs.Running-bs.Ready, bs.Running)
+	if bs.Unheard > 0 {
+		msg += fmt.Sprintf("; %d not heard from (their agent or node stopped answering: they take requests only while no replica is ready, and are placed elsewhere after --replace-after)", bs.Unheard)
+	}
+	if rest := bs.Running - bs.Ready - bs.Unheard; rest > 0 {
+		msg += fmt.Sprintf("; %d starting, failing their health check, or not registered by their agent", rest)
+	}
+	return msg
 }

@@ -21,23 +21,30 @@ func TestNewStatusReport(t *testing.T) {
 	}
 	load := map[string]autoscale.BackendLoad{"v1": {InFlight: 2, RequestRate: 30, ErrorRate: 1}, "v2": {RequestRate: 10}}
 	nodes := []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: false, NACKs: 2, LastNACK: "port taken"}}
-	got := NewStatusReport(m, load, nodes, []string{"key x: unreadable"})
+	health := func(b model.Backend) ReplicaHealth {
+		if b.Name != "v2" {
+			t.Errorf("health asked of %s, which servemesh does not run", b.Name)
+		}
+		return ReplicaHealth{Ready: 1}
+	}
+	got := NewStatusReport(m, load, health, nodes, []string{"key x: unreadable"})
 	want := StatusReport{
 		Endpoints: []EndpointStatus{{Name: "e", Route: "/e", Backends: []EndpointBackendStatus{
 			{Backend: "v1", Weight: 0.75, RequestRate: 30, ErrorRate: 1},
 			{Backend: "v2", Weight: 0.25, Shadow: 0.1, RequestRate: 10},
 		}}},
 		Backends: []BackendStatus{
-			{Name: "v1", Desired: 2, Running: 2, InFlight: 2, RequestRate: 30, ErrorRate: 1},
-			{Name: "v2", Desired: 3, Running: 2, Draining: 1, Autoscaled: true, RequestRate: 10},
+			{Name: "v1", Desired: 2, Running: 2, Ready: 2, InFlight: 2, RequestRate: 30, ErrorRate: 1},
+			{Name: "v2", Desired: 3, Running: 2, Ready: 1, Draining: 1, Autoscaled: true, RequestRate: 10},
 		},
-		Nodes:    []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken"}},
-		Problems: []string{"key x: unreadable"},
+		Nodes: []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken"}},
+		Problems: []string{"key x: unreadable",
+			`backend "v2": 1 of 2 placed replicas are not ready; 1 starting, failing their health check, or not registered by their agent`},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("status report\n got %+v\nwant %+v", got, want)
 	}
-	if empty := NewStatusReport(&model.Model{}, nil, nil, nil); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil || empty.Problems == nil {
+	if empty := NewStatusReport(&model.Model{}, nil, health, nil, nil); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil || empty.Problems == nil {
 		t.Fatal("an empty report must list empty arrays, not null")
 	}
 }

@@ -63,6 +63,10 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 		drainSurplus(b, running, want, now)
 	case len(running) < want:
 		need := want - len(running)
+		if len(nodes) == 0 {
+			return errorf(Conflict, "cannot place %d replicas of backend %q: no node is connected (no agent's registration passes in Consul); start an agent on a node (servemesh agent), or check that its heartbeat reaches Consul",
+				need, b.Name)
+		}
 		nodes, err := allowing(nodes, b.Process.Command)
 		if err != nil {
 			return err

@@ -191,7 +191,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 	scaler.AgentToken = o.AgentToken
 	status := func() api.StatusReport {
 		m, _ := ctl.State()
-		return api.NewStatusReport(m, scaler.Load(), plane.XDS.Status(), problems(ctl, publisher))
+		return api.NewStatusReport(m, scaler.Load(), replicaHealth(watcher.Snapshot()), plane.XDS.Status(), problems(ctl, publisher))
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), status))
 	plane.Wrap(o.Tokens.Authenticate)
@@ -236,5 +236,29 @@ func (p *controllerParts) lead(self string) func(ctx context.Context) error {
 		}
 		go p.ctl.ReconcileLoop(ctx, time.Second) // finishes half-done work, then keeps placements whole
 		return nil
+	}
+}
+
+// replicaHealth counts, from the catalog's instances, a process backend's
+// running placements that are ready and those not heard from.
+func replicaHealth(instances map[string][]catalog.Instance) func(model.Backend) api.ReplicaHealth {
+	return func(b model.Backend) api.ReplicaHealth {
+		running := map[string]bool{}
+		for _, p := range b.Placements {
+			if p.State == model.Running {
+				running[p.Tag] = true
+			}
+		}
+		var h api.ReplicaHealth
+		for _, in := range instances[wire.BackendService(b.Name)] {
+			switch {
+			case !running[in.Tag]:
+			case in.Passing:
+				h.Ready++
+			case in.Expired:
+				h.Unheard++
+			}
+		}
+		return h
 	}
 }
