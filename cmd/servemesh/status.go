@@ -39,18 +39,23 @@ func newStatusCommand() *cobra.Command {
 // runs the latest config.
 func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENDPOINT\tROUTE\tBACKEND\tWEIGHT\tSHADOW\tREQ/S\tERR/S")
+	fmt.Fprintf(tw, "(rates per second over the last %gs)\n\n", r.RateWindowS)
+	fmt.Fprintln(tw, "ENDPOINT\tROUTE\tREQ/S\tBACKEND\tWEIGHT\tSHADOW (SET/SEEN)\tREQ/S\tERR/S")
 	for _, e := range r.Endpoints {
 		for i, b := range e.Backends {
-			name, route := e.Name, orNone(e.Route)
+			name, route, rate := e.Name, orNone(e.Route), fmt.Sprintf("%.1f", e.RequestRate)
 			if i > 0 {
-				name, route = "", ""
+				name, route, rate = "", "", ""
 			}
 			shadow := "-"
 			if b.Shadow > 0 {
-				shadow = fmt.Sprintf("%g", b.Shadow)
+				seen := "?"
+				if b.ShadowShare != nil {
+					seen = fmt.Sprintf("%.2f", *b.ShadowShare)
+				}
+				shadow = fmt.Sprintf("%g/%s", b.Shadow, seen)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%s\t%.1f\t%.1f\n", name, route, b.Backend, b.Weight, shadow, b.RequestRate, b.ErrorRate)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%.1f\t%.1f\n", name, route, rate, b.Backend, b.Weight, shadow, b.RequestRate, b.ErrorRate)
 		}
 	}
 	fmt.Fprintln(tw, "\nBACKEND\tREPLICAS (READY/RUNNING/DESIRED)\tDRAINING\tAUTOSCALED\tIN FLIGHT\tREQ/S\tERR/S")

@@ -13,9 +13,11 @@ import (
 // StatusReport is the answer to GET /v1/status: what is configured next to
 // what is happening.
 type StatusReport struct {
-	Endpoints []EndpointStatus `json:"endpoints"`
-	Backends  []BackendStatus  `json:"backends"`
-	Nodes     []NodeStatus     `json:"nodes"`
+	// RateWindowS is what every rate is averaged over, in seconds.
+	RateWindowS float64          `json:"rate_window_s"`
+	Endpoints   []EndpointStatus `json:"endpoints"`
+	Backends    []BackendStatus  `json:"backends"`
+	Nodes       []NodeStatus     `json:"nodes"`
 	// Problems are what keeps the mesh from following the desired state
 	// exactly: stored keys that cannot be read, a view the data plane
 	// refused. Empty when all is well.
@@ -24,9 +26,12 @@ type StatusReport struct {
 
 // EndpointStatus is one endpoint's policy and its backends' live rates.
 type EndpointStatus struct {
-	Name     string                  `json:"name"`
-	Route    string                  `json:"route,omitempty"`
-	Backends []EndpointBackendStatus `json:"backends"`
+	Name  string `json:"name"`
+	Route string `json:"route,omitempty"`
+	// RequestRate and ErrorRate are the endpoint's own, over every node.
+	RequestRate float64                 `json:"request_rate"`
+	ErrorRate   float64                 `json:"error_rate"`
+	Backends    []EndpointBackendStatus `json:"backends"`
 }
 
 // EndpointBackendStatus is one backend of an endpoint: configured weight or
@@ -37,6 +42,10 @@ type EndpointBackendStatus struct {
 	Shadow      float64 `json:"shadow,omitempty"`
 	RequestRate float64 `json:"request_rate"`
 	ErrorRate   float64 `json:"error_rate"`
+	// ShadowShare is the observed share of the endpoint's requests the
+	// shadow backend gets, when it can be told: the backend serves no other
+	// traffic (no endpoint routes to it, none other mirrors to it).
+	ShadowShare *float64 `json:"shadow_share,omitempty"`
 }
 
 // BackendStatus is one backend's replicas and load.
@@ -80,19 +89,39 @@ type ReplicaHealth struct {
 	Ready, Unheard int
 }
 
-// NewStatusReport joins the desired state m, the live load per backend, the
+// StatusInputs are what a status report joins: the desired state, the
+// live rates (over autoscale.RateWindow) per backend and per endpoint, the
 // health of each process backend's replicas, the xDS server's view of the
-// nodes and the problems into the status report.
-func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, health func(model.Backend) ReplicaHealth,
-	nodes []xdsserver.NodeStatus, problems []string) StatusReport {
-	r := StatusReport{Endpoints: []EndpointStatus{}, Backends: []BackendStatus{}, Nodes: []NodeStatus{}, Problems: append([]string{}, problems...)}
+// nodes, and the problems known elsewhere.
+type StatusInputs struct {
+	State               *model.Model
+	Backends, Endpoints map[string]autoscale.BackendLoad
+	Health              func(model.Backend) ReplicaHealth
+	Nodes               []xdsserver.NodeStatus
+	Problems            []string
+}
+
+// NewStatusReport joins in into the status report.
+func NewStatusReport(in StatusInputs) StatusReport {
+	m := in.State
+	r := StatusReport{RateWindowS: autoscale.RateWindow.Seconds(), Endpoints: []EndpointStatus{}, Backends: []BackendStatus{},
+		Nodes: []NodeStatus{}, Problems: append([]string{}, in.Problems...)}
+	uses := map[string]int{} // backend: how many routes and mirrors send to it
 	for _, e := range m.Endpoints {
-		r.Endpoints = append(r.Endpoints, endpointStatus(e, load))
+		for b := range e.Traffic {
+			uses[b]++
+		}
+		for b := range e.Shadows {
+			uses[b]++
+		}
+	}
+	for _, e := range m.Endpoints {
+		r.Endpoints = append(r.Endpoints, endpointStatus(e, in.Backends, in.Endpoints[e.Name], uses))
 	}
 	for _, b := range m.Backends {
-		bs := backendStatus(b, load[b.Name])
+		bs := backendStatus(b, in.Backends[b.Name])
 		if b.Process != nil {
-			h := health(b)
+			h := in.Health(b)
 			bs.Ready, bs.Unheard = h.Ready, h.Unheard
 			if bs.Ready < bs.Running {
 				r.Problems = append(r.Problems, notReady(bs))
@@ -100,7 +129,7 @@ func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, heal
 		}
 		r.Backends = append(r.Backends, bs)
 	}
-	for _, n := range nodes {
+	for _, n := range in.Nodes {
 		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK, Refused: n.Refused})
 		if n.Refused != "" && n.Connected {
 			r.Problems = append(r.Problems, fmt.Sprintf("node %s gets no configuration: %s", n.ID, n.Refused))
@@ -111,8 +140,8 @@ func NewStatusReport(m *model.Model, load map[string]autoscale.BackendLoad, heal
 
 // endpointStatus lists an endpoint's traffic and shadow backends, sorted by
 // name, with their live rates.
-func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad) EndpointStatus {
-	es := EndpointStatus{Name: e.Name, Route: e.Route}
+func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad, own autoscale.BackendLoad, uses map[string]int) EndpointStatus {
+	es := EndpointStatus{Name: e.Name, Route: e.Route, RequestRate: own.RequestRate, ErrorRate: own.ErrorRate}
 	names := map[string]bool{}
 	for b := range e.Traffic {
 		names[b] = true
@@ -121,8 +150,13 @@ func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad) End
 		names[b] = true
 	}
 	for _, b := range model.SortedKeys(names) {
-		es.Backends = append(es.Backends, EndpointBackendStatus{Backend: b, Weight: e.Traffic[b], Shadow: e.Shadows[b],
-			RequestRate: load[b].RequestRate, ErrorRate: load[b].ErrorRate})
+		bs := EndpointBackendStatus{Backend: b, Weight: e.Traffic[b], Shadow: e.Shadows[b],
+			RequestRate: load[b].RequestRate, ErrorRate: load[b].ErrorRate}
+		if bs.Shadow > 0 && uses[b] == 1 && own.RequestRate > 0 {
+			share := bs.RequestRate / own.RequestRate
+			bs.ShadowShare = &share
+		}
+		es.Backends = append(es.Backends, bs)
 	}
 	return es
 }

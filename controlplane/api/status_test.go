@@ -27,9 +27,11 @@ func TestNewStatusReport(t *testing.T) {
 		}
 		return ReplicaHealth{Ready: 1}
 	}
-	got := NewStatusReport(m, load, health, nodes, []string{"key x: unreadable"})
+	routes := map[string]autoscale.BackendLoad{"e": {RequestRate: 40, ErrorRate: 1}}
+	got := NewStatusReport(StatusInputs{State: m, Backends: load, Endpoints: routes, Health: health, Nodes: nodes, Problems: []string{"key x: unreadable"}})
 	want := StatusReport{
-		Endpoints: []EndpointStatus{{Name: "e", Route: "/e", Backends: []EndpointBackendStatus{
+		RateWindowS: 10,
+		Endpoints: []EndpointStatus{{Name: "e", Route: "/e", RequestRate: 40, ErrorRate: 1, Backends: []EndpointBackendStatus{
 			{Backend: "v1", Weight: 0.75, RequestRate: 30, ErrorRate: 1},
 			{Backend: "v2", Weight: 0.25, Shadow: 0.1, RequestRate: 10},
 		}}},
@@ -44,7 +46,35 @@ func TestNewStatusReport(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("status report\n got %+v\nwant %+v", got, want)
 	}
-	if empty := NewStatusReport(&model.Model{}, nil, health, nil, nil); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil || empty.Problems == nil {
+	if empty := NewStatusReport(StatusInputs{State: &model.Model{}, Health: health}); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil || empty.Problems == nil {
 		t.Fatal("an empty report must list empty arrays, not null")
+	}
+}
+
+// TestShadowShare: a shadow backend that serves nothing else shows the
+// share of the endpoint's requests it gets next to the set proportion; one
+// that also serves other traffic shows none (it cannot be told apart).
+func TestShadowShare(t *testing.T) {
+	m := &model.Model{
+		Backends: []model.Backend{{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:1"}}},
+			{Name: "only-shadow", Replicas: []model.Replica{{Address: "127.0.0.1:2"}}}},
+		Endpoints: []model.Endpoint{
+			{Name: "e", Route: "/e", Traffic: map[string]float64{"v1": 1}, Shadows: map[string]float64{"only-shadow": 0.2, "v1": 0.1}},
+		},
+	}
+	r := NewStatusReport(StatusInputs{State: m, Health: func(model.Backend) ReplicaHealth { return ReplicaHealth{} },
+		Backends:  map[string]autoscale.BackendLoad{"v1": {RequestRate: 110}, "only-shadow": {RequestRate: 20.5}},
+		Endpoints: map[string]autoscale.BackendLoad{"e": {RequestRate: 100}}})
+	for _, b := range r.Endpoints[0].Backends {
+		switch b.Backend {
+		case "only-shadow":
+			if b.ShadowShare == nil || *b.ShadowShare != 0.205 {
+				t.Errorf("only-shadow's share: %v, want 0.205", b.ShadowShare)
+			}
+		case "v1":
+			if b.ShadowShare != nil {
+				t.Errorf("v1 serves the endpoint too, yet has a shadow share %v", *b.ShadowShare)
+			}
+		}
 	}
 }

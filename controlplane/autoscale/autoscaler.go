@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,10 +22,14 @@ import (
 type BackendLoad struct {
 	// InFlight is requests in flight or queued now, summed over nodes.
 	InFlight float64 `json:"in_flight"`
-	// RequestRate and ErrorRate are per second over the last poll interval.
+	// RequestRate and ErrorRate are per second over RateWindow.
 	RequestRate float64 `json:"request_rate"`
 	ErrorRate   float64 `json:"error_rate"`
 }
+
+// RateWindow is what request and error rates are averaged over: long
+// enough that a steady load reads steady, short enough to follow a change.
+const RateWindow = 10 * time.Second
 
 // Autoscaler polls the agents and scales autoscaled backends.
 type Autoscaler struct {
@@ -39,8 +44,9 @@ type Autoscaler struct {
 
 	mu       sync.Mutex
 	policies map[string]*Policy
-	last     map[string]wire.Load // by node
+	history  map[string][]wire.Load // by node, the samples of the last RateWindow
 	load     map[string]BackendLoad
+	routes   map[string]BackendLoad // by endpoint, over every node and listener
 
 	inFlight  *prometheus.GaugeVec
 	rate      *prometheus.GaugeVec
@@ -51,7 +57,7 @@ type Autoscaler struct {
 // New returns an autoscaler; reg receives its metrics (nil skips them).
 func New(ctl *controller.Controller, nodes controller.NodeLister, log *slog.Logger, reg prometheus.Registerer) *Autoscaler {
 	a := &Autoscaler{ctl: ctl, nodes: nodes, log: log, http: &http.Client{Timeout: time.Second},
-		policies: map[string]*Policy{}, last: map[string]wire.Load{}, load: map[string]BackendLoad{},
+		policies: map[string]*Policy{}, history: map[string][]wire.Load{}, load: map[string]BackendLoad{}, routes: map[string]BackendLoad{},
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "servemesh_backend_in_flight_requests",
 			Help: "Requests in flight to the backend, summed over every node's Envoy."}, []string{"backend"}),
 		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "servemesh_backend_request_rate",
@@ -108,7 +114,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 		a.log.Warn("autoscale: listing nodes failed", "err", err)
 		return
 	}
-	totals := map[string]BackendLoad{}
+	totals, routes := map[string]BackendLoad{}, map[string]BackendLoad{}
 	seen := map[string]bool{}
 	for _, n := range nodes {
 		if n.StatusAddr == "" {
@@ -119,32 +125,34 @@ func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 			continue // a node that cannot answer adds nothing this round
 		}
 		seen[n.ID] = true
-		a.mu.Lock()
-		prev, hadPrev := a.last[n.ID]
-		a.last[n.ID] = l
-		a.mu.Unlock()
-		dt := l.At.Sub(prev.At).Seconds()
+		base := a.remember(n.ID, l)
 		for backend, bl := range l.Backends {
 			if !known[backend] {
 				continue
 			}
 			t := totals[backend]
 			t.InFlight += float64(bl.Active + bl.Pending)
-			if p, ok := prev.Backends[backend]; hadPrev && ok && dt > 0 && bl.Requests >= p.Requests {
-				t.RequestRate += float64(bl.Requests-p.Requests) / dt
-				t.ErrorRate += float64(bl.Errors-p.Errors) / dt
+			if base != nil {
+				addRates(&t, bl, base.Backends[backend], l.At.Sub(base.At))
 			}
 			totals[backend] = t
+		}
+		for key, rl := range l.Routes {
+			endpoint, _, _ := strings.Cut(key, "/")
+			if t := routes[endpoint]; base != nil {
+				addRates(&t, rl, base.Routes[key], l.At.Sub(base.At))
+				routes[endpoint] = t
+			}
 		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for id := range a.last {
+	for id := range a.history {
 		if !seen[id] {
-			delete(a.last, id)
+			delete(a.history, id)
 		}
 	}
-	a.load = totals
+	a.load, a.routes = totals, routes
 	a.inFlight.Reset() // backends gone from the state lose their series
 	a.rate.Reset()
 	a.errRate.Reset()
@@ -153,6 +161,46 @@ func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 		a.rate.WithLabelValues(backend).Set(t.RequestRate)
 		a.errRate.WithLabelValues(backend).Set(t.ErrorRate)
 	}
+}
+
+// remember adds node's newest sample l to its history, which keeps
+// RateWindow of samples, and returns the oldest sample of the window to
+// compute rates from (nil until there are two).
+func (a *Autoscaler) remember(node string, l wire.Load) *wire.Load {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.history[node] = append(a.history[node], l)
+	h := a.history[node]
+	for len(h) > 2 && l.At.Sub(h[1].At) >= RateWindow {
+		h = h[1:] // the next one still covers the window
+	}
+	a.history[node] = h
+	if len(h) < 2 || !h[0].At.Before(l.At) {
+		return nil
+	}
+	return &h[0]
+}
+
+// addRates adds to t the rates of counters now over counters then, dt
+// apart; counters that went back (Envoy restarted) add nothing.
+func addRates(t *BackendLoad, now, then wire.BackendLoad, dt time.Duration) {
+	if dt <= 0 || now.Requests < then.Requests || now.Errors < then.Errors {
+		return
+	}
+	t.RequestRate += float64(now.Requests-then.Requests) / dt.Seconds()
+	t.ErrorRate += float64(now.Errors-then.Errors) / dt.Seconds()
+}
+
+// EndpointRates returns each endpoint's request and error rates over
+// RateWindow, over every node and listener.
+func (a *Autoscaler) EndpointRates() map[string]BackendLoad {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]BackendLoad, len(a.routes))
+	for k, v := range a.routes {
+		out[k] = v
+	}
+	return out
 }
 
 func (a *Autoscaler) fetch(ctx context.Context, addr string) (wire.Load, error) {

@@ -84,3 +84,30 @@ func TestPollSendsTheAgentToken(t *testing.T) {
 		t.Fatalf("in flight %v with the token, want 2", got)
 	}
 }
+
+// TestRatesOverTheWindow: a steady load whose counts arrive unevenly from
+// one poll to the next reads steady, as it is averaged over RateWindow (the
+// rate over the last poll interval jumped between 6 and 34 here).
+func TestRatesOverTheWindow(t *testing.T) {
+	a := &Autoscaler{history: map[string][]wire.Load{}}
+	start := time.Unix(1_800_000_000, 0)
+	var requests uint64
+	var rates []float64
+	for i := range 60 { // 30 s, a poll every 0.5 s
+		requests += []uint64{3, 17}[i%2]
+		l := wire.Load{At: start.Add(time.Duration(i) * 500 * time.Millisecond), Backends: map[string]wire.BackendLoad{"b": {Requests: requests}}}
+		if base := a.remember("n1", l); base != nil && l.At.Sub(start) >= RateWindow {
+			var t BackendLoad
+			addRates(&t, l.Backends["b"], base.Backends["b"], l.At.Sub(base.At))
+			rates = append(rates, t.RequestRate)
+		}
+	}
+	for _, r := range rates {
+		if r < 19 || r > 21 {
+			t.Fatalf("rates over the window %v; want each within 20±1 req/s", rates)
+		}
+	}
+	if n := len(a.history["n1"]); n > int(RateWindow/(500*time.Millisecond))+2 {
+		t.Fatalf("the history keeps %d samples; want only the window's", n)
+	}
+}

@@ -191,7 +191,8 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 	scaler.AgentToken = o.AgentToken
 	status := func() api.StatusReport {
 		m, _ := ctl.State()
-		return api.NewStatusReport(m, scaler.Load(), replicaHealth(watcher.Snapshot()), plane.XDS.Status(), problems(ctl, publisher))
+		return api.NewStatusReport(api.StatusInputs{State: m, Backends: scaler.Load(), Endpoints: scaler.EndpointRates(),
+			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher)})
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), status))
 	plane.Wrap(o.Tokens.Authenticate)
