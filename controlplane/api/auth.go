@@ -96,7 +96,7 @@ func (t Tokens) Authenticate(next http.Handler) http.Handler {
 		switch {
 		case scope == 0:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="servemesh"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token; pass --token-file (or set SERVEMESH_TOKEN_FILE) with a token of the controller's", "")
+			writeError(w, http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token: send one of the controller's tokens, as the header Authorization: Bearer <token> (the servemesh CLI sends the one in --token-file or $SERVEMESH_TOKEN_FILE)", "")
 		case scope < need:
 			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("this token has the %s scope; %s %s needs %s", scope, r.Method, r.URL.Path, need), "")
 		default:

@@ -160,7 +160,7 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 			n := 3.0
 			return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{CPUs: &n})
 		}, Invalid, "cpus: is set on a backend of listed replicas"},
-		{"delete used backend", func() (bool, error) { return c.DeleteBackend(ctx, "v1") }, Conflict, `backend "v1" is used by endpoint "api"`},
+		{"delete used backend", func() (bool, error) { return c.DeleteBackend(ctx, "v1") }, Conflict, `backend "v1" is in the traffic of endpoint "api" (remove it there) before deleting it`},
 		{"endpoint exists", func() (bool, error) {
 			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/other", Traffic: map[string]float64{"v1": 1}})
 		}, Conflict, `endpoint "api" is already registered`},
@@ -442,4 +442,25 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 	mustChange(t, changed, err)
 	_, err = c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{{Name: "local", Replicas: []model.ReplicaSpec{{Address: "127.0.0.1:9001"}, {Address: "127.0.0.1:9002"}}}}}, true)
 	mustKind(t, err, Invalid, `"127.0.0.1:9002"`)
+}
+
+// TestDeleteNamesEveryUse: a backend still in use is refused naming every
+// endpoint that uses it, and how.
+func TestDeleteNamesEveryUse(t *testing.T) {
+	c, _ := newLeader(t, store.NewMemory())
+	ctx := context.Background()
+	for _, b := range []string{"v1", "v2"} {
+		_, err := c.CreateBackend(ctx, model.BackendSpecOf(backend(b)))
+		mustChange(t, true, err)
+	}
+	for _, e := range []model.Endpoint{
+		{Name: "a", Route: "/a", Traffic: map[string]float64{"v1": 1}},
+		{Name: "b", Route: "/b", Traffic: map[string]float64{"v1": 1}},
+		{Name: "c", Route: "/c", Traffic: map[string]float64{"v2": 1}, Shadows: map[string]float64{"v1": 0.1}},
+	} {
+		_, err := c.CreateEndpoint(ctx, e)
+		mustChange(t, true, err)
+	}
+	_, err := c.DeleteBackend(ctx, "v1")
+	mustKind(t, err, Conflict, `backend "v1" is in the traffic of endpoints "a", "b" (remove it there), and shadows endpoint "c" (set those shadows to 0) before deleting it`)
 }

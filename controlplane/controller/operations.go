@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -86,6 +87,14 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 	})
 }
 
+// plural is noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
+}
+
 // source says where a process or external backend's replicas come from.
 func source(b model.Backend) string {
 	if b.Process != nil {
@@ -102,13 +111,24 @@ func (c *Controller) DeleteBackend(ctx context.Context, name string) (bool, erro
 		if i < 0 {
 			return nil
 		}
+		var routes, shadows []string
 		for _, e := range m.Endpoints {
 			if _, ok := e.Traffic[name]; ok {
-				return errorf(Conflict, "backend %q is used by endpoint %q; remove it from that endpoint's traffic before deleting it", name, e.Name)
+				routes = append(routes, fmt.Sprintf("%q", e.Name))
 			}
 			if p, ok := e.Shadows[name]; ok && p > 0 {
-				return errorf(Conflict, "backend %q shadows traffic of endpoint %q; set that shadow to 0 before deleting it", name, e.Name)
+				shadows = append(shadows, fmt.Sprintf("%q", e.Name))
 			}
+		}
+		var uses []string
+		if len(routes) > 0 {
+			uses = append(uses, fmt.Sprintf("is in the traffic of %s %s (remove it there)", plural(len(routes), "endpoint"), strings.Join(routes, ", ")))
+		}
+		if len(shadows) > 0 {
+			uses = append(uses, fmt.Sprintf("shadows %s %s (set those shadows to 0)", plural(len(shadows), "endpoint"), strings.Join(shadows, ", ")))
+		}
+		if len(uses) > 0 {
+			return errorf(Conflict, "backend %q %s before deleting it", name, strings.Join(uses, ", and "))
 		}
 		m.Backends = slices.Delete(m.Backends, i, i+1)
 		return nil
