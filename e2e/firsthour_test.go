@@ -158,6 +158,9 @@ endpoints:
 			return api.BackendStatus{}
 		}
 		testutil.WaitFor(t, 30*time.Second, "p's replica to be ready", func() bool { return backendOf(status()).Ready == 1 })
+		if log := n.stderr.String(); !strings.Contains(log, `msg="agent status listener serving" cmd=agent status=`+n.metr) {
+			t.Errorf("the agent does not log its status listener's address %s:\n%s", n.metr, log)
+		}
 		_ = n.child.Kill() // kill -9: its replica and Envoy die with it
 		testutil.WaitFor(t, 10*time.Second, "status to mark p's replica not heard from", func() bool {
 			r := status()
@@ -172,5 +175,14 @@ endpoints:
 			code, _, errOut := sm("backend", "update", "p", "--num-replicas", "2")
 			return code == 1 && strings.Contains(errOut, "no node is connected") && strings.Contains(errOut, "servemesh agent")
 		})
+	})
+
+	t.Run("the controller says it stopped", func(t *testing.T) {
+		if err := ctl.child.Stop(15 * time.Second); err != nil {
+			t.Logf("controller exit: %v", err)
+		}
+		if !strings.Contains(ctl.stderr.String(), `msg="controller stopped"`) {
+			t.Errorf("the controller logged nothing at shutdown:\n%s", ctl.stderr.String())
+		}
 	})
 }

@@ -76,6 +76,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	defer status.Stop()
 	o.Node.StatusAddr = status.Addr()
+	log.Info("agent status listener serving", "status", status.Addr(), "paths", "/metrics "+wire.LoadPath+" "+wire.EnvoyVersionsPath)
 	secrets, err := nodeMTLS(ctx, log, client, &o)
 	if err != nil {
 		return err
@@ -100,7 +101,18 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		go func() { errs <- sup.Run(ctx) }()
 	}
-	return firstError(ctx, errs)
+	err = firstError(ctx, errs)
+	logStopped(log, "agent", err)
+	return err
+}
+
+// logStopped says that a daemon stopped, and why.
+func logStopped(log *slog.Logger, what string, err error) {
+	if err != nil {
+		log.Error(what+" stopped", "err", err)
+		return
+	}
+	log.Info(what + " stopped")
 }
 
 // nodeMTLS, unless the node runs in plaintext, starts keeping the node's

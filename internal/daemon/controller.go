@@ -112,6 +112,7 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	case <-electorDone:
 	case <-time.After(5 * time.Second):
 	}
+	logStopped(log, "controller", err)
 	return err
 }
 
