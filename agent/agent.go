@@ -188,6 +188,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if killed := killLeftovers(a.node.ID, a.workDir); len(killed) > 0 {
 		a.log.Warn("killed processes a previous agent of this node left running", "pids", killed)
 	}
+	if err := keepOnlyPreviousRun(a.workDir); err != nil {
+		a.log.Warn("the replica logs of earlier runs stay where they are", "dir", a.workDir, "err", err)
+	}
 	if err := a.registerNode(); err != nil {
 		return err
 	}

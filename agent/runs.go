@@ -1,0 +1,37 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// previousRun is the folder, in an agent's work folder, that keeps the
+// replica folders and logs of the agent's previous run; older runs are
+// removed, so they do not pile up.
+const previousRun = "previous-run"
+
+// keepOnlyPreviousRun moves what the previous run left in dir (replica
+// folders and logs) into dir/previous-run, replacing the run kept there.
+func keepOnlyPreviousRun(dir string) error {
+	prev := filepath.Join(dir, previousRun)
+	if err := os.RemoveAll(prev); err != nil {
+		return fmt.Errorf("remove the logs of older runs: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read the work folder: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if err := os.Mkdir(prev, 0o700); err != nil {
+		return fmt.Errorf("keep the previous run's logs: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(prev, e.Name())); err != nil {
+			return fmt.Errorf("keep the previous run's logs: %w", err)
+		}
+	}
+	return nil
+}
