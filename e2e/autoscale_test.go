@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,15 +113,18 @@ func TestAutoscaling(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "replicas to rise to meet the load", func() bool { return replicas() >= 5 })
 	decided := time.Since(stepped)
 	// servemesh status shows the live rate next to the weight, and the nodes.
-	testutil.WaitFor(t, 10*time.Second, "servemesh status to show the load", func() bool {
-		code, out, _ := cli(t, []string{"SERVEMESH_SERVER=" + ctl.apiAddr}, "status")
-		var rate float64
-		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Fields(line); len(f) == 7 && f[0] == "slow" && f[2] == "slow" {
-				rate, _ = strconv.ParseFloat(f[5], 64)
+	testutil.WaitFor(t, 20*time.Second, "servemesh status to show the load", func() bool {
+		code, out, _ := cli(t, []string{"SERVEMESH_SERVER=" + ctl.apiAddr}, "status", "-o", "json")
+		var r api.StatusReport
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+			return false
+		}
+		for _, e := range r.Endpoints {
+			if e.Name == "slow" && len(e.Backends) == 1 && e.Backends[0].Backend == "slow" {
+				return e.RequestRate > 50 && e.Backends[0].RequestRate > 50 && len(r.Nodes) == 2
 			}
 		}
-		return code == 0 && rate > 50 && strings.Contains(out, "n1") && strings.Contains(out, "n2") && strings.Contains(out, "LATEST CONFIG")
+		return false
 	})
 	consulClient, err := consul.Client()
 	if err != nil {

@@ -307,6 +307,7 @@ func (ch *chaos) fault() {
 		ch.faults["controller killed"]++
 	case 1: // kill -9 an agent other than the entry node's (its Envoy and replicas die with it), restart it
 		a := ch.agents[1+ch.rng.IntN(len(ch.agents)-1)]
+		ch.waitReplicas() // one fault at a time: the last change has settled
 		ch.note("kill agent %s", a.id)
 		_ = a.child.Kill()
 		time.Sleep(300 * time.Millisecond)
@@ -316,6 +317,7 @@ func (ch *chaos) fault() {
 		ch.waitReplicas()
 		ch.note("p's replicas answer again")
 	case 2: // kill -9 one replica of p
+		ch.waitReplicas()
 		pids := replicaPids("p")
 		if len(pids) > 0 {
 			pid := pids[ch.rng.IntN(len(pids))]

@@ -64,14 +64,16 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 0, "nothing changed", "backend", "create", "v1", "--replica", v1.addrs[0])
 	expectCLI(t, env, 1, "already exists with a different spec", "backend", "create", "v1", "--replica", v2.addrs[0])
 	expectCLI(t, env, 0, "backend v2 created", "backend", "create", "v2", "--replica", v2.addrs[0], "--max-concurrent-queries", "8")
-	expectCLI(t, env, 0, "backend v2 updated", "backend", "update", "v2", "--max-concurrent-queries", "5", "--cpus", "0.5")
+	expectCLI(t, env, 0, "backend v2 updated", "backend", "update", "v2", "--max-concurrent-queries", "5")
+	expectCLI(t, env, 1, "cpus: is set on a backend of listed replicas", "backend", "update", "v2", "--cpus", "0.5")
 	expectCLI(t, env, 1, `backend "ghost" is not registered`, "backend", "update", "ghost", "--num-replicas", "1")
-	expectCLI(t, env, 1, "sets no config field", "backend", "update", "v2")
-	expectCLI(t, env, 1, "num_replicas: is -2", "backend", "update", "v2", "--num-replicas", "-2")
+	expectCLI(t, env, 1, "sets no field", "backend", "update", "v2")
+	expectCLI(t, env, 1, "max_concurrent_queries: is -2", "backend", "update", "v2", "--max-concurrent-queries", "-2")
 	// Every number has a range, checked before any work it sizes (issue: a
 	// num_replicas of 2,000,000 was scheduled before it was validated, and
 	// 2^32 concurrent queries became 0 in Envoy).
-	expectCLI(t, env, 1, "num_replicas: is 2000000; set a number from 0 to 1000", "backend", "update", "v2", "--num-replicas", "2000000")
+	// (num_replicas does not apply to v2, whose replicas are listed: refused too, before any work.)
+	expectCLI(t, env, 1, "num_replicas: is set on a backend of listed replicas", "backend", "update", "v2", "--num-replicas", "2000000")
 	expectCLI(t, env, 1, "max_concurrent_queries: is 4294967296; set a number from 1 to 10000", "backend", "update", "v2", "--max-concurrent-queries", "4294967296")
 	expectCLI(t, env, 1, "not a valid name", "backend", "create", "bad/name")
 	expectCLI(t, env, 1, "is not an IP:port or host:port address", "backend", "create", "v9", "--replica", "local_host:1")
@@ -95,7 +97,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 1, "outside [0, 1]", "shadow", "set", "api", "v2=1.5")
 	expectCLI(t, env, 1, `shadow traffic to a backend "ghost"`, "shadow", "set", "api", "ghost=0.1")
 	expectCLI(t, env, 1, `shadow traffic from an endpoint "ghost"`, "shadow", "set", "ghost", "v2=0.1")
-	expectCLI(t, env, 1, `backend "v2" is used by endpoint`, "backend", "delete", "v2")
+	expectCLI(t, env, 1, `backend "v2" is in the traffic of endpoints "api", "inner" (remove it there), and shadows endpoint "api"`, "backend", "delete", "v2")
 
 	// Reads agree with Consul.
 	var api struct {

@@ -48,7 +48,7 @@ func (c *Controller) CreateBackend(ctx context.Context, spec model.BackendSpec) 
 			return errorf(Conflict, "backend %q already exists with a different spec; use `backend update` to change its config, or delete it first", b.Name)
 		}
 		m.Backends = append(m.Backends, b)
-		return schedule(m, len(m.Backends)-1, nodes, c.now())
+		return schedule(m, len(m.Backends)-1, nodes, c.now(), nil)
 	})
 }
 
@@ -83,7 +83,7 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 		if err := model.ValidateBackend(m.Backends[i]); err != nil {
 			return &Error{Kind: Invalid, Msg: "refused", Err: err} // before any work its numbers size
 		}
-		return schedule(m, i, nodes, c.now())
+		return schedule(m, i, nodes, c.now(), c.readyTags(name))
 	})
 }
 
@@ -255,7 +255,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 		if err := c.guard(ctx, current, desired); err != nil {
 			return nil, err
 		}
-		next, err := prepareApply(current, desired, nodes, c.now())
+		next, err := prepareApply(current, desired, nodes, c.now(), c.readyTags)
 		if err != nil {
 			return nil, err
 		}
@@ -266,7 +266,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 		if err := c.guard(ctx, m, desired); err != nil {
 			return err // before placement says whether it would fit
 		}
-		next, err := prepareApply(m, desired, nodes, c.now())
+		next, err := prepareApply(m, desired, nodes, c.now(), c.readyTags)
 		if err != nil {
 			return err
 		}
@@ -279,7 +279,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 
 // prepareApply turns a file's model into the state to store: it carries
 // over what the controller manages from current and places replicas.
-func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo, now time.Time) (*model.Model, error) {
+func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo, now time.Time, ready func(backend string) map[string]bool) (*model.Model, error) {
 	next := model.Clone(desired)
 	currentBackends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
 	for i := range next.Backends {
@@ -308,7 +308,7 @@ func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo, now time
 		return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
 	}
 	for i := range next.Backends {
-		if err := schedule(next, i, nodes, now); err != nil {
+		if err := schedule(next, i, nodes, now, ready(next.Backends[i].Name)); err != nil {
 			return nil, err
 		}
 	}
@@ -339,6 +339,6 @@ func (c *Controller) Autoscale(ctx context.Context, name string, replicas int) (
 		}
 		as := m.Backends[i].Config.Autoscaling
 		m.Backends[i].Config.NumReplicas = min(max(replicas, as.MinReplicas), as.MaxReplicas)
-		return schedule(m, i, nodes, c.now())
+		return schedule(m, i, nodes, c.now(), c.readyTags(name))
 	})
 }

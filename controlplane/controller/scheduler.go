@@ -43,9 +43,11 @@ func nodeUsage(m *model.Model) map[string]*usage {
 
 // schedule makes backend i's running placements number NumReplicas: it adds
 // placements on the nodes with room, spreading them (fewest replicas of the
-// backend first, then most free CPU), or marks the surplus draining. If not
-// every replica fits, nothing is placed and the error says what would.
-func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error {
+// backend first, then most free CPU), or marks the surplus draining, those
+// whose replicas are not ready first (ready lists the ready tags; nil: all
+// are). If not every replica fits, nothing is placed and the error says
+// what would.
+func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time, ready map[string]bool) error {
 	b := &m.Backends[i]
 	if !b.Managed() {
 		return nil
@@ -60,7 +62,7 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 	want := b.Config.NumReplicas
 	switch {
 	case len(running) > want:
-		drainSurplus(b, running, want, now)
+		drainSurplus(b, running, want, now, ready)
 	case len(running) < want:
 		need := want - len(running)
 		if len(nodes) == 0 {
@@ -81,14 +83,20 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time) error
 	return nil
 }
 
-// drainSurplus marks running placements beyond want draining, from the
-// nodes holding the most replicas of the backend first.
-func drainSurplus(b *model.Backend, running []int, want int, now time.Time) {
+// drainSurplus marks running placements beyond want draining: those whose
+// replicas are not ready first (a scale-down right after a scale-up must not
+// drain the replicas that serve and keep the ones still starting), then
+// from the nodes holding the most replicas of the backend.
+func drainSurplus(b *model.Backend, running []int, want int, now time.Time, ready map[string]bool) {
 	per := map[string]int{}
 	for _, j := range running {
 		per[b.Placements[j].Node]++
 	}
+	notReady := func(j int) bool { return ready != nil && !ready[b.Placements[j].Tag] }
 	sort.SliceStable(running, func(x, y int) bool {
+		if nx, ny := notReady(running[x]), notReady(running[y]); nx != ny {
+			return nx
+		}
 		return per[b.Placements[running[x]].Node] > per[b.Placements[running[y]].Node]
 	})
 	for _, j := range running[:len(running)-want] {
@@ -231,7 +239,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			}
 			b.Placements = kept
 			c.rollOut(b, now)
-			err := schedule(m, i, nodes, now)
+			err := schedule(m, i, nodes, now, c.readyTags(b.Name))
 			if msg := fmt.Sprint(err); err != nil && c.lastPlaceErr[b.Name] != msg {
 				c.log.Warn("reconcile: cannot place every replica yet; will keep trying", "backend", b.Name, "err", err)
 				c.lastPlaceErr[b.Name] = msg
@@ -280,6 +288,16 @@ func (c *Controller) rollOut(b *model.Backend, now time.Time) {
 		b.Placements[j].State, b.Placements[j].Since = model.Draining, now.Unix()
 	}
 	c.log.Info("rolled out a new process spec; draining the old replicas", "backend", b.Name, "old", len(old), "new", len(fresh))
+}
+
+// readyTags are the tags of backend's replicas that pass their health
+// checks, or nil when the controller is not told (every one counts as
+// ready).
+func (c *Controller) readyTags(backend string) map[string]bool {
+	if c.healthy == nil {
+		return nil
+	}
+	return c.healthy(backend)
 }
 
 // drainMargin is extra time after the drain period before a draining

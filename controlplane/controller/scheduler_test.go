@@ -370,3 +370,32 @@ func TestOnlyNodesThatAllowACommandRunIt(t *testing.T) {
 		t.Fatal("a refused backend was created")
 	}
 }
+
+// TestScaleDownDrainsNotReadyReplicasFirst: right after a scale-up, a
+// scale-down drains the replica still starting, not one that serves.
+func TestScaleDownDrainsNotReadyReplicasFirst(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}, {ID: "n3", CPUs: 8}}}
+	var ready map[string]bool
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(), Publish: func(*model.Model) error { return nil },
+		Nodes: nodes.list, Now: testClock.Now, Healthy: func(string) map[string]bool { return ready }})
+	ctx := MayRunCommands(context.Background())
+	if err := c.Lead(ctx, "self"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 2, 1))); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.GetBackend("a")
+	ready = map[string]bool{b.Placements[0].Tag: true, b.Placements[1].Tag: true}
+	for _, n := range []int{3, 2} {
+		if _, err := c.UpdateBackendConfig(ctx, "a", model.BackendConfigPatch{NumReplicas: &n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ = c.GetBackend("a")
+	for _, p := range b.Placements {
+		if ready[p.Tag] != (p.State == model.Running) {
+			t.Fatalf("placements %+v: want the two ready ones running and the starting one draining", b.Placements)
+		}
+	}
+}
