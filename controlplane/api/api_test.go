@@ -165,7 +165,7 @@ func TestTokenIsRequiredAndWithoutItNothingChanges(t *testing.T) {
 	f := newFixture(t, "s3cret")
 	u := f.srv.URL
 	for _, token := range []string{"", "wrong"} {
-		if status, body := raw(t, "POST", u+"/v1/backends", `{"name": "a"}`, token); status != 401 || !strings.Contains(body, "bearer token") {
+		if status, body := raw(t, "POST", u+"/v1/backends", `{"name": "a"}`, token); status != 401 || !strings.Contains(body, "Authorization: Bearer <token>") {
 			t.Fatalf("token %q: HTTP %d %s, want 401", token, status, body)
 		}
 		if status, _ := raw(t, "GET", u+"/v1/backends", ``, token); status != 401 {
