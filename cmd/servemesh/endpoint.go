@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,12 +23,14 @@ func newEndpointCommand() *cobra.Command {
 
 func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	var route, methods, backend, traffic string
+	var timeout, idle, perTry time.Duration
 	c := &cobra.Command{
 		Use:   "create NAME",
-		Short: "create an endpoint: a route (or none: headless) and its traffic",
+		Short: "create an endpoint: a route (or none: headless), its traffic and its timeouts",
 		Args:  names(1, "one endpoint name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e := model.Endpoint{Name: args[0], Route: route}
+			e := model.Endpoint{Name: args[0], Route: route,
+				TimeoutS: timeout.Seconds(), IdleTimeoutS: idle.Seconds(), PerTryTimeoutS: perTry.Seconds()}
 			if methods != "" {
 				e.Methods = strings.Split(methods, ",")
 			}
@@ -57,6 +60,9 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	fs.StringVar(&methods, "methods", "", "comma-separated HTTP methods (default GET)")
 	fs.StringVar(&backend, "backend", "", "send all traffic to this backend")
 	fs.StringVar(&traffic, "traffic", "", "weights, as b1=0.9,b2=0.1 (instead of --backend)")
+	fs.DurationVar(&timeout, "timeout", 0, "bound on a request, retries included, such as 30s (default: none, as a long generation needs)")
+	fs.DurationVar(&idle, "idle-timeout", 0, "end a request when nothing moved for this long, such as 1m (default: Envoy's 5m)")
+	fs.DurationVar(&perTry, "per-try-timeout", 0, "bound on each try; a GET whose try runs out is retried on another replica (default: none)")
 	return c
 }
 
@@ -122,9 +128,23 @@ func firstPair(m map[string]float64) (string, float64) {
 }
 
 // endpointHeader and endpointRow render endpoints for list and get.
-const endpointHeader = "NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS"
+const endpointHeader = "NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS\tTIMEOUTS"
 
 func endpointRow(e model.Endpoint) string {
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", e.Name, orNone(e.Route), strings.Join(e.AllowedMethods(), ","),
-		formatWeights(e.Traffic), orNone(formatWeights(e.Shadows)))
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", e.Name, orNone(e.Route), strings.Join(e.AllowedMethods(), ","),
+		formatWeights(e.Traffic), orNone(formatWeights(e.Shadows)), timeouts(e))
+}
+
+// timeouts renders an endpoint's timeouts: "120s, idle 30s, try 60s", or "-".
+func timeouts(e model.Endpoint) string {
+	var parts []string
+	for _, t := range []struct {
+		label string
+		s     float64
+	}{{"", e.TimeoutS}, {"idle ", e.IdleTimeoutS}, {"try ", e.PerTryTimeoutS}} {
+		if t.s > 0 {
+			parts = append(parts, t.label+(time.Duration(t.s*float64(time.Second))).String())
+		}
+	}
+	return orNone(strings.Join(parts, ", "))
 }

@@ -292,6 +292,20 @@ type Endpoint struct {
 	// endpoint's requests mirrored to them. Responses of mirrored requests are
 	// discarded. A proportion of 0 is the same as no shadow.
 	Shadows map[string]float64 `json:"shadows,omitempty"`
+	// TimeoutS bounds a request, in seconds, from its start to the end of
+	// its answer, retries included; 0, the default, sets no bound (as Ray
+	// Serve: a generation may take minutes).
+	TimeoutS float64 `json:"timeout_s,omitempty"`
+	// IdleTimeoutS ends a request, in seconds, when nothing has moved in
+	// either direction for that long (a stream that stalls); 0 keeps
+	// Envoy's default of 5 minutes.
+	IdleTimeoutS float64 `json:"idle_timeout_s,omitempty"`
+	// PerTryTimeoutS bounds each try of a request, in seconds; 0 sets no
+	// bound. A try of an idempotent method (GET, HEAD, OPTIONS) that runs
+	// out is retried on another replica; of another method, answered 504
+	// (the request reached the replica). It must not exceed TimeoutS when
+	// both are set.
+	PerTryTimeoutS float64 `json:"per_try_timeout_s,omitempty"`
 }
 
 // Headless reports whether the endpoint has no public route.

@@ -138,8 +138,28 @@ func (m *Model) Validate() error {
 		validateMethods(&p, field+".methods", e.Methods)
 		validateTraffic(&p, field+".traffic", e.Traffic, backends)
 		validateShadows(&p, field+".shadows", e.Shadows, backends)
+		validateTimeouts(&p, field, e)
 	}
 	return p.err()
+}
+
+// MaxTimeoutSeconds bounds an endpoint's timeouts: a day.
+const MaxTimeoutSeconds = 86400
+
+// validateTimeouts checks an endpoint's timeouts: each from 0 (none) to a
+// day, and a try no longer than the whole request.
+func validateTimeouts(p *problems, field string, e Endpoint) {
+	for _, t := range []struct {
+		name, zero string
+		v          float64
+	}{{"timeout_s", "none", e.TimeoutS}, {"idle_timeout_s", "Envoy's default of 5 minutes", e.IdleTimeoutS}, {"per_try_timeout_s", "none", e.PerTryTimeoutS}} {
+		if !(t.v >= 0 && t.v <= MaxTimeoutSeconds) {
+			p.add(field+"."+t.name, "is %v; set seconds from 0 (%s) to %d, such as 30 or 0.5", t.v, t.zero, MaxTimeoutSeconds)
+		}
+	}
+	if e.TimeoutS > 0 && e.PerTryTimeoutS > e.TimeoutS {
+		p.add(field+".per_try_timeout_s", "is %v, longer than the request's timeout_s of %v; a try cannot outlast its request: lower it, or raise timeout_s", e.PerTryTimeoutS, e.TimeoutS)
+	}
 }
 
 // ValidateBackend checks one backend on its own: every rule of Validate

@@ -85,8 +85,9 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 					Action: &route.Route_Route{Route: &route.RouteAction{
 						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: wire.InboundClusterName(backend)},
-						// The calling node keeps the endpoint's timeout.
-						Timeout: durationpb.New(0),
+						// The calling node keeps the endpoint's timeouts.
+						Timeout:     durationpb.New(0),
+						IdleTimeout: durationpb.New(0),
 						// Another replica here, if the request reached none;
 						// then the caller tries another node.
 						RetryPolicy: retryPolicy(retryOn),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -11,6 +12,7 @@ import (
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -185,6 +187,11 @@ func retryPolicy(retryOn string) *route.RetryPolicy {
 	}
 }
 
+// seconds is a protobuf duration of s seconds (0: none).
+func seconds(s float64) *durationpb.Duration {
+	return durationpb.New(time.Duration(s * float64(time.Second)))
+}
+
 // routeAction sends an endpoint's requests to its backends by weight and
 // mirrors the shadowed proportions.
 func routeAction(e model.Endpoint, retry string) *route.RouteAction {
@@ -194,7 +201,20 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 		policy.RetriableHeaders = append(policy.RetriableHeaders, &route.HeaderMatcher{
 			Name: h, HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}})
 	}
-	action := &route.RouteAction{RetryPolicy: policy}
+	// No timeout unless the endpoint sets one (Envoy's default is 15 s).
+	action := &route.RouteAction{RetryPolicy: policy, Timeout: seconds(e.TimeoutS)}
+	if e.IdleTimeoutS > 0 {
+		action.IdleTimeout = seconds(e.IdleTimeoutS)
+	}
+	if e.PerTryTimeoutS > 0 {
+		policy.PerTryTimeout = seconds(e.PerTryTimeoutS)
+		if retry == retryOnIdempotent {
+			// Envoy answers a try that runs out as a 504 of the gateway:
+			// retried for idempotent methods only (the request reached
+			// the replica).
+			policy.RetryOn += ",gateway-error"
+		}
+	}
 	weights := splitWeights(e.Traffic)
 	if len(weights) == 1 {
 		action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: wire.ClusterName(weights[0].Backend)}
