@@ -2,14 +2,24 @@ package demoreplica
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
 
-// BackendHeader is the response header naming the backend that answered.
-const BackendHeader = "X-Servemesh-Backend"
+// BackendHeader and ReplicaHeader are the response headers naming the
+// backend and the replica that answered.
+const (
+	BackendHeader = "X-Servemesh-Backend"
+	ReplicaHeader = "X-Servemesh-Replica"
+)
+
+// maxTokens bounds a streamed answer.
+const maxTokens = 10_000
 
 // Response is the JSON body a replica answers with.
 type Response struct {
@@ -49,8 +59,71 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	r.served.Add(1)
 	w.Header().Set(BackendHeader, r.Backend)
+	w.Header().Set(ReplicaHeader, r.Name)
+	if strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
+		r.served.Add(1)
+		echoUpgraded(w, r.Backend, r.Name)
+		return
+	}
+	if n, err := strconv.Atoi(req.URL.Query().Get("tokens")); err == nil && n > 0 && n <= maxTokens {
+		r.served.Add(1)
+		every, _ := strconv.Atoi(req.URL.Query().Get("every_ms"))
+		stream(w, req, n, time.Duration(min(max(every, 0), 60_000))*time.Millisecond)
+		return
+	}
+	r.served.Add(1)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(Response{Backend: r.Backend, Replica: r.Name, Method: req.Method, Path: req.URL.Path, Host: req.Host})
+}
+
+// stream answers n tokens, one every every, each flushed as it is made, as a
+// model server streams a generation: lines "token <i>", or server-sent
+// events ("data: token <i>") when the client accepts text/event-stream.
+func stream(w http.ResponseWriter, req *http.Request, n int, every time.Duration) {
+	sse := strings.Contains(req.Header.Get("Accept"), "text/event-stream")
+	if sse {
+		w.Header().Set("Content-Type", "text/event-stream")
+	} else {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	flusher, _ := w.(http.Flusher)
+	for i := range n {
+		if i > 0 {
+			select {
+			case <-time.After(every):
+			case <-req.Context().Done():
+				return
+			}
+		}
+		if sse {
+			fmt.Fprintf(w, "data: token %d\n\n", i)
+		} else {
+			fmt.Fprintf(w, "token %d\n", i)
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+// echoUpgraded accepts a WebSocket upgrade and echoes every byte the client
+// sends (frames pass through as they are: a proxy only has to carry them).
+func echoUpgraded(w http.ResponseWriter, backend, name string) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "upgrade not supported", http.StatusInternalServerError)
+		return
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer func() { _ = conn.Close() }()
+	fmt.Fprintf(buf, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n%s: %s\r\n%s: %s\r\n\r\n",
+		BackendHeader, backend, ReplicaHeader, name)
+	if buf.Flush() != nil {
+		return
+	}
+	_, _ = io.Copy(conn, buf)
 }

@@ -71,8 +71,9 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 		return nil, fmt.Errorf("inbound listener: pack router filter: %w", err)
 	}
 	manager, err := anypb.New(&hcm.HttpConnectionManager{
-		StatPrefix: wire.InboundListener + "_" + backend,
-		CodecType:  hcm.HttpConnectionManager_AUTO,
+		StatPrefix:     wire.InboundListener + "_" + backend,
+		CodecType:      hcm.HttpConnectionManager_AUTO,
+		UpgradeConfigs: upgrades(),
 		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
 			Name: wire.InboundListener + "_" + backend,
 			// The listener and its cluster come in separate updates, in

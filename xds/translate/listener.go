@@ -57,6 +57,12 @@ func serveTLS(l *listener.Listener, sdsPath string) error {
 	return nil
 }
 
+// upgrades are the protocol upgrades every HTTP listener passes through to
+// the replica: WebSocket.
+func upgrades() []*hcm.HttpConnectionManager_UpgradeConfig {
+	return []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
+}
+
 func httpListener(name, address string, port uint32, routeName string) (*listener.Listener, error) {
 	routerConfig, err := anypb.New(&router.Router{})
 	if err != nil {
@@ -71,8 +77,9 @@ func httpListener(name, address string, port uint32, routeName string) (*listene
 		}},
 		// Match routes on the normalised path, so "/a/../b" cannot reach an
 		// endpoint that "/b" would not.
-		NormalizePath: wrapperspb.Bool(true),
-		MergeSlashes:  true,
+		NormalizePath:  wrapperspb.Bool(true),
+		MergeSlashes:   true,
+		UpgradeConfigs: upgrades(),
 		HttpFilters: []*hcm.HttpFilter{{
 			Name:       "envoy.filters.http.router",
 			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},

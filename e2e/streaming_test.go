@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// TestStreaming runs streamed answers and WebSocket upgrades through the
+// default data path, over a split with a shadow, with replicas on two nodes
+// so that some cross the inbound hop: every token reaches the client as it
+// is made (the first long before the last), in order, as lines and as
+// server-sent events; an upgraded connection echoes both ways.
+func TestStreaming(t *testing.T) {
+	consul := startConsul(t)
+	ctl := startController(t, consul, "streaming", nil)
+	ctl.waitLeading(20 * time.Second)
+	n1 := startMTLSNode(t, consul, "streaming-n1", "127.0.0.2", ctl.xdsAddr)
+	startMTLSNode(t, consul, "streaming-n2", "127.0.0.3", ctl.xdsAddr)
+	c := ctl.client("")
+	ctx := context.Background()
+	for name, replicas := range map[string]int{"gen-a": 2, "gen-b": 1, "gen-shadow": 1} {
+		b := model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1},
+			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+		testutil.WaitFor(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+	}
+	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-a": 0.5, "gen-b": 0.5},
+		Shadows: map[string]float64{"gen-shadow": 0.5}}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + n1.public + "/gen"
+	testutil.WaitFor(t, 30*time.Second, "every replica of the split to answer through n1", func() bool {
+		seen := map[string]bool{}
+		for range 30 {
+			if r, err := replicaOf(httpClient(), url); err == nil {
+				seen[r] = true
+			}
+		}
+		return len(seen) == 3
+	})
+
+	const tokens, every = 10, 200 * time.Millisecond
+	t.Run("tokens arrive as they are made, lines and server-sent events", func(t *testing.T) {
+		replicas := map[string]bool{}
+		for i := range 6 {
+			sse := i%2 == 1
+			replica, first, last, got := streamTokens(t, fmt.Sprintf("%s?tokens=%d&every_ms=%d", url, tokens, every.Milliseconds()), sse)
+			replicas[replica] = true
+			if len(got) != tokens {
+				t.Fatalf("request %d (sse %v): %d tokens, want %d: %q", i, sse, len(got), tokens, got)
+			}
+			for j, tok := range got {
+				if tok != fmt.Sprintf("token %d", j) {
+					t.Fatalf("request %d: token %d is %q: out of order", i, j, tok)
+				}
+			}
+			// The replica spends (tokens-1)*every making them: the first must
+			// arrive long before the last, not all at the end.
+			if first > time.Second || last-first < (tokens-3)*every {
+				t.Errorf("request %d (sse %v): first token after %s, last %s later; want the first within 1 s and the rest spread over about %s",
+					i, sse, first, last-first, (tokens-1)*every)
+			}
+		}
+		if len(replicas) < 2 {
+			t.Errorf("the streams reached %v; want replicas on both nodes", replicas)
+		}
+	})
+	t.Run("a WebSocket upgrade passes through both ways", func(t *testing.T) {
+		replicas := map[string]bool{}
+		for i := range 8 {
+			replicas[echoThroughUpgrade(t, n1.public, fmt.Sprintf("hello %d", i))] = true
+		}
+		if len(replicas) < 2 {
+			t.Errorf("the upgrades reached %v; want replicas on both nodes", replicas)
+		}
+	})
+}
+
+// streamTokens reads a streamed answer token by token and returns the
+// replica that answered, when the first and the last token arrived (from the
+// request's start), and the tokens.
+func streamTokens(t *testing.T, url string, sse bool) (string, time.Duration, time.Duration, []string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sse {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != 200 || (sse && resp.Header.Get("Content-Type") != "text/event-stream") {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var got []string
+	var first, last time.Duration
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		line := lines.Text()
+		if sse {
+			var ok bool
+			if line, ok = strings.CutPrefix(line, "data: "); !ok {
+				continue // the blank line between events
+			}
+		}
+		last = time.Since(start)
+		if len(got) == 0 {
+			first = last
+		}
+		got = append(got, line)
+	}
+	return resp.Header.Get(demoreplica.ReplicaHeader), first, last, got
+}
+
+// echoThroughUpgrade upgrades a connection to the endpoint through the
+// node's public listener, sends msg and reads it back; it returns the
+// replica that answered.
+func echoThroughUpgrade(t *testing.T, public, msg string) string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", public, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /gen HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", public)
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		t.Fatalf("upgrade: %d %s", resp.StatusCode, body)
+	}
+	if _, err := io.WriteString(conn, msg); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, len(msg))
+	if _, err := io.ReadFull(r, back); err != nil || string(back) != msg {
+		t.Fatalf("echo through the upgraded connection: %q, %v; want %q", back, err, msg)
+	}
+	return resp.Header.Get(demoreplica.ReplicaHeader)
+}
