@@ -132,7 +132,7 @@ func streamTokens(t *testing.T, url string, sse bool) (string, time.Duration, ti
 // replica that answered.
 func echoThroughUpgrade(t *testing.T, public, msg string) string {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", public, 5*time.Second)
+	conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(context.Background(), "tcp", public)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +144,7 @@ func echoThroughUpgrade(t *testing.T, public, msg string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		t.Fatalf("upgrade: %d %s", resp.StatusCode, body)
