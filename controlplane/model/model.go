@@ -306,6 +306,33 @@ type Endpoint struct {
 	// (the request reached the replica). It must not exceed TimeoutS when
 	// both are set.
 	PerTryTimeoutS float64 `json:"per_try_timeout_s,omitempty"`
+	// Match sends the requests that match a rule to the rule's backend,
+	// before the weighted split; the first rule that matches wins.
+	Match []RequestMatch `json:"match,omitempty"`
+	// Sticky, if set, makes the split keep each client on one backend: the
+	// requests that carry the same value of this header or cookie go to
+	// the same backend, on every node, while many values still split by
+	// the weights. Requests without it are split at random.
+	Sticky *StickyKey `json:"sticky,omitempty"`
+}
+
+// RequestMatch is a rule of an endpoint: requests whose header (or
+// cookie) matches go to Backend. Give one of Header and Cookie, and one of
+// Exact, Prefix and Regex (RE2, matching the whole value).
+type RequestMatch struct {
+	Header  string `json:"header,omitempty"`
+	Cookie  string `json:"cookie,omitempty"`
+	Exact   string `json:"exact,omitempty"`
+	Prefix  string `json:"prefix,omitempty"`
+	Regex   string `json:"regex,omitempty"`
+	Backend string `json:"backend"`
+}
+
+// StickyKey names what keeps a client on one backend: a header or a
+// cookie (one of the two).
+type StickyKey struct {
+	Header string `json:"header,omitempty"`
+	Cookie string `json:"cookie,omitempty"`
 }
 
 // Headless reports whether the endpoint has no public route.

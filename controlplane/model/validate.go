@@ -139,8 +139,69 @@ func (m *Model) Validate() error {
 		validateTraffic(&p, field+".traffic", e.Traffic, backends)
 		validateShadows(&p, field+".shadows", e.Shadows, backends)
 		validateTimeouts(&p, field, e)
+		validateMatches(&p, field+".match", e.Match, backends)
+		if e.Sticky != nil {
+			validateKey(&p, field+".sticky", e.Sticky.Header, e.Sticky.Cookie)
+		}
 	}
 	return p.err()
+}
+
+// Limits of an endpoint's match rules.
+const (
+	MaxMatches       = 16
+	MaxMatchValueLen = 100
+)
+
+var (
+	headerName = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_|~-]{1,100}$`)
+	cookieName = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
+)
+
+// validateMatches checks an endpoint's match rules.
+func validateMatches(p *problems, field string, rules []RequestMatch, backends map[string]bool) {
+	if len(rules) > MaxMatches {
+		p.add(field, "has %d rules; at most %d", len(rules), MaxMatches)
+		return
+	}
+	for i, r := range rules {
+		rf := fmt.Sprintf("%s[%d]", field, i)
+		validateKey(p, rf, r.Header, r.Cookie)
+		set := 0
+		for _, v := range []string{r.Exact, r.Prefix, r.Regex} {
+			if v != "" {
+				set++
+			}
+			if len(v) > MaxMatchValueLen {
+				p.add(rf, "matches a value of %d bytes; at most %d", len(v), MaxMatchValueLen)
+			}
+		}
+		if set != 1 {
+			p.add(rf, "gives %d of exact, prefix and regex; give one", set)
+		}
+		if r.Regex != "" {
+			if _, err := regexp.Compile(r.Regex); err != nil {
+				p.add(rf+".regex", "%q is not a regular expression (RE2): %v", r.Regex, err)
+			}
+		}
+		if !backends[r.Backend] {
+			p.add(rf+".backend", "%q is not a backend of the model; name one, or create it first", r.Backend)
+		}
+	}
+}
+
+// validateKey checks a header or cookie name given as one of the two.
+func validateKey(p *problems, field, header, cookie string) {
+	switch {
+	case header == "" && cookie == "":
+		p.add(field, "names neither a header nor a cookie; name one")
+	case header != "" && cookie != "":
+		p.add(field, "names both a header and a cookie; name one")
+	case header != "" && !headerName.MatchString(header):
+		p.add(field+".header", "%q is not a header name; use lower-case letters, digits and - (such as x-canary)", header)
+	case cookie != "" && !cookieName.MatchString(cookie):
+		p.add(field+".cookie", "%q is not a cookie name; use letters, digits, - and _", cookie)
+	}
 }
 
 // MaxTimeoutSeconds bounds an endpoint's timeouts: a day.

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -116,18 +117,22 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 		if len(group.methods) == 0 {
 			continue
 		}
-		m := match()
-		m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods)}
 		name := e.Name
 		if len(idempotent) > 0 {
 			name += group.suffix
 		}
-		// Both forwarding routes count into the endpoint's route stats:
-		// vhost.<vhost>.route.<endpoint>.upstream_rq_*.
-		routes = append(routes, &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
-			Action: &route.Route_Route{Route: routeAction(e, group.retry)},
-			// What a node's inbound listener tells its callers stays inside.
-			ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader}})
+		// The endpoint's match rules first, in order, each to its backend;
+		// then the weighted split.
+		for i, rule := range e.Match {
+			m := match()
+			m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods), ruleMatcher(rule)}
+			ruled := e
+			ruled.Traffic, ruled.Sticky = map[string]float64{rule.Backend: 1}, nil
+			routes = append(routes, forwardingRoute(fmt.Sprintf("%s/match-%d", name, i), m, ruled, group.retry))
+		}
+		m := match()
+		m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods)}
+		routes = append(routes, forwardingRoute(name, m, e, group.retry))
 	}
 	return append(routes,
 		&route.Route{
@@ -144,6 +149,47 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 				AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 			}},
 		})
+}
+
+// forwardingRoute forwards the requests m matches by e's traffic policy.
+// Every forwarding route of an endpoint counts into its route stats:
+// vhost.<vhost>.route.<endpoint>.upstream_rq_*.
+func forwardingRoute(name string, m *route.RouteMatch, e model.Endpoint, retry string) *route.Route {
+	return &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
+		Action: &route.Route_Route{Route: routeAction(e, retry)},
+		// What a node's inbound listener tells its callers stays inside.
+		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader}}
+}
+
+// ruleMatcher matches a request's header, or its cookie, as rule says.
+func ruleMatcher(rule model.RequestMatch) *route.HeaderMatcher {
+	if rule.Cookie != "" {
+		// Cookies share one header ("a=1; canary=true"): match the one
+		// cookie's value within it, whole.
+		value := regexp.QuoteMeta(rule.Exact)
+		switch {
+		case rule.Prefix != "":
+			value = regexp.QuoteMeta(rule.Prefix) + "[^;]*"
+		case rule.Regex != "":
+			value = "(?:" + rule.Regex + ")"
+		}
+		return stringMatcher("cookie", &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{
+			Regex: `(?:.*;\s*)?` + regexp.QuoteMeta(rule.Cookie) + "=" + value + `(?:;.*)?`}}})
+	}
+	var sm *matcher.StringMatcher
+	switch {
+	case rule.Prefix != "":
+		sm = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{Prefix: rule.Prefix}}
+	case rule.Regex != "":
+		sm = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: rule.Regex}}}
+	default:
+		sm = &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: rule.Exact}}
+	}
+	return stringMatcher(rule.Header, sm)
+}
+
+func stringMatcher(header string, sm *matcher.StringMatcher) *route.HeaderMatcher {
+	return &route.HeaderMatcher{Name: header, HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: sm}}
 }
 
 func methodMatcher(methods []string) *route.HeaderMatcher {
@@ -187,6 +233,15 @@ func retryPolicy(retryOn string) *route.RetryPolicy {
 	}
 }
 
+// hashPolicy hashes the sticky key: a header, or a cookie (which Envoy only
+// reads, never sets: without it a request is split at random).
+func hashPolicy(k model.StickyKey) *route.RouteAction_HashPolicy {
+	if k.Cookie != "" {
+		return &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Cookie_{Cookie: &route.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}}
+	}
+	return &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Header_{Header: &route.RouteAction_HashPolicy_Header{HeaderName: k.Header}}}
+}
+
 // seconds is a protobuf duration of s seconds (0: none).
 func seconds(s float64) *durationpb.Duration {
 	return durationpb.New(time.Duration(s * float64(time.Second)))
@@ -225,6 +280,13 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 				Name:   wire.ClusterName(w.Backend),
 				Weight: wrapperspb.UInt32(w.Weight),
 			})
+		}
+		if k := e.Sticky; k != nil {
+			// The key's hash picks the backend: the same key, the same
+			// backend, on every node; a weight change moves only the keys
+			// whose share moved.
+			split.RandomValueSpecifier = &route.WeightedCluster_UseHashPolicy{UseHashPolicy: wrapperspb.Bool(true)}
+			action.HashPolicy = []*route.RouteAction_HashPolicy{hashPolicy(*k)}
 		}
 		action.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: split}
 	}

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// TestRequestRouting runs match rules and the sticky split through the
+// default data path, with each backend's replicas on two nodes: requests
+// with x-canary: true, or a beta=on cookie, go to the candidate; a user
+// (x-user) stays on one backend, the same through either node, while users
+// split by the weights; a weight change moves only the users whose share
+// moved; requests without a key split at random.
+func TestRequestRouting(t *testing.T) {
+	consul := startConsul(t)
+	ctl := startController(t, consul, "routing", nil)
+	ctl.waitLeading(20 * time.Second)
+	n1 := startMTLSNode(t, consul, "routing-n1", "127.0.0.2", ctl.xdsAddr)
+	n2 := startMTLSNode(t, consul, "routing-n2", "127.0.0.3", ctl.xdsAddr)
+	c := ctl.client("")
+	ctx := context.Background()
+	for _, name := range []string{"stable", "candidate"} {
+		b := model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: 2, CPUs: 1},
+			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+		testutil.WaitFor(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+	}
+	e := model.Endpoint{Name: "model", Route: "/model", Traffic: map[string]float64{"stable": 0.8, "candidate": 0.2},
+		Sticky: &model.StickyKey{Header: "x-user"},
+		Match: []model.RequestMatch{{Header: "x-canary", Exact: "true", Backend: "candidate"}, {Cookie: "beta", Exact: "on", Backend: "candidate"}}}
+	if _, err := c.CreateEndpoint(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []string{"http://" + n1.public + "/model", "http://" + n2.public + "/model"}
+	testutil.WaitFor(t, 30*time.Second, "every replica to answer through both nodes", func() bool {
+		for _, url := range nodes {
+			seen := map[string]bool{}
+			for range 40 {
+				if r, err := replicaOf(httpClient(), url); err == nil {
+					seen[r] = true
+				}
+			}
+			if len(seen) != 4 {
+				return false
+			}
+		}
+		return true
+	})
+	backendOf := func(url string, header ...string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := httpClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s %v: %d", url, header, resp.StatusCode)
+		}
+		return resp.Header.Get(demoreplica.BackendHeader)
+	}
+
+	t.Run("match rules come before the split", func(t *testing.T) {
+		for _, url := range nodes {
+			for _, h := range [][]string{{"x-canary", "true"}, {"cookie", "a=1; beta=on; z=2"}, {"cookie", "beta=on"}} {
+				for range 30 {
+					if got := backendOf(url, h...); got != "candidate" {
+						t.Fatalf("%s with %v went to %s, want the candidate", url, h, got)
+					}
+				}
+			}
+		}
+		stable := 0
+		for range 60 {
+			if backendOf(nodes[0], "cookie", "beta=off; x=on") == "stable" {
+				stable++
+			}
+		}
+		if stable == 0 {
+			t.Errorf("a cookie beta=off matched the rule beta=on: every request went to the candidate")
+		}
+	})
+
+	const users = 200
+	assign := func() map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		for i := range users {
+			user := fmt.Sprintf("user-%d", i)
+			for j := range 4 { // twice through each node
+				got := backendOf(nodes[j%2], "x-user", user)
+				if prev, ok := out[user]; ok && prev != got {
+					t.Fatalf("%s went to %s, then to %s (through %s)", user, prev, got, nodes[j%2])
+				}
+				out[user] = got
+			}
+		}
+		return out
+	}
+	var before map[string]string
+	t.Run("a user stays on one backend, through every node; users split by the weights", func(t *testing.T) {
+		before = assign()
+		candidates := 0
+		for _, b := range before {
+			if b == "candidate" {
+				candidates++
+			}
+		}
+		checkShare(t, "users on the candidate (weight 0.2)", candidates, users, 0.2)
+	})
+	t.Run("a weight change moves only the users whose share moved", func(t *testing.T) {
+		if before == nil {
+			t.Fatal("the sticky split failed: nothing to compare with")
+		}
+		if _, err := c.SetTraffic(ctx, "model", map[string]float64{"stable": 0.7, "candidate": 0.3}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 20*time.Second, "the new split to be served", func() bool {
+			for i := range users {
+				user := fmt.Sprintf("user-%d", i)
+				if before[user] != backendOf(nodes[0], "x-user", user) {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(time.Second) // both nodes follow
+		after := assign()
+		moved, back := 0, 0
+		for user, b := range after {
+			switch {
+			case before[user] == "stable" && b == "candidate":
+				moved++
+			case before[user] == "candidate" && b == "stable":
+				back++
+			}
+		}
+		t.Logf("weights 0.8/0.2 to 0.7/0.3: %d of %d users moved to the candidate, %d moved back", moved, users, back)
+		if back != 0 {
+			t.Errorf("%d users moved from the candidate back to stable; only users whose share moved should move", back)
+		}
+		checkShare(t, "users moved to the candidate (the 0.1 that changed hands)", moved, users, 0.1)
+	})
+	t.Run("requests without a key split at random", func(t *testing.T) {
+		candidates := 0
+		const n = 400
+		for i := range n {
+			if backendOf(nodes[i%2]) == "candidate" {
+				candidates++
+			}
+		}
+		checkShare(t, "requests without a key on the candidate (weight 0.3)", candidates, n, 0.3)
+	})
+}
