@@ -34,7 +34,7 @@ func TestRequestRouting(t *testing.T) {
 	}
 	e := model.Endpoint{Name: "model", Route: "/model", Traffic: map[string]float64{"stable": 0.8, "candidate": 0.2},
 		Sticky: &model.StickyKey{Header: "x-user"},
-		Match: []model.RequestMatch{{Header: "x-canary", Exact: "true", Backend: "candidate"}, {Cookie: "beta", Exact: "on", Backend: "candidate"}}}
+		Match:  []model.RequestMatch{{Header: "x-canary", Exact: "true", Backend: "candidate"}, {Cookie: "beta", Exact: "on", Backend: "candidate"}}}
 	if _, err := c.CreateEndpoint(ctx, e); err != nil {
 		t.Fatal(err)
 	}
