@@ -37,6 +37,10 @@ type Backend struct {
 	Replicas []Replica `json:"replicas,omitempty"`
 	// Config tunes how the backend is served.
 	Config BackendConfig `json:"config,omitempty"`
+	// Protocol is how Envoy talks to the replicas: http1 (the default),
+	// http2 (cleartext, h2c), or grpc (HTTP/2, and a replica's health is
+	// the standard gRPC health service unless it has a health path).
+	Protocol Protocol `json:"protocol,omitempty"`
 	// Process, if set, is the command servemesh's agents run as this
 	// backend's replicas: Config.NumReplicas of them, placed on nodes by the
 	// controller. Such a backend lists no static Replicas.
@@ -240,6 +244,19 @@ func (b Backend) WithoutProcessOnlyFields() Backend {
 	return b
 }
 
+// Protocol is how Envoy talks to a backend's replicas.
+type Protocol string
+
+// The protocols of a backend.
+const (
+	ProtocolHTTP1 Protocol = "http1"
+	ProtocolHTTP2 Protocol = "http2"
+	ProtocolGRPC  Protocol = "grpc"
+)
+
+// HTTP2 reports whether Envoy talks HTTP/2 to the backend's replicas.
+func (b Backend) HTTP2() bool { return b.Protocol == ProtocolHTTP2 || b.Protocol == ProtocolGRPC }
+
 // Health is a replica's health as the data plane should treat it.
 type Health string
 
@@ -437,12 +454,17 @@ func CloneEndpoint(e Endpoint) Endpoint {
 	e.Methods = slices.Clone(e.Methods)
 	e.Traffic = maps.Clone(e.Traffic)
 	e.Shadows = maps.Clone(e.Shadows)
+	e.Match = slices.Clone(e.Match)
+	if e.Sticky != nil {
+		k := *e.Sticky
+		e.Sticky = &k
+	}
 	return e
 }
 
 // BackendsEqual reports whether two backends are the same, placements included.
 func BackendsEqual(a, b Backend) bool {
-	return a.Name == b.Name && reflect.DeepEqual(a.Config, b.Config) && slices.Equal(a.Replicas, b.Replicas) &&
+	return a.Name == b.Name && reflect.DeepEqual(a.Config, b.Config) && a.Protocol == b.Protocol && slices.Equal(a.Replicas, b.Replicas) &&
 		reflect.DeepEqual(a.Process, b.Process) && reflect.DeepEqual(a.External, b.External) &&
 		slices.Equal(a.Placements, b.Placements)
 }
@@ -453,7 +475,9 @@ func EndpointsEqual(a, b Endpoint) bool {
 	return a.Name == b.Name && a.Route == b.Route &&
 		slices.Equal(a.AllowedMethods(), b.AllowedMethods()) &&
 		maps.Equal(a.Traffic, b.Traffic) &&
-		maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows))
+		maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows)) &&
+		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
+		slices.Equal(a.Match, b.Match) && reflect.DeepEqual(a.Sticky, b.Sticky)
 }
 
 func nonZero(m map[string]float64) map[string]float64 {

@@ -182,3 +182,51 @@ func TestValidateStoredPlacements(t *testing.T) {
 		}
 	}
 }
+
+// TestEqualityCoversEveryField: a change to any field of an endpoint or a
+// backend makes it differ, so that a store diff never drops a change (a
+// field added later and forgotten in EndpointsEqual or BackendsEqual
+// fails here).
+func TestEqualityCoversEveryField(t *testing.T) {
+	base := Endpoint{Name: "e", Traffic: map[string]float64{"a": 1}}
+	for _, change := range []func(*Endpoint){
+		func(e *Endpoint) { e.Name = "f" },
+		func(e *Endpoint) { e.Route = "/r" },
+		func(e *Endpoint) { e.Methods = []string{"POST"} },
+		func(e *Endpoint) { e.Traffic = map[string]float64{"b": 1} },
+		func(e *Endpoint) { e.Shadows = map[string]float64{"b": 0.5} },
+		func(e *Endpoint) { e.TimeoutS = 1 },
+		func(e *Endpoint) { e.IdleTimeoutS = 1 },
+		func(e *Endpoint) { e.PerTryTimeoutS = 1 },
+		func(e *Endpoint) { e.Match = []RequestMatch{{Header: "x", Exact: "y", Backend: "a"}} },
+		func(e *Endpoint) { e.Sticky = &StickyKey{Header: "x"} },
+	} {
+		e := CloneEndpoint(base)
+		change(&e)
+		if EndpointsEqual(base, e) {
+			t.Errorf("EndpointsEqual misses a change: %+v", e)
+		}
+	}
+	if n := reflect.TypeFor[Endpoint]().NumField(); n != 10 {
+		t.Errorf("Endpoint has %d fields; cover the new ones here and in EndpointsEqual", n)
+	}
+	b := Backend{Name: "b"}
+	for _, change := range []func(*Backend){
+		func(b *Backend) { b.Name = "c" },
+		func(b *Backend) { b.Replicas = []Replica{{Address: "127.0.0.1:1"}} },
+		func(b *Backend) { b.Config.MaxConcurrentQueries = 3 },
+		func(b *Backend) { b.Protocol = ProtocolGRPC },
+		func(b *Backend) { b.Process = &ProcessSpec{Command: "/x"} },
+		func(b *Backend) { b.External = &ExternalSpec{Service: "s"} },
+		func(b *Backend) { b.Placements = []Placement{{Tag: "b#1"}} },
+	} {
+		c := b
+		change(&c)
+		if BackendsEqual(b, c) {
+			t.Errorf("BackendsEqual misses a change: %+v", c)
+		}
+	}
+	if n := reflect.TypeFor[Backend]().NumField(); n != 7 {
+		t.Errorf("Backend has %d fields; cover the new ones here and in BackendsEqual", n)
+	}
+}

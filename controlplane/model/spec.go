@@ -16,6 +16,7 @@ type BackendSpec struct {
 	Name     string        `json:"name"`
 	Replicas []ReplicaSpec `json:"replicas,omitempty"`
 	Config   BackendConfig `json:"config,omitempty"`
+	Protocol Protocol      `json:"protocol,omitempty"`
 	Process  *ProcessSpec  `json:"process,omitempty"`
 	External *ExternalSpec `json:"external,omitempty"`
 }
@@ -42,7 +43,7 @@ func (s *Spec) Model() *Model {
 
 // Backend returns the backend b declares.
 func (b BackendSpec) Backend() Backend {
-	out := Backend{Name: b.Name, Config: b.Config, Process: b.Process, External: b.External}
+	out := Backend{Name: b.Name, Config: b.Config, Protocol: b.Protocol, Process: b.Process, External: b.External}
 	for _, r := range b.Replicas {
 		out.Replicas = append(out.Replicas, Replica{Address: r.Address, Health: r.Health})
 	}
@@ -63,7 +64,7 @@ func SpecOf(m *Model) *Spec {
 
 // BackendSpecOf returns what users declared of b.
 func BackendSpecOf(b Backend) BackendSpec {
-	out := BackendSpec{Name: b.Name, Config: b.Config, Process: b.Process, External: b.External}
+	out := BackendSpec{Name: b.Name, Config: b.Config, Protocol: b.Protocol, Process: b.Process, External: b.External}
 	for _, r := range b.Replicas {
 		out.Replicas = append(out.Replicas, ReplicaSpec{Address: r.Address, Health: r.Health})
 	}

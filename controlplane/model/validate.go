@@ -282,6 +282,11 @@ func validateBackend(p *problems, field string, b Backend) {
 		p.add(field+".replicas", "lists %d replicas; at most %d fit one backend", len(b.Replicas), MaxReplicas)
 	}
 	validateSource(p, field, b)
+	switch b.Protocol {
+	case "", ProtocolHTTP1, ProtocolHTTP2, ProtocolGRPC:
+	default:
+		p.add(field+".protocol", "%q is not a protocol; use %q (the default), %q or %q", b.Protocol, ProtocolHTTP1, ProtocolHTTP2, ProtocolGRPC)
+	}
 	validateAutoscaling(p, field+".config", b)
 	seen := make(map[string]bool, len(b.Replicas))
 	for j, r := range b.Replicas {
