@@ -242,7 +242,7 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 						"allowed", a.node.AllowedCommands)
 					continue
 				}
-				r, err := a.startReplica(ctx, b.Name, p, *b.Process)
+				r, err := a.startReplica(ctx, b.Name, b.Protocol, p, *b.Process)
 				if err != nil {
 					a.log.Error("could not start replica", "replica", p.Tag, "err", err)
 					continue

@@ -32,6 +32,7 @@ type replica struct {
 	backend string
 	tag     string
 	spec    model.ProcessSpec
+	grpc    bool // probed with the gRPC health service (no health path)
 	port    int
 	log     *slog.Logger
 
@@ -48,7 +49,7 @@ func (r *replica) serviceID() string { return wire.ReplicaServiceID(r.tag) }
 func (r *replica) checkID() string   { return "replica-" + r.serviceID() }
 func (r *replica) address() string   { return net.JoinHostPort(r.a.listenHost, strconv.Itoa(r.port)) }
 
-func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placement, spec model.ProcessSpec) (*replica, error) {
+func (a *Agent) startReplica(ctx context.Context, backend string, protocol model.Protocol, p model.Placement, spec model.ProcessSpec) (*replica, error) {
 	if a.secrets != nil { // its node's inbound listener presents this identity
 		if err := a.secrets.AddBackend(ctx, backend); err != nil {
 			return nil, fmt.Errorf("replica %s: %w", p.Tag, err)
@@ -60,7 +61,7 @@ func (a *Agent) startReplica(ctx context.Context, backend string, p model.Placem
 	}
 	_, portText, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portText)
-	r := &replica{a: a, backend: backend, tag: p.Tag, spec: spec, port: port, done: make(chan struct{}),
+	r := &replica{a: a, backend: backend, tag: p.Tag, spec: spec, grpc: protocol == model.ProtocolGRPC && spec.HealthPath == "", port: port, done: make(chan struct{}),
 		log: a.log.With("replica", p.Tag), output: &lumberjack.Logger{
 			Filename: filepath.Join(a.workDir, wire.ReplicaServiceID(p.Tag)+".log"),
 			MaxSize:  a.logMaxMB, MaxBackups: 2,
@@ -200,6 +201,9 @@ func (r *replica) probe(ctx context.Context) (status, output string) {
 }
 
 func (r *replica) check(ctx context.Context) error {
+	if r.grpc {
+		return grpcHealthy(ctx, r.address())
+	}
 	if r.spec.HealthPath == "" {
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "tcp", r.address())

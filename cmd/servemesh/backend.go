@@ -27,7 +27,7 @@ func newBackendCommand() *cobra.Command {
 type backendSource struct {
 	replicas, args, env []string
 	command, health     string
-	external            string
+	external, protocol  string
 }
 
 func newBackendCreateCommand(f *clientFlags) *cobra.Command {
@@ -61,13 +61,15 @@ func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 	fs.StringArrayVar(&src.env, "env", nil, "an environment variable of --command, as KEY=VALUE (repeat)")
 	fs.StringVar(&src.health, "health-path", "", "HTTP path that answers 2xx when a replica is healthy (default: a TCP probe)")
 	fs.StringVar(&src.external, "external", "", "route to this Consul service, run by something else")
+	fs.StringVar(&src.protocol, "protocol", "", "how Envoy talks to the replicas: http1 (the default), http2 (h2c) or grpc (probed with the gRPC health service unless --health-path)")
+	_ = c.RegisterFlagCompletionFunc("protocol", cobra.FixedCompletions([]string{"http1", "http2", "grpc"}, cobra.ShellCompDirectiveNoFileComp))
 	cfg.register(fs)
 	return c
 }
 
 // backend builds the backend the flags describe.
 func (s backendSource) backend(name string, cfg model.BackendConfig) (model.BackendSpec, error) {
-	b := model.BackendSpec{Name: name, Config: cfg}
+	b := model.BackendSpec{Name: name, Config: cfg, Protocol: model.Protocol(s.protocol)}
 	for _, r := range s.replicas {
 		b.Replicas = append(b.Replicas, model.ReplicaSpec{Address: r})
 	}

@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
@@ -102,9 +104,17 @@ Press Ctrl-C to stop.
 
 // RunDemoReplica runs one demo replica (what the demo stack's agent starts
 // as a process) until ctx ends.
-func RunDemoReplica(ctx context.Context, log *slog.Logger, backend, tag, listen string) error {
+func RunDemoReplica(ctx context.Context, log *slog.Logger, backend, tag, listen string, grpc bool) error {
 	if backend == "" {
 		return fmt.Errorf("--backend is required")
+	}
+	if grpc {
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)
+		if err != nil {
+			return fmt.Errorf("demo replica: %w", err)
+		}
+		log.Info("demo replica serving gRPC", "backend", backend, "listen", l.Addr().String())
+		return demoreplica.ServeGRPC(ctx, l, backend, cmp.Or(tag, backend))
 	}
 	fleet := demoreplica.NewFleet(log)
 	if err := fleet.Start(ctx, backend, tag, listen); err != nil {

@@ -1,6 +1,8 @@
 package translate
 
 import (
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"math"
 	"sort"
 	"time"
@@ -60,9 +62,27 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 		if b.ResolvedByDNS() {
 			resolveByDNS(c, b)
 		}
+		if b.HTTP2() {
+			c.TypedExtensionProtocolOptions = http2Options()
+		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// http2Options make a cluster talk HTTP/2 to its hosts: in cleartext
+// (h2c) to replicas, over TLS with ALPN h2 to other nodes' inbound
+// listeners.
+func http2Options() map[string]*anypb.Any {
+	opts, err := anypb.New(&httpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}},
+		}},
+	})
+	if err != nil {
+		panic(err) // a static, valid message
+	}
+	return map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": opts}
 }
 
 // circuitBreakers limit b's requests in flight to max_concurrent_queries

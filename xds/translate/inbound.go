@@ -57,6 +57,8 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 	downstream := &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
+			// HTTP/2 for callers of HTTP/2 and gRPC backends, which ask for it.
+			AlpnProtocols:                  []string{"h2", "http/1.1"},
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(wire.SecretsDir, wire.BackendSecret(backend))},
 			ValidationContextType: validation(uriMatcher(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Prefix{
 				Prefix: t.IdentityPrefix + wire.NodeServicePrefix}})),
@@ -143,7 +145,7 @@ func localReplyHeader(flags []string, header string) *hcm.ResponseMapper {
 // replicas come by EDS (inboundAssignments), so a replica's health change
 // leaves the cluster as it is.
 func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
-	return &cluster.Cluster{
+	c := &cluster.Cluster{
 		Name:                 wire.InboundClusterName(b.Name),
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{EdsConfig: edsConfigSource(),
@@ -153,6 +155,10 @@ func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
 		CommonLbConfig:  &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
 		CircuitBreakers: circuitBreakers(b),
 	}
+	if b.HTTP2() {
+		c.TypedExtensionProtocolOptions = http2Options()
+	}
+	return c
 }
 
 // inboundAssignments are, for every node with replicas of a backend reached

@@ -186,7 +186,7 @@ func secureClusters(m *model.Model, t *MTLS, clusters []*cluster.Cluster) error 
 		if !secure[c.GetName()] {
 			continue
 		}
-		socket, err := upstreamTLS(t, c.GetName())
+		socket, err := upstreamTLS(t, c.GetName(), c.GetTypedExtensionProtocolOptions() != nil)
 		if err != nil {
 			return err
 		}
@@ -200,13 +200,16 @@ func secureClusters(m *model.Model, t *MTLS, clusters []*cluster.Cluster) error 
 
 // upstreamTLS is how a node calls backend's nodes: with its own identity,
 // asking for the backend by SNI and accepting only the backend's identity.
-func upstreamTLS(t *MTLS, backend string) (*core.TransportSocket, error) {
+func upstreamTLS(t *MTLS, backend string, h2 bool) (*core.TransportSocket, error) {
 	ctx := &tlsv3.UpstreamTlsContext{
 		Sni: wire.BackendSNI(backend),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{wire.FileSecret(wire.SecretsDir, wire.NodeSecret)},
 			ValidationContextType:          validation(uriMatcher(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: t.IdentityPrefix + wire.BackendService(backend)}})),
 		},
+	}
+	if h2 {
+		ctx.CommonTlsContext.AlpnProtocols = []string{"h2"} // the inbound listener then speaks HTTP/2 too
 	}
 	return tlsSocket(ctx)
 }
