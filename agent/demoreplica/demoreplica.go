@@ -66,6 +66,16 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		echoUpgraded(w, r.Backend, r.Name)
 		return
 	}
+	if q := req.URL.Query(); q.Get("fail_replica") != "" && q.Get("fail_replica") == r.Name {
+		// A faulty replica, for tests: this one answers with fail_status.
+		status, err := strconv.Atoi(q.Get("fail_status"))
+		if err != nil || status < 500 || status > 599 {
+			status = http.StatusInternalServerError
+		}
+		r.served.Add(1)
+		http.Error(w, "failing on purpose (fail_replica)", status)
+		return
+	}
 	if n, err := strconv.Atoi(req.URL.Query().Get("tokens")); err == nil && n > 0 && n <= maxTokens {
 		r.served.Add(1)
 		every, _ := strconv.Atoi(req.URL.Query().Get("every_ms"))

@@ -149,6 +149,8 @@ type BackendConfig struct {
 	// CPUs and MemoryMB are what one replica needs of a node.
 	CPUs     float64 `json:"cpus,omitempty"`
 	MemoryMB int     `json:"memory_mb,omitempty"`
+	// Outlier, if set, ejects replicas that keep failing.
+	Outlier *OutlierDetection `json:"outlier,omitempty"`
 	// Autoscaling, if set, lets the controller choose NumReplicas from the
 	// backend's load (process backends only).
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
@@ -326,6 +328,9 @@ type Endpoint struct {
 	// Match sends the requests that match a rule to the rule's backend,
 	// before the weighted split; the first rule that matches wins.
 	Match []RequestMatch `json:"match,omitempty"`
+	// Retry widens what the endpoint retries beyond the requests that
+	// reached no replica, which are always retried.
+	Retry *RetryPolicy `json:"retry,omitempty"`
 	// Sticky, if set, makes the split keep each client on one backend: the
 	// requests that carry the same value of this header or cookie go to
 	// the same backend, on every node, while many values still split by
@@ -343,6 +348,45 @@ type RequestMatch struct {
 	Prefix  string `json:"prefix,omitempty"`
 	Regex   string `json:"regex,omitempty"`
 	Backend string `json:"backend"`
+}
+
+// RetryPolicy is what an endpoint retries on another replica, besides the
+// requests that reached none (always retried).
+type RetryPolicy struct {
+	// On (retry_on) are the conditions: 5xx, gateway-error (502, 503, 504), 503,
+	// reset (the connection broke after the request was sent), and the gRPC
+	// statuses unavailable, cancelled, deadline-exceeded,
+	// resource-exhausted, internal.
+	On []string `json:"retry_on,omitempty"`
+	// Attempts are the retries after the first try: 3 by default, at
+	// most MaxRetryAttempts.
+	Attempts int `json:"attempts,omitempty"`
+	// NonIdempotent retries requests of every method on these conditions;
+	// by default only GET, HEAD and OPTIONS are (a POST that reached a
+	// replica may have had an effect).
+	NonIdempotent bool `json:"non_idempotent,omitempty"`
+}
+
+// RetryConditions are the conditions a RetryPolicy may name.
+var RetryConditions = []string{"5xx", "gateway-error", "503", "reset", "unavailable", "cancelled", "deadline-exceeded", "resource-exhausted", "internal"}
+
+// MaxRetryAttempts bounds RetryPolicy.Attempts.
+const MaxRetryAttempts = 10
+
+// OutlierDetection ejects a replica that keeps failing for a while, as
+// Envoy's outlier detection does.
+type OutlierDetection struct {
+	// Consecutive5xx ejects a replica after this many 5xx answers in a row
+	// (5 by default).
+	Consecutive5xx int `json:"consecutive_5xx,omitempty"`
+	// IntervalS is how often ejections are decided (10 s by default);
+	// BaseEjectionS how long a first ejection lasts (30 s by default; each
+	// later one lasts longer).
+	IntervalS     float64 `json:"interval_s,omitempty"`
+	BaseEjectionS float64 `json:"base_ejection_s,omitempty"`
+	// MaxEjectionPercent bounds the share of a backend's replicas ejected
+	// at once (10 by default; at least one replica may always be ejected).
+	MaxEjectionPercent int `json:"max_ejection_percent,omitempty"`
 }
 
 // StickyKey names what keeps a client on one backend: a header or a
@@ -441,6 +485,10 @@ func Clone(m *Model) *Model {
 			as := *b.Config.Autoscaling
 			b.Config.Autoscaling = &as
 		}
+		if b.Config.Outlier != nil {
+			o := *b.Config.Outlier
+			b.Config.Outlier = &o
+		}
 		out.Backends = append(out.Backends, b)
 	}
 	for _, e := range m.Endpoints {
@@ -458,6 +506,11 @@ func CloneEndpoint(e Endpoint) Endpoint {
 	if e.Sticky != nil {
 		k := *e.Sticky
 		e.Sticky = &k
+	}
+	if e.Retry != nil {
+		r := *e.Retry
+		r.On = slices.Clone(r.On)
+		e.Retry = &r
 	}
 	return e
 }
@@ -477,7 +530,7 @@ func EndpointsEqual(a, b Endpoint) bool {
 		maps.Equal(a.Traffic, b.Traffic) &&
 		maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows)) &&
 		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
-		slices.Equal(a.Match, b.Match) && reflect.DeepEqual(a.Sticky, b.Sticky)
+		slices.Equal(a.Match, b.Match) && reflect.DeepEqual(a.Sticky, b.Sticky) && reflect.DeepEqual(a.Retry, b.Retry)
 }
 
 func nonZero(m map[string]float64) map[string]float64 {

@@ -200,6 +200,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 		func(e *Endpoint) { e.PerTryTimeoutS = 1 },
 		func(e *Endpoint) { e.Match = []RequestMatch{{Header: "x", Exact: "y", Backend: "a"}} },
 		func(e *Endpoint) { e.Sticky = &StickyKey{Header: "x"} },
+		func(e *Endpoint) { e.Retry = &RetryPolicy{Attempts: 2} },
 	} {
 		e := CloneEndpoint(base)
 		change(&e)
@@ -207,7 +208,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 			t.Errorf("EndpointsEqual misses a change: %+v", e)
 		}
 	}
-	if n := reflect.TypeFor[Endpoint]().NumField(); n != 10 {
+	if n := reflect.TypeFor[Endpoint]().NumField(); n != 11 {
 		t.Errorf("Endpoint has %d fields; cover the new ones here and in EndpointsEqual", n)
 	}
 	b := Backend{Name: "b"}
@@ -215,6 +216,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 		func(b *Backend) { b.Name = "c" },
 		func(b *Backend) { b.Replicas = []Replica{{Address: "127.0.0.1:1"}} },
 		func(b *Backend) { b.Config.MaxConcurrentQueries = 3 },
+		func(b *Backend) { b.Config.Outlier = &OutlierDetection{Consecutive5xx: 3} },
 		func(b *Backend) { b.Protocol = ProtocolGRPC },
 		func(b *Backend) { b.Process = &ProcessSpec{Command: "/x"} },
 		func(b *Backend) { b.External = &ExternalSpec{Service: "s"} },

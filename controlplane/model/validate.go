@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -143,6 +144,9 @@ func (m *Model) Validate() error {
 		if e.Sticky != nil {
 			validateKey(&p, field+".sticky", e.Sticky.Header, e.Sticky.Cookie)
 		}
+		if e.Retry != nil {
+			validateRetry(&p, field+".retry", *e.Retry)
+		}
 	}
 	return p.err()
 }
@@ -186,6 +190,31 @@ func validateMatches(p *problems, field string, rules []RequestMatch, backends m
 		}
 		if !backends[r.Backend] {
 			p.add(rf+".backend", "%q is not a backend of the model; name one, or create it first", r.Backend)
+		}
+	}
+}
+
+// validateRetry checks an endpoint's retry policy.
+func validateRetry(p *problems, field string, r RetryPolicy) {
+	for i, on := range r.On {
+		if !slices.Contains(RetryConditions, on) {
+			p.add(fmt.Sprintf("%s.retry_on[%d]", field, i), "%q is not a retry condition; use one of %s", on, strings.Join(RetryConditions, ", "))
+		}
+	}
+	if r.Attempts < 0 || r.Attempts > MaxRetryAttempts {
+		p.add(field+".attempts", "is %d; set retries from 1 to %d, or leave it out for 3", r.Attempts, MaxRetryAttempts)
+	}
+}
+
+// validateOutlier checks a backend's outlier detection.
+func validateOutlier(p *problems, field string, o OutlierDetection) {
+	for _, f := range []struct {
+		name     string
+		v, limit float64
+	}{{"consecutive_5xx", float64(o.Consecutive5xx), 1000}, {"interval_s", o.IntervalS, 3600},
+		{"base_ejection_s", o.BaseEjectionS, 86400}, {"max_ejection_percent", float64(o.MaxEjectionPercent), 100}} {
+		if !(f.v >= 0 && f.v <= f.limit) {
+			p.add(field+"."+f.name, "is %v; set it from 0 (the default) to %v", f.v, f.limit)
 		}
 	}
 }
@@ -288,6 +317,9 @@ func validateBackend(p *problems, field string, b Backend) {
 		p.add(field+".protocol", "%q is not a protocol; use %q (the default), %q or %q", b.Protocol, ProtocolHTTP1, ProtocolHTTP2, ProtocolGRPC)
 	}
 	validateAutoscaling(p, field+".config", b)
+	if o := b.Config.Outlier; o != nil {
+		validateOutlier(p, field+".config.outlier", *o)
+	}
 	seen := make(map[string]bool, len(b.Replicas))
 	for j, r := range b.Replicas {
 		// Field names are formatted only for problems: models hold many replicas.

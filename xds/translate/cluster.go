@@ -65,9 +65,32 @@ func BuildClusters(m *model.Model) []*cluster.Cluster {
 		if b.HTTP2() {
 			c.TypedExtensionProtocolOptions = http2Options()
 		}
+		c.OutlierDetection = outlierDetection(b.Config.Outlier)
 		out = append(out, c)
 	}
 	return out
+}
+
+// outlierDetection ejects the hosts that keep failing, if o says so (nil:
+// none).
+func outlierDetection(o *model.OutlierDetection) *cluster.OutlierDetection {
+	if o == nil {
+		return nil
+	}
+	od := &cluster.OutlierDetection{}
+	if o.Consecutive5xx > 0 {
+		od.Consecutive_5Xx = wrapperspb.UInt32(uint32(o.Consecutive5xx))
+	}
+	if o.IntervalS > 0 {
+		od.Interval = seconds(o.IntervalS)
+	}
+	if o.BaseEjectionS > 0 {
+		od.BaseEjectionTime = seconds(o.BaseEjectionS)
+	}
+	if o.MaxEjectionPercent > 0 {
+		od.MaxEjectionPercent = wrapperspb.UInt32(uint32(o.MaxEjectionPercent))
+	}
+	return od
 }
 
 // http2Options make a cluster talk HTTP/2 to its hosts: in cleartext

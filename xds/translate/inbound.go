@@ -158,6 +158,7 @@ func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
 	if b.HTTP2() {
 		c.TypedExtensionProtocolOptions = http2Options()
 	}
+	c.OutlierDetection = outlierDetection(b.Config.Outlier) // each replica of the node
 	return c
 }
 

@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -233,6 +234,30 @@ func retryPolicy(retryOn string) *route.RetryPolicy {
 	}
 }
 
+// widenRetries adds an endpoint's retry conditions to policy, for
+// idempotent methods or, if the endpoint says so, every method; and its
+// number of retries.
+func widenRetries(policy *route.RetryPolicy, r *model.RetryPolicy, idempotent bool) {
+	if r == nil {
+		return
+	}
+	if r.Attempts > 0 {
+		policy.NumRetries = wrapperspb.UInt32(uint32(r.Attempts))
+	}
+	if !idempotent && !r.NonIdempotent {
+		return
+	}
+	for _, on := range r.On {
+		if on == "503" {
+			policy.RetriableStatusCodes = append(policy.RetriableStatusCodes, 503)
+			on = "retriable-status-codes"
+		}
+		if !slices.Contains(strings.Split(policy.RetryOn, ","), on) {
+			policy.RetryOn += "," + on
+		}
+	}
+}
+
 // hashPolicy hashes the sticky key: a header, or a cookie (which Envoy only
 // reads, never sets: without it a request is split at random).
 func hashPolicy(k model.StickyKey) *route.RouteAction_HashPolicy {
@@ -256,6 +281,7 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 		policy.RetriableHeaders = append(policy.RetriableHeaders, &route.HeaderMatcher{
 			Name: h, HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}})
 	}
+	widenRetries(policy, e.Retry, retry == retryOnIdempotent)
 	// No timeout unless the endpoint sets one (Envoy's default is 15 s).
 	action := &route.RouteAction{RetryPolicy: policy, Timeout: seconds(e.TimeoutS)}
 	if e.IdleTimeoutS > 0 {
