@@ -126,6 +126,18 @@ func (a Admin) DrainListeners(ctx context.Context) error {
 	return nil
 }
 
+// ReopenLogs makes Envoy reopen its access logs, after they were moved.
+func (a Admin) ReopenLogs(ctx context.Context) error {
+	body, code, err := a.do(ctx, http.MethodPost, "/reopen_logs")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("envoy admin /reopen_logs: status %d: %s", code, body)
+	}
+	return nil
+}
+
 // ConfigVersions are the xDS versions an Envoy holds: what it last ACKed.
 type ConfigVersions struct {
 	Clusters  string            `json:"clusters"`

@@ -107,6 +107,10 @@ func BackendSecret(backend string) string { return "backend_" + backend }
 // node's resources name the same paths and nodes share their clusters.
 const SecretsDir = "secrets"
 
+// AccessLogFile is a node's Envoy access log, a JSON line per request,
+// relative to the folder the node's Envoy runs in.
+const AccessLogFile = "access.log"
+
 // SecretFile is where, in a node's secrets folder, the file-based SDS
 // config of secret name is.
 func SecretFile(dir, name string) string { return dir + "/" + name + ".yaml" }

@@ -80,6 +80,7 @@ func httpListener(name, address string, port uint32, routeName string) (*listene
 		NormalizePath:  wrapperspb.Bool(true),
 		MergeSlashes:   true,
 		UpgradeConfigs: upgrades(),
+		AccessLog:      accessLogs(name),
 		HttpFilters: []*hcm.HttpFilter{{
 			Name:       "envoy.filters.http.router",
 			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},

@@ -1,0 +1,63 @@
+package translate
+
+import (
+	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	fileaccesslog "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/servemesh/servemesh/wire"
+)
+
+// accessLogFields are what each line of a node's access log says of a
+// request, as JSON: which listener took it, the endpoint (its route: a
+// match rule's is "<endpoint>/match-<i>"), the backend and replica that
+// answered (on the inbound listener, the replica itself; elsewhere, for a
+// replica on another node, that node's inbound listener), the status,
+// durations in milliseconds, bytes, and Envoy's response flags.
+var accessLogFields = map[string]string{
+	"start":       "%START_TIME%",
+	"route":       "%ROUTE_NAME%",
+	"backend":     "%UPSTREAM_CLUSTER%",
+	"replica":     "%UPSTREAM_HOST%",
+	"method":      "%REQ(:METHOD)%",
+	"path":        "%REQ(:PATH)%",
+	"authority":   "%REQ(:AUTHORITY)%",
+	"status":      "%RESPONSE_CODE%",
+	"grpc_status": "%GRPC_STATUS_NUMBER%",
+	"flags":       "%RESPONSE_FLAGS%",
+	"duration_ms": "%DURATION%",
+	"upstream_ms": "%RESPONSE_DURATION%",
+	"bytes_in":    "%BYTES_RECEIVED%",
+	"bytes_out":   "%BYTES_SENT%",
+	"request_id":  "%REQ(X-REQUEST-ID)%",
+}
+
+// accessLogs write a JSON line per request of the listener named listener
+// to the node's access log (wire.AccessLogFile, relative to the folder its
+// Envoy runs in, so that the configuration is the same on every node).
+func accessLogs(listener string) []*accesslog.AccessLog {
+	fields := map[string]any{}
+	for k, v := range accessLogFields {
+		fields[k] = v
+	}
+	fields["listener"] = listener
+	format, err := structpb.NewStruct(fields)
+	if err != nil {
+		panic(err) // static strings
+	}
+	// Packed deterministically: the format is a map, and a configuration
+	// that hashed differently at each build would be sent again each time.
+	file := &anypb.Any{}
+	err = anypb.MarshalFrom(file, &fileaccesslog.FileAccessLog{
+		Path: wire.AccessLogFile,
+		AccessLogFormat: &fileaccesslog.FileAccessLog_LogFormat{LogFormat: &core.SubstitutionFormatString{
+			Format: &core.SubstitutionFormatString_JsonFormat{JsonFormat: format}}},
+	}, proto.MarshalOptions{Deterministic: true})
+	if err != nil {
+		panic(err) // a static, valid message
+	}
+	return []*accesslog.AccessLog{{Name: "envoy.access_loggers.file", ConfigType: &accesslog.AccessLog_TypedConfig{TypedConfig: file}}}
+}
