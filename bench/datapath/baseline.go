@@ -22,6 +22,7 @@ var baselineConfigs embed.FS
 type baselineVars struct {
 	Dir, Admin                           string
 	PublicPort, InboundPort, ReplicaPort uint32
+	GRPC                                 bool // HTTP/2 to the replica, and between the Envoys
 }
 
 // startBaseline runs the hand-written Envoys of placement (one for a
@@ -38,14 +39,14 @@ func (b *bench) startBaseline(work, placement string) (string, func(), error) {
 		}
 	}
 	replica := testutil.MustFreeAddr("127.0.0.1")
-	r, err := proc.Start(proc.Spec{Path: b.Bin, Args: []string{"demo-replica", "--backend", "bench", "--listen", replica}})
+	r, err := proc.Start(proc.Spec{Path: b.Bin, Args: b.replicaArgs(replica)})
 	if err != nil {
 		return "", nil, err
 	}
 	stops = append(stops, func() { _ = r.Stop(5 * time.Second) })
 	public := testutil.MustFreeAddr("127.0.0.2")
 	vars := baselineVars{Dir: work, PublicPort: testutil.Port(public), InboundPort: testutil.Port(testutil.MustFreeAddr("127.0.0.3")),
-		ReplicaPort: testutil.Port(replica)}
+		ReplicaPort: testutil.Port(replica), GRPC: b.grpc}
 	configs := []string{"envoy-same-node.yaml"}
 	if placement == crossNode {
 		if err := writeCerts(work); err != nil {

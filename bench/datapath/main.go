@@ -40,7 +40,11 @@ const (
 	modeDefault   = "servemesh (mTLS)"
 	modePlaintext = "servemesh --plaintext"
 	modeBaseline  = "hand-written Envoy"
+	modeDirect    = "direct to the replica"
 )
+
+// modes are the paths measured, in the order of the table.
+var modes = []string{modeDefault, modePlaintext, modeBaseline, modeDirect}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -51,12 +55,18 @@ func main() {
 	runs := flag.Int("runs", 3, "runs of each configuration; the figures are their medians")
 	pause := flag.String("pause", "", "stop servemesh's daemons (SIGSTOP) while measuring, leaving the Envoys and the replica running: controller, agents or all; what they cost the data path on a shared machine")
 	only := flag.String("placements", sameNode+","+crossNode, "the placements measured, comma-separated")
+	protocol := flag.String("protocol", "http", "what the replica serves and the load sends: http (HTTP/1.1 GETs) or grpc (unary gRPC calls over HTTP/2)")
 	flag.Parse()
 	if !slices.Contains([]string{"", "controller", "agents", "all"}, *pause) {
 		fmt.Fprintf(os.Stderr, "datapath: -pause %q: use controller, agents or all\n", *pause)
 		os.Exit(2)
 	}
-	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ",")}
+	if *protocol != "http" && *protocol != "grpc" {
+		fmt.Fprintf(os.Stderr, "datapath: -protocol %q: use http or grpc\n", *protocol)
+		os.Exit(2)
+	}
+	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ","),
+		grpc: *protocol == "grpc"}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
@@ -76,6 +86,7 @@ type options struct {
 	duration                time.Duration
 	pause                   string
 	placements              []string
+	grpc                    bool
 }
 
 func run(o options) error {
@@ -88,7 +99,7 @@ func run(o options) error {
 	all := map[string][]result{}
 	for i := range o.runs {
 		for _, placement := range o.placements {
-			for j, mode := range []string{modeDefault, modePlaintext, modeBaseline} {
+			for j, mode := range modes {
 				r, err := b.measure(fmt.Sprintf("r%d-%s-m%d", i, placement, j), placement, mode)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", placement, mode, err)
@@ -97,7 +108,8 @@ func run(o options) error {
 			}
 		}
 	}
-	fmt.Printf("medians of %d runs; each fixed-rate and saturation run %s; Envoy CPU is every Envoy on the path, per request\n", o.runs, o.duration)
+	fmt.Printf("medians of %d runs; each fixed-rate and saturation run %s; Envoy CPU is every Envoy on the path, per request; load: %s\n",
+		o.runs, o.duration, loadName(o.grpc))
 	if o.pause != "" {
 		fmt.Printf("servemesh's daemons stopped while measuring: %s\n", o.pause)
 	}
@@ -105,7 +117,7 @@ func run(o options) error {
 	fmt.Printf("| call | path | saturation req/s (%d connections) | p50 / p99 at %d req/s | Envoy CPU per request | errors |\n", o.concurrency, o.rate)
 	fmt.Println("|---|---|---:|---:|---:|---:|")
 	for _, placement := range o.placements {
-		for _, mode := range []string{modeDefault, modePlaintext, modeBaseline} {
+		for _, mode := range modes {
 			rs := all[placement+mode]
 			errors := 0
 			for _, r := range rs {
@@ -142,25 +154,76 @@ func (b *bench) measure(name, placement, mode string) (result, error) {
 	work := filepath.Join(b.Dir, name)
 	var s stack
 	var err error
-	if mode == modeBaseline {
+	switch mode {
+	case modeBaseline:
 		s.url, s.stop, err = b.startBaseline(work, placement)
-	} else {
+	case modeDirect:
+		s.url, s.stop, err = b.startReplica()
+	default:
 		s, err = b.startServemesh(work, placement, mode == modePlaintext)
 	}
 	if err != nil {
 		return result{}, err
 	}
 	defer s.stop()
-	if err := testutil.Until(60*time.Second, func() bool { return loadgen.Get(loadgen.NewClient(1), s.url) == nil }); err != nil {
+	call, closeCall, err := b.caller(s.url)
+	if err != nil {
+		return result{}, err
+	}
+	defer closeCall()
+	if err := testutil.Until(60*time.Second, func() bool { return call() == nil }); err != nil {
 		return result{}, fmt.Errorf("n1 never served: %w", err)
 	}
 	resume := s.pause(b.pause)
 	defer resume()
-	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRate(s.url, b.rate, b.duration) })
-	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoop(s.url, b.concurrency, b.duration) })
+	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRateOf(call, b.rate, b.duration) })
+	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoopOf(call, b.concurrency, b.duration) })
 	r := result{rps: saturated.RPS, p50: ms(fixed.P50), p99: ms(fixed.P99), cpu: cpu, errors: fixed.Errors + saturated.Errors}
 	r.firstError = fixed.FirstError + saturated.FirstError
 	return r, nil
+}
+
+// loadName says what the load sends.
+func loadName(grpc bool) string {
+	if grpc {
+		return "unary gRPC calls (HTTP/2)"
+	}
+	return "HTTP/1.1 GETs"
+}
+
+// caller is what one request of the load is: an HTTP GET of url, or a
+// unary gRPC call to url's host and port over one HTTP/2 connection.
+func (b *bench) caller(url string) (func() error, func(), error) {
+	if !b.grpc {
+		client := loadgen.NewClient(b.concurrency)
+		return func() error { return loadgen.Get(client, url) }, func() {}, nil
+	}
+	target := strings.TrimPrefix(url, "http://")
+	target, _, _ = strings.Cut(target, "/")
+	g, err := loadgen.NewGRPC(target)
+	if err != nil {
+		return nil, nil, err
+	}
+	return g.Check, func() { _ = g.Close() }, nil
+}
+
+// replicaArgs run the demo replica the protocol asks for, on listen.
+func (b *bench) replicaArgs(listen string) []string {
+	args := []string{"demo-replica", "--backend", "bench", "--listen", listen}
+	if b.grpc {
+		args = append(args, "--grpc")
+	}
+	return args
+}
+
+// startReplica runs a demo replica alone, to be loaded directly.
+func (b *bench) startReplica() (string, func(), error) {
+	addr := testutil.MustFreeAddr("127.0.0.1")
+	r, err := proc.Start(proc.Spec{Path: b.Bin, Args: b.replicaArgs(addr)})
+	if err != nil {
+		return "", nil, err
+	}
+	return "http://" + addr + "/bench", func() { _ = r.Stop(5 * time.Second) }, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -233,16 +296,22 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 		stops = append(stops, func() { _ = p.Stop(15 * time.Second) })
 	}
 	c := api.NewClient(apiAddr, "")
-	spec := &model.ProcessSpec{Command: b.Bin, Args: []string{"demo-replica", "--backend", "bench", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+	spec := &model.ProcessSpec{Command: b.Bin, Args: b.replicaArgs("${HOST}:${PORT}"), HealthPath: "/"}
+	endpoint := model.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}
+	protocol := model.ProtocolHTTP1
+	if b.grpc {
+		spec.HealthPath, protocol = "", model.ProtocolGRPC // probed with the gRPC health service
+		endpoint.Route, endpoint.Methods = "/grpc.health.v1.Health", []string{"POST"}
+	}
 	if err := testutil.Until(30*time.Second, func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "bench", Process: spec,
+		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "bench", Process: spec, Protocol: protocol,
 			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000}})
 		return err == nil
 	}); err != nil {
 		s.stop()
 		return s, fmt.Errorf("create backend (are the agents up?): %w", err)
 	}
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, endpoint); err != nil {
 		s.stop()
 		return s, err
 	}

@@ -1,4 +1,4 @@
-// Package loadgen drives HTTP load for the benchmarks: fixed-rate (open
+// Package loadgen drives HTTP and gRPC load for the benchmarks: fixed-rate (open
 // loop, latency from each request's scheduled time) and saturation (closed
 // loop), with latency quantiles.
 package loadgen
@@ -60,11 +60,26 @@ func Get(c *http.Client, url string) error {
 	return nil
 }
 
-// FixedRate sends rate requests per second on schedule; each latency runs
-// from the request's scheduled time to its response.
+// FixedRate sends rate GETs of url per second on schedule; each latency
+// runs from the request's scheduled time to its response.
 func FixedRate(url string, rate int, d time.Duration) Stats {
-	const workers = 256
-	client := NewClient(workers)
+	client := NewClient(fixedRateWorkers)
+	return FixedRateOf(func() error { return Get(client, url) }, rate, d)
+}
+
+// ClosedLoop runs conns connections that each send the next GET of url as
+// soon as the last one is answered.
+func ClosedLoop(url string, conns int, d time.Duration) Stats {
+	client := NewClient(conns)
+	return ClosedLoopOf(func() error { return Get(client, url) }, conns, d)
+}
+
+// fixedRateWorkers bound the calls a fixed-rate run has in flight.
+const fixedRateWorkers = 256
+
+// FixedRateOf makes rate calls per second on schedule; each latency runs
+// from the call's scheduled time to its end.
+func FixedRateOf(call func() error, rate int, d time.Duration) Stats {
 	total := int(d.Seconds() * float64(rate))
 	interval := time.Second / time.Duration(rate)
 	jobs := make(chan time.Time, total)
@@ -73,13 +88,13 @@ func FixedRate(url string, rate int, d time.Duration) Stats {
 	errors := 0
 	var first error
 	var wg sync.WaitGroup
-	for range workers {
+	for range fixedRateWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for due := range jobs {
 				time.Sleep(time.Until(due))
-				err := Get(client, url)
+				err := call()
 				l := time.Since(due)
 				mu.Lock()
 				if err != nil {
@@ -101,10 +116,9 @@ func FixedRate(url string, rate int, d time.Duration) Stats {
 	return summarize(lat, errors, first, time.Since(start))
 }
 
-// ClosedLoop runs conns connections that each send the next request as soon
-// as the last one is answered.
-func ClosedLoop(url string, conns int, d time.Duration) Stats {
-	client := NewClient(conns)
+// ClosedLoopOf runs conns callers that each make the next call as soon as
+// the last one ends.
+func ClosedLoopOf(call func() error, conns int, d time.Duration) Stats {
 	var mu sync.Mutex
 	var lat []time.Duration
 	errors := 0
@@ -121,7 +135,7 @@ func ClosedLoop(url string, conns int, d time.Duration) Stats {
 			var mineFirst error
 			for time.Now().Before(deadline) {
 				t := time.Now()
-				if err := Get(client, url); err != nil {
+				if err := call(); err != nil {
 					errs++
 					mineFirst = cmp.Or(mineFirst, err)
 					continue
