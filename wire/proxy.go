@@ -33,6 +33,8 @@ type ProxyNode struct {
 	// Its identities are then in SecretsDir.
 	InboundAddress string `json:"inbound_address,omitempty"`
 	InboundPort    uint32 `json:"inbound_port,omitempty"`
+	// NoAccessLog turns the node's access log (AccessLogFile) off.
+	NoAccessLog bool `json:"no_access_log,omitempty"`
 }
 
 // MTLS reports whether the node takes part in mesh mTLS: it has an inbound
@@ -52,6 +54,7 @@ const (
 	MetaPublicTLS     = "servemesh.public_tls_sds"
 	MetaInboundAddr   = "servemesh.inbound_address"
 	MetaInboundPort   = "servemesh.inbound_port"
+	MetaNoAccessLog   = "servemesh.no_access_log"
 )
 
 // Validate checks the node's settings.
@@ -111,6 +114,9 @@ func (n ProxyNode) Metadata() (*structpb.Struct, error) {
 	if n.MTLS() {
 		fields[MetaInboundAddr], fields[MetaInboundPort] = n.InboundAddress, float64(n.InboundPort)
 	}
+	if n.NoAccessLog {
+		fields[MetaNoAccessLog] = true
+	}
 	s, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
@@ -144,6 +150,7 @@ func ProxyNodeFromEnvoy(n *core.Node) (ProxyNode, error) {
 
 		InboundAddress: str(MetaInboundAddr),
 		InboundPort:    port(MetaInboundPort),
+		NoAccessLog:    fields[MetaNoAccessLog].GetBoolValue(),
 	}
 	if err := node.Validate(); err != nil {
 		return ProxyNode{}, fmt.Errorf("node %q has no valid servemesh metadata (start it with a bootstrap from `servemesh bootstrap`): %w", n.GetId(), err)

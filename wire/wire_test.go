@@ -114,6 +114,14 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || got != tls {
 		t.Fatalf("round trip with TLS: %+v, %v", got, err)
 	}
+	quiet := n
+	quiet.NoAccessLog = true
+	if md, err = quiet.Metadata(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || got != quiet {
+		t.Fatalf("round trip without an access log: %+v, %v", got, err)
+	}
 	if _, err := ProxyNodeFromEnvoy(&core.Node{Id: "foreign"}); err == nil || !strings.Contains(err.Error(), "servemesh bootstrap") {
 		t.Fatalf("got %v, want a node without servemesh metadata refused, pointing at `servemesh bootstrap`", err)
 	}

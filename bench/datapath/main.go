@@ -55,6 +55,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs of each configuration; the figures are their medians")
 	pause := flag.String("pause", "", "stop servemesh's daemons (SIGSTOP) while measuring, leaving the Envoys and the replica running: controller, agents or all; what they cost the data path on a shared machine")
 	only := flag.String("placements", sameNode+","+crossNode, "the placements measured, comma-separated")
+	noAccessLog := flag.Bool("no-access-log", false, "run servemesh's nodes without their access log (--no-access-log)")
 	protocol := flag.String("protocol", "http", "what the replica serves and the load sends: http (HTTP/1.1 GETs) or grpc (unary gRPC calls over HTTP/2)")
 	flag.Parse()
 	if !slices.Contains([]string{"", "controller", "agents", "all"}, *pause) {
@@ -66,7 +67,7 @@ func main() {
 		os.Exit(2)
 	}
 	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ","),
-		grpc: *protocol == "grpc"}
+		grpc: *protocol == "grpc", noAccessLog: *noAccessLog}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
@@ -86,7 +87,7 @@ type options struct {
 	duration                time.Duration
 	pause                   string
 	placements              []string
-	grpc                    bool
+	grpc, noAccessLog       bool
 }
 
 func run(o options) error {
@@ -112,6 +113,9 @@ func run(o options) error {
 		o.runs, o.duration, loadName(o.grpc))
 	if o.pause != "" {
 		fmt.Printf("servemesh's daemons stopped while measuring: %s\n", o.pause)
+	}
+	if o.noAccessLog {
+		fmt.Println("servemesh's nodes run without their access log")
 	}
 	fmt.Println()
 	fmt.Printf("| call | path | saturation req/s (%d connections) | p50 / p99 at %d req/s | Envoy CPU per request | errors |\n", o.concurrency, o.rate)
@@ -287,7 +291,8 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 		}
 		p, err := b.Run("agent", pt, "--insecure-consul", "--consul-prefix", prefix, "--node-id", filepath.Base(work)+"-"+id, "--address", node.addr,
 			"--cpus", node.cpus, "--xds", xdsAddr, "--public", pub, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
-			"--inbound", testutil.MustFreeAddr(node.addr), "--work-dir", filepath.Join(work, id), "--allow-command", b.Bin, "--concurrency", "1")
+			"--inbound", testutil.MustFreeAddr(node.addr), "--work-dir", filepath.Join(work, id), "--allow-command", b.Bin, "--concurrency", "1",
+			"--no-access-log="+strconv.FormatBool(b.noAccessLog))
 		if err != nil {
 			s.stop()
 			return s, err

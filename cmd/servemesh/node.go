@@ -18,6 +18,7 @@ import (
 // nodeFlags describe one node's Envoy: identity, listeners, control plane.
 type nodeFlags struct {
 	id, public, mesh, adminSocket, xds, protocol string
+	noAccessLog                                  bool
 }
 
 // defaultNode is what nodeFlags default to.
@@ -34,6 +35,7 @@ func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
 	fs.StringVar(&o.adminSocket, "admin-socket", def.adminSocket, "Unix socket of Envoy's admin API (default: admin/envoy.sock in --work-dir, a folder only this user may enter)")
 	fs.StringVar(&o.xds, "xds", def.xds, "address of the control plane's xDS server, or several comma-separated (HA controllers)")
 	fs.StringVar(&o.protocol, "xds-protocol", def.protocol, "xDS variant: sotw (state of the world) or delta")
+	fs.BoolVar(&o.noAccessLog, "no-access-log", false, "do not write Envoy's access log (a JSON line per request, access.log in the work folder)")
 }
 
 func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
@@ -46,7 +48,8 @@ func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
 		return bootstrap.Options{}, err
 	}
 	return bootstrap.Options{
-		Node:       wire.ProxyNode{ID: o.id, PublicAddress: publicHost, PublicPort: publicPort, MeshAddress: meshHost, MeshPort: meshPort},
+		Node: wire.ProxyNode{ID: o.id, PublicAddress: publicHost, PublicPort: publicPort, MeshAddress: meshHost, MeshPort: meshPort,
+			NoAccessLog: o.noAccessLog},
 		XDSAddress: o.xds, AdminSocket: o.adminSocket, Protocol: bootstrap.Protocol(o.protocol),
 	}, nil
 }

@@ -100,9 +100,11 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 			return err
 		}
 		go func() { errs <- sup.Run(ctx) }()
-		accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
-		log.Info("the node's access log: a JSON line per request", "path", accessLog)
-		go agent.RotateAccessLog(ctx, log, accessLog, admin, agent.AccessLogMaxBytes, 10*time.Second)
+		if !o.Envoy.Bootstrap.Node.NoAccessLog {
+			accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
+			log.Info("the node's access log: a JSON line per request", "path", accessLog)
+			go agent.RotateAccessLog(ctx, log, accessLog, admin, agent.AccessLogMaxBytes, 10*time.Second)
+		}
 	}
 	err = firstError(ctx, errs)
 	logStopped(log, "agent", err)

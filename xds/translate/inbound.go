@@ -76,7 +76,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 		StatPrefix:     wire.InboundListener + "_" + backend,
 		CodecType:      hcm.HttpConnectionManager_AUTO,
 		UpgradeConfigs: upgrades(),
-		AccessLog:      accessLogs(wire.InboundListener),
+		AccessLog:      accessLogs(wire.InboundListener, !node.NoAccessLog),
 		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
 			Name: wire.InboundListener + "_" + backend,
 			// The listener and its cluster come in separate updates, in

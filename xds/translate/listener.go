@@ -20,11 +20,11 @@ func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
 	if err := node.Validate(); err != nil {
 		return nil, err
 	}
-	mesh, err := httpListener(wire.MeshListener, node.MeshAddress, node.MeshPort, wire.MeshRoutes)
+	mesh, err := httpListener(wire.MeshListener, node.MeshAddress, node.MeshPort, wire.MeshRoutes, !node.NoAccessLog)
 	if err != nil {
 		return nil, err
 	}
-	public, err := httpListener(wire.PublicListener, node.PublicAddress, node.PublicPort, wire.PublicRoutes)
+	public, err := httpListener(wire.PublicListener, node.PublicAddress, node.PublicPort, wire.PublicRoutes, !node.NoAccessLog)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func upgrades() []*hcm.HttpConnectionManager_UpgradeConfig {
 	return []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
 }
 
-func httpListener(name, address string, port uint32, routeName string) (*listener.Listener, error) {
+func httpListener(name, address string, port uint32, routeName string, logged bool) (*listener.Listener, error) {
 	routerConfig, err := anypb.New(&router.Router{})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: pack router filter: %w", name, err)
@@ -80,7 +80,7 @@ func httpListener(name, address string, port uint32, routeName string) (*listene
 		NormalizePath:  wrapperspb.Bool(true),
 		MergeSlashes:   true,
 		UpgradeConfigs: upgrades(),
-		AccessLog:      accessLogs(name),
+		AccessLog:      accessLogs(name, logged),
 		HttpFilters: []*hcm.HttpFilter{{
 			Name:       "envoy.filters.http.router",
 			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"flag"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"os"
 	"strings"
 	"testing"
@@ -271,5 +272,34 @@ func TestInboundHealthChangesOnlyAssignments(t *testing.T) {
 	}
 	if proto.Equal(bcla, acla) {
 		t.Error("a replica's health change left the node's inbound assignment as it was")
+	}
+}
+
+// TestNoAccessLog: a node that asks for no access log gets listeners that
+// write none, inbound listener included; by default every one writes it.
+func TestNoAccessLog(t *testing.T) {
+	m := &model.Model{Backends: []model.Backend{{Name: "b", Replicas: []model.Replica{{Address: "127.0.0.1:9001", Node: "node-1", Inbound: "10.0.0.1:21000"}}}},
+		Endpoints: []model.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"b": 1}}}}
+	for _, off := range []bool{false, true} {
+		node := goldenMTLSNode
+		node.NoAccessLog = off
+		res, err := Translate(m, node, goldenMTLS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Listeners) != 3 {
+			t.Fatalf("%d listeners, want public, mesh and inbound", len(res.Listeners))
+		}
+		for _, l := range res.Listeners {
+			for _, fc := range l.GetFilterChains() {
+				var manager hcm.HttpConnectionManager
+				if err := fc.GetFilters()[0].GetTypedConfig().UnmarshalTo(&manager); err != nil {
+					t.Fatal(err)
+				}
+				if logged := len(manager.GetAccessLog()) > 0; logged == off {
+					t.Errorf("listener %s, no_access_log %v: access log %v", l.GetName(), off, logged)
+				}
+			}
+		}
 	}
 }
