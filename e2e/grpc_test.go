@@ -22,19 +22,13 @@ import (
 // (chi-square) and are mirrored by proportion; server-streaming calls flow;
 // calls cross the inbound hop over HTTP/2.
 func TestGRPC(t *testing.T) {
-	consul := startConsul(t)
-	ctl := startController(t, consul, "grpc", nil)
-	ctl.waitLeading(20 * time.Second)
-	n1 := startMTLSNode(t, consul, "grpc-n1", "127.0.0.2", ctl.xdsAddr)
-	startMTLSNode(t, consul, "grpc-n2", "127.0.0.3", ctl.xdsAddr)
-	c := ctl.client("")
-	ctx := context.Background()
+	mesh := startTwoNodeMesh(t, "grpc")
+	n1, ctx := mesh.n1, context.Background()
 	for name, replicas := range map[string]int{"rank-v1": 2, "rank-v2": 1, "rank-shadow": 1} {
-		b := model.Backend{Name: name, Protocol: model.ProtocolGRPC, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1},
-			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--grpc", "--backend", name, "--listen", "${HOST}:${PORT}"}}}
-		testutil.WaitFor(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+		mesh.createBackends(t, model.Backend{Name: name, Protocol: model.ProtocolGRPC, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1},
+			Process: demoProcess(name, true)})
 	}
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "rank", Route: "/grpc.health.v1.Health", Methods: []string{"POST"},
+	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "rank", Route: "/grpc.health.v1.Health", Methods: []string{"POST"},
 		Traffic: map[string]float64{"rank-v1": 0.7, "rank-v2": 0.3}, Shadows: map[string]float64{"rank-shadow": 0.4}}); err != nil {
 		t.Fatal(err)
 	}

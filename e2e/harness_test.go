@@ -23,6 +23,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
@@ -545,3 +546,63 @@ func readEnvoyStat(admin, name string) (float64, bool) {
 }
 
 func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }
+
+// twoNodeMesh is what the data-path tests run on: a controller and two
+// nodes in the default mode (mTLS), n1 on 127.0.0.2 and n2 on 127.0.0.3,
+// each offering 4 CPUs, so that requests cross the inbound hop.
+type twoNodeMesh struct {
+	consul *testutil.Consul
+	ctl    *ctlProc
+	n1, n2 *mtlsNode
+	c      *api.Client
+}
+
+// startTwoNodeMesh starts a mesh whose controller is name and whose nodes
+// are name-n1 and name-n2.
+func startTwoNodeMesh(t *testing.T, name string) *twoNodeMesh {
+	t.Helper()
+	m := &twoNodeMesh{consul: startConsul(t)}
+	m.ctl = startController(t, m.consul, name, nil)
+	m.ctl.waitLeading(20 * time.Second)
+	m.n1 = startMTLSNode(t, m.consul, name+"-n1", "127.0.0.2", m.ctl.xdsAddr)
+	m.n2 = startMTLSNode(t, m.consul, name+"-n2", "127.0.0.3", m.ctl.xdsAddr)
+	m.c = m.ctl.client("")
+	return m
+}
+
+// createBackends creates bs, each once the nodes can place it.
+func (m *twoNodeMesh) createBackends(t *testing.T, bs ...model.Backend) {
+	t.Helper()
+	for _, b := range bs {
+		testutil.WaitFor(t, 20*time.Second, "backend "+b.Name+" to be placed", func() bool {
+			_, err := m.c.CreateBackend(context.Background(), model.BackendSpecOf(b))
+			return err == nil
+		})
+	}
+}
+
+// demoProcess runs demo replicas of backend, probed on their health path,
+// or with the gRPC health service when they serve gRPC.
+func demoProcess(backend string, grpc bool) *model.ProcessSpec {
+	if grpc {
+		return &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--grpc", "--backend", backend, "--listen", "${HOST}:${PORT}"}}
+	}
+	return &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", backend, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+}
+
+// waitReplicasAnswer waits until n replicas answer within tries requests
+// to url, and returns them sorted.
+func waitReplicasAnswer(t *testing.T, what, url string, n, tries int) []string {
+	t.Helper()
+	var seen map[string]bool
+	testutil.WaitFor(t, 30*time.Second, what, func() bool {
+		seen = map[string]bool{}
+		for range tries {
+			if r, err := replicaOf(httpClient(), url); err == nil {
+				seen[r] = true
+			}
+		}
+		return len(seen) == n
+	})
+	return model.SortedKeys(seen)
+}

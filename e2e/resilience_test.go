@@ -18,21 +18,12 @@ import (
 // fails none, one that does not fails some; and a replica that answers 500
 // is ejected, after which no request fails.
 func TestRetriesAndOutliers(t *testing.T) {
-	consul := startConsul(t)
-	ctl := startController(t, consul, "resilience", nil)
-	ctl.waitLeading(20 * time.Second)
-	n1 := startMTLSNode(t, consul, "resilience-n1", "127.0.0.2", ctl.xdsAddr)
-	startMTLSNode(t, consul, "resilience-n2", "127.0.0.3", ctl.xdsAddr)
-	c := ctl.client("")
-	ctx := context.Background()
-	for _, b := range []model.Backend{
-		{Name: "plain", Config: model.BackendConfig{NumReplicas: 3, CPUs: 1}},
-		{Name: "pool", Config: model.BackendConfig{NumReplicas: 3, CPUs: 1,
-			Outlier: &model.OutlierDetection{Consecutive5xx: 3, IntervalS: 0.5, BaseEjectionS: 60, MaxEjectionPercent: 50}}},
-	} {
-		b.Process = &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", b.Name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
-		testutil.WaitFor(t, 20*time.Second, "backend "+b.Name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
-	}
+	mesh := startTwoNodeMesh(t, "resilience")
+	n1, c, ctx := mesh.n1, mesh.c, context.Background()
+	mesh.createBackends(t,
+		model.Backend{Name: "plain", Config: model.BackendConfig{NumReplicas: 3, CPUs: 1}, Process: demoProcess("plain", false)},
+		model.Backend{Name: "pool", Config: model.BackendConfig{NumReplicas: 3, CPUs: 1,
+			Outlier: &model.OutlierDetection{Consecutive5xx: 3, IntervalS: 0.5, BaseEjectionS: 60, MaxEjectionPercent: 50}}, Process: demoProcess("pool", false)})
 	for _, e := range []model.Endpoint{
 		{Name: "retried", Route: "/retried", Traffic: map[string]float64{"plain": 1}, Retry: &model.RetryPolicy{On: []string{"503"}}},
 		{Name: "bare", Route: "/bare", Traffic: map[string]float64{"plain": 1}},
@@ -43,18 +34,7 @@ func TestRetriesAndOutliers(t *testing.T) {
 		}
 	}
 	replicas := func(path string) []string {
-		var out []string
-		testutil.WaitFor(t, 30*time.Second, "the three replicas behind "+path+" to answer through n1", func() bool {
-			seen := map[string]bool{}
-			for range 40 {
-				if r, err := replicaOf(httpClient(), "http://"+n1.public+path); err == nil {
-					seen[r] = true
-				}
-			}
-			out = model.SortedKeys(seen)
-			return len(seen) == 3
-		})
-		return out
+		return waitReplicasAnswer(t, "the three replicas behind "+path+" to answer through n1", "http://"+n1.public+path, 3, 40)
 	}
 	failures := func(url string, n int) int {
 		failed := 0

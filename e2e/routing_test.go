@@ -25,17 +25,10 @@ import (
 // split by the weights; a weight change moves only the users whose share
 // moved; requests without a key split at random.
 func TestRequestRouting(t *testing.T) {
-	consul := startConsul(t)
-	ctl := startController(t, consul, "routing", nil)
-	ctl.waitLeading(20 * time.Second)
-	n1 := startMTLSNode(t, consul, "routing-n1", "127.0.0.2", ctl.xdsAddr)
-	n2 := startMTLSNode(t, consul, "routing-n2", "127.0.0.3", ctl.xdsAddr)
-	c := ctl.client("")
-	ctx := context.Background()
+	mesh := startTwoNodeMesh(t, "routing")
+	n1, n2, c, ctx := mesh.n1, mesh.n2, mesh.c, context.Background()
 	for _, name := range []string{"stable", "candidate"} {
-		b := model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: 2, CPUs: 1},
-			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-		testutil.WaitFor(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+		mesh.createBackends(t, model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess(name, false)})
 	}
 	e := model.Endpoint{Name: "model", Route: "/model", Traffic: map[string]float64{"stable": 0.8, "candidate": 0.2},
 		Sticky: &model.StickyKey{Header: "x-user"},
@@ -44,20 +37,9 @@ func TestRequestRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes := []string{"http://" + n1.public + "/model", "http://" + n2.public + "/model"}
-	testutil.WaitFor(t, 30*time.Second, "every replica to answer through both nodes", func() bool {
-		for _, url := range nodes {
-			seen := map[string]bool{}
-			for range 40 {
-				if r, err := replicaOf(httpClient(), url); err == nil {
-					seen[r] = true
-				}
-			}
-			if len(seen) != 4 {
-				return false
-			}
-		}
-		return true
-	})
+	for _, url := range nodes {
+		waitReplicasAnswer(t, "every replica to answer through "+url, url, 4, 40)
+	}
 	backendOf := func(url string, header ...string) string {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -20,29 +20,15 @@ import (
 // unknown, not unhealthy, and the data plane keeps calling them. No request
 // fails.
 func TestStalledChecksLoseNoRequest(t *testing.T) {
-	consul := startConsul(t)
-	ctl := startController(t, consul, "stall", nil)
-	ctl.waitLeading(20 * time.Second)
-	n1 := startMTLSNode(t, consul, "stall-n1", "127.0.0.2", ctl.xdsAddr)
-	n2 := startMTLSNode(t, consul, "stall-n2", "127.0.0.3", ctl.xdsAddr)
-	c := ctl.client("")
-	ctx := context.Background()
-	b := model.Backend{Name: "p", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
-		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "p", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	testutil.WaitFor(t, 20*time.Second, "backend p to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "p", Route: "/p", Traffic: map[string]float64{"p": 1}}); err != nil {
+	mesh := startTwoNodeMesh(t, "stall")
+	consul, n1, n2 := mesh.consul, mesh.n1, mesh.n2
+	mesh.createBackends(t, model.Backend{Name: "p", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
+		Process: demoProcess("p", false)})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "p", Route: "/p", Traffic: map[string]float64{"p": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + n1.public + "/p"
-	testutil.WaitFor(t, 30*time.Second, "both replicas of p to answer through stall-n1", func() bool {
-		seen := map[string]bool{}
-		for range 20 {
-			if pid, err := replicaOf(httpClient(), url); err == nil {
-				seen[pid] = true
-			}
-		}
-		return len(seen) == 2
-	})
+	waitReplicasAnswer(t, "both replicas of p to answer through stall-n1", url, 2, 20)
 
 	load := startLoad(url, 2)
 	time.Sleep(time.Second)

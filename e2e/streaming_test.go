@@ -13,7 +13,6 @@ import (
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/model"
-	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestStreaming runs streamed answers and WebSocket upgrades through the
@@ -22,32 +21,17 @@ import (
 // is made (the first long before the last), in order, as lines and as
 // server-sent events; an upgraded connection echoes both ways.
 func TestStreaming(t *testing.T) {
-	consul := startConsul(t)
-	ctl := startController(t, consul, "streaming", nil)
-	ctl.waitLeading(20 * time.Second)
-	n1 := startMTLSNode(t, consul, "streaming-n1", "127.0.0.2", ctl.xdsAddr)
-	startMTLSNode(t, consul, "streaming-n2", "127.0.0.3", ctl.xdsAddr)
-	c := ctl.client("")
-	ctx := context.Background()
+	mesh := startTwoNodeMesh(t, "streaming")
+	n1 := mesh.n1
 	for name, replicas := range map[string]int{"gen-a": 2, "gen-b": 1, "gen-shadow": 1} {
-		b := model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1},
-			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-		testutil.WaitFor(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+		mesh.createBackends(t, model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1}, Process: demoProcess(name, false)})
 	}
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-a": 0.5, "gen-b": 0.5},
+	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-a": 0.5, "gen-b": 0.5},
 		Shadows: map[string]float64{"gen-shadow": 0.5}}); err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + n1.public + "/gen"
-	testutil.WaitFor(t, 30*time.Second, "every replica of the split to answer through n1", func() bool {
-		seen := map[string]bool{}
-		for range 30 {
-			if r, err := replicaOf(httpClient(), url); err == nil {
-				seen[r] = true
-			}
-		}
-		return len(seen) == 3
-	})
+	waitReplicasAnswer(t, "every replica of the split to answer through n1", url, 3, 30)
 
 	const tokens, every = 10, 200 * time.Millisecond
 	t.Run("tokens arrive as they are made, lines and server-sent events", func(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
-	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // TestEndpointTimeouts runs timeouts through the default data path, with a
@@ -20,16 +19,10 @@ import (
 // ends at idle_timeout_s; and a try that runs out past per_try_timeout_s is
 // retried for a GET and not for a POST.
 func TestEndpointTimeouts(t *testing.T) {
-	consul := startConsul(t)
-	ctl := startController(t, consul, "timeouts", nil)
-	ctl.waitLeading(20 * time.Second)
-	n1 := startMTLSNode(t, consul, "timeouts-n1", "127.0.0.2", ctl.xdsAddr)
-	startMTLSNode(t, consul, "timeouts-n2", "127.0.0.3", ctl.xdsAddr)
-	c := ctl.client("")
-	ctx := context.Background()
-	b := model.Backend{Name: "slow", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
-		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "slow", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	testutil.WaitFor(t, 20*time.Second, "backend slow to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+	mesh := startTwoNodeMesh(t, "timeouts")
+	n1, c, ctx := mesh.n1, mesh.c, context.Background()
+	mesh.createBackends(t, model.Backend{Name: "slow", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
+		Process: demoProcess("slow", false)})
 	for _, e := range []model.Endpoint{
 		{Name: "long", Route: "/long", Traffic: map[string]float64{"slow": 1}},
 		{Name: "bounded", Route: "/bounded", Traffic: map[string]float64{"slow": 1}, TimeoutS: 1},
@@ -41,15 +34,7 @@ func TestEndpointTimeouts(t *testing.T) {
 		}
 	}
 	base := "http://" + n1.public
-	testutil.WaitFor(t, 30*time.Second, "both replicas of slow to answer through n1", func() bool {
-		seen := map[string]bool{}
-		for range 20 {
-			if r, err := replicaOf(httpClient(), base+"/long"); err == nil {
-				seen[r] = true
-			}
-		}
-		return len(seen) == 2
-	})
+	waitReplicasAnswer(t, "both replicas of slow to answer through n1", base+"/long", 2, 20)
 	client := &http.Client{Timeout: 60 * time.Second}
 	timed := func(method, path string) (int, time.Duration) {
 		start := time.Now()

@@ -116,24 +116,23 @@ func (a Admin) Stats(ctx context.Context, filter string) (map[string]uint64, err
 // accepting new connections and asks clients to close existing ones over the
 // drain period.
 func (a Admin) DrainListeners(ctx context.Context) error {
-	body, code, err := a.do(ctx, http.MethodPost, "/drain_listeners?graceful")
-	if err != nil {
-		return err
-	}
-	if code != http.StatusOK {
-		return fmt.Errorf("envoy admin /drain_listeners: status %d: %s", code, body)
-	}
-	return nil
+	return a.post(ctx, "/drain_listeners?graceful")
 }
 
 // ReopenLogs makes Envoy reopen its access logs, after they were moved.
 func (a Admin) ReopenLogs(ctx context.Context) error {
-	body, code, err := a.do(ctx, http.MethodPost, "/reopen_logs")
+	return a.post(ctx, "/reopen_logs")
+}
+
+// post makes an admin request that changes something and answers 200.
+func (a Admin) post(ctx context.Context, path string) error {
+	body, code, err := a.do(ctx, http.MethodPost, path)
 	if err != nil {
 		return err
 	}
 	if code != http.StatusOK {
-		return fmt.Errorf("envoy admin /reopen_logs: status %d: %s", code, body)
+		name, _, _ := strings.Cut(path, "?")
+		return fmt.Errorf("envoy admin %s: status %d: %s", name, code, body)
 	}
 	return nil
 }

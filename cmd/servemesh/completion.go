@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
 )
 
 // completionWait bounds a completion's call to the controller: a shell
@@ -17,20 +18,21 @@ const completionWait = 2 * time.Second
 // backendNames and endpointNames list names for completion.
 func backendNames(ctx context.Context, c *api.Client) ([]string, error) {
 	bs, err := c.ListBackends(ctx)
-	names := make([]string, 0, len(bs))
-	for _, b := range bs {
-		names = append(names, b.Name)
-	}
-	return names, err
+	return namesOf(bs, func(b model.Backend) string { return b.Name }), err
 }
 
 func endpointNames(ctx context.Context, c *api.Client) ([]string, error) {
 	es, err := c.ListEndpoints(ctx)
-	names := make([]string, 0, len(es))
-	for _, e := range es {
-		names = append(names, e.Name)
+	return namesOf(es, func(e model.Endpoint) string { return e.Name }), err
+}
+
+// namesOf returns the names of items.
+func namesOf[T any](items []T, name func(T) string) []string {
+	out := make([]string, 0, len(items))
+	for _, item := range items {
+		out = append(out, name(item))
 	}
-	return names, err
+	return out
 }
 
 // namesFrom asks the controller the flags name for names, starting with

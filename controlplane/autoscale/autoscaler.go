@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -196,11 +197,7 @@ func addRates(t *BackendLoad, now, then wire.BackendLoad, dt time.Duration) {
 func (a *Autoscaler) EndpointRates() map[string]BackendLoad {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make(map[string]BackendLoad, len(a.routes))
-	for k, v := range a.routes {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(a.routes)
 }
 
 func (a *Autoscaler) fetch(ctx context.Context, addr string) (wire.Load, error) {
@@ -264,11 +261,7 @@ func (a *Autoscaler) decide(ctx context.Context, m *model.Model) {
 func (a *Autoscaler) Load() map[string]BackendLoad {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make(map[string]BackendLoad, len(a.load))
-	for k, v := range a.load {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(a.load)
 }
 
 // replicaCollector exports replicas per backend and state from the
