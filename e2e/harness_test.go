@@ -606,3 +606,35 @@ func waitReplicasAnswer(t *testing.T, what, url string, n, tries int) []string {
 	})
 	return model.SortedKeys(seen)
 }
+
+// accessLog is node n's access log so far, a map per line.
+func accessLog(t *testing.T, n *mtlsNode) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(n.admin)), wire.AccessLogFile))
+	if err != nil {
+		t.Fatalf("node %s's access log: %v", n.id, err)
+	}
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("node %s's access log has a line that is not JSON: %q: %v", n.id, line, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// doJSON sends req and decodes its answer, which must be 200, into out.
+func doJSON(req *http.Request, out any) error {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s %s: status %d: %s", req.Method, req.URL, resp.StatusCode, body)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}

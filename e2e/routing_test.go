@@ -2,20 +2,15 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
-	"github.com/servemesh/servemesh/wire"
 )
 
 // TestRequestRouting runs match rules and the sticky split through the
@@ -150,21 +145,6 @@ func TestRequestRouting(t *testing.T) {
 		checkShare(t, "requests without a key on the candidate (weight 0.3)", candidates, n, 0.3)
 	})
 	t.Run("every request is in the access logs: the calling node's and the replica's node's", func(t *testing.T) {
-		entries := func(n *mtlsNode) []map[string]any {
-			data, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(n.admin)), wire.AccessLogFile))
-			if err != nil {
-				t.Fatalf("node %s's access log: %v", n.id, err)
-			}
-			var out []map[string]any
-			for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-				var e map[string]any
-				if err := json.Unmarshal([]byte(line), &e); err != nil {
-					t.Fatalf("node %s's access log has a line that is not JSON: %q: %v", n.id, line, err)
-				}
-				out = append(out, e)
-			}
-			return out
-		}
 		count := func(es []map[string]any, want map[string]string) int {
 			n := 0
 			for _, e := range es {
@@ -181,10 +161,10 @@ func TestRequestRouting(t *testing.T) {
 			return n
 		}
 		testutil.WaitFor(t, 10*time.Second, "the access logs to hold the requests", func() bool {
-			onN1 := count(entries(n1), map[string]string{"listener": "public", "route": "model/match-0", "backend": "candidate", "status": "200"})
-			onN2 := count(entries(n2), map[string]string{"listener": "inbound", "backend": "_inbound_candidate", "status": "200"})
+			onN1 := count(accessLog(t, n1), map[string]string{"listener": "public", "route": "model/match-0", "backend": "candidate", "status": "200"})
+			onN2 := count(accessLog(t, n2), map[string]string{"listener": "inbound", "backend": "_inbound_candidate", "status": "200"})
 			if onN1 < 30 || onN2 == 0 {
-				es1, es2 := entries(n1), entries(n2)
+				es1, es2 := accessLog(t, n1), accessLog(t, n2)
 				t.Logf("public model/match-0 candidate 200: %d; inbound: %d; a line of each: %v / %v", onN1, onN2, es1[len(es1)-1], es2[len(es2)-1])
 			}
 			return onN1 >= 30 && onN2 > 0

@@ -13,6 +13,8 @@ import (
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // TestStreaming runs streamed answers and WebSocket upgrades through the
@@ -57,6 +59,40 @@ func TestStreaming(t *testing.T) {
 		}
 		if len(replicas) < 2 {
 			t.Errorf("the streams reached %v; want replicas on both nodes", replicas)
+		}
+	})
+	t.Run("a mirrored copy is marked for its replica and its node's log; clients cannot forge the mark", func(t *testing.T) {
+		nodes := []*mtlsNode{mesh.n1, mesh.n2}
+		for i := range 40 {
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+nodes[i%2].public+"/gen", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set(wire.ShadowHeader, "forged")
+			var r demoreplica.Response
+			if err := doJSON(req, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Shadow != "" {
+				t.Fatalf("replica %s of %s was told the request is a shadow of %q: a client's mark reached it", r.Replica, r.Backend, r.Shadow)
+			}
+		}
+		// Half the requests mirror a copy to gen-shadow; those entering the
+		// node without its replica cross that node's inbound listener.
+		copies := func(n *mtlsNode, backend, shadow string) int {
+			count := 0
+			for _, e := range accessLog(t, n) {
+				if e["listener"] == "inbound" && e["backend"] == wire.InboundClusterName(backend) && fmt.Sprint(e["shadow"]) == shadow {
+					count++
+				}
+			}
+			return count
+		}
+		testutil.WaitFor(t, 10*time.Second, "the node of gen-shadow's replica to log copies marked as shadows of gen", func() bool {
+			return copies(mesh.n1, "gen-shadow", "gen")+copies(mesh.n2, "gen-shadow", "gen") > 0
+		})
+		if n := copies(mesh.n1, "gen-a", "gen") + copies(mesh.n2, "gen-a", "gen"); n > 0 {
+			t.Errorf("%d requests to gen-a (the split, not a shadow) were logged as shadows", n)
 		}
 	})
 	t.Run("a WebSocket upgrade passes through both ways", func(t *testing.T) {

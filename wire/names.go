@@ -43,6 +43,13 @@ const (
 	ResetHeader = "x-servemesh-reset"
 )
 
+// ShadowHeader marks a mirrored request: its value is the endpoint whose
+// shadow it is. A node adds it to the copies it mirrors and strips it from
+// the requests it takes from clients, so a replica (and the access log of
+// the node that receives the copy) can tell a shadow from a request someone
+// waits for.
+const ShadowHeader = "x-servemesh-shadow"
+
 // InboundClusterName is the cluster through which a node's inbound
 // listener reaches its own replicas of backend over loopback. The leading
 // '_' keeps its stats apart from the backend's cluster (ParseStat skips it).

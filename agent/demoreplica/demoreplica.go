@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 // BackendHeader and ReplicaHeader are the response headers naming the
@@ -28,6 +30,9 @@ type Response struct {
 	Method  string `json:"method"`
 	Path    string `json:"path"`
 	Host    string `json:"host"`
+	// Shadow is the request's wire.ShadowHeader: the endpoint whose shadow
+	// it is, if it is a mirrored copy.
+	Shadow string `json:"shadow,omitempty"`
 }
 
 // Replica is one demo replica's handler.
@@ -84,7 +89,8 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.served.Add(1)
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(Response{Backend: r.Backend, Replica: r.Name, Method: req.Method, Path: req.URL.Path, Host: req.Host})
+	_ = json.NewEncoder(w).Encode(Response{Backend: r.Backend, Replica: r.Name, Method: req.Method, Path: req.URL.Path, Host: req.Host,
+		Shadow: req.Header.Get(wire.ShadowHeader)})
 }
 
 // stream answers n tokens, one every every, each flushed as it is made, as a

@@ -15,7 +15,7 @@ import (
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
-//go:embed envoy-*.yaml
+//go:embed envoy-*.yaml envoy-access-log.tmpl
 var baselineConfigs embed.FS
 
 // baselineVars fill the hand-written configs' templates.
@@ -23,6 +23,18 @@ type baselineVars struct {
 	Dir, Admin                           string
 	PublicPort, InboundPort, ReplicaPort uint32
 	GRPC                                 bool // HTTP/2 to the replica, and between the Envoys
+	AccessLog                            bool // a JSON access log like servemesh's nodes'
+}
+
+// accessLogVars fill envoy-access-log.tmpl for one listener.
+type accessLogVars struct {
+	AccessLog bool
+	Listener  string
+}
+
+// Log is what the access log template needs for the listener named listener.
+func (v baselineVars) Log(listener string) accessLogVars {
+	return accessLogVars{AccessLog: v.AccessLog, Listener: listener}
 }
 
 // startBaseline runs the hand-written Envoys of placement (one for a
@@ -46,7 +58,7 @@ func (b *bench) startBaseline(work, placement string) (string, func(), error) {
 	stops = append(stops, func() { _ = r.Stop(5 * time.Second) })
 	public := testutil.MustFreeAddr("127.0.0.2")
 	vars := baselineVars{Dir: work, PublicPort: testutil.Port(public), InboundPort: testutil.Port(testutil.MustFreeAddr("127.0.0.3")),
-		ReplicaPort: testutil.Port(replica), GRPC: b.grpc}
+		ReplicaPort: testutil.Port(replica), GRPC: b.protocol == protoGRPC, AccessLog: !b.noAccessLog}
 	configs := []string{"envoy-same-node.yaml"}
 	if placement == crossNode {
 		if err := writeCerts(work); err != nil {
@@ -73,7 +85,7 @@ func (b *bench) startStaticEnvoy(dir, config string, vars baselineVars) (*envoy.
 		return nil, err
 	}
 	vars.Admin = filepath.Join(dir, "admin.sock")
-	tmpl, err := template.ParseFS(baselineConfigs, config)
+	tmpl, err := template.ParseFS(baselineConfigs, config, "envoy-access-log.tmpl")
 	if err != nil {
 		return nil, err
 	}

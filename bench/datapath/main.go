@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,18 +57,18 @@ func main() {
 	pause := flag.String("pause", "", "stop servemesh's daemons (SIGSTOP) while measuring, leaving the Envoys and the replica running: controller, agents or all; what they cost the data path on a shared machine")
 	only := flag.String("placements", sameNode+","+crossNode, "the placements measured, comma-separated")
 	noAccessLog := flag.Bool("no-access-log", false, "run servemesh's nodes without their access log (--no-access-log)")
-	protocol := flag.String("protocol", "http", "what the replica serves and the load sends: http (HTTP/1.1 GETs) or grpc (unary gRPC calls over HTTP/2)")
+	protocol := flag.String("protocol", protoHTTP, "what the replica serves and the load sends: http (HTTP/1.1 GETs), grpc (unary gRPC calls over HTTP/2) or stream (HTTP/1.1 GETs of streamed tokens: the time to the first token)")
 	flag.Parse()
 	if !slices.Contains([]string{"", "controller", "agents", "all"}, *pause) {
 		fmt.Fprintf(os.Stderr, "datapath: -pause %q: use controller, agents or all\n", *pause)
 		os.Exit(2)
 	}
-	if *protocol != "http" && *protocol != "grpc" {
-		fmt.Fprintf(os.Stderr, "datapath: -protocol %q: use http or grpc\n", *protocol)
+	if !slices.Contains([]string{protoHTTP, protoGRPC, protoStream}, *protocol) {
+		fmt.Fprintf(os.Stderr, "datapath: -protocol %q: use http, grpc or stream\n", *protocol)
 		os.Exit(2)
 	}
 	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ","),
-		grpc: *protocol == "grpc", noAccessLog: *noAccessLog}
+		protocol: *protocol, noAccessLog: *noAccessLog}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
@@ -77,6 +78,7 @@ func main() {
 // result is one run of one configuration.
 type result struct {
 	rps, p50, p99, cpu float64 // req/s at saturation; ms at the fixed rate; Envoy CPU ms per request
+	last99             float64 // for streams, the last token's p99 at the fixed rate, ms
 	errors             int
 	firstError         string
 }
@@ -87,8 +89,16 @@ type options struct {
 	duration                time.Duration
 	pause                   string
 	placements              []string
-	grpc, noAccessLog       bool
+	protocol                string // protoHTTP, protoGRPC or protoStream
+	noAccessLog             bool
 }
+
+// The protocols of -protocol.
+const (
+	protoHTTP   = "http"
+	protoGRPC   = "grpc"
+	protoStream = "stream"
+)
 
 func run(o options) error {
 	be, err := benchenv.Start(context.Background(), "datapath")
@@ -110,7 +120,7 @@ func run(o options) error {
 		}
 	}
 	fmt.Printf("medians of %d runs; each fixed-rate and saturation run %s; Envoy CPU is every Envoy on the path, per request; load: %s\n",
-		o.runs, o.duration, loadName(o.grpc))
+		o.runs, o.duration, loadName(o.protocol))
 	if o.pause != "" {
 		fmt.Printf("servemesh's daemons stopped while measuring: %s\n", o.pause)
 	}
@@ -118,8 +128,14 @@ func run(o options) error {
 		fmt.Println("servemesh's nodes run without their access log")
 	}
 	fmt.Println()
-	fmt.Printf("| call | path | saturation req/s (%d connections) | p50 / p99 at %d req/s | Envoy CPU per request | errors |\n", o.concurrency, o.rate)
-	fmt.Println("|---|---|---:|---:|---:|---:|")
+	stream := o.protocol == protoStream
+	if stream {
+		fmt.Printf("| call | path | saturation streams/s (%d connections) | first token p50 / p99 at %d streams/s | last token p99 | Envoy CPU per stream | errors |\n", o.concurrency, o.rate)
+		fmt.Println("|---|---|---:|---:|---:|---:|---:|")
+	} else {
+		fmt.Printf("| call | path | saturation req/s (%d connections) | p50 / p99 at %d req/s | Envoy CPU per request | errors |\n", o.concurrency, o.rate)
+		fmt.Println("|---|---|---:|---:|---:|---:|")
+	}
 	for _, placement := range o.placements {
 		for _, mode := range modes {
 			rs := all[placement+mode]
@@ -130,9 +146,17 @@ func run(o options) error {
 					defer fmt.Printf("first error (%s, %s): %s\n", placement, mode, r.firstError)
 				}
 			}
-			fmt.Printf("| %s | %s | %.0f | %.3f / %.3f ms | %.3f ms | %d |\n", placement, mode,
+			last := ""
+			if stream {
+				last = fmt.Sprintf(" %.1f ms |", median(rs, func(r result) float64 { return r.last99 }))
+			}
+			cpu := "-" // no Envoy on the path
+			if mode != modeDirect {
+				cpu = fmt.Sprintf("%.3f ms", median(rs, func(r result) float64 { return r.cpu }))
+			}
+			fmt.Printf("| %s | %s | %.0f | %.3f / %.3f ms |%s %s | %d |\n", placement, mode,
 				median(rs, func(r result) float64 { return r.rps }), median(rs, func(r result) float64 { return r.p50 }),
-				median(rs, func(r result) float64 { return r.p99 }), median(rs, func(r result) float64 { return r.cpu }), errors)
+				median(rs, func(r result) float64 { return r.p99 }), last, cpu, errors)
 		}
 	}
 	return nil
@@ -170,51 +194,121 @@ func (b *bench) measure(name, placement, mode string) (result, error) {
 		return result{}, err
 	}
 	defer s.stop()
-	call, closeCall, err := b.caller(s.url)
+	l, err := b.loadOf(s.url)
 	if err != nil {
 		return result{}, err
 	}
-	defer closeCall()
-	if err := testutil.Until(60*time.Second, func() bool { return call() == nil }); err != nil {
+	defer l.close()
+	if err := testutil.Until(60*time.Second, func() bool { return l.saturate() == nil }); err != nil {
 		return result{}, fmt.Errorf("n1 never served: %w", err)
 	}
 	resume := s.pause(b.pause)
 	defer resume()
-	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRateOf(call, b.rate, b.duration) })
-	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoopOf(call, b.concurrency, b.duration) })
+	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRateUntil(l.fixed, b.rate, b.duration) })
+	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoopOf(l.saturate, b.concurrency, b.duration) })
 	r := result{rps: saturated.RPS, p50: ms(fixed.P50), p99: ms(fixed.P99), cpu: cpu, errors: fixed.Errors + saturated.Errors}
+	if l.lastTokens != nil {
+		r.last99 = ms(l.lastTokens.p99())
+	}
 	r.firstError = fixed.FirstError + saturated.FirstError
 	return r, nil
 }
 
 // loadName says what the load sends.
-func loadName(grpc bool) string {
-	if grpc {
+func loadName(p string) string {
+	switch p {
+	case protoGRPC:
 		return "unary gRPC calls (HTTP/2)"
+	case protoStream:
+		return fmt.Sprintf("HTTP/1.1 GETs of %d streamed tokens (one every %s at the fixed rate, as fast as they come at saturation)", streamTokens, streamEvery)
 	}
 	return "HTTP/1.1 GETs"
 }
 
-// caller is what one request of the load is: an HTTP GET of url, or a
-// unary gRPC call to url's host and port over one HTTP/2 connection.
-func (b *bench) caller(url string) (func() error, func(), error) {
-	if !b.grpc {
-		client := loadgen.NewClient(b.concurrency)
-		return func() error { return loadgen.Get(client, url) }, func() {}, nil
+// The streams of -protocol stream: streamTokens lines, one every
+// streamEvery in the fixed-rate runs (a model generating), all at once in
+// the saturation runs.
+const (
+	streamTokens = 20
+	streamEvery  = 10 * time.Millisecond
+)
+
+// load is what the runs of one configuration send: fixed makes one
+// request of the fixed-rate run and returns when its latency ends (for a
+// stream, its first token; the last one's latency goes to lastTokens);
+// saturate makes one of the saturation run.
+type load struct {
+	fixed      func() (time.Time, error)
+	saturate   func() error
+	close      func()
+	lastTokens *latencies
+}
+
+// latencies collect durations from concurrent calls.
+type latencies struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.ds = append(l.ds, d)
+	l.mu.Unlock()
+}
+
+// p99 is the 99th percentile of what was added, 0 if nothing was.
+func (l *latencies) p99() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ds) == 0 {
+		return 0
 	}
-	target := strings.TrimPrefix(url, "http://")
-	target, _, _ = strings.Cut(target, "/")
-	g, err := loadgen.NewGRPC(target)
-	if err != nil {
-		return nil, nil, err
+	slices.Sort(l.ds)
+	return l.ds[min(len(l.ds)-1, len(l.ds)*99/100)]
+}
+
+// loadOf is the load the protocol asks for, sent to url: HTTP GETs, unary
+// gRPC calls to url's host and port over one HTTP/2 connection, or
+// streamed responses.
+func (b *bench) loadOf(url string) (load, error) {
+	now := func(err error) (time.Time, error) { return time.Now(), err }
+	switch b.protocol {
+	case protoGRPC:
+		target := strings.TrimPrefix(url, "http://")
+		target, _, _ = strings.Cut(target, "/")
+		g, err := loadgen.NewGRPC(target)
+		if err != nil {
+			return load{}, err
+		}
+		return load{fixed: func() (time.Time, error) { return now(g.Check()) }, saturate: g.Check, close: func() { _ = g.Close() }}, nil
+	case protoStream:
+		paced := fmt.Sprintf("%s?tokens=%d&every_ms=%d", url, streamTokens, streamEvery.Milliseconds())
+		burst := fmt.Sprintf("%s?tokens=%d", url, streamTokens)
+		fixedClient, client := loadgen.NewClient(256), loadgen.NewClient(b.concurrency)
+		l := load{close: func() {}, lastTokens: &latencies{}}
+		l.fixed = func() (time.Time, error) {
+			start := time.Now()
+			s, err := loadgen.Stream(fixedClient, paced, streamTokens)
+			if err == nil {
+				l.lastTokens.add(s.Last.Sub(start))
+			}
+			return s.First, err
+		}
+		l.saturate = func() error {
+			_, err := loadgen.Stream(client, burst, streamTokens)
+			return err
+		}
+		return l, nil
 	}
-	return g.Check, func() { _ = g.Close() }, nil
+	client := loadgen.NewClient(b.concurrency)
+	get := func() error { return loadgen.Get(client, url) }
+	return load{fixed: func() (time.Time, error) { return now(get()) }, saturate: get, close: func() {}}, nil
 }
 
 // replicaArgs run the demo replica the protocol asks for, on listen.
 func (b *bench) replicaArgs(listen string) []string {
 	args := []string{"demo-replica", "--backend", "bench", "--listen", listen}
-	if b.grpc {
+	if b.protocol == protoGRPC {
 		args = append(args, "--grpc")
 	}
 	return args
@@ -304,7 +398,7 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 	spec := &model.ProcessSpec{Command: b.Bin, Args: b.replicaArgs("${HOST}:${PORT}"), HealthPath: "/"}
 	endpoint := model.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}
 	protocol := model.ProtocolHTTP1
-	if b.grpc {
+	if b.protocol == protoGRPC {
 		spec.HealthPath, protocol = "", model.ProtocolGRPC // probed with the gRPC health service
 		endpoint.Route, endpoint.Methods = "/grpc.health.v1.Health", []string{"POST"}
 	}

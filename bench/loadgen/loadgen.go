@@ -80,6 +80,16 @@ const fixedRateWorkers = 256
 // FixedRateOf makes rate calls per second on schedule; each latency runs
 // from the call's scheduled time to its end.
 func FixedRateOf(call func() error, rate int, d time.Duration) Stats {
+	return FixedRateUntil(func() (time.Time, error) {
+		err := call()
+		return time.Now(), err
+	}, rate, d)
+}
+
+// FixedRateUntil makes rate calls per second on schedule; each latency runs
+// from the call's scheduled time to the moment the call returns (for a
+// stream, when its first byte came).
+func FixedRateUntil(call func() (time.Time, error), rate int, d time.Duration) Stats {
 	total := int(d.Seconds() * float64(rate))
 	interval := time.Second / time.Duration(rate)
 	jobs := make(chan time.Time, total)
@@ -94,8 +104,8 @@ func FixedRateOf(call func() error, rate int, d time.Duration) Stats {
 			defer wg.Done()
 			for due := range jobs {
 				time.Sleep(time.Until(due))
-				err := call()
-				l := time.Since(due)
+				at, err := call()
+				l := at.Sub(due)
 				mu.Lock()
 				if err != nil {
 					errors++

@@ -16,7 +16,11 @@ import (
 // match rule's is "<endpoint>/match-<i>"), the backend and replica that
 // answered (on the inbound listener, the replica itself; elsewhere, for a
 // replica on another node, that node's inbound listener), the status,
-// durations in milliseconds, bytes, and Envoy's response flags.
+// durations in milliseconds, bytes, Envoy's response flags, and for a
+// mirrored copy the endpoint whose shadow it is (wire.ShadowHeader; logged
+// by the node whose inbound listener receives it: Envoy logs nothing of the
+// copies it sends, so a shadow served on the calling node itself is in no
+// log).
 var accessLogFields = map[string]string{
 	"start":       "%START_TIME%",
 	"route":       "%ROUTE_NAME%",
@@ -33,6 +37,7 @@ var accessLogFields = map[string]string{
 	"bytes_in":    "%BYTES_RECEIVED%",
 	"bytes_out":   "%BYTES_SENT%",
 	"request_id":  "%REQ(X-REQUEST-ID)%",
+	"shadow":      "%REQ(" + wire.ShadowHeader + ")%",
 }
 
 // accessLogs write a JSON line per request of the listener named listener

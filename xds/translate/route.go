@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	mutation "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
@@ -158,8 +159,10 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 func forwardingRoute(name string, m *route.RouteMatch, e model.Endpoint, retry string) *route.Route {
 	return &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
 		Action: &route.Route_Route{Route: routeAction(e, retry)},
-		// What a node's inbound listener tells its callers stays inside.
-		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader}}
+		// What a node's inbound listener tells its callers stays inside;
+		// only a node marks a request as a shadow.
+		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader},
+		RequestHeadersToRemove:  []string{wire.ShadowHeader}}
 }
 
 // ruleMatcher matches a request's header, or its cookie, as rule says.
@@ -332,6 +335,10 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 				},
 				RuntimeKey: wire.ShadowRuntimeKey(e.Name, backend),
 			},
+			RequestHeadersMutations: []*mutation.HeaderMutation{{Action: &mutation.HeaderMutation_Append{Append: &core.HeaderValueOption{
+				Header:       &core.HeaderValue{Key: wire.ShadowHeader, Value: e.Name},
+				AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+			}}}},
 		})
 	}
 	return action
