@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,7 +72,12 @@ type Agent struct {
 	metrics                *metrics
 
 	replicas map[string]*replica // by tag; owned by Run
+	desired  atomic.Pointer[model.Model]
 }
+
+// Desired is the latest desired state the agent has read; nil before the
+// first.
+func (a *Agent) Desired() *model.Model { return a.desired.Load() }
 
 type metrics struct {
 	restarts *prometheus.CounterVec
@@ -216,6 +222,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		retry.Reset()
+		a.desired.Store(m)
 		a.reconcile(ctx, m)
 		m, rev, err = a.store.Watch(ctx, rev)
 	}

@@ -9,7 +9,8 @@
 //   - It watches the desired state in Consul KV (store.Reader: it never writes) and
 //     runs the replicas placed on its node: each gets a port ($PORT), its
 //     replica tag, a log file, and restarts with exponential backoff when it
-//     exits (counted in servemesh_agent_replica_restarts_total).
+//     exits (counted in servemesh_agent_replica_restarts_total); its check
+//     turns critical the moment it exits.
 //   - It registers every replica in Consul's catalog as an instance of its
 //     backend's service (servemesh-backend-<backend>), with a TTL check it
 //     feeds from an HTTP or TCP probe: when the agent dies, its replicas go
@@ -21,6 +22,9 @@
 //     SIGTERM, then SIGKILL, and is deregistered.
 //   - It keeps the node's and its backends' certificates fresh for the node's
 //     Envoy (Secrets, from Consul's service-mesh CA).
+//   - Its Activator holds the requests the node's Envoy has for a backend
+//     with no ready replica (just created, restarting, scaled to zero) until
+//     one is ready, within the backend's hold_timeout_s and max_held.
 //   - The servemesh binary's agent command also supervises the node's Envoy.
 //
 // A replica's process dies with its agent (Pdeathsig), so an agent that

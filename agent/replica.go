@@ -105,6 +105,12 @@ func (r *replica) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// Out of rotation now, not at the next probe: the node's Envoy
+		// then holds its requests (the activator) instead of trying a
+		// dead port.
+		if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), fmt.Sprintf("the replica's process exited: %v", err), api.HealthCritical); uerr != nil {
+			r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
+		}
 		delay := restart.Next(time.Since(began))
 		r.log.Warn("replica exited or failed to start; restarting", "err", err, "restart_in", delay)
 		r.a.metrics.restarts.WithLabelValues(r.backend, r.tag).Inc()

@@ -14,9 +14,9 @@ import (
 // StatusHandler serves an agent's status listener: /metrics from reg, the
 // node's load (wire.LoadPath, read by the controller) and the xDS versions
 // its Envoy last accepted (wire.EnvoyVersionsPath), both read from the
-// Envoy's admin API at admin. When Envoy cannot answer, the two JSON paths
-// answer 503 with the reason.
-func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string) http.Handler {
+// Envoy's admin API at admin, with the requests held (nil: none known).
+// When Envoy cannot answer, the two JSON paths answer 503 with the reason.
+func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, held func() map[string]int) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET "+wire.EnvoyVersionsPath, func(w http.ResponseWriter, r *http.Request) {
@@ -25,6 +25,9 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string) http
 	})
 	mux.HandleFunc("GET "+wire.LoadPath, func(w http.ResponseWriter, r *http.Request) {
 		l, err := ReadLoad(r.Context(), admin, node)
+		if held != nil {
+			l.Held = held()
+		}
 		answer(w, l, err)
 	})
 	return mux

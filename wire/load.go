@@ -38,6 +38,9 @@ type Load struct {
 	// Routes are HTTP requests per endpoint and listener, keyed
 	// "<endpoint>/<listener>" (RouteKey), with their 5xx answers.
 	Routes map[string]BackendLoad `json:"routes"`
+	// Held are the requests the node's activator holds now, by backend,
+	// for want of a ready replica (also in Backends' Active).
+	Held map[string]int `json:"held,omitempty"`
 }
 
 // RouteKey is the key of an endpoint's figures on one listener in

@@ -210,3 +210,23 @@ func FileSecret(dir, name string) *tlsv3.SdsSecretConfig {
 		ConfigSourceSpecifier: &core.ConfigSource_PathConfigSource{PathConfigSource: &core.PathConfigSource{Path: SecretFile(dir, name)}},
 	}}
 }
+
+// A node's activator (agent.Activator) holds the requests its Envoy has for
+// a backend with no ready replica. Every backend's cluster lists it after
+// the replicas (at a lower priority), so Envoy calls it only while none of
+// them can take a request. It listens on two unix sockets in the folder
+// the node's Envoy runs in (the same relative path on every node; neither
+// replicas nor other nodes reach them): ActivatorSocket for the backends'
+// clusters, where it holds a request until one of the backend's replicas
+// anywhere is ready, and ActivatorInboundSocket for the inbound clusters,
+// where it holds a request only while a replica of the backend is placed
+// on its own node.
+const (
+	ActivatorSocket        = "activator.sock"
+	ActivatorInboundSocket = "activator-inbound.sock"
+)
+
+// BackendHeader names, on every request a node forwards, the backend its
+// split chose (set by the node, whatever the client sent): how the
+// activator knows what a request waits for.
+const BackendHeader = "x-servemesh-backend"

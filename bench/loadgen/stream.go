@@ -34,7 +34,10 @@ func Stream(c *http.Client, url string, tokens int) (Streamed, error) {
 	lines := bufio.NewScanner(resp.Body)
 	for i := range tokens {
 		if !lines.Scan() {
-			return s, fmt.Errorf("the stream ended after %d of %d tokens: %v", i, tokens, lines.Err())
+			if err := lines.Err(); err != nil {
+				return s, fmt.Errorf("the stream broke after %d of %d tokens: %w", i, tokens, err)
+			}
+			return s, fmt.Errorf("the stream ended after %d of %d tokens", i, tokens)
 		}
 		if i == 0 {
 			s.First = time.Now()

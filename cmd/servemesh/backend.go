@@ -130,8 +130,9 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 // configFlags are a backend's config flags; patch builds a patch of those
 // given on the command line.
 type configFlags struct {
-	mcq, num, mem                          int
+	mcq, num, mem, maxHeld                 int
 	cpus                                   float64
+	hold                                   time.Duration
 	as                                     model.AutoscalingConfig
 	upscale, downscale, lookBack, interval time.Duration
 	off                                    bool
@@ -142,6 +143,8 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.num, "num-replicas", 0, "replicas the scheduler should run")
 	fs.Float64Var(&c.cpus, "cpus", 0, "CPUs one replica needs")
 	fs.IntVar(&c.mem, "memory-mb", 0, "MiB of memory one replica needs")
+	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default 30s)")
+	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default 1000)")
 	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
 	fs.IntVar(&c.as.MaxReplicas, "autoscale-max", 0, "autoscale: most replicas (setting it turns autoscaling on)")
 	fs.Float64Var(&c.as.TargetInFlight, "autoscale-target", 0, "autoscale: requests in flight per replica to aim for")
@@ -168,6 +171,11 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error)
 			p.CPUs = &c.cpus
 		case "memory-mb":
 			p.MemoryMB = &c.mem
+		case "hold-timeout":
+			s := c.hold.Seconds()
+			p.HoldTimeoutS = &s
+		case "max-held":
+			p.MaxHeld = &c.maxHeld
 		}
 	})
 	switch {

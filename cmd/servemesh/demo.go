@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -61,16 +62,18 @@ func newDemoCommand(log *slog.Logger) *cobra.Command {
 func newDemoReplicaCommand(log *slog.Logger) *cobra.Command {
 	var backend, listen string
 	var grpc bool
+	var startDelay time.Duration
 	c := &cobra.Command{
 		Use:   "demo-replica --backend NAME --listen ADDR",
 		Short: "run one demo replica: an HTTP (or gRPC) server that says which backend it is",
 		Args:  names(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return daemon.RunDemoReplica(cmd.Context(), log.With("cmd", "demo-replica"), backend, os.Getenv("SERVEMESH_REPLICA_TAG"), listen, grpc)
+			return daemon.RunDemoReplica(cmd.Context(), log.With("cmd", "demo-replica"), backend, os.Getenv("SERVEMESH_REPLICA_TAG"), listen, grpc, startDelay)
 		},
 	}
 	c.Flags().BoolVar(&grpc, "grpc", false, "serve gRPC (the standard health service, unary and streaming) instead of HTTP")
 	c.Flags().StringVar(&backend, "backend", "", "the backend this replica belongs to")
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:9001", "address to listen on")
+	c.Flags().DurationVar(&startDelay, "start-delay", 0, "wait this long before listening, as a model server loading its weights does")
 	return c
 }

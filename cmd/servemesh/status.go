@@ -58,9 +58,9 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%.1f\t%.1f\n", name, route, rate, b.Backend, b.Weight, shadow, b.RequestRate, b.ErrorRate)
 		}
 	}
-	fmt.Fprintln(tw, "\nBACKEND\tREPLICAS (READY/RUNNING/DESIRED)\tDRAINING\tAUTOSCALED\tIN FLIGHT\tREQ/S\tERR/S")
+	fmt.Fprintln(tw, "\nBACKEND\tREPLICAS (READY/RUNNING/DESIRED)\tDRAINING\tAUTOSCALED\tIN FLIGHT\tHELD\tREQ/S\tERR/S")
 	for _, b := range r.Backends {
-		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%v\t%.0f\t%.1f\t%.1f\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, b.Autoscaled, b.InFlight, b.RequestRate, b.ErrorRate)
+		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%v\t%.0f\t%.0f\t%.1f\t%.1f\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, b.Autoscaled, b.InFlight, b.Held, b.RequestRate, b.ErrorRate)
 	}
 	fmt.Fprintln(tw, "\nNODE\tCONNECTED\tLATEST CONFIG\tNACKS")
 	for _, n := range r.Nodes {

@@ -56,12 +56,15 @@ type BackendStatus struct {
 	// the listed ones); Ready those of them Consul says pass their health
 	// check, Unheard those whose check expired: their agent or node
 	// stopped answering.
-	Running     int     `json:"running"`
-	Ready       int     `json:"ready"`
-	Unheard     int     `json:"unheard,omitempty"`
-	Draining    int     `json:"draining"`
-	Autoscaled  bool    `json:"autoscaled"`
-	InFlight    float64 `json:"in_flight"`
+	Running    int     `json:"running"`
+	Ready      int     `json:"ready"`
+	Unheard    int     `json:"unheard,omitempty"`
+	Draining   int     `json:"draining"`
+	Autoscaled bool    `json:"autoscaled"`
+	InFlight   float64 `json:"in_flight"`
+	// Held are the requests the nodes hold for want of a ready replica
+	// (counted in InFlight too).
+	Held        float64 `json:"held"`
 	RequestRate float64 `json:"request_rate"`
 	ErrorRate   float64 `json:"error_rate"`
 }
@@ -165,7 +168,7 @@ func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad, own
 // backend, its listed replicas for a static one.
 func backendStatus(b model.Backend, load autoscale.BackendLoad) BackendStatus {
 	bs := BackendStatus{Name: b.Name, Desired: b.Config.NumReplicas, Autoscaled: b.Config.Autoscaling != nil,
-		InFlight: load.InFlight, RequestRate: load.RequestRate, ErrorRate: load.ErrorRate}
+		InFlight: load.InFlight, Held: load.Held, RequestRate: load.RequestRate, ErrorRate: load.ErrorRate}
 	for _, p := range b.Placements {
 		if p.State == model.Running {
 			bs.Running++

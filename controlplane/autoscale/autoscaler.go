@@ -3,6 +3,7 @@ package autoscale
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,9 @@ import (
 type BackendLoad struct {
 	// InFlight is requests in flight or queued now, summed over nodes.
 	InFlight float64 `json:"in_flight"`
+	// Held are those of InFlight that nodes hold for want of a ready
+	// replica.
+	Held float64 `json:"held"`
 	// RequestRate and ErrorRate are per second over RateWindow.
 	RequestRate float64 `json:"request_rate"`
 	ErrorRate   float64 `json:"error_rate"`
@@ -133,6 +137,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 			}
 			t := totals[backend]
 			t.InFlight += float64(bl.Active + bl.Pending)
+			t.Held += float64(l.Held[backend])
 			if base != nil {
 				addRates(&t, bl, base.Backends[backend], l.At.Sub(base.At))
 			}
@@ -247,7 +252,13 @@ func (a *Autoscaler) decide(ctx context.Context, m *model.Model) {
 		if n < b.Config.NumReplicas {
 			direction = "down"
 		}
-		if _, err := a.ctl.Autoscale(ctx, b.Name, n); err != nil {
+		_, err := a.ctl.Autoscale(ctx, b.Name, n)
+		var short *controller.Error
+		switch {
+		case errors.As(err, &short) && short.Shortfall > 0:
+			a.log.Warn("autoscaled to what fits; the rest is placed when room comes", "backend", b.Name, "wanted", n,
+				"placed", n-short.Shortfall, "why", err)
+		case err != nil:
 			a.log.Warn("autoscale: could not scale", "backend", b.Name, "to", n, "err", err)
 			continue
 		}

@@ -31,6 +31,14 @@ func (p *Policy) Observe(s Sample, lookBack time.Duration) {
 	p.samples = p.samples[cut:]
 }
 
+// latest is the newest sample's in-flight count, 0 with none.
+func (p *Policy) latest() float64 {
+	if len(p.samples) == 0 {
+		return 0
+	}
+	return p.samples[len(p.samples)-1].InFlight
+}
+
 // Average is the mean in-flight count over the samples kept.
 func (p *Policy) Average() float64 {
 	if len(p.samples) == 0 {
@@ -48,6 +56,13 @@ func (p *Policy) Decide(cfg model.AutoscalingConfig, current int, now time.Time)
 	cfg = cfg.Effective()
 	desired := int(math.Ceil(p.Average() / cfg.TargetInFlight))
 	desired = min(max(desired, cfg.MinReplicas), cfg.MaxReplicas)
+	if current == 0 && p.latest() > 0 {
+		// Scaled to zero, and a request waits in a node's activator: wake
+		// now, without the upscale delay, as Knative's activator pokes its
+		// autoscaler.
+		p.want = 0
+		return max(desired, 1), true
+	}
 	direction := 0
 	switch {
 	case desired > current:

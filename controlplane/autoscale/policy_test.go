@@ -82,3 +82,32 @@ func TestABriefSpikeDoesNotScale(t *testing.T) {
 		t.Fatalf("a one-second spike scaled: %v", decisions)
 	}
 }
+
+// A backend idle at min_replicas 0 goes to zero after the downscale delay,
+// and its first request (held by a node's activator, in flight) wakes it
+// at once, without the upscale delay.
+func TestScalesToZeroAndWakesAtTheFirstRequest(t *testing.T) {
+	zero := cfg
+	zero.MinReplicas = 0
+	p, current, now := &Policy{}, 2, time.Unix(1000, 0)
+	decide := func(load float64) (int, bool) {
+		now = now.Add(time.Second)
+		p.Observe(Sample{At: now, InFlight: load}, 3*time.Second)
+		return p.Decide(zero, current, now)
+	}
+	for range 10 {
+		if n, act := decide(0); act {
+			current = n
+		}
+	}
+	if current != 0 {
+		t.Fatalf("idle for 10 s with min_replicas 0 and a 5 s downscale delay: %d replicas, want 0", current)
+	}
+	if n, act := decide(0); act {
+		t.Fatalf("idle at zero: scaled to %d", n)
+	}
+	n, act := decide(1)
+	if !act || n != 1 {
+		t.Fatalf("one request waiting at zero: got (%d, %v), want to scale to 1 at once", n, act)
+	}
+}

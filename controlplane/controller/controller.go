@@ -69,6 +69,9 @@ type Controller struct {
 	replaceAfter time.Duration
 	missingSince map[string]time.Time // node -> first seen gone; under mu
 	lastPlaceErr map[string]string    // backend -> last placement error logged; under mu
+	// placeProblems is a copy of lastPlaceErr for readers, who never wait
+	// for mu.
+	placeProblems atomic.Pointer[map[string]string]
 	// unreadableLogged are the stored keys already logged as unreadable;
 	// under mu.
 	unreadableLogged map[string]bool
@@ -245,6 +248,16 @@ func (c *Controller) reportUnreadable() {
 
 // StoreProblems lists the stored keys the last load left out, and why.
 func (c *Controller) StoreProblems() []store.Unreadable { return c.store.Unreadable() }
+
+// PlacementProblems are, by backend, why the leader could not place every
+// replica the backend wants at its last try (it keeps trying); none on a
+// follower.
+func (c *Controller) PlacementProblems() map[string]string {
+	if p := c.placeProblems.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // adopt makes m the current state and publishes it. Called with mu held.
 func (c *Controller) adopt(m *model.Model, rev store.Revision) {

@@ -33,6 +33,9 @@ type Error struct {
 	// Leader is the leader's API address, for NotLeader errors, if known.
 	Leader string
 	Err    error
+	// Shortfall, for a Conflict of placement, is how many replicas found
+	// no room (those that fit were placed).
+	Shortfall int
 }
 
 func (e *Error) Error() string {

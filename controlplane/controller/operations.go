@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -326,19 +327,32 @@ func indexByName[T any](items []T, name func(T) string) map[string]int {
 
 // Autoscale sets an autoscaled backend's replica count, through the same
 // checkpointed path as a user's call; the count is kept within the
-// backend's bounds.
+// backend's bounds. When the nodes have room for only some of the new
+// replicas, those are placed, the count is kept (the reconcile places the
+// rest when room comes) and the error, an *Error with a Shortfall, says
+// why: the change is made all the same.
 func (c *Controller) Autoscale(ctx context.Context, name string, replicas int) (bool, error) {
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return false, err
 	}
-	return c.mutate(ctx, "autoscale", func(m *model.Model) error {
+	var short *Error
+	changed, err := c.mutate(ctx, "autoscale", func(m *model.Model) error {
 		i := findBackend(m, name)
 		if i < 0 || m.Backends[i].Config.Autoscaling == nil {
 			return errorf(NotFound, "backend %q is not registered or not autoscaled", name)
 		}
 		as := m.Backends[i].Config.Autoscaling
 		m.Backends[i].Config.NumReplicas = min(max(replicas, as.MinReplicas), as.MaxReplicas)
-		return schedule(m, i, nodes, c.now(), c.readyTags(name))
+		err := schedule(m, i, nodes, c.now(), c.readyTags(name))
+		if e := (*Error)(nil); errors.As(err, &e) && e.Shortfall > 0 {
+			short = e // what fits is placed; the reconcile keeps trying for the rest
+			return nil
+		}
+		return err
 	})
+	if err == nil && short != nil {
+		return changed, short
+	}
+	return changed, err
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -45,8 +46,10 @@ func nodeUsage(m *model.Model) map[string]*usage {
 // placements on the nodes with room, spreading them (fewest replicas of the
 // backend first, then most free CPU), or marks the surplus draining, those
 // whose replicas are not ready first (ready lists the ready tags; nil: all
-// are). If not every replica fits, nothing is placed and the error says
-// what would.
+// are). If not every replica fits, those that fit are placed and the error
+// (a Conflict with a Shortfall) says what would fit them all: a user's
+// operation then fails and changes nothing; the controller's own
+// (autoscaling, reconciling) keep what fits and try again for the rest.
 func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time, ready map[string]bool) error {
 	b := &m.Backends[i]
 	if !b.Managed() {
@@ -74,11 +77,13 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time, ready
 			return err
 		}
 		added := place(m, b, nodes, need, now, spec)
-		if len(added) < need {
-			return errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus or memory_mb, or add nodes",
-				b.Name, want, need, len(added), len(running)+len(added))
-		}
 		b.Placements = append(b.Placements, added...)
+		if len(added) < need {
+			e := errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus or memory_mb, or add nodes",
+				b.Name, want, need, len(added), len(running)+len(added))
+			e.Shortfall = need - len(added)
+			return e
+		}
 	}
 	return nil
 }
@@ -247,6 +252,13 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 				delete(c.lastPlaceErr, b.Name)
 			}
 		}
+		for name := range c.lastPlaceErr {
+			if findBackend(m, name) < 0 {
+				delete(c.lastPlaceErr, name) // deleted meanwhile
+			}
+		}
+		problems := maps.Clone(c.lastPlaceErr)
+		c.placeProblems.Store(&problems)
 		return nil
 	})
 	return err

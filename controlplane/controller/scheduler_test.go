@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -397,5 +398,49 @@ func TestScaleDownDrainsNotReadyReplicasFirst(t *testing.T) {
 		if ready[p.Tag] != (p.State == model.Running) {
 			t.Fatalf("placements %+v: want the two ready ones running and the starting one draining", b.Placements)
 		}
+	}
+}
+
+// TestAutoscalePlacesWhatFits: an autoscaled backend that wants more
+// replicas than the nodes hold gets those that fit (it got none before), the
+// rest stays wanted and says why, and is placed by the reconcile when room
+// comes. A user's scale that does not fit still changes nothing.
+func TestAutoscalePlacesWhatFits(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 2}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := MayRunCommands(context.Background())
+	auto := processBackend("auto", 1, 1)
+	auto.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 8, TargetInFlight: 2}
+	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(auto)); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := c.Autoscale(ctx, "auto", 4)
+	var short *Error
+	if !changed || !errors.As(err, &short) || short.Shortfall != 2 {
+		t.Fatalf("autoscale to 4 with room for 2: changed %v, err %v; want the change made and a shortfall of 2", changed, err)
+	}
+	b, _ := c.GetBackend("auto")
+	if b.Config.NumReplicas != 4 || len(b.Placements) != 2 {
+		t.Fatalf("after autoscaling to 4 with room for 2: num_replicas %d, %d placed; want 4 wanted, 2 placed", b.Config.NumReplicas, len(b.Placements))
+	}
+	if err := c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := c.PlacementProblems()["auto"]; !strings.Contains(p, "free resources only allow") {
+		t.Fatalf("placement problems %q; want why the rest does not fit", p)
+	}
+	nodes.set(wire.NodeInfo{ID: "n1", CPUs: 2}, wire.NodeInfo{ID: "n2", CPUs: 2})
+	if err := c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := c.GetBackend("auto"); len(b.Placements) != 4 || c.PlacementProblems()["auto"] != "" {
+		t.Fatalf("with room for the rest: %d placed, problem %q; want 4 and none", len(b.Placements), c.PlacementProblems()["auto"])
+	}
+	ten := 10
+	if _, err := c.UpdateBackendConfig(ctx, "auto", model.BackendConfigPatch{NumReplicas: &ten}); err == nil {
+		t.Fatal("a user's scale to 10 with room for none more worked")
+	}
+	if b, _ := c.GetBackend("auto"); len(b.Placements) != 4 {
+		t.Fatalf("a user's scale that did not fit left %d placements; want the 4 unchanged", len(b.Placements))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // DefaultMaxConcurrentQueries is the per-replica concurrency limit used when a
@@ -151,6 +152,14 @@ type BackendConfig struct {
 	MemoryMB int     `json:"memory_mb,omitempty"`
 	// Outlier, if set, ejects replicas that keep failing.
 	Outlier *OutlierDetection `json:"outlier,omitempty"`
+	// HoldTimeoutS is how long a node holds a request for the backend
+	// while none of its replicas is ready (starting, restarting, scaled to
+	// zero) before answering 503; zero means DefaultHoldTimeoutS.
+	HoldTimeoutS float64 `json:"hold_timeout_s,omitempty"`
+	// MaxHeld bounds the requests a node holds for the backend at once;
+	// beyond it, requests are answered 503 at once. Zero means
+	// DefaultMaxHeld.
+	MaxHeld int `json:"max_held,omitempty"`
 	// Autoscaling, if set, lets the controller choose NumReplicas from the
 	// backend's load (process backends only).
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
@@ -200,6 +209,8 @@ type BackendConfigPatch struct {
 	NumReplicas          *int     `json:"num_replicas,omitempty"`
 	CPUs                 *float64 `json:"cpus,omitempty"`
 	MemoryMB             *int     `json:"memory_mb,omitempty"`
+	HoldTimeoutS         *float64 `json:"hold_timeout_s,omitempty"`
+	MaxHeld              *int     `json:"max_held,omitempty"`
 	// Autoscaling replaces the autoscaling config; an empty one
 	// ({"max_replicas": 0}) turns autoscaling off.
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
@@ -222,6 +233,12 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 	if p.MemoryMB != nil {
 		c.MemoryMB = *p.MemoryMB
 	}
+	if p.HoldTimeoutS != nil {
+		c.HoldTimeoutS = *p.HoldTimeoutS
+	}
+	if p.MaxHeld != nil {
+		c.MaxHeld = *p.MaxHeld
+	}
 	if p.Autoscaling != nil {
 		c.Autoscaling = p.Autoscaling
 		if *p.Autoscaling == (AutoscalingConfig{}) {
@@ -233,7 +250,8 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 
 // Empty reports whether the patch changes nothing.
 func (p BackendConfigPatch) Empty() bool {
-	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.Autoscaling == nil && p.Replicas == nil
+	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.HoldTimeoutS == nil && p.MaxHeld == nil &&
+		p.Autoscaling == nil && p.Replicas == nil
 }
 
 // WithoutProcessOnlyFields returns b without the fields that size the
@@ -411,6 +429,31 @@ func (e Endpoint) AllowedMethods() []string {
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// Bounds of holding requests for a backend with no ready replica.
+const (
+	DefaultHoldTimeoutS = 30
+	MaxHoldTimeoutS     = 3600
+	DefaultMaxHeld      = 1000
+	MaxMaxHeld          = 100_000
+)
+
+// EffectiveHoldTimeout is how long a node holds a request for the backend.
+func (c BackendConfig) EffectiveHoldTimeout() time.Duration {
+	s := c.HoldTimeoutS
+	if s == 0 {
+		s = DefaultHoldTimeoutS
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// EffectiveMaxHeld is how many requests a node holds for the backend at once.
+func (c BackendConfig) EffectiveMaxHeld() int {
+	if c.MaxHeld == 0 {
+		return DefaultMaxHeld
+	}
+	return c.MaxHeld
 }
 
 // EffectiveMaxConcurrentQueries returns the configured limit or the default.

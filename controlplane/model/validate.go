@@ -299,6 +299,14 @@ func validateBackend(p *problems, field string, b Backend) {
 		p.add(field+".config.max_concurrent_queries", "is %d; set a number from 1 to %d, or leave it out for the default of %d",
 			mcq, MaxConcurrentQueriesLimit, DefaultMaxConcurrentQueries)
 	}
+	if h := b.Config.HoldTimeoutS; h < 0 || h > MaxHoldTimeoutS || math.IsNaN(h) {
+		p.add(field+".config.hold_timeout_s", "is %g; set the seconds a request may wait for a ready replica, from 0 (the default of %d) to %d",
+			h, DefaultHoldTimeoutS, MaxHoldTimeoutS)
+	}
+	if m := b.Config.MaxHeld; m < 0 || m > MaxMaxHeld {
+		p.add(field+".config.max_held", "is %d; set how many requests a node may hold for the backend, from 1 to %d, or leave it out for the default of %d",
+			m, MaxMaxHeld, DefaultMaxHeld)
+	}
 	if b.Process == nil {
 		validateProcessOnly(p, field+".config", b)
 	} else {

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/connect"
@@ -70,7 +72,17 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		log.Warn("INSECURE: the agent's status listener is beyond loopback without a token", "listen", o.StatusListen)
 	}
-	status, err := httpserver.Start(ctx, log, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID)))
+	// The activator holds requests for backends with no ready replica,
+	// knowing them from the agent's desired state.
+	var running atomic.Pointer[agent.Agent]
+	activator := agent.NewActivator(agent.ActivatorOptions{Admin: admin, Node: o.Node.ID, Logger: log.With("component", "activator"), Registerer: reg,
+		Desired: func() *model.Model {
+			if a := running.Load(); a != nil {
+				return a.Desired()
+			}
+			return nil
+		}})
+	status, err := httpserver.Start(ctx, log, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, activator.Held)))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
 	}
@@ -92,7 +104,8 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	if err != nil {
 		return err
 	}
-	errs := make(chan error, 2)
+	running.Store(a)
+	errs := make(chan error, 3)
 	go func() { errs <- a.Run(ctx) }()
 	if !o.NoEnvoy {
 		sup, err := o.Envoy.Supervise(ctx)
@@ -100,6 +113,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 			return err
 		}
 		go func() { errs <- sup.Run(ctx) }()
+		go func() { errs <- activator.Serve(ctx, o.Envoy.WorkDir) }()
 		if !o.Envoy.Bootstrap.Node.NoAccessLog {
 			accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
 			log.Info("the node's access log: a JSON line per request", "path", accessLog)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -225,6 +227,10 @@ func problems(ctl *controller.Controller, publisher *dataplane.Publisher) []stri
 	}
 	if err := publisher.Err(); err != nil {
 		out = append(out, err.Error())
+	}
+	placing := ctl.PlacementProblems()
+	for _, backend := range slices.Sorted(maps.Keys(placing)) {
+		out = append(out, "placing "+backend+"'s replicas: "+placing[backend]+" (servemesh keeps trying)")
 	}
 	return out
 }

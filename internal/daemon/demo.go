@@ -104,9 +104,17 @@ Press Ctrl-C to stop.
 
 // RunDemoReplica runs one demo replica (what the demo stack's agent starts
 // as a process) until ctx ends.
-func RunDemoReplica(ctx context.Context, log *slog.Logger, backend, tag, listen string, grpc bool) error {
+func RunDemoReplica(ctx context.Context, log *slog.Logger, backend, tag, listen string, grpc bool, startDelay time.Duration) error {
 	if backend == "" {
 		return fmt.Errorf("--backend is required")
+	}
+	if startDelay > 0 { // a model server loading its weights
+		log.Info("demo replica starting", "backend", backend, "listening_in", startDelay)
+		select {
+		case <-time.After(startDelay):
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	if grpc {
 		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)

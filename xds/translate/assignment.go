@@ -16,15 +16,15 @@ import (
 
 // BuildAssignments builds one ClusterLoadAssignment per backend served by
 // EDS, sorted by name, listing its replicas (sorted by address) with their
-// health. A backend with no replicas gets an empty assignment, so its
-// cluster still warms. A backend whose replicas are named by DNS has its
+// health, then the node's activator (withActivator). A backend with no
+// replicas gets the activator alone. A backend whose replicas are named by DNS has its
 // assignment in its cluster instead (BuildClusters).
 func BuildAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 	backends := sortedBackends(m)
 	out := make([]*endpoint.ClusterLoadAssignment, 0, len(backends))
 	for _, b := range backends {
 		if !b.ResolvedByDNS() {
-			out = append(out, BuildAssignment(b))
+			out = append(out, withActivator(BuildAssignment(b), wire.ActivatorSocket))
 		}
 	}
 	return out

@@ -120,8 +120,9 @@ func circuitBreakers(b model.Backend) *cluster.CircuitBreakers {
 			MaxPendingRequests: wrapperspb.UInt32(queue),
 			MaxRequests:        wrapperspb.UInt32(saturatingAdd(total, queue)),
 			// Envoy allows 3 concurrent retries per cluster by default;
-			// when a replica dies, every request headed to it needs one.
-			MaxRetries: wrapperspb.UInt32(max(total, 3)),
+			// when a replica dies, every request headed to it needs one,
+			// and a request the activator holds is one.
+			MaxRetries: wrapperspb.UInt32(saturatingAdd(total, queue)),
 		}},
 		PerHostThresholds: []*cluster.CircuitBreakers_Thresholds{{
 			Priority:       core.RoutingPriority_DEFAULT,

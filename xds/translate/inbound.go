@@ -92,9 +92,10 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 						// The calling node keeps the endpoint's timeouts.
 						Timeout:     durationpb.New(0),
 						IdleTimeout: durationpb.New(0),
-						// Another replica here, if the request reached none;
+						// Another replica here, if the request reached none
+						// (or the activator held it until one was ready);
 						// then the caller tries another node.
-						RetryPolicy: retryPolicy(retryOn),
+						RetryPolicy: inboundRetryPolicy(),
 					}},
 				}},
 			}},
@@ -117,6 +118,16 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: manager},
 		}},
 	}, nil
+}
+
+// inboundRetryPolicy retries what reached no replica: on a replica of the
+// node not tried yet, and when the node's activator answers that one is
+// ready now.
+func inboundRetryPolicy() *route.RetryPolicy {
+	policy := retryPolicy(retryOn + ",retriable-headers")
+	policy.RetriableHeaders = []*route.HeaderMatcher{{
+		Name: wire.UnreachedHeader, HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}}}
+	return policy
 }
 
 // inboundLocalReplies mark the answers the inbound listener makes itself
@@ -171,7 +182,7 @@ func inboundAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 	eachNodeOf(m, func(b model.Backend, node string, own []model.Replica) {
 		cla := BuildAssignment(model.Backend{Name: b.Name, Replicas: localReplicas(own)})
 		cla.ClusterName = wire.InboundAssignmentName(b.Name, node)
-		out = append(out, cla)
+		out = append(out, withActivator(cla, wire.ActivatorInboundSocket))
 	})
 	return out
 }

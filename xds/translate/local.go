@@ -2,12 +2,8 @@ package translate
 
 import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -35,16 +31,9 @@ const (
 func localView(c *cluster.Cluster, b model.Backend, node string) (*cluster.Cluster, error) {
 	out := proto.Clone(c).(*cluster.Cluster)
 	out.EdsClusterConfig.ServiceName = wire.NodeViewAssignmentName(b.Name, node)
-	raw, err := anypb.New(&rawbuffer.RawBuffer{})
-	if err != nil {
-		return nil, err
-	}
-	out.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{{
-		Name:            localSocket,
-		Match:           &structpb.Struct{Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
-		TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: raw}},
-	}}
-	return out, nil
+	matches, err := localRawSocket()
+	out.TransportSocketMatches = matches
+	return out, err
 }
 
 // nodeViewAssignments are, for every backend reached over mTLS and every
@@ -53,7 +42,7 @@ func localView(c *cluster.Cluster, b model.Backend, node string) (*cluster.Clust
 func nodeViewAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
 	eachNodeOf(m, func(b model.Backend, node string, own []model.Replica) {
-		out = append(out, nodeViewAssignment(b, node, own))
+		out = append(out, withActivator(nodeViewAssignment(b, node, own), wire.ActivatorSocket))
 	})
 	return out
 }
@@ -72,9 +61,7 @@ func nodeViewAssignment(b model.Backend, node string, own []model.Replica) *endp
 	}
 	mine := BuildAssignment(model.Backend{Name: b.Name, Replicas: localReplicas(own)})
 	for _, ep := range mine.Endpoints[0].LbEndpoints {
-		ep.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			localMatchFilter: {Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
-		}}
+		ep.Metadata = localMetadata()
 		ep.LoadBalancingWeight = wrapperspb.UInt32(1)
 		locality.LbEndpoints = append(locality.LbEndpoints, ep)
 	}

@@ -191,6 +191,10 @@ func secureClusters(m *model.Model, t *MTLS, clusters []*cluster.Cluster) error 
 			return err
 		}
 		c.TransportSocket = socket
+		// The node's activator is on its own machine, without TLS.
+		if c.TransportSocketMatches, err = localRawSocket(); err != nil {
+			return err
+		}
 		// Each replica's own limit is kept by its node's inbound cluster;
 		// here a host is a node with several replicas.
 		c.CircuitBreakers.PerHostThresholds = nil

@@ -1,0 +1,303 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// Activator holds the requests a node's Envoy has for a backend while none
+// of the backend's replicas can take them: it is just created, its only
+// replica restarts, or it is scaled to zero. Envoy sends it a backend's
+// requests only then (the translation lists it after the replicas, see
+// xds/translate's activator.go), naming the backend in wire.BackendHeader.
+// It holds each request until the node's Envoy has a ready replica of the
+// backend, then answers with wire.UnreachedHeader, on which Envoy retries
+// the request on that replica; or, past the backend's hold_timeout_s or
+// beyond its max_held, with a 503 saying why. A held request is in flight
+// in Envoy's statistics for the backend, which is the demand the
+// autoscaler sees: a backend scaled to zero comes back with its first
+// request. This is Knative's activator, inside each node's agent.
+//
+// It listens on two unix sockets in the Envoy's folder: wire.ActivatorSocket
+// for the backends' clusters, wire.ActivatorInboundSocket for the node's
+// inbound clusters, where it holds a request only while a replica of the
+// backend is placed on this node (otherwise the calling node should try
+// another node, and is told so at once).
+type Activator struct {
+	admin   envoy.Admin
+	node    string
+	desired func() *model.Model
+	log     *slog.Logger
+	poll    time.Duration
+
+	mu     sync.Mutex
+	held   map[string]int          // by backend
+	ready  map[string]readyReading // by Envoy cluster
+	byName backendIndex
+
+	heldNow  *prometheus.GaugeVec
+	outcomes *prometheus.CounterVec
+}
+
+// readyReading is when the Envoy last said whether a cluster had a ready
+// replica.
+type readyReading struct {
+	at    time.Time
+	ready bool
+}
+
+// backendIndex finds backends by name in one version of the desired state.
+type backendIndex struct {
+	m        *model.Model
+	backends map[string]model.Backend
+}
+
+// ActivatorOptions configure an Activator.
+type ActivatorOptions struct {
+	Admin envoy.Admin // the node's Envoy
+	Node  string      // the node's ID
+	// Desired is the latest desired state the agent has read (nil: none yet).
+	Desired func() *model.Model
+	Logger  *slog.Logger
+	// Registerer receives the activator's metrics; nil skips them.
+	Registerer prometheus.Registerer
+}
+
+// Outcomes of a held request, as counted.
+const (
+	HeldReleased = "released" // a replica became ready: Envoy sent it there
+	HeldTimeout  = "timeout"  // none was ready within hold_timeout_s
+	HeldFull     = "full"     // max_held requests were held already
+	HeldGone     = "gone"     // the client went away first
+)
+
+// NewActivator returns an activator; Serve runs it.
+func NewActivator(o ActivatorOptions) *Activator {
+	a := &Activator{admin: o.Admin, node: o.Node, desired: o.Desired, log: o.Logger, poll: 50 * time.Millisecond,
+		held: map[string]int{}, ready: map[string]readyReading{},
+		heldNow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "servemesh_held_requests",
+			Help: "Requests this node holds for a backend with no ready replica.",
+		}, []string{"backend"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servemesh_held_requests_total",
+			Help: "Requests this node held for a backend with no ready replica, by outcome: released (to a replica once ready), timeout, full (max_held reached), gone (the client left).",
+		}, []string{"backend", "outcome"}),
+	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(a.heldNow, a.outcomes)
+	}
+	return a
+}
+
+// Held is how many requests the activator holds now, by backend.
+func (a *Activator) Held() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int, len(a.held))
+	for b, n := range a.held {
+		if n > 0 {
+			out[b] = n
+		}
+	}
+	return out
+}
+
+// unixPathMax is the longest path a unix socket may have on Linux.
+const unixPathMax = 107
+
+// Serve listens on the activator's sockets in dir (the folder the node's
+// Envoy runs in) and serves until ctx ends.
+func (a *Activator) Serve(ctx context.Context, dir string) error {
+	errs := make(chan error, 2)
+	for _, s := range []struct {
+		name    string
+		inbound bool
+	}{{wire.ActivatorSocket, false}, {wire.ActivatorInboundSocket, true}} {
+		path, err := filepath.Abs(filepath.Join(dir, s.name))
+		if err != nil {
+			return fmt.Errorf("activator socket: %w", err)
+		}
+		if len(path) > unixPathMax {
+			return fmt.Errorf("activator socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, len(path), unixPathMax)
+		}
+		_ = os.Remove(path) // a previous agent's
+		l, err := (&net.ListenConfig{}).Listen(ctx, "unix", path)
+		if err != nil {
+			return fmt.Errorf("activator socket: %w", err)
+		}
+		if err := os.Chmod(path, 0o600); err != nil { // the node's Envoy runs as the agent's user
+			_ = l.Close()
+			return fmt.Errorf("activator socket: %w", err)
+		}
+		srv := &http.Server{Handler: a.handler(s.inbound), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true) // the clusters of HTTP/2 and gRPC backends speak it
+		go func() { errs <- srv.Serve(l) }()
+		go func() {
+			<-ctx.Done()
+			_ = srv.Close()
+		}()
+	}
+	a.log.Info("activator serving: requests for a backend with no ready replica wait here", "dir", dir)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errs:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("activator: %w", err)
+	}
+}
+
+// handler holds the requests of the backends' clusters, or with inbound,
+// of the node's inbound clusters.
+func (a *Activator) handler(inbound bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.Header.Get(wire.BackendHeader)
+		b, ok := a.backend(name)
+		if !ok {
+			http.Error(w, fmt.Sprintf("servemesh: no backend %q to hold the request for", name), http.StatusServiceUnavailable)
+			return
+		}
+		cluster := wire.ClusterName(name)
+		if inbound {
+			if !a.placedHere(b) {
+				unreached(w) // the calling node tries another
+				return
+			}
+			cluster = wire.InboundClusterName(name)
+		}
+		if !a.admit(name, b.Config.EffectiveMaxHeld()) {
+			a.outcomes.WithLabelValues(name, HeldFull).Inc()
+			http.Error(w, fmt.Sprintf("servemesh: backend %q has no ready replica, and this node already holds %d requests for it (its config.max_held); raise max_held or give it replicas",
+				name, b.Config.EffectiveMaxHeld()), http.StatusServiceUnavailable)
+			return
+		}
+		defer a.release(name)
+		timeout := b.Config.EffectiveHoldTimeout()
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		switch err := a.waitReady(ctx, cluster); {
+		case err == nil:
+			a.outcomes.WithLabelValues(name, HeldReleased).Inc()
+			unreached(w)
+		case r.Context().Err() != nil:
+			a.outcomes.WithLabelValues(name, HeldGone).Inc()
+		default:
+			a.outcomes.WithLabelValues(name, HeldTimeout).Inc()
+			http.Error(w, fmt.Sprintf("servemesh: backend %q had no ready replica for %s (its config.hold_timeout_s); see `servemesh status` for why",
+				name, timeout), http.StatusServiceUnavailable)
+		}
+	})
+}
+
+// unreached answers that the request reached no replica, which the route
+// retries (on a ready replica, if it has one now).
+func unreached(w http.ResponseWriter) {
+	w.Header().Set(wire.UnreachedHeader, "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+}
+
+// backend is the backend named name in the latest desired state.
+func (a *Activator) backend(name string) (model.Backend, bool) {
+	m := a.desired()
+	if m == nil {
+		return model.Backend{}, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.byName.m != m {
+		a.byName = backendIndex{m: m, backends: make(map[string]model.Backend, len(m.Backends))}
+		for _, b := range m.Backends {
+			a.byName.backends[b.Name] = b
+		}
+	}
+	b, ok := a.byName.backends[name]
+	return b, ok
+}
+
+// placedHere reports whether a replica of b is to run on this node.
+func (a *Activator) placedHere(b model.Backend) bool {
+	for _, p := range b.Placements {
+		if p.Node == a.node && p.State == model.Running {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *Activator) admit(backend string, limit int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held[backend] >= limit {
+		return false
+	}
+	a.held[backend]++
+	a.heldNow.WithLabelValues(backend).Set(float64(a.held[backend]))
+	return true
+}
+
+func (a *Activator) release(backend string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.held[backend]--
+	a.heldNow.WithLabelValues(backend).Set(float64(a.held[backend]))
+	if a.held[backend] == 0 {
+		delete(a.held, backend)
+	}
+}
+
+// waitReady waits until the node's Envoy has a ready replica in cluster,
+// or ctx ends.
+func (a *Activator) waitReady(ctx context.Context, cluster string) error {
+	for {
+		if a.isReady(ctx, cluster) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(a.poll):
+		}
+	}
+}
+
+// isReady reports whether the node's Envoy has, in cluster, a host that
+// is healthy, or of unknown health (DEGRADED) other than the activator
+// itself. One reading serves every request held for the cluster for a poll
+// interval.
+func (a *Activator) isReady(ctx context.Context, cluster string) bool {
+	a.mu.Lock()
+	last, ok := a.ready[cluster]
+	a.mu.Unlock()
+	if ok && time.Since(last.at) < a.poll {
+		return last.ready
+	}
+	prefix := "cluster." + cluster + ".membership_"
+	stats, err := a.admin.Stats(ctx, "^"+regexp.QuoteMeta(prefix)+"(healthy|degraded)$")
+	ready := err == nil && (stats[prefix+"healthy"] > 0 || stats[prefix+"degraded"] > 1)
+	a.mu.Lock()
+	a.ready[cluster] = readyReading{at: time.Now(), ready: ready}
+	if len(a.ready) > 10_000 { // clusters come and go: forget old readings
+		clear(a.ready)
+	}
+	a.mu.Unlock()
+	return ready
+}

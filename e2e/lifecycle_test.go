@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// slowStart is how long the demo replicas of these tests take to listen,
+// as a model server loading its weights does.
+const slowStart = 1500 * time.Millisecond
+
+// slowDemoProcess runs demo replicas of backend that listen only after
+// slowStart.
+func slowDemoProcess(backend string) *model.ProcessSpec {
+	p := demoProcess(backend, false)
+	p.Args = append(p.Args, "--start-delay", slowStart.String())
+	return p
+}
+
+// TestHoldWhileNoReplicaIsReady runs the replica lifecycle in the default
+// mode (mTLS, two nodes, load entering both): while a backend has no ready
+// replica, its requests wait in the nodes' activators and are answered
+// once one is ready, never with a 503.
+func TestHoldWhileNoReplicaIsReady(t *testing.T) {
+	mesh := startTwoNodeMesh(t, "hold")
+	ctx := context.Background()
+	mesh.createBackends(t,
+		model.Backend{Name: "stable", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("stable", false)},
+		model.Backend{Name: "solo", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: slowDemoProcess("solo")})
+	nodes := []*mtlsNode{mesh.n1, mesh.n2}
+
+	t.Run("killing the only replica of a backend under load fails no request", func(t *testing.T) {
+		// The case: the backend with 10% of the traffic loses its
+		// only replica (83 of 28,443 requests failed in 8 s before).
+		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "split", Route: "/split", Methods: []string{"GET", "POST"},
+			Traffic: map[string]float64{"stable": 0.9, "solo": 0.1}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			waitReplicasAnswer(t, "the three replicas to answer through "+n.id, "http://"+n.public+"/split", 3, 60)
+		}
+		loads := []*load{startLoad("http://"+mesh.n1.public+"/split", 2), startLoad("http://"+mesh.n2.public+"/split", 2),
+			startLoadMethod(http.MethodPost, "http://"+mesh.n1.public+"/split", 1)}
+		time.Sleep(time.Second)
+		pids := replicaPids("solo")
+		if len(pids) != 1 {
+			t.Fatalf("solo runs %d replica processes, want 1", len(pids))
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 20*time.Second, "solo's replica to be restarted and serve", func() bool {
+			ps := replicaPids("solo")
+			if len(ps) != 1 || ps[0] == pids[0] {
+				return false
+			}
+			for range 40 {
+				if r, err := replicaOf(httpClient(), "http://"+mesh.n1.public+"/split"); err == nil && strings.HasPrefix(r, "solo") {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(3 * time.Second) // the restarted replica serves its share
+		for _, l := range loads[:2] {
+			l.finish(t)
+		}
+		// A POST the replica was serving when it was killed cannot be sent
+		// again; every other one is answered.
+		loads[2].finishAllowingReached(t, true)
+		released := heldOutcome(t, nodes, "solo", agent.HeldReleased)
+		t.Logf("requests held while solo restarted, then answered: %v", released)
+		if released == 0 {
+			t.Error("no request was held for solo: the restart was not covered by the activator")
+		}
+		if timedOut := heldOutcome(t, nodes, "solo", agent.HeldTimeout); timedOut != 0 {
+			t.Errorf("%v held requests timed out", timedOut)
+		}
+	})
+
+	t.Run("a new backend's first requests wait for its first replica", func(t *testing.T) {
+		// The endpoint exists before its backend has a replica: its
+		// requests are sent at once, on both nodes.
+		mesh.createBackends(t, model.Backend{Name: "fresh", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: slowDemoProcess("fresh")})
+		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "fresh", Route: "/fresh", Traffic: map[string]float64{"fresh": 1}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond) // the nodes have the route; the replica listens in about a second
+		took := burst(t, nodes, "/fresh", 20)
+		t.Logf("20 requests sent before fresh's replica was ready answered within %s", took)
+		if held := heldOutcome(t, nodes, "fresh", agent.HeldReleased); held == 0 {
+			t.Error("no request was held for fresh: they did not wait for its replica")
+		}
+	})
+
+	t.Run("a backend scaled to zero wakes at its first requests and goes back to zero when idle", func(t *testing.T) {
+		as := &model.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 2, TargetInFlight: 4,
+			MetricsIntervalS: 0.5, LookBackPeriodS: 1, UpscaleDelayS: 1, DownscaleDelayS: 4}
+		mesh.createBackends(t, model.Backend{Name: "sleepy", Config: model.BackendConfig{CPUs: 1, Autoscaling: as}, Process: slowDemoProcess("sleepy")})
+		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "sleepy", Route: "/sleepy", Traffic: map[string]float64{"sleepy": 1}}); err != nil {
+			t.Fatal(err)
+		}
+		running := func() int {
+			n := 0
+			for _, p := range placements(t, mesh.c, "sleepy") {
+				if p.State == model.Running {
+					n++
+				}
+			}
+			return n
+		}
+		for round := range 2 {
+			if n := running(); n != 0 {
+				t.Fatalf("round %d: sleepy runs %d replicas before any request; want 0", round, n)
+			}
+			time.Sleep(time.Second) // the nodes have the route
+			took := burst(t, nodes, "/sleepy", 10)
+			t.Logf("round %d: 10 requests to sleepy at zero answered within %s (its replica takes %s to listen)", round, took, slowStart)
+			if n := running(); n == 0 {
+				t.Fatalf("round %d: the requests were answered but sleepy runs no replica", round)
+			}
+			testutil.WaitFor(t, 30*time.Second, "sleepy to scale back to zero when idle", func() bool { return running() == 0 })
+		}
+	})
+}
+
+// burst sends n requests to path at once, through each node in turn, and
+// wants them all answered; it returns when the last was.
+func burst(t *testing.T, nodes []*mtlsNode, path string, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 30 * time.Second}
+			if _, err := replicaOf(client, "http://"+nodes[i%len(nodes)].public+path); err != nil {
+				errs <- fmt.Errorf("request %d through %s: %w", i, nodes[i%len(nodes)].id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	return time.Since(start)
+}
+
+// heldOutcome sums, over nodes, the requests held for backend that ended
+// with outcome (0 when none did: the counter is born with its first).
+func heldOutcome(t *testing.T, nodes []*mtlsNode, backend, outcome string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, n := range nodes {
+		v, _ := scrapeMetric(t, n.metr, "servemesh_held_requests_total", "backend", backend, "outcome", outcome)
+		sum += v
+	}
+	return sum
+}

@@ -1,0 +1,78 @@
+package translate
+
+import (
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/servemesh/servemesh/wire"
+)
+
+// Holding requests while a backend has no ready replica. Every EDS
+// assignment lists, after the backend's replicas (priority 0), the node's
+// activator (priority 1, on a unix socket in the Envoy's folder: the same
+// relative path on every node). Envoy sends a priority nothing while a
+// higher one can take the load, so the activator gets a backend's requests
+// only while none of its replicas is healthy or of unknown health: it is
+// DEGRADED, as replicas of unknown health are, so that those still come
+// first. The activator holds each request until the backend has a ready
+// replica, then answers it with wire.UnreachedHeader, on which the route
+// retries it on a replica; or, past the backend's bound, with a 503 that
+// says why. A replica whose process exits is marked critical by its agent
+// at once, so its requests go to the activator within the time Consul and
+// the controller take to publish it (the route's retries cover that).
+
+// activatorPriority is the activator's priority in every assignment.
+const activatorPriority = 1
+
+// withActivator adds the activator listening on socket to cla, after its
+// replicas.
+func withActivator(cla *endpoint.ClusterLoadAssignment, socket string) *endpoint.ClusterLoadAssignment {
+	if len(cla.Endpoints) == 0 {
+		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{}} // no replica: an empty priority 0
+	}
+	cla.Endpoints = append(cla.Endpoints, &endpoint.LocalityLbEndpoints{
+		Priority: activatorPriority,
+		LbEndpoints: []*endpoint.LbEndpoint{{
+			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: &core.Address{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: socket}}},
+			}},
+			HealthStatus: core.HealthStatus_DEGRADED,
+			Metadata:     localMetadata(),
+		}},
+	})
+	return cla
+}
+
+// localMetadata marks a host the node reaches on its own machine, without
+// TLS (localRawSocket).
+func localMetadata() *core.Metadata {
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		localMatchFilter: {Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
+	}}
+}
+
+// localRawSocket is the transport socket match of the hosts localMetadata
+// marks: plain bytes, on a cluster whose other hosts need TLS.
+func localRawSocket() ([]*cluster.Cluster_TransportSocketMatch, error) {
+	raw, err := anypb.New(&rawbuffer.RawBuffer{})
+	if err != nil {
+		return nil, err
+	}
+	return []*cluster.Cluster_TransportSocketMatch{{
+		Name:            localSocket,
+		Match:           &structpb.Struct{Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
+		TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: raw}},
+	}}, nil
+}
+
+// backendHeader names the backend chosen on each request a node forwards.
+func backendHeader(backend string) []*core.HeaderValueOption {
+	return []*core.HeaderValueOption{{
+		Header:       &core.HeaderValue{Key: wire.BackendHeader, Value: backend},
+		AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}
+}
