@@ -96,6 +96,9 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/statsoverhead
 	go run ./bench/apiload
 	go run ./bench/datapath
+	go run ./bench/datapath -protocol grpc
+	go run ./bench/datapath -protocol stream -rate 200
+	go run ./bench/coldstart
 
 clean: ## remove build output and run folders (keeps .tools)
 	rm -rf bin .run

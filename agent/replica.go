@@ -81,7 +81,7 @@ func (a *Agent) startReplica(ctx context.Context, backend string, protocol model
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go r.run(runCtx)
-	go heartbeat.Run(runCtx, a.consul.Agent(), r.checkID(), a.checkTTL/3, r.probe, r.log)
+	go heartbeat.RunProbing(runCtx, a.consul.Agent(), r.checkID(), a.checkTTL/3, startupProbe, r.probe, r.log)
 	r.log.Info("replica placed here", "backend", backend, "address", r.address())
 	return r, nil
 }
@@ -194,6 +194,11 @@ func (r *replica) folder() (string, error) {
 	}
 	return dir, nil
 }
+
+// startupProbe is how often a replica that is not ready yet (starting,
+// restarting, failing) is probed: it is served, and its held requests
+// released, this soon after it is ready.
+const startupProbe = 100 * time.Millisecond
 
 // probeClient checks replicas' health paths.
 var probeClient = &http.Client{Timeout: time.Second}

@@ -27,7 +27,6 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
-	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
@@ -359,42 +358,14 @@ func (s stack) pause(which string) (resume func()) {
 // 127.0.0.3) and places one replica on n1 (same-node) or n2 (cross-node).
 func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, error) {
 	ctx := context.Background()
-	var s stack
-	var stops []func()
-	s.stop = func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}
-	prefix := "bench-" + filepath.Base(work)
-	pt := "--plaintext=" + strconv.FormatBool(plaintext)
-	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctl, err := b.Run("controller", pt, "--insecure-consul", "--consul-prefix", prefix, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
+	cpus := map[string][]string{sameNode: {"4", "0.5"}, crossNode: {"0.5", "4"}}[placement] // the replica needs 1 CPU
+	mesh, err := b.StartMesh(benchenv.MeshOptions{Work: work, Plaintext: plaintext, NodeCPUs: cpus,
+		AgentArgs: []string{"--no-access-log=" + strconv.FormatBool(b.noAccessLog)}})
 	if err != nil {
-		return s, err
+		return stack{}, err
 	}
-	s.controller = ctl
-	stops = append(stops, func() { _ = ctl.Stop(15 * time.Second) })
-	cpus := map[string]string{sameNode: "4", crossNode: "0.5"}[placement] // the replica needs 1 CPU
-	var public string
-	for i, node := range []struct{ addr, cpus string }{{"127.0.0.2", cpus}, {"127.0.0.3", map[string]string{"4": "0.5", "0.5": "4"}[cpus]}} {
-		id := fmt.Sprintf("n%d", i+1)
-		pub := testutil.MustFreeAddr(node.addr)
-		if i == 0 {
-			public = pub
-		}
-		p, err := b.Run("agent", pt, "--insecure-consul", "--consul-prefix", prefix, "--node-id", filepath.Base(work)+"-"+id, "--address", node.addr,
-			"--cpus", node.cpus, "--xds", xdsAddr, "--public", pub, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
-			"--inbound", testutil.MustFreeAddr(node.addr), "--work-dir", filepath.Join(work, id), "--allow-command", b.Bin, "--concurrency", "1",
-			"--no-access-log="+strconv.FormatBool(b.noAccessLog))
-		if err != nil {
-			s.stop()
-			return s, err
-		}
-		s.agents = append(s.agents, p)
-		stops = append(stops, func() { _ = p.Stop(15 * time.Second) })
-	}
-	c := api.NewClient(apiAddr, "")
+	s := stack{stop: mesh.Stop, controller: mesh.Controller, agents: mesh.Agents}
+	c := mesh.Client
 	spec := &model.ProcessSpec{Command: b.Bin, Args: b.replicaArgs("${HOST}:${PORT}"), HealthPath: "/"}
 	endpoint := model.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}
 	protocol := model.ProtocolHTTP1
@@ -414,7 +385,7 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 		s.stop()
 		return s, err
 	}
-	s.url = "http://" + public + "/bench"
+	s.url = "http://" + mesh.Public[0] + "/bench"
 	return s, nil
 }
 

@@ -22,17 +22,36 @@ func Passing(context.Context) (string, string) { return api.HealthPassing, "" }
 // Run updates checkID from probe every interval until ctx ends. A failed
 // update is logged and retried at the next beat.
 func Run(ctx context.Context, agent *api.Agent, checkID string, interval time.Duration, probe Probe, log *slog.Logger) {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	RunProbing(ctx, agent, checkID, interval, interval, probe, log)
+}
+
+// RunProbing is Run that, while the check does not pass (a replica
+// starting), probes every fast instead, so the check passes soon after its
+// process is ready; Consul hears of it when the status changes, and every
+// interval in any case.
+func RunProbing(ctx context.Context, agent *api.Agent, checkID string, interval, fast time.Duration, probe Probe, log *slog.Logger) {
+	var last string
+	var sent time.Time
 	for {
+		wait := interval
+		if last != api.HealthPassing {
+			wait = fast
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-time.After(wait):
 		}
 		status, output := probe(ctx)
-		if err := agent.UpdateTTL(checkID, output, status); err != nil && ctx.Err() == nil {
-			log.Warn("heartbeat failed; retrying at the next beat", "check", checkID, "err", err)
+		if status == last && time.Since(sent) < interval-fast/2 {
+			continue // nothing new, and the TTL is far from running out
 		}
+		if err := agent.UpdateTTL(checkID, output, status); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("heartbeat failed; retrying at the next beat", "check", checkID, "err", err)
+			}
+			continue
+		}
+		last, sent = status, time.Now()
 	}
 }

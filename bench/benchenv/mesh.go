@@ -1,0 +1,77 @@
+package benchenv
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// MeshOptions shape a mesh of a controller and agents.
+type MeshOptions struct {
+	// Work is the mesh's folder; its base name prefixes its nodes and
+	// Consul keys, so meshes of one Env stay apart.
+	Work      string
+	Plaintext bool
+	// NodeCPUs are the CPUs each node offers, one entry a node: n1 on
+	// 127.0.0.2, n2 on 127.0.0.3, and so on.
+	NodeCPUs []string
+	// AgentArgs are more arguments for every agent.
+	AgentArgs []string
+}
+
+// Mesh is a controller and its agents (each with its Envoy, one worker
+// thread), running.
+type Mesh struct {
+	Client     *api.Client
+	Controller *proc.Process
+	Agents     []*proc.Process
+	// Public are the nodes' public listeners, in node order.
+	Public []string
+	stops  []func()
+}
+
+// Stop stops the agents, then the controller.
+func (m *Mesh) Stop() {
+	for i := len(m.stops) - 1; i >= 0; i-- {
+		m.stops[i]()
+	}
+}
+
+// StartMesh runs a controller and one agent per o.NodeCPUs, in the default
+// mode (mTLS) unless o.Plaintext, with Consul's ACLs not required.
+func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
+	m := &Mesh{}
+	prefix := "bench-" + filepath.Base(o.Work)
+	pt := "--plaintext=" + strconv.FormatBool(o.Plaintext)
+	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
+	ctl, err := e.Run("controller", pt, "--insecure-consul", "--consul-prefix", prefix, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
+	if err != nil {
+		return nil, err
+	}
+	m.Controller = ctl
+	m.stops = append(m.stops, func() { _ = ctl.Stop(15 * time.Second) })
+	for i, cpus := range o.NodeCPUs {
+		id := fmt.Sprintf("n%d", i+1)
+		address := fmt.Sprintf("127.0.0.%d", i+2)
+		public := testutil.MustFreeAddr(address)
+		args := append([]string{"agent", pt, "--insecure-consul", "--consul-prefix", prefix, "--node-id", filepath.Base(o.Work) + "-" + id,
+			"--address", address, "--cpus", cpus, "--xds", xdsAddr, "--public", public, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
+			"--inbound", testutil.MustFreeAddr(address), "--work-dir", filepath.Join(o.Work, id), "--allow-command", e.Bin, "--concurrency", "1"},
+			o.AgentArgs...)
+		p, err := e.Run(args...)
+		if err != nil {
+			m.Stop()
+			return nil, err
+		}
+		m.Agents = append(m.Agents, p)
+		m.Public = append(m.Public, public)
+		m.stops = append(m.stops, func() { _ = p.Stop(15 * time.Second) })
+	}
+	m.Client = api.NewClient(apiAddr, "")
+	return m, nil
+}
