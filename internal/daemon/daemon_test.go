@@ -152,6 +152,32 @@ func TestControllerWiring(t *testing.T) {
 	}
 }
 
+// TestDemoHasRoomForWhatItPrints: the demo's help has model-v2 scaled to 3
+// and load that autoscales embedder to its maximum; both at once, with
+// every other backend as it starts, fit the demo's node (the autoscaler got
+// none of the replicas it wanted before).
+func TestDemoHasRoomForWhatItPrints(t *testing.T) {
+	m := StackModel("/bin/servemesh")
+	help := stackHelp(StackOptions{Self: "/bin/servemesh"}, "consul", "mesh.yaml")
+	if !strings.Contains(help, "backend update model-v2 --num-replicas 3") {
+		t.Fatalf("the demo's help no longer scales model-v2 to 3; update this test: %s", help)
+	}
+	need := 0.0
+	for _, b := range m.Backends {
+		replicas := b.Config.NumReplicas
+		if b.Name == "model-v2" {
+			replicas = 3
+		}
+		if as := b.Config.Autoscaling; as != nil {
+			replicas = as.MaxReplicas
+		}
+		need += float64(replicas) * b.Config.CPUs
+	}
+	if need > DemoNodeCPUs {
+		t.Fatalf("the demo's lines need %g CPUs at once; its node offers %d", need, DemoNodeCPUs)
+	}
+}
+
 func TestStackModelIsValid(t *testing.T) {
 	if err := StackModel("/bin/servemesh").Validate(); err != nil {
 		t.Fatal(err)

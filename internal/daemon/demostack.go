@@ -70,7 +70,7 @@ func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, erro
 	}{
 		// The demo runs on one trusted host: plaintext, chosen here and logged.
 		{"controller", []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
-		{"agent", []string{"agent", "--plaintext", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", "8", "--memory-mb", "8192",
+		{"agent", []string{"agent", "--plaintext", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", strconv.Itoa(DemoNodeCPUs), "--memory-mb", "8192",
 			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh,
 			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--allow-command", o.Self,
 			// The demo's replicas are this binary, wherever the checkout is:
@@ -127,11 +127,18 @@ func applyDemo(ctx context.Context, o StackOptions) (string, error) {
 	return meshFile, nil
 }
 
+// DemoNodeCPUs are the CPUs the demo's node offers; every line the demo
+// prints fits in them, in any order (a replica asks for DemoReplicaCPUs).
+const (
+	DemoNodeCPUs    = 8
+	DemoReplicaCPUs = 0.5
+)
+
 // StackModel is the demo's mesh: replicas are `servemesh demo-replica`
 // processes the agent runs.
 func StackModel(self string) *model.Model {
 	backend := func(name string, replicas int) model.Backend {
-		return model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1, MaxConcurrentQueries: 16},
+		return model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: DemoReplicaCPUs, MaxConcurrentQueries: 16},
 			Process: &model.ProcessSpec{Command: self, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	}
 	embedder := backend("embedder", 1)
