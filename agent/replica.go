@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/consul/api"
 
@@ -66,16 +68,7 @@ func (a *Agent) startReplica(ctx context.Context, backend string, protocol model
 			Filename: filepath.Join(a.workDir, wire.ReplicaServiceID(p.Tag)+".log"),
 			MaxSize:  a.logMaxMB, MaxBackups: 2,
 		}}
-	meta := map[string]string{wire.MetaReplicaTag: p.Tag, wire.MetaReplicaNode: a.node.ID}
-	if a.inbound != "" {
-		meta[wire.MetaReplicaInbound] = a.inbound
-	}
-	if err := a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
-		ID: r.serviceID(), Name: wire.BackendService(backend), Tags: []string{wire.ReplicaServiceTag, p.Tag},
-		Address: a.listenHost, Port: port, Meta: meta,
-		Check: &api.AgentServiceCheck{CheckID: r.checkID(), Name: "servemesh probe of " + p.Tag,
-			TTL: a.checkTTL.String(), Status: api.HealthCritical, DeregisterCriticalServiceAfter: "1m"},
-	}); err != nil {
+	if err := r.register(""); err != nil {
 		return nil, fmt.Errorf("replica %s: register in consul: %w", p.Tag, err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -86,10 +79,38 @@ func (a *Agent) startReplica(ctx context.Context, backend string, protocol model
 	return r, nil
 }
 
+// register registers the replica in Consul's catalog, critical until its
+// probe passes; exit, if not empty, says why its process last exited.
+func (r *replica) register(exit string) error {
+	meta := map[string]string{wire.MetaReplicaTag: r.tag, wire.MetaReplicaNode: r.a.node.ID}
+	if r.a.inbound != "" {
+		meta[wire.MetaReplicaInbound] = r.a.inbound
+	}
+	return r.a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
+		ID: r.serviceID(), Name: wire.BackendService(r.backend), Tags: []string{wire.ReplicaServiceTag, r.tag},
+		Address: r.a.listenHost, Port: r.port, Meta: meta,
+		Check: &api.AgentServiceCheck{CheckID: r.checkID(), Name: "servemesh probe of " + r.tag, Notes: truncate(exit, wire.MaxExitNote),
+			TTL: r.a.checkTTL.String(), Status: api.HealthCritical, DeregisterCriticalServiceAfter: "1m"},
+	})
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n-3]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}
+
 // run keeps the process running, restarting it with exponential backoff.
 func (r *replica) run(ctx context.Context) {
 	defer close(r.done)
 	restart := backoff.Backoff{Min: r.a.minBackoff, Max: r.a.maxBackoff, ResetAfter: time.Minute}
+	exits := 0
 	for ctx.Err() == nil {
 		began := time.Now()
 		child, err := r.startProcess()
@@ -108,7 +129,10 @@ func (r *replica) run(ctx context.Context) {
 		// Out of rotation now, not at the next probe: the node's Envoy
 		// then holds its requests (the activator) instead of trying a
 		// dead port.
-		if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), fmt.Sprintf("the replica's process exited: %v", err), api.HealthCritical); uerr != nil {
+		exits++
+		// Registered again, critical, with why in its check's notes (see
+		// wire.MaxExitNote).
+		if uerr := r.register(r.exitNote(err, exits)); uerr != nil {
 			r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
 		}
 		delay := restart.Next(time.Since(began))
@@ -118,6 +142,21 @@ func (r *replica) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// exitNoteLines are the lines of its log a replica's exit note quotes.
+const exitNoteLines = 5
+
+// exitNote says, in the check notes of a replica whose process exited, why, how
+// many times so far (after wire.ExitedNote), and the last lines of its log, for
+// whoever waits for it (backend create --wait).
+func (r *replica) exitNote(err error, exits int) string {
+	tail := strings.TrimRight(proc.LogTail(r.output.Filename, 1024), "\n")
+	lines := strings.Split(tail, "\n")
+	if len(lines) > exitNoteLines {
+		lines = lines[len(lines)-exitNoteLines:]
+	}
+	return fmt.Sprintf("%s %d times; the last: %v; its log ends: %s", wire.ExitedNote, exits, err, strings.Join(lines, " | "))
 }
 
 // defaultPath is a replica's PATH when its backend sets none.

@@ -237,7 +237,7 @@ func startEnvoyWithPublic(t *testing.T, id, xdsAddr string, protocol bootstrap.P
 	t.Cleanup(func() {
 		_ = p.Stop(context.Background(), 0)
 		if t.Failed() {
-			t.Logf("envoy %s log tail:\n%s", id, envoy.LogTail(filepath.Join(dir, "envoy.log"), 4096))
+			t.Logf("envoy %s log tail:\n%s", id, proc.LogTail(filepath.Join(dir, "envoy.log"), 4096))
 		}
 	})
 	n.proc = p

@@ -103,6 +103,40 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		}
 	})
 
+	t.Run("backend create --wait returns when every replica is ready, and fails on a crash loop with the end of its log", func(t *testing.T) {
+		env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr}
+		start := time.Now()
+		code, stdout, stderr := cli(t, env, "backend", "create", "waited", "--command", servemeshBin, "--arg", "demo-replica", "--arg", "--backend",
+			"--arg", "waited", "--arg", "--listen", "--arg", "${HOST}:${PORT}", "--arg", "--start-delay", "--arg", slowStart.String(),
+			"--health-path", "/", "--num-replicas", "2", "--cpus", "0.5", "--wait", "--timeout", "60s")
+		took := time.Since(start)
+		if code != 0 || !strings.Contains(stdout, "waited: ready") {
+			t.Fatalf("create --wait: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		if took < slowStart {
+			t.Fatalf("create --wait returned after %s, before its replicas could listen (%s)", took, slowStart)
+		}
+		if !strings.Contains(stderr, "waited: 0/2 ready") {
+			t.Errorf("no progress line on stderr: %q", stderr)
+		}
+		report, err := mesh.c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range report.Backends {
+			if b.Name == "waited" && (b.Ready != 2 || b.Running != 2) {
+				t.Fatalf("create --wait returned with %d of %d replicas ready", b.Ready, b.Running)
+			}
+		}
+		t.Logf("create --wait of 2 replicas that listen after %s returned after %s", slowStart, took)
+		start = time.Now()
+		code, _, stderr = cli(t, env, "backend", "create", "crashy", "--command", servemeshBin, "--arg", "demo-replica",
+			"--num-replicas", "1", "--cpus", "0.5", "--wait", "--timeout", "60s")
+		if code == 0 || !strings.Contains(stderr, "crash-looping") || !strings.Contains(stderr, "--backend is required") {
+			t.Fatalf("create --wait of a replica that exits at once: exit %d, stderr %q; want a crash loop with the end of its log", code, stderr)
+		}
+		t.Logf("create --wait of a replica that exits at once failed after %s: %s", time.Since(start), stderr)
+	})
 	t.Run("a backend scaled to zero wakes at its first requests and goes back to zero when idle", func(t *testing.T) {
 		as := &model.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 2, TargetInFlight: 4,
 			MetricsIntervalS: 0.5, LookBackPeriodS: 1, UpscaleDelayS: 1, DownscaleDelayS: 4}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -125,9 +124,9 @@ func (p *Process) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("envoy pid %d not ready: %w; log tail:\n%s", p.Pid(), ctx.Err(), LogTail(p.cfg.LogPath, 2048))
+			return fmt.Errorf("envoy pid %d not ready: %w; log tail:\n%s", p.Pid(), ctx.Err(), proc.LogTail(p.cfg.LogPath, 2048))
 		case <-p.Done():
-			return fmt.Errorf("envoy exited before it was ready (%w); log tail:\n%s", p.ExitErr(), LogTail(p.cfg.LogPath, 2048))
+			return fmt.Errorf("envoy exited before it was ready (%w); log tail:\n%s", p.ExitErr(), proc.LogTail(p.cfg.LogPath, 2048))
 		case <-tick.C:
 		}
 	}
@@ -163,18 +162,4 @@ func (p *Process) Stop(ctx context.Context, drain time.Duration) error {
 	_ = p.child.Stop(grace)
 	p.cfg.Logger.Info("envoy stopped", "pid", p.Pid())
 	return nil
-}
-
-// LogTail returns up to the last n bytes of a log file, for error messages.
-func LogTail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	defer func() { _ = f.Close() }()
-	if info, err := f.Stat(); err == nil && info.Size() > n {
-		_, _ = f.Seek(info.Size()-n, io.SeekStart)
-	}
-	b, _ := io.ReadAll(f)
-	return string(b)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/internal/backoff"
+	"github.com/servemesh/servemesh/internal/proc"
 )
 
 // Supervisor keeps one Envoy running: it restarts it with exponential backoff
@@ -49,7 +50,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		}
 		delay := restart.Next(time.Since(began))
 		s.Config.Logger.Error("envoy exited; restarting", "pid", p.Pid(), "exit", p.ExitErr(), "restart_in", delay,
-			"restarts", starts, "log_tail", LogTail(s.Config.LogPath, 512))
+			"restarts", starts, "log_tail", proc.LogTail(s.Config.LogPath, 512))
 		if !backoff.Sleep(ctx, delay) {
 			return nil
 		}

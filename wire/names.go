@@ -230,3 +230,8 @@ const (
 // split chose (set by the node, whatever the client sent): how the
 // activator knows what a request waits for.
 const BackendHeader = "x-servemesh-backend"
+
+// ExitedNote begins the check output an agent gives a replica whose
+// process exited, followed by how many times: "the replica's process
+// exited 3 times; ...".
+const ExitedNote = "the replica's process exited"

@@ -36,6 +36,13 @@ const (
 	MetaReplicaInbound = "servemesh_inbound"
 )
 
+// MaxExitNote bounds what an agent says of a replica's exit in its check's
+// notes: why, how often (after ExitedNote) and the end of its log. Notes,
+// not the check's output: Consul agents sync a check's output at once only
+// when its status changes, and an exit leaves it critical; a registration
+// with new notes is synced, and wakes the controller's watch.
+const MaxExitNote = 512
+
 // ReplicaServiceTag marks the Consul service instances servemesh's agents
 // register for replicas.
 const ReplicaServiceTag = "servemesh"

@@ -15,6 +15,7 @@ func newApplyCommand() *cobra.Command {
 	var f clientFlags
 	var file string
 	var dryRun bool
+	var wait waitFlags
 	c := &cobra.Command{
 		Use:   "apply -f FILE [--dry-run]",
 		Short: "make the controller's state equal a config file (--dry-run shows the changes)",
@@ -40,8 +41,10 @@ func newApplyCommand() *cobra.Command {
 				return writeJSON(out, res)
 			}
 			if len(res.Changes) == 0 {
-				_, err = fmt.Fprintf(out, "%s: no changes\n", file)
-				return err
+				if _, err := fmt.Fprintf(out, "%s: no changes\n", file); err != nil || dryRun {
+					return err
+				}
+				return wait.waitReady(cmd, c, processBackends(m))
 			}
 			prefix := ""
 			if dryRun {
@@ -53,9 +56,13 @@ func newApplyCommand() *cobra.Command {
 					fmt.Fprintf(out, "    %s\n", f)
 				}
 			}
-			return nil
+			if dryRun {
+				return nil
+			}
+			return wait.waitReady(cmd, c, processBackends(m))
 		},
 	}
+	wait.register(c.Flags())
 	addClientFlags(c, &f)
 	c.Flags().StringVarP(&file, "filename", "f", "", "the config `FILE` to apply, in the format servemesh serve --config reads")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
@@ -87,4 +94,15 @@ func newValidateCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// processBackends are the backends of m whose replicas servemesh runs.
+func processBackends(m *model.Spec) []string {
+	var out []string
+	for _, b := range m.Backends {
+		if b.Process != nil {
+			out = append(out, b.Name)
+		}
+	}
+	return out
 }

@@ -33,6 +33,7 @@ type backendSource struct {
 func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 	var src backendSource
 	var cfg configFlags
+	var wait waitFlags
 	c := &cobra.Command{
 		Use:   "create NAME",
 		Short: "create a backend: static replicas (--replica), a command servemesh runs (--command) or a Consul service (--external)",
@@ -51,10 +52,14 @@ func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 				return err
 			}
 			changed, err := c.CreateBackend(cmd.Context(), b)
-			return report(cmd, "backend", b.Name, changed, err, "created", "already exists with this spec")
+			if err := report(cmd, "backend", b.Name, changed, err, "created", "already exists with this spec"); err != nil || b.Process == nil {
+				return err
+			}
+			return wait.waitReady(cmd, c, []string{b.Name})
 		},
 	}
 	fs := c.Flags()
+	wait.register(fs)
 	fs.StringArrayVar(&src.replicas, "replica", nil, "a static replica's IP:port (repeat the flag for several)")
 	fs.StringVar(&src.command, "command", "", "run replicas of this program on servemesh's nodes (with --num-replicas)")
 	fs.StringArrayVar(&src.args, "arg", nil, "an argument of --command (repeat in order); ${PORT} and ${HOST} expand per replica, so quote them: '--arg=${HOST}:${PORT}'")
@@ -97,6 +102,7 @@ func (s backendSource) backend(name string, cfg model.BackendConfig) (model.Back
 
 func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 	var cfg configFlags
+	var wait waitFlags
 	var replicas []string
 	c := &cobra.Command{
 		Use:               "update NAME",
@@ -119,10 +125,17 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 				return err
 			}
 			changed, err := c.UpdateBackend(cmd.Context(), args[0], patch)
-			return report(cmd, "backend", args[0], changed, err, "updated", "already has this config")
+			if err := report(cmd, "backend", args[0], changed, err, "updated", "already has this config"); err != nil || !wait.wait {
+				return err
+			}
+			if b, err := c.GetBackend(cmd.Context(), args[0]); err != nil || b.Process == nil {
+				return err // nothing servemesh runs to wait for
+			}
+			return wait.waitReady(cmd, c, []string{args[0]})
 		},
 	}
 	cfg.register(c.Flags())
+	wait.register(c.Flags())
 	c.Flags().StringArrayVar(&replicas, "replica", nil, "the address (IP:port or host:port) of a replica of a backend of listed replicas; repeat it for each: the list replaces the backend's")
 	return c
 }

@@ -67,6 +67,8 @@ type BackendStatus struct {
 	Held        float64 `json:"held"`
 	RequestRate float64 `json:"request_rate"`
 	ErrorRate   float64 `json:"error_rate"`
+	// Replicas are a process backend's placed replicas, one by one.
+	Replicas []ReplicaStatus `json:"replicas,omitempty"`
 }
 
 // NodeStatus says whether a node's Envoy runs the latest config.
@@ -90,6 +92,22 @@ func (c *Client) Status(ctx context.Context) (StatusReport, error) {
 // Consul's catalog says of their replicas.
 type ReplicaHealth struct {
 	Ready, Unheard int
+	Replicas       []ReplicaStatus
+}
+
+// ReplicaStatus is one placed replica of a process backend as its node
+// and Consul see it.
+type ReplicaStatus struct {
+	Tag   string               `json:"tag"`
+	Node  string               `json:"node"`
+	State model.PlacementState `json:"state"`
+	Ready bool                 `json:"ready"`
+	// Unheard: its check expired after it was ready (its agent or node
+	// stopped answering).
+	Unheard bool `json:"unheard,omitempty"`
+	// Note says why it is not ready, as its agent saw it: a failing probe,
+	// or that its process exited, how often, and the end of its log.
+	Note string `json:"note,omitempty"`
 }
 
 // StatusInputs are what a status report joins: the desired state, the
@@ -125,7 +143,7 @@ func NewStatusReport(in StatusInputs) StatusReport {
 		bs := backendStatus(b, in.Backends[b.Name])
 		if b.Process != nil {
 			h := in.Health(b)
-			bs.Ready, bs.Unheard = h.Ready, h.Unheard
+			bs.Ready, bs.Unheard, bs.Replicas = h.Ready, h.Unheard, h.Replicas
 			if bs.Ready < bs.Running {
 				r.Problems = append(r.Problems, notReady(bs))
 			}

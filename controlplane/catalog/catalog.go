@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,9 @@ type Instance struct {
 	// ConsulNode is the Consul node the instance is registered on: a
 	// node's token may register only there.
 	ConsulNode string
+	// Note is what its failing checks say (their output), empty while it
+	// passes: why a replica is not ready, as its agent saw it.
+	Note string
 }
 
 // Watcher follows the instances of a set of services with a bounded number
@@ -257,7 +261,7 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 		next = append(next, Instance{ID: e.Service.ID, Address: net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
 			Tag: e.Service.Meta[wire.MetaReplicaTag], Passing: e.Checks.AggregatedStatus() == api.HealthPassing, Expired: expired(e.Checks),
 			Node: cmp.Or(e.Service.Meta[wire.MetaReplicaNode], e.Service.Meta[wire.MetaNodeID]), Inbound: e.Service.Meta[wire.MetaReplicaInbound],
-			ConsulNode: e.Node.Node})
+			ConsulNode: e.Node.Node, Note: note(e.Checks)})
 		for _, c := range e.Checks {
 			if c.ServiceName != "" {
 				checks = append(checks, fmt.Sprintf("%s/%s/%s/%d", c.Node, c.CheckID, c.Status, c.ModifyIndex))
@@ -276,6 +280,31 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 	}
 	w.instances[service] = next
 	return true
+}
+
+// maxNote bounds an instance's Note.
+const maxNote = 2048
+
+// note is what an instance's failing checks say: their output, then their
+// notes (where an agent says why a replica's process exited, see
+// wire.MaxExitNote); empty while it passes.
+func note(checks api.HealthChecks) string {
+	var out []string
+	for _, c := range checks {
+		if c.Status == api.HealthPassing {
+			continue
+		}
+		for _, s := range []string{c.Output, c.Notes} {
+			if s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	note := strings.Join(out, "; ")
+	if len(note) > maxNote {
+		note = note[:maxNote] + "..."
+	}
+	return note
 }
 
 // expiredAfterReady is the output Consul gives a TTL check that expired

@@ -230,7 +230,7 @@ func problems(ctl *controller.Controller, publisher *dataplane.Publisher) []stri
 	}
 	placing := ctl.PlacementProblems()
 	for _, backend := range slices.Sorted(maps.Keys(placing)) {
-		out = append(out, "placing "+backend+"'s replicas: "+placing[backend]+" (servemesh keeps trying)")
+		out = append(out, api.PlacementProblemPrefix(backend)+placing[backend]+" (servemesh keeps trying)")
 	}
 	return out
 }
@@ -251,16 +251,22 @@ func (p *controllerParts) lead(self string) func(ctx context.Context) error {
 // running placements that are ready and those not heard from.
 func replicaHealth(instances map[string][]catalog.Instance) func(model.Backend) api.ReplicaHealth {
 	return func(b model.Backend) api.ReplicaHealth {
-		running := map[string]bool{}
-		for _, p := range b.Placements {
-			if p.State == model.Running {
-				running[p.Tag] = true
-			}
+		byTag := map[string]catalog.Instance{}
+		for _, in := range instances[wire.BackendService(b.Name)] {
+			byTag[in.Tag] = in
 		}
 		var h api.ReplicaHealth
-		for _, in := range instances[wire.BackendService(b.Name)] {
+		for _, p := range b.Placements {
+			in, registered := byTag[p.Tag]
+			r := api.ReplicaStatus{Tag: p.Tag, Node: p.Node, State: p.State, Ready: in.Passing, Unheard: in.Expired, Note: in.Note}
+			if !registered {
+				r.Note = "not registered by its node's agent yet"
+			}
+			h.Replicas = append(h.Replicas, r)
+			if p.State != model.Running {
+				continue
+			}
 			switch {
-			case !running[in.Tag]:
 			case in.Passing:
 				h.Ready++
 			case in.Expired:

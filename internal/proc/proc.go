@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
@@ -117,4 +118,18 @@ func FreeAddr(ctx context.Context, host string) (string, error) {
 	}
 	addr := l.Addr().String()
 	return addr, l.Close()
+}
+
+// LogTail returns up to the last n bytes of a log file, for error messages.
+func LogTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	defer func() { _ = f.Close() }()
+	if info, err := f.Stat(); err == nil && info.Size() > n {
+		_, _ = f.Seek(info.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
 }
