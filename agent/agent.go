@@ -72,6 +72,7 @@ type Agent struct {
 	metrics                *metrics
 
 	replicas map[string]*replica // by tag; owned by Run
+	devices  *devices
 	desired  atomic.Pointer[model.Model]
 }
 
@@ -116,6 +117,12 @@ func New(o Options) (*Agent, error) {
 		a.logMaxMB = 10
 	}
 	a.runAs = cred
+	for name, n := range o.Node.Resources {
+		if err := wire.CheckResource(name, n); err != nil {
+			return nil, fmt.Errorf("agent: --resource: %w", err)
+		}
+	}
+	a.devices = newDevices(o.Node.Resources)
 	a.secrets, a.inbound, a.listenHost = o.Secrets, o.Inbound, o.Node.Address
 	a.node.Inbound = o.Inbound // registered: the controller checks replicas' claims against it
 	if (o.Secrets == nil) != (o.Inbound == "") {
@@ -249,7 +256,7 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 						"allowed", a.node.AllowedCommands)
 					continue
 				}
-				r, err := a.startReplica(ctx, b.Name, b.Protocol, p, *b.Process)
+				r, err := a.startReplica(ctx, b, p)
 				if err != nil {
 					a.log.Error("could not start replica", "replica", p.Tag, "err", err)
 					continue

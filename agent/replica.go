@@ -44,6 +44,8 @@ type replica struct {
 	mu       sync.Mutex
 	draining bool
 	stopOnce sync.Once
+	wants    map[string]int   // devices it needs of each resource
+	devices  map[string][]int // its devices of each resource, by index; set by run
 }
 
 // serviceID is the replica's Consul service id; '#' is not URL-safe.
@@ -51,7 +53,8 @@ func (r *replica) serviceID() string { return wire.ReplicaServiceID(r.tag) }
 func (r *replica) checkID() string   { return "replica-" + r.serviceID() }
 func (r *replica) address() string   { return net.JoinHostPort(r.a.listenHost, strconv.Itoa(r.port)) }
 
-func (a *Agent) startReplica(ctx context.Context, backend string, protocol model.Protocol, p model.Placement, spec model.ProcessSpec) (*replica, error) {
+func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Placement) (*replica, error) {
+	backend, protocol, spec := b.Name, b.Protocol, *b.Process
 	if a.secrets != nil { // its node's inbound listener presents this identity
 		if err := a.secrets.AddBackend(ctx, backend); err != nil {
 			return nil, fmt.Errorf("replica %s: %w", p.Tag, err)
@@ -68,6 +71,7 @@ func (a *Agent) startReplica(ctx context.Context, backend string, protocol model
 			Filename: filepath.Join(a.workDir, wire.ReplicaServiceID(p.Tag)+".log"),
 			MaxSize:  a.logMaxMB, MaxBackups: 2,
 		}}
+	r.wants = b.Config.Resources
 	if err := r.register(""); err != nil {
 		return nil, fmt.Errorf("replica %s: register in consul: %w", p.Tag, err)
 	}
@@ -77,6 +81,28 @@ func (a *Agent) startReplica(ctx context.Context, backend string, protocol model
 	go heartbeat.RunProbing(runCtx, a.consul.Agent(), r.checkID(), a.checkTTL/3, startupProbe, r.probe, r.log)
 	r.log.Info("replica placed here", "backend", backend, "address", r.address())
 	return r, nil
+}
+
+// takeDevices gets the replica its devices before its process first
+// starts, waiting while a replica that is stopping still holds them; false
+// if ctx ended first.
+func (r *replica) takeDevices(ctx context.Context) bool {
+	for logged := false; ; logged = true {
+		got, err := r.a.devices.take(r.tag, r.wants)
+		if err == nil {
+			r.devices = got
+			if len(got) > 0 {
+				r.log.Info("replica's devices", "devices", got)
+			}
+			return true
+		}
+		if !logged {
+			r.log.Info("waiting for devices a stopping replica still holds", "err", err)
+		}
+		if !backoff.Sleep(ctx, 100*time.Millisecond) {
+			return false
+		}
+	}
 }
 
 // register registers the replica in Consul's catalog, critical until its
@@ -109,6 +135,10 @@ func truncate(s string, n int) string {
 // run keeps the process running, restarting it with exponential backoff.
 func (r *replica) run(ctx context.Context) {
 	defer close(r.done)
+	if !r.takeDevices(ctx) {
+		return
+	}
+	defer r.a.devices.release(r.tag) // stopped for good
 	restart := backoff.Backoff{Min: r.a.minBackoff, Max: r.a.maxBackoff, ResetAfter: time.Minute}
 	exits := 0
 	for ctx.Err() == nil {
@@ -185,6 +215,9 @@ func (r *replica) environment() (env map[string]string, expand func(string) stri
 	env = map[string]string{"PATH": defaultPath}
 	for k, v := range r.spec.Env {
 		env[k] = expand(v)
+	}
+	for k, v := range deviceEnv(r.devices) {
+		env[k] = v
 	}
 	for k, v := range own {
 		env[k] = v

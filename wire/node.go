@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,7 +72,40 @@ type NodeInfo struct {
 	// Inbound is the IP:port of the node's inbound listener, with mesh
 	// mTLS; "" without.
 	Inbound string
+	// Resources are the named devices the node offers besides CPUs and
+	// memory ("gpu": 2), each counted in whole devices, indexed from 0.
+	Resources map[string]int
 }
+
+// MetaResource prefixes the meta keys of a node's resources, one per
+// resource ("resource_gpu": "2").
+const MetaResource = "resource_"
+
+// MaxResources bounds the kinds of resources a node offers, and
+// MaxResourceCount how many of one.
+const (
+	MaxResources     = 8
+	MaxResourceCount = 1024
+)
+
+var resourceName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,30}$`)
+
+// CheckResource says what is wrong with a resource's name and count, or
+// returns nil.
+func CheckResource(name string, count int) error {
+	if !resourceName.MatchString(name) {
+		return fmt.Errorf("resource %q: name it with 1 to 31 lowercase letters, digits and '_', starting with a letter (such as gpu)", name)
+	}
+	if count < 0 || count > MaxResourceCount {
+		return fmt.Errorf("resource %s: %d; count it in whole devices, from 0 to %d", name, count, MaxResourceCount)
+	}
+	return nil
+}
+
+// ResourceEnv is the environment variable that gives a replica the indexes
+// of its devices of resource name ("0,1"): SERVEMESH_<NAME>_DEVICES; a
+// replica asking for gpu also gets them in CUDA_VISIBLE_DEVICES.
+func ResourceEnv(name string) string { return "SERVEMESH_" + strings.ToUpper(name) + "_DEVICES" }
 
 // MetaAllowCommand prefixes the meta keys of an agent's allowed commands,
 // one pattern per key (a meta value holds at most 512 characters).
@@ -117,6 +151,9 @@ func (n NodeInfo) Meta() map[string]string {
 	for i, p := range n.AllowedCommands {
 		m[fmt.Sprintf("%s%02d", MetaAllowCommand, i)] = p
 	}
+	for name, count := range n.Resources {
+		m[MetaResource+name] = strconv.Itoa(count)
+	}
 	return m
 }
 
@@ -151,6 +188,19 @@ func NodeInfoFromMeta(address string, meta map[string]string) (NodeInfo, error) 
 	for k, v := range meta {
 		if strings.HasPrefix(k, MetaAllowCommand) {
 			n.AllowedCommands = append(n.AllowedCommands, v)
+		}
+		if name, ok := strings.CutPrefix(k, MetaResource); ok {
+			count, err := strconv.Atoi(v)
+			if err == nil {
+				err = CheckResource(name, count)
+			}
+			if err != nil {
+				return NodeInfo{}, fmt.Errorf("node %q: meta %q: %w", n.ID, k, err)
+			}
+			if n.Resources == nil {
+				n.Resources = map[string]int{}
+			}
+			n.Resources[name] = count
 		}
 	}
 	sort.Strings(n.AllowedCommands)

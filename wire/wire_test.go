@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"github.com/servemesh/servemesh/controlplane/model"
 	"reflect"
 	"strings"
 	"testing"
@@ -139,16 +138,6 @@ func TestProxyNodeValidate(t *testing.T) {
 	} {
 		if err := n.Validate(); err == nil {
 			t.Errorf("%s: want an error", name)
-		}
-	}
-}
-
-// TestServiceNamesAreReserved: no backend may be named as servemesh's own
-// services and identities (model.ReservedPrefix), so none is one of them.
-func TestServiceNamesAreReserved(t *testing.T) {
-	for _, name := range []string{ControllerService, NodeService("n1"), BackendService("b")} {
-		if !strings.HasPrefix(name, model.ReservedPrefix) {
-			t.Errorf("service %q is not under the reserved prefix %q: a backend could take its name", name, model.ReservedPrefix)
 		}
 	}
 }

@@ -146,6 +146,7 @@ type configFlags struct {
 	mcq, num, mem, maxHeld                 int
 	cpus                                   float64
 	hold                                   time.Duration
+	resources                              []string
 	as                                     model.AutoscalingConfig
 	upscale, downscale, lookBack, interval time.Duration
 	off                                    bool
@@ -156,6 +157,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.num, "num-replicas", 0, "replicas the scheduler should run")
 	fs.Float64Var(&c.cpus, "cpus", 0, "CPUs one replica needs")
 	fs.IntVar(&c.mem, "memory-mb", 0, "MiB of memory one replica needs")
+	fs.StringArrayVar(&c.resources, "resource", nil, "a named resource one replica needs, as NAME=COUNT (gpu=1), offered by nodes' --resource; repeat for each; --resource none for none")
 	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default 30s)")
 	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default 1000)")
 	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
@@ -191,6 +193,16 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error)
 			p.MaxHeld = &c.maxHeld
 		}
 	})
+	if fs.Changed("resource") {
+		res := map[string]int{}
+		if len(c.resources) != 1 || c.resources[0] != "none" {
+			var err error
+			if res, err = parseResources(c.resources); err != nil {
+				return p, err
+			}
+		}
+		p.Resources = res
+	}
 	switch {
 	case autoscale && c.off:
 		return p, errors.New("--autoscale-off goes without the other --autoscale flags")

@@ -112,6 +112,7 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	var o daemon.AgentOptions
 	var ef envoyFlags
 	var statusTokenFile string
+	var resources []string
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "run a node's agent: the replicas placed on it, their Consul registration, its Envoy",
@@ -138,6 +139,9 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 			if err := wire.CheckAllowedCommands(o.Node.AllowedCommands); err != nil {
 				return fmt.Errorf("--allow-command: %w", err)
 			}
+			if o.Node.Resources, err = parseResources(resources); err != nil {
+				return err
+			}
 			o.Envoy, o.Node.ID = n, ef.node.id
 			if o.Inbound == "" {
 				o.Inbound = net.JoinHostPort(o.Node.Address, "21000")
@@ -150,6 +154,7 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&o.Node.Address, "address", "127.0.0.1", "the IP address this node's replicas listen on")
 	fs.Float64Var(&o.Node.CPUs, "cpus", 0, "CPUs this node offers to replicas (default: this machine's)")
 	fs.IntVar(&o.Node.MemoryMB, "memory-mb", 0, "MiB of memory this node offers to replicas (default: this machine's)")
+	fs.StringArrayVar(&resources, "resource", nil, "a named resource this node offers, as NAME=COUNT (gpu=2: devices 0 and 1, one replica each, in CUDA_VISIBLE_DEVICES); repeat for each")
 	fs.StringVar(&o.ConsulPrefix, "consul-prefix", "servemesh", "Consul KV prefix of the controller's state; Consul is reached through CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before it is stopped (keep it equal to the controller's)")
 	fs.BoolVar(&o.NoEnvoy, "no-envoy", false, "do not run this node's Envoy")
@@ -228,4 +233,27 @@ func newBootstrapCommand() *cobra.Command {
 	}
 	nf.register(c.Flags(), defaultNode())
 	return c
+}
+
+// parseResources reads --resource NAME=COUNT flags.
+func parseResources(flags []string) (map[string]int, error) {
+	if len(flags) > wire.MaxResources {
+		return nil, fmt.Errorf("--resource: %d given; at most %d kinds", len(flags), wire.MaxResources)
+	}
+	out := map[string]int{}
+	for _, f := range flags {
+		name, countText, ok := strings.Cut(f, "=")
+		count, err := strconv.Atoi(countText)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("--resource %q: want NAME=COUNT, such as gpu=2", f)
+		}
+		if err := wire.CheckResource(name, count); err != nil {
+			return nil, fmt.Errorf("--resource: %w", err)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--resource %s is given twice; give each resource once", name)
+		}
+		out[name] = count
+	}
+	return out, nil
 }

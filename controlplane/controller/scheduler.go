@@ -22,6 +22,32 @@ type usage struct {
 	cpus  float64
 	mem   int
 	count map[string]int // replicas per backend
+	res   map[string]int // devices per resource
+}
+
+func newUsage() *usage { return &usage{count: map[string]int{}, res: map[string]int{}} }
+
+// add counts one replica of b.
+func (u *usage) add(b *model.Backend) {
+	u.cpus += b.Config.CPUs
+	u.mem += b.Config.MemoryMB
+	u.count[b.Name]++
+	for name, n := range b.Config.Resources {
+		u.res[name] += n
+	}
+}
+
+// fits reports whether node n, used u, has room for one replica of b.
+func (u *usage) fits(n wire.NodeInfo, b *model.Backend) bool {
+	if n.CPUs-u.cpus < b.Config.CPUs-1e-9 || n.MemoryMB-u.mem < b.Config.MemoryMB {
+		return false
+	}
+	for name, want := range b.Config.Resources {
+		if n.Resources[name]-u.res[name] < want {
+			return false
+		}
+	}
+	return true
 }
 
 // nodeUsage sums what every placement in m takes of each node.
@@ -31,12 +57,10 @@ func nodeUsage(m *model.Model) map[string]*usage {
 		for _, p := range b.Placements {
 			u := out[p.Node]
 			if u == nil {
-				u = &usage{count: map[string]int{}}
+				u = newUsage()
 				out[p.Node] = u
 			}
-			u.cpus += b.Config.CPUs
-			u.mem += b.Config.MemoryMB
-			u.count[b.Name]++
+			u.add(&b)
 		}
 	}
 	return out
@@ -76,10 +100,13 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time, ready
 		if err != nil {
 			return err
 		}
+		if err := offering(nodes, b); err != nil {
+			return err
+		}
 		added := place(m, b, nodes, need, now, spec)
 		b.Placements = append(b.Placements, added...)
 		if len(added) < need {
-			e := errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus or memory_mb, or add nodes",
+			e := errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus, memory_mb or resources, or add nodes",
 				b.Name, want, need, len(added), len(running)+len(added))
 			e.Shortfall = need - len(added)
 			return e
@@ -121,10 +148,10 @@ func place(m *model.Model, b *model.Backend, nodes []wire.NodeInfo, need int, no
 		for k, n := range nodes {
 			u := used[n.ID]
 			if u == nil {
-				u = &usage{count: map[string]int{}}
+				u = newUsage()
 				used[n.ID] = u
 			}
-			if n.CPUs-u.cpus < b.Config.CPUs-1e-9 || n.MemoryMB-u.mem < b.Config.MemoryMB {
+			if !u.fits(n, b) {
 				continue
 			}
 			if best < 0 || better(n, u, nodes[best], used[nodes[best].ID], b.Name) {
@@ -135,12 +162,26 @@ func place(m *model.Model, b *model.Backend, nodes []wire.NodeInfo, need int, no
 			break
 		}
 		n := nodes[best]
-		used[n.ID].cpus += b.Config.CPUs
-		used[n.ID].mem += b.Config.MemoryMB
-		used[n.ID].count[b.Name]++
+		used[n.ID].add(b)
 		added = append(added, model.Placement{Tag: newTag(b.Name, b.Placements, added), Node: n.ID, State: model.Running, Since: now.Unix(), Spec: spec})
 	}
 	return added
+}
+
+// offering refuses a backend asking for a resource that none of nodes
+// offers at all (more would never fit), naming it and the fix.
+func offering(nodes []wire.NodeInfo, b *model.Backend) error {
+	for _, name := range model.SortedKeys(b.Config.Resources) {
+		want, most := b.Config.Resources[name], 0
+		for _, n := range nodes {
+			most = max(most, n.Resources[name])
+		}
+		if want > most {
+			return errorf(Conflict, "backend %q asks for %d %s per replica, and no node that may run it offers that many (the most: %d); start an agent with --resource %s=%d, or lower config.resources.%s",
+				b.Name, want, name, most, name, want, name)
+		}
+	}
+	return nil
 }
 
 // allowing returns the nodes whose agents may run command, or an error

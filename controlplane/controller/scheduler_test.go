@@ -444,3 +444,36 @@ func TestAutoscalePlacesWhatFits(t *testing.T) {
 		t.Fatalf("a user's scale that did not fit left %d placements; want the 4 unchanged", len(b.Placements))
 	}
 }
+
+// TestPlacementCountsNamedResources: replicas asking for a resource go only
+// to nodes offering enough of it, never more than it offers (draining
+// replicas still hold theirs), and a request no node could ever fit says
+// which resource and how to offer it.
+func TestPlacementCountsNamedResources(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "gpu-node", CPUs: 8, Resources: map[string]int{"gpu": 2}}, {ID: "cpu-node", CPUs: 8}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := MayRunCommands(context.Background())
+	model1 := processBackend("llm", 2, 1)
+	model1.Config.Resources = map[string]int{"gpu": 1}
+	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(model1)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.GetBackend("llm")
+	if got := perNode(b, model.Running); got["gpu-node"] != 2 {
+		t.Fatalf("two replicas needing a GPU each: %v; want both on gpu-node", got)
+	}
+	three := 3
+	_, err := c.UpdateBackendConfig(ctx, "llm", model.BackendConfigPatch{NumReplicas: &three})
+	if err == nil || !strings.Contains(err.Error(), "resources") {
+		t.Fatalf("a third replica with both GPUs taken: %v; want a conflict naming resources", err)
+	}
+	big := processBackend("big", 1, 1)
+	big.Config.Resources = map[string]int{"gpu": 4}
+	_, err = c.CreateBackend(ctx, model.BackendSpecOf(big))
+	if err == nil || !strings.Contains(err.Error(), "--resource gpu=4") {
+		t.Fatalf("a replica needing 4 GPUs where nodes have 2: %v; want the fix named", err)
+	}
+	if _, err := c.GetBackend("big"); err == nil {
+		t.Fatal("the refused backend was created")
+	}
+}

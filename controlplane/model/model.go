@@ -150,6 +150,10 @@ type BackendConfig struct {
 	// CPUs and MemoryMB are what one replica needs of a node.
 	CPUs     float64 `json:"cpus,omitempty"`
 	MemoryMB int     `json:"memory_mb,omitempty"`
+	// Resources are the named devices one replica needs of a node besides
+	// CPUs and memory ({gpu: 1}), as nodes offer them (agent --resource);
+	// the replica gets the indexes of its own (wire.ResourceEnv).
+	Resources map[string]int `json:"resources,omitempty"`
 	// Outlier, if set, ejects replicas that keep failing.
 	Outlier *OutlierDetection `json:"outlier,omitempty"`
 	// HoldTimeoutS is how long a node holds a request for the backend
@@ -210,7 +214,9 @@ type BackendConfigPatch struct {
 	CPUs                 *float64 `json:"cpus,omitempty"`
 	MemoryMB             *int     `json:"memory_mb,omitempty"`
 	HoldTimeoutS         *float64 `json:"hold_timeout_s,omitempty"`
-	MaxHeld              *int     `json:"max_held,omitempty"`
+	// Resources replaces the named resources one replica needs ({} none).
+	Resources map[string]int `json:"resources,omitempty"`
+	MaxHeld   *int           `json:"max_held,omitempty"`
 	// Autoscaling replaces the autoscaling config; an empty one
 	// ({"max_replicas": 0}) turns autoscaling off.
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
@@ -236,6 +242,12 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 	if p.HoldTimeoutS != nil {
 		c.HoldTimeoutS = *p.HoldTimeoutS
 	}
+	if p.Resources != nil {
+		c.Resources = p.Resources
+		if len(p.Resources) == 0 {
+			c.Resources = nil
+		}
+	}
 	if p.MaxHeld != nil {
 		c.MaxHeld = *p.MaxHeld
 	}
@@ -250,7 +262,7 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 
 // Empty reports whether the patch changes nothing.
 func (p BackendConfigPatch) Empty() bool {
-	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.HoldTimeoutS == nil && p.MaxHeld == nil &&
+	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.HoldTimeoutS == nil && p.MaxHeld == nil && p.Resources == nil &&
 		p.Autoscaling == nil && p.Replicas == nil
 }
 
@@ -259,7 +271,7 @@ func (p BackendConfigPatch) Empty() bool {
 // accepted there and which never had an effect.
 func (b Backend) WithoutProcessOnlyFields() Backend {
 	if b.Process == nil {
-		b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB = 0, 0, 0
+		b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB, b.Config.Resources = 0, 0, 0, nil
 	}
 	return b
 }

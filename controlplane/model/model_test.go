@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func sample() *Model {
@@ -230,5 +231,15 @@ func TestEqualityCoversEveryField(t *testing.T) {
 	}
 	if n := reflect.TypeFor[Backend]().NumField(); n != 7 {
 		t.Errorf("Backend has %d fields; cover the new ones here and in BackendsEqual", n)
+	}
+}
+
+// TestServiceNamesAreReserved: no backend may be named as servemesh's own
+// services and identities (ReservedPrefix), so none is one of them.
+func TestServiceNamesAreReserved(t *testing.T) {
+	for _, name := range []string{wire.ControllerService, wire.NodeService("n1"), wire.BackendService("b")} {
+		if !strings.HasPrefix(name, ReservedPrefix) {
+			t.Errorf("service %q is not under the reserved prefix %q: a backend could take its name", name, ReservedPrefix)
+		}
 	}
 }

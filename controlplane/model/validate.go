@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 // The ranges of the model's numbers and the lengths of its strings; each is
@@ -515,6 +517,14 @@ func validateSizing(p *problems, field string, c BackendConfig) {
 	if c.MemoryMB < 0 || c.MemoryMB > MaxMemoryMB {
 		p.add(field+".memory_mb", "is %d; set the MiB of memory one replica needs, from 0 to %d", c.MemoryMB, MaxMemoryMB)
 	}
+	if len(c.Resources) > wire.MaxResources {
+		p.add(field+".resources", "names %d resources; at most %d", len(c.Resources), wire.MaxResources)
+	}
+	for _, name := range SortedKeys(c.Resources) {
+		if err := wire.CheckResource(name, c.Resources[name]); err != nil {
+			p.add(field+".resources."+name, "%v", err)
+		}
+	}
 }
 
 // validateProcessOnly refuses, on a backend whose replicas servemesh does
@@ -528,7 +538,7 @@ func validateProcessOnly(p *problems, field string, b Backend) {
 	for _, f := range []struct {
 		name string
 		set  bool
-	}{{"num_replicas", b.Config.NumReplicas != 0}, {"cpus", b.Config.CPUs != 0}, {"memory_mb", b.Config.MemoryMB != 0}} {
+	}{{"num_replicas", b.Config.NumReplicas != 0}, {"cpus", b.Config.CPUs != 0}, {"memory_mb", b.Config.MemoryMB != 0}, {"resources", len(b.Config.Resources) > 0}} {
 		if f.set {
 			p.add(field+"."+f.name, "is set on %s; servemesh does not run its replicas, so %s does not apply: %s, or give the backend a command", kind, f.name, fix)
 		}

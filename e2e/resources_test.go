@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// TestGPUsArePlacedAndHandedOut runs two nodes in the default mode, one
+// offering two GPUs (declared: no device is needed): replicas asking for a
+// GPU go to it only, each gets its own device in CUDA_VISIBLE_DEVICES, a
+// third does not fit (and changes nothing), a device freed by a replica
+// that stopped is handed out again, and after the agent restarts its
+// replicas get disjoint devices again.
+func TestGPUsArePlacedAndHandedOut(t *testing.T) {
+	consul := startConsul(t)
+	ctl := startController(t, consul, "gpus", nil)
+	ctl.waitLeading(20 * time.Second)
+	gpuDir := t.TempDir()
+	gpuArgs := []string{"--resource", "gpu=2", "--work-dir", gpuDir}
+	gpuNode := startAgentArgs(t, consul, "gpu-node", "127.0.0.2", ctl.xdsAddr, 4, gpuArgs)
+	cpuNode := startAgentArgs(t, consul, "cpu-node", "127.0.0.3", ctl.xdsAddr, 4, nil)
+	c := ctl.client("")
+	ctx := context.Background()
+	testutil.WaitFor(t, 20*time.Second, "llm to be placed", func() bool {
+		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "llm", Process: demoProcess("llm", false),
+			Config: model.BackendConfig{NumReplicas: 2, CPUs: 0.5, Resources: map[string]int{"gpu": 1}}})
+		return err == nil
+	})
+	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "llm", Route: "/llm", Traffic: map[string]float64{"llm": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	// devices lists the GPU of each running replica process of llm, once
+	// there are want of them.
+	devices := func(want int) []string {
+		t.Helper()
+		var got []string
+		testutil.WaitFor(t, 30*time.Second, "llm's replica processes and their GPUs", func() bool {
+			got = nil
+			for _, pid := range replicaPids("llm") {
+				env := envOf(pid)
+				if env["SERVEMESH_NODE"] != "gpu-node" || env["CUDA_VISIBLE_DEVICES"] == "" || env["CUDA_VISIBLE_DEVICES"] != env["SERVEMESH_GPU_DEVICES"] {
+					return false
+				}
+				got = append(got, env["CUDA_VISIBLE_DEVICES"])
+			}
+			slices.Sort(got)
+			return len(got) == want
+		})
+		return got
+	}
+	if got := devices(2); !slices.Equal(got, []string{"0", "1"}) {
+		t.Fatalf("two replicas on a node with two GPUs got devices %v; want 0 and 1", got)
+	}
+	waitReplicasAnswer(t, "both replicas to answer through the node without GPUs", "http://"+cpuNode.public+"/llm", 2, 40)
+
+	three := 3
+	_, err := c.UpdateBackend(ctx, "llm", model.BackendConfigPatch{NumReplicas: &three})
+	if err == nil || !strings.Contains(err.Error(), "resources") {
+		t.Fatalf("a third replica needing a GPU: %v; want refused, naming resources", err)
+	}
+	if n := len(placements(t, c, "llm")); n != 2 {
+		t.Fatalf("the refused scale left %d placements; want 2", n)
+	}
+
+	one, two := 1, 2
+	if _, err := c.UpdateBackend(ctx, "llm", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
+		t.Fatal(err)
+	}
+	kept := devices(1)
+	testutil.WaitFor(t, 30*time.Second, "the drained replica to be gone", func() bool { return len(placements(t, c, "llm")) == 1 })
+	if _, err := c.UpdateBackend(ctx, "llm", model.BackendConfigPatch{NumReplicas: &two}); err != nil {
+		t.Fatal(err)
+	}
+	if got := devices(2); !slices.Equal(got, []string{"0", "1"}) {
+		t.Fatalf("after scaling 2 -> 1 (keeping GPU %v) -> 2: devices %v; want the freed one handed out again", kept, got)
+	}
+
+	old := replicaPids("llm")
+	if err := syscall.Kill(gpuNode.child.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 15*time.Second, "the killed agent's replicas to die with it", func() bool {
+		for _, pid := range old {
+			if syscall.Kill(pid, 0) == nil {
+				return false
+			}
+		}
+		return true
+	})
+	startAgentArgs(t, consul, "gpu-node", "127.0.0.2", ctl.xdsAddr, 4, gpuArgs)
+	if got := devices(2); !slices.Equal(got, []string{"0", "1"}) {
+		t.Fatalf("after the agent restarted: devices %v; want 0 and 1", got)
+	}
+}
