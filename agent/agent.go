@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -73,6 +74,7 @@ type Agent struct {
 
 	replicas map[string]*replica // by tag; owned by Run
 	devices  *devices
+	configs  sync.Map // replica tag -> the user_config version it runs
 	desired  atomic.Pointer[model.Model]
 }
 
@@ -264,6 +266,8 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 				a.replicas[p.Tag] = r
 			case running && p.State == model.Draining:
 				r.drain()
+			case running:
+				r.setConfig(b.Config.UserConfig) // taken at its next probe
 			}
 		}
 	}

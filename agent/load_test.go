@@ -39,7 +39,7 @@ func fakeAdmin(t *testing.T) envoy.Admin {
 // TestStatusHandlerServesLoad reads the load as the controller does: over
 // the agent's status listener, from its Envoy's stats.
 func TestStatusHandlerServesLoad(t *testing.T) {
-	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), fakeAdmin(t), "n1", nil))
+	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), fakeAdmin(t), "n1", LoadExtras{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + wire.LoadPath) //nolint:noctx // test
 	if err != nil {
@@ -67,7 +67,7 @@ func TestStatusHandlerServesLoad(t *testing.T) {
 // TestStatusHandlerWithoutEnvoy: with no Envoy to ask, the load and the
 // versions answer 503 saying so, never made-up figures.
 func TestStatusHandlerWithoutEnvoy(t *testing.T) {
-	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), envoy.Admin{Socket: "/nonexistent/admin.sock"}, "n1", nil))
+	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), envoy.Admin{Socket: "/nonexistent/admin.sock"}, "n1", LoadExtras{}))
 	defer srv.Close()
 	for _, path := range []string{wire.LoadPath, wire.EnvoyVersionsPath, "/metrics"} {
 		resp, err := http.Get(srv.URL + path) //nolint:noctx // test

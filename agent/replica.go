@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -44,7 +45,8 @@ type replica struct {
 	mu       sync.Mutex
 	draining bool
 	stopOnce sync.Once
-	wants    map[string]int   // devices it needs of each resource
+	wants    map[string]int // devices it needs of each resource
+	config   atomic.Pointer[model.UserConfig]
 	devices  map[string][]int // its devices of each resource, by index; set by run
 }
 
@@ -72,6 +74,7 @@ func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Place
 			MaxSize:  a.logMaxMB, MaxBackups: 2,
 		}}
 	r.wants = b.Config.Resources
+	r.setConfig(b.Config.UserConfig)
 	if err := r.register(""); err != nil {
 		return nil, fmt.Errorf("replica %s: register in consul: %w", p.Tag, err)
 	}
@@ -135,6 +138,7 @@ func truncate(s string, n int) string {
 // run keeps the process running, restarting it with exponential backoff.
 func (r *replica) run(ctx context.Context) {
 	defer close(r.done)
+	defer r.a.configs.Delete(r.tag)
 	if !r.takeDevices(ctx) {
 		return
 	}
@@ -165,6 +169,7 @@ func (r *replica) run(ctx context.Context) {
 		if uerr := r.register(r.exitNote(err, exits)); uerr != nil {
 			r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
 		}
+		r.a.configs.Delete(r.tag) // a new process takes its config again
 		delay := restart.Next(time.Since(began))
 		r.log.Warn("replica exited or failed to start; restarting", "err", err, "restart_in", delay)
 		r.a.metrics.restarts.WithLabelValues(r.backend, r.tag).Inc()
@@ -278,6 +283,9 @@ var probeClient = &http.Client{Timeout: time.Second}
 // probe checks the replica for its TTL check's next beat.
 func (r *replica) probe(ctx context.Context) (status, output string) {
 	if err := r.check(ctx); err != nil {
+		return api.HealthCritical, err.Error()
+	}
+	if err := r.reconfigure(ctx); err != nil {
 		return api.HealthCritical, err.Error()
 	}
 	return api.HealthPassing, wire.ReplicaReadyOutput

@@ -14,9 +14,9 @@ import (
 // StatusHandler serves an agent's status listener: /metrics from reg, the
 // node's load (wire.LoadPath, read by the controller) and the xDS versions
 // its Envoy last accepted (wire.EnvoyVersionsPath), both read from the
-// Envoy's admin API at admin, with the requests held (nil: none known).
-// When Envoy cannot answer, the two JSON paths answer 503 with the reason.
-func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, held func() map[string]int) http.Handler {
+// Envoy's admin API at admin, with what extra adds to the load. When Envoy
+// cannot answer, the two JSON paths answer 503 with the reason.
+func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extra LoadExtras) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET "+wire.EnvoyVersionsPath, func(w http.ResponseWriter, r *http.Request) {
@@ -25,12 +25,22 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, held
 	})
 	mux.HandleFunc("GET "+wire.LoadPath, func(w http.ResponseWriter, r *http.Request) {
 		l, err := ReadLoad(r.Context(), admin, node)
-		if held != nil {
-			l.Held = held()
+		if extra.Held != nil {
+			l.Held = extra.Held()
+		}
+		if extra.Configs != nil {
+			l.Configs = extra.Configs()
 		}
 		answer(w, l, err)
 	})
 	return mux
+}
+
+// LoadExtras are what a node's load report says besides Envoy's figures;
+// nil funcs say nothing.
+type LoadExtras struct {
+	Held    func() map[string]int    // requests the activator holds, by backend
+	Configs func() map[string]string // the user_config version each replica runs, by tag
 }
 
 func answer(w http.ResponseWriter, v any, err error) {

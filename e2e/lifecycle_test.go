@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
@@ -137,6 +139,84 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		}
 		t.Logf("create --wait of a replica that exits at once failed after %s: %s", time.Since(start), stderr)
 	})
+	t.Run("user_config reaches every replica without a restart, before it is first routed to", func(t *testing.T) {
+		tuned := demoProcess("tuned", false)
+		tuned.ReconfigurePath = demoreplica.ReconfigurePath
+		mesh.createBackends(t, model.Backend{Name: "tuned", Process: tuned,
+			Config: model.BackendConfig{NumReplicas: 2, CPUs: 1, UserConfig: model.UserConfig(`{"temperature":0.5}`)}})
+		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "tuned", Route: "/tuned", Traffic: map[string]float64{"tuned": 1}}); err != nil {
+			t.Fatal(err)
+		}
+		configs := func(n int) map[string]int {
+			seen := map[string]int{}
+			for i := range n {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nodes[i%2].public+"/tuned", nil)
+				var r demoreplica.Response
+				if err := doJSON(req, &r); err == nil {
+					seen[string(r.Config)]++
+				}
+			}
+			return seen
+		}
+		testutil.WaitFor(t, 30*time.Second, "both replicas of tuned to answer", func() bool { return len(replicaPids("tuned")) == 2 && len(configs(10)) > 0 })
+		if got := configs(40); len(got) != 1 || got[`{"temperature":0.5}`] != 40 {
+			t.Fatalf("answers by the config their replica ran: %v; want every one with the config", got)
+		}
+		pids := replicaPids("tuned")
+		slices.Sort(pids)
+		if _, err := mesh.c.UpdateBackend(ctx, "tuned", model.BackendConfigPatch{UserConfig: ptr(model.UserConfig(`{"temperature":0.9}`))}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, "every replica to take the new config", func() bool {
+			got := configs(20)
+			return len(got) == 1 && got[`{"temperature":0.9}`] == 20
+		})
+		after := replicaPids("tuned")
+		slices.Sort(after)
+		if !slices.Equal(pids, after) {
+			t.Fatalf("replica processes %v became %v: the config change restarted them", pids, after)
+		}
+		testutil.WaitFor(t, 10*time.Second, "status to show each replica on the new config's version", func() bool {
+			report, err := mesh.c.Status(ctx)
+			if err != nil {
+				return false
+			}
+			for _, b := range report.Backends {
+				if b.Name != "tuned" {
+					continue
+				}
+				for _, r := range b.Replicas {
+					if r.ConfigVersion != b.ConfigVersion || b.ConfigVersion == "" {
+						return false
+					}
+				}
+				return len(b.Replicas) == 2
+			}
+			return false
+		})
+		if _, err := mesh.c.UpdateBackend(ctx, "tuned", model.BackendConfigPatch{UserConfig: ptr(model.UserConfig(`{"fail":true}`))}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, "replicas refusing the config to be out of rotation, saying why", func() bool {
+			report, err := mesh.c.Status(ctx)
+			if err != nil {
+				return false
+			}
+			for _, b := range report.Backends {
+				if b.Name == "tuned" {
+					return b.Ready == 0 && len(b.Replicas) > 0 && strings.Contains(b.Replicas[0].Note, "not taken")
+				}
+			}
+			return false
+		})
+		if _, err := mesh.c.UpdateBackend(ctx, "tuned", model.BackendConfigPatch{UserConfig: ptr(model.UserConfig(`{"temperature":1}`))}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, "the replicas back in rotation with a config they take", func() bool {
+			got := configs(20)
+			return len(got) == 1 && got[`{"temperature":1}`] == 20
+		})
+	})
 	t.Run("a backend scaled to zero wakes at its first requests and goes back to zero when idle", func(t *testing.T) {
 		as := &model.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 2, TargetInFlight: 4,
 			MetricsIntervalS: 0.5, LookBackPeriodS: 1, UpscaleDelayS: 1, DownscaleDelayS: 4}
@@ -192,6 +272,8 @@ func burst(t *testing.T, nodes []*mtlsNode, path string, n int) time.Duration {
 	}
 	return time.Since(start)
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // heldOutcome sums, over nodes, the requests held for backend that ended
 // with outcome (0 when none did: the counter is born with its first).

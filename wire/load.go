@@ -41,6 +41,9 @@ type Load struct {
 	// Held are the requests the node's activator holds now, by backend,
 	// for want of a ready replica (also in Backends' Active).
 	Held map[string]int `json:"held,omitempty"`
+	// Configs are the user_config versions the node's replicas run, by
+	// replica tag (model.UserConfig.Version).
+	Configs map[string]string `json:"configs,omitempty"`
 }
 
 // RouteKey is the key of an endpoint's figures on one listener in

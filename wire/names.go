@@ -235,3 +235,7 @@ const BackendHeader = "x-servemesh-backend"
 // process exited, followed by how many times: "the replica's process
 // exited 3 times; ...".
 const ExitedNote = "the replica's process exited"
+
+// ConfigVersionHeader carries, on the POST that gives a replica its
+// backend's user_config, the config's version.
+const ConfigVersionHeader = "x-servemesh-config-version"

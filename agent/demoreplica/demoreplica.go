@@ -33,12 +33,20 @@ type Response struct {
 	// Shadow is the request's wire.ShadowHeader: the endpoint whose shadow
 	// it is, if it is a mirrored copy.
 	Shadow string `json:"shadow,omitempty"`
+	// Config is the user_config the replica took (ReconfigurePath).
+	Config json.RawMessage `json:"config,omitempty"`
 }
+
+// ReconfigurePath is where a demo replica takes its backend's user_config
+// (process.reconfigure_path): it answers with it from then on, and refuses
+// a config whose "fail" is true, as a model server refuses a bad one.
+const ReconfigurePath = "/-/reconfigure"
 
 // Replica is one demo replica's handler.
 type Replica struct {
 	Backend     string
 	Name        string
+	config      atomic.Pointer[json.RawMessage]
 	served      atomic.Int64
 	inFlight    atomic.Int64
 	maxInFlight atomic.Int64
@@ -66,6 +74,10 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	w.Header().Set(BackendHeader, r.Backend)
 	w.Header().Set(ReplicaHeader, r.Name)
+	if req.URL.Path == ReconfigurePath && req.Method == http.MethodPost {
+		r.reconfigure(w, req)
+		return
+	}
 	if strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
 		r.served.Add(1)
 		echoUpgraded(w, r.Backend, r.Name)
@@ -90,7 +102,35 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.served.Add(1)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(Response{Backend: r.Backend, Replica: r.Name, Method: req.Method, Path: req.URL.Path, Host: req.Host,
-		Shadow: req.Header.Get(wire.ShadowHeader)})
+		Shadow: req.Header.Get(wire.ShadowHeader), Config: r.configNow()})
+}
+
+// reconfigure takes a user_config, unless it says "fail": true.
+func (r *Replica) reconfigure(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	var cfg struct {
+		Fail bool `json:"fail"`
+	}
+	if err == nil {
+		err = json.Unmarshal(body, &cfg)
+	}
+	switch {
+	case err != nil:
+		http.Error(w, "not a JSON config: "+err.Error(), http.StatusBadRequest)
+	case cfg.Fail:
+		http.Error(w, "refusing a config that says fail", http.StatusInternalServerError)
+	default:
+		raw := json.RawMessage(body)
+		r.config.Store(&raw)
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (r *Replica) configNow() json.RawMessage {
+	if c := r.config.Load(); c != nil {
+		return *c
+	}
+	return nil
 }
 
 // stream answers n tokens, one every every, each flushed as it is made, as a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,6 +28,7 @@ func newBackendCommand() *cobra.Command {
 type backendSource struct {
 	replicas, args, env []string
 	command, health     string
+	reconfigure         string
 	external, protocol  string
 }
 
@@ -65,6 +67,7 @@ func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 	fs.StringArrayVar(&src.args, "arg", nil, "an argument of --command (repeat in order); ${PORT} and ${HOST} expand per replica, so quote them: '--arg=${HOST}:${PORT}'")
 	fs.StringArrayVar(&src.env, "env", nil, "an environment variable of --command, as KEY=VALUE (repeat)")
 	fs.StringVar(&src.health, "health-path", "", "HTTP path that answers 2xx when a replica is healthy (default: a TCP probe)")
+	fs.StringVar(&src.reconfigure, "reconfigure-path", "", "HTTP path where a replica takes the backend's --user-config (a POST of the JSON)")
 	fs.StringVar(&src.external, "external", "", "route to this Consul service, run by something else")
 	fs.StringVar(&src.protocol, "protocol", "", "how Envoy talks to the replicas: http1 (the default), http2 (h2c) or grpc (probed with the gRPC health service unless --health-path)")
 	_ = c.RegisterFlagCompletionFunc("protocol", cobra.FixedCompletions([]string{"http1", "http2", "grpc"}, cobra.ShellCompDirectiveNoFileComp))
@@ -78,11 +81,11 @@ func (s backendSource) backend(name string, cfg model.BackendConfig) (model.Back
 	for _, r := range s.replicas {
 		b.Replicas = append(b.Replicas, model.ReplicaSpec{Address: r})
 	}
-	if s.command == "" && (len(s.args) > 0 || len(s.env) > 0 || s.health != "") {
-		return b, errors.New("--arg, --env and --health-path go with --command")
+	if s.command == "" && (len(s.args) > 0 || len(s.env) > 0 || s.health != "" || s.reconfigure != "") {
+		return b, errors.New("--arg, --env, --health-path and --reconfigure-path go with --command")
 	}
 	if s.command != "" {
-		b.Process = &model.ProcessSpec{Command: s.command, Args: s.args, HealthPath: s.health}
+		b.Process = &model.ProcessSpec{Command: s.command, Args: s.args, HealthPath: s.health, ReconfigurePath: s.reconfigure}
 		for _, kv := range s.env {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
@@ -147,6 +150,7 @@ type configFlags struct {
 	cpus                                   float64
 	hold                                   time.Duration
 	resources                              []string
+	userConfig                             string
 	as                                     model.AutoscalingConfig
 	upscale, downscale, lookBack, interval time.Duration
 	off                                    bool
@@ -158,6 +162,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.cpus, "cpus", 0, "CPUs one replica needs")
 	fs.IntVar(&c.mem, "memory-mb", 0, "MiB of memory one replica needs")
 	fs.StringArrayVar(&c.resources, "resource", nil, "a named resource one replica needs, as NAME=COUNT (gpu=1), offered by nodes' --resource; repeat for each; --resource none for none")
+	fs.StringVar(&c.userConfig, "user-config", "", "JSON every replica takes at the backend's --reconfigure-path, without a restart (Ray Serve's user_config)")
 	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default 30s)")
 	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default 1000)")
 	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
@@ -193,6 +198,13 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error)
 			p.MaxHeld = &c.maxHeld
 		}
 	})
+	if fs.Changed("user-config") {
+		var u model.UserConfig
+		if err := json.Unmarshal([]byte(c.userConfig), &u); err != nil {
+			return p, fmt.Errorf("--user-config: not JSON (%w); give a JSON value, such as '{\"temperature\": 0.7}'", err)
+		}
+		p.UserConfig = &u
+	}
 	if fs.Changed("resource") {
 		res := map[string]int{}
 		if len(c.resources) != 1 || c.resources[0] != "none" {

@@ -69,6 +69,8 @@ type BackendStatus struct {
 	ErrorRate   float64 `json:"error_rate"`
 	// Replicas are a process backend's placed replicas, one by one.
 	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+	// ConfigVersion is the version of its user_config (none: "").
+	ConfigVersion string `json:"config_version,omitempty"`
 }
 
 // NodeStatus says whether a node's Envoy runs the latest config.
@@ -108,6 +110,9 @@ type ReplicaStatus struct {
 	// Note says why it is not ready, as its agent saw it: a failing probe,
 	// or that its process exited, how often, and the end of its log.
 	Note string `json:"note,omitempty"`
+	// ConfigVersion is the version of the backend's user_config it runs,
+	// as its agent last said ("" none yet).
+	ConfigVersion string `json:"config_version,omitempty"`
 }
 
 // StatusInputs are what a status report joins: the desired state, the
@@ -120,6 +125,8 @@ type StatusInputs struct {
 	Health              func(model.Backend) ReplicaHealth
 	Nodes               []xdsserver.NodeStatus
 	Problems            []string
+	// Configs are the user_config versions replicas run, by tag.
+	Configs map[string]string
 }
 
 // NewStatusReport joins in into the status report.
@@ -144,6 +151,10 @@ func NewStatusReport(in StatusInputs) StatusReport {
 		if b.Process != nil {
 			h := in.Health(b)
 			bs.Ready, bs.Unheard, bs.Replicas = h.Ready, h.Unheard, h.Replicas
+			bs.ConfigVersion = b.Config.UserConfig.Version()
+			for i := range bs.Replicas {
+				bs.Replicas[i].ConfigVersion = in.Configs[bs.Replicas[i].Tag]
+			}
 			if bs.Ready < bs.Running {
 				r.Problems = append(r.Problems, notReady(bs))
 			}

@@ -52,6 +52,7 @@ type Autoscaler struct {
 	history  map[string][]wire.Load // by node, the samples of the last RateWindow
 	load     map[string]BackendLoad
 	routes   map[string]BackendLoad // by endpoint, over every node and listener
+	configs  map[string]string      // by replica tag, the user_config version it runs
 
 	inFlight  *prometheus.GaugeVec
 	rate      *prometheus.GaugeVec
@@ -119,7 +120,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 		a.log.Warn("autoscale: listing nodes failed", "err", err)
 		return
 	}
-	totals, routes := map[string]BackendLoad{}, map[string]BackendLoad{}
+	totals, routes, configs := map[string]BackendLoad{}, map[string]BackendLoad{}, map[string]string{}
 	seen := map[string]bool{}
 	for _, n := range nodes {
 		if n.StatusAddr == "" {
@@ -130,6 +131,9 @@ func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 			continue // a node that cannot answer adds nothing this round
 		}
 		seen[n.ID] = true
+		for tag, version := range l.Configs {
+			configs[tag] = version
+		}
 		base := a.remember(n.ID, l)
 		for backend, bl := range l.Backends {
 			if !known[backend] {
@@ -158,7 +162,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 			delete(a.history, id)
 		}
 	}
-	a.load, a.routes = totals, routes
+	a.load, a.routes, a.configs = totals, routes, configs
 	a.inFlight.Reset() // backends gone from the state lose their series
 	a.rate.Reset()
 	a.errRate.Reset()
@@ -266,6 +270,14 @@ func (a *Autoscaler) decide(ctx context.Context, m *model.Model) {
 		a.log.Info("autoscaled", "backend", b.Name, "from", b.Config.NumReplicas, "to", n, "avg_in_flight", fmt.Sprintf("%.2f", avg),
 			"target_per_replica", as.TargetInFlight)
 	}
+}
+
+// ConfigVersions returns, by replica tag, the user_config version each
+// replica runs, as the agents last said.
+func (a *Autoscaler) ConfigVersions() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.configs)
 }
 
 // Load returns the latest load per backend.

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -62,6 +63,55 @@ type ProcessSpec struct {
 	Env     map[string]string `json:"env,omitempty"`
 	// HealthPath is probed over HTTP (2xx is healthy); empty probes TCP.
 	HealthPath string `json:"health_path,omitempty"`
+	// ReconfigurePath is where a replica takes its backend's user_config:
+	// its agent POSTs the JSON there before the replica is first routed
+	// to, and again whenever user_config changes, without a restart (Ray
+	// Serve's reconfigure). A replica that does not answer 2xx is taken
+	// out of rotation until it does.
+	ReconfigurePath string `json:"reconfigure_path,omitempty"`
+}
+
+// UserConfig is a backend's user_config: any JSON value, kept in a
+// canonical form (compact, objects' keys sorted, numbers as written) so
+// that the same value written differently is the same config.
+type UserConfig json.RawMessage
+
+// UnmarshalJSON keeps b in canonical form; null is no config.
+func (u *UserConfig) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		*u = nil
+		return nil
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return err
+	}
+	canon, err := json.Marshal(v) // maps marshal in key order
+	if err != nil {
+		return err
+	}
+	*u = canon
+	return nil
+}
+
+// MarshalJSON writes the value (null when unset).
+func (u UserConfig) MarshalJSON() ([]byte, error) {
+	if len(u) == 0 {
+		return []byte("null"), nil
+	}
+	return u, nil
+}
+
+// Version names the value: the first 12 hex digits of its SHA-256, ""
+// when unset.
+func (u UserConfig) Version() string {
+	if len(u) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(u)
+	return hex.EncodeToString(sum[:6])
 }
 
 // ExternalSpec names a Consul service to route to.
@@ -156,6 +206,9 @@ type BackendConfig struct {
 	Resources map[string]int `json:"resources,omitempty"`
 	// Outlier, if set, ejects replicas that keep failing.
 	Outlier *OutlierDetection `json:"outlier,omitempty"`
+	// UserConfig reaches every running replica without a restart, at its
+	// process's ReconfigurePath (Ray Serve's user_config).
+	UserConfig UserConfig `json:"user_config,omitempty"`
 	// HoldTimeoutS is how long a node holds a request for the backend
 	// while none of its replicas is ready (starting, restarting, scaled to
 	// zero) before answering 503; zero means DefaultHoldTimeoutS.
@@ -216,7 +269,9 @@ type BackendConfigPatch struct {
 	HoldTimeoutS         *float64 `json:"hold_timeout_s,omitempty"`
 	// Resources replaces the named resources one replica needs ({} none).
 	Resources map[string]int `json:"resources,omitempty"`
-	MaxHeld   *int           `json:"max_held,omitempty"`
+	// UserConfig replaces the user_config; null removes it.
+	UserConfig *UserConfig `json:"user_config,omitempty"`
+	MaxHeld    *int        `json:"max_held,omitempty"`
 	// Autoscaling replaces the autoscaling config; an empty one
 	// ({"max_replicas": 0}) turns autoscaling off.
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
@@ -242,6 +297,9 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 	if p.HoldTimeoutS != nil {
 		c.HoldTimeoutS = *p.HoldTimeoutS
 	}
+	if p.UserConfig != nil {
+		c.UserConfig = *p.UserConfig
+	}
 	if p.Resources != nil {
 		c.Resources = p.Resources
 		if len(p.Resources) == 0 {
@@ -262,7 +320,7 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 
 // Empty reports whether the patch changes nothing.
 func (p BackendConfigPatch) Empty() bool {
-	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.HoldTimeoutS == nil && p.MaxHeld == nil && p.Resources == nil &&
+	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.HoldTimeoutS == nil && p.MaxHeld == nil && p.Resources == nil && p.UserConfig == nil &&
 		p.Autoscaling == nil && p.Replicas == nil
 }
 
@@ -271,7 +329,7 @@ func (p BackendConfigPatch) Empty() bool {
 // accepted there and which never had an effect.
 func (b Backend) WithoutProcessOnlyFields() Backend {
 	if b.Process == nil {
-		b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB, b.Config.Resources = 0, 0, 0, nil
+		b.Config.NumReplicas, b.Config.CPUs, b.Config.MemoryMB, b.Config.Resources, b.Config.UserConfig = 0, 0, 0, nil, nil
 	}
 	return b
 }

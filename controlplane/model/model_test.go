@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"flag"
 	"math"
 	"net/netip"
@@ -241,5 +242,67 @@ func TestServiceNamesAreReserved(t *testing.T) {
 		if !strings.HasPrefix(name, ReservedPrefix) {
 			t.Errorf("service %q is not under the reserved prefix %q: a backend could take its name", name, ReservedPrefix)
 		}
+	}
+}
+
+// TestUserConfig: any JSON value, in YAML or JSON, the same config however
+// it is written; it needs a path to reach the replicas.
+func TestUserConfig(t *testing.T) {
+	parse := func(doc string) (*Spec, error) { return ParseSpec([]byte(doc)) }
+	a, err := parse(`backends:
+  - name: m
+    process: {command: /bin/serve, reconfigure_path: /reconfigure}
+    config: {user_config: {temperature: 0.5, stop: ["\n"], nested: {k: [1, 2]}}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := parse(`{"backends": [{"name": "m", "process": {"command": "/bin/serve", "reconfigure_path": "/reconfigure"},
+		"config": {"user_config": {"nested": {"k": [1,2]}, "stop": ["\n"], "temperature": 0.5}}}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ua, ub := a.Backends[0].Config.UserConfig, b.Backends[0].Config.UserConfig
+	if ua.Version() == "" || ua.Version() != ub.Version() {
+		t.Fatalf("the same config written two ways: %s (%s) and %s (%s)", ua, ua.Version(), ub, ub.Version())
+	}
+	_, err = parse(`backends:
+  - name: m
+    process: {command: /bin/serve}
+    config: {user_config: {temperature: 0.5}}
+`)
+	if err == nil || !strings.Contains(err.Error(), "reconfigure_path") {
+		t.Fatalf("user_config without a reconfigure path: %v", err)
+	}
+}
+
+func TestUserConfigIsCanonical(t *testing.T) {
+	var a, b UserConfig
+	if err := json.Unmarshal([]byte(`{"b": 1.50, "a": [true, {"y": 1, "x": 2}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(`{ "a":[true,{"x":2,"y":1}], "b":1.50 }`), &b); err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != `{"a":[true,{"x":2,"y":1}],"b":1.50}` || a.Version() != b.Version() {
+		t.Fatalf("%s (%s) and %s (%s); want one canonical form", a, a.Version(), b, b.Version())
+	}
+}
+
+// TestViewOfAProcessBackendIsValid: the data plane's view lists a process
+// backend's replicas as a backend of listed replicas; every field that
+// only a process backend may set must then be dropped, or the whole view
+// is refused (user_config once was).
+func TestViewOfAProcessBackendIsValid(t *testing.T) {
+	b := Backend{Name: "m", Process: &ProcessSpec{Command: "/bin/serve", ReconfigurePath: "/reconfigure"},
+		Config: BackendConfig{NumReplicas: 2, CPUs: 1, MemoryMB: 512, Resources: map[string]int{"gpu": 1},
+			UserConfig: UserConfig(`{"t":1}`), HoldTimeoutS: 5, MaxHeld: 10, MaxConcurrentQueries: 4}}
+	if err := (&Model{Backends: []Backend{b}}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b.Process, b.Replicas = nil, []Replica{{Address: "10.0.0.1:9000"}}
+	b = b.WithoutProcessOnlyFields()
+	if err := (&Model{Backends: []Backend{b}}).Validate(); err != nil {
+		t.Fatalf("the view of a process backend: %v", err)
 	}
 }

@@ -53,6 +53,9 @@ func (s *shape) walk(n *yaml.Node, t reflect.Type, path string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == reflect.TypeFor[UserConfig]() {
+		return // any value
+	}
 	switch t.Kind() {
 	case reflect.Struct:
 		s.walkStruct(n, t, path)

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -301,6 +302,7 @@ func validateBackend(p *problems, field string, b Backend) {
 		p.add(field+".config.max_concurrent_queries", "is %d; set a number from 1 to %d, or leave it out for the default of %d",
 			mcq, MaxConcurrentQueriesLimit, DefaultMaxConcurrentQueries)
 	}
+	validateUserConfig(p, field, b)
 	if h := b.Config.HoldTimeoutS; h < 0 || h > MaxHoldTimeoutS || math.IsNaN(h) {
 		p.add(field+".config.hold_timeout_s", "is %g; set the seconds a request may wait for a ready replica, from 0 (the default of %d) to %d",
 			h, DefaultHoldTimeoutS, MaxHoldTimeoutS)
@@ -527,6 +529,28 @@ func validateSizing(p *problems, field string, c BackendConfig) {
 	}
 }
 
+// MaxUserConfigBytes bounds a backend's user_config.
+const MaxUserConfigBytes = 64 << 10
+
+// validateUserConfig checks a backend's user_config: bounded, and with a
+// path where its replicas take it.
+func validateUserConfig(p *problems, field string, b Backend) {
+	u := b.Config.UserConfig
+	switch {
+	case len(u) == 0:
+	case len(u) > MaxUserConfigBytes:
+		p.add(field+".config.user_config", "is %d bytes of JSON; at most %d: keep large data in files the replicas read, and their names here", len(u), MaxUserConfigBytes)
+	case !json.Valid(u):
+		p.add(field+".config.user_config", "is not JSON; give any JSON value")
+	case b.Process == nil:
+		// validateProcessOnly says it
+	case b.Process.ReconfigurePath == "":
+		p.add(field+".config.user_config", "is set, but the backend's replicas have no process.reconfigure_path to take it at (the agent POSTs the JSON there); set one, such as \"/reconfigure\"")
+	case b.Protocol == ProtocolGRPC:
+		p.add(field+".config.user_config", "reaches replicas by an HTTP POST, and a gRPC backend's replicas serve gRPC; give the config in process.env or args instead")
+	}
+}
+
 // validateProcessOnly refuses, on a backend whose replicas servemesh does
 // not run, the fields that size the replicas it runs: they would be stored
 // and change nothing.
@@ -538,7 +562,7 @@ func validateProcessOnly(p *problems, field string, b Backend) {
 	for _, f := range []struct {
 		name string
 		set  bool
-	}{{"num_replicas", b.Config.NumReplicas != 0}, {"cpus", b.Config.CPUs != 0}, {"memory_mb", b.Config.MemoryMB != 0}, {"resources", len(b.Config.Resources) > 0}} {
+	}{{"num_replicas", b.Config.NumReplicas != 0}, {"cpus", b.Config.CPUs != 0}, {"memory_mb", b.Config.MemoryMB != 0}, {"resources", len(b.Config.Resources) > 0}, {"user_config", len(b.Config.UserConfig) > 0}} {
 		if f.set {
 			p.add(field+"."+f.name, "is set on %s; servemesh does not run its replicas, so %s does not apply: %s, or give the backend a command", kind, f.name, fix)
 		}
@@ -635,6 +659,9 @@ func validateProcess(p *problems, field string, spec ProcessSpec) {
 	}
 	if hp := spec.HealthPath; hp != "" && (!strings.HasPrefix(hp, "/") || len(hp) > MaxRouteBytes || strings.ContainsAny(hp, " ?#\r\n")) {
 		p.add(field+".health_path", "%.64q is not a path; write it like \"/healthz\" (at most %d bytes), or leave it out to probe TCP", hp, MaxRouteBytes)
+	}
+	if rp := spec.ReconfigurePath; rp != "" && (!strings.HasPrefix(rp, "/") || len(rp) > MaxRouteBytes || strings.ContainsAny(rp, " ?#\r\n")) {
+		p.add(field+".reconfigure_path", "%.64q is not a path; write it like \"/reconfigure\" (at most %d bytes)", rp, MaxRouteBytes)
 	}
 	if len(spec.Args) > MaxArgs {
 		p.add(field+".args", "lists %d arguments; at most %d", len(spec.Args), MaxArgs)

@@ -82,7 +82,14 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 			}
 			return nil
 		}})
-	status, err := httpserver.Start(ctx, log, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, activator.Held)))
+	status, err := httpserver.Start(ctx, log, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
+		Held: activator.Held,
+		Configs: func() map[string]string {
+			if a := running.Load(); a != nil {
+				return a.ConfigVersions()
+			}
+			return nil
+		}})))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
 	}

@@ -195,7 +195,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 	status := func() api.StatusReport {
 		m, _ := ctl.State()
 		return api.NewStatusReport(api.StatusInputs{State: m, Backends: scaler.Load(), Endpoints: scaler.EndpointRates(),
-			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher)})
+			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher), Configs: scaler.ConfigVersions()})
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), status))
 	plane.Wrap(o.Tokens.Authenticate)

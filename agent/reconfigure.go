@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// Live config (Ray Serve's reconfigure). A backend's user_config reaches
+// each of its replicas by an HTTP POST of the JSON to the process's
+// reconfigure_path, made by the replica's probe: before the replica is
+// first reported ready (so it is never routed to without it), and at the
+// next probe after the config changes, while it serves on. A replica that
+// does not answer 2xx is reported critical, so Envoy stops sending it
+// requests, and is sent the config again at each probe until it takes it.
+// A replica whose process restarts is sent it again. Each replica's
+// applied version (model.UserConfig.Version) is in its node's load
+// report, for status.
+
+// reconfigureTimeout bounds one POST of the config.
+const reconfigureTimeout = 10 * time.Second
+
+// setConfig makes u the config the replica should run.
+func (r *replica) setConfig(u model.UserConfig) {
+	r.config.Store(&u)
+}
+
+// reconfigure sends the replica its config if it does not run it yet.
+func (r *replica) reconfigure(ctx context.Context) error {
+	want := r.config.Load()
+	if want == nil || len(*want) == 0 || r.spec.ReconfigurePath == "" {
+		return nil
+	}
+	version := want.Version()
+	if applied, _ := r.a.configs.Load(r.tag); applied == version {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, reconfigureTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.address()+r.spec.ReconfigurePath, bytes.NewReader(*want))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(wire.ConfigVersionHeader, version)
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("user_config %s not taken at %s: %w", version, r.spec.ReconfigurePath, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode/100 != 2 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		return fmt.Errorf("user_config %s not taken at %s: status %d: %s", version, r.spec.ReconfigurePath, resp.StatusCode, bytes.TrimSpace(body))
+	}
+	r.a.configs.Store(r.tag, version)
+	r.log.Info("replica took its user_config", "version", version)
+	return nil
+}
+
+// ConfigVersions are, by replica tag, the user_config version each of the
+// node's replicas runs.
+func (a *Agent) ConfigVersions() map[string]string {
+	out := map[string]string{}
+	a.configs.Range(func(tag, version any) bool {
+		out[tag.(string)] = version.(string)
+		return true
+	})
+	return out
+}
