@@ -164,10 +164,15 @@ func (r *replica) run(ctx context.Context) {
 		// then holds its requests (the activator) instead of trying a
 		// dead port.
 		exits++
-		// Registered again, critical, with why in its check's notes (see
+		// Critical at once (a status change, which Consul syncs first),
+		// then registered again with why in its check's notes (see
 		// wire.MaxExitNote).
-		if uerr := r.register(r.exitNote(err, exits)); uerr != nil {
+		note := r.exitNote(err, exits)
+		if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), note, api.HealthCritical); uerr != nil {
 			r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
+		}
+		if uerr := r.register(note); uerr != nil {
+			r.log.Warn("could not say why the replica exited in its registration", "err", uerr)
 		}
 		r.a.configs.Delete(r.tag) // a new process takes its config again
 		delay := restart.Next(time.Since(began))

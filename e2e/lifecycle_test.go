@@ -138,6 +138,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			t.Fatalf("create --wait of a replica that exits at once: exit %d, stderr %q; want a crash loop with the end of its log", code, stderr)
 		}
 		t.Logf("create --wait of a replica that exits at once failed after %s: %s", time.Since(start), stderr)
+		deleteBackends(t, mesh, "waited", "crashy") // room for the next
 	})
 	t.Run("user_config reaches every replica without a restart, before it is first routed to", func(t *testing.T) {
 		tuned := demoProcess("tuned", false)
@@ -216,6 +217,10 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			got := configs(20)
 			return len(got) == 1 && got[`{"temperature":1}`] == 20
 		})
+		if _, err := mesh.c.DeleteEndpoint(ctx, "tuned"); err != nil {
+			t.Fatal(err)
+		}
+		deleteBackends(t, mesh, "tuned") // room for the next
 	})
 	t.Run("a backend scaled to zero wakes at its first requests and goes back to zero when idle", func(t *testing.T) {
 		as := &model.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 2, TargetInFlight: 4,
@@ -240,12 +245,49 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			time.Sleep(time.Second) // the nodes have the route
 			took := burst(t, nodes, "/sleepy", 10)
 			t.Logf("round %d: 10 requests to sleepy at zero answered within %s (its replica takes %s to listen)", round, took, slowStart)
+			if t.Failed() {
+				if report, err := mesh.c.Status(ctx); err == nil {
+					t.Fatalf("round %d: the mesh's problems: %q", round, report.Problems)
+				}
+				t.FailNow()
+			}
 			if n := running(); n == 0 {
 				t.Fatalf("round %d: the requests were answered but sleepy runs no replica", round)
 			}
 			testutil.WaitFor(t, 30*time.Second, "sleepy to scale back to zero when idle", func() bool { return running() == 0 })
 		}
 	})
+	// Last: the restarted controller leads again only once the killed one's
+	// session has expired, and until then nothing autoscales.
+	t.Run("held requests survive a restart of the controller", func(t *testing.T) {
+		mesh.createBackends(t, model.Backend{Name: "patient", Config: model.BackendConfig{NumReplicas: 1, CPUs: 0.5}, Process: slowDemoProcess("patient")})
+		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "patient", Route: "/patient", Traffic: map[string]float64{"patient": 1}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond) // the nodes have the route; the replica is starting
+		mesh.ctl.kill()
+		testutil.WaitFor(t, 10*time.Second, "the controller to exit", mesh.ctl.exited)
+		answered := make(chan time.Duration)
+		go func() { answered <- burst(t, nodes, "/patient", 10) }()
+		time.Sleep(slowStart) // the requests wait with no controller at all
+		mesh.ctl.start()
+		took := <-answered
+		t.Logf("10 requests held across a controller restart answered within %s", took)
+		if held := heldOutcome(t, nodes, "patient", agent.HeldReleased); held == 0 {
+			t.Error("no request was held for patient")
+		}
+	})
+}
+
+// deleteBackends deletes backends no endpoint uses, so that the subtests
+// after have room on the nodes.
+func deleteBackends(t *testing.T, mesh *twoNodeMesh, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if _, err := mesh.c.DeleteBackend(context.Background(), name); err != nil {
+			t.Fatalf("delete backend %s: %v", name, err)
+		}
+	}
 }
 
 // burst sends n requests to path at once, through each node in turn, and
