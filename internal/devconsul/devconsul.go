@@ -96,7 +96,7 @@ func StartWith(dir string, o Options) (*Agent, error) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if leader, err := client.Status().Leader(); err == nil && leader != "" {
+		if leader, err := client.Status().Leader(); err == nil && leader != "" && c.aclReady(client) {
 			return c, nil
 		}
 		if time.Now().After(deadline) {
@@ -105,6 +105,17 @@ func StartWith(dir string, o Options) (*Agent, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// aclReady reports whether, with ACLs on, the leader knows the management
+// token yet (it installs it just after its election): until then a call
+// made with it is refused as "ACL not found".
+func (c *Agent) aclReady(client *api.Client) bool {
+	if c.token == "" {
+		return true
+	}
+	_, _, err := client.ACL().TokenReadSelf(nil)
+	return err == nil
 }
 
 // Client returns an API client for the agent.
