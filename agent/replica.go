@@ -160,21 +160,8 @@ func (r *replica) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		// Out of rotation now, not at the next probe: the node's Envoy
-		// then holds its requests (the activator) instead of trying a
-		// dead port.
 		exits++
-		// Critical at once (a status change, which Consul syncs first),
-		// then registered again with why in its check's notes (see
-		// wire.MaxExitNote).
-		note := r.exitNote(err, exits)
-		if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), note, api.HealthCritical); uerr != nil {
-			r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
-		}
-		if uerr := r.register(note); uerr != nil {
-			r.log.Warn("could not say why the replica exited in its registration", "err", uerr)
-		}
-		r.a.configs.Delete(r.tag) // a new process takes its config again
+		r.exited(err, exits)
 		delay := restart.Next(time.Since(began))
 		r.log.Warn("replica exited or failed to start; restarting", "err", err, "restart_in", delay)
 		r.a.metrics.restarts.WithLabelValues(r.backend, r.tag).Inc()
@@ -182,6 +169,22 @@ func (r *replica) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// exited takes the replica out of rotation now, not at its next probe
+// (the node's Envoy then holds its requests in the activator instead of
+// trying a dead port): critical at once (a status change, which Consul
+// syncs first), then registered again with why in its check's notes (see
+// wire.MaxExitNote). Its next process takes its config again.
+func (r *replica) exited(err error, exits int) {
+	note := r.exitNote(err, exits)
+	if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), note, api.HealthCritical); uerr != nil {
+		r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
+	}
+	if uerr := r.register(note); uerr != nil {
+		r.log.Warn("could not say why the replica exited in its registration", "err", uerr)
+	}
+	r.a.configs.Delete(r.tag)
 }
 
 // exitNoteLines are the lines of its log a replica's exit note quotes.
