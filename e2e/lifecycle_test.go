@@ -13,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
@@ -256,6 +257,34 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			}
 			testutil.WaitFor(t, 30*time.Second, "sleepy to scale back to zero when idle", func() bool { return running() == 0 })
 		}
+	})
+	t.Run("an autoscaled backend that outgrows the nodes gets what fits, and status says why it wants more", func(t *testing.T) {
+		as := &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 12, TargetInFlight: 1,
+			MetricsIntervalS: 0.5, LookBackPeriodS: 1, UpscaleDelayS: 0.5, DownscaleDelayS: 600}
+		mesh.createBackends(t, model.Backend{Name: "greedy", Config: model.BackendConfig{CPUs: 1, NumReplicas: 1, Autoscaling: as}, Process: demoProcess("greedy", false)})
+		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "greedy", Route: "/greedy", Traffic: map[string]float64{"greedy": 1}}); err != nil {
+			t.Fatal(err)
+		}
+		waitReplicasAnswer(t, "greedy's first replica to answer", "http://"+mesh.n1.public+"/greedy", 1, 5)
+		busy := startLoad("http://"+mesh.n1.public+"/greedy?sleep_ms=100", 12) // 12 in flight: it wants 12 replicas
+		defer busy.finish(t)
+		var greedy api.BackendStatus
+		var problems []string
+		testutil.WaitFor(t, 30*time.Second, "greedy to want 12 replicas, run what fits, and status to say why", func() bool {
+			report, err := mesh.c.Status(ctx)
+			if err != nil {
+				return false
+			}
+			for _, b := range report.Backends {
+				if b.Name == "greedy" {
+					greedy = b
+				}
+			}
+			problems = report.Problems
+			return greedy.Desired == 12 && greedy.Running > 1 && greedy.Running < 12 &&
+				slices.ContainsFunc(problems, func(p string) bool { return strings.HasPrefix(p, api.PlacementProblemPrefix("greedy")) })
+		})
+		t.Logf("greedy: %d of %d wanted replicas run; status says: %q", greedy.Running, greedy.Desired, problems)
 	})
 	// Last: the restarted controller leads again only once the killed one's
 	// session has expired, and until then nothing autoscales.
