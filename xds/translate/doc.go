@@ -22,6 +22,10 @@
 //   - assignment.go: one ClusterLoadAssignment per backend listing its
 //     replicas with their health (what Envoy calls endpoints; in servemesh an
 //     endpoint is always a model endpoint, a route).
+//   - activator.go: every assignment's last, lowest priority, the node's
+//     activator (agent.Activator), which holds a backend's requests while
+//     none of its replicas can take them.
+//   - accesslog.go: the JSON access log of every HTTP listener.
 //
 // Resource and stat names come from package wire, which the agent also
 // reads them with.
