@@ -71,7 +71,9 @@ type backendIndex struct {
 type ActivatorOptions struct {
 	Admin envoy.Admin // the node's Envoy
 	Node  string      // the node's ID
-	// Desired is the latest desired state the agent has read (nil: none yet).
+	// Desired is the latest desired state the agent has read (nil: none
+	// yet). A nil Desired (an Envoy run without an agent) holds the requests
+	// of any backend within the default bounds.
 	Desired func() *model.Model
 	Logger  *slog.Logger
 	// Registerer receives the activator's metrics; nil skips them.
@@ -215,8 +217,13 @@ func unreached(w http.ResponseWriter) {
 	w.WriteHeader(http.StatusServiceUnavailable)
 }
 
-// backend is the backend named name in the latest desired state.
+// backend is the backend named name in the latest desired state; with no
+// source of it (a node's Envoy run without an agent), any named backend,
+// with the default bounds.
 func (a *Activator) backend(name string) (model.Backend, bool) {
+	if a.desired == nil {
+		return model.Backend{Name: name}, name != ""
+	}
 	m := a.desired()
 	if m == nil {
 		return model.Backend{}, false

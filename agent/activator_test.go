@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -155,4 +156,32 @@ func TestActivatorHoldsUntilAReplicaIsReady(t *testing.T) {
 			t.Fatalf("answer %d (retried %v) %q; want 503 naming the backend", status, retried, body)
 		}
 	})
+}
+
+// TestActivatorWithoutDesiredState: a node's Envoy run without an agent
+// (servemesh envoy, for servemesh serve) holds any named backend's
+// requests within the default bounds.
+func TestActivatorWithoutDesiredState(t *testing.T) {
+	var healthy atomic.Int64
+	a := NewActivator(ActivatorOptions{Admin: membershipAdmin(t, &healthy), Node: "n1",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a.poll = 10 * time.Millisecond
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = a.Serve(ctx, dir) }()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(dir, wire.ActivatorSocket))
+	}}}
+	testutil.WaitFor(t, 5*time.Second, "the activator's socket", func() bool {
+		_, err := os.Stat(filepath.Join(dir, wire.ActivatorSocket))
+		return err == nil
+	})
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		healthy.Store(1)
+	}()
+	if status, retried, body := held(t, c, "static"); status != http.StatusServiceUnavailable || !retried {
+		t.Fatalf("a request for a backend with no replica ready yet: %d (retried %v) %q; want held, then retried", status, retried, body)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
@@ -356,4 +359,64 @@ func heldOutcome(t *testing.T, nodes []*mtlsNode, backend, outcome string) float
 		sum += v
 	}
 	return sum
+}
+
+// TestFileModeHoldsToo: a node's Envoy run by `servemesh envoy` for
+// `servemesh serve` (no agent, no Consul) holds the requests of a backend
+// none of whose listed replicas is ready, until the file says one is.
+func TestFileModeHoldsToo(t *testing.T) {
+	replica := freeAddr(t)
+	r, err := proc.Start(proc.Spec{Path: servemeshBin, Args: []string{"demo-replica", "--backend", "listed", "--listen", replica}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop(5 * time.Second) })
+	config := filepath.Join(t.TempDir(), "mesh.yaml")
+	write := func(health string) {
+		t.Helper()
+		doc := fmt.Sprintf("backends:\n  - name: listed\n    replicas: [{address: %s, health: %s}]\n"+
+			"endpoints:\n  - name: listed\n    route: /listed\n    traffic: {listed: 1}\n", replica, health)
+		if err := os.WriteFile(config+".new", []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(config+".new", config); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("healthy")
+	cp := startControlPlane(t, config)
+	public := freeAddr(t)
+	stderr := &testutil.SyncBuffer{}
+	node, err := proc.Start(proc.Spec{Path: servemeshBin, Args: []string{"envoy", "--node-id", "file-node", "--xds", cp.xdsAddr,
+		"--public", public, "--mesh", freeAddr(t), "--work-dir", t.TempDir(), "--concurrency", "1"},
+		Env: append(os.Environ(), "SERVEMESH_ENVOY="+envoyBin), Stderr: stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = node.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("servemesh envoy log:\n%s", stderr.String())
+		}
+	})
+	waitReplicasAnswer(t, "the node to serve /listed", "http://"+public+"/listed", 1, 3)
+	write("unhealthy")
+	testutil.WaitFor(t, 10*time.Second, "the node to hold /listed (its only replica unhealthy)", func() bool {
+		_, err := replicaOf(&http.Client{Timeout: 300 * time.Millisecond}, "http://"+public+"/listed")
+		return err != nil && strings.Contains(err.Error(), "Timeout")
+	})
+	answered := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := replicaOf(&http.Client{Timeout: 20 * time.Second}, "http://"+public+"/listed")
+		answered <- err
+	}()
+	time.Sleep(time.Second)
+	write("healthy")
+	if err := <-answered; err != nil {
+		t.Fatalf("a request sent while the only replica was unhealthy: %v; want it held and answered", err)
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("answered after %s, before the replica was healthy again", took)
+	}
 }

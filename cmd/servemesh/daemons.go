@@ -202,7 +202,7 @@ func newEnvoyCommand(log *slog.Logger) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return daemon.RunEnvoy(cmd.Context(), n)
+			return daemon.RunEnvoy(cmd.Context(), log.With("cmd", "envoy"), n)
 		},
 	}
 	ef.register(c.Flags(), defaultNode(), ".run/envoy")

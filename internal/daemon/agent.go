@@ -175,12 +175,19 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 }
 
 // RunEnvoy supervises one node's Envoy until ctx ends.
-func RunEnvoy(ctx context.Context, n envoy.Launcher) error {
+func RunEnvoy(ctx context.Context, log *slog.Logger, n envoy.Launcher) error {
 	sup, err := n.Supervise(ctx)
 	if err != nil {
 		return err
 	}
-	return sup.Run(ctx)
+	// With no agent, no desired state: the activator holds every backend's
+	// requests within the default bounds.
+	activator := agent.NewActivator(agent.ActivatorOptions{Admin: envoy.Admin{Socket: n.AdminSocket()}, Node: n.Bootstrap.Node.ID,
+		Logger: log.With("component", "activator")})
+	errs := make(chan error, 2)
+	go func() { errs <- sup.Run(ctx) }()
+	go func() { errs <- activator.Serve(ctx, n.WorkDir) }()
+	return firstError(ctx, errs)
 }
 
 // firstError waits until ctx ends (nil) or a component reports an error
