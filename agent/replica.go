@@ -160,6 +160,9 @@ func (r *replica) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if time.Since(began) >= time.Minute {
+			exits = 0 // it ran a while: a crash loop counts exits in a row
+		}
 		exits++
 		r.exited(err, exits)
 		delay := restart.Next(time.Since(began))
