@@ -23,8 +23,12 @@ import (
 // applied version (model.UserConfig.Version) is in its node's load
 // report, for status.
 
-// reconfigureTimeout bounds one POST of the config.
+// reconfigureTimeout bounds one POST of the config (a replica may load
+// something to take it: longer than a probe's second).
 const reconfigureTimeout = 10 * time.Second
+
+// reconfigureClient posts configs; each POST's context bounds it.
+var reconfigureClient = &http.Client{}
 
 // setConfig makes u the config the replica should run.
 func (r *replica) setConfig(u model.UserConfig) {
@@ -49,7 +53,7 @@ func (r *replica) reconfigure(ctx context.Context) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(wire.ConfigVersionHeader, version)
-	resp, err := probeClient.Do(req)
+	resp, err := reconfigureClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("user_config %s not taken at %s: %w", version, r.spec.ReconfigurePath, err)
 	}
