@@ -182,37 +182,23 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			t.Fatalf("replica processes %v became %v: the config change restarted them", pids, after)
 		}
 		testutil.WaitFor(t, 10*time.Second, "status to show each replica on the new config's version", func() bool {
-			report, err := mesh.c.Status(ctx)
+			b, _, err := backendStatus(ctx, mesh.c, "tuned")
 			if err != nil {
 				return false
 			}
-			for _, b := range report.Backends {
-				if b.Name != "tuned" {
-					continue
+			for _, r := range b.Replicas {
+				if r.ConfigVersion != b.ConfigVersion || b.ConfigVersion == "" {
+					return false
 				}
-				for _, r := range b.Replicas {
-					if r.ConfigVersion != b.ConfigVersion || b.ConfigVersion == "" {
-						return false
-					}
-				}
-				return len(b.Replicas) == 2
 			}
-			return false
+			return len(b.Replicas) == 2
 		})
 		if _, err := mesh.c.UpdateBackend(ctx, "tuned", model.BackendConfigPatch{UserConfig: ptr(model.UserConfig(`{"fail":true}`))}); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 10*time.Second, "replicas refusing the config to be out of rotation, saying why", func() bool {
-			report, err := mesh.c.Status(ctx)
-			if err != nil {
-				return false
-			}
-			for _, b := range report.Backends {
-				if b.Name == "tuned" {
-					return b.Ready == 0 && len(b.Replicas) > 0 && strings.Contains(b.Replicas[0].Note, "not taken")
-				}
-			}
-			return false
+			b, _, err := backendStatus(ctx, mesh.c, "tuned")
+			return err == nil && b.Ready == 0 && len(b.Replicas) > 0 && strings.Contains(b.Replicas[0].Note, "not taken")
 		})
 		if _, err := mesh.c.UpdateBackend(ctx, "tuned", model.BackendConfigPatch{UserConfig: ptr(model.UserConfig(`{"temperature":1}`))}); err != nil {
 			t.Fatal(err)
@@ -274,16 +260,10 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		var greedy api.BackendStatus
 		var problems []string
 		testutil.WaitFor(t, 30*time.Second, "greedy to want 12 replicas, run what fits, and status to say why", func() bool {
-			report, err := mesh.c.Status(ctx)
-			if err != nil {
+			var err error
+			if greedy, problems, err = backendStatus(ctx, mesh.c, "greedy"); err != nil {
 				return false
 			}
-			for _, b := range report.Backends {
-				if b.Name == "greedy" {
-					greedy = b
-				}
-			}
-			problems = report.Problems
 			return greedy.Desired == 12 && greedy.Running > 1 && greedy.Running < 12 &&
 				slices.ContainsFunc(problems, func(p string) bool { return strings.HasPrefix(p, api.PlacementProblemPrefix("greedy")) })
 		})
@@ -309,6 +289,21 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			t.Error("no request was held for patient")
 		}
 	})
+}
+
+// backendStatus is backend name's row in the controller's status, and the
+// mesh's problems; an error if the status cannot be read or lacks it.
+func backendStatus(ctx context.Context, c *api.Client, name string) (api.BackendStatus, []string, error) {
+	report, err := c.Status(ctx)
+	if err != nil {
+		return api.BackendStatus{}, nil, err
+	}
+	for _, b := range report.Backends {
+		if b.Name == name {
+			return b, report.Problems, nil
+		}
+	}
+	return api.BackendStatus{}, report.Problems, fmt.Errorf("the status has no backend %q", name)
 }
 
 // deleteBackends deletes backends no endpoint uses, so that the subtests

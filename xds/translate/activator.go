@@ -1,12 +1,8 @@
 package translate
 
 import (
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
-	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/servemesh/servemesh/wire"
 )
@@ -45,28 +41,6 @@ func withActivator(cla *endpoint.ClusterLoadAssignment, socket string) *endpoint
 		}},
 	})
 	return cla
-}
-
-// localMetadata marks a host the node reaches on its own machine, without
-// TLS (localRawSocket).
-func localMetadata() *core.Metadata {
-	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
-		localMatchFilter: {Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
-	}}
-}
-
-// localRawSocket is the transport socket match of the hosts localMetadata
-// marks: plain bytes, on a cluster whose other hosts need TLS.
-func localRawSocket() ([]*cluster.Cluster_TransportSocketMatch, error) {
-	raw, err := anypb.New(&rawbuffer.RawBuffer{})
-	if err != nil {
-		return nil, err
-	}
-	return []*cluster.Cluster_TransportSocketMatch{{
-		Name:            localSocket,
-		Match:           &structpb.Struct{Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
-		TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: raw}},
-	}}, nil
 }
 
 // backendHeader names the backend chosen on each request a node forwards.

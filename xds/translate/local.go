@@ -2,8 +2,12 @@ package translate
 
 import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -92,4 +96,26 @@ func localReplicas(rs []model.Replica) []model.Replica {
 		out = append(out, model.Replica{Address: r.Address, Health: r.Health})
 	}
 	return out
+}
+
+// localMetadata marks a host the node reaches on its own machine, without
+// TLS (localRawSocket).
+func localMetadata() *core.Metadata {
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		localMatchFilter: {Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
+	}}
+}
+
+// localRawSocket is the transport socket match of the hosts localMetadata
+// marks: plain bytes, on a cluster whose other hosts need TLS.
+func localRawSocket() ([]*cluster.Cluster_TransportSocketMatch, error) {
+	raw, err := anypb.New(&rawbuffer.RawBuffer{})
+	if err != nil {
+		return nil, err
+	}
+	return []*cluster.Cluster_TransportSocketMatch{{
+		Name:            localSocket,
+		Match:           &structpb.Struct{Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
+		TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: raw}},
+	}}, nil
 }
