@@ -15,11 +15,11 @@ import (
 // ReadLoad reads the load figures from an Envoy's admin API. Envoy counts
 // them; nothing is counted in Go.
 func ReadLoad(ctx context.Context, admin envoy.Admin, node string) (wire.Load, error) {
-	stats, err := admin.Stats(ctx, wire.StatsFilter)
+	stats, histograms, err := admin.StatsAndHistograms(ctx, wire.StatsFilter, wire.LatencyBoundsMs)
 	if err != nil {
 		return wire.Load{}, err
 	}
-	return wire.NewLoad(node, time.Now(), stats), nil
+	return wire.NewLoad(node, time.Now(), stats, histograms), nil
 }
 
 // loadCollector exports the node's Envoy figures as Prometheus metrics on

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,11 +19,11 @@ import (
 func fakeAdmin(t *testing.T) envoy.Admin {
 	t.Helper()
 	admin := testutil.UnixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/stats" || !strings.Contains(r.URL.Query().Get("filter"), "pending_active") {
+		if r.URL.Path != "/stats" || !strings.Contains(r.URL.Query().Get("filter"), "pending_active") || r.URL.Query().Get("histogram_buckets") != "cumulative" {
 			http.Error(w, "unexpected query", http.StatusBadRequest)
 			return
 		}
-		_, _ = w.Write([]byte(`{"stats": [
+		_, _ = w.Write([]byte(`{"stats": [` + histogramJSON("cluster.model.v1.upstream_rq_time") + `,
 			{"name": "cluster.model.v1.upstream_rq_total", "value": 120},
 			{"name": "cluster.model.v1.upstream_rq_5xx", "value": 3},
 			{"name": "cluster.model.v1.upstream_rq_active", "value": 4},
@@ -34,6 +35,16 @@ func fakeAdmin(t *testing.T) envoy.Admin {
 		]}`))
 	}))
 	return envoy.Admin{Socket: admin}
+}
+
+// histogramJSON is a latency histogram as Envoy's /stats answers it with
+// histogram_buckets=cumulative: bucket i holds i+1 answers.
+func histogramJSON(name string) string {
+	var buckets []string
+	for i, bound := range wire.LatencyBoundsMs {
+		buckets = append(buckets, fmt.Sprintf(`{"upper_bound": %g, "interval": 0, "cumulative": %d}`, bound, i+1))
+	}
+	return `{"histograms": [{"name": "` + name + `", "buckets": [` + strings.Join(buckets, ",") + `]}]}`
 }
 
 // TestStatusHandlerServesLoad reads the load as the controller does: over
@@ -50,10 +61,12 @@ func TestStatusHandlerServesLoad(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d, decode: %v", resp.StatusCode, err)
 	}
-	if got := l.Backends["model.v1"]; got != (wire.BackendLoad{Active: 4, Pending: 6, Requests: 120, Errors: 3}) {
+	got := l.Backends["model.v1"]
+	if got.Active != 4 || got.Pending != 6 || got.Requests != 120 || got.Errors != 3 || len(got.Latency) != len(wire.LatencyBoundsMs) ||
+		got.Latency[0] != 1 || got.Latency[len(got.Latency)-1] != uint64(len(wire.LatencyBoundsMs)) {
 		t.Fatalf("backend model.v1: %+v", got)
 	}
-	if got := l.Routes[wire.RouteKey("predict", wire.PublicListener)]; got != (wire.BackendLoad{Requests: 100, Errors: 2}) {
+	if got := l.Routes[wire.RouteKey("predict", wire.PublicListener)]; got.Requests != 100 || got.Errors != 2 {
 		t.Fatalf("route predict on the public listener: %+v", got)
 	}
 	if got := l.Routes[wire.RouteKey("predict", wire.MeshListener)]; got.Requests != 20 {

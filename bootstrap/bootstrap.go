@@ -10,6 +10,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/config/metrics/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -24,6 +25,19 @@ import (
 // XDSMaxBackoff caps how long a node waits between attempts to reconnect to
 // the control plane.
 const XDSMaxBackoff = 5 * time.Second
+
+// StatsFlushInterval is how often Envoy merges its workers' histograms
+// into what its admin API answers.
+const StatsFlushInterval = time.Second
+
+// latencyBuckets gives every cluster's request-time histogram the buckets
+// of wire.LatencyBoundsMs.
+func latencyBuckets() *metricsv3.StatsConfig {
+	return &metricsv3.StatsConfig{HistogramBucketSettings: []*metricsv3.HistogramBucketSettings{{
+		Match:   &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Suffix{Suffix: "." + wire.StatLatency}},
+		Buckets: wire.LatencyBoundsMs,
+	}}}
+}
 
 // ServiceCluster is the Envoy service cluster every servemesh node reports.
 const ServiceCluster = "servemesh"
@@ -151,6 +165,10 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 			{Name: "static", LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: &structpb.Struct{}}},
 			{Name: "admin", LayerSpecifier: &bootstrapv3.RuntimeLayer_AdminLayer_{AdminLayer: &bootstrapv3.RuntimeLayer_AdminLayer{}}},
 		}},
+		// Histograms reach /stats only when Envoy flushes them (5 s by
+		// default): a rollout's latency check reads them every second.
+		StatsFlushInterval: durationpb.New(StatsFlushInterval),
+		StatsConfig:        latencyBuckets(),
 	}
 	if err := b.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("bootstrap: generated config fails Envoy's validation: %w", err)

@@ -82,34 +82,83 @@ func (a Admin) ConfigDump(ctx context.Context, resource string) ([]byte, error) 
 // Stats returns counters and gauges whose names match the regular expression
 // filter (all when empty).
 func (a Admin) Stats(ctx context.Context, filter string) (map[string]uint64, error) {
+	stats, _, err := a.StatsAndHistograms(ctx, filter, nil)
+	return stats, err
+}
+
+// StatsAndHistograms returns, besides the counters and gauges Stats does,
+// the histograms whose names match filter, as cumulative counts at bounds
+// (each histogram must have a bucket at every bound, else it is left
+// out). Envoy merges histograms at each stats flush (the bootstrap's
+// stats_flush_interval), so they may lag the counters by that much.
+func (a Admin) StatsAndHistograms(ctx context.Context, filter string, bounds []float64) (map[string]uint64, map[string][]uint64, error) {
 	path := "/stats?format=json"
 	if filter != "" {
 		path += "&filter=" + url.QueryEscape(filter)
 	}
+	if bounds != nil {
+		path += "&histogram_buckets=cumulative"
+	}
 	body, code, err := a.do(ctx, http.MethodGet, path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if code != http.StatusOK {
-		return nil, fmt.Errorf("envoy admin /stats: status %d: %s", code, body)
+		return nil, nil, fmt.Errorf("envoy admin /stats: status %d: %s", code, body)
 	}
 	var parsed struct {
 		Stats []struct {
-			Name  string          `json:"name"`
-			Value json.RawMessage `json:"value"`
+			Name       string          `json:"name"`
+			Value      json.RawMessage `json:"value"`
+			Histograms json.RawMessage `json:"histograms"`
 		} `json:"stats"`
 	}
 	if err := json.Unmarshal(body, &parsed); err != nil {
-		return nil, fmt.Errorf("envoy admin /stats: %w", err)
+		return nil, nil, fmt.Errorf("envoy admin /stats: %w", err)
 	}
-	out := map[string]uint64{}
+	out, hists := map[string]uint64{}, map[string][]uint64{}
 	for _, s := range parsed.Stats {
 		var v uint64
-		if s.Name != "" && json.Unmarshal(s.Value, &v) == nil {
+		switch {
+		case s.Name != "" && json.Unmarshal(s.Value, &v) == nil:
 			out[s.Name] = v
+		case len(s.Histograms) > 0 && bounds != nil:
+			readHistograms(s.Histograms, bounds, hists)
 		}
 	}
-	return out, nil
+	return out, hists, nil
+}
+
+// readHistograms adds the cumulative histograms of one /stats answer
+// (histogram_buckets=cumulative) that have a bucket at every bound.
+func readHistograms(raw json.RawMessage, bounds []float64, into map[string][]uint64) {
+	var hs []struct {
+		Name    string `json:"name"`
+		Buckets []struct {
+			UpperBound float64 `json:"upper_bound"`
+			Cumulative uint64  `json:"cumulative"`
+		} `json:"buckets"`
+	}
+	if json.Unmarshal(raw, &hs) != nil {
+		return
+	}
+	for _, h := range hs {
+		at := make(map[float64]uint64, len(h.Buckets))
+		for _, b := range h.Buckets {
+			at[b.UpperBound] = b.Cumulative
+		}
+		counts := make([]uint64, 0, len(bounds))
+		for _, bound := range bounds {
+			c, ok := at[bound]
+			if !ok {
+				break
+			}
+			counts = append(counts, c)
+		}
+		if len(counts) == len(bounds) {
+			into[h.Name] = counts
+		}
+	}
 }
 
 // DrainListeners asks Envoy to drain every listener gracefully: it stops

@@ -27,6 +27,10 @@ type BackendLoad struct {
 	// Requests and Errors (5xx answers) are totals since Envoy started.
 	Requests uint64 `json:"requests"`
 	Errors   uint64 `json:"errors"`
+	// Latency counts, since Envoy started, the answers that took at most
+	// each of LatencyBoundsMs (cumulative, one count a bound); empty
+	// before Envoy has flushed its first histogram.
+	Latency []uint64 `json:"latency,omitempty"`
 }
 
 // Load is what an agent reports: its node's Envoy's figures per backend
@@ -50,9 +54,10 @@ type Load struct {
 // Load.Routes.
 func RouteKey(endpoint, listener string) string { return endpoint + "/" + listener }
 
-// NewLoad reads Envoy's stats (name to value, as /stats answers them) into a
-// Load; stats ParseStat does not know are ignored.
-func NewLoad(node string, at time.Time, stats map[string]uint64) Load {
+// NewLoad reads Envoy's stats (name to value, as /stats answers them) and
+// histograms (name to cumulative counts at LatencyBoundsMs) into a Load;
+// stats ParseStat does not know are ignored.
+func NewLoad(node string, at time.Time, stats map[string]uint64, histograms map[string][]uint64) Load {
 	l := Load{Node: node, At: at, Backends: map[string]BackendLoad{}, Routes: map[string]BackendLoad{}}
 	for name, v := range stats {
 		s, ok := ParseStat(name)
@@ -69,6 +74,13 @@ func NewLoad(node string, at time.Time, stats map[string]uint64) Load {
 		r := l.Routes[key]
 		setFigure(&r, s.Name, v)
 		l.Routes[key] = r
+	}
+	for name, counts := range histograms {
+		if s, ok := ParseStat(name); ok && s.Backend != "" && s.Name == StatLatency && len(counts) == len(LatencyBoundsMs) {
+			b := l.Backends[s.Backend]
+			b.Latency = counts
+			l.Backends[s.Backend] = b
+		}
 	}
 	return l
 }

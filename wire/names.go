@@ -139,10 +139,20 @@ const (
 	StatErrors   = "upstream_rq_5xx"
 	StatActive   = "upstream_rq_active"
 	StatPending  = "upstream_rq_pending_active"
+	// StatLatency is the histogram of a request's time to its replica's
+	// whole answer, in milliseconds (buckets LatencyBoundsMs).
+	StatLatency = "upstream_rq_time"
 )
 
 // StatsFilter selects, in Envoy's /stats?filter=, every stat ParseStat reads.
-const StatsFilter = `^(cluster\.[^_].*\.upstream_rq_(total|5xx|active|pending_active)|vhost\..*\.route\..*\.upstream_rq_(total|5xx))$`
+const StatsFilter = `^(cluster\.[^_].*\.upstream_rq_(total|5xx|active|pending_active|time)|vhost\..*\.route\..*\.upstream_rq_(total|5xx))$`
+
+// LatencyBoundsMs are the upper bounds, in milliseconds, of the buckets of
+// every Envoy's StatLatency histograms (the bootstrap sets them): finer
+// than Envoy's defaults below a second, where model servers' answers and
+// the latency checks of a rollout fall.
+var LatencyBoundsMs = []float64{1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750,
+	1000, 1500, 2000, 3000, 5000, 7500, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}
 
 // Stat is one Envoy stat name, read back into servemesh's terms.
 type Stat struct {
@@ -160,7 +170,7 @@ type Stat struct {
 // (vhost.<vhost>.route.<endpoint>.<name>); ok is false for any other.
 func ParseStat(stat string) (s Stat, ok bool) {
 	if rest, found := strings.CutPrefix(stat, "cluster."); found {
-		for _, name := range []string{StatRequests, StatErrors, StatActive, StatPending} {
+		for _, name := range []string{StatRequests, StatErrors, StatActive, StatPending, StatLatency} {
 			if backend, found := strings.CutSuffix(rest, "."+name); found && backend != "" && !strings.HasPrefix(backend, "_") {
 				return Stat{Backend: backend, Name: name}, true
 			}
