@@ -424,6 +424,10 @@ type Endpoint struct {
 	// the same backend, on every node, while many values still split by
 	// the weights. Requests without it are split at random.
 	Sticky *StickyKey `json:"sticky,omitempty"`
+	// Rollout, if set, moves the endpoint from its primary backend to a
+	// candidate in stages judged by live figures; while it is active it
+	// sets the candidate's traffic, shadow and match rule (ApplyRollout).
+	Rollout *Rollout `json:"rollout,omitempty"`
 }
 
 // RequestMatch is a rule of an endpoint: requests whose header (or
@@ -625,6 +629,7 @@ func CloneEndpoint(e Endpoint) Endpoint {
 		r.On = slices.Clone(r.On)
 		e.Retry = &r
 	}
+	cloneEndpointRollout(&e)
 	return e
 }
 
@@ -643,7 +648,8 @@ func EndpointsEqual(a, b Endpoint) bool {
 		maps.Equal(a.Traffic, b.Traffic) &&
 		maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows)) &&
 		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
-		slices.Equal(a.Match, b.Match) && reflect.DeepEqual(a.Sticky, b.Sticky) && reflect.DeepEqual(a.Retry, b.Retry)
+		slices.Equal(a.Match, b.Match) && reflect.DeepEqual(a.Sticky, b.Sticky) && reflect.DeepEqual(a.Retry, b.Retry) &&
+		rolloutsEqual(a.Rollout, b.Rollout)
 }
 
 func nonZero(m map[string]float64) map[string]float64 {

@@ -203,6 +203,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 		func(e *Endpoint) { e.Match = []RequestMatch{{Header: "x", Exact: "y", Backend: "a"}} },
 		func(e *Endpoint) { e.Sticky = &StickyKey{Header: "x"} },
 		func(e *Endpoint) { e.Retry = &RetryPolicy{Attempts: 2} },
+		func(e *Endpoint) { e.Rollout = &Rollout{Candidate: "b"} },
 	} {
 		e := CloneEndpoint(base)
 		change(&e)
@@ -210,7 +211,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 			t.Errorf("EndpointsEqual misses a change: %+v", e)
 		}
 	}
-	if n := reflect.TypeFor[Endpoint]().NumField(); n != 11 {
+	if n := reflect.TypeFor[Endpoint]().NumField(); n != 12 {
 		t.Errorf("Endpoint has %d fields; cover the new ones here and in EndpointsEqual", n)
 	}
 	b := Backend{Name: "b"}

@@ -45,6 +45,11 @@ func ParseSpec(data []byte) (*Spec, error) {
 	if err := DecodeJSON(js, &s); err != nil {
 		return nil, fmt.Errorf("parse model: %w", err)
 	}
+	for i, e := range s.Endpoints {
+		if err := CheckDeclared(fmt.Sprintf("endpoints[%d] (%q)", i, e.Name), e); err != nil {
+			return nil, sh.locate(err)
+		}
+	}
 	if err := s.Model().Validate(); err != nil {
 		return nil, sh.locate(err)
 	}

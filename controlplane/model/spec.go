@@ -57,9 +57,23 @@ func SpecOf(m *Model) *Spec {
 		s.Backends = append(s.Backends, BackendSpecOf(b))
 	}
 	for _, e := range m.Endpoints {
-		s.Endpoints = append(s.Endpoints, CloneEndpoint(e))
+		e = CloneEndpoint(e)
+		if e.Rollout != nil {
+			r := e.Rollout.Spec()
+			e.Rollout = &r
+		}
+		s.Endpoints = append(s.Endpoints, e)
 	}
 	return s
+}
+
+// CheckDeclared refuses an endpoint as a user declares it (a file, the
+// API) that sets what only the controller sets: a rollout's status.
+func CheckDeclared(field string, e Endpoint) error {
+	if e.Rollout != nil && e.Rollout.Status != nil {
+		return &ValidationError{Problems: []string{field + ".rollout.status: is servemesh's to set, not yours: the controller records a rollout's progress; leave it out"}}
+	}
+	return nil
 }
 
 // BackendSpecOf returns what users declared of b.

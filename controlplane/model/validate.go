@@ -128,6 +128,7 @@ func (m *Model) Validate() error {
 
 	endpoints := map[string]bool{}
 	routes := map[string]string{}
+	users := backendUsers(m)
 	for i, e := range m.Endpoints {
 		field := validateNamed(&p, "endpoint", i, e.Name, endpoints)
 		if !e.Headless() {
@@ -149,6 +150,9 @@ func (m *Model) Validate() error {
 		}
 		if e.Retry != nil {
 			validateRetry(&p, field+".retry", *e.Retry)
+		}
+		if e.Rollout != nil {
+			validateRollout(&p, field+".rollout", e, backends, users)
 		}
 	}
 	return p.err()
