@@ -139,6 +139,9 @@ func (c *Controller) DeleteBackend(ctx context.Context, name string) (bool, erro
 // CreateEndpoint adds an endpoint with its route (or none: headless), methods
 // and initial traffic. Creating it again with the same spec changes nothing.
 func (c *Controller) CreateEndpoint(ctx context.Context, e model.Endpoint) (bool, error) {
+	if e.Rollout != nil {
+		return false, errorf(Invalid, "endpoint.rollout: create the endpoint, then start its rollout with `servemesh rollout start` (POST /v1/endpoints/%s/rollout), or declare both in a file for `servemesh apply`", e.Name)
+	}
 	return c.mutate(ctx, "create_endpoint", func(m *model.Model) error {
 		if i := findEndpoint(m, e.Name); i >= 0 {
 			existing := m.Endpoints[i]
@@ -189,6 +192,9 @@ func (c *Controller) SetTraffic(ctx context.Context, endpoint string, traffic ma
 				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered; create the backend first", b)
 			}
 		}
+		if m.Endpoints[i].Rollout.Active() {
+			return busyRollout(m.Endpoints[i])
+		}
 		m.Endpoints[i].Traffic = traffic
 		return nil
 	})
@@ -206,6 +212,9 @@ func (c *Controller) SetShadow(ctx context.Context, endpoint, backend string, pr
 			return errorf(Invalid, "attempted to shadow traffic to a backend %q that is not registered; create the backend first", backend)
 		}
 		e := &m.Endpoints[i]
+		if e.Rollout.Active() && e.Rollout.Candidate == backend {
+			return busyRollout(*e)
+		}
 		if proportion == 0 {
 			delete(e.Shadows, backend)
 			return nil
@@ -304,6 +313,9 @@ func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo, now time
 				d.Config.NumReplicas = min(max(cur.Config.NumReplicas, as.MinReplicas), as.MaxReplicas)
 			}
 		}
+	}
+	if err := carryRollouts(current, next, now); err != nil {
+		return nil, err
 	}
 	if err := next.Validate(); err != nil {
 		return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}

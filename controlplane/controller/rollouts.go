@@ -1,0 +1,266 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// A rollout's every move is one checkpointed change of its endpoint: the
+// stage, the verdict that ended the last one and the traffic the new one
+// sets are written together, and each move names the phase and stage it
+// moves from, so a move made twice (a controller that crashed after its
+// checkpoint, then the one that took over) changes nothing the second time.
+
+// RolloutAction is what a user asks of a started rollout.
+type RolloutAction string
+
+// The actions on a rollout.
+const (
+	// PauseRollout holds the current stage; nothing is judged.
+	PauseRollout RolloutAction = "pause"
+	// ResumeRollout judges the current stage again, from the start of its
+	// window.
+	ResumeRollout RolloutAction = "resume"
+	// PromoteRollout gives the candidate all the traffic now.
+	PromoteRollout RolloutAction = "promote"
+	// AbortRollout gives the primary all the traffic now.
+	AbortRollout RolloutAction = "abort"
+)
+
+// RolloutActions lists the actions, for help and errors.
+var RolloutActions = []RolloutAction{PauseRollout, ResumeRollout, PromoteRollout, AbortRollout}
+
+// StartRollout starts rolling out r.Candidate on an endpoint whose traffic
+// all goes to one backend, the primary. Starting the same rollout again
+// while it runs changes nothing; a different one is refused until the
+// running one is promoted or aborted.
+func (c *Controller) StartRollout(ctx context.Context, endpoint string, r model.Rollout) (bool, error) {
+	if err := model.CheckDeclared("rollout", model.Endpoint{Rollout: &r}); err != nil {
+		return false, &Error{Kind: Invalid, Msg: "refused", Err: err}
+	}
+	return c.mutate(ctx, "start_rollout", func(m *model.Model) error {
+		e, err := rolloutEndpoint(m, endpoint)
+		if err != nil {
+			return err
+		}
+		if e.Rollout.Active() {
+			if e.Rollout.SameSpec(r) {
+				return nil
+			}
+			return busyRollout(*e)
+		}
+		return startRollout(e, r, c.now())
+	})
+}
+
+// startRollout sets e's rollout to r, started now, and the traffic of its
+// first phase.
+func startRollout(e *model.Endpoint, r model.Rollout, now time.Time) error {
+	primary, ok := soleBackend(e.Traffic)
+	if !ok {
+		return errorf(Invalid, "endpoint %q splits its traffic over %v; a rollout starts from one backend with all of it: `servemesh traffic set %s <backend>=1` first", e.Name, model.SortedKeys(e.Traffic), e.Name)
+	}
+	if primary == r.Candidate {
+		return errorf(Invalid, "rollout.candidate: %q has all of endpoint %q's traffic already; roll out another backend", r.Candidate, e.Name)
+	}
+	r = r.Spec()
+	r.Status = &model.RolloutStatus{Primary: primary, Phase: model.RolloutWaiting, SinceMs: now.UnixMilli()}
+	e.Rollout = &r
+	model.ApplyRollout(e)
+	return nil
+}
+
+// soleBackend returns the backend that has all of a traffic policy.
+func soleBackend(traffic map[string]float64) (string, bool) {
+	for b, w := range traffic {
+		if w == 1 && len(traffic) == 1 {
+			return b, true
+		}
+	}
+	return "", false
+}
+
+// ActOnRollout pauses, resumes, promotes or aborts an endpoint's active
+// rollout. Asking for the state it is in changes nothing.
+func (c *Controller) ActOnRollout(ctx context.Context, endpoint string, action RolloutAction) (bool, error) {
+	if !slices.Contains(RolloutActions, action) {
+		return false, errorf(Invalid, "%q is not an action on a rollout; use one of %v", action, RolloutActions)
+	}
+	nodes, err := c.nodes(ctx)
+	if err != nil {
+		return false, err
+	}
+	return c.mutate(ctx, string(action)+"_rollout", func(m *model.Model) error {
+		e, err := rolloutEndpoint(m, endpoint)
+		if err != nil {
+			return err
+		}
+		r := e.Rollout
+		if r == nil {
+			return errorf(NotFound, "endpoint %q has no rollout; start one with `servemesh rollout start %s --candidate <backend>`", endpoint, endpoint)
+		}
+		st := r.Status
+		if !st.Phase.Active() {
+			return errorf(Conflict, "the rollout of endpoint %q has ended (%s); start a new one", endpoint, st.Phase)
+		}
+		now := c.now()
+		switch action {
+		case PauseRollout:
+			if st.Phase == model.RolloutProgressing {
+				st.Phase, st.SinceMs = model.RolloutPaused, now.UnixMilli()
+			}
+		case ResumeRollout:
+			if st.Phase == model.RolloutPaused {
+				st.Phase, st.SinceMs = model.RolloutProgressing, now.UnixMilli()
+			}
+		case PromoteRollout:
+			return c.endRollout(m, e, model.RolloutPromoted, "promoted by a user", nodes, now)
+		case AbortRollout:
+			return c.endRollout(m, e, model.RolloutRolledBack, "aborted by a user", nodes, now)
+		}
+		return nil
+	})
+}
+
+// BeginRollout moves a waiting rollout to its first stage: the caller saw
+// its candidate ready. Anything else changes nothing.
+func (c *Controller) BeginRollout(ctx context.Context, endpoint string) (bool, error) {
+	return c.mutate(ctx, "begin_rollout", func(m *model.Model) error {
+		e, err := rolloutEndpoint(m, endpoint)
+		if err != nil || e.Rollout == nil || e.Rollout.Status.Phase != model.RolloutWaiting {
+			return err
+		}
+		st := e.Rollout.Status
+		st.Phase, st.Stage, st.SinceMs = model.RolloutProgressing, 0, c.now().UnixMilli()
+		model.ApplyRollout(e)
+		return nil
+	})
+}
+
+// JudgeRollout records the verdict on stage of an endpoint's rollout and
+// moves it on in the same checkpoint: to the next stage, to promotion after
+// the last, or, if the verdict failed, back to the primary. It changes
+// nothing unless the rollout is still progressing at that stage, so a
+// stage is judged once whoever judges it.
+func (c *Controller) JudgeRollout(ctx context.Context, endpoint string, stage int, v model.RolloutVerdict) (bool, error) {
+	nodes, err := c.nodes(ctx)
+	if err != nil {
+		return false, err
+	}
+	return c.mutate(ctx, "judge_rollout", func(m *model.Model) error {
+		e, err := rolloutEndpoint(m, endpoint)
+		if err != nil || e.Rollout == nil {
+			return err
+		}
+		st := e.Rollout.Status
+		if st.Phase != model.RolloutProgressing || st.Stage != stage {
+			return nil // judged already
+		}
+		now := c.now()
+		v.AtMs = now.UnixMilli()
+		st.Verdicts = append(st.Verdicts, v)
+		switch {
+		case !v.Passed:
+			return c.endRollout(m, e, model.RolloutRolledBack, v.Stage+": "+v.Reason, nodes, now)
+		case stage+1 >= len(e.Rollout.Stages()):
+			return c.endRollout(m, e, model.RolloutPromoted, "every stage passed", nodes, now)
+		}
+		st.Stage, st.SinceMs = stage+1, now.UnixMilli()
+		model.ApplyRollout(e)
+		return nil
+	})
+}
+
+// endRollout ends e's rollout in phase, sets the traffic it leaves, and at
+// a promotion scales the primary down if the rollout says so.
+func (c *Controller) endRollout(m *model.Model, e *model.Endpoint, phase model.RolloutPhase, reason string, nodes []wire.NodeInfo, now time.Time) error {
+	st := e.Rollout.Status
+	st.Phase, st.Reason, st.SinceMs = phase, reason, now.UnixMilli()
+	model.ApplyRollout(e)
+	if phase != model.RolloutPromoted || !e.Rollout.ScaleDownPrimary {
+		return nil
+	}
+	i := findBackend(m, st.Primary)
+	if i < 0 || !m.Backends[i].Managed() || m.Backends[i].Config.Autoscaling != nil {
+		return nil
+	}
+	m.Backends[i].Config.NumReplicas = 0
+	return schedule(m, i, nodes, now, c.readyTags(st.Primary))
+}
+
+// rolloutEndpoint finds the endpoint a rollout call names.
+func rolloutEndpoint(m *model.Model, name string) (*model.Endpoint, error) {
+	i := findEndpoint(m, name)
+	if i < 0 {
+		return nil, errorf(NotFound, "endpoint %q is not registered", name)
+	}
+	return &m.Endpoints[i], nil
+}
+
+// busyRollout is the error for a change an active rollout of e forbids.
+func busyRollout(e model.Endpoint) error {
+	st := e.Rollout.Status
+	where := string(st.Phase)
+	if stages := e.Rollout.Stages(); st.Phase != model.RolloutWaiting && st.Stage < len(stages) {
+		where = fmt.Sprintf("%s, stage %s", st.Phase, stages[st.Stage].Name())
+	}
+	return errorf(Conflict, "endpoint %q has a rollout of %q in progress (%s), which sets its traffic; `servemesh rollout promote %s` or `servemesh rollout abort %s` first",
+		e.Name, e.Rollout.Candidate, where, e.Name, e.Name)
+}
+
+// BackendReady reports whether a backend can answer: a process backend
+// needs a running replica that passes its checks; others are ready.
+func (c *Controller) BackendReady(m *model.Model, name string) bool {
+	i := findBackend(m, name)
+	if i < 0 {
+		return false
+	}
+	b := m.Backends[i]
+	if !b.Managed() {
+		return true
+	}
+	ready := c.readyTags(name)
+	for _, p := range b.Placements {
+		if p.State == model.Running && ready[p.Tag] {
+			return true
+		}
+	}
+	return false
+}
+
+// carryRollouts keeps, for each endpoint of desired whose file declares
+// the rollout current has, the rollout's status and the traffic it sets;
+// a new rollout in the file starts now. A file may not replace a rollout
+// in progress.
+func carryRollouts(current, desired *model.Model, now time.Time) error {
+	cur := indexByName(current.Endpoints, func(e model.Endpoint) string { return e.Name })
+	for i := range desired.Endpoints {
+		d := &desired.Endpoints[i]
+		var was *model.Rollout
+		if j, ok := cur[d.Name]; ok {
+			was = current.Endpoints[j].Rollout
+		}
+		switch {
+		case d.Rollout == nil && was.Active():
+			return busyRollout(current.Endpoints[cur[d.Name]])
+		case d.Rollout == nil:
+		case was != nil && was.SameSpec(*d.Rollout):
+			r := *d.Rollout
+			r.Status = was.Status
+			d.Rollout = &r
+			model.ApplyRollout(d)
+		case was.Active():
+			return busyRollout(current.Endpoints[cur[d.Name]])
+		default:
+			if err := startRollout(d, *d.Rollout, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package controller
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/store"
+)
+
+func rolloutSetup(t *testing.T) (*Controller, *store.Memory) {
+	t.Helper()
+	ctx := context.Background()
+	st := store.NewMemory()
+	c, _ := newLeader(t, st)
+	for _, b := range []string{"v1", "v2"} {
+		changes(t)(c.CreateBackend(ctx, model.BackendSpecOf(backend(b))))
+	}
+	changes(t)(c.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}}))
+	return c, st
+}
+
+// changes fails the test unless the call it is given changed the state.
+func changes(t *testing.T) func(bool, error) {
+	return func(changed bool, err error) {
+		t.Helper()
+		mustChange(t, changed, err)
+	}
+}
+
+func twoSteps() model.Rollout {
+	return model.Rollout{Candidate: "v2", Shadow: &model.RolloutShadow{Proportion: 1, DurationS: 5},
+		Steps: []model.RolloutStep{{Weight: 0.1, DurationS: 5}, {Weight: 1, DurationS: 5}}}
+}
+
+func endpointOf(t *testing.T, c *Controller) model.Endpoint {
+	t.Helper()
+	e, err := c.GetEndpoint("gen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestRolloutMovesOnceAStageAndBackAtAFailure: each verdict moves the
+// rollout on in one checkpoint and sets the traffic of the next stage; a
+// verdict on a stage already judged changes nothing; a failed one sends
+// everything to the primary with the reason.
+func TestRolloutMovesOnceAStageAndBackAtAFailure(t *testing.T) {
+	ctx := context.Background()
+	c, st := rolloutSetup(t)
+	changes(t)(c.StartRollout(ctx, "gen", twoSteps()))
+	if e := endpointOf(t, c); e.Rollout.Status.Phase != model.RolloutWaiting || !maps.Equal(e.Traffic, map[string]float64{"v1": 1}) || len(e.Shadows) != 0 {
+		t.Fatalf("started: %+v", e)
+	}
+	if changed, err := c.StartRollout(ctx, "gen", twoSteps()); changed || err != nil {
+		t.Fatalf("the same start again: changed=%v err=%v", changed, err)
+	}
+	other := twoSteps()
+	other.Steps[0].Weight = 0.2
+	_, err := c.StartRollout(ctx, "gen", other)
+	mustKind(t, err, Conflict, "rollout of \"v2\" in progress (waiting)")
+	_, err = c.SetTraffic(ctx, "gen", map[string]float64{"v2": 1})
+	mustKind(t, err, Conflict, "`servemesh rollout promote gen`")
+
+	changes(t)(c.BeginRollout(ctx, "gen"))
+	if e := endpointOf(t, c); e.Shadows["v2"] != 1 || !maps.Equal(e.Traffic, map[string]float64{"v1": 1}) {
+		t.Fatalf("shadow stage: %+v", e)
+	}
+	pass := model.RolloutVerdict{Stage: "shadow 100%", Passed: true, Reason: "within the checks"}
+	changes(t)(c.JudgeRollout(ctx, "gen", 0, pass))
+	if changed, err := c.JudgeRollout(ctx, "gen", 0, pass); changed || err != nil {
+		t.Fatalf("judging a stage twice: changed=%v err=%v", changed, err)
+	}
+	e := endpointOf(t, c)
+	if e.Rollout.Status.Stage != 1 || !maps.Equal(e.Traffic, map[string]float64{"v1": 0.9, "v2": 0.1}) || len(e.Shadows) != 0 || len(e.Rollout.Status.Verdicts) != 1 {
+		t.Fatalf("first step: %+v %+v", e, e.Rollout.Status)
+	}
+	fail := model.RolloutVerdict{Stage: "traffic 10%", Reason: "error rate 0.05 above 0.01"}
+	changes(t)(c.JudgeRollout(ctx, "gen", 1, fail))
+	e = endpointOf(t, c)
+	if s := e.Rollout.Status; s.Phase != model.RolloutRolledBack || s.Reason != "traffic 10%: error rate 0.05 above 0.01" || len(s.Verdicts) != 2 ||
+		!maps.Equal(e.Traffic, map[string]float64{"v1": 1}) {
+		t.Fatalf("rolled back: %+v %+v", e, s)
+	}
+	// What is stored is what the next leader resumes from.
+	m, _, err := st.Load(ctx)
+	if err != nil || m.Endpoints[0].Rollout.Status.Phase != model.RolloutRolledBack {
+		t.Fatalf("stored: %v %+v", err, m.Endpoints[0].Rollout)
+	}
+	changes(t)(c.SetTraffic(ctx, "gen", map[string]float64{"v2": 1})) // ended: traffic is the user's again
+}
+
+// TestRolloutActions: pause and resume hold and restart a stage; promote
+// gives the candidate everything and can scale the primary down.
+func TestRolloutActions(t *testing.T) {
+	ctx := context.Background()
+	c, _ := rolloutSetup(t)
+	r := twoSteps()
+	r.ScaleDownPrimary = true
+	changes(t)(c.StartRollout(ctx, "gen", r))
+	changes(t)(c.BeginRollout(ctx, "gen"))
+	changes(t)(c.ActOnRollout(ctx, "gen", PauseRollout))
+	if changed, err := c.JudgeRollout(ctx, "gen", 0, model.RolloutVerdict{Passed: true}); changed || err != nil {
+		t.Fatalf("a paused stage was judged: %v %v", changed, err)
+	}
+	changes(t)(c.ActOnRollout(ctx, "gen", ResumeRollout))
+	changes(t)(c.ActOnRollout(ctx, "gen", PromoteRollout))
+	e := endpointOf(t, c)
+	if e.Rollout.Status.Phase != model.RolloutPromoted || !maps.Equal(e.Traffic, map[string]float64{"v2": 1}) || len(e.Shadows) != 0 {
+		t.Fatalf("promoted: %+v", e)
+	}
+	_, err := c.ActOnRollout(ctx, "gen", AbortRollout)
+	mustKind(t, err, Conflict, "has ended (promoted)")
+	_, err = c.ActOnRollout(ctx, "gen", "skip")
+	mustKind(t, err, Invalid, `"skip" is not an action`)
+}
+
+// TestApplyCarriesARolloutOn: a file that declares the running rollout
+// keeps its stage and the traffic it sets; one that changes it, or drops
+// it, is refused while it runs; a new one starts from the file's traffic.
+func TestApplyCarriesARolloutOn(t *testing.T) {
+	ctx := context.Background()
+	c, _ := rolloutSetup(t)
+	r := twoSteps()
+	spec := &model.Spec{Backends: []model.BackendSpec{model.BackendSpecOf(backend("v1")), model.BackendSpecOf(backend("v2"))},
+		Endpoints: []model.Endpoint{{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}, Rollout: &r}}}
+	if _, err := c.Apply(ctx, spec, false); err != nil {
+		t.Fatal(err)
+	}
+	changes(t)(c.BeginRollout(ctx, "gen"))
+	changes(t)(c.JudgeRollout(ctx, "gen", 0, model.RolloutVerdict{Passed: true}))
+	diff, err := c.Apply(ctx, spec, false)
+	if err != nil || len(diff) != 0 {
+		t.Fatalf("re-applying the same file: %v %v", diff, err)
+	}
+	if e := endpointOf(t, c); e.Rollout.Status.Stage != 1 || e.Traffic["v2"] != 0.1 {
+		t.Fatalf("after apply: %+v", e)
+	}
+	changed := twoSteps()
+	changed.Steps[0].Weight = 0.2
+	spec.Endpoints[0].Rollout = &changed
+	_, err = c.Apply(ctx, spec, false)
+	mustKind(t, err, Conflict, "in progress (progressing, stage traffic 10%)")
+	spec.Endpoints[0].Rollout = nil
+	_, err = c.Apply(ctx, spec, false)
+	mustKind(t, err, Conflict, "in progress")
+}
