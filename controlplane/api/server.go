@@ -17,6 +17,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/rollout"
 )
 
 // MaxBodyBytes bounds a request body; MaxApplyBytes an apply's, which
@@ -72,8 +73,10 @@ type ErrorBody struct {
 // paths) in Tokens.Authenticate: only a token with the exec scope gets the
 // authority to change what commands run (controller.MayRunCommands), which
 // the controller checks under its write lock.
-func Handler(c *controller.Controller, log *slog.Logger, status func() StatusReport) http.Handler {
-	s := &server{c: c, log: log}
+//
+// live, if not nil, gives the live figures of the rollouts' stages.
+func Handler(c *controller.Controller, log *slog.Logger, status func() StatusReport, live func() map[string]rollout.Live) http.Handler {
+	s := &server{c: c, log: log, live: live}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/backends", s.listBackends)
 	mux.HandleFunc("POST /v1/backends", s.createBackend)
@@ -86,6 +89,9 @@ func Handler(c *controller.Controller, log *slog.Logger, status func() StatusRep
 	mux.HandleFunc("DELETE /v1/endpoints/{name}", s.deleteEndpoint)
 	mux.HandleFunc("PUT /v1/endpoints/{name}/traffic", s.setTraffic)
 	mux.HandleFunc("PUT /v1/endpoints/{name}/shadows/{backend}", s.setShadow)
+	mux.HandleFunc("POST /v1/endpoints/{name}/rollout", s.startRollout)
+	mux.HandleFunc("GET /v1/endpoints/{name}/rollout", s.getRollout)
+	mux.HandleFunc("POST /v1/endpoints/{name}/rollout/{action}", s.actOnRollout)
 	mux.HandleFunc("POST /v1/apply", s.apply)
 	mux.HandleFunc("GET /v1/leader", s.leader)
 	if status != nil {
@@ -114,8 +120,9 @@ func finishWrites(next http.Handler) http.Handler {
 }
 
 type server struct {
-	c   *controller.Controller
-	log *slog.Logger
+	c    *controller.Controller
+	log  *slog.Logger
+	live func() map[string]rollout.Live
 }
 
 func (s *server) listBackends(w http.ResponseWriter, r *http.Request) {

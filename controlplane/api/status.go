@@ -7,6 +7,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/rollout"
 	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
 
@@ -32,6 +33,8 @@ type EndpointStatus struct {
 	RequestRate float64                 `json:"request_rate"`
 	ErrorRate   float64                 `json:"error_rate"`
 	Backends    []EndpointBackendStatus `json:"backends"`
+	// Rollout is the endpoint's rollout, if one was started.
+	Rollout *RolloutReport `json:"rollout,omitempty"`
 }
 
 // EndpointBackendStatus is one backend of an endpoint: configured weight or
@@ -127,6 +130,8 @@ type StatusInputs struct {
 	Problems            []string
 	// Configs are the user_config versions replicas run, by tag.
 	Configs map[string]string
+	// Rollouts are the live figures of the rollouts' stages, by endpoint.
+	Rollouts map[string]rollout.Live
 }
 
 // NewStatusReport joins in into the status report.
@@ -144,7 +149,9 @@ func NewStatusReport(in StatusInputs) StatusReport {
 		}
 	}
 	for _, e := range m.Endpoints {
-		r.Endpoints = append(r.Endpoints, endpointStatus(e, in.Backends, in.Endpoints[e.Name], uses))
+		es := endpointStatus(e, in.Backends, in.Endpoints[e.Name], uses)
+		es.Rollout = rolloutReport(e, in.Rollouts)
+		r.Endpoints = append(r.Endpoints, es)
 	}
 	for _, b := range m.Backends {
 		bs := backendStatus(b, in.Backends[b.Name])

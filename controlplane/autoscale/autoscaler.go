@@ -280,6 +280,20 @@ func (a *Autoscaler) ConfigVersions() map[string]string {
 	return maps.Clone(a.configs)
 }
 
+// Latest returns each node's latest load, as its agent last answered
+// (nodes that did not answer the last poll are left out).
+func (a *Autoscaler) Latest() map[string]wire.Load {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]wire.Load, len(a.history))
+	for node, h := range a.history {
+		if len(h) > 0 {
+			out[node] = h[len(h)-1]
+		}
+	}
+	return out
+}
+
 // Load returns the latest load per backend.
 func (a *Autoscaler) Load() map[string]BackendLoad {
 	a.mu.Lock()

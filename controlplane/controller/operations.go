@@ -255,6 +255,11 @@ func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
 // replica count to the autoscaler, and rolls out a changed process spec
 // (the old replicas drain while new ones are placed).
 func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) ([]Change, error) {
+	for i, e := range spec.Endpoints {
+		if err := model.CheckDeclared(fmt.Sprintf("endpoints[%d] (%q)", i, e.Name), e); err != nil {
+			return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
+		}
+	}
 	desired := spec.Model()
 	nodes, err := c.nodes(ctx)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/dataplane"
 	"github.com/servemesh/servemesh/controlplane/leader"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/controlplane/rollout"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
@@ -66,6 +67,7 @@ type controllerParts struct {
 	plane     *Plane
 	ctl       *controller.Controller
 	scaler    *autoscale.Autoscaler
+	rollouts  *rollout.Runner
 	publisher *dataplane.Publisher
 	watcher   *catalog.Watcher
 }
@@ -99,6 +101,7 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	go p.watcher.Run(ctx)
 	go p.publisher.Run(ctx)
 	go p.scaler.Run(ctx)
+	go p.rollouts.Run(ctx)
 	errs := make(chan error, 2)
 	go func() { errs <- p.ctl.Run(ctx) }()
 	elector := &leader.Elector{Client: client, Key: strings.Trim(o.ConsulPrefix, "/") + "/leader",
@@ -192,14 +195,16 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 	})
 	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)
 	scaler.AgentToken = o.AgentToken
+	rollouts := rollout.New(ctl, scaler.Latest, log.With("component", "rollout"), plane.Registry)
 	status := func() api.StatusReport {
 		m, _ := ctl.State()
 		return api.NewStatusReport(api.StatusInputs{State: m, Backends: scaler.Load(), Endpoints: scaler.EndpointRates(),
-			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher), Configs: scaler.ConfigVersions()})
+			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher), Configs: scaler.ConfigVersions(),
+			Rollouts: rollouts.Live()})
 	}
-	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), status))
+	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), status, rollouts.Live))
 	plane.Wrap(o.Tokens.Authenticate)
-	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, publisher: publisher, watcher: watcher}
+	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, rollouts: rollouts, publisher: publisher, watcher: watcher}
 }
 
 // checkExposure refuses an API without a token on an address beyond

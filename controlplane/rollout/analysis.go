@@ -1,0 +1,102 @@
+package rollout
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// Sample is one backend's figures over a stage's window, with how many
+// answers its latency was measured on.
+type Sample struct {
+	model.RolloutFigures
+	// Timed is how many answers the latency histogram holds in the window
+	// (Envoy flushes it every second, so it trails Requests a little).
+	Timed uint64 `json:"timed"`
+}
+
+// sampleOf turns one backend's counts over a window into figures, the
+// latency at percentile p.
+func sampleOf(c counts, p float64) Sample {
+	s := Sample{RolloutFigures: model.RolloutFigures{Requests: c.requests, Errors: c.errors}}
+	if c.requests > 0 {
+		s.ErrorRate = float64(c.errors) / float64(c.requests)
+	}
+	if n := len(c.latency); n > 0 {
+		s.Timed = c.latency[n-1]
+		s.LatencyMs = Quantile(p/100, wire.LatencyBoundsMs, c.latency)
+	}
+	return s
+}
+
+// Quantile estimates the q-quantile (0 < q < 1) of a histogram given as
+// cumulative counts at bounds, interpolating linearly within the bucket
+// it falls in, as Prometheus's histogram_quantile does; 0 when empty.
+func Quantile(q float64, bounds []float64, cumulative []uint64) float64 {
+	n := len(cumulative)
+	if n == 0 || n != len(bounds) || cumulative[n-1] == 0 {
+		return 0
+	}
+	rank := q * float64(cumulative[n-1])
+	for i, c := range cumulative {
+		if float64(c) < rank {
+			continue
+		}
+		lower, below := 0.0, 0.0
+		if i > 0 {
+			lower, below = bounds[i-1], float64(cumulative[i-1])
+		}
+		if float64(c) == below {
+			return bounds[i]
+		}
+		return lower + (bounds[i]-lower)*(rank-below)/(float64(c)-below)
+	}
+	return bounds[n-1]
+}
+
+// Judge decides a stage from the candidate's and the primary's samples
+// over its window, elapsed into the stage. A verdict needs checks.MinSample
+// answers of the candidate; a failed check decides at once, a pass needs
+// the stage's duration and min_requests too. The primary is compared
+// with only once it has MinSample answers of its own.
+func Judge(stage model.RolloutStage, checks model.RolloutChecks, elapsed time.Duration, cand, prim Sample) (model.RolloutVerdict, bool) {
+	c := checks.Effective()
+	v := model.RolloutVerdict{Stage: stage.Name(), Candidate: cand.RolloutFigures, Primary: prim.RolloutFigures}
+	if cand.Requests < uint64(c.MinSample) {
+		return v, false
+	}
+	if reason := failedCheck(c, cand, prim); reason != "" {
+		v.Reason = reason
+		return v, true
+	}
+	if elapsed < time.Duration(stage.DurationS*float64(time.Second)) || cand.Requests < uint64(stage.MinRequests) || cand.Timed < uint64(c.MinSample) {
+		return v, false
+	}
+	v.Passed = true
+	v.Reason = fmt.Sprintf("within the checks over %d answers in %s", cand.Requests, elapsed.Round(time.Second))
+	return v, true
+}
+
+// failedCheck says which check the candidate fails, "" if none.
+func failedCheck(c model.RolloutChecks, cand, prim Sample) string {
+	primCounts := prim.Requests >= uint64(c.MinSample)
+	switch {
+	case cand.ErrorRate > c.MaxErrorRate:
+		return fmt.Sprintf("error rate %.2f%% (%d of %d) above the %.2f%% allowed", 100*cand.ErrorRate, cand.Errors, cand.Requests, 100*c.MaxErrorRate)
+	case c.MaxErrorRateIncrease > 0 && primCounts && cand.ErrorRate > prim.ErrorRate+c.MaxErrorRateIncrease:
+		return fmt.Sprintf("error rate %.2f%% above the primary's %.2f%% by more than the %.2f points allowed", 100*cand.ErrorRate, 100*prim.ErrorRate, 100*c.MaxErrorRateIncrease)
+	}
+	if cand.Timed < uint64(c.MinSample) {
+		return ""
+	}
+	p := fmt.Sprintf("p%g", c.LatencyPercentile)
+	switch {
+	case c.MaxLatencyMs > 0 && cand.LatencyMs > c.MaxLatencyMs:
+		return fmt.Sprintf("%s latency %.1f ms above the %.1f ms allowed", p, cand.LatencyMs, c.MaxLatencyMs)
+	case prim.Timed >= uint64(c.MinSample) && cand.LatencyMs > prim.LatencyMs*c.MaxLatencyRatio && cand.LatencyMs-prim.LatencyMs > c.LatencyToleranceMs:
+		return fmt.Sprintf("%s latency %.1f ms, more than %g times the primary's %.1f ms", p, cand.LatencyMs, c.MaxLatencyRatio, prim.LatencyMs)
+	}
+	return ""
+}

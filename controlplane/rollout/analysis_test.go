@@ -1,0 +1,100 @@
+package rollout
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// histogram returns cumulative counts at wire.LatencyBoundsMs of n answers
+// that each took ms.
+func histogram(n uint64, ms float64) []uint64 {
+	out := make([]uint64, len(wire.LatencyBoundsMs))
+	for i, b := range wire.LatencyBoundsMs {
+		if ms <= b {
+			out[i] = n
+		}
+	}
+	return out
+}
+
+func TestQuantile(t *testing.T) {
+	bounds := []float64{1, 2, 4}
+	for _, tc := range []struct {
+		q    float64
+		cum  []uint64
+		want float64
+	}{
+		{0.5, []uint64{0, 0, 0}, 0},
+		{0.5, []uint64{10, 10, 10}, 0.5},
+		{0.99, []uint64{50, 100, 100}, 1.98},
+		{0.9, []uint64{0, 0, 10}, 3.8},
+	} {
+		if got := Quantile(tc.q, bounds, tc.cum); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("Quantile(%v, %v) = %v, want %v", tc.q, tc.cum, got, tc.want)
+		}
+	}
+}
+
+func sample(requests, errors uint64, ms float64) Sample {
+	return sampleOf(counts{requests: requests, errors: errors, latency: histogram(requests, ms)}, 99)
+}
+
+// TestJudge: a failed check decides once the candidate has the minimum
+// sample; a pass waits for the stage's duration and minimum of requests;
+// the relative checks compare with the primary only once it has a sample.
+func TestJudge(t *testing.T) {
+	step := model.RolloutStage{Kind: model.StageTraffic, Share: 0.1, DurationS: 10, MinRequests: 100}
+	checks := model.RolloutChecks{MaxErrorRateIncrease: 0.005}
+	good, slow := sample(1000, 0, 4), sample(1000, 0, 40)
+	for _, tc := range []struct {
+		name        string
+		elapsed     time.Duration
+		cand, prim  Sample
+		checks      model.RolloutChecks
+		decided, ok bool
+		reason      string
+	}{
+		{"too few answers", time.Minute, sample(19, 19, 4), good, checks, false, false, ""},
+		{"errors above the bound", time.Second, sample(100, 5, 4), good, checks, true, false, "error rate 5.00% (5 of 100) above the 1.00% allowed"},
+		{"errors above the primary's", time.Second, sample(1000, 8, 4), good, checks, true, false, "above the primary's 0.00% by more than the 0.50 points"},
+		{"as many errors as the primary", time.Minute, sample(1000, 8, 4), sample(1000, 8, 4), checks, true, true, "within the checks"},
+		{"slow", time.Second, slow, good, checks, true, false, "p99 latency 49.8 ms, more than 2 times the primary's 5.0 ms"},
+		{"slow but within the tolerance", time.Minute, sample(1000, 0, 5), sample(1000, 0, 2), checks, true, true, ""},
+		{"slow with no primary to compare", time.Minute, slow, sample(5, 0, 4), checks, true, true, ""},
+		{"slow above the absolute bound", time.Second, slow, slow, model.RolloutChecks{MaxLatencyMs: 25}, true, false, "above the 25.0 ms allowed"},
+		{"good but too early", 5 * time.Second, good, good, checks, false, false, ""},
+		{"good but too few for the stage", time.Minute, sample(50, 0, 4), good, checks, false, false, ""},
+		{"good", time.Minute, good, good, checks, true, true, "within the checks over 1000 answers in 1m0s"},
+	} {
+		v, decided := Judge(step, tc.checks, tc.elapsed, tc.cand, tc.prim)
+		if decided != tc.decided || (decided && v.Passed != tc.ok) || !strings.Contains(v.Reason, tc.reason) {
+			t.Errorf("%s: decided=%v passed=%v reason %q", tc.name, decided, v.Passed, v.Reason)
+		}
+		if decided && (v.Stage != "traffic 10%" || v.Candidate != tc.cand.RolloutFigures) {
+			t.Errorf("%s: verdict %+v", tc.name, v)
+		}
+	}
+}
+
+// TestWindowCountsFromTheStageOn: each node's first sample in a window is
+// its start; a node whose Envoy restarted counts from 0 again.
+func TestWindowCountsFromTheStageOn(t *testing.T) {
+	w := newWindow(windowKey{stage: 1})
+	load := func(requests, errors uint64) wire.Load {
+		return wire.Load{Backends: map[string]wire.BackendLoad{"v2": {Requests: requests, Errors: errors, Latency: histogram(requests, 3)}}}
+	}
+	c := w.observe(map[string]wire.Load{"n1": load(500, 50), "n2": load(100, 0)}, "v2", "v1")
+	if c[0].requests != 0 || c[1].requests != 0 {
+		t.Fatalf("first sample: %+v", c)
+	}
+	c = w.observe(map[string]wire.Load{"n1": load(600, 55), "n2": load(30, 3)}, "v2", "v1")
+	s := sampleOf(c[0], 99)
+	if s.Requests != 130 || s.Errors != 8 || s.Timed != 130 || s.LatencyMs <= 2 || s.LatencyMs > 3 {
+		t.Fatalf("window: %+v", s)
+	}
+}
