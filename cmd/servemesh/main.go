@@ -69,7 +69,7 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 		Use:   "servemesh",
 		Short: "servemesh shifts, splits and mirrors live traffic between versions of a service, on Envoy",
 		Long: "servemesh shifts, splits and mirrors live traffic between versions of a service, on Envoy.\n\n" +
-			"The API commands (backend, endpoint, traffic, shadow, apply, status) talk to a controller;\n" +
+			"The API commands (backend, endpoint, traffic, shadow, rollout, apply, status) talk to a controller;\n" +
 			"the others run servemesh's processes.",
 		Version:       version,
 		SilenceErrors: true,
@@ -81,7 +81,7 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 	root.AddGroup(&cobra.Group{ID: "api", Title: "Change and read the mesh (through a controller's API):"},
 		&cobra.Group{ID: "run", Title: "Run servemesh:"})
 	for _, c := range []*cobra.Command{newBackendCommand(), newEndpointCommand(), newTrafficCommand(),
-		newShadowCommand(), newApplyCommand(), newStatusCommand()} {
+		newShadowCommand(), newRolloutCommand(), newApplyCommand(), newStatusCommand()} {
 		c.GroupID = "api"
 		root.AddCommand(c)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -58,6 +59,7 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%.1f\t%.1f\n", name, route, rate, b.Backend, b.Weight, shadow, b.RequestRate, b.ErrorRate)
 		}
 	}
+	printRolloutRows(tw, r)
 	fmt.Fprintln(tw, "\nBACKEND\tREPLICAS (READY/RUNNING/DESIRED)\tDRAINING\tAUTOSCALED\tIN FLIGHT\tHELD\tREQ/S\tERR/S")
 	for _, b := range r.Backends {
 		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%v\t%.0f\t%.0f\t%.1f\t%.1f\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, b.Autoscaled, b.InFlight, b.Held, b.RequestRate, b.ErrorRate)
@@ -73,4 +75,27 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// printRolloutRows lists the endpoints' rollouts, if any: stage and live
+// figures, or how each ended.
+func printRolloutRows(tw io.Writer, r api.StatusReport) {
+	header := false
+	for _, e := range r.Endpoints {
+		ro := e.Rollout
+		if ro == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "\nROLLOUT\tCANDIDATE\tPHASE\tSTAGE\tANSWERS\tERRORS\tLATENCY (CANDIDATE/PRIMARY)\tREASON")
+			header = true
+		}
+		answers, errs, lat := "-", "-", "-"
+		if l := ro.Live; l != nil {
+			answers = fmt.Sprintf("%d/%d", l.Candidate.Requests, l.Primary.Requests)
+			errs = fmt.Sprintf("%.2f%%/%.2f%%", 100*l.Candidate.ErrorRate, 100*l.Primary.ErrorRate)
+			lat = fmt.Sprintf("%.1f/%.1f ms", l.Candidate.LatencyMs, l.Primary.LatencyMs)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, ro.Candidate, ro.Phase, orNone(ro.Stage), answers, errs, lat, orNone(ro.Reason))
+	}
 }
