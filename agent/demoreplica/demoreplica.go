@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,14 +40,26 @@ type Response struct {
 
 // ReconfigurePath is where a demo replica takes its backend's user_config
 // (process.reconfigure_path): it answers with it from then on, and refuses
-// a config whose "fail" is true, as a model server refuses a bad one.
+// a config whose "fail" is true, as a model server refuses a bad one. The
+// config's Faults make it a bad version to roll out, for tests and demos.
 const ReconfigurePath = "/-/reconfigure"
+
+// Faults are what a demo replica's user_config can make it do wrong.
+type Faults struct {
+	// ErrorRate is the share of requests answered 500, at random.
+	ErrorRate float64 `json:"error_rate"`
+	// DelayMs is added to every answer.
+	DelayMs int `json:"delay_ms"`
+	// FailShadows answers 500 to every mirrored copy (wire.ShadowHeader).
+	FailShadows bool `json:"fail_shadows"`
+}
 
 // Replica is one demo replica's handler.
 type Replica struct {
 	Backend     string
 	Name        string
 	config      atomic.Pointer[json.RawMessage]
+	faults      atomic.Pointer[Faults]
 	served      atomic.Int64
 	inFlight    atomic.Int64
 	maxInFlight atomic.Int64
@@ -83,6 +96,9 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		echoUpgraded(w, r.Backend, r.Name)
 		return
 	}
+	if r.faulty(w, req) {
+		return
+	}
 	if q := req.URL.Query(); q.Get("fail_replica") != "" && q.Get("fail_replica") == r.Name {
 		// A faulty replica, for tests: this one answers with fail_status.
 		status, err := strconv.Atoi(q.Get("fail_status"))
@@ -110,6 +126,7 @@ func (r *Replica) reconfigure(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
 	var cfg struct {
 		Fail bool `json:"fail"`
+		Faults
 	}
 	if err == nil {
 		err = json.Unmarshal(body, &cfg)
@@ -122,8 +139,31 @@ func (r *Replica) reconfigure(w http.ResponseWriter, req *http.Request) {
 	default:
 		raw := json.RawMessage(body)
 		r.config.Store(&raw)
+		r.faults.Store(&cfg.Faults)
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// faulty applies the faults of the replica's config to a request, and
+// reports whether it answered it (with an error).
+func (r *Replica) faulty(w http.ResponseWriter, req *http.Request) bool {
+	f := r.faults.Load()
+	if f == nil {
+		return false
+	}
+	if f.DelayMs > 0 {
+		select {
+		case <-time.After(time.Duration(min(f.DelayMs, 60_000)) * time.Millisecond):
+		case <-req.Context().Done():
+			return true
+		}
+	}
+	if (f.FailShadows && req.Header.Get(wire.ShadowHeader) != "") || (f.ErrorRate > 0 && rand.Float64() < f.ErrorRate) {
+		r.served.Add(1)
+		http.Error(w, "failing on purpose (user_config faults)", http.StatusInternalServerError)
+		return true
+	}
+	return false
 }
 
 func (r *Replica) configNow() json.RawMessage {

@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 func TestReplicaSaysWhoItIs(t *testing.T) {
@@ -41,5 +44,45 @@ func TestReplicaTakesItsConfig(t *testing.T) {
 	var got Response
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || string(got.Config) != `{"temperature":0.5}` {
 		t.Fatalf("answer %s (%v); want the config it took", rec.Body, err)
+	}
+}
+
+// TestReplicaFaultsFromItsConfig: a config's faults make the replica a bad
+// version: errors at a rate, a delay, or failing mirrored copies only.
+func TestReplicaFaultsFromItsConfig(t *testing.T) {
+	r := &Replica{Backend: "v2", Name: "v2#abc"}
+	get := func(shadow bool) (int, time.Duration) {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequestWithContext(context.Background(), "GET", "http://api/predict", nil)
+		if shadow {
+			req.Header.Set(wire.ShadowHeader, "gen")
+		}
+		start := time.Now()
+		r.ServeHTTP(rec, req)
+		return rec.Code, time.Since(start)
+	}
+	configure := func(body string) {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), "POST", "http://api"+ReconfigurePath, strings.NewReader(body)))
+		if rec.Code != 204 {
+			t.Fatalf("config %s: %d", body, rec.Code)
+		}
+	}
+	configure(`{"fail_shadows": true, "delay_ms": 20}`)
+	if code, took := get(false); code != 200 || took < 20*time.Millisecond {
+		t.Fatalf("a user's request: %d in %v", code, took)
+	}
+	if code, _ := get(true); code != 500 {
+		t.Fatalf("a shadow: %d", code)
+	}
+	configure(`{"error_rate": 0.5}`)
+	failed := 0
+	for range 400 {
+		if code, _ := get(false); code == 500 {
+			failed++
+		}
+	}
+	if failed < 120 || failed > 280 {
+		t.Fatalf("%d of 400 failed at an error rate of 0.5", failed)
 	}
 }
