@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
 )
 
@@ -117,14 +116,14 @@ func newRolloutCommand() *cobra.Command {
 	}
 	verbs := []*cobra.Command{start, status}
 	for _, a := range []struct {
-		action    controller.RolloutAction
+		action    model.RolloutAction
 		short     string
 		did, same string
 	}{
-		{controller.PauseRollout, "hold a rollout at its stage; nothing is judged", "rollout paused", "rollout is not progressing"},
-		{controller.ResumeRollout, "judge a paused rollout's stage again, from the start of its window", "rollout resumed", "rollout is not paused"},
-		{controller.PromoteRollout, "give the candidate all the traffic now", "rollout promoted", "rollout promoted already"},
-		{controller.AbortRollout, "give the primary all the traffic now and end the rollout", "rollout aborted", "rollout ended already"},
+		{model.PauseRollout, "hold a rollout at its stage; nothing is judged", "rollout paused", "rollout is not progressing"},
+		{model.ResumeRollout, "judge a paused rollout's stage again, from the start of its window", "rollout resumed", "rollout is not paused"},
+		{model.PromoteRollout, "give the candidate all the traffic now", "rollout promoted", "rollout promoted already"},
+		{model.AbortRollout, "give the primary all the traffic now and end the rollout", "rollout aborted", "rollout ended already"},
 	} {
 		verbs = append(verbs, &cobra.Command{
 			Use:               string(a.action) + " ENDPOINT",

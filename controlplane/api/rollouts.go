@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/rollout"
 )
@@ -31,7 +30,7 @@ type RolloutReport struct {
 }
 
 // RolloutActionPath is where an action on an endpoint's rollout is posted.
-func RolloutActionPath(endpoint string, action controller.RolloutAction) string {
+func RolloutActionPath(endpoint string, action model.RolloutAction) string {
 	return "/v1/endpoints/" + esc(endpoint) + "/rollout/" + esc(string(action))
 }
 
@@ -66,7 +65,7 @@ func (s *server) startRollout(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) actOnRollout(w http.ResponseWriter, r *http.Request) {
-	changed, err := s.c.ActOnRollout(r.Context(), r.PathValue("name"), controller.RolloutAction(r.PathValue("action")))
+	changed, err := s.c.ActOnRollout(r.Context(), r.PathValue("name"), model.RolloutAction(r.PathValue("action")))
 	s.answerChange(w, changed, err, http.StatusOK)
 }
 
@@ -95,7 +94,7 @@ func (c *Client) StartRollout(ctx context.Context, endpoint string, r model.Roll
 }
 
 // ActOnRollout pauses, resumes, promotes or aborts an endpoint's rollout.
-func (c *Client) ActOnRollout(ctx context.Context, endpoint string, action controller.RolloutAction) (bool, error) {
+func (c *Client) ActOnRollout(ctx context.Context, endpoint string, action model.RolloutAction) (bool, error) {
 	var out Changed
 	return out.Changed, c.do(ctx, http.MethodPost, RolloutActionPath(endpoint, action), nil, &out)
 }

@@ -16,25 +16,6 @@ import (
 // moves from, so a move made twice (a controller that crashed after its
 // checkpoint, then the one that took over) changes nothing the second time.
 
-// RolloutAction is what a user asks of a started rollout.
-type RolloutAction string
-
-// The actions on a rollout.
-const (
-	// PauseRollout holds the current stage; nothing is judged.
-	PauseRollout RolloutAction = "pause"
-	// ResumeRollout judges the current stage again, from the start of its
-	// window.
-	ResumeRollout RolloutAction = "resume"
-	// PromoteRollout gives the candidate all the traffic now.
-	PromoteRollout RolloutAction = "promote"
-	// AbortRollout gives the primary all the traffic now.
-	AbortRollout RolloutAction = "abort"
-)
-
-// RolloutActions lists the actions, for help and errors.
-var RolloutActions = []RolloutAction{PauseRollout, ResumeRollout, PromoteRollout, AbortRollout}
-
 // StartRollout starts rolling out r.Candidate on an endpoint whose traffic
 // all goes to one backend, the primary. Starting the same rollout again
 // while it runs changes nothing; a different one is refused until the
@@ -87,9 +68,9 @@ func soleBackend(traffic map[string]float64) (string, bool) {
 
 // ActOnRollout pauses, resumes, promotes or aborts an endpoint's active
 // rollout. Asking for the state it is in changes nothing.
-func (c *Controller) ActOnRollout(ctx context.Context, endpoint string, action RolloutAction) (bool, error) {
-	if !slices.Contains(RolloutActions, action) {
-		return false, errorf(Invalid, "%q is not an action on a rollout; use one of %v", action, RolloutActions)
+func (c *Controller) ActOnRollout(ctx context.Context, endpoint string, action model.RolloutAction) (bool, error) {
+	if !slices.Contains(model.RolloutActions, action) {
+		return false, errorf(Invalid, "%q is not an action on a rollout; use one of %v", action, model.RolloutActions)
 	}
 	nodes, err := c.nodes(ctx)
 	if err != nil {
@@ -110,17 +91,17 @@ func (c *Controller) ActOnRollout(ctx context.Context, endpoint string, action R
 		}
 		now := c.now()
 		switch action {
-		case PauseRollout:
+		case model.PauseRollout:
 			if st.Phase == model.RolloutProgressing {
 				st.Phase, st.SinceMs = model.RolloutPaused, now.UnixMilli()
 			}
-		case ResumeRollout:
+		case model.ResumeRollout:
 			if st.Phase == model.RolloutPaused {
 				st.Phase, st.SinceMs = model.RolloutProgressing, now.UnixMilli()
 			}
-		case PromoteRollout:
+		case model.PromoteRollout:
 			return c.endRollout(m, e, model.RolloutPromoted, "promoted by a user", nodes, now)
-		case AbortRollout:
+		case model.AbortRollout:
 			return c.endRollout(m, e, model.RolloutRolledBack, "aborted by a user", nodes, now)
 		}
 		return nil

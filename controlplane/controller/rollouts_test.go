@@ -101,17 +101,17 @@ func TestRolloutActions(t *testing.T) {
 	r.ScaleDownPrimary = true
 	changes(t)(c.StartRollout(ctx, "gen", r))
 	changes(t)(c.BeginRollout(ctx, "gen"))
-	changes(t)(c.ActOnRollout(ctx, "gen", PauseRollout))
+	changes(t)(c.ActOnRollout(ctx, "gen", model.PauseRollout))
 	if changed, err := c.JudgeRollout(ctx, "gen", 0, model.RolloutVerdict{Passed: true}); changed || err != nil {
 		t.Fatalf("a paused stage was judged: %v %v", changed, err)
 	}
-	changes(t)(c.ActOnRollout(ctx, "gen", ResumeRollout))
-	changes(t)(c.ActOnRollout(ctx, "gen", PromoteRollout))
+	changes(t)(c.ActOnRollout(ctx, "gen", model.ResumeRollout))
+	changes(t)(c.ActOnRollout(ctx, "gen", model.PromoteRollout))
 	e := endpointOf(t, c)
 	if e.Rollout.Status.Phase != model.RolloutPromoted || !maps.Equal(e.Traffic, map[string]float64{"v2": 1}) || len(e.Shadows) != 0 {
 		t.Fatalf("promoted: %+v", e)
 	}
-	_, err := c.ActOnRollout(ctx, "gen", AbortRollout)
+	_, err := c.ActOnRollout(ctx, "gen", model.AbortRollout)
 	mustKind(t, err, Conflict, "has ended (promoted)")
 	_, err = c.ActOnRollout(ctx, "gen", "skip")
 	mustKind(t, err, Invalid, `"skip" is not an action`)

@@ -279,6 +279,25 @@ func ApplyRollout(e *Endpoint) {
 	}
 }
 
+// RolloutAction is what a user asks of a started rollout.
+type RolloutAction string
+
+// The actions on a rollout.
+const (
+	// PauseRollout holds the current stage; nothing is judged.
+	PauseRollout RolloutAction = "pause"
+	// ResumeRollout judges the current stage again, from the start of its
+	// window.
+	ResumeRollout RolloutAction = "resume"
+	// PromoteRollout gives the candidate all the traffic now.
+	PromoteRollout RolloutAction = "promote"
+	// AbortRollout gives the primary all the traffic now.
+	AbortRollout RolloutAction = "abort"
+)
+
+// RolloutActions lists the actions, for help and errors.
+var RolloutActions = []RolloutAction{PauseRollout, ResumeRollout, PromoteRollout, AbortRollout}
+
 // Limits of a rollout.
 const (
 	MaxRolloutSteps     = 20

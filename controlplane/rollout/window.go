@@ -18,8 +18,8 @@ type counts struct {
 // node whose counters went back (its Envoy restarted) starts again from 0.
 type window struct {
 	key     windowKey
-	started time.Time // when this controller began watching it
-	base map[string]map[string]wire.BackendLoad // node -> backend -> first sample
+	started time.Time                              // when this controller began watching it
+	base    map[string]map[string]wire.BackendLoad // node -> backend -> first sample
 }
 
 // windowKey names a stage's run: a new stage, or the same one resumed,
