@@ -102,6 +102,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/datapath -protocol grpc
 	go run ./bench/datapath -protocol stream -rate 200
 	go run ./bench/coldstart
+	go run ./bench/rollback
 
 clean: ## remove build output and run folders (keeps .tools)
 	rm -rf bin .run

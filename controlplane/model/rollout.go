@@ -311,17 +311,18 @@ const (
 // keep an active rollout's candidate its own.
 func validateRollout(p *problems, field string, e Endpoint, backends map[string]bool, users map[string][]string) {
 	r := *e.Rollout
-	if !backends[r.Candidate] {
+	st := r.Status
+	ended := st != nil && !st.Phase.Active() // history: its backends may be gone
+	if !backends[r.Candidate] && !ended {
 		p.add(field+".candidate", "%q is not a backend of the model; name the backend to roll out, or create it first", r.Candidate)
 	}
 	validateRolloutStages(p, field, r)
 	validateRolloutChecks(p, field+".checks", r.Checks)
-	st := r.Status
 	if st == nil {
 		return
 	}
 	switch {
-	case !backends[st.Primary]:
+	case !backends[st.Primary] && !ended:
 		p.add(field+".status.primary", "%q is not a backend of the model", st.Primary)
 	case st.Primary == r.Candidate:
 		p.add(field+".candidate", "%q is the backend that has the endpoint's traffic already; roll out another backend", r.Candidate)

@@ -108,6 +108,13 @@ func TestRolloutValidation(t *testing.T) {
 	if err := rolloutModel(r).Validate(); err != nil {
 		t.Errorf("finished rollout: %v", err)
 	}
+	// Its backends may be deleted: it is history.
+	m := rolloutModel(r)
+	m.Backends = m.Backends[:1]
+	m.Endpoints = m.Endpoints[:1]
+	if err := m.Validate(); err != nil {
+		t.Errorf("finished rollout of a deleted candidate: %v", err)
+	}
 }
 
 // TestDeclaredRolloutsHaveNoStatus: a file may not set a rollout's status,
