@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -84,6 +86,29 @@ func TestGRPC(t *testing.T) {
 		}
 		testutil.WaitFor(t, 5*time.Second, "the mirrored calls to be counted", func() bool { return mirrored()-before >= 0.4*n-5*11.5 })
 		checkShare(t, "calls mirrored to rank-shadow (proportion 0.4)", int(mirrored()-before), n, 0.4)
+	})
+	t.Run("failed calls count as the backend's errors, once each", func(t *testing.T) {
+		// A call for a service the health server does not know fails with
+		// NOT_FOUND in an HTTP 200: Envoy's upstream_rq_5xx misses it, its
+		// grpc_stats filter counts it, and the agent reports both as errors.
+		errs := func() float64 {
+			return metricValue(t, n1.metr, "servemesh_backend_errors_total", "backend", "rank-v1") +
+				metricValue(t, n1.metr, "servemesh_backend_errors_total", "backend", "rank-v2")
+		}
+		before := errs()
+		const n = 50
+		for range n {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := health.Check(cctx, &healthpb.HealthCheckRequest{Service: "no-such-service"})
+			cancel()
+			if status.Code(err) != codes.NotFound {
+				t.Fatalf("Check of an unknown service: %v; want NotFound", err)
+			}
+		}
+		testutil.WaitFor(t, 5*time.Second, "the failed calls to be counted", func() bool { return errs()-before >= n })
+		if got := errs() - before; got != n {
+			t.Fatalf("%v errors counted for %d failed calls", got, n)
+		}
 	})
 	t.Run("server-streaming calls flow", func(t *testing.T) {
 		for range 6 {

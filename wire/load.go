@@ -24,7 +24,9 @@ type BackendLoad struct {
 	// its router's queue.
 	Active  uint64 `json:"active"`
 	Pending uint64 `json:"pending"`
-	// Requests and Errors (5xx answers) are totals since Envoy started.
+	// Requests and Errors are totals since Envoy started; Errors are the
+	// answers with a 5xx status and the gRPC calls that failed (any status
+	// but OK), which Envoy counts apart.
 	Requests uint64 `json:"requests"`
 	Errors   uint64 `json:"errors"`
 	// Latency counts, since Envoy started, the answers that took at most
@@ -89,8 +91,8 @@ func setFigure(b *BackendLoad, stat string, v uint64) {
 	switch stat {
 	case StatRequests:
 		b.Requests = v
-	case StatErrors:
-		b.Errors = v
+	case StatErrors, StatGRPCFailures:
+		b.Errors += v
 	case StatActive:
 		b.Active = v
 	case StatPending:

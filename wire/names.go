@@ -139,13 +139,17 @@ const (
 	StatErrors   = "upstream_rq_5xx"
 	StatActive   = "upstream_rq_active"
 	StatPending  = "upstream_rq_pending_active"
+	// StatGRPCFailures counts a backend's gRPC calls that ended with a
+	// status other than OK (Envoy's grpc_stats filter; their HTTP status
+	// is 200).
+	StatGRPCFailures = "grpc.failure"
 	// StatLatency is the histogram of a request's time to its replica's
 	// whole answer, in milliseconds (buckets LatencyBoundsMs).
 	StatLatency = "upstream_rq_time"
 )
 
 // StatsFilter selects, in Envoy's /stats?filter=, every stat ParseStat reads.
-const StatsFilter = `^(cluster\.[^_].*\.upstream_rq_(total|5xx|active|pending_active|time)|vhost\..*\.route\..*\.upstream_rq_(total|5xx))$`
+const StatsFilter = `^(cluster\.[^_].*\.(upstream_rq_(total|5xx|active|pending_active|time)|grpc\.failure)|vhost\..*\.route\..*\.upstream_rq_(total|5xx))$`
 
 // LatencyBoundsMs are the upper bounds, in milliseconds, of the buckets of
 // every Envoy's StatLatency histograms (the bootstrap sets them): finer
@@ -170,7 +174,7 @@ type Stat struct {
 // (vhost.<vhost>.route.<endpoint>.<name>); ok is false for any other.
 func ParseStat(stat string) (s Stat, ok bool) {
 	if rest, found := strings.CutPrefix(stat, "cluster."); found {
-		for _, name := range []string{StatRequests, StatErrors, StatActive, StatPending, StatLatency} {
+		for _, name := range []string{StatRequests, StatErrors, StatActive, StatPending, StatLatency, StatGRPCFailures} {
 			if backend, found := strings.CutSuffix(rest, "."+name); found && backend != "" && !strings.HasPrefix(backend, "_") {
 				return Stat{Backend: backend, Name: name}, true
 			}

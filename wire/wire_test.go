@@ -52,7 +52,7 @@ func TestNewLoad(t *testing.T) {
 	}
 	l := NewLoad("n1", at, map[string]uint64{
 		"cluster.a.upstream_rq_total": 10, "cluster.a.upstream_rq_5xx": 2, "cluster.a.upstream_rq_active": 3,
-		"cluster.a.upstream_rq_pending_active": 4, "vhost._public.route.e.upstream_rq_total": 7,
+		"cluster.a.upstream_rq_pending_active": 4, "cluster.g.upstream_rq_total": 9, "cluster.g.grpc.failure": 3, "vhost._public.route.e.upstream_rq_total": 7,
 		"vhost.e.route.e.upstream_rq_total": 5, "vhost.e.route.e.upstream_rq_5xx": 1, "server.uptime": 9,
 	}, map[string][]uint64{
 		"cluster.a.upstream_rq_time": latency, "cluster._inbound_a.upstream_rq_time": latency,
@@ -61,8 +61,11 @@ func TestNewLoad(t *testing.T) {
 	if l.Node != "n1" || !l.At.Equal(at) {
 		t.Fatalf("node %q at %v", l.Node, l.At)
 	}
-	if got, want := l.Backends["a"], (BackendLoad{Requests: 10, Errors: 2, Active: 3, Pending: 4, Latency: latency}); !reflect.DeepEqual(got, want) || len(l.Backends) != 1 {
+	if got, want := l.Backends["a"], (BackendLoad{Requests: 10, Errors: 2, Active: 3, Pending: 4, Latency: latency}); !reflect.DeepEqual(got, want) || len(l.Backends) != 2 {
 		t.Errorf("backends %+v, want a=%+v", l.Backends, want)
+	}
+	if g := l.Backends["g"]; g.Requests != 9 || g.Errors != 3 {
+		t.Errorf("failed gRPC calls are errors: %+v", g)
 	}
 	if l.Routes[RouteKey("e", PublicListener)].Requests != 7 || !reflect.DeepEqual(l.Routes[RouteKey("e", MeshListener)], BackendLoad{Requests: 5, Errors: 1}) || len(l.Routes) != 2 {
 		t.Errorf("routes %+v", l.Routes)

@@ -68,8 +68,8 @@ type RolloutStep struct {
 type RolloutChecks struct {
 	// MaxErrorRate fails the candidate when more than this share of its
 	// answers are errors (5xx, which is also how Envoy counts a request
-	// whose connection was reset or timed out before an answer); 0.01 by
-	// default.
+	// whose connection was reset or timed out before an answer, and gRPC
+	// calls that ended with a status other than OK); 0.01 by default.
 	MaxErrorRate float64 `json:"max_error_rate,omitempty"`
 	// MaxErrorRateIncrease, if set, also fails it when its error rate
 	// exceeds the primary's by more than this (0.005: half a point).

@@ -5,6 +5,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	grpcstats "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/grpc_stats/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -64,9 +65,9 @@ func upgrades() []*hcm.HttpConnectionManager_UpgradeConfig {
 }
 
 func httpListener(name, address string, port uint32, routeName string, logged bool) (*listener.Listener, error) {
-	routerConfig, err := anypb.New(&router.Router{})
+	filters, err := outboundFilters()
 	if err != nil {
-		return nil, fmt.Errorf("listener %s: pack router filter: %w", name, err)
+		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}
 	manager := &hcm.HttpConnectionManager{
 		StatPrefix: name,
@@ -81,10 +82,7 @@ func httpListener(name, address string, port uint32, routeName string, logged bo
 		MergeSlashes:   true,
 		UpgradeConfigs: upgrades(),
 		AccessLog:      accessLogs(name, logged),
-		HttpFilters: []*hcm.HttpFilter{{
-			Name:       "envoy.filters.http.router",
-			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
-		}},
+		HttpFilters:    filters,
 	}
 	managerConfig, err := anypb.New(manager)
 	if err != nil {
@@ -99,6 +97,31 @@ func httpListener(name, address string, port uint32, routeName string, logged bo
 				ConfigType: &listener.Filter_TypedConfig{TypedConfig: managerConfig},
 			}},
 		}},
+	}, nil
+}
+
+// outboundFilters are the HTTP filters of the listeners that send requests
+// to backends: gRPC statistics, then the router. Envoy counts a backend's
+// answers by HTTP status (upstream_rq_5xx); a gRPC call fails with an HTTP
+// 200 and a grpc-status, which the grpc_stats filter counts as
+// cluster.<backend>.grpc.failure (every status but OK; no per-method
+// stats). The router then leaves its own failures of a gRPC call (a reset,
+// a timeout) to that count rather than charging a 5xx too, so no call is
+// counted twice.
+func outboundFilters() ([]*hcm.HttpFilter, error) {
+	grpcStats, err := anypb.New(&grpcstats.FilterConfig{
+		PerMethodStatSpecifier: &grpcstats.FilterConfig_StatsForAllMethods{StatsForAllMethods: wrapperspb.Bool(false)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pack grpc_stats filter: %w", err)
+	}
+	routerConfig, err := anypb.New(&router.Router{SuppressGrpcRequestFailureCodeStats: true})
+	if err != nil {
+		return nil, fmt.Errorf("pack router filter: %w", err)
+	}
+	return []*hcm.HttpFilter{
+		{Name: "envoy.filters.http.grpc_stats", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: grpcStats}},
+		{Name: "envoy.filters.http.router", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig}},
 	}, nil
 }
 
