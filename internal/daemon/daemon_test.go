@@ -325,3 +325,18 @@ func TestFilePlaneRefusesWhatItCannotRun(t *testing.T) {
 		}
 	}
 }
+
+// TestFilePlaneRefusesRollouts: nothing judges a rollout in file mode, so
+// a file that declares one is refused rather than served as if it moved.
+func TestFilePlaneRefusesRollouts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte(`backends: [{name: a, replicas: [{address: "127.0.0.1:9001"}]}, {name: b, replicas: [{address: "127.0.0.1:9002"}]}]
+endpoints: [{name: e, route: /e, traffic: {a: 1}, rollout: {candidate: b, steps: [{weight: 1, duration_s: 60}]}}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := StartFilePlane(context.Background(), quiet(), FilePlaneOptions{ConfigPath: path, XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	if err == nil || !strings.Contains(err.Error(), `endpoints[0] ("e").rollout: servemesh serve judges no rollout`) {
+		t.Fatalf("%v; want the rollout refused, naming the field and the fix", err)
+	}
+}

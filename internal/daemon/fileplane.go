@@ -60,7 +60,8 @@ func StartFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (
 // FileModeProblems refuses what a config file served without a controller
 // (`servemesh serve`) cannot have: backends whose replicas servemesh would
 // run (a process: no agent runs it) or read from Consul (external: no
-// catalog is read), which would never have a replica.
+// catalog is read), which would never have a replica, and rollouts, which
+// nothing would judge.
 func FileModeProblems(m *model.Model) error {
 	var problems []string
 	for i, b := range m.Backends {
@@ -72,6 +73,12 @@ func FileModeProblems(m *model.Model) error {
 		case b.External != nil:
 			problems = append(problems, field+".external: servemesh serve reads no Consul catalog, so this backend would have no replica; "+
 				"list its replicas' addresses (replicas:), or run a controller and apply the file (servemesh apply -f)")
+		}
+	}
+	for i, e := range m.Endpoints {
+		if e.Rollout != nil {
+			problems = append(problems, fmt.Sprintf("endpoints[%d] (%q).rollout: servemesh serve judges no rollout (it reads no figures and keeps no state), so the rollout would never move; "+
+				"set the traffic you want (traffic:), or run a controller with agents and apply the file (servemesh apply -f)", i, e.Name))
 		}
 	}
 	if len(problems) == 0 {
