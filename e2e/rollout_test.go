@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -108,16 +109,27 @@ func TestRollouts(t *testing.T) {
 		l.finish(t) // no user request depended on the candidate
 	})
 
-	t.Run("a good candidate is promoted through every stage with no failed request", func(t *testing.T) {
-		m.createBackends(t, demoVersion("gen-v2", 1, `{"delay_ms": 10}`))
+	t.Run("a good candidate declared in a file is promoted through every stage with no failed request", func(t *testing.T) {
+		// Declarative: the file holds the versions and the endpoint with
+		// its rollout; `apply -f` starts it (and deletes the rolled-back
+		// candidates, which the file leaves out).
+		v1, v2 := demoVersion("gen-v1", 2, `{"delay_ms": 10}`), demoVersion("gen-v2", 1, `{"delay_ms": 10}`)
+		rollout := &model.Rollout{Candidate: "gen-v2",
+			Shadow: &model.RolloutShadow{Proportion: 0.5, DurationS: 2, MinRequests: 30},
+			Header: &model.RolloutHeader{Header: "x-canary", Value: "1", DurationS: 2, MinRequests: 30},
+			Steps:  []model.RolloutStep{{Weight: 0.1, DurationS: 2, MinRequests: 30}, {Weight: 0.5, DurationS: 2, MinRequests: 30}, {Weight: 1, DurationS: 2, MinRequests: 30}},
+			Checks: model.RolloutChecks{LatencyToleranceMs: 20}}
+		file := filepath.Join(t.TempDir(), "mesh.yaml")
+		declared := &model.Model{Backends: []model.Backend{v1, v2},
+			Endpoints: []model.Endpoint{{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-v1": 1}, Rollout: rollout}}}
+		writeModel(t, file, declared)
+		env := []string{"SERVEMESH_SERVER=" + a.apiAddr + "," + b.apiAddr}
 		l := m.load()
 		canary := m.headerLoad("x-canary", "1")
-		hold := model.RolloutStep{DurationS: 2, MinRequests: 30}
-		r := m.rollOut(t, "gen-v2", model.Rollout{
-			Shadow: &model.RolloutShadow{Proportion: 0.5, DurationS: hold.DurationS, MinRequests: hold.MinRequests},
-			Header: &model.RolloutHeader{Header: "x-canary", Value: "1", DurationS: hold.DurationS, MinRequests: hold.MinRequests},
-			Steps:  []model.RolloutStep{{Weight: 0.1, DurationS: 2, MinRequests: 30}, {Weight: 0.5, DurationS: 2, MinRequests: 30}, {Weight: 1, DurationS: 2, MinRequests: 30}},
-			Checks: model.RolloutChecks{LatencyToleranceMs: 20}}, 90*time.Second)
+		if code, stdout, stderr := cli(t, env, "apply", "-f", file); code != 0 || !strings.Contains(stdout, "update endpoint gen") {
+			t.Fatalf("apply -f: exit %d\n%s%s", code, stdout, stderr)
+		}
+		r := waitRollout(t, m.c, 90*time.Second, "the rollout of gen-v2 to end", func(r api.RolloutReport) bool { return !r.Phase.Active() })
 		canary.finish(t)
 		l.finish(t)
 		if r.Phase != model.RolloutPromoted || len(r.Verdicts) != 5 {
@@ -129,7 +141,12 @@ func TestRollouts(t *testing.T) {
 			}
 		}
 		m.checkTraffic(t, map[string]float64{"gen-v2": 1})
-		code, stdout, stderr := cli(t, []string{"SERVEMESH_SERVER=" + a.apiAddr + "," + b.apiAddr}, "rollout", "status", "gen")
+		// The same file again changes nothing: the rollout it declares
+		// has run, and its result stands.
+		if code, stdout, stderr := cli(t, env, "apply", "-f", file); code != 0 || !strings.Contains(stdout, "no changes") {
+			t.Fatalf("apply -f again: exit %d\n%s%s", code, stdout, stderr)
+		}
+		code, stdout, stderr := cli(t, env, "rollout", "status", "gen")
 		if code != 0 || !strings.Contains(stdout, "phase promoted") || !strings.Contains(stdout, "✓ header x-canary=1") || !strings.Contains(stdout, "✓ traffic 100%") {
 			t.Fatalf("rollout status: exit %d\n%s%s", code, stdout, stderr)
 		}
