@@ -40,8 +40,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, 1, e.Name, ro.Candidate, string(ro.Status.Phase))
-		if ro.Status.Phase == model.RolloutProgressing || ro.Status.Phase == model.RolloutPaused {
-			ch <- prometheus.MustNewConstMetric(c.stage, prometheus.GaugeValue, float64(ro.Status.Stage), e.Name, ro.Candidate, ro.Stages()[ro.Status.Stage].Name())
+		if stage, ok := currentStage(*ro); ok && ro.Status.Phase != model.RolloutWaiting {
+			ch <- prometheus.MustNewConstMetric(c.stage, prometheus.GaugeValue, float64(ro.Status.Stage), e.Name, ro.Candidate, stage.Name())
 		}
 	}
 	for endpoint, l := range c.r.Live() {

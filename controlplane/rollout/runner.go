@@ -87,7 +87,7 @@ func (r *Runner) Step(ctx context.Context) {
 		switch e.Rollout.Status.Phase {
 		case model.RolloutWaiting:
 			if leading && r.ctl.BackendReady(m, e.Rollout.Candidate) {
-				r.move(r.ctl.BeginRollout(ctx, e.Name))
+				r.began(r.ctl.BeginRollout(ctx, e.Name))
 			}
 		case model.RolloutProgressing:
 			v, decided := r.observe(e, loads)
@@ -110,7 +110,10 @@ func (r *Runner) Step(ctx context.Context) {
 func (r *Runner) observe(e model.Endpoint, loads map[string]wire.Load) (model.RolloutVerdict, bool) {
 	ro := e.Rollout
 	st := ro.Status
-	stage := ro.Stages()[st.Stage]
+	stage, ok := currentStage(*ro)
+	if !ok {
+		return model.RolloutVerdict{}, false // a stored state no validation passed: nothing to judge
+	}
 	checks := ro.Checks.Effective()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -149,10 +152,19 @@ func (r *Runner) judge(ctx context.Context, e model.Endpoint, v model.RolloutVer
 	r.verdicts.WithLabelValues(e.Name, result).Inc()
 }
 
-func (r *Runner) move(_ bool, err error) {
+func (r *Runner) began(_ bool, err error) {
 	if err != nil {
 		r.log.Warn("rollout: beginning a rollout failed; trying again", "err", err)
 	}
+}
+
+// currentStage is the stage a started rollout is at, if it has it.
+func currentStage(r model.Rollout) (model.RolloutStage, bool) {
+	stages := r.Stages()
+	if r.Status == nil || r.Status.Stage < 0 || r.Status.Stage >= len(stages) {
+		return model.RolloutStage{}, false
+	}
+	return stages[r.Status.Stage], true
 }
 
 // Live returns, by endpoint, the figures of each rollout's current stage.
