@@ -7,6 +7,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func rolloutSetup(t *testing.T) (*Controller, *store.Memory) {
@@ -146,4 +147,35 @@ func TestApplyCarriesARolloutOn(t *testing.T) {
 	spec.Endpoints[0].Rollout = nil
 	_, err = c.Apply(ctx, spec, false)
 	mustKind(t, err, Conflict, "in progress")
+}
+
+// TestPromotionScalesThePrimaryDownIfAsked: with scale_down_primary, the
+// promotion's checkpoint also sets the primary's replicas to 0 and drains
+// the running ones.
+func TestPromotionScalesThePrimaryDownIfAsked(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 4, MemoryMB: 1000}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := MayRunCommands(context.Background())
+	for _, b := range []string{"v1", "v2"} {
+		changes(t)(c.CreateBackend(ctx, model.BackendSpecOf(processBackend(b, 2, 1))))
+	}
+	changes(t)(c.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}))
+	r := twoSteps()
+	r.ScaleDownPrimary = true
+	changes(t)(c.StartRollout(ctx, "gen", r))
+	changes(t)(c.BeginRollout(ctx, "gen"))
+	changes(t)(c.JudgeRollout(ctx, "gen", 0, model.RolloutVerdict{Passed: true}))
+	changes(t)(c.JudgeRollout(ctx, "gen", 1, model.RolloutVerdict{Passed: true}))
+	if b, _ := c.GetBackend("v1"); b.Config.NumReplicas != 2 {
+		t.Fatalf("v1 scaled before the promotion: %d", b.Config.NumReplicas)
+	}
+	changes(t)(c.JudgeRollout(ctx, "gen", 2, model.RolloutVerdict{Passed: true}))
+	e, _ := c.GetEndpoint("gen")
+	b, _ := c.GetBackend("v1")
+	if e.Rollout.Status.Phase != model.RolloutPromoted || b.Config.NumReplicas != 0 || perNode(b, model.Running)["n1"] != 0 || perNode(b, model.Draining)["n1"] != 2 {
+		t.Fatalf("promoted: %s; v1 wants %d, placements %+v", e.Rollout.Status.Phase, b.Config.NumReplicas, b.Placements)
+	}
+	if v2, _ := c.GetBackend("v2"); v2.Config.NumReplicas != 2 {
+		t.Fatalf("the candidate was scaled: %d", v2.Config.NumReplicas)
+	}
 }
