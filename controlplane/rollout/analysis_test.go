@@ -97,4 +97,13 @@ func TestWindowCountsFromTheStageOn(t *testing.T) {
 	if s.Requests != 130 || s.Errors != 8 || s.Timed != 130 || s.LatencyMs <= 2 || s.LatencyMs > 3 {
 		t.Fatalf("window: %+v", s)
 	}
+	// Requests in flight are not answers yet: neither counted nor failed.
+	inFlight := load(610, 55)
+	l := inFlight.Backends["v2"]
+	l.Active = 10
+	inFlight.Backends["v2"] = l
+	c = w.observe(map[string]wire.Load{"n1": inFlight, "n2": load(30, 3)}, "v2", "v1")
+	if s := sampleOf(c[0], 99); s.Requests != 130 || s.Errors != 8 {
+		t.Fatalf("window with 10 in flight: %+v", s)
+	}
 }

@@ -61,10 +61,17 @@ func (w *window) observe(loads map[string]wire.Load, backends ...string) []count
 	return out
 }
 
-// add adds the counters of now over then.
+// add adds the counters of now over then. Requests are those answered:
+// Envoy counts a request when it sends it and its error when it ends, so
+// the ones in flight at either sample are left out of the rate.
 func (c *counts) add(now, then wire.BackendLoad) {
-	c.requests += now.Requests - then.Requests
-	c.errors += min(now.Errors-then.Errors, now.Requests-then.Requests)
+	answered := func(b wire.BackendLoad) uint64 { return b.Requests - min(b.Active, b.Requests) }
+	requests := uint64(0)
+	if a, b := answered(now), answered(then); a > b {
+		requests = a - b
+	}
+	c.requests += requests
+	c.errors += min(now.Errors-then.Errors, requests)
 	if len(now.Latency) != len(wire.LatencyBoundsMs) {
 		return
 	}
