@@ -12,6 +12,9 @@
 //	DELETE /v1/endpoints/{name}                 delete it
 //	PUT    /v1/endpoints/{name}/traffic         set its traffic ({"traffic": {backend: weight}})
 //	PUT    /v1/endpoints/{name}/shadows/{backend}  set a shadow ({"proportion": p}; 0 removes it)
+//	POST   /v1/endpoints/{name}/rollout         start a rollout (a model.Rollout without status)
+//	GET    /v1/endpoints/{name}/rollout         its stage, live figures, thresholds and verdicts (a RolloutReport)
+//	POST   /v1/endpoints/{name}/rollout/{action}  pause, resume, promote or abort it
 //	POST   /v1/apply[?dry_run=true]             make the state equal a whole model
 //	GET    /v1/leader                           who leads
 //	GET    /v1/status                           weights next to live rates, replicas, each node's config
