@@ -247,16 +247,18 @@ const (
 
 // Effective returns the config with defaults filled in.
 func (a AutoscalingConfig) Effective() AutoscalingConfig {
-	def := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&a.MetricsIntervalS, DefaultMetricsIntervalS)
-	def(&a.LookBackPeriodS, DefaultLookBackPeriodS)
-	def(&a.UpscaleDelayS, DefaultUpscaleDelayS)
-	def(&a.DownscaleDelayS, DefaultDownscaleDelayS)
+	orDefault(&a.MetricsIntervalS, DefaultMetricsIntervalS)
+	orDefault(&a.LookBackPeriodS, DefaultLookBackPeriodS)
+	orDefault(&a.UpscaleDelayS, DefaultUpscaleDelayS)
+	orDefault(&a.DownscaleDelayS, DefaultDownscaleDelayS)
 	return a
+}
+
+// orDefault sets *v to d if it is zero: unset.
+func orDefault[T int | float64](v *T, d T) {
+	if *v == 0 {
+		*v = d
+	}
 }
 
 // BackendConfigPatch is a partial update of a BackendConfig: only the fields

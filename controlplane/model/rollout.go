@@ -102,18 +102,11 @@ const (
 
 // Effective returns the checks with defaults filled in.
 func (c RolloutChecks) Effective() RolloutChecks {
-	def := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.MaxErrorRate, DefaultRolloutMaxErrorRate)
-	def(&c.LatencyPercentile, DefaultRolloutLatencyPercentile)
-	def(&c.MaxLatencyRatio, DefaultRolloutMaxLatencyRatio)
-	def(&c.LatencyToleranceMs, DefaultRolloutLatencyToleranceMs)
-	if c.MinSample == 0 {
-		c.MinSample = DefaultRolloutMinSample
-	}
+	orDefault(&c.MaxErrorRate, DefaultRolloutMaxErrorRate)
+	orDefault(&c.LatencyPercentile, DefaultRolloutLatencyPercentile)
+	orDefault(&c.MaxLatencyRatio, DefaultRolloutMaxLatencyRatio)
+	orDefault(&c.LatencyToleranceMs, DefaultRolloutLatencyToleranceMs)
+	orDefault(&c.MinSample, DefaultRolloutMinSample)
 	return c
 }
 
