@@ -16,6 +16,8 @@
 //   - A verdict goes through the controller (JudgeRollout, step 2), which
 //     records it and sets the next stage's traffic in one checkpoint, naming
 //     the stage it judged: a controller that crashes after it and the one
-//     that takes over never judge a stage twice. A new leader starts the
-//     stage's window again (the counts live in Envoys), not its clock.
+//     that takes over never judge a stage twice. Followers keep windows
+//     too, so one that takes over judges over what it has seen; a
+//     controller that starts afresh opens a new window (the counts live in
+//     the Envoys), while the stage's clock, stored, goes on.
 package rollout
