@@ -637,18 +637,29 @@ func CloneEndpoint(e Endpoint) Endpoint {
 
 // BackendsEqual reports whether two backends are the same, placements included.
 func BackendsEqual(a, b Backend) bool {
-	return a.Name == b.Name && reflect.DeepEqual(a.Config, b.Config) && a.Protocol == b.Protocol && slices.Equal(a.Replicas, b.Replicas) &&
+	return a.Name == b.Name && a.Protocol == b.Protocol && slices.Equal(a.Replicas, b.Replicas) && configsEqual(a.Config, b.Config) &&
 		reflect.DeepEqual(a.Process, b.Process) && reflect.DeepEqual(a.External, b.External) &&
 		slices.Equal(a.Placements, b.Placements)
+}
+
+// configsEqual is reflect.DeepEqual of two configs, without reflection
+// for what is set in most (translation compares every backend at every
+// change).
+func configsEqual(a, b BackendConfig) bool {
+	return a.MaxConcurrentQueries == b.MaxConcurrentQueries && a.NumReplicas == b.NumReplicas && a.CPUs == b.CPUs &&
+		a.MemoryMB == b.MemoryMB && a.HoldTimeoutS == b.HoldTimeoutS && a.MaxHeld == b.MaxHeld &&
+		bytes.Equal(a.UserConfig, b.UserConfig) && (a.UserConfig == nil) == (b.UserConfig == nil) &&
+		maps.Equal(a.Resources, b.Resources) && (a.Resources == nil) == (b.Resources == nil) &&
+		reflect.DeepEqual(a.Outlier, b.Outlier) && reflect.DeepEqual(a.Autoscaling, b.Autoscaling)
 }
 
 // EndpointsEqual reports whether two endpoints are the same, treating unset
 // methods as GET and a shadow of 0 as no shadow.
 func EndpointsEqual(a, b Endpoint) bool {
 	return a.Name == b.Name && a.Route == b.Route &&
-		slices.Equal(a.AllowedMethods(), b.AllowedMethods()) &&
+		(slices.Equal(a.Methods, b.Methods) || slices.Equal(a.AllowedMethods(), b.AllowedMethods())) &&
 		maps.Equal(a.Traffic, b.Traffic) &&
-		maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows)) &&
+		(maps.Equal(a.Shadows, b.Shadows) || maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows))) &&
 		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
 		slices.Equal(a.Match, b.Match) && reflect.DeepEqual(a.Sticky, b.Sticky) && reflect.DeepEqual(a.Retry, b.Retry) &&
 		rolloutsEqual(a.Rollout, b.Rollout)

@@ -307,3 +307,36 @@ func TestViewOfAProcessBackendIsValid(t *testing.T) {
 		t.Fatalf("the view of a process backend: %v", err)
 	}
 }
+
+// TestConfigsEqualCoversEveryField: configsEqual, which spares the
+// translator reflection, tells configs apart in every field as
+// reflect.DeepEqual does.
+func TestConfigsEqualCoversEveryField(t *testing.T) {
+	base := BackendConfig{}
+	set := map[string]func(c *BackendConfig){
+		"MaxConcurrentQueries": func(c *BackendConfig) { c.MaxConcurrentQueries = 1 },
+		"NumReplicas":          func(c *BackendConfig) { c.NumReplicas = 1 },
+		"CPUs":                 func(c *BackendConfig) { c.CPUs = 1 },
+		"MemoryMB":             func(c *BackendConfig) { c.MemoryMB = 1 },
+		"Resources":            func(c *BackendConfig) { c.Resources = map[string]int{} },
+		"Outlier":              func(c *BackendConfig) { c.Outlier = &OutlierDetection{} },
+		"UserConfig":           func(c *BackendConfig) { c.UserConfig = UserConfig("1") },
+		"HoldTimeoutS":         func(c *BackendConfig) { c.HoldTimeoutS = 1 },
+		"MaxHeld":              func(c *BackendConfig) { c.MaxHeld = 1 },
+		"Autoscaling":          func(c *BackendConfig) { c.Autoscaling = &AutoscalingConfig{} },
+	}
+	typ := reflect.TypeFor[BackendConfig]()
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		change, ok := set[name]
+		if !ok {
+			t.Errorf("BackendConfig.%s is new: compare it in configsEqual and change it here", name)
+			continue
+		}
+		c := base
+		change(&c)
+		if configsEqual(base, c) || configsEqual(c, base) || !configsEqual(c, c) || reflect.DeepEqual(base, c) {
+			t.Errorf("configsEqual misses a change of %s", name)
+		}
+	}
+}

@@ -93,3 +93,39 @@ func publishEach(b *testing.B, s *Server, models [2]*model.Model) {
 		i++
 	}
 }
+
+// BenchmarkPublishOneChange measures what one `traffic set` costs in a
+// large mesh: the model was published once, then each iteration changes
+// one endpoint's weights and publishes (one node; mTLS with 10 nodes).
+func BenchmarkPublishOneChange(b *testing.B) {
+	for _, endpoints := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
+			s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			node, err := wire.ProxyNodeFromEnvoy(servemeshNode(b, "bench"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.nodes[node.ID] = &nodeState{node: node, acked: map[string]string{}}
+			m := modelgen.Model(endpoints, 3, 10)
+			s.model, s.generation = m, 1
+			s.publish(context.Background())
+			e := m.Endpoints[0]
+			backends := model.SortedKeys(e.Traffic)
+			var weights [2]map[string]float64
+			for i := range weights {
+				weights[i] = map[string]float64{backends[0]: 0.5 + 0.1*float64(i), backends[1]: 0.5 - 0.1*float64(i)}
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				next := *m
+				next.Endpoints = append([]model.Endpoint(nil), m.Endpoints...)
+				next.Endpoints[0].Traffic = weights[i%2]
+				s.model = &next
+				s.generation++
+				s.publish(context.Background())
+				i++
+			}
+		})
+	}
+}

@@ -2,27 +2,26 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
 // publish translates the current model and hands it to the caches: assignments
 // that changed to the LinearCache first (so new clusters can warm), then one
-// snapshot per node, then endpoint removals. When the model is the one last
-// published and only nodes connected since, just their snapshots are built.
+// snapshot per node, then endpoint removals. Translation is incremental
+// (translate.Builder): only the backends and endpoints that changed since
+// the last publish are rebuilt, and a node whose own resources did not
+// change keeps them. When the model is the one last published and only
+// nodes connected since, just their snapshots are built.
 func (s *Server) publish(ctx context.Context) {
 	start := time.Now()
 	s.mu.Lock()
@@ -44,19 +43,28 @@ func (s *Server) publish(ctx context.Context) {
 		s.setSnapshots(ctx, s.built, gen, nodes)
 		return
 	}
-	shared, err := translate.Shared(m, mtls)
+	if s.builder == nil || s.builder.MTLS() != mtls {
+		s.builder = translate.NewBuilder(mtls)
+	}
+	shared, err := s.builder.Build(m)
 	if err != nil { // SetModel validated it, so this is a bug
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return
 	}
-	built, err := buildShared(m, mtls, shared)
-	if err != nil {
-		s.log.Error("building shared resources failed", "generation", gen, "err", err)
-		return
-	}
+	built := buildShared(mtls, shared, s.built, s.builder)
 	s.built, s.builtGen = built, gen
+	known := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		known[n.ID] = true
+	}
+	s.builder.KeepNodes(known) // every node is published below
+	for id := range built.snaps {
+		if !known[id] {
+			delete(built.snaps, id)
+		}
+	}
 
-	changed, removed := s.diffAssignments(built.assignments)
+	changed, removed := s.diffAssignments(shared)
 	if len(changed) > 0 {
 		if err := s.assignments.UpdateResources(changed, nil); err != nil {
 			s.log.Error("updating assignments cache", "err", err)
@@ -70,8 +78,8 @@ func (s *Server) publish(ctx context.Context) {
 	}
 	s.metrics.publishes.Inc()
 	s.metrics.publishTime.Observe(time.Since(start).Seconds())
-	s.log.Debug("published", "generation", gen, "nodes", len(nodes), "assignments_changed", len(changed),
-		"assignments_removed", len(removed), "took", time.Since(start))
+	s.log.Debug("published", "generation", gen, "nodes", len(nodes), "backends_rebuilt", len(shared.ChangedBackends),
+		"assignments_changed", len(changed), "assignments_removed", len(removed), "took", time.Since(start))
 }
 
 // setSnapshots builds and sets each node's snapshot from built, the
@@ -106,11 +114,18 @@ func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen u
 }
 
 // diffAssignments returns the assignments whose content changed since the last
-// publish and the names that disappeared, and records the new set.
-func (s *Server) diffAssignments(next map[string]types.Resource) (map[string]types.Resource, []string) {
+// publish and the names that disappeared, and records the new set. Only
+// the assignments of the backends the build rebuilt can have changed.
+func (s *Server) diffAssignments(built *translate.Built) (map[string]types.Resource, []string) {
 	changed := map[string]types.Resource{}
-	for name, cla := range next {
-		if old, ok := s.publishedAssignments[name]; !ok || !proto.Equal(old, cla) {
+	if len(built.ChangedBackends) == 0 {
+		return changed, nil
+	}
+	next := make(map[string]types.Resource, len(built.Assignments))
+	for _, cla := range built.Assignments {
+		name := cla.GetClusterName()
+		next[name] = cla
+		if old, ok := s.publishedAssignments[name]; !ok || (old != cla && !proto.Equal(old, cla)) {
 			changed[name] = cla
 		}
 	}
@@ -124,93 +139,120 @@ func (s *Server) diffAssignments(next map[string]types.Resource) (map[string]typ
 	return changed, removed
 }
 
-// sharedResources are one publish's node-independent resources, and what
-// ForNode needs to build each node's own.
+// sharedResources are one publish's node-independent resources, and the
+// builder that builds each node's own.
 type sharedResources struct {
-	model                  *model.Model
 	mtls                   *translate.MTLS
+	builder                *translate.Builder
 	routes, clusters       []types.Resource
 	clusterList            []*cluster.Cluster // clusters, as translated
-	clusterByName          map[string]*cluster.Cluster
 	routesVer, clustersVer string
-	assignments            map[string]types.Resource
-	assignmentList         []types.Resource
+	assignmentNames        map[string]bool
+	// snaps are the nodes' last snapshots, by node, with what they were
+	// built from.
+	snaps map[string]*nodeSnapshot
 }
 
-func buildShared(m *model.Model, mtls *translate.MTLS, r *translate.Resources) (*sharedResources, error) {
-	out := &sharedResources{model: m, mtls: mtls,
-		assignments: make(map[string]types.Resource, len(r.Assignments))}
-	out.routes, out.clusters, out.clusterList = asResources(r.Routes), asResources(r.Clusters), r.Clusters
-	out.clusterByName = translate.ClustersByName(r.Clusters)
-	for _, x := range r.Assignments {
-		out.assignments[x.GetClusterName()] = x
-		out.assignmentList = append(out.assignmentList, x)
-	}
-	var err error
-	if out.routesVer, err = contentVersion(out.routes); err != nil {
-		return nil, err
-	}
-	if out.clustersVer, err = contentVersion(out.clusters); err != nil {
-		return nil, err
-	}
-	return out, nil
+// nodeSnapshot is a node's last snapshot and the versions it holds.
+type nodeSnapshot struct {
+	snap                                 *cachev3.Snapshot
+	listenersVer, ownVer, sharedClusters string
+	merged                               []types.Resource
 }
 
-// snapshotFor builds a node's snapshot of listeners, routes and clusters, each
-// type versioned by a hash of its content, after checking that it is
-// consistent together with the assignments (every cluster has its assignment,
-// every listener its route configuration).
+// buildShared turns a build into what snapshots take, reusing the last
+// publish's lists of a kind whose version did not change.
+func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources, b *translate.Builder) *sharedResources {
+	out := &sharedResources{mtls: mtls, builder: b, routesVer: r.RoutesVersion, clustersVer: r.ClustersVersion, snaps: map[string]*nodeSnapshot{}}
+	if last != nil && last.mtls == mtls {
+		out.snaps = last.snaps
+	}
+	if last != nil && last.mtls == mtls && last.clustersVer == r.ClustersVersion {
+		out.clusters, out.clusterList = last.clusters, last.clusterList
+	} else {
+		out.clusters, out.clusterList = asResources(r.Clusters), r.Clusters
+	}
+	if last != nil && last.routesVer == r.RoutesVersion {
+		out.routes = last.routes
+	} else {
+		out.routes = asResources(r.Routes)
+	}
+	if last != nil && last.mtls == mtls && len(r.ChangedBackends) == 0 {
+		out.assignmentNames = last.assignmentNames
+	} else {
+		out.assignmentNames = make(map[string]bool, len(r.Assignments))
+		for _, x := range r.Assignments {
+			out.assignmentNames[x.GetClusterName()] = true
+		}
+	}
+	return out
+}
+
+// snapshotFor builds a node's snapshot of listeners, routes and clusters,
+// each type versioned by a hash of its content. A node whose listeners and
+// clusters are what they were at its last snapshot only gets the new
+// routes; otherwise the snapshot is first checked to be consistent with
+// the assignments (every cluster has its assignment, every listener its
+// route configuration).
 func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, error) {
-	own, err := translate.ForNode(sr.model, node, sr.mtls, sr.clusterByName)
+	own, err := sr.builder.ForNode(node)
 	if err != nil {
 		return nil, err
 	}
+	last := sr.snaps[node.ID]
 	listeners := asResources(own.Listeners)
-	listenersVer, err := contentVersion(listeners)
-	if err != nil {
-		return nil, err
-	}
-	clusters, clustersVer, merged := sr.clusters, sr.clustersVer, sr.clusterList
-	if len(own.Clusters) > 0 { // mTLS: the node's own, replacing shared ones of the same name
-		ownVer, err := contentVersion(asResources(own.Clusters))
-		if err != nil {
+	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != sr.clustersVer {
+		merged := sr.clusterList
+		if len(own.Clusters) > 0 { // mTLS: the node's own, replacing shared ones of the same name
+			merged = translate.MergeClusters(sr.clusterList, own.Clusters)
+		}
+		if err := sr.consistent(listeners, merged); err != nil {
 			return nil, err
 		}
-		merged = translate.MergeClusters(sr.clusterList, own.Clusters)
-		clusters = asResources(merged)
-		clustersVer += "-" + ownVer
+		last = &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: sr.clustersVer, merged: asResources(merged)}
+		if len(own.Clusters) == 0 {
+			last.merged = sr.clusters
+		}
 	}
-	names := translate.AskedAssignments(merged)
-	asked := make([]types.Resource, 0, len(names))
-	for _, cla := range sr.assignmentList {
-		if names[cla.(*endpoint.ClusterLoadAssignment).GetClusterName()] {
-			asked = append(asked, cla)
+	clustersVer := sr.clustersVer
+	if len(own.Clusters) > 0 {
+		clustersVer += "-" + own.ClustersVersion
+	}
+	snap, err := cachev3.NewSnapshot("", map[resource.Type][]types.Resource{
+		resource.ListenerType: listeners,
+		resource.RouteType:    sr.routes,
+		resource.ClusterType:  last.merged,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: %w", err)
+	}
+	snap.Resources[types.Listener].Version = own.ListenersVersion
+	snap.Resources[types.Route].Version = sr.routesVer
+	snap.Resources[types.Cluster].Version = clustersVer
+	last.snap = snap
+	sr.snaps[node.ID] = last
+	return snap, nil
+}
+
+// consistent checks, as the snapshot cache's Consistent does, that every
+// EDS cluster has its assignment and every listener its routes.
+func (sr *sharedResources) consistent(listeners []types.Resource, clusters []*cluster.Cluster) error {
+	for name := range translate.AskedAssignments(clusters) {
+		if !sr.assignmentNames[name] {
+			return fmt.Errorf("snapshot is inconsistent: cluster %q has no assignment", name)
 		}
 	}
 	full, err := cachev3.NewSnapshot("check", map[resource.Type][]types.Resource{
 		resource.ListenerType: listeners,
 		resource.RouteType:    sr.routes,
-		resource.ClusterType:  clusters,
-		resource.EndpointType: asked,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: %w", err)
+		return fmt.Errorf("build snapshot: %w", err)
 	}
 	if err := full.Consistent(); err != nil {
-		return nil, fmt.Errorf("snapshot is inconsistent: %w", err)
+		return fmt.Errorf("snapshot is inconsistent: %w", err)
 	}
-	snap, err := cachev3.NewSnapshot("", map[resource.Type][]types.Resource{
-		resource.ListenerType: listeners,
-		resource.RouteType:    sr.routes,
-		resource.ClusterType:  clusters,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build snapshot: %w", err)
-	}
-	snap.Resources[types.Listener].Version = listenersVer
-	snap.Resources[types.Route].Version = sr.routesVer
-	snap.Resources[types.Cluster].Version = clustersVer
-	return snap, nil
+	return nil
 }
 
 // asResources lists items as the caches take them.
@@ -220,22 +262,4 @@ func asResources[T types.Resource](items []T) []types.Resource {
 		out = append(out, x)
 	}
 	return out
-}
-
-// contentVersion hashes resources (in their given, deterministic order), so an
-// unchanged resource set keeps its version and is not re-sent.
-func contentVersion(items []types.Resource) (string, error) {
-	h := sha256.New()
-	opts := proto.MarshalOptions{Deterministic: true}
-	var buf []byte
-	for _, item := range items {
-		var err error
-		buf, err = opts.MarshalAppend(buf[:0], item)
-		if err != nil {
-			return "", fmt.Errorf("hash resource: %w", err)
-		}
-		fmt.Fprintf(h, "%d:", len(buf))
-		h.Write(buf)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

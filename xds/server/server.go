@@ -65,6 +65,7 @@ type Server struct {
 	publishedAssignments map[string]types.Resource
 	built                *sharedResources // the last generation's resources
 	builtGen             uint64
+	builder              *translate.Builder // incremental translation, for the current mTLS
 }
 
 // New builds a Server. Call Register to expose it on a gRPC server and Run to

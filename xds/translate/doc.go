@@ -26,6 +26,12 @@
 //     activator (agent.Activator), which holds a backend's requests while
 //     none of its replicas can take them.
 //   - accesslog.go: the JSON access log of every HTTP listener.
+//   - builder.go: Builder, the same translation done again at every change
+//     for only what changed: a backend's clusters and assignments depend on
+//     the backend alone and an endpoint's routes on the endpoint alone, so
+//     each is rebuilt (and hashed) only when it changed, and a node's own
+//     resources only when its listener settings or the backends it runs
+//     changed. Shared and ForNode stay the reference it is tested against.
 //
 // Resource and stat names come from package wire, which the agent also
 // reads them with.

@@ -102,6 +102,16 @@ func nodeHealth(count map[model.Health]int) (model.Health, int) {
 // same name (MergeClusters). m is the model, and shared the clusters by
 // name, that Shared built.
 func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS, shared map[string]*cluster.Cluster) (*Resources, error) {
+	var local []model.Backend
+	if t != nil {
+		local = localBackends(m, node.ID)
+	}
+	return forNode(node, t, local, shared)
+}
+
+// forNode is ForNode given the backends with replicas on node, each with
+// only its replicas there, sorted by name.
+func forNode(node wire.ProxyNode, t *MTLS, local []model.Backend, shared map[string]*cluster.Cluster) (*Resources, error) {
 	listeners, err := BuildListeners(node)
 	if err != nil {
 		return nil, err
@@ -116,7 +126,6 @@ func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS, shared map[string]*cl
 	if !node.MTLS() {
 		return nil, fmt.Errorf("node %q announces no inbound listener, but the mesh runs mTLS: start its agent with mTLS", node.ID)
 	}
-	local := localBackends(m, node.ID)
 	if len(local) == 0 {
 		return out, nil // Envoy refuses a listener without filter chains
 	}

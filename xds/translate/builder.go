@@ -1,0 +1,361 @@
+package translate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// Builder builds what Shared builds, again and again as the model changes,
+// rebuilding only the backends and endpoints that changed since its last
+// Build: a backend's clusters and assignments depend on the backend alone,
+// an endpoint's routes on the endpoint alone, so what did not change is
+// the same resource as before (the same pointer, which callers may use to
+// tell what changed). Each part is hashed once, when it is built; a
+// kind's version is the hash of its parts' hashes. A Builder is not safe
+// for concurrent use.
+type Builder struct {
+	mtls      *MTLS
+	gen       uint64
+	backends  map[string]*backendParts
+	endpoints map[string]*endpointParts
+	// last is the last Build's output, whose kinds are kept whole while
+	// none of their parts changed.
+	last *Built
+	// byNode indexes, with mTLS, the backends with replicas on each node;
+	// nil until NodeBackends needs it after a change.
+	byNode map[string]map[string]bool
+	nodes  map[string]*nodeParts // what ForNode built last, by node
+}
+
+type backendParts struct {
+	gen         uint64
+	backend     model.Backend
+	clusters    []*cluster.Cluster
+	assignments []*endpoint.ClusterLoadAssignment
+	hash        string   // of its clusters
+	nodes       []string // with mTLS, the nodes it has replicas on
+}
+
+type endpointParts struct {
+	gen      uint64
+	endpoint model.Endpoint
+	public   []*route.Route // nil when headless
+	mesh     *route.VirtualHost
+	hash     string
+}
+
+// Built is one Build's output: Shared's resources, each kind's version,
+// and which backends' parts were rebuilt.
+type Built struct {
+	Resources
+	RoutesVersion, ClustersVersion string
+	// ChangedBackends are the backends rebuilt (or gone) by this Build.
+	ChangedBackends map[string]bool
+}
+
+// NewBuilder returns a builder for a mesh whose mTLS is t (nil: none).
+func NewBuilder(t *MTLS) *Builder {
+	return &Builder{mtls: t, backends: map[string]*backendParts{}, endpoints: map[string]*endpointParts{}}
+}
+
+// MTLS is the mesh's mTLS the builder builds for.
+func (b *Builder) MTLS() *MTLS { return b.mtls }
+
+// Build returns the shared resources of m, a model that passed Validate.
+func (b *Builder) Build(m *model.Model) (*Built, error) {
+	if b.mtls != nil {
+		if err := b.mtls.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	b.gen++
+	changed := map[string]bool{}
+	for _, be := range m.Backends {
+		p := b.backends[be.Name]
+		if p != nil && model.BackendsEqual(p.backend, be) {
+			p.gen = b.gen
+			continue
+		}
+		p, err := b.buildBackend(be)
+		if err != nil {
+			return nil, err
+		}
+		b.backends[be.Name] = p
+		changed[be.Name] = true
+	}
+	for name, p := range b.backends {
+		if p.gen != b.gen {
+			delete(b.backends, name)
+			changed[name] = true
+		}
+	}
+	routesChanged := false
+	for _, e := range m.Endpoints {
+		p := b.endpoints[e.Name]
+		if p != nil && model.EndpointsEqual(p.endpoint, e) {
+			p.gen = b.gen
+			continue
+		}
+		p, err := buildEndpoint(e)
+		if err != nil {
+			return nil, err
+		}
+		p.gen = b.gen
+		b.endpoints[e.Name] = p
+		routesChanged = true
+	}
+	for name, p := range b.endpoints {
+		if p.gen != b.gen {
+			delete(b.endpoints, name)
+			routesChanged = true
+		}
+	}
+	out := &Built{ChangedBackends: changed}
+	if b.last != nil && len(changed) == 0 {
+		out.Clusters, out.Assignments, out.ClustersVersion = b.last.Clusters, b.last.Assignments, b.last.ClustersVersion
+	} else {
+		b.assembleBackends(out)
+		b.byNode = nil
+	}
+	if b.last != nil && !routesChanged {
+		out.Routes, out.RoutesVersion = b.last.Routes, b.last.RoutesVersion
+	} else {
+		b.assembleRoutes(out)
+	}
+	b.last = out
+	return out, nil
+}
+
+// buildBackend builds one backend's clusters and assignments with the
+// builders Shared uses, on a model of that backend alone.
+func (b *Builder) buildBackend(be model.Backend) (*backendParts, error) {
+	one := &model.Model{Backends: []model.Backend{be}}
+	p := &backendParts{gen: b.gen, backend: be, clusters: BuildClusters(one), assignments: BuildAssignments(one)}
+	if b.mtls != nil {
+		if err := secureClusters(one, b.mtls, p.clusters); err != nil {
+			return nil, err
+		}
+		p.assignments = append(p.assignments, inboundAssignments(one)...)
+		p.assignments = append(p.assignments, nodeViewAssignments(one)...)
+		if viaInbound(be) {
+			seen := map[string]bool{}
+			for _, r := range be.Replicas {
+				if !seen[r.Node] {
+					seen[r.Node] = true
+					p.nodes = append(p.nodes, r.Node)
+				}
+			}
+		}
+	}
+	var err error
+	p.hash, err = hashOf(p.clusters)
+	return p, err
+}
+
+func buildEndpoint(e model.Endpoint) (*endpointParts, error) {
+	p := &endpointParts{endpoint: model.CloneEndpoint(e), mesh: &route.VirtualHost{
+		Name:    e.Name,
+		Domains: []string{e.Name, e.Name + ":*"},
+		Routes:  endpointRoutes(e, pathMatch("/")),
+	}}
+	if !e.Headless() {
+		p.public = endpointRoutes(e, pathMatch(e.Route))
+	}
+	var err error
+	p.hash, err = hashOf(append(asMessages(p.public), p.mesh))
+	return p, err
+}
+
+// assembleBackends lists every backend's clusters and assignments, sorted
+// by name, and versions the clusters.
+func (b *Builder) assembleBackends(out *Built) {
+	names := sortedNames(b.backends)
+	h := sha256.New()
+	for _, n := range names {
+		p := b.backends[n]
+		out.Clusters = append(out.Clusters, p.clusters...)
+		out.Assignments = append(out.Assignments, p.assignments...)
+		fmt.Fprintf(h, "%s=%s;", n, p.hash)
+	}
+	sortByName(out.Assignments, (*endpoint.ClusterLoadAssignment).GetClusterName)
+	out.ClustersVersion = hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// assembleRoutes builds the public and mesh route configurations from the
+// endpoints' parts, in BuildRoutes's order, and versions them.
+func (b *Builder) assembleRoutes(out *Built) {
+	names := sortedNames(b.endpoints)
+	routed := make([]*endpointParts, 0, len(names))
+	mesh := &route.RouteConfiguration{Name: wire.MeshRoutes, VirtualHosts: make([]*route.VirtualHost, 0, len(names))}
+	h := sha256.New()
+	for _, n := range names {
+		p := b.endpoints[n]
+		mesh.VirtualHosts = append(mesh.VirtualHosts, p.mesh)
+		if p.public != nil {
+			routed = append(routed, p)
+		}
+		fmt.Fprintf(h, "%s=%s;", n, p.hash)
+	}
+	sort.Slice(routed, func(i, j int) bool {
+		a, c := routed[i].endpoint.Route, routed[j].endpoint.Route
+		if len(a) != len(c) {
+			return len(a) > len(c)
+		}
+		return a < c
+	})
+	var publicRoutes []*route.Route
+	for _, p := range routed {
+		publicRoutes = append(publicRoutes, p.public...)
+	}
+	public := &route.RouteConfiguration{Name: wire.PublicRoutes, VirtualHosts: []*route.VirtualHost{{
+		Name: wire.PublicVirtualHost, Domains: []string{"*"}, Routes: publicRoutes,
+	}}}
+	out.Routes = []*route.RouteConfiguration{mesh, public}
+	out.RoutesVersion = hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// NodeBuilt is one node's own resources (ForNode's), with versions.
+type NodeBuilt struct {
+	Resources
+	ListenersVersion, ClustersVersion string
+	// Same is true when nothing of the node's own changed since the last
+	// ForNode of it: the same listeners and clusters.
+	Same bool
+}
+
+type nodeParts struct {
+	node  wire.ProxyNode
+	local []*backendParts // the parts its resources were built from
+	built *NodeBuilt
+}
+
+// ForNode builds what node owns, as ForNode does, from the last Build: a
+// node whose listener settings and local backends did not change gets
+// what it got last time (Same).
+func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
+	var local []*backendParts
+	if b.mtls != nil {
+		for _, name := range sortedNames(b.NodeBackends(node.ID)) {
+			local = append(local, b.backends[name])
+		}
+	}
+	if b.nodes == nil {
+		b.nodes = map[string]*nodeParts{}
+	}
+	if p := b.nodes[node.ID]; p != nil && p.node == node && equalPointers(p.local, local) {
+		same := *p.built
+		same.Same = true
+		return &same, nil
+	}
+	backends := make([]model.Backend, 0, len(local))
+	shared := make(map[string]*cluster.Cluster, len(local))
+	for _, p := range local {
+		be := p.backend
+		be.Replicas = nil
+		for _, r := range p.backend.Replicas {
+			if r.Node == node.ID {
+				be.Replicas = append(be.Replicas, r)
+			}
+		}
+		backends = append(backends, be)
+		for _, c := range p.clusters {
+			shared[c.GetName()] = c
+		}
+	}
+	res, err := forNode(node, b.mtls, backends, shared)
+	if err != nil {
+		return nil, err
+	}
+	out := &NodeBuilt{Resources: *res}
+	if out.ListenersVersion, err = hashOf(res.Listeners); err != nil {
+		return nil, err
+	}
+	if out.ClustersVersion, err = hashOf(res.Clusters); err != nil {
+		return nil, err
+	}
+	b.nodes[node.ID] = &nodeParts{node: node, local: local, built: out}
+	return out, nil
+}
+
+// KeepNodes drops what ForNode kept of nodes not in ids: gone from the
+// mesh.
+func (b *Builder) KeepNodes(ids map[string]bool) {
+	for id := range b.nodes {
+		if !ids[id] {
+			delete(b.nodes, id)
+		}
+	}
+}
+
+func equalPointers[T any](a, c []*T) bool {
+	if len(a) != len(c) {
+		return false
+	}
+	for i := range a {
+		if a[i] != c[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// NodeBackends returns, with mTLS, the names of the backends with replicas
+// on node, as of the last Build.
+func (b *Builder) NodeBackends(node string) map[string]bool {
+	if b.byNode == nil {
+		b.byNode = map[string]map[string]bool{}
+		for name, p := range b.backends {
+			for _, n := range p.nodes {
+				if b.byNode[n] == nil {
+					b.byNode[n] = map[string]bool{}
+				}
+				b.byNode[n][name] = true
+			}
+		}
+	}
+	return b.byNode[node]
+}
+
+func sortedNames[T any](m map[string]T) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func asMessages[T proto.Message](items []T) []proto.Message {
+	out := make([]proto.Message, 0, len(items)+1)
+	for _, x := range items {
+		out = append(out, x)
+	}
+	return out
+}
+
+// hashOf hashes messages, in order, by their deterministic encoding.
+func hashOf[T proto.Message](items []T) (string, error) {
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	var buf []byte
+	for _, item := range items {
+		var err error
+		buf, err = opts.MarshalAppend(buf[:0], item)
+		if err != nil {
+			return "", fmt.Errorf("hash resource: %w", err)
+		}
+		fmt.Fprintf(h, "%d:", len(buf))
+		h.Write(buf)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}

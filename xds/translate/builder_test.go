@@ -1,0 +1,134 @@
+package translate
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/modelgen"
+)
+
+// sameAsShared fails unless b's Build of m is what Shared builds, resource
+// for resource.
+func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
+	t.Helper()
+	got, err := b.Build(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Shared(m, mtls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalLists(t, "routes", got.Routes, want.Routes)
+	equalLists(t, "clusters", got.Clusters, want.Clusters)
+	equalLists(t, "assignments", got.Assignments, want.Assignments)
+	for _, id := range []string{"node-1", "node-2", "n0", "n1", "n2"} {
+		node := goldenMTLSNode
+		node.ID = id
+		if mtls == nil {
+			node = goldenNode
+		}
+		own, err := b.ForNode(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOwn, err := ForNode(m, node, mtls, ClustersByName(want.Clusters))
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalLists(t, node.ID+"'s listeners", own.Listeners, wantOwn.Listeners)
+		equalLists(t, node.ID+"'s clusters", own.Clusters, wantOwn.Clusters)
+	}
+	return got
+}
+
+func equalLists[T proto.Message](t *testing.T, kind string, got, want []T) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d, want %d", kind, len(got), len(want))
+	}
+	for i := range got {
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("%s[%d] differs:\n got %v\nwant %v", kind, i, got[i], want[i])
+		}
+	}
+}
+
+// TestBuilderBuildsWhatSharedBuilds: for every golden model, and along a
+// series of changes to a generated one (weights, replicas, health, a
+// backend and an endpoint added and removed), the incremental builder's
+// output is Shared's; what did not change keeps its pointer and its
+// kind's version, what changed gets a new version.
+func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
+	for _, dir := range []struct {
+		path string
+		mtls *MTLS
+	}{{"testdata/in", nil}, {"testdata/mtls/in", goldenMTLS}} {
+		files, _ := filepath.Glob(filepath.Join(dir.path, "*.yaml"))
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := parseView(data)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			sameAsShared(t, NewBuilder(dir.mtls), m, dir.mtls)
+		}
+	}
+	for _, mtls := range []*MTLS{nil, goldenMTLS} {
+		t.Run(fmt.Sprintf("mtls=%v", mtls != nil), func(t *testing.T) {
+			m := modelgen.Model(20, 3, 4)
+			if mtls != nil {
+				for i := range m.Backends {
+					for j := range m.Backends[i].Replicas {
+						r := &m.Backends[i].Replicas[j]
+						r.Node, r.Inbound = fmt.Sprintf("n%d", (i+j)%3), fmt.Sprintf("10.255.0.%d:21000", (i+j)%3+1)
+					}
+				}
+			}
+			b := NewBuilder(mtls)
+			first := sameAsShared(t, b, m, mtls)
+			step := func(what string, change func(m *model.Model)) *Built {
+				next := model.Clone(m)
+				change(next)
+				if err := next.Validate(); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				m = next
+				return sameAsShared(t, b, m, mtls)
+			}
+			shift := step("a traffic set", func(m *model.Model) {
+				e := &m.Endpoints[3]
+				keys := model.SortedKeys(e.Traffic)
+				e.Traffic = map[string]float64{keys[0]: 0.25, keys[1]: 0.75}
+			})
+			if shift.ClustersVersion != first.ClustersVersion || shift.RoutesVersion == first.RoutesVersion || &shift.Clusters[0] != &first.Clusters[0] {
+				t.Fatalf("a traffic set: clusters %s -> %s (want the same list), routes %s -> %s (want a new version)",
+					first.ClustersVersion, shift.ClustersVersion, first.RoutesVersion, shift.RoutesVersion)
+			}
+			health := step("a replica's health", func(m *model.Model) { m.Backends[5].Replicas[1].Health = model.HealthUnhealthy })
+			if health.RoutesVersion != shift.RoutesVersion || !health.ChangedBackends[m.Backends[5].Name] || len(health.ChangedBackends) != 1 {
+				t.Fatalf("a health change: routes %s -> %s, changed %v", shift.RoutesVersion, health.RoutesVersion, health.ChangedBackends)
+			}
+			if health.Clusters[0] != shift.Clusters[0] {
+				t.Fatal("an unchanged backend's cluster was rebuilt")
+			}
+			step("a backend's config", func(m *model.Model) { m.Backends[7].Config.MaxConcurrentQueries = 3 })
+			step("a new backend and endpoint", func(m *model.Model) {
+				m.Backends = append(m.Backends, model.Backend{Name: "zz-new", Replicas: m.Backends[0].Replicas})
+				m.Endpoints = append(m.Endpoints, model.Endpoint{Name: "zz-new", Route: "/zz", Traffic: map[string]float64{"zz-new": 1}})
+			})
+			step("an endpoint and its backend removed", func(m *model.Model) {
+				m.Endpoints = m.Endpoints[:len(m.Endpoints)-1]
+				m.Backends = m.Backends[:len(m.Backends)-1]
+			})
+		})
+	}
+}
