@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -182,19 +180,7 @@ func registrationLoad(ctx context.Context, client *consulapi.Client, c *api.Clie
 
 // usage returns a process's RSS in KiB and CPU seconds used so far.
 func usage(pid int) (int, float64) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0
-	}
-	defer func() { _ = f.Close() }()
-	rss := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			rss, _ = strconv.Atoi(strings.Fields(rest)[0])
-		}
-	}
-	return rss, testutil.CPUSeconds(pid)
+	return int(testutil.RSSMiB(pid) * 1024), testutil.CPUSeconds(pid)
 }
 
 func row(what string, lat []time.Duration) {

@@ -30,7 +30,7 @@ func (b *bench) nodeMemory(ctx context.Context, n int) error {
 		return err
 	}
 	time.Sleep(time.Second)
-	before, beforeHeap := rssMB(b.ctl.Pid()), b.heapMB(ctx)
+	before, beforeHeap := testutil.RSSMiB(b.ctl.Pid()), b.heapMB(ctx)
 	conn, err := grpc.NewClient(b.xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -57,9 +57,9 @@ func (b *bench) nodeMemory(ctx context.Context, n int) error {
 	wg.Wait()
 	took := time.Since(start)
 	time.Sleep(2 * time.Second)
-	after, afterHeap := rssMB(b.ctl.Pid()), b.heapMB(ctx)
+	after, afterHeap := testutil.RSSMiB(b.ctl.Pid()), b.heapMB(ctx)
 	time.Sleep(30 * time.Second) // Go returns freed memory to the OS over time
-	later, laterHeap := rssMB(b.ctl.Pid()), b.heapMB(ctx)
+	later, laterHeap := testutil.RSSMiB(b.ctl.Pid()), b.heapMB(ctx)
 	fmt.Printf("\n| controller memory | RSS | Go heap in use |\n|---|---:|---:|\n")
 	fmt.Printf("| 100 endpoints, no node connected (baseline) | %.0f MiB | %.0f MiB |\n", before, beforeHeap)
 	fmt.Printf("| 2 s after %d node ids each connected once (%d failed; connecting took %s) | %.0f MiB | %.0f MiB |\n", n, failed, took.Round(time.Millisecond), after, afterHeap)

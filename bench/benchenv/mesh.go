@@ -20,14 +20,17 @@ type MeshOptions struct {
 	// NodeCPUs are the CPUs each node offers, one entry a node: n1 on
 	// 127.0.0.2, n2 on 127.0.0.3, and so on.
 	NodeCPUs []string
-	// AgentArgs are more arguments for every agent.
-	AgentArgs []string
+	// AgentArgs are more arguments for every agent, ControllerArgs for the
+	// controller.
+	AgentArgs, ControllerArgs []string
 }
 
 // Mesh is a controller and its agents (each with its Envoy, one worker
 // thread), running.
 type Mesh struct {
-	Client     *api.Client
+	Client *api.Client
+	// XDSAddr is the controller's xDS address.
+	XDSAddr    string
 	Controller *proc.Process
 	Agents     []*proc.Process
 	// Public are the nodes' public listeners, in node order.
@@ -49,7 +52,8 @@ func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
 	prefix := "bench-" + filepath.Base(o.Work)
 	pt := "--plaintext=" + strconv.FormatBool(o.Plaintext)
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctl, err := e.Run("controller", pt, "--insecure-consul", "--consul-prefix", prefix, "--api-listen", apiAddr, "--xds-listen", xdsAddr)
+	ctl, err := e.Run(append([]string{"controller", pt, "--insecure-consul", "--consul-prefix", prefix, "--api-listen", apiAddr, "--xds-listen", xdsAddr},
+		o.ControllerArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +76,6 @@ func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
 		m.Public = append(m.Public, public)
 		m.stops = append(m.stops, func() { _ = p.Stop(15 * time.Second) })
 	}
-	m.Client = api.NewClient(apiAddr, "")
+	m.Client, m.XDSAddr = api.NewClient(apiAddr, ""), xdsAddr
 	return m, nil
 }

@@ -77,6 +77,22 @@ func CPUSeconds(pid int) float64 {
 	return (utime + stime) / 100 // clock ticks of 10ms
 }
 
+// RSSMiB is a process's resident memory in MiB (0 when it cannot be read).
+func RSSMiB(pid int) float64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb float64
+			_, _ = fmt.Sscan(rest, &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
 // PidListening finds the process whose command line has `--listen addr`
 // (how demo replicas are started), or 0.
 func PidListening(addr string) int {

@@ -1,0 +1,272 @@
+// Package main measures servemesh's control plane at scale, in the default
+// mode (mTLS): the real controller and Consul, a few real nodes (agents
+// with their Envoys) and many simulated ones (simNode: ADS clients in this
+// process with their own Connect identities, which subscribe to every
+// kind, ACK, and record when each version arrives), for a mesh of N
+// endpoints of 3 backends (of 3 static replicas) each.
+//
+// For each mesh size it reports:
+//   - the time from an accepted `traffic set` (the API answered) to every
+//     simulated node having the new routes: p50 and p99 over -changes
+//     changes made one after the other (the real nodes are checked to
+//     follow each, from the controller's status, not timed);
+//   - the bytes the simulated nodes were sent per change, summed;
+//   - the controller's RSS and CPU at rest, and under a change every
+//     -interval for -load.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/servemesh/servemesh/bench/benchenv"
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/connect"
+	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
+)
+
+func main() {
+	sizes := flag.String("endpoints", "1000,10000", "mesh sizes, in endpoints (3 backends of 3 replicas each)")
+	nodes := flag.Int("nodes", 100, "simulated nodes")
+	realNodes := flag.Int("real-nodes", 2, "real nodes: agents with their Envoys")
+	changes := flag.Int("changes", 100, "traffic sets timed, one after the other")
+	interval := flag.Duration("interval", 100*time.Millisecond, "the pace of the changes under load")
+	loadFor := flag.Duration("load", 10*time.Second, "how long the changes under load last")
+	flag.Parse()
+	var counts []int
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "scale: -endpoints: %q is not a count\n", s)
+			os.Exit(2)
+		}
+		counts = append(counts, n)
+	}
+	fmt.Printf("%d simulated nodes and %d real ones, mTLS; %d changes timed one after the other; then a change every %s for %s\n\n",
+		*nodes, *realNodes, *changes, *interval, *loadFor)
+	fmt.Println("| endpoints | change to every node, p50 / p99 | bytes to the simulated nodes per change | controller RSS at rest / under load | controller CPU at rest / under load |")
+	fmt.Println("|---:|---:|---:|---:|---:|")
+	for _, n := range counts {
+		if err := run(n, *nodes, *realNodes, *changes, *interval, *loadFor); err != nil {
+			fmt.Fprintln(os.Stderr, "scale:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Duration) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	be, err := benchenv.Start(ctx, "scale")
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	cpus := make([]string, realNodes)
+	for i := range cpus {
+		cpus[i] = "4"
+	}
+	mesh, err := be.StartMesh(benchenv.MeshOptions{Work: filepath.Join(be.Dir, "mesh"), NodeCPUs: cpus,
+		ControllerArgs: []string{"--allow-replica-cidr", "10.0.0.0/8"}})
+	if err != nil {
+		return err
+	}
+	defer mesh.Stop()
+	m := modelgen.Model(endpoints, 3, 3)
+	if err := testutil.Until(60*time.Second, func() bool {
+		_, err := mesh.Client.Apply(ctx, model.SpecOf(m), false)
+		return err == nil
+	}); err != nil {
+		return fmt.Errorf("apply %d endpoints: %w", endpoints, err)
+	}
+	sims, err := startSims(ctx, be, mesh.XDSAddr, nodes, model.SortedKeys(backendNames(m)))
+	if err != nil {
+		return err
+	}
+	if err := allHaveRoutes(ctx, sims, mesh.Client, realNodes); err != nil {
+		return err
+	}
+	pid := mesh.Controller.Pid()
+	time.Sleep(5 * time.Second) // let the initial pushes settle
+	rest := measure(pid, 10*time.Second, func() {})
+	lat, bytes, err := timedChanges(ctx, mesh.Client, sims, realNodes, changes)
+	if err != nil {
+		return err
+	}
+	loaded := measure(pid, loadFor, func() { changeEvery(ctx, mesh.Client, interval, loadFor) })
+	slices.Sort(lat)
+	fmt.Printf("| %d | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", endpoints, ms(pct(lat, 50)), ms(pct(lat, 99)),
+		kib(bytes/int64(changes)), rest.rss, loaded.rss, 100*rest.cpu, 100*loaded.cpu)
+	return nil
+}
+
+func backendNames(m *model.Model) map[string]bool {
+	out := make(map[string]bool, len(m.Backends))
+	for _, b := range m.Backends {
+		out[wire.ClusterName(b.Name)] = true
+	}
+	return out
+}
+
+// startSims fetches each simulated node's identity from Consul and
+// connects it.
+func startSims(ctx context.Context, be *benchenv.Env, xds string, n int, assignments []string) ([]*simNode, error) {
+	client, err := be.Consul.Client()
+	if err != nil {
+		return nil, err
+	}
+	sims := make([]*simNode, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			id := fmt.Sprintf("sim-%04d", i)
+			bundle, err := connect.Fetch(ctx, client, wire.NodeService(id))
+			if err == nil {
+				sims[i], err = dialSim(ctx, xds, id, bundle, assignments)
+			}
+			if err != nil {
+				errs <- fmt.Errorf("simulated node %s: %w", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return sims, <-errs
+}
+
+// allHaveRoutes waits until every simulated node has routes and every real
+// one is in sync.
+func allHaveRoutes(ctx context.Context, sims []*simNode, c *api.Client, realNodes int) error {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for _, s := range sims {
+		if _, err := s.waitRoutes(wctx, ""); err != nil {
+			return err
+		}
+	}
+	return testutil.Until(2*time.Minute, func() bool { return realInSync(ctx, c, realNodes) })
+}
+
+// realInSync reports whether the real nodes have the latest config.
+func realInSync(ctx context.Context, c *api.Client, realNodes int) bool {
+	s, err := c.Status(ctx)
+	if err != nil {
+		return false
+	}
+	n := 0
+	for _, node := range s.Nodes {
+		if strings.HasPrefix(node.ID, "sim-") {
+			continue
+		}
+		if !node.InSync {
+			return false
+		}
+		n++
+	}
+	return n == realNodes
+}
+
+// timedChanges flips the first endpoint's weights changes times, each
+// once every node has the last, and returns how long each took to reach
+// the last node, and the bytes the simulated nodes were sent in all.
+func timedChanges(ctx context.Context, c *api.Client, sims []*simNode, realNodes, changes int) ([]time.Duration, int64, error) {
+	var lat []time.Duration
+	before := sentBytes(sims)
+	for i := range changes {
+		had := make([]string, len(sims))
+		for j, s := range sims {
+			had[j], _ = s.routesVersion()
+		}
+		if _, err := c.SetTraffic(ctx, "ep-0", flip(i)); err != nil {
+			return nil, 0, err
+		}
+		accepted := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		last := accepted
+		for j, s := range sims {
+			at, err := s.waitRoutes(wctx, had[j])
+			if err != nil {
+				cancel()
+				return nil, 0, err
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		cancel()
+		if err := testutil.Until(time.Minute, func() bool { return realInSync(ctx, c, realNodes) }); err != nil {
+			return nil, 0, errors.New("the real nodes did not follow a change")
+		}
+		lat = append(lat, last.Sub(accepted)) // the real nodes' sync is checked, not timed (their status is polled)
+	}
+	return lat, sentBytes(sims) - before, nil
+}
+
+func flip(i int) map[string]float64 {
+	w := 0.25 + 0.5*float64(i%2)
+	return map[string]float64{"ep-0-v0": w, "ep-0-v1": 1 - w}
+}
+
+func sentBytes(sims []*simNode) int64 {
+	var n int64
+	for _, s := range sims {
+		n += s.bytes.Load()
+	}
+	return n
+}
+
+// changeEvery flips the first endpoint's weights every interval for d,
+// without waiting for the nodes.
+func changeEvery(ctx context.Context, c *api.Client, interval, d time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end); i++ {
+		_, _ = c.SetTraffic(ctx, "ep-0", flip(i))
+		<-t.C
+	}
+}
+
+type usage struct{ rss, cpu float64 }
+
+// measure runs work while it samples the process's RSS (the highest seen)
+// and CPU (a share of one core over d).
+func measure(pid int, d time.Duration, work func()) usage {
+	done := make(chan struct{})
+	go func() { work(); close(done) }()
+	cpu0, start := testutil.CPUSeconds(pid), time.Now()
+	var peak float64
+	for time.Since(start) < d {
+		peak = max(peak, testutil.RSSMiB(pid))
+		time.Sleep(200 * time.Millisecond)
+	}
+	<-done
+	return usage{rss: peak, cpu: (testutil.CPUSeconds(pid) - cpu0) / time.Since(start).Seconds()}
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	i := int(float64(len(ds))*p/100+0.5) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+func kib(n int64) string { return fmt.Sprintf("%.0f KiB", float64(n)/1024) }
