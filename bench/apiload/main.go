@@ -215,4 +215,3 @@ func row(what string, lat []time.Duration, notes string) {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
-
