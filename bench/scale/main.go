@@ -162,7 +162,7 @@ func allHaveRoutes(ctx context.Context, sims []*simNode, c *api.Client, realNode
 			return err
 		}
 	}
-	return testutil.Until(2*time.Minute, func() bool { return realInSync(ctx, c, realNodes) })
+	return testutil.Until(5*time.Minute, func() bool { return realInSync(ctx, c, realNodes) })
 }
 
 // realInSync reports whether the real nodes have the latest config.
