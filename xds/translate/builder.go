@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -42,8 +43,9 @@ type backendParts struct {
 	backend     model.Backend
 	clusters    []*cluster.Cluster
 	assignments []*endpoint.ClusterLoadAssignment
-	hash        string   // of its clusters
-	nodes       []string // with mTLS, the nodes it has replicas on
+	hash        string         // of its clusters
+	nodes       []string       // with mTLS, the nodes it has replicas on
+	perNode     map[string]int // and how many on each
 }
 
 type endpointParts struct {
@@ -148,12 +150,12 @@ func (b *Builder) buildBackend(be model.Backend) (*backendParts, error) {
 		p.assignments = append(p.assignments, inboundAssignments(one)...)
 		p.assignments = append(p.assignments, nodeViewAssignments(one)...)
 		if viaInbound(be) {
-			seen := map[string]bool{}
+			p.perNode = map[string]int{}
 			for _, r := range be.Replicas {
-				if !seen[r.Node] {
-					seen[r.Node] = true
+				if p.perNode[r.Node] == 0 {
 					p.nodes = append(p.nodes, r.Node)
 				}
+				p.perNode[r.Node]++
 			}
 		}
 	}
@@ -234,8 +236,11 @@ type NodeBuilt struct {
 }
 
 type nodeParts struct {
-	node  wire.ProxyNode
-	local []*backendParts // the parts its resources were built from
+	node wire.ProxyNode
+	// keys name each backend it runs with the hash of its clusters and
+	// its count of replicas there: what its own resources depend on (not
+	// its replicas' addresses or health, which come by EDS).
+	keys  []string
 	built *NodeBuilt
 }
 
@@ -252,7 +257,11 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	if b.nodes == nil {
 		b.nodes = map[string]*nodeParts{}
 	}
-	if p := b.nodes[node.ID]; p != nil && p.node == node && equalPointers(p.local, local) {
+	keys := make([]string, len(local))
+	for i, p := range local {
+		keys[i] = fmt.Sprintf("%s=%s/%d", p.backend.Name, p.hash, p.perNode[node.ID])
+	}
+	if p := b.nodes[node.ID]; p != nil && p.node == node && slices.Equal(p.keys, keys) {
 		same := *p.built
 		same.Same = true
 		return &same, nil
@@ -283,7 +292,7 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	if out.ClustersVersion, err = hashOf(res.Clusters); err != nil {
 		return nil, err
 	}
-	b.nodes[node.ID] = &nodeParts{node: node, local: local, built: out}
+	b.nodes[node.ID] = &nodeParts{node: node, keys: keys, built: out}
 	return out, nil
 }
 
@@ -295,18 +304,6 @@ func (b *Builder) KeepNodes(ids map[string]bool) {
 			delete(b.nodes, id)
 		}
 	}
-}
-
-func equalPointers[T any](a, c []*T) bool {
-	if len(a) != len(c) {
-		return false
-	}
-	for i := range a {
-		if a[i] != c[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // NodeBackends returns, with mTLS, the names of the backends with replicas

@@ -121,6 +121,15 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 				t.Fatal("an unchanged backend's cluster was rebuilt")
 			}
 			step("a backend's config", func(m *model.Model) { m.Backends[7].Config.MaxConcurrentQueries = 3 })
+			step("a replica moves to another node", func(m *model.Model) {
+				r := &m.Backends[2].Replicas[0]
+				for _, other := range m.Backends[2].Replicas[1:] {
+					if other.Node != r.Node {
+						r.Node, r.Inbound = other.Node, other.Inbound
+						break
+					}
+				}
+			})
 			step("a new backend and endpoint", func(m *model.Model) {
 				m.Backends = append(m.Backends, model.Backend{Name: "zz-new", Replicas: m.Backends[0].Replicas})
 				m.Endpoints = append(m.Endpoints, model.Endpoint{Name: "zz-new", Route: "/zz", Traffic: map[string]float64{"zz-new": 1}})
