@@ -22,6 +22,12 @@ import (
 // dev agent's node) and a token with it and the given identities.
 func aclToken(t *testing.T, admin *api.Client, name, file string, nodes []*api.ACLNodeIdentity, services []*api.ACLServiceIdentity) string {
 	t.Helper()
+	return aclTokenOn(t, admin, devconsul.NodeName, name, file, nodes, services)
+}
+
+// aclTokenOn is aclToken with NODE replaced by consulNode.
+func aclTokenOn(t *testing.T, admin *api.Client, consulNode, name, file string, nodes []*api.ACLNodeIdentity, services []*api.ACLServiceIdentity) string {
+	t.Helper()
 	policies, _, err := admin.ACL().PolicyList(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +43,7 @@ func aclToken(t *testing.T, admin *api.Client, name, file string, nodes []*api.A
 		if err != nil {
 			t.Fatal(err)
 		}
-		policy, _, err := admin.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: strings.ReplaceAll(string(rules), "NODE", devconsul.NodeName)}, nil)
+		policy, _, err := admin.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: strings.ReplaceAll(string(rules), "NODE", consulNode)}, nil)
 		if err != nil {
 			t.Fatalf("policy %s: %v", name, err)
 		}
@@ -55,7 +61,13 @@ func aclToken(t *testing.T, admin *api.Client, name, file string, nodes []*api.A
 // shared node policy, its Consul node's identity and its own service's.
 func nodeToken(t *testing.T, admin *api.Client, id string) string {
 	t.Helper()
-	return aclToken(t, admin, "servemesh-node", "node-policy.hcl", []*api.ACLNodeIdentity{{NodeName: devconsul.NodeName, Datacenter: "dc1"}},
+	return nodeTokenOn(t, admin, devconsul.NodeName, id)
+}
+
+// nodeTokenOn is nodeToken for a node whose Consul agent is consulNode.
+func nodeTokenOn(t *testing.T, admin *api.Client, consulNode, id string) string {
+	t.Helper()
+	return aclTokenOn(t, admin, consulNode, "servemesh-node", "node-policy.hcl", []*api.ACLNodeIdentity{{NodeName: consulNode, Datacenter: "dc1"}},
 		[]*api.ACLServiceIdentity{{ServiceName: wire.NodeService(id)}})
 }
 

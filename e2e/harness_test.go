@@ -253,6 +253,14 @@ type result struct {
 	body    string // the start of the body of an error answer
 }
 
+// String says what the result was, its error's text included.
+func (r result) String() string {
+	if r.err != nil {
+		return fmt.Sprintf("error %q", r.err.Error())
+	}
+	return fmt.Sprintf("status %d from %q: %q", r.status, r.backend, r.body)
+}
+
 func do(client *http.Client, method, url, host string) result {
 	req, err := http.NewRequestWithContext(context.Background(), method, url, nil)
 	if err != nil {
@@ -387,8 +395,8 @@ func runLoad(l *load, method, url string, workers int) *load {
 				l.sent.Add(1)
 				if r.err != nil || r.status != http.StatusOK {
 					l.failed.Add(1)
-					l.first.CompareAndSwap(nil, fmt.Sprintf("%+v", r))
-					l.record(fmt.Sprintf("%+v", r))
+					l.first.CompareAndSwap(nil, r.String())
+					l.record(r.String())
 					if strings.Contains(r.body, "connection termination") || strings.Contains(r.body, "remote reset") {
 						l.reached.Add(1)
 					}

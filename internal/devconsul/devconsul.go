@@ -22,7 +22,8 @@ type Agent struct {
 	HTTPAddr string
 	child    *proc.Process
 	log      string
-	token    string // the management token, with ACLs on
+	token    string    // the management token, with ACLs on
+	spec     proc.Spec // how a cluster's agent is started (Restart)
 }
 
 // NodeName is the dev agent's Consul node name.
