@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
@@ -50,9 +53,32 @@ func TestNodeLossAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	entry := agents[0]
-	healthy := func() float64 { return envoyStat(t, entry.admin, "cluster.wide.membership_healthy") }
+	killedAddrs := map[string]bool{}
+	for _, a := range agents[lossNodes-lossKilled:] {
+		killedAddrs[a.address] = true
+	}
+	// routedTo counts the hosts of wide the entry node's Envoy routes to
+	// (healthy ones), and those of them on killed nodes.
+	routedTo := func() (all, killed int) {
+		out, err := envoy.Admin{Socket: entry.admin}.Get(ctx, "/clusters")
+		if err != nil {
+			return -1, -1
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			parts := strings.Split(line, "::")
+			if len(parts) != 4 || parts[0] != "wide" || parts[2] != "health_flags" || parts[3] != "healthy" {
+				continue
+			}
+			all++
+			if host, _, err := net.SplitHostPort(parts[1]); err == nil && killedAddrs[host] {
+				killed++
+			}
+		}
+		return all, killed
+	}
 	testutil.WaitFor(t, 60*time.Second, "every node's replica to be ready in the entry node's Envoy", func() bool {
-		return healthy() == lossNodes
+		all, _ := routedTo()
+		return all == lossNodes // the other nodes by their inbound listeners, its own replica on loopback
 	})
 	gets := startLoad("http://"+entry.public+"/wide", 3)
 	posts := startLoadMethod(http.MethodPost, "http://"+entry.public+"/wide", 1)
@@ -63,12 +89,22 @@ func TestNodeLossAtScale(t *testing.T) {
 		_ = a.child.Kill() // the agent's process group: its Envoy and its replica die with it
 	}
 	testutil.WaitFor(t, routingBound, "the entry node's Envoy to stop routing to the killed nodes", func() bool {
-		return healthy() == lossNodes-lossKilled
+		all, killed := routedTo()
+		return all > 0 && killed == 0
 	})
 	stopped := time.Since(killed)
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", last)
+		}
+	})
 	testutil.WaitFor(t, replaceBound, "the killed nodes' replicas to run elsewhere", func() bool {
-		bs, _, err := backendStatus(ctx, c, "wide")
-		return err == nil && bs.Ready == lossNodes && bs.Running == lossNodes && healthy() == lossNodes-lossKilled
+		bs, problems, err := backendStatus(ctx, c, "wide")
+		all, killed := routedTo()
+		last = fmt.Sprintf("ready %d, running %d, draining %d, hosts routed to %d (%d on killed nodes), problems %v, err %v",
+			bs.Ready, bs.Running, bs.Draining, all, killed, problems, err)
+		return err == nil && bs.Ready == lossNodes && bs.Running == lossNodes && killed == 0
 	})
 	replaced := time.Since(killed)
 	time.Sleep(2 * time.Second)
