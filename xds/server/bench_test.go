@@ -20,12 +20,7 @@ import (
 func BenchmarkPublish(b *testing.B) {
 	for _, endpoints := range []int{10, 1000, 10000} {
 		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
-			s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			node, err := wire.ProxyNodeFromEnvoy(servemeshNode(b, "bench"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.nodes[node.ID] = &nodeState{node: node, acked: map[string]string{}}
+			s := oneNodeServer(b)
 			publishEach(b, s, [2]*model.Model{modelgen.Model(endpoints, 3, 10), modelgen.Model(endpoints, 3, 11)})
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(endpoints), "ns/endpoint")
 		})
@@ -96,16 +91,11 @@ func publishEach(b *testing.B, s *Server, models [2]*model.Model) {
 
 // BenchmarkPublishOneChange measures what one `traffic set` costs in a
 // large mesh: the model was published once, then each iteration changes
-// one endpoint's weights and publishes (one node; mTLS with 10 nodes).
+// one endpoint's weights and publishes, for one node.
 func BenchmarkPublishOneChange(b *testing.B) {
 	for _, endpoints := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
-			s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			node, err := wire.ProxyNodeFromEnvoy(servemeshNode(b, "bench"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.nodes[node.ID] = &nodeState{node: node, acked: map[string]string{}}
+			s := oneNodeServer(b)
 			m := modelgen.Model(endpoints, 3, 10)
 			s.model, s.generation = m, 1
 			s.publish(context.Background())
@@ -161,4 +151,15 @@ func BenchmarkPublishOneHealthChange(b *testing.B) {
 		s.publish(context.Background())
 		i++
 	}
+}
+
+// oneNodeServer is a server with one plaintext node connected.
+func oneNodeServer(b *testing.B) *Server {
+	s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	node, err := wire.ProxyNodeFromEnvoy(servemeshNode(b, "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.nodes[node.ID] = &nodeState{node: node, acked: map[string]string{}}
+	return s
 }
