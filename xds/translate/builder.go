@@ -74,13 +74,46 @@ func NewBuilder(t *MTLS) *Builder {
 func (b *Builder) MTLS() *MTLS { return b.mtls }
 
 // Build returns the shared resources of m, a model that passed Validate.
-func (b *Builder) Build(m *model.Model) (*Built, error) {
+// After an error it starts over: the next Build rebuilds everything.
+func (b *Builder) Build(m *model.Model) (out *Built, err error) {
+	defer func() {
+		if err != nil {
+			*b = *NewBuilder(b.mtls)
+		}
+	}()
 	if b.mtls != nil {
 		if err := b.mtls.Validate(); err != nil {
 			return nil, err
 		}
 	}
 	b.gen++
+	changed, err := b.syncBackends(m)
+	if err != nil {
+		return nil, err
+	}
+	routesChanged, err := b.syncEndpoints(m)
+	if err != nil {
+		return nil, err
+	}
+	out = &Built{ChangedBackends: changed}
+	if b.last != nil && len(changed) == 0 {
+		out.Clusters, out.Assignments, out.ClustersVersion = b.last.Clusters, b.last.Assignments, b.last.ClustersVersion
+	} else {
+		b.assembleBackends(out)
+		b.byNode = nil
+	}
+	if b.last != nil && !routesChanged {
+		out.Routes, out.RoutesVersion = b.last.Routes, b.last.RoutesVersion
+	} else {
+		b.assembleRoutes(out)
+	}
+	b.last = out
+	return out, nil
+}
+
+// syncBackends rebuilds the parts of m's backends that changed, drops
+// those of backends gone, and names both.
+func (b *Builder) syncBackends(m *model.Model) (map[string]bool, error) {
 	changed := map[string]bool{}
 	for _, be := range m.Backends {
 		p := b.backends[be.Name]
@@ -101,7 +134,13 @@ func (b *Builder) Build(m *model.Model) (*Built, error) {
 			changed[name] = true
 		}
 	}
-	routesChanged := false
+	return changed, nil
+}
+
+// syncEndpoints rebuilds the parts of m's endpoints that changed, drops
+// those of endpoints gone, and reports whether any did either.
+func (b *Builder) syncEndpoints(m *model.Model) (bool, error) {
+	changed := false
 	for _, e := range m.Endpoints {
 		p := b.endpoints[e.Name]
 		if p != nil && model.EndpointsEqual(p.endpoint, e) {
@@ -110,32 +149,19 @@ func (b *Builder) Build(m *model.Model) (*Built, error) {
 		}
 		p, err := buildEndpoint(e)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		p.gen = b.gen
 		b.endpoints[e.Name] = p
-		routesChanged = true
+		changed = true
 	}
 	for name, p := range b.endpoints {
 		if p.gen != b.gen {
 			delete(b.endpoints, name)
-			routesChanged = true
+			changed = true
 		}
 	}
-	out := &Built{ChangedBackends: changed}
-	if b.last != nil && len(changed) == 0 {
-		out.Clusters, out.Assignments, out.ClustersVersion = b.last.Clusters, b.last.Assignments, b.last.ClustersVersion
-	} else {
-		b.assembleBackends(out)
-		b.byNode = nil
-	}
-	if b.last != nil && !routesChanged {
-		out.Routes, out.RoutesVersion = b.last.Routes, b.last.RoutesVersion
-	} else {
-		b.assembleRoutes(out)
-	}
-	b.last = out
-	return out, nil
+	return changed, nil
 }
 
 // buildBackend builds one backend's clusters and assignments with the
