@@ -194,9 +194,11 @@ func busyRollout(e model.Endpoint) error {
 		e.Name, e.Rollout.Candidate, where, e.Name, e.Name)
 }
 
-// BackendReady reports whether a backend can answer: a process backend
-// needs a running replica that passes its checks; others are ready.
-func (c *Controller) BackendReady(m *model.Model, name string) bool {
+// BackendReady reports whether a backend of the last adopted state can
+// answer: a process backend needs a running replica that passes its
+// checks; others are ready.
+func (c *Controller) BackendReady(name string) bool {
+	m := c.adopted.Load().model // adopted states are never modified
 	i := findBackend(m, name)
 	if i < 0 {
 		return false
@@ -207,11 +209,24 @@ func (c *Controller) BackendReady(m *model.Model, name string) bool {
 	}
 	ready := c.readyTags(name)
 	for _, p := range b.Placements {
-		if p.State == model.Running && ready[p.Tag] {
+		if p.State == model.Running && (c.healthy == nil || ready[p.Tag]) { // no health view: every placed replica counts
 			return true
 		}
 	}
 	return false
+}
+
+// RolloutEndpoints returns copies of the endpoints of the last adopted
+// state that have a rollout, without copying the rest of the state (the
+// rollout runner reads them every second).
+func (c *Controller) RolloutEndpoints() []model.Endpoint {
+	var out []model.Endpoint
+	for _, e := range c.adopted.Load().model.Endpoints {
+		if e.Rollout != nil {
+			out = append(out, model.CloneEndpoint(e))
+		}
+	}
+	return out
 }
 
 // carryRollouts keeps, for each endpoint of desired whose file declares

@@ -33,10 +33,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	m, _ := c.r.ctl.State()
-	for _, e := range m.Endpoints {
+	for _, e := range c.r.ctl.RolloutEndpoints() {
 		ro := e.Rollout
-		if ro == nil || ro.Status == nil {
+		if ro.Status == nil {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, 1, e.Name, ro.Candidate, string(ro.Status.Phase))

@@ -75,18 +75,17 @@ func (r *Runner) Run(ctx context.Context) {
 // ready, updates the live figures of those in a stage, and has the
 // controller record each verdict reached.
 func (r *Runner) Step(ctx context.Context) {
-	m, _ := r.ctl.State()
 	leading, _ := r.ctl.Leader()
 	loads := r.loads()
 	active := map[string]bool{}
-	for _, e := range m.Endpoints {
+	for _, e := range r.ctl.RolloutEndpoints() {
 		if !e.Rollout.Active() {
 			continue
 		}
 		active[e.Name] = true
 		switch e.Rollout.Status.Phase {
 		case model.RolloutWaiting:
-			if leading && r.ctl.BackendReady(m, e.Rollout.Candidate) {
+			if leading && r.ctl.BackendReady(e.Rollout.Candidate) {
 				r.began(r.ctl.BeginRollout(ctx, e.Name))
 			}
 		case model.RolloutProgressing:
