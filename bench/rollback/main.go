@@ -85,8 +85,12 @@ func run(runs, workers int) error {
 	fmt.Printf("a candidate failing 5%% of requests, first step 10%%, %d runs (%d clients per node, %d requests sent):\n\n", runs, workers, l.sent.Load())
 	fmt.Println("| from the first error to | p50 | p99 (highest) | each run |")
 	fmt.Println("|---|---:|---:|---|")
-	fmt.Printf("| the verdict (rollback checkpointed) | %s | %s | %s |\n", ms(pct(toVerdict, 50)), ms(pct(toVerdict, 100)), list(toVerdict))
-	fmt.Printf("| every node's Envoy on the primary only | %s | %s | %s |\n\n", ms(pct(toRollback, 50)), ms(pct(toRollback, 100)), list(toRollback))
+	row := func(to string, ds []time.Duration) {
+		fmt.Printf("| %s | %s | %s | %s |\n", to, benchenv.Millis(benchenv.Percentile(ds, 50)), benchenv.Millis(benchenv.Percentile(ds, 100)), list(ds))
+	}
+	row("the verdict (rollback checkpointed)", toVerdict)
+	row("every node's Envoy on the primary only", toRollback)
+	fmt.Println()
 	fmt.Printf("failed requests per run: %v\n", failed)
 	return nil
 }
@@ -214,16 +218,6 @@ func (l *load) stop() {
 	close(l.done)
 	l.wg.Wait()
 }
-
-// pct is the p-th percentile (nearest rank) of ds.
-func pct(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(float64(len(s))*p/100+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
 func list(ds []time.Duration) string {
 	out := ""

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,8 +105,7 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 		return err
 	}
 	loaded := measure(pid, loadFor, func() { changeEvery(ctx, mesh.Client, interval, loadFor) })
-	slices.Sort(lat)
-	fmt.Printf("| %d | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", endpoints, ms(pct(lat, 50)), ms(pct(lat, 99)),
+	fmt.Printf("| %d | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", endpoints, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),
 		kib(bytes/int64(changes)), rest.rss, loaded.rss, 100*rest.cpu, 100*loaded.cpu)
 	return nil
 }
@@ -261,12 +259,5 @@ func measure(pid int, d time.Duration, work func()) usage {
 	<-done
 	return usage{rss: peak, cpu: (testutil.CPUSeconds(pid) - cpu0) / time.Since(start).Seconds()}
 }
-
-func pct(ds []time.Duration, p float64) time.Duration {
-	i := int(float64(len(ds))*p/100+0.5) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
 func kib(n int64) string { return fmt.Sprintf("%.0f KiB", float64(n)/1024) }

@@ -33,7 +33,7 @@ type Builder struct {
 	// none of their parts changed.
 	last *Built
 	// byNode indexes, with mTLS, the backends with replicas on each node;
-	// nil until NodeBackends needs it after a change.
+	// nil until nodeBackends needs it after a change.
 	byNode map[string]map[string]bool
 	nodes  map[string]*nodeParts // what ForNode built last, by node
 }
@@ -256,41 +256,41 @@ func (b *Builder) assembleRoutes(out *Built) {
 type NodeBuilt struct {
 	Resources
 	ListenersVersion, ClustersVersion string
-	// Same is true when nothing of the node's own changed since the last
-	// ForNode of it: the same listeners and clusters.
-	Same bool
 }
 
 type nodeParts struct {
-	node wire.ProxyNode
-	// keys name each backend it runs with the hash of its clusters and
-	// its count of replicas there: what its own resources depend on (not
-	// its replicas' addresses or health, which come by EDS).
-	keys  []string
+	node  wire.ProxyNode
+	keys  []localKey
 	built *NodeBuilt
+}
+
+// localKey is what a node's own resources depend on of a backend it runs:
+// its clusters (their hash) and its count of replicas there, not their
+// addresses or health, which come by EDS.
+type localKey struct {
+	backend, hash string
+	replicas      int
 }
 
 // ForNode builds what node owns, as ForNode does, from the last Build: a
 // node whose listener settings and local backends did not change gets
-// what it got last time (Same).
+// what it got last time.
 func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	var local []*backendParts
 	if b.mtls != nil {
-		for _, name := range sortedNames(b.NodeBackends(node.ID)) {
+		for _, name := range sortedNames(b.nodeBackends(node.ID)) {
 			local = append(local, b.backends[name])
 		}
 	}
 	if b.nodes == nil {
 		b.nodes = map[string]*nodeParts{}
 	}
-	keys := make([]string, len(local))
+	keys := make([]localKey, len(local))
 	for i, p := range local {
-		keys[i] = fmt.Sprintf("%s=%s/%d", p.backend.Name, p.hash, p.perNode[node.ID])
+		keys[i] = localKey{backend: p.backend.Name, hash: p.hash, replicas: p.perNode[node.ID]}
 	}
 	if p := b.nodes[node.ID]; p != nil && p.node == node && slices.Equal(p.keys, keys) {
-		same := *p.built
-		same.Same = true
-		return &same, nil
+		return p.built, nil
 	}
 	backends := make([]model.Backend, 0, len(local))
 	shared := make(map[string]*cluster.Cluster, len(local))
@@ -332,9 +332,9 @@ func (b *Builder) KeepNodes(ids map[string]bool) {
 	}
 }
 
-// NodeBackends returns, with mTLS, the names of the backends with replicas
+// nodeBackends returns, with mTLS, the names of the backends with replicas
 // on node, as of the last Build.
-func (b *Builder) NodeBackends(node string) map[string]bool {
+func (b *Builder) nodeBackends(node string) map[string]bool {
 	if b.byNode == nil {
 		b.byNode = map[string]map[string]bool{}
 		for name, p := range b.backends {
