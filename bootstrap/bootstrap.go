@@ -45,7 +45,9 @@ const ServiceCluster = "servemesh"
 // Protocol is the xDS transport variant a node uses.
 type Protocol string
 
-// The xDS transport variants.
+// The xDS transport variants. Delta is the default: a change sends the
+// resources it changed, where state of the world sends every resource of
+// each type it touched (every route configuration at a traffic shift).
 const (
 	ProtocolSotW  Protocol = "sotw"
 	ProtocolDelta Protocol = "delta"
@@ -65,7 +67,7 @@ type Options struct {
 	// (quitquitquit, log levels, config dumps), so it is never on a TCP
 	// port a replica could reach.
 	AdminSocket string
-	// Protocol picks state-of-the-world or delta xDS; empty means sotw.
+	// Protocol picks delta or state-of-the-world xDS; empty means delta.
 	Protocol Protocol
 	// XDSTLS, if set, makes the node reach the control plane over TLS with
 	// its client certificate, verifying the controller's identity.
@@ -107,11 +109,11 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 	if err := CheckAdminSocket(o.AdminSocket); err != nil {
 		return nil, err
 	}
-	apiType := core.ApiConfigSource_GRPC
+	apiType := core.ApiConfigSource_DELTA_GRPC
 	switch o.Protocol {
-	case "", ProtocolSotW:
-	case ProtocolDelta:
-		apiType = core.ApiConfigSource_DELTA_GRPC
+	case "", ProtocolDelta:
+	case ProtocolSotW:
+		apiType = core.ApiConfigSource_GRPC
 	default:
 		return nil, fmt.Errorf("bootstrap: xds protocol %q is unknown; use %q or %q", o.Protocol, ProtocolSotW, ProtocolDelta)
 	}

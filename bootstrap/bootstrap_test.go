@@ -19,8 +19,8 @@ var testNode = wire.ProxyNode{ID: "node-1", PublicAddress: "0.0.0.0", PublicPort
 
 func TestGolden(t *testing.T) {
 	cases := map[string]Options{
-		"sotw":            {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminSocket: "/run/servemesh/admin/envoy.sock"},
-		"delta":           {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminSocket: "/run/servemesh/admin/envoy.sock", Protocol: ProtocolDelta},
+		"sotw":            {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminSocket: "/run/servemesh/admin/envoy.sock", Protocol: ProtocolSotW},
+		"delta":           {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminSocket: "/run/servemesh/admin/envoy.sock"},
 		"dns-xds":         {Node: testNode, XDSAddress: "controlplane.internal:18000", AdminSocket: "/run/servemesh/admin/envoy.sock"},
 		"two-controllers": {Node: testNode, XDSAddress: "127.0.0.1:18000,127.0.0.1:18010", AdminSocket: "/run/servemesh/admin/envoy.sock"},
 		"xds-tls": {Node: testNode, XDSAddress: "127.0.0.1:18000", AdminSocket: "/run/servemesh/admin/envoy.sock",

@@ -18,6 +18,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // routeVersions returns the version of each route configuration Envoy holds.
@@ -337,7 +338,7 @@ func envoyPolicies(t *testing.T, admin envoy.Admin) string {
 	}
 	var lines []string
 	for _, c := range parsed.Configs {
-		if c.RouteConfig.Name != "mesh" {
+		if !strings.HasPrefix(c.RouteConfig.Name, wire.MeshRouteName("")) {
 			continue
 		}
 		for _, vh := range c.RouteConfig.VirtualHosts {

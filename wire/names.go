@@ -15,8 +15,16 @@ const (
 	// replicas over mTLS (mesh mTLS only).
 	InboundListener = "inbound"
 	PublicRoutes    = "public"
-	MeshRoutes      = "mesh"
+	// MeshRoutes names the mesh listener's scoped routes: one scope per
+	// endpoint, chosen by the request's host, each with a route
+	// configuration of its own (MeshRouteName), so a change to one
+	// endpoint sends that endpoint's routes alone.
+	MeshRoutes = "mesh"
 )
+
+// MeshRouteName is the name of an endpoint's mesh route configuration and
+// of the scope that selects it.
+func MeshRouteName(endpoint string) string { return MeshRoutes + "/" + endpoint }
 
 // PublicVirtualHost names the public route configuration's one virtual
 // host. Mesh virtual hosts are named after their endpoints, and model names

@@ -25,7 +25,7 @@ type nodeFlags struct {
 func defaultNode() nodeFlags {
 	host, _ := os.Hostname()
 	return nodeFlags{id: host, public: "0.0.0.0:8080", mesh: "127.0.0.1:15001",
-		xds: "127.0.0.1:18000", protocol: string(bootstrap.ProtocolSotW)}
+		xds: "127.0.0.1:18000", protocol: string(bootstrap.ProtocolDelta)}
 }
 
 func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
@@ -34,7 +34,7 @@ func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
 	fs.StringVar(&o.mesh, "mesh", def.mesh, "address of the mesh listener where replicas reach any endpoint by Host header")
 	fs.StringVar(&o.adminSocket, "admin-socket", def.adminSocket, "Unix socket of Envoy's admin API (default: admin/envoy.sock in --work-dir, a folder only this user may enter)")
 	fs.StringVar(&o.xds, "xds", def.xds, "address of the control plane's xDS server, or several comma-separated (HA controllers)")
-	fs.StringVar(&o.protocol, "xds-protocol", def.protocol, "xDS variant: sotw (state of the world) or delta")
+	fs.StringVar(&o.protocol, "xds-protocol", def.protocol, "xDS variant: delta (a change sends the resources it changed) or sotw (state of the world: every resource of each type a change touched)")
 	fs.BoolVar(&o.noAccessLog, "no-access-log", false, "do not write Envoy's access log (a JSON line per request, access.log in the work folder)")
 }
 

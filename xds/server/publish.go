@@ -6,6 +6,7 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -104,9 +105,10 @@ func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen u
 		if st := s.nodes[node.ID]; st != nil {
 			st.generation, st.refused = gen, ""
 			st.expected = map[string]string{
-				resource.ListenerType: snap.GetVersion(resource.ListenerType),
-				resource.RouteType:    snap.GetVersion(resource.RouteType),
-				resource.ClusterType:  snap.GetVersion(resource.ClusterType),
+				resource.ListenerType:    snap.GetVersion(resource.ListenerType),
+				resource.RouteType:       snap.GetVersion(resource.RouteType),
+				resource.ScopedRouteType: snap.GetVersion(resource.ScopedRouteType),
+				resource.ClusterType:     snap.GetVersion(resource.ClusterType),
 			}
 		}
 		s.mu.Unlock()
@@ -142,42 +144,45 @@ func (s *Server) diffAssignments(built *translate.Built) (map[string]types.Resou
 // sharedResources are one publish's node-independent resources, and the
 // builder that builds each node's own.
 type sharedResources struct {
-	mtls                   *translate.MTLS
-	builder                *translate.Builder
-	routes, clusters       []types.Resource
-	clusterList            []*cluster.Cluster // clusters, as translated
-	routesVer, clustersVer string
-	assignmentNames        map[string]bool
+	mtls            *translate.MTLS
+	builder         *translate.Builder
+	routes, scopes  *kind
+	clusters        *kind
+	clusterList     []*cluster.Cluster // clusters, as translated
+	assignmentNames map[string]bool
 	// snaps are the nodes' last snapshots, by node, with what they were
 	// built from.
 	snaps map[string]*nodeSnapshot
 }
 
-// nodeSnapshot is a node's last snapshot and the versions it holds.
+// nodeSnapshot is a node's last snapshot and what it was built from.
 type nodeSnapshot struct {
-	snap                                 *cachev3.Snapshot
+	snap                                 snapshot
 	listenersVer, ownVer, sharedClusters string
-	merged                               []types.Resource
+	listeners, clusters                  *kind
 }
 
 // buildShared turns a build into what snapshots take, reusing the last
-// publish's lists of a kind whose version did not change.
+// publish's kinds whose version did not change.
 func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources, b *translate.Builder) *sharedResources {
-	out := &sharedResources{mtls: mtls, builder: b, routesVer: r.RoutesVersion, clustersVer: r.ClustersVersion, snaps: map[string]*nodeSnapshot{}}
-	if last != nil && last.mtls == mtls {
+	out := &sharedResources{mtls: mtls, builder: b, snaps: map[string]*nodeSnapshot{}}
+	sameMTLS := last != nil && last.mtls == mtls
+	if sameMTLS {
 		out.snaps = last.snaps
 	}
-	if last != nil && last.mtls == mtls && last.clustersVer == r.ClustersVersion {
+	if sameMTLS && last.clusters.version == r.ClustersVersion {
 		out.clusters, out.clusterList = last.clusters, last.clusterList
 	} else {
-		out.clusters, out.clusterList = asResources(r.Clusters), r.Clusters
+		out.clusters = newKind(r.ClustersVersion, r.Clusters, lookup(r.ClusterVersions))
+		out.clusterList = r.Clusters
 	}
-	if last != nil && last.routesVer == r.RoutesVersion {
-		out.routes = last.routes
+	if last != nil && last.routes.version == r.RoutesVersion {
+		out.routes, out.scopes = last.routes, last.scopes
 	} else {
-		out.routes = asResources(r.Routes)
+		out.routes = newKind(r.RoutesVersion, r.Routes, lookup(r.RouteVersions))
+		out.scopes = newKind(r.RoutesVersion, r.ScopedRoutes, lookup(r.ScopeVersions))
 	}
-	if last != nil && last.mtls == mtls && len(r.ChangedBackends) == 0 {
+	if sameMTLS && len(r.ChangedBackends) == 0 {
 		out.assignmentNames = last.assignmentNames
 	} else {
 		out.assignmentNames = make(map[string]bool, len(r.Assignments))
@@ -188,78 +193,79 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	return out
 }
 
-// snapshotFor builds a node's snapshot of listeners, routes and clusters,
-// each type versioned by a hash of its content. A node whose listeners and
-// clusters are what they were at its last snapshot only gets the new
-// routes; otherwise the snapshot is first checked to be consistent with
-// the assignments (every cluster has its assignment, every listener its
-// route configuration).
-func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (*cachev3.Snapshot, error) {
+func lookup(versions map[string]string) func(string) string {
+	return func(name string) string { return versions[name] }
+}
+
+// snapshotFor builds a node's snapshot of listeners, routes, scoped routes
+// and clusters. A node whose listeners and clusters are what they were at
+// its last snapshot only gets the new routes; otherwise the snapshot is
+// first checked to be consistent with the assignments (every cluster has
+// its assignment, every listener its routes).
+func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 	own, err := sr.builder.ForNode(node)
 	if err != nil {
 		return nil, err
 	}
 	last := sr.snaps[node.ID]
-	listeners := asResources(own.Listeners)
-	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != sr.clustersVer {
+	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != sr.clusters.version {
 		merged := sr.clusterList
 		if len(own.Clusters) > 0 { // mTLS: the node's own, replacing shared ones of the same name
 			merged = translate.MergeClusters(sr.clusterList, own.Clusters)
 		}
-		if err := sr.consistent(listeners, merged); err != nil {
+		if err := sr.consistent(own.Listeners, merged); err != nil {
 			return nil, err
 		}
-		last = &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: sr.clustersVer, merged: asResources(merged)}
-		if len(own.Clusters) == 0 {
-			last.merged = sr.clusters
+		last = &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: sr.clusters.version,
+			listeners: newKind(own.ListenersVersion, own.Listeners, func(string) string { return own.ListenersVersion }),
+			clusters:  sr.clusters}
+		if len(own.Clusters) > 0 {
+			last.clusters = mergedClusters(sr.clusters, own)
 		}
 	}
-	clustersVer := sr.clustersVer
-	if len(own.Clusters) > 0 {
-		clustersVer += "-" + own.ClustersVersion
+	snap := snapshot{
+		resource.ListenerType:    last.listeners,
+		resource.RouteType:       sr.routes,
+		resource.ScopedRouteType: sr.scopes,
+		resource.ClusterType:     last.clusters,
 	}
-	snap, err := cachev3.NewSnapshot("", map[resource.Type][]types.Resource{
-		resource.ListenerType: listeners,
-		resource.RouteType:    sr.routes,
-		resource.ClusterType:  last.merged,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build snapshot: %w", err)
-	}
-	snap.Resources[types.Listener].Version = own.ListenersVersion
-	snap.Resources[types.Route].Version = sr.routesVer
-	snap.Resources[types.Cluster].Version = clustersVer
 	last.snap = snap
 	sr.snaps[node.ID] = last
 	return snap, nil
 }
 
+// mergedClusters is a node's clusters with mTLS: the shared ones, and the
+// node's own, which replace shared ones of the same name and are
+// versioned by the node's own version.
+func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
+	k := &kind{version: shared.version + "-" + own.ClustersVersion,
+		items: make(map[string]types.Resource, len(shared.items)+len(own.Clusters)), versions: make(map[string]string, len(shared.items)+len(own.Clusters))}
+	for n, r := range shared.items {
+		k.items[n], k.versions[n] = r, shared.versions[n]
+	}
+	for _, c := range own.Clusters {
+		k.items[c.GetName()], k.versions[c.GetName()] = c, own.ClustersVersion
+	}
+	return k
+}
+
 // consistent checks, as the snapshot cache's Consistent does, that every
-// EDS cluster has its assignment and every listener its routes.
-func (sr *sharedResources) consistent(listeners []types.Resource, clusters []*cluster.Cluster) error {
+// EDS cluster has its assignment and every route configuration a listener
+// names by RDS is there (those of the mesh's scopes are built with them).
+func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters []*cluster.Cluster) error {
 	for name := range translate.AskedAssignments(clusters) {
 		if !sr.assignmentNames[name] {
 			return fmt.Errorf("snapshot is inconsistent: cluster %q has no assignment", name)
 		}
 	}
-	full, err := cachev3.NewSnapshot("check", map[resource.Type][]types.Resource{
-		resource.ListenerType: listeners,
-		resource.RouteType:    sr.routes,
-	})
-	if err != nil {
-		return fmt.Errorf("build snapshot: %w", err)
+	named := make(map[string]types.ResourceWithTTL, len(listeners))
+	for _, l := range listeners {
+		named[l.GetName()] = types.ResourceWithTTL{Resource: l}
 	}
-	if err := full.Consistent(); err != nil {
-		return fmt.Errorf("snapshot is inconsistent: %w", err)
+	for name := range cachev3.GetResourceReferences(named)[resource.RouteType] {
+		if sr.routes.items[name] == nil {
+			return fmt.Errorf("snapshot is inconsistent: a listener names route configuration %q, which is not built", name)
+		}
 	}
 	return nil
-}
-
-// asResources lists items as the caches take them.
-func asResources[T types.Resource](items []T) []types.Resource {
-	out := make([]types.Resource, 0, len(items))
-	for _, x := range items {
-		out = append(out, x)
-	}
-	return out
 }

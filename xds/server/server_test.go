@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -180,8 +181,15 @@ func TestServesClustersListenersAndEndpoints(t *testing.T) {
 		t.Fatalf("got %d listeners, want 2", len(lds.GetResources()))
 	}
 	st.send(ack(lds))
-	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.RouteType, ResourceNames: []string{"mesh", "public"}})
-	st.send(ack(st.expect(resource.RouteType), "mesh", "public"))
+	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.ScopedRouteType})
+	srds := st.expect(resource.ScopedRouteType)
+	if len(srds.GetResources()) != 1 {
+		t.Fatalf("got %d scoped routes, want 1 (endpoint api's)", len(srds.GetResources()))
+	}
+	st.send(ack(srds))
+	routes := []string{wire.MeshRouteName("api"), wire.PublicRoutes}
+	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.RouteType, ResourceNames: routes})
+	st.send(ack(st.expect(resource.RouteType), routes...))
 
 	// A replica moving changes only endpoints: clusters are not re-sent.
 	if err := s.SetModel(testModel("127.0.0.1:9101")); err != nil {
@@ -520,4 +528,75 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 		}
 	}
 	return 0
+}
+
+// TestDeltaSendsOnlyWhatChanged: over delta xDS, a traffic change to one
+// endpoint of two sends that endpoint's mesh routes and the public table,
+// then its scope, and nothing of the other endpoint or of the clusters;
+// the node then counts as in sync.
+func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
+	s, conn, _ := startServer(t)
+	m := testModel("127.0.0.1:9001")
+	m.Endpoints = append(m.Endpoints, model.Endpoint{Name: "other", Traffic: map[string]float64{"v2": 1}})
+	if err := s.SetModel(m); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// recv ACKs n responses and returns the names each type's held.
+	recv := func(n int) map[string][]string {
+		t.Helper()
+		got := map[string][]string{}
+		for range n {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range resp.GetResources() {
+				got[resp.GetTypeUrl()] = append(got[resp.GetTypeUrl()], r.GetName())
+			}
+			sort.Strings(got[resp.GetTypeUrl()])
+		}
+		return got
+	}
+	routes := []string{wire.MeshRouteName("api"), wire.MeshRouteName("other"), wire.PublicRoutes}
+	for i, sub := range []struct {
+		typ   string
+		names []string
+	}{{resource.ClusterType, nil}, {resource.EndpointType, []string{"v1", "v2"}}, {resource.ListenerType, nil},
+		{resource.ScopedRouteType, nil}, {resource.RouteType, routes}} {
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: sub.typ, ResourceNamesSubscribe: sub.names}
+		if i == 0 {
+			req.Node = servemeshNode(t, "d1")
+		}
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		recv(1)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the node in sync", func() bool { return len(s.Status()) == 1 && s.Status()[0].InSync })
+
+	m = model.Clone(m)
+	m.Endpoints[0].Traffic = map[string]float64{"v1": 0.9, "v2": 0.1}
+	if err := s.SetModel(m); err != nil {
+		t.Fatal(err)
+	}
+	got := recv(2)
+	if !slices.Equal(got[resource.ScopedRouteType], []string{wire.MeshRouteName("api")}) {
+		t.Errorf("a traffic change sent scoped routes %v; want api's alone", got[resource.ScopedRouteType])
+	}
+	if !slices.Equal(got[resource.RouteType], []string{wire.MeshRouteName("api"), wire.PublicRoutes}) {
+		t.Errorf("a traffic change sent routes %v; want api's mesh routes and the public table", got[resource.RouteType])
+	}
+	if len(got) != 2 {
+		t.Errorf("a traffic change sent %v; want scoped routes and routes alone", got)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the node in sync after the change", func() bool { return s.Status()[0].InSync })
 }

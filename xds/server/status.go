@@ -266,6 +266,8 @@ func shortType(typeURL string) string {
 		return "listeners"
 	case resource.RouteType:
 		return "routes"
+	case resource.ScopedRouteType:
+		return "scoped_routes"
 	case resource.ClusterType:
 		return "clusters"
 	case resource.EndpointType:

@@ -52,15 +52,22 @@ type endpointParts struct {
 	gen      uint64
 	endpoint model.Endpoint
 	public   []*route.Route // nil when headless
-	mesh     *route.VirtualHost
+	mesh     *route.RouteConfiguration
+	scope    *route.ScopedRouteConfiguration
 	hash     string
 }
 
 // Built is one Build's output: Shared's resources, each kind's version,
-// and which backends' parts were rebuilt.
+// each resource's version, and which backends' parts were rebuilt.
 type Built struct {
 	Resources
+	// RoutesVersion versions the routes and the scoped routes together.
 	RoutesVersion, ClustersVersion string
+	// RouteVersions, ScopeVersions and ClusterVersions version each
+	// resource by name, as delta xDS compares them: a resource keeps its
+	// version while what it was built from is unchanged. Read-only: a
+	// later Build makes new maps.
+	RouteVersions, ScopeVersions, ClusterVersions map[string]string
 	// ChangedBackends are the backends rebuilt (or gone) by this Build.
 	ChangedBackends map[string]bool
 }
@@ -98,12 +105,14 @@ func (b *Builder) Build(m *model.Model) (out *Built, err error) {
 	out = &Built{ChangedBackends: changed}
 	if b.last != nil && len(changed) == 0 {
 		out.Clusters, out.Assignments, out.ClustersVersion = b.last.Clusters, b.last.Assignments, b.last.ClustersVersion
+		out.ClusterVersions = b.last.ClusterVersions
 	} else {
 		b.assembleBackends(out)
 		b.byNode = nil
 	}
 	if b.last != nil && !routesChanged {
-		out.Routes, out.RoutesVersion = b.last.Routes, b.last.RoutesVersion
+		out.Routes, out.ScopedRoutes, out.RoutesVersion = b.last.Routes, b.last.ScopedRoutes, b.last.RoutesVersion
+		out.RouteVersions, out.ScopeVersions = b.last.RouteVersions, b.last.ScopeVersions
 	} else {
 		b.assembleRoutes(out)
 	}
@@ -191,16 +200,13 @@ func (b *Builder) buildBackend(be model.Backend) (*backendParts, error) {
 }
 
 func buildEndpoint(e model.Endpoint) (*endpointParts, error) {
-	p := &endpointParts{endpoint: model.CloneEndpoint(e), mesh: &route.VirtualHost{
-		Name:    e.Name,
-		Domains: []string{e.Name, e.Name + ":*"},
-		Routes:  endpointRoutes(e, pathMatch("/")),
-	}}
+	p := &endpointParts{endpoint: model.CloneEndpoint(e)}
+	p.mesh, p.scope = meshRoutes(e)
 	if !e.Headless() {
 		p.public = endpointRoutes(e, pathMatch(e.Route))
 	}
 	var err error
-	p.hash, err = hashOf(append(asMessages(p.public), p.mesh))
+	p.hash, err = hashOf(append(asMessages(p.public), p.mesh, p.scope))
 	return p, err
 }
 
@@ -209,47 +215,51 @@ func buildEndpoint(e model.Endpoint) (*endpointParts, error) {
 func (b *Builder) assembleBackends(out *Built) {
 	names := sortedNames(b.backends)
 	h := sha256.New()
+	out.ClusterVersions = make(map[string]string, len(names))
 	for _, n := range names {
 		p := b.backends[n]
 		out.Clusters = append(out.Clusters, p.clusters...)
 		out.Assignments = append(out.Assignments, p.assignments...)
 		fmt.Fprintf(h, "%s=%s;", n, p.hash)
+		for _, c := range p.clusters {
+			out.ClusterVersions[c.GetName()] = p.hash
+		}
 	}
 	sortByName(out.Assignments, (*endpoint.ClusterLoadAssignment).GetClusterName)
 	out.ClustersVersion = hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// assembleRoutes builds the public and mesh route configurations from the
-// endpoints' parts, in BuildRoutes's order, and versions them.
+// assembleRoutes builds the public route configuration and lists the
+// endpoints' mesh routes and scopes from their parts, in BuildRoutes's
+// order, and versions them.
 func (b *Builder) assembleRoutes(out *Built) {
 	names := sortedNames(b.endpoints)
 	routed := make([]*endpointParts, 0, len(names))
-	mesh := &route.RouteConfiguration{Name: wire.MeshRoutes, VirtualHosts: make([]*route.VirtualHost, 0, len(names))}
-	h := sha256.New()
+	out.Routes = make([]*route.RouteConfiguration, 0, len(names)+1)
+	out.ScopedRoutes = make([]*route.ScopedRouteConfiguration, 0, len(names))
+	out.RouteVersions = make(map[string]string, len(names)+1)
+	out.ScopeVersions = make(map[string]string, len(names))
+	all, public := sha256.New(), sha256.New()
 	for _, n := range names {
 		p := b.endpoints[n]
-		mesh.VirtualHosts = append(mesh.VirtualHosts, p.mesh)
+		out.Routes = append(out.Routes, p.mesh)
+		out.ScopedRoutes = append(out.ScopedRoutes, p.scope)
+		out.RouteVersions[p.mesh.GetName()] = p.hash
+		out.ScopeVersions[p.scope.GetName()] = p.hash
 		if p.public != nil {
 			routed = append(routed, p)
+			fmt.Fprintf(public, "%s=%s;", n, p.hash)
 		}
-		fmt.Fprintf(h, "%s=%s;", n, p.hash)
+		fmt.Fprintf(all, "%s=%s;", n, p.hash)
 	}
-	sort.Slice(routed, func(i, j int) bool {
-		a, c := routed[i].endpoint.Route, routed[j].endpoint.Route
-		if len(a) != len(c) {
-			return len(a) > len(c)
-		}
-		return a < c
-	})
+	sortByRoute(routed, func(p *endpointParts) string { return p.endpoint.Route })
 	var publicRoutes []*route.Route
 	for _, p := range routed {
 		publicRoutes = append(publicRoutes, p.public...)
 	}
-	public := &route.RouteConfiguration{Name: wire.PublicRoutes, VirtualHosts: []*route.VirtualHost{{
-		Name: wire.PublicVirtualHost, Domains: []string{"*"}, Routes: publicRoutes,
-	}}}
-	out.Routes = []*route.RouteConfiguration{mesh, public}
-	out.RoutesVersion = hex.EncodeToString(h.Sum(nil))[:16]
+	out.Routes = append(out.Routes, publicRoutesConfig(publicRoutes)) // "public" sorts after every "mesh/..."
+	out.RouteVersions[wire.PublicRoutes] = hex.EncodeToString(public.Sum(nil))[:16]
+	out.RoutesVersion = hex.EncodeToString(all.Sum(nil))[:16]
 }
 
 // NodeBuilt is one node's own resources (ForNode's), with versions.

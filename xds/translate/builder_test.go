@@ -4,12 +4,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"testing"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // sameAsShared fails unless b's Build of m is what Shared builds, resource
@@ -25,6 +30,10 @@ func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
 		t.Fatal(err)
 	}
 	equalLists(t, "routes", got.Routes, want.Routes)
+	equalLists(t, "scoped routes", got.ScopedRoutes, want.ScopedRoutes)
+	versioned(t, "routes", got.Routes, (*route.RouteConfiguration).GetName, got.RouteVersions)
+	versioned(t, "scoped routes", got.ScopedRoutes, (*route.ScopedRouteConfiguration).GetName, got.ScopeVersions)
+	versioned(t, "clusters", got.Clusters, (*cluster.Cluster).GetName, got.ClusterVersions)
 	equalLists(t, "clusters", got.Clusters, want.Clusters)
 	equalLists(t, "assignments", got.Assignments, want.Assignments)
 	for _, id := range []string{"node-1", "node-2", "n0", "n1", "n2"} {
@@ -45,6 +54,38 @@ func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
 		equalLists(t, node.ID+"'s clusters", own.Clusters, wantOwn.Clusters)
 	}
 	return got
+}
+
+// versioned fails unless versions holds a version for every item, and no
+// other.
+func versioned[T any](t *testing.T, kind string, items []T, name func(T) string, versions map[string]string) {
+	t.Helper()
+	if len(versions) != len(items) {
+		t.Fatalf("%s: %d versions for %d resources", kind, len(versions), len(items))
+	}
+	for _, x := range items {
+		if versions[name(x)] == "" {
+			t.Fatalf("%s: %s has no version", kind, name(x))
+		}
+	}
+}
+
+// changedVersions names the resources whose versions differ between two
+// builds (added, removed or changed).
+func changedVersions(before, after map[string]string) []string {
+	var out []string
+	for n, v := range after {
+		if before[n] != v {
+			out = append(out, n)
+		}
+	}
+	for n := range before {
+		if _, ok := after[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func equalLists[T proto.Message](t *testing.T, kind string, got, want []T) {
@@ -113,6 +154,18 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 				t.Fatalf("a traffic set: clusters %s -> %s (want the same list), routes %s -> %s (want a new version)",
 					first.ClustersVersion, shift.ClustersVersion, first.RoutesVersion, shift.RoutesVersion)
 			}
+			// Delta xDS sends what changed version: the endpoint's mesh
+			// routes, its scope, and the public table it is in; no cluster.
+			mesh := wire.MeshRouteName(m.Endpoints[3].Name)
+			if got := changedVersions(first.RouteVersions, shift.RouteVersions); !slices.Equal(got, []string{mesh, wire.PublicRoutes}) {
+				t.Errorf("a traffic set changed the versions of routes %v; want %s and %s", got, mesh, wire.PublicRoutes)
+			}
+			if got := changedVersions(first.ScopeVersions, shift.ScopeVersions); !slices.Equal(got, []string{mesh}) {
+				t.Errorf("a traffic set changed the versions of scopes %v; want %s", got, mesh)
+			}
+			if got := changedVersions(first.ClusterVersions, shift.ClusterVersions); len(got) != 0 {
+				t.Errorf("a traffic set changed the versions of clusters %v", got)
+			}
 			health := step("a replica's health", func(m *model.Model) { m.Backends[5].Replicas[1].Health = model.HealthUnhealthy })
 			if health.RoutesVersion != shift.RoutesVersion || !health.ChangedBackends[m.Backends[5].Name] || len(health.ChangedBackends) != 1 {
 				t.Fatalf("a health change: routes %s -> %s, changed %v", shift.RoutesVersion, health.RoutesVersion, health.ChangedBackends)
@@ -120,7 +173,10 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 			if health.Clusters[0] != shift.Clusters[0] {
 				t.Fatal("an unchanged backend's cluster was rebuilt")
 			}
-			step("a backend's config", func(m *model.Model) { m.Backends[7].Config.MaxConcurrentQueries = 3 })
+			config := step("a backend's config", func(m *model.Model) { m.Backends[7].Config.MaxConcurrentQueries = 3 })
+			if got := changedVersions(health.ClusterVersions, config.ClusterVersions); !slices.Equal(got, []string{m.Backends[7].Name}) {
+				t.Errorf("a backend's config changed the versions of clusters %v; want %s's alone", got, m.Backends[7].Name)
+			}
 			step("a replica moves to another node", func(m *model.Model) {
 				r := &m.Backends[2].Replicas[0]
 				for _, other := range m.Backends[2].Replicas[1:] {

@@ -21,11 +21,11 @@ func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
 	if err := node.Validate(); err != nil {
 		return nil, err
 	}
-	mesh, err := httpListener(wire.MeshListener, node.MeshAddress, node.MeshPort, wire.MeshRoutes, !node.NoAccessLog)
+	mesh, err := httpListener(wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes(), !node.NoAccessLog)
 	if err != nil {
 		return nil, err
 	}
-	public, err := httpListener(wire.PublicListener, node.PublicAddress, node.PublicPort, wire.PublicRoutes, !node.NoAccessLog)
+	public, err := httpListener(wire.PublicListener, node.PublicAddress, node.PublicPort, rds(wire.PublicRoutes), !node.NoAccessLog)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,41 @@ func upgrades() []*hcm.HttpConnectionManager_UpgradeConfig {
 	return []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
 }
 
-func httpListener(name, address string, port uint32, routeName string, logged bool) (*listener.Listener, error) {
+// routeSource sets where a listener's HTTP connection manager takes its
+// routes from.
+type routeSource func(*hcm.HttpConnectionManager)
+
+// rds takes a listener's routes from the route configuration named name.
+func rds(name string) routeSource {
+	return func(m *hcm.HttpConnectionManager) {
+		m.RouteSpecifier = &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{ConfigSource: adsConfigSource(), RouteConfigName: name}}
+	}
+}
+
+// meshScopes takes the mesh listener's routes from the endpoints' scopes
+// (scoped RDS), keyed by the request's host without its port: "predict"
+// and "predict:15001" both pick the scope of endpoint predict, whose
+// route configuration (wire.MeshRouteName) comes by RDS. A host no scope
+// has gets Envoy's 404.
+func meshScopes() routeSource {
+	host := &hcm.ScopedRoutes_ScopeKeyBuilder_FragmentBuilder_HeaderValueExtractor{
+		Name:             ":authority",
+		ElementSeparator: ":",
+		ExtractType:      &hcm.ScopedRoutes_ScopeKeyBuilder_FragmentBuilder_HeaderValueExtractor_Index{Index: 0},
+	}
+	return func(m *hcm.HttpConnectionManager) {
+		m.RouteSpecifier = &hcm.HttpConnectionManager_ScopedRoutes{ScopedRoutes: &hcm.ScopedRoutes{
+			Name: wire.MeshRoutes,
+			ScopeKeyBuilder: &hcm.ScopedRoutes_ScopeKeyBuilder{Fragments: []*hcm.ScopedRoutes_ScopeKeyBuilder_FragmentBuilder{{
+				Type: &hcm.ScopedRoutes_ScopeKeyBuilder_FragmentBuilder_HeaderValueExtractor_{HeaderValueExtractor: host},
+			}}},
+			RdsConfigSource: adsConfigSource(),
+			ConfigSpecifier: &hcm.ScopedRoutes_ScopedRds{ScopedRds: &hcm.ScopedRds{ScopedRdsConfigSource: adsConfigSource()}},
+		}}
+	}
+}
+
+func httpListener(name, address string, port uint32, routes routeSource, logged bool) (*listener.Listener, error) {
 	filters, err := outboundFilters()
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
@@ -72,10 +106,6 @@ func httpListener(name, address string, port uint32, routeName string, logged bo
 	manager := &hcm.HttpConnectionManager{
 		StatPrefix: name,
 		CodecType:  hcm.HttpConnectionManager_AUTO,
-		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-			ConfigSource:    adsConfigSource(),
-			RouteConfigName: routeName,
-		}},
 		// Match routes on the normalised path, so "/a/../b" cannot reach an
 		// endpoint that "/b" would not.
 		NormalizePath:  wrapperspb.Bool(true),
@@ -84,6 +114,7 @@ func httpListener(name, address string, port uint32, routeName string, logged bo
 		AccessLog:      accessLogs(name, logged),
 		HttpFilters:    filters,
 	}
+	routes(manager)
 	managerConfig, err := anypb.New(manager)
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: pack http connection manager: %w", name, err)

@@ -41,50 +41,83 @@ var retriedHeaders = map[string][]string{
 // idempotentMethods are retried after a reset.
 var idempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true}
 
-// BuildRoutes builds the public and mesh route configurations.
+// BuildRoutes builds the public route configuration and the mesh's: one
+// route configuration per endpoint and the scope that selects it.
 //
 // Public: one virtual host for any Host; each routed endpoint matches its path
-// and sub-paths, longest route first so "/api/v2" wins over "/api". Mesh: one
-// virtual host per endpoint, headless ones included, matched by Host header.
+// and sub-paths, longest route first so "/api/v2" wins over "/api". Mesh:
+// every endpoint, headless ones included, by the Host header: the mesh
+// listener's scoped routes (wire.MeshRoutes) pick the endpoint's scope by
+// the host (without its port), and the scope names the endpoint's own
+// route configuration, so one endpoint's change is one small resource.
 // Either way a request whose method the endpoint does not allow gets 405 with
 // an Allow header, and an unknown path or host gets Envoy's 404.
-func BuildRoutes(m *model.Model) []*route.RouteConfiguration {
+func BuildRoutes(m *model.Model) ([]*route.RouteConfiguration, []*route.ScopedRouteConfiguration) {
 	routed := make([]model.Endpoint, 0, len(m.Endpoints))
 	for _, e := range m.Endpoints {
 		if !e.Headless() {
 			routed = append(routed, e)
 		}
 	}
-	sort.Slice(routed, func(i, j int) bool {
-		if len(routed[i].Route) != len(routed[j].Route) {
-			return len(routed[i].Route) > len(routed[j].Route)
-		}
-		return routed[i].Route < routed[j].Route
-	})
+	sortByRoute(routed, func(e model.Endpoint) string { return e.Route })
 	var publicRoutes []*route.Route
 	for _, e := range routed {
 		publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route))...)
 	}
-	public := &route.RouteConfiguration{
+	routes := []*route.RouteConfiguration{publicRoutesConfig(publicRoutes)}
+	scopes := make([]*route.ScopedRouteConfiguration, 0, len(m.Endpoints))
+	for _, e := range m.Endpoints {
+		rc, scope := meshRoutes(e)
+		routes = append(routes, rc)
+		scopes = append(scopes, scope)
+	}
+	sortByName(routes, (*route.RouteConfiguration).GetName)
+	sortByName(scopes, (*route.ScopedRouteConfiguration).GetName)
+	return routes, scopes
+}
+
+// sortByRoute sorts endpoints longest route first, then by route, the order
+// the public table matches them in.
+func sortByRoute[T any](items []T, routeOf func(T) string) {
+	sort.Slice(items, func(i, j int) bool {
+		a, b := routeOf(items[i]), routeOf(items[j])
+		if len(a) != len(b) {
+			return len(a) > len(b)
+		}
+		return a < b
+	})
+}
+
+// publicRoutesConfig is the public route configuration of routes, in order.
+func publicRoutesConfig(routes []*route.Route) *route.RouteConfiguration {
+	return &route.RouteConfiguration{
 		Name: wire.PublicRoutes,
 		VirtualHosts: []*route.VirtualHost{{
 			Name:    wire.PublicVirtualHost,
 			Domains: []string{"*"},
-			Routes:  publicRoutes,
+			Routes:  routes,
 		}},
 	}
+}
 
-	all := append([]model.Endpoint(nil), m.Endpoints...)
-	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
-	mesh := &route.RouteConfiguration{Name: wire.MeshRoutes}
-	for _, e := range all {
-		mesh.VirtualHosts = append(mesh.VirtualHosts, &route.VirtualHost{
-			Name:    e.Name,
-			Domains: []string{e.Name, e.Name + ":*"},
-			Routes:  endpointRoutes(e, pathMatch("/")),
-		})
+// meshRoutes is an endpoint's mesh route configuration (one virtual host,
+// named after the endpoint for its stats, taking any host: its scope chose
+// it already) and the scope whose key is the endpoint's name.
+func meshRoutes(e model.Endpoint) (*route.RouteConfiguration, *route.ScopedRouteConfiguration) {
+	name := wire.MeshRouteName(e.Name)
+	rc := &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{{
+		Name:    e.Name,
+		Domains: []string{"*"},
+		Routes:  endpointRoutes(e, pathMatch("/")),
+	}}}
+	scope := &route.ScopedRouteConfiguration{
+		Name:                   name,
+		RouteConfigurationName: name,
+		Key: &route.ScopedRouteConfiguration_Key{Fragments: []*route.ScopedRouteConfiguration_Key_Fragment{{
+			Type: &route.ScopedRouteConfiguration_Key_Fragment_StringKey{StringKey: e.Name},
+		}}},
 	}
-	return []*route.RouteConfiguration{mesh, public} // sorted by name
+	return rc, scope
 }
 
 // pathMatch matches a route and its sub-paths ("/a" matches "/a" and "/a/b",

@@ -16,7 +16,9 @@ import (
 type Resources struct {
 	Listeners []*listener.Listener
 	Routes    []*route.RouteConfiguration
-	Clusters  []*cluster.Cluster
+	// ScopedRoutes pick each endpoint's mesh routes by host.
+	ScopedRoutes []*route.ScopedRouteConfiguration
+	Clusters     []*cluster.Cluster
 	// Assignments list each backend's replicas: Envoy's endpoints (EDS);
 	// with mTLS, also each node's own replicas of each backend
 	// (wire.InboundAssignmentName).
@@ -102,9 +104,11 @@ func Shared(m *model.Model, t *MTLS) (*Resources, error) {
 		assignments = append(assignments, nodeViewAssignments(m)...)
 		sortByName(assignments, (*endpoint.ClusterLoadAssignment).GetClusterName)
 	}
+	routes, scopes := BuildRoutes(m)
 	return &Resources{
-		Routes:      BuildRoutes(m),
-		Clusters:    clusters,
-		Assignments: assignments,
+		Routes:       routes,
+		ScopedRoutes: scopes,
+		Clusters:     clusters,
+		Assignments:  assignments,
 	}, nil
 }

@@ -40,9 +40,10 @@ func TestGolden(t *testing.T) {
 		}
 		checkEnvoyValid(t, res)
 		return map[string][]byte{
-			"routes.yaml":      marshal(t, res.Routes),
-			"clusters.yaml":    marshal(t, res.Clusters),
-			"assignments.yaml": marshal(t, res.Assignments),
+			"routes.yaml":        marshal(t, res.Routes),
+			"scoped-routes.yaml": marshal(t, res.ScopedRoutes),
+			"clusters.yaml":      marshal(t, res.Clusters),
+			"assignments.yaml":   marshal(t, res.Assignments),
 		}
 	})
 }
@@ -101,7 +102,8 @@ func TestGoldenListeners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkEnvoyValid(t, &Resources{Listeners: ls, Routes: BuildRoutes(&model.Model{})})
+		routes, scopes := BuildRoutes(&model.Model{})
+		checkEnvoyValid(t, &Resources{Listeners: ls, Routes: routes, ScopedRoutes: scopes})
 		return map[string][]byte{"listeners.yaml": marshal(t, ls)}
 	})
 }
@@ -135,6 +137,9 @@ func checkEnvoyValid(t *testing.T, res *Resources) {
 	}
 	for _, r := range res.Routes {
 		add(resource.RouteType, r)
+	}
+	for _, r := range res.ScopedRoutes {
+		add(resource.ScopedRouteType, r)
 	}
 	for _, r := range res.Clusters {
 		add(resource.ClusterType, r)
