@@ -43,6 +43,7 @@ func main() {
 	changes := flag.Int("changes", 100, "traffic sets timed, one after the other")
 	interval := flag.Duration("interval", 100*time.Millisecond, "the pace of the changes under load")
 	loadFor := flag.Duration("load", 10*time.Second, "how long the changes under load last")
+	protocols := flag.String("protocols", "delta", "the simulated nodes' xDS variants, each run in turn: delta (the nodes' default), sotw, or both")
 	flag.Parse()
 	var counts []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -55,17 +56,23 @@ func main() {
 	}
 	fmt.Printf("%d simulated nodes and %d real ones, mTLS; %d changes timed one after the other; then a change every %s for %s\n\n",
 		*nodes, *realNodes, *changes, *interval, *loadFor)
-	fmt.Println("| endpoints | change to every node, p50 / p99 | bytes to the simulated nodes per change | controller RSS at rest / under load | controller CPU at rest / under load |")
-	fmt.Println("|---:|---:|---:|---:|---:|")
+	fmt.Println("| endpoints | xDS | change to every node, p50 / p99 | bytes to the simulated nodes per change | controller RSS at rest / under load | controller CPU at rest / under load |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|")
 	for _, n := range counts {
-		if err := run(n, *nodes, *realNodes, *changes, *interval, *loadFor); err != nil {
-			fmt.Fprintln(os.Stderr, "scale:", err)
-			os.Exit(1)
+		for _, p := range strings.Split(*protocols, ",") {
+			if p != "delta" && p != "sotw" {
+				fmt.Fprintf(os.Stderr, "scale: -protocols: %q is neither delta nor sotw\n", p)
+				os.Exit(2)
+			}
+			if err := run(n, *nodes, *realNodes, *changes, *interval, *loadFor, p == "delta"); err != nil {
+				fmt.Fprintln(os.Stderr, "scale:", err)
+				os.Exit(1)
+			}
 		}
 	}
 }
 
-func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Duration) error {
+func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Duration, delta bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	be, err := benchenv.Start(ctx, "scale")
@@ -90,7 +97,7 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 	}); err != nil {
 		return fmt.Errorf("apply %d endpoints: %w", endpoints, err)
 	}
-	sims, err := startSims(ctx, be, mesh.XDSAddr, nodes, model.SortedKeys(backendNames(m)))
+	sims, err := startSims(ctx, be, mesh.XDSAddr, nodes, model.SortedKeys(backendNames(m)), delta)
 	if err != nil {
 		return err
 	}
@@ -105,7 +112,11 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 		return err
 	}
 	loaded := measure(pid, loadFor, func() { changeEvery(ctx, mesh.Client, interval, loadFor) })
-	fmt.Printf("| %d | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", endpoints, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),
+	protocol := "sotw"
+	if delta {
+		protocol = "delta"
+	}
+	fmt.Printf("| %d | %s | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", endpoints, protocol, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),
 		kib(bytes/int64(changes)), rest.rss, loaded.rss, 100*rest.cpu, 100*loaded.cpu)
 	return nil
 }
@@ -120,7 +131,7 @@ func backendNames(m *model.Model) map[string]bool {
 
 // startSims fetches each simulated node's identity from Consul and
 // connects it.
-func startSims(ctx context.Context, be *benchenv.Env, xds string, n int, assignments []string) ([]*simNode, error) {
+func startSims(ctx context.Context, be *benchenv.Env, xds string, n int, assignments []string, delta bool) ([]*simNode, error) {
 	client, err := be.Consul.Client()
 	if err != nil {
 		return nil, err
@@ -138,7 +149,7 @@ func startSims(ctx context.Context, be *benchenv.Env, xds string, n int, assignm
 			id := fmt.Sprintf("sim-%04d", i)
 			bundle, err := connect.Fetch(ctx, client, wire.NodeService(id))
 			if err == nil {
-				sims[i], err = dialSim(ctx, xds, id, bundle, assignments)
+				sims[i], err = dialSim(ctx, xds, id, bundle, assignments, delta)
 			}
 			if err != nil {
 				errs <- fmt.Errorf("simulated node %s: %w", id, err)

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/internal/connect"
@@ -23,10 +25,12 @@ import (
 )
 
 // simNode is a simulated node: one ADS stream, over mTLS with the node's
-// own Connect identity, that subscribes as a node's Envoy does (listeners
-// and clusters, then the routes the listeners name and the assignments of
-// every backend), ACKs every answer, and records when each route version
-// arrives and how many bytes it was sent.
+// own Connect identity, that subscribes as a node's Envoy does (listeners,
+// clusters and the mesh's scoped routes, then the route configurations
+// the listeners and scopes name, and the assignments of every backend),
+// over delta xDS (the nodes' default) or state of the world; it ACKs every
+// answer, and records when each routes version arrives and how many bytes
+// it was sent.
 type simNode struct {
 	id    string
 	bytes atomic.Int64
@@ -40,7 +44,7 @@ type simNode struct {
 // dialSim connects a simulated node to the controller at xds, as node id
 // with the identity in bundle, and subscribes; assignments are the EDS
 // names it asks for (every backend's).
-func dialSim(ctx context.Context, xds, id string, bundle *connect.Bundle, assignments []string) (*simNode, error) {
+func dialSim(ctx context.Context, xds, id string, bundle *connect.Bundle, assignments []string, delta bool) (*simNode, error) {
 	tc := &tls.Config{Certificates: []tls.Certificate{bundle.Leaf}, MinVersion: tls.VersionTLS12,
 		InsecureSkipVerify: true, //nolint:gosec // the controller's chain is checked below; its name is a SPIFFE id, not a host
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
@@ -59,10 +63,6 @@ func dialSim(ctx context.Context, xds, id string, bundle *connect.Bundle, assign
 	if err != nil {
 		return nil, err
 	}
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		return nil, err
-	}
 	meta, err := wire.ProxyNode{ID: id, PublicAddress: "127.0.0.1", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
 		InboundAddress: "127.0.0.1", InboundPort: 21000}.Metadata()
 	if err != nil {
@@ -70,45 +70,144 @@ func dialSim(ctx context.Context, xds, id string, bundle *connect.Bundle, assign
 	}
 	n := &simNode{id: id, changed: make(chan struct{}, 1)}
 	node := &core.Node{Id: id, Cluster: bootstrap.ServiceCluster, Metadata: meta}
-	names := map[string][]string{
-		resource.ListenerType: nil, resource.ClusterType: nil,
-		resource.RouteType: {wire.MeshRoutes, wire.PublicRoutes}, resource.EndpointType: assignments,
+	client := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	if delta {
+		err = n.runDelta(ctx, client, node, assignments, func() { _ = conn.Close() })
+	} else {
+		err = n.runSotW(ctx, client, node, assignments, func() { _ = conn.Close() })
 	}
-	first := true
-	for _, typ := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType} {
+	if err != nil {
+		_ = conn.Close()
+	}
+	return n, err
+}
+
+// subscribed are the types a node asks for, in Envoy's order, and the
+// names it asks for first (nil: every resource of the type).
+func subscribed(assignments []string) ([]string, map[string][]string) {
+	return []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType, resource.RouteType},
+		map[string][]string{resource.EndpointType: assignments, resource.RouteType: {wire.PublicRoutes}}
+}
+
+// runSotW subscribes over state of the world and answers in the
+// background; a scoped-routes answer restates the route names, as Envoy
+// does.
+func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscoveryServiceClient, node *core.Node, assignments []string, done func()) error {
+	stream, err := client.StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	types, names := subscribed(assignments)
+	for i, typ := range types {
 		req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names[typ]}
-		if first {
-			req.Node, first = node, false
+		if i == 0 {
+			req.Node = node
 		}
 		if err := stream.Send(req); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	routeVersion, routeNonce := "", ""
 	go func() {
-		defer func() { _ = conn.Close() }()
+		defer done()
 		for {
 			resp, err := stream.Recv()
 			if err != nil {
 				return
 			}
-			n.bytes.Add(int64(proto.Size(resp)))
-			if resp.GetTypeUrl() == resource.RouteType {
-				n.mu.Lock()
-				n.routes, n.routesAt = resp.GetVersionInfo(), time.Now()
-				n.mu.Unlock()
-				select {
-				case n.changed <- struct{}{}:
-				default:
-				}
+			n.received(resp.GetTypeUrl(), resp.GetVersionInfo(), proto.Size(resp))
+			typ := resp.GetTypeUrl()
+			if typ == resource.RouteType {
+				routeVersion, routeNonce = resp.GetVersionInfo(), resp.GetNonce()
 			}
-			ack := &discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(),
-				ResponseNonce: resp.GetNonce(), ResourceNames: names[resp.GetTypeUrl()]}
+			ack := &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: names[typ]}
 			if err := stream.Send(ack); err != nil {
 				return
 			}
+			if typ == resource.ScopedRouteType {
+				names[resource.RouteType] = append([]string{wire.PublicRoutes}, scopedRouteNames(resp.GetResources())...)
+				req := &discovery.DiscoveryRequest{TypeUrl: resource.RouteType, VersionInfo: routeVersion, ResponseNonce: routeNonce,
+					ResourceNames: names[resource.RouteType]}
+				if err := stream.Send(req); err != nil {
+					return
+				}
+			}
 		}
 	}()
-	return n, nil
+	return nil
+}
+
+// runDelta subscribes over delta xDS and answers in the background; a
+// scoped-routes answer subscribes to the route configurations of the
+// scopes added, as Envoy does.
+func (n *simNode) runDelta(ctx context.Context, client discovery.AggregatedDiscoveryServiceClient, node *core.Node, assignments []string, done func()) error {
+	stream, err := client.DeltaAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	types, names := subscribed(assignments)
+	for i, typ := range types {
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: names[typ]}
+		if i == 0 {
+			req.Node = node
+		}
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+	}
+	go func() {
+		defer done()
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			n.received(resp.GetTypeUrl(), resp.GetSystemVersionInfo(), proto.Size(resp))
+			if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}); err != nil {
+				return
+			}
+			if resp.GetTypeUrl() != resource.ScopedRouteType {
+				continue
+			}
+			var anys []*anypb.Any
+			for _, r := range resp.GetResources() {
+				anys = append(anys, r.GetResource())
+			}
+			if added := scopedRouteNames(anys); len(added) > 0 {
+				if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: added}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// received counts an answer's bytes and, for routes, records its version.
+func (n *simNode) received(typeURL, version string, size int) {
+	n.bytes.Add(int64(size))
+	if typeURL != resource.RouteType {
+		return
+	}
+	n.mu.Lock()
+	n.routes, n.routesAt = version, time.Now()
+	n.mu.Unlock()
+	select {
+	case n.changed <- struct{}{}:
+	default:
+	}
+}
+
+// scopedRouteNames are the route configurations scopes name.
+func scopedRouteNames(scopes []*anypb.Any) []string {
+	var out []string
+	for _, a := range scopes {
+		var s route.ScopedRouteConfiguration
+		if a.UnmarshalTo(&s) == nil {
+			out = append(out, s.GetRouteConfigurationName())
+		}
+	}
+	return out
 }
 
 // routesVersion is the routes version the node has, and when it came.

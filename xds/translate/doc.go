@@ -7,7 +7,8 @@
 // One small builder per resource kind:
 //
 //   - listener.go: the node's public HTTP listener (routed endpoints) and its
-//     loopback mesh listener (every endpoint, by Host header).
+//     loopback mesh listener (every endpoint, by Host header: scoped RDS
+//     picks the endpoint's own route configuration).
 //   - mtls.go and inbound.go (mesh mTLS): ForNode builds the node's inbound
 //     listener (one filter chain per backend it runs, chosen by SNI, a
 //     node's certificate required) and its _inbound_<backend> clusters of
@@ -15,7 +16,8 @@
 //     resources. Shared gives backend clusters the calling node's identity
 //     from wire.SecretsDir, a path relative to each node's Envoy, so they
 //     stay shared.
-//   - route.go: path matches, method checks with 405 + Allow, weighted
+//   - route.go: the public route configuration (path matches, longest
+//     first) and each endpoint's mesh one with its scope; method checks with 405 + Allow, weighted
 //     clusters, request-mirror policies for shadows.
 //   - weights.go: traffic weights to integer parts per million.
 //   - cluster.go: one EDS cluster per backend with circuit breakers.
