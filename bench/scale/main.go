@@ -171,7 +171,17 @@ func allHaveRoutes(ctx context.Context, sims []*simNode, c *api.Client, realNode
 			return err
 		}
 	}
-	return testutil.Until(5*time.Minute, func() bool { return realInSync(ctx, c, realNodes) })
+	if err := testutil.Until(5*time.Minute, func() bool { return realInSync(ctx, c, realNodes) }); err != nil {
+		s, _ := c.Status(ctx)
+		var nodes []string
+		for _, n := range s.Nodes {
+			if !strings.HasPrefix(n.ID, "sim-") {
+				nodes = append(nodes, fmt.Sprintf("%+v", n))
+			}
+		}
+		return fmt.Errorf("the real nodes: %w: %s", err, strings.Join(nodes, "; "))
+	}
+	return nil
 }
 
 // realInSync reports whether the real nodes have the latest config.
