@@ -82,11 +82,18 @@ func dialSim(ctx context.Context, xds, id string, bundle *connect.Bundle, assign
 	return n, err
 }
 
-// subscribed are the types a node asks for, in Envoy's order, and the
-// names it asks for first (nil: every resource of the type).
-func subscribed(assignments []string) ([]string, map[string][]string) {
-	return []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType, resource.RouteType},
-		map[string][]string{resource.EndpointType: assignments, resource.RouteType: {wire.PublicRoutes}}
+// subscribe sends, as Envoy does, a request for each type in order, with
+// the names it asks for first (nil: every resource of the type) and the
+// node on the first; request builds a request of the stream's kind. It
+// returns the names asked for, by type.
+func subscribe[R any](send func(R) error, assignments []string, request func(typ string, names []string, node bool) R) (map[string][]string, error) {
+	names := map[string][]string{resource.EndpointType: assignments, resource.RouteType: {wire.PublicRoutes}}
+	for i, typ := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType, resource.RouteType} {
+		if err := send(request(typ, names[typ], i == 0)); err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
 }
 
 // runSotW subscribes over state of the world and answers in the
@@ -97,15 +104,15 @@ func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscov
 	if err != nil {
 		return err
 	}
-	types, names := subscribed(assignments)
-	for i, typ := range types {
-		req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names[typ]}
-		if i == 0 {
+	names, err := subscribe(stream.Send, assignments, func(typ string, names []string, first bool) *discovery.DiscoveryRequest {
+		req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names}
+		if first {
 			req.Node = node
 		}
-		if err := stream.Send(req); err != nil {
-			return err
-		}
+		return req
+	})
+	if err != nil {
+		return err
 	}
 	routeVersion, routeNonce := "", ""
 	go func() {
@@ -145,15 +152,14 @@ func (n *simNode) runDelta(ctx context.Context, client discovery.AggregatedDisco
 	if err != nil {
 		return err
 	}
-	types, names := subscribed(assignments)
-	for i, typ := range types {
-		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: names[typ]}
-		if i == 0 {
+	if _, err := subscribe(stream.Send, assignments, func(typ string, names []string, first bool) *discovery.DeltaDiscoveryRequest {
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: names}
+		if first {
 			req.Node = node
 		}
-		if err := stream.Send(req); err != nil {
-			return err
-		}
+		return req
+	}); err != nil {
+		return err
 	}
 	go func() {
 		defer done()
