@@ -14,6 +14,7 @@ import (
 	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -90,13 +91,28 @@ func sortByRoute[T any](items []T, routeOf func(T) string) {
 
 // publicRoutesConfig is the public route configuration of routes, in order.
 func publicRoutesConfig(routes []*route.Route) *route.RouteConfiguration {
-	return &route.RouteConfiguration{
-		Name: wire.PublicRoutes,
-		VirtualHosts: []*route.VirtualHost{{
-			Name:    wire.PublicVirtualHost,
-			Domains: []string{"*"},
-			Routes:  routes,
-		}},
+	return &route.RouteConfiguration{Name: wire.PublicRoutes, VirtualHosts: []*route.VirtualHost{virtualHost(wire.PublicVirtualHost, routes)}}
+}
+
+// virtualHost holds routes for any host, with what every endpoint's
+// routes share set once rather than on each route (a route table is sent
+// whole, so this is a third of its size): the header naming the backend
+// each request goes to, the headers removed, and the retry policy of
+// non-idempotent requests, which a route that needs another sets itself.
+func virtualHost(name string, routes []*route.Route) *route.VirtualHost {
+	return &route.VirtualHost{
+		Name:    name,
+		Domains: []string{"*"},
+		Routes:  routes,
+		// Each backend's requests name it (wire.BackendHeader), for the
+		// activator: the router sets the chosen cluster, whose name is
+		// the backend's (wire.ClusterName), before it adds the headers.
+		RequestHeadersToAdd: backendHeader("%UPSTREAM_CLUSTER%"),
+		// What a node's inbound listener tells its callers stays inside;
+		// only a node marks a request as a shadow.
+		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader},
+		RequestHeadersToRemove:  []string{wire.ShadowHeader},
+		RetryPolicy:             sharedRetryPolicy(),
 	}
 }
 
@@ -105,11 +121,7 @@ func publicRoutesConfig(routes []*route.Route) *route.RouteConfiguration {
 // it already) and the scope whose key is the endpoint's name.
 func meshRoutes(e model.Endpoint) (*route.RouteConfiguration, *route.ScopedRouteConfiguration) {
 	name := wire.MeshRouteName(e.Name)
-	rc := &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{{
-		Name:    e.Name,
-		Domains: []string{"*"},
-		Routes:  endpointRoutes(e, pathMatch("/")),
-	}}}
+	rc := &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{virtualHost(e.Name, endpointRoutes(e, pathMatch("/")))}}
 	scope := &route.ScopedRouteConfiguration{
 		Name:                   name,
 		RouteConfigurationName: name,
@@ -190,17 +202,8 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 // Every forwarding route of an endpoint counts into its route stats:
 // vhost.<vhost>.route.<endpoint>.upstream_rq_*.
 func forwardingRoute(name string, m *route.RouteMatch, e model.Endpoint, retry string) *route.Route {
-	action := routeAction(e, retry)
-	r := &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
-		Action: &route.Route_Route{Route: action},
-		// What a node's inbound listener tells its callers stays inside;
-		// only a node marks a request as a shadow.
-		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader},
-		RequestHeadersToRemove:  []string{wire.ShadowHeader}}
-	if c := action.GetCluster(); c != "" {
-		r.RequestHeadersToAdd = backendHeader(c) // a backend's cluster has its name
-	}
-	return r
+	return &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
+		Action: &route.Route_Route{Route: routeAction(e, retry)}}
 }
 
 // ruleMatcher matches a request's header, or its cookie, as rule says.
@@ -293,6 +296,28 @@ func retryPolicy(retryOn string) *route.RetryPolicy {
 	}
 }
 
+// routeRetryPolicy is a route's retry policy for the failures in retry,
+// and the same failures one hop further (the headers a node's inbound
+// listener marks its own answers with).
+func routeRetryPolicy(retry string) *route.RetryPolicy {
+	policy := retryPolicy(retry)
+	policy.RetryOn += ",retriable-headers"
+	for _, h := range retriedHeaders[retry] {
+		policy.RetriableHeaders = append(policy.RetriableHeaders, &route.HeaderMatcher{
+			Name: h, HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}})
+	}
+	return policy
+}
+
+// sharedRetryPolicy is the retry policy of a non-idempotent request to an
+// endpoint with no retry or timeout settings: the virtual host's, which
+// such routes leave unset.
+func sharedRetryPolicy() *route.RetryPolicy { return routeRetryPolicy(retryOn) }
+
+// sharedRetry is sharedRetryPolicy, to compare routes' policies with; it
+// is never part of a resource.
+var sharedRetry = sharedRetryPolicy()
+
 // widenRetries adds an endpoint's retry conditions to policy, for
 // idempotent methods or, if the endpoint says so, every method; and its
 // number of retries.
@@ -334,12 +359,7 @@ func seconds(s float64) *durationpb.Duration {
 // routeAction sends an endpoint's requests to its backends by weight and
 // mirrors the shadowed proportions.
 func routeAction(e model.Endpoint, retry string) *route.RouteAction {
-	policy := retryPolicy(retry)
-	policy.RetryOn += ",retriable-headers"
-	for _, h := range retriedHeaders[retry] {
-		policy.RetriableHeaders = append(policy.RetriableHeaders, &route.HeaderMatcher{
-			Name: h, HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}})
-	}
+	policy := routeRetryPolicy(retry)
 	widenRetries(policy, e.Retry, retry == retryOnIdempotent)
 	// No timeout unless the endpoint sets one (Envoy's default is 15 s).
 	action := &route.RouteAction{RetryPolicy: policy, Timeout: seconds(e.TimeoutS)}
@@ -355,18 +375,18 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 			policy.RetryOn += ",gateway-error"
 		}
 	}
+	if proto.Equal(policy, sharedRetry) {
+		action.RetryPolicy = nil // the virtual host's
+	}
 	weights := splitWeights(e.Traffic)
-	// Each backend's requests name it (wire.BackendHeader), for the
-	// activator; a split sets it per backend.
 	if len(weights) == 1 {
 		action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: wire.ClusterName(weights[0].Backend)}
 	} else {
 		split := &route.WeightedCluster{}
 		for _, w := range weights {
 			split.Clusters = append(split.Clusters, &route.WeightedCluster_ClusterWeight{
-				Name:                wire.ClusterName(w.Backend),
-				Weight:              wrapperspb.UInt32(w.Weight),
-				RequestHeadersToAdd: backendHeader(w.Backend),
+				Name:   wire.ClusterName(w.Backend),
+				Weight: wrapperspb.UInt32(w.Weight),
 			})
 		}
 		if k := e.Sticky; k != nil {
