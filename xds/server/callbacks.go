@@ -100,7 +100,14 @@ func (c *callbacks) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.Disc
 // chatter is debug-level; warnings and errors keep their level.
 type cacheLogger struct{ log *slog.Logger }
 
-func (l cacheLogger) Debugf(format string, args ...any) { l.log.Debug(fmt.Sprintf(format, args...)) }
-func (l cacheLogger) Infof(format string, args ...any)  { l.log.Debug(fmt.Sprintf(format, args...)) }
+// Debugf formats only when debug logs are wanted: the caches log every
+// answer with its resources' names, which costs more to format than to
+// send at a thousand endpoints.
+func (l cacheLogger) Debugf(format string, args ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug(fmt.Sprintf(format, args...))
+	}
+}
+func (l cacheLogger) Infof(format string, args ...any)  { l.Debugf(format, args...) }
 func (l cacheLogger) Warnf(format string, args ...any)  { l.log.Warn(fmt.Sprintf(format, args...)) }
 func (l cacheLogger) Errorf(format string, args ...any) { l.log.Error(fmt.Sprintf(format, args...)) }
