@@ -52,7 +52,11 @@ func (s *Server) publish(ctx context.Context) {
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return
 	}
-	built := buildShared(mtls, shared, s.built, s.builder)
+	built, err := buildShared(mtls, shared, s.built, s.builder)
+	if err != nil { // encoding what was just built: a bug
+		s.log.Error("encoding an accepted model's resources failed", "generation", gen, "err", err)
+		return
+	}
 	s.built, s.builtGen = built, gen
 	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
@@ -163,24 +167,36 @@ type nodeSnapshot struct {
 }
 
 // buildShared turns a build into what snapshots take, reusing the last
-// publish's kinds whose version did not change.
-func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources, b *translate.Builder) *sharedResources {
+// publish's kinds whose version did not change, and the encodings of the
+// resources that did not.
+func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources, b *translate.Builder) (*sharedResources, error) {
 	out := &sharedResources{mtls: mtls, builder: b, snaps: map[string]*nodeSnapshot{}}
 	sameMTLS := last != nil && last.mtls == mtls
+	var prevClusters, prevRoutes, prevScopes *kind
 	if sameMTLS {
-		out.snaps = last.snaps
+		out.snaps, prevClusters = last.snaps, last.clusters
 	}
-	if sameMTLS && last.clusters.version == r.ClustersVersion {
+	if last != nil {
+		prevRoutes, prevScopes = last.routes, last.scopes
+	}
+	var err error
+	if prevClusters != nil && prevClusters.version == r.ClustersVersion {
 		out.clusters, out.clusterList = last.clusters, last.clusterList
 	} else {
-		out.clusters = newKind(r.ClustersVersion, r.Clusters, lookup(r.ClusterVersions))
+		if out.clusters, err = newKind(r.ClustersVersion, r.Clusters, lookup(r.ClusterVersions), prevClusters); err != nil {
+			return nil, err
+		}
 		out.clusterList = r.Clusters
 	}
-	if last != nil && last.routes.version == r.RoutesVersion {
-		out.routes, out.scopes = last.routes, last.scopes
+	if prevRoutes != nil && prevRoutes.version == r.RoutesVersion {
+		out.routes, out.scopes = prevRoutes, prevScopes
 	} else {
-		out.routes = newKind(r.RoutesVersion, r.Routes, lookup(r.RouteVersions))
-		out.scopes = newKind(r.RoutesVersion, r.ScopedRoutes, lookup(r.ScopeVersions))
+		if out.routes, err = newKind(r.RoutesVersion, r.Routes, lookup(r.RouteVersions), prevRoutes); err != nil {
+			return nil, err
+		}
+		if out.scopes, err = newKind(r.RoutesVersion, r.ScopedRoutes, lookup(r.ScopeVersions), prevScopes); err != nil {
+			return nil, err
+		}
 	}
 	if sameMTLS && len(r.ChangedBackends) == 0 {
 		out.assignmentNames = last.assignmentNames
@@ -190,7 +206,7 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 			out.assignmentNames[x.GetClusterName()] = true
 		}
 	}
-	return out
+	return out, nil
 }
 
 func lookup(versions map[string]string) func(string) string {
@@ -216,12 +232,20 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 		if err := sr.consistent(own.Listeners, merged); err != nil {
 			return nil, err
 		}
-		last = &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: sr.clusters.version,
-			listeners: newKind(own.ListenersVersion, own.Listeners, func(string) string { return own.ListenersVersion }),
-			clusters:  sr.clusters}
-		if len(own.Clusters) > 0 {
-			last.clusters = mergedClusters(sr.clusters, own)
+		next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: sr.clusters.version, clusters: sr.clusters}
+		var prevListeners, prevClusters *kind
+		if last != nil {
+			prevListeners, prevClusters = last.listeners, last.clusters
 		}
+		if next.listeners, err = newKind(own.ListenersVersion, own.Listeners, func(string) string { return own.ListenersVersion }, prevListeners); err != nil {
+			return nil, err
+		}
+		if len(own.Clusters) > 0 {
+			if next.clusters, err = mergedClusters(sr.clusters, own, prevClusters); err != nil {
+				return nil, err
+			}
+		}
+		last = next
 	}
 	snap := snapshot{
 		resource.ListenerType:    last.listeners,
@@ -236,17 +260,20 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 
 // mergedClusters is a node's clusters with mTLS: the shared ones, and the
 // node's own, which replace shared ones of the same name and are
-// versioned by the node's own version.
-func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
+// versioned by the node's own version; prev is the node's last.
+func mergedClusters(shared *kind, own *translate.NodeBuilt, prev *kind) (*kind, error) {
+	n := len(shared.items) + len(own.Clusters)
 	k := &kind{version: shared.version + "-" + own.ClustersVersion,
-		items: make(map[string]types.Resource, len(shared.items)+len(own.Clusters)), versions: make(map[string]string, len(shared.items)+len(own.Clusters))}
-	for n, r := range shared.items {
-		k.items[n], k.versions[n] = r, shared.versions[n]
+		items: make(map[string]types.Resource, n), versions: make(map[string]string, n), sources: make(map[string]types.Resource, n)}
+	for name, r := range shared.items {
+		k.items[name], k.versions[name], k.sources[name] = r, shared.versions[name], shared.sources[name]
 	}
 	for _, c := range own.Clusters {
-		k.items[c.GetName()], k.versions[c.GetName()] = c, own.ClustersVersion
+		if err := k.add(c.GetName(), c, own.ClustersVersion, prev); err != nil {
+			return nil, err
+		}
 	}
-	return k
+	return k, nil
 }
 
 // consistent checks, as the snapshot cache's Consistent does, that every

@@ -1,34 +1,79 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // kind is one type's resources in a node's snapshot, with the type's
 // version and each resource's. Read-only once built, so nodes with the
 // same resources of a type share one kind: a change builds the kinds it
 // touched, once, not once per node.
+//
+// The resources are encoded once: go-control-plane marshals each resource
+// it sends once per stream, so a route table a hundred nodes are sent
+// would be marshalled a hundred times per change. items holds each
+// resource's twin instead (encoded): an empty message of the same type
+// whose unknown fields hold the resource's deterministic encoding, which
+// protobuf marshals verbatim, so marshalling it is a copy, and a node
+// receives the resource byte for byte.
 type kind struct {
 	version  string
-	items    map[string]types.Resource
-	versions map[string]string // by name: what delta xDS compares
+	items    map[string]types.Resource // encoded twins, by name
+	versions map[string]string         // by name: what delta xDS compares
+	// sources are the resources items encode, by name: a resource the
+	// next kind of the same role holds again (the builder keeps the
+	// pointer of what did not change) keeps its twin.
+	sources map[string]types.Resource
 
 	withTTLOnce sync.Once
 	withTTL     map[string]types.ResourceWithTTL // for state-of-the-world streams, made when first asked
 }
 
 // newKind lists items under version, each with the version versionOf
-// gives its name.
-func newKind[T types.ResourceWithName](version string, items []T, versionOf func(name string) string) *kind {
-	k := &kind{version: version, items: make(map[string]types.Resource, len(items)), versions: make(map[string]string, len(items))}
+// gives its name, encoding those prev (the last kind of the same role,
+// or nil) does not hold.
+func newKind[T types.ResourceWithName](version string, items []T, versionOf func(name string) string, prev *kind) (*kind, error) {
+	k := &kind{version: version, items: make(map[string]types.Resource, len(items)),
+		versions: make(map[string]string, len(items)), sources: make(map[string]types.Resource, len(items))}
 	for _, x := range items {
-		k.items[x.GetName()] = x
-		k.versions[x.GetName()] = versionOf(x.GetName())
+		if err := k.add(x.GetName(), x, versionOf(x.GetName()), prev); err != nil {
+			return nil, err
+		}
 	}
-	return k
+	return k, nil
+}
+
+// add lists r as name, with its version; its twin is prev's if prev holds
+// r itself.
+func (k *kind) add(name string, r types.Resource, version string, prev *kind) error {
+	k.sources[name], k.versions[name] = r, version
+	if prev != nil && prev.sources[name] == r {
+		k.items[name] = prev.items[name]
+		return nil
+	}
+	twin, err := encoded(r)
+	if err != nil {
+		return err
+	}
+	k.items[name] = twin
+	return nil
+}
+
+// encoded is r's twin: a message of r's type holding r's deterministic
+// encoding as unknown fields.
+func encoded(r types.Resource) (types.Resource, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", proto.MessageName(r), err)
+	}
+	twin := r.ProtoReflect().Type().New()
+	twin.SetUnknown(b)
+	return twin.Interface(), nil
 }
 
 // itemsWithTTL are the items as state-of-the-world responses take them.
