@@ -29,10 +29,10 @@ type MeshOptions struct {
 // thread), running.
 type Mesh struct {
 	Client *api.Client
-	// XDSAddr is the controller's xDS address.
-	XDSAddr    string
-	Controller *proc.Process
-	Agents     []*proc.Process
+	// XDSAddr is the controller's xDS address, APIAddr its API's.
+	XDSAddr, APIAddr string
+	Controller       *proc.Process
+	Agents           []*proc.Process
 	// Public are the nodes' public listeners, in node order.
 	Public []string
 	stops  []func()
@@ -76,6 +76,6 @@ func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
 		m.Public = append(m.Public, public)
 		m.stops = append(m.stops, func() { _ = p.Stop(15 * time.Second) })
 	}
-	m.Client, m.XDSAddr = api.NewClient(apiAddr, ""), xdsAddr
+	m.Client, m.XDSAddr, m.APIAddr = api.NewClient(apiAddr, ""), xdsAddr, apiAddr
 	return m, nil
 }

@@ -20,6 +20,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,6 +45,7 @@ func main() {
 	changes := flag.Int("changes", 100, "traffic sets timed, one after the other")
 	interval := flag.Duration("interval", 100*time.Millisecond, "the pace of the changes under load")
 	loadFor := flag.Duration("load", 10*time.Second, "how long the changes under load last")
+	heapProfile := flag.String("heap-profile", "", "save the controller's heap profile at rest to this file, one per mesh size and protocol (<file>-<endpoints>-<protocol>)")
 	protocols := flag.String("protocols", "delta", "the simulated nodes' xDS variants, each run in turn: delta (the nodes' default), sotw, or both")
 	flag.Parse()
 	var counts []int
@@ -64,7 +67,7 @@ func main() {
 				fmt.Fprintf(os.Stderr, "scale: -protocols: %q is neither delta nor sotw\n", p)
 				os.Exit(2)
 			}
-			if err := run(n, *nodes, *realNodes, *changes, *interval, *loadFor, p == "delta"); err != nil {
+			if err := run(n, *nodes, *realNodes, *changes, *interval, *loadFor, p == "delta", *heapProfile); err != nil {
 				fmt.Fprintln(os.Stderr, "scale:", err)
 				os.Exit(1)
 			}
@@ -72,7 +75,7 @@ func main() {
 	}
 }
 
-func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Duration, delta bool) error {
+func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Duration, delta bool, heapProfile string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	be, err := benchenv.Start(ctx, "scale")
@@ -85,7 +88,7 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 		cpus[i] = "4"
 	}
 	mesh, err := be.StartMesh(benchenv.MeshOptions{Work: filepath.Join(be.Dir, "mesh"), NodeCPUs: cpus,
-		ControllerArgs: []string{"--allow-replica-cidr", "10.0.0.0/8"}})
+		ControllerArgs: []string{"--allow-replica-cidr", "10.0.0.0/8", "--debug-profiles"}})
 	if err != nil {
 		return err
 	}
@@ -107,6 +110,12 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 	pid := mesh.Controller.Pid()
 	time.Sleep(5 * time.Second) // let the initial pushes settle
 	rest := measure(pid, 10*time.Second, func() {})
+	if heapProfile != "" {
+		protocol := map[bool]string{true: "delta", false: "sotw"}[delta]
+		if err := saveHeapProfile(ctx, mesh.APIAddr, fmt.Sprintf("%s-%d-%s", heapProfile, endpoints, protocol)); err != nil {
+			return err
+		}
+	}
 	lat, bytes, err := timedChanges(ctx, mesh.Client, sims, realNodes, changes)
 	if err != nil {
 		return err
@@ -279,6 +288,32 @@ func measure(pid int, d time.Duration, work func()) usage {
 	}
 	<-done
 	return usage{rss: peak, cpu: (testutil.CPUSeconds(pid) - cpu0) / time.Since(start).Seconds()}
+}
+
+// saveHeapProfile saves the controller's heap profile (the API listener
+// on loopback, without tokens, serves it) to file.
+func saveHeapProfile(ctx context.Context, apiAddr, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+"/debug/pprof/heap", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: HTTP %d", resp.StatusCode)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
 }
 
 func kib(n int64) string { return fmt.Sprintf("%.0f KiB", float64(n)/1024) }

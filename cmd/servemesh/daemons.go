@@ -74,6 +74,7 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 	fs.BoolVar(&o.InsecureConsul, "insecure-consul", false, "with mTLS, start even if Consul accepts writes without a token (ACLs off or default allow): then any process that reaches Consul can mint identities; for a single trusted host")
 	fs.StringVar(&o.APITLSCert, "api-tls-cert", "", "PEM certificate chain the API serves HTTPS with (with --api-tls-key; replace the files by rename and it is reloaded)")
 	fs.StringVar(&o.APITLSKey, "api-tls-key", "", "PEM private key of --api-tls-cert")
+	fs.BoolVar(&o.DebugProfiles, "debug-profiles", false, "serve Go's runtime profiles at /debug/pprof/ on the API listener, to tokens with the exec scope (go tool pprof http://<api>/debug/pprof/heap)")
 	fs.StringVar(&agentTokenFile, "agent-token-file", "", "file holding the token agents' status listeners ask for (their --status-token-file)")
 	fs.Float64Var(&o.CrashAfterCheckpoint, "fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+faultEnv+")")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")

@@ -434,3 +434,15 @@ func TestUsersCannotSetWhatServemeshSets(t *testing.T) {
 		t.Fatalf("refused writes stored something: %s", body)
 	}
 }
+
+// TestProfilesNeedTheExecScope: Go's profiles are the exec scope's alone.
+func TestProfilesNeedTheExecScope(t *testing.T) {
+	tokens := Tokens{"r-token": ScopeRead, "w-token": ScopeWrite, "x-token": ScopeExec}
+	srv := httptest.NewServer(tokens.Authenticate(DebugHandler()))
+	defer srv.Close()
+	for token, want := range map[string]int{"": 401, "r-token": 403, "w-token": 403, "x-token": 200} {
+		if status, body := raw(t, "GET", srv.URL+"/debug/pprof/heap", "", token); status != want {
+			t.Errorf("GET /debug/pprof/heap with %q: HTTP %d %.200s; want %d", token, status, body, want)
+		}
+	}
+}

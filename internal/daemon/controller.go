@@ -47,6 +47,9 @@ type ControllerOptions struct {
 	// APITLSCert and APITLSKey, if set, are PEM files the API serves HTTPS
 	// with; replaced by rename, they are reloaded without a restart.
 	APITLSCert, APITLSKey string
+	// DebugProfiles serves Go's runtime profiles on the API listener, to
+	// the exec scope (api.DebugHandler).
+	DebugProfiles bool
 	// Plaintext runs the mesh without mTLS, for a single trusted host.
 	// Otherwise xDS is served over TLS with the controller's Consul Connect
 	// identity, requiring each node's (its id from its certificate), and
@@ -203,6 +206,9 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 			Rollouts: rollouts.Live()})
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), status, rollouts.Live))
+	if o.DebugProfiles {
+		plane.Mux.Handle("/debug/pprof/", api.DebugHandler())
+	}
 	plane.Wrap(o.Tokens.Authenticate)
 	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, rollouts: rollouts, publisher: publisher, watcher: watcher}
 }
