@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -104,7 +105,7 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 	if err != nil {
 		return err
 	}
-	if err := allHaveRoutes(ctx, sims, mesh.Client, realNodes); err != nil {
+	if err := allHaveRoutes(ctx, sims, mesh.Client, mesh.APIAddr, realNodes); err != nil {
 		return err
 	}
 	pid := mesh.Controller.Pid()
@@ -172,7 +173,7 @@ func startSims(ctx context.Context, be *benchenv.Env, xds string, n int, assignm
 
 // allHaveRoutes waits until every simulated node has routes and every real
 // one is in sync.
-func allHaveRoutes(ctx context.Context, sims []*simNode, c *api.Client, realNodes int) error {
+func allHaveRoutes(ctx context.Context, sims []*simNode, c *api.Client, apiAddr string, realNodes int) error {
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	for _, s := range sims {
@@ -181,16 +182,34 @@ func allHaveRoutes(ctx context.Context, sims []*simNode, c *api.Client, realNode
 		}
 	}
 	if err := testutil.Until(5*time.Minute, func() bool { return realInSync(ctx, c, realNodes) }); err != nil {
-		s, _ := c.Status(ctx)
-		var nodes []string
-		for _, n := range s.Nodes {
-			if !strings.HasPrefix(n.ID, "sim-") {
-				nodes = append(nodes, fmt.Sprintf("%+v", n))
-			}
-		}
-		return fmt.Errorf("the real nodes: %w: %s", err, strings.Join(nodes, "; "))
+		return fmt.Errorf("the real nodes: %w: %s", err, xdsNodes(ctx, apiAddr))
 	}
 	return nil
+}
+
+// xdsNodes is what the controller says of the real nodes' xDS streams
+// (versions acknowledged and expected), for an error.
+func xdsNodes(ctx context.Context, apiAddr string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+"/v1/xds/nodes", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var nodes []json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, n := range nodes {
+		if !strings.Contains(string(n), `"sim-`) {
+			out = append(out, string(n))
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // realInSync reports whether the real nodes have the latest config.

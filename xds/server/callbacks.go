@@ -17,13 +17,17 @@ import (
 // was sent and ACKed, and catch NACKs.
 type callbacks struct{ s *Server }
 
+// sotw and delta name a stream of either kind.
+func sotw(id int64) streamKey  { return streamKey{id: id} }
+func delta(id int64) streamKey { return streamKey{delta: true, id: id} }
+
 func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
-	c.s.openStream(id, c.s.peerIdentity(ctx))
+	c.s.openStream(sotw(id), c.s.peerIdentity(ctx))
 	return nil
 }
 
 func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	c.s.openStream(id, c.s.peerIdentity(ctx))
+	c.s.openStream(delta(id), c.s.peerIdentity(ctx))
 	return nil
 }
 
@@ -57,18 +61,18 @@ func (s *Server) peerIdentity(ctx context.Context) identity {
 	return identity{tls: true, node: node}
 }
 
-func (c *callbacks) OnStreamClosed(id int64, _ *core.Node)      { c.s.closeStream(id) }
-func (c *callbacks) OnDeltaStreamClosed(id int64, _ *core.Node) { c.s.closeStream(id) }
+func (c *callbacks) OnStreamClosed(id int64, _ *core.Node)      { c.s.closeStream(sotw(id)) }
+func (c *callbacks) OnDeltaStreamClosed(id int64, _ *core.Node) { c.s.closeStream(delta(id)) }
 
 func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
-	_, nacked := c.s.onRequest(id, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail())
+	_, nacked := c.s.onRequest(sotw(id), req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail())
 	if nacked != "" {
 		// Envoy NACKs by repeating the last version it accepted. The snapshot
 		// cache would see that version differ from the current one and send
 		// the rejected config straight back, forever. Treat the rejected
 		// version as the node's, so the next send is the next real change.
 		req.VersionInfo = nacked
-	} else if err := c.s.nodeError(id); err != nil {
+	} else if err := c.s.nodeError(sotw(id)); err != nil {
 		return err
 	}
 	return nil
@@ -78,16 +82,16 @@ func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 	// Delta tracks versions per resource, so a NACK causes no resend loop.
 	// A reconnecting delta node states per-resource versions, not a system
 	// version, so until the next change its status shows what was last sent.
-	c.s.onRequest(id, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
-	return c.s.nodeError(id)
+	c.s.onRequest(delta(id), req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
+	return c.s.nodeError(delta(id))
 }
 
 func (c *callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	c.s.onResponse(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
+	c.s.onResponse(sotw(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
 }
 
 func (c *callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	c.s.onResponse(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
+	c.s.onResponse(delta(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
 }
 
 func (c *callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {

@@ -57,7 +57,7 @@ type Server struct {
 	generation uint64
 	acceptedAt map[uint64]time.Time // when each recent generation was accepted
 	nodes      map[string]*nodeState
-	streams    map[int64]*streamState
+	streams    map[streamKey]*streamState
 
 	newNodes map[string]bool // connected since the last publish
 
@@ -81,7 +81,7 @@ func New(opts Options) *Server {
 		wake:                 make(chan struct{}, 1),
 		nodes:                map[string]*nodeState{},
 		acceptedAt:           map[uint64]time.Time{},
-		streams:              map[int64]*streamState{},
+		streams:              map[streamKey]*streamState{},
 		newNodes:             map[string]bool{},
 		publishedAssignments: map[string]types.Resource{},
 	}

@@ -600,3 +600,44 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 	}
 	testutil.WaitFor(t, 5*time.Second, "the node in sync after the change", func() bool { return s.Status()[0].InSync })
 }
+
+// TestSotWAndDeltaStreamsAreKeptApart: go-control-plane numbers
+// state-of-the-world and delta streams each from 1, so a node over each
+// had the same stream id, and one's ACKs went to the other's record: with
+// simulated state-of-the-world nodes beside delta Envoys, the Envoys held
+// the current config but were reported out of sync for good.
+func TestSotWAndDeltaStreamsAreKeptApart(t *testing.T) {
+	s, conn, _ := startServer(t)
+	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+		t.Fatal(err)
+	}
+	st := openSotW(t, conn)
+	st.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "sotw-node"), TypeUrl: resource.ClusterType})
+	st.send(ack(st.expect(resource.ClusterType)))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	delta, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.Send(&discovery.DeltaDiscoveryRequest{Node: servemeshNode(t, "delta-node"), TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := delta.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: resp.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "both nodes to have ACKed their clusters", func() bool {
+		acked := 0
+		for _, n := range s.Status() {
+			if n.Acked["clusters"] != "" && n.Acked["clusters"] == n.Expected["clusters"] {
+				acked++
+			}
+		}
+		return acked == 2
+	})
+}

@@ -36,14 +36,21 @@ type streamState struct {
 
 type sentResponse struct{ nonce, version string }
 
-func (s *Server) openStream(id int64, peer identity) {
+// streamKey names a stream: go-control-plane numbers state-of-the-world
+// and delta streams each from 1, so an id alone names two streams.
+type streamKey struct {
+	delta bool
+	id    int64
+}
+
+func (s *Server) openStream(id streamKey, peer identity) {
 	s.mu.Lock()
 	s.streams[id] = &streamState{sent: map[string]sentResponse{}, peer: peer}
 	s.mu.Unlock()
 	s.metrics.streams.Inc()
 }
 
-func (s *Server) closeStream(id int64) {
+func (s *Server) closeStream(id streamKey) {
 	s.mu.Lock()
 	if st := s.streams[id]; st != nil {
 		if n := s.nodes[st.nodeID]; n != nil {
@@ -62,7 +69,7 @@ func (s *Server) closeStream(id int64) {
 
 // nodeError is the error that closes a stream whose node is not a servemesh
 // node, or nil.
-func (s *Server) nodeError(id int64) error {
+func (s *Server) nodeError(id streamKey) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.streams[id]; st != nil {
@@ -77,7 +84,7 @@ func (s *Server) nodeError(id int64) error {
 //
 // A request without a nonce that states a version is the first of its type on
 // a new stream (Envoy reconnecting): that version is what the node holds.
-func (s *Server) onRequest(id int64, node *core.Node, typeURL, version, nonce string, errDetail *status.Status) (acked, nackedVersion string) {
+func (s *Server) onRequest(id streamKey, node *core.Node, typeURL, version, nonce string, errDetail *status.Status) (acked, nackedVersion string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.streams[id]
@@ -203,7 +210,7 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 	s.countConnected()
 }
 
-func (s *Server) onResponse(id int64, typeURL, nonce, version string) {
+func (s *Server) onResponse(id streamKey, typeURL, nonce, version string) {
 	s.mu.Lock()
 	if st := s.streams[id]; st != nil {
 		st.sent[typeURL] = sentResponse{nonce: nonce, version: version}
