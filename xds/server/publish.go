@@ -159,9 +159,9 @@ type sharedResources struct {
 	snaps map[string]*nodeSnapshot
 }
 
-// nodeSnapshot is a node's last snapshot and what it was built from.
+// nodeSnapshot is what a node's last snapshot was built from, and its own
+// kinds.
 type nodeSnapshot struct {
-	snap                                 snapshot
 	listenersVer, ownVer, sharedClusters string
 	listeners, clusters                  *kind
 }
@@ -253,7 +253,6 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 		resource.ScopedRouteType: sr.scopes,
 		resource.ClusterType:     last.clusters,
 	}
-	last.snap = snap
 	sr.snaps[node.ID] = last
 	return snap, nil
 }
