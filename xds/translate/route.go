@@ -96,7 +96,7 @@ func publicRoutesConfig(routes []*route.Route) *route.RouteConfiguration {
 
 // virtualHost holds routes for any host, with what every endpoint's
 // routes share set once rather than on each route (a route table is sent
-// whole, so this is a third of its size): the header naming the backend
+// whole, and this is 40% of the public one): the header naming the backend
 // each request goes to, the headers removed, and the retry policy of
 // non-idempotent requests, which a route that needs another sets itself.
 func virtualHost(name string, routes []*route.Route) *route.VirtualHost {
