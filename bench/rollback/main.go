@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/bench/benchenv"
+	"github.com/servemesh/servemesh/bench/loadgen"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
@@ -184,19 +185,16 @@ func startLoad(public []string, workers int) *load {
 			l.wg.Add(1)
 			go func() {
 				defer l.wg.Done()
-				client := &http.Client{Timeout: 10 * time.Second}
+				client := loadgen.NewClient(1)
 				for {
 					select {
 					case <-l.done:
 						return
 					default:
 					}
-					resp, err := client.Get("http://" + p + "/gen") //nolint:noctx // bounded by the client's timeout
+					err := loadgen.Get(client, "http://"+p+"/gen")
 					l.sent.Add(1)
-					if err == nil {
-						_ = resp.Body.Close()
-					}
-					if err != nil || resp.StatusCode != http.StatusOK {
+					if err != nil {
 						l.mu.Lock()
 						l.errs = append(l.errs, time.Now())
 						l.mu.Unlock()

@@ -68,7 +68,7 @@ func main() {
 				fmt.Fprintf(os.Stderr, "scale: -protocols: %q is neither delta nor sotw\n", p)
 				os.Exit(2)
 			}
-			if err := run(n, *nodes, *realNodes, *changes, *interval, *loadFor, p == "delta", *heapProfile); err != nil {
+			if err := run(n, *nodes, *realNodes, *changes, *interval, *loadFor, p, *heapProfile); err != nil {
 				fmt.Fprintln(os.Stderr, "scale:", err)
 				os.Exit(1)
 			}
@@ -76,7 +76,7 @@ func main() {
 	}
 }
 
-func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Duration, delta bool, heapProfile string) error {
+func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Duration, protocol, heapProfile string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	be, err := benchenv.Start(ctx, "scale")
@@ -101,7 +101,7 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 	}); err != nil {
 		return fmt.Errorf("apply %d endpoints: %w", endpoints, err)
 	}
-	sims, err := startSims(ctx, be, mesh.XDSAddr, nodes, model.SortedKeys(backendNames(m)), delta)
+	sims, err := startSims(ctx, be, mesh.XDSAddr, nodes, model.SortedKeys(backendNames(m)), protocol == "delta")
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,6 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 	time.Sleep(5 * time.Second) // let the initial pushes settle
 	rest := measure(pid, 10*time.Second, func() {})
 	if heapProfile != "" {
-		protocol := map[bool]string{true: "delta", false: "sotw"}[delta]
 		if err := saveHeapProfile(ctx, mesh.APIAddr, fmt.Sprintf("%s-%d-%s", heapProfile, endpoints, protocol)); err != nil {
 			return err
 		}
@@ -122,10 +121,6 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 		return err
 	}
 	loaded := measure(pid, loadFor, func() { changeEvery(ctx, mesh.Client, interval, loadFor) })
-	protocol := "sotw"
-	if delta {
-		protocol = "delta"
-	}
 	fmt.Printf("| %d | %s | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", endpoints, protocol, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),
 		kib(bytes/int64(changes)), rest.rss, loaded.rss, 100*rest.cpu, 100*loaded.cpu)
 	return nil
