@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
@@ -170,4 +173,47 @@ func TestRequestRouting(t *testing.T) {
 			return onN1 >= 30 && onN2 > 0
 		})
 	})
+	t.Run("a mesh-only node reaches every endpoint and follows changes without the public table", func(t *testing.T) {
+		meshOnly(t, mesh)
+	})
+}
+
+// meshOnly starts a third node with --public none: its Envoy has no public
+// listener and never holds the public route table, yet its mesh listener
+// reaches the endpoint's replicas on the other nodes (through their inbound
+// listeners), and it is reported in sync after a traffic change, which
+// re-sends the public table to the other nodes only.
+func meshOnly(t *testing.T, mesh *twoNodeMesh) {
+	ctx := context.Background()
+	n3 := startAgentArgs(t, mesh.consul, "routing-n3", "127.0.0.4", mesh.ctl.xdsAddr, 1, []string{"--public", "none"})
+	if conn, err := net.DialTimeout("tcp", n3.public, time.Second); err == nil {
+		_ = conn.Close()
+		t.Fatalf("a mesh-only node listens on %s", n3.public)
+	}
+	if _, err := mesh.c.SetTraffic(ctx, "model", map[string]float64{"stable": 1}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 20*time.Second, "every node, the mesh-only one included, to be in sync", func() bool {
+		nodes := nodesOf(mesh.ctl.apiAddr)
+		synced := 0
+		for _, n := range nodes {
+			if n.Connected && n.InSync {
+				synced++
+			}
+		}
+		return len(nodes) == 3 && synced == 3
+	})
+	for range 50 {
+		r := do(httpClient(), http.MethodGet, "http://"+n3.mesh+"/", "model")
+		if r.status != 200 || r.backend != "stable" {
+			t.Fatalf("through the mesh-only node's mesh listener: %v, want 200 from stable", r)
+		}
+	}
+	dump, err := envoy.Admin{Socket: n3.admin}.Get(ctx, "/config_dump?resource=dynamic_route_configs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(dump), `"name": "mesh/model"`) || strings.Contains(string(dump), `"name": "public"`) {
+		t.Fatalf("the mesh-only node's route configurations, want mesh/model and not public:\n%s", dump)
+	}
 }

@@ -16,9 +16,11 @@ import (
 type ProxyNode struct {
 	// ID is the Envoy node id.
 	ID string `json:"id"`
-	// PublicAddress and PublicPort are where routed endpoints are served.
-	PublicAddress string `json:"public_address"`
-	PublicPort    uint32 `json:"public_port"`
+	// PublicAddress and PublicPort are where routed endpoints are served;
+	// both empty for a node that serves none (a mesh-only node, Ray Serve's
+	// proxy location NoServer), which then gets no public route table.
+	PublicAddress string `json:"public_address,omitempty"`
+	PublicPort    uint32 `json:"public_port,omitempty"`
 	// MeshAddress and MeshPort are the loopback listener where local replicas
 	// reach any endpoint by `Host: <endpoint name>`.
 	MeshAddress string `json:"mesh_address"`
@@ -41,6 +43,10 @@ type ProxyNode struct {
 // listener, and its identities in SecretsDir.
 func (n ProxyNode) MTLS() bool { return n.InboundPort != 0 }
 
+// Public reports whether the node serves routed endpoints on a public
+// listener.
+func (n ProxyNode) Public() bool { return n.PublicPort != 0 || n.PublicAddress != "" }
+
 // PublicTLSSecret names the public listener's certificate in its SDS file.
 const PublicTLSSecret = "public_tls"
 
@@ -62,10 +68,17 @@ func (n ProxyNode) Validate() error {
 	if n.ID == "" {
 		return errors.New("node id is empty: set the Envoy node id")
 	}
-	for _, a := range []struct {
+	type listenerAddr struct {
 		field, addr string
 		port        uint32
-	}{{"public", n.PublicAddress, n.PublicPort}, {"mesh", n.MeshAddress, n.MeshPort}} {
+	}
+	addrs := []listenerAddr{{"mesh", n.MeshAddress, n.MeshPort}}
+	if n.Public() {
+		addrs = append(addrs, listenerAddr{"public", n.PublicAddress, n.PublicPort})
+	} else if n.PublicTLS != "" {
+		return fmt.Errorf("node %q: public_tls is set but the node has no public listener; set public_address and public_port, or drop public_tls", n.ID)
+	}
+	for _, a := range addrs {
 		if _, err := netip.ParseAddr(a.addr); err != nil {
 			return fmt.Errorf("node %q: %s_address %q is not an IP address", n.ID, a.field, a.addr)
 		}
@@ -103,10 +116,11 @@ func (n ProxyNode) validateMTLS() error {
 // Metadata returns the node's listener settings as Envoy node metadata.
 func (n ProxyNode) Metadata() (*structpb.Struct, error) {
 	fields := map[string]any{
-		MetaPublicAddress: n.PublicAddress,
-		MetaPublicPort:    float64(n.PublicPort),
-		MetaMeshAddress:   n.MeshAddress,
-		MetaMeshPort:      float64(n.MeshPort),
+		MetaMeshAddress: n.MeshAddress,
+		MetaMeshPort:    float64(n.MeshPort),
+	}
+	if n.Public() {
+		fields[MetaPublicAddress], fields[MetaPublicPort] = n.PublicAddress, float64(n.PublicPort)
 	}
 	if n.PublicTLS != "" {
 		fields[MetaPublicTLS] = n.PublicTLS

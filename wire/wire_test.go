@@ -131,6 +131,16 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || got != quiet {
 		t.Fatalf("round trip without an access log: %+v, %v", got, err)
 	}
+	meshOnly := ProxyNode{ID: "n2", MeshAddress: "127.0.0.1", MeshPort: 15001}
+	if md, err = meshOnly.Metadata(); err != nil {
+		t.Fatal(err)
+	}
+	if _, found := md.GetFields()[MetaPublicPort]; found {
+		t.Fatalf("a mesh-only node announces a public port: %v", md)
+	}
+	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: meshOnly.ID, Metadata: md}); err != nil || got != meshOnly || got.Public() {
+		t.Fatalf("round trip of a mesh-only node: %+v, %v", got, err)
+	}
 	if _, err := ProxyNodeFromEnvoy(&core.Node{Id: "foreign"}); err == nil || !strings.Contains(err.Error(), "servemesh bootstrap") {
 		t.Fatalf("got %v, want a node without servemesh metadata refused, pointing at `servemesh bootstrap`", err)
 	}
@@ -141,10 +151,12 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 
 func TestProxyNodeValidate(t *testing.T) {
 	for name, n := range map[string]ProxyNode{
-		"no id":      {PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2},
-		"bad ip":     {ID: "n", PublicAddress: "example.com", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2},
-		"no port":    {ID: "n", PublicAddress: "0.0.0.0", MeshAddress: "127.0.0.1", MeshPort: 2},
-		"same place": {ID: "n", PublicAddress: "127.0.0.1", PublicPort: 2, MeshAddress: "127.0.0.1", MeshPort: 2},
+		"no id":                   {PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2},
+		"bad ip":                  {ID: "n", PublicAddress: "example.com", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2},
+		"no port":                 {ID: "n", PublicAddress: "0.0.0.0", MeshAddress: "127.0.0.1", MeshPort: 2},
+		"same place":              {ID: "n", PublicAddress: "127.0.0.1", PublicPort: 2, MeshAddress: "127.0.0.1", MeshPort: 2},
+		"no mesh":                 {ID: "n", PublicAddress: "0.0.0.0", PublicPort: 1},
+		"tls, no public listener": {ID: "n", MeshAddress: "127.0.0.1", MeshPort: 2, PublicTLS: "/etc/sds.yaml"},
 	} {
 		if err := n.Validate(); err == nil {
 			t.Errorf("%s: want an error", name)

@@ -41,12 +41,14 @@ import (
 
 func main() {
 	sizes := flag.String("endpoints", "1000,10000", "mesh sizes, in endpoints (3 backends of 3 replicas each)")
-	nodes := flag.Int("nodes", 100, "simulated nodes")
-	realNodes := flag.Int("real-nodes", 2, "real nodes: agents with their Envoys")
-	changes := flag.Int("changes", 100, "traffic sets timed, one after the other")
-	interval := flag.Duration("interval", 100*time.Millisecond, "the pace of the changes under load")
-	loadFor := flag.Duration("load", 10*time.Second, "how long the changes under load last")
-	heapProfile := flag.String("heap-profile", "", "save the controller's heap profile at rest to this file, one per mesh size and protocol (<file>-<endpoints>-<protocol>)")
+	var o options
+	flag.IntVar(&o.nodes, "nodes", 100, "simulated nodes")
+	flag.IntVar(&o.meshOnly, "mesh-only-nodes", 0, "how many of the simulated nodes are mesh-only (--public none: no public listener, so no public route table)")
+	flag.IntVar(&o.realNodes, "real-nodes", 2, "real nodes: agents with their Envoys")
+	flag.IntVar(&o.changes, "changes", 100, "traffic sets timed, one after the other")
+	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "the pace of the changes under load")
+	flag.DurationVar(&o.loadFor, "load", 10*time.Second, "how long the changes under load last")
+	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the controller's heap profile at rest to this file, one per mesh size and protocol (<file>-<endpoints>-<protocol>)")
 	protocols := flag.String("protocols", "delta", "the simulated nodes' xDS variants, each run in turn: delta (the nodes' default), sotw, or both")
 	flag.Parse()
 	var counts []int
@@ -58,8 +60,12 @@ func main() {
 		}
 		counts = append(counts, n)
 	}
-	fmt.Printf("%d simulated nodes and %d real ones, mTLS; %d changes timed one after the other; then a change every %s for %s\n\n",
-		*nodes, *realNodes, *changes, *interval, *loadFor)
+	if o.meshOnly < 0 || o.meshOnly > o.nodes {
+		fmt.Fprintf(os.Stderr, "scale: -mesh-only-nodes %d: want 0 to -nodes (%d)\n", o.meshOnly, o.nodes)
+		os.Exit(2)
+	}
+	fmt.Printf("%d simulated nodes (%d of them mesh-only) and %d real ones, mTLS; %d changes timed one after the other; then a change every %s for %s\n\n",
+		o.nodes, o.meshOnly, o.realNodes, o.changes, o.interval, o.loadFor)
 	fmt.Println("| endpoints | xDS | change to every node, p50 / p99 | bytes to the simulated nodes per change | controller RSS at rest / under load | controller CPU at rest / under load |")
 	fmt.Println("|---:|---|---:|---:|---:|---:|")
 	for _, n := range counts {
@@ -68,7 +74,8 @@ func main() {
 				fmt.Fprintf(os.Stderr, "scale: -protocols: %q is neither delta nor sotw\n", p)
 				os.Exit(2)
 			}
-			if err := run(n, *nodes, *realNodes, *changes, *interval, *loadFor, p, *heapProfile); err != nil {
+			o.endpoints, o.protocol = n, p
+			if err := run(o); err != nil {
 				fmt.Fprintln(os.Stderr, "scale:", err)
 				os.Exit(1)
 			}
@@ -76,7 +83,14 @@ func main() {
 	}
 }
 
-func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Duration, protocol, heapProfile string) error {
+// options are one run's: the mesh's size, the nodes, the changes.
+type options struct {
+	endpoints, nodes, meshOnly, realNodes, changes int
+	interval, loadFor                              time.Duration
+	protocol, heapProfile                          string
+}
+
+func run(o options) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	be, err := benchenv.Start(ctx, "scale")
@@ -84,7 +98,7 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 		return err
 	}
 	defer be.Close()
-	cpus := make([]string, realNodes)
+	cpus := make([]string, o.realNodes)
 	for i := range cpus {
 		cpus[i] = "4"
 	}
@@ -94,35 +108,35 @@ func run(endpoints, nodes, realNodes, changes int, interval, loadFor time.Durati
 		return err
 	}
 	defer mesh.Stop()
-	m := modelgen.Model(endpoints, 3, 3)
+	m := modelgen.Model(o.endpoints, 3, 3)
 	if err := testutil.Until(60*time.Second, func() bool {
 		_, err := mesh.Client.Apply(ctx, model.SpecOf(m), false)
 		return err == nil
 	}); err != nil {
-		return fmt.Errorf("apply %d endpoints: %w", endpoints, err)
+		return fmt.Errorf("apply %d endpoints: %w", o.endpoints, err)
 	}
-	sims, err := startSims(ctx, be, mesh.XDSAddr, nodes, model.SortedKeys(backendNames(m)), protocol == "delta")
+	sims, err := startSims(ctx, be, simConfig{xds: mesh.XDSAddr, assignments: model.SortedKeys(backendNames(m)), delta: o.protocol == "delta"}, o.nodes, o.meshOnly)
 	if err != nil {
 		return err
 	}
-	if err := allHaveRoutes(ctx, sims, mesh.Client, mesh.APIAddr, realNodes); err != nil {
+	if err := allHaveRoutes(ctx, sims, mesh.Client, mesh.APIAddr, o.realNodes); err != nil {
 		return err
 	}
 	pid := mesh.Controller.Pid()
 	time.Sleep(5 * time.Second) // let the initial pushes settle
 	rest := measure(pid, 10*time.Second, func() {})
-	if heapProfile != "" {
-		if err := saveHeapProfile(ctx, mesh.APIAddr, fmt.Sprintf("%s-%d-%s", heapProfile, endpoints, protocol)); err != nil {
+	if o.heapProfile != "" {
+		if err := saveHeapProfile(ctx, mesh.APIAddr, fmt.Sprintf("%s-%d-%s", o.heapProfile, o.endpoints, o.protocol)); err != nil {
 			return err
 		}
 	}
-	lat, bytes, err := timedChanges(ctx, mesh.Client, sims, realNodes, changes)
+	lat, bytes, err := timedChanges(ctx, mesh.Client, sims, o.realNodes, o.changes)
 	if err != nil {
 		return err
 	}
-	loaded := measure(pid, loadFor, func() { changeEvery(ctx, mesh.Client, interval, loadFor) })
-	fmt.Printf("| %d | %s | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", endpoints, protocol, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),
-		kib(bytes/int64(changes)), rest.rss, loaded.rss, 100*rest.cpu, 100*loaded.cpu)
+	loaded := measure(pid, o.loadFor, func() { changeEvery(ctx, mesh.Client, o.interval, o.loadFor) })
+	fmt.Printf("| %d | %s | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", o.endpoints, o.protocol, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),
+		kib(bytes/int64(o.changes)), rest.rss, loaded.rss, 100*rest.cpu, 100*loaded.cpu)
 	return nil
 }
 
@@ -135,8 +149,8 @@ func backendNames(m *model.Model) map[string]bool {
 }
 
 // startSims fetches each simulated node's identity from Consul and
-// connects it.
-func startSims(ctx context.Context, be *benchenv.Env, xds string, n int, assignments []string, delta bool) ([]*simNode, error) {
+// connects it; the last meshOnly of the n are mesh-only.
+func startSims(ctx context.Context, be *benchenv.Env, cfg simConfig, n, meshOnly int) ([]*simNode, error) {
 	client, err := be.Consul.Client()
 	if err != nil {
 		return nil, err
@@ -154,7 +168,7 @@ func startSims(ctx context.Context, be *benchenv.Env, xds string, n int, assignm
 			id := fmt.Sprintf("sim-%04d", i)
 			bundle, err := connect.Fetch(ctx, client, wire.NodeService(id))
 			if err == nil {
-				sims[i], err = dialSim(ctx, xds, id, bundle, assignments, delta)
+				sims[i], err = dialSim(ctx, cfg, id, bundle, i < n-meshOnly)
 			}
 			if err != nil {
 				errs <- fmt.Errorf("simulated node %s: %w", id, err)

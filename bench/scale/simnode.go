@@ -32,8 +32,9 @@ import (
 // answer, and records when each routes version arrives and how many bytes
 // it was sent.
 type simNode struct {
-	id    string
-	bytes atomic.Int64
+	id     string
+	public bool // it has a public listener, so asks for the public table
+	bytes  atomic.Int64
 
 	mu       sync.Mutex
 	routes   string    // the last routes version it ACKed
@@ -41,10 +42,19 @@ type simNode struct {
 	changed  chan struct{}
 }
 
-// dialSim connects a simulated node to the controller at xds, as node id
-// with the identity in bundle, and subscribes; assignments are the EDS
-// names it asks for (every backend's).
-func dialSim(ctx context.Context, xds, id string, bundle *connect.Bundle, assignments []string, delta bool) (*simNode, error) {
+// simConfig is what every simulated node is told: where the controller's
+// xDS server is, the EDS names to ask for (every backend's), and the xDS
+// variant.
+type simConfig struct {
+	xds         string
+	assignments []string
+	delta       bool
+}
+
+// dialSim connects a simulated node to the controller, as node id with the
+// identity in bundle, and subscribes; a public node has a public listener,
+// the others are mesh-only (`--public none`).
+func dialSim(ctx context.Context, cfg simConfig, id string, bundle *connect.Bundle, public bool) (*simNode, error) {
 	tc := &tls.Config{Certificates: []tls.Certificate{bundle.Leaf}, MinVersion: tls.VersionTLS12,
 		InsecureSkipVerify: true, //nolint:gosec // the controller's chain is checked below; its name is a SPIFFE id, not a host
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
@@ -58,23 +68,26 @@ func dialSim(ctx context.Context, xds, id string, bundle *connect.Bundle, assign
 			_, err = cert.Verify(x509.VerifyOptions{Roots: bundle.Roots})
 			return err
 		}}
-	conn, err := grpc.NewClient(xds, grpc.WithTransportCredentials(credentials.NewTLS(tc)),
+	conn, err := grpc.NewClient(cfg.xds, grpc.WithTransportCredentials(credentials.NewTLS(tc)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	if err != nil {
 		return nil, err
 	}
-	meta, err := wire.ProxyNode{ID: id, PublicAddress: "127.0.0.1", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
-		InboundAddress: "127.0.0.1", InboundPort: 21000}.Metadata()
+	pn := wire.ProxyNode{ID: id, MeshAddress: "127.0.0.1", MeshPort: 15001, InboundAddress: "127.0.0.1", InboundPort: 21000}
+	if public {
+		pn.PublicAddress, pn.PublicPort = "127.0.0.1", 8080
+	}
+	meta, err := pn.Metadata()
 	if err != nil {
 		return nil, err
 	}
-	n := &simNode{id: id, changed: make(chan struct{}, 1)}
+	n := &simNode{id: id, public: public, changed: make(chan struct{}, 1)}
 	node := &core.Node{Id: id, Cluster: bootstrap.ServiceCluster, Metadata: meta}
 	client := discovery.NewAggregatedDiscoveryServiceClient(conn)
-	if delta {
-		err = n.runDelta(ctx, client, node, assignments, func() { _ = conn.Close() })
+	if cfg.delta {
+		err = n.runDelta(ctx, client, node, cfg.assignments, func() { _ = conn.Close() })
 	} else {
-		err = n.runSotW(ctx, client, node, assignments, func() { _ = conn.Close() })
+		err = n.runSotW(ctx, client, node, cfg.assignments, func() { _ = conn.Close() })
 	}
 	if err != nil {
 		_ = conn.Close()
@@ -84,11 +97,17 @@ func dialSim(ctx context.Context, xds, id string, bundle *connect.Bundle, assign
 
 // subscribe sends, as Envoy does, a request for each type in order, with
 // the names it asks for first (nil: every resource of the type) and the
-// node on the first; request builds a request of the stream's kind. It
+// node on the first; request builds a request of the stream's kind. A
+// mesh-only node asks for no route configuration until it has scopes. It
 // returns the names asked for, by type.
-func subscribe[R any](send func(R) error, assignments []string, request func(typ string, names []string, node bool) R) (map[string][]string, error) {
-	names := map[string][]string{resource.EndpointType: assignments, resource.RouteType: {wire.PublicRoutes}}
-	for i, typ := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType, resource.RouteType} {
+func subscribe[R any](send func(R) error, public bool, assignments []string, request func(typ string, names []string, node bool) R) (map[string][]string, error) {
+	names := map[string][]string{resource.EndpointType: assignments}
+	types := []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType}
+	if public {
+		names[resource.RouteType] = []string{wire.PublicRoutes}
+		types = append(types, resource.RouteType)
+	}
+	for i, typ := range types {
 		if err := send(request(typ, names[typ], i == 0)); err != nil {
 			return nil, err
 		}
@@ -104,7 +123,7 @@ func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscov
 	if err != nil {
 		return err
 	}
-	names, err := subscribe(stream.Send, assignments, func(typ string, names []string, first bool) *discovery.DiscoveryRequest {
+	names, err := subscribe(stream.Send, n.public, assignments, func(typ string, names []string, first bool) *discovery.DiscoveryRequest {
 		req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names}
 		if first {
 			req.Node = node
@@ -132,7 +151,10 @@ func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscov
 				return
 			}
 			if typ == resource.ScopedRouteType {
-				names[resource.RouteType] = append([]string{wire.PublicRoutes}, scopedRouteNames(resp.GetResources())...)
+				names[resource.RouteType] = scopedRouteNames(resp.GetResources())
+				if n.public {
+					names[resource.RouteType] = append([]string{wire.PublicRoutes}, names[resource.RouteType]...)
+				}
 				req := &discovery.DiscoveryRequest{TypeUrl: resource.RouteType, VersionInfo: routeVersion, ResponseNonce: routeNonce,
 					ResourceNames: names[resource.RouteType]}
 				if err := stream.Send(req); err != nil {
@@ -152,7 +174,7 @@ func (n *simNode) runDelta(ctx context.Context, client discovery.AggregatedDisco
 	if err != nil {
 		return err
 	}
-	if _, err := subscribe(stream.Send, assignments, func(typ string, names []string, first bool) *discovery.DeltaDiscoveryRequest {
+	if _, err := subscribe(stream.Send, n.public, assignments, func(typ string, names []string, first bool) *discovery.DeltaDiscoveryRequest {
 		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: names}
 		if first {
 			req.Node = node

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -46,6 +47,9 @@ func newDemoCommand(log *slog.Logger) *cobra.Command {
 			n, err := ef.envoyNode(log)
 			if err != nil {
 				return err
+			}
+			if !n.Bootstrap.Node.Public() {
+				return fmt.Errorf("--public %s: the demo serves its endpoints on the public listener; give it an address such as 127.0.0.1:8080", noPublic)
 			}
 			o.Envoy = n
 			return daemon.RunDemo(cmd.Context(), log.With("cmd", "demo"), o, cmd.OutOrStdout())

@@ -15,6 +15,7 @@ import (
 	"github.com/google/shlex"
 
 	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -52,6 +53,23 @@ func TestBootstrapPrintsAnEnvoyBootstrap(t *testing.T) {
 	}
 }
 
+// TestBootstrapOfAMeshOnlyNode: --public none announces no public
+// listener, so the node gets none (and never asks for the public table).
+func TestBootstrapOfAMeshOnlyNode(t *testing.T) {
+	code, out, errOut := runCLI("bootstrap", "--node-id", "n8", "--public", "none")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protoyaml.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatal(err)
+	}
+	node, err := wire.ProxyNodeFromEnvoy(b.GetNode())
+	if err != nil || node.Public() || node.MeshPort != 15001 {
+		t.Fatalf("node %+v, %v; want a mesh-only node with its mesh listener", node, err)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -63,7 +81,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"backend"}, 2, "name a command"},
 		{[]string{"backend", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"serve"}, 1, "--config is required"},
-		{[]string{"bootstrap", "--public", "nonsense"}, 1, `--public "nonsense"`},
+		{[]string{"bootstrap", "--public", "nonsense"}, 1, `--public "nonsense": want IP:port, like 127.0.0.1:8080, or none`},
+		{[]string{"demo", "--public", "none"}, 1, "the demo serves its endpoints on the public listener"},
 		{[]string{"bootstrap", "--xds-protocol", "rest"}, 1, `xds protocol "rest" is unknown`},
 		{[]string{"bootstrap", "--no-such-flag"}, 1, "unknown flag: --no-such-flag"},
 		{[]string{"validate", "a", "b"}, 1, "name one config file"},

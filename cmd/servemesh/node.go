@@ -30,7 +30,7 @@ func defaultNode() nodeFlags {
 
 func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
 	fs.StringVar(&o.id, "node-id", def.id, "this node's Envoy node id")
-	fs.StringVar(&o.public, "public", def.public, "address of the public listener serving routed endpoints")
+	fs.StringVar(&o.public, "public", def.public, "address of the public listener serving routed endpoints, or \"none\" for a mesh-only node (its replicas still reach every endpoint, and its Envoy gets no public route table)")
 	fs.StringVar(&o.mesh, "mesh", def.mesh, "address of the mesh listener where replicas reach any endpoint by Host header")
 	fs.StringVar(&o.adminSocket, "admin-socket", def.adminSocket, "Unix socket of Envoy's admin API (default: admin/envoy.sock in --work-dir, a folder only this user may enter)")
 	fs.StringVar(&o.xds, "xds", def.xds, "address of the control plane's xDS server, or several comma-separated (HA controllers)")
@@ -39,9 +39,13 @@ func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
 }
 
 func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
-	publicHost, publicPort, err := hostPort("--public", o.public)
-	if err != nil {
-		return bootstrap.Options{}, err
+	var publicHost string
+	var publicPort uint32
+	if o.public != noPublic {
+		var err error
+		if publicHost, publicPort, err = hostPort("--public", o.public); err != nil {
+			return bootstrap.Options{}, fmt.Errorf("%w, or %s for a node without a public listener", err, noPublic)
+		}
 	}
 	meshHost, meshPort, err := hostPort("--mesh", o.mesh)
 	if err != nil {
@@ -53,6 +57,9 @@ func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
 		XDSAddress: o.xds, AdminSocket: o.adminSocket, Protocol: bootstrap.Protocol(o.protocol),
 	}, nil
 }
+
+// noPublic is --public's value for a node without a public listener.
+const noPublic = "none"
 
 func hostPort(flagName, addr string) (string, uint32, error) {
 	host, portText, err := net.SplitHostPort(addr)

@@ -201,8 +201,11 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 		}
 		n.node = parsed
 		s.metrics.knownNodes.Set(float64(len(s.nodes)))
-		s.log.Info("node connected", "node", parsed.ID, "public", fmt.Sprintf("%s:%d", parsed.PublicAddress, parsed.PublicPort),
-			"mesh", fmt.Sprintf("%s:%d", parsed.MeshAddress, parsed.MeshPort))
+		public := "none"
+		if parsed.Public() {
+			public = fmt.Sprintf("%s:%d", parsed.PublicAddress, parsed.PublicPort)
+		}
+		s.log.Info("node connected", "node", parsed.ID, "public", public, "mesh", fmt.Sprintf("%s:%d", parsed.MeshAddress, parsed.MeshPort))
 		s.newNodes[parsed.ID] = true
 		s.kick()
 	}

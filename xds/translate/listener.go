@@ -15,8 +15,9 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
-// BuildListeners builds a node's two listeners: the public one serving routed
-// endpoints and the loopback mesh one serving every endpoint by Host header.
+// BuildListeners builds a node's listeners: the loopback mesh one serving
+// every endpoint by Host header and, unless the node is mesh-only
+// (wire.ProxyNode.Public), the public one serving routed endpoints.
 func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
 	if err := node.Validate(); err != nil {
 		return nil, err
@@ -24,6 +25,9 @@ func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
 	mesh, err := httpListener(wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes(), !node.NoAccessLog)
 	if err != nil {
 		return nil, err
+	}
+	if !node.Public() {
+		return []*listener.Listener{mesh}, nil
 	}
 	public, err := httpListener(wire.PublicListener, node.PublicAddress, node.PublicPort, rds(wire.PublicRoutes), !node.NoAccessLog)
 	if err != nil {
