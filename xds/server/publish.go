@@ -87,36 +87,55 @@ func (s *Server) publish(ctx context.Context) {
 		"assignments_changed", len(changed), "assignments_removed", len(removed), "took", time.Since(start))
 }
 
-// setSnapshots builds and sets each node's snapshot from built, the
-// resources of model generation gen.
+// setSnapshots builds each node's snapshot from built, the resources of
+// model generation gen, and sets in the caches the kinds that changed for
+// the node since it was last set (snapshotTypes: one cache per type).
 func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen uint64, nodes []wire.ProxyNode) {
 	for _, node := range nodes {
 		snap, err := built.snapshotFor(node)
+		s.mu.Lock()
+		st := s.nodes[node.ID]
+		if st != nil && err != nil {
+			st.refused = err.Error()
+		}
+		s.mu.Unlock()
 		if err != nil {
 			s.log.Error("node snapshot refused", "node", node.ID, "generation", gen, "err", err)
-			s.mu.Lock()
-			if st := s.nodes[node.ID]; st != nil {
-				st.refused = err.Error()
-			}
-			s.mu.Unlock()
 			continue
 		}
-		if err := s.snapshots.SetSnapshot(ctx, node.ID, snap); err != nil {
+		if st == nil {
+			continue // forgotten since the publish began
+		}
+		if err := s.setKinds(ctx, node.ID, st.set, snap); err != nil {
 			s.log.Error("setting node snapshot", "node", node.ID, "err", err)
 			continue
 		}
 		s.mu.Lock()
-		if st := s.nodes[node.ID]; st != nil {
-			st.generation, st.refused = gen, ""
-			st.expected = map[string]string{
-				resource.ListenerType:    snap.GetVersion(resource.ListenerType),
-				resource.RouteType:       snap.GetVersion(resource.RouteType),
-				resource.ScopedRouteType: snap.GetVersion(resource.ScopedRouteType),
-				resource.ClusterType:     snap.GetVersion(resource.ClusterType),
-			}
+		st.set = snap
+		st.generation, st.refused = gen, ""
+		st.expected = make(map[string]string, len(snapshotTypes))
+		for _, typ := range snapshotTypes {
+			st.expected[typ] = snap.GetVersion(typ)
 		}
 		s.mu.Unlock()
 	}
+}
+
+// setKinds sets a node's kinds of next that differ from last (what the
+// caches hold for it), in snapshotTypes' order: a change wakes only the
+// streams of the types it changed, and go-control-plane compares the
+// resources of only those types, per node. A traffic change sets routes
+// alone.
+func (s *Server) setKinds(ctx context.Context, node string, last, next snapshot) error {
+	for _, typ := range snapshotTypes {
+		if last != nil && last[typ] == next[typ] {
+			continue
+		}
+		if err := s.snapshots[typ].SetSnapshot(ctx, node, snapshot{typ: next[typ]}); err != nil {
+			return fmt.Errorf("%s: %w", typ, err)
+		}
+	}
+	return nil
 }
 
 // diffAssignments returns the assignments whose content changed since the last
@@ -189,14 +208,14 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 		out.clusterList = r.Clusters
 	}
 	if prevRoutes != nil && prevRoutes.version == r.RoutesVersion {
-		out.routes, out.scopes = prevRoutes, prevScopes
-	} else {
-		if out.routes, err = newKind(r.RoutesVersion, r.Routes, lookup(r.RouteVersions), prevRoutes); err != nil {
-			return nil, err
-		}
-		if out.scopes, err = newKind(r.RoutesVersion, r.ScopedRoutes, lookup(r.ScopeVersions), prevScopes); err != nil {
-			return nil, err
-		}
+		out.routes = prevRoutes
+	} else if out.routes, err = newKind(r.RoutesVersion, r.Routes, lookup(r.RouteVersions), prevRoutes); err != nil {
+		return nil, err
+	}
+	if prevScopes != nil && prevScopes.version == r.ScopesVersion {
+		out.scopes = prevScopes
+	} else if out.scopes, err = newKind(r.ScopesVersion, r.ScopedRoutes, lookup(r.ScopeVersions), prevScopes); err != nil {
+		return nil, err
 	}
 	if sameMTLS && len(r.ChangedBackends) == 0 {
 		out.assignmentNames = last.assignmentNames

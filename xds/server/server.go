@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +43,7 @@ type Options struct {
 type Server struct {
 	log         *slog.Logger
 	metrics     *metrics
-	snapshots   cachev3.SnapshotCache
+	snapshots   map[string]cachev3.SnapshotCache // by type URL (snapshotTypes)
 	assignments *cachev3.LinearCache
 	ads         serverv3.Server
 	holdOff     time.Duration
@@ -102,25 +103,39 @@ func New(opts Options) *Server {
 	// names every route configuration in the snapshot, so a node whose public
 	// listener failed (say, its port was taken) would never get the routes of
 	// its working mesh listener. Envoy sequences ADS updates itself.
-	s.snapshots = cachev3.NewSnapshotCache(false, cachev3.IDHash{}, cacheLog)
+	caches := map[string]cachev3.Cache{}
+	s.snapshots = make(map[string]cachev3.SnapshotCache, len(snapshotTypes))
+	for _, typ := range snapshotTypes {
+		c := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, cacheLog)
+		s.snapshots[typ], caches[typ] = c, c
+	}
 	s.assignments = cachev3.NewLinearCache(resource.EndpointType, cachev3.WithLogger(cacheLog))
+	caches[resource.EndpointType] = s.assignments
 	mux := &cachev3.MuxCache{
 		Classify:      func(r *cachev3.Request) string { return classify(r.GetTypeUrl()) },
 		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return classify(r.GetTypeUrl()) },
-		Caches: map[string]cachev3.Cache{
-			"assignments": s.assignments,
-			"snapshots":   s.snapshots,
-		},
+		Caches:        caches,
 	}
 	s.ads = serverv3.NewServer(context.Background(), mux, &callbacks{s: s})
 	return s
 }
 
+// snapshotTypes are the types served from per-node snapshots, one
+// snapshot cache each, in the order a change sets them: clusters and
+// listeners before the routes they name. go-control-plane compares every
+// resource of a cache's snapshot with what each of the node's streams
+// holds whenever the snapshot is set, so one cache for every type would
+// compare every cluster of every node on a traffic change.
+var snapshotTypes = []string{resource.ClusterType, resource.ListenerType, resource.ScopedRouteType, resource.RouteType}
+
+// classify names the cache of a type: assignments come from the linear
+// cache; a type servemesh does not serve goes to the listeners' cache,
+// which has none of it.
 func classify(typeURL string) string {
-	if typeURL == resource.EndpointType {
-		return "assignments"
+	if typeURL == resource.EndpointType || slices.Contains(snapshotTypes, typeURL) {
+		return typeURL
 	}
-	return "snapshots"
+	return resource.ListenerType
 }
 
 // Register exposes the aggregated discovery service (state-of-the-world and

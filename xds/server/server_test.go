@@ -75,6 +75,16 @@ func servemeshNode(t testing.TB, id string) *core.Node {
 	return &core.Node{Id: id, Metadata: md}
 }
 
+// meshOnlyNode is a node without a public listener (`--public none`).
+func meshOnlyNode(t testing.TB, id string) *core.Node {
+	t.Helper()
+	md, err := wire.ProxyNode{ID: id, MeshAddress: "127.0.0.1", MeshPort: 15001}.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &core.Node{Id: id, Metadata: md}
+}
+
 // sotwStream is a state-of-the-world ADS client whose responses arrive on a channel.
 type sotwStream struct {
 	t      *testing.T
@@ -303,7 +313,7 @@ func TestGoneNodesAreForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool { return len(s.Status()) == 0 })
-	if _, err := s.snapshots.GetSnapshot("short-lived"); err == nil {
+	if _, err := s.snapshots[resource.ListenerType].GetSnapshot("short-lived"); err == nil {
 		t.Fatal("the gone node's snapshot was kept")
 	}
 }
@@ -588,17 +598,24 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 	if err := s.SetModel(m); err != nil {
 		t.Fatal(err)
 	}
-	got := recv(2)
-	if !slices.Equal(got[resource.ScopedRouteType], []string{wire.MeshRouteName("api")}) {
-		t.Errorf("a traffic change sent scoped routes %v; want api's alone", got[resource.ScopedRouteType])
-	}
-	if !slices.Equal(got[resource.RouteType], []string{wire.MeshRouteName("api"), wire.PublicRoutes}) {
-		t.Errorf("a traffic change sent routes %v; want api's mesh routes and the public table", got[resource.RouteType])
-	}
-	if len(got) != 2 {
-		t.Errorf("a traffic change sent %v; want scoped routes and routes alone", got)
+	// One answer: api's mesh routes and the public table; its scope is
+	// the same, and no other type is compared or sent.
+	got := recv(1)
+	if !slices.Equal(got[resource.RouteType], []string{wire.MeshRouteName("api"), wire.PublicRoutes}) || len(got) != 1 {
+		t.Errorf("a traffic change sent %v; want api's mesh routes and the public table alone", got)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the node in sync after the change", func() bool { return s.Status()[0].InSync })
+	// The next answer is the next change's (nothing else was queued):
+	// other is headless, so its mesh routes alone.
+	m = model.Clone(m)
+	m.Endpoints[1].Traffic = map[string]float64{"v1": 1}
+	if err := s.SetModel(m); err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(1); !slices.Equal(got[resource.RouteType], []string{wire.MeshRouteName("other")}) || len(got) != 1 {
+		t.Errorf("a headless endpoint's traffic change sent %v; want its mesh routes alone", got)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the node in sync after the second change", func() bool { return s.Status()[0].InSync })
 }
 
 // TestSotWAndDeltaStreamsAreKeptApart: go-control-plane numbers

@@ -17,6 +17,7 @@ type nodeState struct {
 	node       wire.ProxyNode
 	streams    int
 	generation uint64            // model generation of the node's snapshot
+	set        snapshot          // the kinds the caches hold for the node (owned by the publisher)
 	expected   map[string]string // type URL -> version of the node's snapshot
 	acked      map[string]string // type URL -> version the node last ACKed
 	nacks      int
@@ -165,7 +166,9 @@ func (s *Server) forgetGoneNodes(now time.Time) {
 func (s *Server) forget(id string) {
 	s.log.Info("forgot a node gone since", "node", id, "since", s.nodes[id].goneSince.Format(time.RFC3339))
 	delete(s.nodes, id)
-	s.snapshots.ClearSnapshot(id)
+	for _, c := range s.snapshots {
+		c.ClearSnapshot(id)
+	}
 }
 
 // countConnected updates the connected-nodes gauge. Called with mu held.

@@ -25,11 +25,16 @@ import (
 
 // BenchmarkChangeToDeltaNodes measures one `traffic set` in a
 // 1,000-endpoint mesh (plaintext, over loopback gRPC) from SetModel until
-// every one of 100 delta xDS streams has the new routes: publishing,
-// go-control-plane's answers to each stream, and their sending. The
-// streams subscribe as Envoy does and ACK each answer.
+// every delta xDS stream has the new routes: publishing, go-control-plane's
+// answers to each stream, and their sending. The streams subscribe as
+// Envoy does and ACK each answer: 100 nodes with a public listener, and
+// 1,000 mesh-only nodes (no public route table).
 func BenchmarkChangeToDeltaNodes(b *testing.B) {
-	const endpoints, nodes = 1000, 100
+	b.Run("100 nodes", func(b *testing.B) { benchChangeToDeltaNodes(b, 1000, 100, true) })
+	b.Run("1000 mesh-only nodes", func(b *testing.B) { benchChangeToDeltaNodes(b, 1000, 1000, false) })
+}
+
+func benchChangeToDeltaNodes(b *testing.B, endpoints, nodes int, public bool) {
 	s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HoldOff: time.Millisecond, MaxHoldOff: 5 * time.Millisecond})
 	g := grpc.NewServer()
 	s.Register(g)
@@ -53,7 +58,7 @@ func BenchmarkChangeToDeltaNodes(b *testing.B) {
 	}
 	streams := make([]*benchDeltaNode, nodes)
 	for i := range streams {
-		streams[i] = dialBenchDelta(ctx, b, lis.Addr().String(), fmt.Sprintf("bench-%03d", i), assignments)
+		streams[i] = dialBenchDelta(ctx, b, lis.Addr().String(), fmt.Sprintf("bench-%04d", i), assignments, public)
 	}
 	for _, st := range streams {
 		st.waitRoutes(b, "")
@@ -79,7 +84,7 @@ func BenchmarkChangeToDeltaNodes(b *testing.B) {
 		}
 		sent += receivedBytes(streams) - before
 	}
-	b.ReportMetric(float64(sent)/float64(b.N)/nodes/1024, "KiB/node")
+	b.ReportMetric(float64(sent)/float64(b.N)/float64(nodes)/1024, "KiB/node")
 }
 
 // benchDeltaNode is a delta xDS stream that subscribes as a node's Envoy
@@ -91,7 +96,7 @@ type benchDeltaNode struct {
 	changed chan struct{}
 }
 
-func dialBenchDelta(ctx context.Context, b *testing.B, addr, id string, assignments []string) *benchDeltaNode {
+func dialBenchDelta(ctx context.Context, b *testing.B, addr, id string, assignments []string, public bool) *benchDeltaNode {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	if err != nil {
 		b.Fatal(err)
@@ -101,11 +106,18 @@ func dialBenchDelta(ctx context.Context, b *testing.B, addr, id string, assignme
 	if err != nil {
 		b.Fatal(err)
 	}
-	subs := map[string][]string{resource.EndpointType: assignments, resource.RouteType: {wire.PublicRoutes}}
-	for i, typ := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType, resource.RouteType} {
+	subs := map[string][]string{resource.EndpointType: assignments}
+	types := []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType}
+	node := meshOnlyNode(b, id)
+	if public {
+		subs[resource.RouteType] = []string{wire.PublicRoutes}
+		types = append(types, resource.RouteType)
+		node = servemeshNode(b, id)
+	}
+	for i, typ := range types {
 		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: subs[typ]}
 		if i == 0 {
-			req.Node = servemeshNode(b, id)
+			req.Node = node
 		}
 		if err := stream.Send(req); err != nil {
 			b.Fatal(err)

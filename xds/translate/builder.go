@@ -54,15 +54,19 @@ type endpointParts struct {
 	public   []*route.Route // nil when headless
 	mesh     *route.RouteConfiguration
 	scope    *route.ScopedRouteConfiguration
-	hash     string
+	// The hash of each part, so that a change versions only the resources
+	// it changed: a traffic change alters the mesh routes and the public
+	// ones, never the scope.
+	publicHash, meshHash, scopeHash string
 }
 
 // Built is one Build's output: Shared's resources, each kind's version,
 // each resource's version, and which backends' parts were rebuilt.
 type Built struct {
 	Resources
-	// RoutesVersion versions the routes and the scoped routes together.
-	RoutesVersion, ClustersVersion string
+	// RoutesVersion, ScopesVersion and ClustersVersion version each kind:
+	// a kind keeps its version while none of its resources changes.
+	RoutesVersion, ScopesVersion, ClustersVersion string
 	// RouteVersions, ScopeVersions and ClusterVersions version each
 	// resource by name, as delta xDS compares them: a resource keeps its
 	// version while what it was built from is unchanged. Read-only: a
@@ -111,7 +115,7 @@ func (b *Builder) Build(m *model.Model) (out *Built, err error) {
 		b.byNode = nil
 	}
 	if b.last != nil && !routesChanged {
-		out.Routes, out.ScopedRoutes, out.RoutesVersion = b.last.Routes, b.last.ScopedRoutes, b.last.RoutesVersion
+		out.Routes, out.ScopedRoutes, out.RoutesVersion, out.ScopesVersion = b.last.Routes, b.last.ScopedRoutes, b.last.RoutesVersion, b.last.ScopesVersion
 		out.RouteVersions, out.ScopeVersions = b.last.RouteVersions, b.last.ScopeVersions
 	} else {
 		b.assembleRoutes(out)
@@ -156,7 +160,7 @@ func (b *Builder) syncEndpoints(m *model.Model) (bool, error) {
 			p.gen = b.gen
 			continue
 		}
-		p, err := buildEndpoint(e)
+		p, err := buildEndpoint(e, p)
 		if err != nil {
 			return false, err
 		}
@@ -199,15 +203,34 @@ func (b *Builder) buildBackend(be model.Backend) (*backendParts, error) {
 	return p, err
 }
 
-func buildEndpoint(e model.Endpoint) (*endpointParts, error) {
+// buildEndpoint builds one endpoint's routes and scope; a part equal to
+// the one in prev (the endpoint's last parts, or nil) is prev's, pointer
+// and all, so its encoding is reused.
+func buildEndpoint(e model.Endpoint, prev *endpointParts) (*endpointParts, error) {
 	p := &endpointParts{endpoint: model.CloneEndpoint(e)}
 	p.mesh, p.scope = meshRoutes(e)
 	if !e.Headless() {
 		p.public = endpointRoutes(e, pathMatch(e.Route))
 	}
 	var err error
-	p.hash, err = hashOf(append(asMessages(p.public), p.mesh, p.scope))
-	return p, err
+	if p.publicHash, err = hashOf(p.public); err != nil {
+		return nil, err
+	}
+	if p.meshHash, err = hashOf([]*route.RouteConfiguration{p.mesh}); err != nil {
+		return nil, err
+	}
+	if p.scopeHash, err = hashOf([]*route.ScopedRouteConfiguration{p.scope}); err != nil {
+		return nil, err
+	}
+	if prev != nil {
+		if prev.meshHash == p.meshHash {
+			p.mesh = prev.mesh
+		}
+		if prev.scopeHash == p.scopeHash {
+			p.scope = prev.scope
+		}
+	}
+	return p, nil
 }
 
 // assembleBackends lists every backend's clusters and assignments, sorted
@@ -239,18 +262,19 @@ func (b *Builder) assembleRoutes(out *Built) {
 	out.ScopedRoutes = make([]*route.ScopedRouteConfiguration, 0, len(names))
 	out.RouteVersions = make(map[string]string, len(names)+1)
 	out.ScopeVersions = make(map[string]string, len(names))
-	all, public := sha256.New(), sha256.New()
+	all, scopes, public := sha256.New(), sha256.New(), sha256.New()
 	for _, n := range names {
 		p := b.endpoints[n]
 		out.Routes = append(out.Routes, p.mesh)
 		out.ScopedRoutes = append(out.ScopedRoutes, p.scope)
-		out.RouteVersions[p.mesh.GetName()] = p.hash
-		out.ScopeVersions[p.scope.GetName()] = p.hash
+		out.RouteVersions[p.mesh.GetName()] = p.meshHash
+		out.ScopeVersions[p.scope.GetName()] = p.scopeHash
 		if p.public != nil {
 			routed = append(routed, p)
-			fmt.Fprintf(public, "%s=%s;", n, p.hash)
+			fmt.Fprintf(public, "%s=%s;", n, p.publicHash)
 		}
-		fmt.Fprintf(all, "%s=%s;", n, p.hash)
+		fmt.Fprintf(all, "%s=%s;", n, p.meshHash)
+		fmt.Fprintf(scopes, "%s=%s;", n, p.scopeHash)
 	}
 	sortByRoute(routed, func(p *endpointParts) string { return p.endpoint.Route })
 	var publicRoutes []*route.Route
@@ -259,7 +283,9 @@ func (b *Builder) assembleRoutes(out *Built) {
 	}
 	out.Routes = append(out.Routes, publicRoutesConfig(publicRoutes)) // "public" sorts after every "mesh/..."
 	out.RouteVersions[wire.PublicRoutes] = hex.EncodeToString(public.Sum(nil))[:16]
+	fmt.Fprintf(all, "%s=%s;", wire.PublicRoutes, out.RouteVersions[wire.PublicRoutes])
 	out.RoutesVersion = hex.EncodeToString(all.Sum(nil))[:16]
+	out.ScopesVersion = hex.EncodeToString(scopes.Sum(nil))[:16]
 }
 
 // NodeBuilt is one node's own resources (ForNode's), with versions.

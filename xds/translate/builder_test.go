@@ -155,13 +155,21 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 					first.ClustersVersion, shift.ClustersVersion, first.RoutesVersion, shift.RoutesVersion)
 			}
 			// Delta xDS sends what changed version: the endpoint's mesh
-			// routes, its scope, and the public table it is in; no cluster.
+			// routes and the public table it is in; no scope (its key and
+			// route configuration's name are the same), no cluster.
 			mesh := wire.MeshRouteName(m.Endpoints[3].Name)
 			if got := changedVersions(first.RouteVersions, shift.RouteVersions); !slices.Equal(got, []string{mesh, wire.PublicRoutes}) {
 				t.Errorf("a traffic set changed the versions of routes %v; want %s and %s", got, mesh, wire.PublicRoutes)
 			}
-			if got := changedVersions(first.ScopeVersions, shift.ScopeVersions); !slices.Equal(got, []string{mesh}) {
-				t.Errorf("a traffic set changed the versions of scopes %v; want %s", got, mesh)
+			if got := changedVersions(first.ScopeVersions, shift.ScopeVersions); len(got) != 0 || shift.ScopesVersion != first.ScopesVersion {
+				t.Errorf("a traffic set changed the versions of scopes %v (of the kind: %s -> %s); want none", got, first.ScopesVersion, shift.ScopesVersion)
+			}
+			scopeOf := func(b *Built) *route.ScopedRouteConfiguration {
+				i := slices.IndexFunc(b.ScopedRoutes, func(sc *route.ScopedRouteConfiguration) bool { return sc.GetName() == mesh })
+				return b.ScopedRoutes[i]
+			}
+			if scopeOf(shift) != scopeOf(first) {
+				t.Error("a traffic set rebuilt the endpoint's scope: its encoding is not reused")
 			}
 			if got := changedVersions(first.ClusterVersions, shift.ClusterVersions); len(got) != 0 {
 				t.Errorf("a traffic set changed the versions of clusters %v", got)
