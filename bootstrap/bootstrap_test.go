@@ -41,7 +41,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if node != opts.Node {
+			if !node.Equal(opts.Node) {
 				t.Errorf("metadata round trip: got %+v, want %+v", node, opts.Node)
 			}
 		})

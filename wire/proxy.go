@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -37,7 +38,20 @@ type ProxyNode struct {
 	InboundPort    uint32 `json:"inbound_port,omitempty"`
 	// NoAccessLog turns the node's access log (AccessLogFile) off.
 	NoAccessLog bool `json:"no_access_log,omitempty"`
+	// Reachable, if not nil, are the only endpoints the node's mesh
+	// listener serves (empty: none), as Kuma's reachable services and
+	// Istio's Sidecar egress hosts: its Envoy then holds the mesh routes of
+	// those endpoints alone and, unless it has a public listener, the
+	// clusters of their backends alone. nil: every endpoint.
+	Reachable []string `json:"reachable_endpoints,omitempty"`
 }
+
+// Equal reports whether n and o are the same settings (reaching no
+// endpoint is not reaching every one).
+func (n ProxyNode) Equal(o ProxyNode) bool { return reflect.DeepEqual(n, o) }
+
+// MaxReachable bounds how many endpoints a node may name as reachable.
+const MaxReachable = 10_000
 
 // MTLS reports whether the node takes part in mesh mTLS: it has an inbound
 // listener, and its identities in SecretsDir.
@@ -61,6 +75,7 @@ const (
 	MetaInboundAddr   = "servemesh.inbound_address"
 	MetaInboundPort   = "servemesh.inbound_port"
 	MetaNoAccessLog   = "servemesh.no_access_log"
+	MetaReachable     = "servemesh.reachable_endpoints"
 )
 
 // Validate checks the node's settings.
@@ -92,8 +107,28 @@ func (n ProxyNode) Validate() error {
 	if err := n.validateMTLS(); err != nil {
 		return err
 	}
+	if err := n.validateReachable(); err != nil {
+		return err
+	}
 	if n.PublicPort == n.MeshPort && n.PublicAddress == n.MeshAddress {
 		return fmt.Errorf("node %q: public and mesh listeners both use %s:%d; give them different ports", n.ID, n.MeshAddress, n.MeshPort)
+	}
+	return nil
+}
+
+// validateReachable checks the reachable endpoints' names: sorted,
+// each once, none empty or holding a comma or a space.
+func (n ProxyNode) validateReachable() error {
+	if len(n.Reachable) > MaxReachable {
+		return fmt.Errorf("node %q: %d reachable endpoints, at most %d; leave them unset to reach every endpoint", n.ID, len(n.Reachable), MaxReachable)
+	}
+	for i, e := range n.Reachable {
+		if e == "" || strings.ContainsAny(e, ", \t\n") {
+			return fmt.Errorf("node %q: reachable endpoint %q is not an endpoint name", n.ID, e)
+		}
+		if i > 0 && n.Reachable[i-1] >= e {
+			return fmt.Errorf("node %q: reachable endpoints must be sorted, each once (%q before %q)", n.ID, n.Reachable[i-1], e)
+		}
 	}
 	return nil
 }
@@ -131,6 +166,13 @@ func (n ProxyNode) Metadata() (*structpb.Struct, error) {
 	if n.NoAccessLog {
 		fields[MetaNoAccessLog] = true
 	}
+	if n.Reachable != nil {
+		names := make([]any, len(n.Reachable))
+		for i, e := range n.Reachable {
+			names[i] = e
+		}
+		fields[MetaReachable] = names
+	}
 	s, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
@@ -165,6 +207,12 @@ func ProxyNodeFromEnvoy(n *core.Node) (ProxyNode, error) {
 		InboundAddress: str(MetaInboundAddr),
 		InboundPort:    port(MetaInboundPort),
 		NoAccessLog:    fields[MetaNoAccessLog].GetBoolValue(),
+	}
+	if list := fields[MetaReachable].GetListValue(); list != nil {
+		node.Reachable = make([]string, 0, len(list.GetValues()))
+		for _, v := range list.GetValues() {
+			node.Reachable = append(node.Reachable, v.GetStringValue())
+		}
 	}
 	if err := node.Validate(); err != nil {
 		return ProxyNode{}, fmt.Errorf("node %q has no valid servemesh metadata (start it with a bootstrap from `servemesh bootstrap`): %w", n.GetId(), err)

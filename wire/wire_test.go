@@ -111,7 +111,7 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md})
-	if err != nil || got != n {
+	if err != nil || !got.Equal(n) {
 		t.Fatalf("round trip: %+v, %v; want %+v", got, err, n)
 	}
 	tls := n
@@ -120,7 +120,7 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || got != tls {
+	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || !got.Equal(tls) {
 		t.Fatalf("round trip with TLS: %+v, %v", got, err)
 	}
 	quiet := n
@@ -128,7 +128,7 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 	if md, err = quiet.Metadata(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || got != quiet {
+	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || !got.Equal(quiet) {
 		t.Fatalf("round trip without an access log: %+v, %v", got, err)
 	}
 	meshOnly := ProxyNode{ID: "n2", MeshAddress: "127.0.0.1", MeshPort: 15001}
@@ -138,7 +138,7 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 	if _, found := md.GetFields()[MetaPublicPort]; found {
 		t.Fatalf("a mesh-only node announces a public port: %v", md)
 	}
-	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: meshOnly.ID, Metadata: md}); err != nil || got != meshOnly || got.Public() {
+	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: meshOnly.ID, Metadata: md}); err != nil || !got.Equal(meshOnly) || got.Public() {
 		t.Fatalf("round trip of a mesh-only node: %+v, %v", got, err)
 	}
 	if _, err := ProxyNodeFromEnvoy(&core.Node{Id: "foreign"}); err == nil || !strings.Contains(err.Error(), "servemesh bootstrap") {

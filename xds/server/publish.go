@@ -58,16 +58,7 @@ func (s *Server) publish(ctx context.Context) {
 		return
 	}
 	s.built, s.builtGen = built, gen
-	known := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		known[n.ID] = true
-	}
-	s.builder.KeepNodes(known) // every node is published below
-	for id := range built.snaps {
-		if !known[id] {
-			delete(built.snaps, id)
-		}
-	}
+	built.keepNodes(nodes) // every node is published below
 
 	changed, removed := s.diffAssignments(shared)
 	if len(changed) > 0 {
@@ -176,6 +167,9 @@ type sharedResources struct {
 	// snaps are the nodes' last snapshots, by node, with what they were
 	// built from.
 	snaps map[string]*nodeSnapshot
+	// reach are the kinds of the nodes that reach only some endpoints, by
+	// reachKey.
+	reach map[string]*reachKinds
 }
 
 // nodeSnapshot is what a node's last snapshot was built from, and its own
@@ -189,7 +183,10 @@ type nodeSnapshot struct {
 // publish's kinds whose version did not change, and the encodings of the
 // resources that did not.
 func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources, b *translate.Builder) (*sharedResources, error) {
-	out := &sharedResources{mtls: mtls, builder: b, snaps: map[string]*nodeSnapshot{}}
+	out := &sharedResources{mtls: mtls, builder: b, snaps: map[string]*nodeSnapshot{}, reach: map[string]*reachKinds{}}
+	if last != nil {
+		out.reach = last.reach // each cut is made again if what it was cut from changed
+	}
 	sameMTLS := last != nil && last.mtls == mtls
 	var prevClusters, prevRoutes, prevScopes *kind
 	if sameMTLS {
@@ -228,6 +225,30 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	return out, nil
 }
 
+// keepNodes forgets what was built for nodes other than nodes: their
+// own resources, last snapshots, and the cuts of reaches no node has.
+func (sr *sharedResources) keepNodes(nodes []wire.ProxyNode) {
+	known := make(map[string]bool, len(nodes))
+	reaches := map[string]bool{}
+	for _, n := range nodes {
+		known[n.ID] = true
+		if n.Reachable != nil {
+			reaches[reachKey(n)] = true
+		}
+	}
+	sr.builder.KeepNodes(known)
+	for id := range sr.snaps {
+		if !known[id] {
+			delete(sr.snaps, id)
+		}
+	}
+	for key := range sr.reach {
+		if !reaches[key] {
+			delete(sr.reach, key)
+		}
+	}
+}
+
 func lookup(versions map[string]string) func(string) string {
 	return func(name string) string { return versions[name] }
 }
@@ -242,38 +263,57 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	routes, scopes, clusters := sr.routes, sr.scopes, sr.clusters
+	if node.Reachable != nil {
+		rk := sr.reachFor(node)
+		routes, scopes, clusters = rk.routes, rk.scopes, rk.clusters
+	}
 	last := sr.snaps[node.ID]
-	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != sr.clusters.version {
-		merged := sr.clusterList
-		if len(own.Clusters) > 0 { // mTLS: the node's own, replacing shared ones of the same name
-			merged = translate.MergeClusters(sr.clusterList, own.Clusters)
-		}
-		if err := sr.consistent(own.Listeners, merged); err != nil {
+	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != clusters.version {
+		if last, err = sr.nodeKinds(own, routes, clusters, last); err != nil {
 			return nil, err
 		}
-		next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: sr.clusters.version, clusters: sr.clusters}
-		var prevListeners, prevClusters *kind
-		if last != nil {
-			prevListeners, prevClusters = last.listeners, last.clusters
-		}
-		if next.listeners, err = newKind(own.ListenersVersion, own.Listeners, func(string) string { return own.ListenersVersion }, prevListeners); err != nil {
-			return nil, err
-		}
-		if len(own.Clusters) > 0 {
-			if next.clusters, err = mergedClusters(sr.clusters, own, prevClusters); err != nil {
-				return nil, err
-			}
-		}
-		last = next
 	}
 	snap := snapshot{
 		resource.ListenerType:    last.listeners,
-		resource.RouteType:       sr.routes,
-		resource.ScopedRouteType: sr.scopes,
+		resource.RouteType:       routes,
+		resource.ScopedRouteType: scopes,
 		resource.ClusterType:     last.clusters,
 	}
 	sr.snaps[node.ID] = last
 	return snap, nil
+}
+
+// nodeKinds builds a node's listeners and clusters (clusters: the shared
+// ones it gets, with its own) once they are checked consistent with the
+// assignments and routes; last is the node's previous, or nil.
+func (sr *sharedResources) nodeKinds(own *translate.NodeBuilt, routes, clusters *kind, last *nodeSnapshot) (*nodeSnapshot, error) {
+	list := sr.clusterList
+	if clusters != sr.clusters {
+		list = clusters.clusterList()
+	}
+	merged := list
+	if len(own.Clusters) > 0 { // mTLS: the node's own, replacing shared ones of the same name
+		merged = translate.MergeClusters(list, own.Clusters)
+	}
+	if err := sr.consistent(own.Listeners, merged, routes); err != nil {
+		return nil, err
+	}
+	next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: clusters.version, clusters: clusters}
+	var prevListeners, prevClusters *kind
+	if last != nil {
+		prevListeners, prevClusters = last.listeners, last.clusters
+	}
+	var err error
+	if next.listeners, err = newKind(own.ListenersVersion, own.Listeners, func(string) string { return own.ListenersVersion }, prevListeners); err != nil {
+		return nil, err
+	}
+	if len(own.Clusters) > 0 {
+		if next.clusters, err = mergedClusters(clusters, own, prevClusters); err != nil {
+			return nil, err
+		}
+	}
+	return next, nil
 }
 
 // mergedClusters is a node's clusters with mTLS: the shared ones, and the
@@ -297,7 +337,7 @@ func mergedClusters(shared *kind, own *translate.NodeBuilt, prev *kind) (*kind, 
 // consistent checks, as the snapshot cache's Consistent does, that every
 // EDS cluster has its assignment and every route configuration a listener
 // names by RDS is there (those of the mesh's scopes are built with them).
-func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters []*cluster.Cluster) error {
+func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters []*cluster.Cluster, routes *kind) error {
 	for name := range translate.AskedAssignments(clusters) {
 		if !sr.assignmentNames[name] {
 			return fmt.Errorf("snapshot is inconsistent: cluster %q has no assignment", name)
@@ -308,7 +348,7 @@ func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters [
 		named[l.GetName()] = types.ResourceWithTTL{Resource: l}
 	}
 	for name := range cachev3.GetResourceReferences(named)[resource.RouteType] {
-		if sr.routes.items[name] == nil {
+		if routes.items[name] == nil {
 			return fmt.Errorf("snapshot is inconsistent: a listener names route configuration %q, which is not built", name)
 		}
 	}

@@ -197,7 +197,7 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 	}
 	st.nodeID = parsed.ID
 	n := s.nodes[parsed.ID]
-	if n == nil || n.node != parsed {
+	if n == nil || !n.node.Equal(parsed) {
 		if n == nil {
 			n = &nodeState{acked: map[string]string{}}
 			s.nodes[parsed.ID] = n

@@ -325,7 +325,7 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	for i, p := range local {
 		keys[i] = localKey{backend: p.backend.Name, hash: p.hash, replicas: p.perNode[node.ID]}
 	}
-	if p := b.nodes[node.ID]; p != nil && p.node == node && slices.Equal(p.keys, keys) {
+	if p := b.nodes[node.ID]; p != nil && p.node.Equal(node) && slices.Equal(p.keys, keys) {
 		return p.built, nil
 	}
 	backends := make([]model.Backend, 0, len(local))

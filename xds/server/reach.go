@@ -1,0 +1,122 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+
+	"github.com/servemesh/servemesh/wire"
+)
+
+// reachKinds are the routes, scopes and clusters of the nodes that reach
+// the same endpoints (wire.ProxyNode.Reachable), cut from the shared
+// kinds: the mesh routes and scopes of those endpoints, the public table if
+// the nodes have a public listener, and the clusters of the backends the
+// mesh routes name (every cluster for a public node, whose table names
+// every routed endpoint's). A cut is made again only when the kind it was
+// cut from changed, so nodes that reach the same endpoints share it.
+type reachKinds struct {
+	routesFrom, scopesFrom, clustersFrom *kind
+	routes, scopes, clusters             *kind
+}
+
+// reachKey names a node's reach: its endpoints, and whether it is public.
+func reachKey(node wire.ProxyNode) string {
+	return fmt.Sprintf("%t/%s", node.Public(), strings.Join(node.Reachable, ","))
+}
+
+// reachFor returns the kinds of a node that reaches only some endpoints.
+func (sr *sharedResources) reachFor(node wire.ProxyNode) *reachKinds {
+	key := reachKey(node)
+	rk := sr.reach[key]
+	if rk == nil {
+		rk = &reachKinds{}
+		sr.reach[key] = rk
+	}
+	meshNames := make([]string, len(node.Reachable))
+	for i, e := range node.Reachable {
+		meshNames[i] = wire.MeshRouteName(e)
+	}
+	routesChanged := rk.routesFrom != sr.routes
+	if routesChanged {
+		names := meshNames
+		if node.Public() {
+			names = append(names[:len(names):len(names)], wire.PublicRoutes)
+		}
+		rk.routes, rk.routesFrom = sr.routes.subset(names), sr.routes
+	}
+	if rk.scopesFrom != sr.scopes {
+		rk.scopes, rk.scopesFrom = sr.scopes.subset(meshNames), sr.scopes
+	}
+	if routesChanged || rk.clustersFrom != sr.clusters {
+		rk.clusters, rk.clustersFrom = sr.clusters, sr.clusters
+		if !node.Public() {
+			rk.clusters = sr.clusters.subset(routeClusters(sr.routes, meshNames))
+		}
+	}
+	return rk
+}
+
+// routeClusters are the clusters the named route configurations of
+// routes send to: their routes' clusters, weighted clusters and mirrors.
+func routeClusters(routes *kind, names []string) []string {
+	seen := map[string]bool{}
+	for _, n := range names {
+		rc, _ := routes.sources[n].(*route.RouteConfiguration)
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				a := r.GetRoute()
+				if c := a.GetCluster(); c != "" {
+					seen[c] = true
+				}
+				for _, wc := range a.GetWeightedClusters().GetClusters() {
+					seen[wc.GetName()] = true
+				}
+				for _, m := range a.GetRequestMirrorPolicies() {
+					seen[m.GetCluster()] = true
+				}
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	return out
+}
+
+// subset is the kind of k's resources named in names (those k holds),
+// versioned by their names and versions.
+func (k *kind) subset(names []string) *kind {
+	names = append([]string(nil), names...)
+	sort.Strings(names)
+	out := &kind{items: make(map[string]types.Resource, len(names)),
+		versions: make(map[string]string, len(names)), sources: make(map[string]types.Resource, len(names))}
+	h := sha256.New()
+	for _, n := range names {
+		r, ok := k.items[n]
+		if !ok {
+			continue
+		}
+		out.items[n], out.versions[n], out.sources[n] = r, k.versions[n], k.sources[n]
+		fmt.Fprintf(h, "%s=%s;", n, k.versions[n])
+	}
+	out.version = hex.EncodeToString(h.Sum(nil))[:16]
+	return out
+}
+
+// clusterList is a clusters kind's resources as translated, sorted by name.
+func (k *kind) clusterList() []*cluster.Cluster {
+	out := make([]*cluster.Cluster, 0, len(k.sources))
+	for _, r := range k.sources {
+		out = append(out, r.(*cluster.Cluster))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
+}
