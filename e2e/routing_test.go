@@ -173,19 +173,29 @@ func TestRequestRouting(t *testing.T) {
 			return onN1 >= 30 && onN2 > 0
 		})
 	})
-	t.Run("a mesh-only node reaches every endpoint and follows changes without the public table", func(t *testing.T) {
+	t.Run("a mesh-only node reaching one endpoint holds its routes and clusters alone and follows changes", func(t *testing.T) {
 		meshOnly(t, mesh)
 	})
 }
 
-// meshOnly starts a third node with --public none: its Envoy has no public
-// listener and never holds the public route table, yet its mesh listener
-// reaches the endpoint's replicas on the other nodes (through their inbound
-// listeners), and it is reported in sync after a traffic change, which
-// re-sends the public table to the other nodes only.
+// meshOnly starts a third node with --public none and
+// --reachable-endpoints model: its Envoy has no public listener and never
+// holds the public route table, nor the routes or clusters of the endpoint
+// it does not reach (which its mesh listener answers 404, while another
+// node's serves it), yet its mesh listener reaches model's replicas on the
+// other nodes (through their inbound listeners), and it is reported in sync
+// after a traffic change, which re-sends the public table to the other
+// nodes only.
 func meshOnly(t *testing.T, mesh *twoNodeMesh) {
 	ctx := context.Background()
-	n3 := startAgentArgs(t, mesh.consul, "routing-n3", "127.0.0.4", mesh.ctl.xdsAddr, 1, []string{"--public", "none"})
+	mesh.createBackends(t, model.Backend{Name: "elsewhere", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: demoProcess("elsewhere", false)})
+	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "unreached", Traffic: map[string]float64{"elsewhere": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "endpoint unreached to answer through n1's mesh listener", func() bool {
+		return do(httpClient(), http.MethodGet, "http://"+mesh.n1.mesh+"/", "unreached").status == 200
+	})
+	n3 := startAgentArgs(t, mesh.consul, "routing-n3", "127.0.0.4", mesh.ctl.xdsAddr, 1, []string{"--public", "none", "--reachable-endpoints", "model"})
 	if conn, err := net.DialTimeout("tcp", n3.public, time.Second); err == nil {
 		_ = conn.Close()
 		t.Fatalf("a mesh-only node listens on %s", n3.public)
@@ -209,11 +219,28 @@ func meshOnly(t *testing.T, mesh *twoNodeMesh) {
 			t.Fatalf("through the mesh-only node's mesh listener: %v, want 200 from stable", r)
 		}
 	}
-	dump, err := envoy.Admin{Socket: n3.admin}.Get(ctx, "/config_dump?resource=dynamic_route_configs")
+	if r := do(httpClient(), http.MethodGet, "http://"+n3.mesh+"/", "unreached"); r.status != 404 {
+		t.Fatalf("an endpoint the node does not reach, through its mesh listener: %v, want 404", r)
+	}
+	routes, err := envoy.Admin{Socket: n3.admin}.Get(ctx, "/config_dump?resource=dynamic_route_configs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(dump), `"name": "mesh/model"`) || strings.Contains(string(dump), `"name": "public"`) {
-		t.Fatalf("the mesh-only node's route configurations, want mesh/model and not public:\n%s", dump)
+	for name, want := range map[string]bool{"mesh/model": true, "public": false, "mesh/unreached": false} {
+		if strings.Contains(string(routes), `"name": "`+name+`"`) != want {
+			t.Errorf("the mesh-only node holds route configuration %s: %t, want %t", name, !want, want)
+		}
+	}
+	clusters, err := envoy.Admin{Socket: n3.admin}.Get(ctx, "/config_dump?resource=dynamic_active_clusters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"stable": true, "candidate": true, "elsewhere": false} {
+		if strings.Contains(string(clusters), `"name": "`+name+`"`) != want {
+			t.Errorf("the mesh-only node holds cluster %s: %t, want %t", name, !want, want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("route configurations:\n%s", routes)
 	}
 }

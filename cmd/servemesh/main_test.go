@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,8 +66,27 @@ func TestBootstrapOfAMeshOnlyNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, err := wire.ProxyNodeFromEnvoy(b.GetNode())
-	if err != nil || node.Public() || node.MeshPort != 15001 {
-		t.Fatalf("node %+v, %v; want a mesh-only node with its mesh listener", node, err)
+	if err != nil || node.Public() || node.MeshPort != 15001 || node.Reachable != nil {
+		t.Fatalf("node %+v, %v; want a mesh-only node with its mesh listener, reaching every endpoint", node, err)
+	}
+}
+
+// TestBootstrapOfANodeReachingSomeEndpoints: --reachable-endpoints names
+// the endpoints (sorted, each once), "none" none.
+func TestBootstrapOfANodeReachingSomeEndpoints(t *testing.T) {
+	for flag, want := range map[string][]string{"b, a,b": {"a", "b"}, "none": {}} {
+		code, out, errOut := runCLI("bootstrap", "--node-id", "n9", "--reachable-endpoints", flag)
+		if code != 0 {
+			t.Fatalf("%q: code %d: %s", flag, code, errOut)
+		}
+		var b bootstrapv3.Bootstrap
+		if err := protoyaml.Unmarshal([]byte(out), &b); err != nil {
+			t.Fatal(err)
+		}
+		node, err := wire.ProxyNodeFromEnvoy(b.GetNode())
+		if err != nil || node.Reachable == nil || !slices.Equal(node.Reachable, want) {
+			t.Fatalf("--reachable-endpoints %q: node reaches %q (%v); want %q", flag, node.Reachable, err, want)
+		}
 	}
 }
 
@@ -83,6 +103,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve"}, 1, "--config is required"},
 		{[]string{"bootstrap", "--public", "nonsense"}, 1, `--public "nonsense": want IP:port, like 127.0.0.1:8080, or none`},
 		{[]string{"demo", "--public", "none"}, 1, "the demo serves its endpoints on the public listener"},
+		{[]string{"bootstrap", "--reachable-endpoints", "a,,b"}, 1, `reachable endpoint "" is not an endpoint name`},
 		{[]string{"bootstrap", "--xds-protocol", "rest"}, 1, `xds protocol "rest" is unknown`},
 		{[]string{"bootstrap", "--no-such-flag"}, 1, "unknown flag: --no-such-flag"},
 		{[]string{"validate", "a", "b"}, 1, "name one config file"},

@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -18,6 +20,7 @@ import (
 // nodeFlags describe one node's Envoy: identity, listeners, control plane.
 type nodeFlags struct {
 	id, public, mesh, adminSocket, xds, protocol string
+	reachable                                    string
 	noAccessLog                                  bool
 }
 
@@ -35,6 +38,7 @@ func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
 	fs.StringVar(&o.adminSocket, "admin-socket", def.adminSocket, "Unix socket of Envoy's admin API (default: admin/envoy.sock in --work-dir, a folder only this user may enter)")
 	fs.StringVar(&o.xds, "xds", def.xds, "address of the control plane's xDS server, or several comma-separated (HA controllers)")
 	fs.StringVar(&o.protocol, "xds-protocol", def.protocol, "xDS variant: delta (a change sends the resources it changed) or sotw (state of the world: every resource of each type a change touched)")
+	fs.StringVar(&o.reachable, "reachable-endpoints", "", "the only endpoints this node's replicas call, comma-separated, or \"none\" (default: every endpoint); its Envoy then holds only their routes and, without a public listener, their backends' clusters: for meshes of many nodes and endpoints")
 	fs.BoolVar(&o.noAccessLog, "no-access-log", false, "do not write Envoy's access log (a JSON line per request, access.log in the work folder)")
 }
 
@@ -53,9 +57,26 @@ func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
 	}
 	return bootstrap.Options{
 		Node: wire.ProxyNode{ID: o.id, PublicAddress: publicHost, PublicPort: publicPort, MeshAddress: meshHost, MeshPort: meshPort,
-			NoAccessLog: o.noAccessLog},
+			NoAccessLog: o.noAccessLog, Reachable: reachable(o.reachable)},
 		XDSAddress: o.xds, AdminSocket: o.adminSocket, Protocol: bootstrap.Protocol(o.protocol),
 	}, nil
+}
+
+// reachable turns --reachable-endpoints into the node's setting: nil for
+// every endpoint, none for "none", else the names sorted, each once.
+func reachable(flag string) []string {
+	switch flag {
+	case "":
+		return nil
+	case "none":
+		return []string{}
+	}
+	var out []string
+	for _, e := range strings.Split(flag, ",") {
+		out = append(out, strings.TrimSpace(e))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // noPublic is --public's value for a node without a public listener.
