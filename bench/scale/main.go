@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.nodes, "nodes", 100, "simulated nodes")
 	flag.IntVar(&o.meshOnly, "mesh-only-nodes", 0, "how many of the simulated nodes are mesh-only (--public none: no public listener, so no public route table)")
+	flag.IntVar(&o.reach, "reach", 0, "how many endpoints each mesh-only simulated node reaches (--reachable-endpoints: the changed one and others spread over the mesh); 0: every endpoint")
 	flag.IntVar(&o.realNodes, "real-nodes", 2, "real nodes: agents with their Envoys")
 	flag.IntVar(&o.changes, "changes", 100, "traffic sets timed, one after the other")
 	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "the pace of the changes under load")
@@ -60,12 +62,20 @@ func main() {
 		}
 		counts = append(counts, n)
 	}
+	if o.reach < 0 {
+		fmt.Fprintf(os.Stderr, "scale: -reach %d: want 0 (every endpoint) or more\n", o.reach)
+		os.Exit(2)
+	}
 	if o.meshOnly < 0 || o.meshOnly > o.nodes {
 		fmt.Fprintf(os.Stderr, "scale: -mesh-only-nodes %d: want 0 to -nodes (%d)\n", o.meshOnly, o.nodes)
 		os.Exit(2)
 	}
-	fmt.Printf("%d simulated nodes (%d of them mesh-only) and %d real ones, mTLS; %d changes timed one after the other; then a change every %s for %s\n\n",
-		o.nodes, o.meshOnly, o.realNodes, o.changes, o.interval, o.loadFor)
+	reach := "every endpoint"
+	if o.reach > 0 {
+		reach = fmt.Sprintf("%d endpoints", o.reach)
+	}
+	fmt.Printf("%d simulated nodes (%d of them mesh-only, reaching %s) and %d real ones, mTLS; %d changes timed one after the other; then a change every %s for %s\n\n",
+		o.nodes, o.meshOnly, reach, o.realNodes, o.changes, o.interval, o.loadFor)
 	fmt.Println("| endpoints | xDS | change to every node, p50 / p99 | bytes to the simulated nodes per change | controller RSS at rest / under load | controller CPU at rest / under load |")
 	fmt.Println("|---:|---|---:|---:|---:|---:|")
 	for _, n := range counts {
@@ -85,9 +95,9 @@ func main() {
 
 // options are one run's: the mesh's size, the nodes, the changes.
 type options struct {
-	endpoints, nodes, meshOnly, realNodes, changes int
-	interval, loadFor                              time.Duration
-	protocol, heapProfile                          string
+	endpoints, nodes, meshOnly, reach, realNodes, changes int
+	interval, loadFor                                     time.Duration
+	protocol, heapProfile                                 string
 }
 
 func run(o options) error {
@@ -115,7 +125,11 @@ func run(o options) error {
 	}); err != nil {
 		return fmt.Errorf("apply %d endpoints: %w", o.endpoints, err)
 	}
-	sims, err := startSims(ctx, be, simConfig{xds: mesh.XDSAddr, assignments: model.SortedKeys(backendNames(m)), delta: o.protocol == "delta"}, o.nodes, o.meshOnly)
+	reaches := make([]simReach, o.nodes)
+	for i := range reaches {
+		reaches[i] = reachOf(m, i, i < o.nodes-o.meshOnly, o.reach)
+	}
+	sims, err := startSims(ctx, be, simConfig{xds: mesh.XDSAddr, delta: o.protocol == "delta"}, reaches)
 	if err != nil {
 		return err
 	}
@@ -140,17 +154,45 @@ func run(o options) error {
 	return nil
 }
 
-func backendNames(m *model.Model) map[string]bool {
-	out := make(map[string]bool, len(m.Backends))
-	for _, b := range m.Backends {
-		out[wire.ClusterName(b.Name)] = true
+// reachOf is what simulated node i serves and asks for: a public node,
+// or a mesh-only one reaching every endpoint (reach 0) or reach of them:
+// ep-0, which the bench changes, and others spread over the mesh.
+func reachOf(m *model.Model, i int, public bool, reach int) simReach {
+	r := simReach{public: public}
+	endpoints := m.Endpoints
+	if !public && reach > 0 {
+		r.reachable = []string{m.Endpoints[0].Name}
+		endpoints = []model.Endpoint{m.Endpoints[0]}
+		for k := 1; k < reach && k < len(m.Endpoints); k++ {
+			e := m.Endpoints[1+(i*(reach-1)+k-1)%(len(m.Endpoints)-1)]
+			r.reachable = append(r.reachable, e.Name)
+			endpoints = append(endpoints, e)
+		}
+		slices.Sort(r.reachable)
+		r.reachable = slices.Compact(r.reachable)
 	}
-	return out
+	backends := map[string]bool{}
+	for _, e := range endpoints {
+		for b := range e.Traffic {
+			backends[wire.ClusterName(b)] = true
+		}
+		for b := range e.Shadows {
+			backends[wire.ClusterName(b)] = true
+		}
+	}
+	if r.reachable == nil || public { // every cluster: every backend's, the unused ones too
+		for _, b := range m.Backends {
+			backends[wire.ClusterName(b.Name)] = true
+		}
+	}
+	r.assignments = model.SortedKeys(backends)
+	return r
 }
 
 // startSims fetches each simulated node's identity from Consul and
-// connects it; the last meshOnly of the n are mesh-only.
-func startSims(ctx context.Context, be *benchenv.Env, cfg simConfig, n, meshOnly int) ([]*simNode, error) {
+// connects it, one per reach.
+func startSims(ctx context.Context, be *benchenv.Env, cfg simConfig, reaches []simReach) ([]*simNode, error) {
+	n := len(reaches)
 	client, err := be.Consul.Client()
 	if err != nil {
 		return nil, err
@@ -168,7 +210,7 @@ func startSims(ctx context.Context, be *benchenv.Env, cfg simConfig, n, meshOnly
 			id := fmt.Sprintf("sim-%04d", i)
 			bundle, err := connect.Fetch(ctx, client, wire.NodeService(id))
 			if err == nil {
-				sims[i], err = dialSim(ctx, cfg, id, bundle, i < n-meshOnly)
+				sims[i], err = dialSim(ctx, cfg, id, bundle, reaches[i])
 			}
 			if err != nil {
 				errs <- fmt.Errorf("simulated node %s: %w", id, err)

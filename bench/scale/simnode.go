@@ -43,18 +43,25 @@ type simNode struct {
 }
 
 // simConfig is what every simulated node is told: where the controller's
-// xDS server is, the EDS names to ask for (every backend's), and the xDS
-// variant.
+// xDS server is, and the xDS variant.
 type simConfig struct {
-	xds         string
+	xds   string
+	delta bool
+}
+
+// simReach is what one simulated node serves and asks for: whether it
+// has a public listener, the endpoints it reaches (nil: every one), and
+// the EDS names it asks for (those of the backends its clusters name, as
+// Envoy asks).
+type simReach struct {
+	public      bool
+	reachable   []string
 	assignments []string
-	delta       bool
 }
 
 // dialSim connects a simulated node to the controller, as node id with the
-// identity in bundle, and subscribes; a public node has a public listener,
-// the others are mesh-only (`--public none`).
-func dialSim(ctx context.Context, cfg simConfig, id string, bundle *connect.Bundle, public bool) (*simNode, error) {
+// identity in bundle, and subscribes as reach says.
+func dialSim(ctx context.Context, cfg simConfig, id string, bundle *connect.Bundle, reach simReach) (*simNode, error) {
 	tc := &tls.Config{Certificates: []tls.Certificate{bundle.Leaf}, MinVersion: tls.VersionTLS12,
 		InsecureSkipVerify: true, //nolint:gosec // the controller's chain is checked below; its name is a SPIFFE id, not a host
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
@@ -73,21 +80,21 @@ func dialSim(ctx context.Context, cfg simConfig, id string, bundle *connect.Bund
 	if err != nil {
 		return nil, err
 	}
-	pn := wire.ProxyNode{ID: id, MeshAddress: "127.0.0.1", MeshPort: 15001, InboundAddress: "127.0.0.1", InboundPort: 21000}
-	if public {
+	pn := wire.ProxyNode{ID: id, MeshAddress: "127.0.0.1", MeshPort: 15001, InboundAddress: "127.0.0.1", InboundPort: 21000, Reachable: reach.reachable}
+	if reach.public {
 		pn.PublicAddress, pn.PublicPort = "127.0.0.1", 8080
 	}
 	meta, err := pn.Metadata()
 	if err != nil {
 		return nil, err
 	}
-	n := &simNode{id: id, public: public, changed: make(chan struct{}, 1)}
+	n := &simNode{id: id, public: reach.public, changed: make(chan struct{}, 1)}
 	node := &core.Node{Id: id, Cluster: bootstrap.ServiceCluster, Metadata: meta}
 	client := discovery.NewAggregatedDiscoveryServiceClient(conn)
 	if cfg.delta {
-		err = n.runDelta(ctx, client, node, cfg.assignments, func() { _ = conn.Close() })
+		err = n.runDelta(ctx, client, node, reach.assignments, func() { _ = conn.Close() })
 	} else {
-		err = n.runSotW(ctx, client, node, cfg.assignments, func() { _ = conn.Close() })
+		err = n.runSotW(ctx, client, node, reach.assignments, func() { _ = conn.Close() })
 	}
 	if err != nil {
 		_ = conn.Close()
