@@ -638,7 +638,7 @@ func CloneEndpoint(e Endpoint) Endpoint {
 // BackendsEqual reports whether two backends are the same, placements included.
 func BackendsEqual(a, b Backend) bool {
 	return a.Name == b.Name && a.Protocol == b.Protocol && slices.Equal(a.Replicas, b.Replicas) && configsEqual(a.Config, b.Config) &&
-		reflect.DeepEqual(a.Process, b.Process) && reflect.DeepEqual(a.External, b.External) &&
+		ptrsEqual(a.Process, b.Process) && ptrsEqual(a.External, b.External) &&
 		slices.Equal(a.Placements, b.Placements)
 }
 
@@ -650,7 +650,13 @@ func configsEqual(a, b BackendConfig) bool {
 		a.MemoryMB == b.MemoryMB && a.HoldTimeoutS == b.HoldTimeoutS && a.MaxHeld == b.MaxHeld &&
 		bytes.Equal(a.UserConfig, b.UserConfig) && (a.UserConfig == nil) == (b.UserConfig == nil) &&
 		maps.Equal(a.Resources, b.Resources) && (a.Resources == nil) == (b.Resources == nil) &&
-		reflect.DeepEqual(a.Outlier, b.Outlier) && reflect.DeepEqual(a.Autoscaling, b.Autoscaling)
+		ptrsEqual(a.Outlier, b.Outlier) && ptrsEqual(a.Autoscaling, b.Autoscaling)
+}
+
+// ptrsEqual is reflect.DeepEqual of two pointers, without reflection when
+// either is nil (as most are).
+func ptrsEqual[T any](a, b *T) bool {
+	return a == b || (a != nil && b != nil && reflect.DeepEqual(*a, *b))
 }
 
 // EndpointsEqual reports whether two endpoints are the same, treating unset
@@ -661,7 +667,7 @@ func EndpointsEqual(a, b Endpoint) bool {
 		maps.Equal(a.Traffic, b.Traffic) &&
 		(maps.Equal(a.Shadows, b.Shadows) || maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows))) &&
 		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
-		slices.Equal(a.Match, b.Match) && reflect.DeepEqual(a.Sticky, b.Sticky) && reflect.DeepEqual(a.Retry, b.Retry) &&
+		slices.Equal(a.Match, b.Match) && ptrsEqual(a.Sticky, b.Sticky) && ptrsEqual(a.Retry, b.Retry) &&
 		rolloutsEqual(a.Rollout, b.Rollout)
 }
 

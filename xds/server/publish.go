@@ -168,8 +168,10 @@ type sharedResources struct {
 	// built from.
 	snaps map[string]*nodeSnapshot
 	// reach are the kinds of the nodes that reach only some endpoints, by
-	// reachKey.
-	reach map[string]*reachKinds
+	// reachKey; routeClusters, the clusters each mesh route configuration
+	// sends to.
+	reach         map[string]*reachKinds
+	routeClusters map[string][]string
 }
 
 // nodeSnapshot is what a node's last snapshot was built from, and its own
@@ -206,9 +208,10 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	}
 	if prevRoutes != nil && prevRoutes.version == r.RoutesVersion {
 		out.routes = prevRoutes
-	} else if out.routes, err = newKind(r.RoutesVersion, r.Routes, lookup(r.RouteVersions), prevRoutes); err != nil {
-		return nil, err
+	} else {
+		out.routes = encodedKind(r.RoutesVersion, r.Routes)
 	}
+	out.routeClusters = r.RouteClusters
 	if prevScopes != nil && prevScopes.version == r.ScopesVersion {
 		out.scopes = prevScopes
 	} else if out.scopes, err = newKind(r.ScopesVersion, r.ScopedRoutes, lookup(r.ScopeVersions), prevScopes); err != nil {

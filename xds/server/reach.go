@@ -4,11 +4,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
 	"github.com/servemesh/servemesh/wire"
@@ -57,36 +57,18 @@ func (sr *sharedResources) reachFor(node wire.ProxyNode) *reachKinds {
 	if routesChanged || rk.clustersFrom != sr.clusters {
 		rk.clusters, rk.clustersFrom = sr.clusters, sr.clusters
 		if !node.Public() {
-			rk.clusters = sr.clusters.subset(routeClusters(sr.routes, meshNames))
+			rk.clusters = sr.clusters.subset(sr.clusterNames(meshNames))
 		}
 	}
 	return rk
 }
 
-// routeClusters are the clusters the named route configurations of
-// routes send to: their routes' clusters, weighted clusters and mirrors.
-func routeClusters(routes *kind, names []string) []string {
-	seen := map[string]bool{}
+// routeClusters are the clusters the named mesh route configurations
+// send to.
+func (sr *sharedResources) clusterNames(names []string) []string {
+	var out []string
 	for _, n := range names {
-		rc, _ := routes.sources[n].(*route.RouteConfiguration)
-		for _, vh := range rc.GetVirtualHosts() {
-			for _, r := range vh.GetRoutes() {
-				a := r.GetRoute()
-				if c := a.GetCluster(); c != "" {
-					seen[c] = true
-				}
-				for _, wc := range a.GetWeightedClusters().GetClusters() {
-					seen[wc.GetName()] = true
-				}
-				for _, m := range a.GetRequestMirrorPolicies() {
-					seen[m.GetCluster()] = true
-				}
-			}
-		}
-	}
-	out := make([]string, 0, len(seen))
-	for c := range seen {
-		out = append(out, c)
+		out = append(out, sr.routeClusters[n]...)
 	}
 	return out
 }
@@ -94,8 +76,7 @@ func routeClusters(routes *kind, names []string) []string {
 // subset is the kind of k's resources named in names (those k holds),
 // versioned by their names and versions.
 func (k *kind) subset(names []string) *kind {
-	names = append([]string(nil), names...)
-	sort.Strings(names)
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
 	out := &kind{items: make(map[string]types.Resource, len(names)),
 		versions: make(map[string]string, len(names)), sources: make(map[string]types.Resource, len(names))}
 	h := sha256.New()

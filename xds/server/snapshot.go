@@ -7,6 +7,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/servemesh/servemesh/xds/translate"
 )
 
 // kind is one type's resources in a node's snapshot, with the type's
@@ -46,6 +48,16 @@ func newKind[T types.ResourceWithName](version string, items []T, versionOf func
 		}
 	}
 	return k, nil
+}
+
+// encodedKind lists resources the translation encoded, under version.
+func encodedKind(version string, items []translate.Encoded) *kind {
+	k := &kind{version: version, items: make(map[string]types.Resource, len(items)),
+		versions: make(map[string]string, len(items)), sources: make(map[string]types.Resource, len(items))}
+	for _, x := range items {
+		k.items[x.Name], k.versions[x.Name], k.sources[x.Name] = x.Resource, x.Version, x.Resource
+	}
+	return k
 }
 
 // add lists r as name, with its version; its twin is prev's if prev holds

@@ -3,16 +3,20 @@ package server
 import (
 	"testing"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
 // TestKindsSendTheResourcesAndEncodeOnce: what go-control-plane marshals
-// from a kind is each resource byte for byte, and a kind built after a
-// change re-encodes only the resources the builder rebuilt.
+// from a kind is each resource (clusters byte for byte; route
+// configurations, which the translation encodes, as themselves), and a
+// kind built after a change holds new encodings only for the resources
+// the builder rebuilt.
 func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 	m := modelgen.Model(5, 3, 2)
 	b := translate.NewBuilder(nil)
@@ -20,43 +24,61 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k1, err := newKind(first.RoutesVersion, first.Routes, lookup(first.RouteVersions), nil)
+	want, err := translate.Shared(m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range first.Routes {
-		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := proto.MarshalOptions{Deterministic: true}.Marshal(k1.items[r.GetName()])
-		if err != nil {
-			t.Fatal(err)
-		}
+	routes1 := encodedKind(first.RoutesVersion, first.Routes)
+	for _, r := range want.Routes {
+		sent, err := proto.Marshal(routes1.items[r.GetName()])
 		var back route.RouteConfiguration
-		if string(got) != string(want) || proto.Unmarshal(got, &back) != nil || !proto.Equal(&back, r) {
-			t.Fatalf("route configuration %s is not sent as itself", r.GetName())
+		if err != nil || proto.Unmarshal(sent, &back) != nil || !proto.Equal(&back, r) {
+			t.Fatalf("route configuration %s is not sent as itself (%v)", r.GetName(), err)
+		}
+	}
+	clusters1, err := newKind(first.ClustersVersion, first.Clusters, lookup(first.ClusterVersions), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range first.Clusters {
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := proto.MarshalOptions{Deterministic: true}.Marshal(clusters1.items[c.GetName()])
+		var back cluster.Cluster
+		if err != nil || string(got) != string(want) || proto.Unmarshal(got, &back) != nil || !proto.Equal(&back, c) {
+			t.Fatalf("cluster %s is not sent as itself", c.GetName())
 		}
 	}
 
-	next := *m
-	next.Endpoints = append(next.Endpoints[:0:0], m.Endpoints...)
+	next := model.Clone(m)
 	next.Endpoints[2].Traffic = map[string]float64{next.Endpoints[2].Name + "-v0": 1}
-	second, err := b.Build(&next)
+	next.Backends[4].Config.MaxConcurrentQueries = 3
+	second, err := b.Build(next)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k2, err := newKind(second.RoutesVersion, second.Routes, lookup(second.RouteVersions), k1)
+	routes2 := encodedKind(second.RoutesVersion, second.Routes)
+	clusters2, err := newKind(second.ClustersVersion, second.Clusters, lookup(second.ClusterVersions), clusters1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reencoded []string
-	for name, twin := range k2.items {
-		if k1.items[name] != twin {
-			reencoded = append(reencoded, name)
+	if got := newlyEncoded(routes1, routes2); len(got) != 2 { // the endpoint's mesh routes and the public table
+		t.Errorf("a traffic change re-encoded route configurations %v; want the endpoint's mesh routes and the public table", got)
+	}
+	if got := newlyEncoded(clusters1, clusters2); len(got) != 1 || got[0] != next.Backends[4].Name {
+		t.Errorf("a backend's change re-encoded clusters %v; want %s's alone", got, next.Backends[4].Name)
+	}
+}
+
+// newlyEncoded names the resources of next whose encoding is not last's.
+func newlyEncoded(last, next *kind) []string {
+	var out []string
+	for name, twin := range next.items {
+		if last.items[name] != twin {
+			out = append(out, name)
 		}
 	}
-	if len(reencoded) != 2 { // the endpoint's mesh routes and the public table
-		t.Fatalf("a traffic change re-encoded %v; want the endpoint's mesh routes and the public table", reencoded)
-	}
+	return out
 }

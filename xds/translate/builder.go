@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"slices"
 	"sort"
 
@@ -51,27 +52,37 @@ type backendParts struct {
 type endpointParts struct {
 	gen      uint64
 	endpoint model.Endpoint
-	public   []*route.Route // nil when headless
-	mesh     *route.RouteConfiguration
+	public   []byte  // its public routes, encoded (encodeRoutes); nil when headless
+	mesh     Encoded // its mesh routes, versioned by their encoding
 	scope    *route.ScopedRouteConfiguration
-	// The hash of each part, so that a change versions only the resources
-	// it changed: a traffic change alters the mesh routes and the public
-	// ones, never the scope.
-	publicHash, meshHash, scopeHash string
+	// meshClusters are the clusters its mesh routes send to.
+	meshClusters []string
+	// The hash of the other parts, so that a change versions only the
+	// resources it changed: a traffic change alters the mesh routes and
+	// the public ones, never the scope.
+	publicHash, scopeHash string
 }
 
-// Built is one Build's output: Shared's resources, each kind's version,
-// each resource's version, and which backends' parts were rebuilt.
+// Built is one Build's output: Shared's resources (the route
+// configurations encoded), each kind's version, each resource's version,
+// and which backends' parts were rebuilt.
 type Built struct {
-	Resources
+	// Routes are each endpoint's mesh routes, then the public table, as
+	// BuildRoutes lists them, encoded and versioned.
+	Routes       []Encoded
+	ScopedRoutes []*route.ScopedRouteConfiguration
+	Clusters     []*cluster.Cluster
+	Assignments  []*endpoint.ClusterLoadAssignment
+	// RouteClusters are the clusters each mesh route configuration sends
+	// to, by its name.
+	RouteClusters map[string][]string
 	// RoutesVersion, ScopesVersion and ClustersVersion version each kind:
 	// a kind keeps its version while none of its resources changes.
 	RoutesVersion, ScopesVersion, ClustersVersion string
-	// RouteVersions, ScopeVersions and ClusterVersions version each
-	// resource by name, as delta xDS compares them: a resource keeps its
-	// version while what it was built from is unchanged. Read-only: a
-	// later Build makes new maps.
-	RouteVersions, ScopeVersions, ClusterVersions map[string]string
+	// ScopeVersions and ClusterVersions version each resource by name, as
+	// delta xDS compares them: a resource keeps its version while what it
+	// was built from is unchanged. Read-only: a later Build makes new maps.
+	ScopeVersions, ClusterVersions map[string]string
 	// ChangedBackends are the backends rebuilt (or gone) by this Build.
 	ChangedBackends map[string]bool
 }
@@ -116,9 +127,9 @@ func (b *Builder) Build(m *model.Model) (out *Built, err error) {
 	}
 	if b.last != nil && !routesChanged {
 		out.Routes, out.ScopedRoutes, out.RoutesVersion, out.ScopesVersion = b.last.Routes, b.last.ScopedRoutes, b.last.RoutesVersion, b.last.ScopesVersion
-		out.RouteVersions, out.ScopeVersions = b.last.RouteVersions, b.last.ScopeVersions
-	} else {
-		b.assembleRoutes(out)
+		out.ScopeVersions, out.RouteClusters = b.last.ScopeVersions, b.last.RouteClusters
+	} else if err := b.assembleRoutes(out); err != nil {
+		return nil, err
 	}
 	b.last = out
 	return out, nil
@@ -208,22 +219,24 @@ func (b *Builder) buildBackend(be model.Backend) (*backendParts, error) {
 // and all, so its encoding is reused.
 func buildEndpoint(e model.Endpoint, prev *endpointParts) (*endpointParts, error) {
 	p := &endpointParts{endpoint: model.CloneEndpoint(e)}
-	p.mesh, p.scope = meshRoutes(e)
-	if !e.Headless() {
-		p.public = endpointRoutes(e, pathMatch(e.Route))
-	}
+	mesh, scope := meshRoutes(e)
 	var err error
-	if p.publicHash, err = hashOf(p.public); err != nil {
+	if p.mesh, err = encode(mesh.GetName(), mesh); err != nil {
 		return nil, err
 	}
-	if p.meshHash, err = hashOf([]*route.RouteConfiguration{p.mesh}); err != nil {
-		return nil, err
+	p.meshClusters = RouteClusters(mesh)
+	if !e.Headless() {
+		if p.public, err = encodeRoutes(endpointRoutes(e, pathMatch(e.Route))); err != nil {
+			return nil, err
+		}
+		p.publicHash = hashBytes(p.public)
 	}
-	if p.scopeHash, err = hashOf([]*route.ScopedRouteConfiguration{p.scope}); err != nil {
+	p.scope = scope
+	if p.scopeHash, err = hashOf([]*route.ScopedRouteConfiguration{scope}); err != nil {
 		return nil, err
 	}
 	if prev != nil {
-		if prev.meshHash == p.meshHash {
+		if prev.mesh.Version == p.mesh.Version {
 			p.mesh = prev.mesh
 		}
 		if prev.scopeHash == p.scopeHash {
@@ -233,59 +246,94 @@ func buildEndpoint(e model.Endpoint, prev *endpointParts) (*endpointParts, error
 	return p, nil
 }
 
+// RouteClusters are the clusters a route configuration sends to: its
+// routes' clusters, weighted clusters and mirrors, sorted.
+func RouteClusters(rc *route.RouteConfiguration) []string {
+	seen := map[string]bool{}
+	for _, vh := range rc.GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			a := r.GetRoute()
+			if c := a.GetCluster(); c != "" {
+				seen[c] = true
+			}
+			for _, wc := range a.GetWeightedClusters().GetClusters() {
+				seen[wc.GetName()] = true
+			}
+			for _, m := range a.GetRequestMirrorPolicies() {
+				seen[m.GetCluster()] = true
+			}
+		}
+	}
+	return sortedNames(seen)
+}
+
 // assembleBackends lists every backend's clusters and assignments, sorted
 // by name, and versions the clusters.
 func (b *Builder) assembleBackends(out *Built) {
 	names := sortedNames(b.backends)
-	h := sha256.New()
+	h := newKindHash()
 	out.ClusterVersions = make(map[string]string, len(names))
 	for _, n := range names {
 		p := b.backends[n]
 		out.Clusters = append(out.Clusters, p.clusters...)
 		out.Assignments = append(out.Assignments, p.assignments...)
-		fmt.Fprintf(h, "%s=%s;", n, p.hash)
+		h.add(n, p.hash)
 		for _, c := range p.clusters {
 			out.ClusterVersions[c.GetName()] = p.hash
 		}
 	}
 	sortByName(out.Assignments, (*endpoint.ClusterLoadAssignment).GetClusterName)
-	out.ClustersVersion = hex.EncodeToString(h.Sum(nil))[:16]
+	out.ClustersVersion = h.sum()
 }
 
-// assembleRoutes builds the public route configuration and lists the
-// endpoints' mesh routes and scopes from their parts, in BuildRoutes's
-// order, and versions them.
-func (b *Builder) assembleRoutes(out *Built) {
+// assembleRoutes puts the public route configuration together from the
+// endpoints' encoded routes and lists the endpoints' mesh routes and
+// scopes from their parts, in BuildRoutes's order, and versions them.
+func (b *Builder) assembleRoutes(out *Built) error {
 	names := sortedNames(b.endpoints)
 	routed := make([]*endpointParts, 0, len(names))
-	out.Routes = make([]*route.RouteConfiguration, 0, len(names)+1)
+	out.Routes = make([]Encoded, 0, len(names)+1)
 	out.ScopedRoutes = make([]*route.ScopedRouteConfiguration, 0, len(names))
-	out.RouteVersions = make(map[string]string, len(names)+1)
 	out.ScopeVersions = make(map[string]string, len(names))
-	all, scopes, public := sha256.New(), sha256.New(), sha256.New()
+	out.RouteClusters = make(map[string][]string, len(names))
+	all, scopes, public := newKindHash(), newKindHash(), newKindHash()
 	for _, n := range names {
 		p := b.endpoints[n]
 		out.Routes = append(out.Routes, p.mesh)
+		out.RouteClusters[p.mesh.Name] = p.meshClusters
 		out.ScopedRoutes = append(out.ScopedRoutes, p.scope)
-		out.RouteVersions[p.mesh.GetName()] = p.meshHash
 		out.ScopeVersions[p.scope.GetName()] = p.scopeHash
 		if p.public != nil {
 			routed = append(routed, p)
-			fmt.Fprintf(public, "%s=%s;", n, p.publicHash)
+			public.add(n, p.publicHash)
 		}
-		fmt.Fprintf(all, "%s=%s;", n, p.meshHash)
-		fmt.Fprintf(scopes, "%s=%s;", n, p.scopeHash)
+		all.add(n, p.mesh.Version)
+		scopes.add(n, p.scopeHash)
+	}
+	table, err := b.publicTable(routed, public.sum())
+	if err != nil {
+		return err
+	}
+	out.Routes = append(out.Routes, table) // "public" sorts after every "mesh/..."
+	all.add(wire.PublicRoutes, table.Version)
+	out.RoutesVersion, out.ScopesVersion = all.sum(), scopes.sum()
+	return nil
+}
+
+// publicTable is the public route configuration of the routed endpoints'
+// parts at version: the last one if its version is that.
+func (b *Builder) publicTable(routed []*endpointParts, version string) (Encoded, error) {
+	if b.last != nil {
+		if last := b.last.Routes[len(b.last.Routes)-1]; last.Version == version {
+			return last, nil
+		}
 	}
 	sortByRoute(routed, func(p *endpointParts) string { return p.endpoint.Route })
-	var publicRoutes []*route.Route
-	for _, p := range routed {
-		publicRoutes = append(publicRoutes, p.public...)
+	routes := make([][]byte, len(routed))
+	for i, p := range routed {
+		routes[i] = p.public
 	}
-	out.Routes = append(out.Routes, publicRoutesConfig(publicRoutes)) // "public" sorts after every "mesh/..."
-	out.RouteVersions[wire.PublicRoutes] = hex.EncodeToString(public.Sum(nil))[:16]
-	fmt.Fprintf(all, "%s=%s;", wire.PublicRoutes, out.RouteVersions[wire.PublicRoutes])
-	out.RoutesVersion = hex.EncodeToString(all.Sum(nil))[:16]
-	out.ScopesVersion = hex.EncodeToString(scopes.Sum(nil))[:16]
+	return publicTable(routes, version)
 }
 
 // NodeBuilt is one node's own resources (ForNode's), with versions.
@@ -401,6 +449,23 @@ func asMessages[T proto.Message](items []T) []proto.Message {
 	}
 	return out
 }
+
+// kindHash makes a kind's version from its resources' names and
+// versions.
+type kindHash struct {
+	h   hash.Hash
+	buf []byte
+}
+
+func newKindHash() *kindHash { return &kindHash{h: sha256.New()} }
+
+// add adds a resource's name and version.
+func (k *kindHash) add(name, version string) {
+	k.buf = append(append(append(append(k.buf[:0], name...), '='), version...), ';')
+	k.h.Write(k.buf)
+}
+
+func (k *kindHash) sum() string { return hex.EncodeToString(k.h.Sum(nil))[:16] }
 
 // hashOf hashes messages, in order, by their deterministic encoding.
 func hashOf[T proto.Message](items []T) (string, error) {

@@ -29,9 +29,14 @@ func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalLists(t, "routes", got.Routes, want.Routes)
+	equalLists(t, "routes", decodedRoutes(t, got.Routes), want.Routes)
 	equalLists(t, "scoped routes", got.ScopedRoutes, want.ScopedRoutes)
-	versioned(t, "routes", got.Routes, (*route.RouteConfiguration).GetName, got.RouteVersions)
+	versioned(t, "routes", want.Routes, (*route.RouteConfiguration).GetName, routeVersions(got))
+	for _, rc := range want.Routes {
+		if name := rc.GetName(); name != wire.PublicRoutes && !slices.Equal(got.RouteClusters[name], RouteClusters(rc)) {
+			t.Fatalf("%s sends to %v, Built says %v", name, RouteClusters(rc), got.RouteClusters[name])
+		}
+	}
 	versioned(t, "scoped routes", got.ScopedRoutes, (*route.ScopedRouteConfiguration).GetName, got.ScopeVersions)
 	versioned(t, "clusters", got.Clusters, (*cluster.Cluster).GetName, got.ClusterVersions)
 	equalLists(t, "clusters", got.Clusters, want.Clusters)
@@ -54,6 +59,32 @@ func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
 		equalLists(t, node.ID+"'s clusters", own.Clusters, wantOwn.Clusters)
 	}
 	return got
+}
+
+// decodedRoutes are the route configurations of routes.
+func decodedRoutes(t *testing.T, routes []Encoded) []*route.RouteConfiguration {
+	t.Helper()
+	out := make([]*route.RouteConfiguration, len(routes))
+	for i, e := range routes {
+		m, err := Decode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = m.(*route.RouteConfiguration)
+		if out[i].GetName() != e.Name {
+			t.Fatalf("route configuration %q is encoded under the name %q", out[i].GetName(), e.Name)
+		}
+	}
+	return out
+}
+
+// routeVersions are the versions of b's route configurations, by name.
+func routeVersions(b *Built) map[string]string {
+	out := make(map[string]string, len(b.Routes))
+	for _, e := range b.Routes {
+		out[e.Name] = e.Version
+	}
+	return out
 }
 
 // versioned fails unless versions holds a version for every item, and no
@@ -158,7 +189,7 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 			// routes and the public table it is in; no scope (its key and
 			// route configuration's name are the same), no cluster.
 			mesh := wire.MeshRouteName(m.Endpoints[3].Name)
-			if got := changedVersions(first.RouteVersions, shift.RouteVersions); !slices.Equal(got, []string{mesh, wire.PublicRoutes}) {
+			if got := changedVersions(routeVersions(first), routeVersions(shift)); !slices.Equal(got, []string{mesh, wire.PublicRoutes}) {
 				t.Errorf("a traffic set changed the versions of routes %v; want %s and %s", got, mesh, wire.PublicRoutes)
 			}
 			if got := changedVersions(first.ScopeVersions, shift.ScopeVersions); len(got) != 0 || shift.ScopesVersion != first.ScopesVersion {
