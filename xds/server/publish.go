@@ -10,7 +10,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
@@ -137,12 +136,11 @@ func (s *Server) diffAssignments(built *translate.Built) (map[string]types.Resou
 	if len(built.ChangedBackends) == 0 {
 		return changed, nil
 	}
-	next := make(map[string]types.Resource, len(built.Assignments))
+	next := make(map[string]string, len(built.Assignments))
 	for _, cla := range built.Assignments {
-		name := cla.GetClusterName()
-		next[name] = cla
-		if old, ok := s.publishedAssignments[name]; !ok || (old != cla && !proto.Equal(old, cla)) {
-			changed[name] = cla
+		next[cla.Name] = cla.Version
+		if old, ok := s.publishedAssignments[cla.Name]; !ok || old != cla.Version {
+			changed[cla.Name] = cla.Resource
 		}
 	}
 	var removed []string
@@ -222,7 +220,7 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	} else {
 		out.assignmentNames = make(map[string]bool, len(r.Assignments))
 		for _, x := range r.Assignments {
-			out.assignmentNames[x.GetClusterName()] = true
+			out.assignmentNames[x.Name] = true
 		}
 	}
 	return out, nil

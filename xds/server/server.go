@@ -9,7 +9,6 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
@@ -63,7 +62,7 @@ type Server struct {
 	newNodes map[string]bool // connected since the last publish
 
 	// Owned by the publisher goroutine.
-	publishedAssignments map[string]types.Resource
+	publishedAssignments map[string]string // name -> version
 	built                *sharedResources // the last generation's resources
 	builtGen             uint64
 	builder              *translate.Builder // incremental translation, for the current mTLS
@@ -84,7 +83,7 @@ func New(opts Options) *Server {
 		acceptedAt:           map[uint64]time.Time{},
 		streams:              map[streamKey]*streamState{},
 		newNodes:             map[string]bool{},
-		publishedAssignments: map[string]types.Resource{},
+		publishedAssignments: map[string]string{},
 	}
 	if s.holdOff == 0 {
 		s.holdOff = 20 * time.Millisecond

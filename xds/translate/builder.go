@@ -9,7 +9,6 @@ import (
 	"sort"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -43,7 +42,7 @@ type backendParts struct {
 	gen         uint64
 	backend     model.Backend
 	clusters    []*cluster.Cluster
-	assignments []*endpoint.ClusterLoadAssignment
+	assignments []Encoded      // sent as they are, so held encoded
 	hash        string         // of its clusters
 	nodes       []string       // with mTLS, the nodes it has replicas on
 	perNode     map[string]int // and how many on each
@@ -72,7 +71,9 @@ type Built struct {
 	Routes       []Encoded
 	ScopedRoutes []*route.ScopedRouteConfiguration
 	Clusters     []*cluster.Cluster
-	Assignments  []*endpoint.ClusterLoadAssignment
+	// Assignments are every backend's, encoded and versioned, sorted by
+	// name.
+	Assignments []Encoded
 	// RouteClusters are the clusters each mesh route configuration sends
 	// to, by its name.
 	RouteClusters map[string][]string
@@ -192,13 +193,14 @@ func (b *Builder) syncEndpoints(m *model.Model) (bool, error) {
 // builders Shared uses, on a model of that backend alone.
 func (b *Builder) buildBackend(be model.Backend) (*backendParts, error) {
 	one := &model.Model{Backends: []model.Backend{be}}
-	p := &backendParts{gen: b.gen, backend: be, clusters: BuildClusters(one), assignments: BuildAssignments(one)}
+	p := &backendParts{gen: b.gen, backend: be, clusters: BuildClusters(one)}
+	assignments := BuildAssignments(one)
 	if b.mtls != nil {
 		if err := secureClusters(one, b.mtls, p.clusters); err != nil {
 			return nil, err
 		}
-		p.assignments = append(p.assignments, inboundAssignments(one)...)
-		p.assignments = append(p.assignments, nodeViewAssignments(one)...)
+		assignments = append(assignments, inboundAssignments(one)...)
+		assignments = append(assignments, nodeViewAssignments(one)...)
 		if viaInbound(be) {
 			p.perNode = map[string]int{}
 			for _, r := range be.Replicas {
@@ -208,6 +210,13 @@ func (b *Builder) buildBackend(be model.Backend) (*backendParts, error) {
 				p.perNode[r.Node]++
 			}
 		}
+	}
+	for _, cla := range assignments {
+		e, err := encode(cla.GetClusterName(), cla)
+		if err != nil {
+			return nil, err
+		}
+		p.assignments = append(p.assignments, e)
 	}
 	var err error
 	p.hash, err = hashOf(p.clusters)
@@ -282,7 +291,7 @@ func (b *Builder) assembleBackends(out *Built) {
 			out.ClusterVersions[c.GetName()] = p.hash
 		}
 	}
-	sortByName(out.Assignments, (*endpoint.ClusterLoadAssignment).GetClusterName)
+	sortByName(out.Assignments, func(e Encoded) string { return e.Name })
 	out.ClustersVersion = h.sum()
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -29,7 +30,7 @@ func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equalLists(t, "routes", decodedRoutes(t, got.Routes), want.Routes)
+	equalLists(t, "routes", decoded[*route.RouteConfiguration](t, got.Routes), want.Routes)
 	equalLists(t, "scoped routes", got.ScopedRoutes, want.ScopedRoutes)
 	versioned(t, "routes", want.Routes, (*route.RouteConfiguration).GetName, routeVersions(got))
 	for _, rc := range want.Routes {
@@ -40,7 +41,7 @@ func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
 	versioned(t, "scoped routes", got.ScopedRoutes, (*route.ScopedRouteConfiguration).GetName, got.ScopeVersions)
 	versioned(t, "clusters", got.Clusters, (*cluster.Cluster).GetName, got.ClusterVersions)
 	equalLists(t, "clusters", got.Clusters, want.Clusters)
-	equalLists(t, "assignments", got.Assignments, want.Assignments)
+	equalLists(t, "assignments", decoded[*endpoint.ClusterLoadAssignment](t, got.Assignments), want.Assignments)
 	for _, id := range []string{"node-1", "node-2", "n0", "n1", "n2"} {
 		node := goldenMTLSNode
 		node.ID = id
@@ -61,21 +62,32 @@ func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
 	return got
 }
 
-// decodedRoutes are the route configurations of routes.
-func decodedRoutes(t *testing.T, routes []Encoded) []*route.RouteConfiguration {
+// decoded are the resources of encoded, each checked to be encoded
+// under its own name.
+func decoded[T proto.Message](t *testing.T, encoded []Encoded) []T {
 	t.Helper()
-	out := make([]*route.RouteConfiguration, len(routes))
-	for i, e := range routes {
+	out := make([]T, len(encoded))
+	for i, e := range encoded {
 		m, err := Decode(e)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[i] = m.(*route.RouteConfiguration)
-		if out[i].GetName() != e.Name {
-			t.Fatalf("route configuration %q is encoded under the name %q", out[i].GetName(), e.Name)
+		out[i] = m.(T)
+		if name := resourceName(out[i]); name != e.Name {
+			t.Fatalf("%s %q is encoded under the name %q", proto.MessageName(m), name, e.Name)
 		}
 	}
 	return out
+}
+
+func resourceName(m proto.Message) string {
+	switch r := m.(type) {
+	case *route.RouteConfiguration:
+		return r.GetName()
+	case *endpoint.ClusterLoadAssignment:
+		return r.GetClusterName()
+	}
+	return ""
 }
 
 // routeVersions are the versions of b's route configurations, by name.
