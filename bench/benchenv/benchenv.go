@@ -52,12 +52,16 @@ func (e *Env) Vars() []string {
 
 // Run starts a servemesh child with args, in this process's environment
 // and Vars.
-func (e *Env) Run(args ...string) (*proc.Process, error) {
+func (e *Env) Run(args ...string) (*proc.Process, error) { return e.RunEnv(nil, args...) }
+
+// RunEnv is Run with more environment variables, env.
+func (e *Env) RunEnv(env []string, args ...string) (*proc.Process, error) {
 	var out io.Writer
 	if os.Getenv("SERVEMESH_BENCH_LOGS") != "" {
 		out = os.Stderr
 	}
-	return proc.Start(proc.Spec{Path: e.Bin, Args: args, Env: append(os.Environ(), e.Vars()...), Stdout: out, Stderr: out})
+	vars := append(append(os.Environ(), e.Vars()...), env...)
+	return proc.Start(proc.Spec{Path: e.Bin, Args: args, Env: vars, Stdout: out, Stderr: out})
 }
 
 // Close stops Consul and removes the folder.

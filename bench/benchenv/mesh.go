@@ -21,8 +21,9 @@ type MeshOptions struct {
 	// 127.0.0.2, n2 on 127.0.0.3, and so on.
 	NodeCPUs []string
 	// AgentArgs are more arguments for every agent, ControllerArgs for the
-	// controller.
-	AgentArgs, ControllerArgs []string
+	// controller; ControllerEnv, more environment variables for it (say,
+	// GOMEMLIMIT).
+	AgentArgs, ControllerArgs, ControllerEnv []string
 }
 
 // Mesh is a controller and its agents (each with its Envoy, one worker
@@ -52,7 +53,7 @@ func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
 	prefix := "bench-" + filepath.Base(o.Work)
 	pt := "--plaintext=" + strconv.FormatBool(o.Plaintext)
 	apiAddr, xdsAddr := testutil.MustFreeAddr("127.0.0.1"), testutil.MustFreeAddr("127.0.0.1")
-	ctl, err := e.Run(append([]string{"controller", pt, "--insecure-consul", "--consul-prefix", prefix, "--api-listen", apiAddr, "--xds-listen", xdsAddr},
+	ctl, err := e.RunEnv(o.ControllerEnv, append([]string{"controller", pt, "--insecure-consul", "--consul-prefix", prefix, "--api-listen", apiAddr, "--xds-listen", xdsAddr},
 		o.ControllerArgs...)...)
 	if err != nil {
 		return nil, err

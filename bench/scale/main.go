@@ -50,6 +50,7 @@ func main() {
 	flag.IntVar(&o.changes, "changes", 100, "traffic sets timed, one after the other")
 	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "the pace of the changes under load")
 	flag.DurationVar(&o.loadFor, "load", 10*time.Second, "how long the changes under load last")
+	flag.StringVar(&o.memoryLimit, "controller-memory-limit", "", "the controller's GOMEMLIMIT (Go's soft memory limit, such as 1GiB): its heap is collected harder as it nears it; default none")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the controller's heap profile at rest to this file, one per mesh size and protocol (<file>-<endpoints>-<protocol>)")
 	protocols := flag.String("protocols", "delta", "the simulated nodes' xDS variants, each run in turn: delta (the nodes' default), sotw, or both")
 	flag.Parse()
@@ -97,7 +98,7 @@ func main() {
 type options struct {
 	endpoints, nodes, meshOnly, reach, realNodes, changes int
 	interval, loadFor                                     time.Duration
-	protocol, heapProfile                                 string
+	protocol, heapProfile, memoryLimit                    string
 }
 
 func run(o options) error {
@@ -113,7 +114,7 @@ func run(o options) error {
 		cpus[i] = "4"
 	}
 	mesh, err := be.StartMesh(benchenv.MeshOptions{Work: filepath.Join(be.Dir, "mesh"), NodeCPUs: cpus,
-		ControllerArgs: []string{"--allow-replica-cidr", "10.0.0.0/8", "--debug-profiles"}})
+		ControllerArgs: []string{"--allow-replica-cidr", "10.0.0.0/8", "--debug-profiles"}, ControllerEnv: memoryLimit(o.memoryLimit)})
 	if err != nil {
 		return err
 	}
@@ -152,6 +153,15 @@ func run(o options) error {
 	fmt.Printf("| %d | %s | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", o.endpoints, o.protocol, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),
 		kib(bytes/int64(o.changes)), rest.rss, loaded.rss, 100*rest.cpu, 100*loaded.cpu)
 	return nil
+}
+
+// memoryLimit is the controller's environment for a GOMEMLIMIT of limit
+// ("": none).
+func memoryLimit(limit string) []string {
+	if limit == "" {
+		return nil
+	}
+	return []string{"GOMEMLIMIT=" + limit}
 }
 
 // reachOf is what simulated node i serves and asks for: a public node,
