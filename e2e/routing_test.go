@@ -196,7 +196,7 @@ func meshOnly(t *testing.T, mesh *twoNodeMesh) {
 		return do(httpClient(), http.MethodGet, "http://"+mesh.n1.mesh+"/", "unreached").status == 200
 	})
 	n3 := startAgentArgs(t, mesh.consul, "routing-n3", "127.0.0.4", mesh.ctl.xdsAddr, 1, []string{"--public", "none", "--reachable-endpoints", "model"})
-	if conn, err := net.DialTimeout("tcp", n3.public, time.Second); err == nil {
+	if conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", n3.public); err == nil {
 		_ = conn.Close()
 		t.Fatalf("a mesh-only node listens on %s", n3.public)
 	}

@@ -111,14 +111,14 @@ func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen u
 	}
 }
 
-// setKinds sets a node's kinds of next that differ from last (what the
-// caches hold for it), in snapshotTypes' order: a change wakes only the
-// streams of the types it changed, and go-control-plane compares the
-// resources of only those types, per node. A traffic change sets routes
-// alone.
+// setKinds sets a node's kinds of next whose versions differ from last's
+// (what the caches hold for it), in snapshotTypes' order: a change wakes
+// only the streams of the types it changed, and go-control-plane compares
+// the resources of only those types, per node. A traffic change sets
+// routes alone, and only on the nodes that reach the endpoint.
 func (s *Server) setKinds(ctx context.Context, node string, last, next snapshot) error {
 	for _, typ := range snapshotTypes {
-		if last != nil && last[typ] == next[typ] {
+		if last != nil && last.GetVersion(typ) == next.GetVersion(typ) {
 			continue
 		}
 		if err := s.snapshots[typ].SetSnapshot(ctx, node, snapshot{typ: next[typ]}); err != nil {

@@ -63,8 +63,8 @@ func (sr *sharedResources) reachFor(node wire.ProxyNode) *reachKinds {
 	return rk
 }
 
-// routeClusters are the clusters the named mesh route configurations
-// send to.
+// clusterNames are the clusters the named mesh route configurations send
+// to.
 func (sr *sharedResources) clusterNames(names []string) []string {
 	var out []string
 	for _, n := range names {

@@ -63,7 +63,7 @@ type Server struct {
 
 	// Owned by the publisher goroutine.
 	publishedAssignments map[string]string // name -> version
-	built                *sharedResources // the last generation's resources
+	built                *sharedResources  // the last generation's resources
 	builtGen             uint64
 	builder              *translate.Builder // incremental translation, for the current mTLS
 }

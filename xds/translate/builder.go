@@ -63,8 +63,9 @@ type endpointParts struct {
 }
 
 // Built is one Build's output: Shared's resources (the route
-// configurations encoded), each kind's version, each resource's version,
-// and which backends' parts were rebuilt.
+// configurations and assignments encoded, as they are sent), each kind's
+// version, each resource's version, and which backends' parts were
+// rebuilt.
 type Built struct {
 	// Routes are each endpoint's mesh routes, then the public table, as
 	// BuildRoutes lists them, encoded and versioned.
@@ -448,14 +449,6 @@ func sortedNames[T any](m map[string]T) []string {
 		out = append(out, n)
 	}
 	sort.Strings(out)
-	return out
-}
-
-func asMessages[T proto.Message](items []T) []proto.Message {
-	out := make([]proto.Message, 0, len(items)+1)
-	for _, x := range items {
-		out = append(out, x)
-	}
 	return out
 }
 
