@@ -76,26 +76,13 @@ type ErrorBody struct {
 //
 // live, if not nil, gives the live figures of the rollouts' stages.
 func Handler(c *controller.Controller, log *slog.Logger, status func() StatusReport, live func() map[string]rollout.Live) http.Handler {
-	s := &server{c: c, log: log, live: live}
+	s := &server{c: c, log: log, live: live, statusReport: status}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/backends", s.listBackends)
-	mux.HandleFunc("POST /v1/backends", s.createBackend)
-	mux.HandleFunc("GET /v1/backends/{name}", s.getBackend)
-	mux.HandleFunc("PATCH /v1/backends/{name}", s.updateBackend)
-	mux.HandleFunc("DELETE /v1/backends/{name}", s.deleteBackend)
-	mux.HandleFunc("GET /v1/endpoints", s.listEndpoints)
-	mux.HandleFunc("POST /v1/endpoints", s.createEndpoint)
-	mux.HandleFunc("GET /v1/endpoints/{name}", s.getEndpoint)
-	mux.HandleFunc("DELETE /v1/endpoints/{name}", s.deleteEndpoint)
-	mux.HandleFunc("PUT /v1/endpoints/{name}/traffic", s.setTraffic)
-	mux.HandleFunc("PUT /v1/endpoints/{name}/shadows/{backend}", s.setShadow)
-	mux.HandleFunc("POST /v1/endpoints/{name}/rollout", s.startRollout)
-	mux.HandleFunc("GET /v1/endpoints/{name}/rollout", s.getRollout)
-	mux.HandleFunc("POST /v1/endpoints/{name}/rollout/{action}", s.actOnRollout)
-	mux.HandleFunc("POST /v1/apply", s.apply)
-	mux.HandleFunc("GET /v1/leader", s.leader)
-	if status != nil {
-		mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, status()) })
+	for _, op := range operations() {
+		if op.handle == nil || (op.path == "/v1/status" && status == nil) {
+			continue // served elsewhere (NodesHandler), or not by this controller
+		}
+		mux.HandleFunc(op.method+" "+op.path, op.handle(s))
 	}
 	return finishWrites(mux)
 }
@@ -120,9 +107,14 @@ func finishWrites(next http.Handler) http.Handler {
 }
 
 type server struct {
-	c    *controller.Controller
-	log  *slog.Logger
-	live func() map[string]rollout.Live
+	c            *controller.Controller
+	log          *slog.Logger
+	live         func() map[string]rollout.Live
+	statusReport func() StatusReport
+}
+
+func (s *server) status(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.statusReport())
 }
 
 func (s *server) listBackends(w http.ResponseWriter, r *http.Request) {
