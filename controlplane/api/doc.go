@@ -2,7 +2,7 @@
 // In the flow of docs/architecture.md: step 1.
 //
 //	GET    /v1/backends                         list backends
-//	POST   /v1/backends                         create a backend (a model.Backend)
+//	POST   /v1/backends                         create a backend (a model.BackendSpec)
 //	GET    /v1/backends/{name}                  get one
 //	PATCH  /v1/backends/{name}                  update its config (a model.BackendConfigPatch)
 //	DELETE /v1/backends/{name}                  delete it (refused while an endpoint uses it)

@@ -1,0 +1,289 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/invopop/jsonschema"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	xdsserver "github.com/servemesh/servemesh/xds/server"
+)
+
+// OpenAPIPath is where the controller serves its API's OpenAPI 3.1
+// description, which openapi.json in this package holds too.
+const OpenAPIPath = "/v1/openapi.json"
+
+// operation is one route of the API: its method and path, what the OpenAPI
+// description says of it, and its handler. Handler serves the operations
+// and OpenAPI describes them, from this one table, so the two cannot name
+// different routes or methods; the tests check that every answer's status
+// and body are the ones described.
+type operation struct {
+	method, path string
+	id, summary  string
+	// body is a value of the request body's type; nil: no body. yaml: an
+	// application/yaml body is taken too.
+	body any
+	yaml bool
+	// query are the query parameters (booleans).
+	query []string
+	// ok is the status of success, and okBody a value of its body's type;
+	// unchanged, for a create, is 200 with the same body: what it asks is
+	// already so.
+	ok        int
+	okBody    any
+	unchanged bool
+	// errors are the other statuses it may answer, each with an ErrorBody.
+	errors []int
+	handle func(*server) http.HandlerFunc
+}
+
+// Error statuses, by what may cause them.
+var (
+	authErrors  = []int{http.StatusUnauthorized, http.StatusForbidden}
+	bodyErrors  = []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType}
+	writeErrors = []int{http.StatusConflict, http.StatusServiceUnavailable, http.StatusInternalServerError}
+)
+
+func codes(groups ...[]int) []int {
+	var out []int
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// operations are the API's routes. GET /v1/status is served only by a
+// controller that reports status (Handler's status argument); GET
+// /v1/xds/nodes by every control plane (NodesHandler).
+func operations() []operation {
+	notFound := []int{http.StatusNotFound}
+	read := codes(authErrors, notFound)
+	write := codes(authErrors, bodyErrors, notFound, writeErrors)
+	bodyless := codes(authErrors, notFound, writeErrors)
+	return []operation{
+		{method: "GET", path: "/v1/backends", id: "listBackends", summary: "List the backends", ok: 200, okBody: []model.Backend{}, errors: authErrors,
+			handle: func(s *server) http.HandlerFunc { return s.listBackends }},
+		{method: "POST", path: "/v1/backends", id: "createBackend", unchanged: true, summary: "Create a backend", body: model.BackendSpec{}, ok: 201, okBody: Changed{},
+			errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.createBackend }},
+		{method: "GET", path: "/v1/backends/{name}", id: "getBackend", summary: "Read a backend", ok: 200, okBody: model.Backend{}, errors: read,
+			handle: func(s *server) http.HandlerFunc { return s.getBackend }},
+		{method: "PATCH", path: "/v1/backends/{name}", id: "updateBackend", summary: "Change a backend's config", body: model.BackendConfigPatch{}, ok: 200, okBody: Changed{},
+			errors: write, handle: func(s *server) http.HandlerFunc { return s.updateBackend }},
+		{method: "DELETE", path: "/v1/backends/{name}", id: "deleteBackend", summary: "Delete a backend", ok: 200, okBody: Changed{}, errors: bodyless,
+			handle: func(s *server) http.HandlerFunc { return s.deleteBackend }},
+		{method: "GET", path: "/v1/endpoints", id: "listEndpoints", summary: "List the endpoints", ok: 200, okBody: []model.Endpoint{}, errors: authErrors,
+			handle: func(s *server) http.HandlerFunc { return s.listEndpoints }},
+		{method: "POST", path: "/v1/endpoints", id: "createEndpoint", unchanged: true, summary: "Create an endpoint", body: model.Endpoint{}, ok: 201, okBody: Changed{},
+			errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.createEndpoint }},
+		{method: "GET", path: "/v1/endpoints/{name}", id: "getEndpoint", summary: "Read an endpoint", ok: 200, okBody: model.Endpoint{}, errors: read,
+			handle: func(s *server) http.HandlerFunc { return s.getEndpoint }},
+		{method: "DELETE", path: "/v1/endpoints/{name}", id: "deleteEndpoint", summary: "Delete an endpoint", ok: 200, okBody: Changed{}, errors: bodyless,
+			handle: func(s *server) http.HandlerFunc { return s.deleteEndpoint }},
+		{method: "PUT", path: "/v1/endpoints/{name}/traffic", id: "setTraffic", summary: "Set an endpoint's traffic split", body: TrafficRequest{}, ok: 200, okBody: Changed{},
+			errors: write, handle: func(s *server) http.HandlerFunc { return s.setTraffic }},
+		{method: "PUT", path: "/v1/endpoints/{name}/shadows/{backend}", id: "setShadow", summary: "Set the proportion of an endpoint's requests mirrored to a backend", body: ShadowRequest{},
+			ok: 200, okBody: Changed{}, errors: write, handle: func(s *server) http.HandlerFunc { return s.setShadow }},
+		{method: "POST", path: "/v1/endpoints/{name}/rollout", id: "startRollout", unchanged: true, summary: "Start a rollout of a candidate backend", body: model.Rollout{}, ok: 201, okBody: Changed{},
+			errors: write, handle: func(s *server) http.HandlerFunc { return s.startRollout }},
+		{method: "GET", path: "/v1/endpoints/{name}/rollout", id: "getRollout", summary: "Read an endpoint's rollout", ok: 200, okBody: RolloutReport{}, errors: read,
+			handle: func(s *server) http.HandlerFunc { return s.getRollout }},
+		{method: "POST", path: "/v1/endpoints/{name}/rollout/{action}", id: "actOnRollout", summary: "Pause, resume, promote or abort a rollout", ok: 200, okBody: Changed{},
+			errors: codes(authErrors, []int{http.StatusBadRequest}, notFound, writeErrors), handle: func(s *server) http.HandlerFunc { return s.actOnRollout }},
+		{method: "POST", path: "/v1/apply", id: "apply", summary: "Make the state the one given, in one change (dry_run: only say what would change)", body: model.Spec{}, yaml: true,
+			query: []string{"dry_run"}, ok: 200, okBody: ApplyResult{}, errors: codes(authErrors, bodyErrors, writeErrors),
+			handle: func(s *server) http.HandlerFunc { return s.apply }},
+		{method: "GET", path: "/v1/leader", id: "getLeader", summary: "Say whether this controller leads, and which does", ok: 200, okBody: LeaderInfo{}, errors: authErrors,
+			handle: func(s *server) http.HandlerFunc { return s.leader }},
+		{method: "GET", path: "/v1/status", id: "getStatus", summary: "What is configured next to what is happening", ok: 200, okBody: StatusReport{}, errors: authErrors,
+			handle: func(s *server) http.HandlerFunc { return s.status }},
+		{method: "GET", path: "/v1/xds/nodes", id: "listXDSNodes", summary: "Which configuration each Envoy node holds", ok: 200, okBody: []xdsserver.NodeStatus{}, errors: authErrors},
+		{method: "GET", path: OpenAPIPath, id: "getOpenAPI", summary: "This description", ok: 200, okBody: map[string]any{}, errors: authErrors,
+			handle: func(*server) http.HandlerFunc { return serveOpenAPI }},
+	}
+}
+
+// successes are the statuses of op's success.
+func (op operation) successes() []int {
+	if op.unchanged {
+		return []int{op.ok, http.StatusOK}
+	}
+	return []int{op.ok}
+}
+
+// NodesHandler answers GET /v1/xds/nodes with status.
+func NodesHandler(status func() []xdsserver.NodeStatus) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, nonNil(status())) })
+}
+
+var (
+	openAPIOnce sync.Once
+	openAPIDoc  []byte
+	openAPIErr  error
+)
+
+// OpenAPI is the API's OpenAPI 3.1 description, as JSON, built once.
+func OpenAPI() ([]byte, error) {
+	openAPIOnce.Do(func() { openAPIDoc, openAPIErr = buildOpenAPI() })
+	return openAPIDoc, openAPIErr
+}
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	doc, err := OpenAPI()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", err.Error(), "")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(doc)
+}
+
+// buildOpenAPI describes operations(): each body's schema is reflected
+// from its Go type (field names and omitempty from the json tags, the
+// doc comments' first sentences as descriptions are left out), shared
+// under components.schemas.
+func buildOpenAPI() ([]byte, error) {
+	schemas := newSchemaSet()
+	paths := map[string]map[string]any{}
+	for _, op := range operations() {
+		item := paths[op.path]
+		if item == nil {
+			item = map[string]any{}
+			paths[op.path] = item
+		}
+		o := map[string]any{"operationId": op.id, "summary": op.summary, "responses": responses(op, schemas)}
+		if params := parameters(op); len(params) > 0 {
+			o["parameters"] = params
+		}
+		if op.body != nil {
+			content := map[string]any{"application/json": map[string]any{"schema": schemas.ref(op.body)}}
+			if op.yaml {
+				content["application/yaml"] = map[string]any{"schema": schemas.ref(op.body)}
+			}
+			o["requestBody"] = map[string]any{"required": true, "content": content}
+		}
+		item[strings.ToLower(op.method)] = o
+	}
+	doc := map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "servemesh controller API", "version": "v1",
+			"description": "The controller's HTTP API: backends, endpoints, their traffic, shadows and rollouts, the whole state at once (apply), and status. Every request carries a bearer token (Authorization: Bearer <token>) unless the controller runs without tokens on loopback; a write needs the write scope, a command or its environment the exec scope. A follower answers writes 503 with the leader's address in X-Servemesh-Leader."},
+		"paths":      paths,
+		"components": map[string]any{"schemas": schemas.defs, "securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}}},
+		"security":   []any{map[string]any{"bearer": []any{}}},
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("openapi: %w", err)
+	}
+	// The reflected schemas refer to each other as JSON Schema's $defs;
+	// here they are components.schemas.
+	return bytes.ReplaceAll(buf.Bytes(), []byte(`"#/$defs/`), []byte(`"#/components/schemas/`)), schemas.err
+}
+
+// parameters are an operation's path parameters (strings) and query
+// parameters (booleans).
+func parameters(op operation) []any {
+	var out []any
+	for _, part := range strings.Split(op.path, "/") {
+		if name, ok := strings.CutPrefix(part, "{"); ok {
+			name = strings.TrimSuffix(name, "}")
+			schema := map[string]any{"type": "string", "minLength": 1}
+			if name == "action" {
+				schema = map[string]any{"type": "string", "enum": rolloutActions()}
+			}
+			out = append(out, map[string]any{"name": name, "in": "path", "required": true, "schema": schema})
+		}
+	}
+	for _, q := range op.query {
+		out = append(out, map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "boolean"}})
+	}
+	return out
+}
+
+func rolloutActions() []string {
+	var out []string
+	for _, a := range model.RolloutActions {
+		out = append(out, string(a))
+	}
+	return out
+}
+
+// responses are an operation's answers by status.
+func responses(op operation, schemas *schemaSet) map[string]any {
+	out := map[string]any{}
+	for _, code := range op.successes() {
+		out[strconv.Itoa(code)] = map[string]any{"description": http.StatusText(code),
+			"content": map[string]any{"application/json": map[string]any{"schema": schemas.ref(op.okBody)}}}
+	}
+	for _, code := range op.errors {
+		out[strconv.Itoa(code)] = map[string]any{"description": http.StatusText(code),
+			"content": map[string]any{"application/json": map[string]any{"schema": schemas.ref(ErrorBody{})}}}
+	}
+	return out
+}
+
+// schemaSet reflects Go types into JSON schemas, each named type once
+// under components.schemas.
+type schemaSet struct {
+	reflector *jsonschema.Reflector
+	defs      map[string]*jsonschema.Schema
+	err       error
+}
+
+func newSchemaSet() *schemaSet {
+	r := &jsonschema.Reflector{
+		// Fields without omitempty are required, as the decoder's
+		// validation has them; unknown fields are refused, as by the
+		// strict decoder.
+		RequiredFromJSONSchemaTags: false,
+		Namer:                      schemaName,
+		Mapper:                     anyJSON,
+	}
+	return &schemaSet{reflector: r, defs: map[string]*jsonschema.Schema{}}
+}
+
+// ref is the schema of v's type: a reference to it under
+// components.schemas, or, for a slice or map, one of its elements'.
+func (s *schemaSet) ref(v any) any {
+	t := reflect.TypeOf(v)
+	switch t.Kind() {
+	case reflect.Slice:
+		return map[string]any{"type": "array", "items": s.ref(reflect.Zero(t.Elem()).Interface())}
+	case reflect.Map:
+		return map[string]any{"type": "object"}
+	}
+	schema := s.reflector.ReflectFromType(t)
+	for name, def := range schema.Definitions {
+		s.defs[name] = def
+	}
+	return map[string]any{"$ref": "#/components/schemas/" + schemaName(t)}
+}
+
+// schemaName names a type's schema: its Go name, with its package's for
+// the types of another package than model and api that share a name.
+func schemaName(t reflect.Type) string {
+	if strings.HasSuffix(t.PkgPath(), "/xds/server") {
+		return "XDS" + t.Name()
+	}
+	return t.Name()
+}
+
+// anyJSON maps the types that hold any JSON value to the schema that
+// allows any.
+func anyJSON(t reflect.Type) *jsonschema.Schema {
+	if t == reflect.TypeOf(json.RawMessage{}) || t == reflect.TypeOf(model.UserConfig{}) {
+		return &jsonschema.Schema{}
+	}
+	return nil
+}
