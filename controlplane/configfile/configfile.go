@@ -1,6 +1,7 @@
 package configfile
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -8,20 +9,99 @@ import (
 	"os"
 	"time"
 
+	"github.com/servemesh/servemesh/controlplane/gatewayapi"
 	"github.com/servemesh/servemesh/controlplane/model"
 )
 
-// LoadSpec reads and validates what the file in path declares.
+// LoadSpec reads and validates what the file in path declares: a
+// servemesh config, and, in more YAML documents (split by "---"),
+// Gateway API HTTPRoutes, each an endpoint (gatewayapi.Endpoint).
 func LoadSpec(path string) (*model.Spec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config file: %w", err)
 	}
-	s, err := model.ParseSpec(data)
+	s, err := ParseSpec(data)
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// ParseSpec reads a config: one servemesh document (model.ParseSpec), or
+// several YAML documents of which at most one is servemesh's and the
+// others HTTPRoutes.
+func ParseSpec(data []byte) (*model.Spec, error) {
+	docs := documents(data)
+	if len(docs) == 1 && !gatewayapi.IsHTTPRoute(docs[0].data) {
+		return model.ParseSpec(docs[0].data)
+	}
+	s := &model.Spec{}
+	own := 0
+	for _, d := range docs {
+		if gatewayapi.IsHTTPRoute(d.data) {
+			e, err := gatewayapi.Endpoint(d.data)
+			if err != nil {
+				return nil, fmt.Errorf("document %d (line %d): %w", d.index, d.line, err)
+			}
+			s.Endpoints = append(s.Endpoints, e)
+			continue
+		}
+		if own++; own > 1 {
+			return nil, fmt.Errorf("document %d (line %d): a second servemesh document; keep backends and endpoints in one, HTTPRoutes in the others", d.index, d.line)
+		}
+		mine, err := model.ParseSpec(d.data)
+		if err != nil {
+			return nil, fmt.Errorf("document %d (line %d): %w", d.index, d.line, err)
+		}
+		s.Backends = append(s.Backends, mine.Backends...)
+		s.Endpoints = append(mine.Endpoints, s.Endpoints...)
+	}
+	if err := s.Model().Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// document is one YAML document of a file: its place (from 1) and first
+// line.
+type document struct {
+	index, line int
+	data        []byte
+}
+
+// documents splits a file at its "---" lines, dropping empty documents.
+func documents(data []byte) []document {
+	var out []document
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	start, first := 0, 1
+	flush := func(end, next int) {
+		chunk := bytes.Join(lines[start:end], nil)
+		if len(bytes.TrimSpace(chunk)) > 0 && !onlyComments(chunk) {
+			out = append(out, document{index: len(out) + 1, line: first, data: chunk})
+		}
+		start, first = next, next+1
+	}
+	for i, l := range lines {
+		if t := bytes.TrimSpace(l); bytes.Equal(t, []byte("---")) || bytes.HasPrefix(t, []byte("--- ")) {
+			flush(i, i+1)
+		}
+	}
+	flush(len(lines), len(lines))
+	if len(out) == 0 {
+		return []document{{index: 1, line: 1, data: data}}
+	}
+	return out
+}
+
+// onlyComments reports whether a document holds nothing but comments.
+func onlyComments(doc []byte) bool {
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
+			return false
+		}
+	}
+	return true
 }
 
 // Load reads and validates the model in path.
@@ -87,9 +167,9 @@ func (w *Watcher) Run(ctx context.Context, lastApplied [32]byte) {
 		}
 		seen = sum
 		start := time.Now()
-		m, err := model.Parse(data)
+		s, err := ParseSpec(data)
 		if err == nil {
-			err = w.Apply(m)
+			err = w.Apply(s.Model())
 		}
 		if err != nil {
 			w.Logger.Error("config file change rejected; the last good config keeps serving", "path", w.Path, "err", err)
@@ -106,9 +186,9 @@ func LoadForWatch(path string) (*model.Model, [32]byte, error) {
 	if err != nil {
 		return nil, [32]byte{}, fmt.Errorf("read config file: %w", err)
 	}
-	m, err := model.Parse(data)
+	s, err := ParseSpec(data)
 	if err != nil {
 		return nil, [32]byte{}, fmt.Errorf("config file %s: %w", path, err)
 	}
-	return m, sha256.Sum256(data), nil
+	return s.Model(), sha256.Sum256(data), nil
 }

@@ -107,3 +107,35 @@ func TestLoadNamesTheFile(t *testing.T) {
 		t.Fatal("a missing file loaded")
 	}
 }
+
+// TestHTTPRoutesInAConfigFile: a config's other YAML documents may be
+// Gateway API HTTPRoutes, each an endpoint validated with the rest; a
+// second servemesh document, or an HTTPRoute servemesh cannot serve, is
+// refused naming its document and line.
+func TestHTTPRoutesInAConfigFile(t *testing.T) {
+	const route = `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r}
+spec:
+  rules:
+    - matches: [{path: {value: /r}}]
+      backendRefs: [{name: a, weight: 3}, {name: b}]
+`
+	s, err := ParseSpec([]byte(good + "---\n" + route))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Endpoints) != 2 || s.Endpoints[1].Name != "r" || s.Endpoints[1].Traffic["a"] != 0.75 || s.Endpoints[1].Route != "/r" {
+		t.Fatalf("endpoints %+v", s.Endpoints)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{good + "---\n" + good, "document 2 (line 5): a second servemesh document"},
+		{good + "---\n# the route\n---\n" + strings.Replace(route, "[{path: {value: /r}}]", "[{path: {type: Exact, value: /r}}]", 1),
+			`document 2 (line 7): HTTPRoute "r":` + "\n  - spec.rules[0].matches[0].path.type: Exact"},
+		{"backends: [{name: a}]\n---\n" + strings.Replace(route, "name: a, weight: 3", "name: zz", 1), `backend "zz" is not defined`},
+	} {
+		if _, err := ParseSpec([]byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v; want an error with %q", err, tc.want)
+		}
+	}
+}
