@@ -1,6 +1,9 @@
 package server
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the xDS server's Prometheus series.
 type metrics struct {
@@ -16,7 +19,10 @@ type metrics struct {
 	convergence  prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics makes the server's series; outOfSync counts the connected
+// nodes that do not hold the latest model's configuration (read at scrape
+// time).
+func newMetrics(reg prometheus.Registerer, outOfSync func() float64) *metrics {
 	m := &metrics{
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "servemesh_xds_pushes_total",
@@ -61,9 +67,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 	}
+	// Every type's series exists from the start at 0, so rate() and
+	// increase() of a type with no push or NACK yet read 0, not nothing.
+	for _, typ := range []string{resource.ListenerType, resource.RouteType, resource.ScopedRouteType, resource.ClusterType, resource.EndpointType} {
+		m.pushes.WithLabelValues(shortType(typ))
+		m.nacks.WithLabelValues(shortType(typ))
+	}
 	if reg != nil {
 		reg.MustRegister(m.pushes, m.nacks, m.streams, m.publishes, m.publishTime, m.rejected, m.knownNodes, m.modelVersion,
-			m.connected, m.convergence)
+			m.connected, m.convergence, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "servemesh_xds_nodes_out_of_sync",
+				Help: "Connected Envoy nodes that have not ACKed the configuration of the latest accepted model (briefly after every change; for long, a node that cannot follow).",
+			}, outOfSync))
 	}
 	return m
 }

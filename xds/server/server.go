@@ -73,7 +73,6 @@ type Server struct {
 func New(opts Options) *Server {
 	s := &Server{
 		log:                  opts.Logger,
-		metrics:              newMetrics(opts.Registerer),
 		holdOff:              opts.HoldOff,
 		maxHoldOff:           opts.MaxHoldOff,
 		forgetAfter:          opts.ForgetNodesAfter,
@@ -85,6 +84,7 @@ func New(opts Options) *Server {
 		newNodes:             map[string]bool{},
 		publishedAssignments: map[string]string{},
 	}
+	s.metrics = newMetrics(opts.Registerer, s.outOfSync)
 	if s.holdOff == 0 {
 		s.holdOff = 20 * time.Millisecond
 	}

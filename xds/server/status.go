@@ -273,6 +273,17 @@ func (s *Server) Status() []NodeStatus {
 	return out
 }
 
+// outOfSync counts the connected nodes not in sync.
+func (s *Server) outOfSync() float64 {
+	n := 0
+	for _, st := range s.Status() {
+		if st.Connected && !st.InSync {
+			n++
+		}
+	}
+	return float64(n)
+}
+
 func shortType(typeURL string) string {
 	switch typeURL {
 	case resource.ListenerType:
