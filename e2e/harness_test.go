@@ -582,9 +582,15 @@ func startTwoNodeMesh(t *testing.T, name string) *twoNodeMesh {
 func (m *twoNodeMesh) createBackends(t *testing.T, bs ...model.Backend) {
 	t.Helper()
 	for _, b := range bs {
+		var last error
+		defer func() {
+			if t.Failed() && last != nil {
+				t.Logf("the last refusal of backend %s: %v", b.Name, last)
+			}
+		}()
 		testutil.WaitFor(t, 20*time.Second, "backend "+b.Name+" to be placed", func() bool {
-			_, err := m.c.CreateBackend(context.Background(), model.BackendSpecOf(b))
-			return err == nil
+			_, last = m.c.CreateBackend(context.Background(), model.BackendSpecOf(b))
+			return last == nil
 		})
 	}
 }

@@ -38,7 +38,7 @@ func newFixture(t testing.TB, token string) *fixture {
 	if token != "" {
 		tokens[token] = ScopeExec
 	}
-	srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, nil, nil))))
+	srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, Sources{}))))
 	t.Cleanup(srv.Close)
 	return &fixture{st: st, c: c, srv: srv}
 }
@@ -267,7 +267,7 @@ func TestTokenScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens := Tokens{"r-token": ScopeRead, "w-token": ScopeWrite, "x-token": ScopeExec}
-	srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, nil, nil))))
+	srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, Sources{}))))
 	defer srv.Close()
 	process := `{"name": "p", "process": {"command": "/bin/true"}}`
 	applyProcess := `{"backends": [{"name": "p2", "process": {"command": "/bin/sh"}}]}`
@@ -306,7 +306,7 @@ func TestTokenlessAPIRefusesBrowsers(t *testing.T) {
 		if err := c.Lead(context.Background(), "self"); err != nil {
 			t.Fatal(err)
 		}
-		srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, nil, nil))))
+		srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, Sources{}))))
 		token := ""
 		if len(tokens) > 0 {
 			token = "x-token"
@@ -398,7 +398,7 @@ func TestEnvValuesNeedTheExecScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens := Tokens{"r-token": ScopeRead, "w-token": ScopeWrite, "x-token": ScopeExec}
-	srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, nil, nil))))
+	srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, Sources{}))))
 	defer srv.Close()
 	if status, body := raw(t, "POST", srv.URL+"/v1/backends", `{"name": "p", "process": {"command": "/srv/model", "env": {"API_KEY": "s3cret"}}}`, "x-token"); status != 201 {
 		t.Fatalf("create: HTTP %d %s", status, body)

@@ -19,6 +19,7 @@
 //	GET    /v1/leader                           who leads
 //	GET    /v1/status                           weights next to live rates, replicas, each node's config
 //	GET    /v1/xds/nodes                        which config each Envoy node holds (NodesHandler)
+//	GET    /v1/prometheus/targets               the agents' metrics listeners, for Prometheus's http_sd_configs
 //	GET    /v1/openapi.json                     the OpenAPI 3.1 description of all of these
 //
 // The routes come from one table (operations in openapi.go), from which

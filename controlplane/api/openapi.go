@@ -104,6 +104,9 @@ func operations() []operation {
 			handle: func(s *server) http.HandlerFunc { return s.leader }},
 		{method: "GET", path: "/v1/status", id: "getStatus", summary: "What is configured next to what is happening", ok: 200, okBody: StatusReport{}, errors: authErrors,
 			handle: func(s *server) http.HandlerFunc { return s.status }},
+		{method: "GET", path: PrometheusTargetsPath, id: "listPrometheusTargets", summary: "The live nodes' agents as Prometheus HTTP service discovery targets (http_sd_configs)",
+			ok: 200, okBody: []PrometheusTargets{}, errors: codes(authErrors, []int{http.StatusServiceUnavailable}),
+			handle: func(s *server) http.HandlerFunc { return s.prometheusTargets }},
 		{method: "GET", path: "/v1/xds/nodes", id: "listXDSNodes", summary: "Which configuration each Envoy node holds", ok: 200, okBody: []xdsserver.NodeStatus{}, errors: authErrors},
 		{method: "GET", path: OpenAPIPath, id: "getOpenAPI", summary: "This description", ok: 200, okBody: map[string]any{}, errors: authErrors,
 			handle: func(*server) http.HandlerFunc { return serveOpenAPI }},
@@ -116,6 +119,32 @@ func (op operation) successes() []int {
 		return []int{op.ok, http.StatusOK}
 	}
 	return []int{op.ok}
+}
+
+// PrometheusTargetsPath lists the agents' metrics listeners for
+// Prometheus's http_sd_configs (deploy/prometheus).
+const PrometheusTargetsPath = "/v1/prometheus/targets"
+
+// PrometheusTargets is one group of Prometheus HTTP service discovery: an
+// agent's status listener, which serves /metrics, labelled with its node.
+type PrometheusTargets struct {
+	Targets []string          `json:"targets"`
+	Labels  map[string]string `json:"labels"`
+}
+
+func (s *server) prometheusTargets(w http.ResponseWriter, r *http.Request) {
+	nodes, err := s.src.Agents(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "listing the agents: "+err.Error(), "")
+		return
+	}
+	out := []PrometheusTargets{}
+	for _, n := range nodes {
+		if n.StatusAddr != "" {
+			out = append(out, PrometheusTargets{Targets: []string{n.StatusAddr}, Labels: map[string]string{"servemesh_node": n.ID}})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // NodesHandler answers GET /v1/xds/nodes with status.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite openapi.json from the operations")
@@ -177,10 +179,12 @@ func TestConformanceCatchesWhatTheDescriptionDoesNotSay(t *testing.T) {
 // described.
 func TestOperationsAreTheMuxRoutes(t *testing.T) {
 	f := newFixture(t, "")
-	srv := httptest.NewServer(newConformance(t).wrap(Handler(f.c, slog.New(slog.NewTextHandler(io.Discard, nil)), func() StatusReport {
+	srv := httptest.NewServer(newConformance(t).wrap(Handler(f.c, slog.New(slog.NewTextHandler(io.Discard, nil)), Sources{Status: func() StatusReport {
 		m, _ := f.c.State()
 		return NewStatusReport(StatusInputs{State: m, Health: func(model.Backend) ReplicaHealth { return ReplicaHealth{} }})
-	}, nil)))
+	}, Agents: func(context.Context) ([]wire.NodeInfo, error) {
+		return []wire.NodeInfo{{ID: "n1", StatusAddr: "10.0.0.3:9100"}}, nil
+	}})))
 	t.Cleanup(srv.Close)
 	for _, op := range operations() {
 		if op.handle == nil {

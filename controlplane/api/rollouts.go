@@ -76,8 +76,8 @@ func (s *server) getRollout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var live map[string]rollout.Live
-	if s.live != nil {
-		live = s.live()
+	if s.src.Live != nil {
+		live = s.src.Live()
 	}
 	rep := rolloutReport(e, live)
 	if rep == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/rollout"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // MaxBodyBytes bounds a request body; MaxApplyBytes an apply's, which
@@ -68,18 +69,27 @@ type ErrorBody struct {
 	Leader string `json:"leader,omitempty"`
 }
 
-// Handler serves the /v1/ API for a controller; status, if not nil,
-// answers GET /v1/status. Wrap it (with the rest of the controller's HTTP
-// paths) in Tokens.Authenticate: only a token with the exec scope gets the
-// authority to change what commands run (controller.MayRunCommands), which
-// the controller checks under its write lock.
-//
-// live, if not nil, gives the live figures of the rollouts' stages.
-func Handler(c *controller.Controller, log *slog.Logger, status func() StatusReport, live func() map[string]rollout.Live) http.Handler {
-	s := &server{c: c, log: log, live: live, statusReport: status}
+// Sources are what a controller's API reads besides the controller; each
+// may be nil, and the routes that need one are then not served.
+type Sources struct {
+	// Status answers GET /v1/status.
+	Status func() StatusReport
+	// Live gives the live figures of the rollouts' stages.
+	Live func() map[string]rollout.Live
+	// Agents lists the live nodes' agents, for GET /v1/prometheus/targets.
+	Agents func(ctx context.Context) ([]wire.NodeInfo, error)
+}
+
+// Handler serves the /v1/ API for a controller. Wrap it (with the rest of
+// the controller's HTTP paths) in Tokens.Authenticate: only a token with the
+// exec scope gets the authority to change what commands run
+// (controller.MayRunCommands), which the controller checks under its write
+// lock.
+func Handler(c *controller.Controller, log *slog.Logger, src Sources) http.Handler {
+	s := &server{c: c, log: log, src: src}
 	mux := http.NewServeMux()
 	for _, op := range operations() {
-		if op.handle == nil || (op.path == "/v1/status" && status == nil) {
+		if op.handle == nil || (op.path == "/v1/status" && src.Status == nil) || (op.path == PrometheusTargetsPath && src.Agents == nil) {
 			continue // served elsewhere (NodesHandler), or not by this controller
 		}
 		mux.HandleFunc(op.method+" "+op.path, op.handle(s))
@@ -107,14 +117,13 @@ func finishWrites(next http.Handler) http.Handler {
 }
 
 type server struct {
-	c            *controller.Controller
-	log          *slog.Logger
-	live         func() map[string]rollout.Live
-	statusReport func() StatusReport
+	c   *controller.Controller
+	log *slog.Logger
+	src Sources
 }
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.statusReport())
+	writeJSON(w, http.StatusOK, s.src.Status())
 }
 
 func (s *server) listBackends(w http.ResponseWriter, r *http.Request) {

@@ -205,7 +205,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher), Configs: scaler.ConfigVersions(),
 			Rollouts: rollouts.Live()})
 	}
-	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), status, rollouts.Live))
+	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Live: rollouts.Live, Agents: nodes}))
 	if o.DebugProfiles {
 		plane.Mux.Handle("/debug/pprof/", api.DebugHandler())
 	}

@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/testutil"
+)
+
+// prometheusBins are Debian's prometheus and promtool, which `make tools`
+// installs.
+func prometheusBins(t *testing.T) (server, tool string) {
+	t.Helper()
+	for _, name := range []string{"prometheus", "promtool"} {
+		path, err := exec.LookPath(name)
+		if err != nil {
+			t.Fatalf("the real Prometheus is required (`make tools` installs Debian's prometheus): %v", err)
+		}
+		if name == "prometheus" {
+			server = path
+		} else {
+			tool = path
+		}
+	}
+	return server, tool
+}
+
+// TestPrometheus runs a real Prometheus with the scrape configuration and
+// alerting rules of deploy/prometheus (promtool checks both) against the
+// default mesh under load, with what makes every panel of the Grafana
+// dashboard speak (an autoscaled backend that scales, a replica killed and
+// restarted, a rollout judged): it finds the controller and both agents
+// (the agents through the controller's HTTP service discovery), every
+// query of deploy/grafana/servemesh.json returns data through
+// Prometheus's HTTP API, and the four alerting rules are loaded and healthy.
+func TestPrometheus(t *testing.T) {
+	promBin, promtool := prometheusBins(t)
+	mesh := startTwoNodeMesh(t, "prom")
+	ctx := context.Background()
+	// An autoscaled backend whose replicas take 40 ms, under more load than
+	// one takes: it scales up.
+	stable := demoVersion("pstable", 1, `{"delay_ms": 40}`)
+	stable.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 2, TargetInFlight: 1,
+		MetricsIntervalS: 0.5, LookBackPeriodS: 2, UpscaleDelayS: 1, DownscaleDelayS: 600}
+	mesh.createBackends(t, stable, demoVersion("pcand", 1, `{}`))
+	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "prom", Route: "/prom", Traffic: map[string]float64{"pstable": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+		waitReplicasAnswer(t, "the endpoint to answer", "http://"+n.public+"/prom", 1, 40)
+	}
+	loads := []*load{startLoad("http://"+mesh.n1.public+"/prom", 6), startLoad("http://"+mesh.n2.public+"/prom", 6)}
+	defer func() {
+		for _, l := range loads {
+			close(l.stop)
+			l.wg.Wait()
+		}
+	}()
+
+	prom := startPrometheus(t, promBin, promtool, mesh.ctl.apiAddr)
+
+	// What the rollout and restart panels need: a rollout judged stage by
+	// stage, and a replica's process killed and restarted.
+	step := func(w float64) model.RolloutStep { return model.RolloutStep{Weight: w, DurationS: 3, MinRequests: 20} }
+	if _, err := mesh.c.StartRollout(ctx, "prom", model.Rollout{Candidate: "pcand", Steps: []model.RolloutStep{step(0.2), step(0.5), step(1)}, Checks: model.RolloutChecks{LatencyToleranceMs: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	pids := replicaPids("pcand")
+	if len(pids) == 0 {
+		t.Fatal("no process of pcand's replica")
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, q := range dashboardQueries(t) {
+		testutil.WaitFor(t, 90*time.Second, fmt.Sprintf("the panel %q's query %s to return data", q.title, q.expr), func() bool {
+			return prom.series(t, q.expr) > 0
+		})
+	}
+	rules := prom.rules(t)
+	if len(rules) != 4 {
+		t.Fatalf("Prometheus loaded %d alerting rules, want 4: %v", len(rules), rules)
+	}
+	for name, health := range rules {
+		if health != "ok" {
+			t.Errorf("alerting rule %s: health %q", name, health)
+		}
+	}
+}
+
+// prometheus is a running Prometheus server.
+type prometheus struct{ addr string }
+
+// startPrometheus renders deploy/prometheus for this mesh (the
+// controller's address, token files of its own, a scrape every second),
+// checks it with promtool, and runs Prometheus on it.
+func startPrometheus(t *testing.T, bin, promtool, controller string) *prometheus {
+	t.Helper()
+	dir := t.TempDir()
+	config, err := os.ReadFile("../deploy/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := strings.NewReplacer("10.0.0.1:18001", controller, "10.0.0.2:18001", controller,
+		"/etc/prometheus/servemesh/", dir+"/", "15s", "1s").Replace(string(config))
+	writeFile(t, filepath.Join(dir, "prometheus.yml"), []byte(rendered))
+	alerts, err := os.ReadFile("../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "alerts.yml"), alerts)
+	for _, token := range []string{"read-token", "agent-token"} {
+		writeFile(t, filepath.Join(dir, token), []byte("unused: the mesh runs without tokens on loopback\n"))
+	}
+	for _, args := range [][]string{{"check", "config", filepath.Join(dir, "prometheus.yml")}, {"check", "rules", filepath.Join(dir, "alerts.yml")}} {
+		if out, err := exec.CommandContext(context.Background(), promtool, args...).CombinedOutput(); err != nil {
+			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	p := &prometheus{addr: freeAddr(t)}
+	var logs testutil.SyncBuffer
+	child, err := proc.Start(proc.Spec{Path: bin, Stderr: &logs, Args: []string{"--config.file", filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", p.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = child.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", logs.String())
+		}
+	})
+	testutil.WaitFor(t, 30*time.Second, "Prometheus to be ready", func() bool {
+		return do(httpClient(), http.MethodGet, "http://"+p.addr+"/-/ready", "").status == 200
+	})
+	testutil.WaitFor(t, 30*time.Second, "Prometheus to scrape the controller and both agents", func() bool {
+		return p.series(t, `up{job="servemesh-controller"} == 1`) == 1 && p.series(t, `up{job="servemesh-agents", servemesh_node=~".+"} == 1`) == 2
+	})
+	return p
+}
+
+// series is how many series a query returns now.
+func (p *prometheus) series(t *testing.T, expr string) int {
+	t.Helper()
+	var body struct {
+		Status string `json:"status"`
+		Data   struct {
+			Result []json.RawMessage `json:"result"`
+		} `json:"data"`
+		Error string `json:"error"`
+	}
+	p.get(t, "/api/v1/query?query="+url.QueryEscape(expr), &body)
+	if body.Status != "success" {
+		t.Fatalf("query %s: %s", expr, body.Error)
+	}
+	return len(body.Data.Result)
+}
+
+// rules are the alerting rules loaded, with their health.
+func (p *prometheus) rules(t *testing.T) map[string]string {
+	t.Helper()
+	var body struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name   string `json:"name"`
+					Health string `json:"health"`
+					Type   string `json:"type"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	p.get(t, "/api/v1/rules", &body)
+	out := map[string]string{}
+	for _, g := range body.Data.Groups {
+		for _, r := range g.Rules {
+			if r.Type == "alerting" {
+				out[r.Name] = r.Health
+			}
+		}
+	}
+	return out
+}
+
+func (p *prometheus) get(t *testing.T, path string, into any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+p.addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doJSON(req, into); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// dashboardQuery is one query of a panel of the Grafana dashboard.
+type dashboardQuery struct{ title, expr string }
+
+func dashboardQueries(t *testing.T) []dashboardQuery {
+	t.Helper()
+	raw, err := os.ReadFile("../deploy/grafana/servemesh.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	var out []dashboardQuery
+	for _, p := range dash.Panels {
+		for _, q := range p.Targets {
+			out = append(out, dashboardQuery{p.Title, q.Expr})
+		}
+	}
+	if len(out) < 10 {
+		t.Fatalf("the dashboard has %d queries", len(out))
+	}
+	return out
+}
