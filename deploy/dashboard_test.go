@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -40,33 +39,20 @@ func definedMetrics(t *testing.T) map[string]bool {
 }
 
 func TestDashboardQueriesOnlyDefinedMetrics(t *testing.T) {
-	raw, err := os.ReadFile("grafana/servemesh.json")
+	queries, err := DashboardQueries("grafana/servemesh.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("the dashboard is not valid JSON: %v", err)
-	}
-	if len(dash.Panels) < 10 {
-		t.Fatalf("the dashboard has %d panels", len(dash.Panels))
+	if len(queries) < 10 {
+		t.Fatalf("the dashboard has %d queries", len(queries))
 	}
 	defined := definedMetrics(t)
 	used := regexp.MustCompile(`servemesh_[a-z_]+`)
-	for _, p := range dash.Panels {
-		for _, target := range p.Targets {
-			for _, name := range used.FindAllString(target.Expr, -1) {
-				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
-				if !defined[name] && !defined[base] {
-					t.Errorf("panel %q queries %s, which servemesh does not define", p.Title, name)
-				}
+	for _, q := range queries {
+		for _, name := range used.FindAllString(q.Expr, -1) {
+			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+			if !defined[name] && !defined[base] {
+				t.Errorf("panel %q queries %s, which servemesh does not define", q.Panel, name)
 			}
 		}
 	}

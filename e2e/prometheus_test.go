@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/deploy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
@@ -85,9 +86,13 @@ func TestPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, q := range dashboardQueries(t) {
-		testutil.WaitFor(t, 90*time.Second, fmt.Sprintf("the panel %q's query %s to return data", q.title, q.expr), func() bool {
-			return prom.series(t, q.expr) > 0
+	queries, err := deploy.DashboardQueries("../deploy/grafana/servemesh.json")
+	if err != nil || len(queries) < 10 {
+		t.Fatalf("the dashboard's queries: %d, %v", len(queries), err)
+	}
+	for _, q := range queries {
+		testutil.WaitFor(t, 90*time.Second, fmt.Sprintf("the panel %q's query %s to return data", q.Panel, q.Expr), func() bool {
+			return prom.series(t, q.Expr) > 0
 		})
 	}
 	rules := prom.rules(t)
@@ -204,36 +209,4 @@ func (p *prometheus) get(t *testing.T, path string, into any) {
 	if err := doJSON(req, into); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
-}
-
-// dashboardQuery is one query of a panel of the Grafana dashboard.
-type dashboardQuery struct{ title, expr string }
-
-func dashboardQueries(t *testing.T) []dashboardQuery {
-	t.Helper()
-	raw, err := os.ReadFile("../deploy/grafana/servemesh.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatal(err)
-	}
-	var out []dashboardQuery
-	for _, p := range dash.Panels {
-		for _, q := range p.Targets {
-			out = append(out, dashboardQuery{p.Title, q.Expr})
-		}
-	}
-	if len(out) < 10 {
-		t.Fatalf("the dashboard has %d queries", len(out))
-	}
-	return out
 }
