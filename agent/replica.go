@@ -75,7 +75,7 @@ func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Place
 		}}
 	r.wants = b.Config.Resources
 	r.setConfig(b.Config.UserConfig)
-	if err := r.register(""); err != nil {
+	if err := r.register("", 0); err != nil {
 		return nil, fmt.Errorf("replica %s: register in consul: %w", p.Tag, err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -109,9 +109,13 @@ func (r *replica) takeDevices(ctx context.Context) bool {
 }
 
 // register registers the replica in Consul's catalog, critical until its
-// probe passes; exit, if not empty, says why its process last exited.
-func (r *replica) register(exit string) error {
+// probe passes; exit, if not empty, says why its process last exited, and
+// restarts how many times it did.
+func (r *replica) register(exit string, restarts int) error {
 	meta := map[string]string{wire.MetaReplicaTag: r.tag, wire.MetaReplicaNode: r.a.node.ID}
+	if restarts > 0 {
+		meta[wire.MetaReplicaRestarts] = strconv.Itoa(restarts)
+	}
 	if r.a.inbound != "" {
 		meta[wire.MetaReplicaInbound] = r.a.inbound
 	}
@@ -184,7 +188,7 @@ func (r *replica) exited(err error, exits int) {
 	if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), note, api.HealthCritical); uerr != nil {
 		r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
 	}
-	if uerr := r.register(note); uerr != nil {
+	if uerr := r.register(note, exits); uerr != nil {
 		r.log.Warn("could not say why the replica exited in its registration", "err", uerr)
 	}
 	r.a.configs.Delete(r.tag)

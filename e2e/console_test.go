@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +31,8 @@ func chromiumBin(t *testing.T) string {
 // it draws the endpoint's split, its shadow, the replicas on each node and
 // the nodes in sync; a split changed with the CLI shows up within seconds
 // without a reload; the page's own form changes the split through the API;
-// and a screenshot is saved (.run/artifacts/console.png).
+// a replica killed and restarted shows its restart; and a screenshot is
+// saved (.run/artifacts/console.png).
 func TestConsole(t *testing.T) {
 	browser := chromiumBin(t)
 	token := "console-token-0123456789abcdef"
@@ -96,6 +98,17 @@ func TestConsole(t *testing.T) {
 	if err != nil || e.Traffic["ccanary"] != 0.7 {
 		t.Fatalf("after the console's change the endpoint is %+v (%v); want ccanary at 0.7", e.Traffic, err)
 	}
+
+	// A replica whose process dies is restarted by its agent, which the
+	// page says.
+	pids := replicaPids("cstable")
+	if len(pids) != 1 {
+		t.Fatalf("cstable's replica processes: %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitText(page, t, "#backend-cstable", "restarted 1×")
 
 	waitText(page, t, "#node-console-n1", "✓ in sync") // the page as it settles, for the screenshot
 	waitText(page, t, "#node-console-n2", "✓ in sync")

@@ -35,6 +35,9 @@ const (
 	// listener of the replica's node; the replica's own address is then on
 	// that node's loopback.
 	MetaReplicaInbound = "servemesh_inbound"
+	// MetaReplicaRestarts holds how many times the replica's process was
+	// restarted after it exited (absent: never).
+	MetaReplicaRestarts = "restarts"
 )
 
 // MaxExitNote bounds what an agent says of a replica's exit in its check's

@@ -116,6 +116,9 @@ type ReplicaStatus struct {
 	// ConfigVersion is the version of the backend's user_config it runs,
 	// as its agent last said ("" none yet).
 	ConfigVersion string `json:"config_version,omitempty"`
+	// Restarts are how many times its agent restarted its process after
+	// it exited.
+	Restarts int `json:"restarts,omitempty"`
 }
 
 // StatusInputs are what a status report joins: the desired state, the

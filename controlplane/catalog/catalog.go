@@ -43,6 +43,9 @@ type Instance struct {
 	// Note is what its failing checks say (their output), empty while it
 	// passes: why a replica is not ready, as its agent saw it.
 	Note string
+	// Restarts are how many times its agent restarted the replica's
+	// process after it exited.
+	Restarts int
 }
 
 // Watcher follows the instances of a set of services with a bounded number
@@ -261,7 +264,7 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 		next = append(next, Instance{ID: e.Service.ID, Address: net.JoinHostPort(addr, strconv.Itoa(e.Service.Port)),
 			Tag: e.Service.Meta[wire.MetaReplicaTag], Passing: e.Checks.AggregatedStatus() == api.HealthPassing, Expired: expired(e.Checks),
 			Node: cmp.Or(e.Service.Meta[wire.MetaReplicaNode], e.Service.Meta[wire.MetaNodeID]), Inbound: e.Service.Meta[wire.MetaReplicaInbound],
-			ConsulNode: e.Node.Node, Note: note(e.Checks)})
+			ConsulNode: e.Node.Node, Note: note(e.Checks), Restarts: restarts(e.Service.Meta)})
 		for _, c := range e.Checks {
 			if c.ServiceName != "" {
 				checks = append(checks, fmt.Sprintf("%s/%s/%s/%d", c.Node, c.CheckID, c.Status, c.ModifyIndex))
@@ -280,6 +283,16 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 	}
 	w.instances[service] = next
 	return true
+}
+
+// restarts reads a replica's restart count from its registration's meta
+// (0 when absent or not a count).
+func restarts(meta map[string]string) int {
+	n, err := strconv.Atoi(meta[wire.MetaReplicaRestarts])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // maxNote bounds an instance's Note.

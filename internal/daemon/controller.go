@@ -273,7 +273,7 @@ func replicaHealth(instances map[string][]catalog.Instance) func(model.Backend) 
 		var h api.ReplicaHealth
 		for _, p := range b.Placements {
 			in, registered := byTag[p.Tag]
-			r := api.ReplicaStatus{Tag: p.Tag, Node: p.Node, State: p.State, Ready: in.Passing, Unheard: in.Expired, Note: in.Note}
+			r := api.ReplicaStatus{Tag: p.Tag, Node: p.Node, State: p.State, Ready: in.Passing, Unheard: in.Expired, Note: in.Note, Restarts: in.Restarts}
 			if !registered {
 				r.Note = "not registered by its node's agent yet"
 			}

@@ -112,7 +112,8 @@ function drawBackends(backends) {
     for (const [node, rs] of Object.entries(byNode)) {
       const line = el("div", "", node + ": ");
       for (const r of rs) {
-        const s = el("span", r.ready ? "ok" : "bad", (r.ready ? "✓ " : "✗ ") + r.tag + (r.state !== "running" ? " (" + r.state + ")" : "") + " ");
+        const s = el("span", r.ready ? "ok" : "bad", (r.ready ? "✓ " : "✗ ") + r.tag + (r.state !== "running" ? " (" + r.state + ")" : "") +
+          (r.restarts ? " (restarted " + r.restarts + "×)" : "") + " ");
         if (r.note) s.title = r.note;
         line.append(s);
       }
