@@ -36,7 +36,7 @@ func chromiumBin(t *testing.T) string {
 func TestConsole(t *testing.T) {
 	browser := chromiumBin(t)
 	token := "console-token-0123456789abcdef"
-	mesh := startTwoNodeMeshWith(t, "console", []string{"--token-file", writeToken(t, token)})
+	mesh := startTwoNodeMeshWith(t, "console", []string{"--token-file", writeToken(t, token)}, nil)
 	ctx := context.Background()
 	for _, name := range []string{"cstable", "ccanary"} {
 		mesh.createBackends(t, model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: demoProcess(name, false)})

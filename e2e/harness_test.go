@@ -569,18 +569,18 @@ type twoNodeMesh struct {
 // are name-n1 and name-n2.
 func startTwoNodeMesh(t *testing.T, name string) *twoNodeMesh {
 	t.Helper()
-	return startTwoNodeMeshWith(t, name, nil)
+	return startTwoNodeMeshWith(t, name, nil, nil)
 }
 
 // startTwoNodeMeshWith is startTwoNodeMesh with more controller arguments
-// (say, --token-file: then m.c sends that token).
-func startTwoNodeMeshWith(t *testing.T, name string, ctlArgs []string) *twoNodeMesh {
+// (say, --token-file: then m.c sends that token) and agent arguments.
+func startTwoNodeMeshWith(t *testing.T, name string, ctlArgs, agentArgs []string) *twoNodeMesh {
 	t.Helper()
 	m := &twoNodeMesh{consul: startConsul(t)}
 	m.ctl = startController(t, m.consul, name, ctlArgs)
 	m.ctl.waitLeading(20 * time.Second)
-	m.n1 = startMTLSNode(t, m.consul, name+"-n1", "127.0.0.2", m.ctl.xdsAddr)
-	m.n2 = startMTLSNode(t, m.consul, name+"-n2", "127.0.0.3", m.ctl.xdsAddr)
+	m.n1 = startMTLSNode(t, m.consul, name+"-n1", "127.0.0.2", m.ctl.xdsAddr, agentArgs...)
+	m.n2 = startMTLSNode(t, m.consul, name+"-n2", "127.0.0.3", m.ctl.xdsAddr, agentArgs...)
 	m.c = m.ctl.client(readFileOr(t, m.ctl.tokenFile()))
 	return m
 }

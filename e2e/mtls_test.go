@@ -38,11 +38,11 @@ type mtlsNode struct {
 	inbound, secrets string
 }
 
-func startMTLSNode(t *testing.T, consul *testutil.Consul, id, address, xds string) *mtlsNode {
+func startMTLSNode(t *testing.T, consul *testutil.Consul, id, address, xds string, extraArgs ...string) *mtlsNode {
 	t.Helper()
 	dir := t.TempDir()
 	n := &mtlsNode{inbound: freeAddrOn(t, address), secrets: filepath.Join(dir, "secrets")}
-	n.agentProc = startAgentArgs(t, consul, id, address, xds, 4, []string{"--inbound", n.inbound, "--work-dir", dir})
+	n.agentProc = startAgentArgs(t, consul, id, address, xds, 4, append([]string{"--inbound", n.inbound, "--work-dir", dir}, extraArgs...))
 	return n
 }
 

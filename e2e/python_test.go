@@ -2,11 +2,16 @@ package e2e
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // pythonBin is the project's Python with pytest, which `make tools`
@@ -47,4 +52,77 @@ func TestPythonClient(t *testing.T) {
 		t.Fatalf("pytest: %v\n%s", err, out)
 	}
 	t.Logf("pytest:\n%s", lastLines(string(out), 5))
+}
+
+// TestPythonBackend serves a Python model class (e2e/testdata/pymodel)
+// with the Python replica runtime, as processes the agents run, on the
+// default mesh (mTLS, two nodes): split 3:1 between two backends of it,
+// half mirrored to a third, and one backend's user_config reaching its
+// replicas' reconfigure method.
+func TestPythonBackend(t *testing.T) {
+	python, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		t.Fatalf("the system's python3 runs the replicas: %v", err)
+	}
+	runtime, _ := filepath.Abs("../clients/python/src/servemesh/replica.py")
+	src, _ := filepath.Abs("../clients/python/src")
+	models, _ := filepath.Abs("testdata/pymodel")
+	mesh := startTwoNodeMeshWith(t, "py", nil, []string{"--allow-command", python})
+	process := func() *model.ProcessSpec {
+		return &model.ProcessSpec{Command: python, HealthPath: "/-/healthz", ReconfigurePath: "/-/reconfigure",
+			Args: []string{runtime, "--path", src, "--path", models, "--host", "${HOST}", "--port", "${PORT}", "model:Model"}}
+	}
+	var uc model.UserConfig
+	if err := uc.UnmarshalJSON([]byte(`{"threshold": 0.3}`)); err != nil {
+		t.Fatal(err)
+	}
+	mesh.createBackends(t,
+		model.Backend{Name: "pya", Process: process(), Config: model.BackendConfig{NumReplicas: 2, CPUs: 1, UserConfig: uc}},
+		model.Backend{Name: "pyb", Process: process(), Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}},
+		model.Backend{Name: "pyc", Process: process(), Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}})
+	ctx := context.Background()
+	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "pyep", Route: "/pyep", Traffic: map[string]float64{"pya": 0.75, "pyb": 0.25},
+		Shadows: map[string]float64{"pyc": 0.5}}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + mesh.n1.public + "/pyep"
+	defer func() {
+		if t.Failed() {
+			resp, err := http.Get(url) //nolint:noctx // debug
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				t.Logf("GET %s: %d %s %q", url, resp.StatusCode, resp.Header, b)
+			}
+		}
+	}()
+	waitReplicasAnswer(t, "the Python replicas to answer", url, 3, 60)
+	testutil.WaitFor(t, 20*time.Second, "pya's replicas to take their user_config", func() bool {
+		for range 20 {
+			var got struct {
+				Backend string         `json:"backend"`
+				Config  map[string]any `json:"config"`
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err := doJSON(req, &got); err != nil || (got.Backend == "pya" && got.Config["threshold"] != 0.3) {
+				return false
+			}
+		}
+		return true
+	})
+	mirrored := func() float64 { v, _ := readEnvoyStat(mesh.n1.admin, "cluster.pyc.upstream_rq_total"); return v }
+	before := mirrored()
+	const n = 400
+	counts := sendMany(t, url, n)
+	checkShare(t, "requests on pyb (weight 0.25)", counts["pyb"], n, 0.25)
+	if counts["pyc"] != 0 {
+		t.Fatalf("%d answers came from the shadow pyc", counts["pyc"])
+	}
+	var last float64
+	testutil.WaitFor(t, 10*time.Second, "the mirrored requests to be counted", func() bool {
+		cur := mirrored()
+		settled := cur == last && cur > before
+		last = cur
+		return settled
+	})
+	checkShare(t, "requests mirrored to pyc (0.5)", int(last-before), n, 0.5)
 }

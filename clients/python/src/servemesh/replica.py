@@ -1,0 +1,243 @@
+"""Serve a Python model class as a servemesh replica, with no web framework.
+
+    python -m servemesh.replica module:Class [--path DIR]... [--host HOST] [--port PORT]
+
+(or python3 .../servemesh/replica.py ..., which needs nothing installed)
+loads Class from module (searched in each --path folder first, then the
+current folder and Python's path; servemesh refuses $PYTHONPATH in a
+backend's environment, so a backend names its folders with --path),
+makes one instance (its __init__ may load weights: the replica is not
+ready until it returns), and serves HTTP on $HOST:$PORT, which the agent
+sets:
+
+- GET /-/healthz answers 200 once the instance is made: the backend's
+  process health_path;
+- POST /-/reconfigure passes the JSON body, the backend's user_config, to
+  the instance's reconfigure method (Ray Serve's): the backend's process
+  reconfigure_path; the agent posts it on start and on every change;
+- any other request calls the instance with a Request. A method decorated
+  with servemesh.replica.batch receives a list of Requests instead, up to
+  max_batch_size at a time (Ray Serve's accept_batch).
+
+What the instance returns is the answer: a Response, bytes or str (as
+text), or anything else as JSON. An exception answers 500 with its message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List, Optional
+
+HEALTH_PATH = "/-/healthz"
+RECONFIGURE_PATH = "/-/reconfigure"
+
+
+class Request:
+    """One HTTP request, as the model's code sees it."""
+
+    def __init__(self, method: str, path: str, query: Dict[str, List[str]], headers: Dict[str, str], body: bytes):
+        self.method, self.path, self.query, self.headers, self.body = method, path, query, headers, body
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
+
+    def text(self) -> str:
+        return self.body.decode("utf-8")
+
+
+class Response:
+    """An answer with its own status and headers."""
+
+    def __init__(self, body: Any = b"", status: int = 200, headers: Optional[Dict[str, str]] = None):
+        self.body, self.status, self.headers = body, status, dict(headers or {})
+
+
+def _encode(result: Any) -> Response:
+    if isinstance(result, Response):
+        r = result
+    else:
+        r = Response(result)
+    body = r.body
+    if isinstance(body, bytes):
+        r.headers.setdefault("Content-Type", "application/octet-stream")
+    elif isinstance(body, str):
+        body = body.encode("utf-8")
+        r.headers.setdefault("Content-Type", "text/plain; charset=utf-8")
+    else:
+        body = json.dumps(body).encode("utf-8")
+        r.headers.setdefault("Content-Type", "application/json")
+    r.body = body
+    return r
+
+
+class _Batcher:
+    """Collects the calls of one batched method into lists: a call waits
+    until its batch is full (max_batch_size) or batch_wait_timeout_s has
+    passed since the batch's first call, then the method runs once for the
+    batch, on one thread, and each call gets its own result."""
+
+    def __init__(self, fn: Callable[[Any, List[Any]], List[Any]], instance: Any, max_batch_size: int, timeout_s: float):
+        self.fn, self.instance, self.max, self.timeout = fn, instance, max_batch_size, timeout_s
+        self.cond = threading.Condition()
+        self.pending: List[list] = []  # [request, result, error, done]
+        threading.Thread(target=self._run, daemon=True, name="servemesh-batcher").start()
+
+    def call(self, request: Any) -> Any:
+        item = [request, None, None, threading.Event()]
+        with self.cond:
+            self.pending.append(item)
+            self.cond.notify_all()
+        item[3].wait()
+        if item[2] is not None:
+            raise item[2]
+        return item[1]
+
+    def _take(self) -> List[list]:
+        with self.cond:
+            while not self.pending:
+                self.cond.wait()
+            deadline = time.monotonic() + self.timeout
+            while len(self.pending) < self.max:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            batch, self.pending = self.pending[: self.max], self.pending[self.max :]
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            try:
+                results = self.fn(self.instance, [item[0] for item in batch])
+                if not isinstance(results, list) or len(results) != len(batch):
+                    raise TypeError(f"{self.fn.__name__} must return a list of {len(batch)} results, one per request; it returned {type(results).__name__}")
+                for item, result in zip(batch, results):
+                    item[1] = result
+            except Exception as e:  # every call of the batch gets the error
+                for item in batch:
+                    item[2] = e
+            for item in batch:
+                item[3].set()
+
+
+def batch(_fn: Optional[Callable] = None, *, max_batch_size: int = 8, batch_wait_timeout_s: float = 0.0):
+    """Makes a method that takes a list of requests and returns a list of
+    results (one each) serve requests one by one: concurrent requests are
+    gathered into lists of up to max_batch_size, waiting at most
+    batch_wait_timeout_s for a batch to fill (Ray Serve's accept_batch and
+    serve.batch)."""
+    if max_batch_size < 1:
+        raise ValueError("max_batch_size must be at least 1")
+    if batch_wait_timeout_s < 0:
+        raise ValueError("batch_wait_timeout_s must not be negative")
+
+    def decorate(fn: Callable) -> Callable:
+        attr = "_servemesh_batcher_" + fn.__name__
+        lock = threading.Lock()
+
+        @functools.wraps(fn)
+        def call_one(self: Any, request: Any) -> Any:
+            batcher = self.__dict__.get(attr)
+            if batcher is None:
+                with lock:
+                    batcher = self.__dict__.get(attr)
+                    if batcher is None:
+                        batcher = _Batcher(fn, self, max_batch_size, batch_wait_timeout_s)
+                        self.__dict__[attr] = batcher
+            return batcher.call(request)
+
+        call_one.servemesh_batched = True  # type: ignore[attr-defined]
+        return call_one
+
+    return decorate(_fn) if _fn is not None else decorate
+
+
+def load(target: str, paths: Optional[List[str]] = None) -> Any:
+    """Makes the instance that module:Class (or module:function) names,
+    looking in the folders paths first."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"servemesh.replica: {target!r}: name the model as module:Class, such as model:Model")
+    sys.path[:0] = [*(paths or []), os.getcwd()]
+    obj = getattr(importlib.import_module(module_name), attr)
+    return obj() if isinstance(obj, type) else obj
+
+
+def make_server(instance: Any, host: str, port: int) -> ThreadingHTTPServer:
+    """An HTTP server of instance on host:port (port 0 picks one)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: Any) -> None:  # no line per request
+            pass
+
+        def _answer(self, r: Response) -> None:
+            self.send_response(r.status)
+            for k, v in r.headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(r.body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(r.body)
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            url = urllib.parse.urlsplit(self.path)
+            try:
+                if url.path == HEALTH_PATH:
+                    self._answer(_encode("ok"))
+                elif url.path == RECONFIGURE_PATH and self.command == "POST":
+                    self._answer(_encode(self._reconfigure(body)))
+                else:
+                    req = Request(self.command, url.path, urllib.parse.parse_qs(url.query), dict(self.headers.items()), body)
+                    self._answer(_encode(instance(req)))
+            except Exception as e:
+                traceback.print_exc()
+                self._answer(_encode(Response(f"{type(e).__name__}: {e}", status=500)))
+
+        def _reconfigure(self, body: bytes) -> Any:
+            method = getattr(instance, "reconfigure", None)
+            if method is None:
+                return Response("the model has no reconfigure method to take user_config", status=400)
+            method(json.loads(body or b"null"))
+            return {"reconfigured": True}
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m servemesh.replica", description="Serve a Python model class as a servemesh replica.")
+    p.add_argument("model", help="module:Class (or module:function) to serve")
+    p.add_argument("--path", action="append", default=[], help="a folder to find the model's module in (repeat)")
+    p.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"), help="address to listen on (default $HOST)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")), help="port to listen on (default $PORT)")
+    args = p.parse_args(argv)
+    # Run as a script or with -m, this module is __main__: the model's
+    # `from servemesh.replica import batch, Response` must find this same
+    # module, or its Responses and batches would be another copy's.
+    sys.modules.setdefault("servemesh.replica", sys.modules[__name__])
+    instance = load(args.model, args.path)  # before listening: not ready until loaded
+    server = make_server(instance, args.host, args.port)
+    print(f"servemesh.replica: serving {args.model} on {args.host}:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

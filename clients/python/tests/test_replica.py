@@ -1,0 +1,112 @@
+"""The replica runtime, served in this process on a free port."""
+
+import json
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from servemesh import replica
+
+
+class Echo:
+    def __init__(self):
+        self.config = None
+
+    def reconfigure(self, config):
+        self.config = config
+
+    def __call__(self, request):
+        if request.path == "/fail":
+            raise RuntimeError("broken on purpose")
+        if request.path == "/text":
+            return "hello"
+        return {"method": request.method, "path": request.path, "body": request.json(), "config": self.config,
+                "shadow": request.headers.get("X-Servemesh-Shadow")}
+
+
+class Batched:
+    def __init__(self):
+        self.sizes = []
+
+    @replica.batch(max_batch_size=4, batch_wait_timeout_s=0.2)
+    def __call__(self, requests):
+        self.sizes.append(len(requests))
+        time.sleep(0.05)  # a fixed cost per call, whatever the batch
+        return [{"n": r.json()["n"], "batch": len(requests)} for r in requests]
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(instance):
+        server = replica.make_server(instance, "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for s in servers:
+        s.shutdown()
+
+
+def call(url, method="GET", body=None, headers=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.headers.get("Content-Type"), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), e.read()
+
+
+def test_serves_health_reconfigure_and_calls(serve):
+    url = serve(Echo())
+    assert call(url + replica.HEALTH_PATH)[0] == 200
+    status, _, body = call(url + replica.RECONFIGURE_PATH, "POST", {"threshold": 0.5})
+    assert status == 200 and json.loads(body) == {"reconfigured": True}
+    status, ctype, body = call(url + "/predict", "POST", {"x": 1}, {"X-Servemesh-Shadow": "model"})
+    assert status == 200 and ctype == "application/json"
+    assert json.loads(body) == {"method": "POST", "path": "/predict", "body": {"x": 1}, "config": {"threshold": 0.5}, "shadow": "model"}
+    assert call(url + "/text")[1:] == ("text/plain; charset=utf-8", b"hello")
+    status, _, body = call(url + "/fail")
+    assert status == 500 and b"broken on purpose" in body
+
+
+def test_reconfigure_without_the_method_is_refused(serve):
+    class Plain:
+        def __call__(self, request):
+            return "x"
+
+    status, _, body = call(serve(Plain()) + replica.RECONFIGURE_PATH, "POST", {"a": 1})
+    assert status == 400 and b"no reconfigure method" in body
+
+
+def test_batches_concurrent_requests(serve):
+    model = Batched()
+    url = serve(model)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: json.loads(call(url + "/", "POST", {"n": n})[2]), range(8)))
+    assert sorted(a["n"] for a in answers) == list(range(8))  # each request got its own result
+    assert sum(model.sizes) == 8 and max(model.sizes) <= 4
+    assert max(model.sizes) > 1, f"no batch of more than one request: {model.sizes}"
+
+
+def test_batch_must_return_one_result_per_request(serve):
+    class Wrong:
+        @replica.batch(max_batch_size=2)
+        def __call__(self, requests):
+            return []
+
+    status, _, body = call(serve(Wrong()) + "/")
+    assert status == 500 and b"must return a list of 1 results" in body
+
+
+def test_bad_batch_settings_are_refused():
+    with pytest.raises(ValueError):
+        replica.batch(max_batch_size=0)
+    with pytest.raises(ValueError):
+        replica.batch(batch_wait_timeout_s=-1)
