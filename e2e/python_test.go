@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"os"
@@ -30,9 +31,10 @@ func pythonBin(t *testing.T) string {
 
 // TestPythonClient runs the Python client's pytest suite
 // (clients/python/tests) against live controllers with the real Consul: a
-// leader and a standby, with a token. The suite drives Ray Serve's verbs,
-// checks the typed errors, and has the client follow the leader from the
-// standby and past a dead server.
+// leader and a standby, with a token, the standby serving HTTPS. The
+// suite drives Ray Serve's verbs, checks the typed errors, has the client
+// follow the leader from the standby and past a dead server, and verify
+// the standby's certificate with a CA file.
 func TestPythonClient(t *testing.T) {
 	python := pythonBin(t)
 	consul := startConsul(t)
@@ -40,13 +42,19 @@ func TestPythonClient(t *testing.T) {
 	args := []string{"--plaintext", "--token-file", tokenFile}
 	leader := startController(t, consul, "py-c1", args)
 	leader.waitLeading(20 * time.Second)
-	standby := startController(t, consul, "py-c2", args)
+	ca, dir := newTestCA(t), t.TempDir()
+	ca.issue(t, dir, 400)
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	standby := startController(t, consul, "py-c2", append(args, "--api-tls-cert", filepath.Join(dir, "cert.pem"), "--api-tls-key", filepath.Join(dir, "key.pem")))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
 	cmd.Dir = "../clients/python"
-	cmd.Env = append(os.Environ(), "SERVEMESH_TEST_LEADER="+leader.apiAddr, "SERVEMESH_TEST_STANDBY="+standby.apiAddr,
-		"SERVEMESH_TEST_TOKEN_FILE="+tokenFile)
+	cmd.Env = append(os.Environ(), "SERVEMESH_TEST_LEADER="+leader.apiAddr, "SERVEMESH_TEST_STANDBY=https://"+standby.apiAddr,
+		"SERVEMESH_TEST_TOKEN_FILE="+tokenFile, "SERVEMESH_TEST_CA_FILE="+caFile)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, out)

@@ -1,6 +1,7 @@
 """The tests run against a live controller that e2e TestPythonClient starts
 (the real Consul, two controllers: a leader and a standby), named by
-SERVEMESH_TEST_LEADER, SERVEMESH_TEST_STANDBY and SERVEMESH_TEST_TOKEN_FILE.
+SERVEMESH_TEST_LEADER, SERVEMESH_TEST_STANDBY (https://, its certificate
+signed by SERVEMESH_TEST_CA_FILE) and SERVEMESH_TEST_TOKEN_FILE.
 Without them the tests fail: run them through `make test`."""
 
 import os
@@ -21,4 +22,4 @@ def _env(name):
 @pytest.fixture
 def mesh():
     return {"leader": _env("SERVEMESH_TEST_LEADER"), "standby": _env("SERVEMESH_TEST_STANDBY"),
-            "token_file": _env("SERVEMESH_TEST_TOKEN_FILE")}
+            "token_file": _env("SERVEMESH_TEST_TOKEN_FILE"), "ca_file": _env("SERVEMESH_TEST_CA_FILE")}

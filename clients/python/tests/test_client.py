@@ -53,11 +53,11 @@ def test_typed_errors(mesh):
 def test_follows_the_leader(mesh):
     # The standby first: it answers a write 503 naming the leader, which
     # the client then asks; a dead server is passed over.
-    c = Client([mesh["standby"], "127.0.0.1:1", mesh["leader"]], token_file=mesh["token_file"], failover_wait=10)
+    c = Client([mesh["standby"], "127.0.0.1:1", mesh["leader"]], token_file=mesh["token_file"], ca_file=mesh["ca_file"], failover_wait=10)
     assert c.create_backend("follow", replicas=["127.0.0.1:9301"]) is True
     assert c.leader()["leading"] is True
     c.delete_backend("follow")
-    only_standby = Client(mesh["standby"], token_file=mesh["token_file"], failover_wait=1)
+    only_standby = Client(mesh["standby"], token_file=mesh["token_file"], ca_file=mesh["ca_file"], failover_wait=1)
     with pytest.raises(servemesh.NotLeaderError):
         only_standby.create_backend("nowhere", replicas=["127.0.0.1:9302"])
 
@@ -68,3 +68,12 @@ def test_apply_dry_run(mesh):
     assert res["dry_run"] is True and any("dry" in ch for ch in res["changes"])
     with pytest.raises(servemesh.NotFoundError):
         c.get_backend("dry")
+
+
+def test_https_needs_the_ca(mesh):
+    # The standby serves HTTPS: with the CA file its certificate is
+    # verified and it answers reads; without, nothing is sent.
+    assert Client(mesh["standby"], token_file=mesh["token_file"], ca_file=mesh["ca_file"]).leader()["leading"] is False
+    with pytest.raises(servemesh.NotLeaderError) as e:
+        Client(mesh["standby"], token_file=mesh["token_file"], failover_wait=0).leader()
+    assert "CERTIFICATE_VERIFY_FAILED" in str(e.value)
