@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/pem"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -94,13 +93,9 @@ func TestPythonBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://" + mesh.n1.public + "/pyep"
-	defer func() {
+	defer func() { // on failure, what the endpoint answers
 		if t.Failed() {
-			resp, err := http.Get(url) //nolint:noctx // debug
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				t.Logf("GET %s: %d %s %q", url, resp.StatusCode, resp.Header, b)
-			}
+			t.Logf("GET %s: %v", url, do(httpClient(), http.MethodGet, url, ""))
 		}
 	}()
 	waitReplicasAnswer(t, "the Python replicas to answer", url, 3, 60)
