@@ -110,3 +110,31 @@ def test_bad_batch_settings_are_refused():
         replica.batch(max_batch_size=0)
     with pytest.raises(ValueError):
         replica.batch(batch_wait_timeout_s=-1)
+
+
+def test_runs_as_a_module(tmp_path):
+    # python -m servemesh.replica module:Class, as a backend's process runs
+    # it: loads the class from a --path folder, then listens and answers its
+    # health path; the class's batches and Responses are the runtime's own.
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "tiny.py").write_text(
+        "from servemesh.replica import Response, batch\n"
+        "class Tiny:\n"
+        "    @batch(max_batch_size=2)\n"
+        "    def __call__(self, requests):\n"
+        "        return [Response('tiny', headers={'X-Model': 'tiny'}) for _ in requests]\n")
+    src = os.path.join(os.path.dirname(__file__), "..", "src")
+    proc = subprocess.Popen([sys.executable, "-m", "servemesh.replica", "--path", str(tmp_path), "--port", "0", "tiny:Tiny"],
+                            cwd=src, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "serving tiny:Tiny on 127.0.0.1:" in line, line
+        url = "http://127.0.0.1:" + line.rsplit(":", 1)[1].strip()
+        assert call(url + replica.HEALTH_PATH)[0] == 200
+        assert call(url + "/x")[1:] == ("text/plain; charset=utf-8", b"tiny")
+    finally:
+        proc.terminate()
+        proc.wait(10)
