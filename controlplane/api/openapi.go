@@ -200,6 +200,7 @@ func buildOpenAPI() ([]byte, error) {
 		}
 		item[strings.ToLower(op.method)] = o
 	}
+	schemas.refine()
 	doc := map[string]any{
 		"openapi": "3.1.0",
 		"info": map[string]any{"title": "servemesh controller API", "version": "v1",
@@ -297,6 +298,37 @@ func (s *schemaSet) ref(v any) any {
 		s.defs[name] = def
 	}
 	return map[string]any{"$ref": "#/components/schemas/" + schemaName(t)}
+}
+
+// refine adds to the reflected schemas what the Go types cannot say and
+// validation checks: names' pattern, and weights and proportions in [0, 1].
+// A fuzzer then makes more requests the controller takes, and so reaches
+// further.
+func (s *schemaSet) refine() {
+	property := func(def, prop string) *jsonschema.Schema {
+		if d := s.defs[def]; d != nil && d.Properties != nil {
+			if p, ok := d.Properties.Get(prop); ok {
+				return p
+			}
+		}
+		return nil
+	}
+	for _, def := range []string{"BackendSpec", "Backend", "Endpoint"} {
+		if p := property(def, "name"); p != nil {
+			p.Pattern = model.NamePattern
+		}
+	}
+	unit := func(p *jsonschema.Schema) {
+		if p != nil {
+			p.Minimum, p.Maximum = json.Number("0"), json.Number("1")
+		}
+	}
+	for _, at := range [][2]string{{"Endpoint", "traffic"}, {"Endpoint", "shadows"}, {"TrafficRequest", "traffic"}} {
+		if p := property(at[0], at[1]); p != nil {
+			unit(p.AdditionalProperties)
+		}
+	}
+	unit(property("ShadowRequest", "proportion"))
 }
 
 // schemaName names a type's schema: its Go name, with its package's for

@@ -60,7 +60,11 @@ const ReservedPrefix = "servemesh-"
 
 // namePattern is what backend and endpoint names may look like. Endpoint names
 // double as host names inside the mesh, so they stay DNS-label-like.
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+var namePattern = regexp.MustCompile(NamePattern)
+
+// NamePattern is namePattern's regular expression, for descriptions of
+// the API (its OpenAPI schemas).
+const NamePattern = `^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`
 
 // routeSegment is what a route's path segments may contain: RFC 3986 unreserved
 // characters and a few sub-delimiters, nothing that needs escaping.
