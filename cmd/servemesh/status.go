@@ -60,9 +60,13 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 		}
 	}
 	printRolloutRows(tw, r)
-	fmt.Fprintln(tw, "\nBACKEND\tREPLICAS (READY/RUNNING/DESIRED)\tDRAINING\tAUTOSCALED\tIN FLIGHT\tHELD\tREQ/S\tERR/S")
+	fmt.Fprintln(tw, "\nBACKEND\tREPLICAS (READY/RUNNING/DESIRED)\tDRAINING\tRESTARTS\tAUTOSCALED\tIN FLIGHT\tHELD\tREQ/S\tERR/S")
 	for _, b := range r.Backends {
-		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%v\t%.0f\t%.0f\t%.1f\t%.1f\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, b.Autoscaled, b.InFlight, b.Held, b.RequestRate, b.ErrorRate)
+		restarts := 0
+		for _, rep := range b.Replicas {
+			restarts += rep.Restarts
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%d\t%v\t%.0f\t%.0f\t%.1f\t%.1f\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, restarts, b.Autoscaled, b.InFlight, b.Held, b.RequestRate, b.ErrorRate)
 	}
 	fmt.Fprintln(tw, "\nNODE\tCONNECTED\tLATEST CONFIG\tNACKS")
 	for _, n := range r.Nodes {

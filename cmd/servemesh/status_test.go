@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+)
+
+// TestStatusCountsRestarts: the backends' table sums their replicas'
+// restarts.
+func TestStatusCountsRestarts(t *testing.T) {
+	var out bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetOut(&out)
+	r := api.StatusReport{Backends: []api.BackendStatus{{Name: "flaky", Ready: 1, Running: 2, Desired: 2,
+		Replicas: []api.ReplicaStatus{{Tag: "flaky#1", Restarts: 3}, {Tag: "flaky#2", Restarts: 1}}}}}
+	if err := printStatus(cmd, r); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "BACKEND") {
+			row := strings.Fields(lines[i+1])
+			if !strings.Contains(l, "RESTARTS") || row[0] != "flaky" || row[3] != "4" {
+				t.Fatalf("status:\n%s", out.String())
+			}
+			return
+		}
+	}
+	t.Fatalf("no backends table:\n%s", out.String())
+}
