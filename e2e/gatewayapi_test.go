@@ -66,24 +66,7 @@ spec:
 			t.Fatalf("GET /gw with x-canary: yes: %d from %q; want 200 from the canary", resp.StatusCode, got)
 		}
 	}
-	// Every request enters at n1, whose Envoy sends each mirrored copy
-	// through its cluster of the shadow.
-	const n = 400
-	mirrored := func() float64 { v, _ := readEnvoyStat(mesh.n1.admin, "cluster.shadow.upstream_rq_total"); return v }
-	before := mirrored()
-	counts := sendMany(t, url, n)
-	checkShare(t, "requests on the canary (weight 1 of 4)", counts["canary"], n, 0.25)
-	if counts["shadow"] != 0 {
-		t.Fatalf("%d answers came from the shadow, whose answers are dropped", counts["shadow"])
-	}
-	var last float64
-	testutil.WaitFor(t, 10*time.Second, "the mirrored requests to be counted", func() bool {
-		cur := mirrored()
-		settled := cur == last && cur > before
-		last = cur
-		return settled
-	})
-	checkShare(t, "requests mirrored to the shadow (50%)", int(last-before), n, 0.5)
+	checkSplitAndMirror(t, mesh.n1, url, 400, "canary", 0.25, "shadow", 0.5)
 	if code, out, errOut := cli(t, env, "apply", "-f", file, "--dry-run"); code != 0 {
 		t.Fatalf("apply --dry-run again: %d %s %s", code, out, errOut)
 	}

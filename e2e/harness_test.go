@@ -659,3 +659,27 @@ func doJSON(req *http.Request, out any) error {
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
+
+// checkSplitAndMirror sends n requests to url, which enters at node's
+// Envoy, and checks that split's share of them is answered by split's
+// backend, that none is answered by shadow, and that shadow's share of
+// them was mirrored to it (counted by node's Envoy, which sends each copy
+// through its cluster of shadow).
+func checkSplitAndMirror(t *testing.T, node *mtlsNode, url string, n int, split string, splitShare float64, shadow string, shadowShare float64) {
+	t.Helper()
+	mirrored := func() float64 { v, _ := readEnvoyStat(node.admin, "cluster."+shadow+".upstream_rq_total"); return v }
+	before := mirrored()
+	counts := sendMany(t, url, n)
+	checkShare(t, fmt.Sprintf("requests on %s", split), counts[split], n, splitShare)
+	if counts[shadow] != 0 {
+		t.Fatalf("%d answers came from the shadow %s, whose answers are dropped", counts[shadow], shadow)
+	}
+	var last float64
+	testutil.WaitFor(t, 10*time.Second, "the mirrored requests to be counted", func() bool {
+		cur := mirrored()
+		settled := cur == last && cur > before
+		last = cur
+		return settled
+	})
+	checkShare(t, fmt.Sprintf("requests mirrored to %s", shadow), int(last-before), n, shadowShare)
+}

@@ -112,20 +112,5 @@ func TestPythonBackend(t *testing.T) {
 		}
 		return true
 	})
-	mirrored := func() float64 { v, _ := readEnvoyStat(mesh.n1.admin, "cluster.pyc.upstream_rq_total"); return v }
-	before := mirrored()
-	const n = 400
-	counts := sendMany(t, url, n)
-	checkShare(t, "requests on pyb (weight 0.25)", counts["pyb"], n, 0.25)
-	if counts["pyc"] != 0 {
-		t.Fatalf("%d answers came from the shadow pyc", counts["pyc"])
-	}
-	var last float64
-	testutil.WaitFor(t, 10*time.Second, "the mirrored requests to be counted", func() bool {
-		cur := mirrored()
-		settled := cur == last && cur > before
-		last = cur
-		return settled
-	})
-	checkShare(t, "requests mirrored to pyc (0.5)", int(last-before), n, 0.5)
+	checkSplitAndMirror(t, mesh.n1, url, 400, "pyb", 0.25, "pyc", 0.5)
 }

@@ -276,15 +276,3 @@ def _seg(name: str) -> str:
 def _hostport(server: str) -> str:
     return server.split("://", 1)[-1].rstrip("/")
 
-
-__all__ = [
-    "Client",
-    "ServemeshError",
-    "InvalidError",
-    "UnauthorizedError",
-    "ForbiddenError",
-    "NotFoundError",
-    "ConflictError",
-    "NotLeaderError",
-    "UnavailableError",
-]
