@@ -103,10 +103,6 @@ func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen u
 		s.mu.Lock()
 		st.set = snap
 		st.generation, st.refused = gen, ""
-		st.expected = make(map[string]string, len(snapshotTypes))
-		for _, typ := range snapshotTypes {
-			st.expected[typ] = snap.GetVersion(typ)
-		}
 		s.mu.Unlock()
 	}
 }

@@ -1,12 +1,10 @@
 package server
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/xds/translate"
 )
@@ -68,24 +66,12 @@ func (k *kind) add(name string, r types.Resource, version string, prev *kind) er
 		k.items[name] = prev.items[name]
 		return nil
 	}
-	twin, err := encoded(r)
+	twin, err := translate.Encode(r)
 	if err != nil {
 		return err
 	}
 	k.items[name] = twin
 	return nil
-}
-
-// encoded is r's twin: a message of r's type holding r's deterministic
-// encoding as unknown fields.
-func encoded(r types.Resource) (types.Resource, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", proto.MessageName(r), err)
-	}
-	twin := r.ProtoReflect().Type().New()
-	twin.SetUnknown(b)
-	return twin.Interface(), nil
 }
 
 // itemsWithTTL are the items as state-of-the-world responses take them.

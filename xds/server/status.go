@@ -17,8 +17,7 @@ type nodeState struct {
 	node       wire.ProxyNode
 	streams    int
 	generation uint64            // model generation of the node's snapshot
-	set        snapshot          // the kinds the caches hold for the node (owned by the publisher)
-	expected   map[string]string // type URL -> version of the node's snapshot
+	set        snapshot          // the kinds the caches hold for the node: what it should ACK (written by the publisher, under mu)
 	acked      map[string]string // type URL -> version the node last ACKed
 	nacks      int
 	lastNACK   string
@@ -122,16 +121,25 @@ func (s *Server) onRequest(id streamKey, node *core.Node, typeURL, version, nonc
 	return sent.version, ""
 }
 
+// ackedAll reports whether the node ACKed every type of its snapshot.
+// Called with mu held.
+func (n *nodeState) ackedAll() bool {
+	if n.set == nil {
+		return false
+	}
+	for _, typ := range snapshotTypes {
+		if n.acked[typ] != n.set.GetVersion(typ) {
+			return false
+		}
+	}
+	return true
+}
+
 // observeConvergence records how long the node took to ACK its current
 // generation, the first time it is in sync with it. Called with mu held.
 func (s *Server) observeConvergence(n *nodeState) {
-	if n.converged >= n.generation || len(n.expected) == 0 {
+	if n.converged >= n.generation || !n.ackedAll() {
 		return
-	}
-	for typ, v := range n.expected {
-		if n.acked[typ] != v {
-			return
-		}
 	}
 	n.converged = n.generation
 	if at, ok := s.acceptedAt[n.generation]; ok {
@@ -256,17 +264,15 @@ func (s *Server) Status() []NodeStatus {
 			Generation: n.generation, ModelGeneration: s.generation,
 			Acked: map[string]string{}, Expected: map[string]string{},
 		}
-		inSync := n.generation == s.generation && len(n.expected) > 0
-		for typ, v := range n.expected {
-			ns.Expected[shortType(typ)] = v
-			if n.acked[typ] != v {
-				inSync = false
+		if n.set != nil {
+			for _, typ := range snapshotTypes {
+				ns.Expected[shortType(typ)] = n.set.GetVersion(typ)
 			}
 		}
 		for typ, v := range n.acked {
 			ns.Acked[shortType(typ)] = v
 		}
-		ns.InSync = inSync
+		ns.InSync = n.generation == s.generation && n.ackedAll()
 		out = append(out, ns)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

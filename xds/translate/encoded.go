@@ -34,6 +34,17 @@ func encode(name string, m proto.Message) (Encoded, error) {
 	return encodedAs(name, m.ProtoReflect().Type(), b, hashBytes(b)), nil
 }
 
+// Encode is m held as its deterministic encoding: a message of m's type
+// whose unknown fields are the encoding (what Encoded.Resource is), for
+// the resources the xDS server encodes itself (clusters, listeners).
+func Encode(m proto.Message) (proto.Message, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", proto.MessageName(m), err)
+	}
+	return encodedAs("", m.ProtoReflect().Type(), b, "").Resource, nil
+}
+
 // encodedAs is the message of type t whose encoding is b, under name and
 // version.
 func encodedAs(name string, t protoreflect.MessageType, b []byte, version string) Encoded {
