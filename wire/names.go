@@ -261,3 +261,27 @@ const ExitedNote = "the replica's process exited"
 // ConfigVersionHeader carries, on the POST that gives a replica its
 // backend's user_config, the config's version.
 const ConfigVersionHeader = "x-servemesh-config-version"
+
+// Load-aware picking (xds/translate's inference.go): a node's inbound
+// listener asks its agent's picker, a gRPC ext_proc server on PickerSocket
+// in the Envoy's folder (cluster PickerCluster), which replica takes each
+// request of a load-aware backend; the picker names it in dynamic metadata
+// (PickerNamespace, PickedReplicaKey: "IP:port"), which the inbound
+// cluster follows, and adds the node's ORCA load report to the answer
+// (LoadReportHeader), which the calling node weighs nodes by and removes.
+const (
+	PickerSocket     = "picker.sock"
+	PickerCluster    = "servemesh_picker"
+	PickerNamespace  = "envoy.lb"
+	PickedReplicaKey = "x-servemesh-replica"
+	LoadReportHeader = "endpoint-load-metrics"
+)
+
+// Model-name routing: the model a request's body names is read into the
+// dynamic metadata ModelMetadata, as ModelKey, or ModelMissingKey when the
+// body names none.
+const (
+	ModelMetadata   = "servemesh.model"
+	ModelKey        = "model"
+	ModelMissingKey = "missing"
+)

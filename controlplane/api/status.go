@@ -150,6 +150,11 @@ func NewStatusReport(in StatusInputs) StatusReport {
 		for b := range e.Shadows {
 			uses[b]++
 		}
+		if e.ModelRouting != nil {
+			for b := range e.UsedBackends() {
+				uses[b] += 2 // a share of the endpoint's requests per model: no shadow share
+			}
+		}
 	}
 	for _, e := range m.Endpoints {
 		es := endpointStatus(e, in.Backends, in.Endpoints[e.Name], uses)
@@ -184,10 +189,7 @@ func NewStatusReport(in StatusInputs) StatusReport {
 // name, with their live rates.
 func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad, own autoscale.BackendLoad, uses map[string]int) EndpointStatus {
 	es := EndpointStatus{Name: e.Name, Route: e.Route, RequestRate: own.RequestRate, ErrorRate: own.ErrorRate}
-	names := map[string]bool{}
-	for b := range e.Traffic {
-		names[b] = true
-	}
+	names := e.UsedBackends()
 	for b := range e.Shadows {
 		names[b] = true
 	}

@@ -114,11 +114,15 @@ func (c *Controller) DeleteBackend(ctx context.Context, name string) (bool, erro
 		}
 		var routes, shadows []string
 		for _, e := range m.Endpoints {
-			if _, ok := e.Traffic[name]; ok {
+			_, routed := e.Traffic[name]
+			p, mirrored := e.Shadows[name]
+			switch {
+			case routed:
 				routes = append(routes, fmt.Sprintf("%q", e.Name))
-			}
-			if p, ok := e.Shadows[name]; ok && p > 0 {
+			case mirrored && p > 0:
 				shadows = append(shadows, fmt.Sprintf("%q", e.Name))
+			case e.UsedBackends()[name]:
+				routes = append(routes, fmt.Sprintf("%q", e.Name)) // its match rules or models
 			}
 		}
 		var uses []string
@@ -159,7 +163,7 @@ func (c *Controller) CreateEndpoint(ctx context.Context, e model.Endpoint) (bool
 				}
 			}
 		}
-		for b := range e.Traffic {
+		for b := range e.UsedBackends() {
 			if findBackend(m, b) < 0 {
 				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered; create the backend first", b)
 			}

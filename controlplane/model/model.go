@@ -220,6 +220,9 @@ type BackendConfig struct {
 	// Autoscaling, if set, lets the controller choose NumReplicas from the
 	// backend's load (process backends only).
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
+	// LoadAware, if set, picks the replicas by their load rather than by
+	// least requests (model servers; see inference.go).
+	LoadAware *LoadAware `json:"load_aware,omitempty"`
 }
 
 // AutoscalingConfig is Ray Serve's autoscaling policy: keep about
@@ -277,6 +280,9 @@ type BackendConfigPatch struct {
 	// Autoscaling replaces the autoscaling config; an empty one
 	// ({"max_replicas": 0}) turns autoscaling off.
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
+	// LoadAware replaces the load-aware setting; an empty one ({}) turns
+	// it off.
+	LoadAware *LoadAware `json:"load_aware,omitempty"`
 	// Replicas replaces the replicas of a backend of listed replicas (not
 	// of a process or external one).
 	Replicas []ReplicaSpec `json:"replicas,omitempty"`
@@ -317,13 +323,19 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 			c.Autoscaling = nil
 		}
 	}
+	if p.LoadAware != nil {
+		c.LoadAware = p.LoadAware
+		if *p.LoadAware == (LoadAware{}) {
+			c.LoadAware = nil
+		}
+	}
 	return c
 }
 
 // Empty reports whether the patch changes nothing.
 func (p BackendConfigPatch) Empty() bool {
 	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.HoldTimeoutS == nil && p.MaxHeld == nil && p.Resources == nil && p.UserConfig == nil &&
-		p.Autoscaling == nil && p.Replicas == nil
+		p.Autoscaling == nil && p.LoadAware == nil && p.Replicas == nil
 }
 
 // WithoutProcessOnlyFields returns b without the fields that size the
@@ -430,6 +442,12 @@ type Endpoint struct {
 	// candidate in stages judged by live figures; while it is active it
 	// sets the candidate's traffic, shadow and match rule (ApplyRollout).
 	Rollout *Rollout `json:"rollout,omitempty"`
+	// ModelRouting, if set, splits and mirrors requests by the model their
+	// JSON body names, in place of Traffic and Shadows (inference.go).
+	ModelRouting *ModelRouting `json:"model_routing,omitempty"`
+	// Criticality is what the endpoint's requests are when they carry no
+	// CriticalityHeader: critical (the default) or sheddable.
+	Criticality Criticality `json:"criticality,omitempty"`
 }
 
 // RequestMatch is a rule of an endpoint: requests whose header (or
@@ -608,6 +626,10 @@ func Clone(m *Model) *Model {
 			o := *b.Config.Outlier
 			b.Config.Outlier = &o
 		}
+		if b.Config.LoadAware != nil {
+			l := *b.Config.LoadAware
+			b.Config.LoadAware = &l
+		}
 		out.Backends = append(out.Backends, b)
 	}
 	for _, e := range m.Endpoints {
@@ -632,6 +654,7 @@ func CloneEndpoint(e Endpoint) Endpoint {
 		e.Retry = &r
 	}
 	cloneEndpointRollout(&e)
+	e.ModelRouting = cloneModelRouting(e.ModelRouting)
 	return e
 }
 
@@ -650,7 +673,7 @@ func configsEqual(a, b BackendConfig) bool {
 		a.MemoryMB == b.MemoryMB && a.HoldTimeoutS == b.HoldTimeoutS && a.MaxHeld == b.MaxHeld &&
 		bytes.Equal(a.UserConfig, b.UserConfig) && (a.UserConfig == nil) == (b.UserConfig == nil) &&
 		maps.Equal(a.Resources, b.Resources) && (a.Resources == nil) == (b.Resources == nil) &&
-		ptrsEqual(a.Outlier, b.Outlier) && ptrsEqual(a.Autoscaling, b.Autoscaling)
+		ptrsEqual(a.Outlier, b.Outlier) && ptrsEqual(a.Autoscaling, b.Autoscaling) && ptrsEqual(a.LoadAware, b.LoadAware)
 }
 
 // ptrsEqual is reflect.DeepEqual of two pointers, without reflection when
@@ -668,7 +691,8 @@ func EndpointsEqual(a, b Endpoint) bool {
 		(maps.Equal(a.Shadows, b.Shadows) || maps.Equal(nonZero(a.Shadows), nonZero(b.Shadows))) &&
 		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
 		slices.Equal(a.Match, b.Match) && ptrsEqual(a.Sticky, b.Sticky) && ptrsEqual(a.Retry, b.Retry) &&
-		rolloutsEqual(a.Rollout, b.Rollout)
+		rolloutsEqual(a.Rollout, b.Rollout) && modelRoutingsEqual(a.ModelRouting, b.ModelRouting) &&
+		a.EffectiveCriticality() == b.EffectiveCriticality()
 }
 
 func nonZero(m map[string]float64) map[string]float64 {

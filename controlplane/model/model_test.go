@@ -204,6 +204,10 @@ func TestEqualityCoversEveryField(t *testing.T) {
 		func(e *Endpoint) { e.Sticky = &StickyKey{Header: "x"} },
 		func(e *Endpoint) { e.Retry = &RetryPolicy{Attempts: 2} },
 		func(e *Endpoint) { e.Rollout = &Rollout{Candidate: "b"} },
+		func(e *Endpoint) {
+			e.ModelRouting = &ModelRouting{Models: map[string]ModelTraffic{"m": {Traffic: map[string]float64{"a": 1}}}}
+		},
+		func(e *Endpoint) { e.Criticality = Sheddable },
 	} {
 		e := CloneEndpoint(base)
 		change(&e)
@@ -211,7 +215,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 			t.Errorf("EndpointsEqual misses a change: %+v", e)
 		}
 	}
-	if n := reflect.TypeFor[Endpoint]().NumField(); n != 12 {
+	if n := reflect.TypeFor[Endpoint]().NumField(); n != 14 {
 		t.Errorf("Endpoint has %d fields; cover the new ones here and in EndpointsEqual", n)
 	}
 	b := Backend{Name: "b"}
@@ -324,6 +328,7 @@ func TestConfigsEqualCoversEveryField(t *testing.T) {
 		"HoldTimeoutS":         func(c *BackendConfig) { c.HoldTimeoutS = 1 },
 		"MaxHeld":              func(c *BackendConfig) { c.MaxHeld = 1 },
 		"Autoscaling":          func(c *BackendConfig) { c.Autoscaling = &AutoscalingConfig{} },
+		"LoadAware":            func(c *BackendConfig) { c.LoadAware = &LoadAware{} },
 	}
 	typ := reflect.TypeFor[BackendConfig]()
 	for i := range typ.NumField() {

@@ -420,6 +420,9 @@ func backendUsers(m *Model) map[string][]string {
 		for _, m := range e.Match {
 			add(m.Backend)
 		}
+		for _, b := range SortedKeys(e.UsedBackends()) {
+			add(b)
+		}
 	}
 	return out
 }

@@ -145,8 +145,7 @@ func (m *Model) Validate() error {
 			}
 		}
 		validateMethods(&p, field+".methods", e.Methods)
-		validateTraffic(&p, field+".traffic", e.Traffic, backends)
-		validateShadows(&p, field+".shadows", e.Shadows, backends)
+		validateInference(&p, field, e, backends)
 		validateTimeouts(&p, field, e)
 		validateMatches(&p, field+".match", e.Match, backends)
 		if e.Sticky != nil {
@@ -340,6 +339,7 @@ func validateBackend(p *problems, field string, b Backend) {
 	if o := b.Config.Outlier; o != nil {
 		validateOutlier(p, field+".config.outlier", *o)
 	}
+	validateLoadAware(p, field+".config.load_aware", b)
 	seen := make(map[string]bool, len(b.Replicas))
 	for j, r := range b.Replicas {
 		// Field names are formatted only for problems: models hold many replicas.

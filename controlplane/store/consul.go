@@ -207,7 +207,7 @@ func dropDangling(m *model.Model, s *snapshot, c *Consul) *model.Model {
 	kept := m.Endpoints[:0:0]
 	for _, e := range m.Endpoints {
 		missing := ""
-		for _, b := range append(model.SortedKeys(e.Traffic), model.SortedKeys(e.Shadows)...) {
+		for _, b := range append(model.SortedKeys(e.Traffic), model.SortedKeys(e.UsedBackends())...) {
 			if !have[b] {
 				missing = b
 				break

@@ -42,7 +42,7 @@ func buildInboundListener(node wire.ProxyNode, t *MTLS, local []model.Backend) (
 		}},
 	}
 	for _, b := range local {
-		chain, err := inboundChain(node, t, b.Name)
+		chain, err := inboundChain(node, t, b)
 		if err != nil {
 			return nil, err
 		}
@@ -53,7 +53,8 @@ func buildInboundListener(node wire.ProxyNode, t *MTLS, local []model.Backend) (
 
 // inboundChain serves backend on the inbound listener: mTLS terminated
 // with the backend's identity, then HTTP to the backend's replicas here.
-func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.FilterChain, error) {
+func inboundChain(node wire.ProxyNode, t *MTLS, b model.Backend) (*listener.FilterChain, error) {
+	backend := b.Name
 	downstream := &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
 		CommonTlsContext: &tlsv3.CommonTlsContext{
@@ -72,6 +73,18 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack router filter: %w", err)
 	}
+	var filters []*hcm.HttpFilter
+	if loadAware(b) {
+		picker, err := pickerFilter(backend)
+		if err != nil {
+			return nil, err
+		}
+		filters = append(filters, picker)
+	}
+	filters = append(filters, &hcm.HttpFilter{
+		Name:       "envoy.filters.http.router",
+		ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
+	})
 	manager, err := anypb.New(&hcm.HttpConnectionManager{
 		StatPrefix:     wire.InboundListener + "_" + backend,
 		CodecType:      hcm.HttpConnectionManager_AUTO,
@@ -100,10 +113,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, backend string) (*listener.Filte
 				}},
 			}},
 		}},
-		HttpFilters: []*hcm.HttpFilter{{
-			Name:       "envoy.filters.http.router",
-			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
-		}},
+		HttpFilters:      filters,
 		LocalReplyConfig: inboundLocalReplies,
 	})
 	if err != nil {
@@ -156,7 +166,7 @@ func localReplyHeader(flags []string, header string) *hcm.ResponseMapper {
 // each at most max_concurrent_queries at a time, with the rest queued. Its
 // replicas come by EDS (inboundAssignments), so a replica's health change
 // leaves the cluster as it is.
-func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
+func buildInboundCluster(b model.Backend, node string) (*cluster.Cluster, error) {
 	c := &cluster.Cluster{
 		Name:                 wire.InboundClusterName(b.Name),
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
@@ -171,7 +181,10 @@ func buildInboundCluster(b model.Backend, node string) *cluster.Cluster {
 		c.TypedExtensionProtocolOptions = http2Options()
 	}
 	c.OutlierDetection = outlierDetection(b.Config.Outlier) // each replica of the node
-	return c
+	if loadAware(b) {
+		return c, pickedReplicaCluster(c)
+	}
+	return c, nil
 }
 
 // inboundAssignments are, for every node with replicas of a backend reached

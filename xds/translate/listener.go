@@ -136,7 +136,8 @@ func httpListener(name, address string, port uint32, routes routeSource, logged 
 }
 
 // outboundFilters are the HTTP filters of the listeners that send requests
-// to backends: gRPC statistics, then the router. Envoy counts a backend's
+// to backends: gRPC statistics, the model filters (off but on the routes of
+// model-routed endpoints, see inference.go), then the router. Envoy counts a backend's
 // answers by HTTP status (upstream_rq_5xx); a gRPC call fails with an HTTP
 // 200 and a grpc-status, which the grpc_stats filter counts as
 // cluster.<backend>.grpc.failure (every status but OK; no per-method
@@ -154,10 +155,13 @@ func outboundFilters() ([]*hcm.HttpFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pack router filter: %w", err)
 	}
-	return []*hcm.HttpFilter{
-		{Name: "envoy.filters.http.grpc_stats", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: grpcStats}},
-		{Name: "envoy.filters.http.router", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig}},
-	}, nil
+	models, err := modelFilters()
+	if err != nil {
+		return nil, err
+	}
+	filters := []*hcm.HttpFilter{{Name: "envoy.filters.http.grpc_stats", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: grpcStats}}}
+	filters = append(filters, models...)
+	return append(filters, &hcm.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig}}), nil
 }
 
 // adsConfigSource points a resource at the aggregated xDS stream.

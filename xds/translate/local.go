@@ -46,7 +46,9 @@ func localView(c *cluster.Cluster, b model.Backend, node string) (*cluster.Clust
 func nodeViewAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
 	eachNodeOf(m, func(b model.Backend, node string, own []model.Replica) {
-		out = append(out, withActivator(nodeViewAssignment(b, node, own), wire.ActivatorSocket))
+		if !loadAware(b) { // its nodes call their own replicas through the inbound listener
+			out = append(out, withActivator(nodeViewAssignment(b, node, own), wire.ActivatorSocket))
+		}
 	})
 	return out
 }

@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -136,7 +137,14 @@ func forNode(node wire.ProxyNode, t *MTLS, local []model.Backend, shared map[str
 	out.Listeners = append(out.Listeners, inbound)
 	sortByName(out.Listeners, func(l *listener.Listener) string { return l.GetName() })
 	for _, b := range local {
-		out.Clusters = append(out.Clusters, buildInboundCluster(b, node.ID))
+		inboundCluster, err := buildInboundCluster(b, node.ID)
+		if err != nil {
+			return nil, err
+		}
+		out.Clusters = append(out.Clusters, inboundCluster)
+		if loadAware(b) {
+			continue // called through the inbound listener, as other nodes call it
+		}
 		c, ok := shared[wire.ClusterName(b.Name)]
 		if !ok {
 			return nil, fmt.Errorf("node %q: no shared cluster of backend %q", node.ID, b.Name)
@@ -146,6 +154,9 @@ func forNode(node wire.ProxyNode, t *MTLS, local []model.Backend, shared map[str
 			return nil, err
 		}
 		out.Clusters = append(out.Clusters, view)
+	}
+	if slices.ContainsFunc(local, loadAware) {
+		out.Clusters = append(out.Clusters, pickerCluster())
 	}
 	return out, nil
 }
@@ -185,10 +196,11 @@ func localBackends(m *model.Model, node string) []model.Backend {
 // calling node's identity (from its SecretsDir, the same path on every
 // node, so the clusters stay shared).
 func secureClusters(m *model.Model, t *MTLS, clusters []*cluster.Cluster) error {
-	secure := map[string]bool{}
+	secure, loadAwareClusters := map[string]bool{}, map[string]bool{}
 	for _, b := range m.Backends {
 		if tlsBackend(b) && !b.ResolvedByDNS() {
 			secure[wire.ClusterName(b.Name)] = true
+			loadAwareClusters[wire.ClusterName(b.Name)] = loadAware(b)
 		}
 	}
 	for _, c := range clusters {
@@ -207,6 +219,11 @@ func secureClusters(m *model.Model, t *MTLS, clusters []*cluster.Cluster) error 
 		// Each replica's own limit is kept by its node's inbound cluster;
 		// here a host is a node with several replicas.
 		c.CircuitBreakers.PerHostThresholds = nil
+		if loadAwareClusters[c.GetName()] {
+			if err := loadAwareCluster(c); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

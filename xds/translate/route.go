@@ -110,7 +110,7 @@ func virtualHost(name string, routes []*route.Route) *route.VirtualHost {
 		RequestHeadersToAdd: backendHeader("%UPSTREAM_CLUSTER%"),
 		// What a node's inbound listener tells its callers stays inside;
 		// only a node marks a request as a shadow.
-		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader},
+		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader, wire.LoadReportHeader},
 		RequestHeadersToRemove:  []string{wire.ShadowHeader},
 		RetryPolicy:             sharedRetryPolicy(),
 	}
@@ -168,6 +168,10 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 		if len(idempotent) > 0 {
 			name += group.suffix
 		}
+		if e.ModelRouting != nil {
+			routes = append(routes, modelRoutes(e, match, methodMatcher(group.methods), name, group.retry)...)
+			continue
+		}
 		// The endpoint's match rules first, in order, each to its backend;
 		// then the weighted split.
 		for i, rule := range e.Match {
@@ -180,6 +184,9 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 		m := match()
 		m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods)}
 		routes = append(routes, forwardingRoute(name, m, e, group.retry))
+	}
+	if e.ModelRouting != nil {
+		routes = append(routes, modelAnswers(e, match, methodMatcher(methods))...)
 	}
 	return append(routes,
 		&route.Route{
@@ -203,7 +210,7 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 // vhost.<vhost>.route.<endpoint>.upstream_rq_*.
 func forwardingRoute(name string, m *route.RouteMatch, e model.Endpoint, retry string) *route.Route {
 	return &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
-		Action: &route.Route_Route{Route: routeAction(e, retry)}}
+		Action: &route.Route_Route{Route: routeAction(e, retry)}, RequestHeadersToAdd: criticalityHeader(e)}
 }
 
 // ruleMatcher matches a request's header, or its cookie, as rule says.

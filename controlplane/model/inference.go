@@ -1,0 +1,262 @@
+package model
+
+import (
+	"maps"
+	"slices"
+	"math"
+	"regexp"
+	"strings"
+)
+
+// Serving model traffic: what the Gateway API Inference Extension adds to a
+// gateway, as settings of servemesh's backends and endpoints.
+//
+//   - A backend's LoadAware setting has the node in front of each replica
+//     pick the replica by its load (and report the node's load to the
+//     callers, which weigh nodes by it), and shed sheddable requests when
+//     every replica there is saturated.
+//   - An endpoint's ModelRouting chooses the split, and the shadows, by the
+//     model a request's JSON body names.
+//   - An endpoint's Criticality is what its requests are when they say
+//     nothing (CriticalityHeader).
+
+// LoadAware picks a backend's replicas by their load: the requests each has
+// in flight (counted by its node, which every request to it crosses), how
+// long it takes to answer, and, when MetricsPath is set, the queue and
+// KV-cache use the server itself reports. Its replicas must be run by
+// servemesh's agents (a process backend) in the mesh's default mTLS mode.
+type LoadAware struct {
+	// MetricsPath is where the replica serves Prometheus metrics (vLLM:
+	// /metrics); empty reads none.
+	MetricsPath string `json:"metrics_path,omitempty"`
+	// QueueMetric is the gauge of requests waiting in the server
+	// (vLLM: vllm:num_requests_waiting); RunningMetric of those it is
+	// running (vllm:num_requests_running); KVCacheMetric of the share of
+	// its KV cache in use, from 0 to 1 (vllm:gpu_cache_usage_perc). Empty
+	// names are not read.
+	QueueMetric   string `json:"queue_metric,omitempty"`
+	RunningMetric string `json:"running_metric,omitempty"`
+	KVCacheMetric string `json:"kv_cache_metric,omitempty"`
+	// QueueLimit is how many waiting requests (QueueMetric) saturate a
+	// replica; 0: only max_concurrent_queries in flight does.
+	QueueLimit int `json:"queue_limit,omitempty"`
+	// KVCacheLimit is the KV-cache use that saturates a replica (0.95 by
+	// default when KVCacheMetric is set).
+	KVCacheLimit float64 `json:"kv_cache_limit,omitempty"`
+}
+
+// DefaultKVCacheLimit is LoadAware.KVCacheLimit's default.
+const DefaultKVCacheLimit = 0.95
+
+// EffectiveKVCacheLimit is the KV-cache use that saturates a replica.
+func (l LoadAware) EffectiveKVCacheLimit() float64 {
+	if l.KVCacheLimit == 0 {
+		return DefaultKVCacheLimit
+	}
+	return l.KVCacheLimit
+}
+
+// ModelRouting routes an endpoint's requests by the model their JSON body
+// names (the OpenAI API's "model"): each model has its own split and
+// shadows. A request whose body names no model is answered 400, one naming
+// a model not listed 404. Bodies are buffered to be read, up to
+// MaxModelBodyBytes (413 beyond).
+type ModelRouting struct {
+	// Field is the body's top-level field that names the model; "model"
+	// by default.
+	Field string `json:"field,omitempty"`
+	// Models are the split and shadows of each model name.
+	Models map[string]ModelTraffic `json:"models"`
+}
+
+// ModelTraffic is one model's traffic and shadow policies, as an
+// endpoint's own.
+type ModelTraffic struct {
+	Traffic map[string]float64 `json:"traffic"`
+	Shadows map[string]float64 `json:"shadows,omitempty"`
+}
+
+// DefaultModelField is ModelRouting.Field's default.
+const DefaultModelField = "model"
+
+// MaxModelBodyBytes is the largest body of a model-routed request: each
+// node's Envoy buffers it whole to read the model (its per-connection
+// buffer limit, 1 MiB).
+const MaxModelBodyBytes = 1 << 20
+
+// EffectiveField is the body field that names the model.
+func (r ModelRouting) EffectiveField() string {
+	if r.Field == "" {
+		return DefaultModelField
+	}
+	return r.Field
+}
+
+// Criticality is how a request fares when its backend is saturated.
+type Criticality string
+
+// The criticalities of a request.
+const (
+	// Critical requests wait for a replica when all are saturated.
+	Critical Criticality = "critical"
+	// Sheddable requests are answered 429 with Retry-After when every
+	// replica of a load-aware backend on the node they reach is saturated.
+	Sheddable Criticality = "sheddable"
+)
+
+// CriticalityHeader carries a request's criticality; without it, the
+// request is its endpoint's Criticality.
+const CriticalityHeader = "x-servemesh-criticality"
+
+// Limits of an endpoint's model routing.
+const (
+	MaxModels       = 256
+	MaxModelNameLen = 256
+)
+
+// modelField is what a model field may be called: a JSON key without
+// spaces or quotes.
+var modelField = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// metricName is a Prometheus metric name (vLLM's have colons).
+var metricName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]{0,199}$`)
+
+// UsedBackends are the backends an endpoint sends to: in its traffic, its
+// shadows, its match rules and its models' traffic and shadows.
+func (e Endpoint) UsedBackends() map[string]bool {
+	out := map[string]bool{}
+	for b := range e.Traffic {
+		out[b] = true
+	}
+	for b, p := range e.Shadows {
+		if p > 0 {
+			out[b] = true
+		}
+	}
+	for _, m := range e.Match {
+		out[m.Backend] = true
+	}
+	if e.ModelRouting != nil {
+		for _, t := range e.ModelRouting.Models {
+			for b := range t.Traffic {
+				out[b] = true
+			}
+			for b, p := range t.Shadows {
+				if p > 0 {
+					out[b] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// validateLoadAware checks a backend's load_aware setting.
+func validateLoadAware(p *problems, field string, b Backend) {
+	l := b.Config.LoadAware
+	if l == nil {
+		return
+	}
+	if b.Process == nil && !slices.ContainsFunc(b.Replicas, func(r Replica) bool { return r.Node != "" }) { // the data plane's view of a process backend names their nodes
+		p.add(field, "needs replicas servemesh's agents run (a process backend): the node in front of each replica picks it; remove load_aware or give the backend a process")
+	}
+	if l.MetricsPath != "" && (!strings.HasPrefix(l.MetricsPath, "/") || len(l.MetricsPath) > MaxRouteBytes || strings.ContainsAny(l.MetricsPath, " ?#")) {
+		p.add(field+".metrics_path", "%.80q is not a path; write one such as /metrics", l.MetricsPath)
+	}
+	for name, v := range map[string]string{"queue_metric": l.QueueMetric, "running_metric": l.RunningMetric, "kv_cache_metric": l.KVCacheMetric} {
+		if v == "" {
+			continue
+		}
+		if !metricName.MatchString(v) {
+			p.add(field+"."+name, "%.80q is not a Prometheus metric name; write one such as vllm:num_requests_waiting", v)
+		}
+		if l.MetricsPath == "" {
+			p.add(field+"."+name, "is read from the replicas' metrics: set metrics_path too (vLLM: /metrics)")
+		}
+	}
+	if l.QueueLimit < 0 || l.QueueLimit > MaxConcurrentQueriesLimit {
+		p.add(field+".queue_limit", "is %d; set the waiting requests that saturate a replica, from 1 to %d, or 0 to go by max_concurrent_queries alone", l.QueueLimit, MaxConcurrentQueriesLimit)
+	}
+	if l.QueueLimit > 0 && l.QueueMetric == "" {
+		p.add(field+".queue_limit", "needs queue_metric: the limit applies to the queue the server reports")
+	}
+	if k := l.KVCacheLimit; math.IsNaN(k) || k < 0 || k > 1 {
+		p.add(field+".kv_cache_limit", "is %v; set a share of the KV cache from 0 to 1 (0.9 is 90%%), or leave it out for %v", k, DefaultKVCacheLimit)
+	}
+}
+
+// validateInference checks an endpoint's model routing and criticality.
+func validateInference(p *problems, field string, e Endpoint, backends map[string]bool) {
+	switch e.Criticality {
+	case "", Critical, Sheddable:
+	default:
+		p.add(field+".criticality", "%q is not a criticality; use %q (the default) or %q", e.Criticality, Critical, Sheddable)
+	}
+	r := e.ModelRouting
+	if r == nil {
+		validateTraffic(p, field+".traffic", e.Traffic, backends)
+		validateShadows(p, field+".shadows", e.Shadows, backends)
+		return
+	}
+	field += ".model_routing"
+	if len(e.Traffic) > 0 || len(nonZero(e.Shadows)) > 0 || len(e.Match) > 0 || e.Sticky != nil || e.Rollout != nil {
+		p.add(field, "splits by model: give each model its traffic and shadows under model_routing.models, and leave the endpoint's own traffic, shadows, match, sticky and rollout out")
+	}
+	if r.Field != "" && !modelField.MatchString(r.Field) {
+		p.add(field+".field", "%.80q is not a JSON field name of letters, digits, '_', '.' or '-' (at most 64); the default is %q", r.Field, DefaultModelField)
+	}
+	if len(r.Models) == 0 {
+		p.add(field+".models", "is empty; give at least one model its traffic, for example {llama-3-8b: {traffic: {llama-a: 1}}}")
+	}
+	if len(r.Models) > MaxModels {
+		p.add(field+".models", "lists %d models; at most %d", len(r.Models), MaxModels)
+		return
+	}
+	for _, name := range SortedKeys(r.Models) {
+		mf := field + ".models." + name
+		if name == "" || len(name) > MaxModelNameLen || strings.ContainsFunc(name, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+			p.add(mf, "%.80q is not a model name: 1 to %d printable characters", name, MaxModelNameLen)
+		}
+		validateTraffic(p, mf+".traffic", r.Models[name].Traffic, backends)
+		validateShadows(p, mf+".shadows", r.Models[name].Shadows, backends)
+	}
+}
+
+// EffectiveCriticality is what the endpoint's requests are when they say
+// nothing.
+func (e Endpoint) EffectiveCriticality() Criticality {
+	if e.Criticality == "" {
+		return Critical
+	}
+	return e.Criticality
+}
+
+// cloneModelRouting returns a deep copy of r.
+func cloneModelRouting(r *ModelRouting) *ModelRouting {
+	if r == nil {
+		return nil
+	}
+	out := &ModelRouting{Field: r.Field, Models: make(map[string]ModelTraffic, len(r.Models))}
+	for name, t := range r.Models {
+		out.Models[name] = ModelTraffic{Traffic: maps.Clone(t.Traffic), Shadows: maps.Clone(t.Shadows)}
+	}
+	return out
+}
+
+// modelRoutingsEqual reports whether two model routings are the same,
+// treating a shadow of 0 as none.
+func modelRoutingsEqual(a, b *ModelRouting) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.EffectiveField() != b.EffectiveField() || len(a.Models) != len(b.Models) {
+		return false
+	}
+	for name, ta := range a.Models {
+		tb, ok := b.Models[name]
+		if !ok || !maps.Equal(ta.Traffic, tb.Traffic) || !maps.Equal(nonZero(ta.Shadows), nonZero(tb.Shadows)) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,79 @@
+package model
+
+import (
+	"strings"
+	"testing"
+)
+
+func inferenceModel() *Model {
+	proc := &ProcessSpec{Command: "/opt/model/serve"}
+	return &Model{
+		Backends: []Backend{
+			{Name: "llama-a", Process: proc, Config: BackendConfig{LoadAware: &LoadAware{}}},
+			{Name: "llama-b", Process: proc},
+			{Name: "mistral", Process: proc},
+		},
+		Endpoints: []Endpoint{{Name: "chat", Route: "/v1", Methods: []string{"POST"}, Criticality: Sheddable,
+			ModelRouting: &ModelRouting{Models: map[string]ModelTraffic{
+				"llama-3-8b": {Traffic: map[string]float64{"llama-a": 0.75, "llama-b": 0.25}, Shadows: map[string]float64{"mistral": 0.5}},
+				"mistral-7b": {Traffic: map[string]float64{"mistral": 1}},
+			}}}},
+	}
+}
+
+func TestInferenceSettingsValidate(t *testing.T) {
+	m := inferenceModel()
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Endpoints[0].UsedBackends(); len(got) != 3 {
+		t.Errorf("used backends %v, want the three the models name", got)
+	}
+	c := Clone(m)
+	c.Endpoints[0].ModelRouting.Models["llama-3-8b"].Traffic["llama-a"] = 0.5
+	if m.Endpoints[0].ModelRouting.Models["llama-3-8b"].Traffic["llama-a"] != 0.75 {
+		t.Error("Clone shares the models' traffic")
+	}
+	if EndpointsEqual(m.Endpoints[0], c.Endpoints[0]) {
+		t.Error("EndpointsEqual misses a model's weight")
+	}
+}
+
+// TestBadInferenceSettingsNameTheField: each bad setting is refused with
+// its field and what to write.
+func TestBadInferenceSettingsNameTheField(t *testing.T) {
+	cases := map[string]struct {
+		change func(m *Model)
+		field  string
+	}{
+		"load_aware without a process": {func(m *Model) {
+			m.Backends[0].Process, m.Backends[0].Replicas = nil, []Replica{{Address: "10.0.0.1:80"}}
+		}, "backends[0] (\"llama-a\").config.load_aware: needs replicas servemesh's agents run"},
+		"a metric without a path": {func(m *Model) { m.Backends[0].Config.LoadAware.QueueMetric = "vllm:num_requests_waiting" },
+			"load_aware.queue_metric: is read from the replicas' metrics: set metrics_path"},
+		"a metric name": {func(m *Model) {
+			m.Backends[0].Config.LoadAware = &LoadAware{MetricsPath: "/metrics", KVCacheMetric: "gpu cache"}
+		}, "load_aware.kv_cache_metric: \"gpu cache\" is not a Prometheus metric name"},
+		"a KV-cache limit": {func(m *Model) { m.Backends[0].Config.LoadAware.KVCacheLimit = 2 }, "load_aware.kv_cache_limit: is 2"},
+		"a criticality":    {func(m *Model) { m.Endpoints[0].Criticality = "urgent" }, "criticality: \"urgent\" is not a criticality"},
+		"traffic beside models": {func(m *Model) { m.Endpoints[0].Traffic = map[string]float64{"llama-a": 1} },
+			"endpoints[0] (\"chat\").model_routing: splits by model"},
+		"a model's weights": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Traffic["mistral"] = 0.5 },
+			"model_routing.models.mistral-7b.traffic: weights sum to 0.5"},
+		"a model's unknown backend": {func(m *Model) {
+			m.Endpoints[0].ModelRouting.Models["x"] = ModelTraffic{Traffic: map[string]float64{"nope": 1}}
+		}, "model_routing.models.x.traffic.nope: backend \"nope\" is not defined"},
+		"no models":   {func(m *Model) { m.Endpoints[0].ModelRouting.Models = nil }, "model_routing.models: is empty"},
+		"a bad field": {func(m *Model) { m.Endpoints[0].ModelRouting.Field = "a b" }, "model_routing.field: \"a b\" is not a JSON field name"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := inferenceModel()
+			c.change(m)
+			err := m.Validate()
+			if err == nil || !strings.Contains(err.Error(), c.field) {
+				t.Fatalf("got %v, want a problem with %q", err, c.field)
+			}
+		})
+	}
+}

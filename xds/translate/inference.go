@@ -1,0 +1,293 @@
+package translate
+
+import (
+	"fmt"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extproc "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	jsonmeta "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/json_to_metadata/v3"
+	lua "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	cswrr "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/client_side_weighted_round_robin/v3"
+	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
+	overridehost "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// Serving model traffic (model/inference.go says what users write).
+//
+// Load-aware picking, in two steps, both on the path every request to a
+// replica takes in the default mTLS mode:
+//
+//  1. The calling node picks a node: the backend's cluster balances with
+//     client-side weighted round robin (loadAwareCluster), whose weights
+//     come from the ORCA load reports (wire.LoadReportHeader) on the
+//     answers it gets: each node's is its capacity left, qps/utilization.
+//  2. That node's inbound listener asks its agent (the picker, an ext_proc
+//     server on wire.PickerSocket) which of its replicas takes the
+//     request: the agent knows each one's requests in flight (they all
+//     cross it), its time to answer and, if the backend says where, the
+//     queue and KV cache its server reports. It answers with the replica
+//     (dynamic metadata that the inbound cluster's override_host policy
+//     follows), or 429 for a sheddable request when every replica there is
+//     saturated; and adds the node's load report to the answer. Without an
+//     answer in time, Envoy picks by least requests.
+//
+// A node calls its own replicas of a load-aware backend through its own
+// inbound listener too (no local view), so the picker sees every request.
+//
+// Model-name routing: an endpoint's routes match the model in dynamic
+// metadata (wire.ModelMetadata). The first match of a request, before its
+// body is read, is the endpoint's last route (readModelRoute), which turns
+// on two filters for it: json_to_metadata reads the model from the body
+// (buffered, within the listener's buffer limit), then a line of Lua
+// clears the route cache, so the request is matched again, now with its
+// model.
+
+// Load reports and picking take effect quickly: a new node's reports count
+// after a second, stale ones are dropped after ten.
+const (
+	loadBlackout       = time.Second
+	loadWeightUpdate   = 250 * time.Millisecond
+	loadWeightExpiry   = 10 * time.Second
+	pickerTimeout      = 200 * time.Millisecond
+	pickerGrpcDeadline = time.Second
+)
+
+// loadAware reports whether b's replicas are picked by their load.
+func loadAware(b model.Backend) bool { return b.Config.LoadAware != nil }
+
+// loadAwareCluster makes c, a backend's cluster of nodes, weigh them by
+// the load reports on their answers.
+func loadAwareCluster(c *cluster.Cluster) error {
+	policy, err := anypb.New(&cswrr.ClientSideWeightedRoundRobin{
+		BlackoutPeriod:         durationpb.New(loadBlackout),
+		WeightUpdatePeriod:     durationpb.New(loadWeightUpdate),
+		WeightExpirationPeriod: durationpb.New(loadWeightExpiry),
+	})
+	if err != nil {
+		return fmt.Errorf("cluster %s: pack load-aware policy: %w", c.GetName(), err)
+	}
+	c.LbPolicy = cluster.Cluster_ROUND_ROBIN // unused: the policy below
+	c.LoadBalancingPolicy = &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
+		TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.client_side_weighted_round_robin", TypedConfig: policy}}}}
+	return nil
+}
+
+// pickedReplicaCluster makes c, a node's inbound cluster, send each request
+// to the replica its picker named, or by least requests when it named none.
+func pickedReplicaCluster(c *cluster.Cluster) error {
+	fallback, err := anypb.New(&leastrequest.LeastRequest{})
+	if err != nil {
+		return err
+	}
+	policy, err := anypb.New(&overridehost.OverrideHost{
+		OverrideHostSources: []*overridehost.OverrideHost_OverrideHostSource{{
+			Metadata: &metadatav3.MetadataKey{Key: wire.PickerNamespace, Path: []*metadatav3.MetadataKey_PathSegment{{
+				Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: wire.PickedReplicaKey}}}},
+		}},
+		FallbackPolicy: &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
+			TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.least_request", TypedConfig: fallback}}}},
+	})
+	if err != nil {
+		return fmt.Errorf("cluster %s: pack picked-replica policy: %w", c.GetName(), err)
+	}
+	c.LbPolicy = cluster.Cluster_ROUND_ROBIN // unused: the policy below
+	c.LoadBalancingPolicy = &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
+		TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.override_host", TypedConfig: policy}}}}
+	return nil
+}
+
+// pickerFilter asks the node's picker which replica of backend takes each
+// request, and adds the node's load report to each answer.
+func pickerFilter(backend string) (*hcm.HttpFilter, error) {
+	config, err := anypb.New(&extproc.ExternalProcessor{
+		GrpcService: &core.GrpcService{
+			TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: wire.PickerCluster}},
+			Timeout:         durationpb.New(pickerGrpcDeadline),
+			InitialMetadata: []*core.HeaderValue{{Key: wire.BackendHeader, Value: backend}},
+		},
+		// Envoy picks by least requests if the agent does not answer.
+		FailureModeAllow: true,
+		MessageTimeout:   durationpb.New(pickerTimeout),
+		ProcessingMode: &extproc.ProcessingMode{
+			RequestHeaderMode:   extproc.ProcessingMode_SEND,
+			ResponseHeaderMode:  extproc.ProcessingMode_SEND,
+			RequestTrailerMode:  extproc.ProcessingMode_SKIP,
+			ResponseTrailerMode: extproc.ProcessingMode_SKIP,
+		},
+		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
+			Untyped: []string{wire.PickerNamespace}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbound listener, backend %s: pack picker filter: %w", backend, err)
+	}
+	return &hcm.HttpFilter{Name: "envoy.filters.http.ext_proc", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
+}
+
+// pickerCluster reaches the node's picker, an HTTP/2 (gRPC) server on a
+// unix socket in the Envoy's folder.
+func pickerCluster() *cluster.Cluster {
+	return &cluster.Cluster{
+		Name:                 wire.PickerCluster,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+		ConnectTimeout:       durationpb.New(ConnectTimeout),
+		LoadAssignment: &endpoint.ClusterLoadAssignment{ClusterName: wire.PickerCluster, Endpoints: []*endpoint.LocalityLbEndpoints{{
+			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: &core.Address{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: wire.PickerSocket}}},
+			}}}},
+		}}},
+		TypedExtensionProtocolOptions: http2Options(),
+	}
+}
+
+// modelFilters are the outbound listeners' filters that read a request's
+// model from its body, off unless a route turns them on (readModelRoute).
+func modelFilters() ([]*hcm.HttpFilter, error) {
+	read, err := anypb.New(readModel(model.DefaultModelField))
+	if err != nil {
+		return nil, fmt.Errorf("pack json_to_metadata filter: %w", err)
+	}
+	rematch, err := anypb.New(&lua.Lua{DefaultSourceCode: &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: ""}}})
+	if err != nil {
+		return nil, fmt.Errorf("pack lua filter: %w", err)
+	}
+	return []*hcm.HttpFilter{
+		{Name: jsonToMetadataFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: read}},
+		{Name: luaFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: rematch}},
+	}, nil
+}
+
+const (
+	jsonToMetadataFilter = "envoy.filters.http.json_to_metadata"
+	luaFilter            = "envoy.filters.http.lua"
+	// rematchSource matches the request again, once its model is known.
+	rematchSource = "function envoy_on_request(h) h:clearRouteCache() end"
+)
+
+// readModel reads the model named by a body's field into dynamic metadata
+// (wire.ModelMetadata), or marks it missing: no body, not JSON, no such
+// field. Every content type is read (clients do not all say JSON).
+func readModel(field string) *jsonmeta.JsonToMetadata {
+	missing := &jsonmeta.JsonToMetadata_KeyValuePair{MetadataNamespace: wire.ModelMetadata, Key: wire.ModelMissingKey,
+		ValueType: &jsonmeta.JsonToMetadata_KeyValuePair_Value{Value: structpb.NewBoolValue(true)}}
+	return &jsonmeta.JsonToMetadata{RequestRules: &jsonmeta.JsonToMetadata_MatchRules{
+		Rules: []*jsonmeta.JsonToMetadata_Rule{{
+			Selectors: []*jsonmeta.JsonToMetadata_Selector{{Selector: &jsonmeta.JsonToMetadata_Selector_Key{Key: field}}},
+			OnPresent: &jsonmeta.JsonToMetadata_KeyValuePair{MetadataNamespace: wire.ModelMetadata, Key: wire.ModelKey, Type: jsonmeta.JsonToMetadata_STRING},
+			OnMissing: missing,
+			OnError:   missing,
+		}},
+		AllowEmptyContentType:  true,
+		AllowContentTypesRegex: &matcher.RegexMatcher{Regex: ".*"},
+	}}
+}
+
+// modelRoutes are e's routes for each model, then the answers to a request
+// naming no model (400) and to one naming another (404), which is also
+// the route every request first matches (readModelRoute).
+func modelRoutes(e model.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher, name, retry string) []*route.Route {
+	r := e.ModelRouting
+	var routes []*route.Route
+	for _, m := range model.SortedKeys(r.Models) {
+		matched := match()
+		matched.Headers = []*route.HeaderMatcher{methods}
+		matched.DynamicMetadata = []*matcher.MetadataMatcher{modelMatcher(wire.ModelKey,
+			&matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: m}}}})}
+		split := e
+		split.Traffic, split.Shadows = r.Models[m].Traffic, r.Models[m].Shadows
+		routes = append(routes, forwardingRoute(name+"/model/"+m, matched, split, retry))
+	}
+	return routes
+}
+
+// modelAnswers are a model-routed endpoint's answers to requests of its
+// methods that name no model (400) or another (404); the latter is what
+// such a request first matches, and it reads the body (readModelRoute).
+func modelAnswers(e model.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route {
+	field := e.ModelRouting.EffectiveField()
+	missing := match()
+	missing.Headers = []*route.HeaderMatcher{methods}
+	missing.DynamicMetadata = []*matcher.MetadataMatcher{modelMatcher(wire.ModelMissingKey,
+		&matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_PresentMatch{PresentMatch: true}})}
+	unknown := match()
+	unknown.Headers = []*route.HeaderMatcher{methods}
+	models := model.SortedKeys(e.ModelRouting.Models)
+	return []*route.Route{
+		directRoute(e.Name+"/model-missing", missing, 400,
+			fmt.Sprintf("endpoint %q routes by the model a JSON body names in its %q field; send a JSON object with %q set to one of: %s\n", e.Name, field, field, joinQuoted(models))),
+		{Name: e.Name + "/model-unknown", Match: unknown, TypedPerFilterConfig: readModelRoute(field),
+			Action: directAction(404, fmt.Sprintf("endpoint %q serves no such model; its models are: %s\n", e.Name, joinQuoted(models)))},
+	}
+}
+
+// readModelRoute turns the model filters on for a route, reading field.
+func readModelRoute(field string) map[string]*anypb.Any {
+	rematch := &lua.LuaPerRoute{Override: &lua.LuaPerRoute_SourceCode{SourceCode: &core.DataSource{
+		Specifier: &core.DataSource_InlineString{InlineString: rematchSource}}}}
+	return map[string]*anypb.Any{
+		jsonToMetadataFilter: mustAny(&route.FilterConfig{Config: mustAny(readModel(field))}),
+		luaFilter:            mustAny(&route.FilterConfig{Config: mustAny(rematch)}),
+	}
+}
+
+// mustAny packs a message built here, which cannot fail.
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic(err) // a static, valid message
+	}
+	return a
+}
+
+func modelMatcher(key string, value *matcher.ValueMatcher) *matcher.MetadataMatcher {
+	return &matcher.MetadataMatcher{Filter: wire.ModelMetadata,
+		Path:  []*matcher.MetadataMatcher_PathSegment{{Segment: &matcher.MetadataMatcher_PathSegment_Key{Key: key}}},
+		Value: value}
+}
+
+// criticalityHeader marks the requests of a sheddable endpoint that do not
+// say what they are.
+func criticalityHeader(e model.Endpoint) []*core.HeaderValueOption {
+	if e.EffectiveCriticality() == model.Critical {
+		return nil // a request that says nothing is critical
+	}
+	return []*core.HeaderValueOption{{
+		Header:       &core.HeaderValue{Key: model.CriticalityHeader, Value: string(e.EffectiveCriticality())},
+		AppendAction: core.HeaderValueOption_ADD_IF_ABSENT,
+	}}
+}
+
+func directRoute(name string, m *route.RouteMatch, status uint32, body string) *route.Route {
+	return &route.Route{Name: name, Match: m, Action: directAction(status, body)}
+}
+
+func directAction(status uint32, body string) *route.Route_DirectResponse {
+	return &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{
+		Status: status,
+		Body:   &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: body}},
+	}}
+}
+
+func joinQuoted(names []string) string {
+	out := ""
+	for i, n := range names {
+		if i > 0 {
+			out += ", "
+		}
+		out += fmt.Sprintf("%q", n)
+	}
+	return out
+}
