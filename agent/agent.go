@@ -53,6 +53,9 @@ type Options struct {
 	// 127.0.0.1): other nodes reach them through the inbound listener.
 	Secrets *Secrets
 	Inbound string
+	// Picker, if set, follows the replicas the agent runs, to pick them
+	// for the node's Envoy (load-aware backends).
+	Picker *Picker
 }
 
 // Agent runs the replicas placed on its node.
@@ -69,7 +72,8 @@ type Agent struct {
 	runAs                  *syscall.Credential // nil: the agent's user
 	secrets                *Secrets            // nil: no mesh mTLS
 	inbound                string
-	listenHost             string // where replicas listen
+	listenHost             string  // where replicas listen
+	picker                 *Picker // nil: none
 	metrics                *metrics
 
 	replicas map[string]*replica // by tag; owned by Run
@@ -125,7 +129,7 @@ func New(o Options) (*Agent, error) {
 		}
 	}
 	a.devices = newDevices(o.Node.Resources)
-	a.secrets, a.inbound, a.listenHost = o.Secrets, o.Inbound, o.Node.Address
+	a.secrets, a.inbound, a.listenHost, a.picker = o.Secrets, o.Inbound, o.Node.Address, o.Picker
 	a.node.Inbound = o.Inbound // registered: the controller checks replicas' claims against it
 	if (o.Secrets == nil) != (o.Inbound == "") {
 		return nil, fmt.Errorf("agent: mesh mTLS needs both the node's secrets and its inbound listener")

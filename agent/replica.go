@@ -80,6 +80,7 @@ func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Place
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
+	a.picker.Track(p.Tag, backend, r.address())
 	go r.run(runCtx)
 	go heartbeat.RunProbing(runCtx, a.consul.Agent(), r.checkID(), a.checkTTL/3, startupProbe, r.probe, r.log)
 	r.log.Info("replica placed here", "backend", backend, "address", r.address())
@@ -184,6 +185,7 @@ func (r *replica) run(ctx context.Context) {
 // syncs first), then registered again with why in its check's notes (see
 // wire.MaxExitNote). Its next process takes its config again.
 func (r *replica) exited(err error, exits int) {
+	r.a.picker.SetReady(r.tag, false)
 	note := r.exitNote(err, exits)
 	if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), note, api.HealthCritical); uerr != nil {
 		r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
@@ -297,6 +299,15 @@ var probeClient = &http.Client{Timeout: time.Second}
 
 // probe checks the replica for its TTL check's next beat.
 func (r *replica) probe(ctx context.Context) (status, output string) {
+	status, output = r.readiness(ctx)
+	r.mu.Lock()
+	serving := status == api.HealthPassing && !r.draining
+	r.mu.Unlock()
+	r.a.picker.SetReady(r.tag, serving)
+	return status, output
+}
+
+func (r *replica) readiness(ctx context.Context) (status, output string) {
 	if err := r.check(ctx); err != nil {
 		return api.HealthCritical, err.Error()
 	}
@@ -343,6 +354,7 @@ func (r *replica) drain() {
 	}
 	r.draining = true
 	r.mu.Unlock()
+	r.a.picker.SetReady(r.tag, false)
 	r.log.Info("replica draining", "for", r.a.drainGrace)
 	go func() {
 		time.Sleep(r.a.drainGrace)
@@ -355,6 +367,7 @@ func (r *replica) drain() {
 func (r *replica) stop() { r.stopOnce.Do(r.stopNow) }
 
 func (r *replica) stopNow() {
+	r.a.picker.Forget(r.tag)
 	r.cancel() // run stops the process
 	<-r.done
 	_ = r.output.Close()

@@ -81,3 +81,23 @@ func newDemoReplicaCommand(log *slog.Logger) *cobra.Command {
 	c.Flags().DurationVar(&startDelay, "start-delay", 0, "wait this long before listening, as a model server loading its weights does")
 	return c
 }
+
+func newModelServerCommand(log *slog.Logger) *cobra.Command {
+	var o daemon.ModelServerOptions
+	c := &cobra.Command{
+		Use:   "demo-model-server --backend NAME --listen ADDR",
+		Short: "run a stand-in model server: OpenAI-style answers that slow as its batch grows, and vLLM's load gauges at /metrics",
+		Args:  names(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Tag = os.Getenv("SERVEMESH_REPLICA_TAG")
+			return daemon.RunModelServer(cmd.Context(), log.With("cmd", "demo-model-server"), o)
+		},
+	}
+	c.Flags().StringVar(&o.Backend, "backend", "", "the backend this replica belongs to")
+	c.Flags().StringVar(&o.Listen, "listen", "127.0.0.1:9001", "address to listen on")
+	c.Flags().IntVar(&o.Slots, "slots", 4, "requests it runs at once; the rest wait (vllm:num_requests_waiting)")
+	c.Flags().DurationVar(&o.Service, "service", 20*time.Millisecond, "one request's time alone; a full batch doubles it")
+	c.Flags().StringVar(&o.SlowLock, "slow-lock", "", "a file the first replica to create it takes: that replica is --slow-factor times slower")
+	c.Flags().Float64Var(&o.SlowFactor, "slow-factor", 3, "how much slower the replica that takes --slow-lock is")
+	return c
+}

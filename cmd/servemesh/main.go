@@ -87,7 +87,7 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 	}
 	for _, c := range []*cobra.Command{newControllerCommand(log), newAgentCommand(log), newServeCommand(log),
 		newEnvoyCommand(log), newBootstrapCommand(), newDemoStackCommand(log), newDemoCommand(log),
-		newDemoReplicaCommand(log), newValidateCommand()} {
+		newDemoReplicaCommand(log), newModelServerCommand(log), newValidateCommand()} {
 		c.GroupID = "run"
 		root.AddCommand(c)
 	}

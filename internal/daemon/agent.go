@@ -75,13 +75,14 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	// The activator holds requests for backends with no ready replica,
 	// knowing them from the agent's desired state.
 	var running atomic.Pointer[agent.Agent]
+	desired := func() *model.Model {
+		if a := running.Load(); a != nil {
+			return a.Desired()
+		}
+		return nil
+	}
 	activator := agent.NewActivator(agent.ActivatorOptions{Admin: admin, Node: o.Node.ID, Logger: log.With("component", "activator"), Registerer: reg,
-		Desired: func() *model.Model {
-			if a := running.Load(); a != nil {
-				return a.Desired()
-			}
-			return nil
-		}})
+		Desired: desired})
 	status, err := httpserver.Start(ctx, log, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
 		Held: activator.Held,
 		Configs: func() map[string]string {
@@ -107,12 +108,15 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	if secrets != nil {
 		ao.Inbound = o.Inbound
 	}
+	// The picker picks the node's replicas of load-aware backends.
+	picker := agent.NewPicker(desired)
+	ao.Picker = picker
 	a, err := agent.New(ao)
 	if err != nil {
 		return err
 	}
 	running.Store(a)
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	go func() { errs <- a.Run(ctx) }()
 	if !o.NoEnvoy {
 		sup, err := o.Envoy.Supervise(ctx)
@@ -121,6 +125,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		go func() { errs <- sup.Run(ctx) }()
 		go func() { errs <- activator.Serve(ctx, o.Envoy.WorkDir) }()
+		pickerServer := agent.NewPickerServer(picker, log.With("component", "picker"), reg)
+		go func() { errs <- pickerServer.Serve(ctx, o.Envoy.WorkDir) }()
+		go picker.Scrape(ctx)
 		if !o.Envoy.Bootstrap.Node.NoAccessLog {
 			accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
 			log.Info("the node's access log: a JSON line per request", "path", accessLog)

@@ -3,10 +3,13 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
@@ -130,5 +133,46 @@ func RunDemoReplica(ctx context.Context, log *slog.Logger, backend, tag, listen 
 	}
 	<-ctx.Done()
 	fleet.Stop()
+	return nil
+}
+
+// ModelServerOptions configure RunModelServer.
+type ModelServerOptions struct {
+	Backend, Tag, Listen string
+	Slots                int
+	Service              time.Duration
+	// SlowLock, if set, is a file the first replica to create it takes:
+	// that one is SlowFactor times slower than the others.
+	SlowLock   string
+	SlowFactor float64
+}
+
+// RunModelServer runs one stand-in model server (demoreplica.ModelServer)
+// until ctx ends.
+func RunModelServer(ctx context.Context, log *slog.Logger, o ModelServerOptions) error {
+	if o.Backend == "" {
+		return fmt.Errorf("--backend is required")
+	}
+	s := &demoreplica.ModelServer{Backend: o.Backend, Name: cmp.Or(o.Tag, o.Backend), Slots: o.Slots, Service: o.Service, Slowdown: 1}
+	if o.SlowLock != "" {
+		if f, err := os.OpenFile(o.SlowLock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
+			_, _ = fmt.Fprintln(f, s.Name)
+			_ = f.Close()
+			s.Slowdown = o.SlowFactor
+		}
+	}
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("model server: %w", err)
+	}
+	log.Info("model server serving", "backend", o.Backend, "listen", l.Addr().String(), "slots", o.Slots, "service", o.Service, "slowdown", s.Slowdown)
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("model server: %w", err)
+	}
 	return nil
 }

@@ -1,0 +1,151 @@
+package demoreplica
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/servemesh/servemesh/wire"
+)
+
+// ModelServer is a stand-in for a model server (vLLM) in tests, demos and
+// benchmarks: it runs at most Slots requests at a time, each taking
+// Service × Slowdown × (1 + running/Slots) (a batch slows as it grows), and
+// queues the rest; it serves vLLM's load gauges at /metrics and answers
+// OpenAI-style requests with the model the body names.
+type ModelServer struct {
+	Backend, Name string
+	Slots         int
+	Service       time.Duration
+	Slowdown      float64 // 1: normal; 3: three times slower
+
+	mu               sync.Mutex
+	running, waiting int
+	free             *sync.Cond
+	served           int
+}
+
+// ModelAnswer is a ModelServer's answer.
+type ModelAnswer struct {
+	Backend string `json:"backend"`
+	Replica string `json:"replica"`
+	Model   string `json:"model"`
+	Slow    bool   `json:"slow"`
+	Shadow  string `json:"shadow,omitempty"`
+	Queued  int    `json:"queued"` // requests waiting when it arrived
+}
+
+// maxModelRequest bounds a request body the model server reads.
+const maxModelRequest = 1 << 20
+
+func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	switch req.URL.Path {
+	case "/metrics":
+		s.metrics(w)
+		return
+	case "/health":
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	var body struct {
+		Model string `json:"model"`
+	}
+	raw, err := io.ReadAll(io.LimitReader(req.Body, maxModelRequest))
+	if err == nil && len(raw) > 0 {
+		err = json.Unmarshal(raw, &body)
+	}
+	if err != nil {
+		http.Error(w, "not a JSON body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	queued, ok := s.admit(req)
+	if !ok {
+		return // the client left
+	}
+	took := s.work(req)
+	s.release()
+	if !took {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(BackendHeader, s.Backend)
+	w.Header().Set(ReplicaHeader, s.Name)
+	_ = json.NewEncoder(w).Encode(ModelAnswer{Backend: s.Backend, Replica: s.Name, Model: body.Model, Slow: s.Slowdown > 1,
+		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued})
+}
+
+// admit waits for a free slot: how many requests were waiting before it,
+// and false if the client left first.
+func (s *ModelServer) admit(req *http.Request) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.free == nil {
+		s.free = sync.NewCond(&s.mu)
+	}
+	queued := s.waiting
+	s.waiting++
+	stop := wakeWhenGone(req, s.free)
+	defer stop()
+	for s.running >= max(s.Slots, 1) {
+		if req.Context().Err() != nil {
+			s.waiting--
+			return queued, false
+		}
+		s.free.Wait()
+	}
+	s.waiting--
+	s.running++
+	return queued, true
+}
+
+// work takes the request's time, which grows with the running batch.
+func (s *ModelServer) work(req *http.Request) bool {
+	s.mu.Lock()
+	d := time.Duration(float64(s.Service) * max(s.Slowdown, 1) * (1 + float64(s.running)/float64(max(s.Slots, 1))))
+	s.mu.Unlock()
+	select {
+	case <-time.After(d):
+		return true
+	case <-req.Context().Done():
+		return false
+	}
+}
+
+func (s *ModelServer) release() {
+	s.mu.Lock()
+	s.running--
+	s.served++
+	s.mu.Unlock()
+	s.free.Broadcast()
+}
+
+// wakeWhenGone wakes the waiters when req's client leaves, until stop.
+func wakeWhenGone(req *http.Request, c *sync.Cond) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-req.Context().Done():
+			c.L.Lock()
+			c.Broadcast()
+			c.L.Unlock()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// metrics are vLLM's load gauges (its names), the KV cache filling with
+// the requests it holds.
+func (s *ModelServer) metrics(w http.ResponseWriter) {
+	s.mu.Lock()
+	running, waiting := s.running, s.waiting
+	s.mu.Unlock()
+	kv := min(float64(running+waiting)/float64(4*max(s.Slots, 1)), 1)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=%q} %d\n", s.Backend, running)
+	fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=%q} %d\n", s.Backend, waiting)
+	fmt.Fprintf(w, "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=%q} %g\n", s.Backend, kv)
+}

@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// testPicker follows three ready replicas of backend llama (at most 2 in
+// flight each), with time standing still unless the test moves it.
+func testPicker(t *testing.T, la *model.LoadAware) (*Picker, *time.Time) {
+	t.Helper()
+	m := &model.Model{Backends: []model.Backend{{Name: "llama", Config: model.BackendConfig{MaxConcurrentQueries: 2, LoadAware: la}}}}
+	p := NewPicker(func() *model.Model { return m })
+	now := time.Unix(1_000_000, 0)
+	p.now = func() time.Time { return now }
+	for i, tag := range []string{"llama#000001", "llama#000002", "llama#000003"} {
+		p.Track(tag, "llama", fmt.Sprintf("127.0.0.1:900%d", i+1))
+		p.SetReady(tag, true)
+	}
+	return p, &now
+}
+
+// TestPickerPrefersTheFastAndIdle: the picker sends a request to the
+// replica expected to answer first (time to first byte times pending
+// requests plus one), so a replica three times slower gets a request only
+// once the others have three times its queue.
+func TestPickerPrefersTheFastAndIdle(t *testing.T) {
+	p, _ := testPicker(t, &model.LoadAware{})
+	p.mu.Lock()
+	p.replicas["llama#000001"].ttfb = 300 * time.Millisecond
+	p.replicas["llama#000002"].ttfb = 100 * time.Millisecond
+	p.replicas["llama#000003"].ttfb = 100 * time.Millisecond
+	p.mu.Unlock()
+	var got []string
+	for range 4 {
+		c := p.pick("llama", false)
+		got = append(got, c.replica.addr)
+	}
+	want := []string{"127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9002", "127.0.0.1:9003"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("picked %v, want %v: the slow replica costs 0.3 s idle, the fast 0.2 s with one in flight", got, want)
+	}
+	// Both fast replicas now have 2 in flight: saturated
+	// (max_concurrent_queries 2); the slow idle one is the only free one.
+	if c := p.pick("llama", true); c.replica == nil || c.replica.addr != "127.0.0.1:9001" {
+		t.Errorf("picked %+v, want the only replica not saturated", c)
+	}
+}
+
+// TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated: with every
+// replica at max_concurrent_queries, a sheddable request is shed and a
+// critical one still goes to the cheapest replica.
+func TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated(t *testing.T) {
+	p, _ := testPicker(t, &model.LoadAware{})
+	for range 5 {
+		if c := p.pick("llama", true); c.shed || c.replica == nil {
+			t.Fatalf("shed %+v before the replicas were saturated", c)
+		}
+	}
+	last := p.pick("llama", true)
+	if last.replica == nil {
+		t.Fatal("the sixth request found no room: 3 replicas × 2")
+	}
+	if c := p.pick("llama", true); !c.shed {
+		t.Errorf("a sheddable request with every replica saturated got %+v, want shed", c)
+	}
+	if c := p.pick("llama", false); c.shed || c.replica == nil {
+		t.Errorf("a critical request got %+v, want a replica", c)
+	}
+	p.done(last.replica, 10*time.Millisecond)
+	if c := p.pick("llama", true); c.shed || c.replica != last.replica {
+		t.Errorf("after one answer, a sheddable request got %+v, want the replica with room", c)
+	}
+}
+
+// TestPickerReadsTheServersLoad: with a metrics path, a replica whose
+// server reports a full queue or KV cache is saturated, and one with a
+// long queue costs more, though the node has nothing in flight to it.
+func TestPickerReadsTheServersLoad(t *testing.T) {
+	metrics := map[string]string{
+		"127.0.0.1:9001": "vllm:num_requests_waiting{model_name=\"a\"} 7\nvllm:gpu_cache_usage_perc{model_name=\"a\"} 0.2\n",
+		"127.0.0.1:9002": "vllm:num_requests_waiting{model_name=\"a\"} 0\nvllm:gpu_cache_usage_perc{model_name=\"a\"} 0.99\n",
+		"127.0.0.1:9003": "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 1\n",
+	}
+	la := &model.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", KVCacheMetric: "vllm:gpu_cache_usage_perc", QueueLimit: 5}
+	p, now := testPicker(t, la)
+	for addr, text := range metrics {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(text)) }))
+		t.Cleanup(srv.Close)
+		load, err := readServerLoad(context.Background(), scrapeTarget{url: srv.URL + "/metrics", queue: la.QueueMetric, kvCache: la.KVCacheMetric})
+		if err != nil {
+			t.Fatal(err)
+		}
+		load.at = *now
+		p.mu.Lock()
+		for _, r := range p.replicas {
+			if r.addr == addr {
+				r.server = load
+			}
+		}
+		p.mu.Unlock()
+	}
+	if got := p.replicas["llama#000003"].server.waiting; got != 3 {
+		t.Errorf("waiting %v, want 3: a gauge's series summed", got)
+	}
+	c := p.pick("llama", true)
+	if c.replica == nil || c.replica.addr != "127.0.0.1:9003" {
+		t.Fatalf("picked %+v, want 9003: 9001's queue is at its limit (7 ≥ 5), 9002's KV cache past 0.95", c)
+	}
+	*now = now.Add(serverLoadStale)
+	if !strings.Contains(p.Report("llama"), "named_metrics.waiting=0,") {
+		t.Errorf("stale figures still count: %s", p.Report("llama"))
+	}
+}
+
+// TestPickerReportsTheNodesCapacity: the load report's rps over
+// utilization is the node's capacity: replicas × max_concurrent_queries
+// over their time to first byte.
+func TestPickerReportsTheNodesCapacity(t *testing.T) {
+	p, now := testPicker(t, &model.LoadAware{})
+	for range 40 {
+		c := p.pick("llama", false)
+		*now = now.Add(50 * time.Millisecond)
+		p.done(c.replica, 100*time.Millisecond)
+	}
+	report := p.Report("llama")
+	var util, rps float64
+	var inFlight int
+	if _, err := fmt.Sscanf(report, "TEXT application_utilization=%g,rps_fractional=%g,named_metrics.in_flight=%d", &util, &rps, &inFlight); err != nil {
+		t.Fatalf("%q: %v", report, err)
+	}
+	if capacity := rps / util; capacity < 59 || capacity > 61 {
+		t.Errorf("capacity %v (report %q), want 60: 3 replicas × 2 at a time / 0.1 s", capacity, report)
+	}
+	if rps < 19 || rps > 21 || inFlight != 0 {
+		t.Errorf("rps %v in flight %d, want 20 (one answer every 50 ms) and 0", rps, inFlight)
+	}
+}
+
+// TestPickerServerSpeaksExtProc: through a real gRPC stream on the unix
+// socket, as the node's Envoy calls it: the request's headers get the
+// replica in dynamic metadata, or a 429 with Retry-After for a shed one;
+// the answer's headers get the load report, replacing the replica's own.
+func TestPickerServerSpeaksExtProc(t *testing.T) {
+	p, _ := testPicker(t, &model.LoadAware{})
+	dir, err := os.MkdirTemp("", "picker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	srv := NewPickerServer(p, slog.New(slog.DiscardHandler), nil)
+	go func() { _ = srv.Serve(ctx, dir) }()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, wire.PickerSocket), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	client := extproc.NewExternalProcessorClient(conn)
+	ask := func(criticality string) (*extproc.ProcessingResponse, extproc.ExternalProcessor_ProcessClient) {
+		t.Helper()
+		var stream extproc.ExternalProcessor_ProcessClient
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			stream, err = client.Process(metadata.AppendToOutgoingContext(ctx, wire.BackendHeader, "llama"))
+			if err == nil {
+				err = stream.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{
+					Headers: &core.HeaderMap{Headers: []*core.HeaderValue{{Key: model.CriticalityHeader, RawValue: []byte(criticality)}}}}}})
+			}
+			var resp *extproc.ProcessingResponse
+			if err == nil {
+				resp, err = stream.Recv()
+			}
+			if err == nil {
+				return resp, stream
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond) // the server is starting
+		}
+	}
+	resp, stream := ask("sheddable")
+	picked := resp.GetDynamicMetadata().GetFields()[wire.PickerNamespace].GetStructValue().GetFields()[wire.PickedReplicaKey].GetStringValue()
+	if picked != "127.0.0.1:9001" {
+		t.Fatalf("picked %q (%v), want the first idle replica", picked, resp)
+	}
+	if err := stream.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extproc.HttpHeaders{}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := resp.GetResponseHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()
+	if len(set) != 1 || set[0].GetHeader().GetKey() != wire.LoadReportHeader || !strings.HasPrefix(string(set[0].GetHeader().GetRawValue()), "TEXT application_utilization=") ||
+		set[0].GetAppendAction() != core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
+		t.Fatalf("answer's headers: %v, want the load report replacing any", set)
+	}
+	_ = stream.CloseSend()
+	for range 6 { // fill every replica (2 each)
+		if r, _ := ask("critical"); r.GetImmediateResponse() != nil {
+			t.Fatalf("a critical request was refused: %v", r)
+		}
+	}
+	resp, _ = ask("sheddable")
+	shed := resp.GetImmediateResponse()
+	if shed.GetStatus().GetCode() != 429 || len(shed.GetHeaders().GetSetHeaders()) != 1 || shed.GetHeaders().GetSetHeaders()[0].GetHeader().GetKey() != "retry-after" {
+		t.Errorf("a sheddable request with every replica saturated got %v, want 429 with Retry-After", resp)
+	}
+}

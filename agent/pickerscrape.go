@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	prommodel "github.com/prometheus/common/model"
+)
+
+// ScrapeInterval is how often the picker reads the metrics of the replicas
+// whose backend names a metrics path (LoadAware.MetricsPath): the
+// Inference Extension's endpoint picker reads model servers' every 50 ms;
+// the node's own count of requests in flight is exact between reads.
+const ScrapeInterval = 200 * time.Millisecond
+
+// maxMetricsBytes bounds what one read of a replica's metrics takes in.
+const maxMetricsBytes = 4 << 20
+
+var scrapeClient = &http.Client{Timeout: ScrapeInterval}
+
+// Scrape reads, every ScrapeInterval until ctx ends, the load the servers
+// of load-aware backends report in their metrics.
+func (p *Picker) Scrape(ctx context.Context) {
+	t := time.NewTicker(ScrapeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, target := range p.scrapeTargets() {
+			load, err := readServerLoad(ctx, target)
+			if err != nil {
+				continue // stale figures stop counting (serverLoadStale)
+			}
+			p.mu.Lock()
+			if r, ok := p.replicas[target.tag]; ok {
+				r.server = load
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// scrapeTarget is a replica whose metrics are read, and what of them.
+type scrapeTarget struct {
+	tag, url                string
+	queue, running, kvCache string
+}
+
+func (p *Picker) scrapeTargets() []scrapeTarget {
+	m := p.desired()
+	if m == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []scrapeTarget
+	for _, r := range p.replicas {
+		b, ok := m.Backend(r.backend)
+		if !ok || !r.ready || b.Config.LoadAware == nil || b.Config.LoadAware.MetricsPath == "" {
+			continue
+		}
+		l := b.Config.LoadAware
+		out = append(out, scrapeTarget{tag: r.tag, url: "http://" + r.addr + l.MetricsPath,
+			queue: l.QueueMetric, running: l.RunningMetric, kvCache: l.KVCacheMetric})
+	}
+	return out
+}
+
+// readServerLoad reads a replica's metrics: each named gauge summed over
+// its series (vLLM labels them by model).
+func readServerLoad(ctx context.Context, t scrapeTarget) (serverLoad, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+	if err != nil {
+		return serverLoad{}, err
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return serverLoad{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return serverLoad{}, fmt.Errorf("%s answered %d", t.url, resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
+	if err != nil {
+		return serverLoad{}, fmt.Errorf("%s: %w", t.url, err)
+	}
+	load := serverLoad{at: time.Now()}
+	load.waiting, load.hasWaiting = gaugeSum(families, t.queue)
+	load.running, load.hasRunning = gaugeSum(families, t.running)
+	load.kv, load.hasKV = gaugeSum(families, t.kvCache)
+	return load, nil
+}
+
+// gaugeSum is the sum of a gauge's series, and whether there is any.
+func gaugeSum(families map[string]*dto.MetricFamily, name string) (float64, bool) {
+	f, ok := families[name]
+	if name == "" || !ok {
+		return 0, false
+	}
+	sum, found := 0.0, false
+	for _, m := range f.GetMetric() {
+		switch {
+		case m.GetGauge() != nil:
+			sum, found = sum+m.GetGauge().GetValue(), true
+		case m.GetUntyped() != nil:
+			sum, found = sum+m.GetUntyped().GetValue(), true
+		}
+	}
+	return sum, found
+}

@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// PickerServer serves the node's Picker to its Envoy: the ext_proc
+// protocol on wire.PickerSocket, one stream per request of a load-aware
+// backend (the backend named in the stream's metadata). On the request's
+// headers it answers with the replica picked, in dynamic metadata, or a
+// 429 with Retry-After for a shed request; on the answer's headers, with
+// the node's load report.
+type PickerServer struct {
+	extproc.UnimplementedExternalProcessorServer
+	picker   *Picker
+	log      *slog.Logger
+	outcomes *prometheus.CounterVec
+}
+
+// Outcomes of a request the picker was asked about, as counted.
+const (
+	PickPicked = "picked" // a replica was named
+	PickShed   = "shed"   // sheddable, every replica saturated: 429
+	PickNone   = "none"   // no ready replica here: Envoy's own choice
+)
+
+// ShedRetryAfter is the Retry-After, in seconds, of a shed request.
+const ShedRetryAfter = "1"
+
+// NewPickerServer returns a server of p; reg (nil: none) receives its
+// metrics.
+func NewPickerServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *PickerServer {
+	s := &PickerServer{picker: p, log: log, outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "servemesh_picker_requests_total",
+		Help: "Requests of load-aware backends this node's picker was asked about, by outcome: picked (a replica named), shed (sheddable, every replica here saturated: 429), none (no ready replica here).",
+	}, []string{"backend", "outcome"})}
+	if reg != nil {
+		reg.MustRegister(s.outcomes)
+	}
+	return s
+}
+
+// Serve listens on the picker's socket in dir (the node's Envoy's folder)
+// until ctx ends.
+func (s *PickerServer) Serve(ctx context.Context, dir string) error {
+	path, err := filepath.Abs(filepath.Join(dir, wire.PickerSocket))
+	if err != nil {
+		return fmt.Errorf("picker socket: %w", err)
+	}
+	if len(path) > unixPathMax {
+		return fmt.Errorf("picker socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, len(path), unixPathMax)
+	}
+	_ = os.Remove(path) // a previous agent's
+	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", path)
+	if err != nil {
+		return fmt.Errorf("picker socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil { // the node's Envoy runs as the agent's user
+		_ = l.Close()
+		return fmt.Errorf("picker socket: %w", err)
+	}
+	srv := grpc.NewServer()
+	extproc.RegisterExternalProcessorServer(srv, s)
+	go func() {
+		<-ctx.Done()
+		srv.Stop()
+	}()
+	s.log.Info("picker serving: the node's replicas of load-aware backends are picked here", "socket", path)
+	if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("picker: %w", err)
+	}
+	return nil
+}
+
+// Process answers one request's questions: which replica, then its load
+// report.
+func (s *PickerServer) Process(stream extproc.ExternalProcessor_ProcessServer) error {
+	backend := ""
+	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+		if v := md.Get(wire.BackendHeader); len(v) > 0 {
+			backend = v[0]
+		}
+	}
+	var picked *replicaLoad
+	var sent time.Time
+	defer func() {
+		if picked != nil { // the answer never came (a reset, a timeout)
+			s.picker.done(picked, 0)
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) || stream.Context().Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var resp *extproc.ProcessingResponse
+		switch r := req.Request.(type) {
+		case *extproc.ProcessingRequest_RequestHeaders:
+			c := s.picker.pick(backend, headerValue(r.RequestHeaders.GetHeaders(), model.CriticalityHeader) == string(model.Sheddable))
+			resp = s.answerRequest(backend, c)
+			picked, sent = c.replica, s.picker.now()
+		case *extproc.ProcessingRequest_ResponseHeaders:
+			if picked != nil {
+				s.picker.done(picked, s.picker.now().Sub(sent))
+				picked = nil
+			}
+			resp = &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extproc.HeadersResponse{
+				Response: &extproc.CommonResponse{HeaderMutation: &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
+					Header:       &core.HeaderValue{Key: wire.LoadReportHeader, RawValue: []byte(s.picker.Report(backend))},
+					AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, // never the replica's own
+				}}}}}}}
+		default:
+			return fmt.Errorf("picker: asked about %T, which its filter does not send", r)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// answerRequest is the answer to a request's headers: the replica picked,
+// a 429, or nothing (Envoy picks).
+func (s *PickerServer) answerRequest(backend string, c choice) *extproc.ProcessingResponse {
+	switch {
+	case c.shed:
+		s.outcomes.WithLabelValues(backend, PickShed).Inc()
+		return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extproc.ImmediateResponse{
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+			Headers: &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
+				Header: &core.HeaderValue{Key: "retry-after", RawValue: []byte(ShedRetryAfter)}}}},
+			Body:    []byte(fmt.Sprintf("backend %q is saturated on this node; this sheddable request was refused, retry after %s s or send it as %s: %s\n", backend, ShedRetryAfter, model.CriticalityHeader, model.Critical)),
+			Details: "servemesh_shed",
+		}}}
+	case c.replica == nil:
+		s.outcomes.WithLabelValues(backend, PickNone).Inc()
+		return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}}}
+	}
+	s.outcomes.WithLabelValues(backend, PickPicked).Inc()
+	return &extproc.ProcessingResponse{
+		Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}},
+		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			wire.PickerNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				wire.PickedReplicaKey: structpb.NewStringValue(c.replica.addr)}}),
+		}},
+	}
+}
+
+// headerValue is the value of header name in h ("" if absent).
+func headerValue(h *core.HeaderMap, name string) string {
+	for _, v := range h.GetHeaders() {
+		if v.GetKey() == name {
+			if len(v.GetRawValue()) > 0 {
+				return string(v.GetRawValue())
+			}
+			return v.GetValue()
+		}
+	}
+	return ""
+}
