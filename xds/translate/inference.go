@@ -83,6 +83,11 @@ func loadAwareCluster(c *cluster.Cluster) error {
 	c.LbPolicy = cluster.Cluster_ROUND_ROBIN // unused: the policy below
 	c.LoadBalancingPolicy = &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
 		TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.client_side_weighted_round_robin", TypedConfig: policy}}}}
+	// Requests wait at the replicas' node, where its picker sees them (and
+	// sheds the sheddable ones once every replica is saturated), not here.
+	for _, t := range c.GetCircuitBreakers().GetThresholds() {
+		t.MaxConnections = t.MaxRequests
+	}
 	return nil
 }
 

@@ -1,0 +1,358 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// TestInferenceServing serves model traffic on the default mesh (mTLS, two
+// nodes, so requests cross the inbound hop), with stand-in model servers
+// (servemesh demo-model-server: a batch of 4 that slows as it grows, vLLM's
+// load gauges at /metrics). One mesh for the three parts.
+func TestInferenceServing(t *testing.T) {
+	mesh := startTwoNodeMesh(t, "inf")
+	locks := t.TempDir()
+	if err := os.Chmod(locks, 0o777); err != nil { // replicas may run as another user
+		t.Fatal(err)
+	}
+	t.Run("load-aware picking sends a slow replica less than least requests does", func(t *testing.T) { loadAwarePicking(t, mesh, locks) })
+	t.Run("OpenAI-style requests are split and mirrored per model", func(t *testing.T) { modelRouting(t, mesh) })
+	t.Run("under overload critical requests succeed while sheddable ones get 429", func(t *testing.T) { shedding(t, mesh) })
+}
+
+// modelServer runs stand-in model servers of backend, with args.
+func modelServer(backend string, args ...string) *model.ProcessSpec {
+	return &model.ProcessSpec{Command: servemeshBin, HealthPath: "/health",
+		Args: append([]string{"demo-model-server", "--backend", backend, "--listen", "${HOST}:${PORT}"}, args...)}
+}
+
+// vllmGauges are the stand-in's gauges, by vLLM's names.
+var vllmGauges = &model.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting",
+	RunningMetric: "vllm:num_requests_running", KVCacheMetric: "vllm:gpu_cache_usage_perc"}
+
+// inferenceLoad is how long each run of loadAwarePicking sends requests:
+// INFERENCE_LOAD_S seconds (bench/inference sets it), 12 by default.
+func inferenceLoad(t *testing.T) time.Duration {
+	if s := os.Getenv("INFERENCE_LOAD_S"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("INFERENCE_LOAD_S=%q: want whole seconds", s)
+		}
+		return time.Duration(n) * time.Second
+	}
+	return 12 * time.Second
+}
+
+// loadAwarePicking: two backends of three replicas each, one replica of
+// each three times slower (the first to take its lock), one picked by load
+// and one by least requests, get the same fixed rate of requests at once,
+// entering at both nodes. The load-aware one sends its slow replica a
+// share well under a third, and the figures of both go to the log
+// (bench/inference collects them for BENCHMARKS.md).
+func loadAwarePicking(t *testing.T, mesh *twoNodeMesh, locks string) {
+	server := func(b string) *model.ProcessSpec {
+		return modelServer(b, "--slots", "4", "--service", "20ms", "--slow-lock", filepath.Join(locks, b), "--slow-factor", "3")
+	}
+	la := vllmGauges
+	mesh.createBackends(t,
+		model.Backend{Name: "la", Process: server("la"), Config: model.BackendConfig{NumReplicas: 3, CPUs: 0.5, LoadAware: la}},
+		model.Backend{Name: "lr", Process: server("lr"), Config: model.BackendConfig{NumReplicas: 3, CPUs: 0.5}})
+	for _, name := range []string{"la", "lr"} {
+		if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: name + "-ep", Route: "/" + name, Methods: []string{"GET", "POST"},
+			Traffic: map[string]float64{name: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		waitReplicasAnswer(t, "the replicas of "+name, "http://"+mesh.n1.public+"/"+name, 3, 60)
+	}
+	const rate = 70 // requests a second to each backend
+	d := inferenceLoad(t)
+	var wg sync.WaitGroup
+	runs := map[string]*openLoop{}
+	for _, name := range []string{"la", "lr"} {
+		l := &openLoop{urls: []string{"http://" + mesh.n1.public + "/" + name, "http://" + mesh.n2.public + "/" + name}, body: `{"model": "m", "prompt": "hi"}`}
+		runs[name] = l
+		wg.Add(1)
+		go func() { defer wg.Done(); l.run(rate, d) }()
+	}
+	wg.Wait()
+	for _, name := range []string{"la", "lr"} {
+		l := runs[name]
+		if l.failed > 0 || l.leaked > 0 {
+			t.Errorf("%s: %d of %d requests failed (first: %s), %d answers showed a load report", name, l.failed, len(l.ttfb)+l.failed, l.firstFailure, l.leaked)
+		}
+		p50, p99 := l.percentile(0.5), l.percentile(0.99)
+		t.Logf("BENCH inference picker=%s rate=%d/s seconds=%.0f requests=%d slow_share=%.3f ttfb_p50_ms=%.1f ttfb_p99_ms=%.1f",
+			map[string]string{"la": "load-aware", "lr": "least-request"}[name], rate, d.Seconds(), len(l.ttfb), l.slowShare(), ms(p50), ms(p99))
+	}
+	if share := runs["la"].slowShare(); share >= 0.25 {
+		t.Errorf("the load-aware picker sent the replica three times slower %.3f of the requests, want well under a third (its capacity's share is a seventh)", share)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// openLoop sends POSTs at a fixed rate, whatever the answers take (so a
+// slow answer does not slow the load), alternating between urls, and
+// records each one's time to first byte.
+type openLoop struct {
+	urls []string
+	body string
+
+	mu                   sync.Mutex
+	ttfb                 []time.Duration
+	slow, failed, leaked int
+	firstFailure         string
+}
+
+func (l *openLoop) run(rate int, d time.Duration) {
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
+		<-tick.C
+		wg.Add(1)
+		go func() { defer wg.Done(); l.one(client, l.urls[i%len(l.urls)]) }()
+	}
+	wg.Wait()
+}
+
+func (l *openLoop) one(client *http.Client, url string) {
+	var first time.Time
+	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() { first = time.Now() }}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, url, strings.NewReader(l.body))
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := client.Do(req)
+	var answer struct {
+		Slow bool `json:"slow"`
+	}
+	if err == nil {
+		err = json.NewDecoder(resp.Body).Decode(&answer)
+		_ = resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if l.failed++; l.firstFailure == "" {
+			l.firstFailure = err.Error()
+		}
+		return
+	}
+	if resp.Header.Get(wire.LoadReportHeader) != "" {
+		l.leaked++
+	}
+	l.ttfb = append(l.ttfb, first.Sub(start))
+	if answer.Slow {
+		l.slow++
+	}
+}
+
+func (l *openLoop) slowShare() float64 {
+	if len(l.ttfb) == 0 {
+		return math.NaN()
+	}
+	return float64(l.slow) / float64(len(l.ttfb))
+}
+
+func (l *openLoop) percentile(p float64) time.Duration {
+	if len(l.ttfb) == 0 {
+		return 0
+	}
+	s := slices.Clone(l.ttfb)
+	slices.Sort(s)
+	return s[min(int(p*float64(len(s))), len(s)-1)]
+}
+
+// postModel sends a POST of body to url: its status, the answering
+// backend and model (of a 200), and the start of an error's body.
+func postModel(client *http.Client, url, body string, header ...string) (status int, backend, modelName, text string, h http.Header) {
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", "", err.Error(), nil
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+	var answer struct {
+		Backend string `json:"backend"`
+		Model   string `json:"model"`
+	}
+	if resp.StatusCode == http.StatusOK && json.Unmarshal(raw, &answer) == nil {
+		return resp.StatusCode, answer.Backend, answer.Model, "", resp.Header
+	}
+	return resp.StatusCode, "", "", string(raw), resp.Header
+}
+
+// modelRouting: an OpenAI-style endpoint routes by the body's "model":
+// model m-a splits 3:1 over ma1 and ma2 with half mirrored to msh, m-b
+// goes to mb; mixed requests fit those shares (chi-square), and bodies
+// without a model, with another, or too large get clear 4xx answers.
+func modelRouting(t *testing.T, mesh *twoNodeMesh) {
+	var backends []model.Backend
+	for _, b := range []string{"ma1", "ma2", "mb", "msh"} {
+		backends = append(backends, model.Backend{Name: b, Process: modelServer(b), Config: model.BackendConfig{NumReplicas: 1, CPUs: 0.25}})
+	}
+	mesh.createBackends(t, backends...)
+	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
+		ModelRouting: &model.ModelRouting{Models: map[string]model.ModelTraffic{
+			"m-a": {Traffic: map[string]float64{"ma1": 0.75, "ma2": 0.25}, Shadows: map[string]float64{"msh": 0.5}},
+			"m-b": {Traffic: map[string]float64{"mb": 1}},
+		}}}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + mesh.n1.public + "/v1/chat/completions"
+	client := httpClient()
+	testutil.WaitFor(t, 60*time.Second, "every backend of both models to answer", func() bool {
+		seen := map[string]bool{}
+		for i := range 40 {
+			if status, b, _, _, _ := postModel(client, url, fmt.Sprintf(`{"model": "m-%c"}`, "ab"[i%2])); status == http.StatusOK {
+				seen[b] = true
+			}
+		}
+		return len(seen) == 3
+	})
+	mirrored := func() float64 { v, _ := readEnvoyStat(mesh.n1.admin, "cluster.msh.upstream_rq_total"); return v }
+	before := mirrored()
+	const n = 600
+	counts := map[string]int{}
+	for i := range n {
+		want := fmt.Sprintf("m-%c", "ab"[i%2])
+		status, b, got, text, _ := postModel(client, url, fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "hi"}]}`, want))
+		if status != http.StatusOK || got != want {
+			t.Fatalf("request %d for %s: status %d, model %q from %q: %s", i, want, status, got, b, text)
+		}
+		counts[b]++
+	}
+	checkChiSquare(t, counts, map[string]float64{"ma1": 0.375, "ma2": 0.125, "mb": 0.5}, n)
+	var last float64
+	testutil.WaitFor(t, 10*time.Second, "the mirrored requests to be counted", func() bool {
+		cur := mirrored()
+		settled := cur == last && cur > before
+		last = cur
+		return settled
+	})
+	checkShare(t, "requests for m-a mirrored to msh", int(last-before), n/2, 0.5)
+	for _, c := range []struct {
+		body   string
+		status int
+		says   string
+	}{
+		{`{"messages": []}`, http.StatusBadRequest, `send a JSON object with "model" set to one of: "m-a", "m-b"`},
+		{`not json`, http.StatusBadRequest, `routes by the model a JSON body names`},
+		{`{"model": "m-z"}`, http.StatusNotFound, `serves no such model; its models are: "m-a", "m-b"`},
+		{`{"model": "m-a", "prompt": "` + strings.Repeat("a", model.MaxModelBodyBytes) + `"}`, http.StatusRequestEntityTooLarge, ""},
+	} {
+		status, _, _, text, _ := postModel(client, url, c.body)
+		if status != c.status || !strings.Contains(text, c.says) {
+			t.Errorf("%.40s...: status %d %q, want %d saying %q", c.body, status, text, c.status, c.says)
+		}
+	}
+}
+
+// checkChiSquare fails unless counts (of n) fit the expected shares:
+// Pearson's chi-square below its 0.1% critical value.
+func checkChiSquare(t *testing.T, counts map[string]int, shares map[string]float64, n int) {
+	t.Helper()
+	critical := map[int]float64{1: 10.83, 2: 13.82, 3: 16.27}[len(shares)-1]
+	chi, total := 0.0, 0
+	for name, p := range shares {
+		expected := p * float64(n)
+		chi += math.Pow(float64(counts[name])-expected, 2) / expected
+		total += counts[name]
+	}
+	if total != n || chi > critical {
+		t.Errorf("answers %v of %d, want shares %v: chi-square %.2f (critical %.2f at p=0.001), %d answered by others", counts, n, shares, chi, critical, n-total)
+	} else {
+		t.Logf("answers %v of %d fit shares %v: chi-square %.2f < %.2f", counts, n, shares, chi, critical)
+	}
+}
+
+// shedding: one replica that runs 2 requests at a time (max 2 in flight,
+// each 200 ms) gets 12 clients of an endpoint whose requests are
+// sheddable unless they say otherwise, and one client that says critical:
+// every critical request succeeds (waiting at the replica's node), the
+// sheddable ones beyond the replica's room get 429 with Retry-After.
+func shedding(t *testing.T, mesh *twoNodeMesh) {
+	mesh.createBackends(t, model.Backend{Name: "gen", Process: modelServer("gen", "--slots", "2", "--service", "200ms"),
+		Config: model.BackendConfig{NumReplicas: 1, CPUs: 0.25, MaxConcurrentQueries: 2, LoadAware: &model.LoadAware{}}})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "gen", Route: "/gen", Methods: []string{"GET", "POST"},
+		Traffic: map[string]float64{"gen": 1}, Criticality: model.Sheddable}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + mesh.n1.public + "/gen"
+	waitReplicasAnswer(t, "the replica of gen", url, 1, 5)
+	type outcome struct {
+		critical   bool
+		status     int
+		retryAfter string
+		text       string
+	}
+	var mu sync.Mutex
+	var outcomes []outcome
+	var wg sync.WaitGroup
+	end := time.Now().Add(4 * time.Second)
+	for i := range 13 {
+		critical := i == 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 30 * time.Second}
+			for time.Now().Before(end) {
+				var h []string
+				if critical {
+					h = []string{model.CriticalityHeader, string(model.Critical)}
+				}
+				status, _, _, text, header := postModel(client, url, `{"model": "gen"}`, h...)
+				mu.Lock()
+				outcomes = append(outcomes, outcome{critical: critical, status: status, retryAfter: header.Get("Retry-After"), text: text})
+				mu.Unlock()
+				if status == http.StatusTooManyRequests {
+					time.Sleep(50 * time.Millisecond) // a polite client backs off
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	count := map[string]int{}
+	for _, o := range outcomes {
+		kind := map[bool]string{true: "critical", false: "sheddable"}[o.critical]
+		count[fmt.Sprintf("%s %d", kind, o.status)]++
+		switch {
+		case o.critical && o.status != http.StatusOK:
+			t.Errorf("a critical request got %d: %s", o.status, o.text)
+		case !o.critical && o.status == http.StatusTooManyRequests && (o.retryAfter != "1" || !strings.Contains(o.text, "saturated")):
+			t.Errorf("a shed request's answer: Retry-After %q, body %q", o.retryAfter, o.text)
+		case !o.critical && o.status != http.StatusOK && o.status != http.StatusTooManyRequests:
+			t.Errorf("a sheddable request got %d: %s", o.status, o.text)
+		}
+	}
+	t.Logf("outcomes: %v", count)
+	if count["critical 200"] == 0 || count["sheddable 429"] == 0 || count["sheddable 200"] == 0 {
+		t.Errorf("outcomes %v: want critical requests served, and sheddable ones both served and shed", count)
+	}
+}
