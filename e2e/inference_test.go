@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptrace"
@@ -15,9 +16,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"text/template"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -63,9 +67,11 @@ func inferenceLoad(t *testing.T) time.Duration {
 // loadAwarePicking: two backends of three replicas each, one replica of
 // each three times slower (the first to take its lock), one picked by load
 // and one by least requests, get the same fixed rate of requests at once,
-// entering at both nodes. The load-aware one sends its slow replica a
-// share well under a third, and the figures of both go to the log
-// (bench/inference collects them for BENCHMARKS.md).
+// entering at both nodes; and so do three more behind a minimal
+// hand-written Envoy picking by least requests, the baseline without the
+// mesh. The load-aware one sends its slow replica a share well under a
+// third, and the figures of all three go to the log (bench/inference
+// collects them for BENCHMARKS.md).
 func loadAwarePicking(t *testing.T, mesh *twoNodeMesh, locks string) {
 	server := func(b string) *model.ProcessSpec {
 		return modelServer(b, "--slots", "4", "--service", "20ms", "--slow-lock", filepath.Join(locks, b), "--slow-factor", "3")
@@ -81,29 +87,94 @@ func loadAwarePicking(t *testing.T, mesh *twoNodeMesh, locks string) {
 		}
 		waitReplicasAnswer(t, "the replicas of "+name, "http://"+mesh.n1.public+"/"+name, 3, 60)
 	}
+	baseline := startBaselineEnvoy(t, locks)
 	const rate = 70 // requests a second to each backend
 	d := inferenceLoad(t)
 	var wg sync.WaitGroup
 	runs := map[string]*openLoop{}
+	urls := map[string][]string{"baseline": {"http://" + baseline}}
 	for _, name := range []string{"la", "lr"} {
-		l := &openLoop{urls: []string{"http://" + mesh.n1.public + "/" + name, "http://" + mesh.n2.public + "/" + name}, body: `{"model": "m", "prompt": "hi"}`}
+		urls[name] = []string{"http://" + mesh.n1.public + "/" + name, "http://" + mesh.n2.public + "/" + name}
+	}
+	for name, u := range urls {
+		l := &openLoop{urls: u, body: `{"model": "m", "prompt": "hi"}`}
 		runs[name] = l
 		wg.Add(1)
 		go func() { defer wg.Done(); l.run(rate, d) }()
 	}
 	wg.Wait()
-	for _, name := range []string{"la", "lr"} {
+	for _, name := range []string{"la", "lr", "baseline"} {
 		l := runs[name]
 		if l.failed > 0 || l.leaked > 0 {
 			t.Errorf("%s: %d of %d requests failed (first: %s), %d answers showed a load report", name, l.failed, len(l.ttfb)+l.failed, l.firstFailure, l.leaked)
 		}
 		p50, p99 := l.percentile(0.5), l.percentile(0.99)
 		t.Logf("BENCH inference picker=%s rate=%d/s seconds=%.0f requests=%d slow_share=%.3f ttfb_p50_ms=%.1f ttfb_p99_ms=%.1f",
-			map[string]string{"la": "load-aware", "lr": "least-request"}[name], rate, d.Seconds(), len(l.ttfb), l.slowShare(), ms(p50), ms(p99))
+			map[string]string{"la": "load-aware", "lr": "least-request", "baseline": "envoy-least-request"}[name], rate, d.Seconds(), len(l.ttfb), l.slowShare(), ms(p50), ms(p99))
 	}
 	if share := runs["la"].slowShare(); share >= 0.25 {
 		t.Errorf("the load-aware picker sent the replica three times slower %.3f of the requests, want well under a third (its capacity's share is a seventh)", share)
 	}
+}
+
+// startBaselineEnvoy runs three stand-in model servers like the mesh's,
+// one three times slower (it takes the lock "baseline" in locks), behind
+// a minimal hand-written Envoy that picks them by least requests
+// (testdata/inference-baseline.yaml), and returns its address.
+func startBaselineEnvoy(t *testing.T, locks string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var ports []uint32
+	for i := range 3 {
+		addr := freeAddr(t)
+		out, err := os.Create(filepath.Join(dir, fmt.Sprintf("server-%d.log", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := proc.Start(proc.Spec{Path: servemeshBin, Stdout: out, Stderr: out, Env: append(os.Environ(), "SERVEMESH_REPLICA_TAG="+fmt.Sprintf("baseline#%06d", i)),
+			Args: []string{"demo-model-server", "--backend", "baseline", "--listen", addr, "--slots", "4", "--service", "20ms",
+				"--slow-lock", filepath.Join(locks, "baseline"), "--slow-factor", "3"}})
+		_ = out.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Stop(time.Second) })
+		ports = append(ports, testutil.Port(addr))
+		testutil.WaitFor(t, 10*time.Second, "stand-in server "+addr, func() bool {
+			resp, err := httpClient().Get("http://" + addr + "/health") //nolint:noctx // test helper
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return err == nil
+		})
+	}
+	listen := freeAddr(t)
+	tmpl := template.Must(template.ParseFiles("testdata/inference-baseline.yaml"))
+	config := filepath.Join(dir, "envoy.yaml")
+	f, err := os.Create(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := filepath.Join(dir, "admin.sock")
+	err = tmpl.Execute(f, map[string]any{"Admin": admin, "Port": testutil.Port(listen), "Servers": ports})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := envoy.Start(envoy.Config{Binary: envoyBin, ConfigPath: config, Dir: dir, AdminSocket: admin, LogPath: filepath.Join(dir, "envoy.log"),
+		Concurrency: 1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(context.Background(), 0) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return listen
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

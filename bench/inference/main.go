@@ -1,0 +1,97 @@
+// Command inference compares load-aware replica picking with least
+// requests, side by side in the same runs, on the real mesh (Consul, the
+// controller, two nodes' agents and Envoys in the default mTLS mode): it
+// runs e2e TestInferenceServing's first part -runs times with -seconds of
+// load, and prints each run's figures and their medians.
+//
+//	go run ./bench/inference [-runs 3] [-seconds 30]
+//
+// Each run: two backends of three stand-in model servers (a batch of 4,
+// 20 ms alone, slower as the batch grows), one replica of each three times
+// slower; one backend picked by load, the other by least requests; and,
+// the baseline without the mesh, three more behind a minimal hand-written
+// Envoy picking by least requests (e2e/testdata/inference-baseline.yaml).
+// Each gets 70 requests a second at once (the mesh's entering at both
+// nodes; open loop: a slow answer does not slow the load). It needs
+// `make tools`.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+)
+
+func main() {
+	runs := flag.Int("runs", 3, "runs of the comparison")
+	seconds := flag.Int("seconds", 30, "seconds of load in each run")
+	flag.Parse()
+	figures := map[string]map[string][]float64{} // picker -> figure -> values
+	for i := range *runs {
+		out, err := runOnce(*seconds)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
+			os.Exit(1)
+		}
+		for _, line := range benchLines(out) {
+			fmt.Printf("run %d: %s\n", i+1, line["raw"])
+			picker := line["picker"]
+			if figures[picker] == nil {
+				figures[picker] = map[string][]float64{}
+			}
+			for _, k := range []string{"slow_share", "ttfb_p50_ms", "ttfb_p99_ms", "requests"} {
+				v, _ := strconv.ParseFloat(line[k], 64)
+				figures[picker][k] = append(figures[picker][k], v)
+			}
+		}
+	}
+	fmt.Printf("\nmedians of %d runs of %d s at 70 requests/s per backend:\n", *runs, *seconds)
+	fmt.Printf("%-14s %10s %12s %12s %10s\n", "picker", "slow share", "TTFB p50 ms", "TTFB p99 ms", "requests")
+	for _, picker := range []string{"load-aware", "least-request", "envoy-least-request"} {
+		f := figures[picker]
+		fmt.Printf("%-14s %10.3f %12.1f %12.1f %10.0f\n", picker, median(f["slow_share"]), median(f["ttfb_p50_ms"]), median(f["ttfb_p99_ms"]), median(f["requests"]))
+	}
+}
+
+// runOnce runs the e2e comparison with seconds of load.
+func runOnce(seconds int) ([]byte, error) {
+	cmd := exec.Command("go", "test", "-count=1", "-v", "-timeout", "20m", "-run", "TestInferenceServing/load-aware", "./e2e/")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("INFERENCE_LOAD_S=%d", seconds))
+	return cmd.CombinedOutput()
+}
+
+var benchLine = regexp.MustCompile(`BENCH inference (.*)`)
+var pair = regexp.MustCompile(`(\w+)=(\S+)`)
+
+// benchLines are the test's figures, a map per line (raw: the line).
+func benchLines(out []byte) []map[string]string {
+	var lines []map[string]string
+	s := bufio.NewScanner(bytes.NewReader(out))
+	for s.Scan() {
+		m := benchLine.FindStringSubmatch(s.Text())
+		if m == nil {
+			continue
+		}
+		line := map[string]string{"raw": m[1]}
+		for _, kv := range pair.FindAllStringSubmatch(m[1], -1) {
+			line[kv[1]] = kv[2]
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
