@@ -129,6 +129,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/controlplane
 	go run ./bench/agents
 	go run ./bench/statsoverhead
+	go run ./bench/inference
 	go run ./bench/apiload
 	go run ./bench/datapath
 	go run ./bench/datapath -protocol grpc

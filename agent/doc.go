@@ -25,6 +25,12 @@
 //   - Its Activator holds the requests the node's Envoy has for a backend
 //     with no ready replica (just created, restarting, scaled to zero) until
 //     one is ready, within the backend's hold_timeout_s and max_held.
+//   - Its Picker picks which of the node's replicas of a load-aware backend
+//     takes each request the node's inbound listener gets (ext_proc on a
+//     unix socket in the Envoy's folder; PickerServer), counts each
+//     replica's requests in flight and reads its server's gauges, sheds
+//     sheddable requests when every replica there is saturated, and adds
+//     the node's load report to each answer.
 //   - The servemesh binary's agent command also supervises the node's Envoy.
 //
 // A replica's process dies with its agent (Pdeathsig), so an agent that
@@ -33,5 +39,6 @@
 // incarnation had started (found by their SERVEMESH_NODE, SERVEMESH_AGENT
 // and SERVEMESH_REPLICA_TAG environment). Replica logs rotate at a size cap.
 //
-// demoreplica is the small HTTP workload the demo and the tests run.
+// demoreplica is the small HTTP workload the demo and the tests run, and
+// a stand-in model server (ModelServer) for the inference tests.
 package agent

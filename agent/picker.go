@@ -30,10 +30,16 @@ import (
 //
 // For the calling nodes, which pick a node before this picks a replica,
 // the picker adds an ORCA load report to each answer (Report): requests
-// per second and utilization, the node's requests per second over its
-// capacity, the replicas' max_concurrent_queries over their smoothed times
-// to first byte. Client-side weighted round robin then weighs nodes by
-// rps/utilization: their capacity.
+// per second, and utilization: those over the node's weighted capacity,
+// the sum over its replicas of max_concurrent_queries over their smoothed
+// time to first byte, squared. Client-side weighted round robin weighs
+// nodes by rps/utilization, that capacity: a node's requests a second,
+// discounted once more by how long they take, so that answers come from
+// the faster nodes while they have room (by throughput alone, a node whose
+// one replica is three times slower would still get a seventh of the
+// requests beside two fast ones: with the discount, a nineteenth); as the
+// fast ones fill, their time to first byte grows and the weights move
+// back.
 type Picker struct {
 	desired func() *model.Model
 	now     func() time.Time
@@ -240,7 +246,8 @@ func (r *replicaLoad) cost(now time.Time, typical time.Duration) float64 {
 
 // Report is the node's ORCA load report for backend, in the header
 // format Envoy reads (wire.LoadReportHeader): its requests per second and
-// its utilization, those over its capacity; and, as named metrics, the
+// its utilization, those over its weighted capacity (see Picker); and, as
+// named metrics, the
 // requests in flight and, where servers report them, the most waiting
 // and the highest KV-cache use.
 func (p *Picker) Report(backend string) string {
@@ -259,7 +266,7 @@ func (p *Picker) Report(backend string) string {
 		if ttfb == 0 {
 			ttfb = typical
 		}
-		capacity += float64(max(cfg.maxInFlight, 1)) / ttfb.Seconds()
+		capacity += float64(max(cfg.maxInFlight, 1)) / ttfb.Seconds() / ttfb.Seconds() // per second, per second of latency
 		inFlight += r.inFlight
 		if now.Sub(r.server.at) < serverLoadStale {
 			waiting, kv = math.Max(waiting, r.server.waiting), math.Max(kv, r.server.kv)

@@ -132,8 +132,8 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 }
 
 // TestPickerReportsTheNodesCapacity: the load report's rps over
-// utilization is the node's capacity: replicas × max_concurrent_queries
-// over their time to first byte.
+// utilization is the node's weighted capacity: replicas ×
+// max_concurrent_queries over their time to first byte, squared.
 func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	p, now := testPicker(t, &model.LoadAware{})
 	for range 40 {
@@ -147,8 +147,8 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	if _, err := fmt.Sscanf(report, "TEXT application_utilization=%g,rps_fractional=%g,named_metrics.in_flight=%d", &util, &rps, &inFlight); err != nil {
 		t.Fatalf("%q: %v", report, err)
 	}
-	if capacity := rps / util; capacity < 59 || capacity > 61 {
-		t.Errorf("capacity %v (report %q), want 60: 3 replicas × 2 at a time / 0.1 s", capacity, report)
+	if capacity := rps / util; capacity < 599 || capacity > 601 {
+		t.Errorf("capacity %v (report %q), want 600: 3 replicas × 2 at a time / (0.1 s)²", capacity, report)
 	}
 	if rps < 19 || rps > 21 || inFlight != 0 {
 		t.Errorf("rps %v in flight %d, want 20 (one answer every 50 ms) and 0", rps, inFlight)

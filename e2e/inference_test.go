@@ -103,18 +103,51 @@ func loadAwarePicking(t *testing.T, mesh *twoNodeMesh, locks string) {
 		go func() { defer wg.Done(); l.run(rate, d) }()
 	}
 	wg.Wait()
+	alone := map[string]bool{"la": slowAlone(t, mesh, locks, "la"), "lr": slowAlone(t, mesh, locks, "lr")}
 	for _, name := range []string{"la", "lr", "baseline"} {
 		l := runs[name]
 		if l.failed > 0 || l.leaked > 0 {
 			t.Errorf("%s: %d of %d requests failed (first: %s), %d answers showed a load report", name, l.failed, len(l.ttfb)+l.failed, l.firstFailure, l.leaked)
 		}
 		p50, p99 := l.percentile(0.5), l.percentile(0.99)
-		t.Logf("BENCH inference picker=%s rate=%d/s seconds=%.0f requests=%d slow_share=%.3f ttfb_p50_ms=%.1f ttfb_p99_ms=%.1f",
-			map[string]string{"la": "load-aware", "lr": "least-request", "baseline": "envoy-least-request"}[name], rate, d.Seconds(), len(l.ttfb), l.slowShare(), ms(p50), ms(p99))
+		t.Logf("BENCH inference picker=%s rate=%d/s seconds=%.0f requests=%d slow_share=%.3f ttfb_p50_ms=%.1f ttfb_p99_ms=%.1f slow_alone_on_its_node=%v",
+			map[string]string{"la": "load-aware", "lr": "least-request", "baseline": "envoy-least-request"}[name], rate, d.Seconds(), len(l.ttfb), l.slowShare(), ms(p50), ms(p99), alone[name])
 	}
 	if share := runs["la"].slowShare(); share >= 0.25 {
 		t.Errorf("the load-aware picker sent the replica three times slower %.3f of the requests, want well under a third (its capacity's share is a seventh)", share)
 	}
+}
+
+// slowAlone reports whether backend's slow replica (the one that took its
+// lock in locks) is the only replica of backend on its node: then its node's
+// picker has no other to send to, and the calling nodes' weights alone
+// send it less.
+func slowAlone(t *testing.T, mesh *twoNodeMesh, locks, backend string) bool {
+	t.Helper()
+	tag, err := os.ReadFile(filepath.Join(locks, backend))
+	if err != nil {
+		t.Fatalf("the slow replica of %s: %v", backend, err)
+	}
+	status, err := mesh.c.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]int{}
+	slowNode := ""
+	for _, b := range status.Backends {
+		for _, r := range b.Replicas {
+			if b.Name == backend {
+				nodes[r.Node]++
+				if r.Tag == strings.TrimSpace(string(tag)) {
+					slowNode = r.Node
+				}
+			}
+		}
+	}
+	if slowNode == "" {
+		t.Fatalf("the slow replica %q of %s is not in the status", tag, backend)
+	}
+	return nodes[slowNode] == 1
 }
 
 // startBaselineEnvoy runs three stand-in model servers like the mesh's,

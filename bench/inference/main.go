@@ -33,6 +33,7 @@ func main() {
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
 	flag.Parse()
 	figures := map[string]map[string][]float64{} // picker -> figure -> values
+	placements := map[string]int{}                // load-aware runs by whether the slow replica was alone on its node
 	for i := range *runs {
 		out, err := runOnce(*seconds)
 		if err != nil {
@@ -41,6 +42,9 @@ func main() {
 		}
 		for _, line := range benchLines(out) {
 			fmt.Printf("run %d: %s\n", i+1, line["raw"])
+			if line["picker"] == "load-aware" {
+				placements[line["slow_alone_on_its_node"]]++
+			}
 			picker := line["picker"]
 			if figures[picker] == nil {
 				figures[picker] = map[string][]float64{}
@@ -52,10 +56,11 @@ func main() {
 		}
 	}
 	fmt.Printf("\nmedians of %d runs of %d s at 70 requests/s per backend:\n", *runs, *seconds)
-	fmt.Printf("%-14s %10s %12s %12s %10s\n", "picker", "slow share", "TTFB p50 ms", "TTFB p99 ms", "requests")
+	fmt.Printf("(the load-aware backend's slow replica was alone on its node in %d runs, beside a fast one in %d)\n", placements["true"], placements["false"])
+	fmt.Printf("%-20s %10s %12s %12s %10s\n", "picker", "slow share", "TTFB p50 ms", "TTFB p99 ms", "requests")
 	for _, picker := range []string{"load-aware", "least-request", "envoy-least-request"} {
 		f := figures[picker]
-		fmt.Printf("%-14s %10.3f %12.1f %12.1f %10.0f\n", picker, median(f["slow_share"]), median(f["ttfb_p50_ms"]), median(f["ttfb_p99_ms"]), median(f["requests"]))
+		fmt.Printf("%-20s %10.3f %12.1f %12.1f %10.0f\n", picker, median(f["slow_share"]), median(f["ttfb_p50_ms"]), median(f["ttfb_p99_ms"]), median(f["requests"]))
 	}
 }
 

@@ -30,6 +30,9 @@ func TestValidate(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "is valid: 4 backends, 2 endpoints") {
 		t.Fatalf("validate demo.yaml: code %d, out %q", code, out)
 	}
+	if code, out, errOut := runCLI("validate", "../../examples/inference.yaml"); code != 0 || !strings.Contains(out, "is valid: 3 backends, 1 endpoints") {
+		t.Fatalf("validate inference.yaml: code %d, out %q %q", code, out, errOut)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("backends: [{name: a}]\nendpoints: [{name: e, route: /e, traffic: {a: 0.5}}]\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,12 @@
 //   - activator.go: every assignment's last, lowest priority, the node's
 //     activator (agent.Activator), which holds a backend's requests while
 //     none of its replicas can take them.
+//   - inference.go: model traffic: routes by the model a JSON body names
+//     (json_to_metadata, then a route re-match), the criticality header of
+//     sheddable endpoints, and for load-aware backends client-side weighted
+//     round robin over nodes by their load reports and, on the inbound
+//     listener, the node's picker (ext_proc) and the override_host policy
+//     that follows it.
 //   - accesslog.go: the JSON access log of every HTTP listener.
 //   - builder.go: Builder, the same translation done again at every change
 //     for only what changed: a backend's clusters and assignments depend on
