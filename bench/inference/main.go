@@ -33,7 +33,7 @@ func main() {
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
 	flag.Parse()
 	figures := map[string]map[string][]float64{} // picker -> figure -> values
-	placements := map[string]int{}                // load-aware runs by whether the slow replica was alone on its node
+	placements := map[string]int{}               // load-aware runs by whether the slow replica was alone on its node
 	for i := range *runs {
 		out, err := runOnce(*seconds)
 		if err != nil {
