@@ -353,6 +353,21 @@ func modelRouting(t *testing.T, mesh *twoNodeMesh) {
 		counts[b]++
 	}
 	checkChiSquare(t, counts, map[string]float64{"ma1": 0.375, "ma2": 0.125, "mb": 0.5}, n)
+	status, err := mesh.c.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, e := range status.Endpoints {
+		for _, b := range e.Backends {
+			if e.Name == "chat" {
+				rows = append(rows, fmt.Sprintf("%s:%s:%g:%g", b.Model, b.Backend, b.Weight, b.Shadow))
+			}
+		}
+	}
+	if got := strings.Join(rows, " "); got != "m-a:ma1:0.75:0 m-a:ma2:0.25:0 m-a:msh:0:0.5 m-b:mb:1:0" {
+		t.Errorf("the status of chat: %s, want each model's split and shadows", got)
+	}
 	var last float64
 	testutil.WaitFor(t, 10*time.Second, "the mirrored requests to be counted", func() bool {
 		cur := mirrored()

@@ -56,7 +56,11 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 				}
 				shadow = fmt.Sprintf("%g/%s", b.Shadow, seen)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%.1f\t%.1f\n", name, route, rate, b.Backend, b.Weight, shadow, b.RequestRate, b.ErrorRate)
+			backend := b.Backend
+			if b.Model != "" {
+				backend = fmt.Sprintf("%s (model %s)", b.Backend, b.Model)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%.1f\t%.1f\n", name, route, rate, backend, b.Weight, shadow, b.RequestRate, b.ErrorRate)
 		}
 	}
 	printRolloutRows(tw, r)

@@ -40,7 +40,10 @@ type EndpointStatus struct {
 // EndpointBackendStatus is one backend of an endpoint: configured weight or
 // shadow proportion next to its live request and error rates.
 type EndpointBackendStatus struct {
-	Backend     string  `json:"backend"`
+	Backend string `json:"backend"`
+	// Model, for an endpoint routed by model, is the model whose split
+	// and shadows the row is of (a backend may serve several).
+	Model       string  `json:"model,omitempty"`
 	Weight      float64 `json:"weight"`
 	Shadow      float64 `json:"shadow,omitempty"`
 	RequestRate float64 `json:"request_rate"`
@@ -189,6 +192,23 @@ func NewStatusReport(in StatusInputs) StatusReport {
 // name, with their live rates.
 func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad, own autoscale.BackendLoad, uses map[string]int) EndpointStatus {
 	es := EndpointStatus{Name: e.Name, Route: e.Route, RequestRate: own.RequestRate, ErrorRate: own.ErrorRate}
+	if r := e.ModelRouting; r != nil {
+		for _, m := range model.SortedKeys(r.Models) {
+			t := r.Models[m]
+			names := map[string]bool{}
+			for b := range t.Traffic {
+				names[b] = true
+			}
+			for b := range t.Shadows {
+				names[b] = true
+			}
+			for _, b := range model.SortedKeys(names) {
+				es.Backends = append(es.Backends, EndpointBackendStatus{Backend: b, Model: m, Weight: t.Traffic[b], Shadow: t.Shadows[b],
+					RequestRate: load[b].RequestRate, ErrorRate: load[b].ErrorRate})
+			}
+		}
+		return es
+	}
 	names := e.UsedBackends()
 	for b := range e.Shadows {
 		names[b] = true

@@ -78,3 +78,20 @@ func TestShadowShare(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusOfAnEndpointRoutedByModel: each model's split and shadows are
+// rows of their own, named by the model.
+func TestStatusOfAnEndpointRoutedByModel(t *testing.T) {
+	m := &model.Model{Endpoints: []model.Endpoint{{Name: "chat", Route: "/v1", ModelRouting: &model.ModelRouting{Models: map[string]model.ModelTraffic{
+		"b-model": {Traffic: map[string]float64{"x": 1}},
+		"a-model": {Traffic: map[string]float64{"x": 0.25, "y": 0.75}, Shadows: map[string]float64{"z": 0.5}},
+	}}}}}
+	got := NewStatusReport(StatusInputs{State: m, Health: func(model.Backend) ReplicaHealth { return ReplicaHealth{} }}).Endpoints[0].Backends
+	want := []EndpointBackendStatus{
+		{Backend: "x", Model: "a-model", Weight: 0.25}, {Backend: "y", Model: "a-model", Weight: 0.75}, {Backend: "z", Model: "a-model", Shadow: 0.5},
+		{Backend: "x", Model: "b-model", Weight: 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows %+v, want %+v", got, want)
+	}
+}

@@ -38,21 +38,17 @@ function drawEndpoint(e, colors) {
   box.id = "endpoint-" + e.name;
   box.append(el("h3", "", e.name + (e.route ? "  " + e.route : "  (headless)")));
   box.append(el("div", "muted", rate(e.request_rate) + " req/s, " + rate(e.error_rate) + " 5xx/s"));
-  const bar = el("div", "bar");
-  bar.setAttribute("role", "img");
-  const routed = e.backends.filter((b) => b.weight > 0);
-  bar.setAttribute("aria-label", "split: " + routed.map((b) => b.backend + " " + pct(b.weight)).join(", "));
-  for (const b of routed) {
-    const seg = el("div", "segment " + colors(b.backend), b.backend + " " + pct(b.weight));
-    seg.style.width = (b.weight * 100) + "%";
-    bar.append(seg);
+  // An endpoint routed by model has a split per model (rows with .model).
+  const models = [...new Set(e.backends.map((b) => b.model || ""))];
+  for (const m of models) {
+    if (m) box.append(el("div", "muted", "model " + m));
+    box.append(splitBar(e.backends.filter((b) => (b.model || "") === m), colors));
   }
-  box.append(bar);
   const rows = el("table", "split");
   for (const b of e.backends) {
     const tr = el("tr");
     tr.dataset.backend = b.backend;
-    tr.append(el("td", "", b.backend),
+    tr.append(el("td", "", b.model ? b.model + ": " + b.backend : b.backend),
       el("td", "weight", b.weight > 0 ? pct(b.weight) : ""),
       el("td", "shadow", b.shadow ? "mirrors " + pct(b.shadow) : ""),
       el("td", "", rate(b.request_rate) + " req/s"),
@@ -64,8 +60,22 @@ function drawEndpoint(e, colors) {
     const r = e.rollout;
     box.append(el("div", "rollout", "rollout of " + r.candidate + ": " + r.phase + (r.stage ? ", stage " + r.stage : "") + (r.reason ? " (" + r.reason + ")" : "")));
   }
-  box.append(splitForm(e));
+  if (models.length === 1 && !models[0]) box.append(splitForm(e)); // per-model splits change with apply
   return box;
+}
+
+// splitBar draws one split's weights as a bar.
+function splitBar(backends, colors) {
+  const bar = el("div", "bar");
+  bar.setAttribute("role", "img");
+  const routed = backends.filter((b) => b.weight > 0);
+  bar.setAttribute("aria-label", "split: " + routed.map((b) => b.backend + " " + pct(b.weight)).join(", "));
+  for (const b of routed) {
+    const seg = el("div", "segment " + colors(b.backend), b.backend + " " + pct(b.weight));
+    seg.style.width = (b.weight * 100) + "%";
+    bar.append(seg);
+  }
+  return bar;
 }
 
 // splitForm changes an endpoint's weights (PUT .../traffic): the API's
