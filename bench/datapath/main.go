@@ -56,6 +56,7 @@ func main() {
 	pause := flag.String("pause", "", "stop servemesh's daemons (SIGSTOP) while measuring, leaving the Envoys and the replica running: controller, agents or all; what they cost the data path on a shared machine")
 	only := flag.String("placements", sameNode+","+crossNode, "the placements measured, comma-separated")
 	noAccessLog := flag.Bool("no-access-log", false, "run servemesh's nodes without their access log (--no-access-log)")
+	loadAware := flag.Bool("load-aware", false, "make servemesh's backend load-aware (config.load_aware): its node's picker chooses the replica of every request; also prints the agents' CPU per request")
 	protocol := flag.String("protocol", protoHTTP, "what the replica serves and the load sends: http (HTTP/1.1 GETs), grpc (unary gRPC calls over HTTP/2) or stream (HTTP/1.1 GETs of streamed tokens: the time to the first token)")
 	flag.Parse()
 	if !slices.Contains([]string{"", "controller", "agents", "all"}, *pause) {
@@ -67,7 +68,7 @@ func main() {
 		os.Exit(2)
 	}
 	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ","),
-		protocol: *protocol, noAccessLog: *noAccessLog}
+		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
@@ -77,6 +78,7 @@ func main() {
 // result is one run of one configuration.
 type result struct {
 	rps, p50, p99, cpu float64 // req/s at saturation; ms at the fixed rate; Envoy CPU ms per request
+	agentCPU           float64 // the agents' CPU ms per request at saturation
 	last99             float64 // for streams, the last token's p99 at the fixed rate, ms
 	errors             int
 	firstError         string
@@ -90,6 +92,7 @@ type options struct {
 	placements              []string
 	protocol                string // protoHTTP, protoGRPC or protoStream
 	noAccessLog             bool
+	loadAware               bool
 }
 
 // The protocols of -protocol.
@@ -126,6 +129,9 @@ func run(o options) error {
 	if o.noAccessLog {
 		fmt.Println("servemesh's nodes run without their access log")
 	}
+	if o.loadAware {
+		fmt.Println("servemesh's backend is load-aware: its node's picker (the agent, over ext_proc) chooses the replica of every request")
+	}
 	fmt.Println()
 	stream := o.protocol == protoStream
 	if stream {
@@ -156,6 +162,12 @@ func run(o options) error {
 			fmt.Printf("| %s | %s | %.0f | %.3f / %.3f ms |%s %s | %d |\n", placement, mode,
 				median(rs, func(r result) float64 { return r.rps }), median(rs, func(r result) float64 { return r.p50 }),
 				median(rs, func(r result) float64 { return r.p99 }), last, cpu, errors)
+		}
+	}
+	if o.loadAware {
+		for _, placement := range o.placements {
+			fmt.Printf("%s, %s: the agents' CPU per request %.3f ms\n", placement, modeDefault,
+				median(all[placement+modeDefault], func(r result) float64 { return r.agentCPU }))
 		}
 	}
 	return nil
@@ -204,8 +216,12 @@ func (b *bench) measure(name, placement, mode string) (result, error) {
 	resume := s.pause(b.pause)
 	defer resume()
 	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRateUntil(l.fixed, b.rate, b.duration) })
+	agentsBefore := processCPU(work, isAgent)
 	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoopOf(l.saturate, b.concurrency, b.duration) })
 	r := result{rps: saturated.RPS, p50: ms(fixed.P50), p99: ms(fixed.P99), cpu: cpu, errors: fixed.Errors + saturated.Errors}
+	if saturated.N > 0 {
+		r.agentCPU = (processCPU(work, isAgent) - agentsBefore) * 1000 / float64(saturated.N)
+	}
 	if l.lastTokens != nil {
 		r.last99 = ms(l.lastTokens.p99())
 	}
@@ -375,7 +391,7 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 	}
 	if err := testutil.Until(30*time.Second, func() bool {
 		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "bench", Process: spec, Protocol: protocol,
-			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000}})
+			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000, LoadAware: loadAware(b.loadAware)}})
 		return err == nil
 	}); err != nil {
 		s.stop()
@@ -389,6 +405,14 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 	return s, nil
 }
 
+// loadAware is the backend's load-aware setting: on, or off (nil).
+func loadAware(on bool) *model.LoadAware {
+	if on {
+		return &model.LoadAware{}
+	}
+	return nil
+}
+
 // withCPU runs load and returns its stats and the CPU milliseconds per
 // request the Envoys under work used meanwhile.
 func withCPU(work string, load func() loadgen.Stats) (loadgen.Stats, float64) {
@@ -400,11 +424,22 @@ func withCPU(work string, load func() loadgen.Stats) (loadgen.Stats, float64) {
 
 // envoyCPU sums the CPU seconds of the Envoys whose bootstrap is under work.
 func envoyCPU(work string) float64 {
+	return processCPU(work, func(args []string) bool {
+		return slices.ContainsFunc(args, func(a string) bool { return strings.HasSuffix(a, "bootstrap.yaml") })
+	})
+}
+
+// isAgent reports whether a command line is a servemesh agent's.
+func isAgent(args []string) bool { return len(args) > 1 && args[1] == "agent" }
+
+// processCPU is the CPU seconds of the processes under work whose command
+// lines match.
+func processCPU(work string, match func(args []string) bool) float64 {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	var sum float64
 	for _, path := range procs {
 		cmdline, err := os.ReadFile(path)
-		if err != nil || !bytes.Contains(cmdline, []byte(work+"/")) || !bytes.Contains(cmdline, []byte("bootstrap.yaml")) {
+		if err != nil || !bytes.Contains(cmdline, []byte(work+"/")) || !match(strings.Split(string(cmdline), "\x00")) {
 			continue
 		}
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
