@@ -135,6 +135,9 @@ func pickerFilter(backend string) (*hcm.HttpFilter, error) {
 		},
 		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
 			Untyped: []string{wire.PickerNamespace}}},
+		// The picker reads one header; the others are not sent to it.
+		ForwardRules: &extproc.HeaderForwardingRules{AllowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{{
+			MatchPattern: &matcher.StringMatcher_Exact{Exact: model.CriticalityHeader}}}}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener, backend %s: pack picker filter: %w", backend, err)
