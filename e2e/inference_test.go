@@ -323,7 +323,7 @@ func modelRouting(t *testing.T, mesh *twoNodeMesh) {
 	}
 	mesh.createBackends(t, backends...)
 	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
-		ModelRouting: &model.ModelRouting{Models: map[string]model.ModelTraffic{
+		ModelRouting: &model.ByModel{Models: map[string]model.TrafficPolicy{
 			"m-a": {Traffic: map[string]float64{"ma1": 0.75, "ma2": 0.25}, Shadows: map[string]float64{"msh": 0.5}},
 			"m-b": {Traffic: map[string]float64{"mb": 1}},
 		}}}); err != nil {

@@ -19,6 +19,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -66,7 +67,7 @@ func main() {
 
 // runOnce runs the e2e comparison with seconds of load.
 func runOnce(seconds int) ([]byte, error) {
-	cmd := exec.Command("go", "test", "-count=1", "-v", "-timeout", "20m", "-run", "TestInferenceServing/load-aware", "./e2e/")
+	cmd := exec.CommandContext(context.Background(), "go", "test", "-count=1", "-v", "-timeout", "20m", "-run", "TestInferenceServing/load-aware", "./e2e/")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("INFERENCE_LOAD_S=%d", seconds))
 	return cmd.CombinedOutput()
 }

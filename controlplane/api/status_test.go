@@ -82,7 +82,7 @@ func TestShadowShare(t *testing.T) {
 // TestStatusOfAnEndpointRoutedByModel: each model's split and shadows are
 // rows of their own, named by the model.
 func TestStatusOfAnEndpointRoutedByModel(t *testing.T) {
-	m := &model.Model{Endpoints: []model.Endpoint{{Name: "chat", Route: "/v1", ModelRouting: &model.ModelRouting{Models: map[string]model.ModelTraffic{
+	m := &model.Model{Endpoints: []model.Endpoint{{Name: "chat", Route: "/v1", ModelRouting: &model.ByModel{Models: map[string]model.TrafficPolicy{
 		"b-model": {Traffic: map[string]float64{"x": 1}},
 		"a-model": {Traffic: map[string]float64{"x": 0.25, "y": 0.75}, Shadows: map[string]float64{"z": 0.5}},
 	}}}}}

@@ -2,9 +2,9 @@ package model
 
 import (
 	"maps"
-	"slices"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -56,27 +56,27 @@ func (l LoadAware) EffectiveKVCacheLimit() float64 {
 	return l.KVCacheLimit
 }
 
-// ModelRouting routes an endpoint's requests by the model their JSON body
+// ByModel routes an endpoint's requests by the model their JSON body
 // names (the OpenAI API's "model"): each model has its own split and
 // shadows. A request whose body names no model is answered 400, one naming
 // a model not listed 404. Bodies are buffered to be read, up to
 // MaxModelBodyBytes (413 beyond).
-type ModelRouting struct {
+type ByModel struct {
 	// Field is the body's top-level field that names the model; "model"
 	// by default.
 	Field string `json:"field,omitempty"`
 	// Models are the split and shadows of each model name.
-	Models map[string]ModelTraffic `json:"models"`
+	Models map[string]TrafficPolicy `json:"models"`
 }
 
-// ModelTraffic is one model's traffic and shadow policies, as an
+// TrafficPolicy is one model's traffic and shadow policies, as an
 // endpoint's own.
-type ModelTraffic struct {
+type TrafficPolicy struct {
 	Traffic map[string]float64 `json:"traffic"`
 	Shadows map[string]float64 `json:"shadows,omitempty"`
 }
 
-// DefaultModelField is ModelRouting.Field's default.
+// DefaultModelField is ByModel.Field's default.
 const DefaultModelField = "model"
 
 // MaxModelBodyBytes is the largest body of a model-routed request: each
@@ -85,7 +85,7 @@ const DefaultModelField = "model"
 const MaxModelBodyBytes = 1 << 20
 
 // EffectiveField is the body field that names the model.
-func (r ModelRouting) EffectiveField() string {
+func (r ByModel) EffectiveField() string {
 	if r.Field == "" {
 		return DefaultModelField
 	}
@@ -232,20 +232,20 @@ func (e Endpoint) EffectiveCriticality() Criticality {
 }
 
 // cloneModelRouting returns a deep copy of r.
-func cloneModelRouting(r *ModelRouting) *ModelRouting {
+func cloneModelRouting(r *ByModel) *ByModel {
 	if r == nil {
 		return nil
 	}
-	out := &ModelRouting{Field: r.Field, Models: make(map[string]ModelTraffic, len(r.Models))}
+	out := &ByModel{Field: r.Field, Models: make(map[string]TrafficPolicy, len(r.Models))}
 	for name, t := range r.Models {
-		out.Models[name] = ModelTraffic{Traffic: maps.Clone(t.Traffic), Shadows: maps.Clone(t.Shadows)}
+		out.Models[name] = TrafficPolicy{Traffic: maps.Clone(t.Traffic), Shadows: maps.Clone(t.Shadows)}
 	}
 	return out
 }
 
 // modelRoutingsEqual reports whether two model routings are the same,
 // treating a shadow of 0 as none.
-func modelRoutingsEqual(a, b *ModelRouting) bool {
+func modelRoutingsEqual(a, b *ByModel) bool {
 	if a == nil || b == nil {
 		return a == b
 	}

@@ -14,7 +14,7 @@ func inferenceModel() *Model {
 			{Name: "mistral", Process: proc},
 		},
 		Endpoints: []Endpoint{{Name: "chat", Route: "/v1", Methods: []string{"POST"}, Criticality: Sheddable,
-			ModelRouting: &ModelRouting{Models: map[string]ModelTraffic{
+			ModelRouting: &ByModel{Models: map[string]TrafficPolicy{
 				"llama-3-8b": {Traffic: map[string]float64{"llama-a": 0.75, "llama-b": 0.25}, Shadows: map[string]float64{"mistral": 0.5}},
 				"mistral-7b": {Traffic: map[string]float64{"mistral": 1}},
 			}}}},
@@ -61,7 +61,7 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 		"a model's weights": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Traffic["mistral"] = 0.5 },
 			"model_routing.models.mistral-7b.traffic: weights sum to 0.5"},
 		"a model's unknown backend": {func(m *Model) {
-			m.Endpoints[0].ModelRouting.Models["x"] = ModelTraffic{Traffic: map[string]float64{"nope": 1}}
+			m.Endpoints[0].ModelRouting.Models["x"] = TrafficPolicy{Traffic: map[string]float64{"nope": 1}}
 		}, "model_routing.models.x.traffic.nope: backend \"nope\" is not defined"},
 		"no models":   {func(m *Model) { m.Endpoints[0].ModelRouting.Models = nil }, "model_routing.models: is empty"},
 		"a bad field": {func(m *Model) { m.Endpoints[0].ModelRouting.Field = "a b" }, "model_routing.field: \"a b\" is not a JSON field name"},

@@ -444,7 +444,7 @@ type Endpoint struct {
 	Rollout *Rollout `json:"rollout,omitempty"`
 	// ModelRouting, if set, splits and mirrors requests by the model their
 	// JSON body names, in place of Traffic and Shadows (inference.go).
-	ModelRouting *ModelRouting `json:"model_routing,omitempty"`
+	ModelRouting *ByModel `json:"model_routing,omitempty"`
 	// Criticality is what the endpoint's requests are when they carry no
 	// CriticalityHeader: critical (the default) or sheddable.
 	Criticality Criticality `json:"criticality,omitempty"`

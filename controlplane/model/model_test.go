@@ -205,7 +205,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 		func(e *Endpoint) { e.Retry = &RetryPolicy{Attempts: 2} },
 		func(e *Endpoint) { e.Rollout = &Rollout{Candidate: "b"} },
 		func(e *Endpoint) {
-			e.ModelRouting = &ModelRouting{Models: map[string]ModelTraffic{"m": {Traffic: map[string]float64{"a": 1}}}}
+			e.ModelRouting = &ByModel{Models: map[string]TrafficPolicy{"m": {Traffic: map[string]float64{"a": 1}}}}
 		},
 		func(e *Endpoint) { e.Criticality = Sheddable },
 	} {
