@@ -457,10 +457,11 @@ func TestDeleteNamesEveryUse(t *testing.T) {
 		{Name: "a", Route: "/a", Traffic: map[string]float64{"v1": 1}},
 		{Name: "b", Route: "/b", Traffic: map[string]float64{"v1": 1}},
 		{Name: "c", Route: "/c", Traffic: map[string]float64{"v2": 1}, Shadows: map[string]float64{"v1": 0.1}},
+		{Name: "d", Route: "/d", ModelRouting: &model.ByModel{Models: map[string]model.TrafficPolicy{"m": {Traffic: map[string]float64{"v2": 1}, Shadows: map[string]float64{"v1": 0.5}}}}},
 	} {
 		_, err := c.CreateEndpoint(ctx, e)
 		mustChange(t, true, err)
 	}
 	_, err := c.DeleteBackend(ctx, "v1")
-	mustKind(t, err, Conflict, `backend "v1" is in the traffic of endpoints "a", "b" (remove it there), and shadows endpoint "c" (set those shadows to 0) before deleting it`)
+	mustKind(t, err, Conflict, `backend "v1" is in the traffic of endpoints "a", "b", "d" (remove it there), and shadows endpoint "c" (set those shadows to 0) before deleting it`)
 }

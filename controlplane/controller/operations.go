@@ -114,15 +114,11 @@ func (c *Controller) DeleteBackend(ctx context.Context, name string) (bool, erro
 		}
 		var routes, shadows []string
 		for _, e := range m.Endpoints {
-			_, routed := e.Traffic[name]
-			p, mirrored := e.Shadows[name]
-			switch {
-			case routed:
+			if e.RoutesTo(name) {
 				routes = append(routes, fmt.Sprintf("%q", e.Name))
-			case mirrored && p > 0:
+			}
+			if p, ok := e.Shadows[name]; ok && p > 0 {
 				shadows = append(shadows, fmt.Sprintf("%q", e.Name))
-			case e.UsedBackends()[name]:
-				routes = append(routes, fmt.Sprintf("%q", e.Name)) // its match rules or models
 			}
 		}
 		var uses []string

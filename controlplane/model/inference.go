@@ -151,6 +151,31 @@ func (e Endpoint) UsedBackends() map[string]bool {
 	return out
 }
 
+// RoutesTo reports whether the endpoint sends requests to backend other
+// than as one of its own shadows: by its traffic, a match rule, or a
+// model's traffic or shadows.
+func (e Endpoint) RoutesTo(backend string) bool {
+	if _, ok := e.Traffic[backend]; ok {
+		return true
+	}
+	for _, m := range e.Match {
+		if m.Backend == backend {
+			return true
+		}
+	}
+	if e.ModelRouting != nil {
+		for _, t := range e.ModelRouting.Models {
+			if _, ok := t.Traffic[backend]; ok {
+				return true
+			}
+			if p := t.Shadows[backend]; p > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // validateLoadAware checks a backend's load_aware setting.
 func validateLoadAware(p *problems, field string, b Backend) {
 	l := b.Config.LoadAware

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -203,9 +204,9 @@ func readModel(field string) *jsonmeta.JsonToMetadata {
 	}}
 }
 
-// modelRoutes are e's routes for each model, then the answers to a request
-// naming no model (400) and to one naming another (404), which is also
-// the route every request first matches (readModelRoute).
+// modelRoutes are e's routes of one group of methods (named name, retried
+// on retry): one per model, each splitting and mirroring by that model's
+// policies once the request's model is read.
 func modelRoutes(e model.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher, name, retry string) []*route.Route {
 	r := e.ModelRouting
 	var routes []*route.Route
@@ -289,13 +290,19 @@ func directAction(status uint32, body string) *route.Route_DirectResponse {
 	}}
 }
 
+// maxListedModels bounds the models an answer lists (route tables are
+// sent whole to every node).
+const maxListedModels = 10
+
+// joinQuoted lists names, quoted, the first maxListedModels of them.
 func joinQuoted(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += fmt.Sprintf("%q", n)
+	quoted := make([]string, 0, min(len(names), maxListedModels))
+	for _, n := range names[:min(len(names), maxListedModels)] {
+		quoted = append(quoted, fmt.Sprintf("%q", n))
+	}
+	out := strings.Join(quoted, ", ")
+	if more := len(names) - len(quoted); more > 0 {
+		out += fmt.Sprintf(" and %d more", more)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -312,5 +313,20 @@ func TestNoAccessLog(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestModelAnswersListAFewModels: a model-routed endpoint's 400 and 404
+// answers name its models, at most ten (route tables are sent whole).
+func TestModelAnswersListAFewModels(t *testing.T) {
+	var names []string
+	for i := range 12 {
+		names = append(names, fmt.Sprintf("m%02d", i))
+	}
+	if got := joinQuoted(names); !strings.HasSuffix(got, `"m09" and 2 more`) || strings.Contains(got, "m10") {
+		t.Errorf("listed %s", got)
+	}
+	if got := joinQuoted(names[:2]); got != `"m00", "m01"` {
+		t.Errorf("listed %s", got)
 	}
 }
