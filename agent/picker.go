@@ -247,11 +247,13 @@ func (r *replicaLoad) cost(now time.Time, typical time.Duration) float64 {
 // Report is the node's ORCA load report for backend, in the header
 // format Envoy reads (wire.LoadReportHeader): its requests per second and
 // its utilization, those over its weighted capacity (see Picker); and, as
-// named metrics, the
-// requests in flight and, where servers report them, the most waiting
-// and the highest KV-cache use.
+// named metrics, the requests in flight and, where servers report them,
+// the most waiting and the highest KV-cache use. A saturated replica
+// counts for a tenth of its capacity (saturatedShare), so callers send
+// a node whose every replica is saturated a tenth of its share, not none:
+// its answers keep its report fresh.
 func (p *Picker) Report(backend string) string {
-	cfg, _ := p.backendConfig(backend)
+	cfg, known := p.backendConfig(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -266,7 +268,11 @@ func (p *Picker) Report(backend string) string {
 		if ttfb == 0 {
 			ttfb = typical
 		}
-		capacity += float64(max(cfg.maxInFlight, 1)) / ttfb.Seconds() / ttfb.Seconds() // per second, per second of latency
+		share := 1.0
+		if known && r.saturated(cfg, now) {
+			share = saturatedShare
+		}
+		capacity += share * float64(max(cfg.maxInFlight, 1)) / ttfb.Seconds() / ttfb.Seconds() // per second, per second of latency
 		inFlight += r.inFlight
 		if now.Sub(r.server.at) < serverLoadStale {
 			waiting, kv = math.Max(waiting, r.server.waiting), math.Max(kv, r.server.kv)
@@ -279,6 +285,10 @@ func (p *Picker) Report(backend string) string {
 	return fmt.Sprintf("TEXT application_utilization=%.6g,rps_fractional=%.6g,named_metrics.in_flight=%d,named_metrics.waiting=%.6g,named_metrics.kv_cache=%.6g",
 		utilization, rps, inFlight, waiting, kv)
 }
+
+// saturatedShare is the share of its capacity a saturated replica counts
+// for in its node's load report.
+const saturatedShare = 0.1
 
 // minUtilization keeps a report valid (Envoy ignores a utilization of 0).
 const minUtilization = 1e-6

@@ -153,6 +153,16 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	if rps < 19 || rps > 21 || inFlight != 0 {
 		t.Errorf("rps %v in flight %d, want 20 (one answer every 50 ms) and 0", rps, inFlight)
 	}
+	// Every replica saturated (2 in flight each): a tenth of the capacity.
+	for range 6 {
+		p.pick("llama", false)
+	}
+	if _, err := fmt.Sscanf(p.Report("llama"), "TEXT application_utilization=%g,rps_fractional=%g", &util, &rps); err != nil {
+		t.Fatal(err)
+	}
+	if capacity := rps / util; capacity < 59 || capacity > 61 {
+		t.Errorf("saturated, capacity %v, want 60: a tenth", capacity)
+	}
 }
 
 // TestPickerServerSpeaksExtProc: through a real gRPC stream on the unix

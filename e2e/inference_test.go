@@ -37,6 +37,7 @@ func TestInferenceServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("load-aware picking sends a slow replica less than least requests does", func(t *testing.T) { loadAwarePicking(t, mesh, locks) })
+	t.Run("a replica whose server reports a long queue gets few requests", func(t *testing.T) { serverGauges(t, mesh, locks) })
 	t.Run("OpenAI-style requests are split and mirrored per model", func(t *testing.T) { modelRouting(t, mesh) })
 	t.Run("under overload critical requests succeed while sheddable ones get 429", func(t *testing.T) { shedding(t, mesh) })
 }
@@ -111,9 +112,9 @@ func loadAwarePicking(t *testing.T, mesh *twoNodeMesh, locks string) {
 		}
 		p50, p99 := l.percentile(0.5), l.percentile(0.99)
 		t.Logf("BENCH inference picker=%s rate=%d/s seconds=%.0f requests=%d slow_share=%.3f ttfb_p50_ms=%.1f ttfb_p99_ms=%.1f slow_alone_on_its_node=%v",
-			map[string]string{"la": "load-aware", "lr": "least-request", "baseline": "envoy-least-request"}[name], rate, d.Seconds(), len(l.ttfb), l.slowShare(), ms(p50), ms(p99), alone[name])
+			map[string]string{"la": "load-aware", "lr": "least-request", "baseline": "envoy-least-request"}[name], rate, d.Seconds(), len(l.ttfb), l.oddShare(), ms(p50), ms(p99), alone[name])
 	}
-	if share := runs["la"].slowShare(); share >= 0.25 {
+	if share := runs["la"].oddShare(); share >= 0.25 {
 		t.Errorf("the load-aware picker sent the replica three times slower %.3f of the requests, want well under a third (its capacity's share is a seventh)", share)
 	}
 }
@@ -210,6 +211,34 @@ func startBaselineEnvoy(t *testing.T, locks string) string {
 	return listen
 }
 
+// serverGauges: two replicas, equally fast, one of whose metrics say 5
+// requests wait (queue_limit 3: saturated): the nodes' pickers read it and
+// send that replica few requests (its own node's picker none while the
+// other is beside it; the callers weigh its node at a tenth otherwise).
+func serverGauges(t *testing.T, mesh *twoNodeMesh, locks string) {
+	mesh.createBackends(t, model.Backend{Name: "gq", Config: model.BackendConfig{NumReplicas: 2, CPUs: 0.25,
+		LoadAware: &model.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", QueueLimit: 3}},
+		Process: modelServer("gq", "--slow-lock", filepath.Join(locks, "gq"), "--slow-factor", "1", "--fake-waiting", "5")})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "gq", Route: "/gq", Methods: []string{"GET", "POST"},
+		Traffic: map[string]float64{"gq": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicasAnswer(t, "the replicas of gq", "http://"+mesh.n1.public+"/gq", 2, 40)
+	l := &openLoop{urls: []string{"http://" + mesh.n1.public + "/gq", "http://" + mesh.n2.public + "/gq"}, body: `{"model": "m"}`}
+	l.run(40, 3*time.Second) // the callers' weights take a second or two of reports
+	warm := len(l.ttfb) + l.failed
+	l.ttfb, l.odd = nil, 0
+	l.run(40, 6*time.Second)
+	alone := slowAlone(t, mesh, locks, "gq")
+	t.Logf("the replica reporting a queue answered %.3f of %d requests (alone on its node: %v; %d warming up)", l.oddShare(), len(l.ttfb), alone, warm)
+	if l.failed > 0 {
+		t.Errorf("%d requests failed, first: %s", l.failed, l.firstFailure)
+	}
+	if share := l.oddShare(); share > 0.2 {
+		t.Errorf("the replica whose server reports 5 waiting (queue_limit 3) answered %.3f of the requests, want few (half without its gauges)", share)
+	}
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // openLoop sends POSTs at a fixed rate, whatever the answers take (so a
@@ -221,7 +250,7 @@ type openLoop struct {
 
 	mu                   sync.Mutex
 	ttfb                 []time.Duration
-	slow, failed, leaked int
+	odd, failed, leaked  int
 	firstFailure         string
 }
 
@@ -246,7 +275,7 @@ func (l *openLoop) one(client *http.Client, url string) {
 	start := time.Now()
 	resp, err := client.Do(req)
 	var answer struct {
-		Slow bool `json:"slow"`
+		Odd bool `json:"odd"` // the replica that took its backend's lock: slower, or faking its queue
 	}
 	if err == nil {
 		err = json.NewDecoder(resp.Body).Decode(&answer)
@@ -267,16 +296,18 @@ func (l *openLoop) one(client *http.Client, url string) {
 		l.leaked++
 	}
 	l.ttfb = append(l.ttfb, first.Sub(start))
-	if answer.Slow {
-		l.slow++
+	if answer.Odd {
+		l.odd++
 	}
 }
 
-func (l *openLoop) slowShare() float64 {
+// oddShare is the share of the answers from the replica that took its
+// backend's lock.
+func (l *openLoop) oddShare() float64 {
 	if len(l.ttfb) == 0 {
 		return math.NaN()
 	}
-	return float64(l.slow) / float64(len(l.ttfb))
+	return float64(l.odd) / float64(len(l.ttfb))
 }
 
 func (l *openLoop) percentile(p float64) time.Duration {

@@ -21,6 +21,11 @@ type ModelServer struct {
 	Slots         int
 	Service       time.Duration
 	Slowdown      float64 // 1: normal; 3: three times slower
+	// FakeWaiting is added to the queue it reports (a server whose gauges
+	// say it is busier than it is); Odd marks the replica that is slower
+	// or fakes its queue, in its answers.
+	FakeWaiting int
+	Odd         bool
 
 	mu               sync.Mutex
 	running, waiting int
@@ -34,6 +39,7 @@ type ModelAnswer struct {
 	Replica string `json:"replica"`
 	Model   string `json:"model"`
 	Slow    bool   `json:"slow"`
+	Odd     bool   `json:"odd"`
 	Shadow  string `json:"shadow,omitempty"`
 	Queued  int    `json:"queued"` // requests waiting when it arrived
 }
@@ -73,7 +79,7 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(BackendHeader, s.Backend)
 	w.Header().Set(ReplicaHeader, s.Name)
-	_ = json.NewEncoder(w).Encode(ModelAnswer{Backend: s.Backend, Replica: s.Name, Model: body.Model, Slow: s.Slowdown > 1,
+	_ = json.NewEncoder(w).Encode(ModelAnswer{Backend: s.Backend, Replica: s.Name, Model: body.Model, Slow: s.Slowdown > 1, Odd: s.Odd,
 		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued})
 }
 
@@ -141,7 +147,7 @@ func wakeWhenGone(req *http.Request, c *sync.Cond) (stop func()) {
 // the requests it holds.
 func (s *ModelServer) metrics(w http.ResponseWriter) {
 	s.mu.Lock()
-	running, waiting := s.running, s.waiting
+	running, waiting := s.running, s.waiting+s.FakeWaiting
 	s.mu.Unlock()
 	kv := min(float64(running+waiting)/float64(4*max(s.Slots, 1)), 1)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")

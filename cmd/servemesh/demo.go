@@ -99,5 +99,6 @@ func newModelServerCommand(log *slog.Logger) *cobra.Command {
 	c.Flags().DurationVar(&o.Service, "service", 20*time.Millisecond, "one request's time alone; a full batch doubles it")
 	c.Flags().StringVar(&o.SlowLock, "slow-lock", "", "a file the first replica to create it takes: that replica is --slow-factor times slower")
 	c.Flags().Float64Var(&o.SlowFactor, "slow-factor", 3, "how much slower the replica that takes --slow-lock is")
+	c.Flags().IntVar(&o.FakeWaiting, "fake-waiting", 0, "requests the replica that takes --slow-lock adds to the queue its metrics report")
 	return c
 }

@@ -142,9 +142,11 @@ type ModelServerOptions struct {
 	Slots                int
 	Service              time.Duration
 	// SlowLock, if set, is a file the first replica to create it takes:
-	// that one is SlowFactor times slower than the others.
-	SlowLock   string
-	SlowFactor float64
+	// that one is SlowFactor times slower than the others, and reports
+	// FakeWaiting more requests waiting than it has.
+	SlowLock    string
+	SlowFactor  float64
+	FakeWaiting int
 }
 
 // RunModelServer runs one stand-in model server (demoreplica.ModelServer)
@@ -158,14 +160,14 @@ func RunModelServer(ctx context.Context, log *slog.Logger, o ModelServerOptions)
 		if f, err := os.OpenFile(o.SlowLock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
 			_, _ = fmt.Fprintln(f, s.Name)
 			_ = f.Close()
-			s.Slowdown = o.SlowFactor
+			s.Slowdown, s.FakeWaiting, s.Odd = o.SlowFactor, o.FakeWaiting, true
 		}
 	}
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("model server: %w", err)
 	}
-	log.Info("model server serving", "backend", o.Backend, "listen", l.Addr().String(), "slots", o.Slots, "service", o.Service, "slowdown", s.Slowdown)
+	log.Info("model server serving", "backend", o.Backend, "listen", l.Addr().String(), "slots", o.Slots, "service", o.Service, "slowdown", s.Slowdown, "fake_waiting", s.FakeWaiting)
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
