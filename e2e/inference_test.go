@@ -248,10 +248,10 @@ type openLoop struct {
 	urls []string
 	body string
 
-	mu                   sync.Mutex
-	ttfb                 []time.Duration
-	odd, failed, leaked  int
-	firstFailure         string
+	mu                  sync.Mutex
+	ttfb                []time.Duration
+	odd, failed, leaked int
+	firstFailure        string
 }
 
 func (l *openLoop) run(rate int, d time.Duration) {
