@@ -448,11 +448,22 @@ func checkChiSquare(t *testing.T, counts map[string]int, shares map[string]float
 // every critical request succeeds (waiting at the replica's node), the
 // sheddable ones beyond the replica's room get 429 with Retry-After.
 func shedding(t *testing.T, mesh *twoNodeMesh) {
-	mesh.createBackends(t, model.Backend{Name: "gen", Process: modelServer("gen", "--slots", "2", "--service", "200ms"),
-		Config: model.BackendConfig{NumReplicas: 1, CPUs: 0.25, MaxConcurrentQueries: 2, LoadAware: &model.LoadAware{}}})
-	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "gen", Route: "/gen", Methods: []string{"GET", "POST"},
-		Traffic: map[string]float64{"gen": 1}, Criticality: model.Sheddable}); err != nil {
-		t.Fatal(err)
+	// With the CLI, as an operator would.
+	env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr, "SERVEMESH_TOKEN_FILE=" + mesh.ctl.tokenFile()}
+	args := []string{"backend", "create", "gen", "--num-replicas", "1", "--cpus", "0.25", "--max-concurrent-queries", "2", "--load-aware",
+		"--health-path", "/health", "--command", servemeshBin}
+	for _, a := range modelServer("gen", "--slots", "2", "--service", "200ms").Args {
+		args = append(args, "--arg", a)
+	}
+	if code, out, errOut := cli(t, env, args...); code != 0 {
+		t.Fatalf("servemesh %s: exit %d: %s %s", strings.Join(args, " "), code, out, errOut)
+	}
+	if code, out, errOut := cli(t, env, "endpoint", "create", "gen", "--route", "/gen", "--methods", "GET,POST", "--backend", "gen",
+		"--criticality", "sheddable"); code != 0 {
+		t.Fatalf("servemesh endpoint create: exit %d: %s %s", code, out, errOut)
+	}
+	if b, err := mesh.c.GetBackend(context.Background(), "gen"); err != nil || b.Config.LoadAware == nil {
+		t.Fatalf("backend gen as stored: %+v, %v; want load-aware", b, err)
 	}
 	url := "http://" + mesh.n1.public + "/gen"
 	waitReplicasAnswer(t, "the replica of gen", url, 1, 5)

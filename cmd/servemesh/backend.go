@@ -154,6 +154,8 @@ type configFlags struct {
 	as                                     model.AutoscalingConfig
 	upscale, downscale, lookBack, interval time.Duration
 	off                                    bool
+	loadAware                              model.LoadAware
+	loadAwareOff                           bool
 }
 
 func (c *configFlags) register(fs *pflag.FlagSet) {
@@ -173,14 +175,26 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default 30s)")
 	fs.DurationVar(&c.interval, "autoscale-interval", 0, "autoscale: how often the load is read (default 10s)")
 	fs.BoolVar(&c.off, "autoscale-off", false, "turn autoscaling off (num_replicas stays where it is)")
+	fs.Bool("load-aware", false, "pick replicas by their load (model servers): each node's agent picks among its replicas, callers weigh nodes by their reports")
+	fs.StringVar(&c.loadAware.MetricsPath, "load-metrics-path", "", "load-aware: where replicas serve Prometheus metrics (vLLM: /metrics)")
+	fs.StringVar(&c.loadAware.QueueMetric, "load-queue-metric", "", "load-aware: the gauge of waiting requests (vLLM: vllm:num_requests_waiting)")
+	fs.StringVar(&c.loadAware.RunningMetric, "load-running-metric", "", "load-aware: the gauge of running requests (vLLM: vllm:num_requests_running)")
+	fs.StringVar(&c.loadAware.KVCacheMetric, "load-kv-cache-metric", "", "load-aware: the gauge of KV-cache use, 0 to 1 (vLLM: vllm:gpu_cache_usage_perc)")
+	fs.IntVar(&c.loadAware.QueueLimit, "load-queue-limit", 0, "load-aware: waiting requests that saturate a replica (sheddable requests are then refused)")
+	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default 0.95)")
+	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
 }
 
 func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error) {
 	var p model.BackendConfigPatch
 	autoscale := false
+	loadAware := false
 	fs.Visit(func(f *pflag.Flag) {
 		if strings.HasPrefix(f.Name, "autoscale-") && f.Name != "autoscale-off" {
 			autoscale = true
+		}
+		if f.Name == "load-aware" || strings.HasPrefix(f.Name, "load-") && f.Name != "load-aware-off" {
+			loadAware = true
 		}
 		switch f.Name {
 		case "max-concurrent-queries":
@@ -214,6 +228,14 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error)
 			}
 		}
 		p.Resources = res
+	}
+	switch {
+	case loadAware && c.loadAwareOff:
+		return p, errors.New("--load-aware-off goes without the other --load flags")
+	case c.loadAwareOff:
+		p.LoadAware = &model.LoadAwarePatch{Off: true}
+	case loadAware:
+		p.LoadAware = &model.LoadAwarePatch{LoadAware: c.loadAware}
 	}
 	switch {
 	case autoscale && c.off:

@@ -22,14 +22,14 @@ func newEndpointCommand() *cobra.Command {
 }
 
 func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
-	var route, methods, backend, traffic string
+	var route, methods, backend, traffic, criticality string
 	var timeout, idle, perTry time.Duration
 	c := &cobra.Command{
 		Use:   "create NAME",
 		Short: "create an endpoint: a route (or none: headless), its traffic and its timeouts",
 		Args:  names(1, "one endpoint name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e := model.Endpoint{Name: args[0], Route: route,
+			e := model.Endpoint{Name: args[0], Route: route, Criticality: model.Criticality(criticality),
 				TimeoutS: timeout.Seconds(), IdleTimeoutS: idle.Seconds(), PerTryTimeoutS: perTry.Seconds()}
 			if methods != "" {
 				e.Methods = strings.Split(methods, ",")
@@ -62,6 +62,7 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	fs.StringVar(&traffic, "traffic", "", "weights, as b1=0.9,b2=0.1 (instead of --backend)")
 	fs.DurationVar(&timeout, "timeout", 0, "bound on a request, retries included, such as 30s (default: none, as a long generation needs)")
 	fs.DurationVar(&idle, "idle-timeout", 0, "end a request when nothing moved for this long, such as 1m (default: Envoy's 5m)")
+	fs.StringVar(&criticality, "criticality", "", "what its requests are when they carry no "+model.CriticalityHeader+" header: critical (the default) or sheddable (refused with 429 while a load-aware backend's replicas are saturated)")
 	fs.DurationVar(&perTry, "per-try-timeout", 0, "bound on each try; a GET whose try runs out is retried on another replica (default: none)")
 	return c
 }

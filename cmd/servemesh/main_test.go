@@ -14,7 +14,9 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	"github.com/google/shlex"
+	"github.com/spf13/pflag"
 
+	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -238,4 +240,35 @@ func readmeCommandLines(t *testing.T, path string) []string {
 		out = append(out, strings.TrimSpace(line))
 	}
 	return out
+}
+
+// TestLoadAwareFlags: --load-aware and the --load-* flags set a backend's
+// load-aware setting, --load-aware-off removes it, not both at once.
+func TestLoadAwareFlags(t *testing.T) {
+	parse := func(args ...string) (model.BackendConfigPatch, error) {
+		var c configFlags
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		c.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return c.patch(fs)
+	}
+	p, err := parse("--load-aware")
+	if err != nil || p.LoadAware == nil || p.LoadAware.Off || p.LoadAware.LoadAware != (model.LoadAware{}) {
+		t.Errorf("--load-aware: %+v %v", p.LoadAware, err)
+	}
+	p, err = parse("--load-metrics-path", "/metrics", "--load-queue-metric", "vllm:num_requests_waiting", "--load-queue-limit", "8")
+	if err != nil || p.LoadAware == nil || p.LoadAware.MetricsPath != "/metrics" || p.LoadAware.QueueLimit != 8 {
+		t.Errorf("--load-*: %+v %v", p.LoadAware, err)
+	}
+	if p, err = parse("--load-aware-off"); err != nil || p.LoadAware == nil || !p.LoadAware.Off {
+		t.Errorf("--load-aware-off: %+v %v", p.LoadAware, err)
+	}
+	if _, err = parse("--load-aware-off", "--load-queue-limit", "3"); err == nil {
+		t.Error("--load-aware-off with another --load flag was taken")
+	}
+	if p, err = parse("--cpus", "1"); err != nil || p.LoadAware != nil {
+		t.Errorf("no --load flag: %+v %v", p.LoadAware, err)
+	}
 }

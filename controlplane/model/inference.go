@@ -45,6 +45,13 @@ type LoadAware struct {
 	KVCacheLimit float64 `json:"kv_cache_limit,omitempty"`
 }
 
+// LoadAwarePatch sets a backend's load-aware setting, or with Off, removes
+// it (an empty LoadAware is a setting: picked by load, no metrics read).
+type LoadAwarePatch struct {
+	Off bool `json:"off,omitempty"`
+	LoadAware
+}
+
 // DefaultKVCacheLimit is LoadAware.KVCacheLimit's default.
 const DefaultKVCacheLimit = 0.95
 

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -75,5 +76,32 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 				t.Fatalf("got %v, want a problem with %q", err, c.field)
 			}
 		})
+	}
+}
+
+// TestLoadAwarePatch: {} turns load-aware picking on without metrics,
+// {"off": true} turns it off, and the setting's fields read inline.
+func TestLoadAwarePatch(t *testing.T) {
+	var p BackendConfigPatch
+	if err := json.Unmarshal([]byte(`{"load_aware": {"metrics_path": "/metrics", "queue_metric": "q"}}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	c := p.Apply(BackendConfig{})
+	if c.LoadAware == nil || c.LoadAware.MetricsPath != "/metrics" || c.LoadAware.QueueMetric != "q" || p.Empty() {
+		t.Fatalf("set: %+v", c.LoadAware)
+	}
+	p = BackendConfigPatch{}
+	if err := json.Unmarshal([]byte(`{"load_aware": {}}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	if c = p.Apply(c); c.LoadAware == nil || *c.LoadAware != (LoadAware{}) {
+		t.Fatalf("{}: %+v, want on without metrics", c.LoadAware)
+	}
+	p = BackendConfigPatch{}
+	if err := json.Unmarshal([]byte(`{"load_aware": {"off": true}}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	if c = p.Apply(c); c.LoadAware != nil {
+		t.Fatalf("off: %+v", c.LoadAware)
 	}
 }

@@ -280,9 +280,9 @@ type BackendConfigPatch struct {
 	// Autoscaling replaces the autoscaling config; an empty one
 	// ({"max_replicas": 0}) turns autoscaling off.
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
-	// LoadAware replaces the load-aware setting; an empty one ({}) turns
-	// it off.
-	LoadAware *LoadAware `json:"load_aware,omitempty"`
+	// LoadAware replaces the load-aware setting ({} turns it on without
+	// reading metrics); {"off": true} turns it off.
+	LoadAware *LoadAwarePatch `json:"load_aware,omitempty"`
 	// Replicas replaces the replicas of a backend of listed replicas (not
 	// of a process or external one).
 	Replicas []ReplicaSpec `json:"replicas,omitempty"`
@@ -324,8 +324,9 @@ func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
 		}
 	}
 	if p.LoadAware != nil {
-		c.LoadAware = p.LoadAware
-		if *p.LoadAware == (LoadAware{}) {
+		la := p.LoadAware.LoadAware
+		c.LoadAware = &la
+		if p.LoadAware.Off {
 			c.LoadAware = nil
 		}
 	}
