@@ -33,6 +33,24 @@ def test_ray_serve_verbs(mesh):
     assert c.delete_backend("py-v1") is True
 
 
+def test_model_endpoint(mesh):
+    c = Client(mesh["leader"], token_file=mesh["token_file"])
+    c.create_backend("py-llama", replicas=["127.0.0.1:9111"])
+    c.create_backend("py-mistral", replicas=["127.0.0.1:9112"])
+    models = {"llama-3-8b": {"traffic": {"py-llama": 1}, "shadows": {"py-mistral": 0.5}}, "mistral-7b": {"traffic": {"py-mistral": 1}}}
+    assert c.create_endpoint("py-chat", route="/py-chat", methods=["POST"], models=models, criticality="sheddable") is True
+    e = c.list_endpoints()["py-chat"]
+    assert e["model_routing"]["models"]["llama-3-8b"]["shadows"] == {"py-mistral": 0.5}
+    assert e["criticality"] == "sheddable"
+    with pytest.raises(servemesh.InvalidError, match="model_routing.models.bad.traffic"):
+        c.create_endpoint("py-bad", route="/py-bad", models={"bad": {"traffic": {"py-llama": 0.5}}})
+    with pytest.raises(ValueError):
+        c.create_endpoint("py-both", backend="py-llama", models=models)
+    assert c.delete_endpoint("py-chat") is True
+    assert c.delete_backend("py-llama") is True
+    assert c.delete_backend("py-mistral") is True
+
+
 def test_typed_errors(mesh):
     c = Client(mesh["leader"], token_file=mesh["token_file"])
     c.create_backend("err-a", replicas=["127.0.0.1:9201"])

@@ -147,12 +147,27 @@ class Client:
         route: Optional[str] = None,
         methods: Optional[Sequence[str]] = None,
         traffic: Optional[Mapping[str, float]] = None,
+        models: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        model_field: Optional[str] = None,
+        criticality: Optional[str] = None,
     ) -> bool:
         """Creates an endpoint sending all its traffic to backend (or split
-        by traffic), served at route (none: headless, in the mesh only)."""
-        if (backend is None) == (traffic is None):
-            raise ValueError("give backend or traffic, one of the two")
-        e: Dict[str, Any] = {"name": name, "traffic": {backend: 1.0} if backend is not None else dict(traffic or {})}
+        by traffic), served at route (none: headless, in the mesh only).
+        With models instead ({"llama-3-8b": {"traffic": {...}, "shadows":
+        {...}}}), it routes by the model a request's JSON body names (in
+        model_field, "model" by default). criticality is what its requests
+        are when they do not say: "critical" (the default) or "sheddable"."""
+        if sum(x is not None for x in (backend, traffic, models)) != 1:
+            raise ValueError("give backend, traffic or models, one of the three")
+        e: Dict[str, Any] = {"name": name}
+        if models is not None:
+            e["model_routing"] = {"models": {m: dict(p) for m, p in models.items()}}
+            if model_field:
+                e["model_routing"]["field"] = model_field
+        else:
+            e["traffic"] = {backend: 1.0} if backend is not None else dict(traffic or {})
+        if criticality:
+            e["criticality"] = criticality
         if route:
             e["route"] = route
         if methods:
