@@ -42,8 +42,9 @@ func prometheusBins(t *testing.T) (server, tool string) {
 // alerting rules of deploy/prometheus (promtool checks both) against the
 // default mesh under load, with what makes every panel of the Grafana
 // dashboard speak (an autoscaled backend that scales, a replica killed and
-// restarted, a rollout judged): it finds the controller and both agents
-// (the agents through the controller's HTTP service discovery), every
+// restarted, a rollout judged, a load-aware backend picked): it finds the
+// controller and both agents (the agents through the controller's HTTP
+// service discovery), every
 // query of deploy/grafana/servemesh.json returns data through
 // Prometheus's HTTP API, and the four alerting rules are loaded and healthy.
 func TestPrometheus(t *testing.T) {
@@ -62,7 +63,16 @@ func TestPrometheus(t *testing.T) {
 	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
 		waitReplicasAnswer(t, "the endpoint to answer", "http://"+n.public+"/prom", 1, 40)
 	}
-	loads := []*load{startLoad("http://"+mesh.n1.public+"/prom", 6), startLoad("http://"+mesh.n2.public+"/prom", 6)}
+	// A load-aware backend, for the model-traffic panel (its nodes' pickers).
+	picked := demoVersion("ppicked", 1, `{}`)
+	picked.Config.LoadAware = &model.LoadAware{}
+	mesh.createBackends(t, picked)
+	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "picked", Route: "/picked", Traffic: map[string]float64{"ppicked": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicasAnswer(t, "the load-aware endpoint to answer", "http://"+mesh.n1.public+"/picked", 1, 40)
+	loads := []*load{startLoad("http://"+mesh.n1.public+"/prom", 6), startLoad("http://"+mesh.n2.public+"/prom", 6),
+		startLoad("http://"+mesh.n2.public+"/picked", 1)}
 	defer func() {
 		for _, l := range loads {
 			close(l.stop)
