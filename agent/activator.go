@@ -123,6 +123,29 @@ func (a *Activator) Held() map[string]int {
 // unixPathMax is the longest path a unix socket may have on Linux.
 const unixPathMax = 107
 
+// listenEnvoySocket listens on the unix socket name in dir, the folder
+// the node's Envoy runs in, replacing a previous agent's; only the agent's
+// user (the node's Envoy's) may connect. It returns the socket's path.
+func listenEnvoySocket(ctx context.Context, dir, name string) (net.Listener, string, error) {
+	path, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		return nil, "", fmt.Errorf("socket %s: %w", name, err)
+	}
+	if len(path) > unixPathMax {
+		return nil, "", fmt.Errorf("socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, len(path), unixPathMax)
+	}
+	_ = os.Remove(path) // a previous agent's
+	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, "", fmt.Errorf("socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil { // the node's Envoy runs as the agent's user
+		_ = l.Close()
+		return nil, "", fmt.Errorf("socket %s: %w", path, err)
+	}
+	return l, path, nil
+}
+
 // Serve listens on the activator's sockets in dir (the folder the node's
 // Envoy runs in) and serves until ctx ends.
 func (a *Activator) Serve(ctx context.Context, dir string) error {
@@ -131,21 +154,9 @@ func (a *Activator) Serve(ctx context.Context, dir string) error {
 		name    string
 		inbound bool
 	}{{wire.ActivatorSocket, false}, {wire.ActivatorInboundSocket, true}} {
-		path, err := filepath.Abs(filepath.Join(dir, s.name))
+		l, _, err := listenEnvoySocket(ctx, dir, s.name)
 		if err != nil {
-			return fmt.Errorf("activator socket: %w", err)
-		}
-		if len(path) > unixPathMax {
-			return fmt.Errorf("activator socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, len(path), unixPathMax)
-		}
-		_ = os.Remove(path) // a previous agent's
-		l, err := (&net.ListenConfig{}).Listen(ctx, "unix", path)
-		if err != nil {
-			return fmt.Errorf("activator socket: %w", err)
-		}
-		if err := os.Chmod(path, 0o600); err != nil { // the node's Envoy runs as the agent's user
-			_ = l.Close()
-			return fmt.Errorf("activator socket: %w", err)
+			return fmt.Errorf("activator: %w", err)
 		}
 		srv := &http.Server{Handler: a.handler(s.inbound), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
 		srv.Protocols.SetHTTP1(true)

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -62,21 +59,9 @@ func NewPickerServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *Pi
 // Serve listens on the picker's socket in dir (the node's Envoy's folder)
 // until ctx ends.
 func (s *PickerServer) Serve(ctx context.Context, dir string) error {
-	path, err := filepath.Abs(filepath.Join(dir, wire.PickerSocket))
+	l, path, err := listenEnvoySocket(ctx, dir, wire.PickerSocket)
 	if err != nil {
-		return fmt.Errorf("picker socket: %w", err)
-	}
-	if len(path) > unixPathMax {
-		return fmt.Errorf("picker socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, len(path), unixPathMax)
-	}
-	_ = os.Remove(path) // a previous agent's
-	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", path)
-	if err != nil {
-		return fmt.Errorf("picker socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil { // the node's Envoy runs as the agent's user
-		_ = l.Close()
-		return fmt.Errorf("picker socket: %w", err)
+		return fmt.Errorf("picker: %w", err)
 	}
 	srv := grpc.NewServer()
 	extproc.RegisterExternalProcessorServer(srv, s)
