@@ -126,13 +126,13 @@ func (p *Picker) pick(backend string, sheddable bool) choice {
 	defer p.mu.Unlock()
 	var best *replicaLoad
 	bestCost, bestFree := math.Inf(1), false
-	now := p.now()
+	now, typical := p.now(), p.typicalTTFB(backend)
 	for _, r := range p.sorted(backend) {
 		if !r.ready {
 			continue
 		}
 		free := !ok || !r.saturated(cfg, now)
-		cost := r.cost(now, p.typicalTTFB(backend))
+		cost := r.cost(now, typical)
 		if best == nil || (free && !bestFree) || (free == bestFree && cost < bestCost) {
 			best, bestCost, bestFree = r, cost, free
 		}

@@ -29,7 +29,7 @@ import (
 // TestInferenceServing serves model traffic on the default mesh (mTLS, two
 // nodes, so requests cross the inbound hop), with stand-in model servers
 // (servemesh demo-model-server: a batch of 4 that slows as it grows, vLLM's
-// load gauges at /metrics). One mesh for the three parts.
+// load gauges at /metrics). One mesh for the four parts.
 func TestInferenceServing(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "inf")
 	locks := t.TempDir()
