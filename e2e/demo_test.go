@@ -44,6 +44,14 @@ func TestDemoStack(t *testing.T) {
 	if r := do(httpClient(), http.MethodGet, "http://"+mesh+"/", "embeddings"); r.status != 200 || r.backend != "embedder" {
 		t.Fatalf("headless embeddings on the mesh listener: %+v", r)
 	}
+	// The OpenAI-style endpoint the demo suggests, routed by model.
+	testutil.WaitFor(t, 30*time.Second, "the demo's chat endpoint to answer for mistral-7b", func() bool {
+		status, backend, _, _, _ := postModel(httpClient(), "http://"+public+"/v1/chat/completions", `{"model": "mistral-7b", "messages": []}`)
+		return status == http.StatusOK && backend == "mistral"
+	})
+	if status, _, _, text, _ := postModel(httpClient(), "http://"+public+"/v1/chat/completions", `{"model": "gpt-9"}`); status != http.StatusNotFound {
+		t.Errorf("the demo's chat endpoint for an unknown model: %d %s, want 404", status, text)
+	}
 	code, status, _ := cli(t, []string{"SERVEMESH_SERVER=" + api}, "status")
 	if code != 0 || !strings.Contains(status, "model-v3-candidate") || !strings.Contains(status, "demo-node") {
 		t.Fatalf("servemesh status: exit %d\n%s", code, status)

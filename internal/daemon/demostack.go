@@ -145,12 +145,23 @@ func StackModel(self string) *model.Model {
 	embedder.Config.MaxConcurrentQueries = 2
 	embedder.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2,
 		MetricsIntervalS: 0.5, LookBackPeriodS: 5, UpscaleDelayS: 2, DownscaleDelayS: 20}
+	// Two stand-in model servers behind an OpenAI-style endpoint routed by
+	// the model the body names.
+	llm := func(name string) model.Backend {
+		b := backend(name, 1)
+		b.Process.Args, b.Process.HealthPath = []string{"demo-model-server", "--backend", name, "--listen", "${HOST}:${PORT}"}, "/health"
+		return b
+	}
 	return &model.Model{
-		Backends: []model.Backend{backend("model-v1", 2), backend("model-v2", 1), backend("model-v3-candidate", 1), embedder},
+		Backends: []model.Backend{backend("model-v1", 2), backend("model-v2", 1), backend("model-v3-candidate", 1), embedder, llm("llama"), llm("mistral")},
 		Endpoints: []model.Endpoint{
 			{Name: "model", Route: "/model", Methods: []string{"GET", "POST"},
 				Traffic: map[string]float64{"model-v1": 0.9, "model-v2": 0.1}, Shadows: map[string]float64{"model-v3-candidate": 0.2}},
 			{Name: "embeddings", Traffic: map[string]float64{"embedder": 1}},
+			{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"}, ModelRouting: &model.ByModel{Models: map[string]model.TrafficPolicy{
+				"llama-3-8b": {Traffic: map[string]float64{"llama": 1}},
+				"mistral-7b": {Traffic: map[string]float64{"mistral": 1}},
+			}}},
 		},
 	}
 }
@@ -176,6 +187,8 @@ Try:
   for i in $(seq 200); do curl -s http://%[3]s/model -o /dev/null -w '%%{header_json}\n' | grep -o 'model-v[0-9a-z-]*'; done | sort | uniq -c
   curl -si -X DELETE http://%[3]s/model            # 405, with an Allow header
   curl -s -H 'Host: embeddings' http://%[5]s/      # a headless endpoint, on the mesh listener
+  curl -s http://%[3]s/v1/chat/completions -d '{"model": "mistral-7b", "messages": []}'
+                                                   # routed by the model the body names; another model: 404
 
   export SERVEMESH_SERVER=%[2]s
   %[6]s status                           # live request rates next to the weights, replicas, nodes
