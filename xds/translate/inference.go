@@ -35,7 +35,8 @@ import (
 //  1. The calling node picks a node: the backend's cluster balances with
 //     client-side weighted round robin (loadAwareCluster), whose weights
 //     come from the ORCA load reports (wire.LoadReportHeader) on the
-//     answers it gets: each node's is its capacity left, qps/utilization.
+//     answers it gets: a node's weight, qps/utilization, is its capacity
+//     discounted by its replicas' time to first byte (agent.Picker).
 //  2. That node's inbound listener asks its agent (the picker, an ext_proc
 //     server on wire.PickerSocket) which of its replicas takes the
 //     request: the agent knows each one's requests in flight (they all
@@ -51,7 +52,7 @@ import (
 //
 // Model-name routing: an endpoint's routes match the model in dynamic
 // metadata (wire.ModelMetadata). The first match of a request, before its
-// body is read, is the endpoint's last route (readModelRoute), which turns
+// body is read, is the endpoint's model-unknown route (readModelRoute), which turns
 // on two filters for it: json_to_metadata reads the model from the body
 // (buffered, within the listener's buffer limit), then a line of Lua
 // clears the route cache, so the request is matched again, now with its
