@@ -667,19 +667,33 @@ func doJSON(req *http.Request, out any) error {
 // through its cluster of shadow).
 func checkSplitAndMirror(t *testing.T, node *mtlsNode, url string, n int, split string, splitShare float64, shadow string, shadowShare float64) {
 	t.Helper()
-	mirrored := func() float64 { v, _ := readEnvoyStat(node.admin, "cluster."+shadow+".upstream_rq_total"); return v }
-	before := mirrored()
+	before := mirroredTo(node, shadow)
 	counts := sendMany(t, url, n)
 	checkShare(t, fmt.Sprintf("requests on %s", split), counts[split], n, splitShare)
 	if counts[shadow] != 0 {
 		t.Fatalf("%d answers came from the shadow %s, whose answers are dropped", counts[shadow], shadow)
 	}
+	checkShare(t, fmt.Sprintf("requests mirrored to %s", shadow), int(waitMirrored(t, node, shadow, before)-before), n, shadowShare)
+}
+
+// mirroredTo is how many requests node's Envoy has sent through its
+// cluster of shadow (0 before the first).
+func mirroredTo(node *mtlsNode, shadow string) float64 {
+	v, _ := readEnvoyStat(node.admin, "cluster."+shadow+".upstream_rq_total")
+	return v
+}
+
+// waitMirrored waits until node's count of requests sent to shadow is
+// past before and holds still (mirrored copies are sent after their
+// answers), and returns it.
+func waitMirrored(t *testing.T, node *mtlsNode, shadow string, before float64) float64 {
+	t.Helper()
 	var last float64
 	testutil.WaitFor(t, 10*time.Second, "the mirrored requests to be counted", func() bool {
-		cur := mirrored()
+		cur := mirroredTo(node, shadow)
 		settled := cur == last && cur > before
 		last = cur
 		return settled
 	})
-	checkShare(t, fmt.Sprintf("requests mirrored to %s", shadow), int(last-before), n, shadowShare)
+	return last
 }

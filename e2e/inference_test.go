@@ -371,8 +371,7 @@ func modelRouting(t *testing.T, mesh *twoNodeMesh) {
 		}
 		return len(seen) == 3
 	})
-	mirrored := func() float64 { v, _ := readEnvoyStat(mesh.n1.admin, "cluster.msh.upstream_rq_total"); return v }
-	before := mirrored()
+	before := mirroredTo(mesh.n1, "msh")
 	const n = 600
 	counts := map[string]int{}
 	for i := range n {
@@ -399,14 +398,7 @@ func modelRouting(t *testing.T, mesh *twoNodeMesh) {
 	if got := strings.Join(rows, " "); got != "m-a:ma1:0.75:0 m-a:ma2:0.25:0 m-a:msh:0:0.5 m-b:mb:1:0" {
 		t.Errorf("the status of chat: %s, want each model's split and shadows", got)
 	}
-	var last float64
-	testutil.WaitFor(t, 10*time.Second, "the mirrored requests to be counted", func() bool {
-		cur := mirrored()
-		settled := cur == last && cur > before
-		last = cur
-		return settled
-	})
-	checkShare(t, "requests for m-a mirrored to msh", int(last-before), n/2, 0.5)
+	checkShare(t, "requests for m-a mirrored to msh", int(waitMirrored(t, mesh.n1, "msh", before)-before), n/2, 0.5)
 	for _, c := range []struct {
 		body   string
 		status int

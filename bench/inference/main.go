@@ -1,4 +1,4 @@
-// Command inference compares load-aware replica picking with least
+// Package main compares load-aware replica picking with least
 // requests, side by side in the same runs, on the real mesh (Consul, the
 // controller, two nodes' agents and Envoys in the default mTLS mode): it
 // runs e2e TestInferenceServing's first part -runs times with -seconds of
