@@ -56,6 +56,10 @@ type Options struct {
 	// Picker, if set, follows the replicas the agent runs, to pick them
 	// for the node's Envoy (load-aware backends).
 	Picker *Picker
+	// StopOnExit stops the node's replicas when Run returns (a node
+	// leaving, or the demo's Ctrl-C). Otherwise they keep running and
+	// registered, for the next agent to adopt.
+	StopOnExit bool
 }
 
 // Agent runs the replicas placed on its node.
@@ -75,6 +79,7 @@ type Agent struct {
 	listenHost             string  // where replicas listen
 	picker                 *Picker // nil: none
 	metrics                *metrics
+	stopOnExit             bool
 
 	replicas map[string]*replica // by tag; owned by Run
 	devices  *devices
@@ -129,7 +134,7 @@ func New(o Options) (*Agent, error) {
 		}
 	}
 	a.devices = newDevices(o.Node.Resources)
-	a.secrets, a.inbound, a.listenHost, a.picker = o.Secrets, o.Inbound, o.Node.Address, o.Picker
+	a.secrets, a.inbound, a.listenHost, a.picker, a.stopOnExit = o.Secrets, o.Inbound, o.Node.Address, o.Picker, o.StopOnExit
 	a.node.Inbound = o.Inbound // registered: the controller checks replicas' claims against it
 	if (o.Secrets == nil) != (o.Inbound == "") {
 		return nil, fmt.Errorf("agent: mesh mTLS needs both the node's secrets and its inbound listener")
@@ -188,35 +193,27 @@ func userGroups(u *user.User) ([]uint32, error) {
 	return groups, nil
 }
 
-// Run registers the node, then runs its placed replicas until ctx ends, when
-// it stops them all and deregisters.
+// Run registers the node, adopts the replicas a previous agent left
+// running, then runs its placed replicas until ctx ends, when it leaves
+// them running for the next agent (or, with StopOnExit, stops them all
+// and deregisters).
 func (a *Agent) Run(ctx context.Context) error {
-	// Replicas pass through it to their own folders, but list nothing.
-	if err := os.MkdirAll(a.workDir, 0o711); err != nil {
-		return fmt.Errorf("agent work dir: %w", err)
+	if err := a.prepareWorkDir(); err != nil {
+		return err
 	}
-	if err := os.Chmod(a.workDir, 0o711); err != nil {
-		return fmt.Errorf("agent work dir: %w", err)
+	unlock, err := LockWorkDir(a.workDir)
+	if err != nil {
+		return err
 	}
-	if abs, err := filepath.Abs(a.workDir); err == nil {
-		a.workDir = abs // replicas carry it, to be found by a later incarnation
-	}
-	if err := reachable(a.workDir, a.runAs); err != nil {
-		return fmt.Errorf("replicas start in their own folders under the work folder, so their user must pass through it: %w; give --work-dir a folder whose parents they may pass through (mode o+x)", err)
-	}
-	if killed := killLeftovers(a.node.ID, a.workDir); len(killed) > 0 {
-		a.log.Warn("killed processes a previous agent of this node left running", "pids", killed)
-	}
-	if err := keepOnlyPreviousRun(a.workDir); err != nil {
-		a.log.Warn("the replica logs of earlier runs stay where they are", "dir", a.workDir, "err", err)
-	}
+	defer unlock()
+	a.adoptAll(ctx)
 	if err := a.registerNode(); err != nil {
 		return err
 	}
-	defer func() { _ = a.consul.Agent().ServiceDeregister(wire.AgentServiceID(a.node.ID)) }()
 	go heartbeat.Run(ctx, a.consul.Agent(), wire.AgentServiceID(a.node.ID), a.checkTTL/3, heartbeat.Passing, a.log)
-	defer a.stopAll()
-	a.log.Info("agent running", "node", a.node.ID, "address", a.node.Address, "cpus", a.node.CPUs, "memory_mb", a.node.MemoryMB)
+	defer a.exit()
+	a.log.Info("agent running", "node", a.node.ID, "address", a.node.Address, "cpus", a.node.CPUs, "memory_mb", a.node.MemoryMB,
+		"replicas_adopted", len(a.replicas))
 	if a.secrets != nil && (a.runAs == nil || a.runAs.Uid == uint32(os.Geteuid())) {
 		a.log.Warn("replicas run as the agent's own user, so they could read the node's private keys; give --run-as another user",
 			"secrets", a.secrets.Dir())
@@ -240,6 +237,70 @@ func (a *Agent) Run(ctx context.Context) error {
 		m, rev, err = a.store.Watch(ctx, rev)
 	}
 	return nil
+}
+
+// prepareWorkDir makes the work folder one replicas may pass through to
+// their own folders, but not list.
+func (a *Agent) prepareWorkDir() error {
+	if err := os.MkdirAll(a.workDir, 0o711); err != nil {
+		return fmt.Errorf("agent work dir: %w", err)
+	}
+	if err := os.Chmod(a.workDir, 0o711); err != nil {
+		return fmt.Errorf("agent work dir: %w", err)
+	}
+	if abs, err := filepath.Abs(a.workDir); err == nil {
+		a.workDir = abs // replicas carry it, to be found by a later incarnation
+	}
+	if err := reachable(a.workDir, a.runAs); err != nil {
+		return fmt.Errorf("replicas start in their own folders under the work folder, so their user must pass through it: %w; give --work-dir a folder whose parents they may pass through (mode o+x)", err)
+	}
+	return nil
+}
+
+// adoptAll adopts the replicas a previous agent of this node left
+// running, kills what it left and nobody adopts, and moves the logs and
+// folders of replicas that are gone into previous-run.
+func (a *Agent) adoptAll(ctx context.Context) {
+	records, dropped := adoptable(a.node.ID, a.workDir)
+	if len(dropped) > 0 {
+		a.log.Info("replicas a previous agent ran have exited since; they start afresh", "replicas", dropped)
+	}
+	for tag, rec := range records {
+		r, err := a.adopt(ctx, rec)
+		if err != nil {
+			a.log.Warn("not adopting a replica a previous agent left running; it is stopped", "replica", tag, "err", err)
+			delete(records, tag)
+			_ = removeRecord(a.workDir, wire.ReplicaServiceID(tag))
+			continue
+		}
+		a.replicas[tag] = r
+	}
+	if killed := killLeftovers(a.node.ID, a.workDir, records); len(killed) > 0 {
+		a.log.Warn("killed processes a previous agent of this node left running", "pids", killed)
+	}
+	keep := []string{runningDir, lockFile}
+	for tag := range records {
+		sid := wire.ReplicaServiceID(tag)
+		keep = append(keep, sid, sid+".log", sid+".log.1", sid+".log.2")
+	}
+	if err := keepOnlyPreviousRun(a.workDir, keep); err != nil {
+		a.log.Warn("the replica logs of earlier runs stay where they are", "dir", a.workDir, "err", err)
+	}
+}
+
+// exit ends Run: it leaves the replicas running and registered for the
+// next agent, or, with StopOnExit, stops them and deregisters the node.
+func (a *Agent) exit() {
+	if a.stopOnExit {
+		a.stopAll()
+		_ = a.consul.Agent().ServiceDeregister(wire.AgentServiceID(a.node.ID))
+		return
+	}
+	for tag, r := range a.replicas {
+		r.leave()
+		delete(a.replicas, tag)
+	}
+	a.log.Info("agent stopped; its replicas keep running for the next agent to adopt")
 }
 
 // reconcile makes the running replicas match this node's placements.
@@ -268,10 +329,22 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 					continue
 				}
 				a.replicas[p.Tag] = r
+			case running && r.adopted && p.State == model.Running && !r.runsFor(b, p):
+				r.log.Info("an adopted replica runs another spec than its placement's; replacing it")
+				r.stop() // first: the new one takes its registration, record and folder
+				delete(a.replicas, p.Tag)
+				if r, err := a.startReplica(ctx, b, p); err != nil {
+					a.log.Error("could not start replica", "replica", p.Tag, "err", err)
+				} else {
+					a.replicas[p.Tag] = r
+				}
 			case running && p.State == model.Draining:
 				r.drain()
 			case running:
 				r.setConfig(b.Config.UserConfig) // taken at its next probe
+			}
+			if r := a.replicas[p.Tag]; r != nil {
+				r.adopted = false // checked once, against the first desired state
 			}
 		}
 	}

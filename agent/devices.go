@@ -15,8 +15,8 @@ import (
 // replica at a time: a replica gets the lowest free indexes, and frees them
 // when its process is stopped for good. The controller never places more
 // than a node offers (draining replicas included), so a replica finds its
-// devices free; an agent that restarts starts its replicas afresh, and
-// hands out the devices afresh.
+// devices free; an agent that restarts claims the very devices its
+// adopted replicas hold.
 type devices struct {
 	mu    sync.Mutex
 	owner map[string][]string // resource -> device index -> replica tag ("" free)
@@ -51,6 +51,26 @@ func (d *devices) take(tag string, want map[string]int) (map[string][]int, error
 		}
 	}
 	return got, nil
+}
+
+// claim gives tag the very devices got (an adopted replica's), failing if
+// one is not free or not offered.
+func (d *devices) claim(tag string, got map[string][]int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, idx := range got {
+		for _, i := range idx {
+			if i < 0 || i >= len(d.owner[name]) || d.owner[name][i] != "" {
+				return fmt.Errorf("replica %s holds %s %d, which this node does not offer or another replica holds", tag, name, i)
+			}
+		}
+	}
+	for name, idx := range got {
+		for _, i := range idx {
+			d.owner[name][i] = tag
+		}
+	}
+	return nil
 }
 
 // release frees tag's devices.

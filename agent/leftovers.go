@@ -12,14 +12,12 @@ import (
 )
 
 // killLeftovers kills what a previous incarnation of this node's agent left
-// running: when an agent is killed (SIGKILL), each replica's own process
-// dies with it (Pdeathsig), but the processes that one started live on.
-// They carry the replica's environment, so they are found by
-// SERVEMESH_NODE=<node>, SERVEMESH_AGENT=<agentMark(node, dir)> and a
-// SERVEMESH_REPLICA_TAG, and killed with their process groups. Nothing
-// is adopted: the replicas themselves are gone. It returns the pids it
-// killed.
-func killLeftovers(node, dir string) []int {
+// running and this one does not adopt (replicas whose tag is not in keep,
+// and whatever their processes started): they carry the replica's
+// environment, so they are found by SERVEMESH_NODE=<node>,
+// SERVEMESH_AGENT=<agentMark(node, dir)> and a SERVEMESH_REPLICA_TAG, and
+// killed with their process groups. It returns the pids it killed.
+func killLeftovers(node, dir string, keep map[string]replicaRecord) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -32,7 +30,10 @@ func killLeftovers(node, dir string) []int {
 			continue
 		}
 		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !isReplicaOf(environ, node, dir) {
+		if err != nil {
+			continue
+		}
+		if tag, ok := replicaTagOf(environ, node, dir); !ok || keep[tag].Tag != "" {
 			continue
 		}
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 {
@@ -55,15 +56,18 @@ func agentMark(node, dir string) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// isReplicaOf reports whether a process environment (NUL-separated) is that
-// of a replica of the agent of node working in dir.
-func isReplicaOf(environ []byte, node, dir string) bool {
-	hasNode, hasDir, hasTag := false, false, false
+// replicaTagOf returns the replica tag of a process environment
+// (NUL-separated) that is that of a replica of the agent of node working
+// in dir; false if it is not.
+func replicaTagOf(environ []byte, node, dir string) (string, bool) {
+	hasNode, hasDir, tag := false, false, ""
 	for _, kv := range bytes.Split(environ, []byte{0}) {
 		s := string(kv)
 		hasNode = hasNode || s == "SERVEMESH_NODE="+node
 		hasDir = hasDir || s == agentMarkVar+"="+agentMark(node, dir)
-		hasTag = hasTag || strings.HasPrefix(s, "SERVEMESH_REPLICA_TAG=")
+		if t, ok := strings.CutPrefix(s, "SERVEMESH_REPLICA_TAG="); ok {
+			tag = t
+		}
 	}
-	return hasNode && hasDir && hasTag
+	return tag, hasNode && hasDir && tag != ""
 }

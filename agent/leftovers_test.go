@@ -46,7 +46,7 @@ func TestLeftoversOfAKilledAgentAreKilled(t *testing.T) {
 	if syscall.Kill(child, 0) != nil {
 		t.Fatal("the replica's child did not outlive it; the test shows nothing")
 	}
-	killed := killLeftovers("leftover-node", dir)
+	killed := killLeftovers("leftover-node", dir, nil)
 	deadline := time.Now().Add(5 * time.Second)
 	for syscall.Kill(child, 0) == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

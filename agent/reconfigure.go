@@ -63,6 +63,7 @@ func (r *replica) reconfigure(ctx context.Context) error {
 		return fmt.Errorf("user_config %s not taken at %s: status %d: %s", version, r.spec.ReconfigurePath, resp.StatusCode, bytes.TrimSpace(body))
 	}
 	r.a.configs.Store(r.tag, version)
+	r.writeRecord() // an adopting agent need not send it again
 	r.log.Info("replica took its user_config", "version", version)
 	return nil
 }

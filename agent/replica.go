@@ -19,8 +19,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"gopkg.in/natefinch/lumberjack.v2"
-
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
@@ -41,13 +39,22 @@ type replica struct {
 
 	cancel   context.CancelFunc // ends the run loop
 	done     chan struct{}
-	output   *lumberjack.Logger // the replica's log, rotated
+	output   replicaLog
 	mu       sync.Mutex
 	draining bool
 	stopOnce sync.Once
+	// leaving, when the run loop ends, leaves the process running for
+	// the next agent to adopt (leave), rather than stopping it (stop).
+	leaving  atomic.Bool
 	wants    map[string]int // devices it needs of each resource
 	config   atomic.Pointer[model.UserConfig]
 	devices  map[string][]int // its devices of each resource, by index; set by run
+	specHash string           // model.SpecHash of what its process runs
+	// adopted replicas were started by an earlier agent; reconcile checks
+	// once that they run what their placement wants.
+	adopted  bool
+	restarts atomic.Int64 // exits in a row
+	process  atomic.Pointer[proc.Identity]
 }
 
 // serviceID is the replica's Consul service id; '#' is not URL-safe.
@@ -56,9 +63,8 @@ func (r *replica) checkID() string   { return "replica-" + r.serviceID() }
 func (r *replica) address() string   { return net.JoinHostPort(r.a.listenHost, strconv.Itoa(r.port)) }
 
 func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Placement) (*replica, error) {
-	backend, protocol, spec := b.Name, b.Protocol, *b.Process
 	if a.secrets != nil { // its node's inbound listener presents this identity
-		if err := a.secrets.AddBackend(ctx, backend); err != nil {
+		if err := a.secrets.AddBackend(ctx, b.Name); err != nil {
 			return nil, fmt.Errorf("replica %s: %w", p.Tag, err)
 		}
 	}
@@ -68,23 +74,34 @@ func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Place
 	}
 	_, portText, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portText)
-	r := &replica{a: a, backend: backend, tag: p.Tag, spec: spec, grpc: protocol == model.ProtocolGRPC && spec.HealthPath == "", port: port, done: make(chan struct{}),
-		log: a.log.With("replica", p.Tag), output: &lumberjack.Logger{
-			Filename: filepath.Join(a.workDir, wire.ReplicaServiceID(p.Tag)+".log"),
-			MaxSize:  a.logMaxMB, MaxBackups: 2,
-		}}
+	r := a.newReplica(b.Name, p.Tag, *b.Process, b.Protocol == model.ProtocolGRPC && b.Process.HealthPath == "", port)
+	r.specHash = model.SpecHash(b.Process)
 	r.wants = b.Config.Resources
 	r.setConfig(b.Config.UserConfig)
-	if err := r.register("", 0); err != nil {
+	if err := r.register("", 0, api.HealthCritical); err != nil {
 		return nil, fmt.Errorf("replica %s: register in consul: %w", p.Tag, err)
 	}
+	r.watch(nil)
+	r.log.Info("replica placed here", "backend", b.Name, "address", r.address())
+	return r, nil
+}
+
+func (a *Agent) newReplica(backend, tag string, spec model.ProcessSpec, grpc bool, port int) *replica {
+	return &replica{a: a, backend: backend, tag: tag, spec: spec, grpc: grpc, port: port, done: make(chan struct{}),
+		log: a.log.With("replica", tag), output: replicaLog{
+			path:     filepath.Join(a.workDir, wire.ReplicaServiceID(tag)+".log"),
+			maxBytes: int64(a.logMaxMB) << 20, backups: 2,
+		}}
+}
+
+// watch starts the replica's run loop (on child, if adopted) and its
+// health probe.
+func (r *replica) watch(child *proc.Process) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	a.picker.Track(p.Tag, backend, r.address())
-	go r.run(runCtx)
-	go heartbeat.RunProbing(runCtx, a.consul.Agent(), r.checkID(), a.checkTTL/3, startupProbe, r.probe, r.log)
-	r.log.Info("replica placed here", "backend", backend, "address", r.address())
-	return r, nil
+	r.a.picker.Track(r.tag, r.backend, r.address())
+	go r.run(runCtx, child)
+	go heartbeat.RunProbing(runCtx, r.a.consul.Agent(), r.checkID(), r.a.checkTTL/3, startupProbe, r.probe, r.log)
 }
 
 // takeDevices gets the replica its devices before its process first
@@ -94,7 +111,9 @@ func (r *replica) takeDevices(ctx context.Context) bool {
 	for logged := false; ; logged = true {
 		got, err := r.a.devices.take(r.tag, r.wants)
 		if err == nil {
+			r.mu.Lock()
 			r.devices = got
+			r.mu.Unlock()
 			if len(got) > 0 {
 				r.log.Info("replica's devices", "devices", got)
 			}
@@ -109,10 +128,11 @@ func (r *replica) takeDevices(ctx context.Context) bool {
 	}
 }
 
-// register registers the replica in Consul's catalog, critical until its
-// probe passes; exit, if not empty, says why its process last exited, and
-// restarts how many times it did.
-func (r *replica) register(exit string, restarts int) error {
+// register registers the replica in Consul's catalog with its check at
+// status (critical until its probe passes, for a new replica); exit, if
+// not empty, says why its process last exited, and restarts how many
+// times it did.
+func (r *replica) register(exit string, restarts int, status string) error {
 	meta := map[string]string{wire.MetaReplicaTag: r.tag, wire.MetaReplicaNode: r.a.node.ID}
 	if restarts > 0 {
 		meta[wire.MetaReplicaRestarts] = strconv.Itoa(restarts)
@@ -124,7 +144,7 @@ func (r *replica) register(exit string, restarts int) error {
 		ID: r.serviceID(), Name: wire.BackendService(r.backend), Tags: []string{wire.ReplicaServiceTag, r.tag},
 		Address: r.a.listenHost, Port: r.port, Meta: meta,
 		Check: &api.AgentServiceCheck{CheckID: r.checkID(), Name: "servemesh probe of " + r.tag, Notes: truncate(exit, wire.MaxExitNote),
-			TTL: r.a.checkTTL.String(), Status: api.HealthCritical, DeregisterCriticalServiceAfter: "1m"},
+			TTL: r.a.checkTTL.String(), Status: status, DeregisterCriticalServiceAfter: "1m"},
 	})
 }
 
@@ -140,36 +160,53 @@ func truncate(s string, n int) string {
 	return s + "..."
 }
 
-// run keeps the process running, restarting it with exponential backoff.
-func (r *replica) run(ctx context.Context) {
+// run keeps the process running (child, if adopted, first), restarting
+// it with exponential backoff, and rotates its log. When ctx ends it stops
+// the process, unless the replica is leaving (see leave).
+func (r *replica) run(ctx context.Context, child *proc.Process) {
 	defer close(r.done)
-	defer r.a.configs.Delete(r.tag)
-	if !r.takeDevices(ctx) {
+	if child == nil && !r.takeDevices(ctx) {
 		return
 	}
-	defer r.a.devices.release(r.tag) // stopped for good
+	defer func() {
+		if !r.leaving.Load() {
+			r.a.configs.Delete(r.tag)
+			r.a.devices.release(r.tag) // stopped for good
+		}
+	}()
 	restart := backoff.Backoff{Min: r.a.minBackoff, Max: r.a.maxBackoff, ResetAfter: time.Minute}
-	exits := 0
+	rotate := time.NewTicker(logRotateEvery)
+	defer rotate.Stop()
 	for ctx.Err() == nil {
 		began := time.Now()
-		child, err := r.startProcess()
-		if err == nil {
+		var err error
+		if child == nil {
+			child, err = r.startProcess()
+		}
+		for err == nil && child != nil {
 			select {
-			case <-ctx.Done(): // stopping: SIGTERM, then SIGKILL after the grace
-				_ = child.Stop(r.a.stopGrace)
+			case <-ctx.Done():
+				if !r.leaving.Load() { // stopping: SIGTERM, then SIGKILL after the grace
+					_ = child.Stop(r.a.stopGrace)
+				}
 				return
 			case <-child.Done():
 				err = child.Wait()
+				child = nil
+			case <-rotate.C:
+				if rerr := r.output.rotate(); rerr != nil {
+					r.log.Warn("could not rotate the replica's log", "err", rerr)
+				}
 			}
 		}
+		child = nil
 		if ctx.Err() != nil {
 			return
 		}
 		if time.Since(began) >= time.Minute {
-			exits = 0 // it ran a while: a crash loop counts exits in a row
+			r.restarts.Store(0) // it ran a while: a crash loop counts exits in a row
 		}
-		exits++
-		r.exited(err, exits)
+		r.exited(err, int(r.restarts.Add(1)))
 		delay := restart.Next(time.Since(began))
 		r.log.Warn("replica exited or failed to start; restarting", "err", err, "restart_in", delay)
 		r.a.metrics.restarts.WithLabelValues(r.backend, r.tag).Inc()
@@ -178,6 +215,10 @@ func (r *replica) run(ctx context.Context) {
 		}
 	}
 }
+
+// logRotateEvery is how often a replica's log is checked against its cap
+// (the kubelet checks containers' logs every 10 s).
+const logRotateEvery = time.Second
 
 // exited takes the replica out of rotation now, not at its next probe
 // (the node's Envoy then holds its requests in the activator instead of
@@ -190,7 +231,7 @@ func (r *replica) exited(err error, exits int) {
 	if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), note, api.HealthCritical); uerr != nil {
 		r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
 	}
-	if uerr := r.register(note, exits); uerr != nil {
+	if uerr := r.register(note, exits, api.HealthCritical); uerr != nil {
 		r.log.Warn("could not say why the replica exited in its registration", "err", uerr)
 	}
 	r.a.configs.Delete(r.tag)
@@ -203,7 +244,7 @@ const exitNoteLines = 5
 // many times so far (after wire.ExitedNote), and the last lines of its log, for
 // whoever waits for it (backend create --wait).
 func (r *replica) exitNote(err error, exits int) string {
-	tail := strings.TrimRight(proc.LogTail(r.output.Filename, 1024), "\n")
+	tail := strings.TrimRight(proc.LogTail(r.output.path, 1024), "\n")
 	lines := strings.Split(tail, "\n")
 	if len(lines) > exitNoteLines {
 		lines = lines[len(lines)-exitNoteLines:]
@@ -247,6 +288,8 @@ func (r *replica) environment() (env map[string]string, expand func(string) stri
 	return env, expand
 }
 
+// startProcess starts the replica's process, detached so that it outlives
+// the agent, and records it for the next agent to adopt.
 func (r *replica) startProcess() (*proc.Process, error) {
 	env, expand := r.environment()
 	args := make([]string, len(r.spec.Args))
@@ -261,12 +304,42 @@ func (r *replica) startProcess() (*proc.Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: r.output, Stderr: r.output,
-		Dir: dir, Credential: r.a.runAs})
+	out, err := r.output.open()
 	if err != nil {
 		return nil, err
 	}
+	defer func() { _ = out.Close() }() // the process holds its own
+	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: out, Stderr: out,
+		Dir: dir, Credential: r.a.runAs, Detached: true})
+	if err != nil {
+		return nil, err
+	}
+	id := child.Identity()
+	r.process.Store(&id)
+	r.writeRecord()
 	return child, nil
+}
+
+// writeRecord writes down the replica's process for the next agent.
+func (r *replica) writeRecord() {
+	id := r.process.Load()
+	if id == nil {
+		return
+	}
+	uid := os.Geteuid()
+	if r.a.runAs != nil {
+		uid = int(r.a.runAs.Uid)
+	}
+	version, _ := r.a.configs.Load(r.tag)
+	config, _ := version.(string)
+	r.mu.Lock()
+	devices := r.devices
+	r.mu.Unlock()
+	rec := replicaRecord{Tag: r.tag, Backend: r.backend, Process: *id, Host: r.a.listenHost, Port: r.port, Spec: r.specHash, UID: uid,
+		ProcessSpec: r.spec, GRPC: r.grpc, Config: config, Devices: devices, Restarts: int(r.restarts.Load())}
+	if err := writeRecord(r.a.workDir, r.serviceID(), rec); err != nil {
+		r.log.Warn("the next agent will not adopt this replica", "err", err)
+	}
 }
 
 // folder is where the replica starts: a folder of its own in the agent's
@@ -370,11 +443,24 @@ func (r *replica) stopNow() {
 	r.a.picker.Forget(r.tag)
 	r.cancel() // run stops the process
 	<-r.done
-	_ = r.output.Close()
+	if err := removeRecord(r.a.workDir, r.serviceID()); err != nil {
+		r.log.Warn("stopped replica", "err", err)
+	}
 	if err := r.a.consul.Agent().ServiceDeregister(r.serviceID()); err != nil {
 		r.log.Warn("deregister replica", "err", err)
 	}
 	r.log.Info("replica stopped")
+}
+
+// leave stops watching the replica but leaves its process running and
+// registered, for the next agent to adopt; it returns when the run loop
+// is done.
+func (r *replica) leave() {
+	r.stopOnce.Do(func() {
+		r.leaving.Store(true)
+		r.cancel()
+		<-r.done
+	})
 }
 
 // reachable says why a process run as cred could not pass through dir and

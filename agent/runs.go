@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // previousRun is the folder, in an agent's work folder, that keeps the
@@ -12,8 +13,10 @@ import (
 const previousRun = "previous-run"
 
 // keepOnlyPreviousRun moves what the previous run left in dir (replica
-// folders and logs) into dir/previous-run, replacing the run kept there.
-func keepOnlyPreviousRun(dir string) error {
+// folders and logs) into dir/previous-run, replacing the run kept there;
+// the names in keep (adopted replicas' folders and logs, the records, the
+// lock) stay.
+func keepOnlyPreviousRun(dir string, keep []string) error {
 	prev := filepath.Join(dir, previousRun)
 	if err := os.RemoveAll(prev); err != nil {
 		return fmt.Errorf("remove the logs of older runs: %w", err)
@@ -22,6 +25,7 @@ func keepOnlyPreviousRun(dir string) error {
 	if err != nil {
 		return fmt.Errorf("read the work folder: %w", err)
 	}
+	entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return slices.Contains(keep, e.Name()) })
 	if len(entries) == 0 {
 		return nil
 	}

@@ -31,11 +31,11 @@ func TestOnlyThePreviousRunIsKept(t *testing.T) {
 		return out
 	}
 	run("first-a", "first-b")
-	if err := keepOnlyPreviousRun(dir); err != nil {
+	if err := keepOnlyPreviousRun(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	run("second")
-	if err := keepOnlyPreviousRun(dir); err != nil {
+	if err := keepOnlyPreviousRun(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := names(dir); !slices.Equal(got, []string{previousRun}) {
@@ -44,7 +44,7 @@ func TestOnlyThePreviousRunIsKept(t *testing.T) {
 	if got := names(filepath.Join(dir, previousRun)); !slices.Equal(got, []string{"second.d", "second.log"}) {
 		t.Fatalf("previous-run holds %v; want the second run's only", got)
 	}
-	if err := keepOnlyPreviousRun(t.TempDir()); err != nil {
+	if err := keepOnlyPreviousRun(t.TempDir(), nil); err != nil {
 		t.Fatalf("an empty work folder: %v", err)
 	}
 }

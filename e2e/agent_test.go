@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ import (
 type agentProc struct {
 	id, address               string
 	public, mesh, admin, metr string
+	workDir                   string
+	args, env                 []string
 	child                     *proc.Process
 	stderr                    *testutil.SyncBuffer
 }
@@ -53,23 +56,53 @@ func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds stri
 		"--metrics-listen", a.metr, "--work-dir", workDir, "--drain-grace", "1s", "--envoy-log-level", "info",
 		"--allow-command", servemeshBin}
 	args = append(args, extraArgs...)
-	var err error
-	a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: args,
-		Env: append(append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin), extraEnv...), Stderr: a.stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a.workDir, a.args = workDir, args
+	a.env = append(append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin), extraEnv...)
+	a.start(t)
 	t.Cleanup(func() {
 		_ = a.child.Stop(15 * time.Second)
 		failOnRace(t, "agent "+id, a.stderr.String())
 		if t.Failed() {
 			t.Logf("agent %s log:\n%s", id, a.stderr.String())
 		}
+		stopNodeLeftovers(t, a.id, a.workDir, a.env)
 	})
 	testutil.WaitFor(t, 30*time.Second, "agent "+id+"'s Envoy", func() bool {
 		return strings.Contains(a.stderr.String(), "envoy ready")
 	})
 	return a
+}
+
+// start starts the agent's process (again, after a stop: with the same
+// arguments, so it adopts what the last one left).
+func (a *agentProc) start(t *testing.T) {
+	t.Helper()
+	var err error
+	a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: a.args, Env: a.env, Stderr: a.stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killNode kills the node as a power loss would: its agent, its Envoy and
+// its replicas, at once.
+func (a *agentProc) killNode(t *testing.T) {
+	t.Helper()
+	_ = a.child.Kill()
+	stopNodeLeftovers(t, a.id, a.workDir, a.env)
+}
+
+// stopNodeLeftovers kills what a stopped agent left running (its Envoy and
+// replicas serve on when it stops), with the product's own command.
+func stopNodeLeftovers(t *testing.T, id, workDir string, env []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, servemeshBin, "agent", "--stop-all", "--stop-grace", "0", "--node-id", id, "--work-dir", workDir)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("servemesh agent --stop-all for node %s: %v: %s", id, err, out)
+	}
 }
 
 func placements(t *testing.T, c *api.Client, backend string) []model.Placement {
@@ -311,7 +344,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		dead := nodes[2]
 		l := startLoad("http://"+nodes[0].public+"/svc", 4)
 		time.Sleep(300 * time.Millisecond)
-		_ = dead.child.Kill() // its Envoy and replicas die with it
+		dead.killNode(t) // the agent, its Envoy and its replicas
 		testutil.WaitFor(t, 20*time.Second, "the dead node's replicas to go critical", func() bool {
 			checks, _, _ := consulClient.Health().Checks(wire.BackendService("a"), nil)
 			for _, ch := range checks {

@@ -60,8 +60,8 @@ func (a *chaosAgent) start(t *testing.T) {
 
 // TestChaos mixes, at random and for a bounded time, under steady load
 // through Envoy: operations and applies of random size through two
-// controllers, kill -9 of the leading controller, of an agent and of a
-// replica, SIGSTOP of Consul for a few seconds, and stray keys. At the end
+// controllers, kill -9 of the leading controller, of an agent (whose
+// Envoy and replicas serve on, adopted by the next) and of a replica, SIGSTOP of Consul for a few seconds, and stray keys. At the end
 // the stored state equals the model of every accepted operation, Envoy
 // serves it, and every failed request has a documented cause.
 func TestChaos(t *testing.T) {
@@ -88,6 +88,7 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(func() {
 		for _, a := range agents {
 			_ = a.child.Stop(10 * time.Second)
+			stopNodeLeftovers(t, a.id, a.dir, a.env)
 		}
 	})
 	static := startReplicas(t, "static", 3)
@@ -305,7 +306,7 @@ func (ch *chaos) fault() {
 		time.Sleep(500 * time.Millisecond)
 		victim.start()
 		ch.faults["controller killed"]++
-	case 1: // kill -9 an agent other than the entry node's (its Envoy and replicas die with it), restart it
+	case 1: // kill -9 an agent other than the entry node's (its Envoy and replicas serve on), restart it: it adopts them
 		a := ch.agents[1+ch.rng.IntN(len(ch.agents)-1)]
 		ch.waitReplicas() // one fault at a time: the last change has settled
 		ch.note("kill agent %s", a.id)

@@ -161,7 +161,7 @@ endpoints:
 		if log := n.stderr.String(); !strings.Contains(log, `msg="agent status listener serving" cmd=agent status=`+n.metr) {
 			t.Errorf("the agent does not log its status listener's address %s:\n%s", n.metr, log)
 		}
-		_ = n.child.Kill() // kill -9: its replica and Envoy die with it
+		n.killNode(t) // kill -9 of the agent, its replica and Envoy: the node is gone
 		testutil.WaitFor(t, 10*time.Second, "status to mark p's replica not heard from", func() bool {
 			r := status()
 			b := backendOf(r)

@@ -86,7 +86,7 @@ func TestNodeLossAtScale(t *testing.T) {
 
 	killed := time.Now()
 	for _, a := range agents[lossNodes-lossKilled:] {
-		_ = a.child.Kill() // the agent's process group: its Envoy and its replica die with it
+		a.killNode(t) // the agent, its Envoy and its replica, as a power loss would
 	}
 	testutil.WaitFor(t, routingBound, "the entry node's Envoy to stop routing to the killed nodes", func() bool {
 		all, killed := routedTo()

@@ -101,7 +101,7 @@ func TestCheckVersion(t *testing.T) {
 func TestStartPassesExplicitArgsAndStopTerminates(t *testing.T) {
 	p, state := startFake(t, "127.0.0.1:1")
 	args := waitFile(t, filepath.Join(state, "args"))
-	want := "-c /etc/bootstrap.yaml --log-level warning --disable-hot-restart --drain-time-s 5 --concurrency 2"
+	want := "-c /etc/bootstrap.yaml --log-level warning --drain-time-s 5 --concurrency 2 --disable-hot-restart"
 	if args != want {
 		t.Fatalf("args %q, want %q", args, want)
 	}

@@ -34,7 +34,15 @@ type Launcher struct {
 	// reloads them when a file is moved into their folder (replace them by
 	// rename, as Kubernetes does with secrets).
 	PublicCert, PublicKey string
+	// StopOnExit stops the node's Envoy when its supervisor stops;
+	// otherwise it serves on, for the next supervisor to adopt or hot
+	// restart.
+	StopOnExit bool
 }
+
+// StateFile is where a node's supervisor writes down its Envoy, in the
+// work folder.
+const StateFile = "envoy-process.json"
 
 // Prepare finds and checks Envoy, renders the node's bootstrap into
 // WorkDir, and returns the Config that runs it.
@@ -151,7 +159,9 @@ func (l Launcher) Supervise(ctx context.Context) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Supervisor{Config: cfg, Drain: l.Drain, OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil
+	cfg.HotRestart, cfg.BaseIDPath = true, filepath.Join(cfg.Dir, "envoy-base-id")
+	return &Supervisor{Config: cfg, Drain: l.Drain, StateFile: filepath.Join(cfg.Dir, StateFile), StopOnExit: l.StopOnExit,
+		OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil
 }
 
 func (l Launcher) logReady(ctx context.Context, p *Process) {

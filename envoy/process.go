@@ -37,25 +37,57 @@ type Config struct {
 	StopGrace time.Duration
 	// Logger receives the supervisor's logs; required.
 	Logger *slog.Logger
+	// HotRestart starts Envoy for hot restarts (Envoy's --restart-epoch):
+	// detached, so that it outlives its supervisor, with hot restart on,
+	// at epoch Epoch. Epoch 0 picks a free base id and writes it to
+	// BaseIDPath; a later epoch takes over from the Envoy running with
+	// base id BaseID, which drains and exits once the new one is ready.
+	// Otherwise Envoy dies with its parent and has hot restart off.
+	HotRestart bool
+	Epoch      int
+	BaseID     int
+	BaseIDPath string
 }
 
 // Args returns Envoy's full command line (without the binary).
 func (c Config) Args() []string {
+	args := c.settings()
+	if !c.HotRestart {
+		// Several Envoys share one machine in tests and demos; one that is
+		// never hot restarted needs no base id of its own.
+		return append(args, "--disable-hot-restart")
+	}
+	args = append(args, "--restart-epoch", strconv.Itoa(c.Epoch),
+		// The old Envoy drains for the drain time, then the new one ends it.
+		"--parent-shutdown-time-s", strconv.Itoa(int(c.drainTime().Seconds())+parentShutdownAfterDrain))
+	if c.Epoch == 0 {
+		return append(args, "--use-dynamic-base-id", "--base-id-path", c.BaseIDPath)
+	}
+	return append(args, "--base-id", strconv.Itoa(c.BaseID))
+}
+
+// parentShutdownAfterDrain is how many seconds after its drain time an
+// Envoy being hot restarted is ended by its successor.
+const parentShutdownAfterDrain = 5
+
+func (c Config) drainTime() time.Duration {
+	if c.DrainTime == 0 {
+		return 5 * time.Second
+	}
+	return max(c.DrainTime, time.Second)
+}
+
+// settings are the arguments that say how Envoy runs, the same in every
+// epoch: when they change, a running Envoy is hot restarted.
+func (c Config) settings() []string {
 	level := c.LogLevel
 	if level == "" {
 		level = "warning"
 	}
-	drain := c.DrainTime
-	if drain == 0 {
-		drain = 5 * time.Second
-	}
 	args := []string{
 		"-c", c.ConfigPath,
 		"--log-level", level,
-		// Several Envoys share one machine in tests and demos; servemesh
-		// restarts Envoy itself, so hot restart's shared memory is not needed.
-		"--disable-hot-restart",
-		"--drain-time-s", strconv.Itoa(int(max(drain.Seconds(), 1))),
+		"--drain-time-s", strconv.Itoa(int(c.drainTime().Seconds())),
 	}
 	if c.Concurrency > 0 {
 		args = append(args, "--concurrency", strconv.Itoa(c.Concurrency))
@@ -70,8 +102,9 @@ type Process struct {
 	admin Admin
 }
 
-// Start launches Envoy. The child is killed if this process dies (Pdeathsig),
-// so an Envoy is never orphaned by a crashed supervisor.
+// Start launches Envoy. Unless cfg.HotRestart, the child is killed if this
+// process dies (Pdeathsig), so an Envoy is never orphaned by a crashed
+// supervisor; a hot-restartable one outlives it, to be adopted.
 func Start(cfg Config) (*Process, error) {
 	if cfg.Logger == nil {
 		return nil, errors.New("envoy: start: Config.Logger is required")
@@ -88,13 +121,13 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy: open log file: %w", err)
 	}
-	child, err := proc.Start(proc.Spec{Path: cfg.Binary, Args: cfg.Args(), Dir: cfg.Dir, Stdout: logFile, Stderr: logFile})
+	child, err := proc.Start(proc.Spec{Path: cfg.Binary, Args: cfg.Args(), Dir: cfg.Dir, Stdout: logFile, Stderr: logFile, Detached: cfg.HotRestart})
 	_ = logFile.Close() // the child holds its own descriptor
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
 	p := &Process{cfg: cfg, child: child, admin: Admin{Socket: cfg.AdminSocket}}
-	cfg.Logger.Info("envoy started", "pid", child.Pid(), "binary", cfg.Binary, "config", cfg.ConfigPath, "log", cfg.LogPath)
+	cfg.Logger.Info("envoy started", "pid", child.Pid(), "binary", cfg.Binary, "config", cfg.ConfigPath, "log", cfg.LogPath, "epoch", cfg.Epoch)
 	return p, nil
 }
 

@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/servemesh/servemesh/internal/backoff"
@@ -18,8 +19,16 @@ type Supervisor struct {
 	// MinBackoff and MaxBackoff bound the wait before a restart; 500ms and
 	// 30s when zero. The backoff resets after Envoy has run for a minute.
 	MinBackoff, MaxBackoff time.Duration
-	// OnStart, if set, is called with each new process.
+	// OnStart, if set, is called with each new (or adopted) process.
 	OnStart func(*Process)
+	// StateFile, with Config.HotRestart, is where the supervisor writes
+	// down the Envoy it runs: when it stops, it leaves that Envoy serving
+	// (unless StopOnExit), and the next supervisor adopts or hot restarts
+	// it (see handover.go).
+	StateFile  string
+	StopOnExit bool
+
+	want envoyRecord // what this supervisor starts
 }
 
 // Run supervises Envoy until ctx ends, then stops it with a drain. It returns
@@ -32,8 +41,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if restart.Max == 0 {
 		restart.Max = 30 * time.Second
 	}
+	p, err := s.firstStart(ctx)
 	for starts := 1; ; starts++ {
-		p, err := Start(s.Config)
 		if err != nil {
 			return err
 		}
@@ -43,9 +52,17 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		began := time.Now()
 		select {
 		case <-ctx.Done():
+			if s.leaves() {
+				s.Config.Logger.Info("envoy left serving for the next agent to adopt", "pid", p.Pid())
+				return nil
+			}
 			stopCtx, cancel := context.WithTimeout(context.Background(), s.Drain+10*time.Second)
 			defer cancel()
-			return p.Stop(stopCtx, s.Drain)
+			err := p.Stop(stopCtx, s.Drain)
+			if s.StateFile != "" {
+				_ = os.Remove(s.StateFile)
+			}
+			return err
 		case <-p.Done():
 		}
 		delay := restart.Next(time.Since(began))
@@ -54,5 +71,21 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		if !backoff.Sleep(ctx, delay) {
 			return nil
 		}
+		p, err = s.start(0, 0)
 	}
+}
+
+// leaves reports whether the supervisor leaves its Envoy running when it
+// stops.
+func (s *Supervisor) leaves() bool {
+	return s.Config.HotRestart && s.StateFile != "" && !s.StopOnExit
+}
+
+// firstStart starts Envoy, or with a state file adopts or hot restarts
+// the one a previous supervisor left.
+func (s *Supervisor) firstStart(ctx context.Context) (*Process, error) {
+	if s.Config.HotRestart && s.StateFile != "" {
+		return s.first(ctx)
+	}
+	return s.start(0, 0)
 }

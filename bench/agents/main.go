@@ -51,7 +51,7 @@ func run() error {
 		return err
 	}
 	for i, addr := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
-		p, err := start(env, bin, "agent", "--plaintext", "--node-id", fmt.Sprintf("n%d", i+1), "--address", addr, "--cpus", "4",
+		p, err := start(env, bin, "agent", "--plaintext", "--stop-on-exit", "--node-id", fmt.Sprintf("n%d", i+1), "--address", addr, "--cpus", "4",
 			"--xds", xdsAddr, "--public", testutil.MustFreeAddr(addr), "--mesh", testutil.MustFreeAddr("127.0.0.1"),
 			"--work-dir", filepath.Join(dir, fmt.Sprintf("n%d", i+1)), "--drain-grace", "1s", "--allow-command", bin)
 		if err != nil {

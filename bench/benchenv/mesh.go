@@ -64,7 +64,7 @@ func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
 		id := fmt.Sprintf("n%d", i+1)
 		address := fmt.Sprintf("127.0.0.%d", i+2)
 		public := testutil.MustFreeAddr(address)
-		args := append([]string{"agent", pt, "--insecure-consul", "--consul-prefix", prefix, "--node-id", filepath.Base(o.Work) + "-" + id,
+		args := append([]string{"agent", pt, "--stop-on-exit", "--insecure-consul", "--consul-prefix", prefix, "--node-id", filepath.Base(o.Work) + "-" + id,
 			"--address", address, "--cpus", cpus, "--xds", xdsAddr, "--public", public, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
 			"--inbound", testutil.MustFreeAddr(address), "--work-dir", filepath.Join(o.Work, id), "--allow-command", e.Bin, "--concurrency", "1"},
 			o.AgentArgs...)

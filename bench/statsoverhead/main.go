@@ -65,7 +65,7 @@ func run(rate int, phase time.Duration) error {
 		return err
 	}
 	defer func() { _ = proxy.Stop(ctx, 0) }()
-	agentProc, err := start(env, bin, "agent", "--plaintext", "--no-envoy", "--node-id", "stats", "--admin-socket", envoy.AdminSocketIn(dir), "--metrics-listen", status,
+	agentProc, err := start(env, bin, "agent", "--plaintext", "--stop-on-exit", "--no-envoy", "--node-id", "stats", "--admin-socket", envoy.AdminSocketIn(dir), "--metrics-listen", status,
 		"--work-dir", filepath.Join(dir, "agent"))
 	if err != nil {
 		return err

@@ -114,6 +114,8 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	var ef envoyFlags
 	var statusTokenFile string
 	var resources []string
+	var stopAll bool
+	var stopGrace time.Duration
 	c := &cobra.Command{
 		Use:   "agent",
 		Short: "run a node's agent: the replicas placed on it, their Consul registration, its Envoy",
@@ -144,6 +146,9 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 				return err
 			}
 			o.Envoy, o.Node.ID = n, ef.node.id
+			if stopAll {
+				return daemon.StopNode(cmd.Context(), log.With("cmd", "agent"), o, stopGrace)
+			}
 			if o.Inbound == "" {
 				o.Inbound = net.JoinHostPort(o.Node.Address, "21000")
 			}
@@ -166,6 +171,8 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs.BoolVar(&o.InsecureConsul, "insecure-consul", false, "with mTLS, start even if Consul accepts writes without a token (ACLs off or default allow): then any process that reaches Consul can mint identities; for a single trusted host")
 	fs.StringVar(&o.RunAs, "run-as", "", "the user replicas run as (default: this user, or nobody when the agent runs as root)")
 	fs.StringArrayVar(&o.Node.AllowedCommands, "allow-command", nil, "a command this node runs as replicas: an absolute path or a pattern such as /opt/models/*/serve (repeat; none: it runs no command)")
+	fs.BoolVar(&stopAll, "stop-all", false, "stop what this node's agent left running (its Envoy, drained, and its replicas), deregister them and exit: for a node that is being removed; the agent must be stopped first")
+	fs.DurationVar(&stopGrace, "stop-grace", 5*time.Second, "with --stop-all, how long the Envoy drains and the replicas have after SIGTERM; 0 kills them at once")
 	fs.StringVar(&o.StatusListen, "metrics-listen", "127.0.0.1:0", "address of the agent's /metrics, "+wire.LoadPath+" (read by the controller) and "+wire.EnvoyVersionsPath+"; port 0 picks one")
 	return c
 }

@@ -104,6 +104,7 @@ type envoyFlags struct {
 	logLevel    string
 	tlsCert     string
 	tlsKey      string
+	stopOnExit  bool
 }
 
 func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) {
@@ -115,6 +116,7 @@ func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) 
 	fs.StringVar(&o.logLevel, "envoy-log-level", "warning", "Envoy's log level")
 	fs.StringVar(&o.tlsCert, "public-tls-cert", "", "PEM certificate chain for HTTPS on the public listener (with --public-tls-key; replace the files by rename and Envoy reloads them)")
 	fs.StringVar(&o.tlsKey, "public-tls-key", "", "PEM private key for HTTPS on the public listener")
+	fs.BoolVar(&o.stopOnExit, "stop-on-exit", false, "stop the node's Envoy (and an agent's replicas) when this process stops; by default they serve on, and the next start adopts them (or hot restarts Envoy when its binary or bootstrap changed)")
 }
 
 // envoyNode returns the node's Envoy as the envoy package runs it.
@@ -125,5 +127,5 @@ func (o *envoyFlags) envoyNode(log *slog.Logger) (envoy.Launcher, error) {
 	}
 	return envoy.Launcher{Bootstrap: b, Binary: o.binary, WorkDir: o.workDir, LogLevel: o.logLevel,
 		Concurrency: o.concurrency, Drain: o.drain, Logger: log.With("component", "envoy"),
-		PublicCert: o.tlsCert, PublicKey: o.tlsKey}, nil
+		PublicCert: o.tlsCert, PublicKey: o.tlsKey, StopOnExit: o.stopOnExit}, nil
 }

@@ -103,7 +103,8 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	ao := agent.Options{
 		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix, log.With("component", "store")), Logger: log.With("component", "agent"),
-		WorkDir: o.Envoy.WorkDir + "/replicas", Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs, Secrets: secrets,
+		WorkDir: replicasDir(o.Envoy), Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs, Secrets: secrets,
+		StopOnExit: o.Envoy.StopOnExit,
 	}
 	if secrets != nil {
 		ao.Inbound = o.Inbound
@@ -137,6 +138,36 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	err = firstError(ctx, errs)
 	logStopped(log, "agent", err)
 	return err
+}
+
+// replicasDir is where a node's agent keeps its replicas' folders, logs
+// and records: in the node's work folder.
+func replicasDir(n envoy.Launcher) string { return filepath.Join(n.WorkDir, "replicas") }
+
+// StopNode stops what a node's agent left running (servemesh agent
+// --stop-all): its Envoy, drained for grace, and its replicas, given grace
+// after SIGTERM (0: killed at once), and deregisters them and the node
+// from the local Consul agent.
+func StopNode(ctx context.Context, log *slog.Logger, o AgentOptions, grace time.Duration) error {
+	client, err := consulapi.NewClient(consulapi.DefaultConfig())
+	if err != nil {
+		return fmt.Errorf("consul client: %w", err)
+	}
+	pid, err := o.Envoy.StopLeft(ctx, grace, log)
+	if err != nil {
+		return err
+	}
+	if pid != 0 {
+		log.Info("the node's envoy stopped", "pid", pid)
+	}
+	deregister, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stopped, err := agent.StopLeft(deregister, client, o.Node.ID, replicasDir(o.Envoy), grace)
+	if err != nil {
+		return err
+	}
+	log.Info("the node's replicas stopped", "pids", stopped)
+	return nil
 }
 
 // logStopped says that a daemon stopped, and why.

@@ -72,7 +72,7 @@ func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, erro
 		{"controller", []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
 		{"agent", []string{"agent", "--plaintext", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", strconv.Itoa(DemoNodeCPUs), "--memory-mb", "8192",
 			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh,
-			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--allow-command", o.Self,
+			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--stop-on-exit", "--allow-command", o.Self,
 			// The demo's replicas are this binary, wherever the checkout is:
 			// they run as the user who started the demo, on one trusted host.
 			"--run-as", currentUser()}},

@@ -1,9 +1,12 @@
 // Package proc starts and stops child processes the one way servemesh
 // does it everywhere (Envoy, replicas, the demo stack, Consul in tests):
 // each child leads its own process group and is killed if its parent dies
-// (Pdeathsig), and Stop sends SIGTERM, then SIGKILL after a grace period,
-// to the whole group, so a child's own children go with it. FreeAddr finds
-// a port to listen on; restart delays are package backoff's.
+// (Pdeathsig) unless it is Detached, and Stop sends SIGTERM, then SIGKILL
+// after a grace period, to the whole group, so a child's own children go
+// with it. A detached child outlives its parent; a later process finds it
+// again by its Identity and Adopts it (a restarted agent, its replicas and
+// Envoy). FreeAddr finds a port to listen on; restart delays are package
+// backoff's.
 package proc
 
 import (
@@ -28,11 +31,15 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 	// Credential, if set, is the user and group the child runs as.
 	Credential *syscall.Credential
+	// Detached children outlive this process (no Pdeathsig): for the data
+	// plane an agent leaves serving when it restarts, to be adopted.
+	Detached bool
 }
 
-// Process is a running child.
+// Process is a running child, or an adopted process (see Adopt).
 type Process struct {
-	cmd  *exec.Cmd
+	cmd  *exec.Cmd // nil when adopted
+	pid  int
 	done chan struct{}
 	err  error // set before done closes
 }
@@ -44,13 +51,16 @@ func Start(s Spec) (*Process, error) {
 	cmd := exec.Command(s.Path, s.Args...) //nolint:noctx // see above
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = s.Env, s.Dir, s.Stdout, s.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: s.Credential}
+	if s.Detached {
+		cmd.SysProcAttr.Pdeathsig = 0
+	}
 	// Output that is not a file goes through a pipe; a grandchild holding
 	// it open must not keep Wait from returning once the child is gone.
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", s.Path, err)
 	}
-	p := &Process{cmd: cmd, done: make(chan struct{})}
+	p := &Process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -59,7 +69,14 @@ func Start(s Spec) (*Process, error) {
 }
 
 // Pid is the child's process id (and its process group's).
-func (p *Process) Pid() int { return p.cmd.Process.Pid }
+func (p *Process) Pid() int { return p.pid }
+
+// Identity is the child's Identity, to record for a later Adopt; zero if
+// it has exited already.
+func (p *Process) Identity() Identity {
+	id, _ := IdentityOf(p.pid)
+	return id
+}
 
 // Done is closed when the child has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }

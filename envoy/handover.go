@@ -1,0 +1,316 @@
+package envoy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/servemesh/servemesh/internal/proc"
+)
+
+// A node's Envoy outlives its supervisor (Config.HotRestart): the agent
+// that supervises it may stop, crash or be upgraded while the Envoy
+// serves on. The supervisor writes down the Envoy it runs (envoyRecord,
+// in the state file); the next supervisor finds it there and
+//
+//  1. adopts it, if it still runs (the same pid and start time, started
+//     with this node's bootstrap) and runs what the new supervisor would
+//     start: the same binary, bootstrap and settings;
+//  2. hot restarts it otherwise (Envoy's --restart-epoch): the new Envoy
+//     takes the old one's listening sockets, the old one drains its
+//     connections for the drain time and exits, and no connection is
+//     refused or cut short of the drain; if the new one fails before it
+//     is ready, the old one serves on and the failure is logged;
+//  3. stops it (drained) and starts afresh when the two binaries speak
+//     different hot restart protocols (--hot-restart-version).
+//
+// Without a record, or when the recorded Envoy is gone, it starts one at
+// epoch 0.
+
+// envoyRecord is what a supervisor writes down of the Envoy it runs. Later
+// versions may add fields; every version reads those it knows.
+type envoyRecord struct {
+	Process proc.Identity `json:"process"`
+	Epoch   int           `json:"epoch"`
+	// Binary is the binary's path; BinaryID its size and modification
+	// time, which a package upgrade in place changes.
+	Binary   string `json:"binary"`
+	BinaryID string `json:"binary_id"`
+	// HotRestartVersion is the binary's --hot-restart-version.
+	HotRestartVersion string `json:"hot_restart_version"`
+	// Bootstrap is the SHA-256 of the bootstrap it started with.
+	Bootstrap string `json:"bootstrap"`
+	// Settings are its arguments that every epoch shares (Config.settings).
+	Settings []string `json:"settings"`
+}
+
+// running is what the supervisor would start now, as a record.
+func (s *Supervisor) running(ctx context.Context) (envoyRecord, error) {
+	c := s.Config
+	binary, err := filepath.EvalSymlinks(c.Binary)
+	if err != nil {
+		return envoyRecord{}, fmt.Errorf("envoy binary: %w", err)
+	}
+	info, err := os.Stat(binary)
+	if err != nil {
+		return envoyRecord{}, fmt.Errorf("envoy binary: %w", err)
+	}
+	bootstrap, err := os.ReadFile(c.ConfigPath)
+	if err != nil {
+		return envoyRecord{}, fmt.Errorf("envoy bootstrap: %w", err)
+	}
+	sum := sha256.Sum256(bootstrap)
+	out, err := exec.CommandContext(ctx, c.Binary, "--hot-restart-version").Output()
+	if err != nil {
+		return envoyRecord{}, fmt.Errorf("%s --hot-restart-version: %w", c.Binary, err)
+	}
+	return envoyRecord{Binary: binary, BinaryID: strconv.FormatInt(info.Size(), 10) + "@" + info.ModTime().UTC().Format(time.RFC3339Nano),
+		HotRestartVersion: strings.TrimSpace(string(out)), Bootstrap: hex.EncodeToString(sum[:]), Settings: c.settings()}, nil
+}
+
+// same reports whether the Envoy r records runs what want would.
+func (r envoyRecord) same(want envoyRecord) bool {
+	return r.Binary == want.Binary && r.BinaryID == want.BinaryID && r.Bootstrap == want.Bootstrap && slices.Equal(r.Settings, want.Settings)
+}
+
+// changes names what differs between the Envoy r records and want.
+func (r envoyRecord) changes(want envoyRecord) string {
+	var what []string
+	if r.Binary != want.Binary || r.BinaryID != want.BinaryID {
+		what = append(what, "binary")
+	}
+	if r.Bootstrap != want.Bootstrap {
+		what = append(what, "bootstrap")
+	}
+	if !slices.Equal(r.Settings, want.Settings) {
+		what = append(what, "settings")
+	}
+	return strings.Join(what, ", ")
+}
+
+func readRecord(path string) (envoyRecord, bool) {
+	var r envoyRecord
+	b, err := os.ReadFile(path)
+	if err != nil || json.Unmarshal(b, &r) != nil || r.Process.Pid == 0 {
+		return envoyRecord{}, false
+	}
+	return r, true
+}
+
+func writeRecord(path string, r envoyRecord) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("envoy record: %w", err)
+	}
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+		return fmt.Errorf("envoy record: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("envoy record: %w", err)
+	}
+	return nil
+}
+
+// startedWith reports whether process pid was started with bootstrap
+// path (-c path on its command line).
+func startedWith(pid int, path string) bool {
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && bytes.Contains(cmdline, []byte("\x00-c\x00"+path+"\x00"))
+}
+
+// first adopts, hot restarts or starts the node's Envoy (see above).
+func (s *Supervisor) first(ctx context.Context) (*Process, error) {
+	want, err := s.running(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.want = want
+	rec, ok := readRecord(s.StateFile)
+	if !ok || !startedWith(rec.Process.Pid, s.Config.ConfigPath) {
+		return s.start(0, 0)
+	}
+	child, err := proc.Adopt(rec.Process)
+	if err != nil {
+		return s.start(0, 0)
+	}
+	old := &Process{cfg: s.Config, child: child, admin: Admin{Socket: s.Config.AdminSocket}}
+	log := s.Config.Logger.With("pid", rec.Process.Pid, "epoch", rec.Epoch)
+	if rec.same(want) {
+		log.Info("envoy adopted: it runs this node's binary, bootstrap and settings")
+		return old, nil
+	}
+	if rec.HotRestartVersion != want.HotRestartVersion {
+		log.Warn("envoy restarted, not hot restarted: the new binary speaks another hot restart protocol; connections are drained",
+			"changed", rec.changes(want), "running", rec.HotRestartVersion, "new", want.HotRestartVersion)
+		_ = old.Stop(ctx, s.Drain)
+		return s.start(0, 0)
+	}
+	baseID, err := readBaseID(s.Config.BaseIDPath)
+	if err != nil {
+		log.Error("envoy not hot restarted: its base id is unknown; the running one serves on", "changed", rec.changes(want), "err", err)
+		return old, nil
+	}
+	log.Info("envoy hot restarting", "changed", rec.changes(want))
+	next, err := s.start(rec.Epoch+1, baseID)
+	if err == nil {
+		err = next.waitEpoch(ctx, rec.Epoch+1)
+	}
+	if err != nil {
+		if next != nil {
+			_ = next.child.Kill()
+		}
+		log.Error("the new envoy could not take over; the running one serves on", "err", err)
+		s.record(old, rec.Epoch, rec)
+		return old, nil
+	}
+	go s.endParent(old)
+	return next, nil
+}
+
+// endParent makes sure a hot-restarted Envoy exits: its successor ends
+// it after the drain; this kills it if it outlives that.
+func (s *Supervisor) endParent(old *Process) {
+	limit := s.Config.drainTime() + (parentShutdownAfterDrain+10)*time.Second
+	select {
+	case <-old.Done():
+	case <-time.After(limit):
+		s.Config.Logger.Warn("the hot-restarted envoy outlived its drain; killing it", "pid", old.Pid())
+		_ = old.child.Kill()
+	}
+}
+
+// start starts Envoy at epoch (taking over from base id's, above 0) and
+// records it.
+func (s *Supervisor) start(epoch, baseID int) (*Process, error) {
+	cfg := s.Config
+	cfg.Epoch, cfg.BaseID = epoch, baseID
+	if epoch == 0 && cfg.BaseIDPath != "" {
+		_ = os.Remove(cfg.BaseIDPath) // the new Envoy writes the one it picks
+	}
+	p, err := Start(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.cfg = cfg
+	s.record(p, epoch, s.want)
+	return p, nil
+}
+
+// record writes down p, running what want records, at epoch.
+func (s *Supervisor) record(p *Process, epoch int, want envoyRecord) {
+	if s.StateFile == "" {
+		return
+	}
+	want.Process, want.Epoch = p.child.Identity(), epoch
+	if err := writeRecord(s.StateFile, want); err != nil {
+		s.Config.Logger.Warn("the next agent will not adopt this envoy", "err", err)
+	}
+}
+
+// readBaseID reads the base id an epoch-0 Envoy wrote (--base-id-path).
+func readBaseID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("base id: %w", err)
+	}
+	id, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("base id %q in %s: %w", b, path, err)
+	}
+	return id, nil
+}
+
+// waitEpoch waits until this Envoy, hot restarted at epoch, serves: its
+// admin API (the same socket as its parent's, which the parent gives up)
+// says it is LIVE at that epoch. It fails early if the Envoy exits.
+func (p *Process) waitEpoch(ctx context.Context, epoch int) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		probe, stop := context.WithTimeout(ctx, time.Second)
+		info, err := p.admin.ServerInfo(probe)
+		stop()
+		if err == nil && info.State == "LIVE" && info.Epoch == epoch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("envoy pid %d not live at epoch %d: %w; log tail:\n%s", p.Pid(), epoch, ctx.Err(), proc.LogTail(p.cfg.LogPath, 2048))
+		case <-p.Done():
+			return fmt.Errorf("envoy exited before it was live at epoch %d (%w); log tail:\n%s", epoch, p.ExitErr(), proc.LogTail(p.cfg.LogPath, 2048))
+		case <-tick.C:
+		}
+	}
+}
+
+// ServerInfo is what servemesh reads of Envoy's /server_info.
+type ServerInfo struct {
+	State string
+	Epoch int
+}
+
+// ServerInfo reads /server_info: the server's state and restart epoch.
+func (a Admin) ServerInfo(ctx context.Context) (ServerInfo, error) {
+	body, err := a.Get(ctx, "/server_info")
+	if err != nil {
+		return ServerInfo{}, err
+	}
+	var raw struct {
+		State   string `json:"state"`
+		Options struct {
+			RestartEpoch json.Number `json:"restart_epoch"`
+		} `json:"command_line_options"`
+	}
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return ServerInfo{}, fmt.Errorf("envoy admin /server_info: %w", err)
+	}
+	epoch, _ := strconv.Atoi(raw.Options.RestartEpoch.String())
+	if raw.State == "" {
+		return ServerInfo{}, errors.New("envoy admin /server_info: no state")
+	}
+	return ServerInfo{State: raw.State, Epoch: epoch}, nil
+}
+
+// StopLeft stops the Envoy a supervisor left serving in the node's work
+// folder (see StateFile), for a node that is being removed: it drains its
+// listeners for drain, then stops it; with drain 0 it kills it at once.
+// It returns the pid it stopped, 0 if none ran.
+func (l Launcher) StopLeft(ctx context.Context, drain time.Duration, log *slog.Logger) (int, error) {
+	workDir, err := filepath.Abs(l.WorkDir)
+	if err != nil {
+		return 0, fmt.Errorf("envoy work dir: %w", err)
+	}
+	state := filepath.Join(workDir, StateFile)
+	rec, ok := readRecord(state)
+	if !ok {
+		return 0, nil
+	}
+	defer func() { _ = os.Remove(state) }()
+	if !startedWith(rec.Process.Pid, filepath.Join(workDir, "bootstrap.yaml")) {
+		return 0, nil
+	}
+	child, err := proc.Adopt(rec.Process)
+	if err != nil {
+		return 0, nil //nolint:nilerr // it exited already
+	}
+	p := &Process{cfg: Config{Logger: log, StopGrace: 5 * time.Second}, child: child, admin: Admin{Socket: l.AdminSocket()}}
+	if drain == 0 {
+		_ = child.Kill()
+		return rec.Process.Pid, nil
+	}
+	return rec.Process.Pid, p.Stop(ctx, drain)
+}
