@@ -72,7 +72,7 @@ func (s *Supervisor) running(ctx context.Context) (envoyRecord, error) {
 		return envoyRecord{}, fmt.Errorf("envoy bootstrap: %w", err)
 	}
 	sum := sha256.Sum256(bootstrap)
-	out, err := exec.CommandContext(ctx, c.Binary, "--hot-restart-version").Output()
+	out, err := exec.CommandContext(ctx, c.Binary, "--hot-restart-version").CombinedOutput()
 	if err != nil {
 		return envoyRecord{}, fmt.Errorf("%s --hot-restart-version: %w", c.Binary, err)
 	}
@@ -138,11 +138,16 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 	}
 	s.want = want
 	rec, ok := readRecord(s.StateFile)
-	if !ok || !startedWith(rec.Process.Pid, s.Config.ConfigPath) {
+	if !ok {
+		return s.start(0, 0)
+	}
+	if !startedWith(rec.Process.Pid, s.Config.ConfigPath) {
+		s.Config.Logger.Info("the envoy a previous agent started has exited; starting one", "pid", rec.Process.Pid)
 		return s.start(0, 0)
 	}
 	child, err := proc.Adopt(rec.Process)
 	if err != nil {
+		s.Config.Logger.Info("the envoy a previous agent started is gone; starting one", "err", err)
 		return s.start(0, 0)
 	}
 	old := &Process{cfg: s.Config, child: child, admin: Admin{Socket: s.Config.AdminSocket}}

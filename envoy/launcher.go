@@ -38,6 +38,11 @@ type Launcher struct {
 	// otherwise it serves on, for the next supervisor to adopt or hot
 	// restart.
 	StopOnExit bool
+	// Parent is the servemesh binary, to parent the node's Envoy (its
+	// envoy-parent command) so that it outlives its supervisor and can be
+	// hot restarted; empty, the Envoy dies with its supervisor and is never
+	// hot restarted.
+	Parent string
 }
 
 // StateFile is where a node's supervisor writes down its Envoy, in the
@@ -159,7 +164,9 @@ func (l Launcher) Supervise(ctx context.Context) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.HotRestart, cfg.BaseIDPath = true, filepath.Join(cfg.Dir, "envoy-base-id")
+	if l.Parent != "" {
+		cfg.HotRestart, cfg.Parent, cfg.BaseIDPath = true, l.Parent, filepath.Join(cfg.Dir, "envoy-base-id")
+	}
 	return &Supervisor{Config: cfg, Drain: l.Drain, StateFile: filepath.Join(cfg.Dir, StateFile), StopOnExit: l.StopOnExit,
 		OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil
 }

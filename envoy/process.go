@@ -47,6 +47,9 @@ type Config struct {
 	Epoch      int
 	BaseID     int
 	BaseIDPath string
+	// Parent, with HotRestart, is the servemesh binary, whose
+	// envoy-parent command parents Envoy (see RunParent).
+	Parent string
 }
 
 // Args returns Envoy's full command line (without the binary).
@@ -121,7 +124,14 @@ func Start(cfg Config) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy: open log file: %w", err)
 	}
-	child, err := proc.Start(proc.Spec{Path: cfg.Binary, Args: cfg.Args(), Dir: cfg.Dir, Stdout: logFile, Stderr: logFile, Detached: cfg.HotRestart})
+	spec := proc.Spec{Path: cfg.Binary, Args: cfg.Args(), Dir: cfg.Dir, Stdout: logFile, Stderr: logFile}
+	if cfg.HotRestart {
+		if cfg.Parent == "" {
+			return nil, errors.New("envoy: start: a hot-restartable Envoy needs Config.Parent")
+		}
+		spec.Path, spec.Args, spec.Detached = cfg.Parent, append([]string{ParentCommand, "--", cfg.Binary}, spec.Args...), true
+	}
+	child, err := proc.Start(spec)
 	_ = logFile.Close() // the child holds its own descriptor
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)

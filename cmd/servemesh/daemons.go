@@ -217,6 +217,24 @@ func newEnvoyCommand(log *slog.Logger) *cobra.Command {
 	return c
 }
 
+// newEnvoyParentCommand is the node's Envoy's parent (envoy.RunParent),
+// which the agent starts; hidden: nobody types it.
+func newEnvoyParentCommand() *cobra.Command {
+	return &cobra.Command{
+		Use: envoy.ParentCommand + " -- ENVOY [ARGS...]", Hidden: true, Args: cobra.MinimumNArgs(1), DisableFlagParsing: true,
+		Short: "parent the node's Envoy, so that it outlives its agent",
+		Run: func(_ *cobra.Command, args []string) {
+			if args[0] == "--" {
+				args = args[1:]
+			}
+			if len(args) == 0 {
+				os.Exit(2)
+			}
+			os.Exit(envoy.RunParent(args[0], args[1:]))
+		},
+	}
+}
+
 func newBootstrapCommand() *cobra.Command {
 	var nf nodeFlags
 	c := &cobra.Command{

@@ -91,6 +91,7 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 		c.GroupID = "run"
 		root.AddCommand(c)
 	}
+	root.AddCommand(newEnvoyParentCommand())
 	root.SetVersionTemplate("servemesh {{.Version}}\n") // as `servemesh version` prints it
 	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

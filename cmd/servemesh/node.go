@@ -127,5 +127,15 @@ func (o *envoyFlags) envoyNode(log *slog.Logger) (envoy.Launcher, error) {
 	}
 	return envoy.Launcher{Bootstrap: b, Binary: o.binary, WorkDir: o.workDir, LogLevel: o.logLevel,
 		Concurrency: o.concurrency, Drain: o.drain, Logger: log.With("component", "envoy"),
-		PublicCert: o.tlsCert, PublicKey: o.tlsKey, StopOnExit: o.stopOnExit}, nil
+		PublicCert: o.tlsCert, PublicKey: o.tlsKey, StopOnExit: o.stopOnExit, Parent: self()}, nil
+}
+
+// self is this servemesh binary, to parent the node's Envoy; empty if it
+// cannot be found (the Envoy then dies with its supervisor).
+func self() string {
+	p, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return p
 }
