@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,11 +86,22 @@ func (a *agentProc) start(t *testing.T) {
 }
 
 // killNode kills the node as a power loss would: its agent, its Envoy and
-// its replicas, at once.
+// its replicas, at once, leaving their registrations in Consul. The
+// Envoy's and the replicas' processes are found from the agent's records
+// (their process groups are killed).
 func (a *agentProc) killNode(t *testing.T) {
 	t.Helper()
 	_ = a.child.Kill()
-	stopNodeLeftovers(t, a.id, a.workDir, a.env)
+	records, _ := filepath.Glob(filepath.Join(a.workDir, "replicas", "running", "*.json"))
+	records = append(records, filepath.Join(a.workDir, "envoy-process.json"))
+	for _, f := range records {
+		var rec struct {
+			Process struct{ Pid int } `json:"process"`
+		}
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &rec) == nil && rec.Process.Pid > 1 {
+			_ = syscall.Kill(-rec.Process.Pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // stopNodeLeftovers kills what a stopped agent left running (its Envoy and

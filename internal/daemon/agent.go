@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -117,25 +118,33 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		return err
 	}
 	running.Store(a)
+	// The agent and the Envoy's supervisor are waited for when the agent
+	// stops: each leaves its part of the data plane serving (or, with
+	// --stop-on-exit, stops it) before the process exits.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	errs := make(chan error, 4)
-	go func() { errs <- a.Run(ctx) }()
+	wg.Go(func() { errs <- a.Run(runCtx) })
 	if !o.NoEnvoy {
-		sup, err := o.Envoy.Supervise(ctx)
+		sup, err := o.Envoy.Supervise(runCtx)
 		if err != nil {
 			return err
 		}
-		go func() { errs <- sup.Run(ctx) }()
-		go func() { errs <- activator.Serve(ctx, o.Envoy.WorkDir) }()
+		wg.Go(func() { errs <- sup.Run(runCtx) })
+		go func() { errs <- activator.Serve(runCtx, o.Envoy.WorkDir) }()
 		pickerServer := agent.NewPickerServer(picker, log.With("component", "picker"), reg)
-		go func() { errs <- pickerServer.Serve(ctx, o.Envoy.WorkDir) }()
-		go picker.Scrape(ctx)
+		go func() { errs <- pickerServer.Serve(runCtx, o.Envoy.WorkDir) }()
+		go picker.Scrape(runCtx)
 		if !o.Envoy.Bootstrap.Node.NoAccessLog {
 			accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
 			log.Info("the node's access log: a JSON line per request", "path", accessLog)
-			go agent.RotateAccessLog(ctx, log, accessLog, admin, agent.AccessLogMaxBytes, 10*time.Second)
+			go agent.RotateAccessLog(runCtx, log, accessLog, admin, agent.AccessLogMaxBytes, 10*time.Second)
 		}
 	}
 	err = firstError(ctx, errs)
+	cancel()
 	logStopped(log, "agent", err)
 	return err
 }
@@ -222,10 +231,16 @@ func RunEnvoy(ctx context.Context, log *slog.Logger, n envoy.Launcher) error {
 	// requests within the default bounds.
 	activator := agent.NewActivator(agent.ActivatorOptions{Admin: envoy.Admin{Socket: n.AdminSocket()}, Node: n.Bootstrap.Node.ID,
 		Logger: log.With("component", "activator")})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	errs := make(chan error, 2)
-	go func() { errs <- sup.Run(ctx) }()
-	go func() { errs <- activator.Serve(ctx, n.WorkDir) }()
-	return firstError(ctx, errs)
+	supervised := make(chan struct{})
+	go func() { defer close(supervised); errs <- sup.Run(runCtx) }()
+	go func() { errs <- activator.Serve(runCtx, n.WorkDir) }()
+	err = firstError(ctx, errs)
+	cancel()
+	<-supervised // the Envoy is left serving, or stopped, before this returns
+	return err
 }
 
 // firstError waits until ctx ends (nil) or a component reports an error
