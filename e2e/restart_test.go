@@ -57,7 +57,6 @@ func dataPlaneOf(t *testing.T, m *twoNodeMesh, n *mtlsNode, backends ...string) 
 	return d
 }
 
-
 // restartAgent stops n's agent (SIGTERM, or SIGKILL if crash) and starts it
 // again with args (its own when nil), waiting until it has adopted want
 // replicas and its Envoy is ready.
