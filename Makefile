@@ -83,7 +83,7 @@ $(LINT): tools/lint/go.mod tools/lint/go.sum
 	@touch $@
 
 build: ## build bin/servemesh
-	go build -ldflags "-X main.version=$(VERSION)" -o bin/servemesh ./cmd/servemesh
+	go build -ldflags "-X github.com/servemesh/servemesh/wire.Version=$(VERSION)" -o bin/servemesh ./cmd/servemesh
 
 test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering included), unit tests, and e2e with the real Envoy and Consul
 	go vet ./...

@@ -16,8 +16,8 @@ import (
 // offering two GPUs (declared: no device is needed): replicas asking for a
 // GPU go to it only, each gets its own device in CUDA_VISIBLE_DEVICES, a
 // third does not fit (and changes nothing), a device freed by a replica
-// that stopped is handed out again, and after the agent restarts its
-// replicas get disjoint devices again.
+// that stopped is handed out again, and an agent killed and started again
+// adopts its replicas, which keep their devices.
 func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 	consul := startConsul(t)
 	ctl := startController(t, consul, "gpus", nil)
@@ -83,19 +83,31 @@ func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 	}
 
 	old := replicaPids("llm")
+	slices.Sort(old)
 	if err := syscall.Kill(gpuNode.child.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 15*time.Second, "the killed agent's replicas to die with it", func() bool {
-		for _, pid := range old {
-			if syscall.Kill(pid, 0) == nil {
-				return false
-			}
+	time.Sleep(500 * time.Millisecond)
+	for _, pid := range old {
+		if syscall.Kill(pid, 0) != nil {
+			t.Fatalf("replica %d died with its killed agent; replicas outlive their agent", pid)
 		}
-		return true
+	}
+	restarted := startAgentArgs(t, consul, "gpu-node", "127.0.0.2", ctl.xdsAddr, 4, gpuArgs)
+	testutil.WaitFor(t, 20*time.Second, "the new agent to adopt both replicas", func() bool {
+		return strings.Contains(restarted.stderr.String(), "replicas_adopted=2")
 	})
-	startAgentArgs(t, consul, "gpu-node", "127.0.0.2", ctl.xdsAddr, 4, gpuArgs)
 	if got := devices(2); !slices.Equal(got, []string{"0", "1"}) {
 		t.Fatalf("after the agent restarted: devices %v; want 0 and 1", got)
+	}
+	now := replicaPids("llm")
+	slices.Sort(now)
+	if !slices.Equal(now, old) {
+		t.Fatalf("replica processes %v before the agent restarted, %v after; want the same, adopted", old, now)
+	}
+	// The adopted replicas hold their devices: a third replica still does
+	// not fit, and one scaled away frees its device for the next.
+	if _, err := c.UpdateBackend(ctx, "llm", model.BackendConfigPatch{NumReplicas: &three}); err == nil || !strings.Contains(err.Error(), "resources") {
+		t.Fatalf("a third replica after the restart: %v; want refused, naming resources", err)
 	}
 }

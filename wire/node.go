@@ -78,6 +78,11 @@ type NodeInfo struct {
 	// Resources are the named devices the node offers besides CPUs and
 	// memory ("gpu": 2), each counted in whole devices, indexed from 0.
 	Resources map[string]int
+	// Version and Protocol are the servemesh release and Protocol of its
+	// agent; Protocol is UnannouncedProtocol for an agent that announced
+	// none.
+	Version  string
+	Protocol int
 }
 
 // MetaResource prefixes the meta keys of a node's resources, one per
@@ -148,6 +153,9 @@ func (n NodeInfo) Meta() map[string]string {
 		MetaMemoryMB:   strconv.Itoa(n.MemoryMB),
 		MetaStatusAddr: n.StatusAddr,
 	}
+	if n.Protocol != 0 {
+		m[MetaVersion], m[MetaProtocol] = n.Version, strconv.Itoa(n.Protocol)
+	}
 	if n.Inbound != "" {
 		m[MetaInbound] = n.Inbound
 	}
@@ -177,11 +185,14 @@ func CheckAllowedCommands(patterns []string) error {
 // NodeInfoFromMeta decodes an agent's registration; address is the
 // registration's service address.
 func NodeInfoFromMeta(address string, meta map[string]string) (NodeInfo, error) {
-	n := NodeInfo{ID: meta[MetaNodeID], Address: address, StatusAddr: meta[MetaStatusAddr], Inbound: meta[MetaInbound]}
+	n := NodeInfo{ID: meta[MetaNodeID], Address: address, StatusAddr: meta[MetaStatusAddr], Inbound: meta[MetaInbound], Version: meta[MetaVersion]}
 	if n.ID == "" {
 		return NodeInfo{}, fmt.Errorf("agent registration has no %q meta", MetaNodeID)
 	}
 	var err error
+	if n.Protocol, err = ParseProtocol(meta[MetaProtocol]); err != nil {
+		return NodeInfo{}, fmt.Errorf("node %q: meta %q: %w", n.ID, MetaProtocol, err)
+	}
 	if n.CPUs, err = strconv.ParseFloat(meta[MetaCPUs], 64); err != nil {
 		return NodeInfo{}, fmt.Errorf("node %q: meta %q: %w", n.ID, MetaCPUs, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"strconv"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -44,11 +45,25 @@ type ProxyNode struct {
 	// those endpoints alone and, unless it has a public listener, the
 	// clusters of their backends alone. nil: every endpoint.
 	Reachable []string `json:"reachable_endpoints,omitempty"`
+	// Version and Protocol are the servemesh release and Protocol of the
+	// agent that started the node's Envoy; Protocol 0 when it announced
+	// none (an older release: UnannouncedProtocol).
+	Version  string `json:"servemesh_version,omitempty"`
+	Protocol int    `json:"servemesh_protocol,omitempty"`
 }
 
 // Equal reports whether n and o are the same settings (reaching no
 // endpoint is not reaching every one).
 func (n ProxyNode) Equal(o ProxyNode) bool { return reflect.DeepEqual(n, o) }
+
+// AnnouncedProtocol is the node's Protocol, UnannouncedProtocol if it
+// announced none.
+func (n ProxyNode) AnnouncedProtocol() int {
+	if n.Protocol == 0 {
+		return UnannouncedProtocol
+	}
+	return n.Protocol
+}
 
 // MaxReachable bounds how many endpoints a node may name as reachable.
 const MaxReachable = 10_000
@@ -166,6 +181,9 @@ func (n ProxyNode) Metadata() (*structpb.Struct, error) {
 	if n.NoAccessLog {
 		fields[MetaNoAccessLog] = true
 	}
+	if n.Protocol != 0 {
+		fields[MetaVersion], fields[MetaProtocol] = n.Version, strconv.Itoa(n.Protocol)
+	}
 	if n.Reachable != nil {
 		names := make([]any, len(n.Reachable))
 		for i, e := range n.Reachable {
@@ -207,6 +225,14 @@ func ProxyNodeFromEnvoy(n *core.Node) (ProxyNode, error) {
 		InboundAddress: str(MetaInboundAddr),
 		InboundPort:    port(MetaInboundPort),
 		NoAccessLog:    fields[MetaNoAccessLog].GetBoolValue(),
+		Version:        str(MetaVersion),
+	}
+	if p := str(MetaProtocol); p != "" {
+		protocol, err := ParseProtocol(p)
+		if err != nil {
+			return ProxyNode{}, fmt.Errorf("node %s: %w", n.GetId(), err)
+		}
+		node.Protocol = protocol
 	}
 	if list := fields[MetaReachable].GetListValue(); list != nil {
 		node.Reachable = make([]string, 0, len(list.GetValues()))

@@ -163,3 +163,26 @@ func TestProxyNodeValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeSkew(t *testing.T) {
+	for _, c := range []struct {
+		protocol int
+		want     string
+	}{
+		{Protocol + 1, "upgrade the controllers first"},
+		{MinNodeProtocol - 1, "upgrade the node's agent, one release at a time"},
+		{MinNodeProtocol, ""},
+		{Protocol, ""},
+	} {
+		got := NodeSkew("n1", c.protocol, "v-test")
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("NodeSkew(protocol %d) = %q, want %q", c.protocol, got, c.want)
+		}
+	}
+	if p, err := ParseProtocol(""); err != nil || p != UnannouncedProtocol {
+		t.Errorf(`ParseProtocol("") = %d, %v`, p, err)
+	}
+	if _, err := ParseProtocol("x"); err == nil {
+		t.Error(`ParseProtocol("x") took it`)
+	}
+}

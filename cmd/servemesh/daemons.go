@@ -223,7 +223,11 @@ func newEnvoyParentCommand() *cobra.Command {
 	return &cobra.Command{
 		Use: envoy.ParentCommand + " -- ENVOY [ARGS...]", Hidden: true, Args: cobra.MinimumNArgs(1), DisableFlagParsing: true,
 		Short: "parent the node's Envoy, so that it outlives its agent",
-		Run: func(_ *cobra.Command, args []string) {
+		Run: func(cmd *cobra.Command, args []string) {
+			if args[0] == "-h" || args[0] == "--help" {
+				_ = cmd.Help()
+				return
+			}
 			if args[0] == "--" {
 				args = args[1:]
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/servemesh/servemesh/wire"
 	"io"
 	"log/slog"
 	"os"
@@ -12,9 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -71,7 +69,7 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 		Long: "servemesh shifts, splits and mirrors live traffic between versions of a service, on Envoy.\n\n" +
 			"The API commands (backend, endpoint, traffic, shadow, rollout, apply, status) talk to a controller;\n" +
 			"the others run servemesh's processes.",
-		Version:       version,
+		Version:       wire.Version,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          cobra.ArbitraryArgs,
@@ -95,7 +93,7 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 	root.SetVersionTemplate("servemesh {{.Version}}\n") // as `servemesh version` prints it
 	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "servemesh", version)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "servemesh %s (protocol %d)\n", wire.Version, wire.Protocol)
 			return err
 		}})
 	return root

@@ -57,7 +57,7 @@ func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
 	}
 	return bootstrap.Options{
 		Node: wire.ProxyNode{ID: o.id, PublicAddress: publicHost, PublicPort: publicPort, MeshAddress: meshHost, MeshPort: meshPort,
-			NoAccessLog: o.noAccessLog, Reachable: reachable(o.reachable)},
+			NoAccessLog: o.noAccessLog, Reachable: reachable(o.reachable), Version: wire.Version, Protocol: wire.Protocol},
 		XDSAddress: o.xds, AdminSocket: o.adminSocket, Protocol: bootstrap.Protocol(o.protocol),
 	}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/autoscale"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/rollout"
+	"github.com/servemesh/servemesh/wire"
 	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
 
@@ -19,6 +20,10 @@ type StatusReport struct {
 	Endpoints   []EndpointStatus `json:"endpoints"`
 	Backends    []BackendStatus  `json:"backends"`
 	Nodes       []NodeStatus     `json:"nodes"`
+	// Version and Protocol are the servemesh release and protocol of the
+	// controller that answers.
+	Version  string `json:"version"`
+	Protocol int    `json:"protocol"`
 	// Problems are what keeps the mesh from following the desired state
 	// exactly: stored keys that cannot be read, a view the data plane
 	// refused. Empty when all is well.
@@ -88,6 +93,13 @@ type NodeStatus struct {
 	LastNACK  string `json:"last_nack,omitempty"`
 	// Refused says why the node gets no configuration, if it does not.
 	Refused string `json:"refused,omitempty"`
+	// Version and Protocol are the servemesh release and protocol the
+	// node's agent announced (protocol 1: a release that announced none).
+	Version  string `json:"version,omitempty"`
+	Protocol int    `json:"protocol"`
+	// Skew, if set, says why the controller refuses the node: its
+	// protocol is outside the skew policy.
+	Skew string `json:"skew,omitempty"`
 }
 
 // Status reads the controller's status report.
@@ -144,7 +156,7 @@ type StatusInputs struct {
 func NewStatusReport(in StatusInputs) StatusReport {
 	m := in.State
 	r := StatusReport{RateWindowS: autoscale.RateWindow.Seconds(), Endpoints: []EndpointStatus{}, Backends: []BackendStatus{},
-		Nodes: []NodeStatus{}, Problems: append([]string{}, in.Problems...)}
+		Nodes: []NodeStatus{}, Problems: append([]string{}, in.Problems...), Version: wire.Version, Protocol: wire.Protocol}
 	uses := map[string]int{} // backend: how many routes and mirrors send to it
 	for _, e := range m.Endpoints {
 		for b := range e.Traffic {
@@ -180,9 +192,13 @@ func NewStatusReport(in StatusInputs) StatusReport {
 		r.Backends = append(r.Backends, bs)
 	}
 	for _, n := range in.Nodes {
-		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK, Refused: n.Refused})
+		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK, Refused: n.Refused,
+			Version: n.Version, Protocol: n.Protocol, Skew: n.Skew})
 		if n.Refused != "" && n.Connected {
 			r.Problems = append(r.Problems, fmt.Sprintf("node %s gets no configuration: %s", n.ID, n.Refused))
+		}
+		if n.Skew != "" {
+			r.Problems = append(r.Problems, "refused: "+n.Skew)
 		}
 	}
 	return r

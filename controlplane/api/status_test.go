@@ -6,6 +6,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
 
@@ -20,7 +21,8 @@ func TestNewStatusReport(t *testing.T) {
 		Endpoints: []model.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"v1": 0.75, "v2": 0.25}, Shadows: map[string]float64{"v2": 0.1}}},
 	}
 	load := map[string]autoscale.BackendLoad{"v1": {InFlight: 2, RequestRate: 30, ErrorRate: 1}, "v2": {RequestRate: 10}}
-	nodes := []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: false, NACKs: 2, LastNACK: "port taken"}}
+	nodes := []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: false, NACKs: 2, LastNACK: "port taken", Version: "v1.0", Protocol: 2},
+		{ID: "n9", Version: "v9.0", Protocol: 9, Skew: "node n9 runs servemesh v9.0 (protocol 9), newer than this controller's"}}
 	health := func(b model.Backend) ReplicaHealth {
 		if b.Name != "v2" {
 			t.Errorf("health asked of %s, which servemesh does not run", b.Name)
@@ -39,9 +41,12 @@ func TestNewStatusReport(t *testing.T) {
 			{Name: "v1", Desired: 2, Running: 2, Ready: 2, InFlight: 2, RequestRate: 30, ErrorRate: 1},
 			{Name: "v2", Desired: 3, Running: 2, Ready: 1, Draining: 1, Autoscaled: true, RequestRate: 10},
 		},
-		Nodes: []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken"}},
+		Nodes: []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken", Version: "v1.0", Protocol: 2},
+			{ID: "n9", Version: "v9.0", Protocol: 9, Skew: "node n9 runs servemesh v9.0 (protocol 9), newer than this controller's"}},
 		Problems: []string{"key x: unreadable",
-			`backend "v2": 1 of 2 placed replicas are not ready; 1 starting, failing their health check, or not registered by their agent`},
+			`backend "v2": 1 of 2 placed replicas are not ready; 1 starting, failing their health check, or not registered by their agent`,
+			"refused: node n9 runs servemesh v9.0 (protocol 9), newer than this controller's"},
+		Version: wire.Version, Protocol: wire.Protocol,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("status report\n got %+v\nwant %+v", got, want)

@@ -17,10 +17,29 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
-// Info identifies a controller.
+// Info identifies a controller, and the servemesh release and protocol it
+// runs (Protocol 0: a release that announced none).
 type Info struct {
-	ID  string `json:"id"`
-	API string `json:"api"`
+	ID       string `json:"id"`
+	API      string `json:"api"`
+	Version  string `json:"version,omitempty"`
+	Protocol int    `json:"protocol,omitempty"`
+}
+
+// Current reads who holds the lock at key: false if nobody does.
+func Current(ctx context.Context, client *api.Client, key string) (Info, bool, error) {
+	pair, _, err := client.KV().Get(key, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return Info{}, false, fmt.Errorf("leader: read %s: %w", key, err)
+	}
+	if pair == nil || pair.Session == "" {
+		return Info{}, false, nil
+	}
+	var holder Info
+	if err := json.Unmarshal(pair.Value, &holder); err != nil {
+		return Info{}, false, fmt.Errorf("leader: %s holds %q: %w", key, pair.Value, err)
+	}
+	return holder, true, nil
 }
 
 // Elector campaigns for the lock at Key.

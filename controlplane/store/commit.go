@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 const (
@@ -31,6 +33,9 @@ const (
 // check-and-set of the meta key that names the record, then applied to the
 // object keys and cleared; see FORMAT.md.
 func (c *Consul) Commit(ctx context.Context, rev Revision, change Change) (Revision, error) {
+	if err := c.checkWriter(); err != nil {
+		return 0, err
+	}
 	ops, size, err := c.objectOps(change)
 	if err != nil {
 		return 0, err
@@ -84,7 +89,8 @@ func (c *Consul) objectOps(change Change) (api.KVTxnOps, int, error) {
 }
 
 func encodeMeta(pending *pendingRef) ([]byte, error) {
-	b, err := json.Marshal(metaValue{Schema: SchemaVersion, UpdatedAt: time.Now().UTC(), Pending: pending})
+	b, err := json.Marshal(metaValue{Schema: SchemaVersion, UpdatedAt: time.Now().UTC(), Pending: pending,
+		WrittenBy: &Writer{Version: wire.Version, Protocol: wire.Protocol}})
 	if err != nil {
 		return nil, fmt.Errorf("store: encode meta: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/internal/consulwatch"
 )
 
@@ -25,6 +26,7 @@ type Consul struct {
 
 	mu         sync.Mutex
 	unreadable []Unreadable // what the last Load left out
+	writer     *Writer      // who wrote the state the last Load read
 }
 
 // NewConsul returns a store under prefix (such as "servemesh") using
@@ -47,6 +49,15 @@ type metaValue struct {
 	// Pending names a committed change whose objects are not all written
 	// yet: readers apply it on top of the object keys.
 	Pending *pendingRef `json:"pending,omitempty"`
+	// WrittenBy is the release and protocol of the controller that wrote
+	// the state last; absent when that one announced none (protocol 1).
+	WrittenBy *Writer `json:"written_by,omitempty"`
+}
+
+// Writer is a controller that writes the state, as the meta key names it.
+type Writer struct {
+	Version  string `json:"version"`
+	Protocol int    `json:"protocol"`
 }
 
 type pendingRef struct {
@@ -77,8 +88,23 @@ func (c *Consul) Load(ctx context.Context) (*model.Model, Revision, error) {
 	}
 	c.mu.Lock()
 	c.unreadable = snap.unreadable
+	c.writer = snap.meta.WrittenBy
 	c.mu.Unlock()
 	return snap.model, snap.rev, nil
+}
+
+// checkWriter refuses to write state that a newer protocol wrote last: a
+// controller rewriting it would drop what it does not know (the skew
+// policy: controllers are never downgraded past a release that wrote).
+func (c *Consul) checkWriter() error {
+	c.mu.Lock()
+	w := c.writer
+	c.mu.Unlock()
+	if w != nil && w.Protocol > wire.Protocol {
+		return fmt.Errorf("%w: the stored state was last written by servemesh %s (protocol %d), and this controller runs %s (protocol %d), which would drop what it does not know; run a controller of protocol %d or later",
+			ErrNewerWriter, w.Version, w.Protocol, wire.Version, wire.Protocol, w.Protocol)
+	}
+	return nil
 }
 
 // Unreadable implements Store.

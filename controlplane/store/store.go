@@ -15,6 +15,10 @@ const SchemaVersion = 1
 // someone else wrote first. Reload and retry.
 var ErrConflict = errors.New("store: the stored state changed since it was read")
 
+// ErrNewerWriter is returned by Commit when a controller of a newer
+// protocol wrote the stored state last.
+var ErrNewerWriter = errors.New("store: the stored state is of a newer servemesh")
+
 // Revision identifies one committed state. It only grows; 0 is "never written".
 type Revision uint64
 

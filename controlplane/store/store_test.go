@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 var consul *testutil.Consul
@@ -294,5 +296,44 @@ func TestOversizedObjectIsRefused(t *testing.T) {
 	_, err := st.Commit(context.Background(), 0, Change{PutBackends: []model.Backend{b}})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "at most") {
 		t.Fatalf("got %v, want ErrTooLarge naming the limit", err)
+	}
+}
+
+// TestWriterIsRecordedAndANewerOneRefused: every commit names its writer's
+// release and protocol in the meta key; state that a release announcing
+// none wrote (protocol 1) is read and rewritten; state that a newer
+// protocol wrote is read, but a commit over it is refused with the fix,
+// changing nothing.
+func TestWriterIsRecordedAndANewerOneRefused(t *testing.T) {
+	st, kv, prefix := consulStore(t)
+	ctx := context.Background()
+	put(t, kv, prefix+"/meta", `{"schema": 1, "updated_at": "2026-11-01T00:00:00Z"}`) // as a release before versions wrote it
+	_, rev, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev, err = st.Commit(ctx, rev, Diff(&model.Model{}, sample(1))); err != nil {
+		t.Fatalf("commit over state of a release that announced no protocol: %v", err)
+	}
+	pair, _, err := kv.Get(prefix+"/meta", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta metaValue
+	if err := json.Unmarshal(pair.Value, &meta); err != nil || meta.WrittenBy == nil || meta.WrittenBy.Protocol != wire.Protocol {
+		t.Fatalf("meta %s: want written_by with protocol %d", pair.Value, wire.Protocol)
+	}
+	newer := fmt.Sprintf(`{"schema": 1, "updated_at": "2027-01-01T00:00:00Z", "written_by": {"version": "v9", "protocol": %d}}`, wire.Protocol+1)
+	put(t, kv, prefix+"/meta", newer)
+	m, rev, err := st.Load(ctx)
+	if err != nil || len(m.Backends) != 1 {
+		t.Fatalf("state a newer release wrote: %v, %+v; want it read", err, m)
+	}
+	_, err = st.Commit(ctx, rev, Diff(m, sample(2)))
+	if !errors.Is(err, ErrNewerWriter) || !strings.Contains(err.Error(), fmt.Sprintf("run a controller of protocol %d or later", wire.Protocol+1)) {
+		t.Fatalf("commit over a newer writer's state: %v", err)
+	}
+	if pair, _, _ := kv.Get(prefix+"/meta", nil); string(pair.Value) != newer {
+		t.Fatalf("the refused commit changed the meta key: %s", pair.Value)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/bootstrap"
+	"github.com/servemesh/servemesh/controlplane/leader"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
@@ -61,6 +63,10 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	client, err := consulapi.NewClient(consulapi.DefaultConfig())
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
+	}
+	o.Node.Version, o.Node.Protocol = wire.Version, wire.Protocol
+	if err := checkControllerSkew(ctx, log, client, o.ConsulPrefix); err != nil {
+		return err
 	}
 	reg := httpserver.NewRegistry()
 	admin := envoy.Admin{Socket: o.Envoy.AdminSocket()}
@@ -147,6 +153,38 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	cancel()
 	logStopped(log, "agent", err)
 	return err
+}
+
+// checkControllerSkew refuses to run this agent against a leading
+// controller of an older protocol (the skew policy: an agent is never
+// newer than its controller). The node's Envoy and replicas, left by the
+// previous agent, serve on meanwhile. With no leader, or Consul not
+// answering, it cannot tell, and lets the agent start.
+func checkControllerSkew(ctx context.Context, log *slog.Logger, client *consulapi.Client, prefix string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	holder, ok, err := leader.Current(ctx, client, strings.Trim(prefix, "/")+"/leader")
+	if err != nil || !ok {
+		log.Info("no leading controller to check this agent's version against", "version", wire.Version, "protocol", wire.Protocol, "err", err)
+		return nil
+	}
+	protocol := holder.Protocol
+	if protocol == 0 {
+		protocol = wire.UnannouncedProtocol
+	}
+	if protocol < wire.Protocol {
+		return fmt.Errorf("the leading controller %s runs servemesh %s (protocol %d), older than this agent's %s (protocol %d): an agent may not be newer than its controller; upgrade the controllers first (docs/upgrading.md), or run the previous agent; the node's Envoy and replicas serve on meanwhile",
+			holder.ID, orUnknown(holder.Version), protocol, wire.Version, wire.Protocol)
+	}
+	log.Info("agent version", "version", wire.Version, "protocol", wire.Protocol, "controller", holder.ID, "controller_version", holder.Version, "controller_protocol", protocol)
+	return nil
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "of a release that announced none"
+	}
+	return v
 }
 
 // replicasDir is where a node's agent keeps its replicas' folders, logs

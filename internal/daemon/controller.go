@@ -102,7 +102,8 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	if o.CrashAfterCheckpoint > 0 {
 		log.Warn("fault injection on: this controller exits after a checkpoint with some probability", "probability", o.CrashAfterCheckpoint)
 	}
-	log.Info("controller serving", "api", p.plane.HTTPAddr(), "xds", p.plane.XDSAddr(), "consul_prefix", o.ConsulPrefix, "id", o.ID)
+	log.Info("controller serving", "api", p.plane.HTTPAddr(), "xds", p.plane.XDSAddr(), "consul_prefix", o.ConsulPrefix, "id", o.ID,
+		"version", wire.Version, "protocol", wire.Protocol)
 	go p.watcher.Run(ctx)
 	go p.publisher.Run(ctx)
 	go p.scaler.Run(ctx)
@@ -110,7 +111,7 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	errs := make(chan error, 2)
 	go func() { errs <- p.ctl.Run(ctx) }()
 	elector := &leader.Elector{Client: client, Key: strings.Trim(o.ConsulPrefix, "/") + "/leader",
-		Self: leader.Info{ID: o.ID, API: o.Advertise}, Logger: log.With("component", "leader")}
+		Self: leader.Info{ID: o.ID, API: o.Advertise, Version: wire.Version, Protocol: wire.Protocol}, Logger: log.With("component", "leader")}
 	electorDone := make(chan struct{})
 	go func() {
 		defer close(electorDone)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -60,6 +61,9 @@ type Server struct {
 	streams    map[streamKey]*streamState
 
 	newNodes map[string]bool // connected since the last publish
+	// skewed are the nodes whose streams are refused for their protocol,
+	// by id, as they last announced themselves.
+	skewed map[string]wire.ProxyNode
 
 	// Owned by the publisher goroutine.
 	publishedAssignments map[string]string // name -> version
@@ -82,6 +86,7 @@ func New(opts Options) *Server {
 		acceptedAt:           map[uint64]time.Time{},
 		streams:              map[streamKey]*streamState{},
 		newNodes:             map[string]bool{},
+		skewed:               map[string]wire.ProxyNode{},
 		publishedAssignments: map[string]string{},
 	}
 	s.metrics = newMetrics(opts.Registerer, s.outOfSync)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -198,6 +199,16 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 		// nor rewrite another node's configuration.
 		err = fmt.Errorf("the stream's certificate is node %q's, and it announced node %q: refused", st.peer.node, parsed.ID)
 	}
+	if err == nil {
+		if skew := wire.NodeSkew(parsed.ID, parsed.AnnouncedProtocol(), parsed.Version); skew != "" {
+			// Its Envoy keeps serving its last configuration; its agent
+			// refuses to start against an older controller as well.
+			s.skewed[parsed.ID] = parsed
+			err = errors.New(skew)
+		} else {
+			delete(s.skewed, parsed.ID)
+		}
+	}
 	if err != nil {
 		st.nodeErr = err
 		s.log.Error("refusing xds stream", "err", err)
@@ -249,6 +260,13 @@ type NodeStatus struct {
 	Generation uint64 `json:"generation"`
 	// ModelGeneration is the server's latest accepted model generation.
 	ModelGeneration uint64 `json:"model_generation"`
+	// Version and Protocol are the servemesh release and protocol the
+	// node's agent announced (protocol 1: it announced none).
+	Version  string `json:"version,omitempty"`
+	Protocol int    `json:"protocol"`
+	// Skew, if set, says why the node's streams are refused: its protocol
+	// is outside the skew policy (wire.NodeSkew).
+	Skew string `json:"skew,omitempty"`
 }
 
 // Status reports every known node, sorted by id. A node is in sync when its
@@ -273,7 +291,17 @@ func (s *Server) Status() []NodeStatus {
 			ns.Acked[shortType(typ)] = v
 		}
 		ns.InSync = n.generation == s.generation && n.ackedAll()
+		ns.Version, ns.Protocol = n.node.Version, n.node.AnnouncedProtocol()
+		if skewed, ok := s.skewed[id]; ok {
+			ns.Skew = wire.NodeSkew(id, skewed.AnnouncedProtocol(), skewed.Version)
+		}
 		out = append(out, ns)
+	}
+	for id, n := range s.skewed {
+		if s.nodes[id] == nil {
+			out = append(out, NodeStatus{ID: id, Version: n.Version, Protocol: n.AnnouncedProtocol(),
+				Skew: wire.NodeSkew(id, n.AnnouncedProtocol(), n.Version), Acked: map[string]string{}, Expected: map[string]string{}})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
