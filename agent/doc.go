@@ -33,11 +33,17 @@
 //     the node's load report to each answer.
 //   - The servemesh binary's agent command also supervises the node's Envoy.
 //
-// A replica's process dies with its agent (Pdeathsig), so an agent that
-// restarts has nothing to adopt: it starts the node's replicas afresh, on
-// new ports, after killing whatever processes the replicas of its previous
-// incarnation had started (found by their SERVEMESH_NODE, SERVEMESH_AGENT
-// and SERVEMESH_REPLICA_TAG environment). Replica logs rotate at a size cap.
+// Replicas outlive their agent (adopt.go): an agent that stops, crashes or
+// is upgraded leaves them serving and registered, and its next incarnation
+// adopts them from the records it wrote in its work folder (the process's
+// pid and start time, checked against its environment), re-attaching
+// probes, log rotation and registration without a restart; one whose spec
+// changed meanwhile is replaced. It kills what it does not adopt (found by
+// their SERVEMESH_NODE, SERVEMESH_AGENT and SERVEMESH_REPLICA_TAG
+// environment). A lock in the work folder keeps two agents from adopting
+// the same replicas. StopLeft (servemesh agent --stop-all) stops what an
+// agent left, for a node that is being removed. Replicas write their logs
+// themselves; the agent rotates them at a size cap.
 //
 // demoreplica is the small HTTP workload the demo and the tests run, and
 // a stand-in model server (ModelServer) for the inference tests.

@@ -30,6 +30,7 @@ type agentProc struct {
 	public, mesh, admin, metr string
 	workDir                   string
 	args, env                 []string
+	bin                       string // the servemesh binary; servemeshBin when empty
 	child                     *proc.Process
 	stderr                    *testutil.SyncBuffer
 }
@@ -41,6 +42,13 @@ func startAgent(t *testing.T, consul *testutil.Consul, id, address, xds string, 
 
 // startAgentArgs is startAgent with more command-line arguments.
 func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds string, cpus int, extraArgs []string, extraEnv ...string) *agentProc {
+	t.Helper()
+	return startAgentBin(t, consul, "", id, address, xds, cpus, extraArgs, extraEnv...)
+}
+
+// startAgentBin is startAgentArgs with another servemesh binary (an older
+// release); "" is the one under test.
+func startAgentBin(t *testing.T, consul *testutil.Consul, bin, id, address, xds string, cpus int, extraArgs []string, extraEnv ...string) *agentProc {
 	t.Helper()
 	workDir := t.TempDir()
 	if i := slices.Index(extraArgs, "--work-dir"); i >= 0 && i+1 < len(extraArgs) {
@@ -57,7 +65,7 @@ func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds stri
 		"--metrics-listen", a.metr, "--work-dir", workDir, "--drain-grace", "1s", "--envoy-log-level", "info",
 		"--allow-command", servemeshBin}
 	args = append(args, extraArgs...)
-	a.workDir, a.args = workDir, args
+	a.workDir, a.args, a.bin = workDir, args, bin
 	a.env = append(append(os.Environ(), "CONSUL_HTTP_ADDR="+consul.HTTPAddr, "SERVEMESH_ENVOY="+envoyBin), extraEnv...)
 	a.start(t)
 	t.Cleanup(func() {
@@ -79,7 +87,7 @@ func startAgentArgs(t *testing.T, consul *testutil.Consul, id, address, xds stri
 func (a *agentProc) start(t *testing.T) {
 	t.Helper()
 	var err error
-	a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: a.args, Env: a.env, Stderr: a.stderr})
+	a.child, err = proc.Start(proc.Spec{Path: orServemesh(a.bin), Args: a.args, Env: a.env, Stderr: a.stderr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,7 @@ type ctlProc struct {
 	child            *proc.Process
 	stderr           *testutil.SyncBuffer
 	logs             []string // stderr of earlier incarnations
+	bin              string   // the servemesh binary; servemeshBin when empty
 }
 
 func startController(t *testing.T, consul *testutil.Consul, id string, extraArgs []string, extraEnv ...string) *ctlProc {
@@ -75,7 +76,7 @@ func (c *ctlProc) start() {
 	}
 	args = append(args, c.args...)
 	var err error
-	c.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: args, Env: append(os.Environ(), c.env...), Stderr: c.stderr})
+	c.child, err = proc.Start(proc.Spec{Path: orServemesh(c.bin), Args: args, Env: append(os.Environ(), c.env...), Stderr: c.stderr})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -88,6 +89,14 @@ func (c *ctlProc) start() {
 		r := do(client, "GET", health, "")
 		return r.err == nil && r.status == 200
 	})
+}
+
+// orServemesh is bin, or the servemesh binary under test when empty.
+func orServemesh(bin string) string {
+	if bin == "" {
+		return servemeshBin
+	}
+	return bin
 }
 
 func (c *ctlProc) kill() {

@@ -13,6 +13,11 @@
 //     /ready says LIVE, stopped by draining listeners through the admin API,
 //     then SIGTERM, then SIGKILL.
 //   - supervisor.go: restarts an Envoy that exits, with backoff.
+//   - handover.go: a node's Envoy outlives its supervisor (an agent that
+//     restarts or is upgraded); the next one adopts it, or hot restarts it
+//     (--restart-epoch) when its binary, bootstrap or settings changed.
+//   - parent.go: the small process that parents such an Envoy (servemesh
+//     envoy-parent): with hot restart on, Envoy ends with its parent.
 //   - admin.go: a small client for the admin endpoints servemesh reads
 //     (/ready, /config_dump, /stats, /drain_listeners).
 //

@@ -72,9 +72,16 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%d\t%v\t%.0f\t%.0f\t%.1f\t%.1f\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, restarts, b.Autoscaled, b.InFlight, b.Held, b.RequestRate, b.ErrorRate)
 	}
-	fmt.Fprintf(tw, "\nNODE\tCONNECTED\tLATEST CONFIG\tNACKS\tVERSION (controller %s, protocol %d)\n", orNone(r.Version), r.Protocol)
+	fmt.Fprintf(tw, "\nNODE\tCONNECTED\tLATEST CONFIG\tNACKS\tSTATE\tVERSION (controller %s, protocol %d)\n", orNone(r.Version), r.Protocol)
 	for _, n := range r.Nodes {
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s (protocol %d)\n", n.ID, n.Connected, n.InSync, n.NACKs, orNone(n.Version), n.Protocol)
+		state := "ready"
+		switch {
+		case n.Drained:
+			state = "drained"
+		case n.Cordoned:
+			state = "cordoned"
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\t%s (protocol %d)\n", n.ID, n.Connected, n.InSync, n.NACKs, state, orNone(n.Version), n.Protocol)
 	}
 	if len(r.Problems) > 0 {
 		fmt.Fprintln(tw, "\nPROBLEMS")

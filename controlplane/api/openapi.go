@@ -12,6 +12,7 @@ import (
 
 	"github.com/invopop/jsonschema"
 
+	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
 	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
@@ -97,6 +98,10 @@ func operations() []operation {
 			handle: func(s *server) http.HandlerFunc { return s.getRollout }},
 		{method: "POST", path: "/v1/endpoints/{name}/rollout/{action}", id: "actOnRollout", summary: "Pause, resume, promote or abort a rollout", ok: 200, okBody: Changed{},
 			errors: codes(authErrors, []int{http.StatusBadRequest}, notFound, writeErrors), handle: func(s *server) http.HandlerFunc { return s.actOnRollout }},
+		{method: "GET", path: NodesPath, id: "listNodes", summary: "List the nodes: registered, cordoned or drained, their replicas and release", ok: 200,
+			okBody: []controller.NodeReport{}, errors: codes(authErrors, []int{http.StatusServiceUnavailable}), handle: func(s *server) http.HandlerFunc { return s.listNodes }},
+		{method: "POST", path: NodesPath + "/{name}/{action}", id: "actOnNode", summary: "Cordon, uncordon or drain a node", ok: 200, okBody: Changed{},
+			errors: codes(authErrors, []int{http.StatusBadRequest}, notFound, writeErrors), handle: func(s *server) http.HandlerFunc { return s.actOnNode }},
 		{method: "POST", path: "/v1/apply", id: "apply", summary: "Make the state the one given, in one change (dry_run: only say what would change)", body: model.Spec{}, yaml: true,
 			query: []string{"dry_run"}, ok: 200, okBody: ApplyResult{}, errors: codes(authErrors, bodyErrors, writeErrors),
 			handle: func(s *server) http.HandlerFunc { return s.apply }},

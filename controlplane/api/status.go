@@ -100,6 +100,9 @@ type NodeStatus struct {
 	// Skew, if set, says why the controller refuses the node: its
 	// protocol is outside the skew policy.
 	Skew string `json:"skew,omitempty"`
+	// Cordoned and Drained are its maintenance (servemesh node).
+	Cordoned bool `json:"cordoned,omitempty"`
+	Drained  bool `json:"drained,omitempty"`
 }
 
 // Status reads the controller's status report.
@@ -192,8 +195,9 @@ func NewStatusReport(in StatusInputs) StatusReport {
 		r.Backends = append(r.Backends, bs)
 	}
 	for _, n := range in.Nodes {
+		spec, _ := m.NodeSpecOf(n.ID)
 		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK, Refused: n.Refused,
-			Version: n.Version, Protocol: n.Protocol, Skew: n.Skew})
+			Version: n.Version, Protocol: n.Protocol, Skew: n.Skew, Cordoned: spec.Cordoned, Drained: spec.Drained})
 		if n.Refused != "" && n.Connected {
 			r.Problems = append(r.Problems, fmt.Sprintf("node %s gets no configuration: %s", n.ID, n.Refused))
 		}

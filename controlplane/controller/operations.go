@@ -296,6 +296,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 // over what the controller manages from current and places replicas.
 func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo, now time.Time, ready func(backend string) map[string]bool) (*model.Model, error) {
 	next := model.Clone(desired)
+	next.Nodes = slices.Clone(current.Nodes) // maintenance is the operator's, not a file's
 	currentBackends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
 	for i := range next.Backends {
 		d := &next.Backends[i]

@@ -80,9 +80,11 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time, ready
 		return nil
 	}
 	spec := model.SpecHash(b.Process)
-	var running []int // replicas of the current spec; older ones roll out in Reconcile
+	// Replicas of the current spec on nodes not drained; older ones, and
+	// those of drained nodes, are replaced and drained in Reconcile.
+	var running []int
 	for j, p := range b.Placements {
-		if p.State == model.Running && p.Runs(spec) {
+		if p.State == model.Running && p.Runs(spec) && !m.Drained(p.Node) {
 			running = append(running, j)
 		}
 	}
@@ -151,7 +153,7 @@ func place(m *model.Model, b *model.Backend, nodes []wire.NodeInfo, need int, no
 				u = newUsage()
 				used[n.ID] = u
 			}
-			if !u.fits(n, b) {
+			if !u.fits(n, b) || !m.Schedulable(n.ID) {
 				continue
 			}
 			if best < 0 || better(n, u, nodes[best], used[nodes[best].ID], b.Name) {
@@ -284,7 +286,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 				kept = append(kept, p)
 			}
 			b.Placements = kept
-			c.rollOut(b, now)
+			c.rollOut(m, b, now)
 			err := schedule(m, i, nodes, now, c.readyTags(b.Name))
 			if msg := fmt.Sprint(err); err != nil && c.lastPlaceErr[b.Name] != msg {
 				c.log.Warn("reconcile: cannot place every replica yet; will keep trying", "backend", b.Name, "err", err)
@@ -305,17 +307,18 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	return err
 }
 
-// rollOut drains the replicas of an older process spec once the current
-// spec has NumReplicas healthy replicas, so a new spec never leaves the
-// backend without serving replicas.
-func (c *Controller) rollOut(b *model.Backend, now time.Time) {
+// rollOut drains the replicas of an older process spec, and those of
+// drained nodes, once the backend has NumReplicas healthy replicas of the
+// current spec elsewhere, so neither a new spec nor a node's drain ever
+// leaves the backend without serving replicas.
+func (c *Controller) rollOut(m *model.Model, b *model.Backend, now time.Time) {
 	spec := model.SpecHash(b.Process)
 	var old []int
 	var fresh []string
 	for j, p := range b.Placements {
 		switch {
 		case p.State != model.Running:
-		case p.Runs(spec):
+		case p.Runs(spec) && !m.Drained(p.Node):
 			fresh = append(fresh, p.Tag)
 		default:
 			old = append(old, j)
@@ -340,7 +343,7 @@ func (c *Controller) rollOut(b *model.Backend, now time.Time) {
 	for _, j := range old {
 		b.Placements[j].State, b.Placements[j].Since = model.Draining, now.Unix()
 	}
-	c.log.Info("rolled out a new process spec; draining the old replicas", "backend", b.Name, "old", len(old), "new", len(fresh))
+	c.log.Info("replaced replicas of an older process spec or a drained node; draining them", "backend", b.Name, "old", len(old), "new", len(fresh))
 }
 
 // readyTags are the tags of backend's replicas that pass their health

@@ -26,6 +26,8 @@ var DefaultMethods = []string{"GET"}
 type Model struct {
 	Backends  []Backend  `json:"backends,omitempty"`
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// Nodes are the nodes under maintenance (cordoned or drained).
+	Nodes []NodeSpec `json:"nodes,omitempty"`
 }
 
 // Backend is a named group of replicas that run one version of a service.
@@ -636,6 +638,7 @@ func Clone(m *Model) *Model {
 	for _, e := range m.Endpoints {
 		out.Endpoints = append(out.Endpoints, CloneEndpoint(e))
 	}
+	out.Nodes = slices.Clone(m.Nodes)
 	return out
 }
 

@@ -158,6 +158,11 @@ func (m *Model) Validate() error {
 			validateRollout(&p, field+".rollout", e, backends, users)
 		}
 	}
+	for i, n := range m.Nodes {
+		if err := ValidateNode(n); err != nil {
+			p.add(fmt.Sprintf("nodes[%d]", i), "%v", err)
+		}
+	}
 	return p.err()
 }
 

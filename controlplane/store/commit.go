@@ -77,6 +77,15 @@ func (c *Consul) objectOps(change Change) (api.KVTxnOps, int, error) {
 			return nil, 0, err
 		}
 	}
+	for _, n := range change.PutNodes {
+		if err := put(c.nodeKey(n.Name), nodeValue{Schema: SchemaVersion, Node: n}); err != nil {
+			return nil, 0, err
+		}
+	}
+	for _, n := range change.DeleteNodes {
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: c.nodeKey(n)})
+		size += len(n)
+	}
 	for _, n := range change.DeleteBackends {
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: c.backendKey(n)})
 		size += len(n)

@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/controlplane/model"
-	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/internal/consulwatch"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Consul stores the desired state in Consul's KV under a prefix; FORMAT.md
@@ -40,6 +40,7 @@ func (c *Consul) metaKey() string                { return c.prefix + "/meta" }
 func (c *Consul) leaderKey() string              { return c.prefix + "/leader" }
 func (c *Consul) backendKey(name string) string  { return c.prefix + "/backends/" + name }
 func (c *Consul) endpointKey(name string) string { return c.prefix + "/endpoints/" + name }
+func (c *Consul) nodeKey(name string) string     { return c.prefix + "/nodes/" + name }
 func (c *Consul) pendingDir(id string) string    { return c.prefix + "/pending/" + id + "/" }
 
 // The stored values: see FORMAT.md.
@@ -73,6 +74,11 @@ type backendValue struct {
 type endpointValue struct {
 	Schema   int            `json:"schema"`
 	Endpoint model.Endpoint `json:"endpoint"`
+}
+
+type nodeValue struct {
+	Schema int            `json:"schema"`
+	Node   model.NodeSpec `json:"node"`
 }
 
 type changeValue struct {
@@ -185,6 +191,19 @@ func (c *Consul) readPair(s *snapshot, p *api.KVPair, partValues map[string][]by
 			return fmt.Sprintf("holds endpoint %q under another name", v.Endpoint.Name)
 		}
 		s.model.Endpoints = append(s.model.Endpoints, v.Endpoint)
+		return ""
+	case strings.HasPrefix(p.Key, c.prefix+"/nodes/"):
+		var v nodeValue
+		if reason := decodeValue(p.Value, &v.Schema, &v); reason != "" {
+			return reason
+		}
+		if v.Node.Name != name("/nodes/") {
+			return fmt.Sprintf("holds node %q under another name", v.Node.Name)
+		}
+		if err := model.ValidateNode(v.Node); err != nil {
+			return err.Error()
+		}
+		s.model.Nodes = append(s.model.Nodes, v.Node)
 		return ""
 	}
 	return "not a key servemesh writes; it is left alone"

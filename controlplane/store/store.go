@@ -29,11 +29,13 @@ type Change struct {
 	DeleteBackends  []string         `json:"delete_backends,omitempty"`
 	PutEndpoints    []model.Endpoint `json:"put_endpoints,omitempty"`
 	DeleteEndpoints []string         `json:"delete_endpoints,omitempty"`
+	PutNodes        []model.NodeSpec `json:"put_nodes,omitempty"`
+	DeleteNodes     []string         `json:"delete_nodes,omitempty"`
 }
 
 // Size is the number of objects the change touches.
 func (c Change) Size() int {
-	return len(c.PutBackends) + len(c.DeleteBackends) + len(c.PutEndpoints) + len(c.DeleteEndpoints)
+	return len(c.PutBackends) + len(c.DeleteBackends) + len(c.PutEndpoints) + len(c.DeleteEndpoints) + len(c.PutNodes) + len(c.DeleteNodes)
 }
 
 // Store persists the desired state.
@@ -86,6 +88,8 @@ func Diff(from, to *model.Model) Change {
 		func(b model.Backend) string { return b.Name }, model.BackendsEqual)
 	c.PutEndpoints, c.DeleteEndpoints = diffByName(from.Endpoints, to.Endpoints,
 		func(e model.Endpoint) string { return e.Name }, model.EndpointsEqual)
+	c.PutNodes, c.DeleteNodes = diffByName(from.Nodes, to.Nodes,
+		func(n model.NodeSpec) string { return n.Name }, func(a, b model.NodeSpec) bool { return a == b })
 	return c
 }
 
@@ -135,7 +139,20 @@ func Apply(m *model.Model, c Change) *model.Model {
 	for _, n := range c.DeleteEndpoints {
 		delete(endpoints, n)
 	}
+	nodes := map[string]model.NodeSpec{}
+	for _, n := range m.Nodes {
+		nodes[n.Name] = n
+	}
+	for _, n := range c.PutNodes {
+		nodes[n.Name] = n
+	}
+	for _, n := range c.DeleteNodes {
+		delete(nodes, n)
+	}
 	out := &model.Model{}
+	for _, n := range model.SortedKeys(nodes) {
+		out.Nodes = append(out.Nodes, nodes[n])
+	}
 	for _, n := range model.SortedKeys(backends) {
 		out.Backends = append(out.Backends, backends[n])
 	}

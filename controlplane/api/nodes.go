@@ -1,0 +1,52 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/servemesh/servemesh/controlplane/controller"
+)
+
+// NodeReport is one node as GET /v1/nodes lists it.
+type NodeReport = controller.NodeReport
+
+// NodeAction is cordon, uncordon or drain.
+type NodeAction = controller.NodeAction
+
+// The node actions.
+const (
+	Cordon   = controller.Cordon
+	Uncordon = controller.Uncordon
+	Drain    = controller.Drain
+)
+
+// NodesPath lists the nodes; NodeActionPath cordons, uncordons or drains
+// one.
+const NodesPath = "/v1/nodes"
+
+// NodeActionPath is where action is taken on node.
+func NodeActionPath(node string, action NodeAction) string {
+	return NodesPath + "/" + esc(node) + "/" + esc(string(action))
+}
+
+func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
+	nodes, err := s.c.Nodes(r.Context())
+	s.answer(w, nonNil(nodes), err)
+}
+
+func (s *server) actOnNode(w http.ResponseWriter, r *http.Request) {
+	changed, err := s.c.SetNodeMaintenance(r.Context(), r.PathValue("name"), controller.NodeAction(r.PathValue("action")))
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+// Nodes lists the registered nodes and those under maintenance.
+func (c *Client) Nodes(ctx context.Context) ([]NodeReport, error) {
+	var out []NodeReport
+	return out, c.do(ctx, http.MethodGet, NodesPath, nil, &out)
+}
+
+// NodeAction cordons, uncordons or drains node.
+func (c *Client) NodeAction(ctx context.Context, node string, action NodeAction) (bool, error) {
+	var out Changed
+	return out.Changed, c.do(ctx, http.MethodPost, NodeActionPath(node, action), nil, &out)
+}
