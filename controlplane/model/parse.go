@@ -56,6 +56,16 @@ func ParseSpec(data []byte) (*Spec, error) {
 	return &s, nil
 }
 
+// MarshalSpec renders s as a config file (YAML), which Parse reads back
+// as s.
+func MarshalSpec(s *Spec) ([]byte, error) {
+	out, err := yaml.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("marshal spec: %w", err)
+	}
+	return out, nil
+}
+
 // Marshal renders a model as YAML, the format Parse reads.
 func Marshal(m *Model) ([]byte, error) {
 	out, err := yaml.Marshal(m)

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/devconsul"
+)
+
+// TestExportRoundTripsAndABackupRestores: `servemesh export` writes the
+// live state (static and process backends, a split, a shadow, match rules,
+// retries) as a config file that `apply -f` takes back with no change; a
+// backup of the state's keys (`consul kv export servemesh/`, documented in
+// docs/upgrading.md) imported into a fresh Consul gives a new controller
+// the very same state.
+func TestExportRoundTripsAndABackupRestores(t *testing.T) {
+	m := startTwoNodeMesh(t, "backup")
+	ctx := context.Background()
+	env := []string{"SERVEMESH_SERVER=" + m.ctl.apiAddr}
+	if code, out, errOut := cli(t, env, "apply", "-f", "../examples/demo.yaml"); code != 0 {
+		t.Fatalf("apply demo.yaml: %d %s%s", code, out, errOut)
+	}
+	m.createBackends(t, model.Backend{Name: "bk", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1, MaxConcurrentQueries: 8},
+		Process: demoProcess("bk", false)})
+	if _, err := m.c.CreateEndpoint(ctx, model.Endpoint{Name: "bk", Route: "/bk", Methods: []string{"GET", "POST"},
+		Traffic: map[string]float64{"bk": 0.75, "model-v2": 0.25}, Shadows: map[string]float64{"model-v3-candidate": 0.1},
+		Match: []model.RequestMatch{{Header: "x-canary", Exact: "true", Backend: "model-v2"}},
+		Retry: &model.RetryPolicy{On: []string{"503"}, Attempts: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	code, exported, errOut := cli(t, env, "export")
+	if code != 0 || !strings.Contains(exported, "name: bk") || strings.Contains(exported, "placements") {
+		t.Fatalf("servemesh export: exit %d\n%s%s", code, exported, errOut)
+	}
+	file := filepath.Join(t.TempDir(), "exported.yaml")
+	if err := os.WriteFile(file, []byte(exported), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := cli(t, env, "apply", "-f", file); code != 0 || !strings.Contains(out, "no changes") {
+		t.Fatalf("apply -f of the export: exit %d\n%s%s; want no changes", code, out, errOut)
+	}
+	if code, out, _ := cli(t, env, "validate", file); code != 0 {
+		t.Fatalf("validate the export: %s", out)
+	}
+
+	consulBin, err := devconsul.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	consul := func(addr string, stdin string, args ...string) string {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, consulBin, args...)
+		cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+addr)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("consul %v: %v", args, err)
+		}
+		return string(out)
+	}
+	backup := consul(m.consul.HTTPAddr, "", "kv", "export", "servemesh/")
+	fresh := startConsul(t)
+	consul(fresh.HTTPAddr, backup, "kv", "import", "-")
+	restored := startController(t, fresh, "restored", nil)
+	restored.waitLeading(30 * time.Second)
+	code, again, errOut := cli(t, []string{"SERVEMESH_SERVER=" + restored.apiAddr}, "export")
+	if code != 0 || again != exported {
+		t.Fatalf("the controller on the restored Consul exports (exit %d, %s):\n%s\nwant what the first exported:\n%s", code, errOut, again, exported)
+	}
+}
