@@ -38,7 +38,7 @@ FUZZTIME_SHORT ?= 5000x
 # test runs it for 20 s as e2e TestAPIFuzz); 0 skips it.
 API_FUZZTIME   ?= 180
 
-.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos
+.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos release
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -84,6 +84,14 @@ $(LINT): tools/lint/go.mod tools/lint/go.sum
 
 build: ## build bin/servemesh
 	go build -ldflags "-X github.com/servemesh/servemesh/wire.Version=$(VERSION)" -o bin/servemesh ./cmd/servemesh
+
+release: ## build the release into dist/: servemesh-VERSION-linux-amd64 and -arm64 (static), their SHA256SUMS, and the systemd units
+	rm -rf dist && mkdir -p dist
+	@set -e; for arch in amd64 arm64; do echo "release: servemesh $(VERSION) linux/$$arch"; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build -trimpath -ldflags "-s -w -X github.com/servemesh/servemesh/wire.Version=$(VERSION)" \
+	    -o dist/servemesh-$(VERSION)-linux-$$arch ./cmd/servemesh; done
+	cp deploy/systemd/*.service docs/upgrading.md dist/
+	cd dist && sha256sum servemesh-* > SHA256SUMS && cat SHA256SUMS
 
 test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering included), unit tests, and e2e with the real Envoy and Consul
 	go vet ./...
@@ -139,4 +147,4 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/scale
 
 clean: ## remove build output and run folders (keeps .tools)
-	rm -rf bin .run
+	rm -rf bin .run dist
