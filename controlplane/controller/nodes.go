@@ -92,7 +92,7 @@ func (c *Controller) SetNodeMaintenance(ctx context.Context, node string, action
 	registered := slices.ContainsFunc(nodes, func(n wire.NodeInfo) bool { return n.ID == node })
 	return c.mutate(ctx, "node_"+string(action), func(m *model.Model) error {
 		spec, named := m.NodeSpecOf(node)
-		if !registered && !(named && action == Uncordon) {
+		if !registered && (!named || action != Uncordon) {
 			return errorf(NotFound, "no node %q is registered (its agent's registration does not pass in Consul); servemesh node list shows the nodes", node)
 		}
 		was := spec

@@ -312,7 +312,7 @@ func TestWriterIsRecordedAndANewerOneRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rev, err = st.Commit(ctx, rev, Diff(&model.Model{}, sample(1))); err != nil {
+	if _, err = st.Commit(ctx, rev, Diff(&model.Model{}, sample(1))); err != nil {
 		t.Fatalf("commit over state of a release that announced no protocol: %v", err)
 	}
 	pair, _, err := kv.Get(prefix+"/meta", nil)

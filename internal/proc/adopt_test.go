@@ -2,6 +2,7 @@ package proc
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 // child it started before it exited.
 func childOfExitedParent(t *testing.T, mode string) Identity {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.CommandContext(context.Background(), os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
