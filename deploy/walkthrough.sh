@@ -86,12 +86,12 @@ up() {
 	#    (the management token goes to a safe place, not to servemesh).
 	for s in "${servers[@]}"; do consul_agent "$s" server; done
 	export CONSUL_HTTP_ADDR=${servers[0]}:8500
-	until_ok "a Consul leader" "$CONSUL" operator raft list-peers -token anonymous
-	local boot
-	for _ in $(seq 100); do
+	local boot="" # the bootstrap succeeds once the servers elected a leader
+	for _ in $(seq 200); do
 		if boot=$("$CONSUL" acl bootstrap -format json 2>/dev/null); then break; fi
 		sleep 0.3
 	done
+	[ -n "$boot" ] || { echo "walkthrough: the Consul servers elected no leader" >&2; return 1; }
 	export CONSUL_HTTP_TOKEN
 	CONSUL_HTTP_TOKEN=$(echo "$boot" | sed -n 's/.*"SecretID": "\(.*\)".*/\1/p')
 	(umask 077 && echo "$CONSUL_HTTP_TOKEN" >"$WORK/consul-management.token")
@@ -110,8 +110,8 @@ up() {
 	"$CONSUL" acl policy create -name servemesh-node -rules @"$policies/node-policy.hcl" >/dev/null
 	for c in "${controllers[@]}"; do
 		sed "s/NODE/$(consul_node "$c")/" "$policies/controller-policy.hcl" >"$WORK/$c/controller-policy.hcl"
-		"$CONSUL" acl policy create -name "servemesh-controller-$c" -rules @"$WORK/$c/controller-policy.hcl" >/dev/null
-		"$CONSUL" acl token create -description "servemesh controller $c" -policy-name "servemesh-controller-$c" -format json |
+		"$CONSUL" acl policy create -name "servemesh-controller-$(consul_node "$c")" -rules @"$WORK/$c/controller-policy.hcl" >/dev/null
+		"$CONSUL" acl token create -description "servemesh controller $c" -policy-name "servemesh-controller-$(consul_node "$c")" -format json |
 			sed -n 's/.*"SecretID": "\(.*\)".*/\1/p' >"$WORK/$c/consul.token"
 	done
 	local i=0
