@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,10 +15,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,8 +72,47 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if left := leftRunning(dir); len(left) > 0 {
+		// Nodes leave their Envoy and replicas serving when their agent
+		// stops; every test must remove what its nodes left.
+		fmt.Fprintf(os.Stderr, "e2e: processes of the tests' nodes left running after the tests (killed now):\n  %s\n", strings.Join(left, "\n  "))
+		code = 1
+	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// leftRunning kills, and describes, the processes still running whose
+// command line names a program in dir (the tests' servemesh binary: Envoys'
+// parents, replicas), after giving them a few seconds to end.
+func leftRunning(dir string) []string {
+	find := func() map[int]string {
+		out := map[int]string{}
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
+				out[pid] = strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+			}
+		}
+		return out
+	}
+	left := find()
+	for deadline := time.Now().Add(5 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = find() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	var out []string
+	for pid, cmd := range left {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		out = append(out, fmt.Sprintf("%d: %s", pid, cmd))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // freeAddr returns a loopback address with a port nothing listens on now.

@@ -383,7 +383,7 @@ func TestFileModeHoldsToo(t *testing.T) {
 	public := freeAddr(t)
 	stderr := &testutil.SyncBuffer{}
 	node, err := proc.Start(proc.Spec{Path: servemeshBin, Args: []string{"envoy", "--node-id", "file-node", "--xds", cp.xdsAddr,
-		"--public", public, "--mesh", freeAddr(t), "--work-dir", t.TempDir(), "--concurrency", "1"},
+		"--public", public, "--mesh", freeAddr(t), "--work-dir", t.TempDir(), "--concurrency", "1", "--stop-on-exit"},
 		Env: append(os.Environ(), "SERVEMESH_ENVOY="+envoyBin), Stderr: stderr})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,8 @@
 //     or, in tests and benchmarks, start it and wait until ready
 //     (StartReady).
 //   - process.go: the child process (started with package proc: its own
-//     process group, dies with its parent), output to a log file, ready when
+//     process group; it dies with its parent unless it is the hot-restartable
+//     node Envoy), output to a log file, ready when
 //     /ready says LIVE, stopped by draining listeners through the admin API,
 //     then SIGTERM, then SIGKILL.
 //   - supervisor.go: restarts an Envoy that exits, with backoff.

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/servemesh/servemesh/internal/proc"
@@ -54,6 +55,10 @@ type envoyRecord struct {
 	Bootstrap string `json:"bootstrap"`
 	// Settings are its arguments that every epoch shares (Config.settings).
 	Settings []string `json:"settings"`
+	// Draining are the earlier epochs it took over from, which drain and
+	// then are ended by it; a supervisor that stops before that ends them
+	// leaves them to the next one (endParent) or to StopLeft.
+	Draining []proc.Identity `json:"draining,omitempty"`
 }
 
 // running is what the supervisor would start now, as a record.
@@ -130,6 +135,25 @@ func startedWith(pid int, path string) bool {
 	return err == nil && bytes.Contains(cmdline, []byte("\x00-c\x00"+path+"\x00"))
 }
 
+// startedWithIn lists the process group leaders started with bootstrap
+// path: a node's Envoys (their parents), every epoch.
+func startedWithIn(path string) []proc.Identity {
+	var out []proc.Identity
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !startedWith(pid, path) {
+			continue
+		}
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid {
+			if id, err := proc.IdentityOf(pid); err == nil {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
 // first adopts, hot restarts or starts the node's Envoy (see above).
 func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 	want, err := s.running(ctx)
@@ -140,6 +164,11 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 	rec, ok := readRecord(s.StateFile)
 	if !ok {
 		return s.start(0, 0)
+	}
+	for _, d := range rec.Draining { // handed over by a supervisor that stopped before they ended
+		if p, err := proc.Adopt(d); err == nil {
+			go s.endParent(&Process{cfg: s.Config, child: p})
+		}
 	}
 	if !startedWith(rec.Process.Pid, s.Config.ConfigPath) {
 		s.Config.Logger.Info("the envoy a previous agent started has exited; starting one", "pid", rec.Process.Pid)
@@ -168,6 +197,7 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 		return old, nil
 	}
 	log.Info("envoy hot restarting", "changed", rec.changes(want))
+	s.want.Draining = append([]proc.Identity{rec.Process}, alive(rec.Draining)...)
 	next, err := s.start(rec.Epoch+1, baseID)
 	if err == nil {
 		err = next.waitEpoch(ctx, rec.Epoch+1)
@@ -177,11 +207,23 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 			_ = next.child.Kill()
 		}
 		log.Error("the new envoy could not take over; the running one serves on", "err", err)
+		s.want.Draining = alive(rec.Draining)
 		s.record(old, rec.Epoch, rec)
 		return old, nil
 	}
 	go s.endParent(old)
 	return next, nil
+}
+
+// alive are those of ids that still run.
+func alive(ids []proc.Identity) []proc.Identity {
+	var out []proc.Identity
+	for _, id := range ids {
+		if id.Alive() {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // endParent makes sure a hot-restarted Envoy exits: its successor ends
@@ -305,7 +347,18 @@ func (l Launcher) StopLeft(ctx context.Context, drain time.Duration, log *slog.L
 		return 0, nil
 	}
 	defer func() { _ = os.Remove(state) }()
-	if !startedWith(rec.Process.Pid, filepath.Join(workDir, "bootstrap.yaml")) {
+	bootstrap := filepath.Join(workDir, "bootstrap.yaml")
+	// Earlier epochs still draining (recorded or not: an older release
+	// records none) would serve on alone.
+	for _, id := range append(rec.Draining, startedWithIn(bootstrap)...) {
+		if id.Pid == rec.Process.Pid {
+			continue
+		}
+		if p, err := proc.Adopt(id); err == nil {
+			_ = p.Kill()
+		}
+	}
+	if !startedWith(rec.Process.Pid, bootstrap) {
 		return 0, nil
 	}
 	child, err := proc.Adopt(rec.Process)

@@ -74,10 +74,16 @@ func TestNewLoad(t *testing.T) {
 
 func TestNodeInfoMetaRoundTrip(t *testing.T) {
 	n := NodeInfo{ID: "n1", Address: "127.0.0.2", CPUs: 2.5, MemoryMB: 4096, StatusAddr: "127.0.0.2:9000",
-		AllowedCommands: []string{"/opt/models/*/serve", "/usr/bin/servemesh"}}
+		AllowedCommands: []string{"/opt/models/*/serve", "/usr/bin/servemesh"}, Version: "v-test", Protocol: Protocol}
 	got, err := NodeInfoFromMeta(n.Address, n.Meta())
 	if err != nil || !reflect.DeepEqual(got, n) {
 		t.Fatalf("round trip: %+v, %v; want %+v", got, err, n)
+	}
+	// An agent of a release that announced no protocol is protocol 1.
+	old := n
+	old.Version, old.Protocol = "", 0
+	if got, err := NodeInfoFromMeta(n.Address, old.Meta()); err != nil || got.Protocol != UnannouncedProtocol || got.Version != "" {
+		t.Fatalf("an unannounced agent read as %+v, %v", got, err)
 	}
 	for cmd, want := range map[string]bool{"/opt/models/bert/serve": true, "/usr/bin/servemesh": true, "/bin/sh": false, "/opt/models/a/b/serve": false} {
 		if got.Allows(cmd) != want {

@@ -44,7 +44,8 @@ type Process struct {
 	err  error // set before done closes
 }
 
-// Start starts the child in its own process group, to die with its parent.
+// Start starts the child in its own process group, to die with its parent
+// unless it is Detached.
 func Start(s Spec) (*Process, error) {
 	// Not CommandContext: a child outlives the call that starts it, and Stop
 	// ends it gracefully rather than with the SIGKILL a context would send.
