@@ -16,9 +16,9 @@ import (
 // TestExportRoundTripsAndABackupRestores: `servemesh export` writes the
 // live state (static and process backends, a split, a shadow, match rules,
 // retries) as a config file that `apply -f` takes back with no change; a
-// backup of the state's keys (`consul kv export servemesh/`, documented in
-// docs/upgrading.md) imported into a fresh Consul gives a new controller
-// the very same state.
+// backup of the state's keys (`consul kv export servemesh/`) imported into
+// a fresh Consul, and a Consul snapshot restored into a fresh cluster, each
+// give a new controller the very same state (docs/upgrading.md says how).
 func TestExportRoundTripsAndABackupRestores(t *testing.T) {
 	m := startTwoNodeMesh(t, "backup")
 	ctx := context.Background()
@@ -74,5 +74,28 @@ func TestExportRoundTripsAndABackupRestores(t *testing.T) {
 	code, again, errOut := cli(t, []string{"SERVEMESH_SERVER=" + restored.apiAddr}, "export")
 	if code != 0 || again != exported {
 		t.Fatalf("the controller on the restored Consul exports (exit %d, %s):\n%s\nwant what the first exported:\n%s", code, errOut, again, exported)
+	}
+
+	// A whole-cluster snapshot (consul snapshot save) restored into a
+	// fresh cluster (a server with its data on disk, and a client agent
+	// for the controller), the server restarted as docs/upgrading.md says,
+	// gives a controller in the default mode the same state.
+	snap := filepath.Join(t.TempDir(), "mesh.snap")
+	consul(m.consul.HTTPAddr, "", "snapshot", "save", snap)
+	cluster, err := devconsul.StartCluster(t.TempDir(), devconsul.ClusterOptions{ServerAddrs: []string{"127.0.0.90"}, ClientAddrs: []string{"127.0.0.91"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Stop)
+	consul(cluster.Servers[0].HTTPAddr, "", "snapshot", "restore", snap)
+	cluster.Servers[0].Stop()
+	if err := cluster.Servers[0].Restart(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fromSnapshot := startController(t, cluster.Clients["127.0.0.91"], "from-snapshot", nil)
+	fromSnapshot.waitLeading(time.Minute)
+	code, again, errOut = cli(t, []string{"SERVEMESH_SERVER=" + fromSnapshot.apiAddr}, "export")
+	if code != 0 || again != exported {
+		t.Fatalf("the controller on the cluster restored from a snapshot exports (exit %d, %s):\n%s\nwant:\n%s", code, errOut, again, exported)
 	}
 }

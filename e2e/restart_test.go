@@ -60,7 +60,7 @@ func dataPlaneOf(t *testing.T, m *twoNodeMesh, n *mtlsNode, backends ...string) 
 // restartAgent stops n's agent (SIGTERM, or SIGKILL if crash) and starts it
 // again with args (its own when nil), waiting until it has adopted want
 // replicas and its Envoy is ready.
-func restartAgent(t *testing.T, n *mtlsNode, crash bool, want int, args []string) {
+func restartAgent(t *testing.T, n *agentProc, crash bool, want int, args []string) {
 	t.Helper()
 	if crash {
 		_ = n.child.Kill()
@@ -128,7 +128,7 @@ func TestAgentRestartKeepsTheDataPlane(t *testing.T) {
 	t.Run("stopped and started again, each agent in turn", func(t *testing.T) {
 		l := startLoad("http://"+m.n1.public+"/rs", 4)
 		for _, n := range []*mtlsNode{m.n1, m.n2} {
-			restartAgent(t, n, false, 2, nil)
+			restartAgent(t, n.agentProc, false, 2, nil)
 			time.Sleep(time.Second)
 			same(t, n, true)
 		}
@@ -137,7 +137,7 @@ func TestAgentRestartKeepsTheDataPlane(t *testing.T) {
 	t.Run("killed and started again", func(t *testing.T) {
 		l := startLoad("http://"+m.n1.public+"/rs", 4)
 		for _, n := range []*mtlsNode{m.n2, m.n1} {
-			restartAgent(t, n, true, 2, nil)
+			restartAgent(t, n.agentProc, true, 2, nil)
 			time.Sleep(time.Second)
 			same(t, n, true)
 		}
@@ -148,7 +148,7 @@ func TestAgentRestartKeepsTheDataPlane(t *testing.T) {
 		var old []int
 		for _, n := range []*mtlsNode{m.n1, m.n2} {
 			old = append(old, before[n.id].envoy)
-			restartAgent(t, n, false, 2, append(append([]string{}, n.args...), "--envoy-log-level", "warning"))
+			restartAgent(t, n.agentProc, false, 2, append(append([]string{}, n.args...), "--envoy-log-level", "warning"))
 			same(t, n, false)
 		}
 		// The old Envoys drain (--drain 2s), then their successors end them.

@@ -219,16 +219,8 @@ func (w *writer) finish(t *testing.T, c *api.Client) {
 // the same arguments, waiting until it adopted what the last one left.
 func replaceAgent(t *testing.T, n *agentProc, bin string, replicas int) {
 	t.Helper()
-	if err := n.child.Stop(15 * time.Second); err != nil {
-		t.Fatalf("agent %s: %v", n.id, err)
-	}
 	n.bin = bin
-	before := len(n.stderr.String())
-	n.start(t)
-	testutil.WaitFor(t, 30*time.Second, "agent "+n.id+" to adopt its replicas and its envoy to be ready", func() bool {
-		log := n.stderr.String()[before:]
-		return strings.Contains(log, "replicas_adopted="+strconv.Itoa(replicas)) && strings.Contains(log, "envoy ready")
-	})
+	restartAgent(t, n, false, replicas, nil)
 }
 
 // replicasOn counts the replicas placed on each node.

@@ -285,23 +285,10 @@ func readBaseID(path string) (int, error) {
 func (p *Process) waitEpoch(ctx context.Context, epoch int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		probe, stop := context.WithTimeout(ctx, time.Second)
+	return p.waitUntil(ctx, fmt.Sprintf("live at epoch %d", epoch), func(probe context.Context) bool {
 		info, err := p.admin.ServerInfo(probe)
-		stop()
-		if err == nil && info.State == "LIVE" && info.Epoch == epoch {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("envoy pid %d not live at epoch %d: %w; log tail:\n%s", p.Pid(), epoch, ctx.Err(), proc.LogTail(p.cfg.LogPath, 2048))
-		case <-p.Done():
-			return fmt.Errorf("envoy exited before it was live at epoch %d (%w); log tail:\n%s", epoch, p.ExitErr(), proc.LogTail(p.cfg.LogPath, 2048))
-		case <-tick.C:
-		}
-	}
+		return err == nil && info.State == "LIVE" && info.Epoch == epoch
+	})
 }
 
 // ServerInfo is what servemesh reads of Envoy's /server_info.

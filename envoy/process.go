@@ -156,20 +156,29 @@ func (p *Process) Admin() Admin { return p.admin }
 // WaitReady waits until Envoy's /ready says LIVE. It fails early if Envoy
 // exits, quoting the end of its log.
 func (p *Process) WaitReady(ctx context.Context) error {
+	return p.waitUntil(ctx, "ready", func(probe context.Context) bool {
+		ready, _ := p.admin.Ready(probe)
+		return ready
+	})
+}
+
+// waitUntil polls live (each call bounded to a second) until it holds,
+// failing when ctx ends or the Envoy exits, quoting the end of its log.
+func (p *Process) waitUntil(ctx context.Context, what string, live func(context.Context) bool) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		probe, cancel := context.WithTimeout(ctx, time.Second)
-		ready, _ := p.admin.Ready(probe)
+		ok := live(probe)
 		cancel()
-		if ready {
+		if ok {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("envoy pid %d not ready: %w; log tail:\n%s", p.Pid(), ctx.Err(), proc.LogTail(p.cfg.LogPath, 2048))
+			return fmt.Errorf("envoy pid %d not %s: %w; log tail:\n%s", p.Pid(), what, ctx.Err(), proc.LogTail(p.cfg.LogPath, 2048))
 		case <-p.Done():
-			return fmt.Errorf("envoy exited before it was ready (%w); log tail:\n%s", p.ExitErr(), proc.LogTail(p.cfg.LogPath, 2048))
+			return fmt.Errorf("envoy exited before it was %s (%w); log tail:\n%s", what, p.ExitErr(), proc.LogTail(p.cfg.LogPath, 2048))
 		case <-tick.C:
 		}
 	}
