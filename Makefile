@@ -144,6 +144,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/datapath -protocol stream -rate 200
 	go run ./bench/coldstart
 	go run ./bench/rollback
+	go run ./bench/restarts
 	go run ./bench/scale
 
 clean: ## remove build output and run folders (keeps .tools)

@@ -3,6 +3,7 @@ package benchenv
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,6 +25,10 @@ type MeshOptions struct {
 	// controller; ControllerEnv, more environment variables for it (say,
 	// GOMEMLIMIT).
 	AgentArgs, ControllerArgs, ControllerEnv []string
+	// KeepDataPlane starts agents that leave their Envoy and replicas
+	// serving when they stop (the default of servemesh agent), for
+	// RestartAgent; Stop then removes what they left (agent --stop-all).
+	KeepDataPlane bool
 }
 
 // Mesh is a controller and its agents (each with its Envoy, one worker
@@ -36,7 +41,11 @@ type Mesh struct {
 	Agents           []*proc.Process
 	// Public are the nodes' public listeners, in node order.
 	Public []string
-	stops  []func()
+	// WorkDirs are the nodes' work folders, in node order.
+	WorkDirs []string
+	stops    []func()
+	env      *Env
+	args     [][]string // each agent's arguments
 }
 
 // Stop stops the agents, then the controller.
@@ -60,23 +69,48 @@ func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
 	}
 	m.Controller = ctl
 	m.stops = append(m.stops, func() { _ = ctl.Stop(15 * time.Second) })
+	m.env = e
+	stopOnExit := "--stop-on-exit=" + strconv.FormatBool(!o.KeepDataPlane)
 	for i, cpus := range o.NodeCPUs {
 		id := fmt.Sprintf("n%d", i+1)
 		address := fmt.Sprintf("127.0.0.%d", i+2)
-		public := testutil.MustFreeAddr(address)
-		args := append([]string{"agent", pt, "--stop-on-exit", "--insecure-consul", "--consul-prefix", prefix, "--node-id", filepath.Base(o.Work) + "-" + id,
+		public, work := testutil.MustFreeAddr(address), filepath.Join(o.Work, id)
+		args := append([]string{"agent", pt, stopOnExit, "--insecure-consul", "--consul-prefix", prefix, "--node-id", filepath.Base(o.Work) + "-" + id,
 			"--address", address, "--cpus", cpus, "--xds", xdsAddr, "--public", public, "--mesh", testutil.MustFreeAddr("127.0.0.1"),
-			"--inbound", testutil.MustFreeAddr(address), "--work-dir", filepath.Join(o.Work, id), "--allow-command", e.Bin, "--concurrency", "1"},
+			"--inbound", testutil.MustFreeAddr(address), "--work-dir", work, "--allow-command", e.Bin, "--concurrency", "1"},
 			o.AgentArgs...)
 		p, err := e.Run(args...)
 		if err != nil {
 			m.Stop()
 			return nil, err
 		}
-		m.Agents = append(m.Agents, p)
-		m.Public = append(m.Public, public)
-		m.stops = append(m.stops, func() { _ = p.Stop(15 * time.Second) })
+		m.Agents, m.args = append(m.Agents, p), append(m.args, args)
+		m.Public, m.WorkDirs = append(m.Public, public), append(m.WorkDirs, work)
+		m.stops = append(m.stops, func() {
+			_ = m.Agents[i].Stop(15 * time.Second)
+			if o.KeepDataPlane {
+				if left, err := e.Run("agent", "--stop-all", "--stop-grace", "0", "--node-id", args[slices.Index(args, "--node-id")+1], "--work-dir", work); err == nil {
+					_ = left.Wait()
+				}
+			}
+		})
 	}
 	m.Client, m.XDSAddr, m.APIAddr = api.NewClient(apiAddr, ""), xdsAddr, apiAddr
 	return m, nil
+}
+
+// RestartAgent stops node i's agent (SIGTERM) and starts it again with its
+// arguments and extra, kept for its later restarts (a later flag wins):
+// with KeepDataPlane it adopts what the last one left.
+func (m *Mesh) RestartAgent(i int, extra ...string) error {
+	if err := m.Agents[i].Stop(15 * time.Second); err != nil {
+		return fmt.Errorf("stop agent %d: %w", i+1, err)
+	}
+	m.args[i] = append(m.args[i], extra...)
+	p, err := m.env.Run(slices.Clone(m.args[i])...)
+	if err != nil {
+		return err
+	}
+	m.Agents[i] = p
+	return nil
 }
