@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -66,8 +67,8 @@ func recordPath(workDir, sid string) string {
 	return filepath.Join(workDir, runningDir, sid+".json")
 }
 
-// writeRecord writes rec atomically (a temporary file, then a rename): a
-// crash leaves the old record or the new one, never half of one.
+// writeRecord writes rec atomically (envoy.ReplaceFile): a crash leaves the
+// old record or the new one, never half of one.
 func writeRecord(workDir, sid string, rec replicaRecord) error {
 	dir := filepath.Join(workDir, runningDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -77,11 +78,7 @@ func writeRecord(workDir, sid string, rec replicaRecord) error {
 	if err != nil {
 		return fmt.Errorf("replica record: %w", err)
 	}
-	tmp := recordPath(workDir, sid) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("replica record: %w", err)
-	}
-	if err := os.Rename(tmp, recordPath(workDir, sid)); err != nil {
+	if err := envoy.ReplaceFile(recordPath(workDir, sid), b); err != nil {
 		return fmt.Errorf("replica record: %w", err)
 	}
 	return nil

@@ -210,7 +210,7 @@ func (s *Secrets) write(ctx context.Context, name string, data []byte) error {
 	if bytes.Equal(s.written[name], data) {
 		return nil
 	}
-	if err := envoy.WriteSecret(wire.SecretFile(s.dir, name), data); err != nil {
+	if err := envoy.ReplaceFile(wire.SecretFile(s.dir, name), data); err != nil {
 		return err
 	}
 	if s.written[name] != nil {

@@ -119,10 +119,7 @@ func writeRecord(path string, r envoyRecord) error {
 	if err != nil {
 		return fmt.Errorf("envoy record: %w", err)
 	}
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
-		return fmt.Errorf("envoy record: %w", err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
+	if err := ReplaceFile(path, b); err != nil {
 		return fmt.Errorf("envoy record: %w", err)
 	}
 	return nil
@@ -197,8 +194,7 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 		return old, nil
 	}
 	log.Info("envoy hot restarting", "changed", rec.changes(want))
-	s.want.Draining = append([]proc.Identity{rec.Process}, alive(rec.Draining)...)
-	next, err := s.start(rec.Epoch+1, baseID)
+	next, err := s.start(rec.Epoch+1, baseID, append([]proc.Identity{rec.Process}, alive(rec.Draining)...)...)
 	if err == nil {
 		err = next.waitEpoch(ctx, rec.Epoch+1)
 	}
@@ -207,8 +203,9 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 			_ = next.child.Kill()
 		}
 		log.Error("the new envoy could not take over; the running one serves on", "err", err)
-		s.want.Draining = alive(rec.Draining)
-		s.record(old, rec.Epoch, rec)
+		if err := writeRecord(s.StateFile, rec); err != nil { // the old one's again
+			log.Warn("the next agent will not adopt this envoy", "err", err)
+		}
 		return old, nil
 	}
 	go s.endParent(old)
@@ -239,8 +236,8 @@ func (s *Supervisor) endParent(old *Process) {
 }
 
 // start starts Envoy at epoch (taking over from base id's, above 0) and
-// records it.
-func (s *Supervisor) start(epoch, baseID int) (*Process, error) {
+// records it, with the earlier epochs still draining.
+func (s *Supervisor) start(epoch, baseID int, draining ...proc.Identity) (*Process, error) {
 	cfg := s.Config
 	cfg.Epoch, cfg.BaseID = epoch, baseID
 	if epoch == 0 && cfg.BaseIDPath != "" {
@@ -251,19 +248,14 @@ func (s *Supervisor) start(epoch, baseID int) (*Process, error) {
 		return nil, err
 	}
 	p.cfg = cfg
-	s.record(p, epoch, s.want)
+	if s.StateFile != "" {
+		rec := s.want
+		rec.Process, rec.Epoch, rec.Draining = p.child.Identity(), epoch, draining
+		if err := writeRecord(s.StateFile, rec); err != nil {
+			s.Config.Logger.Warn("the next agent will not adopt this envoy", "err", err)
+		}
+	}
 	return p, nil
-}
-
-// record writes down p, running what want records, at epoch.
-func (s *Supervisor) record(p *Process, epoch int, want envoyRecord) {
-	if s.StateFile == "" {
-		return
-	}
-	want.Process, want.Epoch = p.child.Identity(), epoch
-	if err := writeRecord(s.StateFile, want); err != nil {
-		s.Config.Logger.Warn("the next agent will not adopt this envoy", "err", err)
-	}
 }
 
 // readBaseID reads the base id an epoch-0 Envoy wrote (--base-id-path).

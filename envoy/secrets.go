@@ -47,24 +47,25 @@ func sdsConfig(secret *tlsv3.Secret) ([]byte, error) {
 	return out, nil
 }
 
-// WriteSecret replaces the file at path by data, readable by its owner
-// only, with a rename in its folder: Envoy, which watches the file, reads
-// either the old or the new one, never half of one.
-func WriteSecret(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".secret-*")
+// ReplaceFile replaces the file at path by data, readable by its owner
+// only, with a rename in its folder: a reader (Envoy watching a secret, the
+// next agent reading a record) sees the old file or the new one, never
+// half of one, even across a crash.
+func ReplaceFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".replace-*")
 	if err != nil {
-		return fmt.Errorf("write secret: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }() // gone after the rename
 	if _, err := tmp.Write(data); err != nil {
 		_ = tmp.Close()
-		return fmt.Errorf("write secret: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write secret: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write secret: %w", err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }

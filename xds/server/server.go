@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/servemesh/servemesh/controlplane/model"
-	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -63,7 +62,7 @@ type Server struct {
 	newNodes map[string]bool // connected since the last publish
 	// skewed are the nodes whose streams are refused for their protocol,
 	// by id, as they last announced themselves.
-	skewed map[string]wire.ProxyNode
+	skewed map[string]skewedNode
 
 	// Owned by the publisher goroutine.
 	publishedAssignments map[string]string // name -> version
@@ -86,7 +85,7 @@ func New(opts Options) *Server {
 		acceptedAt:           map[uint64]time.Time{},
 		streams:              map[streamKey]*streamState{},
 		newNodes:             map[string]bool{},
-		skewed:               map[string]wire.ProxyNode{},
+		skewed:               map[string]skewedNode{},
 		publishedAssignments: map[string]string{},
 	}
 	s.metrics = newMetrics(opts.Registerer, s.outOfSync)

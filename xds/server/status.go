@@ -27,6 +27,13 @@ type nodeState struct {
 	goneSince  time.Time // when its last stream closed
 }
 
+// skewedNode is a node whose streams are refused for its protocol, as it
+// last announced itself, and why (wire.NodeSkew).
+type skewedNode struct {
+	node wire.ProxyNode
+	why  string
+}
+
 // streamState is one xDS stream's bookkeeping.
 type streamState struct {
 	nodeID  string
@@ -203,7 +210,7 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 		if skew := wire.NodeSkew(parsed.ID, parsed.AnnouncedProtocol(), parsed.Version); skew != "" {
 			// Its Envoy keeps serving its last configuration; its agent
 			// refuses to start against an older controller as well.
-			s.skewed[parsed.ID] = parsed
+			s.skewed[parsed.ID] = skewedNode{node: parsed, why: skew}
 			err = errors.New(skew)
 		} else {
 			delete(s.skewed, parsed.ID)
@@ -292,15 +299,13 @@ func (s *Server) Status() []NodeStatus {
 		}
 		ns.InSync = n.generation == s.generation && n.ackedAll()
 		ns.Version, ns.Protocol = n.node.Version, n.node.AnnouncedProtocol()
-		if skewed, ok := s.skewed[id]; ok {
-			ns.Skew = wire.NodeSkew(id, skewed.AnnouncedProtocol(), skewed.Version)
-		}
+		ns.Skew = s.skewed[id].why
 		out = append(out, ns)
 	}
 	for id, n := range s.skewed {
 		if s.nodes[id] == nil {
-			out = append(out, NodeStatus{ID: id, Version: n.Version, Protocol: n.AnnouncedProtocol(),
-				Skew: wire.NodeSkew(id, n.AnnouncedProtocol(), n.Version), Acked: map[string]string{}, Expected: map[string]string{}})
+			out = append(out, NodeStatus{ID: id, Version: n.node.Version, Protocol: n.node.AnnouncedProtocol(),
+				Skew: n.why, Acked: map[string]string{}, Expected: map[string]string{}})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
