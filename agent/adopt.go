@@ -60,6 +60,9 @@ type replicaRecord struct {
 	Devices map[string][]int `json:"devices,omitempty"`
 	// Restarts is how many times its process was restarted in a row.
 	Restarts int `json:"restarts,omitempty"`
+	// ReconfigureToken is the secret it takes user_config with
+	// (wire.ReconfigureTokenEnv); empty in a previous release's record.
+	ReconfigureToken string `json:"reconfigure_token,omitempty"`
 }
 
 // recordPath is where the record of the replica with service id sid is.
@@ -132,9 +135,9 @@ func processOfReplica(pid int, node, dir, tag string) bool {
 // registers it with what the probe says (so a serving replica stays
 // passing across the restart), then runs it as if it had started it.
 func (a *Agent) adopt(ctx context.Context, rec replicaRecord) (*replica, error) {
-	uid := os.Geteuid()
-	if a.runAs != nil {
-		uid = int(a.runAs.Uid)
+	uid, err := a.replicaUID(rec.Backend)
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case rec.Host != a.listenHost:
@@ -157,6 +160,7 @@ func (a *Agent) adopt(ctx context.Context, rec replicaRecord) (*replica, error) 
 	}
 	r := a.newReplica(rec.Backend, rec.Tag, rec.ProcessSpec, rec.GRPC, rec.Port)
 	r.adopted, r.specHash, r.devices = true, rec.Spec, rec.Devices
+	r.reconfigureToken = rec.ReconfigureToken
 	r.process.Store(&rec.Process)
 	r.restarts.Store(int64(rec.Restarts))
 	if rec.Config != "" {

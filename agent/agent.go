@@ -44,9 +44,14 @@ type Options struct {
 	// ReplicaLogMB caps a replica's log: it rotates at this size, keeping
 	// two older files. 10 (MiB) when zero.
 	ReplicaLogMB int
-	// RunAs is the user replicas run as (a name or a uid). Empty: the
-	// agent's own user, unless the agent is root, when it is "nobody".
+	// RunAs is the user every replica runs as (a name or a uid). Empty:
+	// the agent's own user, unless the agent is root, when each backend's
+	// replicas run as a user of their own from ReplicaUIDs.
 	RunAs string
+	// ReplicaUIDs is the range each backend's replicas get a user (and
+	// group) of their own from; it needs an agent run as root. Zero: when
+	// the agent is root and RunAs is empty, DefaultUIDs.
+	ReplicaUIDs UIDRange
 	// Secrets, with mesh mTLS, are the node's identities for its Envoy
 	// (started by the caller); Inbound is then the IP:port of the node's
 	// inbound listener. Replicas then listen on loopback only ($HOST is
@@ -73,7 +78,9 @@ type Agent struct {
 	checkTTL               time.Duration
 	minBackoff, maxBackoff time.Duration
 	logMaxMB               int
-	runAs                  *syscall.Credential // nil: the agent's user
+	runAs                  *syscall.Credential // nil: the agent's user, or uids
+	uids                   UIDRange            // Count > 0: a user per backend (users)
+	users                  *backendUsers       // loaded by Run
 	secrets                *Secrets            // nil: no mesh mTLS
 	inbound                string
 	listenHost             string  // where replicas listen
@@ -98,7 +105,7 @@ type metrics struct {
 
 // New returns an agent; Run starts it. It fails when RunAs names no user.
 func New(o Options) (*Agent, error) {
-	cred, err := replicaUser(o.RunAs)
+	cred, uids, err := replicaUsers(o.RunAs, o.ReplicaUIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +134,7 @@ func New(o Options) (*Agent, error) {
 	if a.logMaxMB = o.ReplicaLogMB; a.logMaxMB == 0 {
 		a.logMaxMB = 10
 	}
-	a.runAs = cred
+	a.runAs, a.uids = cred, uids
 	for name, n := range o.Node.Resources {
 		if err := wire.CheckResource(name, n); err != nil {
 			return nil, fmt.Errorf("agent: --resource: %w", err)
@@ -148,15 +155,30 @@ func New(o Options) (*Agent, error) {
 	return a, nil
 }
 
-// replicaUser resolves the user replicas run as: name (or uid), else
-// "nobody" when the agent is root, else the agent's own user (nil).
-func replicaUser(name string) (*syscall.Credential, error) {
-	if name == "" {
-		if os.Geteuid() != 0 {
-			return nil, nil
-		}
-		name = "nobody"
+// replicaUsers resolves who replicas run as: every replica as the user
+// name (or uid) names; or each backend as a user of its own from uids
+// (DefaultUIDs when the agent is root and neither is given); or, for an
+// agent that is not root and was given neither, the agent's own user
+// (nil, zero).
+func replicaUsers(name string, uids UIDRange) (*syscall.Credential, UIDRange, error) {
+	switch {
+	case name != "" && uids.Count > 0:
+		return nil, UIDRange{}, fmt.Errorf("--run-as and --replica-uids: give one; --replica-uids gives each backend's replicas a user of their own")
+	case uids.Count > 0 && os.Geteuid() != 0:
+		return nil, UIDRange{}, fmt.Errorf("--replica-uids: only an agent run as root can run replicas as other users; run it as root, or give --run-as")
+	case uids.Count > 0:
+		return nil, uids, nil
+	case name == "" && os.Geteuid() == 0:
+		return nil, DefaultUIDs, nil
+	case name == "":
+		return nil, UIDRange{}, nil
 	}
+	cred, err := replicaUser(name)
+	return cred, UIDRange{}, err
+}
+
+// replicaUser resolves the user name (or uid) to run replicas as.
+func replicaUser(name string) (*syscall.Credential, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		if u, err = user.LookupId(name); err != nil {
@@ -173,6 +195,24 @@ func replicaUser(name string) (*syscall.Credential, error) {
 		return nil, fmt.Errorf("--run-as %q: %w", name, err)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}, nil
+}
+
+// credential is the user the replicas of backend run as (nil: the
+// agent's).
+func (a *Agent) credential(backend string) (*syscall.Credential, error) {
+	if a.users != nil {
+		return a.users.credential(backend)
+	}
+	return a.runAs, nil
+}
+
+// replicaUID is the uid the replicas of backend run as.
+func (a *Agent) replicaUID(backend string) (int, error) {
+	c, err := a.credential(backend)
+	if err != nil || c == nil {
+		return os.Geteuid(), err
+	}
+	return int(c.Uid), nil
 }
 
 // userGroups are the ids of the groups u belongs to: exactly what a replica
@@ -206,6 +246,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	if a.uids.Count > 0 {
+		if a.users, err = loadBackendUsers(a.uids, a.workDir); err != nil {
+			return err
+		}
+	}
 	a.adoptAll(ctx)
 	if err := a.registerNode(); err != nil {
 		return err
@@ -214,7 +259,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.exit()
 	a.log.Info("agent running", "node", a.node.ID, "address", a.node.Address, "cpus", a.node.CPUs, "memory_mb", a.node.MemoryMB,
 		"replicas_adopted", len(a.replicas))
-	if a.secrets != nil && (a.runAs == nil || a.runAs.Uid == uint32(os.Geteuid())) {
+	if a.secrets != nil && a.users == nil && (a.runAs == nil || a.runAs.Uid == uint32(os.Geteuid())) {
 		a.log.Warn("replicas run as the agent's own user, so they could read the node's private keys; give --run-as another user",
 			"secrets", a.secrets.Dir())
 	}
@@ -251,7 +296,11 @@ func (a *Agent) prepareWorkDir() error {
 	if abs, err := filepath.Abs(a.workDir); err == nil {
 		a.workDir = abs // replicas carry it, to be found by a later incarnation
 	}
-	if err := reachable(a.workDir, a.runAs); err != nil {
+	passer := a.runAs
+	if a.uids.Count > 0 {
+		passer = &syscall.Credential{Uid: a.uids.First, Gid: a.uids.First}
+	}
+	if err := reachable(a.workDir, passer); err != nil {
 		return fmt.Errorf("replicas start in their own folders under the work folder, so their user must pass through it: %w; give --work-dir a folder whose parents they may pass through (mode o+x)", err)
 	}
 	return nil

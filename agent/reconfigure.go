@@ -21,7 +21,10 @@ import (
 // requests, and is sent the config again at each probe until it takes it.
 // A replica whose process restarts is sent it again. Each replica's
 // applied version (model.UserConfig.Version) is in its node's load
-// report, for status.
+// report, for status. The POST carries the replica's own secret
+// (wire.ReconfigureTokenHeader), which the replica checks: nobody else who
+// reaches it can change its config, so the version in the report is the
+// one it runs.
 
 // reconfigureTimeout bounds one POST of the config (a replica may load
 // something to take it: longer than a probe's second).
@@ -53,6 +56,7 @@ func (r *replica) reconfigure(ctx context.Context) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(wire.ConfigVersionHeader, version)
+	req.Header.Set(wire.ReconfigureTokenHeader, r.reconfigureToken)
 	resp, err := reconfigureClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("user_config %s not taken at %s: %w", version, r.spec.ReconfigurePath, err)

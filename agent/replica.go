@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"net"
@@ -45,11 +46,12 @@ type replica struct {
 	stopOnce sync.Once
 	// leaving, when the run loop ends, leaves the process running for
 	// the next agent to adopt (leave), rather than stopping it (stop).
-	leaving  atomic.Bool
-	wants    map[string]int // devices it needs of each resource
-	config   atomic.Pointer[model.UserConfig]
-	devices  map[string][]int // its devices of each resource, by index; set by run
-	specHash string           // model.SpecHash of what its process runs
+	leaving          atomic.Bool
+	wants            map[string]int // devices it needs of each resource
+	config           atomic.Pointer[model.UserConfig]
+	devices          map[string][]int // its devices of each resource, by index; set by run
+	specHash         string           // model.SpecHash of what its process runs
+	reconfigureToken string           // what it takes user_config with (wire.ReconfigureTokenEnv)
 	// adopted replicas were started by an earlier agent; reconcile checks
 	// once that they run what their placement wants.
 	adopted  bool
@@ -88,7 +90,8 @@ func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Place
 
 func (a *Agent) newReplica(backend, tag string, spec model.ProcessSpec, grpc bool, port int) *replica {
 	return &replica{a: a, backend: backend, tag: tag, spec: spec, grpc: grpc, port: port, done: make(chan struct{}),
-		log: a.log.With("replica", tag), output: replicaLog{
+		reconfigureToken: rand.Text(),
+		log:              a.log.With("replica", tag), output: replicaLog{
 			path:     filepath.Join(a.workDir, wire.ReplicaServiceID(tag)+".log"),
 			maxBytes: int64(a.logMaxMB) << 20, backups: 2,
 		}}
@@ -265,7 +268,8 @@ func (r *replica) environment() (env map[string]string, expand func(string) stri
 	own := map[string]string{
 		"PORT": strconv.Itoa(r.port), "HOST": r.a.listenHost,
 		"SERVEMESH_BACKEND": r.backend, "SERVEMESH_REPLICA_TAG": r.tag, "SERVEMESH_NODE": r.a.node.ID,
-		agentMarkVar: agentMark(r.a.node.ID, r.a.workDir),
+		wire.ReconfigureTokenEnv: r.reconfigureToken,
+		agentMarkVar:             agentMark(r.a.node.ID, r.a.workDir),
 	}
 	expand = func(s string) string {
 		return os.Expand(s, func(k string) string {
@@ -300,7 +304,11 @@ func (r *replica) startProcess() (*proc.Process, error) {
 	for _, k := range model.SortedKeys(env) {
 		environ = append(environ, k+"="+env[k])
 	}
-	dir, err := r.folder()
+	cred, err := r.a.credential(r.backend)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := r.folder(cred)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +318,7 @@ func (r *replica) startProcess() (*proc.Process, error) {
 	}
 	defer func() { _ = out.Close() }() // the process holds its own
 	child, err := proc.Start(proc.Spec{Path: r.spec.Command, Args: args, Env: environ, Stdout: out, Stderr: out,
-		Dir: dir, Credential: r.a.runAs, Detached: true})
+		Dir: dir, Credential: cred, Detached: true})
 	if err != nil {
 		return nil, err
 	}
@@ -326,9 +334,10 @@ func (r *replica) writeRecord() {
 	if id == nil {
 		return
 	}
-	uid := os.Geteuid()
-	if r.a.runAs != nil {
-		uid = int(r.a.runAs.Uid)
+	uid, err := r.a.replicaUID(r.backend)
+	if err != nil {
+		r.log.Warn("the next agent will not adopt this replica", "err", err)
+		return
 	}
 	version, _ := r.a.configs.Load(r.tag)
 	config, _ := version.(string)
@@ -336,7 +345,7 @@ func (r *replica) writeRecord() {
 	devices := r.devices
 	r.mu.Unlock()
 	rec := replicaRecord{Tag: r.tag, Backend: r.backend, Process: *id, Host: r.a.listenHost, Port: r.port, Spec: r.specHash, UID: uid,
-		ProcessSpec: r.spec, GRPC: r.grpc, Config: config, Devices: devices, Restarts: int(r.restarts.Load())}
+		ProcessSpec: r.spec, GRPC: r.grpc, Config: config, ReconfigureToken: r.reconfigureToken, Devices: devices, Restarts: int(r.restarts.Load())}
 	if err := writeRecord(r.a.workDir, r.serviceID(), rec); err != nil {
 		r.log.Warn("the next agent will not adopt this replica", "err", err)
 	}
@@ -344,9 +353,10 @@ func (r *replica) writeRecord() {
 
 // folder is where the replica starts: a folder of its own in the agent's
 // work folder (which replicas may pass through but not list), which only
-// its user may enter (0700, owned by the user it runs as); never a folder
-// of the agent's own, where Envoy's admin socket and the node's keys are.
-func (r *replica) folder() (string, error) {
+// its user may enter (0700, owned by c, the user it runs as); never a
+// folder of the agent's own, where Envoy's admin socket and the node's keys
+// are.
+func (r *replica) folder(c *syscall.Credential) (string, error) {
 	dir := filepath.Join(r.a.workDir, r.serviceID())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("the replica's folder: %w", err)
@@ -354,7 +364,7 @@ func (r *replica) folder() (string, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return "", fmt.Errorf("the replica's folder: %w", err)
 	}
-	if c := r.a.runAs; c != nil {
+	if c != nil {
 		if err := os.Chown(dir, int(c.Uid), int(c.Gid)); err != nil {
 			return "", fmt.Errorf("the replica's folder for user %d: %w", c.Uid, err)
 		}

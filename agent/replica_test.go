@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -94,8 +92,15 @@ func testAgent(t *testing.T) *Agent {
 // runOnce runs one replica of spec to its end and returns what it wrote.
 func runOnce(t *testing.T, a *Agent, spec model.ProcessSpec, port int) string {
 	t.Helper()
-	logPath := filepath.Join(a.workDir, "once.log")
-	r := &replica{a: a, backend: "b", tag: "b#000001", port: port, log: a.log, spec: spec,
+	return runReplica(t, a, "b", spec, port)
+}
+
+// runReplica runs one replica of backend's spec to its end and returns
+// what it wrote.
+func runReplica(t *testing.T, a *Agent, backend string, spec model.ProcessSpec, port int) string {
+	t.Helper()
+	logPath := filepath.Join(a.workDir, backend+"-once.log")
+	r := &replica{a: a, backend: backend, tag: backend + "#000001", port: port, log: a.log, spec: spec,
 		output: replicaLog{path: logPath, maxBytes: 1 << 20}}
 	child, err := r.startProcess()
 	if err != nil {
@@ -131,45 +136,69 @@ func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
 	}
 }
 
-// TestReplicasRunUnprivileged: an agent running as root runs its replicas
-// as nobody unless told otherwise (they ran as root).
+// TestReplicasRunUnprivileged: an agent running as root runs each
+// backend's replicas as a user and group of their own, with no
+// supplementary group, unless told otherwise (they ran as root, then all
+// as nobody: issue 34, one replica read another backend's secrets from
+// /proc/<pid>/environ and planted files in its folder).
 func TestReplicasRunUnprivileged(t *testing.T) {
-	cred, err := replicaUser("")
+	cred, uids, err := replicaUsers("", UIDRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if os.Geteuid() != 0 {
-		if cred != nil {
-			t.Fatalf("an unprivileged agent changes its replicas' user to %d", cred.Uid)
+		if cred != nil || uids.Count != 0 {
+			t.Fatalf("an unprivileged agent changes its replicas' user to %+v, %v", cred, uids)
+		}
+		if _, _, err := replicaUsers("", UIDRange{First: 5000, Count: 10}); err == nil || !strings.Contains(err.Error(), "root") {
+			t.Fatalf("--replica-uids without root: %v", err)
 		}
 		return
 	}
-	if cred == nil || cred.Uid == 0 {
-		t.Fatalf("a root agent runs replicas as %+v; want nobody", cred)
+	if cred != nil || uids != DefaultUIDs {
+		t.Fatalf("a root agent runs replicas as %+v, %v; want a user per backend from %v", cred, uids, DefaultUIDs)
 	}
 	if _, err := replicaUser("no-such-user-xyz"); err == nil || !strings.Contains(err.Error(), "--run-as") {
 		t.Fatalf("an unknown user: %v", err)
 	}
-	a := testAgent(t)
-	a.runAs = cred
-	out := runOnce(t, a, model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-u"}}, 1)
-	if got := strings.TrimSpace(out); got != strconv.Itoa(int(cred.Uid)) {
-		t.Fatalf("the replica ran as uid %q, want %d (nobody)", got, cred.Uid)
+	if _, _, err := replicaUsers("nobody", DefaultUIDs); err == nil {
+		t.Fatal("--run-as and --replica-uids together were taken")
 	}
-	// Exactly nobody's groups: none of the agent's supplementary groups
-	// (here adm and disk) is kept.
+	a := testAgent(t)
+	a.uids = UIDRange{First: 1_000_050_000, Count: 2}
+	if a.users, err = loadBackendUsers(a.uids, a.workDir); err != nil {
+		t.Fatal(err)
+	}
+	// Exactly the backend's own group: none of the agent's supplementary
+	// groups (here adm and disk) is kept.
 	if err := syscall.Setgroups([]int{4, 6}); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = syscall.Setgroups(nil) }()
-	a.workDir = testAgent(t).workDir
-	out = runOnce(t, a, model.ProcessSpec{Command: "/usr/bin/id", Args: []string{"-G"}}, 1)
-	want, err := exec.CommandContext(context.Background(), "/usr/bin/id", "-G", "nobody").Output()
+	ids := map[string]string{}
+	for _, backend := range []string{"b", "c"} {
+		ids[backend] = strings.TrimSpace(runReplica(t, a, backend, model.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", "id -u; id -G"}}, 1))
+	}
+	if ids["b"] != "1000050000\n1000050000" || ids["c"] != "1000050001\n1000050001" {
+		t.Fatalf("backends b and c ran as %q and %q; want users 1000050000 and 1000050001, each with its own group only", ids["b"], ids["c"])
+	}
+	// The next agent gives each backend the same user (its folder and the
+	// replica it adopts are that user's), and a full range is said so.
+	next, err := loadBackendUsers(a.uids, a.workDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Fields(out); !slices.Equal(got, strings.Fields(string(want))) {
-		t.Fatalf("the replica runs with groups %v, want nobody's %v", got, strings.Fields(string(want)))
+	if c, err := next.credential("c"); err != nil || c.Uid != 1_000_050_001 {
+		t.Fatalf("backend c's user after a restart: %+v, %v", c, err)
+	}
+	if _, err := next.credential("d"); err == nil || !strings.Contains(err.Error(), "larger range") {
+		t.Fatalf("a third backend in a range of two: %v", err)
+	}
+	// One backend cannot read another's environment or enter its folder.
+	out, err := exec.CommandContext(context.Background(), "/usr/bin/setpriv", "--reuid=1000050001", "--regid=1000050001", "--clear-groups",
+		"/bin/ls", filepath.Join(a.workDir, wire.ReplicaServiceID("b#000001"))).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Fatalf("backend c's user listed backend b's folder: %v %s", err, out)
 	}
 }
 
@@ -179,8 +208,8 @@ func TestReplicasRunUnprivileged(t *testing.T) {
 // the agent's work folder.
 func TestReplicaStartsInAFolderOfItsOwn(t *testing.T) {
 	a := testAgent(t)
-	if cred, err := replicaUser(""); err == nil {
-		a.runAs = cred
+	if os.Geteuid() == 0 {
+		a.runAs = &syscall.Credential{Uid: 65534, Gid: 65534}
 	}
 	out := runOnce(t, a, model.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", "pwd; env"}}, 1)
 	want := filepath.Join(a.workDir, wire.ReplicaServiceID("b#000001"))

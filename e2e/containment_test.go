@@ -31,7 +31,7 @@ func TestContainment(t *testing.T) {
 	consul := startConsul(t)
 	execToken, writeToken := writeToken(t, "exec-secret"), writeToken(t, "write-secret")
 	ctl := startController(t, consul, "ctl", []string{"--token-file", execToken, "--write-token-file", writeToken,
-		"--allow-replica-cidr", "192.0.2.0/24"}) // loopback is not allowed: the default
+		"--allow-replica-cidr", "192.0.2.0/24", "--allow-replica-name", "vm"}) // loopback is not allowed: the default
 	ctl.waitLeading(20 * time.Second)
 	nodes := []*mtlsNode{startMTLSNode(t, consul, "k1", "127.0.0.2", ctl.xdsAddr), startMTLSNode(t, consul, "k2", "127.0.0.3", ctl.xdsAddr)}
 	ctx := context.Background()
@@ -73,12 +73,33 @@ func TestContainment(t *testing.T) {
 		// Finding 2: a static replica at Envoy's admin, Consul or the
 		// metadata service was served on a public route.
 		_, consulPort, _ := net.SplitHostPort(consul.HTTPAddr)
-		for _, addr := range []string{"127.0.0.1:" + consulPort, "localhost:" + consulPort, "169.254.169.254:80", "0.0.0.0:" + consulPort, "[::1]:" + consulPort} {
+		for _, addr := range []string{"127.0.0.1:" + consulPort, "169.254.169.254:80", "0.0.0.0:" + consulPort, "[::1]:" + consulPort,
+			"[fd00:ec2::254]:80", "100.100.100.200:80"} {
 			expectCLI(t, writer, 1, "--allow-replica-cidr", "backend", "create", "evil", "--replica", addr)
+		}
+		// Issue 34: DNS names went round the check. A name is refused
+		// unless the operator allows it...
+		for _, addr := range []string{"localhost:" + consulPort, "localhost4:" + consulPort, "ip6-localhost:" + consulPort,
+			"runsc:" + consulPort, "metadata.google.internal:80", "127.0.0.1.nip.io:" + consulPort} {
+			expectCLI(t, writer, 1, "--allow-replica-name", "backend", "create", "evil", "--replica", addr)
 		}
 		if _, err := execC.GetBackend(ctx, "evil"); err == nil {
 			t.Fatal("a refused backend was stored")
 		}
+		// ...and an allowed name (vm, which this machine's hosts file points
+		// at 127.0.0.1) is resolved by the controller and each address
+		// checked: Envoy never gets the name, and the route reaches no
+		// loopback server.
+		expectCLI(t, writer, 0, "", "backend", "create", "named", "--replica", "vm:"+consulPort)
+		expectCLI(t, writer, 0, "", "endpoint", "create", "named", "--route", "/v1/agent", "--backend", "named")
+		readEnv := []string{"SERVEMESH_SERVER=" + ctl.apiAddr, "SERVEMESH_TOKEN_FILE=" + execToken}
+		testutil.WaitFor(t, 15*time.Second, "status to report the name's refused address", func() bool {
+			_, out, _ := cli(t, readEnv, "status")
+			return strings.Contains(out, "vm resolves to 127.0.0.1")
+		})
+		testutil.WaitFor(t, 15*time.Second, "the named route to be served (to no replica)", func() bool {
+			return do(httpClient(), http.MethodGet, "http://"+nodes[0].public+"/v1/agent/self", "").status == http.StatusServiceUnavailable
+		})
 		// An external service's instance on loopback is dropped, and
 		// status says why: registrations in Consul are users' input too.
 		client, err := consul.Client()

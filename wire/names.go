@@ -262,6 +262,17 @@ const ExitedNote = "the replica's process exited"
 // backend's user_config, the config's version.
 const ConfigVersionHeader = "x-servemesh-config-version"
 
+// ReconfigureTokenEnv holds, in a replica's environment, the secret its
+// agent sends in ReconfigureTokenHeader with each user_config: a replica
+// takes a config only with it, so nobody else who reaches the replica (a
+// client of a route of "/", another backend's replica) can reconfigure it.
+// Only the replica's own user (its backend's) can read its environment.
+const ReconfigureTokenEnv = "SERVEMESH_RECONFIGURE_TOKEN"
+
+// ReconfigureTokenHeader carries ReconfigureTokenEnv's value on the POST
+// that gives a replica its user_config.
+const ReconfigureTokenHeader = "x-servemesh-reconfigure-token"
+
 // Load-aware picking (xds/translate's inference.go): a node's inbound
 // listener asks its agent's picker, a gRPC ext_proc server on PickerSocket
 // in the Envoy's folder (cluster PickerCluster), which replica takes each

@@ -1,11 +1,13 @@
 package demoreplica
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -121,8 +123,15 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		Shadow: req.Header.Get(wire.ShadowHeader), Config: r.configNow()})
 }
 
-// reconfigure takes a user_config, unless it says "fail": true.
+// reconfigure takes a user_config, unless it says "fail": true, and only
+// from its agent: with the secret of wire.ReconfigureTokenEnv, when the
+// agent set one (a fleet run in one process by tests has none).
 func (r *Replica) reconfigure(w http.ResponseWriter, req *http.Request) {
+	if want := os.Getenv(wire.ReconfigureTokenEnv); want != "" &&
+		subtle.ConstantTimeCompare([]byte(req.Header.Get(wire.ReconfigureTokenHeader)), []byte(want)) != 1 {
+		http.Error(w, "only this replica's agent may reconfigure it", http.StatusForbidden)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
 	var cfg struct {
 		Fail bool `json:"fail"`

@@ -29,7 +29,7 @@ const faultEnv = "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT"
 func newControllerCommand(log *slog.Logger) *cobra.Command {
 	var o daemon.ControllerOptions
 	var tokenFile, writeTokenFile, readTokenFile, agentTokenFile string
-	var allowCIDRs []string
+	var allowCIDRs, allowNames []string
 	c := &cobra.Command{
 		Use:   "controller",
 		Short: "run the controller: state in Consul, the /v1/ API, xDS; several elect a leader",
@@ -43,6 +43,9 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 				return err
 			}
 			o.Addresses.Allow = cidrs
+			if o.Addresses.Names, err = model.ParseNames(allowNames); err != nil {
+				return err
+			}
 			o.Tokens = api.Tokens{}
 			for _, f := range []struct {
 				path  string
@@ -79,7 +82,8 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 	fs.Float64Var(&o.CrashAfterCheckpoint, "fault-crash-after-checkpoint", 0, "fault injection: probability of exiting right after a checkpoint (also $"+faultEnv+")")
 	fs.DurationVar(&o.DrainGrace, "drain-grace", 5*time.Second, "how long a draining replica serves in-flight requests before its agent stops it")
 	fs.DurationVar(&o.ReplaceAfter, "replace-after", 30*time.Second, "how long a node may be gone before its replicas are placed elsewhere")
-	fs.StringSliceVar(&allowCIDRs, "allow-replica-cidr", nil, "a range (CIDR, repeatable) that static replicas and external instances may name although it is on the node: loopback, link-local and unspecified addresses are refused otherwise (Envoy's admin, Consul and the metadata service listen there)")
+	fs.StringSliceVar(&allowCIDRs, "allow-replica-cidr", nil, "a range (CIDR, repeatable) that static replicas and external instances may name although it is on the node: loopback, link-local, cloud metadata, unspecified and multicast addresses are refused otherwise (Envoy's admin, Consul and the metadata service listen there)")
+	fs.StringSliceVar(&allowNames, "allow-replica-name", nil, "a DNS name, or a suffix starting with a dot (repeatable), that static replicas and external instances may use instead of an IP address; the controller resolves it and checks each address as if given directly (names are refused otherwise)")
 	return c
 }
 
@@ -112,7 +116,7 @@ func controllerDefaults(o *daemon.ControllerOptions, crashFlagSet bool) error {
 func newAgentCommand(log *slog.Logger) *cobra.Command {
 	var o daemon.AgentOptions
 	var ef envoyFlags
-	var statusTokenFile string
+	var statusTokenFile, replicaUIDs string
 	var resources []string
 	var stopAll bool
 	var stopGrace time.Duration
@@ -139,6 +143,11 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 				return err
 			}
 			o.StatusToken = token
+			if replicaUIDs != "" {
+				if o.ReplicaUIDs, err = agent.ParseUIDRange(replicaUIDs); err != nil {
+					return err
+				}
+			}
 			if err := wire.CheckAllowedCommands(o.Node.AllowedCommands); err != nil {
 				return fmt.Errorf("--allow-command: %w", err)
 			}
@@ -169,7 +178,8 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&statusTokenFile, "status-token-file", "", "file holding the bearer token the status listener asks for (the controller's --agent-token-file); needed beyond loopback")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow the status listener beyond loopback without a token")
 	fs.BoolVar(&o.InsecureConsul, "insecure-consul", false, "with mTLS, start even if Consul accepts writes without a token (ACLs off or default allow): then any process that reaches Consul can mint identities; for a single trusted host")
-	fs.StringVar(&o.RunAs, "run-as", "", "the user replicas run as (default: this user, or nobody when the agent runs as root)")
+	fs.StringVar(&o.RunAs, "run-as", "", "one user every replica runs as (default: this user; as root, a user per backend from --replica-uids)")
+	fs.StringVar(&replicaUIDs, "replica-uids", "", "a range of user ids, FIRST-LAST, each backend's replicas run as one of (and its group), so backends cannot read each other's processes or files; needs root (default as root: "+agent.DefaultUIDs.String()+")")
 	fs.StringArrayVar(&o.Node.AllowedCommands, "allow-command", nil, "a command this node runs as replicas: an absolute path or a pattern such as /opt/models/*/serve (repeat; none: it runs no command)")
 	fs.BoolVar(&stopAll, "stop-all", false, "stop what this node's agent left running (its Envoy, drained, and its replicas), deregister them and exit: for a node that is being removed; the agent must be stopped first")
 	fs.DurationVar(&stopGrace, "stop-grace", 5*time.Second, "with --stop-all, how long the Envoy drains and the replicas have after SIGTERM; 0 kills them at once")

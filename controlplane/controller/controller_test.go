@@ -415,14 +415,15 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	c, _ := newLeader(t, st)
-	for _, addr := range []string{"127.0.0.1:15000", "localhost:8500", "169.254.169.254:80", "0.0.0.0:9001", "[::1]:9001"} {
+	for addr, flag := range map[string]string{"127.0.0.1:15000": model.AllowFlag, "localhost:8500": model.NameFlag, "169.254.169.254:80": model.AllowFlag,
+		"0.0.0.0:9001": model.AllowFlag, "[::1]:9001": model.AllowFlag, "metadata.google.internal:80": model.NameFlag, "[fd00:ec2::254]:80": model.AllowFlag} {
 		b := model.BackendSpec{Name: "b", Replicas: []model.ReplicaSpec{{Address: "10.0.0.2:80"}, {Address: addr}}}
 		_, err := c.CreateBackend(ctx, b)
-		mustKind(t, err, Invalid, "--allow-replica-cidr")
+		mustKind(t, err, Invalid, flag)
 		mustKind(t, err, Invalid, "replicas[1]")
 		for _, dry := range []bool{true, false} {
 			_, err = c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{b}}, dry)
-			mustKind(t, err, Invalid, "--allow-replica-cidr")
+			mustKind(t, err, Invalid, flag)
 		}
 	}
 	if m, _ := c.State(); len(m.Backends) != 0 {

@@ -59,7 +59,7 @@ func TestView(t *testing.T) {
 		},
 		"legacy": {
 			{ID: "l", Address: "10.0.0.1:80", Passing: true},
-			{ID: "dns", Address: "legacy.internal:80", Passing: true}, // a DNS name: Envoy resolves it
+			{ID: "dns", Address: "legacy.internal:80", Passing: true}, // a DNS name the operator did not allow
 			{ID: "junk", Address: "not an address", Passing: true},    // dropped alone
 			{ID: "twice", Address: "10.0.0.1:80", Passing: true},      // same address: dropped alone
 			{ID: "admin", Address: "127.0.0.1:15000", Passing: true},  // on the node: refused unless allowed
@@ -77,13 +77,14 @@ func TestView(t *testing.T) {
 	if got := view.Backends[0].Replicas; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("process backend replicas %+v, want %+v", got, want)
 	}
-	if got := view.Backends[1].Replicas; len(got) != 2 || got[0].Address != "10.0.0.1:80" || got[1].Address != "legacy.internal:80" {
+	if got := view.Backends[1].Replicas; len(got) != 1 || got[0].Address != "10.0.0.1:80" {
 		t.Fatalf("external backend replicas %+v", got)
 	}
-	if len(dropped) != 4 || dropped[0].Instance != "junk" || !strings.Contains(dropped[0].Reason, "not an IP:port or host:port") ||
-		dropped[1].Instance != "twice" || dropped[1].Backend != "ext" ||
-		dropped[2].Instance != "admin" || !strings.Contains(dropped[2].Reason, "--allow-replica-cidr") || dropped[3].Instance != "meta" {
-		t.Fatalf("dropped %+v, want the unreadable, the duplicate, the loopback and the link-local instance", dropped)
+	if len(dropped) != 5 || dropped[0].Instance != "dns" || !strings.Contains(dropped[0].Reason, "--allow-replica-name legacy.internal") ||
+		dropped[1].Instance != "junk" || !strings.Contains(dropped[1].Reason, "not an IP:port or host:port") ||
+		dropped[2].Instance != "twice" || dropped[2].Backend != "ext" ||
+		dropped[3].Instance != "admin" || !strings.Contains(dropped[3].Reason, "--allow-replica-cidr") || dropped[4].Instance != "meta" {
+		t.Fatalf("dropped %+v, want the name, the unreadable, the duplicate, the loopback and the link-local instance", dropped)
 	}
 	allowed, dropped := View(m, map[string][]catalog.Instance{"legacy": {{ID: "admin", Address: "127.0.0.1:9001", Passing: true}}},
 		Rules{Addresses: model.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
@@ -329,4 +330,46 @@ func TestRefusedViewIsRetried(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestViewResolvesAllowedNames: an allowed DNS name reaches the data plane
+// as the addresses it resolves to, each checked as an IP literal would be,
+// so a name that resolves (or is later pointed) at loopback or the metadata
+// service gets no traffic (issue 34). The view never waits for DNS.
+func TestViewResolvesAllowedNames(t *testing.T) {
+	var mu sync.Mutex
+	answers := map[string][]netip.Addr{"legacy.internal": {netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("127.0.0.1")}}
+	names := NewResolver(func(_ context.Context, host string) ([]netip.Addr, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(answers[host]), nil
+	}, 10*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go names.Run(ctx)
+	m := &model.Model{Backends: []model.Backend{{Name: "static", Replicas: []model.Replica{{Address: "legacy.internal:8080"}, {Address: "10.0.0.1:80"}}}}}
+	rules := Rules{Addresses: model.AddressPolicy{Names: []string{".internal"}}, Names: names}
+	view, dropped := View(m, nil, rules)
+	if got := view.Backends[0].Replicas; len(got) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, "resolving legacy.internal") {
+		t.Fatalf("before the name is resolved: replicas %+v, dropped %+v", got, dropped)
+	}
+	select {
+	case <-names.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change signalled once the name was resolved")
+	}
+	view, dropped = View(m, nil, rules)
+	if got := view.Backends[0].Replicas; len(got) != 2 || got[0].Address != "10.0.0.9:8080" || got[1].Address != "10.0.0.1:80" {
+		t.Fatalf("replicas %+v, want the name's public address and the literal", got)
+	}
+	if len(dropped) != 1 || !strings.Contains(dropped[0].Reason, "resolves to 127.0.0.1") || !strings.Contains(dropped[0].Reason, "on loopback") {
+		t.Fatalf("dropped %+v, want the loopback address refused", dropped)
+	}
+	mu.Lock()
+	answers["legacy.internal"] = []netip.Addr{netip.MustParseAddr("169.254.169.254")} // rebinding
+	mu.Unlock()
+	testutil.WaitFor(t, 5*time.Second, "the new answer to be used", func() bool {
+		view, dropped = View(m, nil, rules)
+		return len(view.Backends[0].Replicas) == 1 && len(dropped) == 1 && strings.Contains(dropped[0].Reason, "link-local")
+	})
 }

@@ -79,17 +79,22 @@ func (p *Publisher) Publish(m *model.Model) error {
 // RetryEvery is how often a refused view is offered again.
 const RetryEvery = 5 * time.Second
 
-// Run rebuilds and hands over the view whenever the health view changes,
+// Run rebuilds and hands over the view whenever the health view (or what
+// a replica's DNS name resolves to) changes,
 // and every RetryEvery while the last one was refused, until ctx ends.
 func (p *Publisher) Run(ctx context.Context) {
 	retry := time.NewTicker(RetryEvery)
 	defer retry.Stop()
+	if p.rules.Names != nil {
+		go p.rules.Names.Run(ctx)
+	}
 	for {
 		refusedOnly := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.instances.Changed():
+		case <-p.rules.Names.Changed():
 		case <-retry.C:
 			refusedOnly = true
 		}

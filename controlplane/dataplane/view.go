@@ -47,12 +47,17 @@ type Rules struct {
 	// have, as for static replicas (their registrations are as much users'
 	// input).
 	Addresses model.AddressPolicy
+	// Names resolves the DNS names of static replicas and external
+	// instances, so the data plane gets addresses, each checked by
+	// Addresses; nil leaves names for Envoy to resolve.
+	Names *Resolver
 }
 
 // View returns m with every backend's replicas listed plainly, as the
 // translator reads them: a process backend gets its placed replicas that
 // Consul knows (draining when their placement drains), an external backend
-// its service's instances, by IP or by DNS name. What only the controller
+// its service's instances, by IP or by DNS name (resolved by
+// rules.Names, each address checked, when it is set). What only the controller
 // and agents use (process specs, placements, autoscaling) is left out. An
 // instance whose address the data plane cannot use, or that the address
 // policy refuses, is dropped alone and listed in the second result; m is
@@ -95,6 +100,7 @@ func View(m *model.Model, instances map[string][]catalog.Instance, rules Rules) 
 				b.Replicas, dropped = addReplica(b, in, model.Running, dropped)
 			}
 		}
+		dropped = resolveNames(b, rules.Names, rules.Addresses, dropped)
 		b.Process, b.External, b.Placements, b.Config.Autoscaling = nil, nil, nil, nil
 		*b = b.WithoutProcessOnlyFields()
 	}

@@ -133,42 +133,70 @@ func TestSpecHashIs128Bits(t *testing.T) {
 	}
 }
 
-// TestAddressPolicy: addresses on the node itself or its link are refused
-// unless allowed, and the error names the setting that allows them.
+// TestAddressPolicy: addresses on the node itself, its link or a cloud
+// metadata service are refused unless allowed, DNS names unless the
+// operator allows the name, and each error names the setting that allows
+// it. The names and addresses are issue 34's: each got past the check
+// before.
 func TestAddressPolicy(t *testing.T) {
 	var deny AddressPolicy
-	allow := AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	allow := AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Names: []string{"model.internal", ".svc.internal"}}
 	for _, tc := range []struct {
 		addr         string
 		denied, both bool
+		flag         string
 	}{
-		{"127.0.0.1:15000", true, false},
-		{"127.1.2.3:8500", true, false},
-		{"localhost:8500", true, false},
-		{"api.localhost.:8500", true, false},
-		{"[::1]:9001", true, true},
-		{"[::ffff:127.0.0.1]:9001", true, false},
-		{"169.254.169.254:80", true, true},
-		{"[fe80::1]:80", true, true},
-		{"0.0.0.0:80", true, true},
-		{"[::]:80", true, true},
-		{"224.0.0.1:80", true, true},
-		{"10.0.0.5:9000", false, false},
-		{"model.internal:9000", false, false},
+		{"127.0.0.1:15000", true, false, AllowFlag},
+		{"127.1.2.3:8500", true, false, AllowFlag},
+		{"[::1]:9001", true, true, AllowFlag},
+		{"[::ffff:127.0.0.1]:9001", true, false, AllowFlag},
+		{"169.254.169.254:80", true, true, AllowFlag},
+		{"[fd00:ec2::254]:80", true, true, AllowFlag},
+		{"100.100.100.200:80", true, true, AllowFlag},
+		{"168.63.129.16:80", true, true, AllowFlag},
+		{"[64:ff9b::a9fe:a9fe]:80", true, true, AllowFlag}, // 169.254.169.254 through NAT64
+		{"[fe80::1]:80", true, true, AllowFlag},
+		{"0.0.0.0:80", true, true, AllowFlag},
+		{"[::]:80", true, true, AllowFlag},
+		{"224.0.0.1:80", true, true, AllowFlag},
+		{"10.0.0.5:9000", false, false, ""},
+		{"[2001:db8::5]:9000", false, false, ""},
+		{"localhost:8500", true, true, NameFlag},
+		{"api.localhost.:8500", true, true, NameFlag},
+		{"localhost4:8500", true, true, NameFlag},
+		{"ip6-localhost:8500", true, true, NameFlag},
+		{"metadata.google.internal:80", true, true, NameFlag},
+		{"127.0.0.1.nip.io:8500", true, true, NameFlag},
+		{"model.internal:9000", true, false, NameFlag},
+		{"MODEL.internal.:9000", true, false, NameFlag},
+		{"a.svc.internal:9000", true, false, NameFlag},
+		{"svc.internal:9000", true, true, NameFlag},
+		{"evilsvc.internal:9000", true, true, NameFlag},
 	} {
 		err := deny.Check(tc.addr)
 		if (err != nil) != tc.denied {
 			t.Errorf("Check(%q) = %v, want denied=%v", tc.addr, err, tc.denied)
 		}
-		if err != nil && !strings.Contains(err.Error(), AllowFlag) {
-			t.Errorf("Check(%q): %v does not name %s", tc.addr, err, AllowFlag)
+		if err != nil && !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("Check(%q): %v does not name %s", tc.addr, err, tc.flag)
 		}
 		if err := allow.Check(tc.addr); (err != nil) != tc.both {
-			t.Errorf("with 127.0.0.0/8 allowed, Check(%q) = %v, want denied=%v", tc.addr, err, tc.both)
+			t.Errorf("with 127.0.0.0/8 and the names allowed, Check(%q) = %v, want denied=%v", tc.addr, err, tc.both)
 		}
+	}
+	if err := deny.CheckIP(netip.MustParseAddr("127.0.0.1")); err == nil {
+		t.Error("CheckIP accepted loopback")
 	}
 	if _, err := ParseCIDRs([]string{"127.0.0.1"}); err == nil || !strings.Contains(err.Error(), AllowFlag) {
 		t.Errorf("a CIDR without its length: %v", err)
+	}
+	for _, bad := range []string{"127.0.0.1", "a..b", "-a.b", "a_b.c", ""} {
+		if _, err := ParseNames([]string{bad}); err == nil || !strings.Contains(err.Error(), NameFlag) {
+			t.Errorf("ParseNames(%q): %v", bad, err)
+		}
+	}
+	if got, err := ParseNames([]string{"Legacy.Internal.", ".svc.internal"}); err != nil || got[0] != "legacy.internal" || got[1] != ".svc.internal" {
+		t.Errorf("ParseNames: %v %v", got, err)
 	}
 }
 

@@ -40,6 +40,9 @@ type AgentOptions struct {
 	StatusListen string
 	// RunAs is the user replicas run as; see agent.Options.
 	RunAs string
+	// ReplicaUIDs is the range each backend's replicas get a user from;
+	// see agent.Options.
+	ReplicaUIDs agent.UIDRange
 	// StatusToken, if set, is the bearer token the status listener asks
 	// for; beyond loopback it must be set unless Insecure.
 	StatusToken string
@@ -110,7 +113,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	ao := agent.Options{
 		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix, log.With("component", "store")), Logger: log.With("component", "agent"),
-		WorkDir: replicasDir(o.Envoy), Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs, Secrets: secrets,
+		WorkDir: replicasDir(o.Envoy), Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs, ReplicaUIDs: o.ReplicaUIDs, Secrets: secrets,
 		StopOnExit: o.Envoy.StopOnExit,
 	}
 	if secrets != nil {

@@ -190,7 +190,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 	plane := NewPlane(log)
 	watcher := catalog.NewWatcher(client, log.With("component", "catalog"))
 	publisher := dataplane.New(dataplane.Options{Sink: plane.XDS, Instances: watcher,
-		Rules:  dataplane.Rules{MTLS: !o.Plaintext, Addresses: o.Addresses},
+		Rules:  dataplane.Rules{MTLS: !o.Plaintext, Addresses: o.Addresses, Names: dataplane.NewResolver(nil, 0)},
 		Logger: log.With("component", "dataplane"), Registerer: plane.Registry})
 	nodes := catalog.Nodes(client, log.With("component", "catalog").Warn)
 	ctl := controller.New(controller.Options{

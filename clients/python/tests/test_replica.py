@@ -73,7 +73,41 @@ def test_serves_health_reconfigure_and_calls(serve):
     assert json.loads(body) == {"method": "POST", "path": "/predict", "body": {"x": 1}, "config": {"threshold": 0.5}, "shadow": "model"}
     assert call(url + "/text")[1:] == ("text/plain; charset=utf-8", b"hello")
     status, _, body = call(url + "/fail")
-    assert status == 500 and b"broken on purpose" in body
+    assert status == 500 and b"broken on purpose" not in body and b"log" in body  # no exception text to clients
+
+
+def test_reconfigure_needs_the_agents_secret(serve, monkeypatch):
+    # Issue 34: anyone who could call a replica (a public client of a route
+    # of "/", another backend's replica) rewrote its user_config.
+    monkeypatch.setenv(replica.RECONFIGURE_TOKEN_ENV, "s3cret")
+    model = Echo()
+    url = serve(model)
+    for headers in ({}, {replica.RECONFIGURE_TOKEN_HEADER: "guess"}):
+        status, _, body = call(url + replica.RECONFIGURE_PATH, "POST", {"threshold": 99}, headers)
+        assert status == 403 and model.config is None, (status, body)
+    status, _, _ = call(url + replica.RECONFIGURE_PATH, "POST", {"threshold": 0.5}, {replica.RECONFIGURE_TOKEN_HEADER: "s3cret"})
+    assert status == 200 and model.config == {"threshold": 0.5}
+
+
+def test_bodies_are_bounded_and_may_be_chunked(serve, monkeypatch):
+    # Issue 34: any body was read whole, and a chunked one was dropped.
+    monkeypatch.setenv(replica.MAX_BODY_ENV, "64")
+    url = serve(Echo())
+
+    def chunks(*parts):
+        for p in parts:
+            yield p
+
+    req = urllib.request.Request(url + "/chunked", data=chunks(b'{"a": ', b'[1, 2]}'), method="POST",
+                                 headers={"Transfer-Encoding": "chunked"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert json.loads(resp.read())["body"] == {"a": [1, 2]}
+    status, _, body = call(url + "/big", "POST", {"x": "y" * 100})
+    assert status == 413 and b"64 bytes" in body
+    req = urllib.request.Request(url + "/big", data=chunks(b"x" * 40, b"x" * 40), method="POST", headers={"Transfer-Encoding": "chunked"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 413
 
 
 def test_reconfigure_without_the_method_is_refused(serve):
@@ -95,14 +129,15 @@ def test_batches_concurrent_requests(serve):
     assert max(model.sizes) > 1, f"no batch of more than one request: {model.sizes}"
 
 
-def test_batch_must_return_one_result_per_request(serve):
+def test_batch_must_return_one_result_per_request(serve, capfd):
     class Wrong:
         @replica.batch(max_batch_size=2)
         def __call__(self, requests):
             return []
 
     status, _, body = call(serve(Wrong()) + "/")
-    assert status == 500 and b"must return a list of 1 results" in body
+    assert status == 500 and b"must return" not in body  # the client gets no exception text...
+    assert "must return a list of 1 results" in capfd.readouterr().err  # ...the replica's log does
 
 
 def test_bad_batch_settings_are_refused():
@@ -126,9 +161,18 @@ def test_runs_as_a_module(tmp_path):
         "    @batch(max_batch_size=2)\n"
         "    def __call__(self, requests):\n"
         "        return [Response('tiny', headers={'X-Model': 'tiny'}) for _ in requests]\n")
-    src = os.path.join(os.path.dirname(__file__), "..", "src")
-    proc = subprocess.Popen([sys.executable, "-m", "servemesh.replica", "--path", str(tmp_path), "--port", "0", "tiny:Tiny"],
-                            cwd=src, stdout=subprocess.PIPE, text=True)
+    # A module planted in the working folder (the replica's own) is not
+    # imported in place of the standard library's or the model's.
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "tiny.py").write_text("raise SystemExit('the planted module ran')\n")
+    (work / "hmac.py").write_text("raise SystemExit('the planted hmac ran')\n")
+    models = tmp_path / "models"
+    models.mkdir()
+    (tmp_path / "tiny.py").rename(models / "tiny.py")
+    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "src"))
+    proc = subprocess.Popen([sys.executable, "-m", "servemesh.replica", "--path", str(models), "--port", "0", "tiny:Tiny"],
+                            cwd=work, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": src})
     try:
         line = proc.stdout.readline()
         assert "serving tiny:Tiny on 127.0.0.1:" in line, line

@@ -276,12 +276,21 @@ class Client:
         if data is not None:
             req.add_header("Content-Type", "application/json")
         if self._token:
-            req.add_header("Authorization", "Bearer " + self._token)
+            req.add_unredirected_header("Authorization", "Bearer " + self._token)
+        opener = urllib.request.build_opener(_NoRedirect(), urllib.request.HTTPSHandler(context=self._context))
         try:
-            with urllib.request.urlopen(req, timeout=self._timeout, context=self._context) as resp:
+            with opener.open(req, timeout=self._timeout) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as e:
             raise _error(e.code, e.read(), e.headers.get(LEADER_HEADER, "")) from None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: the API sends none, and following one would
+    send the token to whichever host it names. A 3xx is an error."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        return None
 
 
 def _seg(name: str) -> str:

@@ -14,23 +14,37 @@ sets:
   process health_path;
 - POST /-/reconfigure passes the JSON body, the backend's user_config, to
   the instance's reconfigure method (Ray Serve's): the backend's process
-  reconfigure_path; the agent posts it on start and on every change;
+  reconfigure_path; the agent posts it on start and on every change, with
+  the replica's secret ($SERVEMESH_RECONFIGURE_TOKEN), and nobody else may;
 - any other request calls the instance with a Request. A method decorated
   with servemesh.replica.batch receives a list of Requests instead, up to
   max_batch_size at a time (Ray Serve's accept_batch).
 
 What the instance returns is the answer: a Response, bytes or str (as
-text), or anything else as JSON. An exception answers 500 with its message.
+text), or anything else as JSON. An exception answers 500 and is printed
+to the replica's log; its text never reaches the client. A body (sized or
+chunked) may be up to $SERVEMESH_MAX_BODY_BYTES (16 MiB by default); a
+longer one is answered 413 without being read.
+
+The replica's working folder is not on Python's path: a module is found in
+the --path folders and Python's own, so a file planted in the folder is
+never imported in place of one of them.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
+# python -m puts the working folder first on the path: take it off before
+# anything else is imported from there.
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+
 import argparse
 import functools
 import importlib
+import hmac
 import json
-import os
-import sys
 import threading
 import time
 import traceback
@@ -40,6 +54,18 @@ from typing import Any, Callable, Dict, List, Optional
 
 HEALTH_PATH = "/-/healthz"
 RECONFIGURE_PATH = "/-/reconfigure"
+RECONFIGURE_TOKEN_ENV = "SERVEMESH_RECONFIGURE_TOKEN"
+RECONFIGURE_TOKEN_HEADER = "x-servemesh-reconfigure-token"
+MAX_BODY_ENV = "SERVEMESH_MAX_BODY_BYTES"
+DEFAULT_MAX_BODY = 16 << 20
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class _BadBody(Exception):
+    pass
 
 
 class Request:
@@ -169,13 +195,15 @@ def load(target: str, paths: Optional[List[str]] = None) -> Any:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise SystemExit(f"servemesh.replica: {target!r}: name the model as module:Class, such as model:Model")
-    sys.path[:0] = [*(paths or []), os.getcwd()]
+    sys.path[:0] = [p for p in (paths or []) if p]
     obj = getattr(importlib.import_module(module_name), attr)
     return obj() if isinstance(obj, type) else obj
 
 
 def make_server(instance: Any, host: str, port: int) -> ThreadingHTTPServer:
     """An HTTP server of instance on host:port (port 0 picks one)."""
+
+    max_body = int(os.environ.get(MAX_BODY_ENV) or DEFAULT_MAX_BODY)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -192,9 +220,47 @@ def make_server(instance: Any, host: str, port: int) -> ThreadingHTTPServer:
             if self.command != "HEAD":
                 self.wfile.write(r.body)
 
+        def _read_body(self) -> bytes:
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                return self._read_chunked()
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                raise _BadBody("Content-Length is not a number")
+            if length < 0:
+                raise _BadBody("Content-Length is negative")
+            if length > max_body:
+                raise _BodyTooLarge()
+            return self.rfile.read(length) if length else b""
+
+        def _read_chunked(self) -> bytes:
+            body = bytearray()
+            while True:
+                line = self.rfile.readline(1024).split(b";", 1)[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    raise _BadBody("a chunk's size is not hexadecimal")
+                if size == 0:
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):  # trailers
+                        pass
+                    return bytes(body)
+                if len(body) + size > max_body:
+                    raise _BodyTooLarge()
+                body += self.rfile.read(size)
+                self.rfile.readline(1024)  # the chunk's CRLF
+
         def _handle(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
+            try:
+                body = self._read_body()
+            except _BodyTooLarge:
+                self.close_connection = True
+                self._answer(_encode(Response(f"the body is over this replica's limit of {max_body} bytes (${MAX_BODY_ENV})", status=413)))
+                return
+            except _BadBody as e:
+                self.close_connection = True
+                self._answer(_encode(Response(f"bad request body: {e}", status=400)))
+                return
             url = urllib.parse.urlsplit(self.path)
             try:
                 if url.path == HEALTH_PATH:
@@ -204,11 +270,14 @@ def make_server(instance: Any, host: str, port: int) -> ThreadingHTTPServer:
                 else:
                     req = Request(self.command, url.path, urllib.parse.parse_qs(url.query), dict(self.headers.items()), body)
                     self._answer(_encode(instance(req)))
-            except Exception as e:
-                traceback.print_exc()
-                self._answer(_encode(Response(f"{type(e).__name__}: {e}", status=500)))
+            except Exception:
+                traceback.print_exc()  # to the replica's log, not the client
+                self._answer(_encode(Response("the model raised an exception; its replica's log has it", status=500)))
 
         def _reconfigure(self, body: bytes) -> Any:
+            want = os.environ.get(RECONFIGURE_TOKEN_ENV, "")
+            if want and not hmac.compare_digest(self.headers.get(RECONFIGURE_TOKEN_HEADER, ""), want):
+                return Response("only this replica's agent may reconfigure it", status=403)
             method = getattr(instance, "reconfigure", None)
             if method is None:
                 return Response("the model has no reconfigure method to take user_config", status=400)

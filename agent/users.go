@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/servemesh/servemesh/envoy"
+)
+
+// UIDRange is a range of user ids, each of which is also a group id, that
+// replicas run as: every backend gets one of its own on a node, so the
+// replicas of one backend cannot read another's /proc/<pid>/environ (its
+// secrets), enter its folder, or signal it. The ids need no entry in
+// /etc/passwd; ids that have one are skipped.
+type UIDRange struct {
+	First, Count uint32
+}
+
+// DefaultUIDs is the range replicas run from when the agent runs as root
+// and neither --run-as nor --replica-uids is given: high enough to miss
+// the users and subordinate ranges of a usual host.
+var DefaultUIDs = UIDRange{First: 1_000_000_000, Count: 100_000}
+
+// String is the range as the flag takes it.
+func (r UIDRange) String() string {
+	return fmt.Sprintf("%d-%d", r.First, r.First+r.Count-1)
+}
+
+// ParseUIDRange reads "FIRST-LAST", the flag's form.
+func ParseUIDRange(s string) (UIDRange, error) {
+	first, last, ok := strings.Cut(s, "-")
+	a, err1 := strconv.ParseUint(strings.TrimSpace(first), 10, 32)
+	b, err2 := strconv.ParseUint(strings.TrimSpace(last), 10, 32)
+	switch {
+	case !ok || err1 != nil || err2 != nil:
+		return UIDRange{}, fmt.Errorf("--replica-uids %q: write the range as FIRST-LAST, such as %s", s, DefaultUIDs)
+	case a < 1000 || b < a || b >= 1<<31:
+		return UIDRange{}, fmt.Errorf("--replica-uids %q: the range must be ordered and within 1000-%d (system users are below 1000); such as %s", s, 1<<31-1, DefaultUIDs)
+	}
+	return UIDRange{First: uint32(a), Count: uint32(b-a) + 1}, nil
+}
+
+// backendUsers gives each backend its uid from a range, kept in a file of
+// the work folder so that the next agent (which adopts the replicas, and
+// whose replicas' folders are owned by those ids) gives the same.
+type backendUsers struct {
+	r    UIDRange
+	path string
+
+	mu    sync.Mutex
+	by    map[string]uint32 // backend: uid
+	taken map[uint32]bool
+}
+
+const usersFile = "backend-uids.json"
+
+// loadBackendUsers reads the ids given so far in workDir.
+func loadBackendUsers(r UIDRange, workDir string) (*backendUsers, error) {
+	u := &backendUsers{r: r, path: filepath.Join(workDir, usersFile), by: map[string]uint32{}, taken: map[uint32]bool{}}
+	b, err := os.ReadFile(u.path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("the backends' user ids: %w", err)
+	}
+	if err == nil {
+		if err := json.Unmarshal(b, &u.by); err != nil {
+			return nil, fmt.Errorf("the backends' user ids in %s: %w; remove the file once no replica runs", u.path, err)
+		}
+	}
+	for _, id := range u.by {
+		u.taken[id] = true
+	}
+	return u, nil
+}
+
+// credential is the user and group the replicas of backend run as, with
+// no supplementary groups.
+func (u *backendUsers) credential(backend string) (*syscall.Credential, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	id, ok := u.by[backend]
+	if !ok {
+		var err error
+		if id, err = u.next(); err != nil {
+			return nil, err
+		}
+		u.by[backend], u.taken[id] = id, true
+		b, _ := json.Marshal(u.by)
+		if err := envoy.ReplaceFile(u.path, b); err != nil {
+			delete(u.by, backend)
+			delete(u.taken, id)
+			return nil, fmt.Errorf("recording backend %s's user id: %w", backend, err)
+		}
+	}
+	return &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}, nil
+}
+
+// next is the first id of the range that no backend has and no user of
+// the host has; called with mu held.
+func (u *backendUsers) next() (uint32, error) {
+	for i := uint32(0); i < u.r.Count; i++ {
+		id := u.r.First + i
+		if u.taken[id] {
+			continue
+		}
+		if _, err := user.LookupId(strconv.FormatUint(uint64(id), 10)); err == nil {
+			continue
+		}
+		if _, err := user.LookupGroupId(strconv.FormatUint(uint64(id), 10)); err == nil {
+			continue
+		}
+		return id, nil
+	}
+	return 0, fmt.Errorf("--replica-uids %s: every id is taken by a backend or a user of this host; give a larger range", u.r)
+}
