@@ -125,21 +125,34 @@ const unixPathMax = 107
 
 // listenEnvoySocket listens on the unix socket name in dir, the folder
 // the node's Envoy runs in, replacing a previous agent's; only the agent's
-// user (the node's Envoy's) may connect. It returns the socket's path.
+// user (the node's Envoy's) may connect. The socket is bound in a fresh
+// owner-only folder, made 0600 there and only then moved into place, so
+// it never exists at its path with a mode a replica could connect through.
+// It returns the socket's path.
 func listenEnvoySocket(ctx context.Context, dir, name string) (net.Listener, string, error) {
 	path, err := filepath.Abs(filepath.Join(dir, name))
 	if err != nil {
 		return nil, "", fmt.Errorf("socket %s: %w", name, err)
 	}
-	if len(path) > unixPathMax {
-		return nil, "", fmt.Errorf("socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, len(path), unixPathMax)
-	}
-	_ = os.Remove(path) // a previous agent's
-	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", path)
+	private, err := os.MkdirTemp(filepath.Dir(path), ".s")
 	if err != nil {
 		return nil, "", fmt.Errorf("socket %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil { // the node's Envoy runs as the agent's user
+	defer func() { _ = os.RemoveAll(private) }()
+	bound := filepath.Join(private, name)
+	if n := max(len(path), len(bound)); n > unixPathMax {
+		return nil, "", fmt.Errorf("socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, n, unixPathMax)
+	}
+	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", bound)
+	if err != nil {
+		return nil, "", fmt.Errorf("socket %s: %w", path, err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false) // it is moved; a later agent replaces it
+	if err := os.Chmod(bound, 0o600); err != nil {
+		_ = l.Close()
+		return nil, "", fmt.Errorf("socket %s: %w", path, err)
+	}
+	if err := os.Rename(bound, path); err != nil { // replaces a previous agent's
 		_ = l.Close()
 		return nil, "", fmt.Errorf("socket %s: %w", path, err)
 	}

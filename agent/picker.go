@@ -32,7 +32,8 @@ import (
 // the picker adds an ORCA load report to each answer (Report): requests
 // per second, and utilization: those over the node's weighted capacity,
 // the sum over its replicas of max_concurrent_queries over their smoothed
-// time to first byte, squared. Client-side weighted round robin weighs
+// time to first byte, squared (bounded: see reportKnee). Client-side
+// weighted round robin weighs
 // nodes by rps/utilization, that capacity: a node's requests a second,
 // discounted once more by how long they take, so that answers come from
 // the faster nodes while they have room (by throughput alone, a node whose
@@ -272,7 +273,7 @@ func (p *Picker) Report(backend string) string {
 		if known && r.saturated(cfg, now) {
 			share = saturatedShare
 		}
-		capacity += share * float64(max(cfg.maxInFlight, 1)) / ttfb.Seconds() / ttfb.Seconds() // per second, per second of latency
+		capacity += share * float64(max(cfg.maxInFlight, 1)) / replicaSeconds(ttfb)
 		inFlight += r.inFlight
 		if now.Sub(r.server.at) < serverLoadStale {
 			waiting, kv = math.Max(waiting, r.server.waiting), math.Max(kv, r.server.kv)
@@ -284,6 +285,27 @@ func (p *Picker) Report(backend string) string {
 	}
 	return fmt.Sprintf("TEXT application_utilization=%.6g,rps_fractional=%.6g,named_metrics.in_flight=%d,named_metrics.waiting=%.6g,named_metrics.kv_cache=%.6g",
 		utilization, rps, inFlight, waiting, kv)
+}
+
+// reportKnee and reportFloor bound what a replica's time to first byte,
+// which the replica controls, does to its node's weight: above the knee a
+// slower replica counts for less by its time squared (the discount that
+// sends answers to faster nodes); below it only by its time (what it can
+// serve); and no time counts as less than the floor. So a replica that
+// answers at once counts for at most 10 times one answering in 10 ms
+// (before, a forged fast answer grew its node's weight quadratically
+// without bound).
+const (
+	reportKnee  = 10 * time.Millisecond
+	reportFloor = time.Millisecond
+)
+
+// replicaSeconds is the denominator of a replica's capacity in its node's
+// report: its time to first byte times the larger of it and reportKnee,
+// in seconds squared.
+func replicaSeconds(ttfb time.Duration) float64 {
+	ttfb = max(ttfb, reportFloor)
+	return ttfb.Seconds() * max(ttfb, reportKnee).Seconds()
 }
 
 // saturatedShare is the share of its capacity a saturated replica counts

@@ -165,6 +165,33 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	}
 }
 
+// TestAFastReplicaCannotTakeTheMesh: a replica controls its time to first
+// byte; answering at once used to grow its node's weight quadratically
+// without bound (issue 34). Now it counts for at most ten times a replica
+// answering in 10 ms, and slower ones are still discounted by the square.
+func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
+	capacity := func(ttfb time.Duration) float64 {
+		p, now := testPicker(t, &model.LoadAware{})
+		for range 40 {
+			c := p.pick("llama", false)
+			*now = now.Add(50 * time.Millisecond)
+			p.done(c.replica, ttfb)
+		}
+		var util, rps float64
+		if _, err := fmt.Sscanf(p.Report("llama"), "TEXT application_utilization=%g,rps_fractional=%g", &util, &rps); err != nil {
+			t.Fatal(err)
+		}
+		return rps / util
+	}
+	instant, tenMs, twentyMs, sixtyMs := capacity(time.Microsecond), capacity(10*time.Millisecond), capacity(20*time.Millisecond), capacity(60*time.Millisecond)
+	if r := instant / tenMs; r > 10.01 {
+		t.Errorf("a replica answering in 1 µs counts %.0f times one answering in 10 ms; want at most 10", r)
+	}
+	if r := twentyMs / sixtyMs; r < 8.9 || r > 9.1 {
+		t.Errorf("a replica three times slower counts %.2f times less; want 9 (the square)", r)
+	}
+}
+
 // TestPickerServerSpeaksExtProc: through a real gRPC stream on the unix
 // socket, as the node's Envoy calls it: the request's headers get the
 // replica in dynamic metadata, or a 429 with Retry-After for a shed one;

@@ -38,6 +38,7 @@ func TestInferenceServing(t *testing.T) {
 	}
 	t.Run("load-aware picking sends a slow replica less than least requests does", func(t *testing.T) { loadAwarePicking(t, mesh, locks) })
 	t.Run("a replica whose server reports a long queue gets few requests", func(t *testing.T) { serverGauges(t, mesh, locks) })
+	t.Run("a replica's forged load reports steer nothing", func(t *testing.T) { forgedReports(t, mesh, locks) })
 	t.Run("OpenAI-style requests are split and mirrored per model", func(t *testing.T) { modelRouting(t, mesh) })
 	t.Run("under overload critical requests succeed while sheddable ones get 429", func(t *testing.T) { shedding(t, mesh) })
 }
@@ -239,6 +240,36 @@ func serverGauges(t *testing.T, mesh *twoNodeMesh, locks string) {
 	}
 }
 
+// forgedReports: of two replicas (one on each node), the one that takes
+// the lock sends ORCA reports of its own claiming a million requests a
+// second at no utilization, in the binary form Envoy reads first. Before
+// issue 34's fix it took 57 of 57 requests; the inbound hop now strips
+// every report a replica sends, so it gets about its half, and no client
+// sees a report.
+func forgedReports(t *testing.T, mesh *twoNodeMesh, locks string) {
+	mesh.createBackends(t, model.Backend{Name: "fr", Config: model.BackendConfig{NumReplicas: 2, CPUs: 0.25, LoadAware: &model.LoadAware{}},
+		Process: modelServer("fr", "--slow-lock", filepath.Join(locks, "fr"), "--slow-factor", "1", "--forge-load-report")})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "fr", Route: "/fr", Methods: []string{"GET", "POST"},
+		Traffic: map[string]float64{"fr": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	waitReplicasAnswer(t, "the replicas of fr", "http://"+mesh.n1.public+"/fr", 2, 40)
+	if !slowAlone(t, mesh, locks, "fr") {
+		t.Fatal("both replicas of fr are on one node: the callers' node weights, which a forged report steers, pick nothing")
+	}
+	l := &openLoop{urls: []string{"http://" + mesh.n1.public + "/fr", "http://" + mesh.n2.public + "/fr"}, body: `{"model": "m"}`}
+	l.run(40, 2*time.Second) // the callers' weights take a second or two of reports
+	l.ttfb, l.odd = nil, 0
+	l.run(40, 4*time.Second)
+	t.Logf("the replica forging load reports answered %.3f of %d requests", l.oddShare(), len(l.ttfb))
+	if l.failed > 0 || l.leaked > 0 {
+		t.Errorf("%d requests failed (first: %s), %d answers showed a load report", l.failed, l.firstFailure, l.leaked)
+	}
+	if share := l.oddShare(); share > 0.75 {
+		t.Errorf("the replica forging load reports answered %.3f of the requests, want about half", share)
+	}
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // openLoop sends POSTs at a fixed rate, whatever the answers take (so a
@@ -292,7 +323,7 @@ func (l *openLoop) one(client *http.Client, url string) {
 		}
 		return
 	}
-	if resp.Header.Get(wire.LoadReportHeader) != "" {
+	if resp.Header.Get(wire.LoadReportHeader) != "" || resp.Header.Get(wire.LoadReportBinHeader) != "" {
 		l.leaked++
 	}
 	l.ttfb = append(l.ttfb, first.Sub(start))

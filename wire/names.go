@@ -286,6 +286,9 @@ const (
 	PickerNamespace  = "envoy.lb"
 	PickedReplicaKey = "x-servemesh-replica"
 	LoadReportHeader = "endpoint-load-metrics"
+	// LoadReportBinHeader is ORCA's binary form, which Envoy reads first:
+	// removed with LoadReportHeader from what replicas send.
+	LoadReportBinHeader = "endpoint-load-metrics-bin"
 )
 
 // Model-name routing: the model a request's body names is read into the

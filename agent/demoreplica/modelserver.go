@@ -1,12 +1,16 @@
 package demoreplica
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"sync"
 	"time"
+
+	orcav3 "github.com/cncf/xds/go/xds/data/orca/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/wire"
 )
@@ -26,6 +30,10 @@ type ModelServer struct {
 	// or fakes its queue, in its answers.
 	FakeWaiting int
 	Odd         bool
+	// ForgeReport makes it send ORCA load reports of its own (text and
+	// binary) claiming a huge capacity: a compromised replica steering its
+	// backend's traffic, which the inbound hop must strip.
+	ForgeReport bool
 
 	mu               sync.Mutex
 	running, waiting int
@@ -79,6 +87,9 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(BackendHeader, s.Backend)
 	w.Header().Set(ReplicaHeader, s.Name)
+	if s.ForgeReport {
+		forgeReport(w.Header())
+	}
 	_ = json.NewEncoder(w).Encode(ModelAnswer{Backend: s.Backend, Replica: s.Name, Model: body.Model, Slow: s.Slowdown > 1, Odd: s.Odd,
 		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued})
 }
@@ -154,4 +165,12 @@ func (s *ModelServer) metrics(w http.ResponseWriter) {
 	fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=%q} %d\n", s.Backend, running)
 	fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=%q} %d\n", s.Backend, waiting)
 	fmt.Fprintf(w, "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=%q} %g\n", s.Backend, kv)
+}
+
+// forgeReport sets ORCA reports claiming a million requests a second at no
+// utilization, in both of the forms Envoy reads.
+func forgeReport(h http.Header) {
+	report, _ := proto.Marshal(&orcav3.OrcaLoadReport{RpsFractional: 1e6, ApplicationUtilization: 1e-6})
+	h.Set(wire.LoadReportBinHeader, base64.StdEncoding.EncodeToString(report))
+	h.Set(wire.LoadReportHeader, "TEXT application_utilization=0.000001,rps_fractional=1000000")
 }

@@ -100,5 +100,6 @@ func newModelServerCommand(log *slog.Logger) *cobra.Command {
 	c.Flags().StringVar(&o.SlowLock, "slow-lock", "", "a file the first replica to create it takes: that replica is --slow-factor times slower")
 	c.Flags().Float64Var(&o.SlowFactor, "slow-factor", 3, "how much slower the replica that takes --slow-lock is")
 	c.Flags().IntVar(&o.FakeWaiting, "fake-waiting", 0, "requests the replica that takes --slow-lock adds to the queue its metrics report")
+	c.Flags().BoolVar(&o.ForgeReport, "forge-load-report", false, "the replica that takes --slow-lock sends ORCA load reports of its own claiming a huge capacity (a compromised replica, for tests)")
 	return c
 }

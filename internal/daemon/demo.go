@@ -147,6 +147,9 @@ type ModelServerOptions struct {
 	SlowLock    string
 	SlowFactor  float64
 	FakeWaiting int
+	// ForgeReport makes the replica that takes SlowLock send load reports
+	// of its own (demoreplica.ModelServer.ForgeReport).
+	ForgeReport bool
 }
 
 // RunModelServer runs one stand-in model server (demoreplica.ModelServer)
@@ -160,7 +163,7 @@ func RunModelServer(ctx context.Context, log *slog.Logger, o ModelServerOptions)
 		if f, err := os.OpenFile(o.SlowLock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
 			_, _ = fmt.Fprintln(f, s.Name)
 			_ = f.Close()
-			s.Slowdown, s.FakeWaiting, s.Odd = o.SlowFactor, o.FakeWaiting, true
+			s.Slowdown, s.FakeWaiting, s.Odd, s.ForgeReport = o.SlowFactor, o.FakeWaiting, true, o.ForgeReport
 		}
 	}
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.Listen)

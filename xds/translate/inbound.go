@@ -2,6 +2,8 @@ package translate
 
 import (
 	"fmt"
+	mutationv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	headermutation "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 
 	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -81,7 +83,11 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b model.Backend) (*listener.Filt
 		}
 		filters = append(filters, picker)
 	}
-	filters = append(filters, &hcm.HttpFilter{
+	scrub, err := replicaReportScrub()
+	if err != nil {
+		return nil, err
+	}
+	filters = append(filters, scrub, &hcm.HttpFilter{
 		Name:       "envoy.filters.http.router",
 		ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
 	})
@@ -198,4 +204,23 @@ func inboundAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 		out = append(out, withActivator(cla, wire.ActivatorInboundSocket))
 	})
 	return out
+}
+
+// replicaReportScrub removes the load reports a replica sends, in its
+// answer's headers or trailers, text or binary: callers weigh nodes by
+// reports, so a replica's own would steer its backend's traffic mesh-wide.
+// It sits just before the router, so answers pass it before the picker's
+// filter, which adds the node's report.
+func replicaReportScrub() (*hcm.HttpFilter, error) {
+	var remove []*mutationv3.HeaderMutation
+	for _, h := range []string{wire.LoadReportHeader, wire.LoadReportBinHeader} {
+		remove = append(remove, &mutationv3.HeaderMutation{Action: &mutationv3.HeaderMutation_Remove{Remove: h}})
+	}
+	cfg, err := anypb.New(&headermutation.HeaderMutation{Mutations: &headermutation.Mutations{
+		ResponseMutations: remove, ResponseTrailersMutations: remove,
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("inbound listener: pack header mutation: %w", err)
+	}
+	return &hcm.HttpFilter{Name: "servemesh.replica_report_scrub", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: cfg}}, nil
 }

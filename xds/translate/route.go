@@ -110,7 +110,7 @@ func virtualHost(name string, routes []*route.Route) *route.VirtualHost {
 		RequestHeadersToAdd: backendHeader("%UPSTREAM_CLUSTER%"),
 		// What a node's inbound listener tells its callers stays inside;
 		// only a node marks a request as a shadow.
-		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader, wire.LoadReportHeader},
+		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader, wire.LoadReportHeader, wire.LoadReportBinHeader},
 		RequestHeadersToRemove:  []string{wire.ShadowHeader},
 		RetryPolicy:             sharedRetryPolicy(),
 	}
