@@ -42,7 +42,28 @@ func TestAccessLogRotates(t *testing.T) {
 	if info, err := os.Stat(path + ".1"); err != nil || info.Size() != 2000 {
 		t.Fatalf("the rotated log: %v, %v", info, err)
 	}
-	if _, err := os.Stat(path); !os.IsNotExist(err) {
-		t.Fatalf("the log is still in place after its rotation: %v", err)
+	// The new log is there before Envoy reopens it, empty and owner-only:
+	// Envoy would create it 0644 (issue 34: replicas read every tenant's
+	// paths and query strings).
+	if info, err := os.Stat(path); err != nil || info.Size() != 0 || info.Mode().Perm() != 0o600 {
+		t.Fatalf("the new log after the rotation: %v, %v; want an empty file, mode 0600", info, err)
+	}
+}
+
+// TestPrepareAccessLog: the access log is created owner-only, and one an
+// older version left readable is made so.
+func TestPrepareAccessLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	if err := os.WriteFile(path, []byte("old line\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrepareAccessLog(path); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 || info.Size() != 9 {
+		t.Fatalf("the access log: %v, %v; want the old lines kept, mode 0600", info, err)
 	}
 }
