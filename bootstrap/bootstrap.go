@@ -72,6 +72,9 @@ type Options struct {
 	// XDSTLS, if set, makes the node reach the control plane over TLS with
 	// its client certificate, verifying the controller's identity.
 	XDSTLS *XDSTLS
+	// Limits bound the connections and memory clients can take; zero
+	// values are the defaults.
+	Limits Limits
 }
 
 // XDSTLS is where a node's xDS identity is: the folder of its file-based
@@ -107,6 +110,13 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	if err := CheckAdminSocket(o.AdminSocket); err != nil {
+		return nil, err
+	}
+	if err := o.Limits.Check(); err != nil {
+		return nil, err
+	}
+	overload, err := overloadManager(o.Limits)
+	if err != nil {
 		return nil, err
 	}
 	apiType := core.ApiConfigSource_DELTA_GRPC
@@ -171,6 +181,7 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 		// default): a rollout's latency check reads them every second.
 		StatsFlushInterval: durationpb.New(StatsFlushInterval),
 		StatsConfig:        latencyBuckets(),
+		OverloadManager:    overload,
 	}
 	if err := b.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("bootstrap: generated config fails Envoy's validation: %w", err)

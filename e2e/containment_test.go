@@ -33,7 +33,7 @@ func TestContainment(t *testing.T) {
 	ctl := startController(t, consul, "ctl", []string{"--token-file", execToken, "--write-token-file", writeToken,
 		"--allow-replica-cidr", "192.0.2.0/24", "--allow-replica-name", "vm"}) // loopback is not allowed: the default
 	ctl.waitLeading(20 * time.Second)
-	nodes := []*mtlsNode{startMTLSNode(t, consul, "k1", "127.0.0.2", ctl.xdsAddr), startMTLSNode(t, consul, "k2", "127.0.0.3", ctl.xdsAddr)}
+	nodes := []*mtlsNode{startMTLSNode(t, consul, "k1", "127.0.0.2", ctl.xdsAddr), startMTLSNode(t, consul, "k2", "127.0.0.3", ctl.xdsAddr, "--envoy-max-connections", "40")}
 	ctx := context.Background()
 	execC := ctl.client("exec-secret")
 	spec := &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "m", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
@@ -153,7 +153,7 @@ func TestContainment(t *testing.T) {
 			if !errors.As(err, &exit) || exit.ExitCode() != 7 { // curl's "failed to connect"
 				t.Fatalf("node %s: nobody (a replica's user) reached the admin socket: %v %s", n.id, err, out)
 			}
-			for _, private := range []string{"envoy.log"} {
+			for _, private := range []string{"envoy.log", "access.log"} { // issue 34: the access log was 0644
 				if fi, err := os.Stat(filepath.Join(work, private)); err != nil || fi.Mode().Perm() != 0o600 {
 					t.Fatalf("node %s: %s: %v, mode %v; want 0600", n.id, private, err, fi.Mode().Perm())
 				}
@@ -175,6 +175,49 @@ func TestContainment(t *testing.T) {
 			t.Fatalf("/m after the probes: %+v", got)
 		}
 	})
+
+	t.Run("a client cannot make a node's Envoy hold unbounded connections", func(t *testing.T) {
+		// Issue 34: the public listener had no limits and no overload
+		// manager (200 idle connections took Envoy from 63 to 273 MiB). k2
+		// runs with --envoy-max-connections 40: of 80 connections, those past
+		// the limit are closed at once; once they are gone it serves again.
+		closed := heldConnections(t, nodes[1].public, 80)
+		if closed < 30 {
+			t.Fatalf("%d of 80 connections were closed; want those past the limit of 40 (at least 30)", closed)
+		}
+		testutil.WaitFor(t, 10*time.Second, "k2 to serve once the connections are gone", func() bool {
+			return do(httpClient(), http.MethodGet, "http://"+nodes[1].public+"/m", "").status == http.StatusOK
+		})
+	})
+}
+
+// heldConnections opens n connections to addr and sends nothing, and
+// returns how many the server closed within a second; then closes them
+// all.
+func heldConnections(t *testing.T, addr string, n int) int {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+	}
+	closed := 0
+	time.Sleep(time.Second)
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed++
+		}
+	}
+	return closed
 }
 
 // asNobody runs a command as nobody, a replica's user, and returns what it

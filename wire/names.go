@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"fmt"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -94,6 +95,25 @@ const NodeServicePrefix = "servemesh-node-"
 // NodeService is the Consul service of node id: its identity and its
 // agent's registration.
 func NodeService(id string) string { return NodeServicePrefix + id }
+
+// sidecarSuffix ends the second name Consul grants with every service
+// identity: a token for servemesh-node-a may also be
+// servemesh-node-a-sidecar-proxy. No node id ends with it, so that second
+// name is never a second node.
+const sidecarSuffix = "-sidecar-proxy"
+
+// CheckNodeID says why id cannot be a node's id, or returns nil.
+func CheckNodeID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("the node id is empty")
+	case strings.ContainsAny(id, "/?#"):
+		return fmt.Errorf("node id %q has a /, ? or #; use letters, digits, - and .", id)
+	case strings.HasSuffix(id, sidecarSuffix):
+		return fmt.Errorf("node id %q ends in %s, the second name of every Consul service identity; choose another id", id, sidecarSuffix)
+	}
+	return nil
+}
 
 // BackendServicePrefix prefixes the Consul service of a backend servemesh
 // runs: its replicas register as its instances, and its Connect leaf is

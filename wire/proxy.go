@@ -98,6 +98,9 @@ func (n ProxyNode) Validate() error {
 	if n.ID == "" {
 		return errors.New("node id is empty: set the Envoy node id")
 	}
+	if err := CheckNodeID(n.ID); err != nil {
+		return fmt.Errorf("--node-id: %w", err)
+	}
 	type listenerAddr struct {
 		field, addr string
 		port        uint32

@@ -105,6 +105,7 @@ type envoyFlags struct {
 	tlsCert     string
 	tlsKey      string
 	stopOnExit  bool
+	limits      bootstrap.Limits
 }
 
 func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) {
@@ -116,6 +117,8 @@ func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) 
 	fs.StringVar(&o.logLevel, "envoy-log-level", "warning", "Envoy's log level")
 	fs.StringVar(&o.tlsCert, "public-tls-cert", "", "PEM certificate chain for HTTPS on the public listener (with --public-tls-key; replace the files by rename and Envoy reloads them)")
 	fs.StringVar(&o.tlsKey, "public-tls-key", "", "PEM private key for HTTPS on the public listener")
+	fs.Uint64Var(&o.limits.MaxConnections, "envoy-max-connections", bootstrap.DefaultMaxConnections, "connections the node's Envoy holds at once over all its listeners; past it a new one is closed at once")
+	fs.Uint64Var(&o.limits.MaxHeapMB, "envoy-max-heap-mb", bootstrap.DefaultMaxHeapMB, "MiB of heap the node's Envoy may use: near it, it resets the streams buffering most, stops keep-alive and answers new requests 503")
 	fs.BoolVar(&o.stopOnExit, "stop-on-exit", false, "stop the node's Envoy (and an agent's replicas) when this process stops; by default they serve on, and the next start adopts them (or hot restarts Envoy when its binary or bootstrap changed)")
 }
 
@@ -125,6 +128,10 @@ func (o *envoyFlags) envoyNode(log *slog.Logger) (envoy.Launcher, error) {
 	if err != nil {
 		return envoy.Launcher{}, err
 	}
+	if err := o.limits.Check(); err != nil {
+		return envoy.Launcher{}, err
+	}
+	b.Limits = o.limits
 	return envoy.Launcher{Bootstrap: b, Binary: o.binary, WorkDir: o.workDir, LogLevel: o.logLevel,
 		Concurrency: o.concurrency, Drain: o.drain, Logger: log.With("component", "envoy"),
 		PublicCert: o.tlsCert, PublicKey: o.tlsKey, StopOnExit: o.stopOnExit, Parent: self()}, nil

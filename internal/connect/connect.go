@@ -222,7 +222,7 @@ func serviceOfURI(u *url.URL) (string, bool) {
 func NodeOf(cert *x509.Certificate, identityPrefix string) (string, bool) {
 	for _, u := range cert.URIs {
 		id, ok := strings.CutPrefix(u.String(), identityPrefix+nodePrefix)
-		if ok && id != "" && !strings.ContainsAny(id, "/?#") {
+		if ok && wire.CheckNodeID(id) == nil {
 			return id, true
 		}
 	}

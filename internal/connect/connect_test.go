@@ -29,6 +29,9 @@ func TestIdentityPrefixAndNode(t *testing.T) {
 		"spiffe://11111111.consul/ns/default/dc/dc1/svc/servemesh-node-",
 		"spiffe://11111111.consul/ns/default/dc/dc1/svc/servemesh-node-n7/x",
 		"spiffe://11111111.consul/ns/default/dc/dc1/svc/model-servemesh-node-n7",
+		// Issue 34: Consul grants every service identity a second name,
+		// which servemesh took for a second node.
+		"spiffe://11111111.consul/ns/default/dc/dc1/svc/servemesh-node-n7-sidecar-proxy",
 	} {
 		u, _ := url.Parse(other)
 		if n, ok := NodeOf(&x509.Certificate{URIs: []*url.URL{u}}, prefix); ok {

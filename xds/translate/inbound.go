@@ -36,8 +36,9 @@ func buildInboundListener(node wire.ProxyNode, t *MTLS, local []model.Backend) (
 		return nil, fmt.Errorf("inbound listener: pack tls inspector: %w", err)
 	}
 	l := &listener.Listener{
-		Name:    wire.InboundListener,
-		Address: socketAddress(node.InboundAddress, node.InboundPort),
+		Name:                          wire.InboundListener,
+		Address:                       socketAddress(node.InboundAddress, node.InboundPort),
+		PerConnectionBufferLimitBytes: wrapperspb.UInt32(inboundLimits.bufferBytes),
 		ListenerFilters: []*listener.ListenerFilter{{
 			Name:       "envoy.filters.listener.tls_inspector",
 			ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: inspector},
@@ -91,7 +92,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b model.Backend) (*listener.Filt
 		Name:       "envoy.filters.http.router",
 		ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
 	})
-	manager, err := anypb.New(&hcm.HttpConnectionManager{
+	manager, err := anypb.New(inboundLimits.applied(&hcm.HttpConnectionManager{
 		StatPrefix:     wire.InboundListener + "_" + backend,
 		CodecType:      hcm.HttpConnectionManager_AUTO,
 		UpgradeConfigs: upgrades(),
@@ -121,7 +122,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b model.Backend) (*listener.Filt
 		}},
 		HttpFilters:      filters,
 		LocalReplyConfig: inboundLocalReplies,
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack http connection manager: %w", err)
 	}

@@ -118,14 +118,16 @@ func httpListener(name, address string, port uint32, routes routeSource, logged 
 		AccessLog:      accessLogs(name, logged),
 		HttpFilters:    filters,
 	}
+	edgeLimits.bound(manager)
 	routes(manager)
 	managerConfig, err := anypb.New(manager)
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: pack http connection manager: %w", name, err)
 	}
 	return &listener.Listener{
-		Name:    name,
-		Address: socketAddress(address, port),
+		Name:                          name,
+		Address:                       socketAddress(address, port),
+		PerConnectionBufferLimitBytes: wrapperspb.UInt32(edgeLimits.bufferBytes),
 		FilterChains: []*listener.FilterChain{{
 			Filters: []*listener.Filter{{
 				Name:       "envoy.filters.network.http_connection_manager",
