@@ -10,6 +10,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
+
+	"github.com/servemesh/servemesh/internal/httpserver"
 )
 
 // ScrapeInterval is how often the picker reads the metrics of the replicas
@@ -21,7 +23,7 @@ const ScrapeInterval = 200 * time.Millisecond
 // maxMetricsBytes bounds what one read of a replica's metrics takes in.
 const maxMetricsBytes = 4 << 20
 
-var scrapeClient = &http.Client{Timeout: ScrapeInterval}
+var scrapeClient = &http.Client{Timeout: ScrapeInterval, CheckRedirect: httpserver.NoRedirects}
 
 // Scrape reads, every ScrapeInterval until ctx ends, the load the servers
 // of load-aware backends report in their metrics.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -31,7 +32,7 @@ import (
 const reconfigureTimeout = 10 * time.Second
 
 // reconfigureClient posts configs; each POST's context bounds it.
-var reconfigureClient = &http.Client{}
+var reconfigureClient = &http.Client{CheckRedirect: httpserver.NoRedirects}
 
 // setConfig makes u the config the replica should run.
 func (r *replica) setConfig(u model.UserConfig) {

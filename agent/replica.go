@@ -23,6 +23,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
+	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -252,7 +253,7 @@ func (r *replica) exitNote(err error, exits int) string {
 	if len(lines) > exitNoteLines {
 		lines = lines[len(lines)-exitNoteLines:]
 	}
-	return fmt.Sprintf("%s %d times; the last: %v; its log ends: %s", wire.ExitedNote, exits, err, strings.Join(lines, " | "))
+	return fmt.Sprintf("%s %d times; the last: %v%s%s", wire.ExitedNote, exits, err, wire.LogTailNote, strings.Join(lines, " | "))
 }
 
 // defaultPath is a replica's PATH when its backend sets none.
@@ -378,7 +379,7 @@ func (r *replica) folder(c *syscall.Credential) (string, error) {
 const startupProbe = 100 * time.Millisecond
 
 // probeClient checks replicas' health paths.
-var probeClient = &http.Client{Timeout: time.Second}
+var probeClient = &http.Client{Timeout: time.Second, CheckRedirect: httpserver.NoRedirects}
 
 // probe checks the replica for its TTL check's next beat.
 func (r *replica) probe(ctx context.Context) (status, output string) {

@@ -278,6 +278,11 @@ const BackendHeader = "x-servemesh-backend"
 // exited 3 times; ...".
 const ExitedNote = "the replica's process exited"
 
+// LogTailNote begins, in a replica's check output, the last lines of its
+// log: what it printed may hold its secrets, so callers that may not read
+// the backend's environment get the output cut here.
+const LogTailNote = "; its log ends: "
+
 // ConfigVersionHeader carries, on the POST that gives a replica its
 // backend's user_config, the config's version.
 const ConfigVersionHeader = "x-servemesh-config-version"

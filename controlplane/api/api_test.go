@@ -18,6 +18,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/wire"
 )
 
 type fixture struct {
@@ -409,6 +410,30 @@ func TestEnvValuesNeedTheExecScope(t *testing.T) {
 			if status != 200 || strings.Contains(body, "s3cret") != wantSecret || strings.Contains(body, "API_KEY") != true {
 				t.Errorf("GET %s with %s: HTTP %d %s; want the value shown: %v (the name always)", path, token, status, body, wantSecret)
 			}
+		}
+	}
+}
+
+// TestLogTailsNeedTheExecScope: a crash-looping replica's status note
+// quotes its log, which may print its secrets; read and write tokens saw
+// it (issue 34). Now they get the note without the log lines.
+func TestLogTailsNeedTheExecScope(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	if err := c.Lead(context.Background(), "self"); err != nil {
+		t.Fatal(err)
+	}
+	note := wire.ExitedNote + " 3 times; the last: exit status 1" + wire.LogTailNote + "API_KEY=s3cret"
+	src := Sources{Status: func() StatusReport {
+		return StatusReport{Backends: []BackendStatus{{Name: "p", Replicas: []ReplicaStatus{{Tag: "p#000001", Note: note}}}}}
+	}}
+	tokens := Tokens{"r-token": ScopeRead, "w-token": ScopeWrite, "x-token": ScopeExec}
+	srv := httptest.NewServer(tokens.Authenticate(Handler(c, log, src)))
+	defer srv.Close()
+	for token, wantTail := range map[string]bool{"r-token": false, "w-token": false, "x-token": true} {
+		status, body := raw(t, "GET", srv.URL+"/v1/status", "", token)
+		if status != 200 || strings.Contains(body, "s3cret") != wantTail || !strings.Contains(body, "exit status 1") {
+			t.Errorf("GET /v1/status with %s: HTTP %d %s; want the log shown: %v (the exit always)", token, status, body, wantTail)
 		}
 	}
 }

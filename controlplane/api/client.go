@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/httpserver"
 )
 
 // Client calls a controllers' API. A call that reached no leader (no
@@ -50,8 +51,7 @@ const DefaultFailoverWait = 15 * time.Second
 // authenticating with token if it is not empty.
 func NewClient(servers, token string) *Client {
 	c := &Client{token: token, FailoverWait: DefaultFailoverWait, http: &http.Client{Timeout: 30 * time.Second,
-		// Never follow a redirect: it could carry the token elsewhere.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+		CheckRedirect: httpserver.NoRedirects}}
 	for _, s := range strings.Split(servers, ",") {
 		c.bases = append(c.bases, normalize(s))
 	}

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -122,8 +123,26 @@ type server struct {
 	src Sources
 }
 
-func (s *server) status(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.src.Status())
+func (s *server) status(w http.ResponseWriter, r *http.Request) {
+	report := s.src.Status()
+	if ScopeOf(r.Context()) < ScopeExec {
+		redactLogTails(&report)
+	}
+	writeJSON(w, http.StatusOK, report)
+}
+
+// redactLogTails cuts the log lines from the replicas' notes in report: a
+// replica's log may print its environment, which only the exec scope
+// reads.
+func redactLogTails(report *StatusReport) {
+	for i := range report.Backends {
+		for j := range report.Backends[i].Replicas {
+			r := &report.Backends[i].Replicas[j]
+			if before, _, cut := strings.Cut(r.Note, wire.LogTailNote); cut {
+				r.Note = before + wire.LogTailNote + Redacted
+			}
+		}
+	}
 }
 
 func (s *server) listBackends(w http.ResponseWriter, r *http.Request) {
@@ -137,7 +156,7 @@ func (s *server) listBackends(w http.ResponseWriter, r *http.Request) {
 // Redacted replaces the values of a process's environment for callers
 // without the exec scope: they often hold the model server's secrets, and
 // only who may set them may read them.
-const Redacted = "<redacted: reading it needs the exec scope>"
+const Redacted = model.RedactedEnv
 
 // redact returns b as a caller of ctx's scope may read it. b is a copy
 // (controller.State clones), so it is changed in place.

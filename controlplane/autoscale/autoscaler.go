@@ -17,6 +17,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -62,7 +63,7 @@ type Autoscaler struct {
 
 // New returns an autoscaler; reg receives its metrics (nil skips them).
 func New(ctl *controller.Controller, nodes controller.NodeLister, log *slog.Logger, reg prometheus.Registerer) *Autoscaler {
-	a := &Autoscaler{ctl: ctl, nodes: nodes, log: log, http: &http.Client{Timeout: time.Second},
+	a := &Autoscaler{ctl: ctl, nodes: nodes, log: log, http: &http.Client{Timeout: time.Second, CheckRedirect: httpserver.NoRedirects},
 		policies: map[string]*Policy{}, history: map[string][]wire.Load{}, load: map[string]BackendLoad{}, routes: map[string]BackendLoad{},
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "servemesh_backend_in_flight_requests",
 			Help: "Requests in flight to the backend, summed over every node's Envoy."}, []string{"backend"}),

@@ -407,6 +407,38 @@ func TestCommandsNeedAuthority(t *testing.T) {
 	}
 }
 
+// TestEnvValuesAreNoOracle: a write token applying (or dry-running) a spec
+// whose environment matched the stored one was accepted, and one that did
+// not was refused, so it could confirm a guessed secret (issue 34). Now any
+// value it writes is refused alike; the placeholder it reads keeps the
+// stored value.
+func TestEnvValuesAreNoOracle(t *testing.T) {
+	write := context.Background()
+	exec := MayRunCommands(write)
+	c, _ := newLeader(t, store.NewMemory())
+	spec := func(v string) *model.Spec {
+		return &model.Spec{Backends: []model.BackendSpec{{Name: "p", Process: &model.ProcessSpec{Command: "/srv/model", Env: map[string]string{"API_KEY": v}}}}}
+	}
+	if changes, err := c.Apply(exec, spec("s3cret"), false); err != nil || len(changes) == 0 {
+		t.Fatalf("the exec token's apply: %v, %v", changes, err)
+	}
+	for _, dry := range []bool{true, false} {
+		for _, guess := range []string{"s3cret", "wrong"} {
+			_, err := c.Apply(write, spec(guess), dry)
+			mustKind(t, err, Forbidden, "env API_KEY")
+		}
+		if changes, err := c.Apply(write, spec(model.RedactedEnv), dry); err != nil || len(changes) != 0 {
+			t.Fatalf("writing back the placeholder (dry %v): %v, %v; want no change", dry, changes, err)
+		}
+	}
+	if changes, err := c.Apply(exec, spec(model.RedactedEnv), false); err != nil || len(changes) != 0 {
+		t.Fatalf("the placeholder from an exec token: %v, %v; want the stored value kept", changes, err)
+	}
+	if b, _ := c.GetBackend("p"); b.Process.Env["API_KEY"] != "s3cret" {
+		t.Fatalf("the stored value became %q", b.Process.Env["API_KEY"])
+	}
+}
+
 // TestReplicaAddressesOnTheNodeNeedTheOperator: a write token could point a
 // public route at Envoy's admin, Consul or the metadata service through a
 // static replica; such addresses need the operator's --allow-replica-cidr,

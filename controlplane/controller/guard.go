@@ -65,9 +65,7 @@ func checkAddresses(policy model.AddressPolicy, current, next *model.Model) erro
 // whole specs, never hashes, and runs under the write lock, against the
 // state the change is applied to.
 func checkCommands(ctx context.Context, current, next *model.Model) error {
-	if mayRunCommands(ctx) {
-		return nil
-	}
+	exec := mayRunCommands(ctx)
 	held := make(map[string]*model.ProcessSpec, len(current.Backends))
 	for _, b := range current.Backends {
 		held[b.Name] = b.Process
@@ -76,10 +74,41 @@ func checkCommands(ctx context.Context, current, next *model.Model) error {
 		if b.Process == nil {
 			continue
 		}
-		if cur := held[b.Name]; cur != nil && reflect.DeepEqual(*cur, *b.Process) {
+		if err := unredact(b.Name, b.Process, held[b.Name], exec); err != nil {
+			return err
+		}
+		if cur := held[b.Name]; exec || (cur != nil && reflect.DeepEqual(*cur, *b.Process)) {
 			continue
 		}
 		return errorf(Forbidden, "backend %q: creating or changing its command (command, args, env or health path) runs code on servemesh's nodes, which needs a token with the exec scope (--token-file); a write token may change everything else", b.Name)
+	}
+	return nil
+}
+
+// unredact gives next the stored values where it has the placeholder
+// model.RedactedEnv (what a caller without the exec scope reads), so a
+// spec read and written back is unchanged. Without exec, any other value
+// is refused, whether or not it is the stored one: answering otherwise
+// would tell the caller a guessed secret was right.
+func unredact(backend string, next, stored *model.ProcessSpec, exec bool) error {
+	for k, v := range next.Env {
+		old, ok := "", false
+		if stored != nil {
+			old, ok = stored.Env[k]
+		}
+		if v != model.RedactedEnv {
+			if exec {
+				continue
+			}
+			ok = false
+		}
+		if !ok && exec {
+			return errorf(Invalid, "backend %q: env %s: %q keeps a stored value, and the backend stores none; give the value", backend, k, model.RedactedEnv)
+		}
+		if !ok {
+			return errorf(Forbidden, "backend %q: env %s: setting an environment value needs a token with the exec scope (--token-file); a write token may only write back %q, which keeps the stored value", backend, k, model.RedactedEnv)
+		}
+		next.Env[k] = old
 	}
 	return nil
 }

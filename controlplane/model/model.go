@@ -382,6 +382,11 @@ const (
 	HealthUnknown Health = "unknown"
 )
 
+// RedactedEnv stands for an environment value to callers that may not
+// read it (without the exec scope); written back, it keeps the stored
+// value.
+const RedactedEnv = "<redacted: reading it needs the exec scope>"
+
 // Replica is one serving instance of a backend.
 type Replica struct {
 	// Address is the replica's IP and port, such as "127.0.0.1:9001", or a

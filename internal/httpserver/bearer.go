@@ -50,3 +50,12 @@ func IsLoopback(addr string) bool {
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
 }
+
+// NoRedirects is a CheckRedirect for http.Client that follows no redirect:
+// the 3xx is the answer. servemesh's clients each talk to one address (a
+// replica's probe, scrape and reconfigure, the controller reading a node's
+// load, the CLI's API calls); following a redirect would send them, and the
+// token or config they carry, wherever the answer names (a replica
+// pointing its agent at the node's Consul, a node pointing the controller
+// at an internal address).
+func NoRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
