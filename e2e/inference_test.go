@@ -356,6 +356,10 @@ func postModel(client *http.Client, url, body string, header ...string) (status 
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := client.Do(req)
@@ -466,8 +470,9 @@ func checkChiSquare(t *testing.T, counts map[string]int, shares map[string]float
 }
 
 // shedding: one replica that runs 2 requests at a time (max 2 in flight,
-// each 200 ms) gets 12 clients of an endpoint whose requests are
-// sheddable unless they say otherwise, and one client that says critical:
+// each 200 ms) gets 12 public clients of an endpoint whose requests are
+// sheddable (one of them saying critical, which the public listener
+// ignores), and one client inside the mesh that says critical:
 // every critical request succeeds (waiting at the replica's node), the
 // sheddable ones beyond the replica's room get 429 with Retry-After.
 func shedding(t *testing.T, mesh *twoNodeMesh) {
@@ -492,6 +497,7 @@ func shedding(t *testing.T, mesh *twoNodeMesh) {
 	waitReplicasAnswer(t, "the replica of gen", url, 1, 5)
 	type outcome struct {
 		critical   bool
+		forger     bool
 		status     int
 		retryAfter string
 		text       string
@@ -501,19 +507,26 @@ func shedding(t *testing.T, mesh *twoNodeMesh) {
 	var wg sync.WaitGroup
 	end := time.Now().Add(4 * time.Second)
 	for i := range 13 {
-		critical := i == 0
+		// Client 0 is critical, calling from inside the mesh (as a
+		// replica would, through the node's mesh listener); client 1 says
+		// critical from outside, which the public listener ignores (issue
+		// 34: any public client could say so and never be shed).
+		critical, forger := i == 0, i == 1
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			client := &http.Client{Timeout: 30 * time.Second}
 			for time.Now().Before(end) {
-				var h []string
-				if critical {
+				to, h := url, []string(nil)
+				if critical || forger {
 					h = []string{model.CriticalityHeader, string(model.Critical)}
 				}
-				status, _, _, text, header := postModel(client, url, `{"model": "gen"}`, h...)
+				if critical {
+					to, h = "http://"+mesh.n1.mesh+"/", append(h, "Host", "gen")
+				}
+				status, _, _, text, header := postModel(client, to, `{"model": "gen"}`, h...)
 				mu.Lock()
-				outcomes = append(outcomes, outcome{critical: critical, status: status, retryAfter: header.Get("Retry-After"), text: text})
+				outcomes = append(outcomes, outcome{critical: critical, forger: forger, status: status, retryAfter: header.Get("Retry-After"), text: text})
 				mu.Unlock()
 				if status == http.StatusTooManyRequests {
 					time.Sleep(50 * time.Millisecond) // a polite client backs off
@@ -526,6 +539,9 @@ func shedding(t *testing.T, mesh *twoNodeMesh) {
 	for _, o := range outcomes {
 		kind := map[bool]string{true: "critical", false: "sheddable"}[o.critical]
 		count[fmt.Sprintf("%s %d", kind, o.status)]++
+		if o.forger {
+			count[fmt.Sprintf("forger %d", o.status)]++
+		}
 		switch {
 		case o.critical && o.status != http.StatusOK:
 			t.Errorf("a critical request got %d: %s", o.status, o.text)
@@ -538,5 +554,8 @@ func shedding(t *testing.T, mesh *twoNodeMesh) {
 	t.Logf("outcomes: %v", count)
 	if count["critical 200"] == 0 || count["sheddable 429"] == 0 || count["sheddable 200"] == 0 {
 		t.Errorf("outcomes %v: want critical requests served, and sheddable ones both served and shed", count)
+	}
+	if count["forger 429"] == 0 {
+		t.Errorf("outcomes %v: the public client that says critical was never shed; want it shed like the other sheddable ones", count)
 	}
 }

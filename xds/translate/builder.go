@@ -236,7 +236,7 @@ func buildEndpoint(e model.Endpoint, prev *endpointParts) (*endpointParts, error
 	}
 	p.meshClusters = RouteClusters(mesh)
 	if !e.Headless() {
-		if p.public, err = encodeRoutes(endpointRoutes(e, pathMatch(e.Route))); err != nil {
+		if p.public, err = encodeRoutes(endpointRoutes(e, pathMatch(e.Route), public)); err != nil {
 			return nil, err
 		}
 		p.publicHash = hashBytes(p.public)

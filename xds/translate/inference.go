@@ -208,7 +208,7 @@ func readModel(field string) *jsonmeta.JsonToMetadata {
 // modelRoutes are e's routes of one group of methods (named name, retried
 // on retry): one per model, each splitting and mirroring by that model's
 // policies once the request's model is read.
-func modelRoutes(e model.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher, name, retry string) []*route.Route {
+func modelRoutes(e model.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher, name, retry string, from caller) []*route.Route {
 	r := e.ModelRouting
 	var routes []*route.Route
 	for _, m := range model.SortedKeys(r.Models) {
@@ -218,7 +218,7 @@ func modelRoutes(e model.Endpoint, match func() *route.RouteMatch, methods *rout
 			&matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: m}}}})}
 		split := e
 		split.Traffic, split.Shadows = r.Models[m].Traffic, r.Models[m].Shadows
-		routes = append(routes, forwardingRoute(name+"/model/"+m, matched, split, retry))
+		routes = append(routes, forwardingRoute(name+"/model/"+m, matched, split, retry, from))
 	}
 	return routes
 }
@@ -268,15 +268,21 @@ func modelMatcher(key string, value *matcher.ValueMatcher) *matcher.MetadataMatc
 		Value: value}
 }
 
-// criticalityHeader marks the requests of a sheddable endpoint that do not
-// say what they are.
-func criticalityHeader(e model.Endpoint) []*core.HeaderValueOption {
-	if e.EffectiveCriticality() == model.Critical {
+// criticalityHeader marks an endpoint's requests with their criticality.
+// From the mesh listener (the node's replicas: the operator's code) a
+// request may say what it is, and one that says nothing is the endpoint's;
+// from the public listener a request is always the endpoint's, whatever it
+// says: any client could otherwise call itself critical and never be shed.
+func criticalityHeader(e model.Endpoint, from caller) []*core.HeaderValueOption {
+	action := core.HeaderValueOption_ADD_IF_ABSENT
+	if from == public {
+		action = core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+	} else if e.EffectiveCriticality() == model.Critical {
 		return nil // a request that says nothing is critical
 	}
 	return []*core.HeaderValueOption{{
 		Header:       &core.HeaderValue{Key: model.CriticalityHeader, Value: string(e.EffectiveCriticality())},
-		AppendAction: core.HeaderValueOption_ADD_IF_ABSENT,
+		AppendAction: action,
 	}}
 }
 

@@ -63,7 +63,7 @@ func BuildRoutes(m *model.Model) ([]*route.RouteConfiguration, []*route.ScopedRo
 	sortByRoute(routed, func(e model.Endpoint) string { return e.Route })
 	var publicRoutes []*route.Route
 	for _, e := range routed {
-		publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route))...)
+		publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route), public)...)
 	}
 	routes := []*route.RouteConfiguration{publicRoutesConfig(publicRoutes)}
 	scopes := make([]*route.ScopedRouteConfiguration, 0, len(m.Endpoints))
@@ -121,7 +121,7 @@ func virtualHost(name string, routes []*route.Route) *route.VirtualHost {
 // it already) and the scope whose key is the endpoint's name.
 func meshRoutes(e model.Endpoint) (*route.RouteConfiguration, *route.ScopedRouteConfiguration) {
 	name := wire.MeshRouteName(e.Name)
-	rc := &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{virtualHost(e.Name, endpointRoutes(e, pathMatch("/")))}}
+	rc := &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{virtualHost(e.Name, endpointRoutes(e, pathMatch("/"), mesh))}}
 	scope := &route.ScopedRouteConfiguration{
 		Name:                   name,
 		RouteConfigurationName: name,
@@ -143,10 +143,19 @@ func pathMatch(path string) func() *route.RouteMatch {
 	}
 }
 
+// caller says which listener a route table is for: the public one, where
+// anyone connects, or the mesh one, where the node's replicas do.
+type caller bool
+
+const (
+	public caller = true
+	mesh   caller = false
+)
+
 // endpointRoutes returns the routes that forward an endpoint's allowed
 // methods (idempotent ones first, retried even after a reset; then the
 // rest), then the one that answers every other method with 405.
-func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.Route {
+func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch, from caller) []*route.Route {
 	methods := e.AllowedMethods()
 	var idempotent, other []string
 	for _, m := range methods {
@@ -169,7 +178,7 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 			name += group.suffix
 		}
 		if e.ModelRouting != nil {
-			routes = append(routes, modelRoutes(e, match, methodMatcher(group.methods), name, group.retry)...)
+			routes = append(routes, modelRoutes(e, match, methodMatcher(group.methods), name, group.retry, from)...)
 			continue
 		}
 		// The endpoint's match rules first, in order, each to its backend;
@@ -179,11 +188,11 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 			m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods), ruleMatcher(rule)}
 			ruled := e
 			ruled.Traffic, ruled.Sticky = map[string]float64{rule.Backend: 1}, nil
-			routes = append(routes, forwardingRoute(fmt.Sprintf("%s/match-%d", name, i), m, ruled, group.retry))
+			routes = append(routes, forwardingRoute(fmt.Sprintf("%s/match-%d", name, i), m, ruled, group.retry, from))
 		}
 		m := match()
 		m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods)}
-		routes = append(routes, forwardingRoute(name, m, e, group.retry))
+		routes = append(routes, forwardingRoute(name, m, e, group.retry, from))
 	}
 	if e.ModelRouting != nil {
 		routes = append(routes, modelAnswers(e, match, methodMatcher(methods))...)
@@ -208,9 +217,9 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch) []*route.R
 // forwardingRoute forwards the requests m matches by e's traffic policy.
 // Every forwarding route of an endpoint counts into its route stats:
 // vhost.<vhost>.route.<endpoint>.upstream_rq_*.
-func forwardingRoute(name string, m *route.RouteMatch, e model.Endpoint, retry string) *route.Route {
+func forwardingRoute(name string, m *route.RouteMatch, e model.Endpoint, retry string, from caller) *route.Route {
 	return &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
-		Action: &route.Route_Route{Route: routeAction(e, retry)}, RequestHeadersToAdd: criticalityHeader(e)}
+		Action: &route.Route_Route{Route: routeAction(e, retry)}, RequestHeadersToAdd: criticalityHeader(e, from)}
 }
 
 // ruleMatcher matches a request's header, or its cookie, as rule says.
