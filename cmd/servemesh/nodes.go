@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/controlplane/model"
 )
 
 func newNodeCommand() *cobra.Command {
@@ -57,7 +58,43 @@ func newNodeCommand() *cobra.Command {
 			},
 		})
 	}
-	return nounCommand("node", "list nodes, and take them out for maintenance (cordon, drain) and back (uncordon)", &f, verbs...)
+	verbs = append(verbs, newNodePolicyCommand(&f))
+	return nounCommand("node", "list nodes, set what the operator grants them (policy), and take them out for maintenance (cordon, drain) and back (uncordon)", &f, verbs...)
+}
+
+// newNodePolicyCommand sets or clears a node's policy.
+func newNodePolicyCommand(f *clientFlags) *cobra.Command {
+	var p model.NodePolicy
+	var resources []string
+	var clear bool
+	c := &cobra.Command{
+		Use:               "policy NODE",
+		ValidArgsFunction: completeName(f, nodeNames),
+		Short:             "grant a node at most these CPUs, memory, resources and commands, whatever its agent claims (or --clear); needs the exec scope",
+		Args:              names(1, "one node id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			if clear {
+				changed, err := c.SetNodePolicy(cmd.Context(), args[0], nil)
+				return report(cmd, "node", args[0], changed, err, "policy cleared: taken at its agent's word", "has no policy")
+			}
+			if p.Resources, err = parseResources(resources); err != nil {
+				return err
+			}
+			changed, err := c.SetNodePolicy(cmd.Context(), args[0], &p)
+			return report(cmd, "node", args[0], changed, err, "policy set", "has this policy already")
+		},
+	}
+	fs := c.Flags()
+	fs.Float64Var(&p.CPUs, "cpus", 0, "the most CPUs the node's replicas may take")
+	fs.IntVar(&p.MemoryMB, "memory-mb", 0, "the most MiB of memory the node's replicas may take")
+	fs.StringArrayVar(&resources, "resource", nil, "the most of a named resource, as NAME=COUNT (gpu=2); repeat for each")
+	fs.StringArrayVar(&p.AllowedCommands, "allow-command", nil, "a command (or pattern) the node may run as replicas, if its agent allows it too; repeat for each")
+	fs.BoolVar(&clear, "clear", false, "clear the node's policy")
+	return c
 }
 
 // nodeNames lists the nodes, for completion.
@@ -69,7 +106,7 @@ func nodeNames(ctx context.Context, c *api.Client) ([]string, error) {
 // printNodes renders the node list.
 func printNodes(out io.Writer, nodes []api.NodeReport) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tREPLICAS\tDRAINING\tCPUS\tMEMORY MB\tVERSION")
+	fmt.Fprintln(tw, "NODE\tSTATE\tREPLICAS\tDRAINING\tCPUS\tMEMORY MB\tPOLICY\tVERSION")
 	for _, n := range nodes {
 		state := "ready"
 		switch {
@@ -81,7 +118,11 @@ func printNodes(out io.Writer, nodes []api.NodeReport) error {
 		if !n.Registered {
 			state += ", not registered"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%g\t%d\t%s (protocol %d)\n", n.Name, state, n.Replicas, n.Draining, n.CPUs, n.MemoryMB, orNone(n.Version), n.Protocol)
+		policy := "none: self-reported"
+		if p := n.Policy; p != nil {
+			policy = fmt.Sprintf("cpus %g, memory %d MB, %d commands", p.CPUs, p.MemoryMB, len(p.AllowedCommands))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%g\t%d\t%s\t%s (protocol %d)\n", n.Name, state, n.Replicas, n.Draining, n.CPUs, n.MemoryMB, policy, orNone(n.Version), n.Protocol)
 	}
 	return tw.Flush()
 }

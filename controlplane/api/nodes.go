@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
+	"github.com/servemesh/servemesh/controlplane/model"
 )
 
 // NodeReport is one node as GET /v1/nodes lists it.
@@ -24,6 +25,9 @@ const (
 // one.
 const NodesPath = "/v1/nodes"
 
+// NodePolicyPath is where node's policy is set (PUT) or cleared (DELETE).
+func NodePolicyPath(node string) string { return NodesPath + "/" + esc(node) + "/policy" }
+
 // NodeActionPath is where action is taken on node.
 func NodeActionPath(node string, action NodeAction) string {
 	return NodesPath + "/" + esc(node) + "/" + esc(string(action))
@@ -37,6 +41,29 @@ func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
 func (s *server) actOnNode(w http.ResponseWriter, r *http.Request) {
 	changed, err := s.c.SetNodeMaintenance(r.Context(), r.PathValue("name"), controller.NodeAction(r.PathValue("action")))
 	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+func (s *server) setNodePolicy(w http.ResponseWriter, r *http.Request) {
+	var p model.NodePolicy
+	if !decode(w, r, &p) {
+		return
+	}
+	changed, err := s.c.SetNodePolicy(r.Context(), r.PathValue("name"), &p)
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+func (s *server) clearNodePolicy(w http.ResponseWriter, r *http.Request) {
+	changed, err := s.c.SetNodePolicy(r.Context(), r.PathValue("name"), nil)
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
+// SetNodePolicy sets what the operator grants node; nil clears it.
+func (c *Client) SetNodePolicy(ctx context.Context, node string, p *model.NodePolicy) (bool, error) {
+	var out Changed
+	if p == nil {
+		return out.Changed, c.do(ctx, http.MethodDelete, NodePolicyPath(node), nil, &out)
+	}
+	return out.Changed, c.do(ctx, http.MethodPut, NodePolicyPath(node), p, &out)
 }
 
 // Nodes lists the registered nodes and those under maintenance.

@@ -32,6 +32,9 @@ type NodeReport struct {
 	MemoryMB int     `json:"memory_mb,omitempty"`
 	Version  string  `json:"version,omitempty"`
 	Protocol int     `json:"protocol,omitempty"`
+	// Policy is what the operator grants the node, if anything; CPUs and
+	// MemoryMB above are its agent's claim.
+	Policy *model.NodePolicy `json:"policy,omitempty"`
 }
 
 // Nodes lists the registered nodes and those the state names, by name.
@@ -45,7 +48,7 @@ func (c *Controller) Nodes(ctx context.Context) ([]NodeReport, error) {
 	report := func(name string) *NodeReport {
 		if byName[name] == nil {
 			spec, _ := m.NodeSpecOf(name)
-			byName[name] = &NodeReport{Name: name, Cordoned: spec.Cordoned, Drained: spec.Drained}
+			byName[name] = &NodeReport{Name: name, Cordoned: spec.Cordoned, Drained: spec.Drained, Policy: spec.Policy}
 		}
 		return byName[name]
 	}
@@ -119,6 +122,25 @@ func (c *Controller) SetNodeMaintenance(ctx context.Context, node string, action
 				}
 			}
 		}
+		return nil
+	})
+}
+
+// SetNodePolicy sets what the operator grants node (nil: clears it, so the
+// node is taken at its agent's word). A policy decides which commands run
+// where, so it needs the exec scope. Replicas already placed stay; drain the
+// node to move those its new policy does not allow.
+func (c *Controller) SetNodePolicy(ctx context.Context, node string, policy *model.NodePolicy) (bool, error) {
+	if !mayRunCommands(ctx) {
+		return false, errorf(Forbidden, "node %q: a node policy decides which commands run where, which needs a token with the exec scope (--token-file)", node)
+	}
+	return c.mutate(ctx, "node_policy", func(m *model.Model) error {
+		spec, _ := m.NodeSpecOf(node)
+		spec.Policy = policy
+		if err := model.ValidateNode(spec); err != nil {
+			return &Error{Kind: Invalid, Msg: "refused", Err: err}
+		}
+		m.SetNodeSpec(spec)
 		return nil
 	})
 }

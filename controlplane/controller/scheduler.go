@@ -98,7 +98,7 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time, ready
 			return errorf(Conflict, "cannot place %d replicas of backend %q: no node is connected (no agent's registration passes in Consul); start an agent on a node (servemesh agent), or check that its heartbeat reaches Consul",
 				need, b.Name)
 		}
-		nodes, err := allowing(nodes, b.Process.Command)
+		nodes, err := allowing(m, bounded(m, nodes), b.Process.Command)
 		if err != nil {
 			return err
 		}
@@ -186,22 +186,45 @@ func offering(nodes []wire.NodeInfo, b *model.Backend) error {
 	return nil
 }
 
-// allowing returns the nodes whose agents may run command, or an error
-// naming the command and the nodes when none may.
-func allowing(nodes []wire.NodeInfo, command string) ([]wire.NodeInfo, error) {
+// bounded is nodes as the operator's node policies in m bound them (see
+// model.NodePolicy): each figure the smaller of the agent's claim and the
+// policy's, and only the commands both allow.
+func bounded(m *model.Model, nodes []wire.NodeInfo) []wire.NodeInfo {
+	out := make([]wire.NodeInfo, 0, len(nodes))
+	for _, n := range nodes {
+		if spec, _ := m.NodeSpecOf(n.ID); spec.Policy != nil {
+			n = spec.Policy.Bound(n)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// allowing returns the nodes whose agents, and whose policies in m, allow
+// command, or an error naming the command and the nodes when none do.
+func allowing(m *model.Model, nodes []wire.NodeInfo, command string) ([]wire.NodeInfo, error) {
 	var out []wire.NodeInfo
-	var ids []string
+	var ids, refusing []string
 	for _, n := range nodes {
 		ids = append(ids, n.ID)
-		if n.Allows(command) {
+		spec, _ := m.NodeSpecOf(n.ID)
+		switch {
+		case !n.Allows(command):
+		case spec.Policy != nil && !spec.Policy.Allows(command):
+			refusing = append(refusing, n.ID)
+		default:
 			out = append(out, n)
 		}
 	}
-	if len(out) == 0 && len(nodes) > 0 {
-		return nil, errorf(Conflict, "no node allows command %q (nodes: %s); start their agents with --allow-command %q (or a pattern that matches it)",
-			command, strings.Join(ids, ", "), command)
+	switch {
+	case len(out) > 0 || len(nodes) == 0:
+		return out, nil
+	case len(refusing) > 0:
+		return nil, errorf(Conflict, "no node allows command %q: the agents of %s do, and their node policies do not; add it with servemesh node policy NODE --allow-command %q",
+			command, strings.Join(refusing, ", "), command)
 	}
-	return out, nil
+	return nil, errorf(Conflict, "no node allows command %q (nodes: %s); start their agents with --allow-command %q (or a pattern that matches it)",
+		command, strings.Join(ids, ", "), command)
 }
 
 func better(n wire.NodeInfo, u *usage, best wire.NodeInfo, bu *usage, backend string) bool {

@@ -372,6 +372,51 @@ func TestOnlyNodesThatAllowACommandRunIt(t *testing.T) {
 	}
 }
 
+// TestANodesPolicyBoundsItsClaim: a compromised node claimed 64 CPUs and
+// every command, and attracted every backend's replicas (issue 34). With
+// the operator's policy, the scheduler takes the smaller of each figure
+// and runs only commands both allow; setting one needs the exec scope.
+func TestANodesPolicyBoundsItsClaim(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{
+		{ID: "greedy", CPUs: 64, MemoryMB: 1 << 20, Resources: map[string]int{"gpu": 8}, AllowedCommands: []string{"/*", "/*/*", "/*/*/*"}},
+		{ID: "honest", CPUs: 4, MemoryMB: 4000, AllowedCommands: []string{"/bin/replica"}},
+	}}
+	c, _ := newScheduling(t, nodes)
+	exec := MayRunCommands(context.Background())
+	policy := &model.NodePolicy{CPUs: 1, MemoryMB: 1000, AllowedCommands: []string{"/bin/replica"}}
+	if _, err := c.SetNodePolicy(context.Background(), "greedy", policy); err == nil {
+		t.Fatal("a write token set a node policy")
+	}
+	changed, err := c.SetNodePolicy(exec, "greedy", policy)
+	mustChange(t, changed, err)
+	changed, err = c.CreateBackend(exec, model.BackendSpecOf(processBackend("b", 4, 1)))
+	mustChange(t, changed, err)
+	m, _ := c.State()
+	if got := perNode(m.Backends[0], model.Running); got["greedy"] != 1 || got["honest"] != 3 {
+		t.Fatalf("placements %v; want 1 on greedy (its policy's one CPU), 3 on honest", got)
+	}
+	other := processBackend("py", 1, 0.1)
+	other.Process.Command = "/usr/bin/python3"
+	_, err = c.CreateBackend(exec, model.BackendSpecOf(other))
+	mustKind(t, err, Conflict, "node policies do not")
+	gpu := processBackend("gpu", 1, 0.1)
+	gpu.Config.Resources = map[string]int{"gpu": 1}
+	_, err = c.CreateBackend(exec, model.BackendSpecOf(gpu))
+	mustKind(t, err, Conflict, "gpu")
+	if _, err := c.SetNodePolicy(exec, "greedy", &model.NodePolicy{CPUs: -1}); err == nil {
+		t.Fatal("a policy of -1 CPUs was taken")
+	}
+	reports, err := c.Nodes(context.Background())
+	if err != nil || reports[0].Policy == nil || reports[0].Policy.CPUs != 1 {
+		t.Fatalf("node list: %+v, %v; want greedy's policy shown", reports, err)
+	}
+	changed, err = c.SetNodePolicy(exec, "greedy", nil)
+	mustChange(t, changed, err)
+	if m, _ := c.State(); len(m.Nodes) != 0 {
+		t.Fatalf("a cleared policy left %+v", m.Nodes)
+	}
+}
+
 // TestScaleDownDrainsNotReadyReplicasFirst: right after a scale-up, a
 // scale-down drains the replica still starting, not one that serves.
 func TestScaleDownDrainsNotReadyReplicasFirst(t *testing.T) {

@@ -644,6 +644,13 @@ func Clone(m *Model) *Model {
 		out.Endpoints = append(out.Endpoints, CloneEndpoint(e))
 	}
 	out.Nodes = slices.Clone(m.Nodes)
+	for i, n := range out.Nodes {
+		if n.Policy != nil {
+			p := *n.Policy
+			p.Resources, p.AllowedCommands = maps.Clone(p.Resources), slices.Clone(p.AllowedCommands)
+			out.Nodes[i].Policy = &p
+		}
+	}
 	return out
 }
 

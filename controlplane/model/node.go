@@ -2,14 +2,19 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
-// NodeSpec is what the desired state says of a node: its maintenance, the
-// operator's to set (servemesh node cordon|uncordon|drain). What a node
-// offers is its agent's to say (wire.NodeInfo). A node the state names
-// no NodeSpec for is schedulable.
+// NodeSpec is what the desired state says of a node: its maintenance and
+// its policy, the operator's to set (servemesh node
+// cordon|uncordon|drain|policy). What a node offers is its agent's to say
+// (wire.NodeInfo), bounded by its policy. A node the state names no
+// NodeSpec for is schedulable on its agent's word, unless the controller
+// requires a policy (--require-node-policy).
 type NodeSpec struct {
 	Name string `json:"name"`
 	// Cordoned nodes get no new replicas; those they run stay.
@@ -20,6 +25,60 @@ type NodeSpec struct {
 	Drained bool `json:"drained,omitempty"`
 	// Since is when it was cordoned or drained (Unix seconds).
 	Since int64 `json:"since,omitempty"`
+	// Policy, if set, is what the operator grants the node: the scheduler
+	// takes the smaller of it and what the node's agent claims, and runs a
+	// command there only if both allow it. A compromised node could claim
+	// any capacity and every command to attract every backend's replicas.
+	Policy *NodePolicy `json:"policy,omitempty"`
+}
+
+// NodePolicy is what the operator grants a node. Each figure is an upper
+// bound (0: none); a command runs only if one of AllowedCommands matches
+// it (none: no command).
+type NodePolicy struct {
+	CPUs            float64        `json:"cpus,omitempty"`
+	MemoryMB        int            `json:"memory_mb,omitempty"`
+	Resources       map[string]int `json:"resources,omitempty"`
+	AllowedCommands []string       `json:"allowed_commands,omitempty"`
+}
+
+// Bound is what n offers under the policy: the smaller of each figure,
+// and only the commands both allow (see Allows).
+func (p NodePolicy) Bound(n wire.NodeInfo) wire.NodeInfo {
+	n.CPUs = min(n.CPUs, p.CPUs)
+	n.MemoryMB = min(n.MemoryMB, p.MemoryMB)
+	resources := map[string]int{}
+	for name, count := range n.Resources {
+		if granted := min(count, p.Resources[name]); granted > 0 {
+			resources[name] = granted
+		}
+	}
+	n.Resources = resources
+	return n
+}
+
+// Allows reports whether the policy lets its node run command.
+func (p NodePolicy) Allows(command string) bool {
+	return wire.NodeInfo{AllowedCommands: p.AllowedCommands}.Allows(command)
+}
+
+// checkPolicy says what is wrong with a node's policy.
+func checkPolicy(node string, p NodePolicy) error {
+	switch {
+	case math.IsNaN(p.CPUs) || p.CPUs < 0 || p.CPUs > MaxCPUs:
+		return fmt.Errorf("node %q: policy.cpus %v: want 0 to %v", node, p.CPUs, MaxCPUs)
+	case p.MemoryMB < 0 || p.MemoryMB > MaxMemoryMB:
+		return fmt.Errorf("node %q: policy.memory_mb %d: want 0 to %d", node, p.MemoryMB, MaxMemoryMB)
+	}
+	for name, count := range p.Resources {
+		if err := wire.CheckResource(name, count); err != nil {
+			return fmt.Errorf("node %q: policy.resources: %w", node, err)
+		}
+	}
+	if err := wire.CheckAllowedCommands(p.AllowedCommands); err != nil {
+		return fmt.Errorf("node %q: policy.allowed_commands: %w", node, err)
+	}
+	return nil
 }
 
 // nodeNamePattern is what a node id may be: a host name's characters.
@@ -32,6 +91,9 @@ func ValidateNode(n NodeSpec) error {
 	}
 	if n.Drained && !n.Cordoned {
 		return fmt.Errorf("node %q: drained but not cordoned; a drained node is cordoned too", n.Name)
+	}
+	if n.Policy != nil {
+		return checkPolicy(n.Name, *n.Policy)
 	}
 	return nil
 }
@@ -59,10 +121,10 @@ func (m *Model) Drained(node string) bool {
 }
 
 // SetNodeSpec sets node's NodeSpec in m, sorted by name; one that is
-// neither cordoned nor drained is removed (the default).
+// neither cordoned nor drained and has no policy is removed (the default).
 func (m *Model) SetNodeSpec(n NodeSpec) {
 	m.Nodes = slices.DeleteFunc(m.Nodes, func(o NodeSpec) bool { return o.Name == n.Name })
-	if n.Cordoned || n.Drained {
+	if n.Cordoned || n.Drained || n.Policy != nil {
 		m.Nodes = append(m.Nodes, n)
 		slices.SortFunc(m.Nodes, func(a, b NodeSpec) int {
 			switch {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sort"
 
 	"github.com/servemesh/servemesh/controlplane/model"
@@ -89,7 +90,7 @@ func Diff(from, to *model.Model) Change {
 	c.PutEndpoints, c.DeleteEndpoints = diffByName(from.Endpoints, to.Endpoints,
 		func(e model.Endpoint) string { return e.Name }, model.EndpointsEqual)
 	c.PutNodes, c.DeleteNodes = diffByName(from.Nodes, to.Nodes,
-		func(n model.NodeSpec) string { return n.Name }, func(a, b model.NodeSpec) bool { return a == b })
+		func(n model.NodeSpec) string { return n.Name }, func(a, b model.NodeSpec) bool { return reflect.DeepEqual(a, b) })
 	return c
 }
 
