@@ -113,8 +113,12 @@ func pollPeriod(m *model.Model) time.Duration {
 // labels.
 func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 	known := make(map[string]bool, len(m.Backends))
+	placedOn := map[string]string{} // replica tag: its node
 	for _, b := range m.Backends {
 		known[b.Name] = true
+		for _, p := range b.Placements {
+			placedOn[p.Tag] = p.Node
+		}
 	}
 	nodes, err := a.nodes(ctx)
 	if err != nil {
@@ -133,7 +137,9 @@ func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
 		}
 		seen[n.ID] = true
 		for tag, version := range l.Configs {
-			configs[tag] = version
+			if placedOn[tag] == n.ID { // a node speaks only for its own replicas
+				configs[tag] = version
+			}
 		}
 		base := a.remember(n.ID, l)
 		for backend, bl := range l.Backends {

@@ -60,6 +60,29 @@ func TestPollKeepsOnlyKnownBackendsAndBoundsAnswers(t *testing.T) {
 	}
 }
 
+// TestANodeSpeaksOnlyForItsReplicas: a node's load report named the
+// user_config versions of any replica, and status showed them (issue 34):
+// a compromised node could say another node's replica runs a config it
+// does not. Now a node's versions count only for the replicas placed on it.
+func TestANodeSpeaksOnlyForItsReplicas(t *testing.T) {
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(wire.Load{Node: "n1", At: time.Now(), Configs: map[string]string{"b#000001": "v1", "b#000002": "forged"}})
+	}))
+	defer agent.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	nodes := func(context.Context) ([]wire.NodeInfo, error) {
+		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
+	}
+	a := New(ctl, nodes, log, prometheus.NewRegistry())
+	m := &model.Model{Backends: []model.Backend{{Name: "b", Placements: []model.Placement{
+		{Tag: "b#000001", Node: "n1", State: model.Running}, {Tag: "b#000002", Node: "n2", State: model.Running}}}}}
+	a.poll(context.Background(), m)
+	if got := a.ConfigVersions(); len(got) != 1 || got["b#000001"] != "v1" {
+		t.Fatalf("config versions %v; want only n1's own replica's", got)
+	}
+}
+
 // TestPollSendsTheAgentToken: an agent whose status listener asks for a
 // token gets it; without it, its load is not read.
 func TestPollSendsTheAgentToken(t *testing.T) {
