@@ -20,9 +20,11 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
-// Activator holds the requests a node's Envoy has for a backend while none
-// of the backend's replicas can take them: it is just created, its only
-// replica restarts, or it is scaled to zero. Envoy sends it a backend's
+// Activator holds the requests a node's Envoy has for a process backend
+// while none of the backend's replicas can take them: it is just created,
+// its only replica restarts, or it is scaled to zero. (A static or
+// external backend with no healthy replica is answered 503 at once: none
+// of its replicas is servemesh's to start.) Envoy sends it a backend's
 // requests only then (the translation lists it after the replicas, see
 // xds/translate's activator.go), naming the backend in wire.BackendHeader.
 // It holds each request until the node's Envoy has a ready replica of the
@@ -84,6 +86,7 @@ type ActivatorOptions struct {
 const (
 	HeldReleased = "released" // a replica became ready: Envoy sent it there
 	HeldTimeout  = "timeout"  // none was ready within hold_timeout_s
+	HeldNotOurs  = "not_ours" // a static or external backend: answered 503 at once
 	HeldFull     = "full"     // max_held requests were held already
 	HeldGone     = "gone"     // the client went away first
 )
@@ -200,6 +203,14 @@ func (a *Activator) handler(inbound bool) http.Handler {
 		b, ok := a.backend(name)
 		if !ok {
 			http.Error(w, fmt.Sprintf("servemesh: no backend %q to hold the request for", name), http.StatusServiceUnavailable)
+			return
+		}
+		if b.Process == nil && a.desired != nil {
+			// Static or external: no replica of it is servemesh's to start,
+			// so holding would only delay the answer by hold_timeout_s.
+			a.outcomes.WithLabelValues(name, HeldNotOurs).Inc()
+			http.Error(w, fmt.Sprintf("servemesh: backend %q has no healthy replica, and its replicas are not servemesh's to start (static or external); see `servemesh status` for why", name),
+				http.StatusServiceUnavailable)
 			return
 		}
 		cluster := wire.ClusterName(name)

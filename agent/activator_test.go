@@ -87,15 +87,25 @@ func held(t *testing.T, c *http.Client, backend string) (int, bool, string) {
 }
 
 func TestActivatorHoldsUntilAReplicaIsReady(t *testing.T) {
+	run := &model.ProcessSpec{Command: "/srv/model"}
 	m := &model.Model{Backends: []model.Backend{
-		{Name: "model", Config: model.BackendConfig{HoldTimeoutS: 5}},
-		{Name: "brief", Config: model.BackendConfig{HoldTimeoutS: 0.2}},
-		{Name: "small", Config: model.BackendConfig{HoldTimeoutS: 5, MaxHeld: 2}},
-		{Name: "here", Placements: []model.Placement{{Tag: "here#1", Node: "n1", State: model.Running}}},
-		{Name: "elsewhere", Placements: []model.Placement{{Tag: "elsewhere#1", Node: "n2", State: model.Running}}},
+		{Name: "model", Process: run, Config: model.BackendConfig{HoldTimeoutS: 5}},
+		{Name: "brief", Process: run, Config: model.BackendConfig{HoldTimeoutS: 0.2}},
+		{Name: "small", Process: run, Config: model.BackendConfig{HoldTimeoutS: 5, MaxHeld: 2}},
+		{Name: "here", Process: run, Placements: []model.Placement{{Tag: "here#1", Node: "n1", State: model.Running}}},
+		{Name: "elsewhere", Process: run, Placements: []model.Placement{{Tag: "elsewhere#1", Node: "n2", State: model.Running}}},
+		{Name: "static", Config: model.BackendConfig{HoldTimeoutS: 5}},
 	}}
 	var healthy atomic.Int64
 	a, backends, inbound := startActivator(t, m, &healthy)
+
+	t.Run("a static or external backend is answered 503 at once: no replica of it is servemesh's to start", func(t *testing.T) {
+		start := time.Now()
+		status, retried, body := held(t, backends, "static")
+		if status != http.StatusServiceUnavailable || retried || !strings.Contains(body, "not servemesh's to start") || time.Since(start) > time.Second {
+			t.Fatalf("answer %d (retried %v) %q after %v; want a 503 saying why, at once", status, retried, body, time.Since(start))
+		}
+	})
 
 	t.Run("held until Envoy has a ready replica, then sent back to be retried there", func(t *testing.T) {
 		start := time.Now()

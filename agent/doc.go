@@ -22,9 +22,10 @@
 //     SIGTERM, then SIGKILL, and is deregistered.
 //   - It keeps the node's and its backends' certificates fresh for the node's
 //     Envoy (Secrets, from Consul's service-mesh CA).
-//   - Its Activator holds the requests the node's Envoy has for a backend
-//     with no ready replica (just created, restarting, scaled to zero) until
-//     one is ready, within the backend's hold_timeout_s and max_held.
+//   - Its Activator holds the requests the node's Envoy has for a process
+//     backend with no ready replica (just created, restarting, scaled to
+//     zero) until one is ready, within the backend's hold_timeout_s and
+//     max_held.
 //   - Its Picker picks which of the node's replicas of a load-aware backend
 //     takes each request the node's inbound listener gets (ext_proc on a
 //     unix socket in the Envoy's folder; PickerServer), counts each
@@ -32,6 +33,11 @@
 //     sheddable requests when every replica there is saturated, and adds
 //     the node's load report to each answer.
 //   - The servemesh binary's agent command also supervises the node's Envoy.
+//
+// Each backend's replicas run as a user and group of their own from a
+// range (users.go), so one backend's cannot read another's environment or
+// files, and take their user_config only with a secret their agent passes
+// them (reconfigure.go).
 //
 // Replicas outlive their agent (adopt.go): an agent that stops, crashes or
 // is upgraded leaves them serving and registered, and its next incarnation

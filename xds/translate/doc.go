@@ -34,6 +34,9 @@
 //     listener, the node's picker (ext_proc) and the override_host policy
 //     that follows it.
 //   - accesslog.go: the JSON access log of every HTTP listener.
+//   - limits.go: what one client may make a listener hold (buffers, HTTP/2
+//     streams and windows, header timeouts); the node's overload manager
+//     is the bootstrap's.
 //   - builder.go: Builder, the same translation done again at every change
 //     for only what changed: a backend's clusters and assignments depend on
 //     the backend alone and an endpoint's routes on the endpoint alone, so
