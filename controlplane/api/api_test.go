@@ -357,6 +357,16 @@ func TestTokenlessAPIRefusesBrowsers(t *testing.T) {
 			if status, _ := rawWith(t, "GET", srv.URL+"/v1/backends", "", "", http.Header{"Origin": {"http://evil.example"}}); status != http.StatusForbidden {
 				t.Errorf("a read from a page: HTTP %d, want 403", status)
 			}
+			// Another page on this machine (another port) is refused; the
+			// API's own console, of its origin, is not (issue 34: its split
+			// form could never work without tokens).
+			other := "http://127.0.0.1:1" + strings.TrimPrefix(srv.URL, "http://127.0.0.1:")
+			if status, _ := rawWith(t, "GET", srv.URL+"/v1/backends", "", "", http.Header{"Origin": {other}}); status != http.StatusForbidden {
+				t.Errorf("a read from a page on another port: HTTP %d, want 403", status)
+			}
+			if status, body := rawWith(t, "GET", srv.URL+"/v1/backends", "", "", http.Header{"Origin": {srv.URL}}); status != http.StatusOK {
+				t.Errorf("a read from the API's own origin (its console): HTTP %d %s, want 200", status, body)
+			}
 		}
 		if _, err := c.GetBackend("p"); err == nil {
 			t.Errorf("tokens=%d: a refused request created the process backend", len(tokens))

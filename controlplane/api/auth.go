@@ -129,8 +129,12 @@ func (t Tokens) Authenticate(next http.Handler) http.Handler {
 // request with an Origin header (a page's fetch or form, CSRF), or one that
 // reached a loopback address naming another host (DNS rebinding), is
 // refused.
+//
+// A page of the API's own origin (its console, which only this API serves
+// there) is not refused: its Origin names the loopback host and port the
+// request reached, which no other page's does.
 func fromABrowser(r *http.Request) string {
-	if o := r.Header.Get("Origin"); o != "" {
+	if o := r.Header.Get("Origin"); o != "" && !sameLoopbackOrigin(o, r) {
 		return fmt.Sprintf("a request with an Origin header (%q) comes from a web page, and this API has no token; call it from a client such as the servemesh CLI, or give the controller tokens (--token-file)", o)
 	}
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
@@ -141,6 +145,16 @@ func fromABrowser(r *http.Request) string {
 		return fmt.Sprintf("this API listens on loopback without a token and answers only to a loopback host (localhost, 127.0.0.1, [::1]), not %q (DNS rebinding); use a loopback address", r.Host)
 	}
 	return ""
+}
+
+// sameLoopbackOrigin reports whether origin is the API's own: http or
+// https to the loopback host and port r reached.
+func sameLoopbackOrigin(origin string, r *http.Request) bool {
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return origin == scheme+r.Host && (httpserver.IsLoopback(r.Host) || httpserver.IsLoopback(r.Host+":0"))
 }
 
 // withScope records scope in ctx, and with the exec scope the authority to
