@@ -271,7 +271,10 @@ func (m *rolloutMesh) headerLoad(header, value string) *load {
 					return
 				case <-time.After(20 * time.Millisecond):
 				}
-				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+n.public+"/gen", nil)
+				// From inside the mesh, as a tester's or a replica's call: a
+				// header stage ignores public clients (issue 34).
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+n.mesh+"/gen", nil)
+				req.Host = "gen"
 				req.Header.Set(header, value)
 				l.sent.Add(1)
 				resp, err := client.Do(req)

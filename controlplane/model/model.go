@@ -468,6 +468,11 @@ type RequestMatch struct {
 	Prefix  string `json:"prefix,omitempty"`
 	Regex   string `json:"regex,omitempty"`
 	Backend string `json:"backend"`
+	// MeshOnly applies the rule only to requests from inside the mesh
+	// (replicas, through their node's mesh listener); a public client's
+	// request goes by the split whatever it carries. A rollout's header
+	// stage is mesh-only, so no public client decides its verdict.
+	MeshOnly bool `json:"mesh_only,omitempty"`
 }
 
 // RetryPolicy is what an endpoint retries on another replica, besides the

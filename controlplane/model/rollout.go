@@ -263,7 +263,7 @@ func ApplyRollout(e *Endpoint) {
 		}
 		e.Shadows[c] = s.Share
 	case StageHeader:
-		e.Match = append([]RequestMatch{{Header: s.Header, Exact: s.Value, Backend: c}}, e.Match...)
+		e.Match = append([]RequestMatch{{Header: s.Header, Exact: s.Value, Backend: c, MeshOnly: true}}, e.Match...)
 	case StageTraffic:
 		e.Traffic = map[string]float64{c: s.Share}
 		if s.Share < 1 {

@@ -184,6 +184,9 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch, from calle
 		// The endpoint's match rules first, in order, each to its backend;
 		// then the weighted split.
 		for i, rule := range e.Match {
+			if rule.MeshOnly && from == public {
+				continue
+			}
 			m := match()
 			m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods), ruleMatcher(rule)}
 			ruled := e
