@@ -142,8 +142,15 @@ func (a *Agent) adopt(ctx context.Context, rec replicaRecord) (*replica, error) 
 	switch {
 	case rec.Host != a.listenHost:
 		return nil, fmt.Errorf("it listens on %s, and this agent's replicas listen on %s", rec.Host, a.listenHost)
+	case rec.UID != uid && (rec.UID == 0 || rec.UID == os.Geteuid()) && uid != os.Geteuid():
+		return nil, fmt.Errorf("it runs as user %d, privileged, and this agent's replicas run as %d", rec.UID, uid)
 	case rec.UID != uid:
-		return nil, fmt.Errorf("it runs as user %d, and this agent's replicas run as %d", rec.UID, uid)
+		// Another user than this agent gives the backend (an agent of
+		// another release or with other flags started it, as nobody, say):
+		// it serves on as that user, and its next start is as this
+		// agent's, so an upgrade restarts no replica.
+		a.log.Info("adopting a replica that runs as another user than this agent gives its backend; it keeps that user until it restarts",
+			"replica", rec.Tag, "uid", rec.UID, "backend_uid", uid)
 	}
 	if err := a.devices.claim(rec.Tag, rec.Devices); err != nil {
 		return nil, err
@@ -159,7 +166,7 @@ func (a *Agent) adopt(ctx context.Context, rec replicaRecord) (*replica, error) 
 		}
 	}
 	r := a.newReplica(rec.Backend, rec.Tag, rec.ProcessSpec, rec.GRPC, rec.Port)
-	r.adopted, r.specHash, r.devices = true, rec.Spec, rec.Devices
+	r.adopted, r.specHash, r.devices, r.uid = true, rec.Spec, rec.Devices, rec.UID
 	r.reconfigureToken = rec.ReconfigureToken
 	r.process.Store(&rec.Process)
 	r.restarts.Store(int64(rec.Restarts))

@@ -53,6 +53,7 @@ type replica struct {
 	devices          map[string][]int // its devices of each resource, by index; set by run
 	specHash         string           // model.SpecHash of what its process runs
 	reconfigureToken string           // what it takes user_config with (wire.ReconfigureTokenEnv)
+	uid              int              // the user its process runs as
 	// adopted replicas were started by an earlier agent; reconcile checks
 	// once that they run what their placement wants.
 	adopted  bool
@@ -323,6 +324,10 @@ func (r *replica) startProcess() (*proc.Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.uid = os.Geteuid()
+	if cred != nil {
+		r.uid = int(cred.Uid)
+	}
 	id := child.Identity()
 	r.process.Store(&id)
 	r.writeRecord()
@@ -335,11 +340,7 @@ func (r *replica) writeRecord() {
 	if id == nil {
 		return
 	}
-	uid, err := r.a.replicaUID(r.backend)
-	if err != nil {
-		r.log.Warn("the next agent will not adopt this replica", "err", err)
-		return
-	}
+	uid := r.uid
 	version, _ := r.a.configs.Load(r.tag)
 	config, _ := version.(string)
 	r.mu.Lock()

@@ -72,6 +72,11 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 	if err := l.adminFolder(); err != nil {
 		return Config{}, err
 	}
+	if !l.Bootstrap.Node.NoAccessLog {
+		if err := PrepareAccessLog(filepath.Join(l.WorkDir, wire.AccessLogFile)); err != nil {
+			return Config{}, err
+		}
+	}
 	yaml, err := bootstrap.YAML(l.Bootstrap)
 	if err != nil {
 		return Config{}, err

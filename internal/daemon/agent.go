@@ -137,11 +137,6 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	errs := make(chan error, 4)
 	wg.Go(func() { errs <- a.Run(runCtx) })
 	if !o.NoEnvoy {
-		if !o.Envoy.Bootstrap.Node.NoAccessLog {
-			if err := agent.PrepareAccessLog(filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)); err != nil {
-				return err
-			}
-		}
 		sup, err := o.Envoy.Supervise(runCtx)
 		if err != nil {
 			return err
