@@ -176,6 +176,25 @@ func TestContainment(t *testing.T) {
 		}
 	})
 
+	t.Run("no client of a route reconfigures its replicas", func(t *testing.T) {
+		// Issue 34: /-/reconfigure on the replica's serving port took any
+		// POST, and a route of "/" forwards every path: a public client
+		// rewrote the backend's user_config. Now the replica takes a config
+		// only with the secret its agent passed it.
+		expectCLI(t, writer, 0, "", "endpoint", "create", "everything", "--route", "/", "--methods", "GET,POST", "--backend", "m")
+		url := "http://" + nodes[0].public + "/-/reconfigure"
+		var status int
+		var text string
+		testutil.WaitFor(t, 15*time.Second, "the route of / to be served", func() bool {
+			status, _, _, text, _ = postModel(httpClient(), url, `{"delay_ms": 5000}`)
+			return status != http.StatusNotFound
+		})
+		if status != http.StatusForbidden || !strings.Contains(text, "agent may reconfigure") {
+			t.Fatalf("a public POST to /-/reconfigure: %d %q; want 403", status, text)
+		}
+		expectCLI(t, writer, 0, "", "endpoint", "delete", "everything")
+	})
+
 	t.Run("a client cannot make a node's Envoy hold unbounded connections", func(t *testing.T) {
 		// Issue 34: the public listener had no limits and no overload
 		// manager (200 idle connections took Envoy from 63 to 273 MiB). k2
