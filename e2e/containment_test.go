@@ -222,7 +222,7 @@ func heldConnections(t *testing.T, addr string, n int) int {
 		}
 	}()
 	for range n {
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(context.Background(), "tcp", addr)
 		if err != nil {
 			t.Fatalf("connection %d: %v", len(conns), err)
 		}

@@ -108,7 +108,7 @@ func CheckNodeID(id string) error {
 	case id == "":
 		return fmt.Errorf("the node id is empty")
 	case strings.ContainsAny(id, "/?#"):
-		return fmt.Errorf("node id %q has a /, ? or #; use letters, digits, - and .", id)
+		return fmt.Errorf("node id %q has a /, ? or #; use letters, digits, '-' and '.'", id)
 	case strings.HasSuffix(id, sidecarSuffix):
 		return fmt.Errorf("node id %q ends in %s, the second name of every Consul service identity; choose another id", id, sidecarSuffix)
 	}

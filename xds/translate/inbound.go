@@ -2,7 +2,7 @@ package translate
 
 import (
 	"fmt"
-	mutationv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	mutation "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	headermutation "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 
 	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
@@ -213,9 +213,9 @@ func inboundAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 // It sits just before the router, so answers pass it before the picker's
 // filter, which adds the node's report.
 func replicaReportScrub() (*hcm.HttpFilter, error) {
-	var remove []*mutationv3.HeaderMutation
+	var remove []*mutation.HeaderMutation
 	for _, h := range []string{wire.LoadReportHeader, wire.LoadReportBinHeader} {
-		remove = append(remove, &mutationv3.HeaderMutation{Action: &mutationv3.HeaderMutation_Remove{Remove: h}})
+		remove = append(remove, &mutation.HeaderMutation{Action: &mutation.HeaderMutation_Remove{Remove: h}})
 	}
 	cfg, err := anypb.New(&headermutation.HeaderMutation{Mutations: &headermutation.Mutations{
 		ResponseMutations: remove, ResponseTrailersMutations: remove,
