@@ -137,20 +137,27 @@ func listenEnvoySocket(ctx context.Context, dir, name string) (net.Listener, str
 	if err != nil {
 		return nil, "", fmt.Errorf("socket %s: %w", name, err)
 	}
+	if len(path) > unixPathMax {
+		return nil, "", fmt.Errorf("socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, len(path), unixPathMax)
+	}
 	private, err := os.MkdirTemp(filepath.Dir(path), ".s")
 	if err != nil {
 		return nil, "", fmt.Errorf("socket %s: %w", path, err)
 	}
 	defer func() { _ = os.RemoveAll(private) }()
-	bound := filepath.Join(private, name)
-	if n := max(len(path), len(bound)); n > unixPathMax {
-		return nil, "", fmt.Errorf("socket %s: the path is %d bytes, longer than a unix socket's %d; give the node's Envoy a shorter folder", path, n, unixPathMax)
+	folder, err := os.Open(private)
+	if err != nil {
+		return nil, "", fmt.Errorf("socket %s: %w", path, err)
 	}
-	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", bound)
+	defer func() { _ = folder.Close() }()
+	// Bound through the folder's descriptor, the path is short whatever
+	// the folder's own length.
+	l, err := (&net.ListenConfig{}).Listen(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", folder.Fd(), name))
 	if err != nil {
 		return nil, "", fmt.Errorf("socket %s: %w", path, err)
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false) // it is moved; a later agent replaces it
+	bound := filepath.Join(private, name)
 	if err := os.Chmod(bound, 0o600); err != nil {
 		_ = l.Close()
 		return nil, "", fmt.Errorf("socket %s: %w", path, err)

@@ -19,7 +19,11 @@ import (
 // servemesh registers and runs, following its registrations and health.
 func TestExternalBackend(t *testing.T) {
 	consul := startConsul(t)
-	ctl := startController(t, consul, "ctl", []string{"--plaintext"})
+	// The instance named by DNS below is localhost: names need the
+	// operator's leave, and localhost's addresses (127.0.0.1 and, on some
+	// hosts, ::1) theirs.
+	ctl := startController(t, consul, "ctl", []string{"--plaintext", "--allow-replica-name", "localhost",
+		"--allow-replica-cidr", "127.0.0.0/8", "--allow-replica-cidr", "::1/128"})
 	ctl.waitLeading(20 * time.Second)
 	n := startEnvoy(t, "ext-node", ctl.xdsAddr, bootstrap.ProtocolSotW)
 	legacy := startReplicas(t, "legacy", 2)
@@ -74,7 +78,8 @@ func TestExternalBackend(t *testing.T) {
 		return do(httpClient(), http.MethodGet, url, "").status == http.StatusServiceUnavailable
 	})
 
-	// An instance registered by DNS name is resolved by Envoy; one whose
+	// An instance registered by DNS name the operator allows is resolved
+	// by the controller, which gives Envoy its addresses; one whose
 	// address is unusable is left out alone and reported. Either used to
 	// make every later change go unpublished while status said in sync.
 	_, port, _ := strings.Cut(legacy.addrs[0], ":")

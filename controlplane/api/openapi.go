@@ -103,7 +103,7 @@ func operations() []operation {
 		{method: "PUT", path: NodesPath + "/{name}/policy", id: "setNodePolicy", summary: "Set what the operator grants a node: the scheduler takes the smaller of it and the agent's claim (exec scope)",
 			body: model.NodePolicy{}, ok: 200, okBody: Changed{}, errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.setNodePolicy }},
 		{method: "DELETE", path: NodesPath + "/{name}/policy", id: "clearNodePolicy", summary: "Clear a node's policy: it is taken at its agent's word (exec scope)",
-			ok: 200, okBody: Changed{}, errors: codes(authErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.clearNodePolicy }},
+			ok: 200, okBody: Changed{}, errors: codes(authErrors, []int{http.StatusBadRequest}, writeErrors), handle: func(s *server) http.HandlerFunc { return s.clearNodePolicy }},
 		{method: "POST", path: NodesPath + "/{name}/{action}", id: "actOnNode", summary: "Cordon, uncordon or drain a node", ok: 200, okBody: Changed{},
 			errors: codes(authErrors, []int{http.StatusBadRequest}, notFound, writeErrors), handle: func(s *server) http.HandlerFunc { return s.actOnNode }},
 		{method: "POST", path: "/v1/apply", id: "apply", summary: "Make the state the one given, in one change (dry_run: only say what would change)", body: model.Spec{}, yaml: true,

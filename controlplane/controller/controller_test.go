@@ -437,6 +437,14 @@ func TestEnvValuesAreNoOracle(t *testing.T) {
 	if b, _ := c.GetBackend("p"); b.Process.Env["API_KEY"] != "s3cret" {
 		t.Fatalf("the stored value became %q", b.Process.Env["API_KEY"])
 	}
+	// What the controller derives from the stored spec is no caller's
+	// claim: a write token's config change and a reconcile go through.
+	n := 7
+	changed, err := c.UpdateBackendConfig(write, "p", model.BackendConfigPatch{MaxConcurrentQueries: &n})
+	mustChange(t, changed, err)
+	if err := c.Reconcile(context.Background()); err != nil {
+		t.Fatalf("reconcile of a backend with an environment: %v", err)
+	}
 }
 
 // TestReplicaAddressesOnTheNodeNeedTheOperator: a write token could point a

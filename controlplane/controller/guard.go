@@ -25,6 +25,21 @@ func mayRunCommands(ctx context.Context) bool {
 	return ok
 }
 
+type writtenKey struct{}
+
+// specsWritten marks ctx as an operation whose process specs the caller
+// wrote (CreateBackend, Apply), so their environment values are the
+// caller's claims (see unredact); other operations derive the specs from
+// what is stored.
+func specsWritten(ctx context.Context) context.Context {
+	return context.WithValue(ctx, writtenKey{}, true)
+}
+
+func writtenByCaller(ctx context.Context) bool {
+	ok, _ := ctx.Value(writtenKey{}).(bool)
+	return ok
+}
+
 // guard checks what a change may do beyond what validation checks: it may
 // run new commands only with the caller's authority, and name only the
 // replica addresses the operator allows. It looks only at what the change
@@ -74,7 +89,7 @@ func checkCommands(ctx context.Context, current, next *model.Model) error {
 		if b.Process == nil {
 			continue
 		}
-		if err := unredact(b.Name, b.Process, held[b.Name], exec); err != nil {
+		if err := unredact(b.Name, b.Process, held[b.Name], exec || !writtenByCaller(ctx)); err != nil {
 			return err
 		}
 		if cur := held[b.Name]; exec || (cur != nil && reflect.DeepEqual(*cur, *b.Process)) {
@@ -87,26 +102,27 @@ func checkCommands(ctx context.Context, current, next *model.Model) error {
 
 // unredact gives next the stored values where it has the placeholder
 // model.RedactedEnv (what a caller without the exec scope reads), so a
-// spec read and written back is unchanged. Without exec, any other value
+// spec read and written back is unchanged. Unless trusted (the exec scope,
+// or a spec the controller derived from the stored one), any other value
 // is refused, whether or not it is the stored one: answering otherwise
 // would tell the caller a guessed secret was right.
-func unredact(backend string, next, stored *model.ProcessSpec, exec bool) error {
+func unredact(backend string, next, stored *model.ProcessSpec, trusted bool) error {
 	for k, v := range next.Env {
 		old, ok := "", false
 		if stored != nil {
 			old, ok = stored.Env[k]
 		}
 		if v != model.RedactedEnv {
-			if exec {
+			if trusted {
 				continue
 			}
 			ok = false
 		}
-		if !ok && exec {
+		if !ok && trusted {
 			return errorf(Invalid, "backend %q: env %s: %q keeps a stored value, and the backend stores none; give the value", backend, k, model.RedactedEnv)
 		}
 		if !ok {
-			return errorf(Forbidden, "backend %q: env %s: setting an environment value needs a token with the exec scope (--token-file); a write token may only write back %q, which keeps the stored value", backend, k, model.RedactedEnv)
+			return errorf(Forbidden, "backend %q: env %s: setting an environment value needs a token with the trusted scope (--token-file); a write token may only write back %q, which keeps the stored value", backend, k, model.RedactedEnv)
 		}
 		next.Env[k] = old
 	}

@@ -27,6 +27,7 @@ func findEndpoint(m *model.Model, name string) int {
 // A backend with a process gets Config.NumReplicas replicas placed on nodes;
 // if they do not all fit, nothing is created.
 func (c *Controller) CreateBackend(ctx context.Context, spec model.BackendSpec) (bool, error) {
+	ctx = specsWritten(ctx)
 	b := spec.Backend()
 	if as := b.Config.Autoscaling; as != nil && b.Config.NumReplicas == 0 {
 		b.Config.NumReplicas = as.MinReplicas // an autoscaled backend starts at its minimum
@@ -255,6 +256,7 @@ func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
 // replica count to the autoscaler, and rolls out a changed process spec
 // (the old replicas drain while new ones are placed).
 func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) ([]Change, error) {
+	ctx = specsWritten(ctx)
 	for i, e := range spec.Endpoints {
 		if err := model.CheckDeclared(fmt.Sprintf("endpoints[%d] (%q)", i, e.Name), e); err != nil {
 			return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}

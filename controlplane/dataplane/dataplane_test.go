@@ -372,4 +372,10 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 		view, dropped = View(m, nil, rules)
 		return len(view.Backends[0].Replicas) == 1 && len(dropped) == 1 && strings.Contains(dropped[0].Reason, "link-local")
 	})
+	// A name stored before names needed the operator's leave gets no
+	// traffic until it is given.
+	rules.Addresses.Names = nil
+	if view, dropped = View(m, nil, rules); len(view.Backends[0].Replicas) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, model.NameFlag) {
+		t.Fatalf("a name no longer allowed: replicas %+v, dropped %+v", view.Backends[0].Replicas, dropped)
+	}
 }

@@ -143,6 +143,10 @@ func resolveNames(b *model.Backend, names *Resolver, policy model.AddressPolicy,
 			continue
 		}
 		host, port, _ := net.SplitHostPort(rep.Address)
+		if err := policy.Check(rep.Address); err != nil { // a name stored before the operator's leave was needed
+			dropped = append(dropped, Dropped{Backend: b.Name, Instance: rep.Address, Reason: err.Error()})
+			continue
+		}
 		addrs, done, err := names.Addrs(host)
 		switch {
 		case !done:

@@ -61,10 +61,15 @@ func (p AddressPolicy) Check(addr string) error {
 		return CheckReplicaAddress(addr)
 	}
 	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return p.checkName(addr, host)
+	switch {
+	case err == nil:
+		return p.check(addr, ip)
+	case !validHostName(strings.ToLower(strings.TrimSuffix(host, "."))):
+		if err := CheckReplicaAddress(addr); err != nil {
+			return err
+		}
 	}
-	return p.check(addr, ip)
+	return p.checkName(addr, host)
 }
 
 // CheckIP says why a replica may not be at ip, or returns nil: the check of
