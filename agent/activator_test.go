@@ -222,7 +222,7 @@ func TestEnvoySocketsAppearOwnerOnly(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(dir, ".s*")); len(left) != 0 {
 		t.Fatalf("left behind: %v", left)
 	}
-	if conn, err := net.Dial("unix", path); err != nil {
+	if conn, err := (&net.Dialer{}).DialContext(context.Background(), "unix", path); err != nil {
 		t.Fatalf("connecting: %v", err)
 	} else {
 		_ = conn.Close()
