@@ -149,7 +149,8 @@ up() {
 	until_ok "a controller to lead" "$SERVEMESH" status
 
 	# 6. On each node: the agent (servemesh-agent.service); it runs the
-	#    node's Envoy and the replicas placed on it, as user nobody.
+	#    node's Envoy and the replicas placed on it, each backend's as a
+	#    user of its own (--replica-uids).
 	i=0
 	for n in "${nodes[@]}"; do
 		i=$((i + 1))
@@ -160,7 +161,15 @@ up() {
 			--allow-command "$SERVEMESH"
 	done
 
-	# 7. From anywhere with the API's CA and a token: a backend and an
+	# 7. What the operator grants each node: the scheduler takes no more,
+	#    whatever its agent claims.
+	i=0
+	for n in "${nodes[@]}"; do
+		i=$((i + 1))
+		"$SERVEMESH" node policy "n$i" --cpus 2 --memory-mb 2048 --allow-command "$SERVEMESH" >/dev/null
+	done
+
+	# 8. From anywhere with the API's CA and a token: a backend and an
 	#    endpoint, served by every node.
 	until_ok "the nodes to register" "$SERVEMESH" backend create hello --command "$SERVEMESH" \
 		--arg demo-replica --arg --backend --arg hello '--arg=--listen' '--arg=${HOST}:${PORT}' \
