@@ -13,8 +13,7 @@ import (
 // its policy, the operator's to set (servemesh node
 // cordon|uncordon|drain|policy). What a node offers is its agent's to say
 // (wire.NodeInfo), bounded by its policy. A node the state names no
-// NodeSpec for is schedulable on its agent's word, unless the controller
-// requires a policy (--require-node-policy).
+// NodeSpec for is schedulable on its agent's word.
 type NodeSpec struct {
 	Name string `json:"name"`
 	// Cordoned nodes get no new replicas; those they run stay.
@@ -42,8 +41,8 @@ type NodePolicy struct {
 	AllowedCommands []string       `json:"allowed_commands,omitempty"`
 }
 
-// Bound is what n offers under the policy: the smaller of each figure,
-// and only the commands both allow (see Allows).
+// Bound is what n offers under the policy: the smaller of each figure.
+// Which commands it may run is Allows's to say, with n's own.
 func (p NodePolicy) Bound(n wire.NodeInfo) wire.NodeInfo {
 	n.CPUs = min(n.CPUs, p.CPUs)
 	n.MemoryMB = min(n.MemoryMB, p.MemoryMB)
