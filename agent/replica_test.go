@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,24 +18,32 @@ import (
 )
 
 // TestReplicaLogsRotate: a replica that writes 5 MiB, a MiB at a time,
-// while its log is rotated as the run loop rotates it, leaves its current
-// log and two rotated ones, each about the cap (logs used to grow forever):
-// the cap is checked every logRotateEvery, so a log passes it by what its
-// process writes in between.
+// while its log is rotated between its writes as the run loop rotates it,
+// leaves its current log and two rotated ones, none past what it wrote
+// between two checks (logs used to grow forever). The replica waits for
+// each check before its next write (a marker file each way), so how busy
+// the machine is does not decide how much lands between two checks.
 func TestReplicaLogsRotate(t *testing.T) {
 	a := testAgent(t)
+	gate := t.TempDir()
+	script := `for i in 1 2 3 4 5; do head -c 1048576 /dev/zero; touch "$0/wrote.$i"; ` +
+		`while [ ! -e "$0/go.$i" ]; do sleep 0.01; done; done`
 	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
-		spec:   model.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", "for i in 1 2 3 4 5; do head -c 1048576 /dev/zero; sleep 0.2; done"}},
+		spec:   model.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", script, gate}},
 		output: replicaLog{path: filepath.Join(a.workDir, "b-000001.log"), maxBytes: 1 << 19, backups: 2}}
 	child, err := r.startProcess()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for !child.Exited() {
+	t.Cleanup(func() { _ = child.Kill() })
+	for i := 1; i <= 5; i++ {
+		waitForFile(t, filepath.Join(gate, "wrote."+strconv.Itoa(i)))
 		if err := r.output.rotate(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		if err := os.WriteFile(filepath.Join(gate, "go."+strconv.Itoa(i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := child.Wait(); err != nil {
 		t.Fatal(err)
@@ -49,8 +58,26 @@ func TestReplicaLogsRotate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if info.Size() > 1<<20 {
-			t.Errorf("%s is %d bytes; rotated at half a MiB, it may pass that by one write of a MiB at most", f, info.Size())
+			t.Errorf("%s is %d bytes; rotated at half a MiB after each write of a MiB, it holds one write at most", f, info.Size())
 		}
+	}
+	if info, err := os.Stat(r.output.path); err != nil || info.Size() != 0 {
+		t.Errorf("the log after its last rotation: %v, %v; want it truncated to nothing", info, err)
+	}
+}
+
+// waitForFile waits up to 30 s for path to exist.
+func waitForFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear in 30 s", path)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
