@@ -77,6 +77,10 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 1, "max_concurrent_queries: is 4294967296; set a number from 1 to 10000", "backend", "update", "v2", "--max-concurrent-queries", "4294967296")
 	expectCLI(t, env, 1, "not a valid name", "backend", "create", "bad/name")
 	expectCLI(t, env, 1, "is not an IP:port or host:port address", "backend", "create", "v9", "--replica", "local_host:1")
+	// A mesh without mTLS has no picker in front of its replicas: load_aware
+	// was accepted there and did nothing; it is refused, naming the fix.
+	expectCLI(t, env, 1, `backend "llm" config.load_aware: this mesh runs without mTLS`, "backend", "create", "llm", "--command", "/bin/sleep", "--num-replicas", "1", "--load-aware")
+	expectCLI(t, env, 1, "404", "backend", "get", "llm") // nothing stored
 
 	// Endpoints, traffic, shadows.
 	expectCLI(t, env, 0, "endpoint api created", "endpoint", "create", "api", "--route", "/api", "--backend", "v1")

@@ -46,6 +46,9 @@ type Options struct {
 	Healthy func(backend string) map[string]bool
 	// Addresses are the static replica addresses users may name.
 	Addresses model.AddressPolicy
+	// Plaintext is set when the mesh runs without mTLS: what only the
+	// mTLS data plane serves (load_aware) is refused.
+	Plaintext bool
 	// Now is the clock placements and drains are timed by; time.Now when
 	// nil (tests pass their own).
 	Now func() time.Time
@@ -65,6 +68,7 @@ type Controller struct {
 	listNodes    NodeLister
 	healthy      func(backend string) map[string]bool
 	addresses    model.AddressPolicy
+	plaintext    bool
 	drainGrace   time.Duration
 	replaceAfter time.Duration
 	missingSince map[string]time.Time // node -> first seen gone; under mu
@@ -105,7 +109,7 @@ func New(o Options) *Controller {
 	c := &Controller{
 		log: o.Logger, store: o.Store, publish: o.Publish, crashP: o.CrashAfterCheckpoint,
 		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &model.Model{},
-		listNodes: o.Nodes, healthy: o.Healthy, addresses: o.Addresses, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
+		listNodes: o.Nodes, healthy: o.Healthy, addresses: o.Addresses, plaintext: o.Plaintext, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
 		now: o.Now,
 	}
 	if c.now == nil {

@@ -506,3 +506,54 @@ func TestDeleteNamesEveryUse(t *testing.T) {
 	_, err := c.DeleteBackend(ctx, "v1")
 	mustKind(t, err, Conflict, `backend "v1" is in the traffic of endpoints "a", "b", "d" (remove it there), and shadows endpoint "c" (set those shadows to 0) before deleting it`)
 }
+
+// TestPlaintextMeshRefusesLoadAware: a mesh without mTLS has no picker in
+// front of its replicas, so load_aware would be accepted and do nothing
+// (it was); such a controller refuses it on every path, naming the field
+// and the fix, stores nothing, and a backend stored with it before leads
+// on, its setting reported as not served.
+func TestPlaintextMeshRefusesLoadAware(t *testing.T) {
+	ctx := MayRunCommands(context.Background())
+	st := store.NewMemory()
+	plain := func() *Controller {
+		c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil }, Plaintext: true})
+		if err := c.Lead(ctx, "self:1"); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := plain()
+	aware := model.BackendSpec{Name: "llm", Process: &model.ProcessSpec{Command: "/srv/model"}, Config: model.BackendConfig{LoadAware: &model.LoadAware{}}}
+	_, err := c.CreateBackend(ctx, aware)
+	mustKind(t, err, Invalid, `backend "llm" config.load_aware`)
+	mustKind(t, err, Invalid, "without --plaintext")
+	for _, dry := range []bool{true, false} {
+		_, err = c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{aware}}, dry)
+		mustKind(t, err, Invalid, "config.load_aware")
+	}
+	plainSpec := aware
+	plainSpec.Config = model.BackendConfig{}
+	changed, err := c.CreateBackend(ctx, plainSpec)
+	mustChange(t, changed, err)
+	_, err = c.UpdateBackendConfig(ctx, "llm", model.BackendConfigPatch{LoadAware: &model.LoadAwarePatch{}})
+	mustKind(t, err, Invalid, "config.load_aware")
+	if m, _ := c.State(); m.Backends[0].Config.LoadAware != nil {
+		t.Fatalf("a refused patch stored %+v", m.Backends[0].Config)
+	}
+	if u := c.UnservedSettings(); len(u) != 0 {
+		t.Fatalf("unserved settings %q with none stored", u)
+	}
+	// Stored by a controller with mTLS, the setting stays and is reported.
+	mtls, _ := newLeader(t, st)
+	_, err = mtls.UpdateBackendConfig(ctx, "llm", model.BackendConfigPatch{LoadAware: &model.LoadAwarePatch{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = plain()
+	n := 4
+	changed, err = c.UpdateBackendConfig(ctx, "llm", model.BackendConfigPatch{MaxConcurrentQueries: &n})
+	mustChange(t, changed, err)
+	if u := c.UnservedSettings(); len(u) != 1 || !strings.Contains(u[0], "backend llm config.load_aware is not served") {
+		t.Fatalf("unserved settings %q; want llm's load_aware", u)
+	}
+}

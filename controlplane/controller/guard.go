@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -49,8 +50,36 @@ func (c *Controller) guard(ctx context.Context, current, next *model.Model) erro
 	if err := checkCommands(ctx, current, next); err != nil {
 		return err
 	}
+	if c.plaintext {
+		if err := checkPlaintext(current, next); err != nil {
+			return err
+		}
+	}
 	return checkAddresses(c.addresses, current, next)
 }
+
+// checkPlaintext refuses, in a mesh without mTLS, a load_aware setting new
+// to its backend: a backend's replicas are picked by load by the picker on
+// each replica's node, behind the node's inbound listener, which only a
+// mesh with mTLS has; without it every caller calls the replicas directly
+// and the setting would do nothing. A backend stored with it before this
+// check keeps its setting (and status says it is not served).
+func checkPlaintext(current, next *model.Model) error {
+	had := make(map[string]bool, len(current.Backends))
+	for _, b := range current.Backends {
+		had[b.Name] = b.Config.LoadAware != nil
+	}
+	for _, b := range next.Backends {
+		if b.Config.LoadAware != nil && !had[b.Name] {
+			return &Error{Kind: Invalid, Msg: fmt.Sprintf("refused: backend %q config.load_aware", b.Name), Err: ErrLoadAwarePlaintext}
+		}
+	}
+	return nil
+}
+
+// ErrLoadAwarePlaintext is why a mesh without mTLS refuses load_aware.
+var ErrLoadAwarePlaintext = errors.New("this mesh runs without mTLS (the controller's --plaintext), where no node's picker stands in front of its replicas, " +
+	"so picking replicas by load cannot be served; remove load_aware, or run the controller and agents with mTLS (without --plaintext)")
 
 // checkAddresses refuses a static replica address that is new to its
 // backend and that policy refuses.
@@ -127,4 +156,20 @@ func unredact(backend string, next, stored *model.ProcessSpec, trusted bool) err
 		next.Env[k] = old
 	}
 	return nil
+}
+
+// UnservedSettings are the adopted state's settings this mesh does not
+// serve, one sentence each: in a mesh without mTLS, load_aware stored
+// before it was refused there.
+func (c *Controller) UnservedSettings() []string {
+	if !c.plaintext {
+		return nil
+	}
+	var out []string
+	for _, b := range c.adopted.Load().model.Backends {
+		if b.Config.LoadAware != nil {
+			out = append(out, fmt.Sprintf("backend %s config.load_aware is not served: %v", b.Name, ErrLoadAwarePlaintext))
+		}
+	}
+	return out
 }

@@ -198,6 +198,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		Publish: publisher.Publish, Registerer: plane.Registry, CrashAfterCheckpoint: o.CrashAfterCheckpoint,
 		Nodes: nodes, DrainGrace: o.DrainGrace, ReplaceAfter: o.ReplaceAfter, Healthy: func(backend string) map[string]bool { return watcher.PassingTags(wire.BackendService(backend)) },
 		Addresses: o.Addresses,
+		Plaintext: o.Plaintext,
 	})
 	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)
 	scaler.AgentToken = o.AgentToken
@@ -244,6 +245,7 @@ func problems(ctl *controller.Controller, publisher *dataplane.Publisher) []stri
 	if err := publisher.Err(); err != nil {
 		out = append(out, err.Error())
 	}
+	out = append(out, ctl.UnservedSettings()...)
 	placing := ctl.PlacementProblems()
 	for _, backend := range slices.Sorted(maps.Keys(placing)) {
 		out = append(out, api.PlacementProblemPrefix(backend)+placing[backend]+" (servemesh keeps trying)")
