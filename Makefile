@@ -93,38 +93,38 @@ release: ## build the release into dist/: servemesh-VERSION-linux-amd64 and -arm
 	cp deploy/systemd/*.service docs/upgrading.md dist/
 	cd dist && sha256sum servemesh-* > SHA256SUMS && cat SHA256SUMS
 
-test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering included), unit tests, and e2e with the real Envoy and Consul
-	go vet ./...
+test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering included), unit tests, and e2e with the real Envoy and Consul (build tag e2e)
+	go vet -tags e2e ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
 	$(LINT) run ./...
-	go test -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
+	go test -tags e2e -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT) API_FUZZTIME=0
 
 chaos: tools ## run the chaos e2e test for CHAOS (default 3m; make test runs it for 20s)
-	SERVEMESH_CHAOS=$(CHAOS) go test -count=1 -v -run '^TestChaos$$' -timeout 30m ./e2e/
+	SERVEMESH_CHAOS=$(CHAOS) go test -tags e2e -count=1 -v -run '^TestChaos$$' -timeout 30m ./e2e/
 
 fuzz: ## run every fuzz target for FUZZTIME (default 2m each; make test runs 5000 executions of each), then Schemathesis against a live controller for API_FUZZTIME seconds
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz: $$fn in $$pkg for $(FUZZTIME)"; \
 	  go test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 	@set -o pipefail; if [ "$(API_FUZZTIME)" != "0" ]; then $(MAKE) --no-print-directory tools; echo "fuzz: Schemathesis against a live controller for $(API_FUZZTIME) s"; \
-	  SERVEMESH_API_FUZZ_TIME=$(API_FUZZTIME) go test -count=1 -v -run '^TestAPIFuzz$$' -timeout 30m ./e2e/ | tail -25; fi
+	  SERVEMESH_API_FUZZ_TIME=$(API_FUZZTIME) go test -tags e2e -count=1 -v -run '^TestAPIFuzz$$' -timeout 30m ./e2e/ | tail -25; fi
 
 race: tools ## run every test with the race detector, the e2e daemons built with -race too
-	go test -race -count=1 $$(go list ./... | grep -v /e2e)
-	SERVEMESH_E2E_RACE=1 go test -count=1 -timeout 30m $(GO_TEST_FLAGS) ./e2e/...
+	go test -race -count=1 ./...
+	SERVEMESH_E2E_RACE=1 go test -tags e2e -count=1 -timeout 30m $(GO_TEST_FLAGS) ./e2e/...
 
-unit: tools ## run the unit tests only (no Envoy; the store tests start a Consul dev agent)
-	go test $$(go list ./... | grep -v /e2e)
+unit: tools ## run the unit tests only (no Envoy; the store tests start a Consul dev agent): go test ./... is the same
+	go test ./...
 
 e2e: tools ## run the end-to-end tests only
-	go test -count=1 -timeout 30m -v $(GO_TEST_FLAGS) ./e2e/...
+	go test -tags e2e -count=1 -timeout 30m -v $(GO_TEST_FLAGS) ./e2e/...
 
 run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas
 	bin/servemesh demo-stack
 
 lint: $(LINT) ## run golangci-lint, go vet, gofmt and the layer and flow rules of docs/architecture.md
-	go vet ./...
+	go vet -tags e2e ./...
 	$(LINT) run ./...
 	go test -count=1 ./docs/
 
