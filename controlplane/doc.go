@@ -1,11 +1,13 @@
 // Package controlplane is servemesh's controller side: it owns the desired
 // state of the mesh (backends, endpoints, traffic and shadow policies,
 // replica placements), validates every change, checkpoints it, merges it
-// with the replicas' health and hands it to the xDS server. Its
-// sub-packages, with their steps in the flow of docs/architecture.md:
+// with the replicas' health and hands it to the xDS server. In the flow of
+// docs/architecture.md: steps 1 to 4 and 10 to 12. Its sub-packages, with
+// their steps:
 //
 //   - api (1): the HTTP/JSON API and its Go client; configfile (1): the
-//     declarative YAML file (`servemesh serve`, `servemesh apply -f`).
+//     declarative YAML file (`servemesh serve`, `servemesh apply -f`);
+//     gatewayapi (1): Gateway API HTTPRoutes read as endpoints.
 //   - model (2): the plain, serialisable desired state and its validation.
 //   - controller (2): every operation, under one write lock, checkpointed
 //     before it takes effect; replica placement and the reconcile loop.
@@ -17,4 +19,6 @@
 //   - catalog (10): the live nodes and the replicas' health from Consul's
 //     catalog, which dataplane merges.
 //   - autoscale (11): load from every node's Envoy, and Ray Serve's policy.
+//   - rollout (12): judging each endpoint's rollout stage from that load.
+//   - console (off the flow): the web console, a client of the API.
 package controlplane

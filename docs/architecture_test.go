@@ -204,14 +204,6 @@ func TestLayersRefuseWrongWayImports(t *testing.T) {
 	}
 }
 
-// dataPath are the packages the numbered flow must name: every package a
-// request or a change goes through.
-var dataPath = []string{
-	"controlplane/api", "controlplane/configfile", "controlplane/controller", "controlplane/model",
-	"controlplane/leader", "controlplane/store", "controlplane/dataplane", "controlplane/catalog",
-	"controlplane/autoscale", "xds/server", "xds/translate", "internal/connect", "envoy", "bootstrap", "agent",
-}
-
 var (
 	stepLine = regexp.MustCompile(`^(\d+)\. (.*)`)
 	// citation is a doc comment's "docs/architecture.md ... steps 2, 4 to 6
@@ -307,16 +299,31 @@ func TestFlow(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range dataPath {
-		if len(naming[p]) == 0 {
-			t.Errorf("%s is on the data path but no step of the flow names it", p)
+	off := offTheFlow(t, exists)
+	for _, p := range pkgs {
+		want, composite := naming[p.Path], false
+		if len(want) == 0 {
+			want, composite = subPackageSteps(p.Path, naming), true
 		}
-		got, ok := cited(docComment(exists[p].Dir))
+		if len(want) > 0 && off[p.Path] {
+			t.Errorf("%s is listed under \"Off the flow\" in docs/architecture.md, but the flow names it (or its sub-packages) in steps %v", p.Path, want)
+		}
+		if len(want) == 0 {
+			if !off[p.Path] {
+				t.Errorf("%s is neither named by a step of the flow nor listed under \"Off the flow\" in docs/architecture.md: add it to one", p.Path)
+			}
+			continue
+		}
+		got, ok := cited(docComment(p.Dir))
+		what := "the steps that name it"
+		if composite {
+			what = "the steps that name its sub-packages"
+		}
 		switch {
 		case !ok:
-			t.Errorf("%s/doc.go cites no step of the flow; say \"In the flow of docs/architecture.md: steps %v.\"", p, naming[p])
-		case !slices.Equal(got, naming[p]):
-			t.Errorf("%s/doc.go cites steps %v of docs/architecture.md, but the steps that name it are %v", p, got, naming[p])
+			t.Errorf("%s/doc.go cites no step of the flow; say \"In the flow of docs/architecture.md: steps %v.\"", p.Path, want)
+		case !slices.Equal(got, want):
+			t.Errorf("%s/doc.go cites steps %v of docs/architecture.md, but %s are %v", p.Path, got, what, want)
 		}
 	}
 	for _, p := range pkgs {
@@ -327,6 +334,48 @@ func TestFlow(t *testing.T) {
 			}
 		}
 	}
+}
+
+// subPackageSteps are the steps that name p's sub-packages, sorted: what
+// a composite package's doc cites.
+func subPackageSteps(p string, naming map[string][]int) []int {
+	var out []int
+	for q, steps := range naming {
+		if strings.HasPrefix(q, p+"/") {
+			for _, n := range steps {
+				if !slices.Contains(out, n) {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// offTheFlow are the packages the "Off the flow" section lists: those no
+// request or change goes through (helpers, tests, benchmarks, tools).
+func offTheFlow(t *testing.T, exists map[string]pkg) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, m := range backticked.FindAllStringSubmatch(section(t, readArchitecture(t), "Off the flow"), -1) {
+		if !packagePath.MatchString(m[1]) {
+			continue
+		}
+		if strings.HasSuffix(m[1], "/*") {
+			for q := range exists {
+				if matches(m[1], q) {
+					out[q] = true
+				}
+			}
+			continue
+		}
+		if _, ok := exists[m[1]]; !ok {
+			t.Errorf("\"Off the flow\" in docs/architecture.md lists `%s`, which is not a package of the module", m[1])
+		}
+		out[m[1]] = true
+	}
+	return out
 }
 
 func TestCited(t *testing.T) {

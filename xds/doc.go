@@ -1,26 +1,34 @@
 // Package xds is servemesh's data-plane side of the control plane: it turns
-// the accepted desired state into Envoy configuration and serves it.
+// the accepted view of the desired state into Envoy resources and serves
+// them. In the flow of docs/architecture.md: steps 5 and 6 (server also
+// runs step 7's caches and gRPC service).
 //
-// What steps 5 to 7 of the flow in docs/architecture.md do, in detail:
+// What happens to one change, as the code does it:
 //
-//   - A model (controlplane/model) is accepted: it passed Validate().
-//   - server.SetModel stores it as the last good model and wakes the
-//     publisher; a model that fails validation is refused there and the last
-//     good one stays.
-//   - The publisher coalesces bursts of changes (a short hold-off, capped),
-//     then calls translate.Shared once for routes, clusters and
-//     assignments (each backend's replicas, Envoy's endpoints), and translate.ForNode once per connected node
-//     (its listeners and, with mesh mTLS, its inbound listener and clusters).
-//   - Assignments go to a LinearCache, updating only the assignments whose
-//     content changed, so replica churn wakes only the streams that asked for
-//     those clusters.
-//   - Listeners, routes and clusters go into one full snapshot per node with a
-//     content hash per resource type as its version, checked with
-//     Consistent() (together with the assignments) before it is set.
-//   - go-control-plane's ADS server (state-of-the-world and delta) answers
-//     each node's streams from the two caches; callbacks learn each node's
-//     listener settings from its bootstrap metadata, record ACKs and detect
-//     NACKs, which are logged, counted and not re-sent.
+//  1. server.SetModel validates the view (model.Validate); a refused view
+//     is counted and the last good one keeps serving. An accepted one is
+//     the new generation and wakes the publisher.
+//  2. server.Run coalesces a burst of changes (a short hold-off, capped),
+//     then publish runs once.
+//  3. translate.Builder.Build rebuilds only the backends and endpoints that
+//     changed since the last build (clusters, assignments, routes and
+//     scopes, each versioned when it is built) and says which backends it
+//     rebuilt.
+//  4. server's sharedResources encode what was rebuilt once, and each
+//     node's snapshot (its own listeners, inbound listener and local
+//     clusters from translate's node builder, cut to what the node reaches:
+//     reach.go) is made only for nodes whose inputs changed.
+//  5. Assignments that changed go to go-control-plane's LinearCache first
+//     (so new clusters warm), then each node's snapshot of listeners,
+//     routes, scoped routes and clusters is set, per type, in a
+//     SnapshotCache of that type only when that type's version changed for
+//     the node; assignments removed go last.
+//  6. go-control-plane's ADS server (delta and state of the world) answers
+//     each stream from those caches; server's callbacks learn each node's
+//     listener settings from its bootstrap metadata (with mTLS, its id
+//     from its certificate), record ACKs and count NACKs.
 //
-// Sub-packages: translate (the pure functions) and server (the rest).
+// translate.Translate, Shared and ForNode are the reference translation
+// (all at once, no memory of the last build) that the incremental one is
+// tested against.
 package xds
