@@ -17,6 +17,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -172,34 +173,36 @@ func listenEnvoySocket(ctx context.Context, dir, name string) (net.Listener, str
 // Serve listens on the activator's sockets in dir (the folder the node's
 // Envoy runs in) and serves until ctx ends.
 func (a *Activator) Serve(ctx context.Context, dir string) error {
-	errs := make(chan error, 2)
-	for _, s := range []struct {
-		name    string
-		inbound bool
-	}{{wire.ActivatorSocket, false}, {wire.ActivatorInboundSocket, true}} {
-		l, _, err := listenEnvoySocket(ctx, dir, s.name)
+	var listeners []net.Listener
+	for _, name := range []string{wire.ActivatorSocket, wire.ActivatorInboundSocket} {
+		l, _, err := listenEnvoySocket(ctx, dir, name)
 		if err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
 			return fmt.Errorf("activator: %w", err)
 		}
-		srv := &http.Server{Handler: a.handler(s.inbound), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+		listeners = append(listeners, l)
+	}
+	g, _ := rungroup.New(ctx)
+	for i, l := range listeners {
+		srv := &http.Server{Handler: a.handler(i == 1), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
 		srv.Protocols.SetHTTP1(true)
 		srv.Protocols.SetUnencryptedHTTP2(true) // the clusters of HTTP/2 and gRPC backends speak it
-		go func() { errs <- srv.Serve(l) }()
-		go func() {
-			<-ctx.Done()
-			_ = srv.Close()
-		}()
+		g.Go(l.Addr().String(), func(ctx context.Context) error {
+			return rungroup.Serve(ctx, func() error {
+				if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+					return err
+				}
+				return nil
+			}, func() { _ = srv.Close() })
+		})
 	}
 	a.log.Info("activator serving: requests for a backend with no ready replica wait here", "dir", dir)
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errs:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
+	if err := g.Wait(); err != nil {
 		return fmt.Errorf("activator: %w", err)
 	}
+	return nil
 }
 
 // handler holds the requests of the backends' clusters, or with inbound,

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -65,12 +66,14 @@ func (s *PickerServer) Serve(ctx context.Context, dir string) error {
 	}
 	srv := grpc.NewServer()
 	extproc.RegisterExternalProcessorServer(srv, s)
-	go func() {
-		<-ctx.Done()
-		srv.Stop()
-	}()
 	s.log.Info("picker serving: the node's replicas of load-aware backends are picked here", "socket", path)
-	if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	err = rungroup.Serve(ctx, func() error {
+		if err := srv.Serve(l); !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	}, srv.Stop)
+	if err != nil {
 		return fmt.Errorf("picker: %w", err)
 	}
 	return nil

@@ -82,13 +82,13 @@ func New(ctl *controller.Controller, nodes controller.NodeLister, log *slog.Logg
 
 // Run polls and decides until ctx ends. Every controller polls (so status
 // works on followers); only the leader's decisions are accepted.
-func (a *Autoscaler) Run(ctx context.Context) {
+func (a *Autoscaler) Run(ctx context.Context) error {
 	for {
 		m, _ := a.ctl.State()
 		period := pollPeriod(m)
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(period):
 		}
 		a.poll(ctx, m)

@@ -133,7 +133,7 @@ func (w *Watcher) Sync(services []string) {
 }
 
 // Run watches until ctx ends.
-func (w *Watcher) Run(ctx context.Context) {
+func (w *Watcher) Run(ctx context.Context) error {
 	if w.Fetchers == 0 {
 		w.Fetchers = 4
 	}
@@ -141,8 +141,10 @@ func (w *Watcher) Run(ctx context.Context) {
 		w.Resync = 30 * time.Second
 	}
 	w.sem = make(chan struct{}, w.Fetchers)
-	go w.resyncLoop(ctx)
-	_ = consulwatch.Loop(ctx, w.log, "the catalog's health", func(ctx context.Context, index uint64) (uint64, error) {
+	var resync sync.WaitGroup
+	defer resync.Wait()
+	resync.Go(func() { w.resyncLoop(ctx) })
+	return consulwatch.Loop(ctx, w.log, "the catalog's health", func(ctx context.Context, index uint64) (uint64, error) {
 		checks, meta, err := w.client.Health().State(api.HealthAny,
 			(&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx))
 		if err != nil {

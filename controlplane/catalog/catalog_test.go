@@ -77,7 +77,7 @@ func TestWatcherUsesBoundedConnections(t *testing.T) {
 	w := NewWatcher(client, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go w.Run(ctx)
+	go func() { _ = w.Run(ctx) }()
 	w.Sync(names)
 	testutil.WaitFor(t, 20*time.Second, "every service's instance", func() bool { return len(w.Snapshot()) == services })
 
@@ -143,7 +143,7 @@ func TestExpiredChecks(t *testing.T) {
 	w := NewWatcher(client, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go w.Run(ctx)
+	go func() { _ = w.Run(ctx) }()
 	w.Sync([]string{"svc"})
 	want := map[string][2]bool{ // passing, expired
 		"ready": {true, false}, "stalled": {false, true}, "failing": {false, false},

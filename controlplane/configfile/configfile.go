@@ -132,7 +132,7 @@ type Watcher struct {
 // Run checks the file until ctx ends. It compares content hashes rather than
 // modification times, so editors that save by renaming are seen too and a
 // save without changes does nothing.
-func (w *Watcher) Run(ctx context.Context, lastApplied [32]byte) {
+func (w *Watcher) Run(ctx context.Context, lastApplied [32]byte) error {
 	interval := w.Interval
 	if interval == 0 {
 		interval = 250 * time.Millisecond
@@ -143,7 +143,7 @@ func (w *Watcher) Run(ctx context.Context, lastApplied [32]byte) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 		}
 		data, err := os.ReadFile(w.Path)
@@ -158,7 +158,7 @@ func (w *Watcher) Run(ctx context.Context, lastApplied [32]byte) {
 		// saves in place can be caught between truncating and writing.
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(settle):
 		}
 		again, err := os.ReadFile(w.Path)

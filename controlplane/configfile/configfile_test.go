@@ -33,7 +33,7 @@ func TestWatcherAppliesChangesAndReportsBadEdits(t *testing.T) {
 		Apply: func(m *model.Model) error { applied <- m; return nil }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go w.Run(ctx, sum)
+	go func() { _ = w.Run(ctx, sum) }()
 
 	select {
 	case <-applied:

@@ -258,7 +258,7 @@ func newPublisher(t *testing.T) (*Publisher, *fakeInstances, *sink, *prometheus.
 	p := New(Options{Sink: out, Instances: in, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: reg})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go p.Run(ctx)
+	go func() { _ = p.Run(ctx) }()
 	return p, in, out, reg
 }
 
@@ -346,7 +346,7 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	}, 10*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go names.Run(ctx)
+	go func() { _ = names.Run(ctx) }()
 	m := &model.Model{Backends: []model.Backend{{Name: "static", Replicas: []model.Replica{{Address: "legacy.internal:8080"}, {Address: "10.0.0.1:80"}}}}}
 	rules := Rules{Addresses: model.AddressPolicy{Names: []string{".internal"}}, Names: names}
 	view, dropped := View(m, nil, rules)

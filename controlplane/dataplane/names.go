@@ -106,13 +106,13 @@ func (r *Resolver) start(host string, res *resolution) {
 
 // Run refreshes the names asked for since the last refresh, and forgets the
 // others, until ctx ends.
-func (r *Resolver) Run(ctx context.Context) {
+func (r *Resolver) Run(ctx context.Context) error {
 	t := time.NewTicker(r.every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		r.mu.Lock()

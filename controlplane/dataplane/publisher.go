@@ -82,17 +82,19 @@ const RetryEvery = 5 * time.Second
 // Run rebuilds and hands over the view whenever the health view (or what
 // a replica's DNS name resolves to) changes,
 // and every RetryEvery while the last one was refused, until ctx ends.
-func (p *Publisher) Run(ctx context.Context) {
+func (p *Publisher) Run(ctx context.Context) error {
 	retry := time.NewTicker(RetryEvery)
 	defer retry.Stop()
 	if p.rules.Names != nil {
-		go p.rules.Names.Run(ctx)
+		var names sync.WaitGroup
+		defer names.Wait()
+		names.Go(func() { _ = p.rules.Names.Run(ctx) })
 	}
 	for {
 		refusedOnly := false
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-p.instances.Changed():
 		case <-p.rules.Names.Changed():
 		case <-retry.C:

@@ -58,13 +58,13 @@ func New(ctl *controller.Controller, loads func() map[string]wire.Load, log *slo
 }
 
 // Run looks at every rollout each Interval until ctx ends.
-func (r *Runner) Run(ctx context.Context) {
+func (r *Runner) Run(ctx context.Context) error {
 	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			r.Step(ctx)
 		}

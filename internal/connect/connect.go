@@ -138,7 +138,7 @@ func (s *Source) Bundle() *Bundle {
 
 // Run follows the leaf and the roots until ctx ends. A failed query keeps
 // the last bundle, is logged and retried.
-func (s *Source) Run(ctx context.Context, log *slog.Logger) {
+func (s *Source) Run(ctx context.Context, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -162,6 +162,7 @@ func (s *Source) Run(ctx context.Context, log *slog.Logger) {
 		})
 	}()
 	wg.Wait()
+	return nil
 }
 
 // update replaces the bundle by a copy that change modified, if it parses.

@@ -2,13 +2,11 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -63,10 +62,11 @@ type AgentOptions struct {
 // RunAgent runs a node's agent and, unless NoEnvoy, its Envoy, until ctx
 // ends or either fails.
 func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
-	client, err := consulapi.NewClient(consulapi.DefaultConfig())
+	client, closeConsul, err := consulClient()
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
 	}
+	defer closeConsul()
 	o.Node.Version, o.Node.Protocol = wire.Version, wire.Protocol
 	if err := checkControllerSkew(ctx, log, client, o.ConsulPrefix); err != nil {
 		return err
@@ -93,23 +93,28 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	activator := agent.NewActivator(agent.ActivatorOptions{Admin: admin, Node: o.Node.ID, Logger: log.With("component", "activator"), Registerer: reg,
 		Desired: desired})
-	status, err := httpserver.Start(ctx, log, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
+	status, err := httpserver.Listen(ctx, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
 		Held: activator.Held,
 		Configs: func() map[string]string {
 			if a := running.Load(); a != nil {
 				return a.ConfigVersions()
 			}
 			return nil
-		}})))
+		}})), httpserver.DefaultLimits, nil)
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
 	}
-	defer status.Stop()
 	o.Node.StatusAddr = status.Addr()
+	// Every component runs in one group: the first to stop stops the
+	// others, and RunAgent returns when all have. The agent and the Envoy's
+	// supervisor each leave their part of the data plane serving (or, with
+	// --stop-on-exit, stop it) before they return.
+	g, gctx := rungroup.New(ctx)
+	g.Go("status listener", status.Serve)
 	log.Info("agent status listener serving", "status", status.Addr(), "paths", "/metrics "+wire.LoadPath+" "+wire.EnvoyVersionsPath)
-	secrets, err := nodeMTLS(ctx, log, client, &o)
+	secrets, err := nodeMTLS(gctx, log, client, &o)
 	if err != nil {
-		return err
+		return stopWith(g, err)
 	}
 	ao := agent.Options{
 		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix, log.With("component", "store")), Logger: log.With("component", "agent"),
@@ -124,37 +129,39 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	ao.Picker = picker
 	a, err := agent.New(ao)
 	if err != nil {
-		return err
+		return stopWith(g, err)
 	}
 	running.Store(a)
-	// The agent and the Envoy's supervisor are waited for when the agent
-	// stops: each leaves its part of the data plane serving (or, with
-	// --stop-on-exit, stops it) before the process exits.
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	errs := make(chan error, 4)
-	wg.Go(func() { errs <- a.Run(runCtx) })
+	g.Go("agent", a.Run)
 	if !o.NoEnvoy {
-		sup, err := o.Envoy.Supervise(runCtx)
+		sup, err := o.Envoy.Supervise(gctx)
 		if err != nil {
-			return err
+			return stopWith(g, err)
 		}
-		wg.Go(func() { errs <- sup.Run(runCtx) })
-		go func() { errs <- activator.Serve(runCtx, o.Envoy.WorkDir) }()
+		g.Go("envoy", sup.Run)
+		g.Go("activator", func(ctx context.Context) error { return activator.Serve(ctx, o.Envoy.WorkDir) })
 		pickerServer := agent.NewPickerServer(picker, log.With("component", "picker"), reg)
-		go func() { errs <- pickerServer.Serve(runCtx, o.Envoy.WorkDir) }()
-		go picker.Scrape(runCtx)
+		g.Go("picker", func(ctx context.Context) error { return pickerServer.Serve(ctx, o.Envoy.WorkDir) })
+		g.Go("picker scrape", func(ctx context.Context) error { picker.Scrape(ctx); return nil })
 		if !o.Envoy.Bootstrap.Node.NoAccessLog {
 			accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
 			log.Info("the node's access log: a JSON line per request", "path", accessLog)
-			go agent.RotateAccessLog(runCtx, log, accessLog, admin, agent.AccessLogMaxBytes, 10*time.Second)
+			g.Go("access log rotation", func(ctx context.Context) error {
+				agent.RotateAccessLog(ctx, log, accessLog, admin, agent.AccessLogMaxBytes, 10*time.Second)
+				return nil
+			})
 		}
 	}
-	err = firstError(ctx, errs)
-	cancel()
+	err = g.Wait()
 	logStopped(log, "agent", err)
+	return err
+}
+
+// stopWith stops a daemon's group whose start failed with err: what it
+// already runs stops and is waited for, and err is returned.
+func stopWith(g *rungroup.Group, err error) error {
+	g.Go("start", func(context.Context) error { return err })
+	_ = g.Wait()
 	return err
 }
 
@@ -262,7 +269,8 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 	return secrets, nil
 }
 
-// RunEnvoy supervises one node's Envoy until ctx ends.
+// RunEnvoy supervises one node's Envoy, and serves its activator, until
+// ctx ends or either fails.
 func RunEnvoy(ctx context.Context, log *slog.Logger, n envoy.Launcher) error {
 	sup, err := n.Supervise(ctx)
 	if err != nil {
@@ -272,28 +280,8 @@ func RunEnvoy(ctx context.Context, log *slog.Logger, n envoy.Launcher) error {
 	// requests within the default bounds.
 	activator := agent.NewActivator(agent.ActivatorOptions{Admin: envoy.Admin{Socket: n.AdminSocket()}, Node: n.Bootstrap.Node.ID,
 		Logger: log.With("component", "activator")})
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, 2)
-	supervised := make(chan struct{})
-	go func() { defer close(supervised); errs <- sup.Run(runCtx) }()
-	go func() { errs <- activator.Serve(runCtx, n.WorkDir) }()
-	err = firstError(ctx, errs)
-	cancel()
-	<-supervised // the Envoy is left serving, or stopped, before this returns
-	return err
-}
-
-// firstError waits until ctx ends (nil) or a component reports an error
-// (nil too if it only reports its context's end).
-func firstError(ctx context.Context, errs <-chan error) error {
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-errs:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
-		}
-		return nil
-	}
+	g, _ := rungroup.New(ctx)
+	g.Go("envoy", sup.Run) // the Envoy is left serving, or stopped, before Wait returns
+	g.Go("activator", func(ctx context.Context) error { return activator.Serve(ctx, n.WorkDir) })
+	return g.Wait()
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -26,6 +27,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
@@ -75,56 +77,75 @@ type controllerParts struct {
 	rollouts  *rollout.Runner
 	publisher *dataplane.Publisher
 	watcher   *catalog.Watcher
+	terms     sync.WaitGroup // each leadership term's reconcile loop
 }
 
-// RunController runs a controller until ctx ends or a component fails.
+// RunController runs a controller until ctx ends or a component fails:
+// its components run in one group (rungroup), the first to stop stops the
+// others, and it returns when every one of them has, saying which stopped
+// it.
 func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) error {
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
 	if err := checkExposure(log, o); err != nil {
 		return err
 	}
-	client, err := consulapi.NewClient(consulapi.DefaultConfig())
+	client, closeConsul, err := consulClient()
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
 	}
+	defer closeConsul()
 	p := wireController(log, client, o)
-	if err := meshMTLS(ctx, log, client, o, p); err != nil {
+	identities, err := meshMTLS(ctx, log, client, o, p)
+	if err != nil {
 		return err
 	}
 	if err := apiTLS(log, o, p.plane); err != nil {
 		return err
 	}
-	if err := p.plane.Start(ctx, log, o.XDSListen, o.APIListen); err != nil {
+	if err := p.plane.Listen(ctx, o.XDSListen, o.APIListen); err != nil {
 		return err
 	}
-	defer p.plane.Stop()
+	g, _ := rungroup.New(ctx)
+	if identities != nil {
+		g.Go("identities", identities)
+	}
 	if o.CrashAfterCheckpoint > 0 {
 		log.Warn("fault injection on: this controller exits after a checkpoint with some probability", "probability", o.CrashAfterCheckpoint)
 	}
 	log.Info("controller serving", "api", p.plane.HTTPAddr(), "xds", p.plane.XDSAddr(), "consul_prefix", o.ConsulPrefix, "id", o.ID,
 		"version", wire.Version, "protocol", wire.Protocol)
-	go p.watcher.Run(ctx)
-	go p.publisher.Run(ctx)
-	go p.scaler.Run(ctx)
-	go p.rollouts.Run(ctx)
-	errs := make(chan error, 2)
-	go func() { errs <- p.ctl.Run(ctx) }()
+	g.Go("plane", p.plane.Run)
+	g.Go("catalog", p.watcher.Run)
+	g.Go("dataplane", p.publisher.Run)
+	g.Go("autoscaler", p.scaler.Run)
+	g.Go("rollouts", p.rollouts.Run)
+	g.Go("controller", p.ctl.Run)
 	elector := &leader.Elector{Client: client, Key: strings.Trim(o.ConsulPrefix, "/") + "/leader",
 		Self: leader.Info{ID: o.ID, API: o.Advertise, Version: wire.Version, Protocol: wire.Protocol}, Logger: log.With("component", "leader")}
-	electorDone := make(chan struct{})
-	go func() {
-		defer close(electorDone)
-		errs <- elector.Run(ctx, p.lead(o.Advertise), func(l leader.Info) { p.ctl.Follow(l.API) })
-	}()
-	err = firstError(ctx, errs)
-	stop()
-	select { // let the elector release the lock and deregister, so others take over at once
-	case <-electorDone:
-	case <-time.After(5 * time.Second):
-	}
+	// On the way out the elector releases the lock and deregisters, so
+	// others take over at once; Wait waits for it.
+	g.Go("leader election", func(ctx context.Context) error {
+		return elector.Run(ctx, p.lead(o.Advertise), func(l leader.Info) { p.ctl.Follow(l.API) })
+	})
+	err = g.Wait()
+	p.terms.Wait()
 	logStopped(log, "controller", err)
 	return err
+}
+
+// consulClient is a daemon's Consul client, from CONSUL_HTTP_ADDR and
+// CONSUL_HTTP_TOKEN, and what closes its idle connections when the daemon
+// stops (their goroutines would outlive it).
+func consulClient() (*consulapi.Client, func(), error) {
+	cfg := consulapi.DefaultConfig()
+	client, err := consulapi.NewClient(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, func() {
+		if cfg.Transport != nil {
+			cfg.Transport.CloseIdleConnections()
+		}
+	}, nil
 }
 
 // apiTLS makes the API serve HTTPS when it has a certificate, and warns
@@ -150,15 +171,17 @@ func apiTLS(log *slog.Logger, o ControllerOptions, plane *Plane) error {
 }
 
 // meshMTLS, unless the mesh runs in plaintext, serves xDS over TLS with the
-// controller's identity and makes the mesh run mTLS between nodes.
-func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o ControllerOptions, p *controllerParts) error {
+// controller's identity and makes the mesh run mTLS between nodes. It
+// returns what keeps that identity fresh, for the daemon's run group (nil
+// in plaintext).
+func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o ControllerOptions, p *controllerParts) (func(context.Context) error, error) {
 	if o.Plaintext {
 		log.Warn("PLAINTEXT: any client that reaches the xDS address gets the mesh's config, and calls between nodes are neither "+
 			"encrypted nor authenticated; use this on a single trusted host only", "xds", o.XDSListen)
-		return nil
+		return nil, nil
 	}
 	if err := checkConsulACLs(ctx, log, o.InsecureConsul); err != nil {
-		return err
+		return nil, err
 	}
 	var src *connect.Source
 	err := connect.Retry(ctx, log, "the controller's identity", func(ctx context.Context) (err error) {
@@ -166,23 +189,22 @@ func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("the controller's identity from Consul's service-mesh CA (is Connect on? or run with --plaintext on a single trusted host): %w", err)
+		return nil, fmt.Errorf("the controller's identity from Consul's service-mesh CA (is Connect on? or run with --plaintext on a single trusted host): %w", err)
 	}
 	leaf, err := x509.ParseCertificate(src.Bundle().Leaf.Certificate[0])
 	if err != nil {
-		return fmt.Errorf("the controller's leaf certificate: %w", err)
+		return nil, fmt.Errorf("the controller's leaf certificate: %w", err)
 	}
 	prefix, ok := connect.IdentityPrefix(leaf)
 	if !ok {
-		return errors.New("the controller's leaf certificate names no SPIFFE service id")
+		return nil, errors.New("the controller's leaf certificate names no SPIFFE service id")
 	}
 	if err := p.plane.XDS.RequireMTLS(&translate.MTLS{IdentityPrefix: prefix}); err != nil {
-		return err
+		return nil, err
 	}
-	go src.Run(ctx, log.With("component", "connect"))
 	p.plane.ServeXDSOverTLS(src.ServerTLS())
 	log.Info("mTLS: xDS over TLS, nodes known by their Consul Connect certificates; calls between nodes over mTLS", "identities", prefix)
-	return nil
+	return func(ctx context.Context) error { return src.Run(ctx, log.With("component", "connect")) }, nil
 }
 
 // wireController builds a controller's components and connects them.
@@ -260,7 +282,9 @@ func (p *controllerParts) lead(self string) func(ctx context.Context) error {
 		if err := p.ctl.Lead(ctx, self); err != nil {
 			return err
 		}
-		go p.ctl.ReconcileLoop(ctx, time.Second) // finishes half-done work, then keeps placements whole
+		// Finishes half-done work, then keeps placements whole, for the
+		// term (ctx); RunController waits for it.
+		p.terms.Go(func() { p.ctl.ReconcileLoop(ctx, time.Second) })
 		return nil
 	}
 }

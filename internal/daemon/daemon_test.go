@@ -255,10 +255,17 @@ func TestEveryPathNeedsAToken(t *testing.T) {
 	defer cancel()
 	p := NewPlane(quiet())
 	p.Wrap(api.Tokens{"read-token": api.ScopeRead}.Authenticate)
-	if err := p.Start(ctx, quiet(), "127.0.0.1:0", "127.0.0.1:0"); err != nil {
+	if err := p.Listen(ctx, "127.0.0.1:0", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	defer p.Stop()
+	served := make(chan error, 1)
+	go func() { served <- p.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("the plane stopped with %v", err)
+		}
+	}()
 	for _, path := range []string{"/metrics", "/v1/xds/nodes", "/healthz"} {
 		for _, token := range []string{"", "read-token"} {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTPAddr()+path, nil)

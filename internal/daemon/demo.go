@@ -10,11 +10,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/rungroup"
 )
 
 // DemoOptions configure `servemesh demo`: a file-mode control plane, one
@@ -25,55 +27,63 @@ type DemoOptions struct {
 	Envoy envoy.Launcher
 }
 
-// RunDemo runs the file-mode demo until ctx ends, printing what to try.
+// RunDemo runs the file-mode demo until ctx ends, printing what to try:
+// the plane, the node's Envoy and the demo's reporting in one run group.
 func RunDemo(ctx context.Context, log *slog.Logger, o DemoOptions, stdout io.Writer) error {
 	fleet := demoreplica.NewFleet(log.With("component", "replicas"))
 	defer fleet.Stop()
 	o.Plane.BeforeApply = func(m *model.Model) error { return fleet.Ensure(ctx, m) }
-	plane, err := StartFilePlane(ctx, log, o.Plane)
+	plane, err := OpenFilePlane(ctx, log, o.Plane)
 	if err != nil {
 		return err
 	}
-	defer plane.Stop()
 	o.Envoy.Bootstrap.XDSAddress = plane.XDSAddr()
 	cfg, err := o.Envoy.Prepare(ctx)
 	if err != nil {
 		return err
 	}
+	g, gctx := rungroup.New(ctx)
 	ready := make(chan error, 1)
+	var waits sync.WaitGroup // each started Envoy's wait for ready, joined below
+	defer waits.Wait()
 	sup := &envoy.Supervisor{Config: cfg, Drain: o.Envoy.Drain, OnStart: func(p *envoy.Process) {
-		go func() {
-			readyCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		waits.Go(func() {
+			readyCtx, cancel := context.WithTimeout(gctx, time.Minute)
 			defer cancel()
-			ready <- p.WaitReady(readyCtx)
-		}()
+			select {
+			case ready <- p.WaitReady(readyCtx):
+			default: // a restarted Envoy: the demo already printed its help
+			}
+		})
 	}}
-	supDone := make(chan error, 1)
-	go func() { supDone <- sup.Run(ctx) }()
-	select {
-	case err := <-ready:
-		if err != nil {
-			return err
+	g.Go("plane", plane.Run)
+	g.Go("envoy", sup.Run)
+	g.Go("demo", func(ctx context.Context) error {
+		select {
+		case err := <-ready:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
 		}
-	case err := <-supDone:
-		return err
-	}
-	printDemoHelp(stdout, o, plane.HTTPAddr())
-	return logCounts(ctx, log, fleet, supDone)
+		printDemoHelp(stdout, o, plane.HTTPAddr())
+		logCounts(ctx, log, fleet)
+		return nil
+	})
+	return g.Wait()
 }
 
 // logCounts logs the requests each backend served, every 10 seconds when
-// they changed, until the Envoy supervisor ends.
-func logCounts(ctx context.Context, log *slog.Logger, fleet *demoreplica.Fleet, supDone <-chan error) error {
+// they changed, until ctx ends.
+func logCounts(ctx context.Context, log *slog.Logger, fleet *demoreplica.Fleet) {
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	last := ""
 	for {
 		select {
 		case <-ctx.Done():
-			return <-supDone
-		case err := <-supDone:
-			return err
+			return
 		case <-tick.C:
 			if c := fleet.Counts(); c != last {
 				log.Info("requests served so far (mirrored ones included)", "by_backend", c)

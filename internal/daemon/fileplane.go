@@ -7,6 +7,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/configfile"
 	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/internal/rungroup"
 )
 
 // FilePlaneOptions configure a control plane that serves a config file
@@ -20,9 +21,22 @@ type FilePlaneOptions struct {
 	BeforeApply func(*model.Model) error
 }
 
-// StartFilePlane loads the config file (refusing to start on an invalid
-// one), starts the plane and follows the file's changes until ctx ends.
-func StartFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (*Plane, error) {
+// FilePlane is a control plane serving a config file: OpenFilePlane
+// loads the file and binds the listeners, Run serves until its context
+// ends.
+type FilePlane struct {
+	*Plane
+	watcher *configfile.Watcher
+	sum     [32]byte
+
+	// stop and done are StartFilePlane's: its own run, ended by Stop.
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// OpenFilePlane loads the config file (refusing an invalid one), makes it
+// the plane's model and binds the plane's listeners.
+func OpenFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (*FilePlane, error) {
 	if o.ConfigPath == "" {
 		return nil, fmt.Errorf("--config is required: name the mesh config file to serve")
 	}
@@ -48,13 +62,45 @@ func StartFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (
 	if err := apply(m); err != nil {
 		return nil, err
 	}
-	if err := p.Start(ctx, log, o.XDSListen, o.HTTPListen); err != nil {
+	if err := p.Listen(ctx, o.XDSListen, o.HTTPListen); err != nil {
 		return nil, err
 	}
 	w := &configfile.Watcher{Path: o.ConfigPath, Apply: apply, Logger: log.With("component", "configfile")}
-	go w.Run(ctx, sum)
 	log.Info("control plane serving", "config", o.ConfigPath, "xds", p.XDSAddr(), "http", p.HTTPAddr())
-	return p, nil
+	return &FilePlane{Plane: p, watcher: w, sum: sum}, nil
+}
+
+// Run serves the plane and follows the file's changes until ctx ends or
+// either fails.
+func (f *FilePlane) Run(ctx context.Context) error {
+	g, _ := rungroup.New(ctx)
+	g.Go("plane", f.Plane.Run)
+	g.Go("config file", func(ctx context.Context) error { return f.watcher.Run(ctx, f.sum) })
+	return g.Wait()
+}
+
+// StartFilePlane opens a file plane and runs it until Stop, for a caller
+// with no run group of its own (tests).
+func StartFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (*FilePlane, error) {
+	f, err := OpenFilePlane(ctx, log, o)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	f.stop, f.done = stop, make(chan struct{})
+	go func() {
+		defer close(f.done)
+		if err := f.Run(runCtx); err != nil {
+			log.Error("file plane stopped", "err", err)
+		}
+	}()
+	return f, nil
+}
+
+// Stop ends what StartFilePlane began and waits for it.
+func (f *FilePlane) Stop() {
+	f.stop()
+	<-f.done
 }
 
 // FileModeProblems refuses what a config file served without a controller
@@ -87,13 +133,11 @@ func FileModeProblems(m *model.Model) error {
 	return &model.ValidationError{Problems: problems}
 }
 
-// ServeFile runs StartFilePlane until ctx ends.
+// ServeFile serves a config file until ctx ends (`servemesh serve`).
 func ServeFile(ctx context.Context, log *slog.Logger, o FilePlaneOptions) error {
-	p, err := StartFilePlane(ctx, log, o)
+	f, err := OpenFilePlane(ctx, log, o)
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
-	p.Stop()
-	return nil
+	return f.Run(ctx)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/xds/server"
 )
 
@@ -40,9 +41,9 @@ type Plane struct {
 	Mux      *http.ServeMux
 
 	grpc    *grpc.Server
+	xdsLis  net.Listener
 	http    *httpserver.Server
 	xdsAddr string
-	cancel  context.CancelFunc
 	wrap    func(http.Handler) http.Handler
 	xdsTLS  *tls.Config
 	httpTLS *tls.Config
@@ -56,7 +57,8 @@ func (p *Plane) ServeXDSOverTLS(cfg *tls.Config) { p.xdsTLS = cfg }
 // call before Start.
 func (p *Plane) ServeHTTPOverTLS(cfg *tls.Config) { p.httpTLS = cfg }
 
-// NewPlane builds the xDS server and the HTTP mux; Start listens.
+// NewPlane builds the xDS server and the HTTP mux; Listen binds them and
+// Run serves them.
 func NewPlane(log *slog.Logger) *Plane {
 	reg := httpserver.NewRegistry()
 	xds := server.New(server.Options{Logger: log.With("component", "xds"), Registerer: reg})
@@ -67,8 +69,8 @@ func NewPlane(log *slog.Logger) *Plane {
 	return &Plane{XDS: xds, Registry: reg, Mux: mux}
 }
 
-// Start listens on both addresses and serves until Stop.
-func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpListen string) error {
+// Listen binds both addresses; Run serves them.
+func (p *Plane) Listen(ctx context.Context, xdsListen, httpListen string) error {
 	var lc net.ListenConfig
 	xdsLis, err := lc.Listen(ctx, "tcp", xdsListen)
 	if err != nil {
@@ -78,16 +80,11 @@ func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpList
 	if p.wrap != nil {
 		h = p.wrap(h)
 	}
-	if p.httpTLS != nil {
-		p.http, err = httpserver.StartTLS(ctx, log, httpListen, h, p.httpTLS)
-	} else {
-		p.http, err = httpserver.Start(ctx, log, httpListen, h)
-	}
-	if err != nil {
+	if p.http, err = httpserver.Listen(ctx, httpListen, h, httpserver.DefaultLimits, p.httpTLS); err != nil {
 		_ = xdsLis.Close()
 		return err
 	}
-	xdsLis = netutil.LimitListener(xdsLis, MaxXDSConnections)
+	p.xdsLis = netutil.LimitListener(xdsLis, MaxXDSConnections)
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
@@ -100,15 +97,33 @@ func (p *Plane) Start(ctx context.Context, log *slog.Logger, xdsListen, httpList
 	}
 	p.grpc = grpc.NewServer(opts...)
 	p.XDS.Register(p.grpc)
-	runCtx, cancel := context.WithCancel(ctx)
-	p.cancel, p.xdsAddr = cancel, xdsLis.Addr().String()
-	go p.XDS.Run(runCtx)
-	go func() {
-		if err := p.grpc.Serve(xdsLis); err != nil {
-			log.Error("xds server stopped", "err", err)
-		}
-	}()
+	p.xdsAddr = p.xdsLis.Addr().String()
 	return nil
+}
+
+// Run serves xDS and HTTP, and publishes each accepted change, until ctx
+// ends or one of the three fails; it returns when all three stopped.
+func (p *Plane) Run(ctx context.Context) error {
+	g, _ := rungroup.New(ctx)
+	g.Go("xds publisher", p.XDS.Run)
+	g.Go("xds server", func(ctx context.Context) error {
+		return rungroup.Serve(ctx, func() error { return p.grpc.Serve(p.xdsLis) }, p.stopXDS)
+	})
+	g.Go("http server", p.http.Serve)
+	return g.Wait()
+}
+
+// stopXDS ends the xDS server; its streams, which never end on their own,
+// are cut after 2 seconds.
+func (p *Plane) stopXDS() {
+	stopped := make(chan struct{})
+	go func() { p.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		p.grpc.Stop()
+		<-stopped
+	}
 }
 
 // Wrap puts middleware around every HTTP path of the plane (call before
@@ -120,17 +135,3 @@ func (p *Plane) XDSAddr() string { return p.xdsAddr }
 
 // HTTPAddr is the address the HTTP server listens on.
 func (p *Plane) HTTPAddr() string { return p.http.Addr() }
-
-// Stop ends both servers; xDS streams, which never end on their own, are
-// cut after 2 seconds.
-func (p *Plane) Stop() {
-	p.cancel()
-	p.http.Stop()
-	stopped := make(chan struct{})
-	go func() { p.grpc.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(2 * time.Second):
-		p.grpc.Stop()
-	}
-}

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/net/netutil"
+
+	"github.com/servemesh/servemesh/internal/rungroup"
 )
 
 // Limits bound what one client can hold of a server.
@@ -37,30 +39,21 @@ type Limits struct {
 var DefaultLimits = Limits{ReadHeader: 5 * time.Second, Read: 20 * time.Second, Write: 150 * time.Second,
 	Idle: 30 * time.Second, MaxHeaderBytes: 64 << 10, MaxConnections: 512}
 
-// Server is an HTTP server listening on one address.
+// Server is an HTTP server listening on one address: Listen binds it,
+// Serve serves it until its context ends.
 type Server struct {
 	hs   *http.Server
+	lis  net.Listener
 	addr string
+
+	// stop and done are StartLimited's: its own serving, ended by Stop.
+	stop context.CancelFunc
 	done chan struct{}
 }
 
-// Start listens on addr (port 0 picks one) and serves h, within
-// DefaultLimits, until Stop.
-func Start(ctx context.Context, log *slog.Logger, addr string, h http.Handler) (*Server, error) {
-	return StartLimited(ctx, log, addr, h, DefaultLimits)
-}
-
-// StartTLS is Start serving HTTPS with cfg.
-func StartTLS(ctx context.Context, log *slog.Logger, addr string, h http.Handler, cfg *tls.Config) (*Server, error) {
-	return start(ctx, log, addr, h, DefaultLimits, cfg)
-}
-
-// StartLimited is Start with other limits.
-func StartLimited(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l Limits) (*Server, error) {
-	return start(ctx, log, addr, h, l, nil)
-}
-
-func start(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l Limits, cfg *tls.Config) (*Server, error) {
+// Listen binds addr (port 0 picks one) for h, within l, serving HTTPS with
+// cfg when it is not nil; Serve serves it.
+func Listen(ctx context.Context, addr string, h http.Handler, l Limits, cfg *tls.Config) (*Server, error) {
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -70,13 +63,50 @@ func start(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l
 	if cfg != nil {
 		lis = tls.NewListener(lis, cfg)
 	}
-	s := &Server{addr: lis.Addr().String(), done: make(chan struct{}), hs: &http.Server{
+	return &Server{lis: lis, addr: lis.Addr().String(), hs: &http.Server{
 		Handler: h, ReadHeaderTimeout: l.ReadHeader, ReadTimeout: l.Read, WriteTimeout: l.Write,
 		IdleTimeout: l.Idle, MaxHeaderBytes: l.MaxHeaderBytes,
-	}}
+	}}, nil
+}
+
+// Serve serves until ctx ends, then lets requests in progress finish for
+// up to 2 seconds and closes; it returns the error that stopped serving
+// before that, if one did.
+func (s *Server) Serve(ctx context.Context) error {
+	return rungroup.Serve(ctx, func() error {
+		if err := s.hs.Serve(s.lis); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server on %s: %w", s.addr, err)
+		}
+		return nil
+	}, s.shutdown)
+}
+
+func (s *Server) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.hs.Shutdown(ctx); err != nil {
+		_ = s.hs.Close()
+	}
+}
+
+// Start listens on addr (port 0 picks one) and serves h, within
+// DefaultLimits, until Stop: Listen and Serve for a caller with no run
+// group (tests, benchmarks).
+func Start(ctx context.Context, log *slog.Logger, addr string, h http.Handler) (*Server, error) {
+	return StartLimited(ctx, log, addr, h, DefaultLimits)
+}
+
+// StartLimited is Start with other limits.
+func StartLimited(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l Limits) (*Server, error) {
+	s, err := Listen(ctx, addr, h, l, nil)
+	if err != nil {
+		return nil, err
+	}
+	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop, s.done = stop, make(chan struct{})
 	go func() {
 		defer close(s.done)
-		if err := s.hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.Serve(serveCtx); err != nil {
 			log.Error("http server stopped", "addr", s.addr, "err", err)
 		}
 	}()
@@ -86,13 +116,9 @@ func start(ctx context.Context, log *slog.Logger, addr string, h http.Handler, l
 // Addr is the address the server listens on.
 func (s *Server) Addr() string { return s.addr }
 
-// Stop lets requests in progress finish for up to 2 seconds, then closes.
+// Stop ends what Start began: requests in progress get up to 2 seconds.
 func (s *Server) Stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := s.hs.Shutdown(ctx); err != nil {
-		_ = s.hs.Close()
-	}
+	s.stop()
 	<-s.done
 }
 

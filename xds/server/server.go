@@ -200,11 +200,11 @@ func (s *Server) kick() {
 // Run publishes every accepted change until ctx ends. Bursts of changes are
 // coalesced: after a change it waits until HoldOff passes without another
 // one, or MaxHoldOff passes in all, then rebuilds once.
-func (s *Server) Run(ctx context.Context) {
+func (s *Server) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-s.wake:
 		}
 		deadline := time.NewTimer(s.maxHoldOff)
@@ -215,7 +215,7 @@ func (s *Server) Run(ctx context.Context) {
 			case <-ctx.Done():
 				deadline.Stop()
 				quiet.Stop()
-				return
+				return nil
 			case <-s.wake:
 				quiet.Reset(s.holdOff)
 			case <-quiet.C:

@@ -52,7 +52,7 @@ func startServer(t *testing.T) (*Server, *grpc.ClientConn, *prometheus.Registry)
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go s.Run(ctx)
+	go func() { _ = s.Run(ctx) }()
 	go func() { _ = g.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -45,7 +45,7 @@ func benchChangeToDeltaNodes(b *testing.B, endpoints, nodes int, public bool) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go s.Run(ctx)
+	go func() { _ = s.Run(ctx) }()
 	go func() { _ = g.Serve(lis) }()
 	defer g.Stop()
 	m := modelgen.Model(endpoints, 3, 3)

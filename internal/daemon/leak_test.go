@@ -1,0 +1,79 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// TestDaemonsLeaveNoGoroutine starts and stops the controller, an agent
+// and a file plane against a real Consul, each doing some work first, and
+// checks that nothing any of them started outlives it (RunAgent used to
+// start goroutines it never joined; a failed xDS server was only logged).
+func TestDaemonsLeaveNoGoroutine(t *testing.T) {
+	consul := testutil.MustStartConsul(t)
+	t.Setenv("CONSUL_HTTP_ADDR", consul.HTTPAddr)
+	before := goleak.IgnoreCurrent()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	apiAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
+	ctlDone := make(chan error, 1)
+	go func() {
+		ctlDone <- RunController(ctx, quiet(), ControllerOptions{APIListen: apiAddr, XDSListen: "127.0.0.1:0", Advertise: apiAddr,
+			ConsulPrefix: "servemesh", ID: "leak", DrainGrace: time.Second, ReplaceAfter: time.Second, Plaintext: true})
+	}()
+	c := api.NewClient(apiAddr, "")
+	waitFor(t, "the controller to lead", func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading })
+
+	statusAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
+	agentDone := make(chan error, 1)
+	go func() {
+		agentDone <- RunAgent(ctx, quiet(), AgentOptions{Node: wire.NodeInfo{ID: "leak-node", Address: "127.0.0.1", CPUs: 1, MemoryMB: 512},
+			NoEnvoy: true, Plaintext: true, ConsulPrefix: "servemesh", StatusListen: statusAddr, DrainGrace: time.Second})
+	}()
+	waitFor(t, "the agent's status listener", func() bool {
+		resp, err := http.Get("http://" + statusAddr + "/metrics") //nolint:noctx // a test's probe
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err == nil
+	})
+	file, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cancel()
+	for what, done := range map[string]chan error{"controller": ctlDone, "agent": agentDone} {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the %s stopped with %v", what, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the %s did not stop within 30 s of its context's end", what)
+		}
+	}
+	file.Stop()
+	http.DefaultClient.CloseIdleConnections()
+	goleak.VerifyNone(t, before)
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 20 s for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
