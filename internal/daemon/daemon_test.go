@@ -107,30 +107,13 @@ func TestControllerWiring(t *testing.T) {
 	consul := testutil.MustStartConsul(t)
 	t.Setenv("CONSUL_HTTP_ADDR", consul.HTTPAddr)
 	ctx, cancel := context.WithCancel(context.Background())
-	apiAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
-	done := make(chan error, 1)
-	go func() {
-		done <- RunController(ctx, quiet(), ControllerOptions{APIListen: apiAddr, XDSListen: "127.0.0.1:0", Advertise: apiAddr,
-			ConsulPrefix: "servemesh", ID: "test", DrainGrace: time.Second, ReplaceAfter: time.Second, InsecureConsul: true})
-	}()
+	c, apiAddr, done := startLeadingController(ctx, t, ControllerOptions{ID: "test", InsecureConsul: true})
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("controller ended with %v", err)
 		}
 	}()
-	c := api.NewClient(apiAddr, "")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		info, err := c.Leader(ctx)
-		if err == nil && info.Leading {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the controller did not lead: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	b := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
 	if changed, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); err != nil || !changed {
 		t.Fatalf("create backend: %v, %v", changed, err)

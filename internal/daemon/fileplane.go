@@ -29,9 +29,8 @@ type FilePlane struct {
 	watcher *configfile.Watcher
 	sum     [32]byte
 
-	// stop and done are StartFilePlane's: its own run, ended by Stop.
-	stop context.CancelFunc
-	done chan struct{}
+	// stop is StartFilePlane's: it ends its own run.
+	stop func()
 }
 
 // OpenFilePlane loads the config file (refusing an invalid one), makes it
@@ -86,22 +85,12 @@ func StartFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (
 	if err != nil {
 		return nil, err
 	}
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	f.stop, f.done = stop, make(chan struct{})
-	go func() {
-		defer close(f.done)
-		if err := f.Run(runCtx); err != nil {
-			log.Error("file plane stopped", "err", err)
-		}
-	}()
+	f.stop = rungroup.Background(ctx, f.Run, func(err error) { log.Error("file plane stopped", "err", err) })
 	return f, nil
 }
 
 // Stop ends what StartFilePlane began and waits for it.
-func (f *FilePlane) Stop() {
-	f.stop()
-	<-f.done
-}
+func (f *FilePlane) Stop() { f.stop() }
 
 // FileModeProblems refuses what a config file served without a controller
 // (`servemesh serve`) cannot have: backends whose replicas servemesh would

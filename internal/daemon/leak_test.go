@@ -24,14 +24,7 @@ func TestDaemonsLeaveNoGoroutine(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	apiAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
-	ctlDone := make(chan error, 1)
-	go func() {
-		ctlDone <- RunController(ctx, quiet(), ControllerOptions{APIListen: apiAddr, XDSListen: "127.0.0.1:0", Advertise: apiAddr,
-			ConsulPrefix: "servemesh", ID: "leak", DrainGrace: time.Second, ReplaceAfter: time.Second, Plaintext: true})
-	}()
-	c := api.NewClient(apiAddr, "")
-	waitFor(t, "the controller to lead", func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading })
+	_, _, ctlDone := startLeadingController(ctx, t, ControllerOptions{ID: "leak", Plaintext: true})
 
 	statusAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
 	agentDone := make(chan error, 1)
@@ -52,7 +45,7 @@ func TestDaemonsLeaveNoGoroutine(t *testing.T) {
 	}
 
 	cancel()
-	for what, done := range map[string]chan error{"controller": ctlDone, "agent": agentDone} {
+	for what, done := range map[string]<-chan error{"controller": ctlDone, "agent": agentDone} {
 		select {
 		case err := <-done:
 			if err != nil {
@@ -65,6 +58,22 @@ func TestDaemonsLeaveNoGoroutine(t *testing.T) {
 	file.Stop()
 	http.DefaultClient.CloseIdleConnections()
 	goleak.VerifyNone(t, before)
+}
+
+// startLeadingController runs a controller on loopback against the
+// Consul of CONSUL_HTTP_ADDR, with o's other settings, until ctx ends, and
+// waits until it leads. It returns its API client and address, and where
+// RunController's result arrives.
+func startLeadingController(ctx context.Context, t *testing.T, o ControllerOptions) (*api.Client, string, <-chan error) {
+	t.Helper()
+	apiAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
+	o.APIListen, o.XDSListen, o.Advertise, o.ConsulPrefix = apiAddr, "127.0.0.1:0", apiAddr, "servemesh"
+	o.DrainGrace, o.ReplaceAfter = time.Second, time.Second
+	done := make(chan error, 1)
+	go func() { done <- RunController(ctx, quiet(), o) }()
+	c := api.NewClient(apiAddr, "")
+	waitFor(t, "the controller to lead", func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading })
+	return c, apiAddr, done
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

@@ -46,9 +46,8 @@ type Server struct {
 	lis  net.Listener
 	addr string
 
-	// stop and done are StartLimited's: its own serving, ended by Stop.
-	stop context.CancelFunc
-	done chan struct{}
+	// stop is StartLimited's: it ends its own serving.
+	stop func()
 }
 
 // Listen binds addr (port 0 picks one) for h, within l, serving HTTPS with
@@ -102,14 +101,7 @@ func StartLimited(ctx context.Context, log *slog.Logger, addr string, h http.Han
 	if err != nil {
 		return nil, err
 	}
-	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s.stop, s.done = stop, make(chan struct{})
-	go func() {
-		defer close(s.done)
-		if err := s.Serve(serveCtx); err != nil {
-			log.Error("http server stopped", "addr", s.addr, "err", err)
-		}
-	}()
+	s.stop = rungroup.Background(ctx, s.Serve, func(err error) { log.Error("http server stopped", "addr", s.addr, "err", err) })
 	return s, nil
 }
 
@@ -117,10 +109,7 @@ func StartLimited(ctx context.Context, log *slog.Logger, addr string, h http.Han
 func (s *Server) Addr() string { return s.addr }
 
 // Stop ends what Start began: requests in progress get up to 2 seconds.
-func (s *Server) Stop() {
-	s.stop()
-	<-s.done
-}
+func (s *Server) Stop() { s.stop() }
 
 // NewRegistry returns a Prometheus registry with the Go and process
 // collectors, the base of every servemesh process's /metrics.

@@ -86,3 +86,22 @@ func Serve(ctx context.Context, serve func() error, stop func()) error {
 		return nil
 	}
 }
+
+// Background runs run in a goroutine of its own until the returned stop is
+// called, which ends run's context and waits for it; an error run returns
+// goes to report. It is for callers with no run group (tests, benchmarks):
+// run's context does not end with ctx, only with stop.
+func Background(ctx context.Context, run func(context.Context) error, report func(error)) (stop func()) {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := run(runCtx); err != nil {
+			report(err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}

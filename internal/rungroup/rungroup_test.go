@@ -78,3 +78,30 @@ func TestServe(t *testing.T) {
 		t.Fatalf("Serve stopped at its context's end: %v", err)
 	}
 }
+
+// TestBackground: run outlives its caller's context and ends with stop,
+// which waits for it; a failure is reported.
+func TestBackground(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	stop := Background(ctx, func(ctx context.Context) error { <-ctx.Done(); close(ended); return nil }, func(err error) { t.Errorf("reported %v", err) })
+	cancel()
+	select {
+	case <-ended:
+		t.Fatal("run ended with its caller's context, not with stop")
+	case <-time.After(20 * time.Millisecond):
+	}
+	stop()
+	select {
+	case <-ended:
+	default:
+		t.Fatal("stop returned before run ended")
+	}
+	reported := make(chan error, 1)
+	stop = Background(context.Background(), func(context.Context) error { return errors.New("bind: in use") }, func(err error) { reported <- err })
+	stop()
+	if err := <-reported; err == nil || err.Error() != "bind: in use" {
+		t.Fatalf("reported %v", err)
+	}
+}
