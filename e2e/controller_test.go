@@ -67,6 +67,14 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 1, "already exists with a different spec", "backend", "create", "v1", "--replica", v2.addrs[0])
 	expectCLI(t, env, 0, "backend v2 created", "backend", "create", "v2", "--replica", v2.addrs[0], "--max-concurrent-queries", "8")
 	expectCLI(t, env, 0, "backend v2 updated", "backend", "update", "v2", "--max-concurrent-queries", "5")
+	// PATCH is a JSON merge patch: --unset sends null, which removes the
+	// field; a field the config lacks is named.
+	expectCLI(t, env, 0, "backend v2 updated", "backend", "update", "v2", "--unset", "max_concurrent_queries", "--max-held", "9")
+	if out := expectCLI(t, env, 0, "", "backend", "get", "v2", "-o", "json"); strings.Contains(out, "max_concurrent_queries") || !strings.Contains(out, `"max_held": 9`) {
+		t.Fatalf("after --unset max_concurrent_queries: %s", out)
+	}
+	expectCLI(t, env, 1, `unknown field "/max_concurent_queries"`, "backend", "update", "v2", "--unset", "max_concurent_queries")
+	expectCLI(t, env, 0, "backend v2 updated", "backend", "update", "v2", "--max-concurrent-queries", "5", "--unset", "max_held")
 	expectCLI(t, env, 1, "cpus: is set on a backend of listed replicas", "backend", "update", "v2", "--cpus", "0.5")
 	expectCLI(t, env, 1, `backend "ghost" is not registered`, "backend", "update", "ghost", "--num-replicas", "1")
 	expectCLI(t, env, 1, "sets no field", "backend", "update", "v2")

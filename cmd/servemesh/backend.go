@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,7 +46,11 @@ func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := src.backend(args[0], patch.Apply(model.BackendConfig{}))
+			config, err := patch.Config()
+			if err != nil {
+				return err
+			}
+			b, err := src.backend(args[0], config)
 			if err != nil {
 				return err
 			}
@@ -106,7 +111,7 @@ func (s backendSource) backend(name string, cfg model.BackendConfig) (model.Back
 func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 	var cfg configFlags
 	var wait waitFlags
-	var replicas []string
+	var replicas, unset []string
 	c := &cobra.Command{
 		Use:               "update NAME",
 		ValidArgsFunction: completeName(f, backendNames),
@@ -123,11 +128,15 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 					patch.Replicas = append(patch.Replicas, model.ReplicaSpec{Address: a})
 				}
 			}
+			merge, err := mergePatch(patch, unset)
+			if err != nil {
+				return err
+			}
 			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
-			changed, err := c.UpdateBackend(cmd.Context(), args[0], patch)
+			changed, err := c.PatchBackend(cmd.Context(), args[0], merge)
 			if err := report(cmd, "backend", args[0], changed, err, "updated", "already has this config"); err != nil || !wait.wait {
 				return err
 			}
@@ -140,7 +149,30 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 	cfg.register(c.Flags())
 	wait.register(c.Flags())
 	c.Flags().StringArrayVar(&replicas, "replica", nil, "the address (IP:port or host:port) of a replica of a backend of listed replicas; repeat it for each: the list replaces the backend's")
+	c.Flags().StringArrayVar(&unset, "unset", nil, "a config field to remove, back to its default, as backend get -o json names it (hold_timeout_s, outlier, user_config, ...); repeat for each")
 	return c
+}
+
+// mergePatch is the JSON merge patch the API takes: the flags' patch, with
+// each --unset field null.
+func mergePatch(p model.BackendConfigPatch, unset []string) (map[string]any, error) {
+	mp, err := p.MergePatch()
+	if err != nil && len(unset) == 0 {
+		return nil, err
+	}
+	out := map[string]any{}
+	if err == nil {
+		if out, err = mp.JSON(); err != nil {
+			return nil, err
+		}
+	}
+	for _, field := range unset {
+		if _, set := out[field]; set {
+			return nil, fmt.Errorf("--unset %s: the other flags set it too; give one or the other", field)
+		}
+		out[field] = nil
+	}
+	return out, nil
 }
 
 // configFlags are a backend's config flags; patch builds a patch of those
@@ -165,15 +197,15 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.mem, "memory-mb", 0, "MiB of memory one replica needs")
 	fs.StringArrayVar(&c.resources, "resource", nil, "a named resource one replica needs, as NAME=COUNT (gpu=1), offered by nodes' --resource; repeat for each; --resource none for none")
 	fs.StringVar(&c.userConfig, "user-config", "", "JSON every replica takes at the backend's --reconfigure-path, without a restart (Ray Serve's user_config)")
-	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default 30s)")
-	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default 1000)")
+	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default "+seconds(model.DefaultHoldTimeoutS)+")")
+	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default "+strconv.Itoa(model.DefaultMaxHeld)+")")
 	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
 	fs.IntVar(&c.as.MaxReplicas, "autoscale-max", 0, "autoscale: most replicas (setting it turns autoscaling on)")
 	fs.Float64Var(&c.as.TargetInFlight, "autoscale-target", 0, "autoscale: requests in flight per replica to aim for")
-	fs.DurationVar(&c.upscale, "autoscale-upscale-delay", 0, "autoscale: how long a need for more replicas must last (default 30s)")
-	fs.DurationVar(&c.downscale, "autoscale-downscale-delay", 0, "autoscale: how long a need for fewer replicas must last (default 10m)")
-	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default 30s)")
-	fs.DurationVar(&c.interval, "autoscale-interval", 0, "autoscale: how often the load is read (default 10s)")
+	fs.DurationVar(&c.upscale, "autoscale-upscale-delay", 0, "autoscale: how long a need for more replicas must last (default "+seconds(model.DefaultUpscaleDelayS)+")")
+	fs.DurationVar(&c.downscale, "autoscale-downscale-delay", 0, "autoscale: how long a need for fewer replicas must last (default "+seconds(model.DefaultDownscaleDelayS)+")")
+	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default "+seconds(model.DefaultLookBackPeriodS)+")")
+	fs.DurationVar(&c.interval, "autoscale-interval", 0, "autoscale: how often the load is read (default "+seconds(model.DefaultMetricsIntervalS)+")")
 	fs.BoolVar(&c.off, "autoscale-off", false, "turn autoscaling off (num_replicas stays where it is)")
 	fs.Bool("load-aware", false, "pick replicas by their load (model servers): each node's agent picks among its replicas, callers weigh nodes by their reports")
 	fs.StringVar(&c.loadAware.MetricsPath, "load-metrics-path", "", "load-aware: where replicas serve Prometheus metrics (vLLM: /metrics)")
@@ -181,9 +213,12 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.loadAware.RunningMetric, "load-running-metric", "", "load-aware: the gauge of running requests (vLLM: vllm:num_requests_running)")
 	fs.StringVar(&c.loadAware.KVCacheMetric, "load-kv-cache-metric", "", "load-aware: the gauge of KV-cache use, 0 to 1 (vLLM: vllm:gpu_cache_usage_perc)")
 	fs.IntVar(&c.loadAware.QueueLimit, "load-queue-limit", 0, "load-aware: waiting requests that saturate a replica (sheddable requests are then refused)")
-	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default 0.95)")
+	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default "+strconv.FormatFloat(model.DefaultKVCacheLimit, 'g', -1, 64)+")")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
 }
+
+// seconds is a default given in seconds as a flag's duration shows it.
+func seconds(s float64) string { return (time.Duration(s) * time.Second).String() }
 
 func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error) {
 	var p model.BackendConfigPatch

@@ -481,3 +481,64 @@ func TestProfilesNeedTheExecScope(t *testing.T) {
 		}
 	}
 }
+
+// TestPatchIsAJSONMergePatch: PATCH /v1/backends/{name} takes an RFC 7386
+// merge patch (as application/merge-patch+json or application/json): null
+// removes a field, an object merges, any config field can be named; the
+// previous release's bodies keep working; a bad patch names its field and
+// changes nothing.
+func TestPatchIsAJSONMergePatch(t *testing.T) {
+	f := newFixture(t, "")
+	ctx := context.Background()
+	cl := NewClient(f.srv.URL, "")
+	if _, err := cl.CreateBackend(ctx, model.BackendSpec{Name: "b", Replicas: []model.ReplicaSpec{{Address: "10.0.0.1:80"}},
+		Config: model.BackendConfig{MaxConcurrentQueries: 8, HoldTimeoutS: 5, Outlier: &model.OutlierDetection{Consecutive5xx: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	mergePatch := http.Header{"Content-Type": {"application/merge-patch+json"}}
+	url := f.srv.URL + "/v1/backends/b"
+	for _, step := range []struct {
+		body   string
+		header http.Header
+		check  func(model.BackendConfig) bool
+	}{
+		{`{"hold_timeout_s": null, "max_held": 7}`, mergePatch, func(c model.BackendConfig) bool {
+			return c.HoldTimeoutS == 0 && c.MaxHeld == 7 && c.MaxConcurrentQueries == 8
+		}},
+		{`{"outlier": {"interval_s": 2}}`, mergePatch, func(c model.BackendConfig) bool {
+			return c.Outlier != nil && c.Outlier.Consecutive5xx == 3 && c.Outlier.IntervalS == 2
+		}},
+		{`{"outlier": null}`, nil, func(c model.BackendConfig) bool { return c.Outlier == nil }},
+		{`{"max_concurrent_queries": 4}`, nil, func(c model.BackendConfig) bool { return c.MaxConcurrentQueries == 4 }},
+	} {
+		header := step.header
+		if header == nil {
+			header = http.Header{"Content-Type": {"application/json"}}
+		}
+		if status, body := rawWith(t, http.MethodPatch, url, step.body, "", header); status != http.StatusOK {
+			t.Fatalf("PATCH %s: HTTP %d %s", step.body, status, body)
+		}
+		got, err := cl.GetBackend(ctx, "b")
+		if err != nil || !step.check(got.Config) {
+			t.Fatalf("after PATCH %s: %+v, %v", step.body, got.Config, err)
+		}
+	}
+	before := f.rev(t)
+	for body, want := range map[string]string{
+		`{"max_concurent_queries": 4}`:     `unknown field "/max_concurent_queries"`,
+		`{"max_concurrent_queries": -1}`:   "max_concurrent_queries",
+		`{"outlier": {"interval_s": "x"}}`: "outlier.interval_s",
+		`{}`:                               "sets no field",
+	} {
+		if status, got := rawWith(t, http.MethodPatch, url, body, "", mergePatch); status != http.StatusBadRequest || !strings.Contains(got, want) {
+			t.Errorf("PATCH %s: HTTP %d %s; want 400 naming %q", body, status, got, want)
+		}
+	}
+	if status, got := rawWith(t, http.MethodPatch, url, `{"max_held": 1}`, "", http.Header{"Content-Type": {"text/plain"}}); status != http.StatusUnsupportedMediaType ||
+		!strings.Contains(got, "application/merge-patch+json") {
+		t.Errorf("a text/plain patch: HTTP %d %s", status, got)
+	}
+	if after := f.rev(t); after != before {
+		t.Fatalf("refused patches changed the store: revision %d -> %d", before, after)
+	}
+}

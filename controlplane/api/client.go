@@ -239,6 +239,14 @@ func (c *Client) UpdateBackend(ctx context.Context, name string, p model.Backend
 	return out.Changed, c.do(ctx, http.MethodPatch, "/v1/backends/"+esc(name), p, &out)
 }
 
+// PatchBackend merges patch into a backend's config (a JSON merge patch,
+// RFC 7386: a nil value removes its field, a map merges); it reports
+// whether anything changed.
+func (c *Client) PatchBackend(ctx context.Context, name string, patch map[string]any) (bool, error) {
+	var out Changed
+	return out.Changed, c.do(ctx, http.MethodPatch, "/v1/backends/"+esc(name), patch, &out)
+}
+
 // DeleteBackend deletes a backend.
 func (c *Client) DeleteBackend(ctx context.Context, name string) (bool, error) {
 	var out Changed

@@ -4,7 +4,7 @@
 //	GET    /v1/backends                         list backends
 //	POST   /v1/backends                         create a backend (a model.BackendSpec)
 //	GET    /v1/backends/{name}                  get one
-//	PATCH  /v1/backends/{name}                  update its config (a model.BackendConfigPatch)
+//	PATCH  /v1/backends/{name}                  merge a JSON merge patch into its config (model.ConfigPatch)
 //	DELETE /v1/backends/{name}                  delete it (refused while an endpoint uses it)
 //	GET    /v1/endpoints                        list endpoints
 //	POST   /v1/endpoints                        create an endpoint (a model.Endpoint)

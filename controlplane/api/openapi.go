@@ -33,6 +33,9 @@ type operation struct {
 	// application/yaml body is taken too.
 	body any
 	yaml bool
+	// mergePatch: the body is a JSON merge patch (RFC 7386) of body's
+	// type, as application/merge-patch+json or application/json.
+	mergePatch bool
 	// query are the query parameters (booleans).
 	query []string
 	// ok is the status of success, and okBody a value of its body's type;
@@ -76,8 +79,8 @@ func operations() []operation {
 			errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.createBackend }},
 		{method: "GET", path: "/v1/backends/{name}", id: "getBackend", summary: "Read a backend", ok: 200, okBody: model.Backend{}, errors: read,
 			handle: func(s *server) http.HandlerFunc { return s.getBackend }},
-		{method: "PATCH", path: "/v1/backends/{name}", id: "updateBackend", summary: "Change a backend's config", body: model.BackendConfigPatch{}, ok: 200, okBody: Changed{},
-			errors: write, handle: func(s *server) http.HandlerFunc { return s.updateBackend }},
+		{method: "PATCH", path: "/v1/backends/{name}", id: "updateBackend", summary: "Change a backend's config", body: model.BackendConfigPatch{}, mergePatch: true,
+			ok: 200, okBody: Changed{}, errors: write, handle: func(s *server) http.HandlerFunc { return s.updateBackend }},
 		{method: "DELETE", path: "/v1/backends/{name}", id: "deleteBackend", summary: "Delete a backend", ok: 200, okBody: Changed{}, errors: bodyless,
 			handle: func(s *server) http.HandlerFunc { return s.deleteBackend }},
 		{method: "GET", path: "/v1/endpoints", id: "listEndpoints", summary: "List the endpoints", ok: 200, okBody: []model.Endpoint{}, errors: authErrors,
@@ -205,7 +208,13 @@ func buildOpenAPI() ([]byte, error) {
 			if op.yaml {
 				content["application/yaml"] = map[string]any{"schema": schemas.ref(op.body)}
 			}
-			o["requestBody"] = map[string]any{"required": true, "content": content}
+			body := map[string]any{"required": true, "content": content}
+			if op.mergePatch {
+				content["application/merge-patch+json"] = map[string]any{"schema": schemas.ref(op.body)}
+				body["description"] = "A JSON merge patch (RFC 7386) of the backend's config: any field of its config (the schema lists the common ones), " +
+					"null removes one, an object merges into the one it names; replicas replaces a backend's listed replicas."
+			}
+			o["requestBody"] = body
 		}
 		item[strings.ToLower(op.method)] = o
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -194,12 +195,20 @@ func (s *server) createBackend(w http.ResponseWriter, r *http.Request) {
 	s.answerChange(w, changed, err, http.StatusCreated)
 }
 
+// updateBackend takes a JSON merge patch of the backend's config (as
+// application/merge-patch+json or application/json: the previous release's
+// bodies are merge patches too, their removal conventions read as null).
 func (s *server) updateBackend(w http.ResponseWriter, r *http.Request) {
-	var p model.BackendConfigPatch
-	if !decode(w, r, &p) {
+	body, ok := readBody(w, r, MaxBodyBytes, mediaJSON, mediaMergePatch)
+	if !ok {
 		return
 	}
-	changed, err := s.c.UpdateBackendConfig(r.Context(), r.PathValue("name"), p)
+	p, err := model.ParseConfigPatch(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid", err.Error(), "")
+		return
+	}
+	changed, err := s.c.PatchBackendConfig(r.Context(), r.PathValue("name"), p)
 	s.answerChange(w, changed, err, http.StatusOK)
 }
 
@@ -317,24 +326,16 @@ func decode(w http.ResponseWriter, r *http.Request, into any) bool {
 // decodeLimit is decode with a body of at most limit bytes, in YAML too
 // (application/yaml) if yamlToo.
 func decodeLimit(w http.ResponseWriter, r *http.Request, into any, limit int64, yamlToo bool) bool {
-	isYAML, ok := bodyType(w, r, yamlToo)
+	types := []string{mediaJSON}
+	if yamlToo {
+		types = append(types, mediaYAML, mediaXYAML)
+	}
+	body, ok := readBody(w, r, limit, types...)
 	if !ok {
 		return false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes, the limit; split the change", limit), "")
-		return false
-	case err != nil:
-		writeError(w, http.StatusBadRequest, "invalid", "reading the body failed: "+err.Error(), "")
-		return false
-	case len(bytes.TrimSpace(body)) == 0:
-		writeError(w, http.StatusBadRequest, "invalid", "the body is empty; send a JSON object", "")
-		return false
-	}
-	if isYAML {
+	if media, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); media != mediaJSON {
+		var err error
 		if body, err = yaml.YAMLToJSONStrict(body); err != nil {
 			writeError(w, http.StatusBadRequest, "invalid", "the YAML body: "+err.Error(), "")
 			return false
@@ -347,24 +348,36 @@ func decodeLimit(w http.ResponseWriter, r *http.Request, into any, limit int64, 
 	return true
 }
 
-// bodyType checks a body's Content-Type: application/json, or with yamlToo
-// application/yaml. Anything else, a form or text/plain in particular (what
-// a web page may send to another origin without asking), is answered 415.
-func bodyType(w http.ResponseWriter, r *http.Request, yamlToo bool) (isYAML, ok bool) {
-	media, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+// The bodies' media types.
+const (
+	mediaJSON       = "application/json"
+	mediaMergePatch = "application/merge-patch+json"
+	mediaYAML       = "application/yaml"
+	mediaXYAML      = "application/x-yaml"
+)
+
+// readBody reads a body of one of the media types, of at most limit
+// bytes, answering the error itself when it cannot.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, types ...string) ([]byte, bool) {
+	if media, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || !slices.Contains(types, media) {
+		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type",
+			fmt.Sprintf("the body's Content-Type is %q; send %s", r.Header.Get("Content-Type"), strings.Join(types, " or ")), "")
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
 	switch {
-	case err == nil && media == "application/json":
-		return false, true
-	case err == nil && yamlToo && (media == "application/yaml" || media == "application/x-yaml"):
-		return true, true
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the body is over %d bytes, the limit; split the change", limit), "")
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "invalid", "reading the body failed: "+err.Error(), "")
+		return nil, false
+	case len(bytes.TrimSpace(body)) == 0:
+		writeError(w, http.StatusBadRequest, "invalid", "the body is empty; send a JSON object", "")
+		return nil, false
 	}
-	want := "application/json"
-	if yamlToo {
-		want += " or application/yaml"
-	}
-	writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type",
-		fmt.Sprintf("the body's Content-Type is %q; send %s", r.Header.Get("Content-Type"), want), "")
-	return false, false
+	return body, true
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {

@@ -54,8 +54,21 @@ func (c *Controller) CreateBackend(ctx context.Context, spec model.BackendSpec) 
 	})
 }
 
-// UpdateBackendConfig changes the set fields of a backend's config.
+// UpdateBackendConfig changes the set fields of a backend's config (Ray
+// Serve's update_backend_config), as PatchBackendConfig does with the
+// patch's merge patch.
 func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch model.BackendConfigPatch) (bool, error) {
+	p, err := patch.MergePatch()
+	if err != nil {
+		return false, &Error{Kind: Invalid, Msg: "refused", Err: err}
+	}
+	return c.PatchBackendConfig(ctx, name, p)
+}
+
+// PatchBackendConfig merges patch into a backend's config, and replaces
+// its listed replicas if the patch lists them; the result is validated
+// before any work its numbers size, and placed.
+func (c *Controller) PatchBackendConfig(ctx context.Context, name string, patch model.ConfigPatch) (bool, error) {
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return false, err
@@ -68,15 +81,18 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 		if patch.Empty() {
 			return errorf(Invalid, "the update sets no field; set at least one of max_concurrent_queries, num_replicas, cpus, memory_mb, autoscaling, replicas")
 		}
-		if patch.Replicas != nil {
+		if replicas := patch.Replicas(); replicas != nil {
 			if b := m.Backends[i]; b.Process != nil || b.External != nil {
 				return errorf(Invalid, "backend %q %s: replicas are set only on a backend of listed replicas", name, source(b))
 			}
-			m.Backends[i].Replicas = model.BackendSpec{Replicas: patch.Replicas}.Backend().Replicas
+			m.Backends[i].Replicas = model.BackendSpec{Replicas: replicas}.Backend().Replicas
 		}
-		next := patch.Apply(m.Backends[i].Config)
+		next, err := patch.Apply(m.Backends[i].Config)
+		if err != nil {
+			return &Error{Kind: Invalid, Msg: "refused", Err: err}
+		}
 		if as := next.Autoscaling; as != nil {
-			if patch.NumReplicas != nil {
+			if patch.Sets("num_replicas") {
 				return errorf(Conflict, "backend %q is autoscaled between %d and %d replicas: the autoscaler sets num_replicas; change autoscaling.min_replicas and max_replicas instead, or turn autoscaling off", name, as.MinReplicas, as.MaxReplicas)
 			}
 			next.NumReplicas = min(max(next.NumReplicas, as.MinReplicas), as.MaxReplicas)

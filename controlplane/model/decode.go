@@ -36,11 +36,20 @@ func DecodeJSON(data []byte, v any) error {
 		if why, ok := systemFields[ptr[strings.LastIndex(ptr, "/")+1:]]; ok {
 			return fmt.Errorf("field %q is servemesh's to set, not yours: %s; leave it out", ptr, why)
 		}
-		return fmt.Errorf("unknown field %q; check its spelling (names are lower case, as documented)", ptr)
+		return &UnknownFieldError{Pointer: ptr}
 	case errors.As(err, &semantic) && semantic.GoType != nil:
 		return fmt.Errorf("field %q must be %s, not JSON %s", fieldOf(semantic.JSONPointer), goTypeName(semantic.GoType.String()), semantic.JSONKind)
 	}
 	return fmt.Errorf("bad JSON: %w", err)
+}
+
+// UnknownFieldError is DecodeJSON's error for a member no field has.
+type UnknownFieldError struct {
+	Pointer string // the member, as a JSON pointer ("/config/num_replica")
+}
+
+func (e *UnknownFieldError) Error() string {
+	return fmt.Sprintf("unknown field %q; check its spelling (names are lower case, as documented)", e.Pointer)
 }
 
 // fieldOf turns a JSON pointer ("/config/num_replicas") into a field path

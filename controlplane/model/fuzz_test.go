@@ -62,9 +62,10 @@ func FuzzDecodeJSON(f *testing.F) {
 		if DecodeJSON(data, &e) == nil {
 			_ = (&Model{Endpoints: []Endpoint{e}}).Validate()
 		}
-		var p BackendConfigPatch
-		if DecodeJSON(data, &p) == nil {
-			_ = ValidateBackend(Backend{Name: "a", Config: p.Apply(BackendConfig{})})
+		if p, err := ParseConfigPatch(data); err == nil {
+			if c, err := p.Apply(BackendConfig{MaxConcurrentQueries: 4}); err == nil {
+				_ = ValidateBackend(Backend{Name: "a", Config: c})
+			}
 		}
 	})
 }

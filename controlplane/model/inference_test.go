@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -79,29 +78,31 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 	}
 }
 
-// TestLoadAwarePatch: {} turns load-aware picking on without metrics,
-// {"off": true} turns it off, and the setting's fields read inline.
+// TestLoadAwarePatch: a merge patch {} turns load-aware picking on without
+// metrics, an object merges into the setting (null clears one of its
+// fields), and null or the previous release's {"off": true} turns it off.
 func TestLoadAwarePatch(t *testing.T) {
-	var p BackendConfigPatch
-	if err := json.Unmarshal([]byte(`{"load_aware": {"metrics_path": "/metrics", "queue_metric": "q"}}`), &p); err != nil {
-		t.Fatal(err)
-	}
-	c := p.Apply(BackendConfig{})
-	if c.LoadAware == nil || c.LoadAware.MetricsPath != "/metrics" || c.LoadAware.QueueMetric != "q" || p.Empty() {
-		t.Fatalf("set: %+v", c.LoadAware)
-	}
-	p = BackendConfigPatch{}
-	if err := json.Unmarshal([]byte(`{"load_aware": {}}`), &p); err != nil {
-		t.Fatal(err)
-	}
-	if c = p.Apply(c); c.LoadAware == nil || *c.LoadAware != (LoadAware{}) {
-		t.Fatalf("{}: %+v, want on without metrics", c.LoadAware)
-	}
-	p = BackendConfigPatch{}
-	if err := json.Unmarshal([]byte(`{"load_aware": {"off": true}}`), &p); err != nil {
-		t.Fatal(err)
-	}
-	if c = p.Apply(c); c.LoadAware != nil {
-		t.Fatalf("off: %+v", c.LoadAware)
+	c := BackendConfig{}
+	for _, step := range []struct {
+		patch string
+		want  *LoadAware
+	}{
+		{`{"load_aware": {}}`, &LoadAware{}},
+		{`{"load_aware": {"metrics_path": "/metrics", "queue_metric": "q"}}`, &LoadAware{MetricsPath: "/metrics", QueueMetric: "q"}},
+		{`{"load_aware": {"queue_metric": null}}`, &LoadAware{MetricsPath: "/metrics"}},
+		{`{"load_aware": {"off": true}}`, nil},
+		{`{"load_aware": {}}`, &LoadAware{}},
+		{`{"load_aware": null}`, nil},
+	} {
+		p, err := ParseConfigPatch([]byte(step.patch))
+		if err != nil {
+			t.Fatalf("%s: %v", step.patch, err)
+		}
+		if c, err = p.Apply(c); err != nil {
+			t.Fatalf("%s: %v", step.patch, err)
+		}
+		if (c.LoadAware == nil) != (step.want == nil) || c.LoadAware != nil && *c.LoadAware != *step.want {
+			t.Fatalf("after %s: %+v, want %+v", step.patch, c.LoadAware, step.want)
+		}
 	}
 }

@@ -266,8 +266,11 @@ func orDefault[T int | float64](v *T, d T) {
 	}
 }
 
-// BackendConfigPatch is a partial update of a BackendConfig: only the fields
-// that are set change, as in Ray Serve's update_backend_config.
+// BackendConfigPatch is a typed way to write, in Go, a merge patch of a
+// BackendConfig (ConfigPatch, which is what the API takes): the fields
+// that are set change, as in Ray Serve's update_backend_config. It names
+// the fields its previous release's clients sent, with their removal
+// conventions; a field added since is patched with ParseConfigPatch.
 type BackendConfigPatch struct {
 	MaxConcurrentQueries *int     `json:"max_concurrent_queries,omitempty"`
 	NumReplicas          *int     `json:"num_replicas,omitempty"`
@@ -288,57 +291,6 @@ type BackendConfigPatch struct {
 	// Replicas replaces the replicas of a backend of listed replicas (not
 	// of a process or external one).
 	Replicas []ReplicaSpec `json:"replicas,omitempty"`
-}
-
-// Apply returns c with the patch's set fields replaced.
-func (p BackendConfigPatch) Apply(c BackendConfig) BackendConfig {
-	if p.MaxConcurrentQueries != nil {
-		c.MaxConcurrentQueries = *p.MaxConcurrentQueries
-	}
-	if p.NumReplicas != nil {
-		c.NumReplicas = *p.NumReplicas
-	}
-	if p.CPUs != nil {
-		c.CPUs = *p.CPUs
-	}
-	if p.MemoryMB != nil {
-		c.MemoryMB = *p.MemoryMB
-	}
-	if p.HoldTimeoutS != nil {
-		c.HoldTimeoutS = *p.HoldTimeoutS
-	}
-	if p.UserConfig != nil {
-		c.UserConfig = *p.UserConfig
-	}
-	if p.Resources != nil {
-		c.Resources = p.Resources
-		if len(p.Resources) == 0 {
-			c.Resources = nil
-		}
-	}
-	if p.MaxHeld != nil {
-		c.MaxHeld = *p.MaxHeld
-	}
-	if p.Autoscaling != nil {
-		c.Autoscaling = p.Autoscaling
-		if *p.Autoscaling == (AutoscalingConfig{}) {
-			c.Autoscaling = nil
-		}
-	}
-	if p.LoadAware != nil {
-		la := p.LoadAware.LoadAware
-		c.LoadAware = &la
-		if p.LoadAware.Off {
-			c.LoadAware = nil
-		}
-	}
-	return c
-}
-
-// Empty reports whether the patch changes nothing.
-func (p BackendConfigPatch) Empty() bool {
-	return p.MaxConcurrentQueries == nil && p.NumReplicas == nil && p.CPUs == nil && p.MemoryMB == nil && p.HoldTimeoutS == nil && p.MaxHeld == nil && p.Resources == nil && p.UserConfig == nil &&
-		p.Autoscaling == nil && p.LoadAware == nil && p.Replicas == nil
 }
 
 // WithoutProcessOnlyFields returns b without the fields that size the

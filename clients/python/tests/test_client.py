@@ -22,6 +22,14 @@ def test_ray_serve_verbs(mesh):
 
     assert c.update_backend_config("py-v2", {"max_concurrent_queries": 8}) is True
     assert c.get_backend_config("py-v2")["max_concurrent_queries"] == 8
+    # A JSON merge patch: None removes a field, a dict merges.
+    assert c.update_backend_config("py-v2", {"max_concurrent_queries": None, "outlier": {"consecutive_5xx": 3}}) is True
+    assert c.update_backend_config("py-v2", {"outlier": {"interval_s": 2}}) is True
+    config = c.get_backend_config("py-v2")
+    assert "max_concurrent_queries" not in config
+    assert config["outlier"] == {"consecutive_5xx": 3, "interval_s": 2}
+    with pytest.raises(servemesh.InvalidError, match="max_concurent_queries"):
+        c.update_backend_config("py-v2", {"max_concurent_queries": 1})
     assert set(c.list_backends()) >= {"py-v1", "py-v2", "py-v3"}
     assert c.list_endpoints()["py"]["route"] == "/py"
     assert any(e["name"] == "py" for e in c.status()["endpoints"])

@@ -185,7 +185,9 @@ class Client:
 
     def update_backend_config(self, backend: str, config_options: Mapping[str, Any]) -> bool:
         """Changes a backend's config: num_replicas, max_concurrent_queries,
-        user_config (reaches running replicas without a restart), ..."""
+        user_config (reaches running replicas without a restart), ... The
+        options are a JSON merge patch (RFC 7386): None removes a field
+        (back to its default), a dict merges into the one it names."""
         return self._call("PATCH", f"/v1/backends/{_seg(backend)}", dict(config_options))["changed"]
 
     def get_backend(self, backend: str) -> Dict[str, Any]:
