@@ -29,7 +29,7 @@ GO_TEST_FLAGS ?=
 # not a duration, which Go 1.26's fuzzer can report as a failure ("context
 # deadline exceeded", no failing input) when the deadline falls while a
 # worker is busy on a loaded machine (golang/go#75804, fixed in Go 1.27).
-FUZZ_TARGETS := ./controlplane/model:FuzzParse ./controlplane/model:FuzzDecodeJSON ./controlplane/api:FuzzAPIRequests \
+FUZZ_TARGETS := ./meshspec:FuzzParse ./meshspec:FuzzDecodeJSON ./controlplane/api:FuzzAPIRequests \
                 ./xds/translate:FuzzTranslate ./xds/translate:FuzzTranslateRefusesInvalid
 FUZZTIME       ?= 2m
 CHAOS          ?= 3m
@@ -129,7 +129,7 @@ lint: $(LINT) ## run golangci-lint, go vet, gofmt and the layer and flow rules o
 	go test -count=1 ./docs/
 
 testdata: ## rewrite golden files (and remove orphaned ones) from the current code
-	go test ./xds/translate ./controlplane/model ./controlplane/api ./controlplane/gatewayapi ./bootstrap ./cmd/servemesh -update
+	go test ./xds/translate ./meshspec ./controlplane/api ./controlplane/gatewayapi ./bootstrap ./cmd/servemesh -update
 
 bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measure
 	go test -run '^$$' -bench . -benchmem ./xds/...

@@ -15,9 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -44,7 +44,7 @@ import (
 type Activator struct {
 	admin   envoy.Admin
 	node    string
-	desired func() *model.Model
+	desired func() *meshspec.Model
 	log     *slog.Logger
 	poll    time.Duration
 
@@ -66,8 +66,8 @@ type readyReading struct {
 
 // backendIndex finds backends by name in one version of the desired state.
 type backendIndex struct {
-	m        *model.Model
-	backends map[string]model.Backend
+	m        *meshspec.Model
+	backends map[string]meshspec.Backend
 }
 
 // ActivatorOptions configure an Activator.
@@ -77,7 +77,7 @@ type ActivatorOptions struct {
 	// Desired is the latest desired state the agent has read (nil: none
 	// yet). A nil Desired (an Envoy run without an agent) holds the requests
 	// of any backend within the default bounds.
-	Desired func() *model.Model
+	Desired func() *meshspec.Model
 	Logger  *slog.Logger
 	// Registerer receives the activator's metrics; nil skips them.
 	Registerer prometheus.Registerer
@@ -265,18 +265,18 @@ func unreached(w http.ResponseWriter) {
 // backend is the backend named name in the latest desired state; with no
 // source of it (a node's Envoy run without an agent), any named backend,
 // with the default bounds.
-func (a *Activator) backend(name string) (model.Backend, bool) {
+func (a *Activator) backend(name string) (meshspec.Backend, bool) {
 	if a.desired == nil {
-		return model.Backend{Name: name}, name != ""
+		return meshspec.Backend{Name: name}, name != ""
 	}
 	m := a.desired()
 	if m == nil {
-		return model.Backend{}, false
+		return meshspec.Backend{}, false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.byName.m != m {
-		a.byName = backendIndex{m: m, backends: make(map[string]model.Backend, len(m.Backends))}
+		a.byName = backendIndex{m: m, backends: make(map[string]meshspec.Backend, len(m.Backends))}
 		for _, b := range m.Backends {
 			a.byName.backends[b.Name] = b
 		}
@@ -286,9 +286,9 @@ func (a *Activator) backend(name string) (model.Backend, bool) {
 }
 
 // placedHere reports whether a replica of b is to run on this node.
-func (a *Activator) placedHere(b model.Backend) bool {
+func (a *Activator) placedHere(b meshspec.Backend) bool {
 	for _, p := range b.Placements {
-		if p.Node == a.node && p.State == model.Running {
+		if p.Node == a.node && p.State == meshspec.Running {
 			return true
 		}
 	}

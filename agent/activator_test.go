@@ -17,9 +17,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -38,9 +38,9 @@ func membershipAdmin(t *testing.T, healthy *atomic.Int64) envoy.Admin {
 
 // startActivator serves an activator for m in a folder of its own and
 // returns clients of its two sockets.
-func startActivator(t *testing.T, m *model.Model, healthy *atomic.Int64) (a *Activator, backends, inbound *http.Client) {
+func startActivator(t *testing.T, m *meshspec.Model, healthy *atomic.Int64) (a *Activator, backends, inbound *http.Client) {
 	t.Helper()
-	a = NewActivator(ActivatorOptions{Admin: membershipAdmin(t, healthy), Node: "n1", Desired: func() *model.Model { return m },
+	a = NewActivator(ActivatorOptions{Admin: membershipAdmin(t, healthy), Node: "n1", Desired: func() *meshspec.Model { return m },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	a.poll = 10 * time.Millisecond
 	dir := t.TempDir()
@@ -87,14 +87,14 @@ func held(t *testing.T, c *http.Client, backend string) (int, bool, string) {
 }
 
 func TestActivatorHoldsUntilAReplicaIsReady(t *testing.T) {
-	run := &model.ProcessSpec{Command: "/srv/model"}
-	m := &model.Model{Backends: []model.Backend{
-		{Name: "model", Process: run, Config: model.BackendConfig{HoldTimeoutS: 5}},
-		{Name: "brief", Process: run, Config: model.BackendConfig{HoldTimeoutS: 0.2}},
-		{Name: "small", Process: run, Config: model.BackendConfig{HoldTimeoutS: 5, MaxHeld: 2}},
-		{Name: "here", Process: run, Placements: []model.Placement{{Tag: "here#1", Node: "n1", State: model.Running}}},
-		{Name: "elsewhere", Process: run, Placements: []model.Placement{{Tag: "elsewhere#1", Node: "n2", State: model.Running}}},
-		{Name: "static", Config: model.BackendConfig{HoldTimeoutS: 5}},
+	run := &meshspec.ProcessSpec{Command: "/srv/model"}
+	m := &meshspec.Model{Backends: []meshspec.Backend{
+		{Name: "model", Process: run, Config: meshspec.BackendConfig{HoldTimeoutS: 5}},
+		{Name: "brief", Process: run, Config: meshspec.BackendConfig{HoldTimeoutS: 0.2}},
+		{Name: "small", Process: run, Config: meshspec.BackendConfig{HoldTimeoutS: 5, MaxHeld: 2}},
+		{Name: "here", Process: run, Placements: []meshspec.Placement{{Tag: "here#1", Node: "n1", State: meshspec.Running}}},
+		{Name: "elsewhere", Process: run, Placements: []meshspec.Placement{{Tag: "elsewhere#1", Node: "n2", State: meshspec.Running}}},
+		{Name: "static", Config: meshspec.BackendConfig{HoldTimeoutS: 5}},
 	}}
 	var healthy atomic.Int64
 	a, backends, inbound := startActivator(t, m, &healthy)

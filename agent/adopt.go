@@ -13,9 +13,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -44,16 +44,16 @@ type replicaRecord struct {
 	// Host and Port are where it listens.
 	Host string `json:"host"`
 	Port int    `json:"port"`
-	// Spec is the model.SpecHash of the process spec it runs.
+	// Spec is the meshspec.SpecHash of the process spec it runs.
 	Spec string `json:"spec"`
 	// ProcessSpec is what it runs, to restart it with while the desired
 	// state cannot be read; the record is the agent's user's alone.
-	ProcessSpec model.ProcessSpec `json:"process_spec"`
+	ProcessSpec meshspec.ProcessSpec `json:"process_spec"`
 	// UID is the user it runs as.
 	UID int `json:"uid"`
 	// GRPC: probed with the gRPC health service.
 	GRPC bool `json:"grpc,omitempty"`
-	// Config is the user_config version it took (model.UserConfig.Version),
+	// Config is the user_config version it took (meshspec.UserConfig.Version),
 	// "" for none yet.
 	Config string `json:"config,omitempty"`
 	// Devices are its devices of each resource, by index.
@@ -188,8 +188,8 @@ func (a *Agent) adopt(ctx context.Context, rec replicaRecord) (*replica, error) 
 // runsFor reports whether an adopted replica runs what placement p of
 // backend b wants: the spec the placement was made for, or the backend's
 // current one.
-func (r *replica) runsFor(b model.Backend, p model.Placement) bool {
-	return p.Runs(r.specHash) || r.specHash == model.SpecHash(b.Process)
+func (r *replica) runsFor(b meshspec.Backend, p meshspec.Placement) bool {
+	return p.Runs(r.specHash) || r.specHash == meshspec.SpecHash(b.Process)
 }
 
 // StopLeft stops the replicas an agent of node left running in workDir,

@@ -16,10 +16,10 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -91,12 +91,12 @@ type Agent struct {
 	replicas map[string]*replica // by tag; owned by Run
 	devices  *devices
 	configs  sync.Map // replica tag -> the user_config version it runs
-	desired  atomic.Pointer[model.Model]
+	desired  atomic.Pointer[meshspec.Model]
 }
 
 // Desired is the latest desired state the agent has read; nil before the
 // first.
-func (a *Agent) Desired() *model.Model { return a.desired.Load() }
+func (a *Agent) Desired() *meshspec.Model { return a.desired.Load() }
 
 type metrics struct {
 	restarts *prometheus.CounterVec
@@ -353,7 +353,7 @@ func (a *Agent) exit() {
 }
 
 // reconcile makes the running replicas match this node's placements.
-func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
+func (a *Agent) reconcile(ctx context.Context, m *meshspec.Model) {
 	want := map[string]bool{}
 	for _, b := range m.Backends {
 		if b.Process == nil {
@@ -366,7 +366,7 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 			want[p.Tag] = true
 			r, running := a.replicas[p.Tag]
 			switch {
-			case !running && p.State == model.Running:
+			case !running && p.State == meshspec.Running:
 				if err := a.mayRun(*b.Process); err != nil {
 					a.log.Error("refusing to run a command this node does not allow", "replica", p.Tag, "err", err,
 						"allowed", a.node.AllowedCommands)
@@ -378,7 +378,7 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 					continue
 				}
 				a.replicas[p.Tag] = r
-			case running && r.adopted && p.State == model.Running && !r.runsFor(b, p):
+			case running && r.adopted && p.State == meshspec.Running && !r.runsFor(b, p):
 				r.log.Info("an adopted replica runs another spec than its placement's; replacing it")
 				r.stop() // first: the new one takes its registration, record and folder
 				delete(a.replicas, p.Tag)
@@ -387,7 +387,7 @@ func (a *Agent) reconcile(ctx context.Context, m *model.Model) {
 				} else {
 					a.replicas[p.Tag] = r
 				}
-			case running && p.State == model.Draining:
+			case running && p.State == meshspec.Draining:
 				r.drain()
 			case running:
 				r.setConfig(b.Config.UserConfig) // taken at its next probe

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Picker is the node's endpoint picker for load-aware backends (the
@@ -42,7 +42,7 @@ import (
 // fast ones fill, their time to first byte grows and the weights move
 // back.
 type Picker struct {
-	desired func() *model.Model
+	desired func() *meshspec.Model
 	now     func() time.Time
 
 	mu       sync.Mutex
@@ -76,7 +76,7 @@ const ttfbWeight = 0.3
 const serverLoadStale = 2 * time.Second
 
 // NewPicker returns a picker for the backends of desired (nil: none yet).
-func NewPicker(desired func() *model.Model) *Picker {
+func NewPicker(desired func() *meshspec.Model) *Picker {
 	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}}
 }
 
@@ -212,7 +212,7 @@ func (p *Picker) backendConfig(backend string) (loadConfig, bool) {
 
 // loadConfig is what saturates a backend's replicas.
 type loadConfig struct {
-	model.LoadAware
+	meshspec.LoadAware
 	maxInFlight int
 }
 

@@ -19,16 +19,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
 // testPicker follows three ready replicas of backend llama (at most 2 in
 // flight each), with time standing still unless the test moves it.
-func testPicker(t *testing.T, la *model.LoadAware) (*Picker, *time.Time) {
+func testPicker(t *testing.T, la *meshspec.LoadAware) (*Picker, *time.Time) {
 	t.Helper()
-	m := &model.Model{Backends: []model.Backend{{Name: "llama", Config: model.BackendConfig{MaxConcurrentQueries: 2, LoadAware: la}}}}
-	p := NewPicker(func() *model.Model { return m })
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "llama", Config: meshspec.BackendConfig{MaxConcurrentQueries: 2, LoadAware: la}}}}
+	p := NewPicker(func() *meshspec.Model { return m })
 	now := time.Unix(1_000_000, 0)
 	p.now = func() time.Time { return now }
 	for i, tag := range []string{"llama#000001", "llama#000002", "llama#000003"} {
@@ -43,7 +43,7 @@ func testPicker(t *testing.T, la *model.LoadAware) (*Picker, *time.Time) {
 // requests plus one), so a replica three times slower gets a request only
 // once the others have three times its queue.
 func TestPickerPrefersTheFastAndIdle(t *testing.T) {
-	p, _ := testPicker(t, &model.LoadAware{})
+	p, _ := testPicker(t, &meshspec.LoadAware{})
 	p.mu.Lock()
 	p.replicas["llama#000001"].ttfb = 300 * time.Millisecond
 	p.replicas["llama#000002"].ttfb = 100 * time.Millisecond
@@ -69,7 +69,7 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 // replica at max_concurrent_queries, a sheddable request is shed and a
 // critical one still goes to the cheapest replica.
 func TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated(t *testing.T) {
-	p, _ := testPicker(t, &model.LoadAware{})
+	p, _ := testPicker(t, &meshspec.LoadAware{})
 	for range 5 {
 		if c := p.pick("llama", true); c.shed || c.replica == nil {
 			t.Fatalf("shed %+v before the replicas were saturated", c)
@@ -100,7 +100,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 		"127.0.0.1:9002": "vllm:num_requests_waiting{model_name=\"a\"} 0\nvllm:gpu_cache_usage_perc{model_name=\"a\"} 0.99\n",
 		"127.0.0.1:9003": "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 1\n",
 	}
-	la := &model.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", KVCacheMetric: "vllm:gpu_cache_usage_perc", QueueLimit: 5}
+	la := &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", KVCacheMetric: "vllm:gpu_cache_usage_perc", QueueLimit: 5}
 	p, now := testPicker(t, la)
 	for addr, text := range metrics {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(text)) }))
@@ -135,7 +135,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 // utilization is the node's weighted capacity: replicas ×
 // max_concurrent_queries over their time to first byte, squared.
 func TestPickerReportsTheNodesCapacity(t *testing.T) {
-	p, now := testPicker(t, &model.LoadAware{})
+	p, now := testPicker(t, &meshspec.LoadAware{})
 	for range 40 {
 		c := p.pick("llama", false)
 		*now = now.Add(50 * time.Millisecond)
@@ -171,7 +171,7 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 // answering in 10 ms, and slower ones are still discounted by the square.
 func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 	capacity := func(ttfb time.Duration) float64 {
-		p, now := testPicker(t, &model.LoadAware{})
+		p, now := testPicker(t, &meshspec.LoadAware{})
 		for range 40 {
 			c := p.pick("llama", false)
 			*now = now.Add(50 * time.Millisecond)
@@ -197,7 +197,7 @@ func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 // replica in dynamic metadata, or a 429 with Retry-After for a shed one;
 // the answer's headers get the load report, replacing the replica's own.
 func TestPickerServerSpeaksExtProc(t *testing.T) {
-	p, _ := testPicker(t, &model.LoadAware{})
+	p, _ := testPicker(t, &meshspec.LoadAware{})
 	dir, err := os.MkdirTemp("", "picker")
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +223,7 @@ func TestPickerServerSpeaksExtProc(t *testing.T) {
 			stream, err = client.Process(metadata.AppendToOutgoingContext(ctx, wire.BackendHeader, "llama"))
 			if err == nil {
 				err = stream.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{
-					Headers: &core.HeaderMap{Headers: []*core.HeaderValue{{Key: model.CriticalityHeader, RawValue: []byte(criticality)}}}}}})
+					Headers: &core.HeaderMap{Headers: []*core.HeaderValue{{Key: meshspec.CriticalityHeader, RawValue: []byte(criticality)}}}}}})
 			}
 			var resp *extproc.ProcessingResponse
 			if err == nil {

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -106,7 +106,7 @@ func (s *PickerServer) Process(stream extproc.ExternalProcessor_ProcessServer) e
 		var resp *extproc.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
-			c := s.picker.pick(backend, headerValue(r.RequestHeaders.GetHeaders(), model.CriticalityHeader) == string(model.Sheddable))
+			c := s.picker.pick(backend, headerValue(r.RequestHeaders.GetHeaders(), meshspec.CriticalityHeader) == string(meshspec.Sheddable))
 			resp = s.answerRequest(backend, c)
 			picked, sent = c.replica, s.picker.now()
 		case *extproc.ProcessingRequest_ResponseHeaders:
@@ -138,7 +138,7 @@ func (s *PickerServer) answerRequest(backend string, c choice) *extproc.Processi
 			Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
 			Headers: &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
 				Header: &core.HeaderValue{Key: "retry-after", RawValue: []byte(ShedRetryAfter)}}}},
-			Body:    []byte(fmt.Sprintf("backend %q is saturated on this node; this sheddable request was refused, retry after %s s or send it as %s: %s\n", backend, ShedRetryAfter, model.CriticalityHeader, model.Critical)),
+			Body:    []byte(fmt.Sprintf("backend %q is saturated on this node; this sheddable request was refused, retry after %s s or send it as %s: %s\n", backend, ShedRetryAfter, meshspec.CriticalityHeader, meshspec.Critical)),
 			Details: "servemesh_shed",
 		}}}
 	case c.replica == nil:

@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -21,7 +21,7 @@ import (
 // does not answer 2xx is reported critical, so Envoy stops sending it
 // requests, and is sent the config again at each probe until it takes it.
 // A replica whose process restarts is sent it again. Each replica's
-// applied version (model.UserConfig.Version) is in its node's load
+// applied version (meshspec.UserConfig.Version) is in its node's load
 // report, for status. The POST carries the replica's own secret
 // (wire.ReconfigureTokenHeader), which the replica checks: nobody else who
 // reaches it can change its config, so the version in the report is the
@@ -35,7 +35,7 @@ const reconfigureTimeout = 10 * time.Second
 var reconfigureClient = &http.Client{CheckRedirect: httpserver.NoRedirects}
 
 // setConfig makes u the config the replica should run.
-func (r *replica) setConfig(u model.UserConfig) {
+func (r *replica) setConfig(u meshspec.UserConfig) {
 	r.config.Store(&u)
 }
 

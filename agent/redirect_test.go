@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestTheAgentFollowsNoRedirect: a replica answering its probe or its
@@ -28,11 +28,11 @@ func TestTheAgentFollowsNoRedirect(t *testing.T) {
 	_, portText, _ := net.SplitHostPort(redirecting.Listener.Addr().String())
 	port, _ := strconv.Atoi(portText)
 	a := testAgent(t)
-	r := a.newReplica("b", "b#000001", model.ProcessSpec{HealthPath: "/health", ReconfigurePath: "/-/reconfigure"}, false, port)
+	r := a.newReplica("b", "b#000001", meshspec.ProcessSpec{HealthPath: "/health", ReconfigurePath: "/-/reconfigure"}, false, port)
 	if err := r.check(context.Background()); err == nil {
 		t.Fatal("a probe answered 307 passed")
 	}
-	r.setConfig(model.UserConfig(`{"threshold": 0.5}`))
+	r.setConfig(meshspec.UserConfig(`{"threshold": 0.5}`))
 	if err := r.reconfigure(context.Background()); err == nil {
 		t.Fatal("a config answered 307 was taken")
 	}

@@ -20,11 +20,11 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -34,7 +34,7 @@ type replica struct {
 	a       *Agent
 	backend string
 	tag     string
-	spec    model.ProcessSpec
+	spec    meshspec.ProcessSpec
 	grpc    bool // probed with the gRPC health service (no health path)
 	port    int
 	log     *slog.Logger
@@ -49,9 +49,9 @@ type replica struct {
 	// the next agent to adopt (leave), rather than stopping it (stop).
 	leaving          atomic.Bool
 	wants            map[string]int // devices it needs of each resource
-	config           atomic.Pointer[model.UserConfig]
+	config           atomic.Pointer[meshspec.UserConfig]
 	devices          map[string][]int // its devices of each resource, by index; set by run
-	specHash         string           // model.SpecHash of what its process runs
+	specHash         string           // meshspec.SpecHash of what its process runs
 	reconfigureToken string           // what it takes user_config with (wire.ReconfigureTokenEnv)
 	uid              int              // the user its process runs as
 	// adopted replicas were started by an earlier agent; reconcile checks
@@ -66,7 +66,7 @@ func (r *replica) serviceID() string { return wire.ReplicaServiceID(r.tag) }
 func (r *replica) checkID() string   { return "replica-" + r.serviceID() }
 func (r *replica) address() string   { return net.JoinHostPort(r.a.listenHost, strconv.Itoa(r.port)) }
 
-func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Placement) (*replica, error) {
+func (a *Agent) startReplica(ctx context.Context, b meshspec.Backend, p meshspec.Placement) (*replica, error) {
 	if a.secrets != nil { // its node's inbound listener presents this identity
 		if err := a.secrets.AddBackend(ctx, b.Name); err != nil {
 			return nil, fmt.Errorf("replica %s: %w", p.Tag, err)
@@ -78,8 +78,8 @@ func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Place
 	}
 	_, portText, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portText)
-	r := a.newReplica(b.Name, p.Tag, *b.Process, b.Protocol == model.ProtocolGRPC && b.Process.HealthPath == "", port)
-	r.specHash = model.SpecHash(b.Process)
+	r := a.newReplica(b.Name, p.Tag, *b.Process, b.Protocol == meshspec.ProtocolGRPC && b.Process.HealthPath == "", port)
+	r.specHash = meshspec.SpecHash(b.Process)
 	r.wants = b.Config.Resources
 	r.setConfig(b.Config.UserConfig)
 	if err := r.register("", 0, api.HealthCritical); err != nil {
@@ -90,7 +90,7 @@ func (a *Agent) startReplica(ctx context.Context, b model.Backend, p model.Place
 	return r, nil
 }
 
-func (a *Agent) newReplica(backend, tag string, spec model.ProcessSpec, grpc bool, port int) *replica {
+func (a *Agent) newReplica(backend, tag string, spec meshspec.ProcessSpec, grpc bool, port int) *replica {
 	return &replica{a: a, backend: backend, tag: tag, spec: spec, grpc: grpc, port: port, done: make(chan struct{}),
 		reconfigureToken: rand.Text(),
 		log:              a.log.With("replica", tag), output: replicaLog{
@@ -303,7 +303,7 @@ func (r *replica) startProcess() (*proc.Process, error) {
 		args[i] = expand(a)
 	}
 	environ := make([]string, 0, len(env))
-	for _, k := range model.SortedKeys(env) {
+	for _, k := range meshspec.SortedKeys(env) {
 		environ = append(environ, k+"="+env[k])
 	}
 	cred, err := r.a.credential(r.backend)
@@ -510,9 +510,9 @@ func reachable(dir string, cred *syscall.Credential) error {
 // mayRun says why this node refuses to run spec, or returns nil: its
 // command, and where the command's symlinks lead, must both be allowed
 // (--allow-command), and it may set no variable that loads other code
-// (model.LoaderVariable). The controller checks the same before placing,
+// (meshspec.LoaderVariable). The controller checks the same before placing,
 // but only the node sees its own files.
-func (a *Agent) mayRun(spec model.ProcessSpec) error {
+func (a *Agent) mayRun(spec meshspec.ProcessSpec) error {
 	if !a.node.Allows(spec.Command) {
 		return fmt.Errorf("command %q is not allowed here", spec.Command)
 	}
@@ -524,7 +524,7 @@ func (a *Agent) mayRun(spec model.ProcessSpec) error {
 		return fmt.Errorf("command %q leads to %q, which is not allowed here", spec.Command, resolved)
 	}
 	for k := range spec.Env {
-		if model.LoaderVariable(k) {
+		if meshspec.LoaderVariable(k) {
 			return fmt.Errorf("variable %s would load code the command does not name", k)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -29,7 +29,7 @@ func TestReplicaLogsRotate(t *testing.T) {
 	script := `for i in 1 2 3 4 5; do head -c 1048576 /dev/zero; touch "$0/wrote.$i"; ` +
 		`while [ ! -e "$0/go.$i" ]; do sleep 0.01; done; done`
 	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
-		spec:   model.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", script, gate}},
+		spec:   meshspec.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", script, gate}},
 		output: replicaLog{path: filepath.Join(a.workDir, "b-000001.log"), maxBytes: 1 << 19, backups: 2}}
 	child, err := r.startProcess()
 	if err != nil {
@@ -117,14 +117,14 @@ func testAgent(t *testing.T) *Agent {
 }
 
 // runOnce runs one replica of spec to its end and returns what it wrote.
-func runOnce(t *testing.T, a *Agent, spec model.ProcessSpec, port int) string {
+func runOnce(t *testing.T, a *Agent, spec meshspec.ProcessSpec, port int) string {
 	t.Helper()
 	return runReplica(t, a, "b", spec, port)
 }
 
 // runReplica runs one replica of backend's spec to its end and returns
 // what it wrote.
-func runReplica(t *testing.T, a *Agent, backend string, spec model.ProcessSpec, port int) string {
+func runReplica(t *testing.T, a *Agent, backend string, spec meshspec.ProcessSpec, port int) string {
 	t.Helper()
 	logPath := filepath.Join(a.workDir, backend+"-once.log")
 	r := &replica{a: a, backend: backend, tag: backend + "#000001", port: port, log: a.log, spec: spec,
@@ -149,7 +149,7 @@ func runReplica(t *testing.T, a *Agent, backend string, spec model.ProcessSpec, 
 func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
 	t.Setenv("CONSUL_HTTP_TOKEN", "agent-secret-token")
 	t.Setenv("SOME_AGENT_SETTING", "x")
-	got := runOnce(t, testAgent(t), model.ProcessSpec{Command: "/usr/bin/env",
+	got := runOnce(t, testAgent(t), meshspec.ProcessSpec{Command: "/usr/bin/env",
 		Env: map[string]string{"MODEL": "v3", "ADDR": "${HOST}:${PORT}", "LITERAL": "$other"}}, 4321)
 	for _, want := range []string{"MODEL=v3", "ADDR=127.0.0.1:4321", "LITERAL=${other}", "PORT=4321", "SERVEMESH_REPLICA_TAG=b#000001", "PATH="} {
 		if !strings.Contains(got, want+"\n") && !strings.Contains(got, want) {
@@ -204,7 +204,7 @@ func TestReplicasRunUnprivileged(t *testing.T) {
 	defer func() { _ = syscall.Setgroups(nil) }()
 	ids := map[string]string{}
 	for _, backend := range []string{"b", "c"} {
-		ids[backend] = strings.TrimSpace(runReplica(t, a, backend, model.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", "id -u; id -G"}}, 1))
+		ids[backend] = strings.TrimSpace(runReplica(t, a, backend, meshspec.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", "id -u; id -G"}}, 1))
 	}
 	if ids["b"] != "1000050000\n1000050000" || ids["c"] != "1000050001\n1000050001" {
 		t.Fatalf("backends b and c ran as %q and %q; want users 1000050000 and 1000050001, each with its own group only", ids["b"], ids["c"])
@@ -238,7 +238,7 @@ func TestReplicaStartsInAFolderOfItsOwn(t *testing.T) {
 	if os.Geteuid() == 0 {
 		a.runAs = &syscall.Credential{Uid: 65534, Gid: 65534}
 	}
-	out := runOnce(t, a, model.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", "pwd; env"}}, 1)
+	out := runOnce(t, a, meshspec.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", "pwd; env"}}, 1)
 	want := filepath.Join(a.workDir, wire.ReplicaServiceID("b#000001"))
 	first, env, _ := strings.Cut(out, "\n")
 	if first != want {
@@ -301,16 +301,16 @@ func TestMayRun(t *testing.T) {
 	a := testAgent(t)
 	a.node.AllowedCommands = []string{filepath.Join(dir, "*", "*")}
 	for _, tc := range []struct {
-		spec model.ProcessSpec
+		spec meshspec.ProcessSpec
 		want string
 	}{
-		{model.ProcessSpec{Command: serve}, ""},
-		{model.ProcessSpec{Command: serve, Env: map[string]string{"MODEL": "v1"}}, ""},
-		{model.ProcessSpec{Command: dir + "/models/../models/serve"}, "not allowed"},
-		{model.ProcessSpec{Command: dir + "/x/../../../bin/sh"}, "not allowed"},
-		{model.ProcessSpec{Command: shell}, `leads to "/`},
-		{model.ProcessSpec{Command: serve, Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, "LD_PRELOAD"},
-		{model.ProcessSpec{Command: serve, Env: map[string]string{"PYTHONPATH": "/tmp"}}, "PYTHONPATH"},
+		{meshspec.ProcessSpec{Command: serve}, ""},
+		{meshspec.ProcessSpec{Command: serve, Env: map[string]string{"MODEL": "v1"}}, ""},
+		{meshspec.ProcessSpec{Command: dir + "/models/../models/serve"}, "not allowed"},
+		{meshspec.ProcessSpec{Command: dir + "/x/../../../bin/sh"}, "not allowed"},
+		{meshspec.ProcessSpec{Command: shell}, `leads to "/`},
+		{meshspec.ProcessSpec{Command: serve, Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, "LD_PRELOAD"},
+		{meshspec.ProcessSpec{Command: serve, Env: map[string]string{"PYTHONPATH": "/tmp"}}, "PYTHONPATH"},
 	} {
 		err := a.mayRun(tc.spec)
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {

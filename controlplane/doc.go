@@ -1,6 +1,7 @@
 // Package controlplane is servemesh's controller side: it owns the desired
 // state of the mesh (backends, endpoints, traffic and shadow policies,
-// replica placements), validates every change, checkpoints it, merges it
+// replica placements; their vocabulary, meshspec, sits below it, shared
+// with the node side and translation), validates every change, checkpoints it, merges it
 // with the replicas' health and hands it to the xDS server. In the flow of
 // docs/architecture.md: steps 1 to 4 and 10 to 12. Its sub-packages, with
 // their steps:
@@ -8,7 +9,6 @@
 //   - api (1): the HTTP/JSON API and its Go client; configfile (1): the
 //     declarative YAML file (`servemesh serve`, `servemesh apply -f`);
 //     gatewayapi (1): Gateway API HTTPRoutes read as endpoints.
-//   - model (2): the plain, serialisable desired state and its validation.
 //   - controller (2): every operation, under one write lock, checkpointed
 //     before it takes effect; replica placement and the reconcile loop.
 //   - leader (2): electing the one writer among several controllers.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -106,13 +106,13 @@ func TestConsulACLs(t *testing.T) {
 	}
 	c := ctl.client("")
 	ctx := context.Background()
-	b := model.Backend{Name: "acl", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3},
-		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "acl", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+	b := meshspec.Backend{Name: "acl", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3},
+		Process: &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "acl", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	testutil.WaitFor(t, 20*time.Second, "both nodes to register and the backend to be placed", func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpecOf(b))
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(b))
 		return err == nil
 	})
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "acl", Route: "/acl", Traffic: map[string]float64{"acl": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "acl", Route: "/acl", Traffic: map[string]float64{"acl": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 30*time.Second, "the replicas to serve through the first node's Envoy", func() bool {
@@ -158,7 +158,7 @@ func TestConsulACLs(t *testing.T) {
 		// placed on acl-2, pointing at its own inbound listener and a
 		// port of its choosing; its id sorts before the genuine one's, so
 		// it is checked first.
-		var onTwo model.Placement
+		var onTwo meshspec.Placement
 		for _, p := range placements(t, c, "acl") {
 			if p.Node == "acl-2" {
 				onTwo = p

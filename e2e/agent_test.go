@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -127,7 +127,7 @@ func stopNodeLeftovers(t *testing.T, id, workDir string, env []string) {
 	}
 }
 
-func placements(t *testing.T, c *api.Client, backend string) []model.Placement {
+func placements(t *testing.T, c *api.Client, backend string) []meshspec.Placement {
 	t.Helper()
 	b, err := c.GetBackend(context.Background(), backend)
 	if err != nil {
@@ -136,10 +136,10 @@ func placements(t *testing.T, c *api.Client, backend string) []model.Placement {
 	return b.Placements
 }
 
-func runningOn(ps []model.Placement) map[string]string {
+func runningOn(ps []meshspec.Placement) map[string]string {
 	out := map[string]string{}
 	for _, p := range ps {
-		if p.State == model.Running {
+		if p.State == meshspec.Running {
 			out[p.Tag] = p.Node
 		}
 	}
@@ -163,18 +163,18 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 	}
 	c := ctl.client("")
 	ctx := context.Background()
-	demo := func(name string, replicas int) model.Backend {
-		return model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1},
-			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+	demo := func(name string, replicas int) meshspec.Backend {
+		return meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: 1},
+			Process: &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	}
 	testutil.WaitFor(t, 10*time.Second, "three live nodes", func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpecOf(demo("a", 3)))
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(demo("a", 3)))
 		return err == nil
 	})
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(demo("b", 2))); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(demo("b", 2))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}); err != nil {
 		t.Fatal(err)
 	}
 	aNodes := map[string]bool{}
@@ -250,7 +250,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 	t.Run("too many replicas: Ray Serve's error, nothing started", func(t *testing.T) {
 		before := placements(t, c, "b")
 		ten := 10
-		_, err := c.UpdateBackend(ctx, "b", model.BackendConfigPatch{NumReplicas: &ten})
+		_, err := c.UpdateBackend(ctx, "b", meshspec.BackendConfigPatch{NumReplicas: &ten})
 		if err == nil || !strings.Contains(err.Error(), `cannot scale backend "b" to 10 replicas: servemesh tried to add 8 replicas but the nodes' free resources only allow 4 to be added`) {
 			t.Fatalf("got %v", err)
 		}
@@ -290,7 +290,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 
 	t.Run("scale down 4 to 1 under load: zero failed requests", func(t *testing.T) {
 		four, one := 4, 1
-		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &four}); err != nil {
+		if _, err := c.UpdateBackend(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &four}); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 20*time.Second, "4 passing replicas of a", func() bool {
@@ -299,7 +299,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		})
 		l := startLoad("http://"+nodes[2].public+"/svc", 4)
 		time.Sleep(300 * time.Millisecond)
-		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
+		if _, err := c.UpdateBackend(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &one}); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 20*time.Second, "a to be down to 1 replica in Consul and in the placements", func() bool {
@@ -319,7 +319,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		file := &model.Model{Endpoints: endpoints}
+		file := &meshspec.Model{Endpoints: endpoints}
 		old := map[string]bool{}
 		for _, b := range backends {
 			if b.Name == "b" {
@@ -333,7 +333,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		}
 		l := startLoad("http://"+nodes[1].public+"/svc", 4)
 		time.Sleep(300 * time.Millisecond)
-		res, err := c.Apply(ctx, model.SpecOf(file), false)
+		res, err := c.Apply(ctx, meshspec.SpecOf(file), false)
 		if err != nil || len(res.Changes) != 1 || res.Changes[0] != "update backend b" {
 			t.Fatalf("apply: %+v %v", res, err)
 		}
@@ -343,7 +343,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 				return false
 			}
 			for _, p := range ps {
-				if old[p.Tag] || p.State != model.Running {
+				if old[p.Tag] || p.State != meshspec.Running {
 					return false
 				}
 			}
@@ -356,7 +356,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 
 	t.Run("a stopped agent's replicas go critical and are replaced", func(t *testing.T) {
 		three := 3
-		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &three}); err != nil {
+		if _, err := c.UpdateBackend(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &three}); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 20*time.Second, "3 passing replicas of a", func() bool {

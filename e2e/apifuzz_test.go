@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // schemathesisBin is the API fuzzer `make tools` installs from PyPI.
@@ -48,10 +48,10 @@ func TestAPIFuzz(t *testing.T) {
 	defer cancel()
 	// A few objects for the fuzzer to find and change.
 	c := ctl.client(token)
-	if _, err := c.CreateBackend(ctx, model.BackendSpec{Name: "b1", Replicas: []model.ReplicaSpec{{Address: "127.0.0.1:9"}}}); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "b1", Replicas: []meshspec.ReplicaSpec{{Address: "127.0.0.1:9"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "e1", Route: "/e1", Traffic: map[string]float64{"b1": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "e1", Route: "/e1", Traffic: map[string]float64{"b1": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, bin, "run", "http://"+ctl.apiAddr+api.OpenAPIPath,
@@ -77,7 +77,7 @@ func TestAPIFuzz(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the fuzzing, a fresh controller reads no endpoints: %v", err)
 	}
-	if err := (&model.Model{Backends: backends, Endpoints: endpoints}).Validate(); err != nil {
+	if err := (&meshspec.Model{Backends: backends, Endpoints: endpoints}).Validate(); err != nil {
 		t.Fatalf("after the fuzzing, the stored state is not valid: %v", err)
 	}
 	t.Logf("after the fuzzing: %d backends and %d endpoints, valid", len(backends), len(endpoints))

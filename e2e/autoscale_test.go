@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -74,15 +74,15 @@ func TestAutoscaling(t *testing.T) {
 	n2 := startAgent(t, consul, "n2", "127.0.0.3", ctl.xdsAddr, 4)
 	c := ctl.client("")
 	ctx := context.Background()
-	as := &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 6, TargetInFlight: 2,
+	as := &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 6, TargetInFlight: 2,
 		MetricsIntervalS: 0.25, LookBackPeriodS: 2, UpscaleDelayS: 1, DownscaleDelayS: 4}
-	backend := model.Backend{Name: "slow", Config: model.BackendConfig{CPUs: 1, MaxConcurrentQueries: 4, Autoscaling: as},
-		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "slow", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+	backend := meshspec.Backend{Name: "slow", Config: meshspec.BackendConfig{CPUs: 1, MaxConcurrentQueries: 4, Autoscaling: as},
+		Process: &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "slow", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	testutil.WaitFor(t, 15*time.Second, "two live nodes", func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpecOf(backend))
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(backend))
 		return err == nil
 	})
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "slow", Route: "/slow", Traffic: map[string]float64{"slow": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "slow", Route: "/slow", Traffic: map[string]float64{"slow": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	replicas := func() int {
@@ -97,7 +97,7 @@ func TestAutoscaling(t *testing.T) {
 	}
 	six := 6
 	var apiErr *api.Error
-	if _, err := c.UpdateBackend(ctx, "slow", model.BackendConfigPatch{NumReplicas: &six}); err == nil || !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(err.Error(), "the autoscaler sets num_replicas") {
+	if _, err := c.UpdateBackend(ctx, "slow", meshspec.BackendConfigPatch{NumReplicas: &six}); err == nil || !errors.As(err, &apiErr) || apiErr.Status != 409 || !strings.Contains(err.Error(), "the autoscaler sets num_replicas") {
 		t.Fatalf("an explicit num_replicas on an autoscaled backend: %v", err)
 	}
 	testutil.WaitFor(t, 20*time.Second, "the first replica to serve", func() bool {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestExportRoundTripsAndABackupRestores: `servemesh export` writes the
@@ -28,12 +28,12 @@ func TestExportRoundTripsAndABackupRestores(t *testing.T) {
 	if code, out, errOut := cli(t, env, "apply", "-f", "../examples/demo.yaml"); code != 0 {
 		t.Fatalf("apply demo.yaml: %d %s%s", code, out, errOut)
 	}
-	m.createBackends(t, model.Backend{Name: "bk", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1, MaxConcurrentQueries: 8},
+	m.createBackends(t, meshspec.Backend{Name: "bk", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1, MaxConcurrentQueries: 8},
 		Process: demoProcess("bk", false)})
-	if _, err := m.c.CreateEndpoint(ctx, model.Endpoint{Name: "bk", Route: "/bk", Methods: []string{"GET", "POST"},
+	if _, err := m.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "bk", Route: "/bk", Methods: []string{"GET", "POST"},
 		Traffic: map[string]float64{"bk": 0.75, "model-v2": 0.25}, Shadows: map[string]float64{"model-v3-candidate": 0.1},
-		Match: []model.RequestMatch{{Header: "x-canary", Exact: "true", Backend: "model-v2"}},
-		Retry: &model.RetryPolicy{On: []string{"503"}, Attempts: 2}}); err != nil {
+		Match: []meshspec.RequestMatch{{Header: "x-canary", Exact: "true", Backend: "model-v2"}},
+		Retry: &meshspec.RetryPolicy{On: []string{"503"}, Attempts: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	code, exported, errOut := cli(t, env, "export")

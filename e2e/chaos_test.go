@@ -20,11 +20,11 @@ import (
 
 	smapi "github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/catalog"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -108,7 +108,7 @@ func TestChaos(t *testing.T) {
 		nodes, err := catalog.Nodes(consulClient, nil)(ctx)
 		return err == nil && len(nodes) == len(agents)
 	})
-	testutil.WaitFor(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, model.SpecOf(want), false); return err == nil })
+	testutil.WaitFor(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, meshspec.SpecOf(want), false); return err == nil })
 	if p, err := c.GetBackend(ctx, "p"); err != nil || len(nodesOfPlacements(p)) < 2 {
 		t.Fatalf("p's replicas are not on two nodes: %v (err %v)", p.Placements, err)
 	}
@@ -159,7 +159,7 @@ func TestChaos(t *testing.T) {
 }
 
 // nodesOfPlacements returns the nodes b's placements are on.
-func nodesOfPlacements(b model.Backend) map[string]bool {
+func nodesOfPlacements(b meshspec.Backend) map[string]bool {
 	out := map[string]bool{}
 	for _, p := range b.Placements {
 		out[p.Node] = true
@@ -190,14 +190,14 @@ func (ch *chaos) logTimeline(failures []event) {
 // static backends (outside the mesh), and a routed endpoint of a process
 // backend the agents run (inside it: across nodes over mTLS, or on the
 // entry node itself).
-func chaosInitial(addrs []string) *model.Model {
-	m := &model.Model{}
+func chaosInitial(addrs []string) *meshspec.Model {
+	m := &meshspec.Model{}
 	for i, a := range addrs {
-		m.Backends = append(m.Backends, model.Backend{Name: fmt.Sprintf("s%d", i), Replicas: []model.Replica{{Address: a}}})
+		m.Backends = append(m.Backends, meshspec.Backend{Name: fmt.Sprintf("s%d", i), Replicas: []meshspec.Replica{{Address: a}}})
 	}
-	m.Backends = append(m.Backends, model.Backend{Name: "p", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1},
-		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "p", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}})
-	m.Endpoints = []model.Endpoint{
+	m.Backends = append(m.Backends, meshspec.Backend{Name: "p", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1},
+		Process: &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "p", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}})
+	m.Endpoints = []meshspec.Endpoint{
 		{Name: "svc", Route: "/svc", Traffic: map[string]float64{"s0": 0.5, "s1": 0.5}},
 		{Name: "inner", Route: "/inner", Traffic: map[string]float64{"p": 1}},
 	}
@@ -208,7 +208,7 @@ type chaos struct {
 	t      *testing.T
 	rng    *rand.Rand
 	c      *smapi.Client
-	want   *model.Model
+	want   *meshspec.Model
 	static []string
 	ctls   []*ctlProc
 	agents []*chaosAgent
@@ -256,19 +256,19 @@ func (ch *chaos) operate() {
 		ch.accept("traffic set", func() error { _, err := ch.c.SetTraffic(ctx, "svc", traffic); return err })
 		ch.want.Endpoints[ch.find("svc")].Traffic = traffic
 	case 2: // apply a random number of headless endpoints (0 to 400)
-		next := model.Clone(ch.want)
+		next := meshspec.Clone(ch.want)
 		next.Endpoints = next.Endpoints[:2]
 		for i := range ch.rng.IntN(401) {
-			next.Endpoints = append(next.Endpoints, model.Endpoint{Name: fmt.Sprintf("x%d", i), Traffic: map[string]float64{"s2": 1}})
+			next.Endpoints = append(next.Endpoints, meshspec.Endpoint{Name: fmt.Sprintf("x%d", i), Traffic: map[string]float64{"s2": 1}})
 		}
 		ch.note("apply %d endpoints", len(next.Endpoints))
-		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, model.SpecOf(next), false); return err })
+		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, meshspec.SpecOf(next), false); return err })
 		ch.want = next
 	case 3: // scale the process backend
 		r := 2 + ch.rng.IntN(2) // at least two: one may be killed at a time
 		ch.note("scale p to %d", r)
 		ch.accept("scale p", func() error {
-			_, err := ch.c.UpdateBackend(ctx, "p", model.BackendConfigPatch{NumReplicas: &r})
+			_, err := ch.c.UpdateBackend(ctx, "p", meshspec.BackendConfigPatch{NumReplicas: &r})
 			return err
 		})
 		ch.want.Backends[ch.findBackend("p")].Config.NumReplicas = r
@@ -449,13 +449,13 @@ func (ch *chaos) check(admin envoy.Admin) {
 
 // summary renders what the operations control: backends with their
 // replica counts, endpoints with their traffic.
-func summary(m *model.Model) string {
+func summary(m *meshspec.Model) string {
 	var parts []string
 	for _, b := range m.Backends {
 		parts = append(parts, fmt.Sprintf("backend %s replicas=%d num=%d", b.Name, len(b.Replicas), b.Config.NumReplicas))
 	}
 	for _, e := range m.Endpoints {
-		parts = append(parts, "endpoint "+e.Name+" "+expectedPolicies(&model.Model{Endpoints: []model.Endpoint{e}}))
+		parts = append(parts, "endpoint "+e.Name+" "+expectedPolicies(&meshspec.Model{Endpoints: []meshspec.Endpoint{e}}))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")

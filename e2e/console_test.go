@@ -14,7 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // chromiumBin is Debian's Chromium, which `make tools` installs.
@@ -41,9 +41,9 @@ func TestConsole(t *testing.T) {
 	mesh := startTwoNodeMeshWith(t, "console", []string{"--token-file", writeToken(t, token)}, nil)
 	ctx := context.Background()
 	for _, name := range []string{"cstable", "ccanary"} {
-		mesh.createBackends(t, model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: demoProcess(name, false)})
+		mesh.createBackends(t, meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: demoProcess(name, false)})
 	}
-	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "site", Route: "/site", Traffic: map[string]float64{"cstable": 0.9, "ccanary": 0.1},
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "site", Route: "/site", Traffic: map[string]float64{"cstable": 0.9, "ccanary": 0.1},
 		Shadows: map[string]float64{"ccanary": 0.25}}); err != nil {
 		t.Fatal(err)
 	}

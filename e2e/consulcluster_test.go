@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Bounds the Consul-cluster test states and checks.
@@ -73,12 +73,12 @@ func TestConsulCluster(t *testing.T) {
 	}
 	c := ctl.client("")
 	ctx := context.Background()
-	b := model.Backend{Name: "cc", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}, Process: demoProcess("cc", false)}
+	b := meshspec.Backend{Name: "cc", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}, Process: demoProcess("cc", false)}
 	testutil.WaitFor(t, 30*time.Second, "both nodes to register and the backend to be placed", func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpecOf(b))
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(b))
 		return err == nil
 	})
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "cc", Route: "/cc", Traffic: map[string]float64{"cc": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "cc", Route: "/cc", Traffic: map[string]float64{"cc": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range agents {
@@ -100,7 +100,7 @@ func TestConsulCluster(t *testing.T) {
 		events = append(events, event{at: killed, what: "Consul leader server killed"})
 		t.Logf("killed the Consul leader server %s", leader.HTTPAddr)
 		testutil.WaitFor(t, leaderLossBound, "the controller to take a write after the leader server's loss", func() bool {
-			_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "after-leader-loss"})
+			_, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "after-leader-loss"})
 			return err == nil
 		})
 		back := time.Since(killed)
@@ -186,7 +186,7 @@ type writes struct {
 }
 
 func startWrites(c interface {
-	CreateBackend(context.Context, model.BackendSpec) (bool, error)
+	CreateBackend(context.Context, meshspec.BackendSpec) (bool, error)
 }) *writes {
 	w := &writes{done: make(chan struct{})}
 	w.wg.Add(1)
@@ -202,7 +202,7 @@ func startWrites(c interface {
 			w.mu.Lock()
 			w.tried = append(w.tried, name)
 			w.mu.Unlock()
-			if _, err := c.CreateBackend(context.Background(), model.BackendSpec{Name: name}); err == nil {
+			if _, err := c.CreateBackend(context.Background(), meshspec.BackendSpec{Name: name}); err == nil {
 				w.mu.Lock()
 				w.acked = append(w.acked, name)
 				w.mu.Unlock()

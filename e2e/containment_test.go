@@ -19,10 +19,10 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestContainment: whoever holds a little (a write token, a replica) cannot
@@ -38,12 +38,12 @@ func TestContainment(t *testing.T) {
 	nodes := []*mtlsNode{startMTLSNode(t, consul, "k1", "127.0.0.2", ctl.xdsAddr), startMTLSNode(t, consul, "k2", "127.0.0.3", ctl.xdsAddr, "--envoy-max-connections", "40")}
 	ctx := context.Background()
 	execC := ctl.client("exec-secret")
-	spec := &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "m", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+	spec := &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "m", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 	testutil.WaitFor(t, 20*time.Second, "backend m to be placed on both nodes", func() bool {
-		_, err := execC.CreateBackend(ctx, model.BackendSpec{Name: "m", Process: spec, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}})
+		_, err := execC.CreateBackend(ctx, meshspec.BackendSpec{Name: "m", Process: spec, Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}})
 		return err == nil
 	})
-	if _, err := execC.CreateEndpoint(ctx, model.Endpoint{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}); err != nil {
+	if _, err := execC.CreateEndpoint(ctx, meshspec.Endpoint{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 60*time.Second, "/m served through k1", func() bool {
@@ -58,8 +58,8 @@ func TestContainment(t *testing.T) {
 		// refused for everyone: see the model's validation.)
 		evil := *spec
 		evil.Env = map[string]string{"MODEL_URL": "http://evil.example/weights"}
-		file := writeMesh(t, &model.Model{Backends: []model.Backend{{Name: "m", Process: &evil, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}}},
-			Endpoints: []model.Endpoint{{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}}})
+		file := writeMesh(t, &meshspec.Model{Backends: []meshspec.Backend{{Name: "m", Process: &evil, Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}}},
+			Endpoints: []meshspec.Endpoint{{Name: "m", Route: "/m", Traffic: map[string]float64{"m": 1}}}})
 		for _, dry := range []string{"--dry-run=true", "--dry-run=false"} {
 			expectCLI(t, writer, 1, "exec scope", "apply", "-f", file, dry)
 		}
@@ -260,9 +260,9 @@ func asNobody(t *testing.T, name string, args ...string) (string, error) {
 }
 
 // writeMesh writes m as a config file for `servemesh apply -f`.
-func writeMesh(t *testing.T, m *model.Model) string {
+func writeMesh(t *testing.T, m *meshspec.Model) string {
 	t.Helper()
-	b, err := model.Marshal(m)
+	b, err := meshspec.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}

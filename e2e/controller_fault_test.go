@@ -17,9 +17,9 @@ import (
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -55,9 +55,9 @@ func TestControllerRestartChangesNothing(t *testing.T) {
 	a, b := startReplicas(t, "a", 1), startReplicas(t, "b", 1)
 	c := ctl.client("")
 	ctx := context.Background()
-	if _, err := c.Apply(ctx, model.SpecOf(&model.Model{
-		Backends:  []model.Backend{a.backendModel(), b.backendModel()},
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}},
+	if _, err := c.Apply(ctx, meshspec.SpecOf(&meshspec.Model{
+		Backends:  []meshspec.Backend{a.backendModel(), b.backendModel()},
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}},
 	}), false); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestControllerRestartChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if store.Diff(&model.Model{Endpoints: before}, &model.Model{Endpoints: after}).Size() != 0 {
+	if store.Diff(&meshspec.Model{Endpoints: before}, &meshspec.Model{Endpoints: after}).Size() != 0 {
 		t.Fatalf("state changed across a restart: %+v -> %+v", before, after)
 	}
 	if got := routeVersions(t, n); fmt.Sprint(got) != fmt.Sprint(versions) {
@@ -118,7 +118,7 @@ func TestCrashFuzz(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("fuzz seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	fz := &fuzzer{t: t, c: ctl.client(""), rng: rng, want: &model.Model{}, addrs: replicas.addrs}
+	fz := &fuzzer{t: t, c: ctl.client(""), rng: rng, want: &meshspec.Model{}, addrs: replicas.addrs}
 	for i := range 300 {
 		fz.step(i)
 	}
@@ -149,7 +149,7 @@ func TestCrashFuzz(t *testing.T) {
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
-	if d := store.Diff(fz.want, &model.Model{Backends: backends, Endpoints: endpoints}); d.Size() != 0 {
+	if d := store.Diff(fz.want, &meshspec.Model{Backends: backends, Endpoints: endpoints}); d.Size() != 0 {
 		t.Fatalf("the API answers a different state than expected: %+v", d)
 	}
 	waitNodeInSync(t, ctl.apiAddr)
@@ -162,7 +162,7 @@ type fuzzer struct {
 	t                          *testing.T
 	c                          *api.Client
 	rng                        *rand.Rand
-	want                       *model.Model
+	want                       *meshspec.Model
 	addrs                      []string
 	next                       int
 	accepted, refused, retries int
@@ -198,16 +198,16 @@ func (f *fuzzer) step(i int) {
 	pick := func(n int) int { return f.rng.IntN(n) }
 	switch r := pick(100); {
 	case r < 20 || len(m.Backends) < 2:
-		b := model.Backend{Name: fmt.Sprintf("b%d", f.next), Replicas: []model.Replica{{Address: f.addrs[pick(len(f.addrs))]}}}
+		b := meshspec.Backend{Name: fmt.Sprintf("b%d", f.next), Replicas: []meshspec.Replica{{Address: f.addrs[pick(len(f.addrs))]}}}
 		f.next++
-		if f.call("create backend "+b.Name, func() error { _, err := f.c.CreateBackend(ctx, model.BackendSpecOf(b)); return err }) {
+		if f.call("create backend "+b.Name, func() error { _, err := f.c.CreateBackend(ctx, meshspec.BackendSpecOf(b)); return err }) {
 			m.Backends = append(m.Backends, b)
 		}
 	case r < 30:
 		b := &m.Backends[pick(len(m.Backends))]
 		mcq := 1 + pick(50)
 		if f.call(fmt.Sprintf("update backend %s max_concurrent_queries=%d", b.Name, mcq), func() error {
-			_, err := f.c.UpdateBackend(ctx, b.Name, model.BackendConfigPatch{MaxConcurrentQueries: &mcq})
+			_, err := f.c.UpdateBackend(ctx, b.Name, meshspec.BackendConfigPatch{MaxConcurrentQueries: &mcq})
 			return err
 		}) {
 			b.Config.MaxConcurrentQueries = mcq
@@ -215,7 +215,7 @@ func (f *fuzzer) step(i int) {
 	case r < 45:
 		name := fmt.Sprintf("e%d", f.next)
 		f.next++
-		e := model.Endpoint{Name: name, Traffic: map[string]float64{m.Backends[pick(len(m.Backends))].Name: 1}}
+		e := meshspec.Endpoint{Name: name, Traffic: map[string]float64{m.Backends[pick(len(m.Backends))].Name: 1}}
 		if pick(3) > 0 {
 			e.Route = "/" + name
 		}
@@ -279,16 +279,16 @@ func (f *fuzzer) step(i int) {
 
 // expectedPolicies renders each endpoint's weights and shadows, as the mesh
 // route configuration should hold them, in one comparable string.
-func expectedPolicies(m *model.Model) string {
+func expectedPolicies(m *meshspec.Model) string {
 	var lines []string
 	for _, e := range m.Endpoints {
 		var parts []string
-		for _, b := range model.SortedKeys(e.Traffic) {
+		for _, b := range meshspec.SortedKeys(e.Traffic) {
 			if e.Traffic[b] > 0 {
 				parts = append(parts, fmt.Sprintf("%s=%d", b, int(e.Traffic[b]*1e6+0.5)))
 			}
 		}
-		for _, b := range model.SortedKeys(e.Shadows) {
+		for _, b := range meshspec.SortedKeys(e.Shadows) {
 			if e.Shadows[b] > 0 {
 				parts = append(parts, fmt.Sprintf("mirror:%s=%d", b, int(e.Shadows[b]*1e6+0.5)))
 			}
@@ -357,10 +357,10 @@ func envoyPolicies(t *testing.T, admin envoy.Admin) string {
 			}
 			// Ordered by backend name, as expectedPolicies orders them.
 			var parts []string
-			for _, b := range model.SortedKeys(weights) {
+			for _, b := range meshspec.SortedKeys(weights) {
 				parts = append(parts, fmt.Sprintf("%s=%d", b, weights[b]))
 			}
-			for _, b := range model.SortedKeys(mirrors) {
+			for _, b := range meshspec.SortedKeys(mirrors) {
 				parts = append(parts, fmt.Sprintf("mirror:%s=%d", b, mirrors[b]))
 			}
 			lines = append(lines, vh.Name+"{"+strings.Join(parts, ",")+"}")

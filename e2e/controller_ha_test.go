@@ -13,9 +13,9 @@ import (
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestHAFailover runs two controllers on one Consul and kills the leader
@@ -35,9 +35,9 @@ func TestHAFailover(t *testing.T) {
 
 	x := startReplicas(t, "x", 2)
 	both := api.NewClient(a.apiAddr+","+b.apiAddr, "")
-	if _, err := both.Apply(ctx, model.SpecOf(&model.Model{
-		Backends:  []model.Backend{x.backendModel()},
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"x": 1}}},
+	if _, err := both.Apply(ctx, meshspec.SpecOf(&meshspec.Model{
+		Backends:  []meshspec.Backend{x.backendModel()},
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"x": 1}}},
 	}), false); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestHAFailover(t *testing.T) {
 			default:
 			}
 			name := fmt.Sprintf("w%d", i)
-			if _, err := both.CreateBackend(ctx, model.BackendSpec{Name: name}); err != nil {
+			if _, err := both.CreateBackend(ctx, meshspec.BackendSpec{Name: name}); err != nil {
 				writeErrs.Add(1)
 				t.Errorf("write %s failed during the failover: %v", name, err)
 				return
@@ -118,7 +118,7 @@ func TestHAFailover(t *testing.T) {
 	})
 	takeover := time.Since(killed)
 	testutil.WaitFor(t, 30*time.Second, "a write to be accepted after the takeover", func() bool {
-		_, err := b.client("").CreateBackend(ctx, model.BackendSpec{Name: "after-takeover"})
+		_, err := b.client("").CreateBackend(ctx, meshspec.BackendSpec{Name: "after-takeover"})
 		return err == nil
 	})
 	writable := time.Since(killed)
@@ -148,7 +148,7 @@ func TestHAFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	has := func(list []model.Backend, name string) bool {
+	has := func(list []meshspec.Backend, name string) bool {
 		for _, x := range list {
 			if x.Name == name {
 				return true

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/bootstrap"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // expectCLI runs a CLI command and checks its exit code and output.
@@ -126,8 +126,8 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 		t.Fatalf("consul key servemesh/endpoints/api: %v", err)
 	}
 	var inConsul struct {
-		Schema   int            `json:"schema"`
-		Endpoint model.Endpoint `json:"endpoint"`
+		Schema   int               `json:"schema"`
+		Endpoint meshspec.Endpoint `json:"endpoint"`
 	}
 	if err := json.Unmarshal(kv.Value, &inConsul); err != nil {
 		t.Fatal(err)
@@ -175,9 +175,9 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 		return do(httpClient(), http.MethodGet, "http://"+n.public+"/api", "").status == 404
 	})
 	file := filepath.Join(t.TempDir(), "mesh.yaml")
-	writeModel(t, file, &model.Model{
-		Backends:  []model.Backend{v1.backendModel(), v2.backendModel()},
-		Endpoints: []model.Endpoint{{Name: "site", Route: "/site", Traffic: map[string]float64{"v1": 1}}},
+	writeModel(t, file, &meshspec.Model{
+		Backends:  []meshspec.Backend{v1.backendModel(), v2.backendModel()},
+		Endpoints: []meshspec.Endpoint{{Name: "site", Route: "/site", Traffic: map[string]float64{"v1": 1}}},
 	})
 	dry := expectCLI(t, env, 0, "(dry run) would create backend v1", "apply", "-f", file, "--dry-run")
 	if !strings.Contains(dry, "would update backend v2") || !strings.Contains(dry, "would delete endpoint inner") {

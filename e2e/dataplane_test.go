@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/bootstrap"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // fixture is a control plane serving a config file to one real Envoy, with
@@ -29,7 +29,7 @@ type fixture struct {
 	gen      uint64
 }
 
-func newFixture(t *testing.T, protocol bootstrap.Protocol, m func(f *fixture) *model.Model, backends ...string) *fixture {
+func newFixture(t *testing.T, protocol bootstrap.Protocol, m func(f *fixture) *meshspec.Model, backends ...string) *fixture {
 	t.Helper()
 	f := &fixture{t: t, config: filepath.Join(t.TempDir(), "mesh.yaml"), replicas: map[string]*replicaSet{}}
 	for i, b := range backends {
@@ -43,8 +43,8 @@ func newFixture(t *testing.T, protocol bootstrap.Protocol, m func(f *fixture) *m
 	return f
 }
 
-func (f *fixture) backends(names ...string) []model.Backend {
-	var out []model.Backend
+func (f *fixture) backends(names ...string) []meshspec.Backend {
+	var out []meshspec.Backend
 	for _, n := range names {
 		out = append(out, f.replicas[n].backendModel())
 	}
@@ -52,7 +52,7 @@ func (f *fixture) backends(names ...string) []model.Backend {
 }
 
 // apply writes a new model and waits until the node ACKed it.
-func (f *fixture) apply(m *model.Model) {
+func (f *fixture) apply(m *meshspec.Model) {
 	f.t.Helper()
 	writeModel(f.t, f.config, m)
 	f.gen++
@@ -62,10 +62,10 @@ func (f *fixture) apply(m *model.Model) {
 func (f *fixture) url(path string) string { return "http://" + f.envoy.public + path }
 
 func TestWeightedSplit(t *testing.T) {
-	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *model.Model {
-		return &model.Model{
+	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
+		return &meshspec.Model{
 			Backends:  f.backends("a", "b", "c"),
-			Endpoints: []model.Endpoint{{Name: "split", Route: "/split", Traffic: map[string]float64{"a": 0.7, "b": 0.3}}},
+			Endpoints: []meshspec.Endpoint{{Name: "split", Route: "/split", Traffic: map[string]float64{"a": 0.7, "b": 0.3}}},
 		}
 	}, "a", "b", "c")
 	const n = 4000
@@ -86,9 +86,9 @@ func TestWeightedSplit(t *testing.T) {
 	}
 
 	t.Run("three-way", func(t *testing.T) {
-		f.apply(&model.Model{
+		f.apply(&meshspec.Model{
 			Backends:  f.backends("a", "b", "c"),
-			Endpoints: []model.Endpoint{{Name: "split", Route: "/split", Traffic: map[string]float64{"a": 0.5, "b": 0.3, "c": 0.2}}},
+			Endpoints: []meshspec.Endpoint{{Name: "split", Route: "/split", Traffic: map[string]float64{"a": 0.5, "b": 0.3, "c": 0.2}}},
 		})
 		counts := sendMany(t, f.url("/split"), n)
 		checkShare(t, "a (weight 0.5)", counts["a"], n, 0.5)
@@ -98,10 +98,10 @@ func TestWeightedSplit(t *testing.T) {
 }
 
 func TestShadowTraffic(t *testing.T) {
-	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *model.Model {
-		return &model.Model{
+	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
+		return &meshspec.Model{
 			Backends: f.backends("primary", "canary", "shadow", "shadow2"),
-			Endpoints: []model.Endpoint{{
+			Endpoints: []meshspec.Endpoint{{
 				Name: "predict", Route: "/predict",
 				Traffic: map[string]float64{"primary": 0.8, "canary": 0.2},
 				Shadows: map[string]float64{"shadow": 0.25, "shadow2": 0.1},
@@ -130,10 +130,10 @@ func TestShadowTraffic(t *testing.T) {
 }
 
 func TestConfigChangeIsServed(t *testing.T) {
-	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *model.Model {
-		return &model.Model{
+	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
+		return &meshspec.Model{
 			Backends:  f.backends("old", "new"),
-			Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"old": 1}}},
+			Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"old": 1}}},
 		}
 	}, "old", "new")
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -141,9 +141,9 @@ func TestConfigChangeIsServed(t *testing.T) {
 		t.Fatalf("before the change: %+v, want old", r)
 	}
 	start := time.Now()
-	writeModel(t, f.config, &model.Model{
+	writeModel(t, f.config, &meshspec.Model{
 		Backends:  f.backends("old", "new"),
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"new": 1}}},
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"new": 1}}},
 	})
 	// From the save until every response comes from the new backend.
 	var served time.Duration
@@ -166,10 +166,10 @@ func TestConfigChangeIsServed(t *testing.T) {
 }
 
 func TestHeadlessEndpointAndMethods(t *testing.T) {
-	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *model.Model {
-		return &model.Model{
+	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
+		return &meshspec.Model{
 			Backends: f.backends("web", "embedder"),
-			Endpoints: []model.Endpoint{
+			Endpoints: []meshspec.Endpoint{
 				{Name: "site", Route: "/site", Methods: []string{"GET", "POST"}, Traffic: map[string]float64{"web": 1}},
 				{Name: "embeddings", Traffic: map[string]float64{"embedder": 1}},
 			},
@@ -203,10 +203,10 @@ func TestHeadlessEndpointAndMethods(t *testing.T) {
 }
 
 func TestControlPlaneKilledEnvoyKeepsServing(t *testing.T) {
-	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *model.Model {
-		return &model.Model{
+	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
+		return &meshspec.Model{
 			Backends:  f.backends("a", "b"),
-			Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}},
+			Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}},
 		}
 	}, "a", "b")
 	var sent, failed atomic.Int64
@@ -254,10 +254,10 @@ func TestControlPlaneKilledEnvoyKeepsServing(t *testing.T) {
 }
 
 func TestInvalidConfigKeepsLastGood(t *testing.T) {
-	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *model.Model {
-		return &model.Model{
+	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
+		return &meshspec.Model{
 			Backends:  f.backends("a", "b"),
-			Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}},
+			Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}},
 		}
 	}, "a", "b")
 	writeFile(t, f.config, []byte(`
@@ -277,9 +277,9 @@ endpoints: [{name: svc, route: /svc, traffic: {a: 0.4, b: 0.4}}]
 		}
 	}
 	// Fixing the file applies it.
-	f.apply(&model.Model{
+	f.apply(&meshspec.Model{
 		Backends:  f.backends("a", "b"),
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"b": 1}}},
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"b": 1}}},
 	})
 	if counts := sendMany(t, f.url("/svc"), 100); counts["b"] != 100 {
 		t.Fatalf("after fixing the file: %v, want all to b", counts)
@@ -287,18 +287,18 @@ endpoints: [{name: svc, route: /svc, traffic: {a: 0.4, b: 0.4}}]
 }
 
 func TestDeltaXDS(t *testing.T) {
-	f := newFixture(t, bootstrap.ProtocolDelta, func(f *fixture) *model.Model {
-		return &model.Model{
+	f := newFixture(t, bootstrap.ProtocolDelta, func(f *fixture) *meshspec.Model {
+		return &meshspec.Model{
 			Backends:  f.backends("a", "b"),
-			Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}},
+			Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}},
 		}
 	}, "a", "b")
 	if counts := sendMany(t, f.url("/svc"), 100); counts["a"] != 100 {
 		t.Fatalf("delta: %v, want all to a", counts)
 	}
-	f.apply(&model.Model{
+	f.apply(&meshspec.Model{
 		Backends:  f.backends("a", "b"),
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}},
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}},
 	})
 	const n = 2000
 	counts := sendMany(t, f.url("/svc"), n)
@@ -315,10 +315,10 @@ func TestDeltaXDS(t *testing.T) {
 // requests in progress than the limit, and requests beyond it wait instead
 // of failing.
 func TestMaxConcurrentQueriesQueues(t *testing.T) {
-	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *model.Model {
+	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
 		b := f.replicas["slow"].backendModel()
 		b.Config.MaxConcurrentQueries = 2
-		return &model.Model{Backends: []model.Backend{b}, Endpoints: []model.Endpoint{{Name: "slow", Route: "/slow", Traffic: map[string]float64{"slow": 1}}}}
+		return &meshspec.Model{Backends: []meshspec.Backend{b}, Endpoints: []meshspec.Endpoint{{Name: "slow", Route: "/slow", Traffic: map[string]float64{"slow": 1}}}}
 	}, "unused", "slow") // the second backend of a fixture gets two replicas
 	slow := f.replicas["slow"]
 	if len(slow.replicas) != 2 {

@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/bootstrap"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestExternalBackend routes to a Consul service that something other than
@@ -48,10 +48,10 @@ func TestExternalBackend(t *testing.T) {
 
 	c := ctl.client("")
 	ctx := context.Background()
-	if _, err := c.CreateBackend(ctx, model.BackendSpec{Name: "legacy", External: &model.ExternalSpec{Service: "legacy-api"}}); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "legacy", External: &meshspec.ExternalSpec{Service: "legacy-api"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "old", Route: "/old", Traffic: map[string]float64{"legacy": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "old", Route: "/old", Traffic: map[string]float64{"legacy": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + n.public + "/old"
@@ -101,7 +101,7 @@ func TestExternalBackend(t *testing.T) {
 		t.Fatal("the DNS-named instance did not serve")
 	}
 	// Later changes are still published: a new endpoint is served.
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "again", Route: "/again", Traffic: map[string]float64{"legacy": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "again", Route: "/again", Traffic: map[string]float64{"legacy": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 15*time.Second, "a later change to be served", func() bool {

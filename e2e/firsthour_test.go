@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestFirstHour runs the CLI as a new user would against a live controller:
@@ -39,9 +39,9 @@ func TestFirstHour(t *testing.T) {
 	mustRun("backend", "create", "v1", "--replica", "127.0.0.1:9001")
 	mustRun("backend", "create", "v2", "--replica", "127.0.0.1:9002")
 	mustRun("endpoint", "create", "model", "--route", "/model", "--traffic", "v1=1")
-	backend := func(name string) model.Backend {
+	backend := func(name string) meshspec.Backend {
 		t.Helper()
-		var b model.Backend
+		var b meshspec.Backend
 		if err := json.Unmarshal([]byte(mustRun("backend", "get", name, "-o", "json")), &b); err != nil {
 			t.Fatal(err)
 		}

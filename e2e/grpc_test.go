@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestGRPC runs gRPC through the default data path with a real grpc-go
@@ -29,10 +29,10 @@ func TestGRPC(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "grpc")
 	n1, ctx := mesh.n1, context.Background()
 	for name, replicas := range map[string]int{"rank-v1": 2, "rank-v2": 1, "rank-shadow": 1} {
-		mesh.createBackends(t, model.Backend{Name: name, Protocol: model.ProtocolGRPC, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1},
+		mesh.createBackends(t, meshspec.Backend{Name: name, Protocol: meshspec.ProtocolGRPC, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: 1},
 			Process: demoProcess(name, true)})
 	}
-	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "rank", Route: "/grpc.health.v1.Health", Methods: []string{"POST"},
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "rank", Route: "/grpc.health.v1.Health", Methods: []string{"POST"},
 		Traffic: map[string]float64{"rank-v1": 0.7, "rank-v2": 0.3}, Shadows: map[string]float64{"rank-shadow": 0.4}}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestStrayKeysDoNotStopTheController reproduces what the Consul UI's
@@ -99,12 +99,12 @@ func TestLargeApplyIsAtomicAndReadsGoOn(t *testing.T) {
 	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)
 	const n = 3000
-	big := &model.Model{Backends: []model.Backend{{Name: "b", Replicas: []model.Replica{{Address: "127.0.0.1:9"}}}}}
+	big := &meshspec.Model{Backends: []meshspec.Backend{{Name: "b", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9"}}}}}
 	for i := range n {
-		big.Endpoints = append(big.Endpoints, model.Endpoint{Name: fmt.Sprintf("e%d", i), Traffic: map[string]float64{"b": 1}})
+		big.Endpoints = append(big.Endpoints, meshspec.Endpoint{Name: fmt.Sprintf("e%d", i), Traffic: map[string]float64{"b": 1}})
 	}
 	c := ctl.client("")
-	if _, err := c.Apply(context.Background(), model.SpecOf(&model.Model{Backends: big.Backends, Endpoints: big.Endpoints[:10]}), false); err != nil {
+	if _, err := c.Apply(context.Background(), meshspec.SpecOf(&meshspec.Model{Backends: big.Backends, Endpoints: big.Endpoints[:10]}), false); err != nil {
 		t.Fatal(err)
 	}
 	client, err := consul.Client()

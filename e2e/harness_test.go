@@ -29,10 +29,10 @@ import (
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/server"
 )
@@ -161,17 +161,17 @@ func (rs *replicaSet) served() int64 {
 	return n
 }
 
-func (rs *replicaSet) backendModel() model.Backend {
-	b := model.Backend{Name: rs.backend}
+func (rs *replicaSet) backendModel() meshspec.Backend {
+	b := meshspec.Backend{Name: rs.backend}
 	for _, a := range rs.addrs {
-		b.Replicas = append(b.Replicas, model.Replica{Address: a})
+		b.Replicas = append(b.Replicas, meshspec.Replica{Address: a})
 	}
 	return b
 }
 
-func writeModel(t *testing.T, path string, m *model.Model) {
+func writeModel(t *testing.T, path string, m *meshspec.Model) {
 	t.Helper()
-	out, err := model.Marshal(m)
+	out, err := meshspec.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,7 +630,7 @@ func startTwoNodeMeshWith(t *testing.T, name string, ctlArgs, agentArgs []string
 }
 
 // createBackends creates bs, each once the nodes can place it.
-func (m *twoNodeMesh) createBackends(t *testing.T, bs ...model.Backend) {
+func (m *twoNodeMesh) createBackends(t *testing.T, bs ...meshspec.Backend) {
 	t.Helper()
 	for _, b := range bs {
 		var last error
@@ -640,7 +640,7 @@ func (m *twoNodeMesh) createBackends(t *testing.T, bs ...model.Backend) {
 			}
 		}()
 		testutil.WaitFor(t, 20*time.Second, "backend "+b.Name+" to be placed", func() bool {
-			_, last = m.c.CreateBackend(context.Background(), model.BackendSpecOf(b))
+			_, last = m.c.CreateBackend(context.Background(), meshspec.BackendSpecOf(b))
 			return last == nil
 		})
 	}
@@ -648,11 +648,11 @@ func (m *twoNodeMesh) createBackends(t *testing.T, bs ...model.Backend) {
 
 // demoProcess runs demo replicas of backend, probed on their health path,
 // or with the gRPC health service when they serve gRPC.
-func demoProcess(backend string, grpc bool) *model.ProcessSpec {
+func demoProcess(backend string, grpc bool) *meshspec.ProcessSpec {
 	if grpc {
-		return &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--grpc", "--backend", backend, "--listen", "${HOST}:${PORT}"}}
+		return &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--grpc", "--backend", backend, "--listen", "${HOST}:${PORT}"}}
 	}
-	return &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", backend, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+	return &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", backend, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 }
 
 // waitReplicasAnswer waits until n replicas answer within tries requests
@@ -669,7 +669,7 @@ func waitReplicasAnswer(t *testing.T, what, url string, n, tries int) []string {
 		}
 		return len(seen) == n
 	})
-	return model.SortedKeys(seen)
+	return meshspec.SortedKeys(seen)
 }
 
 // accessLog is node n's access log so far, a map per line.

@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/bootstrap"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -91,8 +91,8 @@ func (ca *testCA) issue(t *testing.T, dir string, serial int64) {
 func TestPublicHTTPS(t *testing.T) {
 	replicas := startReplicas(t, "v1", 1)
 	config := filepath.Join(t.TempDir(), "mesh.yaml")
-	writeModel(t, config, &model.Model{Backends: []model.Backend{replicas.backendModel()},
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"v1": 1}}}})
+	writeModel(t, config, &meshspec.Model{Backends: []meshspec.Backend{replicas.backendModel()},
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"v1": 1}}}})
 	cp := startControlPlane(t, config)
 	ca := newTestCA(t)
 	certs := t.TempDir()

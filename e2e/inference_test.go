@@ -21,10 +21,10 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -46,13 +46,13 @@ func TestInferenceServing(t *testing.T) {
 }
 
 // modelServer runs stand-in model servers of backend, with args.
-func modelServer(backend string, args ...string) *model.ProcessSpec {
-	return &model.ProcessSpec{Command: servemeshBin, HealthPath: "/health",
+func modelServer(backend string, args ...string) *meshspec.ProcessSpec {
+	return &meshspec.ProcessSpec{Command: servemeshBin, HealthPath: "/health",
 		Args: append([]string{"demo-model-server", "--backend", backend, "--listen", "${HOST}:${PORT}"}, args...)}
 }
 
 // vllmGauges are the stand-in's gauges, by vLLM's names.
-var vllmGauges = &model.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting",
+var vllmGauges = &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting",
 	RunningMetric: "vllm:num_requests_running", KVCacheMetric: "vllm:gpu_cache_usage_perc"}
 
 // inferenceLoad is how long each run of loadAwarePicking sends requests:
@@ -77,15 +77,15 @@ func inferenceLoad(t *testing.T) time.Duration {
 // third, and the figures of all three go to the log (bench/inference
 // collects them for BENCHMARKS.md).
 func loadAwarePicking(t *testing.T, mesh *twoNodeMesh, locks string) {
-	server := func(b string) *model.ProcessSpec {
+	server := func(b string) *meshspec.ProcessSpec {
 		return modelServer(b, "--slots", "4", "--service", "20ms", "--slow-lock", filepath.Join(locks, b), "--slow-factor", "3")
 	}
 	la := vllmGauges
 	mesh.createBackends(t,
-		model.Backend{Name: "la", Process: server("la"), Config: model.BackendConfig{NumReplicas: 3, CPUs: 0.5, LoadAware: la}},
-		model.Backend{Name: "lr", Process: server("lr"), Config: model.BackendConfig{NumReplicas: 3, CPUs: 0.5}})
+		meshspec.Backend{Name: "la", Process: server("la"), Config: meshspec.BackendConfig{NumReplicas: 3, CPUs: 0.5, LoadAware: la}},
+		meshspec.Backend{Name: "lr", Process: server("lr"), Config: meshspec.BackendConfig{NumReplicas: 3, CPUs: 0.5}})
 	for _, name := range []string{"la", "lr"} {
-		if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: name + "-ep", Route: "/" + name, Methods: []string{"GET", "POST"},
+		if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: name + "-ep", Route: "/" + name, Methods: []string{"GET", "POST"},
 			Traffic: map[string]float64{name: 1}}); err != nil {
 			t.Fatal(err)
 		}
@@ -219,10 +219,10 @@ func startBaselineEnvoy(t *testing.T, locks string) string {
 // send that replica few requests (its own node's picker none while the
 // other is beside it; the callers weigh its node at a tenth otherwise).
 func serverGauges(t *testing.T, mesh *twoNodeMesh, locks string) {
-	mesh.createBackends(t, model.Backend{Name: "gq", Config: model.BackendConfig{NumReplicas: 2, CPUs: 0.25,
-		LoadAware: &model.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", QueueLimit: 3}},
+	mesh.createBackends(t, meshspec.Backend{Name: "gq", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 0.25,
+		LoadAware: &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", QueueLimit: 3}},
 		Process: modelServer("gq", "--slow-lock", filepath.Join(locks, "gq"), "--slow-factor", "1", "--fake-waiting", "5")})
-	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "gq", Route: "/gq", Methods: []string{"GET", "POST"},
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "gq", Route: "/gq", Methods: []string{"GET", "POST"},
 		Traffic: map[string]float64{"gq": 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -249,9 +249,9 @@ func serverGauges(t *testing.T, mesh *twoNodeMesh, locks string) {
 // every report a replica sends, so it gets about its half, and no client
 // sees a report.
 func forgedReports(t *testing.T, mesh *twoNodeMesh, locks string) {
-	mesh.createBackends(t, model.Backend{Name: "fr", Config: model.BackendConfig{NumReplicas: 2, CPUs: 0.25, LoadAware: &model.LoadAware{}},
+	mesh.createBackends(t, meshspec.Backend{Name: "fr", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 0.25, LoadAware: &meshspec.LoadAware{}},
 		Process: modelServer("fr", "--slow-lock", filepath.Join(locks, "fr"), "--slow-factor", "1", "--forge-load-report")})
-	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "fr", Route: "/fr", Methods: []string{"GET", "POST"},
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "fr", Route: "/fr", Methods: []string{"GET", "POST"},
 		Traffic: map[string]float64{"fr": 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -385,13 +385,13 @@ func postModel(client *http.Client, url, body string, header ...string) (status 
 // goes to mb; mixed requests fit those shares (chi-square), and bodies
 // without a model, with another, or too large get clear 4xx answers.
 func modelRouting(t *testing.T, mesh *twoNodeMesh) {
-	var backends []model.Backend
+	var backends []meshspec.Backend
 	for _, b := range []string{"ma1", "ma2", "mb", "msh"} {
-		backends = append(backends, model.Backend{Name: b, Process: modelServer(b), Config: model.BackendConfig{NumReplicas: 1, CPUs: 0.25}})
+		backends = append(backends, meshspec.Backend{Name: b, Process: modelServer(b), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 0.25}})
 	}
 	mesh.createBackends(t, backends...)
-	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
-		ModelRouting: &model.ByModel{Models: map[string]model.TrafficPolicy{
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
+		ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
 			"m-a": {Traffic: map[string]float64{"ma1": 0.75, "ma2": 0.25}, Shadows: map[string]float64{"msh": 0.5}},
 			"m-b": {Traffic: map[string]float64{"mb": 1}},
 		}}}); err != nil {
@@ -444,7 +444,7 @@ func modelRouting(t *testing.T, mesh *twoNodeMesh) {
 		{`{"messages": []}`, http.StatusBadRequest, `send a JSON object with "model" set to one of: "m-a", "m-b"`},
 		{`not json`, http.StatusBadRequest, `routes by the model a JSON body names`},
 		{`{"model": "m-z"}`, http.StatusNotFound, `serves no such model; its models are: "m-a", "m-b"`},
-		{`{"model": "m-a", "prompt": "` + strings.Repeat("a", model.MaxModelBodyBytes) + `"}`, http.StatusRequestEntityTooLarge, ""},
+		{`{"model": "m-a", "prompt": "` + strings.Repeat("a", meshspec.MaxModelBodyBytes) + `"}`, http.StatusRequestEntityTooLarge, ""},
 	} {
 		status, _, _, text, _ := postModel(client, url, c.body)
 		if status != c.status || !strings.Contains(text, c.says) {
@@ -521,7 +521,7 @@ func shedding(t *testing.T, mesh *twoNodeMesh) {
 			for time.Now().Before(end) {
 				to, h := url, []string(nil)
 				if critical || forger {
-					h = []string{model.CriticalityHeader, string(model.Critical)}
+					h = []string{meshspec.CriticalityHeader, string(meshspec.Critical)}
 				}
 				if critical {
 					to, h = "http://"+mesh.n1.mesh+"/", append(h, "Host", "gen")

@@ -18,9 +18,9 @@ import (
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // slowStart is how long the demo replicas of these tests take to listen,
@@ -29,7 +29,7 @@ const slowStart = 1500 * time.Millisecond
 
 // slowDemoProcess runs demo replicas of backend that listen only after
 // slowStart.
-func slowDemoProcess(backend string) *model.ProcessSpec {
+func slowDemoProcess(backend string) *meshspec.ProcessSpec {
 	p := demoProcess(backend, false)
 	p.Args = append(p.Args, "--start-delay", slowStart.String())
 	return p
@@ -43,14 +43,14 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "hold")
 	ctx := context.Background()
 	mesh.createBackends(t,
-		model.Backend{Name: "stable", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("stable", false)},
-		model.Backend{Name: "solo", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: slowDemoProcess("solo")})
+		meshspec.Backend{Name: "stable", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("stable", false)},
+		meshspec.Backend{Name: "solo", Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: slowDemoProcess("solo")})
 	nodes := []*mtlsNode{mesh.n1, mesh.n2}
 
 	t.Run("killing the only replica of a backend under load fails no request", func(t *testing.T) {
 		// The issue's case: the backend with 10% of the traffic loses its
 		// only replica (83 of 28,443 requests failed in 8 s before).
-		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "split", Route: "/split", Methods: []string{"GET", "POST"},
+		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "split", Route: "/split", Methods: []string{"GET", "POST"},
 			Traffic: map[string]float64{"stable": 0.9, "solo": 0.1}}); err != nil {
 			t.Fatal(err)
 		}
@@ -99,8 +99,8 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 	t.Run("a new backend's first requests wait for its first replica", func(t *testing.T) {
 		// The endpoint exists before its backend has a replica: its
 		// requests are sent at once, on both nodes.
-		mesh.createBackends(t, model.Backend{Name: "fresh", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: slowDemoProcess("fresh")})
-		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "fresh", Route: "/fresh", Traffic: map[string]float64{"fresh": 1}}); err != nil {
+		mesh.createBackends(t, meshspec.Backend{Name: "fresh", Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: slowDemoProcess("fresh")})
+		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "fresh", Route: "/fresh", Traffic: map[string]float64{"fresh": 1}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(500 * time.Millisecond) // the nodes have the route; the replica listens in about a second
@@ -149,9 +149,9 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 	t.Run("user_config reaches every replica without a restart, before it is first routed to", func(t *testing.T) {
 		tuned := demoProcess("tuned", false)
 		tuned.ReconfigurePath = demoreplica.ReconfigurePath
-		mesh.createBackends(t, model.Backend{Name: "tuned", Process: tuned,
-			Config: model.BackendConfig{NumReplicas: 2, CPUs: 1, UserConfig: model.UserConfig(`{"temperature":0.5}`)}})
-		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "tuned", Route: "/tuned", Traffic: map[string]float64{"tuned": 1}}); err != nil {
+		mesh.createBackends(t, meshspec.Backend{Name: "tuned", Process: tuned,
+			Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1, UserConfig: meshspec.UserConfig(`{"temperature":0.5}`)}})
+		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "tuned", Route: "/tuned", Traffic: map[string]float64{"tuned": 1}}); err != nil {
 			t.Fatal(err)
 		}
 		configs := func(n int) map[string]int {
@@ -171,7 +171,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		}
 		pids := replicaPids("tuned")
 		slices.Sort(pids)
-		if _, err := mesh.c.UpdateBackend(ctx, "tuned", model.BackendConfigPatch{UserConfig: ptr(model.UserConfig(`{"temperature":0.9}`))}); err != nil {
+		if _, err := mesh.c.UpdateBackend(ctx, "tuned", meshspec.BackendConfigPatch{UserConfig: ptr(meshspec.UserConfig(`{"temperature":0.9}`))}); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 10*time.Second, "every replica to take the new config", func() bool {
@@ -195,14 +195,14 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			}
 			return len(b.Replicas) == 2
 		})
-		if _, err := mesh.c.UpdateBackend(ctx, "tuned", model.BackendConfigPatch{UserConfig: ptr(model.UserConfig(`{"fail":true}`))}); err != nil {
+		if _, err := mesh.c.UpdateBackend(ctx, "tuned", meshspec.BackendConfigPatch{UserConfig: ptr(meshspec.UserConfig(`{"fail":true}`))}); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 10*time.Second, "replicas refusing the config to be out of rotation, saying why", func() bool {
 			b, _, err := backendStatus(ctx, mesh.c, "tuned")
 			return err == nil && b.Ready == 0 && len(b.Replicas) > 0 && strings.Contains(b.Replicas[0].Note, "not taken")
 		})
-		if _, err := mesh.c.UpdateBackend(ctx, "tuned", model.BackendConfigPatch{UserConfig: ptr(model.UserConfig(`{"temperature":1}`))}); err != nil {
+		if _, err := mesh.c.UpdateBackend(ctx, "tuned", meshspec.BackendConfigPatch{UserConfig: ptr(meshspec.UserConfig(`{"temperature":1}`))}); err != nil {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 10*time.Second, "the replicas back in rotation with a config they take", func() bool {
@@ -215,16 +215,16 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		deleteBackends(t, mesh, "tuned") // room for the next
 	})
 	t.Run("a backend scaled to zero wakes at its first requests and goes back to zero when idle", func(t *testing.T) {
-		as := &model.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 2, TargetInFlight: 4,
+		as := &meshspec.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 2, TargetInFlight: 4,
 			MetricsIntervalS: 0.5, LookBackPeriodS: 1, UpscaleDelayS: 1, DownscaleDelayS: 4}
-		mesh.createBackends(t, model.Backend{Name: "sleepy", Config: model.BackendConfig{CPUs: 1, Autoscaling: as}, Process: slowDemoProcess("sleepy")})
-		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "sleepy", Route: "/sleepy", Traffic: map[string]float64{"sleepy": 1}}); err != nil {
+		mesh.createBackends(t, meshspec.Backend{Name: "sleepy", Config: meshspec.BackendConfig{CPUs: 1, Autoscaling: as}, Process: slowDemoProcess("sleepy")})
+		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "sleepy", Route: "/sleepy", Traffic: map[string]float64{"sleepy": 1}}); err != nil {
 			t.Fatal(err)
 		}
 		running := func() int {
 			n := 0
 			for _, p := range placements(t, mesh.c, "sleepy") {
-				if p.State == model.Running {
+				if p.State == meshspec.Running {
 					n++
 				}
 			}
@@ -250,10 +250,10 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		}
 	})
 	t.Run("an autoscaled backend that outgrows the nodes gets what fits, and status says why it wants more", func(t *testing.T) {
-		as := &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 12, TargetInFlight: 1,
+		as := &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 12, TargetInFlight: 1,
 			MetricsIntervalS: 0.5, LookBackPeriodS: 1, UpscaleDelayS: 0.5, DownscaleDelayS: 600}
-		mesh.createBackends(t, model.Backend{Name: "greedy", Config: model.BackendConfig{CPUs: 1, NumReplicas: 1, Autoscaling: as}, Process: demoProcess("greedy", false)})
-		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "greedy", Route: "/greedy", Traffic: map[string]float64{"greedy": 1}}); err != nil {
+		mesh.createBackends(t, meshspec.Backend{Name: "greedy", Config: meshspec.BackendConfig{CPUs: 1, NumReplicas: 1, Autoscaling: as}, Process: demoProcess("greedy", false)})
+		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "greedy", Route: "/greedy", Traffic: map[string]float64{"greedy": 1}}); err != nil {
 			t.Fatal(err)
 		}
 		waitReplicasAnswer(t, "greedy's first replica to answer", "http://"+mesh.n1.public+"/greedy", 1, 5)
@@ -274,8 +274,8 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 	// Last: the restarted controller leads again only once the killed one's
 	// session has expired, and until then nothing autoscales.
 	t.Run("held requests survive a restart of the controller", func(t *testing.T) {
-		mesh.createBackends(t, model.Backend{Name: "patient", Config: model.BackendConfig{NumReplicas: 1, CPUs: 0.5}, Process: slowDemoProcess("patient")})
-		if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "patient", Route: "/patient", Traffic: map[string]float64{"patient": 1}}); err != nil {
+		mesh.createBackends(t, meshspec.Backend{Name: "patient", Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 0.5}, Process: slowDemoProcess("patient")})
+		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "patient", Route: "/patient", Traffic: map[string]float64{"patient": 1}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(500 * time.Millisecond) // the nodes have the route; the replica is starting

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestNoRequestLostAcrossTheInboundHop kills replicas under load in the
@@ -28,14 +28,14 @@ func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 	nodes := []*mtlsNode{startMTLSNode(t, consul, "l1", "127.0.0.2", ctl.xdsAddr), startMTLSNode(t, consul, "l2", "127.0.0.3", ctl.xdsAddr)}
 	c := ctl.client("")
 	ctx := context.Background()
-	spec := &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "l", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+	spec := &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "l", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 	testutil.WaitFor(t, 20*time.Second, "backend l to be placed on both nodes", func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "l", Process: spec, Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}})
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "l", Process: spec, Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}})
 		return err == nil
 	})
 	for _, method := range [][]string{{"GET"}, {"POST"}} { // idempotent and not: both are retried when no replica saw them
 		name := "l-" + method[0]
-		if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: name, Route: "/" + name, Methods: method, Traffic: map[string]float64{"l": 1}}); err != nil {
+		if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: name, Route: "/" + name, Methods: method, Traffic: map[string]float64{"l": 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,7 +43,7 @@ func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 		t.Helper()
 		var tag string
 		for _, p := range placements(t, c, "l") {
-			if p.Node == node && p.State == model.Running {
+			if p.Node == node && p.State == meshspec.Running {
 				tag = p.Tag
 			}
 		}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestNodeDrainUnderLoad: on the default mesh (mTLS, two nodes) under
@@ -20,8 +20,8 @@ import (
 func TestNodeDrainUnderLoad(t *testing.T) {
 	m := startTwoNodeMesh(t, "maint")
 	ctx := context.Background()
-	m.createBackends(t, model.Backend{Name: "dr", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("dr", false)})
-	if _, err := m.c.CreateEndpoint(ctx, model.Endpoint{Name: "dr", Route: "/dr", Traffic: map[string]float64{"dr": 1}}); err != nil {
+	m.createBackends(t, meshspec.Backend{Name: "dr", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("dr", false)})
+	if _, err := m.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "dr", Route: "/dr", Traffic: map[string]float64{"dr": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if on := runningOn(placements(t, m.c, "dr")); len(on) != 2 {
@@ -36,7 +36,7 @@ func TestNodeDrainUnderLoad(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "n2's replica to be replaced on n1 and gone", func() bool {
 		ps := placements(t, m.c, "dr")
 		on := runningOn(ps)
-		return len(ps) == 2 && len(on) == 2 && !strings.Contains(strings.Join(model.SortedKeys(invert(on)), ","), m.n2.id)
+		return len(ps) == 2 && len(on) == 2 && !strings.Contains(strings.Join(meshspec.SortedKeys(invert(on)), ","), m.n2.id)
 	})
 	waitReplicasAnswer(t, "two replicas to answer after the drain", "http://"+m.n1.public+"/dr", 2, 40)
 	time.Sleep(time.Second)

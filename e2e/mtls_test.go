@@ -26,10 +26,10 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -91,14 +91,14 @@ func TestMeshMTLS(t *testing.T) {
 	c := ctl.client("")
 	ctx := context.Background()
 	create := func(name string, replicas int, cpus float64) {
-		b := model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: cpus},
-			Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-		testutil.WaitFor(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
+		b := meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: cpus},
+			Process: &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+		testutil.WaitFor(t, 20*time.Second, "backend "+name+" to be placed", func() bool { _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(b)); return err == nil })
 	}
 	create("a", 3, 3) // one per node: each node offers 4 CPUs
 	create("b", 1, 1)
 	create("s", 1, 1)
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "ep", Route: "/ep", Traffic: map[string]float64{"a": 0.7, "b": 0.3},
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "ep", Route: "/ep", Traffic: map[string]float64{"a": 0.7, "b": 0.3},
 		Shadows: map[string]float64{"s": 0.4}}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestMeshMTLS(t *testing.T) {
 		// m1's own replica of a is called on loopback without TLS: m1's
 		// inbound listener (which other nodes call) served none of m1's
 		// requests, though its replica served its third of them.
-		if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "only-a", Route: "/only-a", Traffic: map[string]float64{"a": 1}}); err != nil {
+		if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "only-a", Route: "/only-a", Traffic: map[string]float64{"a": 1}}); err != nil {
 			t.Fatal(err)
 		}
 		url := "http://" + nodes[0].public + "/only-a"

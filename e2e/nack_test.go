@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/bootstrap"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestEnvoyNACKIsReportedNotResent gives Envoy a listener it cannot bind (the
@@ -23,9 +23,9 @@ import (
 func TestEnvoyNACKIsReportedNotResent(t *testing.T) {
 	a := startReplicas(t, "a", 1)
 	config := filepath.Join(t.TempDir(), "mesh.yaml")
-	writeModel(t, config, &model.Model{
-		Backends:  []model.Backend{a.backendModel()},
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}},
+	writeModel(t, config, &meshspec.Model{
+		Backends:  []meshspec.Backend{a.backendModel()},
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}},
 	})
 	cp := startControlPlane(t, config)
 

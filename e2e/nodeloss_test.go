@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Bounds of the node-loss test.
@@ -45,12 +45,12 @@ func TestNodeLossAtScale(t *testing.T) {
 		agents[i] = startAgentArgs(t, consul, fmt.Sprintf("loss-%02d", i+1), fmt.Sprintf("127.0.0.%d", i+2), ctl.xdsAddr, 2, nil)
 	}
 	c, ctx := ctl.client(""), context.Background()
-	b := model.Backend{Name: "wide", Config: model.BackendConfig{NumReplicas: lossNodes, CPUs: 1}, Process: demoProcess("wide", false)}
+	b := meshspec.Backend{Name: "wide", Config: meshspec.BackendConfig{NumReplicas: lossNodes, CPUs: 1}, Process: demoProcess("wide", false)}
 	testutil.WaitFor(t, 30*time.Second, "the backend to be placed on every node", func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpecOf(b))
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(b))
 		return err == nil
 	})
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "wide", Route: "/wide", Methods: []string{"GET", "POST"},
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "wide", Route: "/wide", Methods: []string{"GET", "POST"},
 		Traffic: map[string]float64{"wide": 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestNodeLossAtScale(t *testing.T) {
 		lossKilled, lossNodes, stopped.Round(time.Millisecond), replaced.Round(time.Millisecond), posts.reached.Load())
 	for _, p := range placements(t, c, "wide") {
 		for _, a := range agents[lossNodes-lossKilled:] {
-			if p.Node == a.id && p.State == model.Running {
+			if p.Node == a.id && p.State == meshspec.Running {
 				t.Errorf("replica %s still placed on killed node %s", p.Tag, a.id)
 			}
 		}

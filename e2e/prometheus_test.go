@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/deploy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // prometheusBins are Debian's prometheus and promtool, which `make tools`
@@ -56,10 +56,10 @@ func TestPrometheus(t *testing.T) {
 	// An autoscaled backend whose replicas take 40 ms, under more load than
 	// one takes: it scales up.
 	stable := demoVersion("pstable", 1, `{"delay_ms": 40}`)
-	stable.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 2, TargetInFlight: 1,
+	stable.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 2, TargetInFlight: 1,
 		MetricsIntervalS: 0.5, LookBackPeriodS: 2, UpscaleDelayS: 1, DownscaleDelayS: 600}
 	mesh.createBackends(t, stable, demoVersion("pcand", 1, `{}`))
-	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "prom", Route: "/prom", Traffic: map[string]float64{"pstable": 1}}); err != nil {
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "prom", Route: "/prom", Traffic: map[string]float64{"pstable": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
@@ -67,9 +67,9 @@ func TestPrometheus(t *testing.T) {
 	}
 	// A load-aware backend, for the model-traffic panel (its nodes' pickers).
 	picked := demoVersion("ppicked", 1, `{}`)
-	picked.Config.LoadAware = &model.LoadAware{}
+	picked.Config.LoadAware = &meshspec.LoadAware{}
 	mesh.createBackends(t, picked)
-	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "picked", Route: "/picked", Traffic: map[string]float64{"ppicked": 1}}); err != nil {
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "picked", Route: "/picked", Traffic: map[string]float64{"ppicked": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	waitReplicasAnswer(t, "the load-aware endpoint to answer", "http://"+mesh.n1.public+"/picked", 1, 40)
@@ -86,8 +86,10 @@ func TestPrometheus(t *testing.T) {
 
 	// What the rollout and restart panels need: a rollout judged stage by
 	// stage, and a replica's process killed and restarted.
-	step := func(w float64) model.RolloutStep { return model.RolloutStep{Weight: w, DurationS: 3, MinRequests: 20} }
-	if _, err := mesh.c.StartRollout(ctx, "prom", model.Rollout{Candidate: "pcand", Steps: []model.RolloutStep{step(0.2), step(0.5), step(1)}, Checks: model.RolloutChecks{LatencyToleranceMs: 1000}}); err != nil {
+	step := func(w float64) meshspec.RolloutStep {
+		return meshspec.RolloutStep{Weight: w, DurationS: 3, MinRequests: 20}
+	}
+	if _, err := mesh.c.StartRollout(ctx, "prom", meshspec.Rollout{Candidate: "pcand", Steps: []meshspec.RolloutStep{step(0.2), step(0.5), step(1)}, Checks: meshspec.RolloutChecks{LatencyToleranceMs: 1000}}); err != nil {
 		t.Fatal(err)
 	}
 	pids := replicaPids("pcand")

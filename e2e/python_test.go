@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // pythonBin is the project's Python with pytest, which `make tools`
@@ -77,20 +77,20 @@ func TestPythonBackend(t *testing.T) {
 	src, _ := filepath.Abs("../clients/python/src")
 	models, _ := filepath.Abs("testdata/pymodel")
 	mesh := startTwoNodeMeshWith(t, "py", nil, []string{"--allow-command", python})
-	process := func() *model.ProcessSpec {
-		return &model.ProcessSpec{Command: python, HealthPath: "/-/healthz", ReconfigurePath: "/-/reconfigure",
+	process := func() *meshspec.ProcessSpec {
+		return &meshspec.ProcessSpec{Command: python, HealthPath: "/-/healthz", ReconfigurePath: "/-/reconfigure",
 			Args: []string{runtime, "--path", src, "--path", models, "--host", "${HOST}", "--port", "${PORT}", "model:Model"}}
 	}
-	var uc model.UserConfig
+	var uc meshspec.UserConfig
 	if err := uc.UnmarshalJSON([]byte(`{"threshold": 0.3}`)); err != nil {
 		t.Fatal(err)
 	}
 	mesh.createBackends(t,
-		model.Backend{Name: "pya", Process: process(), Config: model.BackendConfig{NumReplicas: 2, CPUs: 1, UserConfig: uc}},
-		model.Backend{Name: "pyb", Process: process(), Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}},
-		model.Backend{Name: "pyc", Process: process(), Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}})
+		meshspec.Backend{Name: "pya", Process: process(), Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1, UserConfig: uc}},
+		meshspec.Backend{Name: "pyb", Process: process(), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}},
+		meshspec.Backend{Name: "pyc", Process: process(), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}})
 	ctx := context.Background()
-	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "pyep", Route: "/pyep", Traffic: map[string]float64{"pya": 0.75, "pyb": 0.25},
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "pyep", Route: "/pyep", Traffic: map[string]float64{"pya": 0.75, "pyb": 0.25},
 		Shadows: map[string]float64{"pyc": 0.5}}); err != nil {
 		t.Fatal(err)
 	}

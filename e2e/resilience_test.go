@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestRetriesAndOutliers runs retry settings and outlier detection through
@@ -23,11 +23,11 @@ func TestRetriesAndOutliers(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "resilience")
 	n1, c, ctx := mesh.n1, mesh.c, context.Background()
 	mesh.createBackends(t,
-		model.Backend{Name: "plain", Config: model.BackendConfig{NumReplicas: 3, CPUs: 1}, Process: demoProcess("plain", false)},
-		model.Backend{Name: "pool", Config: model.BackendConfig{NumReplicas: 3, CPUs: 1,
-			Outlier: &model.OutlierDetection{Consecutive5xx: 3, IntervalS: 0.5, BaseEjectionS: 60, MaxEjectionPercent: 50}}, Process: demoProcess("pool", false)})
-	for _, e := range []model.Endpoint{
-		{Name: "retried", Route: "/retried", Traffic: map[string]float64{"plain": 1}, Retry: &model.RetryPolicy{On: []string{"503"}}},
+		meshspec.Backend{Name: "plain", Config: meshspec.BackendConfig{NumReplicas: 3, CPUs: 1}, Process: demoProcess("plain", false)},
+		meshspec.Backend{Name: "pool", Config: meshspec.BackendConfig{NumReplicas: 3, CPUs: 1,
+			Outlier: &meshspec.OutlierDetection{Consecutive5xx: 3, IntervalS: 0.5, BaseEjectionS: 60, MaxEjectionPercent: 50}}, Process: demoProcess("pool", false)})
+	for _, e := range []meshspec.Endpoint{
+		{Name: "retried", Route: "/retried", Traffic: map[string]float64{"plain": 1}, Retry: &meshspec.RetryPolicy{On: []string{"503"}}},
 		{Name: "bare", Route: "/bare", Traffic: map[string]float64{"plain": 1}},
 		{Name: "pool", Route: "/pool", Traffic: map[string]float64{"pool": 1}},
 	} {

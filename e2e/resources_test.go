@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestGPUsArePlacedAndHandedOut runs two nodes in the default mode, one
@@ -31,11 +31,11 @@ func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 	c := ctl.client("")
 	ctx := context.Background()
 	testutil.WaitFor(t, 20*time.Second, "llm to be placed", func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "llm", Process: demoProcess("llm", false),
-			Config: model.BackendConfig{NumReplicas: 2, CPUs: 0.5, Resources: map[string]int{"gpu": 1}}})
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "llm", Process: demoProcess("llm", false),
+			Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 0.5, Resources: map[string]int{"gpu": 1}}})
 		return err == nil
 	})
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "llm", Route: "/llm", Traffic: map[string]float64{"llm": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "llm", Route: "/llm", Traffic: map[string]float64{"llm": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	// devices lists the GPU of each running replica process of llm, once
@@ -63,7 +63,7 @@ func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 	waitReplicasAnswer(t, "both replicas to answer through the node without GPUs", "http://"+cpuNode.public+"/llm", 2, 40)
 
 	three := 3
-	_, err := c.UpdateBackend(ctx, "llm", model.BackendConfigPatch{NumReplicas: &three})
+	_, err := c.UpdateBackend(ctx, "llm", meshspec.BackendConfigPatch{NumReplicas: &three})
 	if err == nil || !strings.Contains(err.Error(), "resources") {
 		t.Fatalf("a third replica needing a GPU: %v; want refused, naming resources", err)
 	}
@@ -72,12 +72,12 @@ func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 	}
 
 	one, two := 1, 2
-	if _, err := c.UpdateBackend(ctx, "llm", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
+	if _, err := c.UpdateBackend(ctx, "llm", meshspec.BackendConfigPatch{NumReplicas: &one}); err != nil {
 		t.Fatal(err)
 	}
 	kept := devices(1)
 	testutil.WaitFor(t, 30*time.Second, "the drained replica to be gone", func() bool { return len(placements(t, c, "llm")) == 1 })
-	if _, err := c.UpdateBackend(ctx, "llm", model.BackendConfigPatch{NumReplicas: &two}); err != nil {
+	if _, err := c.UpdateBackend(ctx, "llm", meshspec.BackendConfigPatch{NumReplicas: &two}); err != nil {
 		t.Fatal(err)
 	}
 	if got := devices(2); !slices.Equal(got, []string{"0", "1"}) {
@@ -109,7 +109,7 @@ func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 	}
 	// The adopted replicas hold their devices: a third replica still does
 	// not fit, and one scaled away frees its device for the next.
-	if _, err := c.UpdateBackend(ctx, "llm", model.BackendConfigPatch{NumReplicas: &three}); err == nil || !strings.Contains(err.Error(), "resources") {
+	if _, err := c.UpdateBackend(ctx, "llm", meshspec.BackendConfigPatch{NumReplicas: &three}); err == nil || !strings.Contains(err.Error(), "resources") {
 		t.Fatalf("a third replica after the restart: %v; want refused, naming resources", err)
 	}
 }

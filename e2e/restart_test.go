@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -91,10 +91,10 @@ func restartAgent(t *testing.T, n *agentProc, crash bool, want int, args []strin
 func TestAgentRestartKeepsTheDataPlane(t *testing.T) {
 	m := startTwoNodeMesh(t, "restart")
 	ctx := context.Background()
-	a := model.Backend{Name: "ra", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("ra", false)}
-	b := model.Backend{Name: "rb", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("rb", false)}
+	a := meshspec.Backend{Name: "ra", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("ra", false)}
+	b := meshspec.Backend{Name: "rb", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("rb", false)}
 	m.createBackends(t, a, b)
-	if _, err := m.c.CreateEndpoint(ctx, model.Endpoint{Name: "rs", Route: "/rs", Traffic: map[string]float64{"ra": 0.5, "rb": 0.5},
+	if _, err := m.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "rs", Route: "/rs", Traffic: map[string]float64{"ra": 0.5, "rb": 0.5},
 		Shadows: map[string]float64{"rb": 0.2}}); err != nil {
 		t.Fatal(err)
 	}

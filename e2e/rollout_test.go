@@ -13,21 +13,21 @@ import (
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // demoVersion is a version of the demo service: demo replicas whose
 // user_config sets how they answer (demoreplica.Faults): every version
 // takes 10 ms an answer unless it says otherwise.
-func demoVersion(name string, replicas int, faults string) model.Backend {
+func demoVersion(name string, replicas int, faults string) meshspec.Backend {
 	p := demoProcess(name, false)
 	p.ReconfigurePath = demoreplica.ReconfigurePath
-	var uc model.UserConfig
+	var uc meshspec.UserConfig
 	if err := uc.UnmarshalJSON([]byte(faults)); err != nil {
 		panic(err)
 	}
-	return model.Backend{Name: name, Process: p, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 0.5, UserConfig: uc}}
+	return meshspec.Backend{Name: name, Process: p, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: 0.5, UserConfig: uc}}
 }
 
 // rolloutMesh is TestRollouts' mesh: two controllers (the default mode,
@@ -57,7 +57,7 @@ func TestRollouts(t *testing.T) {
 		c: api.NewClient(a.apiAddr+","+b.apiAddr, "")}, standby: b}
 	ctx := context.Background()
 	m.createBackends(t, demoVersion("gen-v1", 2, `{"delay_ms": 10}`))
-	if _, err := m.c.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-v1": 1}}); err != nil {
+	if _, err := m.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-v1": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []*mtlsNode{m.n1, m.n2} {
@@ -67,7 +67,7 @@ func TestRollouts(t *testing.T) {
 	t.Run("a candidate failing 5% of requests is rolled back at the first step", func(t *testing.T) {
 		m.createBackends(t, demoVersion("gen-bad", 1, `{"delay_ms": 10, "error_rate": 0.05}`))
 		l := m.load()
-		r := m.rollOut(t, "gen-bad", model.Rollout{Steps: []model.RolloutStep{{Weight: 0.1, DurationS: 60, MinRequests: 200}, {Weight: 1, DurationS: 60}}}, 60*time.Second)
+		r := m.rollOut(t, "gen-bad", meshspec.Rollout{Steps: []meshspec.RolloutStep{{Weight: 0.1, DurationS: 60, MinRequests: 200}, {Weight: 1, DurationS: 60}}}, 60*time.Second)
 		m.settle(l)
 		l.halt()
 		sent, failed := l.sent.Load(), l.failed.Load()
@@ -92,8 +92,8 @@ func TestRollouts(t *testing.T) {
 	t.Run("a candidate that is only slow is rolled back by the latency check", func(t *testing.T) {
 		m.createBackends(t, demoVersion("gen-slow", 1, `{"delay_ms": 100}`))
 		l := m.load()
-		r := m.rollOut(t, "gen-slow", model.Rollout{Steps: []model.RolloutStep{{Weight: 0.2, DurationS: 60}, {Weight: 1, DurationS: 60}},
-			Checks: model.RolloutChecks{LatencyToleranceMs: 20}}, 60*time.Second)
+		r := m.rollOut(t, "gen-slow", meshspec.Rollout{Steps: []meshspec.RolloutStep{{Weight: 0.2, DurationS: 60}, {Weight: 1, DurationS: 60}},
+			Checks: meshspec.RolloutChecks{LatencyToleranceMs: 20}}, 60*time.Second)
 		m.settle(l)
 		v := lastVerdict(t, r, false, "traffic 20%", "latency")
 		t.Logf("rolled back: %s (candidate p99 %.1f ms over %d answers, primary %.1f ms)", v.Reason, v.Candidate.LatencyMs, v.Candidate.Requests, v.Primary.LatencyMs)
@@ -103,8 +103,8 @@ func TestRollouts(t *testing.T) {
 	t.Run("a candidate failing only mirrored copies is stopped in the shadow stage", func(t *testing.T) {
 		m.createBackends(t, demoVersion("gen-shadowfail", 1, `{"delay_ms": 10, "fail_shadows": true}`))
 		l := m.load()
-		r := m.rollOut(t, "gen-shadowfail", model.Rollout{Shadow: &model.RolloutShadow{Proportion: 0.5, DurationS: 60},
-			Steps: []model.RolloutStep{{Weight: 1, DurationS: 60}}}, 60*time.Second)
+		r := m.rollOut(t, "gen-shadowfail", meshspec.Rollout{Shadow: &meshspec.RolloutShadow{Proportion: 0.5, DurationS: 60},
+			Steps: []meshspec.RolloutStep{{Weight: 1, DurationS: 60}}}, 60*time.Second)
 		m.settle(l)
 		v := lastVerdict(t, r, false, "shadow 50%", "error rate")
 		t.Logf("stopped in the shadow stage: %s", v.Reason)
@@ -121,14 +121,14 @@ func TestRollouts(t *testing.T) {
 		// its rollout; `apply -f` starts it (and deletes the rolled-back
 		// candidates, which the file leaves out).
 		v1, v2 := demoVersion("gen-v1", 2, `{"delay_ms": 10}`), demoVersion("gen-v2", 1, `{"delay_ms": 10}`)
-		rollout := &model.Rollout{Candidate: "gen-v2",
-			Shadow: &model.RolloutShadow{Proportion: 0.5, DurationS: 2, MinRequests: 30},
-			Header: &model.RolloutHeader{Header: "x-canary", Value: "1", DurationS: 2, MinRequests: 30},
-			Steps:  []model.RolloutStep{{Weight: 0.1, DurationS: 2, MinRequests: 30}, {Weight: 0.5, DurationS: 2, MinRequests: 30}, {Weight: 1, DurationS: 2, MinRequests: 30}},
-			Checks: model.RolloutChecks{LatencyToleranceMs: 20}}
+		rollout := &meshspec.Rollout{Candidate: "gen-v2",
+			Shadow: &meshspec.RolloutShadow{Proportion: 0.5, DurationS: 2, MinRequests: 30},
+			Header: &meshspec.RolloutHeader{Header: "x-canary", Value: "1", DurationS: 2, MinRequests: 30},
+			Steps:  []meshspec.RolloutStep{{Weight: 0.1, DurationS: 2, MinRequests: 30}, {Weight: 0.5, DurationS: 2, MinRequests: 30}, {Weight: 1, DurationS: 2, MinRequests: 30}},
+			Checks: meshspec.RolloutChecks{LatencyToleranceMs: 20}}
 		file := filepath.Join(t.TempDir(), "mesh.yaml")
-		declared := &model.Model{Backends: []model.Backend{v1, v2},
-			Endpoints: []model.Endpoint{{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-v1": 1}, Rollout: rollout}}}
+		declared := &meshspec.Model{Backends: []meshspec.Backend{v1, v2},
+			Endpoints: []meshspec.Endpoint{{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-v1": 1}, Rollout: rollout}}}
 		writeModel(t, file, declared)
 		env := []string{"SERVEMESH_SERVER=" + a.apiAddr + "," + b.apiAddr}
 		l := m.load()
@@ -139,7 +139,7 @@ func TestRollouts(t *testing.T) {
 		r := waitRollout(t, m.c, 90*time.Second, "the rollout of gen-v2 to end", func(r api.RolloutReport) bool { return !r.Phase.Active() })
 		canary.finish(t)
 		l.finish(t)
-		if r.Phase != model.RolloutPromoted || len(r.Verdicts) != 5 {
+		if r.Phase != meshspec.RolloutPromoted || len(r.Verdicts) != 5 {
 			t.Fatalf("rollout ended %s after %d verdicts: %+v", r.Phase, len(r.Verdicts), r.Verdicts)
 		}
 		for i, v := range r.Verdicts {
@@ -167,14 +167,16 @@ func TestRollouts(t *testing.T) {
 	t.Run("a rollout goes on under the next leader when its leader is killed mid-stage, each stage judged once", func(t *testing.T) {
 		m.createBackends(t, demoVersion("gen-v3", 1, `{"delay_ms": 10}`))
 		l := m.load()
-		step := func(w float64) model.RolloutStep { return model.RolloutStep{Weight: w, DurationS: 8, MinRequests: 50} }
-		if _, err := m.c.StartRollout(ctx, "gen", model.Rollout{Candidate: "gen-v3", Steps: []model.RolloutStep{step(0.1), step(0.5), step(1)},
-			Checks: model.RolloutChecks{LatencyToleranceMs: 20}}); err != nil {
+		step := func(w float64) meshspec.RolloutStep {
+			return meshspec.RolloutStep{Weight: w, DurationS: 8, MinRequests: 50}
+		}
+		if _, err := m.c.StartRollout(ctx, "gen", meshspec.Rollout{Candidate: "gen-v3", Steps: []meshspec.RolloutStep{step(0.1), step(0.5), step(1)},
+			Checks: meshspec.RolloutChecks{LatencyToleranceMs: 20}}); err != nil {
 			t.Fatal(err)
 		}
 		for _, stage := range []int{0, 1} {
 			waitRollout(t, m.c, 60*time.Second, fmt.Sprintf("stage %d to be judged", stage), func(r api.RolloutReport) bool {
-				return r.Phase == model.RolloutProgressing && r.StageIndex == stage && r.Live != nil && r.Live.Candidate.Requests > 10
+				return r.Phase == meshspec.RolloutProgressing && r.StageIndex == stage && r.Live != nil && r.Live.Candidate.Requests > 10
 			})
 			old := m.leader(t)
 			next := m.standby
@@ -189,7 +191,7 @@ func TestRollouts(t *testing.T) {
 		}
 		r := waitRollout(t, m.c, 90*time.Second, "the rollout to end", func(r api.RolloutReport) bool { return !r.Phase.Active() })
 		l.finish(t)
-		if r.Phase != model.RolloutPromoted {
+		if r.Phase != meshspec.RolloutPromoted {
 			t.Fatalf("rollout ended %s: %s", r.Phase, r.Reason)
 		}
 		var judged []string
@@ -203,7 +205,7 @@ func TestRollouts(t *testing.T) {
 }
 
 // rollOut starts a rollout of candidate on gen and waits until it ends.
-func (m *rolloutMesh) rollOut(t *testing.T, candidate string, r model.Rollout, timeout time.Duration) api.RolloutReport {
+func (m *rolloutMesh) rollOut(t *testing.T, candidate string, r meshspec.Rollout, timeout time.Duration) api.RolloutReport {
 	t.Helper()
 	r.Candidate = candidate
 	if _, err := m.c.StartRollout(context.Background(), "gen", r); err != nil {
@@ -229,13 +231,13 @@ func waitRollout(t *testing.T, c *api.Client, timeout time.Duration, what string
 
 // lastVerdict checks that r ended rolled back (or promoted, with passed)
 // by a verdict on stage whose reason says why, and returns it.
-func lastVerdict(t *testing.T, r api.RolloutReport, passed bool, stage, why string) model.RolloutVerdict {
+func lastVerdict(t *testing.T, r api.RolloutReport, passed bool, stage, why string) meshspec.RolloutVerdict {
 	t.Helper()
 	if len(r.Verdicts) == 0 {
 		t.Fatalf("rollout ended %s with no verdict: %s", r.Phase, r.Reason)
 	}
 	v := r.Verdicts[len(r.Verdicts)-1]
-	if v.Passed != passed || v.Stage != stage || !strings.Contains(v.Reason, why) || (!passed && r.Phase != model.RolloutRolledBack) {
+	if v.Passed != passed || v.Stage != stage || !strings.Contains(v.Reason, why) || (!passed && r.Phase != meshspec.RolloutRolledBack) {
 		t.Fatalf("rollout ended %s (%s) with verdict %+v; want stage %s passed=%v for %q", r.Phase, r.Reason, v, stage, passed, why)
 	}
 	return v

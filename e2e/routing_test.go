@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestRequestRouting runs match rules and the sticky split through the
@@ -28,11 +28,11 @@ func TestRequestRouting(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "routing")
 	n1, n2, c, ctx := mesh.n1, mesh.n2, mesh.c, context.Background()
 	for _, name := range []string{"stable", "candidate"} {
-		mesh.createBackends(t, model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess(name, false)})
+		mesh.createBackends(t, meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess(name, false)})
 	}
-	e := model.Endpoint{Name: "model", Route: "/model", Traffic: map[string]float64{"stable": 0.8, "candidate": 0.2},
-		Sticky: &model.StickyKey{Header: "x-user"},
-		Match:  []model.RequestMatch{{Header: "x-canary", Exact: "true", Backend: "candidate"}, {Cookie: "beta", Exact: "on", Backend: "candidate"}}}
+	e := meshspec.Endpoint{Name: "model", Route: "/model", Traffic: map[string]float64{"stable": 0.8, "candidate": 0.2},
+		Sticky: &meshspec.StickyKey{Header: "x-user"},
+		Match:  []meshspec.RequestMatch{{Header: "x-canary", Exact: "true", Backend: "candidate"}, {Cookie: "beta", Exact: "on", Backend: "candidate"}}}
 	if _, err := c.CreateEndpoint(ctx, e); err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +190,8 @@ func TestRequestRouting(t *testing.T) {
 // nodes only.
 func meshOnly(t *testing.T, mesh *twoNodeMesh) {
 	ctx := context.Background()
-	mesh.createBackends(t, model.Backend{Name: "elsewhere", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: demoProcess("elsewhere", false)})
-	if _, err := mesh.c.CreateEndpoint(ctx, model.Endpoint{Name: "unreached", Traffic: map[string]float64{"elsewhere": 1}}); err != nil {
+	mesh.createBackends(t, meshspec.Backend{Name: "elsewhere", Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: demoProcess("elsewhere", false)})
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "unreached", Traffic: map[string]float64{"elsewhere": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 30*time.Second, "endpoint unreached to answer through n1's mesh listener", func() bool {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -24,9 +24,9 @@ import (
 func TestStalledChecksLoseNoRequest(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "stall")
 	consul, n1, n2 := mesh.consul, mesh.n1, mesh.n2
-	mesh.createBackends(t, model.Backend{Name: "p", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
+	mesh.createBackends(t, meshspec.Backend{Name: "p", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
 		Process: demoProcess("p", false)})
-	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "p", Route: "/p", Traffic: map[string]float64{"p": 1}}); err != nil {
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "p", Route: "/p", Traffic: map[string]float64{"p": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + n1.public + "/p"

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -28,9 +28,9 @@ func TestStreaming(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "streaming")
 	n1 := mesh.n1
 	for name, replicas := range map[string]int{"gen-a": 2, "gen-b": 1, "gen-shadow": 1} {
-		mesh.createBackends(t, model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 1}, Process: demoProcess(name, false)})
+		mesh.createBackends(t, meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: 1}, Process: demoProcess(name, false)})
 	}
-	if _, err := mesh.c.CreateEndpoint(context.Background(), model.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-a": 0.5, "gen-b": 0.5},
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"gen-a": 0.5, "gen-b": 0.5},
 		Shadows: map[string]float64{"gen-shadow": 0.5}}); err != nil {
 		t.Fatal(err)
 	}

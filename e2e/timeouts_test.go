@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestEndpointTimeouts runs timeouts through the default data path, with a
@@ -23,9 +23,9 @@ import (
 func TestEndpointTimeouts(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "timeouts")
 	n1, c, ctx := mesh.n1, mesh.c, context.Background()
-	mesh.createBackends(t, model.Backend{Name: "slow", Config: model.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
+	mesh.createBackends(t, meshspec.Backend{Name: "slow", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs
 		Process: demoProcess("slow", false)})
-	for _, e := range []model.Endpoint{
+	for _, e := range []meshspec.Endpoint{
 		{Name: "long", Route: "/long", Traffic: map[string]float64{"slow": 1}},
 		{Name: "bounded", Route: "/bounded", Traffic: map[string]float64{"slow": 1}, TimeoutS: 1},
 		{Name: "stalls", Route: "/stalls", Traffic: map[string]float64{"slow": 1}, IdleTimeoutS: 1},

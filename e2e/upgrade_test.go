@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -100,16 +100,16 @@ func startUpgradeMesh(t *testing.T, bin string) *upgradeMesh {
 	m.c = api.NewClient(m.ctls[0].apiAddr+","+m.ctls[1].apiAddr, "")
 	m.c.FailoverWait = 30 * time.Second
 	ctx := context.Background()
-	for _, b := range []model.Backend{
-		{Name: "up-a", Config: model.BackendConfig{NumReplicas: 3, CPUs: 1}, Process: demoProcess("up-a", false)},
-		{Name: "up-b", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("up-b", false)},
+	for _, b := range []meshspec.Backend{
+		{Name: "up-a", Config: meshspec.BackendConfig{NumReplicas: 3, CPUs: 1}, Process: demoProcess("up-a", false)},
+		{Name: "up-b", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("up-b", false)},
 	} {
 		testutil.WaitFor(t, 20*time.Second, "backend "+b.Name+" to be placed", func() bool {
-			_, err := m.c.CreateBackend(ctx, model.BackendSpecOf(b))
+			_, err := m.c.CreateBackend(ctx, meshspec.BackendSpecOf(b))
 			return err == nil
 		})
 	}
-	if _, err := m.c.CreateEndpoint(ctx, model.Endpoint{Name: "up", Route: "/up", Traffic: map[string]float64{"up-a": 0.7, "up-b": 0.3},
+	if _, err := m.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "up", Route: "/up", Traffic: map[string]float64{"up-a": 0.7, "up-b": 0.3},
 		Shadows: map[string]float64{"up-b": 0.5}}); err != nil {
 		t.Fatal(err)
 	}

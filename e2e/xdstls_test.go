@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -52,10 +52,10 @@ func TestXDSOverTLS(t *testing.T) {
 	a := startAgentArgs(t, consul, "tls-node", "127.0.0.2", ctl.xdsAddr, 4, nil)
 	c := ctl.client("")
 	ctx := context.Background()
-	b := model.Backend{Name: "web", Config: model.BackendConfig{NumReplicas: 1, CPUs: 1},
-		Process: &model.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "web", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	testutil.WaitFor(t, 20*time.Second, "the backend to be placed", func() bool { _, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); return err == nil })
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "web", Route: "/web", Traffic: map[string]float64{"web": 1}}); err != nil {
+	b := meshspec.Backend{Name: "web", Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1},
+		Process: &meshspec.ProcessSpec{Command: servemeshBin, Args: []string{"demo-replica", "--backend", "web", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+	testutil.WaitFor(t, 20*time.Second, "the backend to be placed", func() bool { _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(b)); return err == nil })
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "web", Route: "/web", Traffic: map[string]float64{"web": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 30*time.Second, "the node's Envoy, configured over TLS, to serve", func() bool {

@@ -48,7 +48,7 @@ type Load struct {
 	// for want of a ready replica (also in Backends' Active).
 	Held map[string]int `json:"held,omitempty"`
 	// Configs are the user_config versions the node's replicas run, by
-	// replica tag (model.UserConfig.Version).
+	// replica tag (meshspec.UserConfig.Version).
 	Configs map[string]string `json:"configs,omitempty"`
 }
 

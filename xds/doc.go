@@ -5,7 +5,7 @@
 //
 // What happens to one change, as the code does it:
 //
-//  1. server.SetModel validates the view (model.Validate); a refused view
+//  1. server.SetModel validates the view (meshspec.Validate); a refused view
 //     is counted and the last good one keeps serving. An accepted one is
 //     the new generation and wakes the publisher.
 //  2. server.Run coalesces a burst of changes (a short hold-off, capped),

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Fleet runs demo replicas in this process, one per address: the replicas
@@ -32,7 +32,7 @@ func NewFleet(log *slog.Logger) *Fleet {
 
 // Ensure starts a replica for every static replica address in m that the
 // fleet does not run yet.
-func (f *Fleet) Ensure(ctx context.Context, m *model.Model) error {
+func (f *Fleet) Ensure(ctx context.Context, m *meshspec.Model) error {
 	for _, b := range m.Backends {
 		for _, r := range b.Replicas {
 			f.mu.Lock()

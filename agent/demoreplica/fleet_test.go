@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func TestFleetServesEveryStaticReplicaOnce(t *testing.T) {
@@ -17,9 +17,9 @@ func TestFleetServesEveryStaticReplicaOnce(t *testing.T) {
 	defer f.Stop()
 	a, _ := proc.FreeAddr(ctx, "127.0.0.1")
 	b, _ := proc.FreeAddr(ctx, "127.0.0.1")
-	m := &model.Model{Backends: []model.Backend{
-		{Name: "v1", Replicas: []model.Replica{{Address: a}}},
-		{Name: "v2", Replicas: []model.Replica{{Address: b}}},
+	m := &meshspec.Model{Backends: []meshspec.Backend{
+		{Name: "v1", Replicas: []meshspec.Replica{{Address: a}}},
+		{Name: "v2", Replicas: []meshspec.Replica{{Address: b}}},
 	}}
 	if err := f.Ensure(ctx, m); err != nil {
 		t.Fatal(err)

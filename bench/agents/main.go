@@ -14,10 +14,10 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func main() {
@@ -59,14 +59,14 @@ func run() error {
 		}
 		defer func() { _ = p.Stop(15 * time.Second) }()
 	}
-	spec := &model.ProcessSpec{Command: bin, Args: []string{"demo-replica", "--backend", "a", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
+	spec := &meshspec.ProcessSpec{Command: bin, Args: []string{"demo-replica", "--backend", "a", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}
 	if err := testutil.Until(30*time.Second, func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "a", Process: spec, Config: model.BackendConfig{NumReplicas: 1, CPUs: 1}})
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "a", Process: spec, Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}})
 		return err == nil
 	}); err != nil {
 		return fmt.Errorf("create backend (are the agents up?): %w", err)
 	}
-	if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}); err != nil {
+	if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}); err != nil {
 		return err
 	}
 	stats := envoy.Admin{Socket: envoy.AdminSocketIn(filepath.Join(dir, "n1"))}
@@ -87,14 +87,14 @@ func run() error {
 	for range 5 {
 		six, one := 6, 1
 		start := time.Now()
-		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &six}); err != nil {
+		if _, err := c.UpdateBackend(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &six}); err != nil {
 			return err
 		}
 		if err := testutil.Until(30*time.Second, func() bool { return healthy() == 6 }); err != nil {
 			return fmt.Errorf("scale-up: %w", err)
 		}
 		scaleUp = append(scaleUp, time.Since(start))
-		if _, err := c.UpdateBackend(ctx, "a", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
+		if _, err := c.UpdateBackend(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &one}); err != nil {
 			return err
 		}
 		if err := testutil.Until(30*time.Second, func() bool { b, _ := c.GetBackend(ctx, "a"); return len(b.Placements) == 1 && healthy() == 1 }); err != nil {
@@ -146,10 +146,10 @@ func registrationLoad(ctx context.Context, client *consulapi.Client, c *api.Clie
 				return err
 			}
 		}
-		if _, err := c.CreateBackend(ctx, model.BackendSpec{Name: svc, External: &model.ExternalSpec{Service: svc}}); err != nil {
+		if _, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: svc, External: &meshspec.ExternalSpec{Service: svc}}); err != nil {
 			return err
 		}
-		if _, err := c.CreateEndpoint(ctx, model.Endpoint{Name: svc, Route: "/" + svc, Traffic: map[string]float64{svc: 1}}); err != nil {
+		if _, err := c.CreateEndpoint(ctx, meshspec.Endpoint{Name: svc, Route: "/" + svc, Traffic: map[string]float64{svc: 1}}); err != nil {
 			return err
 		}
 	}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func main() {
@@ -71,10 +71,10 @@ func run(nodes int, mixed time.Duration) error {
 
 // endpoints is a model of n headless endpoints on one backend, named with
 // prefix.
-func endpoints(n int, prefix string) *model.Model {
-	m := &model.Model{Backends: []model.Backend{{Name: "b", Replicas: []model.Replica{{Address: "127.0.0.1:9"}}}}}
+func endpoints(n int, prefix string) *meshspec.Model {
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "b", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9"}}}}}
 	for i := range n {
-		m.Endpoints = append(m.Endpoints, model.Endpoint{Name: fmt.Sprintf("%s%d", prefix, i), Traffic: map[string]float64{"b": 1}})
+		m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: fmt.Sprintf("%s%d", prefix, i), Traffic: map[string]float64{"b": 1}})
 	}
 	return m
 }
@@ -84,14 +84,14 @@ func endpoints(n int, prefix string) *model.Model {
 func (b *bench) applyTimes(ctx context.Context, n int) error {
 	for _, step := range []struct {
 		what string
-		m    *model.Model
+		m    *meshspec.Model
 	}{
 		{fmt.Sprintf("apply: create %d endpoints", n), endpoints(n, "e")},
 		{fmt.Sprintf("apply: replace %d endpoints with %d others", n, n), endpoints(n, "f")},
 		{fmt.Sprintf("apply: delete %d endpoints", n), endpoints(0, "")},
 	} {
 		start := time.Now()
-		if _, err := b.client.Apply(ctx, model.SpecOf(step.m), false); err != nil {
+		if _, err := b.client.Apply(ctx, meshspec.SpecOf(step.m), false); err != nil {
 			return fmt.Errorf("%s: %w", step.what, err)
 		}
 		took := time.Since(start)
@@ -137,7 +137,7 @@ func (b *bench) readsDuringApply(ctx context.Context, n int) error {
 	done := make(chan struct{})
 	go func() { lat = reads(stop, 5*time.Minute); close(done) }()
 	start := time.Now()
-	_, err := b.client.Apply(ctx, model.SpecOf(endpoints(n, "g")), false)
+	_, err := b.client.Apply(ctx, meshspec.SpecOf(endpoints(n, "g")), false)
 	took := time.Since(start)
 	close(stop)
 	<-done
@@ -145,7 +145,7 @@ func (b *bench) readsDuringApply(ctx context.Context, n int) error {
 		return err
 	}
 	row(fmt.Sprintf("GET /v1/leader, 8 clients, during an apply of %d endpoints", n), lat, fmt.Sprintf("the apply took %s", ms(took)))
-	_, err = b.client.Apply(ctx, model.SpecOf(endpoints(0, "")), false)
+	_, err = b.client.Apply(ctx, meshspec.SpecOf(endpoints(0, "")), false)
 	return err
 }
 
@@ -153,8 +153,8 @@ func (b *bench) readsDuringApply(ctx context.Context, n int) error {
 // a small state, status) for every write (a traffic flip) for d.
 func (b *bench) mixedLoad(ctx context.Context, clients int, d time.Duration) error {
 	m := endpoints(50, "m")
-	m.Backends = append(m.Backends, model.Backend{Name: "c", Replicas: []model.Replica{{Address: "127.0.0.1:10"}}})
-	if _, err := b.client.Apply(ctx, model.SpecOf(m), false); err != nil {
+	m.Backends = append(m.Backends, meshspec.Backend{Name: "c", Replicas: []meshspec.Replica{{Address: "127.0.0.1:10"}}})
+	if _, err := b.client.Apply(ctx, meshspec.SpecOf(m), false); err != nil {
 		return err
 	}
 	var mu sync.Mutex
@@ -200,7 +200,7 @@ func (b *bench) mixedLoad(ctx context.Context, clients int, d time.Duration) err
 	secs := d.Seconds()
 	row(fmt.Sprintf("mixed load, %d clients: reads", clients), reads, fmt.Sprintf("%.0f/s", float64(len(reads))/secs))
 	row(fmt.Sprintf("mixed load, %d clients: writes (set traffic)", clients), writes, fmt.Sprintf("%.0f/s; %d calls failed", float64(len(writes))/secs, failed.Load()))
-	_, err := b.client.Apply(ctx, model.SpecOf(endpoints(0, "")), false)
+	_, err := b.client.Apply(ctx, meshspec.SpecOf(endpoints(0, "")), false)
 	return err
 }
 

@@ -32,8 +32,8 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func main() {
@@ -62,22 +62,22 @@ func run(runs int, startDelay time.Duration, held, maxHeld int, holdTimeout time
 		return err
 	}
 	defer mesh.Stop()
-	replica := func(name string, delay time.Duration) *model.ProcessSpec {
-		return &model.ProcessSpec{Command: be.Bin, HealthPath: "/",
+	replica := func(name string, delay time.Duration) *meshspec.ProcessSpec {
+		return &meshspec.ProcessSpec{Command: be.Bin, HealthPath: "/",
 			Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}", "--start-delay", delay.String()}}
 	}
-	as := &model.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 1, TargetInFlight: 1, MetricsIntervalS: 0.2, LookBackPeriodS: 0.5,
+	as := &meshspec.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 1, TargetInFlight: 1, MetricsIntervalS: 0.2, LookBackPeriodS: 0.5,
 		UpscaleDelayS: 0.5, DownscaleDelayS: 1}
-	backends := []model.BackendSpec{
-		{Name: "cold", Process: replica("cold", startDelay), Config: model.BackendConfig{CPUs: 1, Autoscaling: as}},
+	backends := []meshspec.BackendSpec{
+		{Name: "cold", Process: replica("cold", startDelay), Config: meshspec.BackendConfig{CPUs: 1, Autoscaling: as}},
 		{Name: "never", Process: replica("never", time.Hour),
-			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, HoldTimeoutS: holdTimeout.Seconds(), MaxHeld: maxHeld}},
+			Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1, HoldTimeoutS: holdTimeout.Seconds(), MaxHeld: maxHeld}},
 	}
 	for _, b := range backends {
 		if err := testutil.Until(30*time.Second, func() bool { _, err := mesh.Client.CreateBackend(ctx, b); return err == nil }); err != nil {
 			return fmt.Errorf("create backend %s (are the agents up?): %w", b.Name, err)
 		}
-		if _, err := mesh.Client.CreateEndpoint(ctx, model.Endpoint{Name: b.Name, Route: "/" + b.Name, Traffic: map[string]float64{b.Name: 1}}); err != nil {
+		if _, err := mesh.Client.CreateEndpoint(ctx, meshspec.Endpoint{Name: b.Name, Route: "/" + b.Name, Traffic: map[string]float64{b.Name: 1}}); err != nil {
 			return err
 		}
 	}
@@ -132,7 +132,7 @@ func running(ctx context.Context, c *api.Client, backend string) int {
 	}
 	n := 0
 	for _, p := range b.Placements {
-		if p.State == model.Running {
+		if p.State == meshspec.Running {
 			n++
 		}
 	}

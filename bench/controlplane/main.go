@@ -16,12 +16,12 @@ import (
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
@@ -61,9 +61,9 @@ func run(flips, commits int) error {
 	var rev store.Revision
 	var lat []time.Duration
 	for i := range commits {
-		b := model.Backend{Name: fmt.Sprintf("b%d", i), Replicas: []model.Replica{{Address: "10.0.0.1:80"}}}
+		b := meshspec.Backend{Name: fmt.Sprintf("b%d", i), Replicas: []meshspec.Replica{{Address: "10.0.0.1:80"}}}
 		start := time.Now()
-		if rev, err = st.Commit(ctx, rev, store.Change{PutBackends: []model.Backend{b}}); err != nil {
+		if rev, err = st.Commit(ctx, rev, store.Change{PutBackends: []meshspec.Backend{b}}); err != nil {
 			return err
 		}
 		lat = append(lat, time.Since(start))
@@ -74,14 +74,14 @@ func run(flips, commits int) error {
 	big := modelgen.Model(1000, 1, 3)
 	big.Endpoints = big.Endpoints[:1000]
 	bigStore := store.NewConsul(client, "bench-recovery", slog.New(slog.DiscardHandler))
-	if _, err := bigStore.Commit(ctx, 0, store.Diff(&model.Model{}, big)); err != nil {
+	if _, err := bigStore.Commit(ctx, 0, store.Diff(&meshspec.Model{}, big)); err != nil {
 		return err
 	}
 	lat = lat[:0]
 	for range 5 {
 		ctl := controller.New(controller.Options{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: bigStore,
-			Publish: func(m *model.Model) error { _, err := translate.Shared(m, nil); return err },
+			Publish: func(m *meshspec.Model) error { _, err := translate.Shared(m, nil); return err },
 		})
 		start := time.Now()
 		if err := ctl.Lead(ctx, "bench"); err != nil {
@@ -111,17 +111,17 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 	if err := testutil.Until(20*time.Second, func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading }); err != nil {
 		return fmt.Errorf("controller did not lead: %w", err)
 	}
-	var backends []model.Backend
+	var backends []meshspec.Backend
 	for _, name := range []string{"a", "b"} {
 		addr, stop, err := replica(name)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		backends = append(backends, model.Backend{Name: name, Replicas: []model.Replica{{Address: addr}}})
+		backends = append(backends, meshspec.Backend{Name: name, Replicas: []meshspec.Replica{{Address: addr}}})
 	}
-	if _, err := c.Apply(ctx, model.SpecOf(&model.Model{Backends: backends,
-		Endpoints: []model.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}}}), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(&meshspec.Model{Backends: backends,
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}}}), false); err != nil {
 		return err
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -27,9 +27,9 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // The placements of the replica, and the modes compared.
@@ -382,16 +382,16 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 	}
 	s := stack{stop: mesh.Stop, controller: mesh.Controller, agents: mesh.Agents}
 	c := mesh.Client
-	spec := &model.ProcessSpec{Command: b.Bin, Args: b.replicaArgs("${HOST}:${PORT}"), HealthPath: "/"}
-	endpoint := model.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}
-	protocol := model.ProtocolHTTP1
+	spec := &meshspec.ProcessSpec{Command: b.Bin, Args: b.replicaArgs("${HOST}:${PORT}"), HealthPath: "/"}
+	endpoint := meshspec.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}
+	protocol := meshspec.ProtocolHTTP1
 	if b.protocol == protoGRPC {
-		spec.HealthPath, protocol = "", model.ProtocolGRPC // probed with the gRPC health service
+		spec.HealthPath, protocol = "", meshspec.ProtocolGRPC // probed with the gRPC health service
 		endpoint.Route, endpoint.Methods = "/grpc.health.v1.Health", []string{"POST"}
 	}
 	if err := testutil.Until(30*time.Second, func() bool {
-		_, err := c.CreateBackend(ctx, model.BackendSpec{Name: "bench", Process: spec, Protocol: protocol,
-			Config: model.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000, LoadAware: loadAware(b.loadAware)}})
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "bench", Process: spec, Protocol: protocol,
+			Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000, LoadAware: loadAware(b.loadAware)}})
 		return err == nil
 	}); err != nil {
 		s.stop()
@@ -406,9 +406,9 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 }
 
 // loadAware is the backend's load-aware setting: on, or off (nil).
-func loadAware(on bool) *model.LoadAware {
+func loadAware(on bool) *meshspec.LoadAware {
 	if on {
-		return &model.LoadAware{}
+		return &meshspec.LoadAware{}
 	}
 	return nil
 }

@@ -28,8 +28,8 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func main() {
@@ -61,12 +61,12 @@ func run(runs, rate int, d time.Duration) error {
 		return err
 	}
 	defer mesh.Stop()
-	spec := model.BackendSpec{Name: "r", Config: model.BackendConfig{NumReplicas: 2, CPUs: 1},
-		Process: &model.ProcessSpec{Command: be.Bin, Args: []string{"demo-replica", "--backend", "r", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+	spec := meshspec.BackendSpec{Name: "r", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1},
+		Process: &meshspec.ProcessSpec{Command: be.Bin, Args: []string{"demo-replica", "--backend", "r", "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	if err := testutil.Until(30*time.Second, func() bool { _, err := mesh.Client.CreateBackend(ctx, spec); return err == nil }); err != nil {
 		return fmt.Errorf("the backend was not placed: %w", err)
 	}
-	if _, err := mesh.Client.CreateEndpoint(ctx, model.Endpoint{Name: "r", Route: "/r", Traffic: map[string]float64{"r": 1}}); err != nil {
+	if _, err := mesh.Client.CreateEndpoint(ctx, meshspec.Endpoint{Name: "r", Route: "/r", Traffic: map[string]float64{"r": 1}}); err != nil {
 		return err
 	}
 	url := "http://" + mesh.Public[0] + "/r"

@@ -30,8 +30,8 @@ import (
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func main() {
@@ -56,17 +56,17 @@ func run(runs, workers int) error {
 		return err
 	}
 	defer mesh.Stop()
-	version := func(name string, replicas int, faults string) model.BackendSpec {
-		var uc model.UserConfig
+	version := func(name string, replicas int, faults string) meshspec.BackendSpec {
+		var uc meshspec.UserConfig
 		_ = uc.UnmarshalJSON([]byte(faults))
-		return model.BackendSpec{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: 0.5, UserConfig: uc},
-			Process: &model.ProcessSpec{Command: be.Bin, HealthPath: "/", ReconfigurePath: "/-/reconfigure",
+		return meshspec.BackendSpec{Name: name, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: 0.5, UserConfig: uc},
+			Process: &meshspec.ProcessSpec{Command: be.Bin, HealthPath: "/", ReconfigurePath: "/-/reconfigure",
 				Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}}}
 	}
 	if err := create(ctx, mesh.Client, version("v1", 2, `{"delay_ms": 5}`)); err != nil {
 		return err
 	}
-	if _, err := mesh.Client.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
+	if _, err := mesh.Client.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
 		return err
 	}
 	if err := testutil.Until(60*time.Second, func() bool { return answers(mesh.Public) }); err != nil {
@@ -99,12 +99,12 @@ func run(runs, workers int) error {
 // badRun rolls out bad and returns the times from the first error the
 // clients saw to the verdict and to every node running the rollback, and
 // how many requests failed.
-func badRun(ctx context.Context, c *api.Client, l *load, bad model.BackendSpec) (verdict, rollback time.Duration, failed int, err error) {
+func badRun(ctx context.Context, c *api.Client, l *load, bad meshspec.BackendSpec) (verdict, rollback time.Duration, failed int, err error) {
 	if err := create(ctx, c, bad); err != nil {
 		return 0, 0, 0, err
 	}
 	before := l.failures()
-	r := model.Rollout{Candidate: bad.Name, Steps: []model.RolloutStep{{Weight: 0.1, DurationS: 120, MinRequests: 1000}, {Weight: 1, DurationS: 60}}}
+	r := meshspec.Rollout{Candidate: bad.Name, Steps: []meshspec.RolloutStep{{Weight: 0.1, DurationS: 120, MinRequests: 1000}, {Weight: 1, DurationS: 60}}}
 	if _, err := c.StartRollout(ctx, "gen", r); err != nil {
 		return 0, 0, 0, err
 	}
@@ -115,7 +115,7 @@ func badRun(ctx context.Context, c *api.Client, l *load, bad model.BackendSpec) 
 	}); err != nil {
 		return 0, 0, 0, fmt.Errorf("the rollout of %s did not end", bad.Name)
 	}
-	if rep.Phase != model.RolloutRolledBack {
+	if rep.Phase != meshspec.RolloutRolledBack {
 		return 0, 0, 0, fmt.Errorf("the rollout of %s ended %s: %s", bad.Name, rep.Phase, rep.Reason)
 	}
 	if err := testutil.Until(30*time.Second, func() bool { return inSync(ctx, c) }); err != nil {
@@ -148,7 +148,7 @@ func inSync(ctx context.Context, c *api.Client) bool {
 	return true
 }
 
-func create(ctx context.Context, c *api.Client, b model.BackendSpec) error {
+func create(ctx context.Context, c *api.Client, b meshspec.BackendSpec) error {
 	if err := testutil.Until(30*time.Second, func() bool { _, err := c.CreateBackend(ctx, b); return err == nil }); err != nil {
 		return fmt.Errorf("create backend %s (are the agents up?): %w", b.Name, err)
 	}

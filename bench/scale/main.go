@@ -33,10 +33,10 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -121,7 +121,7 @@ func run(o options) error {
 	defer mesh.Stop()
 	m := modelgen.Model(o.endpoints, 3, 3)
 	if err := testutil.Until(60*time.Second, func() bool {
-		_, err := mesh.Client.Apply(ctx, model.SpecOf(m), false)
+		_, err := mesh.Client.Apply(ctx, meshspec.SpecOf(m), false)
 		return err == nil
 	}); err != nil {
 		return fmt.Errorf("apply %d endpoints: %w", o.endpoints, err)
@@ -167,12 +167,12 @@ func memoryLimit(limit string) []string {
 // reachOf is what simulated node i serves and asks for: a public node,
 // or a mesh-only one reaching every endpoint (reach 0) or reach of them:
 // ep-0, which the bench changes, and others spread over the mesh.
-func reachOf(m *model.Model, i int, public bool, reach int) simReach {
+func reachOf(m *meshspec.Model, i int, public bool, reach int) simReach {
 	r := simReach{public: public}
 	endpoints := m.Endpoints
 	if !public && reach > 0 {
 		r.reachable = []string{m.Endpoints[0].Name}
-		endpoints = []model.Endpoint{m.Endpoints[0]}
+		endpoints = []meshspec.Endpoint{m.Endpoints[0]}
 		for k := 1; k < reach && k < len(m.Endpoints); k++ {
 			e := m.Endpoints[1+(i*(reach-1)+k-1)%(len(m.Endpoints)-1)]
 			r.reachable = append(r.reachable, e.Name)
@@ -195,7 +195,7 @@ func reachOf(m *model.Model, i int, public bool, reach int) simReach {
 			backends[wire.ClusterName(b.Name)] = true
 		}
 	}
-	r.assignments = model.SortedKeys(backends)
+	r.assignments = meshspec.SortedKeys(backends)
 	return r
 }
 

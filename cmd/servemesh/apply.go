@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/configfile"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/daemon"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func newApplyCommand() *cobra.Command {
@@ -84,7 +84,7 @@ func newValidateCommand() *cobra.Command {
 			if _, err := fmt.Fprintf(out, "%s is valid: %d backends, %d endpoints\n", args[0], len(m.Backends), len(m.Endpoints)); err != nil {
 				return err
 			}
-			var ve *model.ValidationError
+			var ve *meshspec.ValidationError
 			if errors.As(daemon.FileModeProblems(m), &ve) {
 				fmt.Fprintf(out, "for servemesh apply -f only; servemesh serve would refuse it:\n")
 				for _, p := range ve.Problems {
@@ -97,7 +97,7 @@ func newValidateCommand() *cobra.Command {
 }
 
 // processBackends are the backends of m whose replicas servemesh runs.
-func processBackends(m *model.Spec) []string {
+func processBackends(m *meshspec.Spec) []string {
 	var out []string
 	for _, b := range m.Backends {
 		if b.Process != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func newBackendCommand() *cobra.Command {
@@ -81,16 +81,16 @@ func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 }
 
 // backend builds the backend the flags describe.
-func (s backendSource) backend(name string, cfg model.BackendConfig) (model.BackendSpec, error) {
-	b := model.BackendSpec{Name: name, Config: cfg, Protocol: model.Protocol(s.protocol)}
+func (s backendSource) backend(name string, cfg meshspec.BackendConfig) (meshspec.BackendSpec, error) {
+	b := meshspec.BackendSpec{Name: name, Config: cfg, Protocol: meshspec.Protocol(s.protocol)}
 	for _, r := range s.replicas {
-		b.Replicas = append(b.Replicas, model.ReplicaSpec{Address: r})
+		b.Replicas = append(b.Replicas, meshspec.ReplicaSpec{Address: r})
 	}
 	if s.command == "" && (len(s.args) > 0 || len(s.env) > 0 || s.health != "" || s.reconfigure != "") {
 		return b, errors.New("--arg, --env, --health-path and --reconfigure-path go with --command")
 	}
 	if s.command != "" {
-		b.Process = &model.ProcessSpec{Command: s.command, Args: s.args, HealthPath: s.health, ReconfigurePath: s.reconfigure}
+		b.Process = &meshspec.ProcessSpec{Command: s.command, Args: s.args, HealthPath: s.health, ReconfigurePath: s.reconfigure}
 		for _, kv := range s.env {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
@@ -103,7 +103,7 @@ func (s backendSource) backend(name string, cfg model.BackendConfig) (model.Back
 		}
 	}
 	if s.external != "" {
-		b.External = &model.ExternalSpec{Service: s.external}
+		b.External = &meshspec.ExternalSpec{Service: s.external}
 	}
 	return b, nil
 }
@@ -123,9 +123,9 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 				return err
 			}
 			if cmd.Flags().Changed("replica") {
-				patch.Replicas = make([]model.ReplicaSpec, 0, len(replicas))
+				patch.Replicas = make([]meshspec.ReplicaSpec, 0, len(replicas))
 				for _, a := range replicas {
-					patch.Replicas = append(patch.Replicas, model.ReplicaSpec{Address: a})
+					patch.Replicas = append(patch.Replicas, meshspec.ReplicaSpec{Address: a})
 				}
 			}
 			merge, err := mergePatch(patch, unset)
@@ -155,7 +155,7 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 
 // mergePatch is the JSON merge patch the API takes: the flags' patch, with
 // each --unset field null.
-func mergePatch(p model.BackendConfigPatch, unset []string) (map[string]any, error) {
+func mergePatch(p meshspec.BackendConfigPatch, unset []string) (map[string]any, error) {
 	mp, err := p.MergePatch()
 	if err != nil && len(unset) == 0 {
 		return nil, err
@@ -183,10 +183,10 @@ type configFlags struct {
 	hold                                   time.Duration
 	resources                              []string
 	userConfig                             string
-	as                                     model.AutoscalingConfig
+	as                                     meshspec.AutoscalingConfig
 	upscale, downscale, lookBack, interval time.Duration
 	off                                    bool
-	loadAware                              model.LoadAware
+	loadAware                              meshspec.LoadAware
 	loadAwareOff                           bool
 }
 
@@ -197,15 +197,15 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.mem, "memory-mb", 0, "MiB of memory one replica needs")
 	fs.StringArrayVar(&c.resources, "resource", nil, "a named resource one replica needs, as NAME=COUNT (gpu=1), offered by nodes' --resource; repeat for each; --resource none for none")
 	fs.StringVar(&c.userConfig, "user-config", "", "JSON every replica takes at the backend's --reconfigure-path, without a restart (Ray Serve's user_config)")
-	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default "+seconds(model.DefaultHoldTimeoutS)+")")
-	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default "+strconv.Itoa(model.DefaultMaxHeld)+")")
+	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default "+seconds(meshspec.DefaultHoldTimeoutS)+")")
+	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default "+strconv.Itoa(meshspec.DefaultMaxHeld)+")")
 	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
 	fs.IntVar(&c.as.MaxReplicas, "autoscale-max", 0, "autoscale: most replicas (setting it turns autoscaling on)")
 	fs.Float64Var(&c.as.TargetInFlight, "autoscale-target", 0, "autoscale: requests in flight per replica to aim for")
-	fs.DurationVar(&c.upscale, "autoscale-upscale-delay", 0, "autoscale: how long a need for more replicas must last (default "+seconds(model.DefaultUpscaleDelayS)+")")
-	fs.DurationVar(&c.downscale, "autoscale-downscale-delay", 0, "autoscale: how long a need for fewer replicas must last (default "+seconds(model.DefaultDownscaleDelayS)+")")
-	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default "+seconds(model.DefaultLookBackPeriodS)+")")
-	fs.DurationVar(&c.interval, "autoscale-interval", 0, "autoscale: how often the load is read (default "+seconds(model.DefaultMetricsIntervalS)+")")
+	fs.DurationVar(&c.upscale, "autoscale-upscale-delay", 0, "autoscale: how long a need for more replicas must last (default "+seconds(meshspec.DefaultUpscaleDelayS)+")")
+	fs.DurationVar(&c.downscale, "autoscale-downscale-delay", 0, "autoscale: how long a need for fewer replicas must last (default "+seconds(meshspec.DefaultDownscaleDelayS)+")")
+	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default "+seconds(meshspec.DefaultLookBackPeriodS)+")")
+	fs.DurationVar(&c.interval, "autoscale-interval", 0, "autoscale: how often the load is read (default "+seconds(meshspec.DefaultMetricsIntervalS)+")")
 	fs.BoolVar(&c.off, "autoscale-off", false, "turn autoscaling off (num_replicas stays where it is)")
 	fs.Bool("load-aware", false, "pick replicas by their load (model servers): each node's agent picks among its replicas, callers weigh nodes by their reports")
 	fs.StringVar(&c.loadAware.MetricsPath, "load-metrics-path", "", "load-aware: where replicas serve Prometheus metrics (vLLM: /metrics)")
@@ -213,15 +213,15 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.loadAware.RunningMetric, "load-running-metric", "", "load-aware: the gauge of running requests (vLLM: vllm:num_requests_running)")
 	fs.StringVar(&c.loadAware.KVCacheMetric, "load-kv-cache-metric", "", "load-aware: the gauge of KV-cache use, 0 to 1 (vLLM: vllm:gpu_cache_usage_perc)")
 	fs.IntVar(&c.loadAware.QueueLimit, "load-queue-limit", 0, "load-aware: waiting requests that saturate a replica (sheddable requests are then refused)")
-	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default "+strconv.FormatFloat(model.DefaultKVCacheLimit, 'g', -1, 64)+")")
+	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default "+strconv.FormatFloat(meshspec.DefaultKVCacheLimit, 'g', -1, 64)+")")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
 }
 
 // seconds is a default given in seconds as a flag's duration shows it.
 func seconds(s float64) string { return (time.Duration(s) * time.Second).String() }
 
-func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error) {
-	var p model.BackendConfigPatch
+func (c *configFlags) patch(fs *pflag.FlagSet) (meshspec.BackendConfigPatch, error) {
+	var p meshspec.BackendConfigPatch
 	autoscale := false
 	loadAware := false
 	fs.Visit(func(f *pflag.Flag) {
@@ -248,7 +248,7 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error)
 		}
 	})
 	if fs.Changed("user-config") {
-		var u model.UserConfig
+		var u meshspec.UserConfig
 		if err := json.Unmarshal([]byte(c.userConfig), &u); err != nil {
 			return p, fmt.Errorf("--user-config: not JSON (%w); give a JSON value, such as '{\"temperature\": 0.7}'", err)
 		}
@@ -268,15 +268,15 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (model.BackendConfigPatch, error)
 	case loadAware && c.loadAwareOff:
 		return p, errors.New("--load-aware-off goes without the other --load flags")
 	case c.loadAwareOff:
-		p.LoadAware = &model.LoadAwarePatch{Off: true}
+		p.LoadAware = &meshspec.LoadAwarePatch{Off: true}
 	case loadAware:
-		p.LoadAware = &model.LoadAwarePatch{LoadAware: c.loadAware}
+		p.LoadAware = &meshspec.LoadAwarePatch{LoadAware: c.loadAware}
 	}
 	switch {
 	case autoscale && c.off:
 		return p, errors.New("--autoscale-off goes without the other --autoscale flags")
 	case c.off:
-		p.Autoscaling = &model.AutoscalingConfig{}
+		p.Autoscaling = &meshspec.AutoscalingConfig{}
 	case autoscale:
 		if c.as.MaxReplicas == 0 || c.as.TargetInFlight == 0 {
 			return p, errors.New("autoscaling needs at least --autoscale-max and --autoscale-target")

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // completionWait bounds a completion's call to the controller: a shell
@@ -18,12 +18,12 @@ const completionWait = 2 * time.Second
 // backendNames and endpointNames list names for completion.
 func backendNames(ctx context.Context, c *api.Client) ([]string, error) {
 	bs, err := c.ListBackends(ctx)
-	return namesOf(bs, func(b model.Backend) string { return b.Name }), err
+	return namesOf(bs, func(b meshspec.Backend) string { return b.Name }), err
 }
 
 func endpointNames(ctx context.Context, c *api.Client) ([]string, error) {
 	es, err := c.ListEndpoints(ctx)
-	return namesOf(es, func(e model.Endpoint) string { return e.Name }), err
+	return namesOf(es, func(e meshspec.Endpoint) string { return e.Name }), err
 }
 
 // namesOf returns the names of items.

@@ -16,9 +16,9 @@ import (
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/daemon"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -38,12 +38,12 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 			if err := controllerDefaults(&o, cmd.Flags().Changed("fault-crash-after-checkpoint")); err != nil {
 				return err
 			}
-			cidrs, err := model.ParseCIDRs(allowCIDRs)
+			cidrs, err := meshspec.ParseCIDRs(allowCIDRs)
 			if err != nil {
 				return err
 			}
 			o.Addresses.Allow = cidrs
-			if o.Addresses.Names, err = model.ParseNames(allowNames); err != nil {
+			if o.Addresses.Names, err = meshspec.ParseNames(allowNames); err != nil {
 				return err
 			}
 			o.Tokens = api.Tokens{}

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func newEndpointCommand() *cobra.Command {
@@ -29,7 +29,7 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 		Short: "create an endpoint: a route (or none: headless), its traffic and its timeouts",
 		Args:  names(1, "one endpoint name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e := model.Endpoint{Name: args[0], Route: route, Criticality: model.Criticality(criticality),
+			e := meshspec.Endpoint{Name: args[0], Route: route, Criticality: meshspec.Criticality(criticality),
 				TimeoutS: timeout.Seconds(), IdleTimeoutS: idle.Seconds(), PerTryTimeoutS: perTry.Seconds()}
 			if methods != "" {
 				e.Methods = strings.Split(methods, ",")
@@ -62,7 +62,7 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	fs.StringVar(&traffic, "traffic", "", "weights, as b1=0.9,b2=0.1 (instead of --backend)")
 	fs.DurationVar(&timeout, "timeout", 0, "bound on a request, retries included, such as 30s (default: none, as a long generation needs)")
 	fs.DurationVar(&idle, "idle-timeout", 0, "end a request when nothing moved for this long, such as 1m (default: Envoy's 5m)")
-	fs.StringVar(&criticality, "criticality", "", "what its requests are when they carry no "+model.CriticalityHeader+" header: critical (the default) or sheddable (refused with 429 while a load-aware backend's replicas are saturated)")
+	fs.StringVar(&criticality, "criticality", "", "what its requests are when they carry no "+meshspec.CriticalityHeader+" header: critical (the default) or sheddable (refused with 429 while a load-aware backend's replicas are saturated)")
 	fs.DurationVar(&perTry, "per-try-timeout", 0, "bound on each try; a GET whose try runs out is retried on another replica (default: none)")
 	return c
 }
@@ -131,13 +131,13 @@ func firstPair(m map[string]float64) (string, float64) {
 // endpointHeader and endpointRow render endpoints for list and get.
 const endpointHeader = "NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS\tTIMEOUTS"
 
-func endpointRow(e model.Endpoint) string {
+func endpointRow(e meshspec.Endpoint) string {
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", e.Name, orNone(e.Route), strings.Join(e.AllowedMethods(), ","),
 		formatWeights(e.Traffic), orNone(formatWeights(e.Shadows)), timeouts(e))
 }
 
 // timeouts renders an endpoint's timeouts: "120s, idle 30s, try 60s", or "-".
-func timeouts(e model.Endpoint) string {
+func timeouts(e meshspec.Endpoint) string {
 	var parts []string
 	for _, t := range []struct {
 		label string

@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func newExportCommand() *cobra.Command {
@@ -27,11 +27,11 @@ func newExportCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			spec := model.SpecOf(&model.Model{Backends: backends, Endpoints: endpoints})
+			spec := meshspec.SpecOf(&meshspec.Model{Backends: backends, Endpoints: endpoints})
 			if f.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), spec)
 			}
-			out, err := model.MarshalSpec(spec)
+			out, err := meshspec.MarshalSpec(spec)
 			if err != nil {
 				return err
 			}

@@ -16,8 +16,8 @@ import (
 	"github.com/google/shlex"
 	"github.com/spf13/pflag"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/protoyaml"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -245,7 +245,7 @@ func readmeCommandLines(t *testing.T, path string) []string {
 // TestLoadAwareFlags: --load-aware and the --load-* flags set a backend's
 // load-aware setting, --load-aware-off removes it, not both at once.
 func TestLoadAwareFlags(t *testing.T) {
-	parse := func(args ...string) (model.BackendConfigPatch, error) {
+	parse := func(args ...string) (meshspec.BackendConfigPatch, error) {
 		var c configFlags
 		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		c.register(fs)
@@ -255,7 +255,7 @@ func TestLoadAwareFlags(t *testing.T) {
 		return c.patch(fs)
 	}
 	p, err := parse("--load-aware")
-	if err != nil || p.LoadAware == nil || p.LoadAware.Off || p.LoadAware.LoadAware != (model.LoadAware{}) {
+	if err != nil || p.LoadAware == nil || p.LoadAware.Off || p.LoadAware.LoadAware != (meshspec.LoadAware{}) {
 		t.Errorf("--load-aware: %+v %v", p.LoadAware, err)
 	}
 	p, err = parse("--load-metrics-path", "/metrics", "--load-queue-metric", "vllm:num_requests_waiting", "--load-queue-limit", "8")

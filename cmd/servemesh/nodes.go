@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func newNodeCommand() *cobra.Command {
@@ -64,7 +64,7 @@ func newNodeCommand() *cobra.Command {
 
 // newNodePolicyCommand sets or clears a node's policy.
 func newNodePolicyCommand(f *clientFlags) *cobra.Command {
-	var p model.NodePolicy
+	var p meshspec.NodePolicy
 	var resources []string
 	var clear bool
 	c := &cobra.Command{

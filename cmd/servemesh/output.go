@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // listCommand is `<kind> list`: every object, as a table or JSON.
@@ -122,14 +122,14 @@ func writeJSON(out io.Writer, v any) error {
 // backendHeader and backendRow render backends for list and get.
 const backendHeader = "NAME\tREPLICAS FROM\tRUNNING/DESIRED\tAUTOSCALE\tMAX_CONCURRENT_QUERIES\tCPUS\tMEMORY_MB"
 
-func backendRow(b model.Backend) string {
+func backendRow(b meshspec.Backend) string {
 	source, running, desired := "-", len(b.Replicas), len(b.Replicas)
 	switch {
 	case b.Process != nil:
 		source = "process " + filepath.Base(b.Process.Command)
 		running, desired = 0, b.Config.NumReplicas
 		for _, p := range b.Placements {
-			if p.State == model.Running {
+			if p.State == meshspec.Running {
 				running++
 			}
 		}
@@ -171,7 +171,7 @@ func parseWeights(pairs []string) (map[string]float64, error) {
 }
 
 func formatWeights(m map[string]float64) string {
-	keys := model.SortedKeys(m)
+	keys := meshspec.SortedKeys(m)
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s=%g", k, m[k]))

@@ -11,16 +11,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
-// rolloutFlags are what `rollout start` turns into a model.Rollout.
+// rolloutFlags are what `rollout start` turns into a meshspec.Rollout.
 type rolloutFlags struct {
 	candidate, steps, header string
 	shadow                   float64
 	duration                 time.Duration
 	minRequests              int
-	checks                   model.RolloutChecks
+	checks                   meshspec.RolloutChecks
 	maxLatency               time.Duration
 	scaleDown                bool
 }
@@ -43,29 +43,29 @@ func (r *rolloutFlags) register(c *cobra.Command) {
 }
 
 // rollout builds the rollout the flags describe.
-func (r *rolloutFlags) rollout() (model.Rollout, error) {
+func (r *rolloutFlags) rollout() (meshspec.Rollout, error) {
 	if r.candidate == "" {
-		return model.Rollout{}, fmt.Errorf("--candidate: name the backend to roll out")
+		return meshspec.Rollout{}, fmt.Errorf("--candidate: name the backend to roll out")
 	}
-	out := model.Rollout{Candidate: r.candidate, Checks: r.checks, ScaleDownPrimary: r.scaleDown}
+	out := meshspec.Rollout{Candidate: r.candidate, Checks: r.checks, ScaleDownPrimary: r.scaleDown}
 	out.Checks.MaxLatencyMs = float64(r.maxLatency) / float64(time.Millisecond)
 	durationS := r.duration.Seconds()
 	for _, s := range strings.Split(r.steps, ",") {
 		w, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil {
-			return model.Rollout{}, fmt.Errorf("--steps: %q is not a number; give increasing shares such as 0.05,0.25,1", s)
+			return meshspec.Rollout{}, fmt.Errorf("--steps: %q is not a number; give increasing shares such as 0.05,0.25,1", s)
 		}
-		out.Steps = append(out.Steps, model.RolloutStep{Weight: w, DurationS: durationS, MinRequests: r.minRequests})
+		out.Steps = append(out.Steps, meshspec.RolloutStep{Weight: w, DurationS: durationS, MinRequests: r.minRequests})
 	}
 	if r.shadow > 0 {
-		out.Shadow = &model.RolloutShadow{Proportion: r.shadow, DurationS: durationS, MinRequests: r.minRequests}
+		out.Shadow = &meshspec.RolloutShadow{Proportion: r.shadow, DurationS: durationS, MinRequests: r.minRequests}
 	}
 	if r.header != "" {
 		name, value, ok := strings.Cut(r.header, "=")
 		if !ok {
-			return model.Rollout{}, fmt.Errorf("--header: %q is not NAME=VALUE, such as x-canary=1", r.header)
+			return meshspec.Rollout{}, fmt.Errorf("--header: %q is not NAME=VALUE, such as x-canary=1", r.header)
 		}
-		out.Header = &model.RolloutHeader{Header: name, Value: value, DurationS: durationS, MinRequests: r.minRequests}
+		out.Header = &meshspec.RolloutHeader{Header: name, Value: value, DurationS: durationS, MinRequests: r.minRequests}
 	}
 	return out, nil
 }
@@ -116,14 +116,14 @@ func newRolloutCommand() *cobra.Command {
 	}
 	verbs := []*cobra.Command{start, status}
 	for _, a := range []struct {
-		action    model.RolloutAction
+		action    meshspec.RolloutAction
 		short     string
 		did, same string
 	}{
-		{model.PauseRollout, "hold a rollout at its stage; nothing is judged", "rollout paused", "rollout is not progressing"},
-		{model.ResumeRollout, "judge a paused rollout's stage again, from the start of its window", "rollout resumed", "rollout is not paused"},
-		{model.PromoteRollout, "give the candidate all the traffic now", "rollout promoted", "rollout promoted already"},
-		{model.AbortRollout, "give the primary all the traffic now and end the rollout", "rollout aborted", "rollout ended already"},
+		{meshspec.PauseRollout, "hold a rollout at its stage; nothing is judged", "rollout paused", "rollout is not progressing"},
+		{meshspec.ResumeRollout, "judge a paused rollout's stage again, from the start of its window", "rollout resumed", "rollout is not paused"},
+		{meshspec.PromoteRollout, "give the candidate all the traffic now", "rollout promoted", "rollout promoted already"},
+		{meshspec.AbortRollout, "give the primary all the traffic now and end the rollout", "rollout aborted", "rollout ended already"},
 	} {
 		verbs = append(verbs, &cobra.Command{
 			Use:               string(a.action) + " ENDPOINT",
@@ -188,11 +188,11 @@ func printRollout(out io.Writer, r api.RolloutReport) error {
 	return tw.Flush()
 }
 
-func figures(f model.RolloutFigures) string {
+func figures(f meshspec.RolloutFigures) string {
 	return fmt.Sprintf("%d/%d/%.1fms", f.Requests, f.Errors, f.LatencyMs)
 }
 
-func errorThreshold(c model.RolloutChecks) string {
+func errorThreshold(c meshspec.RolloutChecks) string {
 	s := fmt.Sprintf("≤ %.2f%%", 100*c.MaxErrorRate)
 	if c.MaxErrorRateIncrease > 0 {
 		s += fmt.Sprintf(", ≤ primary + %.2f points", 100*c.MaxErrorRateIncrease)
@@ -200,7 +200,7 @@ func errorThreshold(c model.RolloutChecks) string {
 	return s
 }
 
-func latencyThreshold(c model.RolloutChecks) string {
+func latencyThreshold(c meshspec.RolloutChecks) string {
 	s := fmt.Sprintf("≤ %g × primary (or within %g ms of it)", c.MaxLatencyRatio, c.LatencyToleranceMs)
 	if c.MaxLatencyMs > 0 {
 		s += fmt.Sprintf(", ≤ %g ms", c.MaxLatencyMs)

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/rollout"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestRolloutFlagsAndStatus: the flags make the rollout they say, bad
@@ -24,11 +24,11 @@ func TestRolloutFlagsAndStatus(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	rep := api.RolloutReport{Endpoint: "gen", Candidate: "v2", Primary: "v1", Phase: model.RolloutProgressing, StageIndex: 1,
-		Stages: []string{"shadow 50%", "traffic 10%", "traffic 100%"}, Checks: model.RolloutChecks{}.Effective(),
-		Live: &rollout.Live{Stage: "traffic 10%", WindowS: 12, Candidate: rollout.Sample{RolloutFigures: model.RolloutFigures{Requests: 40, Errors: 1, ErrorRate: 0.025, LatencyMs: 9.5}},
-			Primary: rollout.Sample{RolloutFigures: model.RolloutFigures{Requests: 360, LatencyMs: 8}}},
-		Verdicts: []model.RolloutVerdict{{Stage: "shadow 50%", Passed: true, Reason: "within the checks"}}}
+	rep := api.RolloutReport{Endpoint: "gen", Candidate: "v2", Primary: "v1", Phase: meshspec.RolloutProgressing, StageIndex: 1,
+		Stages: []string{"shadow 50%", "traffic 10%", "traffic 100%"}, Checks: meshspec.RolloutChecks{}.Effective(),
+		Live: &rollout.Live{Stage: "traffic 10%", WindowS: 12, Candidate: rollout.Sample{RolloutFigures: meshspec.RolloutFigures{Requests: 40, Errors: 1, ErrorRate: 0.025, LatencyMs: 9.5}},
+			Primary: rollout.Sample{RolloutFigures: meshspec.RolloutFigures{Requests: 360, LatencyMs: 8}}},
+		Verdicts: []meshspec.RolloutVerdict{{Stage: "shadow 50%", Passed: true, Reason: "within the checks"}}}
 	if err := printRollout(&out, rep); err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -31,7 +31,7 @@ func newFixture(t testing.TB, token string) *fixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.NewMemory()
-	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*model.Model) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +88,14 @@ func TestClientRoundTripAndStatusCodes(t *testing.T) {
 	f := newFixture(t, "")
 	ctx := context.Background()
 	cl := NewClient(f.srv.URL, "")
-	v1 := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
-	if changed, err := cl.CreateBackend(ctx, model.BackendSpecOf(v1)); err != nil || !changed {
+	v1 := meshspec.Backend{Name: "v1", Replicas: []meshspec.Replica{{Address: "10.0.0.1:9001"}}}
+	if changed, err := cl.CreateBackend(ctx, meshspec.BackendSpecOf(v1)); err != nil || !changed {
 		t.Fatalf("create: %v %v", changed, err)
 	}
-	if changed, err := cl.CreateBackend(ctx, model.BackendSpecOf(v1)); err != nil || changed {
+	if changed, err := cl.CreateBackend(ctx, meshspec.BackendSpecOf(v1)); err != nil || changed {
 		t.Fatalf("repeat create: %v %v", changed, err)
 	}
-	if _, err := cl.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}}); err != nil {
+	if _, err := cl.CreateEndpoint(ctx, meshspec.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.SetShadow(ctx, "api", "v1", 0.1); err != nil {
@@ -105,7 +105,7 @@ func TestClientRoundTripAndStatusCodes(t *testing.T) {
 	if err != nil || e.Shadows["v1"] != 0.1 {
 		t.Fatalf("get endpoint: %+v %v", e, err)
 	}
-	res, err := cl.Apply(ctx, model.SpecOf(&model.Model{Backends: []model.Backend{v1}}), true)
+	res, err := cl.Apply(ctx, meshspec.SpecOf(&meshspec.Model{Backends: []meshspec.Backend{v1}}), true)
 	if err != nil || strings.Join(res.Changes, ",") != "delete endpoint api" {
 		t.Fatalf("dry-run apply: %+v %v", res, err)
 	}
@@ -176,7 +176,7 @@ func TestTokenIsRequiredAndWithoutItNothingChanges(t *testing.T) {
 	if f.rev(t) != 0 {
 		t.Fatal("an unauthenticated call changed the store")
 	}
-	if changed, err := NewClient(u, "s3cret").CreateBackend(context.Background(), model.BackendSpec{Name: "a"}); err != nil || !changed {
+	if changed, err := NewClient(u, "s3cret").CreateBackend(context.Background(), meshspec.BackendSpec{Name: "a"}); err != nil || !changed {
 		t.Fatalf("with the token: %v %v", changed, err)
 	}
 	// The scheme is case-insensitive (RFC 9110), the token is not.
@@ -203,7 +203,7 @@ func TestFollowerAnswers503AndTheClientFollowsTheLeader(t *testing.T) {
 	if status != 503 || !strings.Contains(body, "leader="+strings.TrimPrefix(leader.srv.URL, "http://")) {
 		t.Fatalf("write to a follower: HTTP %d %s", status, body)
 	}
-	changed, err := NewClient(follower.srv.URL+","+leader.srv.URL, "").CreateBackend(context.Background(), model.BackendSpec{Name: "a"})
+	changed, err := NewClient(follower.srv.URL+","+leader.srv.URL, "").CreateBackend(context.Background(), meshspec.BackendSpec{Name: "a"})
 	if err != nil || !changed {
 		t.Fatalf("client via follower: %v %v", changed, err)
 	}
@@ -216,7 +216,7 @@ func TestFollowerAnswers503AndTheClientFollowsTheLeader(t *testing.T) {
 	// A leader the client was not given gets nothing, token included.
 	only := NewClient(follower.srv.URL, "s3cret")
 	only.FailoverWait = 0
-	if _, err := only.CreateBackend(context.Background(), model.BackendSpec{Name: "b"}); err == nil || !strings.Contains(err.Error(), "not among the controllers") {
+	if _, err := only.CreateBackend(context.Background(), meshspec.BackendSpec{Name: "b"}); err == nil || !strings.Contains(err.Error(), "not among the controllers") {
 		t.Fatalf("a write via a follower naming an unknown leader: %v", err)
 	}
 	if _, err := leader.c.GetBackend("b"); err == nil {
@@ -240,7 +240,7 @@ func TestClientRidesThroughAFailover(t *testing.T) {
 	}()
 	c := NewClient(dead.URL+","+successor.srv.URL, "")
 	c.FailoverWait = 10 * time.Second
-	if changed, err := c.CreateBackend(context.Background(), model.BackendSpec{Name: "a"}); err != nil || !changed {
+	if changed, err := c.CreateBackend(context.Background(), meshspec.BackendSpec{Name: "a"}); err != nil || !changed {
 		t.Fatalf("a write during a failover: %v, %v", changed, err)
 	}
 	// Without a wait, a call tries each controller once and says why it failed.
@@ -251,7 +251,7 @@ func TestClientRidesThroughAFailover(t *testing.T) {
 		t.Fatalf("a call to no controller: %v", err)
 	}
 	// Errors that reached the leader are not sent again.
-	if _, err := c.CreateBackend(context.Background(), model.BackendSpec{Name: "bad name"}); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
+	if _, err := c.CreateBackend(context.Background(), meshspec.BackendSpec{Name: "bad name"}); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
 		t.Fatalf("an invalid write: %v", err)
 	}
 }
@@ -263,7 +263,7 @@ func TestClientRidesThroughAFailover(t *testing.T) {
 func TestTokenScopes(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.NewMemory()
-	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*model.Model) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestTokenlessAPIRefusesBrowsers(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tokens := range []Tokens{{}, {"x-token": ScopeExec}} {
 		st := store.NewMemory()
-		c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*model.Model) error { return nil }})
+		c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model) error { return nil }})
 		if err := c.Lead(context.Background(), "self"); err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +404,7 @@ func TestTokenFilesAreTheOwnersAlone(t *testing.T) {
 // model server's secrets; read and write tokens saw its values.
 func TestEnvValuesNeedTheExecScope(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestEnvValuesNeedTheExecScope(t *testing.T) {
 // it (issue 34). Now they get the note without the log lines.
 func TestLogTailsNeedTheExecScope(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func TestLogTailsNeedTheExecScope(t *testing.T) {
 // TestUsersCannotSetWhatServemeshSets: placements are the controller's, a
 // replica's node and inbound listener the catalog's; a static backend
 // naming a node made that node's inbound listener refer to a secret that
-// never exists, and Envoy refused it. Users write a model.Spec, which has
+// never exists, and Envoy refused it. Users write a meshspec.Spec, which has
 // no such fields: the API refuses them by name and changes nothing.
 func TestUsersCannotSetWhatServemeshSets(t *testing.T) {
 	f := newFixture(t, "")
@@ -491,8 +491,8 @@ func TestPatchIsAJSONMergePatch(t *testing.T) {
 	f := newFixture(t, "")
 	ctx := context.Background()
 	cl := NewClient(f.srv.URL, "")
-	if _, err := cl.CreateBackend(ctx, model.BackendSpec{Name: "b", Replicas: []model.ReplicaSpec{{Address: "10.0.0.1:80"}},
-		Config: model.BackendConfig{MaxConcurrentQueries: 8, HoldTimeoutS: 5, Outlier: &model.OutlierDetection{Consecutive5xx: 3}}}); err != nil {
+	if _, err := cl.CreateBackend(ctx, meshspec.BackendSpec{Name: "b", Replicas: []meshspec.ReplicaSpec{{Address: "10.0.0.1:80"}},
+		Config: meshspec.BackendConfig{MaxConcurrentQueries: 8, HoldTimeoutS: 5, Outlier: &meshspec.OutlierDetection{Consecutive5xx: 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	mergePatch := http.Header{"Content-Type": {"application/merge-patch+json"}}
@@ -500,16 +500,16 @@ func TestPatchIsAJSONMergePatch(t *testing.T) {
 	for _, step := range []struct {
 		body   string
 		header http.Header
-		check  func(model.BackendConfig) bool
+		check  func(meshspec.BackendConfig) bool
 	}{
-		{`{"hold_timeout_s": null, "max_held": 7}`, mergePatch, func(c model.BackendConfig) bool {
+		{`{"hold_timeout_s": null, "max_held": 7}`, mergePatch, func(c meshspec.BackendConfig) bool {
 			return c.HoldTimeoutS == 0 && c.MaxHeld == 7 && c.MaxConcurrentQueries == 8
 		}},
-		{`{"outlier": {"interval_s": 2}}`, mergePatch, func(c model.BackendConfig) bool {
+		{`{"outlier": {"interval_s": 2}}`, mergePatch, func(c meshspec.BackendConfig) bool {
 			return c.Outlier != nil && c.Outlier.Consecutive5xx == 3 && c.Outlier.IntervalS == 2
 		}},
-		{`{"outlier": null}`, nil, func(c model.BackendConfig) bool { return c.Outlier == nil }},
-		{`{"max_concurrent_queries": 4}`, nil, func(c model.BackendConfig) bool { return c.MaxConcurrentQueries == 4 }},
+		{`{"outlier": null}`, nil, func(c meshspec.BackendConfig) bool { return c.Outlier == nil }},
+		{`{"max_concurrent_queries": 4}`, nil, func(c meshspec.BackendConfig) bool { return c.MaxConcurrentQueries == 4 }},
 	} {
 		header := step.header
 		if header == nil {

@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Client calls a controllers' API. A call that reached no leader (no
@@ -216,25 +216,25 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body, out 
 func esc(s string) string { return url.PathEscape(s) }
 
 // ListBackends lists every backend.
-func (c *Client) ListBackends(ctx context.Context) ([]model.Backend, error) {
-	var out []model.Backend
+func (c *Client) ListBackends(ctx context.Context) ([]meshspec.Backend, error) {
+	var out []meshspec.Backend
 	return out, c.do(ctx, http.MethodGet, "/v1/backends", nil, &out)
 }
 
 // GetBackend returns one backend.
-func (c *Client) GetBackend(ctx context.Context, name string) (model.Backend, error) {
-	var out model.Backend
+func (c *Client) GetBackend(ctx context.Context, name string) (meshspec.Backend, error) {
+	var out meshspec.Backend
 	return out, c.do(ctx, http.MethodGet, "/v1/backends/"+esc(name), nil, &out)
 }
 
 // CreateBackend creates a backend; it reports whether anything changed.
-func (c *Client) CreateBackend(ctx context.Context, b model.BackendSpec) (bool, error) {
+func (c *Client) CreateBackend(ctx context.Context, b meshspec.BackendSpec) (bool, error) {
 	var out Changed
 	return out.Changed, c.do(ctx, http.MethodPost, "/v1/backends", b, &out)
 }
 
 // UpdateBackend changes the set fields of a backend's config.
-func (c *Client) UpdateBackend(ctx context.Context, name string, p model.BackendConfigPatch) (bool, error) {
+func (c *Client) UpdateBackend(ctx context.Context, name string, p meshspec.BackendConfigPatch) (bool, error) {
 	var out Changed
 	return out.Changed, c.do(ctx, http.MethodPatch, "/v1/backends/"+esc(name), p, &out)
 }
@@ -254,19 +254,19 @@ func (c *Client) DeleteBackend(ctx context.Context, name string) (bool, error) {
 }
 
 // ListEndpoints lists every endpoint.
-func (c *Client) ListEndpoints(ctx context.Context) ([]model.Endpoint, error) {
-	var out []model.Endpoint
+func (c *Client) ListEndpoints(ctx context.Context) ([]meshspec.Endpoint, error) {
+	var out []meshspec.Endpoint
 	return out, c.do(ctx, http.MethodGet, "/v1/endpoints", nil, &out)
 }
 
 // GetEndpoint returns one endpoint.
-func (c *Client) GetEndpoint(ctx context.Context, name string) (model.Endpoint, error) {
-	var out model.Endpoint
+func (c *Client) GetEndpoint(ctx context.Context, name string) (meshspec.Endpoint, error) {
+	var out meshspec.Endpoint
 	return out, c.do(ctx, http.MethodGet, "/v1/endpoints/"+esc(name), nil, &out)
 }
 
 // CreateEndpoint creates an endpoint.
-func (c *Client) CreateEndpoint(ctx context.Context, e model.Endpoint) (bool, error) {
+func (c *Client) CreateEndpoint(ctx context.Context, e meshspec.Endpoint) (bool, error) {
 	var out Changed
 	return out.Changed, c.do(ctx, http.MethodPost, "/v1/endpoints", e, &out)
 }
@@ -290,7 +290,7 @@ func (c *Client) SetShadow(ctx context.Context, endpoint, backend string, propor
 }
 
 // Apply makes the state equal m (or, with dryRun, only reports the changes).
-func (c *Client) Apply(ctx context.Context, m *model.Spec, dryRun bool) (ApplyResult, error) {
+func (c *Client) Apply(ctx context.Context, m *meshspec.Spec, dryRun bool) (ApplyResult, error) {
 	var out ApplyResult
 	path := "/v1/apply"
 	if dryRun {

@@ -2,17 +2,17 @@
 // In the flow of docs/architecture.md: step 1.
 //
 //	GET    /v1/backends                         list backends
-//	POST   /v1/backends                         create a backend (a model.BackendSpec)
+//	POST   /v1/backends                         create a backend (a meshspec.BackendSpec)
 //	GET    /v1/backends/{name}                  get one
-//	PATCH  /v1/backends/{name}                  merge a JSON merge patch into its config (model.ConfigPatch)
+//	PATCH  /v1/backends/{name}                  merge a JSON merge patch into its config (meshspec.ConfigPatch)
 //	DELETE /v1/backends/{name}                  delete it (refused while an endpoint uses it)
 //	GET    /v1/endpoints                        list endpoints
-//	POST   /v1/endpoints                        create an endpoint (a model.Endpoint)
+//	POST   /v1/endpoints                        create an endpoint (a meshspec.Endpoint)
 //	GET    /v1/endpoints/{name}                 get one
 //	DELETE /v1/endpoints/{name}                 delete it
 //	PUT    /v1/endpoints/{name}/traffic         set its traffic ({"traffic": {backend: weight}})
 //	PUT    /v1/endpoints/{name}/shadows/{backend}  set a shadow ({"proportion": p}; 0 removes it)
-//	POST   /v1/endpoints/{name}/rollout         start a rollout (a model.Rollout without status)
+//	POST   /v1/endpoints/{name}/rollout         start a rollout (a meshspec.Rollout without status)
 //	GET    /v1/endpoints/{name}/rollout         its stage, live figures, thresholds and verdicts (a RolloutReport)
 //	POST   /v1/endpoints/{name}/rollout/{action}  pause, resume, promote or abort it
 //	POST   /v1/apply[?dry_run=true]             make the state equal a whole model

@@ -5,7 +5,7 @@ import (
 	"net/http"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // NodeReport is one node as GET /v1/nodes lists it.
@@ -44,7 +44,7 @@ func (s *server) actOnNode(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) setNodePolicy(w http.ResponseWriter, r *http.Request) {
-	var p model.NodePolicy
+	var p meshspec.NodePolicy
 	if !decode(w, r, &p) {
 		return
 	}
@@ -58,7 +58,7 @@ func (s *server) clearNodePolicy(w http.ResponseWriter, r *http.Request) {
 }
 
 // SetNodePolicy sets what the operator grants node; nil clears it.
-func (c *Client) SetNodePolicy(ctx context.Context, node string, p *model.NodePolicy) (bool, error) {
+func (c *Client) SetNodePolicy(ctx context.Context, node string, p *meshspec.NodePolicy) (bool, error) {
 	var out Changed
 	if p == nil {
 		return out.Changed, c.do(ctx, http.MethodDelete, NodePolicyPath(node), nil, &out)

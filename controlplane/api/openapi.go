@@ -13,7 +13,7 @@ import (
 	"github.com/invopop/jsonschema"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
 
@@ -73,21 +73,21 @@ func operations() []operation {
 	write := codes(authErrors, bodyErrors, notFound, writeErrors)
 	bodyless := codes(authErrors, notFound, writeErrors)
 	return []operation{
-		{method: "GET", path: "/v1/backends", id: "listBackends", summary: "List the backends", ok: 200, okBody: []model.Backend{}, errors: authErrors,
+		{method: "GET", path: "/v1/backends", id: "listBackends", summary: "List the backends", ok: 200, okBody: []meshspec.Backend{}, errors: authErrors,
 			handle: func(s *server) http.HandlerFunc { return s.listBackends }},
-		{method: "POST", path: "/v1/backends", id: "createBackend", unchanged: true, summary: "Create a backend", body: model.BackendSpec{}, ok: 201, okBody: Changed{},
+		{method: "POST", path: "/v1/backends", id: "createBackend", unchanged: true, summary: "Create a backend", body: meshspec.BackendSpec{}, ok: 201, okBody: Changed{},
 			errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.createBackend }},
-		{method: "GET", path: "/v1/backends/{name}", id: "getBackend", summary: "Read a backend", ok: 200, okBody: model.Backend{}, errors: read,
+		{method: "GET", path: "/v1/backends/{name}", id: "getBackend", summary: "Read a backend", ok: 200, okBody: meshspec.Backend{}, errors: read,
 			handle: func(s *server) http.HandlerFunc { return s.getBackend }},
-		{method: "PATCH", path: "/v1/backends/{name}", id: "updateBackend", summary: "Change a backend's config", body: model.BackendConfigPatch{}, mergePatch: true,
+		{method: "PATCH", path: "/v1/backends/{name}", id: "updateBackend", summary: "Change a backend's config", body: meshspec.BackendConfigPatch{}, mergePatch: true,
 			ok: 200, okBody: Changed{}, errors: write, handle: func(s *server) http.HandlerFunc { return s.updateBackend }},
 		{method: "DELETE", path: "/v1/backends/{name}", id: "deleteBackend", summary: "Delete a backend", ok: 200, okBody: Changed{}, errors: bodyless,
 			handle: func(s *server) http.HandlerFunc { return s.deleteBackend }},
-		{method: "GET", path: "/v1/endpoints", id: "listEndpoints", summary: "List the endpoints", ok: 200, okBody: []model.Endpoint{}, errors: authErrors,
+		{method: "GET", path: "/v1/endpoints", id: "listEndpoints", summary: "List the endpoints", ok: 200, okBody: []meshspec.Endpoint{}, errors: authErrors,
 			handle: func(s *server) http.HandlerFunc { return s.listEndpoints }},
-		{method: "POST", path: "/v1/endpoints", id: "createEndpoint", unchanged: true, summary: "Create an endpoint", body: model.Endpoint{}, ok: 201, okBody: Changed{},
+		{method: "POST", path: "/v1/endpoints", id: "createEndpoint", unchanged: true, summary: "Create an endpoint", body: meshspec.Endpoint{}, ok: 201, okBody: Changed{},
 			errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.createEndpoint }},
-		{method: "GET", path: "/v1/endpoints/{name}", id: "getEndpoint", summary: "Read an endpoint", ok: 200, okBody: model.Endpoint{}, errors: read,
+		{method: "GET", path: "/v1/endpoints/{name}", id: "getEndpoint", summary: "Read an endpoint", ok: 200, okBody: meshspec.Endpoint{}, errors: read,
 			handle: func(s *server) http.HandlerFunc { return s.getEndpoint }},
 		{method: "DELETE", path: "/v1/endpoints/{name}", id: "deleteEndpoint", summary: "Delete an endpoint", ok: 200, okBody: Changed{}, errors: bodyless,
 			handle: func(s *server) http.HandlerFunc { return s.deleteEndpoint }},
@@ -95,7 +95,7 @@ func operations() []operation {
 			errors: write, handle: func(s *server) http.HandlerFunc { return s.setTraffic }},
 		{method: "PUT", path: "/v1/endpoints/{name}/shadows/{backend}", id: "setShadow", summary: "Set the proportion of an endpoint's requests mirrored to a backend", body: ShadowRequest{},
 			ok: 200, okBody: Changed{}, errors: write, handle: func(s *server) http.HandlerFunc { return s.setShadow }},
-		{method: "POST", path: "/v1/endpoints/{name}/rollout", id: "startRollout", unchanged: true, summary: "Start a rollout of a candidate backend", body: model.Rollout{}, ok: 201, okBody: Changed{},
+		{method: "POST", path: "/v1/endpoints/{name}/rollout", id: "startRollout", unchanged: true, summary: "Start a rollout of a candidate backend", body: meshspec.Rollout{}, ok: 201, okBody: Changed{},
 			errors: write, handle: func(s *server) http.HandlerFunc { return s.startRollout }},
 		{method: "GET", path: "/v1/endpoints/{name}/rollout", id: "getRollout", summary: "Read an endpoint's rollout", ok: 200, okBody: RolloutReport{}, errors: read,
 			handle: func(s *server) http.HandlerFunc { return s.getRollout }},
@@ -104,12 +104,12 @@ func operations() []operation {
 		{method: "GET", path: NodesPath, id: "listNodes", summary: "List the nodes: registered, cordoned or drained, their replicas and release", ok: 200,
 			okBody: []controller.NodeReport{}, errors: codes(authErrors, []int{http.StatusServiceUnavailable}), handle: func(s *server) http.HandlerFunc { return s.listNodes }},
 		{method: "PUT", path: NodesPath + "/{name}/policy", id: "setNodePolicy", summary: "Set what the operator grants a node: the scheduler takes the smaller of it and the agent's claim (exec scope)",
-			body: model.NodePolicy{}, ok: 200, okBody: Changed{}, errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.setNodePolicy }},
+			body: meshspec.NodePolicy{}, ok: 200, okBody: Changed{}, errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.setNodePolicy }},
 		{method: "DELETE", path: NodesPath + "/{name}/policy", id: "clearNodePolicy", summary: "Clear a node's policy: it is taken at its agent's word (exec scope)",
 			ok: 200, okBody: Changed{}, errors: codes(authErrors, []int{http.StatusBadRequest}, writeErrors), handle: func(s *server) http.HandlerFunc { return s.clearNodePolicy }},
 		{method: "POST", path: NodesPath + "/{name}/{action}", id: "actOnNode", summary: "Cordon, uncordon or drain a node", ok: 200, okBody: Changed{},
 			errors: codes(authErrors, []int{http.StatusBadRequest}, notFound, writeErrors), handle: func(s *server) http.HandlerFunc { return s.actOnNode }},
-		{method: "POST", path: "/v1/apply", id: "apply", summary: "Make the state the one given, in one change (dry_run: only say what would change)", body: model.Spec{}, yaml: true,
+		{method: "POST", path: "/v1/apply", id: "apply", summary: "Make the state the one given, in one change (dry_run: only say what would change)", body: meshspec.Spec{}, yaml: true,
 			query: []string{"dry_run"}, ok: 200, okBody: ApplyResult{}, errors: codes(authErrors, bodyErrors, writeErrors),
 			handle: func(s *server) http.HandlerFunc { return s.apply }},
 		{method: "GET", path: "/v1/leader", id: "getLeader", summary: "Say whether this controller leads, and which does", ok: 200, okBody: LeaderInfo{}, errors: authErrors,
@@ -261,7 +261,7 @@ func parameters(op operation) []any {
 
 func rolloutActions() []string {
 	var out []string
-	for _, a := range model.RolloutActions {
+	for _, a := range meshspec.RolloutActions {
 		out = append(out, string(a))
 	}
 	return out
@@ -333,7 +333,7 @@ func (s *schemaSet) refine() {
 	}
 	for _, def := range []string{"BackendSpec", "Backend", "Endpoint"} {
 		if p := property(def, "name"); p != nil {
-			p.Pattern = model.NamePattern
+			p.Pattern = meshspec.NamePattern
 		}
 	}
 	unit := func(p *jsonschema.Schema) {
@@ -361,7 +361,7 @@ func schemaName(t reflect.Type) string {
 // anyJSON maps the types that hold any JSON value to the schema that
 // allows any.
 func anyJSON(t reflect.Type) *jsonschema.Schema {
-	if t == reflect.TypeOf(json.RawMessage{}) || t == reflect.TypeOf(model.UserConfig{}) {
+	if t == reflect.TypeOf(json.RawMessage{}) || t == reflect.TypeOf(meshspec.UserConfig{}) {
 		return &jsonschema.Schema{}
 	}
 	return nil

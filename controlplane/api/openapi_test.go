@@ -16,8 +16,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -181,7 +181,7 @@ func TestOperationsAreTheMuxRoutes(t *testing.T) {
 	f := newFixture(t, "")
 	srv := httptest.NewServer(newConformance(t).wrap(Handler(f.c, slog.New(slog.NewTextHandler(io.Discard, nil)), Sources{Status: func() StatusReport {
 		m, _ := f.c.State()
-		return NewStatusReport(StatusInputs{State: m, Health: func(model.Backend) ReplicaHealth { return ReplicaHealth{} }})
+		return NewStatusReport(StatusInputs{State: m, Health: func(meshspec.Backend) ReplicaHealth { return ReplicaHealth{} }})
 	}, Agents: func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: "10.0.0.3:9100"}}, nil
 	}})))

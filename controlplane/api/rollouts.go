@@ -4,59 +4,59 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/rollout"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // RolloutReport is an endpoint's rollout as GET /v1/endpoints/{name}/rollout
 // and the status report show it: the spec, where it is, the live figures of
 // the current stage next to the thresholds, and the verdicts so far.
 type RolloutReport struct {
-	Endpoint  string             `json:"endpoint"`
-	Candidate string             `json:"candidate"`
-	Primary   string             `json:"primary"`
-	Phase     model.RolloutPhase `json:"phase"`
+	Endpoint  string                `json:"endpoint"`
+	Candidate string                `json:"candidate"`
+	Primary   string                `json:"primary"`
+	Phase     meshspec.RolloutPhase `json:"phase"`
 	// Stage is the current stage's name, StageIndex its place in Stages.
 	Stage      string   `json:"stage"`
 	StageIndex int      `json:"stage_index"`
 	Stages     []string `json:"stages"`
 	SinceMs    int64    `json:"since_ms"`
 	// Checks are the thresholds, defaults filled in.
-	Checks   model.RolloutChecks    `json:"checks"`
-	Live     *rollout.Live          `json:"live,omitempty"`
-	Reason   string                 `json:"reason,omitempty"`
-	Verdicts []model.RolloutVerdict `json:"verdicts"`
-	Spec     model.Rollout          `json:"spec"`
+	Checks   meshspec.RolloutChecks    `json:"checks"`
+	Live     *rollout.Live             `json:"live,omitempty"`
+	Reason   string                    `json:"reason,omitempty"`
+	Verdicts []meshspec.RolloutVerdict `json:"verdicts"`
+	Spec     meshspec.Rollout          `json:"spec"`
 }
 
 // RolloutActionPath is where an action on an endpoint's rollout is posted.
-func RolloutActionPath(endpoint string, action model.RolloutAction) string {
+func RolloutActionPath(endpoint string, action meshspec.RolloutAction) string {
 	return "/v1/endpoints/" + esc(endpoint) + "/rollout/" + esc(string(action))
 }
 
 // rolloutReport reports e's rollout; nil if it has none started.
-func rolloutReport(e model.Endpoint, live map[string]rollout.Live) *RolloutReport {
+func rolloutReport(e meshspec.Endpoint, live map[string]rollout.Live) *RolloutReport {
 	r := e.Rollout
 	if r == nil || r.Status == nil {
 		return nil
 	}
 	st := r.Status
 	out := &RolloutReport{Endpoint: e.Name, Candidate: r.Candidate, Primary: st.Primary, Phase: st.Phase, StageIndex: st.Stage,
-		SinceMs: st.SinceMs, Checks: r.Checks.Effective(), Reason: st.Reason, Verdicts: append([]model.RolloutVerdict{}, st.Verdicts...), Spec: r.Spec()}
+		SinceMs: st.SinceMs, Checks: r.Checks.Effective(), Reason: st.Reason, Verdicts: append([]meshspec.RolloutVerdict{}, st.Verdicts...), Spec: r.Spec()}
 	for _, s := range r.Stages() {
 		out.Stages = append(out.Stages, s.Name())
 	}
 	if st.Stage >= 0 && st.Stage < len(out.Stages) {
 		out.Stage = out.Stages[st.Stage]
 	}
-	if l, ok := live[e.Name]; ok && st.Phase == model.RolloutProgressing {
+	if l, ok := live[e.Name]; ok && st.Phase == meshspec.RolloutProgressing {
 		out.Live = &l
 	}
 	return out
 }
 
 func (s *server) startRollout(w http.ResponseWriter, r *http.Request) {
-	var spec model.Rollout
+	var spec meshspec.Rollout
 	if !decode(w, r, &spec) {
 		return
 	}
@@ -65,7 +65,7 @@ func (s *server) startRollout(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) actOnRollout(w http.ResponseWriter, r *http.Request) {
-	changed, err := s.c.ActOnRollout(r.Context(), r.PathValue("name"), model.RolloutAction(r.PathValue("action")))
+	changed, err := s.c.ActOnRollout(r.Context(), r.PathValue("name"), meshspec.RolloutAction(r.PathValue("action")))
 	s.answerChange(w, changed, err, http.StatusOK)
 }
 
@@ -88,13 +88,13 @@ func (s *server) getRollout(w http.ResponseWriter, r *http.Request) {
 }
 
 // StartRollout starts a rollout on an endpoint.
-func (c *Client) StartRollout(ctx context.Context, endpoint string, r model.Rollout) (bool, error) {
+func (c *Client) StartRollout(ctx context.Context, endpoint string, r meshspec.Rollout) (bool, error) {
 	var out Changed
 	return out.Changed, c.do(ctx, http.MethodPost, "/v1/endpoints/"+esc(endpoint)+"/rollout", r, &out)
 }
 
 // ActOnRollout pauses, resumes, promotes or aborts an endpoint's rollout.
-func (c *Client) ActOnRollout(ctx context.Context, endpoint string, action model.RolloutAction) (bool, error) {
+func (c *Client) ActOnRollout(ctx context.Context, endpoint string, action meshspec.RolloutAction) (bool, error) {
 	var out Changed
 	return out.Changed, c.do(ctx, http.MethodPost, RolloutActionPath(endpoint, action), nil, &out)
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestRolloutPaths: start answers 201 then changed=false; the report
@@ -16,11 +16,11 @@ func TestRolloutPaths(t *testing.T) {
 	f := newFixture(t, "")
 	ctx := context.Background()
 	for _, b := range []string{"v1", "v2"} {
-		if _, err := f.c.CreateBackend(ctx, model.BackendSpec{Name: b, Replicas: []model.ReplicaSpec{{Address: "10.0.0.1:9000"}}}); err != nil {
+		if _, err := f.c.CreateBackend(ctx, meshspec.BackendSpec{Name: b, Replicas: []meshspec.ReplicaSpec{{Address: "10.0.0.1:9000"}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.c.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
+	if _, err := f.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	base := f.srv.URL + "/v1/endpoints/gen/rollout"
@@ -39,16 +39,16 @@ func TestRolloutPaths(t *testing.T) {
 	}
 	c := NewClient(strings.TrimPrefix(f.srv.URL, "http://"), "")
 	r, err := c.Rollout(ctx, "gen")
-	if err != nil || r.Phase != model.RolloutWaiting || r.Primary != "v1" || strings.Join(r.Stages, ",") != "traffic 50%,traffic 100%" || r.Checks.MaxErrorRate != 0.01 {
+	if err != nil || r.Phase != meshspec.RolloutWaiting || r.Primary != "v1" || strings.Join(r.Stages, ",") != "traffic 50%,traffic 100%" || r.Checks.MaxErrorRate != 0.01 {
 		t.Fatalf("report: %+v, %v", r, err)
 	}
 	if code, body := raw(t, http.MethodPost, base+"/skip", "", ""); code != http.StatusBadRequest || !strings.Contains(body, "pause") {
 		t.Fatalf("an unknown action: %d %s", code, body)
 	}
-	if changed, err := c.ActOnRollout(ctx, "gen", model.AbortRollout); err != nil || !changed {
+	if changed, err := c.ActOnRollout(ctx, "gen", meshspec.AbortRollout); err != nil || !changed {
 		t.Fatalf("abort: %v %v", changed, err)
 	}
-	if r, err := c.Rollout(ctx, "gen"); err != nil || r.Phase != model.RolloutRolledBack || r.Reason != "aborted by a user" {
+	if r, err := c.Rollout(ctx, "gen"); err != nil || r.Phase != meshspec.RolloutRolledBack || r.Reason != "aborted by a user" {
 		t.Fatalf("after abort: %+v, %v", r, err)
 	}
 }

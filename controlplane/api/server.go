@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/rollout"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -157,11 +157,11 @@ func (s *server) listBackends(w http.ResponseWriter, r *http.Request) {
 // Redacted replaces the values of a process's environment for callers
 // without the exec scope: they often hold the model server's secrets, and
 // only who may set them may read them.
-const Redacted = model.RedactedEnv
+const Redacted = meshspec.RedactedEnv
 
 // redact returns b as a caller of ctx's scope may read it. b is a copy
 // (controller.State clones), so it is changed in place.
-func redact(ctx context.Context, b model.Backend) model.Backend {
+func redact(ctx context.Context, b meshspec.Backend) meshspec.Backend {
 	if ScopeOf(ctx) >= ScopeExec || b.Process == nil {
 		return b
 	}
@@ -187,7 +187,7 @@ func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) createBackend(w http.ResponseWriter, r *http.Request) {
-	var b model.BackendSpec
+	var b meshspec.BackendSpec
 	if !decode(w, r, &b) {
 		return
 	}
@@ -203,7 +203,7 @@ func (s *server) updateBackend(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := model.ParseConfigPatch(body)
+	p, err := meshspec.ParseConfigPatch(body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid", err.Error(), "")
 		return
@@ -218,7 +218,7 @@ func (s *server) deleteBackend(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) createEndpoint(w http.ResponseWriter, r *http.Request) {
-	var e model.Endpoint
+	var e meshspec.Endpoint
 	if !decode(w, r, &e) {
 		return
 	}
@@ -259,7 +259,7 @@ func (s *server) setShadow(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
-	var m model.Spec
+	var m meshspec.Spec
 	if !decodeLimit(w, r, &m, MaxApplyBytes, true) {
 		return
 	}
@@ -341,7 +341,7 @@ func decodeLimit(w http.ResponseWriter, r *http.Request, into any, limit int64, 
 			return false
 		}
 	}
-	if err := model.DecodeJSON(body, into); err != nil {
+	if err := meshspec.DecodeJSON(body, into); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid", err.Error(), "")
 		return false
 	}

@@ -6,8 +6,8 @@ import (
 	"net/http"
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/rollout"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
@@ -121,10 +121,10 @@ type ReplicaHealth struct {
 // ReplicaStatus is one placed replica of a process backend as its node
 // and Consul see it.
 type ReplicaStatus struct {
-	Tag   string               `json:"tag"`
-	Node  string               `json:"node"`
-	State model.PlacementState `json:"state"`
-	Ready bool                 `json:"ready"`
+	Tag   string                  `json:"tag"`
+	Node  string                  `json:"node"`
+	State meshspec.PlacementState `json:"state"`
+	Ready bool                    `json:"ready"`
 	// Unheard: its check expired after it was ready (its agent or node
 	// stopped answering).
 	Unheard bool `json:"unheard,omitempty"`
@@ -144,9 +144,9 @@ type ReplicaStatus struct {
 // health of each process backend's replicas, the xDS server's view of the
 // nodes, and the problems known elsewhere.
 type StatusInputs struct {
-	State               *model.Model
+	State               *meshspec.Model
 	Backends, Endpoints map[string]autoscale.BackendLoad
-	Health              func(model.Backend) ReplicaHealth
+	Health              func(meshspec.Backend) ReplicaHealth
 	Nodes               []xdsserver.NodeStatus
 	Problems            []string
 	// Configs are the user_config versions replicas run, by tag.
@@ -210,10 +210,10 @@ func NewStatusReport(in StatusInputs) StatusReport {
 
 // endpointStatus lists an endpoint's traffic and shadow backends, sorted by
 // name, with their live rates.
-func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad, own autoscale.BackendLoad, uses map[string]int) EndpointStatus {
+func endpointStatus(e meshspec.Endpoint, load map[string]autoscale.BackendLoad, own autoscale.BackendLoad, uses map[string]int) EndpointStatus {
 	es := EndpointStatus{Name: e.Name, Route: e.Route, RequestRate: own.RequestRate, ErrorRate: own.ErrorRate}
 	if r := e.ModelRouting; r != nil {
-		for _, m := range model.SortedKeys(r.Models) {
+		for _, m := range meshspec.SortedKeys(r.Models) {
 			t := r.Models[m]
 			names := map[string]bool{}
 			for b := range t.Traffic {
@@ -222,7 +222,7 @@ func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad, own
 			for b := range t.Shadows {
 				names[b] = true
 			}
-			for _, b := range model.SortedKeys(names) {
+			for _, b := range meshspec.SortedKeys(names) {
 				es.Backends = append(es.Backends, EndpointBackendStatus{Backend: b, Model: m, Weight: t.Traffic[b], Shadow: t.Shadows[b],
 					RequestRate: load[b].RequestRate, ErrorRate: load[b].ErrorRate})
 			}
@@ -233,7 +233,7 @@ func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad, own
 	for b := range e.Shadows {
 		names[b] = true
 	}
-	for _, b := range model.SortedKeys(names) {
+	for _, b := range meshspec.SortedKeys(names) {
 		bs := EndpointBackendStatus{Backend: b, Weight: e.Traffic[b], Shadow: e.Shadows[b],
 			RequestRate: load[b].RequestRate, ErrorRate: load[b].ErrorRate}
 		if bs.Shadow > 0 && uses[b] == 1 && own.RequestRate > 0 {
@@ -247,11 +247,11 @@ func endpointStatus(e model.Endpoint, load map[string]autoscale.BackendLoad, own
 
 // backendStatus counts a backend's replicas: placements for a process
 // backend, its listed replicas for a static one.
-func backendStatus(b model.Backend, load autoscale.BackendLoad) BackendStatus {
+func backendStatus(b meshspec.Backend, load autoscale.BackendLoad) BackendStatus {
 	bs := BackendStatus{Name: b.Name, Desired: b.Config.NumReplicas, Autoscaled: b.Config.Autoscaling != nil,
 		InFlight: load.InFlight, Held: load.Held, RequestRate: load.RequestRate, ErrorRate: load.ErrorRate}
 	for _, p := range b.Placements {
-		if p.State == model.Running {
+		if p.State == meshspec.Running {
 			bs.Running++
 		} else {
 			bs.Draining++

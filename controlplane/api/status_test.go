@@ -5,25 +5,25 @@ import (
 	"testing"
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
 
 func TestNewStatusReport(t *testing.T) {
-	m := &model.Model{
-		Backends: []model.Backend{
-			{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:1"}, {Address: "127.0.0.1:2"}}},
-			{Name: "v2", Process: &model.ProcessSpec{Command: "/srv/x"}, Config: model.BackendConfig{NumReplicas: 3,
-				Autoscaling: &model.AutoscalingConfig{MaxReplicas: 4, TargetInFlight: 1}},
-				Placements: []model.Placement{{Tag: "v2#1", State: model.Running}, {Tag: "v2#2", State: model.Running}, {Tag: "v2#3", State: model.Draining}}},
+	m := &meshspec.Model{
+		Backends: []meshspec.Backend{
+			{Name: "v1", Replicas: []meshspec.Replica{{Address: "127.0.0.1:1"}, {Address: "127.0.0.1:2"}}},
+			{Name: "v2", Process: &meshspec.ProcessSpec{Command: "/srv/x"}, Config: meshspec.BackendConfig{NumReplicas: 3,
+				Autoscaling: &meshspec.AutoscalingConfig{MaxReplicas: 4, TargetInFlight: 1}},
+				Placements: []meshspec.Placement{{Tag: "v2#1", State: meshspec.Running}, {Tag: "v2#2", State: meshspec.Running}, {Tag: "v2#3", State: meshspec.Draining}}},
 		},
-		Endpoints: []model.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"v1": 0.75, "v2": 0.25}, Shadows: map[string]float64{"v2": 0.1}}},
+		Endpoints: []meshspec.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"v1": 0.75, "v2": 0.25}, Shadows: map[string]float64{"v2": 0.1}}},
 	}
 	load := map[string]autoscale.BackendLoad{"v1": {InFlight: 2, RequestRate: 30, ErrorRate: 1}, "v2": {RequestRate: 10}}
 	nodes := []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: false, NACKs: 2, LastNACK: "port taken", Version: "v1.0", Protocol: 2},
 		{ID: "n9", Version: "v9.0", Protocol: 9, Skew: "node n9 runs servemesh v9.0 (protocol 9), newer than this controller's"}}
-	health := func(b model.Backend) ReplicaHealth {
+	health := func(b meshspec.Backend) ReplicaHealth {
 		if b.Name != "v2" {
 			t.Errorf("health asked of %s, which servemesh does not run", b.Name)
 		}
@@ -51,7 +51,7 @@ func TestNewStatusReport(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("status report\n got %+v\nwant %+v", got, want)
 	}
-	if empty := NewStatusReport(StatusInputs{State: &model.Model{}, Health: health}); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil || empty.Problems == nil {
+	if empty := NewStatusReport(StatusInputs{State: &meshspec.Model{}, Health: health}); empty.Endpoints == nil || empty.Backends == nil || empty.Nodes == nil || empty.Problems == nil {
 		t.Fatal("an empty report must list empty arrays, not null")
 	}
 }
@@ -60,14 +60,14 @@ func TestNewStatusReport(t *testing.T) {
 // share of the endpoint's requests it gets next to the set proportion; one
 // that also serves other traffic shows none (it cannot be told apart).
 func TestShadowShare(t *testing.T) {
-	m := &model.Model{
-		Backends: []model.Backend{{Name: "v1", Replicas: []model.Replica{{Address: "127.0.0.1:1"}}},
-			{Name: "only-shadow", Replicas: []model.Replica{{Address: "127.0.0.1:2"}}}},
-		Endpoints: []model.Endpoint{
+	m := &meshspec.Model{
+		Backends: []meshspec.Backend{{Name: "v1", Replicas: []meshspec.Replica{{Address: "127.0.0.1:1"}}},
+			{Name: "only-shadow", Replicas: []meshspec.Replica{{Address: "127.0.0.1:2"}}}},
+		Endpoints: []meshspec.Endpoint{
 			{Name: "e", Route: "/e", Traffic: map[string]float64{"v1": 1}, Shadows: map[string]float64{"only-shadow": 0.2, "v1": 0.1}},
 		},
 	}
-	r := NewStatusReport(StatusInputs{State: m, Health: func(model.Backend) ReplicaHealth { return ReplicaHealth{} },
+	r := NewStatusReport(StatusInputs{State: m, Health: func(meshspec.Backend) ReplicaHealth { return ReplicaHealth{} },
 		Backends:  map[string]autoscale.BackendLoad{"v1": {RequestRate: 110}, "only-shadow": {RequestRate: 20.5}},
 		Endpoints: map[string]autoscale.BackendLoad{"e": {RequestRate: 100}}})
 	for _, b := range r.Endpoints[0].Backends {
@@ -87,11 +87,11 @@ func TestShadowShare(t *testing.T) {
 // TestStatusOfAnEndpointRoutedByModel: each model's split and shadows are
 // rows of their own, named by the model.
 func TestStatusOfAnEndpointRoutedByModel(t *testing.T) {
-	m := &model.Model{Endpoints: []model.Endpoint{{Name: "chat", Route: "/v1", ModelRouting: &model.ByModel{Models: map[string]model.TrafficPolicy{
+	m := &meshspec.Model{Endpoints: []meshspec.Endpoint{{Name: "chat", Route: "/v1", ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
 		"b-model": {Traffic: map[string]float64{"x": 1}},
 		"a-model": {Traffic: map[string]float64{"x": 0.25, "y": 0.75}, Shadows: map[string]float64{"z": 0.5}},
 	}}}}}
-	got := NewStatusReport(StatusInputs{State: m, Health: func(model.Backend) ReplicaHealth { return ReplicaHealth{} }}).Endpoints[0].Backends
+	got := NewStatusReport(StatusInputs{State: m, Health: func(meshspec.Backend) ReplicaHealth { return ReplicaHealth{} }}).Endpoints[0].Backends
 	want := []EndpointBackendStatus{
 		{Backend: "x", Model: "a-model", Weight: 0.25}, {Backend: "y", Model: "a-model", Weight: 0.75}, {Backend: "z", Model: "a-model", Shadow: 0.5},
 		{Backend: "x", Model: "b-model", Weight: 1},

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -113,7 +113,7 @@ func readiness(report StatusReport, backends []string) ([]Progress, error) {
 		}
 		p := Progress{Backend: name, Ready: b.Ready, Desired: b.Desired, Nodes: map[string][2]int{}}
 		for _, r := range b.Replicas {
-			if r.State != model.Running {
+			if r.State != meshspec.Running {
 				continue
 			}
 			n := p.Nodes[r.Node]
@@ -146,7 +146,7 @@ func notReadyError(report StatusReport, ps []Progress, cause error) error {
 				continue
 			}
 			for _, r := range b.Replicas {
-				if r.State == model.Running && !r.Ready {
+				if r.State == meshspec.Running && !r.Ready {
 					lines = append(lines, fmt.Sprintf("  replica %s on %s: %s", r.Tag, r.Node, cmp.Or(r.Note, "not ready")))
 				}
 			}

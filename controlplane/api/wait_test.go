@@ -5,16 +5,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func TestReadiness(t *testing.T) {
 	replica := func(tag, node string, ready bool, note string) ReplicaStatus {
-		return ReplicaStatus{Tag: tag, Node: node, State: model.Running, Ready: ready, Note: note}
+		return ReplicaStatus{Tag: tag, Node: node, State: meshspec.Running, Ready: ready, Note: note}
 	}
 	report := StatusReport{Backends: []BackendStatus{
 		{Name: "half", Desired: 4, Ready: 2, Replicas: []ReplicaStatus{replica("h1", "n1", true, ""), replica("h2", "n1", false, "connection refused"),
-			replica("h3", "n2", true, ""), replica("h4", "n2", false, ""), {Tag: "old", Node: "n2", State: model.Draining}}},
+			replica("h3", "n2", true, ""), replica("h4", "n2", false, ""), {Tag: "old", Node: "n2", State: meshspec.Draining}}},
 		{Name: "done", Desired: 1, Ready: 1, Replicas: []ReplicaStatus{replica("d1", "n1", true, "")}},
 		{Name: "crashing", Desired: 1, Replicas: []ReplicaStatus{replica("c1", "n2", false,
 			"dial tcp: connection refused; the replica's process exited 3 times; the last: exit status 1; its log ends: panic: no model file")}},

@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -98,7 +98,7 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 
 // pollPeriod is the shortest metrics interval of the autoscaled backends,
 // and at most one second so status rates stay fresh.
-func pollPeriod(m *model.Model) time.Duration {
+func pollPeriod(m *meshspec.Model) time.Duration {
 	period := time.Second
 	for _, b := range m.Backends {
 		if as := b.Config.Autoscaling; as != nil {
@@ -111,7 +111,7 @@ func pollPeriod(m *model.Model) time.Duration {
 // poll reads every live agent's load and sums it per backend of m; names an
 // agent reports that m does not have are ignored, so they make no metric
 // labels.
-func (a *Autoscaler) poll(ctx context.Context, m *model.Model) {
+func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 	known := make(map[string]bool, len(m.Backends))
 	placedOn := map[string]string{} // replica tag: its node
 	for _, b := range m.Backends {
@@ -237,7 +237,7 @@ func (a *Autoscaler) fetch(ctx context.Context, addr string) (wire.Load, error) 
 }
 
 // decide feeds each autoscaled backend's policy and applies its decisions.
-func (a *Autoscaler) decide(ctx context.Context, m *model.Model) {
+func (a *Autoscaler) decide(ctx context.Context, m *meshspec.Model) {
 	now := time.Now()
 	leading, _ := a.ctl.Leader()
 	for _, b := range m.Backends {
@@ -328,12 +328,12 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 		if b.Process == nil {
 			continue
 		}
-		count := map[model.PlacementState]int{}
+		count := map[meshspec.PlacementState]int{}
 		for _, p := range b.Placements {
 			count[p.State]++
 		}
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(count[model.Running]), b.Name, string(model.Running))
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(count[model.Draining]), b.Name, string(model.Draining))
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(count[meshspec.Running]), b.Name, string(meshspec.Running))
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(count[meshspec.Draining]), b.Name, string(meshspec.Draining))
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(b.Config.NumReplicas), b.Name, "desired")
 	}
 }

@@ -15,9 +15,9 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -39,13 +39,13 @@ func TestPollKeepsOnlyKnownBackendsAndBoundsAnswers(t *testing.T) {
 	}))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}
 	reg := prometheus.NewRegistry()
 	a := New(ctl, nodes, log, reg)
-	m := &model.Model{Backends: []model.Backend{{Name: "b"}}}
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "b"}}}
 	a.poll(context.Background(), m)
 	if got := a.Load()["b"].InFlight; got != 4 {
 		t.Fatalf("in flight for b: %v, want 4", got)
@@ -70,13 +70,13 @@ func TestANodeSpeaksOnlyForItsReplicas(t *testing.T) {
 	}))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}
 	a := New(ctl, nodes, log, prometheus.NewRegistry())
-	m := &model.Model{Backends: []model.Backend{{Name: "b", Placements: []model.Placement{
-		{Tag: "b#000001", Node: "n1", State: model.Running}, {Tag: "b#000002", Node: "n2", State: model.Running}}}}}
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "b", Placements: []meshspec.Placement{
+		{Tag: "b#000001", Node: "n1", State: meshspec.Running}, {Tag: "b#000002", Node: "n2", State: meshspec.Running}}}}}
 	a.poll(context.Background(), m)
 	if got := a.ConfigVersions(); len(got) != 1 || got["b#000001"] != "v1" {
 		t.Fatalf("config versions %v; want only n1's own replica's", got)
@@ -91,11 +91,11 @@ func TestPollSendsTheAgentToken(t *testing.T) {
 	})))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*model.Model) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}
-	m := &model.Model{Backends: []model.Backend{{Name: "b"}}}
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "b"}}}
 	a := New(ctl, nodes, log, nil)
 	a.poll(context.Background(), m)
 	if _, ok := a.Load()["b"]; ok {

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Sample is one reading of a backend's requests in flight, summed over nodes.
@@ -52,7 +52,7 @@ func (p *Policy) Average() float64 {
 }
 
 // Decide returns the replica count to scale to, and whether to act now.
-func (p *Policy) Decide(cfg model.AutoscalingConfig, current int, now time.Time) (int, bool) {
+func (p *Policy) Decide(cfg meshspec.AutoscalingConfig, current int, now time.Time) (int, bool) {
 	cfg = cfg.Effective()
 	desired := int(math.Ceil(p.Average() / cfg.TargetInFlight))
 	desired = min(max(desired, cfg.MinReplicas), cfg.MaxReplicas)

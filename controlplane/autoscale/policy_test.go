@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
-var cfg = model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 6, TargetInFlight: 2,
+var cfg = meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 6, TargetInFlight: 2,
 	MetricsIntervalS: 1, LookBackPeriodS: 3, UpscaleDelayS: 2, DownscaleDelayS: 5}
 
 // run feeds a constant load for d, one sample a second, and returns every

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/gatewayapi"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // LoadSpec reads and validates what the file in path declares: a
 // servemesh config, and, in more YAML documents (split by "---"),
 // Gateway API HTTPRoutes, each an endpoint (gatewayapi.Endpoint).
-func LoadSpec(path string) (*model.Spec, error) {
+func LoadSpec(path string) (*meshspec.Spec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config file: %w", err)
@@ -28,15 +28,15 @@ func LoadSpec(path string) (*model.Spec, error) {
 	return s, nil
 }
 
-// ParseSpec reads a config: one servemesh document (model.ParseSpec), or
+// ParseSpec reads a config: one servemesh document (meshspec.ParseSpec), or
 // several YAML documents of which at most one is servemesh's and the
 // others HTTPRoutes.
-func ParseSpec(data []byte) (*model.Spec, error) {
+func ParseSpec(data []byte) (*meshspec.Spec, error) {
 	docs := documents(data)
 	if len(docs) == 1 && !gatewayapi.IsHTTPRoute(docs[0].data) {
-		return model.ParseSpec(docs[0].data)
+		return meshspec.ParseSpec(docs[0].data)
 	}
-	s := &model.Spec{}
+	s := &meshspec.Spec{}
 	own := 0
 	for _, d := range docs {
 		if gatewayapi.IsHTTPRoute(d.data) {
@@ -50,7 +50,7 @@ func ParseSpec(data []byte) (*model.Spec, error) {
 		if own++; own > 1 {
 			return nil, fmt.Errorf("document %d (line %d): a second servemesh document; keep backends and endpoints in one, HTTPRoutes in the others", d.index, d.line)
 		}
-		mine, err := model.ParseSpec(d.data)
+		mine, err := meshspec.ParseSpec(d.data)
 		if err != nil {
 			return nil, fmt.Errorf("document %d (line %d): %w", d.index, d.line, err)
 		}
@@ -105,7 +105,7 @@ func onlyComments(doc []byte) bool {
 }
 
 // Load reads and validates the model in path.
-func Load(path string) (*model.Model, error) {
+func Load(path string) (*meshspec.Model, error) {
 	s, err := LoadSpec(path)
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ type Watcher struct {
 	Interval time.Duration
 	// Apply receives each new valid model; an error from it is logged like a
 	// parse error and the file is tried again when it next changes.
-	Apply func(*model.Model) error
+	Apply func(*meshspec.Model) error
 	// Logger receives the watcher's logs; required.
 	Logger *slog.Logger
 }
@@ -181,7 +181,7 @@ func (w *Watcher) Run(ctx context.Context, lastApplied [32]byte) error {
 
 // LoadForWatch loads the file and returns its model with the content hash to
 // pass to Run, so the initial content is not applied twice.
-func LoadForWatch(path string) (*model.Model, [32]byte, error) {
+func LoadForWatch(path string) (*meshspec.Model, [32]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, [32]byte{}, fmt.Errorf("read config file: %w", err)

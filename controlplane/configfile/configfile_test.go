@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 const good = `
@@ -27,10 +27,10 @@ func TestWatcherAppliesChangesAndReportsBadEdits(t *testing.T) {
 	if err != nil || len(m.Endpoints) != 1 {
 		t.Fatalf("LoadForWatch = %v, %v", m, err)
 	}
-	applied := make(chan *model.Model, 4)
+	applied := make(chan *meshspec.Model, 4)
 	var logs testutil.SyncBuffer
 	w := &Watcher{Path: path, Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Apply: func(m *model.Model) error { applied <- m; return nil }}
+		Apply: func(m *meshspec.Model) error { applied <- m; return nil }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = w.Run(ctx, sum) }()

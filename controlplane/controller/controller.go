@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/backoff"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Options configure a Controller.
@@ -24,7 +24,7 @@ type Options struct {
 	Store  store.Store
 	// Publish receives every state the controller adopts (the xDS server's
 	// SetModel). It is called with the write lock held, in order.
-	Publish func(*model.Model) error
+	Publish func(*meshspec.Model) error
 	// Registerer receives the controller's metrics; nil skips them.
 	Registerer prometheus.Registerer
 	// CrashAfterCheckpoint is the probability of exiting right after a
@@ -45,7 +45,7 @@ type Options struct {
 	// Nil counts every placed replica as healthy.
 	Healthy func(backend string) map[string]bool
 	// Addresses are the static replica addresses users may name.
-	Addresses model.AddressPolicy
+	Addresses meshspec.AddressPolicy
 	// Plaintext is set when the mesh runs without mTLS: what only the
 	// mTLS data plane serves (load_aware) is refused.
 	Plaintext bool
@@ -59,7 +59,7 @@ type Options struct {
 type Controller struct {
 	log     *slog.Logger
 	store   store.Store
-	publish func(*model.Model) error
+	publish func(*meshspec.Model) error
 	crashP  float64
 	now     func() time.Time
 	exit    func(int)
@@ -67,7 +67,7 @@ type Controller struct {
 
 	listNodes    NodeLister
 	healthy      func(backend string) map[string]bool
-	addresses    model.AddressPolicy
+	addresses    meshspec.AddressPolicy
 	plaintext    bool
 	drainGrace   time.Duration
 	replaceAfter time.Duration
@@ -81,7 +81,7 @@ type Controller struct {
 	unreadableLogged map[string]bool
 
 	mu      sync.Mutex // the write lock
-	state   *model.Model
+	state   *meshspec.Model
 	rev     store.Revision
 	loaded  bool
 	leading bool
@@ -95,7 +95,7 @@ type Controller struct {
 }
 
 type adoptedState struct {
-	model *model.Model
+	model *meshspec.Model
 	rev   store.Revision
 }
 
@@ -108,7 +108,7 @@ type leadership struct {
 func New(o Options) *Controller {
 	c := &Controller{
 		log: o.Logger, store: o.Store, publish: o.Publish, crashP: o.CrashAfterCheckpoint,
-		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &model.Model{},
+		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &meshspec.Model{},
 		listNodes: o.Nodes, healthy: o.Healthy, addresses: o.Addresses, plaintext: o.Plaintext, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
 		now: o.Now,
 	}
@@ -264,7 +264,7 @@ func (c *Controller) PlacementProblems() map[string]string {
 }
 
 // adopt makes m the current state and publishes it. Called with mu held.
-func (c *Controller) adopt(m *model.Model, rev store.Revision) {
+func (c *Controller) adopt(m *meshspec.Model, rev store.Revision) {
 	c.state, c.rev, c.loaded = m, rev, true
 	c.adopted.Store(&adoptedState{model: m, rev: rev})
 	if err := c.publish(m); err != nil {
@@ -274,9 +274,9 @@ func (c *Controller) adopt(m *model.Model, rev store.Revision) {
 
 // State returns a copy of the last adopted state and its revision. It
 // never waits for a write in progress.
-func (c *Controller) State() (*model.Model, store.Revision) {
+func (c *Controller) State() (*meshspec.Model, store.Revision) {
 	a := c.adopted.Load()
-	return model.Clone(a.model), a.rev
+	return meshspec.Clone(a.model), a.rev
 }
 
 // Leader reports whether this controller takes writes, and the leader's
@@ -290,14 +290,14 @@ func (c *Controller) Leader() (bool, string) {
 // is a successful no-op; a changed one is checked against the caller's
 // authority and the operator's settings (guard), validated, checkpointed, then adopted and
 // published. It reports whether anything changed.
-func (c *Controller) mutate(ctx context.Context, op string, fn func(m *model.Model) error) (changed bool, err error) {
+func (c *Controller) mutate(ctx context.Context, op string, fn func(m *meshspec.Model) error) (changed bool, err error) {
 	return c.change(ctx, op, fn, true)
 }
 
 // change is mutate; validate false says fn validated the whole state it
 // made already (an apply validates before it places replicas), so each
 // change is validated once.
-func (c *Controller) change(ctx context.Context, op string, fn func(m *model.Model) error, validate bool) (changed bool, err error) {
+func (c *Controller) change(ctx context.Context, op string, fn func(m *meshspec.Model) error, validate bool) (changed bool, err error) {
 	start := time.Now()
 	defer func() { c.metrics.observe(op, changed, err, time.Since(start)) }()
 	c.mu.Lock()
@@ -305,7 +305,7 @@ func (c *Controller) change(ctx context.Context, op string, fn func(m *model.Mod
 	if !c.leading {
 		return false, &Error{Kind: NotLeader, Msg: "this controller is not the leader; send writes to the leader", Leader: c.leader}
 	}
-	next := model.Clone(c.state)
+	next := meshspec.Clone(c.state)
 	if err := fn(next); err != nil {
 		return false, err
 	}
@@ -333,7 +333,7 @@ const checkpointTimeout = 2 * time.Minute
 
 // checkpoint commits change at the current revision, then adopts next, the
 // state it makes. Called with mu held.
-func (c *Controller) checkpoint(ctx context.Context, change store.Change, next *model.Model) error {
+func (c *Controller) checkpoint(ctx context.Context, change store.Change, next *meshspec.Model) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
 	defer cancel()
 	start := time.Now()
@@ -361,7 +361,7 @@ func (c *Controller) checkpoint(ctx context.Context, change store.Change, next *
 
 // afterFailedCommit finds out what a commit that failed did, so the answer
 // says whether the change is stored: it settles the store and reads it back.
-func (c *Controller) afterFailedCommit(ctx context.Context, err error, next *model.Model) error {
+func (c *Controller) afterFailedCommit(ctx context.Context, err error, next *meshspec.Model) error {
 	if errors.Is(err, store.ErrCommitted) {
 		c.log.Warn("a change was committed but not fully applied; settling it", "err", err)
 	}

@@ -14,13 +14,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
-type published struct{ models []*model.Model }
+type published struct{ models []*meshspec.Model }
 
-func (p *published) publish(m *model.Model) error {
+func (p *published) publish(m *meshspec.Model) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
@@ -28,7 +28,7 @@ func (p *published) publish(m *model.Model) error {
 	return nil
 }
 
-func (p *published) last() *model.Model { return p.models[len(p.models)-1] }
+func (p *published) last() *meshspec.Model { return p.models[len(p.models)-1] }
 
 func newLeader(t *testing.T, st store.Store) (*Controller, *published) {
 	t.Helper()
@@ -40,8 +40,8 @@ func newLeader(t *testing.T, st store.Store) (*Controller, *published) {
 	return c, pub
 }
 
-func backend(name string) model.Backend {
-	return model.Backend{Name: name, Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
+func backend(name string) meshspec.Backend {
+	return meshspec.Backend{Name: name, Replicas: []meshspec.Replica{{Address: "10.0.0.1:9001"}}}
 }
 
 func mustChange(t *testing.T, changed bool, err error) {
@@ -62,18 +62,18 @@ func TestOperationsAreCheckpointedThenPublished(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	c, pub := newLeader(t, st)
-	ch, err := c.CreateBackend(ctx, model.BackendSpecOf(backend("v1")))
+	ch, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(backend("v1")))
 	mustChange(t, ch, err)
-	ch, err = c.CreateBackend(ctx, model.BackendSpecOf(backend("v2")))
+	ch, err = c.CreateBackend(ctx, meshspec.BackendSpecOf(backend("v2")))
 	mustChange(t, ch, err)
-	ch, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}})
+	ch, err = c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}})
 	mustChange(t, ch, err)
 	ch, err = c.SetTraffic(ctx, "api", map[string]float64{"v1": 0.9, "v2": 0.1})
 	mustChange(t, ch, err)
 	ch, err = c.SetShadow(ctx, "api", "v2", 0.05)
 	mustChange(t, ch, err)
 	mcq := 7
-	ch, err = c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{MaxConcurrentQueries: &mcq})
+	ch, err = c.UpdateBackendConfig(ctx, "v1", meshspec.BackendConfigPatch{MaxConcurrentQueries: &mcq})
 	mustChange(t, ch, err)
 
 	stored, rev, err := st.Load(ctx)
@@ -101,9 +101,9 @@ func TestRepeatingACallChangesNothing(t *testing.T) {
 	st := store.NewMemory()
 	c, _ := newLeader(t, st)
 	ops := []func() (bool, error){
-		func() (bool, error) { return c.CreateBackend(ctx, model.BackendSpecOf(backend("v1"))) },
+		func() (bool, error) { return c.CreateBackend(ctx, meshspec.BackendSpecOf(backend("v1"))) },
 		func() (bool, error) {
-			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Methods: []string{"get"}, Traffic: map[string]float64{"v1": 1}})
+			return c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "api", Route: "/api", Methods: []string{"get"}, Traffic: map[string]float64{"v1": 1}})
 		},
 		func() (bool, error) { return c.SetTraffic(ctx, "api", map[string]float64{"v1": 1}) },
 		func() (bool, error) { return c.SetShadow(ctx, "api", "v1", 0.5) },
@@ -128,9 +128,9 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	c, _ := newLeader(t, st)
-	ch, err := c.CreateBackend(ctx, model.BackendSpecOf(backend("v1")))
+	ch, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(backend("v1")))
 	mustChange(t, ch, err)
-	ch, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}})
+	ch, err = c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}})
 	mustChange(t, ch, err)
 	_, revBefore, _ := st.Load(ctx)
 	other := backend("v1")
@@ -142,33 +142,33 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 		kind Kind
 		text string
 	}{
-		{"backend exists, different spec", func() (bool, error) { return c.CreateBackend(ctx, model.BackendSpecOf(other)) }, Conflict, "already exists with a different spec"},
-		{"invalid backend", func() (bool, error) { return c.CreateBackend(ctx, model.BackendSpec{Name: "bad name"}) }, Invalid, "not a valid name"},
+		{"backend exists, different spec", func() (bool, error) { return c.CreateBackend(ctx, meshspec.BackendSpecOf(other)) }, Conflict, "already exists with a different spec"},
+		{"invalid backend", func() (bool, error) { return c.CreateBackend(ctx, meshspec.BackendSpec{Name: "bad name"}) }, Invalid, "not a valid name"},
 		{"update unknown backend", func() (bool, error) {
-			return c.UpdateBackendConfig(ctx, "ghost", model.BackendConfigPatch{NumReplicas: &zero})
+			return c.UpdateBackendConfig(ctx, "ghost", meshspec.BackendConfigPatch{NumReplicas: &zero})
 		}, NotFound, `backend "ghost" is not registered`},
-		{"empty update", func() (bool, error) { return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{}) }, Invalid, "sets no field"},
+		{"empty update", func() (bool, error) { return c.UpdateBackendConfig(ctx, "v1", meshspec.BackendConfigPatch{}) }, Invalid, "sets no field"},
 		{"negative max_concurrent_queries", func() (bool, error) {
 			n := -1
-			return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{MaxConcurrentQueries: &n})
+			return c.UpdateBackendConfig(ctx, "v1", meshspec.BackendConfigPatch{MaxConcurrentQueries: &n})
 		}, Invalid, "max_concurrent_queries: is -1"},
 		{"replicas of a backend of listed replicas", func() (bool, error) {
 			n := 5
-			return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{NumReplicas: &n})
+			return c.UpdateBackendConfig(ctx, "v1", meshspec.BackendConfigPatch{NumReplicas: &n})
 		}, Invalid, "num_replicas: is set on a backend of listed replicas; servemesh does not run its replicas"},
 		{"cpus of a backend of listed replicas", func() (bool, error) {
 			n := 3.0
-			return c.UpdateBackendConfig(ctx, "v1", model.BackendConfigPatch{CPUs: &n})
+			return c.UpdateBackendConfig(ctx, "v1", meshspec.BackendConfigPatch{CPUs: &n})
 		}, Invalid, "cpus: is set on a backend of listed replicas"},
 		{"delete used backend", func() (bool, error) { return c.DeleteBackend(ctx, "v1") }, Conflict, `backend "v1" is in the traffic of endpoint "api" (remove it there) before deleting it`},
 		{"endpoint exists", func() (bool, error) {
-			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api", Route: "/other", Traffic: map[string]float64{"v1": 1}})
+			return c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "api", Route: "/other", Traffic: map[string]float64{"v1": 1}})
 		}, Conflict, `endpoint "api" is already registered`},
 		{"route taken", func() (bool, error) {
-			return c.CreateEndpoint(ctx, model.Endpoint{Name: "api2", Route: "/api", Traffic: map[string]float64{"v1": 1}})
+			return c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "api2", Route: "/api", Traffic: map[string]float64{"v1": 1}})
 		}, Conflict, `route "/api" is already registered to endpoint "api"`},
 		{"endpoint to unknown backend", func() (bool, error) {
-			return c.CreateEndpoint(ctx, model.Endpoint{Name: "e2", Route: "/e2", Traffic: map[string]float64{"ghost": 1}})
+			return c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "e2", Route: "/e2", Traffic: map[string]float64{"ghost": 1}})
 		}, Invalid, `backend "ghost" that is not registered`},
 		{"traffic on unknown endpoint", func() (bool, error) { return c.SetTraffic(ctx, "ghost", map[string]float64{"v1": 1}) }, NotFound, `endpoint "ghost" that is not registered`},
 		{"traffic to unknown backend", func() (bool, error) { return c.SetTraffic(ctx, "api", map[string]float64{"ghost": 1}) }, Invalid, `backend "ghost" that is not registered`},
@@ -192,7 +192,7 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 func TestFollowerRefusesWritesNamingTheLeader(t *testing.T) {
 	c, _ := newLeader(t, store.NewMemory())
 	c.Follow("10.0.0.9:18001")
-	_, err := c.CreateBackend(context.Background(), model.BackendSpecOf(backend("v1")))
+	_, err := c.CreateBackend(context.Background(), meshspec.BackendSpecOf(backend("v1")))
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != NotLeader || e.Leader != "10.0.0.9:18001" {
 		t.Fatalf("got %v, want NotLeader naming the leader", err)
@@ -205,14 +205,14 @@ func TestCrashAfterCheckpointLosesNothing(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	crashed := false
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil },
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil },
 		CrashAfterCheckpoint: 1, Exit: func(int) { crashed = true; panic("exited") }})
 	if err := c.Lead(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = c.CreateBackend(ctx, model.BackendSpecOf(backend("v1")))
+		_, _ = c.CreateBackend(ctx, meshspec.BackendSpecOf(backend("v1")))
 	}()
 	if !crashed {
 		t.Fatal("fault injection did not fire")
@@ -230,32 +230,32 @@ func TestApplyIsOneCommitAndDryRunChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	c, pub := newLeader(t, st)
-	desired := &model.Model{}
+	desired := &meshspec.Model{}
 	for i := range 100 {
-		desired.Backends = append(desired.Backends, model.Backend{Name: fmt.Sprintf("b%03d", i)})
-		desired.Endpoints = append(desired.Endpoints, model.Endpoint{Name: fmt.Sprintf("e%03d", i), Route: fmt.Sprintf("/e%03d", i),
+		desired.Backends = append(desired.Backends, meshspec.Backend{Name: fmt.Sprintf("b%03d", i)})
+		desired.Endpoints = append(desired.Endpoints, meshspec.Endpoint{Name: fmt.Sprintf("e%03d", i), Route: fmt.Sprintf("/e%03d", i),
 			Traffic: map[string]float64{fmt.Sprintf("b%03d", i): 1}})
 	}
-	diff, err := c.Apply(ctx, model.SpecOf(desired), true)
+	diff, err := c.Apply(ctx, meshspec.SpecOf(desired), true)
 	if err != nil || len(diff) != 200 || diff[0].String() != "create backend b000" {
 		t.Fatalf("dry run: %d lines (%v), err %v", len(diff), diff[:min(3, len(diff))], err)
 	}
 	if _, rev, _ := st.Load(ctx); rev != 0 {
 		t.Fatalf("a dry run wrote revision %d", rev)
 	}
-	if _, err := c.Apply(ctx, model.SpecOf(desired), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(desired), false); err != nil {
 		t.Fatal(err)
 	}
 	stored, rev, _ := st.Load(ctx)
 	if rev != 1 || !equalModels(stored, desired) || !equalModels(pub.last(), desired) || len(pub.models) != 2 {
 		t.Fatalf("after apply: revision %d (want 1: one atomic commit), %d backends, %d publishes (want the recovery's and one)", rev, len(stored.Backends), len(pub.models))
 	}
-	if diff, err := c.Apply(ctx, model.SpecOf(desired), false); err != nil || len(diff) != 0 {
+	if diff, err := c.Apply(ctx, meshspec.SpecOf(desired), false); err != nil || len(diff) != 0 {
 		t.Fatalf("re-apply: %v, %v; want no differences", diff, err)
 	}
 	// Shrinking, in one commit too.
-	small := &model.Model{Backends: desired.Backends[:1], Endpoints: desired.Endpoints[:1]}
-	if _, err := c.Apply(ctx, model.SpecOf(small), false); err != nil {
+	small := &meshspec.Model{Backends: desired.Backends[:1], Endpoints: desired.Endpoints[:1]}
+	if _, err := c.Apply(ctx, meshspec.SpecOf(small), false); err != nil {
 		t.Fatal(err)
 	}
 	if stored, _, _ := st.Load(ctx); !equalModels(stored, small) {
@@ -263,7 +263,7 @@ func TestApplyIsOneCommitAndDryRunChangesNothing(t *testing.T) {
 	}
 }
 
-func equalModels(a, b *model.Model) bool {
+func equalModels(a, b *meshspec.Model) bool {
 	return store.Diff(a, b).Size() == 0
 }
 
@@ -272,17 +272,17 @@ func equalModels(a, b *model.Model) bool {
 func TestOperationResultsAreCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
-		Publish: func(*model.Model) error { return nil }, Registerer: reg})
+		Publish: func(*meshspec.Model) error { return nil }, Registerer: reg})
 	ctx := context.Background()
 	if err := c.Lead(ctx, "self:1"); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, err := c.CreateBackend(ctx, model.BackendSpecOf(backend("v1"))); err != nil {
+		if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(backend("v1"))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.CreateBackend(ctx, model.BackendSpec{Name: "bad name!"}); err == nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "bad name!"}); err == nil {
 		t.Fatal("an invalid backend was accepted")
 	}
 	for result, want := range map[string]float64{"ok": 1, "unchanged": 1, "invalid": 1} {
@@ -336,7 +336,7 @@ func TestReadsNeverWaitForWrites(t *testing.T) {
 	st := &blockingStore{Store: store.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
 	c, _ := newLeader(t, st)
 	done := make(chan error, 1)
-	go func() { _, err := c.CreateBackend(ctx, model.BackendSpecOf(backend("v1"))); done <- err }()
+	go func() { _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(backend("v1"))); done <- err }()
 	<-st.entered // the write is inside its checkpoint, holding the lock
 	read := make(chan int, 1)
 	go func() {
@@ -373,7 +373,7 @@ func TestCommandsNeedAuthority(t *testing.T) {
 	write := context.Background()
 	exec := MayRunCommands(write)
 	c, _ := newLeader(t, store.NewMemory())
-	p := model.BackendSpec{Name: "p", Process: &model.ProcessSpec{Command: "/srv/model", Args: []string{"--port", "${PORT}"}}}
+	p := meshspec.BackendSpec{Name: "p", Process: &meshspec.ProcessSpec{Command: "/srv/model", Args: []string{"--port", "${PORT}"}}}
 	_, err := c.CreateBackend(write, p)
 	mustKind(t, err, Forbidden, "exec scope")
 	changed, err := c.CreateBackend(exec, p)
@@ -382,19 +382,19 @@ func TestCommandsNeedAuthority(t *testing.T) {
 		t.Fatalf("creating the same backend again needs no authority: changed=%v err=%v", changed, err)
 	}
 	n := 8
-	changed, err = c.UpdateBackendConfig(write, "p", model.BackendConfigPatch{MaxConcurrentQueries: &n})
+	changed, err = c.UpdateBackendConfig(write, "p", meshspec.BackendConfigPatch{MaxConcurrentQueries: &n})
 	mustChange(t, changed, err)
-	same := &model.Spec{Backends: []model.BackendSpec{p}}
+	same := &meshspec.Spec{Backends: []meshspec.BackendSpec{p}}
 	if _, err := c.Apply(write, same, false); err != nil {
 		t.Fatalf("an apply with the stored spec needs no authority: %v", err)
 	}
-	for name, change := range map[string]func(*model.ProcessSpec){
-		"env":     func(s *model.ProcessSpec) { s.Env = map[string]string{"LD_PRELOAD": "/tmp/x.so"} },
-		"args":    func(s *model.ProcessSpec) { s.Args = append(s.Args, "--evil") },
-		"command": func(s *model.ProcessSpec) { s.Command = "/bin/sh" },
-		"health":  func(s *model.ProcessSpec) { s.HealthPath = "/x" },
+	for name, change := range map[string]func(*meshspec.ProcessSpec){
+		"env":     func(s *meshspec.ProcessSpec) { s.Env = map[string]string{"LD_PRELOAD": "/tmp/x.so"} },
+		"args":    func(s *meshspec.ProcessSpec) { s.Args = append(s.Args, "--evil") },
+		"command": func(s *meshspec.ProcessSpec) { s.Command = "/bin/sh" },
+		"health":  func(s *meshspec.ProcessSpec) { s.HealthPath = "/x" },
 	} {
-		changed := model.SpecOf(same.Model())
+		changed := meshspec.SpecOf(same.Model())
 		change(changed.Backends[0].Process)
 		for _, dry := range []bool{true, false} {
 			_, err := c.Apply(write, changed, dry)
@@ -416,8 +416,8 @@ func TestEnvValuesAreNoOracle(t *testing.T) {
 	write := context.Background()
 	exec := MayRunCommands(write)
 	c, _ := newLeader(t, store.NewMemory())
-	spec := func(v string) *model.Spec {
-		return &model.Spec{Backends: []model.BackendSpec{{Name: "p", Process: &model.ProcessSpec{Command: "/srv/model", Env: map[string]string{"API_KEY": v}}}}}
+	spec := func(v string) *meshspec.Spec {
+		return &meshspec.Spec{Backends: []meshspec.BackendSpec{{Name: "p", Process: &meshspec.ProcessSpec{Command: "/srv/model", Env: map[string]string{"API_KEY": v}}}}}
 	}
 	if changes, err := c.Apply(exec, spec("s3cret"), false); err != nil || len(changes) == 0 {
 		t.Fatalf("the exec token's apply: %v, %v", changes, err)
@@ -427,11 +427,11 @@ func TestEnvValuesAreNoOracle(t *testing.T) {
 			_, err := c.Apply(write, spec(guess), dry)
 			mustKind(t, err, Forbidden, "env API_KEY")
 		}
-		if changes, err := c.Apply(write, spec(model.RedactedEnv), dry); err != nil || len(changes) != 0 {
+		if changes, err := c.Apply(write, spec(meshspec.RedactedEnv), dry); err != nil || len(changes) != 0 {
 			t.Fatalf("writing back the placeholder (dry %v): %v, %v; want no change", dry, changes, err)
 		}
 	}
-	if changes, err := c.Apply(exec, spec(model.RedactedEnv), false); err != nil || len(changes) != 0 {
+	if changes, err := c.Apply(exec, spec(meshspec.RedactedEnv), false); err != nil || len(changes) != 0 {
 		t.Fatalf("the placeholder from an exec token: %v, %v; want the stored value kept", changes, err)
 	}
 	if b, _ := c.GetBackend("p"); b.Process.Env["API_KEY"] != "s3cret" {
@@ -440,7 +440,7 @@ func TestEnvValuesAreNoOracle(t *testing.T) {
 	// What the controller derives from the stored spec is no caller's
 	// claim: a write token's config change and a reconcile go through.
 	n := 7
-	changed, err := c.UpdateBackendConfig(write, "p", model.BackendConfigPatch{MaxConcurrentQueries: &n})
+	changed, err := c.UpdateBackendConfig(write, "p", meshspec.BackendConfigPatch{MaxConcurrentQueries: &n})
 	mustChange(t, changed, err)
 	if err := c.Reconcile(context.Background()); err != nil {
 		t.Fatalf("reconcile of a backend with an environment: %v", err)
@@ -455,33 +455,33 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	c, _ := newLeader(t, st)
-	for addr, flag := range map[string]string{"127.0.0.1:15000": model.AllowFlag, "localhost:8500": model.NameFlag, "169.254.169.254:80": model.AllowFlag,
-		"0.0.0.0:9001": model.AllowFlag, "[::1]:9001": model.AllowFlag, "metadata.google.internal:80": model.NameFlag, "[fd00:ec2::254]:80": model.AllowFlag} {
-		b := model.BackendSpec{Name: "b", Replicas: []model.ReplicaSpec{{Address: "10.0.0.2:80"}, {Address: addr}}}
+	for addr, flag := range map[string]string{"127.0.0.1:15000": meshspec.AllowFlag, "localhost:8500": meshspec.NameFlag, "169.254.169.254:80": meshspec.AllowFlag,
+		"0.0.0.0:9001": meshspec.AllowFlag, "[::1]:9001": meshspec.AllowFlag, "metadata.google.internal:80": meshspec.NameFlag, "[fd00:ec2::254]:80": meshspec.AllowFlag} {
+		b := meshspec.BackendSpec{Name: "b", Replicas: []meshspec.ReplicaSpec{{Address: "10.0.0.2:80"}, {Address: addr}}}
 		_, err := c.CreateBackend(ctx, b)
 		mustKind(t, err, Invalid, flag)
 		mustKind(t, err, Invalid, "replicas[1]")
 		for _, dry := range []bool{true, false} {
-			_, err = c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{b}}, dry)
+			_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{b}}, dry)
 			mustKind(t, err, Invalid, flag)
 		}
 	}
 	if m, _ := c.State(); len(m.Backends) != 0 {
 		t.Fatalf("refused writes stored %+v", m.Backends)
 	}
-	allowing := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil },
-		Addresses: model.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	allowing := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil },
+		Addresses: meshspec.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err := allowing.Lead(ctx, "self"); err != nil {
 		t.Fatal(err)
 	}
-	changed, err := allowing.CreateBackend(ctx, model.BackendSpec{Name: "local", Replicas: []model.ReplicaSpec{{Address: "127.0.0.1:9001"}}})
+	changed, err := allowing.CreateBackend(ctx, meshspec.BackendSpec{Name: "local", Replicas: []meshspec.ReplicaSpec{{Address: "127.0.0.1:9001"}}})
 	mustChange(t, changed, err)
 	// A controller without the setting leads the stored state and takes
 	// writes that add no such address.
 	c, _ = newLeader(t, st)
-	changed, err = c.CreateEndpoint(ctx, model.Endpoint{Name: "e", Traffic: map[string]float64{"local": 1}})
+	changed, err = c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "e", Traffic: map[string]float64{"local": 1}})
 	mustChange(t, changed, err)
-	_, err = c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{{Name: "local", Replicas: []model.ReplicaSpec{{Address: "127.0.0.1:9001"}, {Address: "127.0.0.1:9002"}}}}}, true)
+	_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{{Name: "local", Replicas: []meshspec.ReplicaSpec{{Address: "127.0.0.1:9001"}, {Address: "127.0.0.1:9002"}}}}}, true)
 	mustKind(t, err, Invalid, `"127.0.0.1:9002"`)
 }
 
@@ -491,14 +491,14 @@ func TestDeleteNamesEveryUse(t *testing.T) {
 	c, _ := newLeader(t, store.NewMemory())
 	ctx := context.Background()
 	for _, b := range []string{"v1", "v2"} {
-		_, err := c.CreateBackend(ctx, model.BackendSpecOf(backend(b)))
+		_, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(backend(b)))
 		mustChange(t, true, err)
 	}
-	for _, e := range []model.Endpoint{
+	for _, e := range []meshspec.Endpoint{
 		{Name: "a", Route: "/a", Traffic: map[string]float64{"v1": 1}},
 		{Name: "b", Route: "/b", Traffic: map[string]float64{"v1": 1}},
 		{Name: "c", Route: "/c", Traffic: map[string]float64{"v2": 1}, Shadows: map[string]float64{"v1": 0.1}},
-		{Name: "d", Route: "/d", ModelRouting: &model.ByModel{Models: map[string]model.TrafficPolicy{"m": {Traffic: map[string]float64{"v2": 1}, Shadows: map[string]float64{"v1": 0.5}}}}},
+		{Name: "d", Route: "/d", ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{"m": {Traffic: map[string]float64{"v2": 1}, Shadows: map[string]float64{"v1": 0.5}}}}},
 	} {
 		_, err := c.CreateEndpoint(ctx, e)
 		mustChange(t, true, err)
@@ -516,26 +516,26 @@ func TestPlaintextMeshRefusesLoadAware(t *testing.T) {
 	ctx := MayRunCommands(context.Background())
 	st := store.NewMemory()
 	plain := func() *Controller {
-		c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil }, Plaintext: true})
+		c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil }, Plaintext: true})
 		if err := c.Lead(ctx, "self:1"); err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
 	c := plain()
-	aware := model.BackendSpec{Name: "llm", Process: &model.ProcessSpec{Command: "/srv/model"}, Config: model.BackendConfig{LoadAware: &model.LoadAware{}}}
+	aware := meshspec.BackendSpec{Name: "llm", Process: &meshspec.ProcessSpec{Command: "/srv/model"}, Config: meshspec.BackendConfig{LoadAware: &meshspec.LoadAware{}}}
 	_, err := c.CreateBackend(ctx, aware)
 	mustKind(t, err, Invalid, `backend "llm" config.load_aware`)
 	mustKind(t, err, Invalid, "without --plaintext")
 	for _, dry := range []bool{true, false} {
-		_, err = c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{aware}}, dry)
+		_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{aware}}, dry)
 		mustKind(t, err, Invalid, "config.load_aware")
 	}
 	plainSpec := aware
-	plainSpec.Config = model.BackendConfig{}
+	plainSpec.Config = meshspec.BackendConfig{}
 	changed, err := c.CreateBackend(ctx, plainSpec)
 	mustChange(t, changed, err)
-	_, err = c.UpdateBackendConfig(ctx, "llm", model.BackendConfigPatch{LoadAware: &model.LoadAwarePatch{}})
+	_, err = c.UpdateBackendConfig(ctx, "llm", meshspec.BackendConfigPatch{LoadAware: &meshspec.LoadAwarePatch{}})
 	mustKind(t, err, Invalid, "config.load_aware")
 	if m, _ := c.State(); m.Backends[0].Config.LoadAware != nil {
 		t.Fatalf("a refused patch stored %+v", m.Backends[0].Config)
@@ -545,13 +545,13 @@ func TestPlaintextMeshRefusesLoadAware(t *testing.T) {
 	}
 	// Stored by a controller with mTLS, the setting stays and is reported.
 	mtls, _ := newLeader(t, st)
-	_, err = mtls.UpdateBackendConfig(ctx, "llm", model.BackendConfigPatch{LoadAware: &model.LoadAwarePatch{}})
+	_, err = mtls.UpdateBackendConfig(ctx, "llm", meshspec.BackendConfigPatch{LoadAware: &meshspec.LoadAwarePatch{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c = plain()
 	n := 4
-	changed, err = c.UpdateBackendConfig(ctx, "llm", model.BackendConfigPatch{MaxConcurrentQueries: &n})
+	changed, err = c.UpdateBackendConfig(ctx, "llm", meshspec.BackendConfigPatch{MaxConcurrentQueries: &n})
 	mustChange(t, changed, err)
 	if u := c.UnservedSettings(); len(u) != 1 || !strings.Contains(u[0], "backend llm config.load_aware is not served") {
 		t.Fatalf("unserved settings %q; want llm's load_aware", u)

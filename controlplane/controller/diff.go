@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Change is one object an apply creates, updates or deletes and, for an
@@ -44,14 +44,14 @@ func (f FieldChange) String() string {
 }
 
 // describe lists what ch changes in current, sorted by object.
-func describe(current *model.Model, ch store.Change) []Change {
+func describe(current *meshspec.Model, ch store.Change) []Change {
 	var out []Change
-	backends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
-	endpoints := indexByName(current.Endpoints, func(e model.Endpoint) string { return e.Name })
+	backends := indexByName(current.Backends, func(b meshspec.Backend) string { return b.Name })
+	endpoints := indexByName(current.Endpoints, func(e meshspec.Endpoint) string { return e.Name })
 	for _, b := range ch.PutBackends {
 		c := Change{Action: "create", Kind: "backend", Name: b.Name}
 		if i, ok := backends[b.Name]; ok {
-			c.Action, c.Fields = "update", fieldChanges(model.BackendSpecOf(current.Backends[i]), model.BackendSpecOf(b))
+			c.Action, c.Fields = "update", fieldChanges(meshspec.BackendSpecOf(current.Backends[i]), meshspec.BackendSpecOf(b))
 		}
 		out = append(out, c)
 	}
@@ -106,7 +106,7 @@ func diffJSON(path string, before, after any, out *[]FieldChange) {
 		for k := range am {
 			keys[k] = true
 		}
-		for _, k := range model.SortedKeys(keys) {
+		for _, k := range meshspec.SortedKeys(keys) {
 			diffJSON(strings.TrimPrefix(path+"."+k, "."), bm[k], am[k], out)
 		}
 		return

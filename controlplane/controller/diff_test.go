@@ -4,14 +4,14 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestFieldChanges: an update lists each field it changes, by its path in
 // the config file, with its values before and after.
 func TestFieldChanges(t *testing.T) {
-	before := model.Endpoint{Name: "model", Route: "/model", Traffic: map[string]float64{"model-v1": 0.7, "model-v2": 0.3}}
-	after := model.Endpoint{Name: "model", Route: "/model", Methods: []string{"POST"},
+	before := meshspec.Endpoint{Name: "model", Route: "/model", Traffic: map[string]float64{"model-v1": 0.7, "model-v2": 0.3}}
+	after := meshspec.Endpoint{Name: "model", Route: "/model", Methods: []string{"POST"},
 		Traffic: map[string]float64{"model-v1": 0.9, "model-v3": 0.1}, Shadows: map[string]float64{"model-v2": 0.2}}
 	var got []string
 	for _, f := range fieldChanges(before, after) {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 type commandsKey struct{}
@@ -46,7 +46,7 @@ func writtenByCaller(ctx context.Context) bool {
 // replica addresses the operator allows. It looks only at what the change
 // makes new, so a stored state accepted under other settings keeps working.
 // It runs under the write lock, against the state the change is applied to.
-func (c *Controller) guard(ctx context.Context, current, next *model.Model) error {
+func (c *Controller) guard(ctx context.Context, current, next *meshspec.Model) error {
 	if err := checkCommands(ctx, current, next); err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (c *Controller) guard(ctx context.Context, current, next *model.Model) erro
 // mesh with mTLS has; without it every caller calls the replicas directly
 // and the setting would do nothing. A backend stored with it before this
 // check keeps its setting (and status says it is not served).
-func checkPlaintext(current, next *model.Model) error {
+func checkPlaintext(current, next *meshspec.Model) error {
 	had := make(map[string]bool, len(current.Backends))
 	for _, b := range current.Backends {
 		had[b.Name] = b.Config.LoadAware != nil
@@ -83,7 +83,7 @@ var ErrLoadAwarePlaintext = errors.New("this mesh runs without mTLS (the control
 
 // checkAddresses refuses a static replica address that is new to its
 // backend and that policy refuses.
-func checkAddresses(policy model.AddressPolicy, current, next *model.Model) error {
+func checkAddresses(policy meshspec.AddressPolicy, current, next *meshspec.Model) error {
 	held := make(map[string]map[string]bool, len(current.Backends))
 	for _, b := range current.Backends {
 		held[b.Name] = make(map[string]bool, len(b.Replicas))
@@ -108,9 +108,9 @@ func checkAddresses(policy model.AddressPolicy, current, next *model.Model) erro
 // current holds for the same backend, or ctx may run commands. It compares
 // whole specs, never hashes, and runs under the write lock, against the
 // state the change is applied to.
-func checkCommands(ctx context.Context, current, next *model.Model) error {
+func checkCommands(ctx context.Context, current, next *meshspec.Model) error {
 	exec := mayRunCommands(ctx)
-	held := make(map[string]*model.ProcessSpec, len(current.Backends))
+	held := make(map[string]*meshspec.ProcessSpec, len(current.Backends))
 	for _, b := range current.Backends {
 		held[b.Name] = b.Process
 	}
@@ -130,28 +130,28 @@ func checkCommands(ctx context.Context, current, next *model.Model) error {
 }
 
 // unredact gives next the stored values where it has the placeholder
-// model.RedactedEnv (what a caller without the exec scope reads), so a
+// meshspec.RedactedEnv (what a caller without the exec scope reads), so a
 // spec read and written back is unchanged. Unless trusted (the exec scope,
 // or a spec the controller derived from the stored one), any other value
 // is refused, whether or not it is the stored one: answering otherwise
 // would tell the caller a guessed secret was right.
-func unredact(backend string, next, stored *model.ProcessSpec, trusted bool) error {
+func unredact(backend string, next, stored *meshspec.ProcessSpec, trusted bool) error {
 	for k, v := range next.Env {
 		old, ok := "", false
 		if stored != nil {
 			old, ok = stored.Env[k]
 		}
-		if v != model.RedactedEnv {
+		if v != meshspec.RedactedEnv {
 			if trusted {
 				continue
 			}
 			ok = false
 		}
 		if !ok && trusted {
-			return errorf(Invalid, "backend %q: env %s: %q keeps a stored value, and the backend stores none; give the value", backend, k, model.RedactedEnv)
+			return errorf(Invalid, "backend %q: env %s: %q keeps a stored value, and the backend stores none; give the value", backend, k, meshspec.RedactedEnv)
 		}
 		if !ok {
-			return errorf(Forbidden, "backend %q: env %s: setting an environment value needs a token with the trusted scope (--token-file); a write token may only write back %q, which keeps the stored value", backend, k, model.RedactedEnv)
+			return errorf(Forbidden, "backend %q: env %s: setting an environment value needs a token with the trusted scope (--token-file); a write token may only write back %q, which keeps the stored value", backend, k, meshspec.RedactedEnv)
 		}
 		next.Env[k] = old
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -34,7 +34,7 @@ type NodeReport struct {
 	Protocol int     `json:"protocol,omitempty"`
 	// Policy is what the operator grants the node, if anything; CPUs and
 	// MemoryMB above are its agent's claim.
-	Policy *model.NodePolicy `json:"policy,omitempty"`
+	Policy *meshspec.NodePolicy `json:"policy,omitempty"`
 }
 
 // Nodes lists the registered nodes and those the state names, by name.
@@ -61,7 +61,7 @@ func (c *Controller) Nodes(ctx context.Context) ([]NodeReport, error) {
 	}
 	for _, b := range m.Backends {
 		for _, p := range b.Placements {
-			if p.State == model.Running {
+			if p.State == meshspec.Running {
 				report(p.Node).Replicas++
 			} else {
 				report(p.Node).Draining++
@@ -69,7 +69,7 @@ func (c *Controller) Nodes(ctx context.Context) ([]NodeReport, error) {
 		}
 	}
 	out := make([]NodeReport, 0, len(byName))
-	for _, name := range model.SortedKeys(byName) {
+	for _, name := range meshspec.SortedKeys(byName) {
 		out = append(out, *byName[name])
 	}
 	return out, nil
@@ -93,7 +93,7 @@ func (c *Controller) SetNodeMaintenance(ctx context.Context, node string, action
 		return false, err
 	}
 	registered := slices.ContainsFunc(nodes, func(n wire.NodeInfo) bool { return n.ID == node })
-	return c.mutate(ctx, "node_"+string(action), func(m *model.Model) error {
+	return c.mutate(ctx, "node_"+string(action), func(m *meshspec.Model) error {
 		spec, named := m.NodeSpecOf(node)
 		if !registered && (!named || action != Uncordon) {
 			return errorf(NotFound, "no node %q is registered (its agent's registration does not pass in Consul); servemesh node list shows the nodes", node)
@@ -130,14 +130,14 @@ func (c *Controller) SetNodeMaintenance(ctx context.Context, node string, action
 // node is taken at its agent's word). A policy decides which commands run
 // where, so it needs the exec scope. Replicas already placed stay; drain the
 // node to move those its new policy does not allow.
-func (c *Controller) SetNodePolicy(ctx context.Context, node string, policy *model.NodePolicy) (bool, error) {
+func (c *Controller) SetNodePolicy(ctx context.Context, node string, policy *meshspec.NodePolicy) (bool, error) {
 	if !mayRunCommands(ctx) {
 		return false, errorf(Forbidden, "node %q: a node policy decides which commands run where, which needs a token with the exec scope (--token-file)", node)
 	}
-	return c.mutate(ctx, "node_policy", func(m *model.Model) error {
+	return c.mutate(ctx, "node_policy", func(m *meshspec.Model) error {
 		spec, _ := m.NodeSpecOf(node)
 		spec.Policy = policy
-		if err := model.ValidateNode(spec); err != nil {
+		if err := meshspec.ValidateNode(spec); err != nil {
 			return &Error{Kind: Invalid, Msg: "refused", Err: err}
 		}
 		m.SetNodeSpec(spec)

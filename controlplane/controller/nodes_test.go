@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -23,29 +23,29 @@ func TestCordonAndDrain(t *testing.T) {
 	ready := map[string]bool{}
 	c.healthy = func(string) map[string]bool { return ready }
 	ctx := MayRunCommands(context.Background())
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 2, 1))); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("a", 2, 1))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.SetNodeMaintenance(ctx, "n2", Cordon); err != nil {
 		t.Fatal(err)
 	}
 	three := 3
-	if _, err := c.UpdateBackendConfig(ctx, "a", model.BackendConfigPatch{NumReplicas: &three}); err != nil {
+	if _, err := c.UpdateBackendConfig(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &three}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := c.GetBackend("a")
-	if got := perNode(b, model.Running); got["n1"] != 2 || got["n2"] != 1 {
+	if got := perNode(b, meshspec.Running); got["n1"] != 2 || got["n2"] != 1 {
 		t.Fatalf("scaled to 3 with n2 cordoned: %v; want the new replica on n1, n2's kept", got)
 	}
 	// A file applied keeps the maintenance.
-	if _, err := c.Apply(ctx, &model.Spec{Backends: []model.BackendSpec{model.BackendSpecOf(b)}}, false); err != nil {
+	if _, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{meshspec.BackendSpecOf(b)}}, false); err != nil {
 		t.Fatal(err)
 	}
 	if m, _ := c.State(); !m.Nodes[0].Cordoned {
 		t.Fatal("apply of a file uncordoned n2")
 	}
 	two := 2
-	if _, err := c.UpdateBackendConfig(ctx, "a", model.BackendConfigPatch{NumReplicas: &two}); err != nil {
+	if _, err := c.UpdateBackendConfig(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &two}); err != nil {
 		t.Fatal(err)
 	}
 	testClock.advance(10 * time.Second)
@@ -55,18 +55,18 @@ func TestCordonAndDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ = c.GetBackend("a")
-	before := perNode(b, model.Running)
+	before := perNode(b, meshspec.Running)
 	if _, err := c.SetNodeMaintenance(ctx, "n1", Drain); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = c.GetBackend("a")
-	if got := perNode(b, model.Running); got["n1"] != before["n1"] || got["n2"] != 2 {
+	if got := perNode(b, meshspec.Running); got["n1"] != before["n1"] || got["n2"] != 2 {
 		t.Fatalf("drain of n1 (was %v): running %v; want replacements on n2, n1's still running", before, got)
 	}
 	if err := c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ = c.GetBackend("a"); perNode(b, model.Running)["n1"] != before["n1"] {
+	if b, _ = c.GetBackend("a"); perNode(b, meshspec.Running)["n1"] != before["n1"] {
 		t.Fatal("n1's replicas drained before their replacements were ready")
 	}
 	for _, p := range b.Placements {
@@ -78,7 +78,7 @@ func TestCordonAndDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ = c.GetBackend("a")
-	if got := perNode(b, model.Running); got["n1"] != 0 || got["n2"] != 2 {
+	if got := perNode(b, meshspec.Running); got["n1"] != 0 || got["n2"] != 2 {
 		t.Fatalf("after the replacements were ready: running %v; want all on n2", got)
 	}
 	// n2 alone cannot take n1's and more: drain n2 is refused.
@@ -100,7 +100,7 @@ func TestCordonAndDrain(t *testing.T) {
 	if m, _ := c.State(); len(m.Nodes) != 0 {
 		t.Fatalf("after uncordon the state names nodes %v", m.Nodes)
 	}
-	if b, _ = c.GetBackend("a"); perNode(b, model.Running)["n2"] != 2 {
+	if b, _ = c.GetBackend("a"); perNode(b, meshspec.Running)["n2"] != 2 {
 		t.Fatal("uncordon moved replicas back")
 	}
 	reports, err := c.Nodes(ctx)

@@ -8,17 +8,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
-func findBackend(m *model.Model, name string) int {
-	return slices.IndexFunc(m.Backends, func(b model.Backend) bool { return b.Name == name })
+func findBackend(m *meshspec.Model, name string) int {
+	return slices.IndexFunc(m.Backends, func(b meshspec.Backend) bool { return b.Name == name })
 }
 
-func findEndpoint(m *model.Model, name string) int {
-	return slices.IndexFunc(m.Endpoints, func(e model.Endpoint) bool { return e.Name == name })
+func findEndpoint(m *meshspec.Model, name string) int {
+	return slices.IndexFunc(m.Endpoints, func(e meshspec.Endpoint) bool { return e.Name == name })
 }
 
 // CreateBackend adds a backend. Creating it again with the same spec changes
@@ -26,7 +26,7 @@ func findEndpoint(m *model.Model, name string) int {
 //
 // A backend with a process gets Config.NumReplicas replicas placed on nodes;
 // if they do not all fit, nothing is created.
-func (c *Controller) CreateBackend(ctx context.Context, spec model.BackendSpec) (bool, error) {
+func (c *Controller) CreateBackend(ctx context.Context, spec meshspec.BackendSpec) (bool, error) {
 	ctx = specsWritten(ctx)
 	b := spec.Backend()
 	if as := b.Config.Autoscaling; as != nil && b.Config.NumReplicas == 0 {
@@ -36,15 +36,15 @@ func (c *Controller) CreateBackend(ctx context.Context, spec model.BackendSpec) 
 	if err != nil {
 		return false, err
 	}
-	return c.mutate(ctx, "create_backend", func(m *model.Model) error {
-		if err := model.ValidateBackend(b); err != nil {
+	return c.mutate(ctx, "create_backend", func(m *meshspec.Model) error {
+		if err := meshspec.ValidateBackend(b); err != nil {
 			return &Error{Kind: Invalid, Msg: "refused", Err: err} // before any work its numbers size
 		}
-		if err := c.guard(ctx, m, &model.Model{Backends: []model.Backend{b}}); err != nil {
+		if err := c.guard(ctx, m, &meshspec.Model{Backends: []meshspec.Backend{b}}); err != nil {
 			return err // before placement says whether it would fit
 		}
 		if i := findBackend(m, b.Name); i >= 0 {
-			if model.BackendsEqual(m.Backends[i].Spec(), b) {
+			if meshspec.BackendsEqual(m.Backends[i].Spec(), b) {
 				return nil
 			}
 			return errorf(Conflict, "backend %q already exists with a different spec; use `backend update` to change its config, or delete it first", b.Name)
@@ -57,7 +57,7 @@ func (c *Controller) CreateBackend(ctx context.Context, spec model.BackendSpec) 
 // UpdateBackendConfig changes the set fields of a backend's config (Ray
 // Serve's update_backend_config), as PatchBackendConfig does with the
 // patch's merge patch.
-func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch model.BackendConfigPatch) (bool, error) {
+func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch meshspec.BackendConfigPatch) (bool, error) {
 	p, err := patch.MergePatch()
 	if err != nil {
 		return false, &Error{Kind: Invalid, Msg: "refused", Err: err}
@@ -68,12 +68,12 @@ func (c *Controller) UpdateBackendConfig(ctx context.Context, name string, patch
 // PatchBackendConfig merges patch into a backend's config, and replaces
 // its listed replicas if the patch lists them; the result is validated
 // before any work its numbers size, and placed.
-func (c *Controller) PatchBackendConfig(ctx context.Context, name string, patch model.ConfigPatch) (bool, error) {
+func (c *Controller) PatchBackendConfig(ctx context.Context, name string, patch meshspec.ConfigPatch) (bool, error) {
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return false, err
 	}
-	return c.mutate(ctx, "update_backend", func(m *model.Model) error {
+	return c.mutate(ctx, "update_backend", func(m *meshspec.Model) error {
 		i := findBackend(m, name)
 		if i < 0 {
 			return errorf(NotFound, "backend %q is not registered; create it first", name)
@@ -85,7 +85,7 @@ func (c *Controller) PatchBackendConfig(ctx context.Context, name string, patch 
 			if b := m.Backends[i]; b.Process != nil || b.External != nil {
 				return errorf(Invalid, "backend %q %s: replicas are set only on a backend of listed replicas", name, source(b))
 			}
-			m.Backends[i].Replicas = model.BackendSpec{Replicas: replicas}.Backend().Replicas
+			m.Backends[i].Replicas = meshspec.BackendSpec{Replicas: replicas}.Backend().Replicas
 		}
 		next, err := patch.Apply(m.Backends[i].Config)
 		if err != nil {
@@ -98,7 +98,7 @@ func (c *Controller) PatchBackendConfig(ctx context.Context, name string, patch 
 			next.NumReplicas = min(max(next.NumReplicas, as.MinReplicas), as.MaxReplicas)
 		}
 		m.Backends[i].Config = next
-		if err := model.ValidateBackend(m.Backends[i]); err != nil {
+		if err := meshspec.ValidateBackend(m.Backends[i]); err != nil {
 			return &Error{Kind: Invalid, Msg: "refused", Err: err} // before any work its numbers size
 		}
 		return schedule(m, i, nodes, c.now(), c.readyTags(name))
@@ -114,7 +114,7 @@ func plural(n int, noun string) string {
 }
 
 // source says where a process or external backend's replicas come from.
-func source(b model.Backend) string {
+func source(b meshspec.Backend) string {
 	if b.Process != nil {
 		return "runs a process, whose replicas servemesh places (scale it with num_replicas)"
 	}
@@ -124,7 +124,7 @@ func source(b model.Backend) string {
 // DeleteBackend removes a backend no endpoint uses. Deleting a backend that
 // does not exist changes nothing.
 func (c *Controller) DeleteBackend(ctx context.Context, name string) (bool, error) {
-	return c.mutate(ctx, "delete_backend", func(m *model.Model) error {
+	return c.mutate(ctx, "delete_backend", func(m *meshspec.Model) error {
 		i := findBackend(m, name)
 		if i < 0 {
 			return nil
@@ -155,16 +155,16 @@ func (c *Controller) DeleteBackend(ctx context.Context, name string) (bool, erro
 
 // CreateEndpoint adds an endpoint with its route (or none: headless), methods
 // and initial traffic. Creating it again with the same spec changes nothing.
-func (c *Controller) CreateEndpoint(ctx context.Context, e model.Endpoint) (bool, error) {
+func (c *Controller) CreateEndpoint(ctx context.Context, e meshspec.Endpoint) (bool, error) {
 	if e.Rollout != nil {
 		return false, errorf(Invalid, "endpoint.rollout: create the endpoint, then start its rollout with `servemesh rollout start` (POST /v1/endpoints/%s/rollout), or declare both in a file for `servemesh apply`", e.Name)
 	}
-	return c.mutate(ctx, "create_endpoint", func(m *model.Model) error {
+	return c.mutate(ctx, "create_endpoint", func(m *meshspec.Model) error {
 		if i := findEndpoint(m, e.Name); i >= 0 {
 			existing := m.Endpoints[i]
 			want := e
 			want.Shadows = existing.Shadows // shadows are set separately
-			if model.EndpointsEqual(existing, want) {
+			if meshspec.EndpointsEqual(existing, want) {
 				return nil
 			}
 			return errorf(Conflict, "cannot create endpoint: endpoint %q is already registered with a different route, methods or traffic; use `traffic set` to change its traffic, or delete it first", e.Name)
@@ -181,7 +181,7 @@ func (c *Controller) CreateEndpoint(ctx context.Context, e model.Endpoint) (bool
 				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered; create the backend first", b)
 			}
 		}
-		m.Endpoints = append(m.Endpoints, model.CloneEndpoint(e))
+		m.Endpoints = append(m.Endpoints, meshspec.CloneEndpoint(e))
 		return nil
 	})
 }
@@ -189,7 +189,7 @@ func (c *Controller) CreateEndpoint(ctx context.Context, e model.Endpoint) (bool
 // DeleteEndpoint removes an endpoint; its backends stay. Deleting an
 // endpoint that does not exist changes nothing.
 func (c *Controller) DeleteEndpoint(ctx context.Context, name string) (bool, error) {
-	return c.mutate(ctx, "delete_endpoint", func(m *model.Model) error {
+	return c.mutate(ctx, "delete_endpoint", func(m *meshspec.Model) error {
 		if i := findEndpoint(m, name); i >= 0 {
 			m.Endpoints = slices.Delete(m.Endpoints, i, i+1)
 		}
@@ -199,12 +199,12 @@ func (c *Controller) DeleteEndpoint(ctx context.Context, name string) (bool, err
 
 // SetTraffic replaces an endpoint's traffic policy.
 func (c *Controller) SetTraffic(ctx context.Context, endpoint string, traffic map[string]float64) (bool, error) {
-	return c.mutate(ctx, "set_traffic", func(m *model.Model) error {
+	return c.mutate(ctx, "set_traffic", func(m *meshspec.Model) error {
 		i := findEndpoint(m, endpoint)
 		if i < 0 {
 			return errorf(NotFound, "attempted to assign traffic for an endpoint %q that is not registered", endpoint)
 		}
-		for _, b := range model.SortedKeys(traffic) {
+		for _, b := range meshspec.SortedKeys(traffic) {
 			if findBackend(m, b) < 0 {
 				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered; create the backend first", b)
 			}
@@ -220,7 +220,7 @@ func (c *Controller) SetTraffic(ctx context.Context, endpoint string, traffic ma
 // SetShadow mirrors proportion of an endpoint's requests to backend; 0
 // removes the shadow.
 func (c *Controller) SetShadow(ctx context.Context, endpoint, backend string, proportion float64) (bool, error) {
-	return c.mutate(ctx, "set_shadow", func(m *model.Model) error {
+	return c.mutate(ctx, "set_shadow", func(m *meshspec.Model) error {
 		i := findEndpoint(m, endpoint)
 		if i < 0 {
 			return errorf(NotFound, "attempted to shadow traffic from an endpoint %q that is not registered", endpoint)
@@ -245,21 +245,21 @@ func (c *Controller) SetShadow(ctx context.Context, endpoint, backend string, pr
 }
 
 // GetBackend returns one backend.
-func (c *Controller) GetBackend(name string) (model.Backend, error) {
+func (c *Controller) GetBackend(name string) (meshspec.Backend, error) {
 	m, _ := c.State()
 	if i := findBackend(m, name); i >= 0 {
 		return m.Backends[i], nil
 	}
-	return model.Backend{}, errorf(NotFound, "backend %q is not registered", name)
+	return meshspec.Backend{}, errorf(NotFound, "backend %q is not registered", name)
 }
 
 // GetEndpoint returns one endpoint.
-func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
+func (c *Controller) GetEndpoint(name string) (meshspec.Endpoint, error) {
 	m, _ := c.State()
 	if i := findEndpoint(m, name); i >= 0 {
 		return m.Endpoints[i], nil
 	}
-	return model.Endpoint{}, errorf(NotFound, "endpoint %q is not registered", name)
+	return meshspec.Endpoint{}, errorf(NotFound, "endpoint %q is not registered", name)
 }
 
 // Apply makes the desired state equal to desired, as `kubectl apply` does
@@ -271,10 +271,10 @@ func (c *Controller) GetEndpoint(name string) (model.Endpoint, error) {
 // num_replicas (draining any surplus), leaves an autoscaled backend's
 // replica count to the autoscaler, and rolls out a changed process spec
 // (the old replicas drain while new ones are placed).
-func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) ([]Change, error) {
+func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, dryRun bool) ([]Change, error) {
 	ctx = specsWritten(ctx)
 	for i, e := range spec.Endpoints {
-		if err := model.CheckDeclared(fmt.Sprintf("endpoints[%d] (%q)", i, e.Name), e); err != nil {
+		if err := meshspec.CheckDeclared(fmt.Sprintf("endpoints[%d] (%q)", i, e.Name), e); err != nil {
 			return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
 		}
 	}
@@ -295,7 +295,7 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 		return describe(current, store.Diff(current, next)), nil
 	}
 	var diff []Change
-	_, err = c.change(ctx, "apply", func(m *model.Model) error {
+	_, err = c.change(ctx, "apply", func(m *meshspec.Model) error {
 		if err := c.guard(ctx, m, desired); err != nil {
 			return err // before placement says whether it would fit
 		}
@@ -312,10 +312,10 @@ func (c *Controller) Apply(ctx context.Context, spec *model.Spec, dryRun bool) (
 
 // prepareApply turns a file's model into the state to store: it carries
 // over what the controller manages from current and places replicas.
-func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo, now time.Time, ready func(backend string) map[string]bool) (*model.Model, error) {
-	next := model.Clone(desired)
+func prepareApply(current, desired *meshspec.Model, nodes []wire.NodeInfo, now time.Time, ready func(backend string) map[string]bool) (*meshspec.Model, error) {
+	next := meshspec.Clone(desired)
 	next.Nodes = slices.Clone(current.Nodes) // maintenance is the operator's, not a file's
-	currentBackends := indexByName(current.Backends, func(b model.Backend) string { return b.Name })
+	currentBackends := indexByName(current.Backends, func(b meshspec.Backend) string { return b.Name })
 	for i := range next.Backends {
 		d := &next.Backends[i]
 		if as := d.Config.Autoscaling; as != nil && d.Config.NumReplicas == 0 {
@@ -326,7 +326,7 @@ func prepareApply(current, desired *model.Model, nodes []wire.NodeInfo, now time
 			d.Placements = slices.Clone(cur.Placements)
 			for k := range d.Placements {
 				if d.Placements[k].Spec == "" { // placed before specs were recorded
-					d.Placements[k].Spec = model.SpecHash(cur.Process)
+					d.Placements[k].Spec = meshspec.SpecHash(cur.Process)
 				}
 			}
 			// A changed spec needs nothing more here: schedule (below) counts
@@ -373,7 +373,7 @@ func (c *Controller) Autoscale(ctx context.Context, name string, replicas int) (
 		return false, err
 	}
 	var short *Error
-	changed, err := c.mutate(ctx, "autoscale", func(m *model.Model) error {
+	changed, err := c.mutate(ctx, "autoscale", func(m *meshspec.Model) error {
 		i := findBackend(m, name)
 		if i < 0 || m.Backends[i].Config.Autoscaling == nil {
 			return errorf(NotFound, "backend %q is not registered or not autoscaled", name)

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -20,11 +20,11 @@ import (
 // all goes to one backend, the primary. Starting the same rollout again
 // while it runs changes nothing; a different one is refused until the
 // running one is promoted or aborted.
-func (c *Controller) StartRollout(ctx context.Context, endpoint string, r model.Rollout) (bool, error) {
-	if err := model.CheckDeclared("rollout", model.Endpoint{Rollout: &r}); err != nil {
+func (c *Controller) StartRollout(ctx context.Context, endpoint string, r meshspec.Rollout) (bool, error) {
+	if err := meshspec.CheckDeclared("rollout", meshspec.Endpoint{Rollout: &r}); err != nil {
 		return false, &Error{Kind: Invalid, Msg: "refused", Err: err}
 	}
-	return c.mutate(ctx, "start_rollout", func(m *model.Model) error {
+	return c.mutate(ctx, "start_rollout", func(m *meshspec.Model) error {
 		e, err := rolloutEndpoint(m, endpoint)
 		if err != nil {
 			return err
@@ -41,18 +41,18 @@ func (c *Controller) StartRollout(ctx context.Context, endpoint string, r model.
 
 // startRollout sets e's rollout to r, started now, and the traffic of its
 // first phase.
-func startRollout(e *model.Endpoint, r model.Rollout, now time.Time) error {
+func startRollout(e *meshspec.Endpoint, r meshspec.Rollout, now time.Time) error {
 	primary, ok := soleBackend(e.Traffic)
 	if !ok {
-		return errorf(Invalid, "endpoint %q splits its traffic over %v; a rollout starts from one backend with all of it: `servemesh traffic set %s <backend>=1` first", e.Name, model.SortedKeys(e.Traffic), e.Name)
+		return errorf(Invalid, "endpoint %q splits its traffic over %v; a rollout starts from one backend with all of it: `servemesh traffic set %s <backend>=1` first", e.Name, meshspec.SortedKeys(e.Traffic), e.Name)
 	}
 	if primary == r.Candidate {
 		return errorf(Invalid, "rollout.candidate: %q has all of endpoint %q's traffic already; roll out another backend", r.Candidate, e.Name)
 	}
 	r = r.Spec()
-	r.Status = &model.RolloutStatus{Primary: primary, Phase: model.RolloutWaiting, SinceMs: now.UnixMilli()}
+	r.Status = &meshspec.RolloutStatus{Primary: primary, Phase: meshspec.RolloutWaiting, SinceMs: now.UnixMilli()}
 	e.Rollout = &r
-	model.ApplyRollout(e)
+	meshspec.ApplyRollout(e)
 	return nil
 }
 
@@ -68,15 +68,15 @@ func soleBackend(traffic map[string]float64) (string, bool) {
 
 // ActOnRollout pauses, resumes, promotes or aborts an endpoint's active
 // rollout. Asking for the state it is in changes nothing.
-func (c *Controller) ActOnRollout(ctx context.Context, endpoint string, action model.RolloutAction) (bool, error) {
-	if !slices.Contains(model.RolloutActions, action) {
-		return false, errorf(Invalid, "%q is not an action on a rollout; use one of %v", action, model.RolloutActions)
+func (c *Controller) ActOnRollout(ctx context.Context, endpoint string, action meshspec.RolloutAction) (bool, error) {
+	if !slices.Contains(meshspec.RolloutActions, action) {
+		return false, errorf(Invalid, "%q is not an action on a rollout; use one of %v", action, meshspec.RolloutActions)
 	}
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return false, err
 	}
-	return c.mutate(ctx, string(action)+"_rollout", func(m *model.Model) error {
+	return c.mutate(ctx, string(action)+"_rollout", func(m *meshspec.Model) error {
 		e, err := rolloutEndpoint(m, endpoint)
 		if err != nil {
 			return err
@@ -91,18 +91,18 @@ func (c *Controller) ActOnRollout(ctx context.Context, endpoint string, action m
 		}
 		now := c.now()
 		switch action {
-		case model.PauseRollout:
-			if st.Phase == model.RolloutProgressing {
-				st.Phase, st.SinceMs = model.RolloutPaused, now.UnixMilli()
+		case meshspec.PauseRollout:
+			if st.Phase == meshspec.RolloutProgressing {
+				st.Phase, st.SinceMs = meshspec.RolloutPaused, now.UnixMilli()
 			}
-		case model.ResumeRollout:
-			if st.Phase == model.RolloutPaused {
-				st.Phase, st.SinceMs = model.RolloutProgressing, now.UnixMilli()
+		case meshspec.ResumeRollout:
+			if st.Phase == meshspec.RolloutPaused {
+				st.Phase, st.SinceMs = meshspec.RolloutProgressing, now.UnixMilli()
 			}
-		case model.PromoteRollout:
-			return c.endRollout(m, e, model.RolloutPromoted, "promoted by a user", nodes, now)
-		case model.AbortRollout:
-			return c.endRollout(m, e, model.RolloutRolledBack, "aborted by a user", nodes, now)
+		case meshspec.PromoteRollout:
+			return c.endRollout(m, e, meshspec.RolloutPromoted, "promoted by a user", nodes, now)
+		case meshspec.AbortRollout:
+			return c.endRollout(m, e, meshspec.RolloutRolledBack, "aborted by a user", nodes, now)
 		}
 		return nil
 	})
@@ -111,14 +111,14 @@ func (c *Controller) ActOnRollout(ctx context.Context, endpoint string, action m
 // BeginRollout moves a waiting rollout to its first stage: the caller saw
 // its candidate ready. Anything else changes nothing.
 func (c *Controller) BeginRollout(ctx context.Context, endpoint string) (bool, error) {
-	return c.mutate(ctx, "begin_rollout", func(m *model.Model) error {
+	return c.mutate(ctx, "begin_rollout", func(m *meshspec.Model) error {
 		e, err := rolloutEndpoint(m, endpoint)
-		if err != nil || e.Rollout == nil || e.Rollout.Status.Phase != model.RolloutWaiting {
+		if err != nil || e.Rollout == nil || e.Rollout.Status.Phase != meshspec.RolloutWaiting {
 			return err
 		}
 		st := e.Rollout.Status
-		st.Phase, st.Stage, st.SinceMs = model.RolloutProgressing, 0, c.now().UnixMilli()
-		model.ApplyRollout(e)
+		st.Phase, st.Stage, st.SinceMs = meshspec.RolloutProgressing, 0, c.now().UnixMilli()
+		meshspec.ApplyRollout(e)
 		return nil
 	})
 }
@@ -128,18 +128,18 @@ func (c *Controller) BeginRollout(ctx context.Context, endpoint string) (bool, e
 // the last, or, if the verdict failed, back to the primary. It changes
 // nothing unless the rollout is still progressing at that stage, so a
 // stage is judged once whoever judges it.
-func (c *Controller) JudgeRollout(ctx context.Context, endpoint string, stage int, v model.RolloutVerdict) (bool, error) {
+func (c *Controller) JudgeRollout(ctx context.Context, endpoint string, stage int, v meshspec.RolloutVerdict) (bool, error) {
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return false, err
 	}
-	return c.mutate(ctx, "judge_rollout", func(m *model.Model) error {
+	return c.mutate(ctx, "judge_rollout", func(m *meshspec.Model) error {
 		e, err := rolloutEndpoint(m, endpoint)
 		if err != nil || e.Rollout == nil {
 			return err
 		}
 		st := e.Rollout.Status
-		if st.Phase != model.RolloutProgressing || st.Stage != stage {
+		if st.Phase != meshspec.RolloutProgressing || st.Stage != stage {
 			return nil // judged already
 		}
 		now := c.now()
@@ -147,23 +147,23 @@ func (c *Controller) JudgeRollout(ctx context.Context, endpoint string, stage in
 		st.Verdicts = append(st.Verdicts, v)
 		switch {
 		case !v.Passed:
-			return c.endRollout(m, e, model.RolloutRolledBack, v.Stage+": "+v.Reason, nodes, now)
+			return c.endRollout(m, e, meshspec.RolloutRolledBack, v.Stage+": "+v.Reason, nodes, now)
 		case stage+1 >= len(e.Rollout.Stages()):
-			return c.endRollout(m, e, model.RolloutPromoted, "every stage passed", nodes, now)
+			return c.endRollout(m, e, meshspec.RolloutPromoted, "every stage passed", nodes, now)
 		}
 		st.Stage, st.SinceMs = stage+1, now.UnixMilli()
-		model.ApplyRollout(e)
+		meshspec.ApplyRollout(e)
 		return nil
 	})
 }
 
 // endRollout ends e's rollout in phase, sets the traffic it leaves, and at
 // a promotion scales the primary down if the rollout says so.
-func (c *Controller) endRollout(m *model.Model, e *model.Endpoint, phase model.RolloutPhase, reason string, nodes []wire.NodeInfo, now time.Time) error {
+func (c *Controller) endRollout(m *meshspec.Model, e *meshspec.Endpoint, phase meshspec.RolloutPhase, reason string, nodes []wire.NodeInfo, now time.Time) error {
 	st := e.Rollout.Status
 	st.Phase, st.Reason, st.SinceMs = phase, reason, now.UnixMilli()
-	model.ApplyRollout(e)
-	if phase != model.RolloutPromoted || !e.Rollout.ScaleDownPrimary {
+	meshspec.ApplyRollout(e)
+	if phase != meshspec.RolloutPromoted || !e.Rollout.ScaleDownPrimary {
 		return nil
 	}
 	i := findBackend(m, st.Primary)
@@ -175,7 +175,7 @@ func (c *Controller) endRollout(m *model.Model, e *model.Endpoint, phase model.R
 }
 
 // rolloutEndpoint finds the endpoint a rollout call names.
-func rolloutEndpoint(m *model.Model, name string) (*model.Endpoint, error) {
+func rolloutEndpoint(m *meshspec.Model, name string) (*meshspec.Endpoint, error) {
 	i := findEndpoint(m, name)
 	if i < 0 {
 		return nil, errorf(NotFound, "endpoint %q is not registered", name)
@@ -184,10 +184,10 @@ func rolloutEndpoint(m *model.Model, name string) (*model.Endpoint, error) {
 }
 
 // busyRollout is the error for a change an active rollout of e forbids.
-func busyRollout(e model.Endpoint) error {
+func busyRollout(e meshspec.Endpoint) error {
 	st := e.Rollout.Status
 	where := string(st.Phase)
-	if stages := e.Rollout.Stages(); st.Phase != model.RolloutWaiting && st.Stage < len(stages) {
+	if stages := e.Rollout.Stages(); st.Phase != meshspec.RolloutWaiting && st.Stage < len(stages) {
 		where = fmt.Sprintf("%s, stage %s", st.Phase, stages[st.Stage].Name())
 	}
 	return errorf(Conflict, "endpoint %q has a rollout of %q in progress (%s), which sets its traffic; `servemesh rollout promote %s` or `servemesh rollout abort %s` first",
@@ -209,7 +209,7 @@ func (c *Controller) BackendReady(name string) bool {
 	}
 	ready := c.readyTags(name)
 	for _, p := range b.Placements {
-		if p.State == model.Running && (c.healthy == nil || ready[p.Tag]) { // no health view: every placed replica counts
+		if p.State == meshspec.Running && (c.healthy == nil || ready[p.Tag]) { // no health view: every placed replica counts
 			return true
 		}
 	}
@@ -219,11 +219,11 @@ func (c *Controller) BackendReady(name string) bool {
 // RolloutEndpoints returns copies of the endpoints of the last adopted
 // state that have a rollout, without copying the rest of the state (the
 // rollout runner reads them every second).
-func (c *Controller) RolloutEndpoints() []model.Endpoint {
-	var out []model.Endpoint
+func (c *Controller) RolloutEndpoints() []meshspec.Endpoint {
+	var out []meshspec.Endpoint
 	for _, e := range c.adopted.Load().model.Endpoints {
 		if e.Rollout != nil {
-			out = append(out, model.CloneEndpoint(e))
+			out = append(out, meshspec.CloneEndpoint(e))
 		}
 	}
 	return out
@@ -233,11 +233,11 @@ func (c *Controller) RolloutEndpoints() []model.Endpoint {
 // the rollout current has, the rollout's status and the traffic it sets;
 // a new rollout in the file starts now. A file may not replace a rollout
 // in progress.
-func carryRollouts(current, desired *model.Model, now time.Time) error {
-	cur := indexByName(current.Endpoints, func(e model.Endpoint) string { return e.Name })
+func carryRollouts(current, desired *meshspec.Model, now time.Time) error {
+	cur := indexByName(current.Endpoints, func(e meshspec.Endpoint) string { return e.Name })
 	for i := range desired.Endpoints {
 		d := &desired.Endpoints[i]
-		var was *model.Rollout
+		var was *meshspec.Rollout
 		if j, ok := cur[d.Name]; ok {
 			was = current.Endpoints[j].Rollout
 		}
@@ -249,7 +249,7 @@ func carryRollouts(current, desired *model.Model, now time.Time) error {
 			r := *d.Rollout
 			r.Status = was.Status
 			d.Rollout = &r
-			model.ApplyRollout(d)
+			meshspec.ApplyRollout(d)
 		case was.Active():
 			return busyRollout(current.Endpoints[cur[d.Name]])
 		default:

@@ -5,8 +5,8 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -16,9 +16,9 @@ func rolloutSetup(t *testing.T) (*Controller, *store.Memory) {
 	st := store.NewMemory()
 	c, _ := newLeader(t, st)
 	for _, b := range []string{"v1", "v2"} {
-		changes(t)(c.CreateBackend(ctx, model.BackendSpecOf(backend(b))))
+		changes(t)(c.CreateBackend(ctx, meshspec.BackendSpecOf(backend(b))))
 	}
-	changes(t)(c.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}}))
+	changes(t)(c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}}))
 	return c, st
 }
 
@@ -30,12 +30,12 @@ func changes(t *testing.T) func(bool, error) {
 	}
 }
 
-func twoSteps() model.Rollout {
-	return model.Rollout{Candidate: "v2", Shadow: &model.RolloutShadow{Proportion: 1, DurationS: 5},
-		Steps: []model.RolloutStep{{Weight: 0.1, DurationS: 5}, {Weight: 1, DurationS: 5}}}
+func twoSteps() meshspec.Rollout {
+	return meshspec.Rollout{Candidate: "v2", Shadow: &meshspec.RolloutShadow{Proportion: 1, DurationS: 5},
+		Steps: []meshspec.RolloutStep{{Weight: 0.1, DurationS: 5}, {Weight: 1, DurationS: 5}}}
 }
 
-func endpointOf(t *testing.T, c *Controller) model.Endpoint {
+func endpointOf(t *testing.T, c *Controller) meshspec.Endpoint {
 	t.Helper()
 	e, err := c.GetEndpoint("gen")
 	if err != nil {
@@ -52,7 +52,7 @@ func TestRolloutMovesOnceAStageAndBackAtAFailure(t *testing.T) {
 	ctx := context.Background()
 	c, st := rolloutSetup(t)
 	changes(t)(c.StartRollout(ctx, "gen", twoSteps()))
-	if e := endpointOf(t, c); e.Rollout.Status.Phase != model.RolloutWaiting || !maps.Equal(e.Traffic, map[string]float64{"v1": 1}) || len(e.Shadows) != 0 {
+	if e := endpointOf(t, c); e.Rollout.Status.Phase != meshspec.RolloutWaiting || !maps.Equal(e.Traffic, map[string]float64{"v1": 1}) || len(e.Shadows) != 0 {
 		t.Fatalf("started: %+v", e)
 	}
 	if changed, err := c.StartRollout(ctx, "gen", twoSteps()); changed || err != nil {
@@ -69,7 +69,7 @@ func TestRolloutMovesOnceAStageAndBackAtAFailure(t *testing.T) {
 	if e := endpointOf(t, c); e.Shadows["v2"] != 1 || !maps.Equal(e.Traffic, map[string]float64{"v1": 1}) {
 		t.Fatalf("shadow stage: %+v", e)
 	}
-	pass := model.RolloutVerdict{Stage: "shadow 100%", Passed: true, Reason: "within the checks"}
+	pass := meshspec.RolloutVerdict{Stage: "shadow 100%", Passed: true, Reason: "within the checks"}
 	changes(t)(c.JudgeRollout(ctx, "gen", 0, pass))
 	if changed, err := c.JudgeRollout(ctx, "gen", 0, pass); changed || err != nil {
 		t.Fatalf("judging a stage twice: changed=%v err=%v", changed, err)
@@ -78,16 +78,16 @@ func TestRolloutMovesOnceAStageAndBackAtAFailure(t *testing.T) {
 	if e.Rollout.Status.Stage != 1 || !maps.Equal(e.Traffic, map[string]float64{"v1": 0.9, "v2": 0.1}) || len(e.Shadows) != 0 || len(e.Rollout.Status.Verdicts) != 1 {
 		t.Fatalf("first step: %+v %+v", e, e.Rollout.Status)
 	}
-	fail := model.RolloutVerdict{Stage: "traffic 10%", Reason: "error rate 0.05 above 0.01"}
+	fail := meshspec.RolloutVerdict{Stage: "traffic 10%", Reason: "error rate 0.05 above 0.01"}
 	changes(t)(c.JudgeRollout(ctx, "gen", 1, fail))
 	e = endpointOf(t, c)
-	if s := e.Rollout.Status; s.Phase != model.RolloutRolledBack || s.Reason != "traffic 10%: error rate 0.05 above 0.01" || len(s.Verdicts) != 2 ||
+	if s := e.Rollout.Status; s.Phase != meshspec.RolloutRolledBack || s.Reason != "traffic 10%: error rate 0.05 above 0.01" || len(s.Verdicts) != 2 ||
 		!maps.Equal(e.Traffic, map[string]float64{"v1": 1}) {
 		t.Fatalf("rolled back: %+v %+v", e, s)
 	}
 	// What is stored is what the next leader resumes from.
 	m, _, err := st.Load(ctx)
-	if err != nil || m.Endpoints[0].Rollout.Status.Phase != model.RolloutRolledBack {
+	if err != nil || m.Endpoints[0].Rollout.Status.Phase != meshspec.RolloutRolledBack {
 		t.Fatalf("stored: %v %+v", err, m.Endpoints[0].Rollout)
 	}
 	changes(t)(c.SetTraffic(ctx, "gen", map[string]float64{"v2": 1})) // ended: traffic is the user's again
@@ -102,17 +102,17 @@ func TestRolloutActions(t *testing.T) {
 	r.ScaleDownPrimary = true
 	changes(t)(c.StartRollout(ctx, "gen", r))
 	changes(t)(c.BeginRollout(ctx, "gen"))
-	changes(t)(c.ActOnRollout(ctx, "gen", model.PauseRollout))
-	if changed, err := c.JudgeRollout(ctx, "gen", 0, model.RolloutVerdict{Passed: true}); changed || err != nil {
+	changes(t)(c.ActOnRollout(ctx, "gen", meshspec.PauseRollout))
+	if changed, err := c.JudgeRollout(ctx, "gen", 0, meshspec.RolloutVerdict{Passed: true}); changed || err != nil {
 		t.Fatalf("a paused stage was judged: %v %v", changed, err)
 	}
-	changes(t)(c.ActOnRollout(ctx, "gen", model.ResumeRollout))
-	changes(t)(c.ActOnRollout(ctx, "gen", model.PromoteRollout))
+	changes(t)(c.ActOnRollout(ctx, "gen", meshspec.ResumeRollout))
+	changes(t)(c.ActOnRollout(ctx, "gen", meshspec.PromoteRollout))
 	e := endpointOf(t, c)
-	if e.Rollout.Status.Phase != model.RolloutPromoted || !maps.Equal(e.Traffic, map[string]float64{"v2": 1}) || len(e.Shadows) != 0 {
+	if e.Rollout.Status.Phase != meshspec.RolloutPromoted || !maps.Equal(e.Traffic, map[string]float64{"v2": 1}) || len(e.Shadows) != 0 {
 		t.Fatalf("promoted: %+v", e)
 	}
-	_, err := c.ActOnRollout(ctx, "gen", model.AbortRollout)
+	_, err := c.ActOnRollout(ctx, "gen", meshspec.AbortRollout)
 	mustKind(t, err, Conflict, "has ended (promoted)")
 	_, err = c.ActOnRollout(ctx, "gen", "skip")
 	mustKind(t, err, Invalid, `"skip" is not an action`)
@@ -125,13 +125,13 @@ func TestApplyCarriesARolloutOn(t *testing.T) {
 	ctx := context.Background()
 	c, _ := rolloutSetup(t)
 	r := twoSteps()
-	spec := &model.Spec{Backends: []model.BackendSpec{model.BackendSpecOf(backend("v1")), model.BackendSpecOf(backend("v2"))},
-		Endpoints: []model.Endpoint{{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}, Rollout: &r}}}
+	spec := &meshspec.Spec{Backends: []meshspec.BackendSpec{meshspec.BackendSpecOf(backend("v1")), meshspec.BackendSpecOf(backend("v2"))},
+		Endpoints: []meshspec.Endpoint{{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}, Rollout: &r}}}
 	if _, err := c.Apply(ctx, spec, false); err != nil {
 		t.Fatal(err)
 	}
 	changes(t)(c.BeginRollout(ctx, "gen"))
-	changes(t)(c.JudgeRollout(ctx, "gen", 0, model.RolloutVerdict{Passed: true}))
+	changes(t)(c.JudgeRollout(ctx, "gen", 0, meshspec.RolloutVerdict{Passed: true}))
 	diff, err := c.Apply(ctx, spec, false)
 	if err != nil || len(diff) != 0 {
 		t.Fatalf("re-applying the same file: %v %v", diff, err)
@@ -157,22 +157,22 @@ func TestPromotionScalesThePrimaryDownIfAsked(t *testing.T) {
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
 	for _, b := range []string{"v1", "v2"} {
-		changes(t)(c.CreateBackend(ctx, model.BackendSpecOf(processBackend(b, 2, 1))))
+		changes(t)(c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend(b, 2, 1))))
 	}
-	changes(t)(c.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}))
+	changes(t)(c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}))
 	r := twoSteps()
 	r.ScaleDownPrimary = true
 	changes(t)(c.StartRollout(ctx, "gen", r))
 	changes(t)(c.BeginRollout(ctx, "gen"))
-	changes(t)(c.JudgeRollout(ctx, "gen", 0, model.RolloutVerdict{Passed: true}))
-	changes(t)(c.JudgeRollout(ctx, "gen", 1, model.RolloutVerdict{Passed: true}))
+	changes(t)(c.JudgeRollout(ctx, "gen", 0, meshspec.RolloutVerdict{Passed: true}))
+	changes(t)(c.JudgeRollout(ctx, "gen", 1, meshspec.RolloutVerdict{Passed: true}))
 	if b, _ := c.GetBackend("v1"); b.Config.NumReplicas != 2 {
 		t.Fatalf("v1 scaled before the promotion: %d", b.Config.NumReplicas)
 	}
-	changes(t)(c.JudgeRollout(ctx, "gen", 2, model.RolloutVerdict{Passed: true}))
+	changes(t)(c.JudgeRollout(ctx, "gen", 2, meshspec.RolloutVerdict{Passed: true}))
 	e, _ := c.GetEndpoint("gen")
 	b, _ := c.GetBackend("v1")
-	if e.Rollout.Status.Phase != model.RolloutPromoted || b.Config.NumReplicas != 0 || perNode(b, model.Running)["n1"] != 0 || perNode(b, model.Draining)["n1"] != 2 {
+	if e.Rollout.Status.Phase != meshspec.RolloutPromoted || b.Config.NumReplicas != 0 || perNode(b, meshspec.Running)["n1"] != 0 || perNode(b, meshspec.Draining)["n1"] != 2 {
 		t.Fatalf("promoted: %s; v1 wants %d, placements %+v", e.Rollout.Status.Phase, b.Config.NumReplicas, b.Placements)
 	}
 	if v2, _ := c.GetBackend("v2"); v2.Config.NumReplicas != 2 {

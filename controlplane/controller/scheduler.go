@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -28,7 +28,7 @@ type usage struct {
 func newUsage() *usage { return &usage{count: map[string]int{}, res: map[string]int{}} }
 
 // add counts one replica of b.
-func (u *usage) add(b *model.Backend) {
+func (u *usage) add(b *meshspec.Backend) {
 	u.cpus += b.Config.CPUs
 	u.mem += b.Config.MemoryMB
 	u.count[b.Name]++
@@ -38,7 +38,7 @@ func (u *usage) add(b *model.Backend) {
 }
 
 // fits reports whether node n, used u, has room for one replica of b.
-func (u *usage) fits(n wire.NodeInfo, b *model.Backend) bool {
+func (u *usage) fits(n wire.NodeInfo, b *meshspec.Backend) bool {
 	if n.CPUs-u.cpus < b.Config.CPUs-1e-9 || n.MemoryMB-u.mem < b.Config.MemoryMB {
 		return false
 	}
@@ -51,7 +51,7 @@ func (u *usage) fits(n wire.NodeInfo, b *model.Backend) bool {
 }
 
 // nodeUsage sums what every placement in m takes of each node.
-func nodeUsage(m *model.Model) map[string]*usage {
+func nodeUsage(m *meshspec.Model) map[string]*usage {
 	out := map[string]*usage{}
 	for _, b := range m.Backends {
 		for _, p := range b.Placements {
@@ -74,17 +74,17 @@ func nodeUsage(m *model.Model) map[string]*usage {
 // (a Conflict with a Shortfall) says what would fit them all: a user's
 // operation then fails and changes nothing; the controller's own
 // (autoscaling, reconciling) keep what fits and try again for the rest.
-func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time, ready map[string]bool) error {
+func schedule(m *meshspec.Model, i int, nodes []wire.NodeInfo, now time.Time, ready map[string]bool) error {
 	b := &m.Backends[i]
 	if !b.Managed() {
 		return nil
 	}
-	spec := model.SpecHash(b.Process)
+	spec := meshspec.SpecHash(b.Process)
 	// Replicas of the current spec on nodes not drained; older ones, and
 	// those of drained nodes, are replaced and drained in Reconcile.
 	var running []int
 	for j, p := range b.Placements {
-		if p.State == model.Running && p.Runs(spec) && !m.Drained(p.Node) {
+		if p.State == meshspec.Running && p.Runs(spec) && !m.Drained(p.Node) {
 			running = append(running, j)
 		}
 	}
@@ -121,7 +121,7 @@ func schedule(m *model.Model, i int, nodes []wire.NodeInfo, now time.Time, ready
 // replicas are not ready first (a scale-down right after a scale-up must not
 // drain the replicas that serve and keep the ones still starting), then
 // from the nodes holding the most replicas of the backend.
-func drainSurplus(b *model.Backend, running []int, want int, now time.Time, ready map[string]bool) {
+func drainSurplus(b *meshspec.Backend, running []int, want int, now time.Time, ready map[string]bool) {
 	per := map[string]int{}
 	for _, j := range running {
 		per[b.Placements[j].Node]++
@@ -134,7 +134,7 @@ func drainSurplus(b *model.Backend, running []int, want int, now time.Time, read
 		return per[b.Placements[running[x]].Node] > per[b.Placements[running[y]].Node]
 	})
 	for _, j := range running[:len(running)-want] {
-		b.Placements[j].State = model.Draining
+		b.Placements[j].State = meshspec.Draining
 		b.Placements[j].Since = now.Unix()
 	}
 }
@@ -142,9 +142,9 @@ func drainSurplus(b *model.Backend, running []int, want int, now time.Time, read
 // place chooses nodes with room for up to need new replicas of b, spreading
 // them (fewest replicas of b first, then most free CPU), and returns their
 // placements; fewer than need when the nodes are full.
-func place(m *model.Model, b *model.Backend, nodes []wire.NodeInfo, need int, now time.Time, spec string) []model.Placement {
+func place(m *meshspec.Model, b *meshspec.Backend, nodes []wire.NodeInfo, need int, now time.Time, spec string) []meshspec.Placement {
 	used := nodeUsage(m)
-	var added []model.Placement
+	var added []meshspec.Placement
 	for range need {
 		best := -1
 		for k, n := range nodes {
@@ -165,15 +165,15 @@ func place(m *model.Model, b *model.Backend, nodes []wire.NodeInfo, need int, no
 		}
 		n := nodes[best]
 		used[n.ID].add(b)
-		added = append(added, model.Placement{Tag: newTag(b.Name, b.Placements, added), Node: n.ID, State: model.Running, Since: now.Unix(), Spec: spec})
+		added = append(added, meshspec.Placement{Tag: newTag(b.Name, b.Placements, added), Node: n.ID, State: meshspec.Running, Since: now.Unix(), Spec: spec})
 	}
 	return added
 }
 
 // offering refuses a backend asking for a resource that none of nodes
 // offers at all (more would never fit), naming it and the fix.
-func offering(nodes []wire.NodeInfo, b *model.Backend) error {
-	for _, name := range model.SortedKeys(b.Config.Resources) {
+func offering(nodes []wire.NodeInfo, b *meshspec.Backend) error {
+	for _, name := range meshspec.SortedKeys(b.Config.Resources) {
 		want, most := b.Config.Resources[name], 0
 		for _, n := range nodes {
 			most = max(most, n.Resources[name])
@@ -187,9 +187,9 @@ func offering(nodes []wire.NodeInfo, b *model.Backend) error {
 }
 
 // bounded is nodes as the operator's node policies in m bound them (see
-// model.NodePolicy): each figure the smaller of the agent's claim and the
+// meshspec.NodePolicy): each figure the smaller of the agent's claim and the
 // policy's, and only the commands both allow.
-func bounded(m *model.Model, nodes []wire.NodeInfo) []wire.NodeInfo {
+func bounded(m *meshspec.Model, nodes []wire.NodeInfo) []wire.NodeInfo {
 	out := make([]wire.NodeInfo, 0, len(nodes))
 	for _, n := range nodes {
 		if spec, _ := m.NodeSpecOf(n.ID); spec.Policy != nil {
@@ -202,7 +202,7 @@ func bounded(m *model.Model, nodes []wire.NodeInfo) []wire.NodeInfo {
 
 // allowing returns the nodes whose agents, and whose policies in m, allow
 // command, or an error naming the command and the nodes when none do.
-func allowing(m *model.Model, nodes []wire.NodeInfo, command string) ([]wire.NodeInfo, error) {
+func allowing(m *meshspec.Model, nodes []wire.NodeInfo, command string) ([]wire.NodeInfo, error) {
 	var out []wire.NodeInfo
 	var ids, refusing []string
 	for _, n := range nodes {
@@ -242,14 +242,14 @@ var randRead = rand.Read
 
 // newTag draws a replica tag for backend that none of its placements (nor
 // those being added) has: 24 random bits, drawn again on a collision.
-func newTag(backend string, placed ...[]model.Placement) string {
+func newTag(backend string, placed ...[]meshspec.Placement) string {
 	for {
 		var b [3]byte
 		_, _ = randRead(b[:])
 		tag := backend + "#" + hex.EncodeToString(b[:])
 		taken := false
 		for _, ps := range placed {
-			taken = taken || slices.ContainsFunc(ps, func(p model.Placement) bool { return p.Tag == tag })
+			taken = taken || slices.ContainsFunc(ps, func(p meshspec.Placement) bool { return p.Tag == tag })
 		}
 		if !taken {
 			return tag
@@ -283,7 +283,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	for _, n := range nodes {
 		alive[n.ID] = true
 	}
-	_, err = c.mutate(ctx, "reconcile", func(m *model.Model) error {
+	_, err = c.mutate(ctx, "reconcile", func(m *meshspec.Model) error {
 		for id := range alive {
 			delete(c.missingSince, id) // under mu, as mutate runs this
 		}
@@ -294,7 +294,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			}
 			kept := b.Placements[:0]
 			for _, p := range b.Placements {
-				if p.State == model.Running && !alive[p.Node] {
+				if p.State == meshspec.Running && !alive[p.Node] {
 					first, seen := c.missingSince[p.Node]
 					if !seen {
 						c.missingSince[p.Node] = now
@@ -303,7 +303,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 						continue // its replica is dead: forget it, place a new one below
 					}
 				}
-				if p.State == model.Draining && now.Sub(time.Unix(p.Since, 0)) >= c.drainGrace+drainMargin {
+				if p.State == meshspec.Draining && now.Sub(time.Unix(p.Since, 0)) >= c.drainGrace+drainMargin {
 					continue
 				}
 				kept = append(kept, p)
@@ -334,13 +334,13 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 // drained nodes, once the backend has NumReplicas healthy replicas of the
 // current spec elsewhere, so neither a new spec nor a node's drain ever
 // leaves the backend without serving replicas.
-func (c *Controller) rollOut(m *model.Model, b *model.Backend, now time.Time) {
-	spec := model.SpecHash(b.Process)
+func (c *Controller) rollOut(m *meshspec.Model, b *meshspec.Backend, now time.Time) {
+	spec := meshspec.SpecHash(b.Process)
 	var old []int
 	var fresh []string
 	for j, p := range b.Placements {
 		switch {
-		case p.State != model.Running:
+		case p.State != meshspec.Running:
 		case p.Runs(spec) && !m.Drained(p.Node):
 			fresh = append(fresh, p.Tag)
 		default:
@@ -364,7 +364,7 @@ func (c *Controller) rollOut(m *model.Model, b *model.Backend, now time.Time) {
 		return // not yet: the old replicas keep serving
 	}
 	for _, j := range old {
-		b.Placements[j].State, b.Placements[j].Since = model.Draining, now.Unix()
+		b.Placements[j].State, b.Placements[j].Since = meshspec.Draining, now.Unix()
 	}
 	c.log.Info("replaced replicas of an older process spec or a drained node; draining them", "backend", b.Name, "old", len(old), "new", len(fresh))
 }

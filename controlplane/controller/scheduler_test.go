@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -65,7 +65,7 @@ var testClock = &clock{now: time.Unix(1_800_000_000, 0)}
 func newScheduling(t *testing.T, nodes *fakeNodes) (*Controller, *store.Memory) {
 	t.Helper()
 	st := store.NewMemory()
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*model.Model) error { return nil },
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil },
 		Nodes: nodes.list, DrainGrace: time.Second, ReplaceAfter: time.Minute, Now: testClock.Now})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
@@ -73,12 +73,12 @@ func newScheduling(t *testing.T, nodes *fakeNodes) (*Controller, *store.Memory) 
 	return c, st
 }
 
-func processBackend(name string, replicas int, cpus float64) model.Backend {
-	return model.Backend{Name: name, Process: &model.ProcessSpec{Command: "/bin/replica"},
-		Config: model.BackendConfig{NumReplicas: replicas, CPUs: cpus}}
+func processBackend(name string, replicas int, cpus float64) meshspec.Backend {
+	return meshspec.Backend{Name: name, Process: &meshspec.ProcessSpec{Command: "/bin/replica"},
+		Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: cpus}}
 }
 
-func perNode(b model.Backend, state model.PlacementState) map[string]int {
+func perNode(b meshspec.Backend, state meshspec.PlacementState) map[string]int {
 	out := map[string]int{}
 	for _, p := range b.Placements {
 		if p.State == state {
@@ -92,11 +92,11 @@ func TestPlacementSpreadsAcrossNodes(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 4, MemoryMB: 1000}, {ID: "n2", CPUs: 4, MemoryMB: 1000}, {ID: "n3", CPUs: 4, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 6, 1))); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("a", 6, 1))); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := c.GetBackend("a")
-	if got := perNode(b, model.Running); got["n1"] != 2 || got["n2"] != 2 || got["n3"] != 2 {
+	if got := perNode(b, meshspec.Running); got["n1"] != 2 || got["n2"] != 2 || got["n3"] != 2 {
 		t.Fatalf("6 replicas over 3 nodes: %v", got)
 	}
 	for _, p := range b.Placements {
@@ -114,16 +114,16 @@ func TestTooManyReplicasFailsWithTheSeedsMessageAndChangesNothing(t *testing.T) 
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 2, MemoryMB: 1000}, {ID: "n2", CPUs: 1, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	_, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 4, 1)))
+	_, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("a", 4, 1)))
 	mustKind(t, err, Conflict, `cannot scale backend "a" to 4 replicas: servemesh tried to add 4 replicas but the nodes' free resources only allow 3 to be added; scale to 3 replicas`)
 	if _, rev, _ := st.Load(ctx); rev != 0 {
 		t.Fatal("a backend that did not fit was stored")
 	}
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 2, 1))); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("a", 2, 1))); err != nil {
 		t.Fatal(err)
 	}
 	n := 5
-	_, err = c.UpdateBackendConfig(ctx, "a", model.BackendConfigPatch{NumReplicas: &n})
+	_, err = c.UpdateBackendConfig(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &n})
 	mustKind(t, err, Conflict, "tried to add 3 replicas but the nodes' free resources only allow 1")
 	if b, _ := c.GetBackend("a"); len(b.Placements) != 2 || b.Config.NumReplicas != 2 {
 		t.Fatalf("a refused scale-up changed the backend: %+v", b)
@@ -134,19 +134,19 @@ func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 4, 0))); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("a", 4, 0))); err != nil {
 		t.Fatal(err)
 	}
 	one := 1
-	if _, err := c.UpdateBackendConfig(ctx, "a", model.BackendConfigPatch{NumReplicas: &one}); err != nil {
+	if _, err := c.UpdateBackendConfig(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &one}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := c.GetBackend("a")
-	if len(b.Placements) != 4 || len(perNode(b, model.Draining)) == 0 {
+	if len(b.Placements) != 4 || len(perNode(b, meshspec.Draining)) == 0 {
 		t.Fatalf("scale-down must drain first, not remove: %+v", b.Placements)
 	}
 	running := 0
-	for _, n := range perNode(b, model.Running) {
+	for _, n := range perNode(b, meshspec.Running) {
 		running += n
 	}
 	if running != 1 {
@@ -162,7 +162,7 @@ func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 	if err := c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := c.GetBackend("a"); len(b.Placements) != 1 || b.Placements[0].State != model.Running {
+	if b, _ := c.GetBackend("a"); len(b.Placements) != 1 || b.Placements[0].State != meshspec.Running {
 		t.Fatalf("after the drain period: %+v", b.Placements)
 	}
 }
@@ -171,7 +171,7 @@ func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 2, 0))); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("a", 2, 0))); err != nil {
 		t.Fatal(err)
 	}
 	nodes.set(wire.NodeInfo{ID: "n1", CPUs: 8})
@@ -181,15 +181,15 @@ func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
 	if err := c.Reconcile(ctx); err != nil { // too early: n2 may come back
 		t.Fatal(err)
 	}
-	if b, _ := c.GetBackend("a"); perNode(b, model.Running)["n2"] != 1 {
-		t.Fatalf("before ReplaceAfter: %v, want n2's replica kept", perNode(b, model.Running))
+	if b, _ := c.GetBackend("a"); perNode(b, meshspec.Running)["n2"] != 1 {
+		t.Fatalf("before ReplaceAfter: %v, want n2's replica kept", perNode(b, meshspec.Running))
 	}
 	testClock.advance(time.Minute)
 	if err := c.Reconcile(ctx); err != nil { // replaces after ReplaceAfter
 		t.Fatal(err)
 	}
 	b, _ := c.GetBackend("a")
-	if got := perNode(b, model.Running); got["n1"] != 2 || got["n2"] != 0 {
+	if got := perNode(b, meshspec.Running); got["n1"] != 2 || got["n2"] != 0 {
 		t.Fatalf("after n2 went away: %v", got)
 	}
 }
@@ -203,9 +203,9 @@ func TestApplyKeepsPlacements(t *testing.T) {
 	c, st := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
 	scaled := processBackend("auto", 0, 1)
-	scaled.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2}
-	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1), scaled}}
-	if _, err := c.Apply(ctx, model.SpecOf(file), false); err != nil {
+	scaled.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2}
+	file := &meshspec.Model{Backends: []meshspec.Backend{processBackend("a", 2, 1), scaled}}
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := c.GetBackend("a")
@@ -217,7 +217,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, rev, _ := st.Load(ctx)
-	diff, err := c.Apply(ctx, model.SpecOf(file), false)
+	diff, err := c.Apply(ctx, meshspec.SpecOf(file), false)
 	if _, after, _ := st.Load(ctx); err != nil || len(diff) != 0 || after != rev {
 		t.Fatalf("re-applying the same file: %v, %v (revision %d -> %d); want no changes", diff, err, rev, after)
 	}
@@ -225,14 +225,14 @@ func TestApplyKeepsPlacements(t *testing.T) {
 		t.Fatalf("apply reset the autoscaler's count to %d", got.Config.NumReplicas)
 	}
 	file.Backends[0].Config.NumReplicas = 3
-	if _, err := c.Apply(ctx, model.SpecOf(file), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := c.GetBackend("a")
 	kept := 0
 	for _, p := range after.Placements {
 		for _, q := range a.Placements {
-			if p.Tag == q.Tag && p.State == model.Running {
+			if p.Tag == q.Tag && p.State == meshspec.Running {
 				kept++
 			}
 		}
@@ -248,13 +248,13 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	file := &model.Model{Backends: []model.Backend{processBackend("a", 2, 1)}}
-	if _, err := c.Apply(ctx, model.SpecOf(file), false); err != nil {
+	file := &meshspec.Model{Backends: []meshspec.Backend{processBackend("a", 2, 1)}}
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := c.GetBackend("a")
-	file.Backends[0].Process = &model.ProcessSpec{Command: "/bin/replica-v2"}
-	diff, err := c.Apply(ctx, model.SpecOf(file), false)
+	file.Backends[0].Process = &meshspec.ProcessSpec{Command: "/bin/replica-v2"}
+	diff, err := c.Apply(ctx, meshspec.SpecOf(file), false)
 	if err != nil || len(diff) != 1 || diff[0].String() != "update backend a" || len(diff[0].Fields) != 1 ||
 		diff[0].Fields[0].String() != `process.command: "/bin/replica" -> "/bin/replica-v2"` {
 		t.Fatalf("apply of a new spec: %+v, %v; want the command's change and nothing else (placements are not the user's)", diff, err)
@@ -267,11 +267,11 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 		b, _ := c.GetBackend("a")
 		for _, p := range b.Placements {
 			switch {
-			case old[p.Tag] && p.State == model.Running:
+			case old[p.Tag] && p.State == meshspec.Running:
 				oldRunning++
-			case old[p.Tag] && p.State == model.Draining:
+			case old[p.Tag] && p.State == meshspec.Draining:
 				oldDraining++
-			case !old[p.Tag] && p.State == model.Running:
+			case !old[p.Tag] && p.State == meshspec.Running:
 				fresh++
 			}
 		}
@@ -302,7 +302,7 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	if r, d, f := count(); r != 0 || d != 2 || f != 2 {
 		t.Fatalf("once the new replicas are healthy: %d old running, %d old draining, %d new; want 0, 2, 2", r, d, f)
 	}
-	if diff, err := c.Apply(ctx, model.SpecOf(file), false); err != nil || len(diff) != 0 {
+	if diff, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil || len(diff) != 0 {
 		t.Fatalf("re-applying the new spec: %v, %v; want no changes", diff, err)
 	}
 }
@@ -314,17 +314,17 @@ func TestHugeScaleIsRefusedBeforeScheduling(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8, MemoryMB: 1000}}}
 	c, st := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	changed, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("b", 1, 1)))
+	changed, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("b", 1, 1)))
 	mustChange(t, changed, err)
 	_, before, _ := st.Load(ctx)
-	for _, n := range []int{2_000_000, model.MaxReplicas + 1, -1} {
-		_, err := c.UpdateBackendConfig(ctx, "b", model.BackendConfigPatch{NumReplicas: &n})
-		mustKind(t, err, Invalid, fmt.Sprintf("num_replicas: is %d; set a number from 0 to %d", n, model.MaxReplicas))
+	for _, n := range []int{2_000_000, meshspec.MaxReplicas + 1, -1} {
+		_, err := c.UpdateBackendConfig(ctx, "b", meshspec.BackendConfigPatch{NumReplicas: &n})
+		mustKind(t, err, Invalid, fmt.Sprintf("num_replicas: is %d; set a number from 0 to %d", n, meshspec.MaxReplicas))
 		if len(err.Error()) > 500 {
 			t.Fatalf("a %d-byte error for one bad number", len(err.Error()))
 		}
 	}
-	_, err = c.CreateBackend(ctx, model.BackendSpecOf(processBackend("h", 2_000_000, 1)))
+	_, err = c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("h", 2_000_000, 1)))
 	mustKind(t, err, Invalid, "set a number from 0 to")
 	if _, after, _ := st.Load(ctx); after != before {
 		t.Fatalf("a refused change moved the store from revision %d to %d", before, after)
@@ -341,7 +341,7 @@ func TestReplicaTagsAreRedrawnOnCollision(t *testing.T) {
 		draws = draws[1:]
 		return len(b), nil
 	}
-	placed := []model.Placement{{Tag: "b#abcdef"}}
+	placed := []meshspec.Placement{{Tag: "b#abcdef"}}
 	if tag := newTag("b", placed); tag != "b#010203" {
 		t.Fatalf("tag %s; want the colliding draws skipped", tag)
 	}
@@ -357,15 +357,15 @@ func TestOnlyNodesThatAllowACommandRunIt(t *testing.T) {
 	}}
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
-	changed, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("ok", 3, 1)))
+	changed, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("ok", 3, 1)))
 	mustChange(t, changed, err)
 	m, _ := c.State()
-	if got := perNode(m.Backends[0], model.Running); got["n2"] != 3 || got["n1"] != 0 {
+	if got := perNode(m.Backends[0], meshspec.Running); got["n2"] != 3 || got["n1"] != 0 {
 		t.Fatalf("placements %v; want all on n2, the node that allows /bin/replica", got)
 	}
 	b := processBackend("no", 1, 1)
 	b.Process.Command = "/usr/bin/python3"
-	_, err = c.CreateBackend(ctx, model.BackendSpecOf(b))
+	_, err = c.CreateBackend(ctx, meshspec.BackendSpecOf(b))
 	mustKind(t, err, Conflict, `no node allows command "/usr/bin/python3" (nodes: n1, n2)`)
 	if m, _ := c.State(); len(m.Backends) != 1 {
 		t.Fatal("a refused backend was created")
@@ -383,27 +383,27 @@ func TestANodesPolicyBoundsItsClaim(t *testing.T) {
 	}}
 	c, _ := newScheduling(t, nodes)
 	exec := MayRunCommands(context.Background())
-	policy := &model.NodePolicy{CPUs: 1, MemoryMB: 1000, AllowedCommands: []string{"/bin/replica"}}
+	policy := &meshspec.NodePolicy{CPUs: 1, MemoryMB: 1000, AllowedCommands: []string{"/bin/replica"}}
 	if _, err := c.SetNodePolicy(context.Background(), "greedy", policy); err == nil {
 		t.Fatal("a write token set a node policy")
 	}
 	changed, err := c.SetNodePolicy(exec, "greedy", policy)
 	mustChange(t, changed, err)
-	changed, err = c.CreateBackend(exec, model.BackendSpecOf(processBackend("b", 4, 1)))
+	changed, err = c.CreateBackend(exec, meshspec.BackendSpecOf(processBackend("b", 4, 1)))
 	mustChange(t, changed, err)
 	m, _ := c.State()
-	if got := perNode(m.Backends[0], model.Running); got["greedy"] != 1 || got["honest"] != 3 {
+	if got := perNode(m.Backends[0], meshspec.Running); got["greedy"] != 1 || got["honest"] != 3 {
 		t.Fatalf("placements %v; want 1 on greedy (its policy's one CPU), 3 on honest", got)
 	}
 	other := processBackend("py", 1, 0.1)
 	other.Process.Command = "/usr/bin/python3"
-	_, err = c.CreateBackend(exec, model.BackendSpecOf(other))
+	_, err = c.CreateBackend(exec, meshspec.BackendSpecOf(other))
 	mustKind(t, err, Conflict, "node policies do not")
 	gpu := processBackend("gpu", 1, 0.1)
 	gpu.Config.Resources = map[string]int{"gpu": 1}
-	_, err = c.CreateBackend(exec, model.BackendSpecOf(gpu))
+	_, err = c.CreateBackend(exec, meshspec.BackendSpecOf(gpu))
 	mustKind(t, err, Conflict, "gpu")
-	if _, err := c.SetNodePolicy(exec, "greedy", &model.NodePolicy{CPUs: -1}); err == nil {
+	if _, err := c.SetNodePolicy(exec, "greedy", &meshspec.NodePolicy{CPUs: -1}); err == nil {
 		t.Fatal("a policy of -1 CPUs was taken")
 	}
 	reports, err := c.Nodes(context.Background())
@@ -422,25 +422,25 @@ func TestANodesPolicyBoundsItsClaim(t *testing.T) {
 func TestScaleDownDrainsNotReadyReplicasFirst(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}, {ID: "n3", CPUs: 8}}}
 	var ready map[string]bool
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(), Publish: func(*model.Model) error { return nil },
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil },
 		Nodes: nodes.list, Now: testClock.Now, Healthy: func(string) map[string]bool { return ready }})
 	ctx := MayRunCommands(context.Background())
 	if err := c.Lead(ctx, "self"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(processBackend("a", 2, 1))); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("a", 2, 1))); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := c.GetBackend("a")
 	ready = map[string]bool{b.Placements[0].Tag: true, b.Placements[1].Tag: true}
 	for _, n := range []int{3, 2} {
-		if _, err := c.UpdateBackendConfig(ctx, "a", model.BackendConfigPatch{NumReplicas: &n}); err != nil {
+		if _, err := c.UpdateBackendConfig(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &n}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	b, _ = c.GetBackend("a")
 	for _, p := range b.Placements {
-		if ready[p.Tag] != (p.State == model.Running) {
+		if ready[p.Tag] != (p.State == meshspec.Running) {
 			t.Fatalf("placements %+v: want the two ready ones running and the starting one draining", b.Placements)
 		}
 	}
@@ -455,8 +455,8 @@ func TestAutoscalePlacesWhatFits(t *testing.T) {
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
 	auto := processBackend("auto", 1, 1)
-	auto.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 8, TargetInFlight: 2}
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(auto)); err != nil {
+	auto.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 8, TargetInFlight: 2}
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(auto)); err != nil {
 		t.Fatal(err)
 	}
 	changed, err := c.Autoscale(ctx, "auto", 4)
@@ -482,7 +482,7 @@ func TestAutoscalePlacesWhatFits(t *testing.T) {
 		t.Fatalf("with room for the rest: %d placed, problem %q; want 4 and none", len(b.Placements), c.PlacementProblems()["auto"])
 	}
 	ten := 10
-	if _, err := c.UpdateBackendConfig(ctx, "auto", model.BackendConfigPatch{NumReplicas: &ten}); err == nil {
+	if _, err := c.UpdateBackendConfig(ctx, "auto", meshspec.BackendConfigPatch{NumReplicas: &ten}); err == nil {
 		t.Fatal("a user's scale to 10 with room for none more worked")
 	}
 	if b, _ := c.GetBackend("auto"); len(b.Placements) != 4 {
@@ -500,21 +500,21 @@ func TestPlacementCountsNamedResources(t *testing.T) {
 	ctx := MayRunCommands(context.Background())
 	model1 := processBackend("llm", 2, 1)
 	model1.Config.Resources = map[string]int{"gpu": 1}
-	if _, err := c.CreateBackend(ctx, model.BackendSpecOf(model1)); err != nil {
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(model1)); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := c.GetBackend("llm")
-	if got := perNode(b, model.Running); got["gpu-node"] != 2 {
+	if got := perNode(b, meshspec.Running); got["gpu-node"] != 2 {
 		t.Fatalf("two replicas needing a GPU each: %v; want both on gpu-node", got)
 	}
 	three := 3
-	_, err := c.UpdateBackendConfig(ctx, "llm", model.BackendConfigPatch{NumReplicas: &three})
+	_, err := c.UpdateBackendConfig(ctx, "llm", meshspec.BackendConfigPatch{NumReplicas: &three})
 	if err == nil || !strings.Contains(err.Error(), "resources") {
 		t.Fatalf("a third replica with both GPUs taken: %v; want a conflict naming resources", err)
 	}
 	big := processBackend("big", 1, 1)
 	big.Config.Resources = map[string]int{"gpu": 4}
-	_, err = c.CreateBackend(ctx, model.BackendSpecOf(big))
+	_, err = c.CreateBackend(ctx, meshspec.BackendSpecOf(big))
 	if err == nil || !strings.Contains(err.Error(), "--resource gpu=4") {
 		t.Fatalf("a replica needing 4 GPUs where nodes have 2: %v; want the fix named", err)
 	}

@@ -17,20 +17,20 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
-func processState() *model.Model {
-	return &model.Model{Backends: []model.Backend{
-		{Name: "run", Process: &model.ProcessSpec{Command: "/srv/x"}, Config: model.BackendConfig{NumReplicas: 2,
-			Autoscaling: &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 3, TargetInFlight: 1}}, Placements: []model.Placement{
-			{Tag: "run#000001", Node: "n1", State: model.Running},
-			{Tag: "run#000002", Node: "n2", State: model.Draining},
-			{Tag: "run#000003", Node: "n3", State: model.Running},
+func processState() *meshspec.Model {
+	return &meshspec.Model{Backends: []meshspec.Backend{
+		{Name: "run", Process: &meshspec.ProcessSpec{Command: "/srv/x"}, Config: meshspec.BackendConfig{NumReplicas: 2,
+			Autoscaling: &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 3, TargetInFlight: 1}}, Placements: []meshspec.Placement{
+			{Tag: "run#000001", Node: "n1", State: meshspec.Running},
+			{Tag: "run#000002", Node: "n2", State: meshspec.Draining},
+			{Tag: "run#000003", Node: "n3", State: meshspec.Running},
 		}},
-		{Name: "ext", External: &model.ExternalSpec{Service: "legacy"}},
-		{Name: "static", Replicas: []model.Replica{{Address: "127.0.0.1:1"}}},
+		{Name: "ext", External: &meshspec.ExternalSpec{Service: "legacy"}},
+		{Name: "static", Replicas: []meshspec.Replica{{Address: "127.0.0.1:1"}}},
 	}}
 }
 
@@ -69,10 +69,10 @@ func TestView(t *testing.T) {
 	if err := view.Validate(); err != nil {
 		t.Fatalf("the data-plane view must be a valid model: %v", err)
 	}
-	want := []model.Replica{
-		{Address: "127.0.0.2:1000", Health: model.HealthHealthy, Node: "n1"},
-		{Address: "127.0.0.3:1000", Health: model.HealthDraining, Node: "n2"},
-		{Address: "127.0.0.4:1000", Health: model.HealthUnhealthy, Node: "n3"},
+	want := []meshspec.Replica{
+		{Address: "127.0.0.2:1000", Health: meshspec.HealthHealthy, Node: "n1"},
+		{Address: "127.0.0.3:1000", Health: meshspec.HealthDraining, Node: "n2"},
+		{Address: "127.0.0.4:1000", Health: meshspec.HealthUnhealthy, Node: "n3"},
 	}
 	if got := view.Backends[0].Replicas; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("process backend replicas %+v, want %+v", got, want)
@@ -87,7 +87,7 @@ func TestView(t *testing.T) {
 		t.Fatalf("dropped %+v, want the name, the unreadable, the duplicate, the loopback and the link-local instance", dropped)
 	}
 	allowed, dropped := View(m, map[string][]catalog.Instance{"legacy": {{ID: "admin", Address: "127.0.0.1:9001", Passing: true}}},
-		Rules{Addresses: model.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+		Rules{Addresses: meshspec.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if len(dropped) != 0 || len(allowed.Backends[1].Replicas) != 1 {
 		t.Fatalf("with loopback allowed, an external instance there is served: %+v, dropped %+v", allowed.Backends[1].Replicas, dropped)
 	}
@@ -118,11 +118,11 @@ func TestViewUnknownHealth(t *testing.T) {
 			{ID: "c", Address: "127.0.0.4:1000", Tag: "run#000003", Node: "n3", ConsulNode: "c3"},
 		},
 	}, ""), Rules{})
-	var got []model.Health
+	var got []meshspec.Health
 	for _, r := range view.Backends[0].Replicas {
 		got = append(got, r.Health)
 	}
-	if want := []model.Health{model.HealthUnknown, model.HealthDraining, model.HealthUnhealthy}; !slices.Equal(got, want) {
+	if want := []meshspec.Health{meshspec.HealthUnknown, meshspec.HealthDraining, meshspec.HealthUnhealthy}; !slices.Equal(got, want) {
 		t.Fatalf("health %v, want %v", got, want)
 	}
 }
@@ -145,8 +145,8 @@ func TestViewServesOnlyWhatNodesMayClaim(t *testing.T) {
 		"a node without an agent": {catalog.Instance{ID: "f", Address: "127.0.0.1:2000", Tag: "run#000004", Passing: true, Node: "n4",
 			Inbound: "10.0.0.4:21000", ConsulNode: "c4"}, "no agent registration"},
 	} {
-		state := model.Clone(m)
-		state.Backends[0].Placements = append(state.Backends[0].Placements, model.Placement{Tag: "run#000004", Node: "n4", State: model.Running})
+		state := meshspec.Clone(m)
+		state.Backends[0].Placements = append(state.Backends[0].Placements, meshspec.Placement{Tag: "run#000004", Node: "n4", State: meshspec.Running})
 		view, dropped := View(state, withAgents(map[string][]catalog.Instance{"servemesh-backend-run": {genuine, tc.fake}}, "10.0.0.%d:21000"), Rules{MTLS: true})
 		if got := view.Backends[0].Replicas; len(got) != 1 || got[0].Address != genuine.Address || got[0].Node != "n1" {
 			t.Errorf("%s: served %+v, want the genuine replica alone", name, got)
@@ -224,11 +224,11 @@ func (f *fakeInstances) set(service string, in ...catalog.Instance) {
 // refuses an invalid model.
 type sink struct {
 	mu     sync.Mutex
-	views  []*model.Model
+	views  []*meshspec.Model
 	refuse error
 }
 
-func (s *sink) SetModel(m *model.Model) error {
+func (s *sink) SetModel(m *meshspec.Model) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refuse != nil {
@@ -244,7 +244,7 @@ func (s *sink) count() int {
 	return len(s.views)
 }
 
-func (s *sink) last() *model.Model {
+func (s *sink) last() *meshspec.Model {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.views[len(s.views)-1]
@@ -347,8 +347,8 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = names.Run(ctx) }()
-	m := &model.Model{Backends: []model.Backend{{Name: "static", Replicas: []model.Replica{{Address: "legacy.internal:8080"}, {Address: "10.0.0.1:80"}}}}}
-	rules := Rules{Addresses: model.AddressPolicy{Names: []string{".internal"}}, Names: names}
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "static", Replicas: []meshspec.Replica{{Address: "legacy.internal:8080"}, {Address: "10.0.0.1:80"}}}}}
+	rules := Rules{Addresses: meshspec.AddressPolicy{Names: []string{".internal"}}, Names: names}
 	view, dropped := View(m, nil, rules)
 	if got := view.Backends[0].Replicas; len(got) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, "resolving legacy.internal") {
 		t.Fatalf("before the name is resolved: replicas %+v, dropped %+v", got, dropped)
@@ -375,7 +375,7 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	// A name stored before names needed the operator's leave gets no
 	// traffic until it is given.
 	rules.Addresses.Names = nil
-	if view, dropped = View(m, nil, rules); len(view.Backends[0].Replicas) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, model.NameFlag) {
+	if view, dropped = View(m, nil, rules); len(view.Backends[0].Replicas) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, meshspec.NameFlag) {
 		t.Fatalf("a name no longer allowed: replicas %+v, dropped %+v", view.Backends[0].Replicas, dropped)
 	}
 }

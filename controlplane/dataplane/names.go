@@ -10,11 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Resolver resolves the DNS names of replicas the operator allowed
-// (model.AddressPolicy.Names), so the data plane is given addresses, never
+// (meshspec.AddressPolicy.Names), so the data plane is given addresses, never
 // names: Envoy resolving a name itself would connect to whatever it
 // resolves to next, loopback included. The view asks for a name's
 // addresses (Addrs) and never waits: a name it has not resolved yet is left
@@ -132,11 +132,11 @@ func (r *Resolver) Run(ctx context.Context) error {
 // address the name resolves to that policy allows; the others, and names
 // not resolved yet, are dropped with the reason. Without a resolver the
 // names are kept for Envoy to resolve (tests of the translation only).
-func resolveNames(b *model.Backend, names *Resolver, policy model.AddressPolicy, dropped []Dropped) []Dropped {
+func resolveNames(b *meshspec.Backend, names *Resolver, policy meshspec.AddressPolicy, dropped []Dropped) []Dropped {
 	if names == nil || !b.ResolvedByDNS() {
 		return dropped
 	}
-	var out []model.Replica
+	var out []meshspec.Replica
 	for _, rep := range b.Replicas {
 		if !rep.ByName() {
 			out = append(out, rep)
@@ -163,7 +163,7 @@ func resolveNames(b *model.Backend, names *Resolver, policy model.AddressPolicy,
 			p, _ := strconv.Atoi(port)
 			r := rep
 			r.Address = netip.AddrPortFrom(ip, uint16(p)).String()
-			if !slices.ContainsFunc(out, func(o model.Replica) bool { return o.Address == r.Address }) {
+			if !slices.ContainsFunc(out, func(o meshspec.Replica) bool { return o.Address == r.Address }) {
 				out = append(out, r)
 			}
 		}

@@ -10,12 +10,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Sink takes a view to serve; the xDS server's SetModel.
 type Sink interface {
-	SetModel(m *model.Model) error
+	SetModel(m *meshspec.Model) error
 }
 
 // Instances is the health view of the watched services: a catalog.Watcher.
@@ -47,7 +47,7 @@ type Publisher struct {
 	rules     Rules
 
 	mu          sync.Mutex
-	state       *model.Model // the last state published
+	state       *meshspec.Model // the last state published
 	lastErr     error
 	lastDropped []Dropped // left out of the last view
 }
@@ -68,7 +68,7 @@ func New(o Options) *Publisher {
 
 // Publish makes m the state the data plane follows: it syncs the watched
 // services to m's and hands over m's view. The error is the sink's.
-func (p *Publisher) Publish(m *model.Model) error {
+func (p *Publisher) Publish(m *meshspec.Model) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.state = m

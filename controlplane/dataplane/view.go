@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -13,7 +13,7 @@ import (
 // service for an external one), and the registration of every node a
 // replica is placed on (wire.NodeService), which the view checks the
 // replicas' claims against.
-func Services(m *model.Model) []string {
+func Services(m *meshspec.Model) []string {
 	var out []string
 	nodes := map[string]bool{}
 	for _, b := range m.Backends {
@@ -27,7 +27,7 @@ func Services(m *model.Model) []string {
 			out = append(out, b.External.Service)
 		}
 	}
-	for _, n := range model.SortedKeys(nodes) {
+	for _, n := range meshspec.SortedKeys(nodes) {
 		out = append(out, wire.NodeService(n))
 	}
 	return out
@@ -46,7 +46,7 @@ type Rules struct {
 	// Addresses are the addresses an external service's instances may
 	// have, as for static replicas (their registrations are as much users'
 	// input).
-	Addresses model.AddressPolicy
+	Addresses meshspec.AddressPolicy
 	// Names resolves the DNS names of static replicas and external
 	// instances, so the data plane gets addresses, each checked by
 	// Addresses; nil leaves names for Envoy to resolve.
@@ -66,14 +66,14 @@ type Rules struct {
 // With mTLS, a replica servemesh runs keeps its node and its node's inbound
 // listener, through which every node reaches it; one whose agent announces
 // no inbound listener (it runs without mesh mTLS) is dropped.
-func View(m *model.Model, instances map[string][]catalog.Instance, rules Rules) (*model.Model, []Dropped) {
-	out := model.Clone(m)
+func View(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (*meshspec.Model, []Dropped) {
+	out := meshspec.Clone(m)
 	var dropped []Dropped
 	for i := range out.Backends {
 		b := &out.Backends[i]
 		switch {
 		case b.Process != nil:
-			placed := map[string]model.Placement{}
+			placed := map[string]meshspec.Placement{}
 			for _, p := range b.Placements {
 				placed[p.Tag] = p
 			}
@@ -97,7 +97,7 @@ func View(m *model.Model, instances map[string][]catalog.Instance, rules Rules) 
 					dropped = append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: err.Error()})
 					continue
 				}
-				b.Replicas, dropped = addReplica(b, in, model.Running, dropped)
+				b.Replicas, dropped = addReplica(b, in, meshspec.Running, dropped)
 			}
 		}
 		dropped = resolveNames(b, rules.Names, rules.Addresses, dropped)
@@ -114,7 +114,7 @@ func View(m *model.Model, instances map[string][]catalog.Instance, rules Rules) 
 // is registered on the Consul node of that node's agent registration
 // (regs, which only that node's token may write), with its inbound
 // listener.
-func (r Rules) refuse(in catalog.Instance, p model.Placement, regs []catalog.Instance, served map[string]bool) string {
+func (r Rules) refuse(in catalog.Instance, p meshspec.Placement, regs []catalog.Instance, served map[string]bool) string {
 	switch {
 	case served[in.Tag]:
 		return fmt.Sprintf("replica %s is registered twice; the first registration is served", in.Tag)
@@ -138,8 +138,8 @@ func (r Rules) refuse(in catalog.Instance, p model.Placement, regs []catalog.Ins
 // addReplica appends instance in to b's replicas unless its address is not
 // IP:port or host:port (a DNS name Envoy resolves), or another instance
 // already has it.
-func addReplica(b *model.Backend, in catalog.Instance, state model.PlacementState, dropped []Dropped) ([]model.Replica, []Dropped) {
-	if err := model.CheckReplicaAddress(in.Address); err != nil {
+func addReplica(b *meshspec.Backend, in catalog.Instance, state meshspec.PlacementState, dropped []Dropped) ([]meshspec.Replica, []Dropped) {
+	if err := meshspec.CheckReplicaAddress(in.Address); err != nil {
 		return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: "address " + err.Error()})
 	}
 	for _, r := range b.Replicas {
@@ -148,8 +148,8 @@ func addReplica(b *model.Backend, in catalog.Instance, state model.PlacementStat
 				Reason: fmt.Sprintf("address %s is registered twice", in.Address)})
 		}
 	}
-	r := model.Replica{Address: in.Address, Health: health(in, state), Node: in.Node, Inbound: in.Inbound}
-	if err := model.CheckReplicaInbound(r); err != nil {
+	r := meshspec.Replica{Address: in.Address, Health: health(in, state), Node: in.Node, Inbound: in.Inbound}
+	if err := meshspec.CheckReplicaInbound(r); err != nil {
 		return b.Replicas, append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: err.Error()})
 	}
 	return append(b.Replicas, r), dropped
@@ -160,15 +160,15 @@ func addReplica(b *model.Backend, in catalog.Instance, state model.PlacementStat
 // catalog.Instance.Expired) is unknown, not unhealthy, so that a stall of
 // Consul, which expires every check at once, leaves the data plane
 // something to call.
-func health(in catalog.Instance, state model.PlacementState) model.Health {
+func health(in catalog.Instance, state meshspec.PlacementState) meshspec.Health {
 	switch {
-	case state == model.Draining:
-		return model.HealthDraining
+	case state == meshspec.Draining:
+		return meshspec.HealthDraining
 	case in.Passing:
-		return model.HealthHealthy
+		return meshspec.HealthHealthy
 	case in.Expired:
-		return model.HealthUnknown
+		return meshspec.HealthUnknown
 	default:
-		return model.HealthUnhealthy
+		return meshspec.HealthUnhealthy
 	}
 }

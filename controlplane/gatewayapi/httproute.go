@@ -13,7 +13,7 @@ import (
 	gw "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // APIVersion and Kind are what an HTTPRoute document says it is.
@@ -33,27 +33,27 @@ func IsHTTPRoute(doc []byte) bool {
 }
 
 // Endpoint reads one HTTPRoute document into the endpoint it describes.
-func Endpoint(doc []byte) (model.Endpoint, error) {
+func Endpoint(doc []byte) (meshspec.Endpoint, error) {
 	js, err := yaml.YAMLToJSON(doc)
 	if err != nil {
-		return model.Endpoint{}, fmt.Errorf("HTTPRoute: %w", err)
+		return meshspec.Endpoint{}, fmt.Errorf("HTTPRoute: %w", err)
 	}
 	var r gw.HTTPRoute
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		return model.Endpoint{}, fmt.Errorf("HTTPRoute: %w (not a field of %s %s)", err, APIVersion, Kind)
+		return meshspec.Endpoint{}, fmt.Errorf("HTTPRoute: %w (not a field of %s %s)", err, APIVersion, Kind)
 	}
 	if r.APIVersion != APIVersion {
-		return model.Endpoint{}, fmt.Errorf("HTTPRoute %q: apiVersion %q: servemesh reads %s", r.Name, r.APIVersion, APIVersion)
+		return meshspec.Endpoint{}, fmt.Errorf("HTTPRoute %q: apiVersion %q: servemesh reads %s", r.Name, r.APIVersion, APIVersion)
 	}
 	if r.Name == "" {
-		return model.Endpoint{}, errors.New("HTTPRoute: metadata.name is empty: it names the endpoint")
+		return meshspec.Endpoint{}, errors.New("HTTPRoute: metadata.name is empty: it names the endpoint")
 	}
 	t := translation{route: r.Name}
 	e := t.endpoint(r)
 	if len(t.problems) > 0 {
-		return model.Endpoint{}, fmt.Errorf("HTTPRoute %q:\n  - %s", r.Name, strings.Join(t.problems, "\n  - "))
+		return meshspec.Endpoint{}, fmt.Errorf("HTTPRoute %q:\n  - %s", r.Name, strings.Join(t.problems, "\n  - "))
 	}
 	return e, nil
 }
@@ -68,8 +68,8 @@ func (t *translation) refuse(field, format string, args ...any) {
 	t.problems = append(t.problems, field+": "+fmt.Sprintf(format, args...))
 }
 
-func (t *translation) endpoint(r gw.HTTPRoute) model.Endpoint {
-	e := model.Endpoint{Name: r.Name}
+func (t *translation) endpoint(r gw.HTTPRoute) meshspec.Endpoint {
+	e := meshspec.Endpoint{Name: r.Name}
 	if len(r.Spec.Hostnames) > 0 {
 		t.refuse("spec.hostnames", "servemesh serves an endpoint by path on the public listener and by its name (%q) in the mesh; remove hostnames", r.Name)
 	}
@@ -155,7 +155,7 @@ func hasHeaderMatch(rule gw.HTTPRouteRule) bool {
 
 // split reads the rule without header matches: methods, weights,
 // mirrors, timeouts.
-func (t *translation) split(field string, rule gw.HTTPRouteRule, e *model.Endpoint) {
+func (t *translation) split(field string, rule gw.HTTPRouteRule, e *meshspec.Endpoint) {
 	anyMethod := len(rule.Matches) == 0
 	for _, m := range rule.Matches {
 		if m.Method == nil {
@@ -202,7 +202,7 @@ func weight(b gw.HTTPBackendRef) int32 {
 
 // mirror reads a RequestMirror filter into a shadow; any other filter is
 // refused.
-func (t *translation) mirror(field string, f gw.HTTPRouteFilter, e *model.Endpoint) {
+func (t *translation) mirror(field string, f gw.HTTPRouteFilter, e *meshspec.Endpoint) {
 	if f.Type != gw.HTTPRouteFilterRequestMirror || f.RequestMirror == nil {
 		t.refuse(field, "%s: servemesh supports the RequestMirror filter alone", f.Type)
 		return
@@ -247,7 +247,7 @@ func (t *translation) seconds(field string, d *gw.Duration) float64 {
 
 // matchRule reads a rule whose matches each test one header into match
 // rules sending them to its one backend.
-func (t *translation) matchRule(field string, rule gw.HTTPRouteRule) ([]model.RequestMatch, bool) {
+func (t *translation) matchRule(field string, rule gw.HTTPRouteRule) ([]meshspec.RequestMatch, bool) {
 	ok := true
 	if len(rule.BackendRefs) != 1 {
 		t.refuse(field+".backendRefs", "%d: a rule that matches headers sends them to one backend", len(rule.BackendRefs))
@@ -261,7 +261,7 @@ func (t *translation) matchRule(field string, rule gw.HTTPRouteRule) ([]model.Re
 		t.refuse(field+".timeouts", "not supported on a rule that matches headers; set timeouts on the rule without header matches")
 		ok = false
 	}
-	var out []model.RequestMatch
+	var out []meshspec.RequestMatch
 	for i, m := range rule.Matches {
 		mf := fmt.Sprintf("%s.matches[%d]", field, i)
 		if m.Method != nil {
@@ -274,7 +274,7 @@ func (t *translation) matchRule(field string, rule gw.HTTPRouteRule) ([]model.Re
 			continue
 		}
 		h := m.Headers[0]
-		rm := model.RequestMatch{Header: strings.ToLower(string(h.Name))}
+		rm := meshspec.RequestMatch{Header: strings.ToLower(string(h.Name))}
 		switch {
 		case h.Type == nil || *h.Type == gw.HeaderMatchExact:
 			rm.Exact = h.Value
@@ -294,7 +294,7 @@ func (t *translation) matchRule(field string, rule gw.HTTPRouteRule) ([]model.Re
 
 // samePath sets the endpoint's route: every match's path prefix, the same
 // in every rule ("/" when no match gives one).
-func (t *translation) samePath(rules []gw.HTTPRouteRule, e *model.Endpoint) {
+func (t *translation) samePath(rules []gw.HTTPRouteRule, e *meshspec.Endpoint) {
 	paths := map[string]bool{}
 	for _, rule := range rules {
 		if len(rule.Matches) == 0 {

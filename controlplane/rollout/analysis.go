@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
 // Sample is one backend's figures over a stage's window, with how many
 // answers its latency was measured on.
 type Sample struct {
-	model.RolloutFigures
+	meshspec.RolloutFigures
 	// Timed is how many answers the latency histogram holds in the window
 	// (Envoy flushes it every second, so it trails Requests a little).
 	Timed uint64 `json:"timed"`
@@ -20,7 +20,7 @@ type Sample struct {
 // sampleOf turns one backend's counts over a window into figures, the
 // latency at percentile p.
 func sampleOf(c counts, p float64) Sample {
-	s := Sample{RolloutFigures: model.RolloutFigures{Requests: c.requests, Errors: c.errors}}
+	s := Sample{RolloutFigures: meshspec.RolloutFigures{Requests: c.requests, Errors: c.errors}}
 	if c.requests > 0 {
 		s.ErrorRate = float64(c.errors) / float64(c.requests)
 	}
@@ -61,9 +61,9 @@ func Quantile(q float64, bounds []float64, cumulative []uint64) float64 {
 // answers of the candidate; a failed check decides at once, a pass needs
 // the stage's duration and min_requests too. The primary is compared
 // with only once it has MinSample answers of its own.
-func Judge(stage model.RolloutStage, checks model.RolloutChecks, elapsed time.Duration, cand, prim Sample) (model.RolloutVerdict, bool) {
+func Judge(stage meshspec.RolloutStage, checks meshspec.RolloutChecks, elapsed time.Duration, cand, prim Sample) (meshspec.RolloutVerdict, bool) {
 	c := checks.Effective()
-	v := model.RolloutVerdict{Stage: stage.Name(), Candidate: cand.RolloutFigures, Primary: prim.RolloutFigures}
+	v := meshspec.RolloutVerdict{Stage: stage.Name(), Candidate: cand.RolloutFigures, Primary: prim.RolloutFigures}
 	if cand.Requests < uint64(c.MinSample) {
 		return v, false
 	}
@@ -80,7 +80,7 @@ func Judge(stage model.RolloutStage, checks model.RolloutChecks, elapsed time.Du
 }
 
 // failedCheck says which check the candidate fails, "" if none.
-func failedCheck(c model.RolloutChecks, cand, prim Sample) string {
+func failedCheck(c meshspec.RolloutChecks, cand, prim Sample) string {
 	primCounts := prim.Requests >= uint64(c.MinSample)
 	switch {
 	case cand.ErrorRate > c.MaxErrorRate:

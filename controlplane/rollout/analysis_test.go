@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -48,14 +48,14 @@ func sample(requests, errors uint64, ms float64) Sample {
 // sample; a pass waits for the stage's duration and minimum of requests;
 // the relative checks compare with the primary only once it has a sample.
 func TestJudge(t *testing.T) {
-	step := model.RolloutStage{Kind: model.StageTraffic, Share: 0.1, DurationS: 10, MinRequests: 100}
-	checks := model.RolloutChecks{MaxErrorRateIncrease: 0.005}
+	step := meshspec.RolloutStage{Kind: meshspec.StageTraffic, Share: 0.1, DurationS: 10, MinRequests: 100}
+	checks := meshspec.RolloutChecks{MaxErrorRateIncrease: 0.005}
 	good, slow := sample(1000, 0, 4), sample(1000, 0, 40)
 	for _, tc := range []struct {
 		name        string
 		elapsed     time.Duration
 		cand, prim  Sample
-		checks      model.RolloutChecks
+		checks      meshspec.RolloutChecks
 		decided, ok bool
 		reason      string
 	}{
@@ -66,7 +66,7 @@ func TestJudge(t *testing.T) {
 		{"slow", time.Second, slow, good, checks, true, false, "p99 latency 49.8 ms, more than 2 times the primary's 5.0 ms"},
 		{"slow but within the tolerance", time.Minute, sample(1000, 0, 5), sample(1000, 0, 2), checks, true, true, ""},
 		{"slow with no primary to compare", time.Minute, slow, sample(5, 0, 4), checks, true, true, ""},
-		{"slow above the absolute bound", time.Second, slow, slow, model.RolloutChecks{MaxLatencyMs: 25}, true, false, "above the 25.0 ms allowed"},
+		{"slow above the absolute bound", time.Second, slow, slow, meshspec.RolloutChecks{MaxLatencyMs: 25}, true, false, "above the 25.0 ms allowed"},
 		{"good but too early", 5 * time.Second, good, good, checks, false, false, ""},
 		{"good but too few for the stage", time.Minute, sample(50, 0, 4), good, checks, false, false, ""},
 		{"good", time.Minute, good, good, checks, true, true, "within the checks over 1000 answers in 1m0s"},

@@ -1,5 +1,5 @@
 // Package rollout runs progressive delivery: it judges every endpoint's
-// rollout (model.Rollout) from the figures the nodes' Envoys count, and
+// rollout (meshspec.Rollout) from the figures the nodes' Envoys count, and
 // moves it on through the controller. In the flow of docs/architecture.md:
 // step 12.
 //

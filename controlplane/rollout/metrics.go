@@ -3,7 +3,7 @@ package rollout
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // collector exports every rollout's phase and stage from the adopted
@@ -39,7 +39,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, 1, e.Name, ro.Candidate, string(ro.Status.Phase))
-		if stage, ok := currentStage(*ro); ok && ro.Status.Phase != model.RolloutWaiting {
+		if stage, ok := currentStage(*ro); ok && ro.Status.Phase != meshspec.RolloutWaiting {
 			ch <- prometheus.MustNewConstMetric(c.stage, prometheus.GaugeValue, float64(ro.Status.Stage), e.Name, ro.Candidate, stage.Name())
 		}
 	}

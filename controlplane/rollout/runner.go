@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -84,11 +84,11 @@ func (r *Runner) Step(ctx context.Context) {
 		}
 		active[e.Name] = true
 		switch e.Rollout.Status.Phase {
-		case model.RolloutWaiting:
+		case meshspec.RolloutWaiting:
 			if leading && r.ctl.BackendReady(e.Rollout.Candidate) {
 				r.began(r.ctl.BeginRollout(ctx, e.Name))
 			}
-		case model.RolloutProgressing:
+		case meshspec.RolloutProgressing:
 			v, decided := r.observe(e, loads)
 			if decided && leading {
 				r.judge(ctx, e, v)
@@ -106,12 +106,12 @@ func (r *Runner) Step(ctx context.Context) {
 }
 
 // observe adds the latest loads to e's window and judges its stage.
-func (r *Runner) observe(e model.Endpoint, loads map[string]wire.Load) (model.RolloutVerdict, bool) {
+func (r *Runner) observe(e meshspec.Endpoint, loads map[string]wire.Load) (meshspec.RolloutVerdict, bool) {
 	ro := e.Rollout
 	st := ro.Status
 	stage, ok := currentStage(*ro)
 	if !ok {
-		return model.RolloutVerdict{}, false // a stored state no validation passed: nothing to judge
+		return meshspec.RolloutVerdict{}, false // a stored state no validation passed: nothing to judge
 	}
 	checks := ro.Checks.Effective()
 	r.mu.Lock()
@@ -131,7 +131,7 @@ func (r *Runner) observe(e model.Endpoint, loads map[string]wire.Load) (model.Ro
 }
 
 // judge has the controller record v on e's current stage.
-func (r *Runner) judge(ctx context.Context, e model.Endpoint, v model.RolloutVerdict) {
+func (r *Runner) judge(ctx context.Context, e meshspec.Endpoint, v meshspec.RolloutVerdict) {
 	changed, err := r.ctl.JudgeRollout(ctx, e.Name, e.Rollout.Status.Stage, v)
 	if err != nil {
 		r.log.Warn("rollout: recording a verdict failed; judging again", "endpoint", e.Name, "stage", v.Stage, "err", err)
@@ -158,10 +158,10 @@ func (r *Runner) began(_ bool, err error) {
 }
 
 // currentStage is the stage a started rollout is at, if it has it.
-func currentStage(r model.Rollout) (model.RolloutStage, bool) {
+func currentStage(r meshspec.Rollout) (meshspec.RolloutStage, bool) {
 	stages := r.Stages()
 	if r.Status == nil || r.Status.Stage < 0 || r.Status.Stage >= len(stages) {
-		return model.RolloutStage{}, false
+		return meshspec.RolloutStage{}, false
 	}
 	return stages[r.Status.Stage], true
 }

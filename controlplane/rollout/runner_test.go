@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -38,16 +38,16 @@ func totals(requests, errors uint64, ms float64) wire.BackendLoad {
 func TestRunnerBeginsJudgesAndRollsBack(t *testing.T) {
 	ctx := context.Background()
 	ctl := controller.New(controller.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
-		Publish: func(*model.Model) error { return nil }})
+		Publish: func(*meshspec.Model) error { return nil }})
 	if err := ctl.Lead(ctx, "self"); err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range []string{"v1", "v2"} {
-		if _, err := ctl.CreateBackend(ctx, model.BackendSpec{Name: b, Replicas: []model.ReplicaSpec{{Address: "10.0.0.1:9000"}}}); err != nil {
+		if _, err := ctl.CreateBackend(ctx, meshspec.BackendSpec{Name: b, Replicas: []meshspec.ReplicaSpec{{Address: "10.0.0.1:9000"}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := ctl.CreateEndpoint(ctx, model.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
+	if _, err := ctl.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	loads := &fakeLoads{loads: map[string]wire.Load{}}
@@ -55,16 +55,16 @@ func TestRunnerBeginsJudgesAndRollsBack(t *testing.T) {
 	r := New(ctl, loads.latest, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	now := time.Now()
 	r.now = func() time.Time { return now }
-	if _, err := ctl.StartRollout(ctx, "gen", model.Rollout{Candidate: "v2",
-		Steps: []model.RolloutStep{{Weight: 0.1, DurationS: 10, MinRequests: 50}, {Weight: 1, DurationS: 10}}}); err != nil {
+	if _, err := ctl.StartRollout(ctx, "gen", meshspec.Rollout{Candidate: "v2",
+		Steps: []meshspec.RolloutStep{{Weight: 0.1, DurationS: 10, MinRequests: 50}, {Weight: 1, DurationS: 10}}}); err != nil {
 		t.Fatal(err)
 	}
-	phase := func() *model.RolloutStatus {
+	phase := func() *meshspec.RolloutStatus {
 		e, _ := ctl.GetEndpoint("gen")
 		return e.Rollout.Status
 	}
 	r.Step(ctx)
-	if st := phase(); st.Phase != model.RolloutProgressing || st.Stage != 0 {
+	if st := phase(); st.Phase != meshspec.RolloutProgressing || st.Stage != 0 {
 		t.Fatalf("after the first step: %+v; want the first stage begun (a listed backend is ready)", st)
 	}
 	loads.set("n1", totals(1000, 0, 4), totals(0, 0, 4)) // the window starts here
@@ -86,7 +86,7 @@ func TestRunnerBeginsJudgesAndRollsBack(t *testing.T) {
 	loads.set("n1", totals(1900, 0, 4), totals(200, 10, 4))
 	r.Step(ctx)
 	st := phase()
-	if st.Phase != model.RolloutRolledBack || len(st.Verdicts) != 2 || st.Verdicts[1].Passed || st.Verdicts[1].Candidate.Errors != 10 {
+	if st.Phase != meshspec.RolloutRolledBack || len(st.Verdicts) != 2 || st.Verdicts[1].Passed || st.Verdicts[1].Candidate.Errors != 10 {
 		t.Fatalf("after 10%% errors: %+v", st)
 	}
 	if got := testutil.ToFloat64(r.verdicts.WithLabelValues("gen", "failed")); got != 1 {

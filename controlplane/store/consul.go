@@ -12,8 +12,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/consulwatch"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -67,18 +67,18 @@ type pendingRef struct {
 }
 
 type backendValue struct {
-	Schema  int           `json:"schema"`
-	Backend model.Backend `json:"backend"`
+	Schema  int              `json:"schema"`
+	Backend meshspec.Backend `json:"backend"`
 }
 
 type endpointValue struct {
-	Schema   int            `json:"schema"`
-	Endpoint model.Endpoint `json:"endpoint"`
+	Schema   int               `json:"schema"`
+	Endpoint meshspec.Endpoint `json:"endpoint"`
 }
 
 type nodeValue struct {
-	Schema int            `json:"schema"`
-	Node   model.NodeSpec `json:"node"`
+	Schema int               `json:"schema"`
+	Node   meshspec.NodeSpec `json:"node"`
 }
 
 type changeValue struct {
@@ -87,7 +87,7 @@ type changeValue struct {
 }
 
 // Load implements Store with one consistent read of the whole prefix.
-func (c *Consul) Load(ctx context.Context) (*model.Model, Revision, error) {
+func (c *Consul) Load(ctx context.Context) (*meshspec.Model, Revision, error) {
 	snap, err := c.snapshot(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -122,7 +122,7 @@ func (c *Consul) Unreadable() []Unreadable {
 
 // snapshot is one consistent read of the prefix, decoded.
 type snapshot struct {
-	model      *model.Model
+	model      *meshspec.Model
 	rev        Revision
 	meta       metaValue
 	pending    *Change             // the pending change, if meta names a readable one
@@ -135,7 +135,7 @@ func (c *Consul) snapshot(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: list %s/ in consul: %w", c.prefix, err)
 	}
-	s := &snapshot{model: &model.Model{}, parts: map[string][]string{}}
+	s := &snapshot{model: &meshspec.Model{}, parts: map[string][]string{}}
 	partValues := map[string][]byte{}
 	for _, p := range pairs {
 		if reason := c.readPair(s, p, partValues); reason != "" {
@@ -177,7 +177,7 @@ func (c *Consul) readPair(s *snapshot, p *api.KVPair, partValues map[string][]by
 			return fmt.Sprintf("holds backend %q under another name", v.Backend.Name)
 		}
 		v.Backend = v.Backend.WithoutProcessOnlyFields() // stored by older versions, and never of effect
-		if err := model.ValidateBackend(v.Backend); err != nil {
+		if err := meshspec.ValidateBackend(v.Backend); err != nil {
 			return err.Error()
 		}
 		s.model.Backends = append(s.model.Backends, v.Backend)
@@ -200,7 +200,7 @@ func (c *Consul) readPair(s *snapshot, p *api.KVPair, partValues map[string][]by
 		if v.Node.Name != name("/nodes/") {
 			return fmt.Sprintf("holds node %q under another name", v.Node.Name)
 		}
-		if err := model.ValidateNode(v.Node); err != nil {
+		if err := meshspec.ValidateNode(v.Node); err != nil {
 			return err.Error()
 		}
 		s.model.Nodes = append(s.model.Nodes, v.Node)
@@ -244,7 +244,7 @@ func (c *Consul) readPending(s *snapshot, ref pendingRef, partValues map[string]
 
 // dropDangling leaves out endpoints whose traffic or shadows name a backend
 // the state lacks (one that could not be read), reporting them.
-func dropDangling(m *model.Model, s *snapshot, c *Consul) *model.Model {
+func dropDangling(m *meshspec.Model, s *snapshot, c *Consul) *meshspec.Model {
 	have := make(map[string]bool, len(m.Backends))
 	for _, b := range m.Backends {
 		have[b.Name] = true
@@ -252,7 +252,7 @@ func dropDangling(m *model.Model, s *snapshot, c *Consul) *model.Model {
 	kept := m.Endpoints[:0:0]
 	for _, e := range m.Endpoints {
 		missing := ""
-		for _, b := range append(model.SortedKeys(e.Traffic), model.SortedKeys(e.UsedBackends())...) {
+		for _, b := range append(meshspec.SortedKeys(e.Traffic), meshspec.SortedKeys(e.UsedBackends())...) {
 			if !have[b] {
 				missing = b
 				break
@@ -271,9 +271,9 @@ func dropDangling(m *model.Model, s *snapshot, c *Consul) *model.Model {
 
 // Watch implements Store with a blocking query on the meta key, retried
 // while Consul fails.
-func (c *Consul) Watch(ctx context.Context, rev Revision) (*model.Model, Revision, error) {
+func (c *Consul) Watch(ctx context.Context, rev Revision) (*meshspec.Model, Revision, error) {
 	var (
-		m    *model.Model
+		m    *meshspec.Model
 		next Revision
 		err  error
 	)

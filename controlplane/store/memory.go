@@ -4,27 +4,27 @@ import (
 	"context"
 	"sync"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Memory is a Store in memory: the same semantics as Consul, for unit tests.
 type Memory struct {
 	mu      sync.Mutex
-	model   *model.Model
+	model   *meshspec.Model
 	rev     Revision
 	changed chan struct{} // closed and replaced on every commit
 }
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{model: &model.Model{}, changed: make(chan struct{})}
+	return &Memory{model: &meshspec.Model{}, changed: make(chan struct{})}
 }
 
 // Load implements Store.
-func (m *Memory) Load(context.Context) (*model.Model, Revision, error) {
+func (m *Memory) Load(context.Context) (*meshspec.Model, Revision, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return model.Clone(m.model), m.rev, nil
+	return meshspec.Clone(m.model), m.rev, nil
 }
 
 // Commit implements Store.
@@ -42,11 +42,11 @@ func (m *Memory) Commit(_ context.Context, rev Revision, c Change) (Revision, er
 }
 
 // Watch implements Store.
-func (m *Memory) Watch(ctx context.Context, rev Revision) (*model.Model, Revision, error) {
+func (m *Memory) Watch(ctx context.Context, rev Revision) (*meshspec.Model, Revision, error) {
 	for {
 		m.mu.Lock()
 		if m.rev != rev {
-			out, r := model.Clone(m.model), m.rev
+			out, r := meshspec.Clone(m.model), m.rev
 			m.mu.Unlock()
 			return out, r, nil
 		}

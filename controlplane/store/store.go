@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"sort"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // SchemaVersion is the version of the stored JSON format.
@@ -26,12 +26,12 @@ type Revision uint64
 // Change is one atomic checkpoint, of any size: objects to write and names
 // to delete.
 type Change struct {
-	PutBackends     []model.Backend  `json:"put_backends,omitempty"`
-	DeleteBackends  []string         `json:"delete_backends,omitempty"`
-	PutEndpoints    []model.Endpoint `json:"put_endpoints,omitempty"`
-	DeleteEndpoints []string         `json:"delete_endpoints,omitempty"`
-	PutNodes        []model.NodeSpec `json:"put_nodes,omitempty"`
-	DeleteNodes     []string         `json:"delete_nodes,omitempty"`
+	PutBackends     []meshspec.Backend  `json:"put_backends,omitempty"`
+	DeleteBackends  []string            `json:"delete_backends,omitempty"`
+	PutEndpoints    []meshspec.Endpoint `json:"put_endpoints,omitempty"`
+	DeleteEndpoints []string            `json:"delete_endpoints,omitempty"`
+	PutNodes        []meshspec.NodeSpec `json:"put_nodes,omitempty"`
+	DeleteNodes     []string            `json:"delete_nodes,omitempty"`
 }
 
 // Size is the number of objects the change touches.
@@ -60,10 +60,10 @@ type Reader interface {
 	// Load returns the stored model and its revision; an empty model at
 	// revision 0 if nothing was ever stored. What it cannot read (see
 	// Unreadable) is left out, never an error.
-	Load(ctx context.Context) (*model.Model, Revision, error)
+	Load(ctx context.Context) (*meshspec.Model, Revision, error)
 	// Watch blocks until the store's revision differs from rev, then returns
 	// the new model and revision. It returns ctx's error when ctx ends.
-	Watch(ctx context.Context, rev Revision) (*model.Model, Revision, error)
+	Watch(ctx context.Context, rev Revision) (*meshspec.Model, Revision, error)
 }
 
 // Unreadable is a stored key Load could not read: unknown, malformed, of
@@ -83,14 +83,14 @@ var ErrCommitted = errors.New("store: the change is committed")
 var ErrTooLarge = errors.New("store: an object is too large")
 
 // Diff returns the change that turns from into to.
-func Diff(from, to *model.Model) Change {
+func Diff(from, to *meshspec.Model) Change {
 	var c Change
 	c.PutBackends, c.DeleteBackends = diffByName(from.Backends, to.Backends,
-		func(b model.Backend) string { return b.Name }, model.BackendsEqual)
+		func(b meshspec.Backend) string { return b.Name }, meshspec.BackendsEqual)
 	c.PutEndpoints, c.DeleteEndpoints = diffByName(from.Endpoints, to.Endpoints,
-		func(e model.Endpoint) string { return e.Name }, model.EndpointsEqual)
+		func(e meshspec.Endpoint) string { return e.Name }, meshspec.EndpointsEqual)
 	c.PutNodes, c.DeleteNodes = diffByName(from.Nodes, to.Nodes,
-		func(n model.NodeSpec) string { return n.Name }, func(a, b model.NodeSpec) bool { return reflect.DeepEqual(a, b) })
+		func(n meshspec.NodeSpec) string { return n.Name }, func(a, b meshspec.NodeSpec) bool { return reflect.DeepEqual(a, b) })
 	return c
 }
 
@@ -119,8 +119,8 @@ func diffByName[T any](from, to []T, name func(T) string, equal func(a, b T) boo
 
 // Apply returns m with change applied, objects sorted by name; m is not
 // modified.
-func Apply(m *model.Model, c Change) *model.Model {
-	backends := map[string]model.Backend{}
+func Apply(m *meshspec.Model, c Change) *meshspec.Model {
+	backends := map[string]meshspec.Backend{}
 	for _, b := range m.Backends {
 		backends[b.Name] = b
 	}
@@ -130,7 +130,7 @@ func Apply(m *model.Model, c Change) *model.Model {
 	for _, n := range c.DeleteBackends {
 		delete(backends, n)
 	}
-	endpoints := map[string]model.Endpoint{}
+	endpoints := map[string]meshspec.Endpoint{}
 	for _, e := range m.Endpoints {
 		endpoints[e.Name] = e
 	}
@@ -140,7 +140,7 @@ func Apply(m *model.Model, c Change) *model.Model {
 	for _, n := range c.DeleteEndpoints {
 		delete(endpoints, n)
 	}
-	nodes := map[string]model.NodeSpec{}
+	nodes := map[string]meshspec.NodeSpec{}
 	for _, n := range m.Nodes {
 		nodes[n.Name] = n
 	}
@@ -150,14 +150,14 @@ func Apply(m *model.Model, c Change) *model.Model {
 	for _, n := range c.DeleteNodes {
 		delete(nodes, n)
 	}
-	out := &model.Model{}
-	for _, n := range model.SortedKeys(nodes) {
+	out := &meshspec.Model{}
+	for _, n := range meshspec.SortedKeys(nodes) {
 		out.Nodes = append(out.Nodes, nodes[n])
 	}
-	for _, n := range model.SortedKeys(backends) {
+	for _, n := range meshspec.SortedKeys(backends) {
 		out.Backends = append(out.Backends, backends[n])
 	}
-	for _, n := range model.SortedKeys(endpoints) {
+	for _, n := range meshspec.SortedKeys(endpoints) {
 		out.Endpoints = append(out.Endpoints, endpoints[n])
 	}
 	return out

@@ -13,8 +13,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -50,11 +50,11 @@ func stores(t *testing.T) map[string]Store {
 	}
 }
 
-func sample(n int) *model.Model {
-	m := &model.Model{}
+func sample(n int) *meshspec.Model {
+	m := &meshspec.Model{}
 	for i := range n {
-		m.Backends = append(m.Backends, model.Backend{Name: fmt.Sprintf("b%d", i), Replicas: []model.Replica{{Address: fmt.Sprintf("127.0.0.1:%d", 9000+i)}}})
-		m.Endpoints = append(m.Endpoints, model.Endpoint{Name: fmt.Sprintf("e%d", i), Route: fmt.Sprintf("/e%d", i), Traffic: map[string]float64{fmt.Sprintf("b%d", i): 1}})
+		m.Backends = append(m.Backends, meshspec.Backend{Name: fmt.Sprintf("b%d", i), Replicas: []meshspec.Replica{{Address: fmt.Sprintf("127.0.0.1:%d", 9000+i)}}})
+		m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: fmt.Sprintf("e%d", i), Route: fmt.Sprintf("/e%d", i), Traffic: map[string]float64{fmt.Sprintf("b%d", i): 1}})
 	}
 	return m
 }
@@ -68,7 +68,7 @@ func TestStoreContract(t *testing.T) {
 				t.Fatalf("fresh store: %+v rev %d err %v", m, rev, err)
 			}
 			want := sample(3)
-			rev1, err := st.Commit(ctx, 0, Diff(&model.Model{}, want))
+			rev1, err := st.Commit(ctx, 0, Diff(&meshspec.Model{}, want))
 			if err != nil || rev1 == 0 {
 				t.Fatalf("first commit: rev %d err %v", rev1, err)
 			}
@@ -82,7 +82,7 @@ func TestStoreContract(t *testing.T) {
 
 			// Watch wakes on the next commit with the new state.
 			type watched struct {
-				m   *model.Model
+				m   *meshspec.Model
 				rev Revision
 				err error
 			}
@@ -161,7 +161,7 @@ func put(t *testing.T, kv *api.KV, key, value string) {
 func TestOldSizingOfListedReplicasIsDropped(t *testing.T) {
 	st, kv, prefix := consulStore(t)
 	ctx := context.Background()
-	if _, err := st.Commit(ctx, 0, Diff(&model.Model{}, sample(1))); err != nil {
+	if _, err := st.Commit(ctx, 0, Diff(&meshspec.Model{}, sample(1))); err != nil {
 		t.Fatal(err)
 	}
 	put(t, kv, prefix+"/backends/legacy", `{"schema": 1, "backend": {"name": "legacy", "config": {"num_replicas": 5, "cpus": 3, "memory_mb": 64}, "replicas": [{"address": "10.0.0.1:80"}]}}`)
@@ -187,7 +187,7 @@ func TestOldSizingOfListedReplicasIsDropped(t *testing.T) {
 func TestStrayKeysAreReportedNotFatal(t *testing.T) {
 	st, kv, prefix := consulStore(t)
 	ctx := context.Background()
-	rev, err := st.Commit(ctx, 0, Diff(&model.Model{}, sample(2)))
+	rev, err := st.Commit(ctx, 0, Diff(&meshspec.Model{}, sample(2)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestStrayKeysAreReportedNotFatal(t *testing.T) {
 func TestInterruptedLargeCommit(t *testing.T) {
 	st, kv, prefix := consulStore(t)
 	ctx := context.Background()
-	rev, err := st.Commit(ctx, 0, Diff(&model.Model{}, sample(10)))
+	rev, err := st.Commit(ctx, 0, Diff(&meshspec.Model{}, sample(10)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,8 +292,8 @@ func TestInterruptedLargeCommit(t *testing.T) {
 
 func TestOversizedObjectIsRefused(t *testing.T) {
 	st, _, _ := consulStore(t)
-	b := model.Backend{Name: "fat", Process: &model.ProcessSpec{Command: "/srv/x", Args: []string{strings.Repeat("a", MaxValueBytes)}}}
-	_, err := st.Commit(context.Background(), 0, Change{PutBackends: []model.Backend{b}})
+	b := meshspec.Backend{Name: "fat", Process: &meshspec.ProcessSpec{Command: "/srv/x", Args: []string{strings.Repeat("a", MaxValueBytes)}}}
+	_, err := st.Commit(context.Background(), 0, Change{PutBackends: []meshspec.Backend{b}})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "at most") {
 		t.Fatalf("got %v, want ErrTooLarge naming the limit", err)
 	}
@@ -312,7 +312,7 @@ func TestWriterIsRecordedAndANewerOneRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err = st.Commit(ctx, rev, Diff(&model.Model{}, sample(1))); err != nil {
+	if _, err = st.Commit(ctx, rev, Diff(&meshspec.Model{}, sample(1))); err != nil {
 		t.Fatalf("commit over state of a release that announced no protocol: %v", err)
 	}
 	pair, _, err := kv.Get(prefix+"/meta", nil)

@@ -15,12 +15,12 @@ import (
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/leader"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -85,7 +85,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	// The activator holds requests for backends with no ready replica,
 	// knowing them from the agent's desired state.
 	var running atomic.Pointer[agent.Agent]
-	desired := func() *model.Model {
+	desired := func() *meshspec.Model {
 		if a := running.Load(); a != nil {
 			return a.Desired()
 		}

@@ -22,12 +22,12 @@ import (
 	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/controlplane/dataplane"
 	"github.com/servemesh/servemesh/controlplane/leader"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/controlplane/rollout"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
@@ -66,7 +66,7 @@ type ControllerOptions struct {
 	ReplaceAfter         time.Duration
 	// Addresses are the replica addresses users may name (static replicas,
 	// external services' instances).
-	Addresses model.AddressPolicy
+	Addresses meshspec.AddressPolicy
 }
 
 // controllerParts are a controller's components, wired together.
@@ -291,8 +291,8 @@ func (p *controllerParts) lead(self string) func(ctx context.Context) error {
 
 // replicaHealth counts, from the catalog's instances, a process backend's
 // running placements that are ready and those not heard from.
-func replicaHealth(instances map[string][]catalog.Instance) func(model.Backend) api.ReplicaHealth {
-	return func(b model.Backend) api.ReplicaHealth {
+func replicaHealth(instances map[string][]catalog.Instance) func(meshspec.Backend) api.ReplicaHealth {
+	return func(b meshspec.Backend) api.ReplicaHealth {
 		byTag := map[string]catalog.Instance{}
 		for _, in := range instances[wire.BackendService(b.Name)] {
 			byTag[in.Tag] = in
@@ -305,7 +305,7 @@ func replicaHealth(instances map[string][]catalog.Instance) func(model.Backend) 
 				r.Note = "not registered by its node's agent yet"
 			}
 			h.Replicas = append(h.Replicas, r)
-			if p.State != model.Running {
+			if p.State != meshspec.Running {
 				continue
 			}
 			switch {

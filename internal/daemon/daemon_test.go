@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -114,8 +114,8 @@ func TestControllerWiring(t *testing.T) {
 			t.Errorf("controller ended with %v", err)
 		}
 	}()
-	b := model.Backend{Name: "v1", Replicas: []model.Replica{{Address: "10.0.0.1:9001"}}}
-	if changed, err := c.CreateBackend(ctx, model.BackendSpecOf(b)); err != nil || !changed {
+	b := meshspec.Backend{Name: "v1", Replicas: []meshspec.Replica{{Address: "10.0.0.1:9001"}}}
+	if changed, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(b)); err != nil || !changed {
 		t.Fatalf("create backend: %v, %v", changed, err)
 	}
 	r, err := c.Status(ctx)

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // DemoOptions configure `servemesh demo`: a file-mode control plane, one
@@ -32,7 +32,7 @@ type DemoOptions struct {
 func RunDemo(ctx context.Context, log *slog.Logger, o DemoOptions, stdout io.Writer) error {
 	fleet := demoreplica.NewFleet(log.With("component", "replicas"))
 	defer fleet.Stop()
-	o.Plane.BeforeApply = func(m *model.Model) error { return fleet.Ensure(ctx, m) }
+	o.Plane.BeforeApply = func(m *meshspec.Model) error { return fleet.Ensure(ctx, m) }
 	plane, err := OpenFilePlane(ctx, log, o.Plane)
 	if err != nil {
 		return err

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // StackOptions configure `servemesh demo-stack` (what `make run` starts).
@@ -98,10 +98,10 @@ func applyDemo(ctx context.Context, o StackOptions) (string, error) {
 	client := api.NewClient(o.API, "")
 	m := StackModel(o.Self)
 	// Process backends need a live node: retry until the agent has registered.
-	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, model.SpecOf(m), false); return err == nil }); err != nil {
+	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, meshspec.SpecOf(m), false); return err == nil }); err != nil {
 		return "", fmt.Errorf("the controller and agent did not come up (see %s/*.log): %w", o.WorkDir, err)
 	}
-	out, err := model.Marshal(m)
+	out, err := meshspec.Marshal(m)
 	if err != nil {
 		return "", err
 	}
@@ -136,29 +136,29 @@ const (
 
 // StackModel is the demo's mesh: replicas are `servemesh demo-replica`
 // processes the agent runs.
-func StackModel(self string) *model.Model {
-	backend := func(name string, replicas int) model.Backend {
-		return model.Backend{Name: name, Config: model.BackendConfig{NumReplicas: replicas, CPUs: DemoReplicaCPUs, MaxConcurrentQueries: 16},
-			Process: &model.ProcessSpec{Command: self, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
+func StackModel(self string) *meshspec.Model {
+	backend := func(name string, replicas int) meshspec.Backend {
+		return meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: DemoReplicaCPUs, MaxConcurrentQueries: 16},
+			Process: &meshspec.ProcessSpec{Command: self, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
 	}
 	embedder := backend("embedder", 1)
 	embedder.Config.MaxConcurrentQueries = 2
-	embedder.Config.Autoscaling = &model.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2,
+	embedder.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2,
 		MetricsIntervalS: 0.5, LookBackPeriodS: 5, UpscaleDelayS: 2, DownscaleDelayS: 20}
 	// Two stand-in model servers behind an OpenAI-style endpoint routed by
 	// the model the body names.
-	llm := func(name string) model.Backend {
+	llm := func(name string) meshspec.Backend {
 		b := backend(name, 1)
 		b.Process.Args, b.Process.HealthPath = []string{"demo-model-server", "--backend", name, "--listen", "${HOST}:${PORT}"}, "/health"
 		return b
 	}
-	return &model.Model{
-		Backends: []model.Backend{backend("model-v1", 2), backend("model-v2", 1), backend("model-v3-candidate", 1), embedder, llm("llama"), llm("mistral")},
-		Endpoints: []model.Endpoint{
+	return &meshspec.Model{
+		Backends: []meshspec.Backend{backend("model-v1", 2), backend("model-v2", 1), backend("model-v3-candidate", 1), embedder, llm("llama"), llm("mistral")},
+		Endpoints: []meshspec.Endpoint{
 			{Name: "model", Route: "/model", Methods: []string{"GET", "POST"},
 				Traffic: map[string]float64{"model-v1": 0.9, "model-v2": 0.1}, Shadows: map[string]float64{"model-v3-candidate": 0.2}},
 			{Name: "embeddings", Traffic: map[string]float64{"embedder": 1}},
-			{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"}, ModelRouting: &model.ByModel{Models: map[string]model.TrafficPolicy{
+			{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"}, ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
 				"llama-3-8b": {Traffic: map[string]float64{"llama": 1}},
 				"mistral-7b": {Traffic: map[string]float64{"mistral": 1}},
 			}}},
@@ -204,7 +204,7 @@ Logs: %[8]s/*.log. Press Ctrl-C to stop everything.
 }
 
 // replicasOf counts the replicas m's process backends start with.
-func replicasOf(m *model.Model) int {
+func replicasOf(m *meshspec.Model) int {
 	n := 0
 	for _, b := range m.Backends {
 		if b.Process != nil {

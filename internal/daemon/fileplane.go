@@ -6,8 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/servemesh/servemesh/controlplane/configfile"
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // FilePlaneOptions configure a control plane that serves a config file
@@ -18,7 +18,7 @@ type FilePlaneOptions struct {
 	HTTPListen string
 	// BeforeApply, if set, sees every valid model before it is served; an
 	// error refuses the model (the demo starts its replicas here).
-	BeforeApply func(*model.Model) error
+	BeforeApply func(*meshspec.Model) error
 }
 
 // FilePlane is a control plane serving a config file: OpenFilePlane
@@ -47,7 +47,7 @@ func OpenFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (*
 		return nil, fmt.Errorf("config file %s: %w", o.ConfigPath, err)
 	}
 	p := NewPlane(log)
-	apply := func(m *model.Model) error {
+	apply := func(m *meshspec.Model) error {
 		if err := FileModeProblems(m); err != nil {
 			return err // reported by the watcher; the last good config keeps serving
 		}
@@ -97,7 +97,7 @@ func (f *FilePlane) Stop() { f.stop() }
 // run (a process: no agent runs it) or read from Consul (external: no
 // catalog is read), which would never have a replica, and rollouts, which
 // nothing would judge.
-func FileModeProblems(m *model.Model) error {
+func FileModeProblems(m *meshspec.Model) error {
 	var problems []string
 	for i, b := range m.Backends {
 		field := fmt.Sprintf("backends[%d] (%q)", i, b.Name)
@@ -119,7 +119,7 @@ func FileModeProblems(m *model.Model) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return &model.ValidationError{Problems: problems}
+	return &meshspec.ValidationError{Problems: problems}
 }
 
 // ServeFile serves a config file until ctx ends (`servemesh serve`).

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
@@ -21,7 +21,7 @@ func BenchmarkPublish(b *testing.B) {
 	for _, endpoints := range []int{10, 1000, 10000} {
 		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
 			s := oneNodeServer(b)
-			publishEach(b, s, [2]*model.Model{modelgen.Model(endpoints, 3, 10), modelgen.Model(endpoints, 3, 11)})
+			publishEach(b, s, [2]*meshspec.Model{modelgen.Model(endpoints, 3, 10), modelgen.Model(endpoints, 3, 11)})
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(endpoints), "ns/endpoint")
 		})
 	}
@@ -49,7 +49,7 @@ func BenchmarkPublishNodes(b *testing.B) {
 					}
 					s.nodes[n.ID] = &nodeState{node: n, acked: map[string]string{}}
 				}
-				models := [2]*model.Model{modelgen.Model(1000, 3, 10), modelgen.Model(1000, 3, 11)}
+				models := [2]*meshspec.Model{modelgen.Model(1000, 3, 10), modelgen.Model(1000, 3, 11)}
 				if mtls {
 					for _, m := range models {
 						onNodes(m, nodes)
@@ -65,7 +65,7 @@ func BenchmarkPublishNodes(b *testing.B) {
 // onNodes places each backend's replicas on up to three of nodes
 // n0..n<nodes-1> (backend i on nodes i, i+1, i+2), as agents with mesh mTLS
 // register them.
-func onNodes(m *model.Model, nodes int) {
+func onNodes(m *meshspec.Model, nodes int) {
 	for i := range m.Backends {
 		for j := range m.Backends[i].Replicas {
 			n := (i + j%3) % nodes
@@ -77,7 +77,7 @@ func onNodes(m *model.Model, nodes int) {
 
 // publishEach publishes the two models in turn, one per iteration, so
 // every assignment really changes each time.
-func publishEach(b *testing.B, s *Server, models [2]*model.Model) {
+func publishEach(b *testing.B, s *Server, models [2]*meshspec.Model) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
@@ -100,7 +100,7 @@ func BenchmarkPublishOneChange(b *testing.B) {
 			s.model, s.generation = m, 1
 			s.publish(context.Background())
 			e := m.Endpoints[0]
-			backends := model.SortedKeys(e.Traffic)
+			backends := meshspec.SortedKeys(e.Traffic)
 			var weights [2]map[string]float64
 			for i := range weights {
 				weights[i] = map[string]float64{backends[0]: 0.5 + 0.1*float64(i), backends[1]: 0.5 - 0.1*float64(i)}
@@ -109,7 +109,7 @@ func BenchmarkPublishOneChange(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				next := *m
-				next.Endpoints = append([]model.Endpoint(nil), m.Endpoints...)
+				next.Endpoints = append([]meshspec.Endpoint(nil), m.Endpoints...)
 				next.Endpoints[0].Traffic = weights[i%2]
 				s.model = &next
 				s.generation++
@@ -142,9 +142,9 @@ func BenchmarkPublishOneHealthChange(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		next := *m
-		next.Backends = append([]model.Backend(nil), m.Backends...)
-		replicas := append([]model.Replica(nil), next.Backends[0].Replicas...)
-		replicas[0].Health = [2]model.Health{model.HealthUnhealthy, model.HealthHealthy}[i%2]
+		next.Backends = append([]meshspec.Backend(nil), m.Backends...)
+		replicas := append([]meshspec.Replica(nil), next.Backends[0].Replicas...)
+		replicas[0].Health = [2]meshspec.Health{meshspec.HealthUnhealthy, meshspec.HealthHealthy}[i%2]
 		next.Backends[0].Replicas = replicas
 		s.model = &next
 		s.generation++

@@ -7,8 +7,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -38,7 +38,7 @@ func TestOutOfSyncNodesAreCounted(t *testing.T) {
 		return 0
 	}
 	testutil.WaitFor(t, 5*time.Second, "the node in sync", func() bool { return outOfSync() == 0 && s.Status()[0].InSync })
-	m = model.Clone(m)
+	m = meshspec.Clone(m)
 	m.Endpoints[0].Traffic = map[string]float64{"v1": 1}
 	if err := s.SetModel(m); err != nil {
 		t.Fatal(err)

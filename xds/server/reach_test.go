@@ -12,8 +12,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -86,8 +86,8 @@ func (c *deltaClient) recv(n int) map[string][]string {
 func TestNodesGetWhatTheyReach(t *testing.T) {
 	s, conn, _ := startServer(t)
 	m := testModel("127.0.0.1:9001")
-	m.Backends = append(m.Backends, model.Backend{Name: "v3", Replicas: []model.Replica{{Address: "127.0.0.1:9003"}}})
-	m.Endpoints = append(m.Endpoints, model.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"v3": 1}})
+	m.Backends = append(m.Backends, meshspec.Backend{Name: "v3", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9003"}}})
+	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"v3": 1}})
 	if err := s.SetModel(m); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 
 	// A change to other sends the mesh-only node nothing, and it is in
 	// sync at once; a change to api sends it api's mesh routes alone.
-	m = model.Clone(m)
+	m = meshspec.Clone(m)
 	m.Endpoints[1].Traffic = map[string]float64{"v3": 0.5, "v1": 0.5}
 	if err := s.SetModel(m); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 		st := s.Status()[0] // sorted by id: "reach" first
 		return st.InSync && st.Generation == st.ModelGeneration
 	})
-	m = model.Clone(m)
+	m = meshspec.Clone(m)
 	m.Endpoints[0].Traffic = map[string]float64{"v1": 0.9, "v2": 0.1}
 	if err := s.SetModel(m); err != nil {
 		t.Fatal(err)

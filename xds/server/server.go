@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -52,7 +52,7 @@ type Server struct {
 	wake        chan struct{}
 
 	mu         sync.Mutex
-	model      *model.Model
+	model      *meshspec.Model
 	mtls       *translate.MTLS // nil: plaintext between nodes
 	generation uint64
 	acceptedAt map[uint64]time.Time // when each recent generation was accepted
@@ -150,7 +150,7 @@ func (s *Server) Register(g *grpc.Server) {
 // SetModel validates m and, if it is valid, makes it the model every node is
 // served; the caller must not modify m afterwards. An invalid model is
 // refused with its validation error and the last good model keeps serving.
-func (s *Server) SetModel(m *model.Model) error {
+func (s *Server) SetModel(m *meshspec.Model) error {
 	if err := m.Validate(); err != nil {
 		s.metrics.rejected.Inc()
 		return fmt.Errorf("model refused, the last good model keeps serving: %w", err)

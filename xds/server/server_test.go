@@ -22,19 +22,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
-func testModel(replicaAddr string) *model.Model {
-	return &model.Model{
-		Backends: []model.Backend{
-			{Name: "v1", Replicas: []model.Replica{{Address: replicaAddr}}},
-			{Name: "v2", Replicas: []model.Replica{{Address: "127.0.0.1:9002"}}},
+func testModel(replicaAddr string) *meshspec.Model {
+	return &meshspec.Model{
+		Backends: []meshspec.Backend{
+			{Name: "v1", Replicas: []meshspec.Replica{{Address: replicaAddr}}},
+			{Name: "v2", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9002"}}},
 		},
-		Endpoints: []model.Endpoint{{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 0.5, "v2": 0.5}}},
+		Endpoints: []meshspec.Endpoint{{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 0.5, "v2": 0.5}}},
 	}
 }
 
@@ -229,7 +229,7 @@ func TestInvalidModelIsRefusedAndLastGoodKept(t *testing.T) {
 	bad := testModel("127.0.0.1:9001")
 	bad.Endpoints[0].Traffic = map[string]float64{"v1": 0.5, "v2": 0.6}
 	err := s.SetModel(bad)
-	if err == nil || !strings.Contains(err.Error(), "sum to 1") || !model.IsValidationError(err) {
+	if err == nil || !strings.Contains(err.Error(), "sum to 1") || !meshspec.IsValidationError(err) {
 		t.Fatalf("got %v, want a validation error about the weights", err)
 	}
 	if s.Generation() != 1 {
@@ -547,7 +547,7 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 	s, conn, _ := startServer(t)
 	m := testModel("127.0.0.1:9001")
-	m.Endpoints = append(m.Endpoints, model.Endpoint{Name: "other", Traffic: map[string]float64{"v2": 1}})
+	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Traffic: map[string]float64{"v2": 1}})
 	if err := s.SetModel(m); err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +556,7 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 		subscription{resource.ListenerType, nil}, subscription{resource.ScopedRouteType, nil}, subscription{resource.RouteType, routes})
 	testutil.WaitFor(t, 5*time.Second, "the node in sync", func() bool { return len(s.Status()) == 1 && s.Status()[0].InSync })
 
-	m = model.Clone(m)
+	m = meshspec.Clone(m)
 	m.Endpoints[0].Traffic = map[string]float64{"v1": 0.9, "v2": 0.1}
 	if err := s.SetModel(m); err != nil {
 		t.Fatal(err)
@@ -570,7 +570,7 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "the node in sync after the change", func() bool { return s.Status()[0].InSync })
 	// The next answer is the next change's (nothing else was queued):
 	// other is headless, so its mesh routes alone.
-	m = model.Clone(m)
+	m = meshspec.Clone(m)
 	m.Endpoints[1].Traffic = map[string]float64{"v1": 1}
 	if err := s.SetModel(m); err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -52,7 +52,7 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 		}
 	}
 
-	next := model.Clone(m)
+	next := meshspec.Clone(m)
 	next.Endpoints[2].Traffic = map[string]float64{next.Endpoints[2].Name + "-v0": 1}
 	next.Backends[4].Config.MaxConcurrentQueries = 3
 	second, err := b.Build(next)

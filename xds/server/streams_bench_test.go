@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -64,7 +64,7 @@ func benchChangeToDeltaNodes(b *testing.B, endpoints, nodes int, public bool) {
 		st.waitRoutes(b, "")
 	}
 	e := m.Endpoints[0]
-	backends := model.SortedKeys(e.Traffic)
+	backends := meshspec.SortedKeys(e.Traffic)
 	var sent int64
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -73,7 +73,7 @@ func benchChangeToDeltaNodes(b *testing.B, endpoints, nodes int, public bool) {
 			had[j] = st.version()
 		}
 		before := receivedBytes(streams)
-		next := model.Clone(m)
+		next := meshspec.Clone(m)
 		w := 0.25 + 0.5*float64(i%2)
 		next.Endpoints[0].Traffic = map[string]float64{backends[0]: w, backends[1]: 1 - w}
 		if err := s.SetModel(next); err != nil {

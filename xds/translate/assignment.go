@@ -10,7 +10,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -19,7 +19,7 @@ import (
 // health, then the node's activator (withActivator). A backend with no
 // replicas gets the activator alone. A backend whose replicas are named by DNS has its
 // assignment in its cluster instead (BuildClusters).
-func BuildAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
+func BuildAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
 	backends := sortedBackends(m)
 	out := make([]*endpoint.ClusterLoadAssignment, 0, len(backends))
 	for _, b := range backends {
@@ -32,7 +32,7 @@ func BuildAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 
 // BuildAssignment builds one backend's ClusterLoadAssignment: its replicas,
 // which Envoy calls endpoints.
-func BuildAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
+func BuildAssignment(b meshspec.Backend) *endpoint.ClusterLoadAssignment {
 	cla := assignment(wire.ClusterName(b.Name), nil)
 	if len(b.Replicas) == 0 {
 		return cla
@@ -40,7 +40,7 @@ func BuildAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
 	if viaInbound(b) {
 		return inboundAssignment(b)
 	}
-	replicas := append([]model.Replica(nil), b.Replicas...)
+	replicas := append([]meshspec.Replica(nil), b.Replicas...)
 	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Address < replicas[j].Address })
 	locality := &endpoint.LocalityLbEndpoints{}
 	for _, r := range replicas {
@@ -78,13 +78,13 @@ func assignment(name string, locality *endpoint.LocalityLbEndpoints) *endpoint.C
 	return cla
 }
 
-func healthStatus(h model.Health) core.HealthStatus {
+func healthStatus(h meshspec.Health) core.HealthStatus {
 	switch h {
-	case model.HealthUnhealthy:
+	case meshspec.HealthUnhealthy:
 		return core.HealthStatus_UNHEALTHY
-	case model.HealthDraining:
+	case meshspec.HealthDraining:
 		return core.HealthStatus_DRAINING
-	case model.HealthUnknown:
+	case meshspec.HealthUnknown:
 		// Envoy calls DEGRADED endpoints only when too few are healthy
 		// (see overprovisioning); its own UNKNOWN means healthy.
 		return core.HealthStatus_DEGRADED

@@ -13,14 +13,14 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
 // sameAsShared fails unless b's Build of m is what Shared builds, resource
 // for resource.
-func sameAsShared(t *testing.T, b *Builder, m *model.Model, mtls *MTLS) *Built {
+func sameAsShared(t *testing.T, b *Builder, m *meshspec.Model, mtls *MTLS) *Built {
 	t.Helper()
 	got, err := b.Build(m)
 	if err != nil {
@@ -179,8 +179,8 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 			}
 			b := NewBuilder(mtls)
 			first := sameAsShared(t, b, m, mtls)
-			step := func(what string, change func(m *model.Model)) *Built {
-				next := model.Clone(m)
+			step := func(what string, change func(m *meshspec.Model)) *Built {
+				next := meshspec.Clone(m)
 				change(next)
 				if err := next.Validate(); err != nil {
 					t.Fatalf("%s: %v", what, err)
@@ -188,9 +188,9 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 				m = next
 				return sameAsShared(t, b, m, mtls)
 			}
-			shift := step("a traffic set", func(m *model.Model) {
+			shift := step("a traffic set", func(m *meshspec.Model) {
 				e := &m.Endpoints[3]
-				keys := model.SortedKeys(e.Traffic)
+				keys := meshspec.SortedKeys(e.Traffic)
 				e.Traffic = map[string]float64{keys[0]: 0.25, keys[1]: 0.75}
 			})
 			if shift.ClustersVersion != first.ClustersVersion || shift.RoutesVersion == first.RoutesVersion || &shift.Clusters[0] != &first.Clusters[0] {
@@ -217,18 +217,18 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 			if got := changedVersions(first.ClusterVersions, shift.ClusterVersions); len(got) != 0 {
 				t.Errorf("a traffic set changed the versions of clusters %v", got)
 			}
-			health := step("a replica's health", func(m *model.Model) { m.Backends[5].Replicas[1].Health = model.HealthUnhealthy })
+			health := step("a replica's health", func(m *meshspec.Model) { m.Backends[5].Replicas[1].Health = meshspec.HealthUnhealthy })
 			if health.RoutesVersion != shift.RoutesVersion || !health.ChangedBackends[m.Backends[5].Name] || len(health.ChangedBackends) != 1 {
 				t.Fatalf("a health change: routes %s -> %s, changed %v", shift.RoutesVersion, health.RoutesVersion, health.ChangedBackends)
 			}
 			if health.Clusters[0] != shift.Clusters[0] {
 				t.Fatal("an unchanged backend's cluster was rebuilt")
 			}
-			config := step("a backend's config", func(m *model.Model) { m.Backends[7].Config.MaxConcurrentQueries = 3 })
+			config := step("a backend's config", func(m *meshspec.Model) { m.Backends[7].Config.MaxConcurrentQueries = 3 })
 			if got := changedVersions(health.ClusterVersions, config.ClusterVersions); !slices.Equal(got, []string{m.Backends[7].Name}) {
 				t.Errorf("a backend's config changed the versions of clusters %v; want %s's alone", got, m.Backends[7].Name)
 			}
-			step("a replica moves to another node", func(m *model.Model) {
+			step("a replica moves to another node", func(m *meshspec.Model) {
 				r := &m.Backends[2].Replicas[0]
 				for _, other := range m.Backends[2].Replicas[1:] {
 					if other.Node != r.Node {
@@ -237,11 +237,11 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 					}
 				}
 			})
-			step("a new backend and endpoint", func(m *model.Model) {
-				m.Backends = append(m.Backends, model.Backend{Name: "zz-new", Replicas: m.Backends[0].Replicas})
-				m.Endpoints = append(m.Endpoints, model.Endpoint{Name: "zz-new", Route: "/zz", Traffic: map[string]float64{"zz-new": 1}})
+			step("a new backend and endpoint", func(m *meshspec.Model) {
+				m.Backends = append(m.Backends, meshspec.Backend{Name: "zz-new", Replicas: m.Backends[0].Replicas})
+				m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "zz-new", Route: "/zz", Traffic: map[string]float64{"zz-new": 1}})
 			})
-			step("an endpoint and its backend removed", func(m *model.Model) {
+			step("an endpoint and its backend removed", func(m *meshspec.Model) {
 				m.Endpoints = m.Endpoints[:len(m.Endpoints)-1]
 				m.Backends = m.Backends[:len(m.Backends)-1]
 			})

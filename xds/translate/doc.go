@@ -1,4 +1,4 @@
-// Package translate turns servemesh's desired state (a model.Model) plus one
+// Package translate turns servemesh's desired state (a meshspec.Model) plus one
 // node's listener settings into Envoy resources. It is a pure function: the
 // same input gives the same, deterministically ordered output, and nothing is
 // read from or written to the outside world. In the flow of

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // FuzzTranslate: whatever a config file holds, a model the parser accepts
@@ -20,7 +20,7 @@ func FuzzTranslate(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := model.Parse(data)
+		m, err := meshspec.Parse(data)
 		if err != nil {
 			return
 		}
@@ -39,9 +39,9 @@ func FuzzTranslateRefusesInvalid(f *testing.F) {
 	f.Add("b", "127.0.0.1:9001", "e", "/e", 1.0, 0.5, 16)
 	f.Add("", "nonsense", "e e", "e", -1.0, 2.0, -4)
 	f.Fuzz(func(t *testing.T, backend, addr, endpoint, route string, weight, shadow float64, mcq int) {
-		m := &model.Model{
-			Backends: []model.Backend{{Name: backend, Replicas: []model.Replica{{Address: addr}}, Config: model.BackendConfig{MaxConcurrentQueries: mcq}}},
-			Endpoints: []model.Endpoint{{Name: endpoint, Route: route, Traffic: map[string]float64{backend: weight},
+		m := &meshspec.Model{
+			Backends: []meshspec.Backend{{Name: backend, Replicas: []meshspec.Replica{{Address: addr}}, Config: meshspec.BackendConfig{MaxConcurrentQueries: mcq}}},
+			Endpoints: []meshspec.Endpoint{{Name: endpoint, Route: route, Traffic: map[string]float64{backend: weight},
 				Shadows: map[string]float64{backend: shadow}}},
 		}
 		res, err := Translate(m, goldenNode, nil)

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -30,7 +30,7 @@ import (
 // presenting the backend's identity and requiring a client certificate of
 // a servemesh node. A connection that names no such backend, or brings no
 // or another certificate, is closed.
-func buildInboundListener(node wire.ProxyNode, t *MTLS, local []model.Backend) (*listener.Listener, error) {
+func buildInboundListener(node wire.ProxyNode, t *MTLS, local []meshspec.Backend) (*listener.Listener, error) {
 	inspector, err := anypb.New(&tlsinspector.TlsInspector{})
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack tls inspector: %w", err)
@@ -56,7 +56,7 @@ func buildInboundListener(node wire.ProxyNode, t *MTLS, local []model.Backend) (
 
 // inboundChain serves backend on the inbound listener: mTLS terminated
 // with the backend's identity, then HTTP to the backend's replicas here.
-func inboundChain(node wire.ProxyNode, t *MTLS, b model.Backend) (*listener.FilterChain, error) {
+func inboundChain(node wire.ProxyNode, t *MTLS, b meshspec.Backend) (*listener.FilterChain, error) {
 	backend := b.Name
 	downstream := &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
@@ -173,7 +173,7 @@ func localReplyHeader(flags []string, header string) *hcm.ResponseMapper {
 // each at most max_concurrent_queries at a time, with the rest queued. Its
 // replicas come by EDS (inboundAssignments), so a replica's health change
 // leaves the cluster as it is.
-func buildInboundCluster(b model.Backend, node string) (*cluster.Cluster, error) {
+func buildInboundCluster(b meshspec.Backend, node string) (*cluster.Cluster, error) {
 	c := &cluster.Cluster{
 		Name:                 wire.InboundClusterName(b.Name),
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
@@ -197,10 +197,10 @@ func buildInboundCluster(b model.Backend, node string) (*cluster.Cluster, error)
 // inboundAssignments are, for every node with replicas of a backend reached
 // over mTLS, the assignment of its inbound cluster: its own replicas on
 // loopback, with their health. Sorted by name.
-func inboundAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
+func inboundAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
-	eachNodeOf(m, func(b model.Backend, node string, own []model.Replica) {
-		cla := BuildAssignment(model.Backend{Name: b.Name, Replicas: localReplicas(own)})
+	eachNodeOf(m, func(b meshspec.Backend, node string, own []meshspec.Replica) {
+		cla := BuildAssignment(meshspec.Backend{Name: b.Name, Replicas: localReplicas(own)})
 		cla.ClusterName = wire.InboundAssignmentName(b.Name, node)
 		out = append(out, withActivator(cla, wire.ActivatorInboundSocket))
 	})

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -32,7 +32,7 @@ const (
 )
 
 // localView is node's version of b's shared cluster c.
-func localView(c *cluster.Cluster, b model.Backend, node string) (*cluster.Cluster, error) {
+func localView(c *cluster.Cluster, b meshspec.Backend, node string) (*cluster.Cluster, error) {
 	out := proto.Clone(c).(*cluster.Cluster)
 	out.EdsClusterConfig.ServiceName = wire.NodeViewAssignmentName(b.Name, node)
 	matches, err := localRawSocket()
@@ -43,9 +43,9 @@ func localView(c *cluster.Cluster, b model.Backend, node string) (*cluster.Clust
 // nodeViewAssignments are, for every backend reached over mTLS and every
 // node running replicas of it, that node's view of it: the other nodes by
 // their inbound listeners, its own replicas on loopback.
-func nodeViewAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
+func nodeViewAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
-	eachNodeOf(m, func(b model.Backend, node string, own []model.Replica) {
+	eachNodeOf(m, func(b meshspec.Backend, node string, own []meshspec.Replica) {
 		if !loadAware(b) { // its nodes call their own replicas through the inbound listener
 			out = append(out, withActivator(nodeViewAssignment(b, node, own), wire.ActivatorSocket))
 		}
@@ -53,7 +53,7 @@ func nodeViewAssignments(m *model.Model) []*endpoint.ClusterLoadAssignment {
 	return out
 }
 
-func nodeViewAssignment(b model.Backend, node string, own []model.Replica) *endpoint.ClusterLoadAssignment {
+func nodeViewAssignment(b meshspec.Backend, node string, own []meshspec.Replica) *endpoint.ClusterLoadAssignment {
 	others := b
 	others.Replicas = nil
 	for _, r := range b.Replicas {
@@ -65,7 +65,7 @@ func nodeViewAssignment(b model.Backend, node string, own []model.Replica) *endp
 	if len(others.Replicas) > 0 {
 		locality.LbEndpoints = inboundAssignment(others).Endpoints[0].LbEndpoints
 	}
-	mine := BuildAssignment(model.Backend{Name: b.Name, Replicas: localReplicas(own)})
+	mine := BuildAssignment(meshspec.Backend{Name: b.Name, Replicas: localReplicas(own)})
 	for _, ep := range mine.Endpoints[0].LbEndpoints {
 		ep.Metadata = localMetadata()
 		ep.LoadBalancingWeight = wrapperspb.UInt32(1)
@@ -76,26 +76,26 @@ func nodeViewAssignment(b model.Backend, node string, own []model.Replica) *endp
 
 // eachNodeOf calls fn for every backend of m reached over mTLS and every
 // node running replicas of it, with those replicas, in order.
-func eachNodeOf(m *model.Model, fn func(b model.Backend, node string, own []model.Replica)) {
+func eachNodeOf(m *meshspec.Model, fn func(b meshspec.Backend, node string, own []meshspec.Replica)) {
 	for _, b := range sortedBackends(m) {
 		if !viaInbound(b) {
 			continue
 		}
-		byNode := map[string][]model.Replica{}
+		byNode := map[string][]meshspec.Replica{}
 		for _, r := range b.Replicas {
 			byNode[r.Node] = append(byNode[r.Node], r)
 		}
-		for _, node := range model.SortedKeys(byNode) {
+		for _, node := range meshspec.SortedKeys(byNode) {
 			fn(b, node, byNode[node])
 		}
 	}
 }
 
 // localReplicas are replicas as their own node reaches them: by address.
-func localReplicas(rs []model.Replica) []model.Replica {
-	out := make([]model.Replica, 0, len(rs))
+func localReplicas(rs []meshspec.Replica) []meshspec.Replica {
+	out := make([]meshspec.Replica, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, model.Replica{Address: r.Address, Health: r.Health})
+		out = append(out, meshspec.Replica{Address: r.Address, Health: r.Health})
 	}
 	return out
 }

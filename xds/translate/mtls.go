@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -43,7 +43,7 @@ func (t *MTLS) Validate() error {
 // reached over mTLS: every replica has its node's inbound listener (a
 // backend of external instances has none; one with no replicas yet is
 // taken as servemesh's).
-func tlsBackend(b model.Backend) bool {
+func tlsBackend(b meshspec.Backend) bool {
 	for _, r := range b.Replicas {
 		if r.Inbound == "" {
 			return false
@@ -54,23 +54,23 @@ func tlsBackend(b model.Backend) bool {
 
 // viaInbound reports whether b's replicas are listed by node (their inbound
 // listeners) rather than each by its own address.
-func viaInbound(b model.Backend) bool {
+func viaInbound(b meshspec.Backend) bool {
 	return len(b.Replicas) > 0 && b.Replicas[0].Inbound != ""
 }
 
 // inboundAssignment lists b's nodes, each by its inbound listener, weighted
 // by its healthy replicas: healthy with one or more, else draining if one
 // drains, else unhealthy. The node's Envoy picks among its own replicas.
-func inboundAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
-	nodes := map[string]map[model.Health]int{}
+func inboundAssignment(b meshspec.Backend) *endpoint.ClusterLoadAssignment {
+	nodes := map[string]map[meshspec.Health]int{}
 	for _, r := range b.Replicas {
 		if nodes[r.Inbound] == nil {
-			nodes[r.Inbound] = map[model.Health]int{}
+			nodes[r.Inbound] = map[meshspec.Health]int{}
 		}
 		nodes[r.Inbound][r.EffectiveHealth()]++
 	}
 	locality := &endpoint.LocalityLbEndpoints{}
-	for _, in := range model.SortedKeys(nodes) {
+	for _, in := range meshspec.SortedKeys(nodes) {
 		health, weight := nodeHealth(nodes[in])
 		ap := netip.MustParseAddrPort(in) // checked by Validate
 		locality.LbEndpoints = append(locality.LbEndpoints, &endpoint.LbEndpoint{
@@ -88,13 +88,13 @@ func inboundAssignment(b model.Backend) *endpoint.ClusterLoadAssignment {
 // replicas it runs in each health: by its best replicas (healthy, then
 // unknown, then draining), weighted by how many it has of them, so that
 // every replica gets about the same share.
-func nodeHealth(count map[model.Health]int) (model.Health, int) {
-	for _, h := range []model.Health{model.HealthHealthy, model.HealthUnknown, model.HealthDraining} {
+func nodeHealth(count map[meshspec.Health]int) (meshspec.Health, int) {
+	for _, h := range []meshspec.Health{meshspec.HealthHealthy, meshspec.HealthUnknown, meshspec.HealthDraining} {
 		if count[h] > 0 {
 			return h, count[h]
 		}
 	}
-	return model.HealthUnhealthy, 1
+	return meshspec.HealthUnhealthy, 1
 }
 
 // ForNode builds what is node's own: its listeners and, with t, its
@@ -102,8 +102,8 @@ func nodeHealth(count map[model.Health]int) (model.Health, int) {
 // backend it runs replicas of, which replaces the shared cluster of the
 // same name (MergeClusters). m is the model, and shared the clusters by
 // name, that Shared built.
-func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS, shared map[string]*cluster.Cluster) (*Resources, error) {
-	var local []model.Backend
+func ForNode(m *meshspec.Model, node wire.ProxyNode, t *MTLS, shared map[string]*cluster.Cluster) (*Resources, error) {
+	var local []meshspec.Backend
 	if t != nil {
 		local = localBackends(m, node.ID)
 	}
@@ -112,7 +112,7 @@ func ForNode(m *model.Model, node wire.ProxyNode, t *MTLS, shared map[string]*cl
 
 // forNode is ForNode given the backends with replicas on node, each with
 // only its replicas there, sorted by name.
-func forNode(node wire.ProxyNode, t *MTLS, local []model.Backend, shared map[string]*cluster.Cluster) (*Resources, error) {
+func forNode(node wire.ProxyNode, t *MTLS, local []meshspec.Backend, shared map[string]*cluster.Cluster) (*Resources, error) {
 	listeners, err := BuildListeners(node)
 	if err != nil {
 		return nil, err
@@ -172,13 +172,13 @@ func ClustersByName(clusters []*cluster.Cluster) map[string]*cluster.Cluster {
 
 // localBackends are m's backends reached over mTLS with a replica on node,
 // sorted by name, each with only its replicas there.
-func localBackends(m *model.Model, node string) []model.Backend {
-	var out []model.Backend
+func localBackends(m *meshspec.Model, node string) []meshspec.Backend {
+	var out []meshspec.Backend
 	for _, b := range sortedBackends(m) {
 		if !viaInbound(b) {
 			continue
 		}
-		var here []model.Replica
+		var here []meshspec.Replica
 		for _, r := range b.Replicas {
 			if r.Node == node {
 				here = append(here, r)
@@ -195,7 +195,7 @@ func localBackends(m *model.Model, node string) []model.Backend {
 // secureClusters gives the clusters of backends reached over mTLS the
 // calling node's identity (from its SecretsDir, the same path on every
 // node, so the clusters stay shared).
-func secureClusters(m *model.Model, t *MTLS, clusters []*cluster.Cluster) error {
+func secureClusters(m *meshspec.Model, t *MTLS, clusters []*cluster.Cluster) error {
 	secure, loadAwareClusters := map[string]bool{}, map[string]bool{}
 	for _, b := range m.Backends {
 		if tlsBackend(b) && !b.ResolvedByDNS() {

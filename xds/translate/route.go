@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -53,14 +53,14 @@ var idempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": tr
 // route configuration, so one endpoint's change is one small resource.
 // Either way a request whose method the endpoint does not allow gets 405 with
 // an Allow header, and an unknown path or host gets Envoy's 404.
-func BuildRoutes(m *model.Model) ([]*route.RouteConfiguration, []*route.ScopedRouteConfiguration) {
-	routed := make([]model.Endpoint, 0, len(m.Endpoints))
+func BuildRoutes(m *meshspec.Model) ([]*route.RouteConfiguration, []*route.ScopedRouteConfiguration) {
+	routed := make([]meshspec.Endpoint, 0, len(m.Endpoints))
 	for _, e := range m.Endpoints {
 		if !e.Headless() {
 			routed = append(routed, e)
 		}
 	}
-	sortByRoute(routed, func(e model.Endpoint) string { return e.Route })
+	sortByRoute(routed, func(e meshspec.Endpoint) string { return e.Route })
 	var publicRoutes []*route.Route
 	for _, e := range routed {
 		publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route), public)...)
@@ -119,7 +119,7 @@ func virtualHost(name string, routes []*route.Route) *route.VirtualHost {
 // meshRoutes is an endpoint's mesh route configuration (one virtual host,
 // named after the endpoint for its stats, taking any host: its scope chose
 // it already) and the scope whose key is the endpoint's name.
-func meshRoutes(e model.Endpoint) (*route.RouteConfiguration, *route.ScopedRouteConfiguration) {
+func meshRoutes(e meshspec.Endpoint) (*route.RouteConfiguration, *route.ScopedRouteConfiguration) {
 	name := wire.MeshRouteName(e.Name)
 	rc := &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{virtualHost(e.Name, endpointRoutes(e, pathMatch("/"), mesh))}}
 	scope := &route.ScopedRouteConfiguration{
@@ -155,7 +155,7 @@ const (
 // endpointRoutes returns the routes that forward an endpoint's allowed
 // methods (idempotent ones first, retried even after a reset; then the
 // rest), then the one that answers every other method with 405.
-func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch, from caller) []*route.Route {
+func endpointRoutes(e meshspec.Endpoint, match func() *route.RouteMatch, from caller) []*route.Route {
 	methods := e.AllowedMethods()
 	var idempotent, other []string
 	for _, m := range methods {
@@ -220,13 +220,13 @@ func endpointRoutes(e model.Endpoint, match func() *route.RouteMatch, from calle
 // forwardingRoute forwards the requests m matches by e's traffic policy.
 // Every forwarding route of an endpoint counts into its route stats:
 // vhost.<vhost>.route.<endpoint>.upstream_rq_*.
-func forwardingRoute(name string, m *route.RouteMatch, e model.Endpoint, retry string, from caller) *route.Route {
+func forwardingRoute(name string, m *route.RouteMatch, e meshspec.Endpoint, retry string, from caller) *route.Route {
 	return &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
 		Action: &route.Route_Route{Route: routeAction(e, retry)}, RequestHeadersToAdd: criticalityHeader(e, from)}
 }
 
 // ruleMatcher matches a request's header, or its cookie, as rule says.
-func ruleMatcher(rule model.RequestMatch) *route.HeaderMatcher {
+func ruleMatcher(rule meshspec.RequestMatch) *route.HeaderMatcher {
 	if rule.Cookie != "" {
 		// Cookies share one header ("a=1; canary=true"): match the one
 		// cookie's value within it, whole.
@@ -340,7 +340,7 @@ var sharedRetry = sharedRetryPolicy()
 // widenRetries adds an endpoint's retry conditions to policy, for
 // idempotent methods or, if the endpoint says so, every method; and its
 // number of retries.
-func widenRetries(policy *route.RetryPolicy, r *model.RetryPolicy, idempotent bool) {
+func widenRetries(policy *route.RetryPolicy, r *meshspec.RetryPolicy, idempotent bool) {
 	if r == nil {
 		return
 	}
@@ -363,7 +363,7 @@ func widenRetries(policy *route.RetryPolicy, r *model.RetryPolicy, idempotent bo
 
 // hashPolicy hashes the sticky key: a header, or a cookie (which Envoy only
 // reads, never sets: without it a request is split at random).
-func hashPolicy(k model.StickyKey) *route.RouteAction_HashPolicy {
+func hashPolicy(k meshspec.StickyKey) *route.RouteAction_HashPolicy {
 	if k.Cookie != "" {
 		return &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Cookie_{Cookie: &route.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}}
 	}
@@ -377,7 +377,7 @@ func seconds(s float64) *durationpb.Duration {
 
 // routeAction sends an endpoint's requests to its backends by weight and
 // mirrors the shadowed proportions.
-func routeAction(e model.Endpoint, retry string) *route.RouteAction {
+func routeAction(e meshspec.Endpoint, retry string) *route.RouteAction {
 	policy := routeRetryPolicy(retry)
 	widenRetries(policy, e.Retry, retry == retryOnIdempotent)
 	// No timeout unless the endpoint sets one (Envoy's default is 15 s).
@@ -417,7 +417,7 @@ func routeAction(e model.Endpoint, retry string) *route.RouteAction {
 		}
 		action.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: split}
 	}
-	for _, backend := range model.SortedKeys(e.Shadows) {
+	for _, backend := range meshspec.SortedKeys(e.Shadows) {
 		proportion := e.Shadows[backend]
 		if proportion <= 0 {
 			continue // a proportion of 0 means no shadow, as in Ray Serve

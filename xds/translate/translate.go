@@ -8,7 +8,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -27,8 +27,8 @@ type Resources struct {
 
 // Translate validates the model and the node and builds the node's
 // resources; t, if not nil, is the mesh's mTLS. An invalid model yields the
-// model's *model.ValidationError and no resources.
-func Translate(m *model.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
+// model's *meshspec.ValidationError and no resources.
+func Translate(m *meshspec.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
 	shared, err := Shared(m, t)
 	if err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func MergeClusters(shared, own []*cluster.Cluster) []*cluster.Cluster {
 // Shared builds the resources every node shares (routes, clusters,
 // assignments), t being the mesh's mTLS or nil; ForNode builds the rest,
 // node by node.
-func Shared(m *model.Model, t *MTLS) (*Resources, error) {
+func Shared(m *meshspec.Model, t *MTLS) (*Resources, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}

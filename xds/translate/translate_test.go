@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
-	"github.com/servemesh/servemesh/controlplane/model"
 	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -36,7 +36,7 @@ func TestGolden(t *testing.T) {
 	testutil.GoldenCases(t, "testdata/in", "testdata/out", *update, func(t *testing.T, input []byte) map[string][]byte {
 		m, err := parseView(input)
 		if err != nil {
-			t.Fatalf("a translation case must be a valid model (invalid ones belong in controlplane/model/testdata): %v", err)
+			t.Fatalf("a translation case must be a valid model (invalid ones belong in meshspec/testdata): %v", err)
 		}
 		res, err := Translate(m, goldenNode, nil)
 		if err != nil {
@@ -86,7 +86,7 @@ func TestGoldenMTLS(t *testing.T) {
 // folder gets no config in a mesh with mTLS, and a bad identity prefix is
 // refused.
 func TestMTLSRefusesPlainNode(t *testing.T) {
-	m := &model.Model{Backends: []model.Backend{{Name: "a"}}}
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "a"}}}
 	if _, err := Translate(m, goldenNode, goldenMTLS); err == nil || !strings.Contains(err.Error(), "announces no inbound listener") {
 		t.Fatalf("a plaintext node in an mTLS mesh: %v", err)
 	}
@@ -106,7 +106,7 @@ func TestGoldenListeners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		routes, scopes := BuildRoutes(&model.Model{})
+		routes, scopes := BuildRoutes(&meshspec.Model{})
 		if !node.Public() { // a mesh-only node never asks for the public table
 			routes = slices.DeleteFunc(routes, func(r *route.RouteConfiguration) bool { return r.GetName() == wire.PublicRoutes })
 		}
@@ -168,9 +168,9 @@ func checkEnvoyValid(t *testing.T, res *Resources) {
 // stats: every route's and cluster's stats name their endpoint, listener
 // and backend, even for an endpoint named like the public virtual host.
 func TestStatNamesReadBack(t *testing.T) {
-	m := &model.Model{
-		Backends: []model.Backend{{Name: "v1.a", Replicas: []model.Replica{{Address: "127.0.0.1:1"}}}},
-		Endpoints: []model.Endpoint{
+	m := &meshspec.Model{
+		Backends: []meshspec.Backend{{Name: "v1.a", Replicas: []meshspec.Replica{{Address: "127.0.0.1:1"}}}},
+		Endpoints: []meshspec.Endpoint{
 			{Name: "public", Route: "/p", Methods: []string{"GET", "POST"}, Traffic: map[string]float64{"v1.a": 1}},
 			{Name: "inner", Traffic: map[string]float64{"v1.a": 1}},
 		},
@@ -212,14 +212,14 @@ func TestStatNamesReadBack(t *testing.T) {
 }
 
 // parseView reads a translation case: a data-plane view, which unlike what
-// users write (model.Parse) holds replicas' nodes and inbound listeners.
-func parseView(input []byte) (*model.Model, error) {
+// users write (meshspec.Parse) holds replicas' nodes and inbound listeners.
+func parseView(input []byte) (*meshspec.Model, error) {
 	js, err := yaml.YAMLToJSONStrict(input)
 	if err != nil {
 		return nil, err
 	}
-	var m model.Model
-	if err := model.DecodeJSON(js, &m); err != nil {
+	var m meshspec.Model
+	if err := meshspec.DecodeJSON(js, &m); err != nil {
 		return nil, err
 	}
 	return &m, m.Validate()
@@ -238,11 +238,11 @@ func TestInboundHealthChangesOnlyAssignments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := model.Clone(before)
+	after := meshspec.Clone(before)
 	changed := false
 	for i, r := range after.Backends[0].Replicas {
-		if r.Node == goldenMTLSNode.ID && r.EffectiveHealth() == model.HealthHealthy {
-			after.Backends[0].Replicas[i].Health = model.HealthUnhealthy
+		if r.Node == goldenMTLSNode.ID && r.EffectiveHealth() == meshspec.HealthHealthy {
+			after.Backends[0].Replicas[i].Health = meshspec.HealthUnhealthy
 			changed = true
 			break
 		}
@@ -250,7 +250,7 @@ func TestInboundHealthChangesOnlyAssignments(t *testing.T) {
 	if !changed {
 		t.Fatal("the case has no healthy replica on the node to change")
 	}
-	own := func(m *model.Model) (*Resources, error) { return Translate(m, goldenMTLSNode, goldenMTLS) }
+	own := func(m *meshspec.Model) (*Resources, error) { return Translate(m, goldenMTLSNode, goldenMTLS) }
 	b, err := own(before)
 	if err != nil {
 		t.Fatal(err)
@@ -290,8 +290,8 @@ func TestInboundHealthChangesOnlyAssignments(t *testing.T) {
 // TestNoAccessLog: a node that asks for no access log gets listeners that
 // write none, inbound listener included; by default every one writes it.
 func TestNoAccessLog(t *testing.T) {
-	m := &model.Model{Backends: []model.Backend{{Name: "b", Replicas: []model.Replica{{Address: "127.0.0.1:9001", Node: "node-1", Inbound: "10.0.0.1:21000"}}}},
-		Endpoints: []model.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"b": 1}}}}
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "b", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9001", Node: "node-1", Inbound: "10.0.0.1:21000"}}}},
+		Endpoints: []meshspec.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"b": 1}}}}
 	for _, off := range []bool{false, true} {
 		node := goldenMTLSNode
 		node.NoAccessLog = off

@@ -4,7 +4,7 @@ import (
 	"math"
 	"sort"
 
-	"github.com/servemesh/servemesh/controlplane/model"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // WeightTotal is what the integer weights of a split always sum to: parts per
@@ -33,7 +33,7 @@ func splitWeights(traffic map[string]float64) []clusterWeight {
 		sum += w
 	}
 	var assigned int64
-	for _, name := range model.SortedKeys(traffic) {
+	for _, name := range meshspec.SortedKeys(traffic) {
 		w := traffic[name]
 		if w <= 0 {
 			continue

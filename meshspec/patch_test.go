@@ -1,4 +1,4 @@
-package model
+package meshspec
 
 import (
 	stdjson "encoding/json"

@@ -1,4 +1,4 @@
-package model
+package meshspec
 
 // Spec is the desired state as users write it: a config file, `servemesh
 // apply`, the API. It holds only what users may set: no placements (the

@@ -1,4 +1,4 @@
-// Package model owns servemesh's desired state: the plain, serialisable
+// Package meshspec owns servemesh's desired state: the plain, serialisable
 // structs that describe backends (groups of replicas running one version of a
 // service), endpoints (a route, or none for headless endpoints, with the HTTP
 // methods it accepts), each endpoint's traffic policy (weights over backends
@@ -13,4 +13,9 @@
 // enforces and names the offending field in its error, so bad input is
 // refused before it reaches Envoy. In the flow of docs/architecture.md:
 // step 2.
-package model
+//
+// It is the bottom of the house: every other package may import it, and it
+// imports nothing of servemesh's but wire, so the controller side, the
+// node side and translation share one vocabulary without importing each
+// other (it was controlplane/model, under the controller's tree).
+package meshspec
