@@ -25,9 +25,8 @@ type kind struct {
 	version  string
 	items    map[string]types.Resource // encoded twins, by name
 	versions map[string]string         // by name: what delta xDS compares
-	// sources are the resources items encode, by name: a resource the
-	// next kind of the same role holds again (the builder keeps the
-	// pointer of what did not change) keeps its twin.
+	// sources are the resources items encode, by name (reach.go lists a
+	// cut's clusters from them).
 	sources map[string]types.Resource
 
 	withTTLOnce sync.Once
@@ -59,12 +58,16 @@ func encodedKind(version string, items []translate.Encoded) *kind {
 }
 
 // add lists r as name, with its version; its twin is prev's if prev holds
-// r itself.
+// the same name at the same version. Versions are content hashes made by
+// the translation (translate.Built, NodeBuilt), so equal versions are
+// equal resources: the version, not the resource's pointer, decides.
 func (k *kind) add(name string, r types.Resource, version string, prev *kind) error {
 	k.sources[name], k.versions[name] = r, version
-	if prev != nil && prev.sources[name] == r {
-		k.items[name] = prev.items[name]
-		return nil
+	if prev != nil && version != "" && prev.versions[name] == version {
+		if twin, ok := prev.items[name]; ok {
+			k.items[name] = twin
+			return nil
+		}
 	}
 	twin, err := translate.Encode(r)
 	if err != nil {

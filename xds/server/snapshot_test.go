@@ -82,3 +82,28 @@ func newlyEncoded(last, next *kind) []string {
 	}
 	return out
 }
+
+// TestKindsReuseByVersion: a resource rebuilt with the same content (a
+// new pointer, the same version) keeps its encoding; one whose version
+// changed is encoded again. The version decides, not the pointer.
+func TestKindsReuseByVersion(t *testing.T) {
+	a := &cluster.Cluster{Name: "a", ConnectTimeout: nil}
+	b := &cluster.Cluster{Name: "b"}
+	first, err := newKind("1", []*cluster.Cluster{a, b}, func(n string) string { return n + "-v1" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := []*cluster.Cluster{proto.Clone(a).(*cluster.Cluster), {Name: "b", AltStatName: "changed"}}
+	second, err := newKind("2", again, func(n string) string {
+		if n == "b" {
+			return "b-v2"
+		}
+		return n + "-v1"
+	}, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := newlyEncoded(first, second); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("re-encoded %v; want b alone (a is a new pointer at the same version)", got)
+	}
+}
