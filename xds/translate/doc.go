@@ -33,6 +33,10 @@
 //     round robin over nodes by their load reports and, on the inbound
 //     listener, the node's picker (ext_proc) and the override_host policy
 //     that follows it.
+//   - filters.go: the one ordered table of every HTTP filter on every
+//     listener (outbound: public and mesh; inbound: per backend), each row
+//     with the chains it is on and why it sits where it does; a feature
+//     that filters requests adds a row there.
 //   - accesslog.go: the JSON access log of every HTTP listener.
 //   - limits.go: what one client may make a listener hold (buffers, HTTP/2
 //     streams and windows, header timeouts); the node's overload manager

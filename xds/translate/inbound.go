@@ -11,7 +11,6 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -72,26 +71,10 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b meshspec.Backend) (*listener.F
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener, backend %s: %w", backend, err)
 	}
-	routerConfig, err := anypb.New(&router.Router{})
+	filters, err := filtersFor(inbound, filterInput{backend: b})
 	if err != nil {
-		return nil, fmt.Errorf("inbound listener: pack router filter: %w", err)
+		return nil, fmt.Errorf("inbound listener, backend %s: %w", backend, err)
 	}
-	var filters []*hcm.HttpFilter
-	if loadAware(b) {
-		picker, err := pickerFilter(backend)
-		if err != nil {
-			return nil, err
-		}
-		filters = append(filters, picker)
-	}
-	scrub, err := replicaReportScrub()
-	if err != nil {
-		return nil, err
-	}
-	filters = append(filters, scrub, &hcm.HttpFilter{
-		Name:       "envoy.filters.http.router",
-		ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig},
-	})
 	manager, err := anypb.New(inboundLimits.applied(&hcm.HttpConnectionManager{
 		StatPrefix:     wire.InboundListener + "_" + backend,
 		CodecType:      hcm.HttpConnectionManager_AUTO,

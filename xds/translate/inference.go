@@ -165,19 +165,23 @@ func pickerCluster() *cluster.Cluster {
 
 // modelFilters are the outbound listeners' filters that read a request's
 // model from its body, off unless a route turns them on (readModelRoute).
-func modelFilters() ([]*hcm.HttpFilter, error) {
+// readModelFilter reads a body's model (off but on model-routed routes).
+func readModelFilter() (*hcm.HttpFilter, error) {
 	read, err := anypb.New(readModel(meshspec.DefaultModelField))
 	if err != nil {
 		return nil, fmt.Errorf("pack json_to_metadata filter: %w", err)
 	}
+	return &hcm.HttpFilter{Name: jsonToMetadataFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: read}}, nil
+}
+
+// rematchFilter matches the route again once the model is read (off but on
+// model-routed routes, which give it rematchSource).
+func rematchFilter() (*hcm.HttpFilter, error) {
 	rematch, err := anypb.New(&lua.Lua{DefaultSourceCode: &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: ""}}})
 	if err != nil {
 		return nil, fmt.Errorf("pack lua filter: %w", err)
 	}
-	return []*hcm.HttpFilter{
-		{Name: jsonToMetadataFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: read}},
-		{Name: luaFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: rematch}},
-	}, nil
+	return &hcm.HttpFilter{Name: luaFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: rematch}}, nil
 }
 
 const (

@@ -5,8 +5,6 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	grpcstats "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/grpc_stats/v3"
-	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -103,7 +101,7 @@ func meshScopes() routeSource {
 }
 
 func httpListener(name, address string, port uint32, routes routeSource, logged bool) (*listener.Listener, error) {
-	filters, err := outboundFilters()
+	filters, err := filtersFor(outbound, filterInput{})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}
@@ -135,35 +133,6 @@ func httpListener(name, address string, port uint32, routes routeSource, logged 
 			}},
 		}},
 	}, nil
-}
-
-// outboundFilters are the HTTP filters of the listeners that send requests
-// to backends: gRPC statistics, the model filters (off but on the routes of
-// model-routed endpoints, see inference.go), then the router. Envoy counts a backend's
-// answers by HTTP status (upstream_rq_5xx); a gRPC call fails with an HTTP
-// 200 and a grpc-status, which the grpc_stats filter counts as
-// cluster.<backend>.grpc.failure (every status but OK; no per-method
-// stats). The router then leaves its own failures of a gRPC call (a reset,
-// a timeout) to that count rather than charging a 5xx too, so no call is
-// counted twice.
-func outboundFilters() ([]*hcm.HttpFilter, error) {
-	grpcStats, err := anypb.New(&grpcstats.FilterConfig{
-		PerMethodStatSpecifier: &grpcstats.FilterConfig_StatsForAllMethods{StatsForAllMethods: wrapperspb.Bool(false)},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pack grpc_stats filter: %w", err)
-	}
-	routerConfig, err := anypb.New(&router.Router{SuppressGrpcRequestFailureCodeStats: true})
-	if err != nil {
-		return nil, fmt.Errorf("pack router filter: %w", err)
-	}
-	models, err := modelFilters()
-	if err != nil {
-		return nil, err
-	}
-	filters := []*hcm.HttpFilter{{Name: "envoy.filters.http.grpc_stats", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: grpcStats}}}
-	filters = append(filters, models...)
-	return append(filters, &hcm.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: routerConfig}}), nil
 }
 
 // adsConfigSource points a resource at the aggregated xDS stream.

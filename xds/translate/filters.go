@@ -1,0 +1,131 @@
+package translate
+
+import (
+	"fmt"
+
+	grpcstats "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/grpc_stats/v3"
+	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/servemesh/servemesh/meshspec"
+)
+
+// chain is a kind of HTTP connection manager servemesh configures.
+type chain int
+
+const (
+	// outbound: a node's public and mesh listeners, which send requests
+	// to backends.
+	outbound chain = iota
+	// inbound: a node's inbound listener's chain for one backend it runs
+	// (mTLS), which sends requests to that backend's replicas here.
+	inbound
+)
+
+// filterInput is what a chain's filters are decided from: the chain, and
+// the backend of an inbound chain (outbound chains' filters are the same
+// for every endpoint, and are switched on per route).
+type filterInput struct {
+	chain   chain
+	backend meshspec.Backend
+}
+
+// httpFilter is one row of the filter table: an Envoy HTTP filter (by the
+// name it has in the chain), the chains it is on, why it sits where it does, and how it is built (nil
+// and no error: not on this chain for this input).
+type httpFilter struct {
+	name  string
+	on    []chain
+	why   string
+	build func(filterInput) (*hcm.HttpFilter, error)
+}
+
+// httpFilters is the one ordered table of every HTTP filter servemesh
+// puts on a listener, first to last. A feature that filters requests adds
+// its row here, at the position its reason gives; filtersFor builds a
+// chain's filters from it, in this order.
+var httpFilters = []httpFilter{
+	{name: "envoy.filters.http.grpc_stats", on: []chain{outbound},
+		why: "first, so that it sees every gRPC call's status, whatever a later filter answers: " +
+			"cluster.<backend>.grpc.failure counts the calls that fail with an HTTP 200 (the router then leaves them to it)",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return grpcStatsFilter() }},
+	{name: jsonToMetadataFilter, on: []chain{outbound},
+		why: "before the route is matched again: it reads the model a JSON body names into metadata " +
+			"(off but on model-routed endpoints' routes, which buffer the body)",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return readModelFilter() }},
+	{name: luaFilter, on: []chain{outbound},
+		why:   "right after the model is read: it clears the route cache, so the route is matched again by the model's metadata",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return rematchFilter() }},
+	{name: "envoy.filters.http.ext_proc", on: []chain{inbound},
+		why: "first on the inbound hop of a load-aware backend: the node's picker chooses the replica (override_host) " +
+			"before the router sends it, and adds the node's load report to the answer",
+		build: func(in filterInput) (*hcm.HttpFilter, error) {
+			if !loadAware(in.backend) {
+				return nil, nil
+			}
+			return pickerFilter(in.backend.Name)
+		}},
+	{name: "servemesh.replica_report_scrub", on: []chain{inbound}, // a header_mutation filter
+		why: "after the picker, so on the way back (filters see the answer in reverse) it strips the replica's own load reports " +
+			"before the picker adds the node's: a replica cannot forge what callers weigh nodes by",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return replicaReportScrub() }},
+	{name: "envoy.filters.http.router", on: []chain{outbound, inbound},
+		why:   "last: it sends the request",
+		build: routerFilter},
+}
+
+// filtersFor builds c's HTTP filters for in, in the table's order.
+func filtersFor(c chain, in filterInput) ([]*hcm.HttpFilter, error) {
+	in.chain = c
+	var out []*hcm.HttpFilter
+	for _, f := range httpFilters {
+		if !onChain(f, c) {
+			continue
+		}
+		built, err := f.build(in)
+		if err != nil {
+			return nil, fmt.Errorf("http filter %s: %w", f.name, err)
+		}
+		if built != nil {
+			if built.GetName() != f.name {
+				return nil, fmt.Errorf("http filter %s: built as %s; the table names it otherwise", f.name, built.GetName())
+			}
+			out = append(out, built)
+		}
+	}
+	return out, nil
+}
+
+func onChain(f httpFilter, c chain) bool {
+	for _, on := range f.on {
+		if on == c {
+			return true
+		}
+	}
+	return false
+}
+
+// grpcStatsFilter counts gRPC calls by status, without per-method stats.
+func grpcStatsFilter() (*hcm.HttpFilter, error) {
+	cfg, err := anypb.New(&grpcstats.FilterConfig{
+		PerMethodStatSpecifier: &grpcstats.FilterConfig_StatsForAllMethods{StatsForAllMethods: wrapperspb.Bool(false)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pack grpc_stats filter: %w", err)
+	}
+	return &hcm.HttpFilter{Name: "envoy.filters.http.grpc_stats", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: cfg}}, nil
+}
+
+// routerFilter sends the request. On an outbound chain it leaves a gRPC
+// call's own failures (a reset, a timeout) to grpc_stats rather than
+// charging a 5xx too, so no call is counted twice.
+func routerFilter(in filterInput) (*hcm.HttpFilter, error) {
+	cfg := &router.Router{SuppressGrpcRequestFailureCodeStats: in.chain == outbound}
+	packed, err := anypb.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pack router filter: %w", err)
+	}
+	return &hcm.HttpFilter{Name: "envoy.filters.http.router", ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: packed}}, nil
+}
