@@ -33,6 +33,11 @@
 //     round robin over nodes by their load reports and, on the inbound
 //     listener, the node's picker (ext_proc) and the override_host policy
 //     that follows it.
+//   - features.go: backend features, registered (backendFeatures): each
+//     says what it changes of a backend's shared and inbound clusters,
+//     whether the backend's nodes keep their own view of it, and the
+//     clusters its nodes need; translation asks them at each resource
+//     (load_aware is the first).
 //   - filters.go: the one ordered table of every HTTP filter on every
 //     listener (outbound: public and mesh; inbound: per backend), each row
 //     with the chains it is on and why it sits where it does; a feature

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // TestFilterTable: every row of the filter table is on a chain and says
@@ -41,5 +42,28 @@ func TestFilterTable(t *testing.T) {
 		if got := names(c.chain, c.in); !slices.Equal(got, c.want) {
 			t.Errorf("chain %d for %q: %v, want %v", c.chain, c.in.backend.Name, got, c.want)
 		}
+	}
+}
+
+// TestBackendFeatures: a backend's features are asked at each resource
+// they change: a load-aware backend's nodes call their replicas through
+// their inbound listener (no node view) and get the picker's cluster once,
+// however many load-aware backends they run; a plain backend uses none.
+func TestBackendFeatures(t *testing.T) {
+	plain := meshspec.Backend{Name: "api"}
+	aware := meshspec.Backend{Name: "llm", Config: meshspec.BackendConfig{LoadAware: &meshspec.LoadAware{}}}
+	other := meshspec.Backend{Name: "llm2", Config: meshspec.BackendConfig{LoadAware: &meshspec.LoadAware{}}}
+	if len(featuresOf(plain)) != 0 || !hasNodeView(plain) {
+		t.Fatalf("a plain backend uses %d features (node view %v)", len(featuresOf(plain)), hasNodeView(plain))
+	}
+	if hasNodeView(aware) {
+		t.Fatal("a load-aware backend's node gets its own view: its picker would not see those requests")
+	}
+	clusters := featureClusters([]meshspec.Backend{plain, aware, other})
+	if len(clusters) != 1 || clusters[0].GetName() != wire.PickerCluster {
+		t.Fatalf("feature clusters %v; want the picker's once", clusters)
+	}
+	if len(featureClusters([]meshspec.Backend{plain})) != 0 {
+		t.Fatal("a node of plain backends gets a picker cluster")
 	}
 }

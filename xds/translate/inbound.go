@@ -171,10 +171,7 @@ func buildInboundCluster(b meshspec.Backend, node string) (*cluster.Cluster, err
 		c.TypedExtensionProtocolOptions = http2Options()
 	}
 	c.OutlierDetection = outlierDetection(b.Config.Outlier) // each replica of the node
-	if loadAware(b) {
-		return c, pickedReplicaCluster(c)
-	}
-	return c, nil
+	return c, patchInboundCluster(b, c)
 }
 
 // inboundAssignments are, for every node with replicas of a backend reached

@@ -46,7 +46,7 @@ func localView(c *cluster.Cluster, b meshspec.Backend, node string) (*cluster.Cl
 func nodeViewAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
 	eachNodeOf(m, func(b meshspec.Backend, node string, own []meshspec.Replica) {
-		if !loadAware(b) { // its nodes call their own replicas through the inbound listener
+		if hasNodeView(b) {
 			out = append(out, withActivator(nodeViewAssignment(b, node, own), wire.ActivatorSocket))
 		}
 	})

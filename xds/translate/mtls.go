@@ -3,7 +3,6 @@ package translate
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -142,7 +141,7 @@ func forNode(node wire.ProxyNode, t *MTLS, local []meshspec.Backend, shared map[
 			return nil, err
 		}
 		out.Clusters = append(out.Clusters, inboundCluster)
-		if loadAware(b) {
+		if !hasNodeView(b) {
 			continue // called through the inbound listener, as other nodes call it
 		}
 		c, ok := shared[wire.ClusterName(b.Name)]
@@ -155,9 +154,7 @@ func forNode(node wire.ProxyNode, t *MTLS, local []meshspec.Backend, shared map[
 		}
 		out.Clusters = append(out.Clusters, view)
 	}
-	if slices.ContainsFunc(local, loadAware) {
-		out.Clusters = append(out.Clusters, pickerCluster())
-	}
+	out.Clusters = append(out.Clusters, featureClusters(local)...)
 	return out, nil
 }
 
@@ -196,15 +193,15 @@ func localBackends(m *meshspec.Model, node string) []meshspec.Backend {
 // calling node's identity (from its SecretsDir, the same path on every
 // node, so the clusters stay shared).
 func secureClusters(m *meshspec.Model, t *MTLS, clusters []*cluster.Cluster) error {
-	secure, loadAwareClusters := map[string]bool{}, map[string]bool{}
+	secure := map[string]meshspec.Backend{}
 	for _, b := range m.Backends {
 		if tlsBackend(b) && !b.ResolvedByDNS() {
-			secure[wire.ClusterName(b.Name)] = true
-			loadAwareClusters[wire.ClusterName(b.Name)] = loadAware(b)
+			secure[wire.ClusterName(b.Name)] = b
 		}
 	}
 	for _, c := range clusters {
-		if !secure[c.GetName()] {
+		b, ok := secure[c.GetName()]
+		if !ok {
 			continue
 		}
 		socket, err := upstreamTLS(t, c.GetName(), c.GetTypedExtensionProtocolOptions() != nil)
@@ -219,10 +216,8 @@ func secureClusters(m *meshspec.Model, t *MTLS, clusters []*cluster.Cluster) err
 		// Each replica's own limit is kept by its node's inbound cluster;
 		// here a host is a node with several replicas.
 		c.CircuitBreakers.PerHostThresholds = nil
-		if loadAwareClusters[c.GetName()] {
-			if err := loadAwareCluster(c); err != nil {
-				return err
-			}
+		if err := patchSharedCluster(b, c); err != nil {
+			return err
 		}
 	}
 	return nil
