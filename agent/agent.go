@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servemesh/servemesh/agent/picker"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
@@ -60,7 +61,7 @@ type Options struct {
 	Inbound string
 	// Picker, if set, follows the replicas the agent runs, to pick them
 	// for the node's Envoy (load-aware backends).
-	Picker *Picker
+	Picker *picker.Picker
 	// StopOnExit stops the node's replicas when Run returns (a node
 	// leaving, or the demo's Ctrl-C). Otherwise they keep running and
 	// registered, for the next agent to adopt.
@@ -83,8 +84,8 @@ type Agent struct {
 	users                  *backendUsers       // loaded by Run
 	secrets                *Secrets            // nil: no mesh mTLS
 	inbound                string
-	listenHost             string  // where replicas listen
-	picker                 *Picker // nil: none
+	listenHost             string         // where replicas listen
+	picker                 *picker.Picker // nil: none
 	metrics                *metrics
 	stopOnExit             bool
 

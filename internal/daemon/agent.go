@@ -13,6 +13,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/agent/picker"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/leader"
 	"github.com/servemesh/servemesh/controlplane/store"
@@ -125,8 +126,8 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		ao.Inbound = o.Inbound
 	}
 	// The picker picks the node's replicas of load-aware backends.
-	picker := agent.NewPicker(desired)
-	ao.Picker = picker
+	pick := picker.New(desired)
+	ao.Picker = pick
 	a, err := agent.New(ao)
 	if err != nil {
 		return stopWith(g, err)
@@ -140,9 +141,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		g.Go("envoy", sup.Run)
 		g.Go("activator", func(ctx context.Context) error { return activator.Serve(ctx, o.Envoy.WorkDir) })
-		pickerServer := agent.NewPickerServer(picker, log.With("component", "picker"), reg)
+		pickerServer := picker.NewServer(pick, log.With("component", "picker"), reg)
 		g.Go("picker", func(ctx context.Context) error { return pickerServer.Serve(ctx, o.Envoy.WorkDir) })
-		g.Go("picker scrape", func(ctx context.Context) error { picker.Scrape(ctx); return nil })
+		g.Go("picker scrape", func(ctx context.Context) error { pick.Scrape(ctx); return nil })
 		if !o.Envoy.Bootstrap.Node.NoAccessLog {
 			accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
 			log.Info("the node's access log: a JSON line per request", "path", accessLog)

@@ -36,7 +36,7 @@ import (
 //     client-side weighted round robin (loadAwareCluster), whose weights
 //     come from the ORCA load reports (wire.LoadReportHeader) on the
 //     answers it gets: a node's weight, qps/utilization, is its capacity
-//     discounted by its replicas' time to first byte (agent.Picker).
+//     discounted by its replicas' time to first byte (agent/picker).
 //  2. That node's inbound listener asks its agent (the picker, an ext_proc
 //     server on wire.PickerSocket) which of its replicas takes the
 //     request: the agent knows each one's requests in flight (they all

@@ -1,4 +1,4 @@
-package agent
+package picker
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 // Picker is the node's endpoint picker for load-aware backends (the
 // Gateway API Inference Extension's endpoint picker, on every node): the
 // node's inbound listener asks it, per request, which of the node's
-// replicas of the backend takes it (pickerserver.go serves Envoy's
+// replicas of the backend takes it (server.go serves Envoy's
 // ext_proc protocol for that). Every request to a replica crosses its
 // node's inbound listener, so the picker's count of each replica's
 // requests in flight is exact, whichever node sent them.
@@ -75,8 +75,8 @@ const ttfbWeight = 0.3
 // serverLoadStale is how old a server's figures may be and still count.
 const serverLoadStale = 2 * time.Second
 
-// NewPicker returns a picker for the backends of desired (nil: none yet).
-func NewPicker(desired func() *meshspec.Model) *Picker {
+// New returns a picker for the backends of desired (nil: none yet).
+func New(desired func() *meshspec.Model) *Picker {
 	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}}
 }
 

@@ -1,4 +1,4 @@
-package agent
+package picker
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 func testPicker(t *testing.T, la *meshspec.LoadAware) (*Picker, *time.Time) {
 	t.Helper()
 	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "llama", Config: meshspec.BackendConfig{MaxConcurrentQueries: 2, LoadAware: la}}}}
-	p := NewPicker(func() *meshspec.Model { return m })
+	p := New(func() *meshspec.Model { return m })
 	now := time.Unix(1_000_000, 0)
 	p.now = func() time.Time { return now }
 	for i, tag := range []string{"llama#000001", "llama#000002", "llama#000003"} {
@@ -205,7 +205,7 @@ func TestPickerServerSpeaksExtProc(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	srv := NewPickerServer(p, slog.New(slog.DiscardHandler), nil)
+	srv := NewServer(p, slog.New(slog.DiscardHandler), nil)
 	go func() { _ = srv.Serve(ctx, dir) }()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, wire.PickerSocket), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {

@@ -1,4 +1,4 @@
-package agent
+package picker
 
 import (
 	"context"
@@ -16,18 +16,19 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
-// PickerServer serves the node's Picker to its Envoy: the ext_proc
+// Server serves the node's Picker to its Envoy: the ext_proc
 // protocol on wire.PickerSocket, one stream per request of a load-aware
 // backend (the backend named in the stream's metadata). On the request's
 // headers it answers with the replica picked, in dynamic metadata, or a
 // 429 with Retry-After for a shed request; on the answer's headers, with
 // the node's load report.
-type PickerServer struct {
+type Server struct {
 	extproc.UnimplementedExternalProcessorServer
 	picker   *Picker
 	log      *slog.Logger
@@ -44,10 +45,10 @@ const (
 // ShedRetryAfter is the Retry-After, in seconds, of a shed request.
 const ShedRetryAfter = "1"
 
-// NewPickerServer returns a server of p; reg (nil: none) receives its
+// NewServer returns a server of p; reg (nil: none) receives its
 // metrics.
-func NewPickerServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *PickerServer {
-	s := &PickerServer{picker: p, log: log, outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *Server {
+	s := &Server{picker: p, log: log, outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_requests_total",
 		Help: "Requests of load-aware backends this node's picker was asked about, by outcome: picked (a replica named), shed (sheddable, every replica here saturated: 429), none (no ready replica here).",
 	}, []string{"backend", "outcome"})}
@@ -59,8 +60,8 @@ func NewPickerServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *Pi
 
 // Serve listens on the picker's socket in dir (the node's Envoy's folder)
 // until ctx ends.
-func (s *PickerServer) Serve(ctx context.Context, dir string) error {
-	l, path, err := listenEnvoySocket(ctx, dir, wire.PickerSocket)
+func (s *Server) Serve(ctx context.Context, dir string) error {
+	l, path, err := envoy.ListenSocket(ctx, dir, wire.PickerSocket)
 	if err != nil {
 		return fmt.Errorf("picker: %w", err)
 	}
@@ -81,7 +82,7 @@ func (s *PickerServer) Serve(ctx context.Context, dir string) error {
 
 // Process answers one request's questions: which replica, then its load
 // report.
-func (s *PickerServer) Process(stream extproc.ExternalProcessor_ProcessServer) error {
+func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 	backend := ""
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if v := md.Get(wire.BackendHeader); len(v) > 0 {
@@ -130,7 +131,7 @@ func (s *PickerServer) Process(stream extproc.ExternalProcessor_ProcessServer) e
 
 // answerRequest is the answer to a request's headers: the replica picked,
 // a 429, or nothing (Envoy picks).
-func (s *PickerServer) answerRequest(backend string, c choice) *extproc.ProcessingResponse {
+func (s *Server) answerRequest(backend string, c choice) *extproc.ProcessingResponse {
 	switch {
 	case c.shed:
 		s.outcomes.WithLabelValues(backend, PickShed).Inc()
