@@ -4,5 +4,6 @@
 // folder), the load data (scrape.go: the servers' own gauges, and the
 // node's exact count of each replica's requests in flight and its times
 // to first byte) and the policy that scores replicas from them
-// (picker.go). In the flow of docs/architecture.md: step 9.
+// (the sub-package scoring: pure, table-tested alone; picker.go holds
+// the figures and asks it). In the flow of docs/architecture.md: step 9.
 package picker

@@ -1,12 +1,11 @@
 package picker
 
 import (
-	"fmt"
-	"math"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/servemesh/servemesh/agent/picker/scoring"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -32,7 +31,7 @@ import (
 // the picker adds an ORCA load report to each answer (Report): requests
 // per second, and utilization: those over the node's weighted capacity,
 // the sum over its replicas of max_concurrent_queries over their smoothed
-// time to first byte, squared (bounded: see reportKnee). Client-side
+// time to first byte, squared (bounded: see scoring.NodeReport). Client-side
 // weighted round robin weighs
 // nodes by rps/utilization, that capacity: a node's requests a second,
 // discounted once more by how long they take, so that answers come from
@@ -50,30 +49,13 @@ type Picker struct {
 	rates    map[string]*rate        // completions, by backend
 }
 
-// replicaLoad is what the picker knows of one replica.
+// replicaLoad is what the picker knows of one replica: which it is, and
+// the figures its policy (scoring) reads.
 type replicaLoad struct {
 	tag, backend, addr string
 	ready              bool
-	inFlight           int
-	ttfb               time.Duration // smoothed; 0: none yet
-	server             serverLoad
+	scoring.Replica
 }
-
-// serverLoad is what a replica's server last said of its load (its
-// metrics), and when.
-type serverLoad struct {
-	at                     time.Time
-	waiting, running, kv   float64
-	hasWaiting, hasRunning bool
-	hasKV                  bool
-}
-
-// ttfbWeight is how much each new time to first byte moves the smoothed
-// one.
-const ttfbWeight = 0.3
-
-// serverLoadStale is how old a server's figures may be and still count.
-const serverLoadStale = 2 * time.Second
 
 // New returns a picker for the backends of desired (nil: none yet).
 func New(desired func() *meshspec.Model) *Picker {
@@ -119,33 +101,35 @@ type choice struct {
 	shed    bool
 }
 
-// pick chooses the replica of backend that takes a request, and counts it
-// in flight there until done.
+// pick chooses the replica of backend that takes a request (the policy's
+// choice, scoring.Choose), and counts it in flight there until done.
 func (p *Picker) pick(backend string, sheddable bool) choice {
-	cfg, ok := p.backendConfig(backend)
+	limits, known := p.backendLimits(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var best *replicaLoad
-	bestCost, bestFree := math.Inf(1), false
-	now, typical := p.now(), p.typicalTTFB(backend)
-	for _, r := range p.sorted(backend) {
-		if !r.ready {
-			continue
-		}
-		free := !ok || !r.saturated(cfg, now)
-		cost := r.cost(now, typical)
-		if best == nil || (free && !bestFree) || (free == bestFree && cost < bestCost) {
-			best, bestCost, bestFree = r, cost, free
-		}
-	}
+	ready, loads := p.ready(backend)
+	i, shed := scoring.Choose(loads, limits, known, sheddable, p.now(), p.typicalTTFB(backend))
 	switch {
-	case best == nil:
-		return choice{}
-	case !bestFree && sheddable:
+	case shed:
 		return choice{shed: true}
+	case i < 0:
+		return choice{}
 	}
-	best.inFlight++
-	return choice{replica: best}
+	ready[i].InFlight++
+	return choice{replica: ready[i]}
+}
+
+// ready are backend's ready replicas by tag (for a stable choice among
+// equals), and their figures.
+func (p *Picker) ready(backend string) ([]*replicaLoad, []scoring.Replica) {
+	var out []*replicaLoad
+	var loads []scoring.Replica
+	for _, r := range p.sorted(backend) {
+		if r.ready {
+			out, loads = append(out, r), append(loads, r.Replica)
+		}
+	}
+	return out, loads
 }
 
 // done ends a request picked for r: its time to first byte (0: it got
@@ -153,15 +137,11 @@ func (p *Picker) pick(backend string, sheddable bool) choice {
 func (p *Picker) done(r *replicaLoad, ttfb time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r.inFlight--
+	r.InFlight--
 	if ttfb <= 0 {
 		return
 	}
-	if r.ttfb == 0 {
-		r.ttfb = ttfb
-	} else {
-		r.ttfb = time.Duration(ttfbWeight*float64(ttfb) + (1-ttfbWeight)*float64(r.ttfb))
-	}
+	r.TTFB = scoring.Smooth(r.TTFB, ttfb)
 	p.rate(r.backend).add(p.now())
 }
 
@@ -177,72 +157,37 @@ func (p *Picker) sorted(backend string) []*replicaLoad {
 	return out
 }
 
-// typicalTTFB stands in for the time to first byte of a replica that has
-// answered nothing yet: the fastest of its backend's, so it is tried soon.
+// typicalTTFB is scoring.Typical of every replica of backend here, ready
+// or not.
 func (p *Picker) typicalTTFB(backend string) time.Duration {
-	var best time.Duration
+	var all []scoring.Replica
 	for _, r := range p.replicas {
-		if r.backend == backend && r.ttfb > 0 && (best == 0 || r.ttfb < best) {
-			best = r.ttfb
+		if r.backend == backend {
+			all = append(all, r.Replica)
 		}
 	}
-	if best == 0 {
-		return time.Millisecond
-	}
-	return best
+	return scoring.Typical(all)
 }
 
-// backendConfig is backend's load-aware setting and concurrency, if the
-// desired state has it.
-func (p *Picker) backendConfig(backend string) (loadConfig, bool) {
+// backendLimits are what saturate backend's replicas, if the desired state
+// has the backend.
+func (p *Picker) backendLimits(backend string) (scoring.Limits, bool) {
 	m := p.desired()
 	if m == nil {
-		return loadConfig{}, false
+		return scoring.Limits{}, false
 	}
 	b, ok := m.Backend(backend)
 	if !ok {
-		return loadConfig{}, false
+		return scoring.Limits{}, false
 	}
-	cfg := loadConfig{maxInFlight: b.Config.EffectiveMaxConcurrentQueries()}
-	if b.Config.LoadAware != nil {
-		cfg.LoadAware = *b.Config.LoadAware
-	}
-	return cfg, true
-}
-
-// loadConfig is what saturates a backend's replicas.
-type loadConfig struct {
-	meshspec.LoadAware
-	maxInFlight int
-}
-
-// saturated reports whether r may take no more requests without waiting.
-func (r *replicaLoad) saturated(cfg loadConfig, now time.Time) bool {
-	if r.inFlight >= cfg.maxInFlight {
-		return true
-	}
-	s, fresh := r.server, now.Sub(r.server.at) < serverLoadStale
-	return fresh && ((cfg.QueueLimit > 0 && s.hasWaiting && s.waiting >= float64(cfg.QueueLimit)) ||
-		(cfg.KVCacheMetric != "" && s.hasKV && s.kv >= cfg.EffectiveKVCacheLimit()))
-}
-
-// cost is r's expected time to answer one more request (peak-EWMA).
-func (r *replicaLoad) cost(now time.Time, typical time.Duration) float64 {
-	pending := float64(r.inFlight)
-	kv := 0.0
-	if s := r.server; now.Sub(s.at) < serverLoadStale {
-		if s.hasWaiting || s.hasRunning {
-			pending = math.Max(pending, s.waiting+s.running)
-		}
-		if s.hasKV {
-			kv = math.Min(math.Max(s.kv, 0), 1)
+	l := scoring.Limits{MaxInFlight: b.Config.EffectiveMaxConcurrentQueries()}
+	if la := b.Config.LoadAware; la != nil {
+		l.QueueLimit = la.QueueLimit
+		if la.KVCacheMetric != "" {
+			l.KVCacheLimit = la.EffectiveKVCacheLimit()
 		}
 	}
-	ttfb := r.ttfb
-	if ttfb == 0 {
-		ttfb = typical
-	}
-	return (pending + 1) * ttfb.Seconds() * (1 + kv)
+	return l, true
 }
 
 // Report is the node's ORCA load report for backend, in the header
@@ -250,70 +195,17 @@ func (r *replicaLoad) cost(now time.Time, typical time.Duration) float64 {
 // its utilization, those over its weighted capacity (see Picker); and, as
 // named metrics, the requests in flight and, where servers report them,
 // the most waiting and the highest KV-cache use. A saturated replica
-// counts for a tenth of its capacity (saturatedShare), so callers send
+// counts for a tenth of its capacity (scoring.SaturatedShare), so callers send
 // a node whose every replica is saturated a tenth of its share, not none:
 // its answers keep its report fresh.
 func (p *Picker) Report(backend string) string {
-	cfg, known := p.backendConfig(backend)
+	limits, known := p.backendLimits(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	rps := p.rate(backend).perSecond(now)
-	capacity, inFlight, waiting, kv := 0.0, 0, 0.0, 0.0
-	typical := p.typicalTTFB(backend)
-	for _, r := range p.sorted(backend) {
-		if !r.ready {
-			continue
-		}
-		ttfb := r.ttfb
-		if ttfb == 0 {
-			ttfb = typical
-		}
-		share := 1.0
-		if known && r.saturated(cfg, now) {
-			share = saturatedShare
-		}
-		capacity += share * float64(max(cfg.maxInFlight, 1)) / replicaSeconds(ttfb)
-		inFlight += r.inFlight
-		if now.Sub(r.server.at) < serverLoadStale {
-			waiting, kv = math.Max(waiting, r.server.waiting), math.Max(kv, r.server.kv)
-		}
-	}
-	utilization := 1.0 // no ready replica: full
-	if capacity > 0 {
-		utilization = math.Max(rps/capacity, minUtilization)
-	}
-	return fmt.Sprintf("TEXT application_utilization=%.6g,rps_fractional=%.6g,named_metrics.in_flight=%d,named_metrics.waiting=%.6g,named_metrics.kv_cache=%.6g",
-		utilization, rps, inFlight, waiting, kv)
+	_, loads := p.ready(backend)
+	return scoring.NodeReport(loads, limits, known, p.rate(backend).perSecond(now), now, p.typicalTTFB(backend)).Header()
 }
-
-// reportKnee and reportFloor bound what a replica's time to first byte,
-// which the replica controls, does to its node's weight: above the knee a
-// slower replica counts for less by its time squared (the discount that
-// sends answers to faster nodes); below it only by its time (what it can
-// serve); and no time counts as less than the floor. So a replica that
-// answers at once counts for at most 10 times one answering in 10 ms
-// (before, a forged fast answer grew its node's weight quadratically
-// without bound).
-const (
-	reportKnee  = 10 * time.Millisecond
-	reportFloor = time.Millisecond
-)
-
-// replicaSeconds is the denominator of a replica's capacity in its node's
-// report: its time to first byte times the larger of it and reportKnee,
-// in seconds squared.
-func replicaSeconds(ttfb time.Duration) float64 {
-	ttfb = max(ttfb, reportFloor)
-	return ttfb.Seconds() * max(ttfb, reportKnee).Seconds()
-}
-
-// saturatedShare is the share of its capacity a saturated replica counts
-// for in its node's load report.
-const saturatedShare = 0.1
-
-// minUtilization keeps a report valid (Envoy ignores a utilization of 0).
-const minUtilization = 1e-6
 
 func (p *Picker) rate(backend string) *rate {
 	r, ok := p.rates[backend]

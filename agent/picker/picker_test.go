@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/servemesh/servemesh/agent/picker/scoring"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -45,9 +46,9 @@ func testPicker(t *testing.T, la *meshspec.LoadAware) (*Picker, *time.Time) {
 func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{})
 	p.mu.Lock()
-	p.replicas["llama#000001"].ttfb = 300 * time.Millisecond
-	p.replicas["llama#000002"].ttfb = 100 * time.Millisecond
-	p.replicas["llama#000003"].ttfb = 100 * time.Millisecond
+	p.replicas["llama#000001"].TTFB = 300 * time.Millisecond
+	p.replicas["llama#000002"].TTFB = 100 * time.Millisecond
+	p.replicas["llama#000003"].TTFB = 100 * time.Millisecond
 	p.mu.Unlock()
 	var got []string
 	for range 4 {
@@ -109,23 +110,23 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		load.at = *now
+		load.At = *now
 		p.mu.Lock()
 		for _, r := range p.replicas {
 			if r.addr == addr {
-				r.server = load
+				r.Server = load
 			}
 		}
 		p.mu.Unlock()
 	}
-	if got := p.replicas["llama#000003"].server.waiting; got != 3 {
+	if got := p.replicas["llama#000003"].Server.Waiting; got != 3 {
 		t.Errorf("waiting %v, want 3: a gauge's series summed", got)
 	}
 	c := p.pick("llama", true)
 	if c.replica == nil || c.replica.addr != "127.0.0.1:9003" {
 		t.Fatalf("picked %+v, want 9003: 9001's queue is at its limit (7 ≥ 5), 9002's KV cache past 0.95", c)
 	}
-	*now = now.Add(serverLoadStale)
+	*now = now.Add(scoring.Stale)
 	if !strings.Contains(p.Report("llama"), "named_metrics.waiting=0,") {
 		t.Errorf("stale figures still count: %s", p.Report("llama"))
 	}

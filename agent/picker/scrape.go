@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
 
+	"github.com/servemesh/servemesh/agent/picker/scoring"
 	"github.com/servemesh/servemesh/internal/httpserver"
 )
 
@@ -39,11 +40,11 @@ func (p *Picker) Scrape(ctx context.Context) {
 		for _, target := range p.scrapeTargets() {
 			load, err := readServerLoad(ctx, target)
 			if err != nil {
-				continue // stale figures stop counting (serverLoadStale)
+				continue // stale figures stop counting (scoring.ServerStale)
 			}
 			p.mu.Lock()
 			if r, ok := p.replicas[target.tag]; ok {
-				r.server = load
+				r.Server = load
 			}
 			p.mu.Unlock()
 		}
@@ -78,28 +79,28 @@ func (p *Picker) scrapeTargets() []scrapeTarget {
 
 // readServerLoad reads a replica's metrics: each named gauge summed over
 // its series (vLLM labels them by model).
-func readServerLoad(ctx context.Context, t scrapeTarget) (serverLoad, error) {
+func readServerLoad(ctx context.Context, t scrapeTarget) (scoring.Server, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
 	if err != nil {
-		return serverLoad{}, err
+		return scoring.Server{}, err
 	}
 	resp, err := scrapeClient.Do(req)
 	if err != nil {
-		return serverLoad{}, err
+		return scoring.Server{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return serverLoad{}, fmt.Errorf("%s answered %d", t.url, resp.StatusCode)
+		return scoring.Server{}, fmt.Errorf("%s answered %d", t.url, resp.StatusCode)
 	}
 	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
-		return serverLoad{}, fmt.Errorf("%s: %w", t.url, err)
+		return scoring.Server{}, fmt.Errorf("%s: %w", t.url, err)
 	}
-	load := serverLoad{at: time.Now()}
-	load.waiting, load.hasWaiting = gaugeSum(families, t.queue)
-	load.running, load.hasRunning = gaugeSum(families, t.running)
-	load.kv, load.hasKV = gaugeSum(families, t.kvCache)
+	load := scoring.Server{At: time.Now()}
+	load.Waiting, load.HasWaiting = gaugeSum(families, t.queue)
+	load.Running, load.HasRunning = gaugeSum(families, t.running)
+	load.KV, load.HasKV = gaugeSum(families, t.kvCache)
 	return load, nil
 }
 

@@ -1,0 +1,208 @@
+// Package scoring is the picker's policy, pure: from what is known of each
+// replica of a backend on a node (its requests in flight, its smoothed
+// time to first byte, what its server last reported), which one takes a
+// request, whether the request is shed, and what the node reports of its
+// capacity to calling nodes. No state, no clock, no I/O: the picker
+// (agent/picker) holds the figures and asks. It is off the flow of
+// docs/architecture.md, a part of step 9's picker.
+package scoring
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Server is what a replica's server last said of its load (its metrics),
+// and when.
+type Server struct {
+	At                     time.Time
+	Waiting, Running, KV   float64
+	HasWaiting, HasRunning bool
+	HasKV                  bool
+}
+
+// Replica is what the picker knows of one ready replica.
+type Replica struct {
+	InFlight int
+	TTFB     time.Duration // smoothed; 0: none yet
+	Server   Server
+}
+
+// Limits are what saturate a backend's replicas: its
+// max_concurrent_queries and its load_aware queue and KV-cache limits.
+type Limits struct {
+	MaxInFlight int
+	// QueueLimit, if positive, saturates a replica whose server reports
+	// that many requests waiting.
+	QueueLimit int
+	// KVCacheLimit, if positive, saturates a replica whose server reports
+	// that much of its KV cache used (0 to 1).
+	KVCacheLimit float64
+}
+
+// Stale is how old a server's figures may be and still count.
+const Stale = 2 * time.Second
+
+// TTFBWeight is how much each new time to first byte moves the smoothed
+// one.
+const TTFBWeight = 0.3
+
+// Smooth is the smoothed time to first byte after one more answer's.
+func Smooth(smoothed, ttfb time.Duration) time.Duration {
+	if smoothed == 0 {
+		return ttfb
+	}
+	return time.Duration(TTFBWeight*float64(ttfb) + (1-TTFBWeight)*float64(smoothed))
+}
+
+// fresh reports whether r's server figures count at now.
+func (r Replica) fresh(now time.Time) bool { return now.Sub(r.Server.At) < Stale }
+
+// Saturated reports whether r may take no more requests without waiting:
+// its requests in flight reach the limit (Envoy queues the rest), or its
+// server's fresh figures put its queue or its KV cache at theirs.
+func (r Replica) Saturated(l Limits, now time.Time) bool {
+	if r.InFlight >= l.MaxInFlight {
+		return true
+	}
+	s := r.Server
+	return r.fresh(now) && ((l.QueueLimit > 0 && s.HasWaiting && s.Waiting >= float64(l.QueueLimit)) ||
+		(l.KVCacheLimit > 0 && s.HasKV && s.KV >= l.KVCacheLimit))
+}
+
+// Cost is r's expected time to answer one more request, Linkerd's
+// peak-EWMA: its time to first byte (typical, if it has none yet) times
+// its requests pending plus one, where pending is what the node has in
+// flight to it or, if its server says more (running and waiting), that;
+// a full KV cache doubles it.
+func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
+	pending, kv := float64(r.InFlight), 0.0
+	if s := r.Server; r.fresh(now) {
+		if s.HasWaiting || s.HasRunning {
+			pending = math.Max(pending, s.Waiting+s.Running)
+		}
+		if s.HasKV {
+			kv = math.Min(math.Max(s.KV, 0), 1)
+		}
+	}
+	ttfb := r.TTFB
+	if ttfb == 0 {
+		ttfb = typical
+	}
+	return (pending + 1) * ttfb.Seconds() * (1 + kv)
+}
+
+// Typical stands in for the time to first byte of a replica that has
+// answered nothing yet: the fastest of the others', so it is tried soon;
+// a millisecond when none has answered.
+func Typical(replicas []Replica) time.Duration {
+	var best time.Duration
+	for _, r := range replicas {
+		if r.TTFB > 0 && (best == 0 || r.TTFB < best) {
+			best = r.TTFB
+		}
+	}
+	if best == 0 {
+		return time.Millisecond
+	}
+	return best
+}
+
+// Choose picks among ready replicas: the cheapest that is not saturated;
+// when every one is, a sheddable request is shed and a critical one goes
+// to the cheapest. With no limits known (the backend is not in the
+// desired state yet), no replica counts as saturated. typical is Typical
+// of the backend's replicas on the node. It returns the
+// replica's index, or -1 (none: Envoy picks), and whether to shed. Among
+// equals the first wins, so callers pass replicas in a stable order.
+func Choose(ready []Replica, l Limits, known, sheddable bool, now time.Time, typical time.Duration) (int, bool) {
+	best, bestCost, bestFree := -1, math.Inf(1), false
+	for i, r := range ready {
+		free := !known || !r.Saturated(l, now)
+		cost := r.Cost(now, typical)
+		if best < 0 || (free && !bestFree) || (free == bestFree && cost < bestCost) {
+			best, bestCost, bestFree = i, cost, free
+		}
+	}
+	if best >= 0 && !bestFree && sheddable {
+		return -1, true
+	}
+	return best, false
+}
+
+// reportKnee and reportFloor bound what a replica's time to first byte,
+// which the replica controls, does to its node's weight: above the knee a
+// slower replica counts for less by its time squared (the discount that
+// sends answers to faster nodes); below it only by its time (what it can
+// serve); and no time counts as less than the floor. So a replica that
+// answers at once counts for at most 10 times one answering in 10 ms
+// (before, a forged fast answer grew its node's weight quadratically
+// without bound).
+const (
+	reportKnee  = 10 * time.Millisecond
+	reportFloor = time.Millisecond
+)
+
+// SaturatedShare is the share of its capacity a saturated replica counts
+// for in its node's load report: callers send a node whose every replica
+// is saturated a tenth of its share, not none, so its answers keep its
+// report fresh.
+const SaturatedShare = 0.1
+
+// minUtilization keeps a report valid (Envoy ignores a utilization of 0).
+const minUtilization = 1e-6
+
+// replicaSeconds is the denominator of a replica's capacity in its node's
+// report: its time to first byte times the larger of it and reportKnee,
+// in seconds squared.
+func replicaSeconds(ttfb time.Duration) float64 {
+	ttfb = max(ttfb, reportFloor)
+	return ttfb.Seconds() * max(ttfb, reportKnee).Seconds()
+}
+
+// Report is a node's load for one backend, as calling nodes weigh it.
+type Report struct {
+	// RPS is the backend's answers per second on the node; Utilization
+	// those over the node's weighted capacity (1: no ready replica).
+	RPS, Utilization float64
+	// InFlight, Waiting and KV are named metrics: the requests in flight,
+	// the most waiting and the highest KV-cache use its servers report.
+	InFlight    int
+	Waiting, KV float64
+}
+
+// NodeReport is the node's report for a backend whose ready replicas are
+// ready, at rps answers a second: its capacity is the sum over them of
+// max_concurrent_queries over replicaSeconds of their time to first byte,
+// a saturated one counting for SaturatedShare (typical: as for Choose).
+func NodeReport(ready []Replica, l Limits, known bool, rps float64, now time.Time, typical time.Duration) Report {
+	out := Report{RPS: rps, Utilization: 1}
+	capacity := 0.0
+	for _, r := range ready {
+		ttfb := r.TTFB
+		if ttfb == 0 {
+			ttfb = typical
+		}
+		share := 1.0
+		if known && r.Saturated(l, now) {
+			share = SaturatedShare
+		}
+		capacity += share * float64(max(l.MaxInFlight, 1)) / replicaSeconds(ttfb)
+		out.InFlight += r.InFlight
+		if r.fresh(now) {
+			out.Waiting, out.KV = math.Max(out.Waiting, r.Server.Waiting), math.Max(out.KV, r.Server.KV)
+		}
+	}
+	if capacity > 0 {
+		out.Utilization = math.Max(rps/capacity, minUtilization)
+	}
+	return out
+}
+
+// Header is the report in the ORCA text format Envoy reads
+// (wire.LoadReportHeader).
+func (r Report) Header() string {
+	return fmt.Sprintf("TEXT application_utilization=%.6g,rps_fractional=%.6g,named_metrics.in_flight=%d,named_metrics.waiting=%.6g,named_metrics.kv_cache=%.6g",
+		r.Utilization, r.RPS, r.InFlight, r.Waiting, r.KV)
+}
