@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/meshspec"
@@ -42,14 +43,13 @@ import (
 type Activator struct {
 	admin   envoy.Admin
 	node    string
-	desired func() *meshspec.Model
+	desired func() *nodeview.View
 	log     *slog.Logger
 	poll    time.Duration
 
-	mu     sync.Mutex
-	held   map[string]int          // by backend
-	ready  map[string]readyReading // by Envoy cluster
-	byName backendIndex
+	mu    sync.Mutex
+	held  map[string]int          // by backend
+	ready map[string]readyReading // by Envoy cluster
 
 	heldNow  *prometheus.GaugeVec
 	outcomes *prometheus.CounterVec
@@ -62,20 +62,14 @@ type readyReading struct {
 	ready bool
 }
 
-// backendIndex finds backends by name in one version of the desired state.
-type backendIndex struct {
-	m        *meshspec.Model
-	backends map[string]meshspec.Backend
-}
-
 // ActivatorOptions configure an Activator.
 type ActivatorOptions struct {
 	Admin envoy.Admin // the node's Envoy
 	Node  string      // the node's ID
-	// Desired is the latest desired state the agent has read (nil: none
-	// yet). A nil Desired (an Envoy run without an agent) holds the requests
-	// of any backend within the default bounds.
-	Desired func() *meshspec.Model
+	// Desired is the node's view of the latest desired state the agent
+	// has read (nil: none yet). A nil Desired (an Envoy run without an
+	// agent) holds the requests of any backend within the default bounds.
+	Desired func() *nodeview.View
 	Logger  *slog.Logger
 	// Registerer receives the activator's metrics; nil skips them.
 	Registerer prometheus.Registerer
@@ -221,31 +215,11 @@ func (a *Activator) backend(name string) (meshspec.Backend, bool) {
 	if a.desired == nil {
 		return meshspec.Backend{Name: name}, name != ""
 	}
-	m := a.desired()
-	if m == nil {
-		return meshspec.Backend{}, false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.byName.m != m {
-		a.byName = backendIndex{m: m, backends: make(map[string]meshspec.Backend, len(m.Backends))}
-		for _, b := range m.Backends {
-			a.byName.backends[b.Name] = b
-		}
-	}
-	b, ok := a.byName.backends[name]
-	return b, ok
+	return a.desired().Backend(name)
 }
 
 // placedHere reports whether a replica of b is to run on this node.
-func (a *Activator) placedHere(b meshspec.Backend) bool {
-	for _, p := range b.Placements {
-		if p.Node == a.node && p.State == meshspec.Running {
-			return true
-		}
-	}
-	return false
-}
+func (a *Activator) placedHere(b meshspec.Backend) bool { return a.desired().PlacedHere(b.Name) }
 
 func (a *Activator) admit(backend string, limit int) bool {
 	a.mu.Lock()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
@@ -40,7 +41,8 @@ func membershipAdmin(t *testing.T, healthy *atomic.Int64) envoy.Admin {
 // returns clients of its two sockets.
 func startActivator(t *testing.T, m *meshspec.Model, healthy *atomic.Int64) (a *Activator, backends, inbound *http.Client) {
 	t.Helper()
-	a = NewActivator(ActivatorOptions{Admin: membershipAdmin(t, healthy), Node: "n1", Desired: func() *meshspec.Model { return m },
+	view := nodeview.New(m, "n1")
+	a = NewActivator(ActivatorOptions{Admin: membershipAdmin(t, healthy), Node: "n1", Desired: func() *nodeview.View { return view },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	a.poll = 10 * time.Millisecond
 	dir := t.TempDir()

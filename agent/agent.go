@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/backoff"
@@ -93,11 +94,16 @@ type Agent struct {
 	devices  *devices
 	configs  sync.Map // replica tag -> the user_config version it runs
 	desired  atomic.Pointer[meshspec.Model]
+	view     atomic.Pointer[nodeview.View] // desired, as the node's parts read it
 }
 
 // Desired is the latest desired state the agent has read; nil before the
 // first.
 func (a *Agent) Desired() *meshspec.Model { return a.desired.Load() }
+
+// View is the node's view of Desired (nodeview), made once per desired
+// state read; nil before the first.
+func (a *Agent) View() *nodeview.View { return a.view.Load() }
 
 type metrics struct {
 	restarts *prometheus.CounterVec
@@ -278,6 +284,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		retry.Reset()
+		a.view.Store(nodeview.New(m, a.node.ID))
 		a.desired.Store(m)
 		a.reconcile(ctx, m)
 		m, rev, err = a.store.Watch(ctx, rev)

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker/scoring"
-	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Picker is the node's endpoint picker for load-aware backends (the
@@ -41,7 +41,7 @@ import (
 // fast ones fill, their time to first byte grows and the weights move
 // back.
 type Picker struct {
-	desired func() *meshspec.Model
+	desired func() *nodeview.View
 	now     func() time.Time
 
 	mu       sync.Mutex
@@ -57,8 +57,9 @@ type replicaLoad struct {
 	scoring.Replica
 }
 
-// New returns a picker for the backends of desired (nil: none yet).
-func New(desired func() *meshspec.Model) *Picker {
+// New returns a picker for the backends of desired, the node's view of the
+// latest desired state (nil: none yet).
+func New(desired func() *nodeview.View) *Picker {
 	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}}
 }
 
@@ -172,11 +173,7 @@ func (p *Picker) typicalTTFB(backend string) time.Duration {
 // backendLimits are what saturate backend's replicas, if the desired state
 // has the backend.
 func (p *Picker) backendLimits(backend string) (scoring.Limits, bool) {
-	m := p.desired()
-	if m == nil {
-		return scoring.Limits{}, false
-	}
-	b, ok := m.Backend(backend)
+	b, ok := p.desired().Backend(backend)
 	if !ok {
 		return scoring.Limits{}, false
 	}

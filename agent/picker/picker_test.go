@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker/scoring"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
@@ -29,7 +30,8 @@ import (
 func testPicker(t *testing.T, la *meshspec.LoadAware) (*Picker, *time.Time) {
 	t.Helper()
 	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "llama", Config: meshspec.BackendConfig{MaxConcurrentQueries: 2, LoadAware: la}}}}
-	p := New(func() *meshspec.Model { return m })
+	view := nodeview.New(m, "n1")
+	p := New(func() *nodeview.View { return view })
 	now := time.Unix(1_000_000, 0)
 	p.now = func() time.Time { return now }
 	for i, tag := range []string{"llama#000001", "llama#000002", "llama#000003"} {

@@ -58,15 +58,15 @@ type scrapeTarget struct {
 }
 
 func (p *Picker) scrapeTargets() []scrapeTarget {
-	m := p.desired()
-	if m == nil {
+	view := p.desired()
+	if view == nil {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []scrapeTarget
 	for _, r := range p.replicas {
-		b, ok := m.Backend(r.backend)
+		b, ok := view.Backend(r.backend)
 		if !ok || !r.ready || b.Config.LoadAware == nil || b.Config.LoadAware.MetricsPath == "" {
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/leader"
@@ -21,7 +22,6 @@ import (
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/internal/rungroup"
-	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -86,9 +86,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	// The activator holds requests for backends with no ready replica,
 	// knowing them from the agent's desired state.
 	var running atomic.Pointer[agent.Agent]
-	desired := func() *meshspec.Model {
+	desired := func() *nodeview.View {
 		if a := running.Load(); a != nil {
-			return a.Desired()
+			return a.View()
 		}
 		return nil
 	}
