@@ -91,10 +91,15 @@ type Agent struct {
 	stopOnExit             bool
 
 	replicas map[string]*replica // by tag; owned by Run
-	devices  *devices
-	configs  sync.Map // replica tag -> the user_config version it runs
-	desired  atomic.Pointer[meshspec.Model]
-	view     atomic.Pointer[nodeview.View] // desired, as the node's parts read it
+	// background are the goroutines Run starts besides its replicas' own
+	// loops (the node's heartbeat, drains, stops of removed replicas);
+	// Run returns once they have. runCtx is Run's context.
+	background sync.WaitGroup
+	runCtx     context.Context
+	devices    *devices
+	configs    sync.Map // replica tag -> the user_config version it runs
+	desired    atomic.Pointer[meshspec.Model]
+	view       atomic.Pointer[nodeview.View] // desired, as the node's parts read it
 }
 
 // Desired is the latest desired state the agent has read; nil before the
@@ -262,7 +267,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.registerNode(); err != nil {
 		return err
 	}
-	go heartbeat.Run(ctx, a.consul.Agent(), wire.AgentServiceID(a.node.ID), a.checkTTL/3, heartbeat.Passing, a.log)
+	a.runCtx = ctx
+	defer a.background.Wait() // after exit, below
+	a.background.Go(func() {
+		heartbeat.Run(ctx, a.consul.Agent(), wire.AgentServiceID(a.node.ID), a.checkTTL/3, heartbeat.Passing, a.log)
+	})
 	defer a.exit()
 	a.log.Info("agent running", "node", a.node.ID, "address", a.node.Address, "cpus", a.node.CPUs, "memory_mb", a.node.MemoryMB,
 		"replicas_adopted", len(a.replicas))
@@ -407,7 +416,7 @@ func (a *Agent) reconcile(ctx context.Context, m *meshspec.Model) {
 	}
 	for tag, r := range a.replicas {
 		if !want[tag] {
-			go r.stop() // placement gone: the controller is done with it
+			a.background.Go(r.stop) // placement gone: the controller is done with it
 			delete(a.replicas, tag)
 		}
 	}

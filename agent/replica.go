@@ -441,10 +441,17 @@ func (r *replica) drain() {
 	r.mu.Unlock()
 	r.a.picker.SetReady(r.tag, false)
 	r.log.Info("replica draining", "for", r.a.drainGrace)
-	go func() {
-		time.Sleep(r.a.drainGrace)
-		r.stop()
-	}()
+	done := context.Background().Done()
+	if r.a.runCtx != nil {
+		done = r.a.runCtx.Done()
+	}
+	r.a.background.Go(func() {
+		select {
+		case <-time.After(r.a.drainGrace):
+			r.stop()
+		case <-done: // the agent stops: the next one drains it, as the state says
+		}
+	})
 }
 
 // stop ends the replica: SIGTERM, SIGKILL after the stop grace, then

@@ -32,6 +32,8 @@ type Secrets struct {
 	node   string
 	log    *slog.Logger
 
+	watches sync.WaitGroup // every watch Start and AddBackend begin
+
 	mu       sync.Mutex
 	ctx      context.Context               // from Start: ends every watch
 	backends map[string]context.CancelFunc // followed; ends the watch
@@ -81,11 +83,11 @@ func (s *Secrets) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go func() {
+	s.watches.Go(func() {
 		_ = consulwatch.Loop(ctx, s.log, "node identity", func(ctx context.Context, i uint64) (uint64, error) {
 			return s.writeLeaf(ctx, wire.NodeSecret, wire.NodeService(s.node), max(i, index))
 		})
-	}()
+	})
 	err = connect.Retry(ctx, s.log, "CA roots", func(ctx context.Context) (err error) {
 		rootsIndex, err = s.writeRoots(ctx, 0)
 		return err
@@ -93,13 +95,16 @@ func (s *Secrets) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go func() {
+	s.watches.Go(func() {
 		_ = consulwatch.Loop(ctx, s.log, "CA roots", func(ctx context.Context, i uint64) (uint64, error) {
 			return s.writeRoots(ctx, max(i, rootsIndex))
 		})
-	}()
+	})
 	return nil
 }
+
+// Wait waits for every watch to end, once Start's context has ended.
+func (s *Secrets) Wait() { s.watches.Wait() }
 
 // AddBackend writes backend's identity, unless it is already followed,
 // and follows it until Start's context ends. Call it before the node
@@ -125,11 +130,11 @@ func (s *Secrets) AddBackend(ctx context.Context, backend string) error {
 	if _, ok := s.backends[backend]; !ok {
 		ctx, cancel := context.WithCancel(watchCtx)
 		s.backends[backend] = cancel
-		go func() {
+		s.watches.Go(func() {
 			_ = consulwatch.Loop(ctx, s.log, "identity of backend "+backend, func(ctx context.Context, i uint64) (uint64, error) {
 				return s.writeLeaf(ctx, name, wire.BackendService(backend), max(i, index))
 			})
-		}()
+		})
 	}
 	return nil
 }

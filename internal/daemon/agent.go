@@ -124,6 +124,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	if secrets != nil {
 		ao.Inbound = o.Inbound
+		g.Go("secrets", func(ctx context.Context) error { <-ctx.Done(); secrets.Wait(); return nil })
 	}
 	// The picker picks the node's replicas of load-aware backends.
 	pick := picker.New(desired)
