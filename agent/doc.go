@@ -22,13 +22,13 @@
 //     SIGTERM, then SIGKILL, and is deregistered.
 //   - It keeps the node's and its backends' certificates fresh for the node's
 //     Envoy (Secrets, from Consul's service-mesh CA).
-//   - Its Activator holds the requests the node's Envoy has for a process
-//     backend with no ready replica (just created, restarting, scaled to
-//     zero) until one is ready, within the backend's hold_timeout_s and
-//     max_held.
-//   - Its Picker picks which of the node's replicas of a load-aware backend
-//     takes each request the node's inbound listener gets (ext_proc on a
-//     unix socket in the Envoy's folder; PickerServer), counts each
+//   - Its activator (agent/activator) holds the requests the node's Envoy
+//     has for a process backend with no ready replica (just created,
+//     restarting, scaled to zero) until one is ready, within the
+//     backend's hold_timeout_s and max_held.
+//   - Its picker (agent/picker) picks which of the node's replicas of a
+//     load-aware backend takes each request the node's inbound listener
+//     gets (ext_proc on a unix socket in the Envoy's folder), counts each
 //     replica's requests in flight and reads its server's gauges, sheds
 //     sheddable requests when every replica there is saturated, and adds
 //     the node's load report to each answer.

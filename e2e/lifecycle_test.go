@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/agent/activator"
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/proc"
@@ -86,12 +86,12 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		// A POST the replica was serving when it was killed cannot be sent
 		// again; every other one is answered.
 		loads[2].finishAllowingReached(t, true)
-		released := heldOutcome(t, nodes, "solo", agent.HeldReleased)
+		released := heldOutcome(t, nodes, "solo", activator.HeldReleased)
 		t.Logf("requests held while solo restarted, then answered: %v", released)
 		if released == 0 {
 			t.Error("no request was held for solo: the restart was not covered by the activator")
 		}
-		if timedOut := heldOutcome(t, nodes, "solo", agent.HeldTimeout); timedOut != 0 {
+		if timedOut := heldOutcome(t, nodes, "solo", activator.HeldTimeout); timedOut != 0 {
 			t.Errorf("%v held requests timed out", timedOut)
 		}
 	})
@@ -106,7 +106,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // the nodes have the route; the replica listens in about a second
 		took := burst(t, nodes, "/fresh", 20)
 		t.Logf("20 requests sent before fresh's replica was ready answered within %s", took)
-		if held := heldOutcome(t, nodes, "fresh", agent.HeldReleased); held == 0 {
+		if held := heldOutcome(t, nodes, "fresh", activator.HeldReleased); held == 0 {
 			t.Error("no request was held for fresh: they did not wait for its replica")
 		}
 	})
@@ -287,7 +287,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		mesh.ctl.start()
 		took := <-answered
 		t.Logf("10 requests held across a controller restart answered within %s", took)
-		if held := heldOutcome(t, nodes, "patient", agent.HeldReleased); held == 0 {
+		if held := heldOutcome(t, nodes, "patient", activator.HeldReleased); held == 0 {
 			t.Error("no request was held for patient")
 		}
 	})

@@ -253,7 +253,7 @@ func FileSecret(dir, name string) *tlsv3.SdsSecretConfig {
 	}}
 }
 
-// A node's activator (agent.Activator) holds the requests its Envoy has for
+// A node's activator (agent/activator) holds the requests its Envoy has for
 // a backend with no ready replica. Every backend's cluster lists it after
 // the replicas (at a lower priority), so Envoy calls it only while none of
 // them can take a request. It listens on two unix sockets in the folder

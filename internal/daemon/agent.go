@@ -13,6 +13,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/agent"
+	"github.com/servemesh/servemesh/agent/activator"
 	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker"
 	"github.com/servemesh/servemesh/bootstrap"
@@ -92,10 +93,10 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		return nil
 	}
-	activator := agent.NewActivator(agent.ActivatorOptions{Admin: admin, Node: o.Node.ID, Logger: log.With("component", "activator"), Registerer: reg,
+	hold := activator.New(activator.Options{Admin: admin, Node: o.Node.ID, Logger: log.With("component", "activator"), Registerer: reg,
 		Desired: desired})
 	status, err := httpserver.Listen(ctx, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
-		Held: activator.Held,
+		Held: hold.Held,
 		Configs: func() map[string]string {
 			if a := running.Load(); a != nil {
 				return a.ConfigVersions()
@@ -141,7 +142,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 			return stopWith(g, err)
 		}
 		g.Go("envoy", sup.Run)
-		g.Go("activator", func(ctx context.Context) error { return activator.Serve(ctx, o.Envoy.WorkDir) })
+		g.Go("activator", func(ctx context.Context) error { return hold.Serve(ctx, o.Envoy.WorkDir) })
 		pickerServer := picker.NewServer(pick, log.With("component", "picker"), reg)
 		g.Go("picker", func(ctx context.Context) error { return pickerServer.Serve(ctx, o.Envoy.WorkDir) })
 		g.Go("picker scrape", func(ctx context.Context) error { pick.Scrape(ctx); return nil })
@@ -280,10 +281,10 @@ func RunEnvoy(ctx context.Context, log *slog.Logger, n envoy.Launcher) error {
 	}
 	// With no agent, no desired state: the activator holds every backend's
 	// requests within the default bounds.
-	activator := agent.NewActivator(agent.ActivatorOptions{Admin: envoy.Admin{Socket: n.AdminSocket()}, Node: n.Bootstrap.Node.ID,
+	hold := activator.New(activator.Options{Admin: envoy.Admin{Socket: n.AdminSocket()}, Node: n.Bootstrap.Node.ID,
 		Logger: log.With("component", "activator")})
 	g, _ := rungroup.New(ctx)
 	g.Go("envoy", sup.Run) // the Envoy is left serving, or stopped, before Wait returns
-	g.Go("activator", func(ctx context.Context) error { return activator.Serve(ctx, n.WorkDir) })
+	g.Go("activator", func(ctx context.Context) error { return hold.Serve(ctx, n.WorkDir) })
 	return g.Wait()
 }

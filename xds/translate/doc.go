@@ -25,7 +25,7 @@
 //     replicas with their health (what Envoy calls endpoints; in servemesh an
 //     endpoint is always a model endpoint, a route).
 //   - activator.go: every assignment's last, lowest priority, the node's
-//     activator (agent.Activator), which holds a backend's requests while
+//     activator (agent/activator), which holds a backend's requests while
 //     none of its replicas can take them.
 //   - inference.go: model traffic: routes by the model a JSON body names
 //     (json_to_metadata, then a route re-match), the criticality header of

@@ -1,4 +1,4 @@
-package agent
+package activator
 
 import (
 	"context"
@@ -62,8 +62,8 @@ type readyReading struct {
 	ready bool
 }
 
-// ActivatorOptions configure an Activator.
-type ActivatorOptions struct {
+// Options configure an Activator.
+type Options struct {
 	Admin envoy.Admin // the node's Envoy
 	Node  string      // the node's ID
 	// Desired is the node's view of the latest desired state the agent
@@ -84,8 +84,8 @@ const (
 	HeldGone     = "gone"     // the client went away first
 )
 
-// NewActivator returns an activator; Serve runs it.
-func NewActivator(o ActivatorOptions) *Activator {
+// New returns an activator; Serve runs it.
+func New(o Options) *Activator {
 	a := &Activator{admin: o.Admin, node: o.Node, desired: o.Desired, log: o.Logger, poll: 50 * time.Millisecond,
 		held: map[string]int{}, ready: map[string]readyReading{},
 		heldNow: prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -1,4 +1,4 @@
-package agent
+package activator
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func membershipAdmin(t *testing.T, healthy *atomic.Int64) envoy.Admin {
 func startActivator(t *testing.T, m *meshspec.Model, healthy *atomic.Int64) (a *Activator, backends, inbound *http.Client) {
 	t.Helper()
 	view := nodeview.New(m, "n1")
-	a = NewActivator(ActivatorOptions{Admin: membershipAdmin(t, healthy), Node: "n1", Desired: func() *nodeview.View { return view },
+	a = New(Options{Admin: membershipAdmin(t, healthy), Node: "n1", Desired: func() *nodeview.View { return view },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	a.poll = 10 * time.Millisecond
 	dir := t.TempDir()
@@ -175,7 +175,7 @@ func TestActivatorHoldsUntilAReplicaIsReady(t *testing.T) {
 // requests within the default bounds.
 func TestActivatorWithoutDesiredState(t *testing.T) {
 	var healthy atomic.Int64
-	a := NewActivator(ActivatorOptions{Admin: membershipAdmin(t, &healthy), Node: "n1",
+	a := New(Options{Admin: membershipAdmin(t, &healthy), Node: "n1",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	a.poll = 10 * time.Millisecond
 	dir := t.TempDir()
