@@ -18,6 +18,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker"
+	"github.com/servemesh/servemesh/agent/secrets"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
@@ -58,7 +59,7 @@ type Options struct {
 	// (started by the caller); Inbound is then the IP:port of the node's
 	// inbound listener. Replicas then listen on loopback only ($HOST is
 	// 127.0.0.1): other nodes reach them through the inbound listener.
-	Secrets *Secrets
+	Secrets *secrets.Files
 	Inbound string
 	// Picker, if set, follows the replicas the agent runs, to pick them
 	// for the node's Envoy (load-aware backends).
@@ -83,7 +84,7 @@ type Agent struct {
 	runAs                  *syscall.Credential // nil: the agent's user, or uids
 	uids                   UIDRange            // Count > 0: a user per backend (users)
 	users                  *backendUsers       // loaded by Run
-	secrets                *Secrets            // nil: no mesh mTLS
+	secrets                *secrets.Files      // nil: no mesh mTLS
 	inbound                string
 	listenHost             string         // where replicas listen
 	picker                 *picker.Picker // nil: none

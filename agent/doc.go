@@ -21,7 +21,7 @@
 //     requests for the drain period (Envoy sends it no new ones), then gets
 //     SIGTERM, then SIGKILL, and is deregistered.
 //   - It keeps the node's and its backends' certificates fresh for the node's
-//     Envoy (Secrets, from Consul's service-mesh CA).
+//     Envoy (agent/secrets, from Consul's service-mesh CA).
 //   - Its activator (agent/activator) holds the requests the node's Envoy
 //     has for a process backend with no ready replica (just created,
 //     restarting, scaled to zero) until one is ready, within the

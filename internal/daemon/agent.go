@@ -16,6 +16,7 @@ import (
 	"github.com/servemesh/servemesh/agent/activator"
 	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker"
+	"github.com/servemesh/servemesh/agent/secrets"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/leader"
 	"github.com/servemesh/servemesh/controlplane/store"
@@ -114,18 +115,18 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	g, gctx := rungroup.New(ctx)
 	g.Go("status listener", status.Serve)
 	log.Info("agent status listener serving", "status", status.Addr(), "paths", "/metrics "+wire.LoadPath+" "+wire.EnvoyVersionsPath)
-	secrets, err := nodeMTLS(gctx, log, client, &o)
+	identities, err := nodeMTLS(gctx, log, client, &o)
 	if err != nil {
 		return stopWith(g, err)
 	}
 	ao := agent.Options{
 		Node: o.Node, Consul: client, Store: store.NewConsul(client, o.ConsulPrefix, log.With("component", "store")), Logger: log.With("component", "agent"),
-		WorkDir: replicasDir(o.Envoy), Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs, ReplicaUIDs: o.ReplicaUIDs, Secrets: secrets,
+		WorkDir: replicasDir(o.Envoy), Registerer: reg, DrainGrace: o.DrainGrace, RunAs: o.RunAs, ReplicaUIDs: o.ReplicaUIDs, Secrets: identities,
 		StopOnExit: o.Envoy.StopOnExit,
 	}
-	if secrets != nil {
+	if identities != nil {
 		ao.Inbound = o.Inbound
-		g.Go("secrets", func(ctx context.Context) error { <-ctx.Done(); secrets.Wait(); return nil })
+		g.Go("secrets", func(ctx context.Context) error { <-ctx.Done(); identities.Wait(); return nil })
 	}
 	// The picker picks the node's replicas of load-aware backends.
 	pick := picker.New(desired)
@@ -150,7 +151,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 			accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
 			log.Info("the node's access log: a JSON line per request", "path", accessLog)
 			g.Go("access log rotation", func(ctx context.Context) error {
-				agent.RotateAccessLog(ctx, log, accessLog, admin, agent.AccessLogMaxBytes, 10*time.Second)
+				envoy.RotateAccessLog(ctx, log, accessLog, admin, envoy.AccessLogMaxBytes, 10*time.Second)
 				return nil
 			})
 		}
@@ -242,7 +243,7 @@ func logStopped(log *slog.Logger, what string, err error) {
 // nodeMTLS, unless the node runs in plaintext, starts keeping the node's
 // identities in its secrets folder and points its Envoy at them: xDS over
 // TLS, and the inbound listener. It returns the secrets (nil in plaintext).
-func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o *AgentOptions) (*agent.Secrets, error) {
+func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o *AgentOptions) (*secrets.Files, error) {
 	if o.Plaintext {
 		log.Warn("PLAINTEXT: xDS and calls between nodes are neither encrypted nor authenticated, and replicas listen on the node's address; "+
 			"use this on a single trusted host only", "address", o.Node.Address)
@@ -260,16 +261,16 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 	if err != nil {
 		return nil, fmt.Errorf("secrets folder: %w", err)
 	}
-	secrets := agent.NewSecrets(dir, client, o.Node.ID, log.With("component", "secrets"))
-	if err := secrets.Start(ctx); err != nil {
+	files := secrets.New(dir, client, o.Node.ID, log.With("component", "secrets"))
+	if err := files.Start(ctx); err != nil {
 		return nil, fmt.Errorf("the node's identity from Consul's service-mesh CA (is Connect on? or run with --plaintext on a single trusted host): %w", err)
 	}
 	n := &o.Envoy.Bootstrap.Node
 	n.InboundAddress, n.InboundPort = inbound.Addr().String(), uint32(inbound.Port())
-	o.Envoy.Bootstrap.XDSTLS = &bootstrap.XDSTLS{Secrets: dir, ServerSAN: secrets.IdentityPrefix() + connect.ControllerService}
+	o.Envoy.Bootstrap.XDSTLS = &bootstrap.XDSTLS{Secrets: dir, ServerSAN: files.IdentityPrefix() + connect.ControllerService}
 	log.Info("mTLS: the node is known by its Consul Connect identity; replicas listen on loopback", "identity", wire.NodeService(o.Node.ID),
 		"inbound", o.Inbound, "secrets", dir)
-	return secrets, nil
+	return files, nil
 }
 
 // RunEnvoy supervises one node's Envoy, and serves its activator, until

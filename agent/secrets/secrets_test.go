@@ -1,4 +1,4 @@
-package agent
+package secrets
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func TestSecretsFromConsul(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "work", "secrets") // the node's work folder does not exist yet
-	s := NewSecrets(dir, client, "n1", slog.New(slog.DiscardHandler))
+	s := New(dir, client, "n1", slog.New(slog.DiscardHandler))
 	if err := s.AddBackend(context.Background(), "web"); err == nil {
 		t.Fatal("a backend's identity was written before the secrets started")
 	}
@@ -105,7 +105,7 @@ func TestSecretsWaitForConsul(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s := NewSecrets(filepath.Join(t.TempDir(), "secrets"), client, "n1", slog.New(slog.DiscardHandler))
+	s := New(filepath.Join(t.TempDir(), "secrets"), client, "n1", slog.New(slog.DiscardHandler))
 	if err := s.Start(ctx); err != nil {
 		t.Fatalf("the secrets did not wait for Consul: %v", err)
 	}

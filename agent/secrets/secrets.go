@@ -1,4 +1,4 @@
-package agent
+package secrets
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
-// Secrets keeps a node's file-based SDS configs (wire.SecretFile) in step
+// Files keeps a node's file-based SDS configs (wire.SecretFile) in step
 // with Consul's service-mesh CA, for its Envoy: the node's identity
 // (wire.NodeSecret, for xDS and for calling other nodes), the CA roots
 // (wire.RootsSecret) and the identity of each backend the node runs
@@ -26,7 +26,7 @@ import (
 // and its file replaced by rename when Consul renews or re-signs it, which
 // Envoy picks up without a restart. No secret reaches a replica: the folder
 // is the agent's alone (0700).
-type Secrets struct {
+type Files struct {
 	dir    string
 	consul *api.Client
 	node   string
@@ -41,26 +41,26 @@ type Secrets struct {
 	prefix   string // the node leaf's identity prefix
 }
 
-// NewSecrets returns the secrets of node in dir (an absolute path).
-func NewSecrets(dir string, consul *api.Client, node string, log *slog.Logger) *Secrets {
-	return &Secrets{dir: dir, consul: consul, node: node, log: log, backends: map[string]context.CancelFunc{}, written: map[string][]byte{}}
+// New returns the secrets of node in dir (an absolute path).
+func New(dir string, consul *api.Client, node string, log *slog.Logger) *Files {
+	return &Files{dir: dir, consul: consul, node: node, log: log, backends: map[string]context.CancelFunc{}, written: map[string][]byte{}}
 }
 
 // IdentityPrefix is the SPIFFE id of the mesh's services without a name, as
 // the node's leaf says ("spiffe://<trust domain>/ns/default/dc/<dc>/svc/"),
 // once Start has returned.
-func (s *Secrets) IdentityPrefix() string {
+func (s *Files) IdentityPrefix() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.prefix
 }
 
 // Dir is the secrets folder.
-func (s *Secrets) Dir() string { return s.dir }
+func (s *Files) Dir() string { return s.dir }
 
 // Start writes the node's identity and the CA roots (retrying until Consul
 // answers, or ctx ends), then follows them until ctx ends.
-func (s *Secrets) Start(ctx context.Context) error {
+func (s *Files) Start(ctx context.Context) error {
 	// The work folder above it is the node's, which replicas pass through
 	// to their own folders; the secrets folder is the agent's user's alone.
 	if err := os.MkdirAll(filepath.Dir(s.dir), 0o755); err != nil {
@@ -104,12 +104,12 @@ func (s *Secrets) Start(ctx context.Context) error {
 }
 
 // Wait waits for every watch to end, once Start's context has ended.
-func (s *Secrets) Wait() { s.watches.Wait() }
+func (s *Files) Wait() { s.watches.Wait() }
 
 // AddBackend writes backend's identity, unless it is already followed,
 // and follows it until Start's context ends. Call it before the node
 // announces a replica of backend, whose inbound filter chain needs it.
-func (s *Secrets) AddBackend(ctx context.Context, backend string) error {
+func (s *Files) AddBackend(ctx context.Context, backend string) error {
 	s.mu.Lock()
 	_, followed := s.backends[backend]
 	watchCtx := s.ctx
@@ -140,7 +140,7 @@ func (s *Secrets) AddBackend(ctx context.Context, backend string) error {
 }
 
 // Backends are the backends whose identities are followed.
-func (s *Secrets) Backends() []string {
+func (s *Files) Backends() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, len(s.backends))
@@ -152,7 +152,7 @@ func (s *Secrets) Backends() []string {
 
 // RemoveBackend stops following backend's identity and deletes its file:
 // call it once the node runs no replica of backend.
-func (s *Secrets) RemoveBackend(backend string) {
+func (s *Files) RemoveBackend(backend string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cancel, ok := s.backends[backend]
@@ -170,7 +170,7 @@ func (s *Secrets) RemoveBackend(backend string) {
 
 // writeLeaf gets service's leaf (blocking from index) and writes it as
 // secret name; it returns the answer's index.
-func (s *Secrets) writeLeaf(ctx context.Context, name, service string, index uint64) (uint64, error) {
+func (s *Files) writeLeaf(ctx context.Context, name, service string, index uint64) (uint64, error) {
 	cert, key, next, err := connect.Leaf(ctx, s.consul, service, index)
 	if err != nil {
 		return 0, err
@@ -191,7 +191,7 @@ func (s *Secrets) writeLeaf(ctx context.Context, name, service string, index uin
 	return next, s.write(ctx, name, data)
 }
 
-func (s *Secrets) writeRoots(ctx context.Context, index uint64) (uint64, error) {
+func (s *Files) writeRoots(ctx context.Context, index uint64) (uint64, error) {
 	roots, next, err := connect.Roots(ctx, s.consul, index)
 	if err != nil {
 		return 0, err
@@ -206,7 +206,7 @@ func (s *Secrets) writeRoots(ctx context.Context, index uint64) (uint64, error) 
 // write replaces secret name's file when its content changed, unless ctx
 // ended (RemoveBackend cancels it under the same lock, so a removed
 // backend's file is not written again).
-func (s *Secrets) write(ctx context.Context, name string, data []byte) error {
+func (s *Files) write(ctx context.Context, name string, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
