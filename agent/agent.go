@@ -19,7 +19,6 @@ import (
 	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker"
 	"github.com/servemesh/servemesh/agent/secrets"
-	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/heartbeat"
 	"github.com/servemesh/servemesh/meshspec"
@@ -31,7 +30,7 @@ type Options struct {
 	Node   wire.NodeInfo
 	Consul *api.Client
 	// Store is the desired state the agent watches (read only).
-	Store   store.Reader
+	Store   meshspec.StateReader
 	Logger  *slog.Logger
 	WorkDir string // replica logs go here
 	// Registerer receives the agent's metrics; nil skips them.
@@ -74,7 +73,7 @@ type Options struct {
 type Agent struct {
 	node                   wire.NodeInfo
 	consul                 *api.Client
-	store                  store.Reader
+	store                  meshspec.StateReader
 	log                    *slog.Logger
 	workDir                string
 	drainGrace, stopGrace  time.Duration

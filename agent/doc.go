@@ -6,7 +6,7 @@
 //     memory and inbound listener in meta; only the node's token may write
 //     that service), and heartbeats a TTL check, so the controller places
 //     replicas only on live nodes (catalog.Nodes).
-//   - It watches the desired state in Consul KV (store.Reader: it never writes) and
+//   - It watches the desired state in Consul KV (meshspec.StateReader: it never writes) and
 //     runs the replicas placed on its node: each gets a port ($PORT), its
 //     replica tag, a log file, and restarts with exponential backoff when it
 //     exits (counted in servemesh_agent_replica_restarts_total); its check

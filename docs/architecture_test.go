@@ -163,9 +163,9 @@ func blanketViolation(from, imp string) string {
 		return fmt.Sprintf("%s imports internal/daemon: only cmd/ assembles the daemons", from)
 	case (imp == "internal/testutil" || imp == "internal/modelgen") && !testOnly:
 		return fmt.Sprintf("%s imports %s: test helpers stay out of the product", from, imp)
-	case (strings.HasPrefix(from, "xds/") || from == "bootstrap" || from == "envoy" || from == "meshspec" || from == "wire") &&
-		strings.HasPrefix(imp, "controlplane/"):
-		return fmt.Sprintf("%s imports %s: the vocabulary, translation and Envoy see nothing of the controller's tree (their types are meshspec's and wire's)", from, imp)
+	case (strings.HasPrefix(from, "xds/") || from == "bootstrap" || from == "envoy" || from == "meshspec" || from == "wire" ||
+		from == "agent" || strings.HasPrefix(from, "agent/")) && strings.HasPrefix(imp, "controlplane/"):
+		return fmt.Sprintf("%s imports %s: the vocabulary, the node side, translation and Envoy see nothing of the controller's tree (their types are meshspec's and wire's)", from, imp)
 	}
 	return ""
 }
@@ -194,6 +194,8 @@ func TestLayersRefuseWrongWayImports(t *testing.T) {
 		{"xds/server", "internal/devconsul"},
 		{"controlplane/store", "internal/daemon"},
 		{"xds/translate", "controlplane/dataplane"},
+		{"agent", "controlplane/store"},
+		{"agent/picker", "controlplane/model"},
 	} {
 		if v := layerViolations(rules, []pkg{{Path: imp[0], Imports: []string{imp[1]}}}); len(v) == 0 {
 			t.Errorf("%s importing %s breaks no rule", imp[0], imp[1])

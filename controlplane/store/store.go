@@ -20,8 +20,8 @@ var ErrConflict = errors.New("store: the stored state changed since it was read"
 // protocol wrote the stored state last.
 var ErrNewerWriter = errors.New("store: the stored state is of a newer servemesh")
 
-// Revision identifies one committed state. It only grows; 0 is "never written".
-type Revision uint64
+// Revision identifies one committed state (meshspec.Revision).
+type Revision = meshspec.Revision
 
 // Change is one atomic checkpoint, of any size: objects to write and names
 // to delete.
@@ -55,16 +55,9 @@ type Store interface {
 }
 
 // Reader is what reads the stored state and never writes it: the agents'
-// view of the store.
-type Reader interface {
-	// Load returns the stored model and its revision; an empty model at
-	// revision 0 if nothing was ever stored. What it cannot read (see
-	// Unreadable) is left out, never an error.
-	Load(ctx context.Context) (*meshspec.Model, Revision, error)
-	// Watch blocks until the store's revision differs from rev, then returns
-	// the new model and revision. It returns ctx's error when ctx ends.
-	Watch(ctx context.Context, rev Revision) (*meshspec.Model, Revision, error)
-}
+// view of the store (meshspec.StateReader, which the node side reads it
+// through without importing the controller's tree).
+type Reader = meshspec.StateReader
 
 // Unreadable is a stored key Load could not read: unknown, malformed, of
 // another schema, or naming a backend that cannot be read. It is left

@@ -1,0 +1,20 @@
+package meshspec
+
+import "context"
+
+// Revision identifies one committed state of what is stored. It only
+// grows; 0 is "never written".
+type Revision uint64
+
+// StateReader reads the stored state and never writes it: what the
+// agents read the desired state through (the controller's store is one).
+type StateReader interface {
+	// Load returns the stored model and its revision; an empty model at
+	// revision 0 if nothing was ever stored. What it cannot read is left
+	// out, never an error.
+	Load(ctx context.Context) (*Model, Revision, error)
+	// Watch blocks until the stored revision differs from rev, then
+	// returns the new model and revision. It returns ctx's error when ctx
+	// ends.
+	Watch(ctx context.Context, rev Revision) (*Model, Revision, error)
+}
