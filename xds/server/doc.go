@@ -4,7 +4,8 @@
 // cache per type set only with the types a change touched, whose
 // resources carry the versions the incremental translation made and are
 // encoded once however many streams they are sent on (snapshot.go; nodes
-// share them), cut to what a node reaches (reach.go), a shared
+// share them) and kept in one cache by type, scope, name and version
+// (encodings.go), cut to what a node reaches (reach.go), a shared
 // per-resource cache for endpoints, coalesced
 // rebuilds, ACK tracking per node and NACK detection, and, with mTLS, each
 // stream's node known by its certificate. In the flow of

@@ -45,13 +45,14 @@ func (s *Server) publish(ctx context.Context) {
 	}
 	if s.builder == nil || s.builder.MTLS() != mtls {
 		s.builder = translate.NewBuilder(mtls)
+		s.encodings = newEncodings() // every cluster changes with the mesh's mTLS
 	}
 	shared, err := s.builder.Build(m)
 	if err != nil { // SetModel validated it, so this is a bug
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return
 	}
-	built, err := buildShared(mtls, shared, s.built, s.builder)
+	built, err := buildShared(mtls, shared, s.built, s.builder, s.encodings)
 	if err != nil { // encoding what was just built: a bug
 		s.log.Error("encoding an accepted model's resources failed", "generation", gen, "err", err)
 		return
@@ -154,6 +155,7 @@ func (s *Server) diffAssignments(built *translate.Built) (map[string]types.Resou
 type sharedResources struct {
 	mtls            *translate.MTLS
 	builder         *translate.Builder
+	enc             *encodings // the server's
 	routes, scopes  *kind
 	clusters        *kind
 	clusterList     []*cluster.Cluster // clusters, as translated
@@ -178,8 +180,8 @@ type nodeSnapshot struct {
 // buildShared turns a build into what snapshots take, reusing the last
 // publish's kinds whose version did not change, and the encodings of the
 // resources that did not.
-func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources, b *translate.Builder) (*sharedResources, error) {
-	out := &sharedResources{mtls: mtls, builder: b, snaps: map[string]*nodeSnapshot{}, reach: map[string]*reachKinds{}}
+func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources, b *translate.Builder, enc *encodings) (*sharedResources, error) {
+	out := &sharedResources{mtls: mtls, builder: b, enc: enc, snaps: map[string]*nodeSnapshot{}, reach: map[string]*reachKinds{}}
 	if last != nil {
 		out.reach = last.reach // each cut is made again if what it was cut from changed
 	}
@@ -188,6 +190,7 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	if sameMTLS {
 		out.snaps, prevClusters = last.snaps, last.clusters
 	}
+	shared := func(typ string, n int) *kindEncoder { return enc.begin(typ, "", n) }
 	if last != nil {
 		prevRoutes, prevScopes = last.routes, last.scopes
 	}
@@ -195,7 +198,7 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	if prevClusters != nil && prevClusters.version == r.ClustersVersion {
 		out.clusters, out.clusterList = last.clusters, last.clusterList
 	} else {
-		if out.clusters, err = newKind(r.ClustersVersion, r.Clusters, lookup(r.ClusterVersions), prevClusters); err != nil {
+		if out.clusters, err = newKind(r.ClustersVersion, r.Clusters, lookup(r.ClusterVersions), shared(resource.ClusterType, len(r.Clusters))); err != nil {
 			return nil, err
 		}
 		out.clusterList = r.Clusters
@@ -208,7 +211,7 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	out.routeClusters = r.RouteClusters
 	if prevScopes != nil && prevScopes.version == r.ScopesVersion {
 		out.scopes = prevScopes
-	} else if out.scopes, err = newKind(r.ScopesVersion, r.ScopedRoutes, lookup(r.ScopeVersions), prevScopes); err != nil {
+	} else if out.scopes, err = newKind(r.ScopesVersion, r.ScopedRoutes, lookup(r.ScopeVersions), shared(resource.ScopedRouteType, len(r.ScopedRoutes))); err != nil {
 		return nil, err
 	}
 	if sameMTLS && len(r.ChangedBackends) == 0 {
@@ -234,6 +237,7 @@ func (sr *sharedResources) keepNodes(nodes []wire.ProxyNode) {
 		}
 	}
 	sr.builder.KeepNodes(known)
+	sr.enc.forgetScopes(known)
 	for id := range sr.snaps {
 		if !known[id] {
 			delete(sr.snaps, id)
@@ -267,7 +271,7 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 	}
 	last := sr.snaps[node.ID]
 	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != clusters.version {
-		if last, err = sr.nodeKinds(own, routes, clusters, last); err != nil {
+		if last, err = sr.nodeKinds(node.ID, own, routes, clusters); err != nil {
 			return nil, err
 		}
 	}
@@ -283,8 +287,8 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 
 // nodeKinds builds a node's listeners and clusters (clusters: the shared
 // ones it gets, with its own) once they are checked consistent with the
-// assignments and routes; last is the node's previous, or nil.
-func (sr *sharedResources) nodeKinds(own *translate.NodeBuilt, routes, clusters *kind, last *nodeSnapshot) (*nodeSnapshot, error) {
+// assignments and routes, encoding its own through the server's cache.
+func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, routes, clusters *kind) (*nodeSnapshot, error) {
 	list := sr.clusterList
 	if clusters != sr.clusters {
 		list = clusters.clusterList()
@@ -297,16 +301,13 @@ func (sr *sharedResources) nodeKinds(own *translate.NodeBuilt, routes, clusters 
 		return nil, err
 	}
 	next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: clusters.version, clusters: clusters}
-	var prevListeners, prevClusters *kind
-	if last != nil {
-		prevListeners, prevClusters = last.listeners, last.clusters
-	}
 	var err error
-	if next.listeners, err = newKind(own.ListenersVersion, own.Listeners, func(string) string { return own.ListenersVersion }, prevListeners); err != nil {
+	listeners := sr.enc.begin(resource.ListenerType, node, len(own.Listeners))
+	if next.listeners, err = newKind(own.ListenersVersion, own.Listeners, func(string) string { return own.ListenersVersion }, listeners); err != nil {
 		return nil, err
 	}
 	if len(own.Clusters) > 0 {
-		if next.clusters, err = mergedClusters(clusters, own, prevClusters); err != nil {
+		if next.clusters, err = mergedClusters(clusters, own, sr.enc.begin(resource.ClusterType, node, len(own.Clusters))); err != nil {
 			return nil, err
 		}
 	}
@@ -315,8 +316,8 @@ func (sr *sharedResources) nodeKinds(own *translate.NodeBuilt, routes, clusters 
 
 // mergedClusters is a node's clusters with mTLS: the shared ones, and the
 // node's own, which replace shared ones of the same name and are
-// versioned by the node's own version; prev is the node's last.
-func mergedClusters(shared *kind, own *translate.NodeBuilt, prev *kind) (*kind, error) {
+// versioned by the node's own version and encoded through enc.
+func mergedClusters(shared *kind, own *translate.NodeBuilt, enc *kindEncoder) (*kind, error) {
 	n := len(shared.items) + len(own.Clusters)
 	k := &kind{version: shared.version + "-" + own.ClustersVersion,
 		items: make(map[string]types.Resource, n), versions: make(map[string]string, n), sources: make(map[string]types.Resource, n)}
@@ -324,10 +325,11 @@ func mergedClusters(shared *kind, own *translate.NodeBuilt, prev *kind) (*kind, 
 		k.items[name], k.versions[name], k.sources[name] = r, shared.versions[name], shared.sources[name]
 	}
 	for _, c := range own.Clusters {
-		if err := k.add(c.GetName(), c, own.ClustersVersion, prev); err != nil {
+		if err := k.add(c.GetName(), c, own.ClustersVersion, enc); err != nil {
 			return nil, err
 		}
 	}
+	enc.commit()
 	return k, nil
 }
 

@@ -67,6 +67,7 @@ type Server struct {
 	// Owned by the publisher goroutine.
 	publishedAssignments map[string]string // name -> version
 	built                *sharedResources  // the last generation's resources
+	encodings            *encodings        // every resource's encoding, by type, scope, name and version
 	builtGen             uint64
 	builder              *translate.Builder // incremental translation, for the current mTLS
 }
@@ -107,6 +108,7 @@ func New(opts Options) *Server {
 	// listener failed (say, its port was taken) would never get the routes of
 	// its working mesh listener. Envoy sequences ADS updates itself.
 	caches := map[string]cachev3.Cache{}
+	s.encodings = newEncodings()
 	s.snapshots = make(map[string]cachev3.SnapshotCache, len(snapshotTypes))
 	for _, typ := range snapshotTypes {
 		c := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, cacheLog)

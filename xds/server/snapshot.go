@@ -34,16 +34,17 @@ type kind struct {
 }
 
 // newKind lists items under version, each with the version versionOf
-// gives its name, encoding those prev (the last kind of the same role,
-// or nil) does not hold.
-func newKind[T types.ResourceWithName](version string, items []T, versionOf func(name string) string, prev *kind) (*kind, error) {
+// gives its name, encoded through enc (which keeps the twins of the
+// versions it already encoded), and commits enc once every item is.
+func newKind[T types.ResourceWithName](version string, items []T, versionOf func(name string) string, enc *kindEncoder) (*kind, error) {
 	k := &kind{version: version, items: make(map[string]types.Resource, len(items)),
 		versions: make(map[string]string, len(items)), sources: make(map[string]types.Resource, len(items))}
 	for _, x := range items {
-		if err := k.add(x.GetName(), x, versionOf(x.GetName()), prev); err != nil {
+		if err := k.add(x.GetName(), x, versionOf(x.GetName()), enc); err != nil {
 			return nil, err
 		}
 	}
+	enc.commit()
 	return k, nil
 }
 
@@ -57,23 +58,13 @@ func encodedKind(version string, items []translate.Encoded) *kind {
 	return k
 }
 
-// add lists r as name, with its version; its twin is prev's if prev holds
-// the same name at the same version. Versions are content hashes made by
-// the translation (translate.Built, NodeBuilt), so equal versions are
-// equal resources: the version, not the resource's pointer, decides.
-func (k *kind) add(name string, r types.Resource, version string, prev *kind) error {
-	k.sources[name], k.versions[name] = r, version
-	if prev != nil && version != "" && prev.versions[name] == version {
-		if twin, ok := prev.items[name]; ok {
-			k.items[name] = twin
-			return nil
-		}
-	}
-	twin, err := translate.Encode(r)
+// add lists r as name, with its version and its twin from enc.
+func (k *kind) add(name string, r types.Resource, version string, enc *kindEncoder) error {
+	twin, err := enc.twin(name, version, r)
 	if err != nil {
 		return err
 	}
-	k.items[name] = twin
+	k.sources[name], k.versions[name], k.items[name] = r, version, twin
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/internal/modelgen"
@@ -36,7 +37,8 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 			t.Fatalf("route configuration %s is not sent as itself (%v)", r.GetName(), err)
 		}
 	}
-	clusters1, err := newKind(first.ClustersVersion, first.Clusters, lookup(first.ClusterVersions), nil)
+	enc := newEncodings()
+	clusters1, err := newKind(first.ClustersVersion, first.Clusters, lookup(first.ClusterVersions), enc.begin(resource.ClusterType, "", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	routes2 := encodedKind(second.RoutesVersion, second.Routes)
-	clusters2, err := newKind(second.ClustersVersion, second.Clusters, lookup(second.ClusterVersions), clusters1)
+	clusters2, err := newKind(second.ClustersVersion, second.Clusters, lookup(second.ClusterVersions), enc.begin(resource.ClusterType, "", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +87,13 @@ func newlyEncoded(last, next *kind) []string {
 
 // TestKindsReuseByVersion: a resource rebuilt with the same content (a
 // new pointer, the same version) keeps its encoding; one whose version
-// changed is encoded again. The version decides, not the pointer.
+// changed is encoded again. The version decides, not the pointer; and a
+// name the next kind lacks leaves the cache with it.
 func TestKindsReuseByVersion(t *testing.T) {
 	a := &cluster.Cluster{Name: "a", ConnectTimeout: nil}
 	b := &cluster.Cluster{Name: "b"}
-	first, err := newKind("1", []*cluster.Cluster{a, b}, func(n string) string { return n + "-v1" }, nil)
+	enc := newEncodings()
+	first, err := newKind("1", []*cluster.Cluster{a, b}, func(n string) string { return n + "-v1" }, enc.begin(resource.ClusterType, "", 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +103,22 @@ func TestKindsReuseByVersion(t *testing.T) {
 			return "b-v2"
 		}
 		return n + "-v1"
-	}, first)
+	}, enc.begin(resource.ClusterType, "", 2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := newlyEncoded(first, second); len(got) != 1 || got[0] != "b" {
 		t.Fatalf("re-encoded %v; want b alone (a is a new pointer at the same version)", got)
+	}
+	if _, err := newKind("3", []*cluster.Cluster{b}, func(string) string { return "b-v2" }, enc.begin(resource.ClusterType, "", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if cached := enc.by[scopeKey{resource.ClusterType, ""}]; len(cached) != 1 || cached["a"].twin != nil {
+		t.Fatalf("the cache holds %d clusters after a kind without a; want b alone", len(cached))
+	}
+	enc.begin(resource.ListenerType, "n1", 0).commit()
+	enc.forgetScopes(map[string]bool{})
+	if _, ok := enc.by[scopeKey{resource.ListenerType, "n1"}]; ok {
+		t.Fatal("a forgotten node's encodings stayed")
 	}
 }
