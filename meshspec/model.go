@@ -583,18 +583,7 @@ func Clone(m *Model) *Model {
 			x := *b.External
 			b.External = &x
 		}
-		if b.Config.Autoscaling != nil {
-			as := *b.Config.Autoscaling
-			b.Config.Autoscaling = &as
-		}
-		if b.Config.Outlier != nil {
-			o := *b.Config.Outlier
-			b.Config.Outlier = &o
-		}
-		if b.Config.LoadAware != nil {
-			l := *b.Config.LoadAware
-			b.Config.LoadAware = &l
-		}
+		b.Config = cloneConfig(b.Config)
 		out.Backends = append(out.Backends, b)
 	}
 	for _, e := range m.Endpoints {
@@ -609,6 +598,27 @@ func Clone(m *Model) *Model {
 		}
 	}
 	return out
+}
+
+// cloneConfig is a deep copy of c.
+func cloneConfig(c BackendConfig) BackendConfig {
+	c.Resources = maps.Clone(c.Resources)
+	if c.UserConfig != nil {
+		c.UserConfig = slices.Clone(c.UserConfig)
+	}
+	if c.Autoscaling != nil {
+		as := *c.Autoscaling
+		c.Autoscaling = &as
+	}
+	if c.Outlier != nil {
+		o := *c.Outlier
+		c.Outlier = &o
+	}
+	if c.LoadAware != nil {
+		l := *c.LoadAware
+		c.LoadAware = &l
+	}
+	return c
 }
 
 // CloneEndpoint returns a deep copy of e.
