@@ -15,6 +15,7 @@ import (
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/proc"
+	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -54,9 +55,23 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 		return err
 	}
 	fmt.Fprint(stdout, stackHelp(o, consul.HTTPAddr, meshFile))
-	<-ctx.Done()
+	// Each daemon runs until the demo stops; one that exits stops the demo,
+	// saying which (its log is in the work folder).
+	g, _ := rungroup.New(ctx)
+	for i, name := range []string{"controller", "agent"} {
+		child := children[i]
+		g.Go(name, func(ctx context.Context) error {
+			select {
+			case <-child.Done():
+				return fmt.Errorf("exited (%v); see %s", child.Wait(), filepath.Join(o.WorkDir, name+".log"))
+			case <-ctx.Done():
+				return nil
+			}
+		})
+	}
+	err = g.Wait()
 	log.Info("stopping the demo")
-	return nil
+	return err
 }
 
 // startStackDaemons starts the controller and the agent, logging into the
