@@ -63,7 +63,7 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 		g.Go(name, func(ctx context.Context) error {
 			select {
 			case <-child.Done():
-				return fmt.Errorf("exited (%v); see %s", child.Wait(), filepath.Join(o.WorkDir, name+".log"))
+				return fmt.Errorf("exited, see %s: %w", filepath.Join(o.WorkDir, name+".log"), child.Wait())
 			case <-ctx.Done():
 				return nil
 			}
