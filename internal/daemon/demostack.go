@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -63,7 +64,11 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 		g.Go(name, func(ctx context.Context) error {
 			select {
 			case <-child.Done():
-				return fmt.Errorf("exited, see %s: %w", filepath.Join(o.WorkDir, name+".log"), child.Wait())
+				err := child.Wait()
+				if err == nil {
+					err = errors.New("exit status 0")
+				}
+				return fmt.Errorf("exited, see %s: %w", filepath.Join(o.WorkDir, name+".log"), err)
 			case <-ctx.Done():
 				return nil
 			}
