@@ -12,8 +12,9 @@ import (
 // ConfigPatch is a change to a backend's config: an RFC 7386 JSON merge
 // patch of the config's JSON. A member set to null removes the field, an
 // object merges into the object it names, anything else replaces the
-// value; "replicas" (an array) replaces the replicas of a backend of
-// listed replicas. Every config field is patched this way, so a new field
+// value; the atomic fields (atomicFields: user_config, resources) are
+// replaced whole, as Kubernetes marks atomic maps; "replicas" (an array)
+// replaces the replicas of a backend of listed replicas. Every config field is patched this way, so a new field
 // needs nothing here. Make one with ParseConfigPatch, or from Go with a
 // BackendConfigPatch's MergePatch.
 type ConfigPatch struct {
@@ -55,6 +56,13 @@ func zeroObject(v any) bool {
 	}
 	return true
 }
+
+// atomicFields are the config fields a patch replaces whole rather than
+// merges into: a replica's user_config is the user's own document (Ray
+// Serve replaces it on update, and a member a patch leaves in place could
+// keep a replica refusing it), and resources is the whole set one replica
+// needs.
+var atomicFields = map[string]bool{"user_config": true, "resources": true}
 
 // configFields are the JSON names of BackendConfig's fields.
 var configFields = func() map[string]bool {
@@ -171,6 +179,13 @@ func (p ConfigPatch) Apply(c BackendConfig) (BackendConfig, error) {
 	var doc any
 	if err := stdjson.Unmarshal(b, &doc); err != nil {
 		return c, fmt.Errorf("config: %w", err)
+	}
+	if m, ok := doc.(map[string]any); ok {
+		for name, v := range p.merge {
+			if atomicFields[name] && v != nil {
+				delete(m, name) // replaced whole, not merged into
+			}
+		}
 	}
 	merged, err := stdjson.Marshal(MergePatch(doc, p.merge))
 	if err != nil {

@@ -137,3 +137,24 @@ func TestEveryConfigFieldIsPatched(t *testing.T) {
 		}
 	}
 }
+
+// TestAtomicFieldsAreReplacedWhole: user_config and resources are
+// replaced, not merged into (a member left in place, such as "fail",
+// would keep replicas refusing the new config); other objects merge.
+func TestAtomicFieldsAreReplacedWhole(t *testing.T) {
+	c := BackendConfig{UserConfig: UserConfig(`{"fail":true,"temperature":0.5}`), Resources: map[string]int{"gpu": 1},
+		Outlier: &OutlierDetection{Consecutive5xx: 3}}
+	p, err := ParseConfigPatch([]byte(`{"user_config": {"temperature": 1}, "resources": {"tpu": 2}, "outlier": {"interval_s": 2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = p.Apply(c); err != nil {
+		t.Fatal(err)
+	}
+	if string(c.UserConfig) != `{"temperature":1}` || len(c.Resources) != 1 || c.Resources["tpu"] != 2 {
+		t.Fatalf("user_config %s, resources %v; want each replaced whole", c.UserConfig, c.Resources)
+	}
+	if c.Outlier == nil || c.Outlier.Consecutive5xx != 3 || c.Outlier.IntervalS != 2 {
+		t.Fatalf("outlier %+v; want merged", c.Outlier)
+	}
+}

@@ -212,7 +212,7 @@ func buildOpenAPI() ([]byte, error) {
 			if op.mergePatch {
 				content["application/merge-patch+json"] = map[string]any{"schema": schemas.ref(op.body)}
 				body["description"] = "A JSON merge patch (RFC 7386) of the backend's config: any field of its config (the schema lists the common ones), " +
-					"null removes one, an object merges into the one it names; replicas replaces a backend's listed replicas."
+					"null removes one, an object merges into the one it names (user_config and resources are replaced whole); replicas replaces a backend's listed replicas."
 			}
 			o["requestBody"] = body
 		}
