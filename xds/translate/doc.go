@@ -37,7 +37,9 @@
 //     says what it changes of a backend's shared and inbound clusters,
 //     whether the backend's nodes keep their own view of it, and the
 //     clusters its nodes need; translation asks them at each resource
-//     (load_aware is the first).
+//     (load_aware is the first); an endpoint's router (route.go:
+//     endpointRouter) routes its requests by its split or, with
+//     model_routing, by the model its body names.
 //   - filters.go: the one ordered table of every HTTP filter on every
 //     listener (outbound: public and mesh; inbound: per backend), each row
 //     with the chains it is on and why it sits where it does; a feature

@@ -152,6 +152,60 @@ const (
 	mesh   caller = false
 )
 
+// endpointRouter is how an endpoint's requests are routed, registered by
+// the endpoint's setting: forward makes the routes of one group of methods
+// (named name, retried on retry), answers the routes that answer requests
+// the router itself refuses, before the 405 route. An endpoint has one.
+type endpointRouter interface {
+	forward(e meshspec.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route
+	answers(e meshspec.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route
+}
+
+// routerOf is e's router: by the model its body names (model_routing,
+// inference.go), or by its split.
+func routerOf(e meshspec.Endpoint) endpointRouter {
+	if e.ModelRouting != nil {
+		return byModel{}
+	}
+	return bySplit{}
+}
+
+// bySplit routes by the endpoint's match rules first, in order, each to
+// its backend; then by its weighted split.
+type bySplit struct{}
+
+func (bySplit) forward(e meshspec.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route {
+	var routes []*route.Route
+	for i, rule := range e.Match {
+		if rule.MeshOnly && from == public {
+			continue
+		}
+		m := match()
+		m.Headers = []*route.HeaderMatcher{methodMatcher(methods), ruleMatcher(rule)}
+		ruled := e
+		ruled.Traffic, ruled.Sticky = map[string]float64{rule.Backend: 1}, nil
+		routes = append(routes, forwardingRoute(fmt.Sprintf("%s/match-%d", name, i), m, ruled, retry, from))
+	}
+	m := match()
+	m.Headers = []*route.HeaderMatcher{methodMatcher(methods)}
+	return append(routes, forwardingRoute(name, m, e, retry, from))
+}
+
+func (bySplit) answers(meshspec.Endpoint, func() *route.RouteMatch, *route.HeaderMatcher) []*route.Route {
+	return nil
+}
+
+// byModel routes by the model a request's body names (model_routing).
+type byModel struct{}
+
+func (byModel) forward(e meshspec.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route {
+	return modelRoutes(e, match, methodMatcher(methods), name, retry, from)
+}
+
+func (byModel) answers(e meshspec.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route {
+	return modelAnswers(e, match, methods)
+}
+
 // endpointRoutes returns the routes that forward an endpoint's allowed
 // methods (idempotent ones first, retried even after a reset; then the
 // rest), then the one that answers every other method with 405.
@@ -165,6 +219,7 @@ func endpointRoutes(e meshspec.Endpoint, match func() *route.RouteMatch, from ca
 			other = append(other, m)
 		}
 	}
+	router := routerOf(e)
 	var routes []*route.Route
 	for _, group := range []struct {
 		suffix, retry string
@@ -177,29 +232,9 @@ func endpointRoutes(e meshspec.Endpoint, match func() *route.RouteMatch, from ca
 		if len(idempotent) > 0 {
 			name += group.suffix
 		}
-		if e.ModelRouting != nil {
-			routes = append(routes, modelRoutes(e, match, methodMatcher(group.methods), name, group.retry, from)...)
-			continue
-		}
-		// The endpoint's match rules first, in order, each to its backend;
-		// then the weighted split.
-		for i, rule := range e.Match {
-			if rule.MeshOnly && from == public {
-				continue
-			}
-			m := match()
-			m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods), ruleMatcher(rule)}
-			ruled := e
-			ruled.Traffic, ruled.Sticky = map[string]float64{rule.Backend: 1}, nil
-			routes = append(routes, forwardingRoute(fmt.Sprintf("%s/match-%d", name, i), m, ruled, group.retry, from))
-		}
-		m := match()
-		m.Headers = []*route.HeaderMatcher{methodMatcher(group.methods)}
-		routes = append(routes, forwardingRoute(name, m, e, group.retry, from))
+		routes = append(routes, router.forward(e, match, group.methods, name, group.retry, from)...)
 	}
-	if e.ModelRouting != nil {
-		routes = append(routes, modelAnswers(e, match, methodMatcher(methods))...)
-	}
+	routes = append(routes, router.answers(e, match, methodMatcher(methods))...)
 	return append(routes,
 		&route.Route{
 			Name:  e.Name + "/method-not-allowed",
