@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -37,7 +38,8 @@ func TestReplicaLogsRotate(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = child.Kill() })
 	for i := 1; i <= 5; i++ {
-		waitForFile(t, filepath.Join(gate, "wrote."+strconv.Itoa(i)))
+		wrote := filepath.Join(gate, "wrote."+strconv.Itoa(i))
+		testutil.WaitFor(t, 30*time.Second, wrote, func() bool { _, err := os.Stat(wrote); return err == nil })
 		if err := r.output.rotate(); err != nil {
 			t.Fatal(err)
 		}
@@ -63,21 +65,6 @@ func TestReplicaLogsRotate(t *testing.T) {
 	}
 	if info, err := os.Stat(r.output.path); err != nil || info.Size() != 0 {
 		t.Errorf("the log after its last rotation: %v, %v; want it truncated to nothing", info, err)
-	}
-}
-
-// waitForFile waits up to 30 s for path to exist.
-func waitForFile(t *testing.T, path string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear in 30 s", path)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

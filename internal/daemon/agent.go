@@ -210,10 +210,11 @@ func replicasDir(n envoy.Launcher) string { return filepath.Join(n.WorkDir, "rep
 // after SIGTERM (0: killed at once), and deregisters them and the node
 // from the local Consul agent.
 func StopNode(ctx context.Context, log *slog.Logger, o AgentOptions, grace time.Duration) error {
-	client, err := consulapi.NewClient(consulapi.DefaultConfig())
+	client, closeConsul, err := consulClient()
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
 	}
+	defer closeConsul()
 	pid, err := o.Envoy.StopLeft(ctx, grace, log)
 	if err != nil {
 		return err

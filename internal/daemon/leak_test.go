@@ -32,7 +32,7 @@ func TestDaemonsLeaveNoGoroutine(t *testing.T) {
 		agentDone <- RunAgent(ctx, quiet(), AgentOptions{Node: wire.NodeInfo{ID: "leak-node", Address: "127.0.0.1", CPUs: 1, MemoryMB: 512},
 			NoEnvoy: true, Plaintext: true, ConsulPrefix: "servemesh", StatusListen: statusAddr, DrainGrace: time.Second})
 	}()
-	waitFor(t, "the agent's status listener", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the agent's status listener", func() bool {
 		resp, err := http.Get("http://" + statusAddr + "/metrics") //nolint:noctx // a test's probe
 		if err == nil {
 			_ = resp.Body.Close()
@@ -72,17 +72,6 @@ func startLeadingController(ctx context.Context, t *testing.T, o ControllerOptio
 	done := make(chan error, 1)
 	go func() { done <- RunController(ctx, quiet(), o) }()
 	c := api.NewClient(apiAddr, "")
-	waitFor(t, "the controller to lead", func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading })
+	testutil.WaitFor(t, 20*time.Second, "the controller to lead", func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading })
 	return c, apiAddr, done
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 20 s for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
