@@ -75,6 +75,7 @@ func startAgentBin(t *testing.T, consul *testutil.Consul, bin, id, address, xds 
 		failOnRace(t, "agent "+id, a.stderr.String())
 		if t.Failed() {
 			t.Logf("agent %s log:\n%s", id, a.stderr.String())
+			t.Logf("agent %s's Envoy, requests that did not get a 200 (up to 40):\n%s", id, failedRequests(a.workDir, 40))
 		}
 		stopNodeLeftovers(t, a.id, a.workDir, a.env)
 	})
@@ -417,4 +418,32 @@ func TestCommandsNodesDoNotAllowAreRefused(t *testing.T) {
 	expectCLI(t, env, 1, `no node allows command "/bin/sh" (nodes: allow-node); start their agents with --allow-command "/bin/sh"`,
 		"backend", "create", "shell", "--command", "/bin/sh", "--arg", "-c", "--arg", "id", "--num-replicas", "1")
 	expectCLI(t, env, 1, `backend "shell" is not registered`, "backend", "get", "shell")
+}
+
+// failedRequests are up to max lines of the access log in an agent's work
+// folder (its rotated one first) whose status is not 200: on a failure,
+// which Envoy answered what, with its response flags.
+func failedRequests(workDir string, max int) string {
+	var out []string
+	for _, name := range []string{wire.AccessLogFile + ".1", wire.AccessLogFile} {
+		data, err := os.ReadFile(filepath.Join(workDir, name))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			var entry struct {
+				Status any `json:"status"` // a number, as Envoy's JSON format types it
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && fmt.Sprint(entry.Status) != "200" {
+				out = append(out, strings.TrimSpace(line))
+			}
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	if len(out) == 0 {
+		return "(none)"
+	}
+	return strings.Join(out, "\n")
 }

@@ -17,13 +17,16 @@ import (
 
 // publish translates the current model and hands it to the caches: assignments
 // that changed to the LinearCache first (so new clusters can warm), then one
-// snapshot per node, then endpoint removals. Translation is incremental
+// snapshot per node; assignments no longer built are removed only once
+// every node has ACKed clusters that no longer ask for them
+// (removeRetired), Envoy's make-before-break order. Translation is incremental
 // (translate.Builder): only the backends and endpoints that changed since
 // the last publish are rebuilt, and a node whose own resources did not
 // change keeps them. When the model is the one last published and only
 // nodes connected since, just their snapshots are built.
 func (s *Server) publish(ctx context.Context) {
 	start := time.Now()
+	defer s.removeRetired()
 	s.mu.Lock()
 	s.forgetGoneNodes(start)
 	m, gen, mtls := s.model, s.generation, s.mtls
@@ -67,11 +70,7 @@ func (s *Server) publish(ctx context.Context) {
 		}
 	}
 	s.setSnapshots(ctx, built, gen, nodes)
-	if len(removed) > 0 {
-		if err := s.assignments.UpdateResources(nil, removed); err != nil {
-			s.log.Error("removing assignments from cache", "err", err)
-		}
-	}
+	s.retire(changed, removed, gen)
 	s.metrics.publishes.Inc()
 	s.metrics.publishTime.Observe(time.Since(start).Seconds())
 	s.log.Debug("published", "generation", gen, "nodes", len(nodes), "backends_rebuilt", len(shared.ChangedBackends),

@@ -66,10 +66,16 @@ type Server struct {
 
 	// Owned by the publisher goroutine.
 	publishedAssignments map[string]string // name -> version
-	built                *sharedResources  // the last generation's resources
-	encodings            *encodings        // every resource's encoding, by type, scope, name and version
-	builtGen             uint64
-	builder              *translate.Builder // incremental translation, for the current mTLS
+	// retiring are the assignments no longer built, by the generation
+	// whose publish first left them out: each is removed once every
+	// connected node has ACKed clusters of that generation or later
+	// (removeRetired), so a cluster still using one never loses its
+	// replicas before its new version reaches the node. Under mu.
+	retiring  map[string]uint64
+	built     *sharedResources // the last generation's resources
+	encodings *encodings       // every resource's encoding, by type, scope, name and version
+	builtGen  uint64
+	builder   *translate.Builder // incremental translation, for the current mTLS
 }
 
 // New builds a Server. Call Register to expose it on a gRPC server and Run to
@@ -88,6 +94,7 @@ func New(opts Options) *Server {
 		newNodes:             map[string]bool{},
 		skewed:               map[string]skewedNode{},
 		publishedAssignments: map[string]string{},
+		retiring:             map[string]uint64{},
 	}
 	s.metrics = newMetrics(opts.Registerer, s.outOfSync)
 	if s.holdOff == 0 {

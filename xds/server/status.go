@@ -24,6 +24,7 @@ type nodeState struct {
 	lastNACK   string
 	refused    string    // why the node's last snapshot could not be built
 	converged  uint64    // the last generation this node was seen in sync with
+	clustersAt uint64    // the last generation whose clusters it was seen to hold (clustersCaughtUp)
 	goneSince  time.Time // when its last stream closed
 }
 
@@ -126,6 +127,7 @@ func (s *Server) onRequest(id streamKey, node *core.Node, typeURL, version, nonc
 	}
 	n.acked[typeURL] = sent.version
 	s.observeConvergence(n)
+	s.onClustersACK(typeURL)
 	return sent.version, ""
 }
 
