@@ -163,7 +163,7 @@ func blanketViolation(from, imp string) string {
 		return fmt.Sprintf("%s imports internal/daemon: only cmd/ assembles the daemons", from)
 	case (imp == "internal/testutil" || imp == "internal/modelgen") && !testOnly:
 		return fmt.Sprintf("%s imports %s: test helpers stay out of the product", from, imp)
-	case (strings.HasPrefix(from, "xds/") || from == "bootstrap" || from == "envoy" || from == "meshspec" || from == "wire" ||
+	case (strings.HasPrefix(from, "xds/") || from == "bootstrap" || from == "envoy" || from == "meshspec" || from == "wire" || from == "ir" ||
 		from == "agent" || strings.HasPrefix(from, "agent/")) && strings.HasPrefix(imp, "controlplane/"):
 		return fmt.Sprintf("%s imports %s: the vocabulary, the node side, translation and Envoy see nothing of the controller's tree (their types are meshspec's and wire's)", from, imp)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
@@ -81,7 +82,14 @@ func run(flips, commits int) error {
 	for range 5 {
 		ctl := controller.New(controller.Options{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: bigStore,
-			Publish: func(m *meshspec.Model) error { _, err := translate.Shared(m, nil); return err },
+			Publish: func(m *meshspec.Model) error {
+				dp, err := ir.Lower(m, ir.Options{})
+				if err != nil {
+					return err
+				}
+				_, err = translate.Shared(dp, nil)
+				return err
+			},
 		})
 		start := time.Now()
 		if err := ctl.Lead(ctx, "bench"); err != nil {

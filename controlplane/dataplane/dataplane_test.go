@@ -18,6 +18,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -50,7 +51,7 @@ func withAgents(instances map[string][]catalog.Instance, inbound string) map[str
 
 func TestView(t *testing.T) {
 	m := processState()
-	view, dropped := View(m, withAgents(map[string][]catalog.Instance{
+	view, dropped := Replicas(m, withAgents(map[string][]catalog.Instance{
 		"servemesh-backend-run": {
 			{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true, Node: "n1", ConsulNode: "c1"},
 			{ID: "b", Address: "127.0.0.3:1000", Tag: "run#000002", Passing: true, Node: "n2", ConsulNode: "c2"},
@@ -86,7 +87,7 @@ func TestView(t *testing.T) {
 		dropped[3].Instance != "admin" || !strings.Contains(dropped[3].Reason, "--allow-replica-cidr") || dropped[4].Instance != "meta" {
 		t.Fatalf("dropped %+v, want the name, the unreadable, the duplicate, the loopback and the link-local instance", dropped)
 	}
-	allowed, dropped := View(m, map[string][]catalog.Instance{"legacy": {{ID: "admin", Address: "127.0.0.1:9001", Passing: true}}},
+	allowed, dropped := Replicas(m, map[string][]catalog.Instance{"legacy": {{ID: "admin", Address: "127.0.0.1:9001", Passing: true}}},
 		Rules{Addresses: meshspec.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if len(dropped) != 0 || len(allowed.Backends[1].Replicas) != 1 {
 		t.Fatalf("with loopback allowed, an external instance there is served: %+v, dropped %+v", allowed.Backends[1].Replicas, dropped)
@@ -102,6 +103,47 @@ func TestView(t *testing.T) {
 	}
 }
 
+// TestViewIsTheIR: View is the IR of the merged view, with how nodes reach
+// each backend decided: a process backend's replicas through their nodes'
+// inbound listeners with mTLS, at their addresses without; an external
+// backend's instances at theirs. load_aware is served (picked) only where
+// there is an inbound listener for the picker: in a plaintext mesh the
+// backend is served without it, as the controller's status says, and the
+// view is not refused.
+func TestViewIsTheIR(t *testing.T) {
+	for _, mtls := range []bool{true, false} {
+		m := processState()
+		m.Backends[0].Config.LoadAware = &meshspec.LoadAware{}
+		inbound := ""
+		if mtls {
+			inbound = "10.0.0.%d:21000"
+		}
+		in := catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true, Node: "n1", ConsulNode: "c1"}
+		if mtls {
+			in.Inbound = "10.0.0.1:21000"
+		}
+		dp, _, err := View(m, withAgents(map[string][]catalog.Instance{
+			"servemesh-backend-run": {in},
+			"legacy":                {{ID: "l", Address: "10.0.0.1:80", Passing: true}},
+		}, inbound), Rules{MTLS: mtls})
+		if err != nil {
+			t.Fatalf("mtls=%v: %v", mtls, err)
+		}
+		run, _ := dp.Backend("run")
+		ext, _ := dp.Backend("ext")
+		wantReach := ir.ReachAddress
+		if mtls {
+			wantReach = ir.ReachInbound
+		}
+		if run.Reach != wantReach || run.Picked != mtls || len(run.Replicas) != 1 || run.Replicas[0].Health != ir.Healthy {
+			t.Errorf("mtls=%v: process backend %+v, want reach %s, picked %v, one healthy replica", mtls, run, wantReach, mtls)
+		}
+		if ext.Reach != ir.ReachAddress || len(ext.Replicas) != 1 || ext.Replicas[0].Inbound != "" {
+			t.Errorf("mtls=%v: external backend %+v, want its instance at its address", mtls, ext)
+		}
+	}
+}
+
 // TestViewServesOnlyWhatNodesMayClaim: any node's Consul token may register
 // instances of a backend's service, claiming any node; such an instance
 // used to be served (other nodes sent it traffic over mTLS). Now an
@@ -111,7 +153,7 @@ func TestView(t *testing.T) {
 // TestViewUnknownHealth: a replica whose check only expired (its agent or
 // Consul stalled) is of unknown health, not unhealthy, unless it drains.
 func TestViewUnknownHealth(t *testing.T) {
-	view, _ := View(processState(), withAgents(map[string][]catalog.Instance{
+	view, _ := Replicas(processState(), withAgents(map[string][]catalog.Instance{
 		"servemesh-backend-run": {
 			{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Expired: true, Node: "n1", ConsulNode: "c1"},
 			{ID: "b", Address: "127.0.0.3:1000", Tag: "run#000002", Expired: true, Node: "n2", ConsulNode: "c2"},
@@ -147,7 +189,7 @@ func TestViewServesOnlyWhatNodesMayClaim(t *testing.T) {
 	} {
 		state := meshspec.Clone(m)
 		state.Backends[0].Placements = append(state.Backends[0].Placements, meshspec.Placement{Tag: "run#000004", Node: "n4", State: meshspec.Running})
-		view, dropped := View(state, withAgents(map[string][]catalog.Instance{"servemesh-backend-run": {genuine, tc.fake}}, "10.0.0.%d:21000"), Rules{MTLS: true})
+		view, dropped := Replicas(state, withAgents(map[string][]catalog.Instance{"servemesh-backend-run": {genuine, tc.fake}}, "10.0.0.%d:21000"), Rules{MTLS: true})
 		if got := view.Backends[0].Replicas; len(got) != 1 || got[0].Address != genuine.Address || got[0].Node != "n1" {
 			t.Errorf("%s: served %+v, want the genuine replica alone", name, got)
 		}
@@ -162,7 +204,7 @@ func TestViewServesOnlyWhatNodesMayClaim(t *testing.T) {
 // replica whose node has no inbound listener is dropped with the reason.
 func TestViewMTLS(t *testing.T) {
 	m := processState()
-	view, dropped := View(m, withAgents(map[string][]catalog.Instance{
+	view, dropped := Replicas(m, withAgents(map[string][]catalog.Instance{
 		"servemesh-backend-run": {
 			{ID: "a", Address: "127.0.0.1:1000", Tag: "run#000001", Passing: true, Node: "n1", Inbound: "10.0.0.1:21000", ConsulNode: "c1"},
 			{ID: "b", Address: "127.0.0.1:1000", Tag: "run#000002", Passing: true, Node: "n2", Inbound: "10.0.0.2:21000", ConsulNode: "c2"},
@@ -220,15 +262,14 @@ func (f *fakeInstances) set(service string, in ...catalog.Instance) {
 	}
 }
 
-// sink records views, refusing them while refuse is set, as the xDS server
-// refuses an invalid model.
+// sink records the IRs it is given, refusing them while refuse is set.
 type sink struct {
 	mu     sync.Mutex
-	views  []*meshspec.Model
+	views  []*ir.DataPlane
 	refuse error
 }
 
-func (s *sink) SetModel(m *meshspec.Model) error {
+func (s *sink) SetDataPlane(m *ir.DataPlane) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refuse != nil {
@@ -244,7 +285,7 @@ func (s *sink) count() int {
 	return len(s.views)
 }
 
-func (s *sink) last() *meshspec.Model {
+func (s *sink) last() *ir.DataPlane {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.views[len(s.views)-1]
@@ -267,7 +308,7 @@ func TestPublisherFollowsStateAndHealth(t *testing.T) {
 	if err := p.Publish(processState()); err != nil {
 		t.Fatal(err)
 	}
-	if out.count() != 1 || len(out.last().Backends[0].Replicas) != 0 {
+	if run, _ := out.last().Backend("run"); out.count() != 1 || len(run.Replicas) != 0 {
 		t.Fatalf("first view: %d views", out.count())
 	}
 	in.mu.Lock()
@@ -281,7 +322,8 @@ func TestPublisherFollowsStateAndHealth(t *testing.T) {
 	// Each change of the catalog may be its own view (the node's, then its
 	// replica's) or one: the last view has the replica either way.
 	testutil.WaitFor(t, 5*time.Second, "a view with the new replica", func() bool {
-		return out.count() >= 2 && len(out.last().Backends[0].Replicas) == 1
+		run, _ := out.last().Backend("run")
+		return out.count() >= 2 && len(run.Replicas) == 1
 	})
 }
 
@@ -351,7 +393,7 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	go func() { _ = names.Run(ctx) }()
 	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "static", Replicas: []meshspec.Replica{{Address: "legacy.internal:8080"}, {Address: "10.0.0.1:80"}}}}}
 	rules := Rules{Addresses: meshspec.AddressPolicy{Names: []string{".internal"}}, Names: names}
-	view, dropped := View(m, nil, rules)
+	view, dropped := Replicas(m, nil, rules)
 	if got := view.Backends[0].Replicas; len(got) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, "resolving legacy.internal") {
 		t.Fatalf("before the name is resolved: replicas %+v, dropped %+v", got, dropped)
 	}
@@ -360,7 +402,7 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no change signalled once the name was resolved")
 	}
-	view, dropped = View(m, nil, rules)
+	view, dropped = Replicas(m, nil, rules)
 	if got := view.Backends[0].Replicas; len(got) != 2 || got[0].Address != "10.0.0.9:8080" || got[1].Address != "10.0.0.1:80" {
 		t.Fatalf("replicas %+v, want the name's public address and the literal", got)
 	}
@@ -371,13 +413,13 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	answers["legacy.internal"] = []netip.Addr{netip.MustParseAddr("169.254.169.254")} // rebinding
 	mu.Unlock()
 	testutil.WaitFor(t, 5*time.Second, "the new answer to be used", func() bool {
-		view, dropped = View(m, nil, rules)
+		view, dropped = Replicas(m, nil, rules)
 		return len(view.Backends[0].Replicas) == 1 && len(dropped) == 1 && strings.Contains(dropped[0].Reason, "link-local")
 	})
 	// A name stored before names needed the operator's leave gets no
 	// traffic until it is given.
 	rules.Addresses.Names = nil
-	if view, dropped = View(m, nil, rules); len(view.Backends[0].Replicas) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, meshspec.NameFlag) {
+	if view, dropped = Replicas(m, nil, rules); len(view.Backends[0].Replicas) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, meshspec.NameFlag) {
 		t.Fatalf("a name no longer allowed: replicas %+v, dropped %+v", view.Backends[0].Replicas, dropped)
 	}
 }

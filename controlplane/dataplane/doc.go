@@ -8,11 +8,12 @@
 //   - Publish tells the catalog watcher which services to follow
 //     (Services: process backends' own, external backends' named ones, and
 //     the registrations of the nodes replicas are placed on).
-//   - View merges the state with the watcher's instances: every backend
-//     ends up listing plain replicas with their health, as a config file
-//     would; instances that cannot be used, or that claim what their node
-//     may not, are left out and reported.
-//   - The view goes to the sink (the xDS server's SetModel), which
+//   - View merges the state with the watcher's instances (Replicas): every
+//     backend ends up listing plain replicas with their health, as a
+//     config file would; instances that cannot be used, or that claim what
+//     their node may not, are left out and reported. It then lowers that
+//     view to the data plane's IR (ir.Lower), validated once, there.
+//   - The IR goes to the sink (the xDS server's SetDataPlane), which
 //     translates and serves it.
 //   - When an instance's health changes, the watcher signals Changed and
 //     Run merges and hands over again with the last state.

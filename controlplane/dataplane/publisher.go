@@ -10,12 +10,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-// Sink takes a view to serve; the xDS server's SetModel.
+// Sink takes the data plane's IR to serve; the xDS server's SetDataPlane.
 type Sink interface {
-	SetModel(m *meshspec.Model) error
+	SetDataPlane(dp *ir.DataPlane) error
 }
 
 // Instances is the health view of the watched services: a catalog.Watcher.
@@ -122,16 +123,19 @@ func (p *Publisher) Err() error {
 	return p.lastErr
 }
 
-// handOver builds the view of p.state and gives it to the sink. Called
-// with mu held.
+// handOver builds the IR of p.state's view and gives it to the sink.
+// Called with mu held.
 func (p *Publisher) handOver() error {
-	view, dropped := View(p.state, p.instances.Snapshot(), p.rules)
+	dp, dropped, err := View(p.state, p.instances.Snapshot(), p.rules)
 	p.lastDropped = dropped
 	p.dropped.Set(float64(len(dropped)))
 	for _, d := range dropped {
 		p.log.Warn("instance left out of the data plane", "backend", d.Backend, "instance", d.Instance, "reason", d.Reason)
 	}
-	if err := p.sink.SetModel(view); err != nil {
+	if err == nil {
+		err = p.sink.SetDataPlane(dp)
+	}
+	if err != nil {
 		p.failures.Inc()
 		p.lastErr = fmt.Errorf("the data plane refused the view; it keeps serving the last one: %w", err)
 		p.log.Error("publishing the data-plane view failed", "err", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -53,20 +54,31 @@ type Rules struct {
 	Names *Resolver
 }
 
-// View returns m with every backend's replicas listed plainly, as the
-// translator reads them: a process backend gets its placed replicas that
-// Consul knows (draining when their placement drains), an external backend
-// its service's instances, by IP or by DNS name (resolved by
-// rules.Names, each address checked, when it is set). What only the controller
-// and agents use (process specs, placements, autoscaling) is left out. An
-// instance whose address the data plane cannot use, or that the address
-// policy refuses, is dropped alone and listed in the second result; m is
-// not modified.
+// View returns the data plane's IR of state m given the health view
+// (ir.Lower of Replicas): each backend with its replicas, as translation
+// reads them. An instance whose address the data plane cannot use, or
+// that the address policy refuses, is dropped alone and listed in the
+// second result; a view the IR cannot serve is refused with the error;
+// m is not modified.
+func View(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (*ir.DataPlane, []Dropped, error) {
+	view, dropped := Replicas(m, instances, rules)
+	dp, err := ir.Lower(view, ir.Options{MTLS: rules.MTLS})
+	return dp, dropped, err
+}
+
+// Replicas returns m with every backend's replicas listed plainly: a
+// process backend gets its placed replicas that Consul knows (draining when
+// their placement drains), an external backend its service's instances, by
+// IP or by DNS name (resolved by rules.Names, each address checked, when
+// it is set). What only the controller and agents use (process specs,
+// placements, autoscaling) is left out. An instance whose address the
+// data plane cannot use, or that the address policy refuses, is dropped
+// alone and listed in the second result; m is not modified.
 //
 // With mTLS, a replica servemesh runs keeps its node and its node's inbound
 // listener, through which every node reaches it; one whose agent announces
 // no inbound listener (it runs without mesh mTLS) is dropped.
-func View(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (*meshspec.Model, []Dropped) {
+func Replicas(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (*meshspec.Model, []Dropped) {
 	out := meshspec.Clone(m)
 	var dropped []Dropped
 	for i := range out.Backends {

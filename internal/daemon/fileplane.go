@@ -7,6 +7,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/configfile"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -56,7 +57,11 @@ func OpenFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (*
 				return err
 			}
 		}
-		return p.XDS.SetModel(m)
+		dp, err := ir.Lower(m, ir.Options{}) // a file's mesh runs no mTLS
+		if err != nil {
+			return err
+		}
+		return p.XDS.SetDataPlane(dp)
 	}
 	if err := apply(m); err != nil {
 		return nil, err

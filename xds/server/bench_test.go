@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
@@ -79,10 +82,11 @@ func onNodes(m *meshspec.Model, nodes int) {
 // every assignment really changes each time.
 func publishEach(b *testing.B, s *Server, models [2]*meshspec.Model) {
 	ctx := context.Background()
+	irs := [2]*ir.DataPlane{lowered(b, models[0]), lowered(b, models[1])}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		s.model = models[i%2]
+		s.dataPlane = irs[i%2]
 		s.generation++
 		s.publish(ctx)
 		i++
@@ -97,10 +101,11 @@ func BenchmarkPublishOneChange(b *testing.B) {
 		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
 			s := oneNodeServer(b)
 			m := modelgen.Model(endpoints, 3, 10)
-			s.model, s.generation = m, 1
+			dp := lowered(b, m)
+			s.dataPlane, s.generation = dp, 1
 			s.publish(context.Background())
-			e := m.Endpoints[0]
-			backends := meshspec.SortedKeys(e.Traffic)
+			e := dp.Endpoints[0]
+			backends := slices.Sorted(maps.Keys(e.Traffic))
 			var weights [2]map[string]float64
 			for i := range weights {
 				weights[i] = map[string]float64{backends[0]: 0.5 + 0.1*float64(i), backends[1]: 0.5 - 0.1*float64(i)}
@@ -108,10 +113,10 @@ func BenchmarkPublishOneChange(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				next := *m
-				next.Endpoints = append([]meshspec.Endpoint(nil), m.Endpoints...)
+				next := *dp
+				next.Endpoints = append([]ir.Endpoint(nil), dp.Endpoints...)
 				next.Endpoints[0].Traffic = weights[i%2]
-				s.model = &next
+				s.dataPlane = &next
 				s.generation++
 				s.publish(context.Background())
 				i++
@@ -136,17 +141,18 @@ func BenchmarkPublishOneHealthChange(b *testing.B) {
 	}
 	m := modelgen.Model(1000, 3, 10)
 	onNodes(m, 30)
-	s.model, s.generation = m, 1
+	dp := lowered(b, m)
+	s.dataPlane, s.generation = dp, 1
 	s.publish(context.Background())
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		next := *m
-		next.Backends = append([]meshspec.Backend(nil), m.Backends...)
-		replicas := append([]meshspec.Replica(nil), next.Backends[0].Replicas...)
-		replicas[0].Health = [2]meshspec.Health{meshspec.HealthUnhealthy, meshspec.HealthHealthy}[i%2]
+		next := *dp
+		next.Backends = append([]ir.Backend(nil), dp.Backends...)
+		replicas := append([]ir.Replica(nil), next.Backends[0].Replicas...)
+		replicas[0].Health = [2]ir.Health{ir.Unhealthy, ir.Healthy}[i%2]
 		next.Backends[0].Replicas = replicas
-		s.model = &next
+		s.dataPlane = &next
 		s.generation++
 		s.publish(context.Background())
 		i++

@@ -18,7 +18,7 @@ import (
 func TestOutOfSyncNodesAreCounted(t *testing.T) {
 	s, conn, reg := startServer(t)
 	m := testModel("127.0.0.1:9001")
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := openDelta(t, conn, servemeshNode(t, "n1"), subscription{resource.ClusterType, nil}, subscription{resource.EndpointType, []string{"v1", "v2"}},
@@ -40,7 +40,7 @@ func TestOutOfSyncNodesAreCounted(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "the node in sync", func() bool { return outOfSync() == 0 && s.Status()[0].InSync })
 	m = meshspec.Clone(m)
 	m.Endpoints[0].Traffic = map[string]float64{"v1": 1}
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the node counted out of sync before it ACKs", func() bool { return outOfSync() == 1 })

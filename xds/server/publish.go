@@ -29,7 +29,7 @@ func (s *Server) publish(ctx context.Context) {
 	defer s.removeRetired()
 	s.mu.Lock()
 	s.forgetGoneNodes(start)
-	m, gen, mtls := s.model, s.generation, s.mtls
+	m, gen, mtls := s.dataPlane, s.generation, s.mtls
 	newOnly := s.built != nil && s.builtGen == gen && s.built.mtls == mtls
 	nodes := make([]wire.ProxyNode, 0, len(s.nodes))
 	for id, n := range s.nodes {
@@ -51,7 +51,7 @@ func (s *Server) publish(ctx context.Context) {
 		s.encodings = newEncodings() // every cluster changes with the mesh's mTLS
 	}
 	shared, err := s.builder.Build(m)
-	if err != nil { // SetModel validated it, so this is a bug
+	if err != nil { // ir.Lower validated it, so this is a bug
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return
 	}

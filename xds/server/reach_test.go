@@ -88,7 +88,7 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 	m := testModel("127.0.0.1:9001")
 	m.Backends = append(m.Backends, meshspec.Backend{Name: "v3", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9003"}}})
 	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"v3": 1}})
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	api := wire.MeshRouteName("api")
@@ -127,7 +127,7 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 	// sync at once; a change to api sends it api's mesh routes alone.
 	m = meshspec.Clone(m)
 	m.Endpoints[1].Traffic = map[string]float64{"v3": 0.5, "v1": 0.5}
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the mesh-only node in sync with the change to other", func() bool {
@@ -136,7 +136,7 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 	})
 	m = meshspec.Clone(m)
 	m.Endpoints[0].Traffic = map[string]float64{"v1": 0.9, "v2": 0.1}
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.recv(1); !slices.Equal(got[resource.RouteType], []string{api}) || len(got) != 1 {

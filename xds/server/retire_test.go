@@ -22,7 +22,7 @@ import (
 // healthy upstream" while their view of a backend switched clusters.
 func TestAssignmentsOutliveTheClustersThatAskForThem(t *testing.T) {
 	s, conn, _ := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	st := openSotW(t, conn)
@@ -34,7 +34,7 @@ func TestAssignmentsOutliveTheClustersThatAskForThem(t *testing.T) {
 	without := testModel("127.0.0.1:9001")
 	without.Backends = without.Backends[:1]
 	without.Endpoints[0].Traffic = map[string]float64{"v1": 1}
-	if err := s.SetModel(without); err != nil {
+	if err := s.SetDataPlane(lowered(t, without)); err != nil {
 		t.Fatal(err)
 	}
 	cds := st.expect(resource.ClusterType)
@@ -75,7 +75,7 @@ func TestRetiredAssignmentsComeBack(t *testing.T) {
 // request with their response's nonce) lets the removal go.
 func TestAssignmentsOutliveTheirClustersOnDeltaStreams(t *testing.T) {
 	s, conn, _ := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -106,7 +106,7 @@ func TestAssignmentsOutliveTheirClustersOnDeltaStreams(t *testing.T) {
 	without := testModel("127.0.0.1:9001")
 	without.Backends = without.Backends[:1]
 	without.Endpoints[0].Traffic = map[string]float64{"v1": 1}
-	if err := s.SetModel(without); err != nil {
+	if err := s.SetDataPlane(lowered(t, without)); err != nil {
 		t.Fatal(err)
 	}
 	cds := recv(resource.ClusterType)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -15,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -52,7 +53,7 @@ type Server struct {
 	wake        chan struct{}
 
 	mu         sync.Mutex
-	model      *meshspec.Model
+	dataPlane  *ir.DataPlane
 	mtls       *translate.MTLS // nil: plaintext between nodes
 	generation uint64
 	acceptedAt map[uint64]time.Time // when each recent generation was accepted
@@ -156,23 +157,29 @@ func (s *Server) Register(g *grpc.Server) {
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.ads)
 }
 
-// SetModel validates m and, if it is valid, makes it the model every node is
-// served; the caller must not modify m afterwards. An invalid model is
-// refused with its validation error and the last good model keeps serving.
-func (s *Server) SetModel(m *meshspec.Model) error {
-	if err := m.Validate(); err != nil {
+// SetDataPlane makes dp, an IR as ir.Lower makes it, the data plane every
+// node is served; the caller must not modify it afterwards. The server
+// checks the IR's invariants (DataPlane.Validate, which Lower ran already)
+// before translation, which trusts them: an IR that breaks them is
+// refused and the last good one keeps serving.
+func (s *Server) SetDataPlane(dp *ir.DataPlane) error {
+	err := errors.New("nil")
+	if dp != nil {
+		err = dp.Validate()
+	}
+	if err != nil {
 		s.metrics.rejected.Inc()
-		return fmt.Errorf("model refused, the last good model keeps serving: %w", err)
+		return fmt.Errorf("data plane refused, the last good one keeps serving: %w", err)
 	}
 	s.mu.Lock()
-	s.model = m
+	s.dataPlane = dp
 	s.generation++
 	gen := s.generation
 	s.acceptedAt[gen] = time.Now()
 	delete(s.acceptedAt, gen-1000) // keep the recent ones
 	s.mu.Unlock()
 	s.metrics.modelVersion.Set(float64(gen))
-	s.log.Info("accepted model", "generation", gen, "backends", len(m.Backends), "endpoints", len(m.Endpoints))
+	s.log.Info("accepted data plane", "generation", gen, "backends", len(dp.Backends), "endpoints", len(dp.Endpoints))
 	s.kick()
 	return nil
 }

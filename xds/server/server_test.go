@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
@@ -169,7 +170,7 @@ func clusterNames(t *testing.T, r *discovery.DiscoveryResponse) []string {
 
 func TestServesClustersListenersAndEndpoints(t *testing.T) {
 	s, conn, reg := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	st := openSotW(t, conn)
@@ -202,7 +203,7 @@ func TestServesClustersListenersAndEndpoints(t *testing.T) {
 	st.send(ack(st.expect(resource.RouteType), routes...))
 
 	// A replica moving changes only endpoints: clusters are not re-sent.
-	if err := s.SetModel(testModel("127.0.0.1:9101")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9101"))); err != nil {
 		t.Fatal(err)
 	}
 	eds2 := st.expect(resource.EndpointType)
@@ -221,16 +222,16 @@ func TestServesClustersListenersAndEndpoints(t *testing.T) {
 	}
 }
 
-func TestInvalidModelIsRefusedAndLastGoodKept(t *testing.T) {
+func TestInvalidDataPlaneIsRefusedAndLastGoodKept(t *testing.T) {
 	s, conn, reg := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
-	bad := testModel("127.0.0.1:9001")
-	bad.Endpoints[0].Traffic = map[string]float64{"v1": 0.5, "v2": 0.6}
-	err := s.SetModel(bad)
-	if err == nil || !strings.Contains(err.Error(), "sum to 1") || !meshspec.IsValidationError(err) {
-		t.Fatalf("got %v, want a validation error about the weights", err)
+	bad := lowered(t, testModel("127.0.0.1:9001"))
+	bad.Backends[0].Replicas[0].Address = "not an address" // only ir.Lower makes IRs; this one did not
+	err := s.SetDataPlane(bad)
+	if err == nil || !strings.Contains(err.Error(), `backend "v1": replica not an address: address: want IP:port`) {
+		t.Fatalf("got %v, want the IR's refusal of the address", err)
 	}
 	if s.Generation() != 1 {
 		t.Fatalf("generation %d after a refused model, want 1", s.Generation())
@@ -247,7 +248,7 @@ func TestInvalidModelIsRefusedAndLastGoodKept(t *testing.T) {
 
 func TestNACKIsCountedAndNotResent(t *testing.T) {
 	s, conn, reg := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	st := openSotW(t, conn)
@@ -258,7 +259,7 @@ func TestNACKIsCountedAndNotResent(t *testing.T) {
 	// A new model; the node rejects it, repeating the version it accepted.
 	m := testModel("127.0.0.1:9001")
 	m.Backends[1].Config.MaxConcurrentQueries = 7
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	second := st.expect(resource.ClusterType)
@@ -278,7 +279,7 @@ func TestNACKIsCountedAndNotResent(t *testing.T) {
 	// The next real change is sent.
 	m2 := testModel("127.0.0.1:9001")
 	m2.Backends[1].Config.MaxConcurrentQueries = 8
-	if err := s.SetModel(m2); err != nil {
+	if err := s.SetDataPlane(lowered(t, m2)); err != nil {
 		t.Fatal(err)
 	}
 	third := st.expect(resource.ClusterType)
@@ -292,7 +293,7 @@ func TestGoneNodesAreForgotten(t *testing.T) {
 	s.mu.Lock()
 	s.forgetAfter = 50 * time.Millisecond
 	s.mu.Unlock()
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -309,7 +310,7 @@ func TestGoneNodesAreForgotten(t *testing.T) {
 	cancel()
 	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool { st := s.Status(); return len(st) == 1 && !st[0].Connected })
 	time.Sleep(100 * time.Millisecond)
-	if err := s.SetModel(testModel("127.0.0.1:9002")); err != nil { // a publish prunes
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9002"))); err != nil { // a publish prunes
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the condition", func() bool { return len(s.Status()) == 0 })
@@ -326,7 +327,7 @@ func TestGoneNodesAreBounded(t *testing.T) {
 	s.mu.Lock()
 	s.maxGone = 3
 	s.mu.Unlock()
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
@@ -376,7 +377,7 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 			m.Backends[i].Replicas[j].Node, m.Backends[i].Replicas[j].Inbound = "n1", "10.0.0.1:21000"
 		}
 	}
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	md, err := wire.ProxyNode{ID: "n1", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
@@ -427,7 +428,7 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 
 func TestForeignNodeIsRefused(t *testing.T) {
 	s, conn, _ := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	st := openSotW(t, conn)
@@ -446,7 +447,7 @@ func TestForeignNodeIsRefused(t *testing.T) {
 
 func TestDeltaStreamServesClusters(t *testing.T) {
 	s, conn, _ := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -548,7 +549,7 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 	s, conn, _ := startServer(t)
 	m := testModel("127.0.0.1:9001")
 	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Traffic: map[string]float64{"v2": 1}})
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	routes := []string{wire.MeshRouteName("api"), wire.MeshRouteName("other"), wire.PublicRoutes}
@@ -558,7 +559,7 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 
 	m = meshspec.Clone(m)
 	m.Endpoints[0].Traffic = map[string]float64{"v1": 0.9, "v2": 0.1}
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	// One answer: api's mesh routes and the public table; its scope is
@@ -572,7 +573,7 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 	// other is headless, so its mesh routes alone.
 	m = meshspec.Clone(m)
 	m.Endpoints[1].Traffic = map[string]float64{"v1": 1}
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.recv(1); !slices.Equal(got[resource.RouteType], []string{wire.MeshRouteName("other")}) || len(got) != 1 {
@@ -588,7 +589,7 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 // the current config but were reported out of sync for good.
 func TestSotWAndDeltaStreamsAreKeptApart(t *testing.T) {
 	s, conn, _ := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	st := openSotW(t, conn)
@@ -620,4 +621,15 @@ func TestSotWAndDeltaStreamsAreKeptApart(t *testing.T) {
 		}
 		return acked == 2
 	})
+}
+
+// lowered is the IR of view m, as the controller's publisher makes it; in
+// an mTLS mesh if the view's replicas have inbound listeners.
+func lowered(tb testing.TB, m *meshspec.Model) *ir.DataPlane {
+	tb.Helper()
+	dp, err := ir.Lower(m, ir.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dp
 }

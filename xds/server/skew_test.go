@@ -19,7 +19,7 @@ import (
 // release before versions were announced: protocol 1), are served.
 func TestNodesOutsideTheSkewPolicyAreRefused(t *testing.T) {
 	s, conn, _ := startServer(t)
-	if err := s.SetModel(testModel("127.0.0.1:9001")); err != nil {
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
 	node := func(id string, protocol int) *core.Node {

@@ -19,7 +19,8 @@ import (
 // kind built after a change holds new encodings only for the resources
 // the builder rebuilt.
 func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
-	m := modelgen.Model(5, 3, 2)
+	view := modelgen.Model(5, 3, 2)
+	m := lowered(t, view)
 	b := translate.NewBuilder(nil)
 	first, err := b.Build(m)
 	if err != nil {
@@ -54,9 +55,10 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 		}
 	}
 
-	next := meshspec.Clone(m)
-	next.Endpoints[2].Traffic = map[string]float64{next.Endpoints[2].Name + "-v0": 1}
-	next.Backends[4].Config.MaxConcurrentQueries = 3
+	changed := meshspec.Clone(view)
+	changed.Endpoints[2].Traffic = map[string]float64{changed.Endpoints[2].Name + "-v0": 1}
+	changed.Backends[4].Config.MaxConcurrentQueries = 3
+	next := lowered(t, changed)
 	second, err := b.Build(next)
 	if err != nil {
 		t.Fatal(err)
@@ -69,8 +71,8 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 	if got := newlyEncoded(routes1, routes2); len(got) != 2 { // the endpoint's mesh routes and the public table
 		t.Errorf("a traffic change re-encoded route configurations %v; want the endpoint's mesh routes and the public table", got)
 	}
-	if got := newlyEncoded(clusters1, clusters2); len(got) != 1 || got[0] != next.Backends[4].Name {
-		t.Errorf("a backend's change re-encoded clusters %v; want %s's alone", got, next.Backends[4].Name)
+	if got := newlyEncoded(clusters1, clusters2); len(got) != 1 || got[0] != changed.Backends[4].Name {
+		t.Errorf("a backend's change re-encoded clusters %v; want %s's alone", got, changed.Backends[4].Name)
 	}
 }
 

@@ -49,7 +49,7 @@ func benchChangeToDeltaNodes(b *testing.B, endpoints, nodes int, public bool) {
 	go func() { _ = g.Serve(lis) }()
 	defer g.Stop()
 	m := modelgen.Model(endpoints, 3, 3)
-	if err := s.SetModel(m); err != nil {
+	if err := s.SetDataPlane(lowered(b, m)); err != nil {
 		b.Fatal(err)
 	}
 	var assignments []string
@@ -76,7 +76,7 @@ func benchChangeToDeltaNodes(b *testing.B, endpoints, nodes int, public bool) {
 		next := meshspec.Clone(m)
 		w := 0.25 + 0.5*float64(i%2)
 		next.Endpoints[0].Traffic = map[string]float64{backends[0]: w, backends[1]: 1 - w}
-		if err := s.SetModel(next); err != nil {
+		if err := s.SetDataPlane(lowered(b, next)); err != nil {
 			b.Fatal(err)
 		}
 		for j, st := range streams {

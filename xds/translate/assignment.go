@@ -10,7 +10,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -19,11 +19,11 @@ import (
 // health, then the node's activator (withActivator). A backend with no
 // replicas gets the activator alone. A backend whose replicas are named by DNS has its
 // assignment in its cluster instead (BuildClusters).
-func BuildAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
+func BuildAssignments(m *ir.DataPlane) []*endpoint.ClusterLoadAssignment {
 	backends := sortedBackends(m)
 	out := make([]*endpoint.ClusterLoadAssignment, 0, len(backends))
 	for _, b := range backends {
-		if !b.ResolvedByDNS() {
+		if b.Reach != ir.ReachDNS {
 			out = append(out, withActivator(BuildAssignment(b), wire.ActivatorSocket))
 		}
 	}
@@ -32,15 +32,15 @@ func BuildAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
 
 // BuildAssignment builds one backend's ClusterLoadAssignment: its replicas,
 // which Envoy calls endpoints.
-func BuildAssignment(b meshspec.Backend) *endpoint.ClusterLoadAssignment {
+func BuildAssignment(b ir.Backend) *endpoint.ClusterLoadAssignment {
 	cla := assignment(wire.ClusterName(b.Name), nil)
 	if len(b.Replicas) == 0 {
 		return cla
 	}
-	if viaInbound(b) {
+	if b.ViaInbound() {
 		return inboundAssignment(b)
 	}
-	replicas := append([]meshspec.Replica(nil), b.Replicas...)
+	replicas := append([]ir.Replica(nil), b.Replicas...)
 	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Address < replicas[j].Address })
 	locality := &endpoint.LocalityLbEndpoints{}
 	for _, r := range replicas {
@@ -53,7 +53,7 @@ func BuildAssignment(b meshspec.Backend) *endpoint.ClusterLoadAssignment {
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 				Address: socketAddress(host, uint32(port)),
 			}},
-			HealthStatus: healthStatus(r.EffectiveHealth()),
+			HealthStatus: healthStatus(r.Health),
 		})
 	}
 	cla.Endpoints = []*endpoint.LocalityLbEndpoints{locality}
@@ -78,13 +78,13 @@ func assignment(name string, locality *endpoint.LocalityLbEndpoints) *endpoint.C
 	return cla
 }
 
-func healthStatus(h meshspec.Health) core.HealthStatus {
+func healthStatus(h ir.Health) core.HealthStatus {
 	switch h {
-	case meshspec.HealthUnhealthy:
+	case ir.Unhealthy:
 		return core.HealthStatus_UNHEALTHY
-	case meshspec.HealthDraining:
+	case ir.Draining:
 		return core.HealthStatus_DRAINING
-	case meshspec.HealthUnknown:
+	case ir.Unknown:
 		// Envoy calls DEGRADED endpoints only when too few are healthy
 		// (see overprovisioning); its own UNKNOWN means healthy.
 		return core.HealthStatus_DEGRADED

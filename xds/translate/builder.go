@@ -12,7 +12,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -40,7 +40,7 @@ type Builder struct {
 
 type backendParts struct {
 	gen         uint64
-	backend     meshspec.Backend
+	backend     ir.Backend
 	clusters    []*cluster.Cluster
 	assignments []Encoded      // sent as they are, so held encoded
 	hash        string         // of its clusters
@@ -50,7 +50,7 @@ type backendParts struct {
 
 type endpointParts struct {
 	gen      uint64
-	endpoint meshspec.Endpoint
+	endpoint ir.Endpoint
 	public   []byte  // its public routes, encoded (encodeRoutes); nil when headless
 	mesh     Encoded // its mesh routes, versioned by their encoding
 	scope    *route.ScopedRouteConfiguration
@@ -99,7 +99,7 @@ func (b *Builder) MTLS() *MTLS { return b.mtls }
 
 // Build returns the shared resources of m, a model that passed Validate.
 // After an error it starts over: the next Build rebuilds everything.
-func (b *Builder) Build(m *meshspec.Model) (out *Built, err error) {
+func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 	defer func() {
 		if err != nil {
 			*b = *NewBuilder(b.mtls)
@@ -139,11 +139,11 @@ func (b *Builder) Build(m *meshspec.Model) (out *Built, err error) {
 
 // syncBackends rebuilds the parts of m's backends that changed, drops
 // those of backends gone, and names both.
-func (b *Builder) syncBackends(m *meshspec.Model) (map[string]bool, error) {
+func (b *Builder) syncBackends(m *ir.DataPlane) (map[string]bool, error) {
 	changed := map[string]bool{}
 	for _, be := range m.Backends {
 		p := b.backends[be.Name]
-		if p != nil && meshspec.BackendsEqual(p.backend, be) {
+		if p != nil && p.backend.Equal(be) {
 			p.gen = b.gen
 			continue
 		}
@@ -165,11 +165,11 @@ func (b *Builder) syncBackends(m *meshspec.Model) (map[string]bool, error) {
 
 // syncEndpoints rebuilds the parts of m's endpoints that changed, drops
 // those of endpoints gone, and reports whether any did either.
-func (b *Builder) syncEndpoints(m *meshspec.Model) (bool, error) {
+func (b *Builder) syncEndpoints(m *ir.DataPlane) (bool, error) {
 	changed := false
 	for _, e := range m.Endpoints {
 		p := b.endpoints[e.Name]
-		if p != nil && meshspec.EndpointsEqual(p.endpoint, e) {
+		if p != nil && p.endpoint.Equal(e) {
 			p.gen = b.gen
 			continue
 		}
@@ -192,8 +192,8 @@ func (b *Builder) syncEndpoints(m *meshspec.Model) (bool, error) {
 
 // buildBackend builds one backend's clusters and assignments with the
 // builders Shared uses, on a model of that backend alone.
-func (b *Builder) buildBackend(be meshspec.Backend) (*backendParts, error) {
-	one := &meshspec.Model{Backends: []meshspec.Backend{be}}
+func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
+	one := &ir.DataPlane{Backends: []ir.Backend{be}}
 	p := &backendParts{gen: b.gen, backend: be, clusters: BuildClusters(one)}
 	assignments := BuildAssignments(one)
 	if b.mtls != nil {
@@ -202,7 +202,7 @@ func (b *Builder) buildBackend(be meshspec.Backend) (*backendParts, error) {
 		}
 		assignments = append(assignments, inboundAssignments(one)...)
 		assignments = append(assignments, nodeViewAssignments(one)...)
-		if viaInbound(be) {
+		if be.ViaInbound() {
 			p.perNode = map[string]int{}
 			for _, r := range be.Replicas {
 				if p.perNode[r.Node] == 0 {
@@ -227,8 +227,8 @@ func (b *Builder) buildBackend(be meshspec.Backend) (*backendParts, error) {
 // buildEndpoint builds one endpoint's routes and scope; a part equal to
 // the one in prev (the endpoint's last parts, or nil) is prev's, pointer
 // and all, so its encoding is reused.
-func buildEndpoint(e meshspec.Endpoint, prev *endpointParts) (*endpointParts, error) {
-	p := &endpointParts{endpoint: meshspec.CloneEndpoint(e)}
+func buildEndpoint(e ir.Endpoint, prev *endpointParts) (*endpointParts, error) {
+	p := &endpointParts{endpoint: e}
 	mesh, scope := meshRoutes(e)
 	var err error
 	if p.mesh, err = encode(mesh.GetName(), mesh); err != nil {
@@ -386,7 +386,7 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	if p := b.nodes[node.ID]; p != nil && p.node.Equal(node) && slices.Equal(p.keys, keys) {
 		return p.built, nil
 	}
-	backends := make([]meshspec.Backend, 0, len(local))
+	backends := make([]ir.Backend, 0, len(local))
 	shared := make(map[string]*cluster.Cluster, len(local))
 	for _, p := range local {
 		be := p.backend

@@ -20,8 +20,9 @@ import (
 
 // sameAsShared fails unless b's Build of m is what Shared builds, resource
 // for resource.
-func sameAsShared(t *testing.T, b *Builder, m *meshspec.Model, mtls *MTLS) *Built {
+func sameAsShared(t *testing.T, b *Builder, view *meshspec.Model, mtls *MTLS) *Built {
 	t.Helper()
+	m := lowerFor(t, view, mtls != nil)
 	got, err := b.Build(m)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 )
 
 // TestPublicClientsDecideNothingOfTheMesh: a public client sending a
@@ -17,8 +17,8 @@ import (
 // rule is left out and the criticality is overwritten with the
 // endpoint's; on the mesh listener both are as the caller says.
 func TestPublicClientsDecideNothingOfTheMesh(t *testing.T) {
-	e := meshspec.Endpoint{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}, Criticality: meshspec.Sheddable,
-		Match: []meshspec.RequestMatch{{Header: "x-canary", Exact: "1", Backend: "v2", MeshOnly: true}, {Header: "x-user", Exact: "a", Backend: "v1"}}}
+	e := ir.Endpoint{Name: "gen", Route: "/gen", Methods: []string{"GET"}, Traffic: map[string]float64{"v1": 1}, Criticality: ir.Sheddable,
+		Match: []ir.Match{{Header: "x-canary", Exact: "1", Backend: "v2", MeshOnly: true}, {Header: "x-user", Exact: "a", Backend: "v1"}}}
 	for _, tc := range []struct {
 		from      caller
 		canary    bool
@@ -31,7 +31,7 @@ func TestPublicClientsDecideNothingOfTheMesh(t *testing.T) {
 				canary = canary || m.GetName() == "x-canary"
 			}
 			for _, h := range r.GetRequestHeadersToAdd() {
-				if h.GetHeader().GetKey() == meshspec.CriticalityHeader {
+				if h.GetHeader().GetKey() == ir.CriticalityHeader {
 					criticality++
 					if got := h.GetAppendAction() == core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD; got != tc.overwrite {
 						t.Errorf("public=%v: route %s sets criticality with %v", tc.from, r.GetName(), h.GetAppendAction())

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -44,7 +44,7 @@ const MinQueueLimit = 1024
 // upstream HTTP/1.1 connection carries one request at a time, so the limit
 // is a per-host connection limit; requests beyond it wait in Envoy's pending
 // queue (bounded by the queue limit), not fail.
-func BuildClusters(m *meshspec.Model) []*cluster.Cluster {
+func BuildClusters(m *ir.DataPlane) []*cluster.Cluster {
 	backends := sortedBackends(m)
 	out := make([]*cluster.Cluster, 0, len(backends))
 	for _, b := range backends {
@@ -59,13 +59,13 @@ func BuildClusters(m *meshspec.Model) []*cluster.Cluster {
 			CommonLbConfig:  &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
 			CircuitBreakers: circuitBreakers(b),
 		}
-		if b.ResolvedByDNS() {
+		if b.Reach == ir.ReachDNS {
 			resolveByDNS(c, b)
 		}
-		if b.HTTP2() {
+		if b.HTTP2 {
 			c.TypedExtensionProtocolOptions = http2Options()
 		}
-		c.OutlierDetection = outlierDetection(b.Config.Outlier)
+		c.OutlierDetection = outlierDetection(b.Outlier)
 		out = append(out, c)
 	}
 	return out
@@ -73,7 +73,7 @@ func BuildClusters(m *meshspec.Model) []*cluster.Cluster {
 
 // outlierDetection ejects the hosts that keep failing, if o says so (nil:
 // none).
-func outlierDetection(o *meshspec.OutlierDetection) *cluster.OutlierDetection {
+func outlierDetection(o *ir.Outlier) *cluster.OutlierDetection {
 	if o == nil {
 		return nil
 	}
@@ -110,7 +110,7 @@ func http2Options() map[string]*anypb.Any {
 
 // circuitBreakers limit b's requests in flight to max_concurrent_queries
 // per replica, and queue the rest.
-func circuitBreakers(b meshspec.Backend) *cluster.CircuitBreakers {
+func circuitBreakers(b ir.Backend) *cluster.CircuitBreakers {
 	total := concurrencyLimit(b)
 	queue := queueLimit(total)
 	return &cluster.CircuitBreakers{
@@ -126,7 +126,7 @@ func circuitBreakers(b meshspec.Backend) *cluster.CircuitBreakers {
 		}},
 		PerHostThresholds: []*cluster.CircuitBreakers_Thresholds{{
 			Priority:       core.RoutingPriority_DEFAULT,
-			MaxConnections: wrapperspb.UInt32(uint32(b.Config.EffectiveMaxConcurrentQueries())),
+			MaxConnections: wrapperspb.UInt32(uint32(b.MaxConcurrent)),
 		}},
 	}
 }
@@ -134,11 +134,11 @@ func circuitBreakers(b meshspec.Backend) *cluster.CircuitBreakers {
 // resolveByDNS makes c a STRICT_DNS cluster that lists b's serving replicas
 // itself: Envoy resolves their names (IPv4 first), and serves no replica
 // that is unhealthy or draining.
-func resolveByDNS(c *cluster.Cluster, b meshspec.Backend) {
+func resolveByDNS(c *cluster.Cluster, b ir.Backend) {
 	serving := b
 	serving.Replicas = nil
 	for _, r := range b.Replicas {
-		if r.EffectiveHealth() == meshspec.HealthHealthy {
+		if r.Health == ir.Healthy {
 			serving.Replicas = append(serving.Replicas, r)
 		}
 	}
@@ -150,9 +150,9 @@ func resolveByDNS(c *cluster.Cluster, b meshspec.Backend) {
 
 // concurrencyLimit is max_concurrent_queries × replicas, at least one
 // replica's worth so a backend whose replicas are still starting is not shut.
-func concurrencyLimit(b meshspec.Backend) uint32 {
+func concurrencyLimit(b ir.Backend) uint32 {
 	replicas := max(len(b.Replicas), 1)
-	limit := int64(b.Config.EffectiveMaxConcurrentQueries()) * int64(replicas)
+	limit := int64(b.MaxConcurrent) * int64(replicas)
 	return uint32(min(limit, math.MaxUint32))
 }
 
@@ -166,9 +166,9 @@ func saturatingAdd(a, b uint32) uint32 {
 	return uint32(min(uint64(a)+uint64(b), math.MaxUint32))
 }
 
-func sortedBackends(m *meshspec.Model) []meshspec.Backend {
-	out := append([]meshspec.Backend(nil), m.Backends...)
-	sortByName(out, func(b meshspec.Backend) string { return b.Name })
+func sortedBackends(m *ir.DataPlane) []ir.Backend {
+	out := append([]ir.Backend(nil), m.Backends...)
+	sortByName(out, func(b ir.Backend) string { return b.Name })
 	return out
 }
 

@@ -1,5 +1,7 @@
-// Package translate turns servemesh's desired state (a meshspec.Model) plus one
-// node's listener settings into Envoy resources. It is a pure function: the
+// Package translate turns the data plane's IR (an ir.DataPlane, which
+// ir.Lower made and validated from the view) plus one node's listener
+// settings into Envoy resources. It reads no user type and trusts the IR:
+// it validates nothing and applies no default. It is a pure function: the
 // same input gives the same, deterministically ordered output, and nothing is
 // read from or written to the outside world. In the flow of
 // docs/architecture.md: step 6.
@@ -23,7 +25,7 @@
 //   - cluster.go: one EDS cluster per backend with circuit breakers.
 //   - assignment.go: one ClusterLoadAssignment per backend listing its
 //     replicas with their health (what Envoy calls endpoints; in servemesh an
-//     endpoint is always a model endpoint, a route).
+//     endpoint is always servemesh's endpoint, a route).
 //   - activator.go: every assignment's last, lowest priority, the node's
 //     activator (agent/activator), which holds a backend's requests while
 //     none of its replicas can take them.

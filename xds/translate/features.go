@@ -6,7 +6,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 )
 
 // backendFeature is one feature's part in translating a backend: what it
@@ -17,7 +17,7 @@ import (
 type backendFeature interface {
 	name() string
 	// uses reports whether backend b uses the feature.
-	uses(b meshspec.Backend) bool
+	uses(b ir.Backend) bool
 	// sharedCluster changes the backend's cluster of nodes, the one every
 	// calling node gets (with mTLS).
 	sharedCluster(c *cluster.Cluster) error
@@ -39,7 +39,7 @@ type backendFeature interface {
 var backendFeatures = []backendFeature{loadAwarePicking{}}
 
 // featuresOf are the features b uses, in backendFeatures' order.
-func featuresOf(b meshspec.Backend) []backendFeature {
+func featuresOf(b ir.Backend) []backendFeature {
 	var out []backendFeature
 	for _, f := range backendFeatures {
 		if f.uses(b) {
@@ -50,7 +50,7 @@ func featuresOf(b meshspec.Backend) []backendFeature {
 }
 
 // patchSharedCluster applies b's features to its shared cluster c.
-func patchSharedCluster(b meshspec.Backend, c *cluster.Cluster) error {
+func patchSharedCluster(b ir.Backend, c *cluster.Cluster) error {
 	for _, f := range featuresOf(b) {
 		if err := f.sharedCluster(c); err != nil {
 			return fmt.Errorf("backend %s, %s: %w", b.Name, f.name(), err)
@@ -60,7 +60,7 @@ func patchSharedCluster(b meshspec.Backend, c *cluster.Cluster) error {
 }
 
 // patchInboundCluster applies b's features to a node's inbound cluster c.
-func patchInboundCluster(b meshspec.Backend, c *cluster.Cluster) error {
+func patchInboundCluster(b ir.Backend, c *cluster.Cluster) error {
 	for _, f := range featuresOf(b) {
 		if err := f.inboundCluster(c); err != nil {
 			return fmt.Errorf("backend %s, %s: %w", b.Name, f.name(), err)
@@ -71,13 +71,13 @@ func patchInboundCluster(b meshspec.Backend, c *cluster.Cluster) error {
 
 // hasNodeView reports whether a node running replicas of b gets its own
 // view of b's cluster.
-func hasNodeView(b meshspec.Backend) bool {
+func hasNodeView(b ir.Backend) bool {
 	return !slices.ContainsFunc(featuresOf(b), backendFeature.viaInboundOnly)
 }
 
 // featureClusters are the clusters the features of the backends in local
 // need on their node, each once, in the features' order.
-func featureClusters(local []meshspec.Backend) []*cluster.Cluster {
+func featureClusters(local []ir.Backend) []*cluster.Cluster {
 	var out []*cluster.Cluster
 	for _, f := range backendFeatures {
 		if slices.ContainsFunc(local, f.uses) {
@@ -95,7 +95,7 @@ func featureClusters(local []meshspec.Backend) []*cluster.Cluster {
 type loadAwarePicking struct{}
 
 func (loadAwarePicking) name() string                            { return "load_aware" }
-func (loadAwarePicking) uses(b meshspec.Backend) bool            { return loadAware(b) }
+func (loadAwarePicking) uses(b ir.Backend) bool                  { return loadAware(b) }
 func (loadAwarePicking) sharedCluster(c *cluster.Cluster) error  { return loadAwareCluster(c) }
 func (loadAwarePicking) inboundCluster(c *cluster.Cluster) error { return pickedReplicaCluster(c) }
 func (loadAwarePicking) viaInboundOnly() bool                    { return true }

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 )
 
 // chain is a kind of HTTP connection manager servemesh configures.
@@ -29,7 +29,7 @@ const (
 // for every endpoint, and are switched on per route).
 type filterInput struct {
 	chain   chain
-	backend meshspec.Backend
+	backend ir.Backend
 }
 
 // httpFilter is one row of the filter table: an Envoy HTTP filter (by the

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -29,14 +29,14 @@ func TestFilterTable(t *testing.T) {
 		}
 		return out
 	}
-	aware := meshspec.Backend{Name: "llm", Config: meshspec.BackendConfig{LoadAware: &meshspec.LoadAware{}}}
+	aware := ir.Backend{Name: "llm", Reach: ir.ReachInbound, Picked: true}
 	for _, c := range []struct {
 		chain chain
 		in    filterInput
 		want  []string
 	}{
 		{outbound, filterInput{}, []string{"envoy.filters.http.grpc_stats", jsonToMetadataFilter, luaFilter, "envoy.filters.http.router"}},
-		{inbound, filterInput{backend: meshspec.Backend{Name: "api"}}, []string{"servemesh.replica_report_scrub", "envoy.filters.http.router"}},
+		{inbound, filterInput{backend: ir.Backend{Name: "api"}}, []string{"servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: aware}, []string{"envoy.filters.http.ext_proc", "servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 	} {
 		if got := names(c.chain, c.in); !slices.Equal(got, c.want) {
@@ -50,20 +50,20 @@ func TestFilterTable(t *testing.T) {
 // their inbound listener (no node view) and get the picker's cluster once,
 // however many load-aware backends they run; a plain backend uses none.
 func TestBackendFeatures(t *testing.T) {
-	plain := meshspec.Backend{Name: "api"}
-	aware := meshspec.Backend{Name: "llm", Config: meshspec.BackendConfig{LoadAware: &meshspec.LoadAware{}}}
-	other := meshspec.Backend{Name: "llm2", Config: meshspec.BackendConfig{LoadAware: &meshspec.LoadAware{}}}
+	plain := ir.Backend{Name: "api"}
+	aware := ir.Backend{Name: "llm", Reach: ir.ReachInbound, Picked: true}
+	other := ir.Backend{Name: "llm2", Reach: ir.ReachInbound, Picked: true}
 	if len(featuresOf(plain)) != 0 || !hasNodeView(plain) {
 		t.Fatalf("a plain backend uses %d features (node view %v)", len(featuresOf(plain)), hasNodeView(plain))
 	}
 	if hasNodeView(aware) {
 		t.Fatal("a load-aware backend's node gets its own view: its picker would not see those requests")
 	}
-	clusters := featureClusters([]meshspec.Backend{plain, aware, other})
+	clusters := featureClusters([]ir.Backend{plain, aware, other})
 	if len(clusters) != 1 || clusters[0].GetName() != wire.PickerCluster {
 		t.Fatalf("feature clusters %v; want the picker's once", clusters)
 	}
-	if len(featureClusters([]meshspec.Backend{plain})) != 0 {
+	if len(featureClusters([]ir.Backend{plain})) != 0 {
 		t.Fatal("a node of plain backends gets a picker cluster")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -24,7 +25,11 @@ func FuzzTranslate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		res, err := Translate(m, goldenNode, nil)
+		dp, err := ir.Lower(m, ir.Options{})
+		if err != nil {
+			t.Fatalf("a valid model's IR was refused: %v", err)
+		}
+		res, err := Translate(dp, goldenNode, nil)
 		if err != nil {
 			t.Fatalf("a valid model did not translate: %v", err)
 		}
@@ -33,8 +38,8 @@ func FuzzTranslate(f *testing.F) {
 }
 
 // FuzzTranslateRefusesInvalid builds models from fuzzed fields without the
-// parser, so invalid ones reach Translate: it must refuse every one Validate
-// refuses, and never panic.
+// parser, so invalid ones reach the IR: ir.Lower must refuse every one
+// Validate refuses, and what it accepts must translate, without a panic.
 func FuzzTranslateRefusesInvalid(f *testing.F) {
 	f.Add("b", "127.0.0.1:9001", "e", "/e", 1.0, 0.5, 16)
 	f.Add("", "nonsense", "e e", "e", -1.0, 2.0, -4)
@@ -44,13 +49,17 @@ func FuzzTranslateRefusesInvalid(f *testing.F) {
 			Endpoints: []meshspec.Endpoint{{Name: endpoint, Route: route, Traffic: map[string]float64{backend: weight},
 				Shadows: map[string]float64{backend: shadow}}},
 		}
-		res, err := Translate(m, goldenNode, nil)
+		dp, err := ir.Lower(m, ir.Options{})
 		if verr := m.Validate(); verr != nil {
 			if err == nil {
-				t.Fatalf("an invalid model was translated: %v", verr)
+				t.Fatalf("an invalid model was lowered: %v", verr)
 			}
 			return
 		}
+		if err != nil {
+			t.Fatalf("a valid model's IR was refused: %v", err)
+		}
+		res, err := Translate(dp, goldenNode, nil)
 		if err != nil {
 			t.Fatalf("a valid model did not translate: %v", err)
 		}

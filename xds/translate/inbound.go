@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -29,7 +29,7 @@ import (
 // presenting the backend's identity and requiring a client certificate of
 // a servemesh node. A connection that names no such backend, or brings no
 // or another certificate, is closed.
-func buildInboundListener(node wire.ProxyNode, t *MTLS, local []meshspec.Backend) (*listener.Listener, error) {
+func buildInboundListener(node wire.ProxyNode, t *MTLS, local []ir.Backend) (*listener.Listener, error) {
 	inspector, err := anypb.New(&tlsinspector.TlsInspector{})
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack tls inspector: %w", err)
@@ -55,7 +55,7 @@ func buildInboundListener(node wire.ProxyNode, t *MTLS, local []meshspec.Backend
 
 // inboundChain serves backend on the inbound listener: mTLS terminated
 // with the backend's identity, then HTTP to the backend's replicas here.
-func inboundChain(node wire.ProxyNode, t *MTLS, b meshspec.Backend) (*listener.FilterChain, error) {
+func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend) (*listener.FilterChain, error) {
 	backend := b.Name
 	downstream := &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
@@ -156,7 +156,7 @@ func localReplyHeader(flags []string, header string) *hcm.ResponseMapper {
 // each at most max_concurrent_queries at a time, with the rest queued. Its
 // replicas come by EDS (inboundAssignments), so a replica's health change
 // leaves the cluster as it is.
-func buildInboundCluster(b meshspec.Backend, node string) (*cluster.Cluster, error) {
+func buildInboundCluster(b ir.Backend, node string) (*cluster.Cluster, error) {
 	c := &cluster.Cluster{
 		Name:                 wire.InboundClusterName(b.Name),
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
@@ -167,20 +167,20 @@ func buildInboundCluster(b meshspec.Backend, node string) (*cluster.Cluster, err
 		CommonLbConfig:  &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
 		CircuitBreakers: circuitBreakers(b),
 	}
-	if b.HTTP2() {
+	if b.HTTP2 {
 		c.TypedExtensionProtocolOptions = http2Options()
 	}
-	c.OutlierDetection = outlierDetection(b.Config.Outlier) // each replica of the node
+	c.OutlierDetection = outlierDetection(b.Outlier) // each replica of the node
 	return c, patchInboundCluster(b, c)
 }
 
 // inboundAssignments are, for every node with replicas of a backend reached
 // over mTLS, the assignment of its inbound cluster: its own replicas on
 // loopback, with their health. Sorted by name.
-func inboundAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
+func inboundAssignments(m *ir.DataPlane) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
-	eachNodeOf(m, func(b meshspec.Backend, node string, own []meshspec.Replica) {
-		cla := BuildAssignment(meshspec.Backend{Name: b.Name, Replicas: localReplicas(own)})
+	eachNodeOf(m, func(b ir.Backend, node string, own []ir.Replica) {
+		cla := BuildAssignment(ir.Backend{Name: b.Name, Replicas: localReplicas(own)})
 		cla.ClusterName = wire.InboundAssignmentName(b.Name, node)
 		out = append(out, withActivator(cla, wire.ActivatorInboundSocket))
 	})

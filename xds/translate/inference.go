@@ -2,6 +2,8 @@ package translate
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -69,7 +71,7 @@ const (
 )
 
 // loadAware reports whether b's replicas are picked by their load.
-func loadAware(b meshspec.Backend) bool { return b.Config.LoadAware != nil }
+func loadAware(b ir.Backend) bool { return b.Picked }
 
 // loadAwareCluster makes c, a backend's cluster of nodes, weigh them by
 // the load reports on their answers.
@@ -139,7 +141,7 @@ func pickerFilter(backend string) (*hcm.HttpFilter, error) {
 			Untyped: []string{wire.PickerNamespace}}},
 		// The picker reads one header; the others are not sent to it.
 		ForwardRules: &extproc.HeaderForwardingRules{AllowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{{
-			MatchPattern: &matcher.StringMatcher_Exact{Exact: meshspec.CriticalityHeader}}}}},
+			MatchPattern: &matcher.StringMatcher_Exact{Exact: ir.CriticalityHeader}}}}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener, backend %s: pack picker filter: %w", backend, err)
@@ -167,7 +169,7 @@ func pickerCluster() *cluster.Cluster {
 // model from its body, off unless a route turns them on (readModelRoute).
 // readModelFilter reads a body's model (off but on model-routed routes).
 func readModelFilter() (*hcm.HttpFilter, error) {
-	read, err := anypb.New(readModel(meshspec.DefaultModelField))
+	read, err := anypb.New(readModel(ir.DefaultModelField))
 	if err != nil {
 		return nil, fmt.Errorf("pack json_to_metadata filter: %w", err)
 	}
@@ -212,10 +214,10 @@ func readModel(field string) *jsonmeta.JsonToMetadata {
 // modelRoutes are e's routes of one group of methods (named name, retried
 // on retry): one per model, each splitting and mirroring by that model's
 // policies once the request's model is read.
-func modelRoutes(e meshspec.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher, name, retry string, from caller) []*route.Route {
-	r := e.ModelRouting
+func modelRoutes(e ir.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher, name, retry string, from caller) []*route.Route {
+	r := e.Models
 	var routes []*route.Route
-	for _, m := range meshspec.SortedKeys(r.Models) {
+	for _, m := range slices.Sorted(maps.Keys(r.Models)) {
 		matched := match()
 		matched.Headers = []*route.HeaderMatcher{methods}
 		matched.DynamicMetadata = []*matcher.MetadataMatcher{modelMatcher(wire.ModelKey,
@@ -230,15 +232,15 @@ func modelRoutes(e meshspec.Endpoint, match func() *route.RouteMatch, methods *r
 // modelAnswers are a model-routed endpoint's answers to requests of its
 // methods that name no model (400) or another (404); the latter is what
 // such a request first matches, and it reads the body (readModelRoute).
-func modelAnswers(e meshspec.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route {
-	field := e.ModelRouting.EffectiveField()
+func modelAnswers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route {
+	field := e.Models.Field
 	missing := match()
 	missing.Headers = []*route.HeaderMatcher{methods}
 	missing.DynamicMetadata = []*matcher.MetadataMatcher{modelMatcher(wire.ModelMissingKey,
 		&matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_PresentMatch{PresentMatch: true}})}
 	unknown := match()
 	unknown.Headers = []*route.HeaderMatcher{methods}
-	models := meshspec.SortedKeys(e.ModelRouting.Models)
+	models := slices.Sorted(maps.Keys(e.Models.Models))
 	return []*route.Route{
 		directRoute(e.Name+"/model-missing", missing, 400,
 			fmt.Sprintf("endpoint %q routes by the model a JSON body names in its %q field; send a JSON object with %q set to one of: %s\n", e.Name, field, field, joinQuoted(models))),
@@ -277,15 +279,15 @@ func modelMatcher(key string, value *matcher.ValueMatcher) *matcher.MetadataMatc
 // request may say what it is, and one that says nothing is the endpoint's;
 // from the public listener a request is always the endpoint's, whatever it
 // says: any client could otherwise call itself critical and never be shed.
-func criticalityHeader(e meshspec.Endpoint, from caller) []*core.HeaderValueOption {
+func criticalityHeader(e ir.Endpoint, from caller) []*core.HeaderValueOption {
 	action := core.HeaderValueOption_ADD_IF_ABSENT
 	if from == public {
 		action = core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-	} else if e.EffectiveCriticality() == meshspec.Critical {
+	} else if e.Criticality == ir.Critical {
 		return nil // a request that says nothing is critical
 	}
 	return []*core.HeaderValueOption{{
-		Header:       &core.HeaderValue{Key: meshspec.CriticalityHeader, Value: string(e.EffectiveCriticality())},
+		Header:       &core.HeaderValue{Key: ir.CriticalityHeader, Value: e.Criticality},
 		AppendAction: action,
 	}}
 }

@@ -9,8 +9,10 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"maps"
+	"slices"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -32,7 +34,7 @@ const (
 )
 
 // localView is node's version of b's shared cluster c.
-func localView(c *cluster.Cluster, b meshspec.Backend, node string) (*cluster.Cluster, error) {
+func localView(c *cluster.Cluster, b ir.Backend, node string) (*cluster.Cluster, error) {
 	out := proto.Clone(c).(*cluster.Cluster)
 	out.EdsClusterConfig.ServiceName = wire.NodeViewAssignmentName(b.Name, node)
 	matches, err := localRawSocket()
@@ -43,9 +45,9 @@ func localView(c *cluster.Cluster, b meshspec.Backend, node string) (*cluster.Cl
 // nodeViewAssignments are, for every backend reached over mTLS and every
 // node running replicas of it, that node's view of it: the other nodes by
 // their inbound listeners, its own replicas on loopback.
-func nodeViewAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
+func nodeViewAssignments(m *ir.DataPlane) []*endpoint.ClusterLoadAssignment {
 	var out []*endpoint.ClusterLoadAssignment
-	eachNodeOf(m, func(b meshspec.Backend, node string, own []meshspec.Replica) {
+	eachNodeOf(m, func(b ir.Backend, node string, own []ir.Replica) {
 		if hasNodeView(b) {
 			out = append(out, withActivator(nodeViewAssignment(b, node, own), wire.ActivatorSocket))
 		}
@@ -53,7 +55,7 @@ func nodeViewAssignments(m *meshspec.Model) []*endpoint.ClusterLoadAssignment {
 	return out
 }
 
-func nodeViewAssignment(b meshspec.Backend, node string, own []meshspec.Replica) *endpoint.ClusterLoadAssignment {
+func nodeViewAssignment(b ir.Backend, node string, own []ir.Replica) *endpoint.ClusterLoadAssignment {
 	others := b
 	others.Replicas = nil
 	for _, r := range b.Replicas {
@@ -65,7 +67,7 @@ func nodeViewAssignment(b meshspec.Backend, node string, own []meshspec.Replica)
 	if len(others.Replicas) > 0 {
 		locality.LbEndpoints = inboundAssignment(others).Endpoints[0].LbEndpoints
 	}
-	mine := BuildAssignment(meshspec.Backend{Name: b.Name, Replicas: localReplicas(own)})
+	mine := BuildAssignment(ir.Backend{Name: b.Name, Replicas: localReplicas(own)})
 	for _, ep := range mine.Endpoints[0].LbEndpoints {
 		ep.Metadata = localMetadata()
 		ep.LoadBalancingWeight = wrapperspb.UInt32(1)
@@ -76,26 +78,26 @@ func nodeViewAssignment(b meshspec.Backend, node string, own []meshspec.Replica)
 
 // eachNodeOf calls fn for every backend of m reached over mTLS and every
 // node running replicas of it, with those replicas, in order.
-func eachNodeOf(m *meshspec.Model, fn func(b meshspec.Backend, node string, own []meshspec.Replica)) {
+func eachNodeOf(m *ir.DataPlane, fn func(b ir.Backend, node string, own []ir.Replica)) {
 	for _, b := range sortedBackends(m) {
-		if !viaInbound(b) {
+		if !b.ViaInbound() {
 			continue
 		}
-		byNode := map[string][]meshspec.Replica{}
+		byNode := map[string][]ir.Replica{}
 		for _, r := range b.Replicas {
 			byNode[r.Node] = append(byNode[r.Node], r)
 		}
-		for _, node := range meshspec.SortedKeys(byNode) {
+		for _, node := range slices.Sorted(maps.Keys(byNode)) {
 			fn(b, node, byNode[node])
 		}
 	}
 }
 
 // localReplicas are replicas as their own node reaches them: by address.
-func localReplicas(rs []meshspec.Replica) []meshspec.Replica {
-	out := make([]meshspec.Replica, 0, len(rs))
+func localReplicas(rs []ir.Replica) []ir.Replica {
+	out := make([]ir.Replica, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, meshspec.Replica{Address: r.Address, Health: r.Health})
+		out = append(out, ir.Replica{Address: r.Address, Health: r.Health})
 	}
 	return out
 }

@@ -2,7 +2,9 @@ package translate
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -15,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -38,38 +40,19 @@ func (t *MTLS) Validate() error {
 	return nil
 }
 
-// tlsBackend reports whether, in a mesh with mTLS, b's replicas are
-// reached over mTLS: every replica has its node's inbound listener (a
-// backend of external instances has none; one with no replicas yet is
-// taken as servemesh's).
-func tlsBackend(b meshspec.Backend) bool {
-	for _, r := range b.Replicas {
-		if r.Inbound == "" {
-			return false
-		}
-	}
-	return true
-}
-
-// viaInbound reports whether b's replicas are listed by node (their inbound
-// listeners) rather than each by its own address.
-func viaInbound(b meshspec.Backend) bool {
-	return len(b.Replicas) > 0 && b.Replicas[0].Inbound != ""
-}
-
 // inboundAssignment lists b's nodes, each by its inbound listener, weighted
 // by its healthy replicas: healthy with one or more, else draining if one
 // drains, else unhealthy. The node's Envoy picks among its own replicas.
-func inboundAssignment(b meshspec.Backend) *endpoint.ClusterLoadAssignment {
-	nodes := map[string]map[meshspec.Health]int{}
+func inboundAssignment(b ir.Backend) *endpoint.ClusterLoadAssignment {
+	nodes := map[string]map[ir.Health]int{}
 	for _, r := range b.Replicas {
 		if nodes[r.Inbound] == nil {
-			nodes[r.Inbound] = map[meshspec.Health]int{}
+			nodes[r.Inbound] = map[ir.Health]int{}
 		}
-		nodes[r.Inbound][r.EffectiveHealth()]++
+		nodes[r.Inbound][r.Health]++
 	}
 	locality := &endpoint.LocalityLbEndpoints{}
-	for _, in := range meshspec.SortedKeys(nodes) {
+	for _, in := range slices.Sorted(maps.Keys(nodes)) {
 		health, weight := nodeHealth(nodes[in])
 		ap := netip.MustParseAddrPort(in) // checked by Validate
 		locality.LbEndpoints = append(locality.LbEndpoints, &endpoint.LbEndpoint{
@@ -87,13 +70,13 @@ func inboundAssignment(b meshspec.Backend) *endpoint.ClusterLoadAssignment {
 // replicas it runs in each health: by its best replicas (healthy, then
 // unknown, then draining), weighted by how many it has of them, so that
 // every replica gets about the same share.
-func nodeHealth(count map[meshspec.Health]int) (meshspec.Health, int) {
-	for _, h := range []meshspec.Health{meshspec.HealthHealthy, meshspec.HealthUnknown, meshspec.HealthDraining} {
+func nodeHealth(count map[ir.Health]int) (ir.Health, int) {
+	for _, h := range []ir.Health{ir.Healthy, ir.Unknown, ir.Draining} {
 		if count[h] > 0 {
 			return h, count[h]
 		}
 	}
-	return meshspec.HealthUnhealthy, 1
+	return ir.Unhealthy, 1
 }
 
 // ForNode builds what is node's own: its listeners and, with t, its
@@ -101,8 +84,8 @@ func nodeHealth(count map[meshspec.Health]int) (meshspec.Health, int) {
 // backend it runs replicas of, which replaces the shared cluster of the
 // same name (MergeClusters). m is the model, and shared the clusters by
 // name, that Shared built.
-func ForNode(m *meshspec.Model, node wire.ProxyNode, t *MTLS, shared map[string]*cluster.Cluster) (*Resources, error) {
-	var local []meshspec.Backend
+func ForNode(m *ir.DataPlane, node wire.ProxyNode, t *MTLS, shared map[string]*cluster.Cluster) (*Resources, error) {
+	var local []ir.Backend
 	if t != nil {
 		local = localBackends(m, node.ID)
 	}
@@ -111,7 +94,7 @@ func ForNode(m *meshspec.Model, node wire.ProxyNode, t *MTLS, shared map[string]
 
 // forNode is ForNode given the backends with replicas on node, each with
 // only its replicas there, sorted by name.
-func forNode(node wire.ProxyNode, t *MTLS, local []meshspec.Backend, shared map[string]*cluster.Cluster) (*Resources, error) {
+func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string]*cluster.Cluster) (*Resources, error) {
 	listeners, err := BuildListeners(node)
 	if err != nil {
 		return nil, err
@@ -169,13 +152,13 @@ func ClustersByName(clusters []*cluster.Cluster) map[string]*cluster.Cluster {
 
 // localBackends are m's backends reached over mTLS with a replica on node,
 // sorted by name, each with only its replicas there.
-func localBackends(m *meshspec.Model, node string) []meshspec.Backend {
-	var out []meshspec.Backend
+func localBackends(m *ir.DataPlane, node string) []ir.Backend {
+	var out []ir.Backend
 	for _, b := range sortedBackends(m) {
-		if !viaInbound(b) {
+		if !b.ViaInbound() {
 			continue
 		}
-		var here []meshspec.Replica
+		var here []ir.Replica
 		for _, r := range b.Replicas {
 			if r.Node == node {
 				here = append(here, r)
@@ -192,10 +175,10 @@ func localBackends(m *meshspec.Model, node string) []meshspec.Backend {
 // secureClusters gives the clusters of backends reached over mTLS the
 // calling node's identity (from its SecretsDir, the same path on every
 // node, so the clusters stay shared).
-func secureClusters(m *meshspec.Model, t *MTLS, clusters []*cluster.Cluster) error {
-	secure := map[string]meshspec.Backend{}
+func secureClusters(m *ir.DataPlane, t *MTLS, clusters []*cluster.Cluster) error {
+	secure := map[string]ir.Backend{}
 	for _, b := range m.Backends {
-		if tlsBackend(b) && !b.ResolvedByDNS() {
+		if b.Reach == ir.ReachInbound {
 			secure[wire.ClusterName(b.Name)] = b
 		}
 	}

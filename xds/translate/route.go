@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -19,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -53,14 +54,14 @@ var idempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": tr
 // route configuration, so one endpoint's change is one small resource.
 // Either way a request whose method the endpoint does not allow gets 405 with
 // an Allow header, and an unknown path or host gets Envoy's 404.
-func BuildRoutes(m *meshspec.Model) ([]*route.RouteConfiguration, []*route.ScopedRouteConfiguration) {
-	routed := make([]meshspec.Endpoint, 0, len(m.Endpoints))
+func BuildRoutes(m *ir.DataPlane) ([]*route.RouteConfiguration, []*route.ScopedRouteConfiguration) {
+	routed := make([]ir.Endpoint, 0, len(m.Endpoints))
 	for _, e := range m.Endpoints {
 		if !e.Headless() {
 			routed = append(routed, e)
 		}
 	}
-	sortByRoute(routed, func(e meshspec.Endpoint) string { return e.Route })
+	sortByRoute(routed, func(e ir.Endpoint) string { return e.Route })
 	var publicRoutes []*route.Route
 	for _, e := range routed {
 		publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route), public)...)
@@ -119,7 +120,7 @@ func virtualHost(name string, routes []*route.Route) *route.VirtualHost {
 // meshRoutes is an endpoint's mesh route configuration (one virtual host,
 // named after the endpoint for its stats, taking any host: its scope chose
 // it already) and the scope whose key is the endpoint's name.
-func meshRoutes(e meshspec.Endpoint) (*route.RouteConfiguration, *route.ScopedRouteConfiguration) {
+func meshRoutes(e ir.Endpoint) (*route.RouteConfiguration, *route.ScopedRouteConfiguration) {
 	name := wire.MeshRouteName(e.Name)
 	rc := &route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{virtualHost(e.Name, endpointRoutes(e, pathMatch("/"), mesh))}}
 	scope := &route.ScopedRouteConfiguration{
@@ -157,14 +158,14 @@ const (
 // (named name, retried on retry), answers the routes that answer requests
 // the router itself refuses, before the 405 route. An endpoint has one.
 type endpointRouter interface {
-	forward(e meshspec.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route
-	answers(e meshspec.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route
+	forward(e ir.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route
+	answers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route
 }
 
 // routerOf is e's router: by the model its body names (model_routing,
 // inference.go), or by its split.
-func routerOf(e meshspec.Endpoint) endpointRouter {
-	if e.ModelRouting != nil {
+func routerOf(e ir.Endpoint) endpointRouter {
+	if e.Models != nil {
 		return byModel{}
 	}
 	return bySplit{}
@@ -174,7 +175,7 @@ func routerOf(e meshspec.Endpoint) endpointRouter {
 // its backend; then by its weighted split.
 type bySplit struct{}
 
-func (bySplit) forward(e meshspec.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route {
+func (bySplit) forward(e ir.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route {
 	var routes []*route.Route
 	for i, rule := range e.Match {
 		if rule.MeshOnly && from == public {
@@ -191,26 +192,26 @@ func (bySplit) forward(e meshspec.Endpoint, match func() *route.RouteMatch, meth
 	return append(routes, forwardingRoute(name, m, e, retry, from))
 }
 
-func (bySplit) answers(meshspec.Endpoint, func() *route.RouteMatch, *route.HeaderMatcher) []*route.Route {
+func (bySplit) answers(ir.Endpoint, func() *route.RouteMatch, *route.HeaderMatcher) []*route.Route {
 	return nil
 }
 
 // byModel routes by the model a request's body names (model_routing).
 type byModel struct{}
 
-func (byModel) forward(e meshspec.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route {
+func (byModel) forward(e ir.Endpoint, match func() *route.RouteMatch, methods []string, name, retry string, from caller) []*route.Route {
 	return modelRoutes(e, match, methodMatcher(methods), name, retry, from)
 }
 
-func (byModel) answers(e meshspec.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route {
+func (byModel) answers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.HeaderMatcher) []*route.Route {
 	return modelAnswers(e, match, methods)
 }
 
 // endpointRoutes returns the routes that forward an endpoint's allowed
 // methods (idempotent ones first, retried even after a reset; then the
 // rest), then the one that answers every other method with 405.
-func endpointRoutes(e meshspec.Endpoint, match func() *route.RouteMatch, from caller) []*route.Route {
-	methods := e.AllowedMethods()
+func endpointRoutes(e ir.Endpoint, match func() *route.RouteMatch, from caller) []*route.Route {
+	methods := e.Methods
 	var idempotent, other []string
 	for _, m := range methods {
 		if idempotentMethods[m] {
@@ -255,13 +256,13 @@ func endpointRoutes(e meshspec.Endpoint, match func() *route.RouteMatch, from ca
 // forwardingRoute forwards the requests m matches by e's traffic policy.
 // Every forwarding route of an endpoint counts into its route stats:
 // vhost.<vhost>.route.<endpoint>.upstream_rq_*.
-func forwardingRoute(name string, m *route.RouteMatch, e meshspec.Endpoint, retry string, from caller) *route.Route {
+func forwardingRoute(name string, m *route.RouteMatch, e ir.Endpoint, retry string, from caller) *route.Route {
 	return &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
 		Action: &route.Route_Route{Route: routeAction(e, retry)}, RequestHeadersToAdd: criticalityHeader(e, from)}
 }
 
 // ruleMatcher matches a request's header, or its cookie, as rule says.
-func ruleMatcher(rule meshspec.RequestMatch) *route.HeaderMatcher {
+func ruleMatcher(rule ir.Match) *route.HeaderMatcher {
 	if rule.Cookie != "" {
 		// Cookies share one header ("a=1; canary=true"): match the one
 		// cookie's value within it, whole.
@@ -375,7 +376,7 @@ var sharedRetry = sharedRetryPolicy()
 // widenRetries adds an endpoint's retry conditions to policy, for
 // idempotent methods or, if the endpoint says so, every method; and its
 // number of retries.
-func widenRetries(policy *route.RetryPolicy, r *meshspec.RetryPolicy, idempotent bool) {
+func widenRetries(policy *route.RetryPolicy, r *ir.Retry, idempotent bool) {
 	if r == nil {
 		return
 	}
@@ -398,7 +399,7 @@ func widenRetries(policy *route.RetryPolicy, r *meshspec.RetryPolicy, idempotent
 
 // hashPolicy hashes the sticky key: a header, or a cookie (which Envoy only
 // reads, never sets: without it a request is split at random).
-func hashPolicy(k meshspec.StickyKey) *route.RouteAction_HashPolicy {
+func hashPolicy(k ir.Sticky) *route.RouteAction_HashPolicy {
 	if k.Cookie != "" {
 		return &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Cookie_{Cookie: &route.RouteAction_HashPolicy_Cookie{Name: k.Cookie}}}
 	}
@@ -412,7 +413,7 @@ func seconds(s float64) *durationpb.Duration {
 
 // routeAction sends an endpoint's requests to its backends by weight and
 // mirrors the shadowed proportions.
-func routeAction(e meshspec.Endpoint, retry string) *route.RouteAction {
+func routeAction(e ir.Endpoint, retry string) *route.RouteAction {
 	policy := routeRetryPolicy(retry)
 	widenRetries(policy, e.Retry, retry == retryOnIdempotent)
 	// No timeout unless the endpoint sets one (Envoy's default is 15 s).
@@ -452,7 +453,7 @@ func routeAction(e meshspec.Endpoint, retry string) *route.RouteAction {
 		}
 		action.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: split}
 	}
-	for _, backend := range meshspec.SortedKeys(e.Shadows) {
+	for _, backend := range slices.Sorted(maps.Keys(e.Shadows)) {
 		proportion := e.Shadows[backend]
 		if proportion <= 0 {
 			continue // a proportion of 0 means no shadow, as in Ray Serve

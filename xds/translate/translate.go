@@ -8,7 +8,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
-	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -25,10 +25,10 @@ type Resources struct {
 	Assignments []*endpoint.ClusterLoadAssignment
 }
 
-// Translate validates the model and the node and builds the node's
-// resources; t, if not nil, is the mesh's mTLS. An invalid model yields the
-// model's *meshspec.ValidationError and no resources.
-func Translate(m *meshspec.Model, node wire.ProxyNode, t *MTLS) (*Resources, error) {
+// Translate builds the node's resources from dp, an IR that passed
+// Validate (ir.Lower makes only such), after checking the node; t, if not
+// nil, is the mesh's mTLS.
+func Translate(m *ir.DataPlane, node wire.ProxyNode, t *MTLS) (*Resources, error) {
 	shared, err := Shared(m, t)
 	if err != nil {
 		return nil, err
@@ -85,10 +85,7 @@ func MergeClusters(shared, own []*cluster.Cluster) []*cluster.Cluster {
 // Shared builds the resources every node shares (routes, clusters,
 // assignments), t being the mesh's mTLS or nil; ForNode builds the rest,
 // node by node.
-func Shared(m *meshspec.Model, t *MTLS) (*Resources, error) {
-	if err := m.Validate(); err != nil {
-		return nil, err
-	}
+func Shared(m *ir.DataPlane, t *MTLS) (*Resources, error) {
 	clusters := BuildClusters(m)
 	assignments := BuildAssignments(m)
 	if t != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -38,12 +39,14 @@ func TestGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a translation case must be a valid model (invalid ones belong in meshspec/testdata): %v", err)
 		}
-		res, err := Translate(m, goldenNode, nil)
+		dp := lower(t, m)
+		res, err := Translate(dp, goldenNode, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkEnvoyValid(t, res)
 		return map[string][]byte{
+			"ir.yaml":            marshalIR(t, dp),
 			"routes.yaml":        marshal(t, res.Routes),
 			"scoped-routes.yaml": marshal(t, res.ScopedRoutes),
 			"clusters.yaml":      marshal(t, res.Clusters),
@@ -69,12 +72,14 @@ func TestGoldenMTLS(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a translation case must be a valid model: %v", err)
 		}
-		res, err := Translate(m, goldenMTLSNode, goldenMTLS)
+		dp := lowerMTLS(t, m)
+		res, err := Translate(dp, goldenMTLSNode, goldenMTLS)
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkEnvoyValid(t, res)
 		return map[string][]byte{
+			"ir.yaml":          marshalIR(t, dp),
 			"listeners.yaml":   marshal(t, res.Listeners),
 			"clusters.yaml":    marshal(t, res.Clusters),
 			"assignments.yaml": marshal(t, res.Assignments),
@@ -86,7 +91,7 @@ func TestGoldenMTLS(t *testing.T) {
 // folder gets no config in a mesh with mTLS, and a bad identity prefix is
 // refused.
 func TestMTLSRefusesPlainNode(t *testing.T) {
-	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "a"}}}
+	m := lowerMTLS(t, &meshspec.Model{Backends: []meshspec.Backend{{Name: "a"}}})
 	if _, err := Translate(m, goldenNode, goldenMTLS); err == nil || !strings.Contains(err.Error(), "announces no inbound listener") {
 		t.Fatalf("a plaintext node in an mTLS mesh: %v", err)
 	}
@@ -106,7 +111,7 @@ func TestGoldenListeners(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		routes, scopes := BuildRoutes(&meshspec.Model{})
+		routes, scopes := BuildRoutes(&ir.DataPlane{})
 		if !node.Public() { // a mesh-only node never asks for the public table
 			routes = slices.DeleteFunc(routes, func(r *route.RouteConfiguration) bool { return r.GetName() == wire.PublicRoutes })
 		}
@@ -175,7 +180,7 @@ func TestStatNamesReadBack(t *testing.T) {
 			{Name: "inner", Traffic: map[string]float64{"v1.a": 1}},
 		},
 	}
-	res, err := Translate(m, goldenNode, nil)
+	res, err := Translate(lower(t, m), goldenNode, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +255,9 @@ func TestInboundHealthChangesOnlyAssignments(t *testing.T) {
 	if !changed {
 		t.Fatal("the case has no healthy replica on the node to change")
 	}
-	own := func(m *meshspec.Model) (*Resources, error) { return Translate(m, goldenMTLSNode, goldenMTLS) }
+	own := func(m *meshspec.Model) (*Resources, error) {
+		return Translate(lowerMTLS(t, m), goldenMTLSNode, goldenMTLS)
+	}
 	b, err := own(before)
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +302,7 @@ func TestNoAccessLog(t *testing.T) {
 	for _, off := range []bool{false, true} {
 		node := goldenMTLSNode
 		node.NoAccessLog = off
-		res, err := Translate(m, node, goldenMTLS)
+		res, err := Translate(lowerMTLS(t, m), node, goldenMTLS)
 		if err != nil {
 			t.Fatal(err)
 		}

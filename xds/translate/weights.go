@@ -1,10 +1,10 @@
 package translate
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"sort"
-
-	"github.com/servemesh/servemesh/meshspec"
 )
 
 // WeightTotal is what the integer weights of a split always sum to: parts per
@@ -33,7 +33,7 @@ func splitWeights(traffic map[string]float64) []clusterWeight {
 		sum += w
 	}
 	var assigned int64
-	for _, name := range meshspec.SortedKeys(traffic) {
+	for _, name := range slices.Sorted(maps.Keys(traffic)) {
 		w := traffic[name]
 		if w <= 0 {
 			continue

@@ -1,0 +1,221 @@
+package ir
+
+import (
+	"maps"
+	"slices"
+)
+
+// DataPlane is the IR of one view of the mesh: its backends and its
+// endpoints, each sorted by name.
+type DataPlane struct {
+	Backends  []Backend  `json:"backends,omitempty"`
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+}
+
+// Reach is how every node reaches a backend's replicas.
+type Reach string
+
+const (
+	// ReachAddress reaches each replica at its own IP and port (a
+	// plaintext mesh, or instances outside the mesh).
+	ReachAddress Reach = "address"
+	// ReachDNS has Envoy resolve the replicas' DNS names itself and serve
+	// the healthy ones; the activator does not front such a backend.
+	ReachDNS Reach = "dns"
+	// ReachInbound reaches each replica through the inbound listener of
+	// the node it runs on, over mTLS; a node calls its own replicas on
+	// loopback unless a feature needs its inbound listener (Picked).
+	ReachInbound Reach = "inbound"
+)
+
+// Health is how the data plane treats a replica: Healthy ones are
+// called; Unknown ones (their checks only expired: their agent or Consul
+// stalled) while none is healthy; Draining and Unhealthy ones never.
+type Health string
+
+// The healths of a replica.
+const (
+	Healthy   Health = "healthy"
+	Unknown   Health = "unknown"
+	Draining  Health = "draining"
+	Unhealthy Health = "unhealthy"
+)
+
+// Backend is one backend as the data plane serves it.
+type Backend struct {
+	Name  string `json:"name"`
+	Reach Reach  `json:"reach"`
+	// HTTP2: the replicas speak HTTP/2 (gRPC, or h2c).
+	HTTP2    bool      `json:"http2,omitempty"`
+	Replicas []Replica `json:"replicas,omitempty"`
+	// MaxConcurrent is how many requests one replica serves at once
+	// (max_concurrent_queries, its default applied); the rest queue.
+	MaxConcurrent int `json:"max_concurrent"`
+	// Outlier ejects replicas that keep failing; nil: none.
+	Outlier *Outlier `json:"outlier,omitempty"`
+	// Picked: the picker of the node running the replicas picks each
+	// request's replica, and calling nodes weigh nodes by their load
+	// reports (load_aware). Only with ReachInbound.
+	Picked bool `json:"picked,omitempty"`
+}
+
+// Activated reports whether the activator fronts b: it holds b's requests
+// while b has no ready replica (every backend Envoy does not resolve by
+// DNS).
+func (b Backend) Activated() bool { return b.Reach != ReachDNS }
+
+// ViaInbound reports whether b's replicas are listed by their nodes'
+// inbound listeners (an mTLS backend with replicas).
+func (b Backend) ViaInbound() bool { return b.Reach == ReachInbound && len(b.Replicas) > 0 }
+
+// Replica is one replica of a backend.
+type Replica struct {
+	// Address is IP:port, or host:port with ReachDNS; with ReachInbound,
+	// where the replica listens on its node's loopback.
+	Address string `json:"address"`
+	Health  Health `json:"health"`
+	// Node and Inbound, with ReachInbound: the node it runs on and that
+	// node's inbound listener (IP:port).
+	Node    string `json:"node,omitempty"`
+	Inbound string `json:"inbound,omitempty"`
+}
+
+// Outlier says when a replica that keeps failing is ejected; a zero field
+// keeps Envoy's default.
+type Outlier struct {
+	Consecutive5xx     int     `json:"consecutive_5xx,omitempty"`
+	IntervalS          float64 `json:"interval_s,omitempty"`
+	BaseEjectionS      float64 `json:"base_ejection_s,omitempty"`
+	MaxEjectionPercent int     `json:"max_ejection_percent,omitempty"`
+}
+
+// Endpoint is one endpoint as the data plane routes it.
+type Endpoint struct {
+	Name string `json:"name"`
+	// Route is its public path prefix; "" for a headless endpoint, reached
+	// only through the mesh listener.
+	Route string `json:"route,omitempty"`
+	// Methods are the methods it forwards, upper-case and sorted; others
+	// are answered 405.
+	Methods []string `json:"methods"`
+	// Traffic splits requests across backends by weight (they sum to 1);
+	// Shadows mirror a proportion of them to other backends.
+	Traffic map[string]float64 `json:"traffic,omitempty"`
+	Shadows map[string]float64 `json:"shadows,omitempty"`
+	// Timeouts, in seconds; 0: none.
+	TimeoutS       float64 `json:"timeout_s,omitempty"`
+	IdleTimeoutS   float64 `json:"idle_timeout_s,omitempty"`
+	PerTryTimeoutS float64 `json:"per_try_timeout_s,omitempty"`
+	// Match rules send matching requests to one backend, in order, before
+	// the split.
+	Match []Match `json:"match,omitempty"`
+	// Retry widens the mesh's retries; nil keeps them.
+	Retry *Retry `json:"retry,omitempty"`
+	// Sticky keeps a client on one backend of the split; nil: none.
+	Sticky *Sticky `json:"sticky,omitempty"`
+	// Models routes by the model a request's JSON body names, instead of
+	// Traffic; nil: by Traffic.
+	Models *Models `json:"models,omitempty"`
+	// Criticality is what the endpoint's requests are marked when they
+	// do not say (criticality header).
+	Criticality string `json:"criticality"`
+}
+
+// Headless reports whether e has no public route.
+func (e Endpoint) Headless() bool { return e.Route == "" }
+
+// Match sends requests whose header or cookie matches to Backend.
+type Match struct {
+	Header string `json:"header,omitempty"`
+	Cookie string `json:"cookie,omitempty"`
+	// One of Exact, Prefix and Regex (RE2) is set.
+	Exact   string `json:"exact,omitempty"`
+	Prefix  string `json:"prefix,omitempty"`
+	Regex   string `json:"regex,omitempty"`
+	Backend string `json:"backend"`
+	// MeshOnly: only requests through the mesh listener match.
+	MeshOnly bool `json:"mesh_only,omitempty"`
+}
+
+// Retry is what an endpoint adds to the mesh's retries.
+type Retry struct {
+	On            []string `json:"retry_on,omitempty"`
+	Attempts      int      `json:"attempts,omitempty"`
+	NonIdempotent bool     `json:"non_idempotent,omitempty"`
+}
+
+// Sticky names the header or the cookie whose hash picks the backend.
+type Sticky struct {
+	Header string `json:"header,omitempty"`
+	Cookie string `json:"cookie,omitempty"`
+}
+
+// Models routes by model name: Field is the body's field that names it,
+// and each model has its own split.
+type Models struct {
+	Field  string           `json:"field"`
+	Models map[string]Split `json:"models"`
+}
+
+// Split is one model's traffic and shadows.
+type Split struct {
+	Traffic map[string]float64 `json:"traffic"`
+	Shadows map[string]float64 `json:"shadows,omitempty"`
+}
+
+// Backend returns dp's backend named name.
+func (dp *DataPlane) Backend(name string) (Backend, bool) {
+	i, ok := slices.BinarySearchFunc(dp.Backends, name, func(b Backend, n string) int {
+		switch {
+		case b.Name < n:
+			return -1
+		case b.Name > n:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return Backend{}, false
+	}
+	return dp.Backends[i], true
+}
+
+// Equal reports whether a and b are the same backend, as translation
+// reads it.
+func (b Backend) Equal(o Backend) bool {
+	return b.Name == o.Name && b.Reach == o.Reach && b.HTTP2 == o.HTTP2 && b.MaxConcurrent == o.MaxConcurrent &&
+		b.Picked == o.Picked && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
+}
+
+// Equal reports whether e and o are the same endpoint, as translation
+// reads it.
+func (e Endpoint) Equal(o Endpoint) bool {
+	return e.Name == o.Name && e.Route == o.Route && slices.Equal(e.Methods, o.Methods) &&
+		maps.Equal(e.Traffic, o.Traffic) && maps.Equal(e.Shadows, o.Shadows) &&
+		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
+		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality &&
+		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
+}
+
+func equalPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func equalRetry(a, b *Retry) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.On, b.On) && a.Attempts == b.Attempts && a.NonIdempotent == b.NonIdempotent
+}
+
+func equalModels(a, b *Models) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Field == b.Field && maps.EqualFunc(a.Models, b.Models, func(x, y Split) bool {
+		return maps.Equal(x.Traffic, y.Traffic) && maps.Equal(x.Shadows, y.Shadows)
+	})
+}

@@ -1,0 +1,123 @@
+package ir
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/servemesh/servemesh/meshspec"
+)
+
+// Criticalities an endpoint's requests are marked with.
+const (
+	Critical  = string(meshspec.Critical)
+	Sheddable = string(meshspec.Sheddable)
+)
+
+// CriticalityHeader carries a request's criticality.
+const CriticalityHeader = meshspec.CriticalityHeader
+
+// DefaultModelField is the body field that names a request's model when
+// an endpoint says none.
+const DefaultModelField = meshspec.DefaultModelField
+
+// Options are what Lower needs besides the view.
+type Options struct {
+	// MTLS: the mesh runs mTLS between nodes, so a backend that has no
+	// replica yet is reached through inbound listeners once it has some.
+	MTLS bool
+}
+
+// Lower validates view, a view of the mesh whose backends list their
+// replicas (controlplane/dataplane's View, or a file's static replicas),
+// and returns its IR, validated too. An invalid view is refused with its
+// *meshspec.ValidationError; view is not modified.
+func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
+	if err := view.Validate(); err != nil {
+		return nil, err
+	}
+	dp := &DataPlane{
+		Backends:  make([]Backend, 0, len(view.Backends)),
+		Endpoints: make([]Endpoint, 0, len(view.Endpoints)),
+	}
+	for _, b := range view.Backends {
+		dp.Backends = append(dp.Backends, lowerBackend(b, o))
+	}
+	for _, e := range view.Endpoints {
+		dp.Endpoints = append(dp.Endpoints, lowerEndpoint(e))
+	}
+	slices.SortFunc(dp.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(dp.Endpoints, func(a, b Endpoint) int { return strings.Compare(a.Name, b.Name) })
+	if err := dp.Validate(); err != nil {
+		return nil, fmt.Errorf("the view cannot be served: %w", err)
+	}
+	return dp, nil
+}
+
+// reach decides how nodes reach b's replicas: by DNS if any is named by
+// DNS, through inbound listeners if they have them (or, with mTLS, while
+// there are none yet), else each at its address.
+func reach(b meshspec.Backend, o Options) Reach {
+	switch {
+	case b.ResolvedByDNS():
+		return ReachDNS
+	case len(b.Replicas) == 0 && o.MTLS, len(b.Replicas) > 0 && b.Replicas[0].Inbound != "":
+		return ReachInbound
+	default:
+		return ReachAddress
+	}
+}
+
+func lowerBackend(b meshspec.Backend, o Options) Backend {
+	out := Backend{
+		Name:          b.Name,
+		Reach:         reach(b, o),
+		HTTP2:         b.HTTP2(),
+		MaxConcurrent: b.Config.EffectiveMaxConcurrentQueries(),
+	}
+	// The picker runs on the inbound listener: without one (a plaintext
+	// mesh), load_aware is not served, and the controller says so in its
+	// status (UnservedSettings) rather than the whole view being refused.
+	out.Picked = b.Config.LoadAware != nil && out.Reach == ReachInbound
+	if od := b.Config.Outlier; od != nil {
+		out.Outlier = &Outlier{Consecutive5xx: od.Consecutive5xx, IntervalS: od.IntervalS, BaseEjectionS: od.BaseEjectionS, MaxEjectionPercent: od.MaxEjectionPercent}
+	}
+	if len(b.Replicas) > 0 {
+		out.Replicas = make([]Replica, 0, len(b.Replicas))
+	}
+	for _, r := range b.Replicas {
+		out.Replicas = append(out.Replicas, Replica{Address: r.Address, Health: Health(r.EffectiveHealth()), Node: r.Node, Inbound: r.Inbound})
+	}
+	return out
+}
+
+func lowerEndpoint(e meshspec.Endpoint) Endpoint {
+	out := Endpoint{
+		Name:           e.Name,
+		Route:          e.Route,
+		Methods:        e.AllowedMethods(),
+		Traffic:        maps.Clone(e.Traffic),
+		Shadows:        maps.Clone(e.Shadows),
+		TimeoutS:       e.TimeoutS,
+		IdleTimeoutS:   e.IdleTimeoutS,
+		PerTryTimeoutS: e.PerTryTimeoutS,
+		Criticality:    string(e.EffectiveCriticality()),
+	}
+	for _, m := range e.Match {
+		out.Match = append(out.Match, Match{Header: m.Header, Cookie: m.Cookie, Exact: m.Exact, Prefix: m.Prefix, Regex: m.Regex, Backend: m.Backend, MeshOnly: m.MeshOnly})
+	}
+	if r := e.Retry; r != nil {
+		out.Retry = &Retry{On: slices.Clone(r.On), Attempts: r.Attempts, NonIdempotent: r.NonIdempotent}
+	}
+	if k := e.Sticky; k != nil {
+		out.Sticky = &Sticky{Header: k.Header, Cookie: k.Cookie}
+	}
+	if r := e.ModelRouting; r != nil {
+		out.Models = &Models{Field: r.EffectiveField(), Models: make(map[string]Split, len(r.Models))}
+		for name, t := range r.Models {
+			out.Models.Models[name] = Split{Traffic: maps.Clone(t.Traffic), Shadows: maps.Clone(t.Shadows)}
+		}
+	}
+	return out
+}

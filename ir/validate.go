@@ -1,0 +1,121 @@
+package ir
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+)
+
+// Validate checks what translation relies on without checking again:
+// names unique and sorted, every address parsable as its backend's reach
+// says, a picked backend reached through inbound listeners, and every
+// backend an endpoint sends to present. Lower calls it; a DataPlane made
+// otherwise (a test's) must pass it before it is translated.
+func (dp *DataPlane) Validate() error {
+	var errs []error
+	for i, b := range dp.Backends {
+		if i > 0 && dp.Backends[i-1].Name >= b.Name {
+			errs = append(errs, fmt.Errorf("backends: %q after %q: names must be unique and sorted", b.Name, dp.Backends[i-1].Name))
+		}
+		if err := b.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("backend %q: %w", b.Name, err))
+		}
+	}
+	for i, e := range dp.Endpoints {
+		if i > 0 && dp.Endpoints[i-1].Name >= e.Name {
+			errs = append(errs, fmt.Errorf("endpoints: %q after %q: names must be unique and sorted", e.Name, dp.Endpoints[i-1].Name))
+		}
+		for _, backend := range e.backends() {
+			if _, ok := dp.Backend(backend); !ok {
+				errs = append(errs, fmt.Errorf("endpoint %q sends to backend %q, which the data plane does not have", e.Name, backend))
+			}
+		}
+		if len(e.Methods) == 0 {
+			errs = append(errs, fmt.Errorf("endpoint %q: methods: none allowed", e.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b Backend) validate() error {
+	switch b.Reach {
+	case ReachAddress, ReachDNS, ReachInbound:
+	default:
+		return fmt.Errorf("reach %q: want address, dns or inbound", b.Reach)
+	}
+	if b.Name == "" {
+		return errors.New("name: empty")
+	}
+	if b.MaxConcurrent <= 0 {
+		return fmt.Errorf("max_concurrent %d: must be at least 1", b.MaxConcurrent)
+	}
+	if b.Picked && b.Reach != ReachInbound {
+		return fmt.Errorf("picked with reach %s: the picker runs on the inbound listener of the replicas' node; serve the backend in an mTLS mesh, or turn load_aware off", b.Reach)
+	}
+	for _, r := range b.Replicas {
+		if err := r.validate(b.Reach); err != nil {
+			return fmt.Errorf("replica %s: %w", r.Address, err)
+		}
+	}
+	return nil
+}
+
+func (r Replica) validate(reach Reach) error {
+	switch r.Health {
+	case Healthy, Unknown, Draining, Unhealthy:
+	default:
+		return fmt.Errorf("health %q: want healthy, unknown, draining or unhealthy", r.Health)
+	}
+	if reach == ReachDNS {
+		host, port, err := net.SplitHostPort(r.Address)
+		if err != nil {
+			return fmt.Errorf("address: want host:port: %w", err)
+		}
+		if host == "" {
+			return errors.New("address: want host:port, the host is empty")
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("address: port %q: %w", port, err)
+		}
+	} else if _, err := netip.ParseAddrPort(r.Address); err != nil {
+		return fmt.Errorf("address: want IP:port: %w", err)
+	}
+	switch {
+	case reach == ReachInbound && r.Node == "":
+		return errors.New("node: empty, but the backend is reached through its nodes' inbound listeners")
+	case reach == ReachInbound:
+		if _, err := netip.ParseAddrPort(r.Inbound); err != nil {
+			return fmt.Errorf("inbound: want IP:port: %w", err)
+		}
+	case r.Inbound != "":
+		return fmt.Errorf("inbound %s: set, but the backend is reached with reach %s", r.Inbound, reach)
+	}
+	return nil
+}
+
+// backends are the backends e sends requests to or mirrors them to.
+func (e Endpoint) backends() []string {
+	var out []string
+	for b := range e.Traffic {
+		out = append(out, b)
+	}
+	for b := range e.Shadows {
+		out = append(out, b)
+	}
+	for _, m := range e.Match {
+		out = append(out, m.Backend)
+	}
+	if e.Models != nil {
+		for _, s := range e.Models.Models {
+			for b := range s.Traffic {
+				out = append(out, b)
+			}
+			for b := range s.Shadows {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
