@@ -42,12 +42,8 @@ var accessLogFields = map[string]string{
 
 // accessLogs write a JSON line per request of the listener named listener
 // to the node's access log (wire.AccessLogFile, relative to the folder its
-// Envoy runs in, so that the configuration is the same on every node);
-// none unless logged.
-func accessLogs(listener string, logged bool) []*accesslog.AccessLog {
-	if !logged {
-		return nil
-	}
+// Envoy runs in, so that the configuration is the same on every node).
+func accessLogs(listener string) []*accesslog.AccessLog {
 	fields := map[string]any{}
 	for k, v := range accessLogFields {
 		fields[k] = v

@@ -194,7 +194,11 @@ func (b *Builder) syncEndpoints(m *ir.DataPlane) (bool, error) {
 // builders Shared uses, on a model of that backend alone.
 func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 	one := &ir.DataPlane{Backends: []ir.Backend{be}}
-	p := &backendParts{gen: b.gen, backend: be, clusters: BuildClusters(one)}
+	clusters, err := BuildClusters(one)
+	if err != nil {
+		return nil, err
+	}
+	p := &backendParts{gen: b.gen, backend: be, clusters: clusters}
 	assignments := BuildAssignments(one)
 	if b.mtls != nil {
 		if err := secureClusters(one, b.mtls, p.clusters); err != nil {
@@ -219,7 +223,6 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		}
 		p.assignments = append(p.assignments, e)
 	}
-	var err error
 	p.hash, err = hashOf(p.clusters)
 	return p, err
 }

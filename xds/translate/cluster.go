@@ -44,7 +44,7 @@ const MinQueueLimit = 1024
 // upstream HTTP/1.1 connection carries one request at a time, so the limit
 // is a per-host connection limit; requests beyond it wait in Envoy's pending
 // queue (bounded by the queue limit), not fail.
-func BuildClusters(m *ir.DataPlane) []*cluster.Cluster {
+func BuildClusters(m *ir.DataPlane) ([]*cluster.Cluster, error) {
 	backends := sortedBackends(m)
 	out := make([]*cluster.Cluster, 0, len(backends))
 	for _, b := range backends {
@@ -62,13 +62,12 @@ func BuildClusters(m *ir.DataPlane) []*cluster.Cluster {
 		if b.Reach == ir.ReachDNS {
 			resolveByDNS(c, b)
 		}
-		if b.HTTP2 {
-			c.TypedExtensionProtocolOptions = http2Options()
+		if err := patchCluster(b, c); err != nil {
+			return nil, err
 		}
-		c.OutlierDetection = outlierDetection(b.Outlier)
 		out = append(out, c)
 	}
-	return out
+	return out, nil
 }
 
 // outlierDetection ejects the hosts that keep failing, if o says so (nil:

@@ -35,13 +35,15 @@
 //     round robin over nodes by their load reports and, on the inbound
 //     listener, the node's picker (ext_proc) and the override_host policy
 //     that follows it.
-//   - features.go: backend features, registered (backendFeatures): each
-//     says what it changes of a backend's shared and inbound clusters,
-//     whether the backend's nodes keep their own view of it, and the
-//     clusters its nodes need; translation asks them at each resource
-//     (load_aware is the first); an endpoint's router (route.go:
-//     endpointRouter) routes its requests by its split or, with
-//     model_routing, by the model its body names.
+//   - features.go: features, registered in one table per resource they
+//     change, each an implementation of that table's interface:
+//     backendFeatures (grpc, outlier, load_aware) change a backend's
+//     clusters and how its nodes call it; routeFeatures (retry,
+//     criticality) an endpoint's forwarding routes; managerFeatures (the
+//     access log) every connection manager of a node. Translation asks the
+//     features a backend, endpoint or node uses at each resource; an
+//     endpoint's router (route.go: endpointRouter) routes its requests by
+//     its split or, with model_routing, by the model its body names.
 //   - filters.go: the one ordered table of every HTTP filter on every
 //     listener (outbound: public and mesh; inbound: per backend), each row
 //     with the chains it is on and why it sits where it does; a feature

@@ -5,25 +5,41 @@ import (
 	"slices"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/ir"
+	"github.com/servemesh/servemesh/wire"
 )
 
+// Features are registered, not branched: each is one implementation of
+// the interface of the resources it changes, registered once in its
+// table, and translation asks the features a backend, an endpoint or a
+// node uses at each resource instead of testing each feature where the
+// resource is built. HTTP filters have their own table (filters.go), in
+// the order they run.
+//
+//   - backendFeatures change a backend's clusters and how its nodes call
+//     it: gRPC (HTTP/2 to replicas and nodes), outlier detection, and
+//     load-aware picking.
+//   - routeFeatures change an endpoint's forwarding routes: its retries
+//     and the criticality its requests are marked with.
+//   - managerFeatures change every HTTP connection manager of a node's
+//     listeners: its access log.
+
 // backendFeature is one feature's part in translating a backend: what it
-// changes of the backend's clusters and of how its nodes call it. Each is
-// registered once, in backendFeatures; translation asks the features a
-// backend uses at each resource instead of testing each feature where the
-// resource is built. (HTTP filters are registered in filters.go's table.)
+// changes of the backend's clusters and of how its nodes call it.
 type backendFeature interface {
 	name() string
 	// uses reports whether backend b uses the feature.
 	uses(b ir.Backend) bool
-	// sharedCluster changes the backend's cluster of nodes, the one every
-	// calling node gets (with mTLS).
-	sharedCluster(c *cluster.Cluster) error
+	// cluster changes the backend's cluster, the one its callers use: of
+	// its replicas in a plaintext mesh, of its nodes with mTLS.
+	cluster(b ir.Backend, c *cluster.Cluster) error
 	// inboundCluster changes a node's cluster of its own replicas of the
-	// backend (its inbound listener's).
-	inboundCluster(c *cluster.Cluster) error
+	// backend (its inbound listener's, with mTLS).
+	inboundCluster(b ir.Backend, c *cluster.Cluster) error
 	// viaInboundOnly is true when a node running replicas of the backend
 	// calls them through its own inbound listener, as other nodes do,
 	// rather than through its own view of the backend (replicas on
@@ -36,7 +52,7 @@ type backendFeature interface {
 
 // backendFeatures are the registered backend features, in the order they
 // apply.
-var backendFeatures = []backendFeature{loadAwarePicking{}}
+var backendFeatures = []backendFeature{grpcBackend{}, outlierEjection{}, loadAwarePicking{}}
 
 // featuresOf are the features b uses, in backendFeatures' order.
 func featuresOf(b ir.Backend) []backendFeature {
@@ -49,10 +65,10 @@ func featuresOf(b ir.Backend) []backendFeature {
 	return out
 }
 
-// patchSharedCluster applies b's features to its shared cluster c.
-func patchSharedCluster(b ir.Backend, c *cluster.Cluster) error {
+// patchCluster applies b's features to its cluster c.
+func patchCluster(b ir.Backend, c *cluster.Cluster) error {
 	for _, f := range featuresOf(b) {
-		if err := f.sharedCluster(c); err != nil {
+		if err := f.cluster(b, c); err != nil {
 			return fmt.Errorf("backend %s, %s: %w", b.Name, f.name(), err)
 		}
 	}
@@ -62,7 +78,7 @@ func patchSharedCluster(b ir.Backend, c *cluster.Cluster) error {
 // patchInboundCluster applies b's features to a node's inbound cluster c.
 func patchInboundCluster(b ir.Backend, c *cluster.Cluster) error {
 	for _, f := range featuresOf(b) {
-		if err := f.inboundCluster(c); err != nil {
+		if err := f.inboundCluster(b, c); err != nil {
 			return fmt.Errorf("backend %s, %s: %w", b.Name, f.name(), err)
 		}
 	}
@@ -87,16 +103,152 @@ func featureClusters(local []ir.Backend) []*cluster.Cluster {
 	return out
 }
 
+// backendBase is what a backend feature that changes nothing but its
+// clusters leaves as it is.
+type backendBase struct{}
+
+func (backendBase) viaInboundOnly() bool             { return false }
+func (backendBase) nodeClusters() []*cluster.Cluster { return nil }
+
+// grpcBackend is protocol grpc (or http2): every hop speaks HTTP/2, in
+// cleartext (h2c) to replicas and over TLS with ALPN h2 to other nodes'
+// inbound listeners (upstreamTLS reads the protocol options this sets).
+// The outbound chains' grpc_stats filter counts every call's status.
+type grpcBackend struct{ backendBase }
+
+func (grpcBackend) name() string           { return "grpc" }
+func (grpcBackend) uses(b ir.Backend) bool { return b.HTTP2 }
+func (grpcBackend) cluster(_ ir.Backend, c *cluster.Cluster) error {
+	c.TypedExtensionProtocolOptions = http2Options()
+	return nil
+}
+func (g grpcBackend) inboundCluster(b ir.Backend, c *cluster.Cluster) error { return g.cluster(b, c) }
+
+// outlierEjection is outlier: a host that keeps failing is ejected for a
+// while, by every calling node (a host there is a node, with mTLS) and by
+// each node among its own replicas.
+type outlierEjection struct{ backendBase }
+
+func (outlierEjection) name() string           { return "outlier" }
+func (outlierEjection) uses(b ir.Backend) bool { return b.Outlier != nil }
+func (outlierEjection) cluster(b ir.Backend, c *cluster.Cluster) error {
+	c.OutlierDetection = outlierDetection(b.Outlier)
+	return nil
+}
+func (o outlierEjection) inboundCluster(b ir.Backend, c *cluster.Cluster) error {
+	return o.cluster(b, c)
+}
+
 // loadAwarePicking is load_aware: calling nodes weigh the backend's nodes
 // by the load reports on their answers (client-side weighted round robin),
 // and each node's picker picks the replica (ext_proc on the inbound
 // listener, then override_host), so a node calls its own replicas through
-// its inbound listener too, where the picker sees every request.
+// its inbound listener too, where the picker sees every request. The IR
+// has it only where there is an inbound listener (ir.Backend.Picked).
 type loadAwarePicking struct{}
 
-func (loadAwarePicking) name() string                            { return "load_aware" }
-func (loadAwarePicking) uses(b ir.Backend) bool                  { return loadAware(b) }
-func (loadAwarePicking) sharedCluster(c *cluster.Cluster) error  { return loadAwareCluster(c) }
-func (loadAwarePicking) inboundCluster(c *cluster.Cluster) error { return pickedReplicaCluster(c) }
-func (loadAwarePicking) viaInboundOnly() bool                    { return true }
-func (loadAwarePicking) nodeClusters() []*cluster.Cluster        { return []*cluster.Cluster{pickerCluster()} }
+func (loadAwarePicking) name() string                                   { return "load_aware" }
+func (loadAwarePicking) uses(b ir.Backend) bool                         { return b.Picked }
+func (loadAwarePicking) cluster(_ ir.Backend, c *cluster.Cluster) error { return loadAwareCluster(c) }
+func (loadAwarePicking) inboundCluster(_ ir.Backend, c *cluster.Cluster) error {
+	return pickedReplicaCluster(c)
+}
+func (loadAwarePicking) viaInboundOnly() bool             { return true }
+func (loadAwarePicking) nodeClusters() []*cluster.Cluster { return []*cluster.Cluster{pickerCluster()} }
+
+// routeSite is where a forwarding route is: the listener its requests came
+// through, and whether it forwards idempotent methods only.
+type routeSite struct {
+	from       caller
+	idempotent bool
+}
+
+// routeFeature is one feature's part in an endpoint's forwarding routes.
+type routeFeature interface {
+	name() string
+	uses(e ir.Endpoint) bool
+	// forward changes r, a forwarding route of e at site; its action's
+	// retry policy is the route's own (routeRetryPolicy) until every
+	// feature has run.
+	forward(e ir.Endpoint, r *route.Route, site routeSite)
+}
+
+// routeFeatures are the registered route features, in the order they
+// apply.
+var routeFeatures = []routeFeature{endpointRetries{}, criticalityMark{}}
+
+// patchForwarding applies e's route features to r, then leaves to the
+// virtual host a retry policy that is the virtual host's.
+func patchForwarding(e ir.Endpoint, r *route.Route, site routeSite) {
+	for _, f := range routeFeatures {
+		if f.uses(e) {
+			f.forward(e, r, site)
+		}
+	}
+	if action := r.GetRoute(); proto.Equal(action.GetRetryPolicy(), sharedRetry) {
+		action.RetryPolicy = nil
+	}
+}
+
+// endpointRetries is retry and per_try_timeout_s: an endpoint's own retry
+// conditions and attempts, for idempotent methods (or, non_idempotent,
+// every method); a try that runs out is retried for idempotent methods
+// (Envoy answers it as a 504 of the gateway).
+type endpointRetries struct{}
+
+func (endpointRetries) name() string            { return "retry" }
+func (endpointRetries) uses(e ir.Endpoint) bool { return e.Retry != nil || e.PerTryTimeoutS > 0 }
+func (endpointRetries) forward(e ir.Endpoint, r *route.Route, site routeSite) {
+	policy := r.GetRoute().GetRetryPolicy()
+	widenRetries(policy, e.Retry, site.idempotent)
+	if e.PerTryTimeoutS > 0 {
+		policy.PerTryTimeout = seconds(e.PerTryTimeoutS)
+		if site.idempotent {
+			policy.RetryOn += ",gateway-error"
+		}
+	}
+}
+
+// criticalityMark is criticality: every request is marked with its
+// criticality for the pickers (criticalityHeader says who may say what).
+type criticalityMark struct{}
+
+func (criticalityMark) name() string          { return "criticality" }
+func (criticalityMark) uses(ir.Endpoint) bool { return true }
+func (criticalityMark) forward(e ir.Endpoint, r *route.Route, site routeSite) {
+	r.RequestHeadersToAdd = criticalityHeader(e, site.from)
+}
+
+// managerFeature is one feature's part in a node's HTTP connection
+// managers (its public, mesh and inbound listeners').
+type managerFeature interface {
+	name() string
+	uses(node wire.ProxyNode) bool
+	// manager changes the connection manager of the listener named
+	// listener.
+	manager(listener string, m *hcm.HttpConnectionManager)
+}
+
+// managerFeatures are the registered connection-manager features.
+var managerFeatures = []managerFeature{accessLogging{}}
+
+// patchManager applies node's connection-manager features to m, the
+// manager of its listener named listener.
+func patchManager(node wire.ProxyNode, listener string, m *hcm.HttpConnectionManager) *hcm.HttpConnectionManager {
+	for _, f := range managerFeatures {
+		if f.uses(node) {
+			f.manager(listener, m)
+		}
+	}
+	return m
+}
+
+// accessLogging is the node's access log (accesslog.go), unless its agent
+// turned it off.
+type accessLogging struct{}
+
+func (accessLogging) name() string                  { return "access_log" }
+func (accessLogging) uses(node wire.ProxyNode) bool { return !node.NoAccessLog }
+func (accessLogging) manager(listener string, m *hcm.HttpConnectionManager) {
+	m.AccessLog = accessLogs(listener)
+}

@@ -67,3 +67,32 @@ func TestBackendFeatures(t *testing.T) {
 		t.Fatal("a node of plain backends gets a picker cluster")
 	}
 }
+
+// TestFeaturesAreRegisteredOnce: each feature has one row in its table,
+// under a name of its own, and a backend uses exactly the ones its IR
+// says.
+func TestFeaturesAreRegisteredOnce(t *testing.T) {
+	var names []string
+	for _, f := range backendFeatures {
+		names = append(names, f.name())
+	}
+	for _, f := range routeFeatures {
+		names = append(names, f.name())
+	}
+	for _, f := range managerFeatures {
+		names = append(names, f.name())
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	if len(slices.Compact(sorted)) != len(names) {
+		t.Fatalf("feature names %v are not unique", names)
+	}
+	b := ir.Backend{Name: "g", HTTP2: true, Outlier: &ir.Outlier{Consecutive5xx: 3}}
+	var used []string
+	for _, f := range featuresOf(b) {
+		used = append(used, f.name())
+	}
+	if !slices.Equal(used, []string{"grpc", "outlier"}) {
+		t.Fatalf("a gRPC backend with outlier detection uses %v", used)
+	}
+}

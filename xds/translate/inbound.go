@@ -75,11 +75,10 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend) (*listener.FilterC
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener, backend %s: %w", backend, err)
 	}
-	manager, err := anypb.New(inboundLimits.applied(&hcm.HttpConnectionManager{
+	manager, err := anypb.New(inboundLimits.applied(patchManager(node, wire.InboundListener, &hcm.HttpConnectionManager{
 		StatPrefix:     wire.InboundListener + "_" + backend,
 		CodecType:      hcm.HttpConnectionManager_AUTO,
 		UpgradeConfigs: upgrades(),
-		AccessLog:      accessLogs(wire.InboundListener, !node.NoAccessLog),
 		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
 			Name: wire.InboundListener + "_" + backend,
 			// The listener and its cluster come in separate updates, in
@@ -105,7 +104,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend) (*listener.FilterC
 		}},
 		HttpFilters:      filters,
 		LocalReplyConfig: inboundLocalReplies,
-	}))
+	})))
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack http connection manager: %w", err)
 	}
@@ -167,10 +166,6 @@ func buildInboundCluster(b ir.Backend, node string) (*cluster.Cluster, error) {
 		CommonLbConfig:  &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
 		CircuitBreakers: circuitBreakers(b),
 	}
-	if b.HTTP2 {
-		c.TypedExtensionProtocolOptions = http2Options()
-	}
-	c.OutlierDetection = outlierDetection(b.Outlier) // each replica of the node
 	return c, patchInboundCluster(b, c)
 }
 

@@ -20,14 +20,14 @@ func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
 	if err := node.Validate(); err != nil {
 		return nil, err
 	}
-	mesh, err := httpListener(wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes(), !node.NoAccessLog)
+	mesh, err := httpListener(node, wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes())
 	if err != nil {
 		return nil, err
 	}
 	if !node.Public() {
 		return []*listener.Listener{mesh}, nil
 	}
-	public, err := httpListener(wire.PublicListener, node.PublicAddress, node.PublicPort, rds(wire.PublicRoutes), !node.NoAccessLog)
+	public, err := httpListener(node, wire.PublicListener, node.PublicAddress, node.PublicPort, rds(wire.PublicRoutes))
 	if err != nil {
 		return nil, err
 	}
@@ -100,12 +100,12 @@ func meshScopes() routeSource {
 	}
 }
 
-func httpListener(name, address string, port uint32, routes routeSource, logged bool) (*listener.Listener, error) {
+func httpListener(node wire.ProxyNode, name, address string, port uint32, routes routeSource) (*listener.Listener, error) {
 	filters, err := filtersFor(outbound, filterInput{})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}
-	manager := &hcm.HttpConnectionManager{
+	manager := patchManager(node, name, &hcm.HttpConnectionManager{
 		StatPrefix: name,
 		CodecType:  hcm.HttpConnectionManager_AUTO,
 		// Match routes on the normalised path, so "/a/../b" cannot reach an
@@ -113,9 +113,8 @@ func httpListener(name, address string, port uint32, routes routeSource, logged 
 		NormalizePath:  wrapperspb.Bool(true),
 		MergeSlashes:   true,
 		UpgradeConfigs: upgrades(),
-		AccessLog:      accessLogs(name, logged),
 		HttpFilters:    filters,
-	}
+	})
 	edgeLimits.bound(manager)
 	routes(manager)
 	managerConfig, err := anypb.New(manager)

@@ -176,15 +176,14 @@ func localBackends(m *ir.DataPlane, node string) []ir.Backend {
 // calling node's identity (from its SecretsDir, the same path on every
 // node, so the clusters stay shared).
 func secureClusters(m *ir.DataPlane, t *MTLS, clusters []*cluster.Cluster) error {
-	secure := map[string]ir.Backend{}
+	secure := map[string]bool{}
 	for _, b := range m.Backends {
 		if b.Reach == ir.ReachInbound {
-			secure[wire.ClusterName(b.Name)] = b
+			secure[wire.ClusterName(b.Name)] = true
 		}
 	}
 	for _, c := range clusters {
-		b, ok := secure[c.GetName()]
-		if !ok {
+		if !secure[c.GetName()] {
 			continue
 		}
 		socket, err := upstreamTLS(t, c.GetName(), c.GetTypedExtensionProtocolOptions() != nil)
@@ -199,9 +198,6 @@ func secureClusters(m *ir.DataPlane, t *MTLS, clusters []*cluster.Cluster) error
 		// Each replica's own limit is kept by its node's inbound cluster;
 		// here a host is a node with several replicas.
 		c.CircuitBreakers.PerHostThresholds = nil
-		if err := patchSharedCluster(b, c); err != nil {
-			return err
-		}
 	}
 	return nil
 }

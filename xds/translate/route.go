@@ -15,7 +15,6 @@ import (
 	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -257,8 +256,9 @@ func endpointRoutes(e ir.Endpoint, match func() *route.RouteMatch, from caller) 
 // Every forwarding route of an endpoint counts into its route stats:
 // vhost.<vhost>.route.<endpoint>.upstream_rq_*.
 func forwardingRoute(name string, m *route.RouteMatch, e ir.Endpoint, retry string, from caller) *route.Route {
-	return &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name),
-		Action: &route.Route_Route{Route: routeAction(e, retry)}, RequestHeadersToAdd: criticalityHeader(e, from)}
+	r := &route.Route{Name: name, Match: m, StatPrefix: wire.RouteStatPrefix(e.Name), Action: &route.Route_Route{Route: routeAction(e, retry)}}
+	patchForwarding(e, r, routeSite{from: from, idempotent: retry == retryOnIdempotent})
+	return r
 }
 
 // ruleMatcher matches a request's header, or its cookie, as rule says.
@@ -414,24 +414,12 @@ func seconds(s float64) *durationpb.Duration {
 // routeAction sends an endpoint's requests to its backends by weight and
 // mirrors the shadowed proportions.
 func routeAction(e ir.Endpoint, retry string) *route.RouteAction {
-	policy := routeRetryPolicy(retry)
-	widenRetries(policy, e.Retry, retry == retryOnIdempotent)
 	// No timeout unless the endpoint sets one (Envoy's default is 15 s).
-	action := &route.RouteAction{RetryPolicy: policy, Timeout: seconds(e.TimeoutS)}
+	// The route's own retry policy, which its features widen
+	// (patchForwarding).
+	action := &route.RouteAction{RetryPolicy: routeRetryPolicy(retry), Timeout: seconds(e.TimeoutS)}
 	if e.IdleTimeoutS > 0 {
 		action.IdleTimeout = seconds(e.IdleTimeoutS)
-	}
-	if e.PerTryTimeoutS > 0 {
-		policy.PerTryTimeout = seconds(e.PerTryTimeoutS)
-		if retry == retryOnIdempotent {
-			// Envoy answers a try that runs out as a 504 of the gateway:
-			// retried for idempotent methods only (the request reached
-			// the replica).
-			policy.RetryOn += ",gateway-error"
-		}
-	}
-	if proto.Equal(policy, sharedRetry) {
-		action.RetryPolicy = nil // the virtual host's
 	}
 	weights := splitWeights(e.Traffic)
 	if len(weights) == 1 {

@@ -86,7 +86,10 @@ func MergeClusters(shared, own []*cluster.Cluster) []*cluster.Cluster {
 // assignments), t being the mesh's mTLS or nil; ForNode builds the rest,
 // node by node.
 func Shared(m *ir.DataPlane, t *MTLS) (*Resources, error) {
-	clusters := BuildClusters(m)
+	clusters, err := BuildClusters(m)
+	if err != nil {
+		return nil, err
+	}
 	assignments := BuildAssignments(m)
 	if t != nil {
 		if err := t.Validate(); err != nil {
