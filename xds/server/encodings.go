@@ -11,7 +11,8 @@ import (
 // each twin encodes. The scope is "" for the resources every node shares
 // and a node's id for that node's own (its listeners, its own clusters).
 // A twin is reused while its resource's version (the translation's
-// content hash) holds; a kind built for a type and scope replaces that
+// content hash) holds, and dropped as soon as the build declares it
+// changed (invalidate, from translate.ChangeSet); a kind built for a type and scope replaces that
 // type and scope's entries with its own, so what the inputs no longer
 // have is dropped as the kind is built; a node gone drops its scope
 // (forgetScopes). Only publish uses it, from one goroutine.
@@ -60,6 +61,15 @@ func (k *kindEncoder) twin(name, version string, r types.Resource) (types.Resour
 // commit replaces the cache's encodings of the kind's type and scope with
 // the kind's.
 func (k *kindEncoder) commit() { k.e.by[k.key] = k.next }
+
+// invalidate drops the encodings of typ in scope named in names: the
+// build declared them changed (translate.ChangeSet).
+func (e *encodings) invalidate(typ, scope string, names []string) {
+	cached := e.by[scopeKey{typ, scope}]
+	for _, n := range names {
+		delete(cached, n)
+	}
+}
 
 // forgetScopes drops the encodings of the nodes not in known.
 func (e *encodings) forgetScopes(known map[string]bool) {

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -46,7 +48,8 @@ func (s *Server) publish(ctx context.Context) {
 		s.setSnapshots(ctx, s.built, gen, nodes)
 		return
 	}
-	if s.builder == nil || s.builder.MTLS() != mtls {
+	fresh := s.builder == nil || s.builder.MTLS() != mtls
+	if fresh {
 		s.builder = translate.NewBuilder(mtls)
 		s.encodings = newEncodings() // every cluster changes with the mesh's mTLS
 	}
@@ -63,7 +66,7 @@ func (s *Server) publish(ctx context.Context) {
 	s.built, s.builtGen = built, gen
 	built.keepNodes(nodes) // every node is published below
 
-	changed, removed := s.diffAssignments(shared)
+	changed, removed := s.diffAssignments(shared, fresh)
 	if len(changed) > 0 {
 		if err := s.assignments.UpdateResources(changed, nil); err != nil {
 			s.log.Error("updating assignments cache", "err", err)
@@ -124,28 +127,38 @@ func (s *Server) setKinds(ctx context.Context, node string, last, next snapshot)
 	return nil
 }
 
-// diffAssignments returns the assignments whose content changed since the last
-// publish and the names that disappeared, and records the new set. Only
-// the assignments of the backends the build rebuilt can have changed.
-func (s *Server) diffAssignments(built *translate.Built) (map[string]types.Resource, []string) {
+// diffAssignments returns the assignments whose content changed since the
+// last publish and the names that disappeared, as the build's change set
+// declares them. After a fresh builder (the first build, or the mesh's
+// mTLS changed), whose set knows nothing of what was published before,
+// every assignment is compared with what was published.
+func (s *Server) diffAssignments(built *translate.Built, fresh bool) (map[string]types.Resource, []string) {
 	changed := map[string]types.Resource{}
-	if len(built.ChangedBackends) == 0 {
+	if !fresh && len(built.ChangedBackends) == 0 {
 		return changed, nil
 	}
-	next := make(map[string]string, len(built.Assignments))
+	next := make(map[string]translate.Encoded, len(built.Assignments))
 	for _, cla := range built.Assignments {
-		next[cla.Name] = cla.Version
-		if old, ok := s.publishedAssignments[cla.Name]; !ok || old != cla.Version {
-			changed[cla.Name] = cla.Resource
-		}
+		next[cla.Name] = cla
 	}
 	var removed []string
-	for name := range s.publishedAssignments {
-		if _, ok := next[name]; !ok {
-			removed = append(removed, name)
+	candidates := built.Changed.Names(translate.KindAssignment)
+	if fresh {
+		candidates = slices.Concat(slices.Collect(maps.Keys(next)), slices.Collect(maps.Keys(s.publishedAssignments)))
+	}
+	for _, name := range candidates {
+		cla, ok := next[name]
+		switch {
+		case !ok:
+			if _, was := s.publishedAssignments[name]; was {
+				removed = append(removed, name)
+				delete(s.publishedAssignments, name)
+			}
+		case s.publishedAssignments[name] != cla.Version:
+			changed[name] = cla.Resource
+			s.publishedAssignments[name] = cla.Version
 		}
 	}
-	s.publishedAssignments = next
 	return changed, removed
 }
 
@@ -194,6 +207,10 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 		prevRoutes, prevScopes = last.routes, last.scopes
 	}
 	var err error
+	// The encodings of what the build changed are stale: drop them (a
+	// resource keeps its encoding while its version holds).
+	enc.invalidate(resource.ClusterType, "", r.Changed.Names(translate.KindCluster))
+	enc.invalidate(resource.ScopedRouteType, "", r.Changed.Names(translate.KindScopedRoute))
 	if prevClusters != nil && prevClusters.version == r.ClustersVersion {
 		out.clusters, out.clusterList = last.clusters, last.clusterList
 	} else {

@@ -87,6 +87,9 @@ type Built struct {
 	ScopeVersions, ClusterVersions map[string]string
 	// ChangedBackends are the backends rebuilt (or gone) by this Build.
 	ChangedBackends map[string]bool
+	// Changed names every shared resource this Build built anew or
+	// dropped (ChangeSet).
+	Changed ChangeSet
 }
 
 // NewBuilder returns a builder for a mesh whose mTLS is t (nil: none).
@@ -111,15 +114,16 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 		}
 	}
 	b.gen++
-	changed, err := b.syncBackends(m)
+	set := ChangeSet{}
+	changed, err := b.syncBackends(m, set)
 	if err != nil {
 		return nil, err
 	}
-	routesChanged, err := b.syncEndpoints(m)
+	routesChanged, err := b.syncEndpoints(m, set)
 	if err != nil {
 		return nil, err
 	}
-	out = &Built{ChangedBackends: changed}
+	out = &Built{ChangedBackends: changed, Changed: set}
 	if b.last != nil && len(changed) == 0 {
 		out.Clusters, out.Assignments, out.ClustersVersion = b.last.Clusters, b.last.Assignments, b.last.ClustersVersion
 		out.ClusterVersions = b.last.ClusterVersions
@@ -139,23 +143,25 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 
 // syncBackends rebuilds the parts of m's backends that changed, drops
 // those of backends gone, and names both.
-func (b *Builder) syncBackends(m *ir.DataPlane) (map[string]bool, error) {
+func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool, error) {
 	changed := map[string]bool{}
 	for _, be := range m.Backends {
-		p := b.backends[be.Name]
-		if p != nil && p.backend.Equal(be) {
-			p.gen = b.gen
+		last := b.backends[be.Name]
+		if last != nil && last.backend.Equal(be) {
+			last.gen = b.gen
 			continue
 		}
 		p, err := b.buildBackend(be)
 		if err != nil {
 			return nil, err
 		}
+		backendChanges(set, last, p)
 		b.backends[be.Name] = p
 		changed[be.Name] = true
 	}
 	for name, p := range b.backends {
 		if p.gen != b.gen {
+			backendChanges(set, p, nil)
 			delete(b.backends, name)
 			changed[name] = true
 		}
@@ -165,29 +171,59 @@ func (b *Builder) syncBackends(m *ir.DataPlane) (map[string]bool, error) {
 
 // syncEndpoints rebuilds the parts of m's endpoints that changed, drops
 // those of endpoints gone, and reports whether any did either.
-func (b *Builder) syncEndpoints(m *ir.DataPlane) (bool, error) {
+func (b *Builder) syncEndpoints(m *ir.DataPlane, set ChangeSet) (bool, error) {
 	changed := false
 	for _, e := range m.Endpoints {
-		p := b.endpoints[e.Name]
-		if p != nil && p.endpoint.Equal(e) {
-			p.gen = b.gen
+		last := b.endpoints[e.Name]
+		if last != nil && last.endpoint.Equal(e) {
+			last.gen = b.gen
 			continue
 		}
-		p, err := buildEndpoint(e, p)
+		p, err := buildEndpoint(e, last)
 		if err != nil {
 			return false, err
 		}
+		endpointChanges(set, last, p)
 		p.gen = b.gen
 		b.endpoints[e.Name] = p
 		changed = true
 	}
 	for name, p := range b.endpoints {
 		if p.gen != b.gen {
+			endpointChanges(set, p, nil)
 			delete(b.endpoints, name)
 			changed = true
 		}
 	}
 	return changed, nil
+}
+
+// endpointChanges adds to set what an endpoint's rebuild (before nil: new;
+// after nil: gone) changed: its mesh routes, its scope, and the public
+// table when its public routes changed.
+func endpointChanges(set ChangeSet, before, after *endpointParts) {
+	switch {
+	case before == nil || after == nil:
+		for _, p := range []*endpointParts{before, after} {
+			if p != nil {
+				set.add(KindRoute, p.mesh.Name)
+				set.add(KindScopedRoute, p.scope.GetName())
+				if p.public != nil {
+					set.add(KindRoute, wire.PublicRoutes)
+				}
+			}
+		}
+	default:
+		if before.mesh.Version != after.mesh.Version {
+			set.add(KindRoute, after.mesh.Name)
+		}
+		if before.scopeHash != after.scopeHash {
+			set.add(KindScopedRoute, after.scope.GetName())
+		}
+		if before.publicHash != after.publicHash {
+			set.add(KindRoute, wire.PublicRoutes)
+		}
+	}
 }
 
 // buildBackend builds one backend's clusters and assignments with the

@@ -180,6 +180,7 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 			}
 			b := NewBuilder(mtls)
 			first := sameAsShared(t, b, m, mtls)
+			last := first
 			step := func(what string, change func(m *meshspec.Model)) *Built {
 				next := meshspec.Clone(m)
 				change(next)
@@ -187,7 +188,10 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 					t.Fatalf("%s: %v", what, err)
 				}
 				m = next
-				return sameAsShared(t, b, m, mtls)
+				got := sameAsShared(t, b, m, mtls)
+				declaredIsActual(t, what, last, got)
+				last = got
+				return got
 			}
 			shift := step("a traffic set", func(m *meshspec.Model) {
 				e := &m.Endpoints[3]
@@ -247,5 +251,32 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 				m.Backends = m.Backends[:len(m.Backends)-1]
 			})
 		})
+	}
+}
+
+// declaredIsActual fails unless the change set after declares is exactly
+// what changed since before: every resource of each kind whose version
+// changed, appeared or went, and nothing else.
+func declaredIsActual(t *testing.T, what string, before, after *Built) {
+	t.Helper()
+	encoded := func(list []Encoded) map[string]string {
+		out := map[string]string{}
+		for _, e := range list {
+			out[e.Name] = e.Version
+		}
+		return out
+	}
+	for _, k := range []struct {
+		kind          ResourceKind
+		before, after map[string]string
+	}{
+		{KindCluster, before.ClusterVersions, after.ClusterVersions},
+		{KindAssignment, encoded(before.Assignments), encoded(after.Assignments)},
+		{KindRoute, encoded(before.Routes), encoded(after.Routes)},
+		{KindScopedRoute, before.ScopeVersions, after.ScopeVersions},
+	} {
+		if got, want := after.Changed.Names(k.kind), changedVersions(k.before, k.after); !slices.Equal(got, want) {
+			t.Errorf("%s: the change set names %ss %v; what changed is %v", what, k.kind, got, want)
+		}
 	}
 }
