@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -23,6 +25,7 @@ type Fleet struct {
 	mu       sync.Mutex
 	replicas map[string]*Replica // by address
 	servers  []*http.Server
+	serving  sync.WaitGroup // Start's servers; Stop waits for them
 }
 
 // NewFleet returns a fleet running no replica.
@@ -49,12 +52,36 @@ func (f *Fleet) Ensure(ctx context.Context, m *meshspec.Model) error {
 }
 
 // Start runs a replica of backend named name (a fresh tag when empty) on
-// addr.
+// addr, until Stop.
 func (f *Fleet) Start(ctx context.Context, backend, name, addr string) error {
+	lis, srv, err := f.listen(ctx, backend, name, addr)
+	if err != nil {
+		return err
+	}
+	f.serving.Go(func() {
+		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			f.log.Error("demo replica stopped serving", "backend", backend, "address", addr, "err", err)
+		}
+	})
+	return nil
+}
+
+// Serve runs a replica as Start does, until ctx ends or it fails.
+func (f *Fleet) Serve(ctx context.Context, backend, name, addr string) error {
+	lis, srv, err := f.listen(ctx, backend, name, addr)
+	if err != nil {
+		return err
+	}
+	return rungroup.Serve(ctx, func() error { return srv.Serve(lis) }, func() { _ = srv.Close() })
+}
+
+// listen binds addr for a replica of backend named name (a fresh tag when
+// empty) and records it.
+func (f *Fleet) listen(ctx context.Context, backend, name, addr string) (net.Listener, *http.Server, error) {
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("demo replica of %s: %w", backend, err)
+		return nil, nil, fmt.Errorf("demo replica of %s: %w", backend, err)
 	}
 	if name == "" {
 		var tag [3]byte
@@ -63,13 +90,12 @@ func (f *Fleet) Start(ctx context.Context, backend, name, addr string) error {
 	}
 	r := &Replica{Backend: backend, Name: name}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(lis) }()
 	f.mu.Lock()
 	f.replicas[addr] = r
 	f.servers = append(f.servers, srv)
 	f.mu.Unlock()
 	f.log.Info("demo replica serving", "backend", backend, "replica", r.Name, "address", addr)
-	return nil
+	return lis, srv, nil
 }
 
 // Counts returns requests served per backend, as "backend=n" sorted.
@@ -88,11 +114,12 @@ func (f *Fleet) Counts() string {
 	return strings.Join(parts, " ")
 }
 
-// Stop closes every replica.
+// Stop closes every replica and waits for Start's to stop serving.
 func (f *Fleet) Stop() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, s := range f.servers {
 		_ = s.Close()
 	}
+	f.mu.Unlock()
+	f.serving.Wait()
 }

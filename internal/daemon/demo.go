@@ -137,13 +137,7 @@ func RunDemoReplica(ctx context.Context, log *slog.Logger, backend, tag, listen 
 		log.Info("demo replica serving gRPC", "backend", backend, "listen", l.Addr().String())
 		return demoreplica.ServeGRPC(ctx, l, backend, cmp.Or(tag, backend))
 	}
-	fleet := demoreplica.NewFleet(log)
-	if err := fleet.Start(ctx, backend, tag, listen); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	fleet.Stop()
-	return nil
+	return demoreplica.NewFleet(log).Serve(ctx, backend, tag, listen)
 }
 
 // ModelServerOptions configure RunModelServer.

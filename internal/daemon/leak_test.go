@@ -14,8 +14,8 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
-// TestDaemonsLeaveNoGoroutine starts and stops the controller, an agent
-// and a file plane against a real Consul, each doing some work first, and
+// TestDaemonsLeaveNoGoroutine starts and stops the controller, an agent,
+// a demo replica and a file plane against a real Consul, each doing some work first, and
 // checks that nothing any of them started outlives it (RunAgent used to
 // start goroutines it never joined; a failed xDS server was only logged).
 func TestDaemonsLeaveNoGoroutine(t *testing.T) {
@@ -39,13 +39,23 @@ func TestDaemonsLeaveNoGoroutine(t *testing.T) {
 		}
 		return err == nil
 	})
+	replicaAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
+	replicaDone := make(chan error, 1)
+	go func() { replicaDone <- RunDemoReplica(ctx, quiet(), "leak", "leak#1", replicaAddr, false, 0) }()
+	testutil.WaitFor(t, 10*time.Second, "the demo replica", func() bool {
+		resp, err := http.Get("http://" + replicaAddr + "/") //nolint:noctx // a test's probe
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err == nil
+	})
 	file, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	cancel()
-	for what, done := range map[string]<-chan error{"controller": ctlDone, "agent": agentDone} {
+	for what, done := range map[string]<-chan error{"controller": ctlDone, "agent": agentDone, "demo replica": replicaDone} {
 		select {
 		case err := <-done:
 			if err != nil {
