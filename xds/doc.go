@@ -14,13 +14,16 @@
 //     then publish runs once.
 //  3. translate.Builder.Build rebuilds only the backends and endpoints that
 //     changed since the last build (clusters, assignments, routes and
-//     scopes, each versioned when it is built) and says which backends it
-//     rebuilt.
-//  4. server's sharedResources encode what was rebuilt once, and each
+//     scopes, each versioned when it is built) and declares what it
+//     changed, by kind and name (translate.ChangeSet, Istio's
+//     ConfigsUpdated shape).
+//  4. The server's one cache of encoded resources (encodings.go, by type,
+//     scope, name and version) drops what the change set names; the
+//     sharedResources encode what was rebuilt once, and each
 //     node's snapshot (its own listeners, inbound listener and local
 //     clusters from translate's node builder, cut to what the node reaches:
 //     reach.go) is made only for nodes whose inputs changed.
-//  5. Assignments that changed go to go-control-plane's LinearCache first
+//  5. Assignments the change set names go to go-control-plane's LinearCache first
 //     (so new clusters warm), then each node's snapshot of listeners,
 //     routes, scoped routes and clusters is set, per type, in a
 //     SnapshotCache of that type only when that type's version changed for
@@ -33,6 +36,18 @@
 //     from its certificate), record ACKs and count NACKs.
 //
 // translate.Translate, Shared and ForNode are the reference translation
-// (all at once, no memory of the last build) that the incremental one is
-// tested against.
+// (all at once, no memory of the last build): a test oracle, which the
+// incremental one is tested against resource for resource, with its
+// declared change set against what changed.
+//
+// go-control-plane's caches and ADS server do the protocol. Two of its
+// pieces are not used, on purpose: its Snapshot hashes every resource of
+// a node's snapshot to version it (ConstructVersionMap), which costs what
+// sending them all does, so server's snapshot type carries the versions
+// the translation made; and its Snapshot.Consistent wants the assignments
+// in the same snapshot, while they live in one LinearCache for every node
+// (so replica churn wakes only the streams that asked), so the check of
+// a node's snapshot (sharedResources.consistent) takes the route names
+// its listeners reference from go-control-plane (GetResourceReferences)
+// and the assignments its clusters ask for from the translation.
 package xds
