@@ -56,6 +56,24 @@ func openDelta(t *testing.T, conn *grpc.ClientConn, node *core.Node, subs ...sub
 	return c, got
 }
 
+// next is the stream's next answer, not ACKed yet (ack).
+func (c *deltaClient) next() *discovery.DeltaDiscoveryResponse {
+	c.t.Helper()
+	resp, err := c.stream.Recv()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp
+}
+
+// ack ACKs resp.
+func (c *deltaClient) ack(resp *discovery.DeltaDiscoveryResponse) {
+	c.t.Helper()
+	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 // recv ACKs n answers and returns the names each type's held, sorted.
 func (c *deltaClient) recv(n int) map[string][]string {
 	c.t.Helper()

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -78,30 +77,8 @@ func TestAssignmentsOutliveTheirClustersOnDeltaStreams(t *testing.T) {
 	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func(r *discovery.DeltaDiscoveryRequest) {
-		t.Helper()
-		if err := stream.Send(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	recv := func(typeURL string) *discovery.DeltaDiscoveryResponse {
-		t.Helper()
-		r, err := stream.Recv()
-		if err != nil || r.GetTypeUrl() != typeURL {
-			t.Fatalf("got %v (%v), want a %s response", r.GetTypeUrl(), err, typeURL)
-		}
-		return r
-	}
-	send(&discovery.DeltaDiscoveryRequest{Node: servemeshNode(t, "d1"), TypeUrl: resource.ClusterType})
-	send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: recv(resource.ClusterType).GetNonce()})
-	send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"v1", "v2"}})
-	send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResponseNonce: recv(resource.EndpointType).GetNonce()})
+	c, _ := openDelta(t, conn, servemeshNode(t, "d1"), subscription{typ: resource.ClusterType},
+		subscription{typ: resource.EndpointType, names: []string{"v1", "v2"}})
 
 	without := testModel("127.0.0.1:9001")
 	without.Backends = without.Backends[:1]
@@ -109,15 +86,15 @@ func TestAssignmentsOutliveTheirClustersOnDeltaStreams(t *testing.T) {
 	if err := s.SetDataPlane(lowered(t, without)); err != nil {
 		t.Fatal(err)
 	}
-	cds := recv(resource.ClusterType)
-	if got := cds.GetRemovedResources(); len(got) != 1 || got[0] != "v2" {
+	cds := c.next()
+	if got := cds.GetRemovedResources(); cds.GetTypeUrl() != resource.ClusterType || len(got) != 1 || got[0] != "v2" {
 		t.Fatalf("removed clusters %v, want v2", got)
 	}
 	time.Sleep(100 * time.Millisecond)
 	if _, ok := s.assignments.GetResources()["v2"]; !ok {
 		t.Fatal("v2's assignment was removed before the node ACKed the clusters that no longer ask for it")
 	}
-	send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: cds.GetNonce()})
+	c.ack(cds)
 	testutil.WaitFor(t, 5*time.Second, "v2's assignment to be removed once the node ACKed its clusters", func() bool {
 		_, ok := s.assignments.GetResources()["v2"]
 		return !ok
