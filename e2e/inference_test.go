@@ -53,7 +53,7 @@ func modelServer(backend string, args ...string) *meshspec.ProcessSpec {
 
 // vllmGauges are the stand-in's gauges, by vLLM's names.
 var vllmGauges = &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting",
-	RunningMetric: "vllm:num_requests_running", KVCacheMetric: "vllm:gpu_cache_usage_perc"}
+	RunningMetric: "vllm:num_requests_running", KVCacheMetric: "vllm:kv_cache_usage_perc"}
 
 // inferenceLoad is how long each run of loadAwarePicking sends requests:
 // INFERENCE_LOAD_S seconds (bench/inference sets it), 12 by default.

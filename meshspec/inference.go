@@ -32,8 +32,10 @@ type LoadAware struct {
 	// QueueMetric is the gauge of requests waiting in the server
 	// (vLLM: vllm:num_requests_waiting); RunningMetric of those it is
 	// running (vllm:num_requests_running); KVCacheMetric of the share of
-	// its KV cache in use, from 0 to 1 (vllm:gpu_cache_usage_perc). Empty
-	// names are not read.
+	// its KV cache in use, from 0 to 1 (vllm:kv_cache_usage_perc; a
+	// server that exports only vLLM's deprecated name for it,
+	// vllm:gpu_cache_usage_perc, is read by that one, and the other way
+	// round: KVCacheMetricFallback). Empty names are not read.
 	QueueMetric   string `json:"queue_metric,omitempty"`
 	RunningMetric string `json:"running_metric,omitempty"`
 	KVCacheMetric string `json:"kv_cache_metric,omitempty"`
@@ -43,6 +45,25 @@ type LoadAware struct {
 	// KVCacheLimit is the KV-cache use that saturates a replica (0.95 by
 	// default when KVCacheMetric is set).
 	KVCacheLimit float64 `json:"kv_cache_limit,omitempty"`
+}
+
+// vLLM's gauge of KV-cache use, by its current name and by the one it
+// deprecated (and no longer exports by default).
+const (
+	VLLMKVCacheMetric           = "vllm:kv_cache_usage_perc"
+	VLLMKVCacheMetricDeprecated = "vllm:gpu_cache_usage_perc"
+)
+
+// KVCacheMetricFallback is the name read when a server exports no gauge
+// named name: vLLM's other name for it, or "" for any other name.
+func KVCacheMetricFallback(name string) string {
+	switch name {
+	case VLLMKVCacheMetric:
+		return VLLMKVCacheMetricDeprecated
+	case VLLMKVCacheMetricDeprecated:
+		return VLLMKVCacheMetric
+	}
+	return ""
 }
 
 // LoadAwarePatch sets a backend's load-aware setting, or with Off, removes

@@ -164,7 +164,8 @@ func (s *ModelServer) metrics(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=%q} %d\n", s.Backend, running)
 	fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=%q} %d\n", s.Backend, waiting)
-	fmt.Fprintf(w, "# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name=%q} %g\n", s.Backend, kv)
+	// vLLM's current name: it no longer exports vllm:gpu_cache_usage_perc.
+	fmt.Fprintf(w, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=%q} %g\n", s.Backend, kv)
 }
 
 // forgeReport sets ORCA reports claiming a million requests a second at no

@@ -96,14 +96,16 @@ func TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated(t *testing.T) {
 
 // TestPickerReadsTheServersLoad: with a metrics path, a replica whose
 // server reports a full queue or KV cache is saturated, and one with a
-// long queue costs more, though the node has nothing in flight to it.
+// long queue costs more, though the node has nothing in flight to it. The
+// KV cache is read by vLLM's current gauge name, or by the one it
+// deprecated where a server exports only that (9002's).
 func TestPickerReadsTheServersLoad(t *testing.T) {
 	metrics := map[string]string{
-		"127.0.0.1:9001": "vllm:num_requests_waiting{model_name=\"a\"} 7\nvllm:gpu_cache_usage_perc{model_name=\"a\"} 0.2\n",
+		"127.0.0.1:9001": "vllm:num_requests_waiting{model_name=\"a\"} 7\nvllm:kv_cache_usage_perc{model_name=\"a\"} 0.2\n",
 		"127.0.0.1:9002": "vllm:num_requests_waiting{model_name=\"a\"} 0\nvllm:gpu_cache_usage_perc{model_name=\"a\"} 0.99\n",
 		"127.0.0.1:9003": "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 1\n",
 	}
-	la := &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", KVCacheMetric: "vllm:gpu_cache_usage_perc", QueueLimit: 5}
+	la := &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", KVCacheMetric: meshspec.VLLMKVCacheMetric, QueueLimit: 5}
 	p, now := testPicker(t, la)
 	for addr, text := range metrics {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(text)) }))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent/picker/scoring"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // ScrapeInterval is how often the picker reads the metrics of the replicas
@@ -101,6 +102,9 @@ func readServerLoad(ctx context.Context, t scrapeTarget) (scoring.Server, error)
 	load.Waiting, load.HasWaiting = gaugeSum(families, t.queue)
 	load.Running, load.HasRunning = gaugeSum(families, t.running)
 	load.KV, load.HasKV = gaugeSum(families, t.kvCache)
+	if !load.HasKV { // vLLM renamed it: read whichever name the server has
+		load.KV, load.HasKV = gaugeSum(families, meshspec.KVCacheMetricFallback(t.kvCache))
+	}
 	return load, nil
 }
 

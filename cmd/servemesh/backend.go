@@ -211,7 +211,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.loadAware.MetricsPath, "load-metrics-path", "", "load-aware: where replicas serve Prometheus metrics (vLLM: /metrics)")
 	fs.StringVar(&c.loadAware.QueueMetric, "load-queue-metric", "", "load-aware: the gauge of waiting requests (vLLM: vllm:num_requests_waiting)")
 	fs.StringVar(&c.loadAware.RunningMetric, "load-running-metric", "", "load-aware: the gauge of running requests (vLLM: vllm:num_requests_running)")
-	fs.StringVar(&c.loadAware.KVCacheMetric, "load-kv-cache-metric", "", "load-aware: the gauge of KV-cache use, 0 to 1 (vLLM: vllm:gpu_cache_usage_perc)")
+	fs.StringVar(&c.loadAware.KVCacheMetric, "load-kv-cache-metric", "", "load-aware: the gauge of KV-cache use, 0 to 1 (vLLM: vllm:kv_cache_usage_perc; its deprecated name is read where a server has only that)")
 	fs.IntVar(&c.loadAware.QueueLimit, "load-queue-limit", 0, "load-aware: waiting requests that saturate a replica (sheddable requests are then refused)")
 	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default "+strconv.FormatFloat(meshspec.DefaultKVCacheLimit, 'g', -1, 64)+")")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
