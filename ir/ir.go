@@ -57,6 +57,12 @@ type Backend struct {
 	// request's replica, and calling nodes weigh nodes by their load
 	// reports (load_aware). Only with ReachInbound.
 	Picked bool `json:"picked,omitempty"`
+	// PromptAware: the picker also reads each request's body (what the
+	// inbound listener buffers of it) for its prompt, and prefers the
+	// replica that holds its prefix in cache. Picked backends but gRPC
+	// ones, whose request streams need not end before their answers
+	// start.
+	PromptAware bool `json:"prompt_aware,omitempty"`
 }
 
 // Activated reports whether the activator fronts b: it holds b's requests
@@ -184,7 +190,7 @@ func (dp *DataPlane) Backend(name string) (Backend, bool) {
 // reads it.
 func (b Backend) Equal(o Backend) bool {
 	return b.Name == o.Name && b.Reach == o.Reach && b.HTTP2 == o.HTTP2 && b.MaxConcurrent == o.MaxConcurrent &&
-		b.Picked == o.Picked && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
+		b.Picked == o.Picked && b.PromptAware == o.PromptAware && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
 }
 
 // Equal reports whether e and o are the same endpoint, as translation

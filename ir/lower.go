@@ -80,6 +80,7 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 	// mesh), load_aware is not served, and the controller says so in its
 	// status (UnservedSettings) rather than the whole view being refused.
 	out.Picked = b.Config.LoadAware != nil && out.Reach == ReachInbound
+	out.PromptAware = out.Picked && !out.HTTP2
 	if od := b.Config.Outlier; od != nil {
 		out.Outlier = &Outlier{Consecutive5xx: od.Consecutive5xx, IntervalS: od.IntervalS, BaseEjectionS: od.BaseEjectionS, MaxEjectionPercent: od.MaxEjectionPercent}
 	}

@@ -54,6 +54,9 @@ func (b Backend) validate() error {
 	if b.Picked && b.Reach != ReachInbound {
 		return fmt.Errorf("picked with reach %s: the picker runs on the inbound listener of the replicas' node; serve the backend in an mTLS mesh, or turn load_aware off", b.Reach)
 	}
+	if b.PromptAware && (!b.Picked || b.HTTP2) {
+		return errors.New("prompt_aware: only a picked backend that does not speak HTTP/2 reads its requests' prompts")
+	}
 	for _, r := range b.Replicas {
 		if err := r.validate(b.Reach); err != nil {
 			return fmt.Errorf("replica %s: %w", r.Address, err)

@@ -314,6 +314,11 @@ const (
 	// LoadReportBinHeader is ORCA's binary form, which Envoy reads first:
 	// removed with LoadReportHeader from what replicas send.
 	LoadReportBinHeader = "endpoint-load-metrics-bin"
+	// PickerBodyHeader, in a picker stream's metadata, says Envoy sends
+	// the request's body (as far as it buffers it) after its headers: the
+	// picker picks on the body, by the prompt's prefix, unless the
+	// request has none.
+	PickerBodyHeader = "x-servemesh-picker-body"
 )
 
 // Model-name routing: the model a request's body names is read into the

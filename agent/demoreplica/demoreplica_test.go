@@ -3,12 +3,14 @@ package demoreplica
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -84,5 +86,44 @@ func TestReplicaFaultsFromItsConfig(t *testing.T) {
 	}
 	if failed < 120 || failed > 280 {
 		t.Fatalf("%d of 400 failed at an error rate of 0.5", failed)
+	}
+}
+
+// TestModelServerCachesPrefixes: with a prefix cache, a prompt served
+// again is found in it whole and answered without its prefill, and the
+// metrics count the lookups and hits as vLLM's do.
+func TestModelServerCachesPrefixes(t *testing.T) {
+	s := &ModelServer{Backend: "m", Name: "m#1", Slots: 2, Service: time.Millisecond, PrefillPerBlock: 5 * time.Millisecond, CacheBlocks: 100}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	body := `{"model":"m","prompt":"` + strings.Repeat("p", 10*prefix.BlockBytes) + `"}`
+	ask := func() (ModelAnswer, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(body)) //nolint:noctx // a test's request
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var a ModelAnswer
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			t.Fatal(err)
+		}
+		return a, time.Since(start)
+	}
+	first, cold := ask()
+	second, warm := ask()
+	if first.Blocks != 10 || first.Cached != 0 || second.Cached != 10 {
+		t.Fatalf("answers %+v then %+v: want 10 blocks, none cached, then all", first, second)
+	}
+	if cold < 50*time.Millisecond || warm >= cold {
+		t.Fatalf("cold %v, warm %v: a cold prompt of 10 blocks takes at least 50 ms, a cached one less", cold, warm)
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/metrics", nil))
+	for _, want := range []string{`vllm:prefix_cache_queries_total{model_name="m"} 20`, `vllm:prefix_cache_hits_total{model_name="m"} 10`, `vllm:kv_cache_usage_perc`, `vllm:cache_config_info{block_size="16"} 1`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, rec.Body.String())
+		}
 	}
 }

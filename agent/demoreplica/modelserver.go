@@ -12,6 +12,7 @@ import (
 	orcav3 "github.com/cncf/xds/go/xds/data/orca/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -34,11 +35,20 @@ type ModelServer struct {
 	// binary) claiming a huge capacity: a compromised replica steering its
 	// backend's traffic, which the inbound hop must strip.
 	ForgeReport bool
+	// CacheBlocks, if positive, gives it a prefix cache of that many
+	// blocks of prompts (prefix.Blocks, least recently used dropped first,
+	// as vLLM's automatic prefix caching keeps KV blocks): each block of a
+	// prompt not in it adds PrefillPerBlock to the answer's time, a cached
+	// one a twentieth of that.
+	CacheBlocks     int
+	PrefillPerBlock time.Duration
 
 	mu               sync.Mutex
 	running, waiting int
 	free             *sync.Cond
 	served           int
+	cache            *prefix.Index
+	queries, hits    int // prompt blocks looked up in the cache, and found
 }
 
 // ModelAnswer is a ModelServer's answer.
@@ -50,6 +60,10 @@ type ModelAnswer struct {
 	Odd     bool   `json:"odd"`
 	Shadow  string `json:"shadow,omitempty"`
 	Queued  int    `json:"queued"` // requests waiting when it arrived
+	// Blocks are the prompt's whole blocks and Cached those its prefix
+	// cache held (with CacheBlocks).
+	Blocks int `json:"blocks,omitempty"`
+	Cached int `json:"cached,omitempty"`
 }
 
 // maxModelRequest bounds a request body the model server reads.
@@ -79,7 +93,8 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return // the client left
 	}
-	took := s.work(req)
+	blocks, cached := s.lookUp(raw)
+	took := s.work(req, len(blocks)-cached, cached)
 	s.release()
 	if !took {
 		return
@@ -91,7 +106,26 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		forgeReport(w.Header())
 	}
 	_ = json.NewEncoder(w).Encode(ModelAnswer{Backend: s.Backend, Replica: s.Name, Model: body.Model, Slow: s.Slowdown > 1, Odd: s.Odd,
-		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued})
+		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued, Blocks: len(blocks), Cached: cached})
+}
+
+// lookUp is the prompt's blocks and how many, from the first, its prefix
+// cache held; the prompt is cached from then on.
+func (s *ModelServer) lookUp(body []byte) ([]uint64, int) {
+	if s.CacheBlocks <= 0 {
+		return nil, 0
+	}
+	blocks := prefix.Blocks(body, prefix.BlockBytes)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cache == nil {
+		s.cache = prefix.NewIndex(s.CacheBlocks)
+	}
+	cached := s.cache.Match(blocks)
+	s.cache.Add(blocks)
+	s.queries += len(blocks)
+	s.hits += cached
+	return blocks, cached
 }
 
 // admit waits for a free slot: how many requests were waiting before it,
@@ -118,11 +152,13 @@ func (s *ModelServer) admit(req *http.Request) (int, bool) {
 	return queued, true
 }
 
-// work takes the request's time, which grows with the running batch.
-func (s *ModelServer) work(req *http.Request) bool {
+// work takes the request's time, which grows with the running batch,
+// and its prefill's: its prompt's blocks, uncached ones at full cost.
+func (s *ModelServer) work(req *http.Request, uncached, cached int) bool {
 	s.mu.Lock()
 	d := time.Duration(float64(s.Service) * max(s.Slowdown, 1) * (1 + float64(s.running)/float64(max(s.Slots, 1))))
 	s.mu.Unlock()
+	d += time.Duration(uncached)*s.PrefillPerBlock + time.Duration(cached)*s.PrefillPerBlock/20
 	select {
 	case <-time.After(d):
 		return true
@@ -159,6 +195,7 @@ func wakeWhenGone(req *http.Request, c *sync.Cond) (stop func()) {
 func (s *ModelServer) metrics(w http.ResponseWriter) {
 	s.mu.Lock()
 	running, waiting := s.running, s.waiting+s.FakeWaiting
+	queries, hits := s.queries, s.hits
 	s.mu.Unlock()
 	kv := min(float64(running+waiting)/float64(4*max(s.Slots, 1)), 1)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -166,6 +203,11 @@ func (s *ModelServer) metrics(w http.ResponseWriter) {
 	fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=%q} %d\n", s.Backend, waiting)
 	// vLLM's current name: it no longer exports vllm:gpu_cache_usage_perc.
 	fmt.Fprintf(w, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=%q} %g\n", s.Backend, kv)
+	// Its prefix cache, as vLLM counts it (in blocks here, tokens there),
+	// and its block size in tokens (prefix.BlockBytes at ~4 bytes a token).
+	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{model_name=%q} %d\n", s.Backend, queries)
+	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{model_name=%q} %d\n", s.Backend, hits)
+	fmt.Fprintf(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"%d\"} 1\n", prefix.BlockBytes/4)
 }
 
 // forgeReport sets ORCA reports claiming a million requests a second at no

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/agent/nodeview"
+	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/agent/picker/scoring"
 )
 
@@ -55,6 +56,9 @@ type replicaLoad struct {
 	tag, backend, addr string
 	ready              bool
 	scoring.Replica
+	// cache is the prompts' blocks the picker sent it lately: its prefix
+	// cache, as far as the picker can tell.
+	cache *prefix.Index
 }
 
 // New returns a picker for the backends of desired, the node's view of the
@@ -70,7 +74,7 @@ func (p *Picker) Track(tag, backend, addr string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.replicas[tag] = &replicaLoad{tag: tag, backend: backend, addr: addr}
+	p.replicas[tag] = &replicaLoad{tag: tag, backend: backend, addr: addr, cache: prefix.NewIndex(prefix.DefaultIndexBlocks)}
 }
 
 // SetReady says whether the replica may take new requests.
@@ -102,13 +106,21 @@ type choice struct {
 	shed    bool
 }
 
-// pick chooses the replica of backend that takes a request (the policy's
-// choice, scoring.Choose), and counts it in flight there until done.
-func (p *Picker) pick(backend string, sheddable bool) choice {
+// pick chooses the replica of backend that takes a request whose prompt
+// is blocks (prefix.Blocks; none: no prompt read), the policy's choice
+// (scoring.Choose) given how much of the prompt each replica is expected
+// to hold, and counts it in flight there until done; the replica is then
+// expected to hold the prompt.
+func (p *Picker) pick(backend string, sheddable bool, blocks []uint64) choice {
 	limits, known := p.backendLimits(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ready, loads := p.ready(backend)
+	if len(blocks) > 0 {
+		for i, r := range ready {
+			loads[i].PrefixHit = float64(r.cache.Match(blocks)) / float64(len(blocks))
+		}
+	}
 	i, shed := scoring.Choose(loads, limits, known, sheddable, p.now(), p.typicalTTFB(backend))
 	switch {
 	case shed:
@@ -117,6 +129,7 @@ func (p *Picker) pick(backend string, sheddable bool) choice {
 		return choice{}
 	}
 	ready[i].InFlight++
+	ready[i].cache.Add(blocks)
 	return choice{replica: ready[i]}
 }
 

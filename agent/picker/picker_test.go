@@ -20,7 +20,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/servemesh/servemesh/agent/nodeview"
+	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/agent/picker/scoring"
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -54,7 +56,7 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 	p.mu.Unlock()
 	var got []string
 	for range 4 {
-		c := p.pick("llama", false)
+		c := p.pick("llama", false, nil)
 		got = append(got, c.replica.addr)
 	}
 	want := []string{"127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9002", "127.0.0.1:9003"}
@@ -63,7 +65,7 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 	}
 	// Both fast replicas now have 2 in flight: saturated
 	// (max_concurrent_queries 2); the slow idle one is the only free one.
-	if c := p.pick("llama", true); c.replica == nil || c.replica.addr != "127.0.0.1:9001" {
+	if c := p.pick("llama", true, nil); c.replica == nil || c.replica.addr != "127.0.0.1:9001" {
 		t.Errorf("picked %+v, want the only replica not saturated", c)
 	}
 }
@@ -74,22 +76,22 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 func TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{})
 	for range 5 {
-		if c := p.pick("llama", true); c.shed || c.replica == nil {
+		if c := p.pick("llama", true, nil); c.shed || c.replica == nil {
 			t.Fatalf("shed %+v before the replicas were saturated", c)
 		}
 	}
-	last := p.pick("llama", true)
+	last := p.pick("llama", true, nil)
 	if last.replica == nil {
 		t.Fatal("the sixth request found no room: 3 replicas × 2")
 	}
-	if c := p.pick("llama", true); !c.shed {
+	if c := p.pick("llama", true, nil); !c.shed {
 		t.Errorf("a sheddable request with every replica saturated got %+v, want shed", c)
 	}
-	if c := p.pick("llama", false); c.shed || c.replica == nil {
+	if c := p.pick("llama", false, nil); c.shed || c.replica == nil {
 		t.Errorf("a critical request got %+v, want a replica", c)
 	}
 	p.done(last.replica, 10*time.Millisecond)
-	if c := p.pick("llama", true); c.shed || c.replica != last.replica {
+	if c := p.pick("llama", true, nil); c.shed || c.replica != last.replica {
 		t.Errorf("after one answer, a sheddable request got %+v, want the replica with room", c)
 	}
 }
@@ -126,7 +128,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 	if got := p.replicas["llama#000003"].Server.Waiting; got != 3 {
 		t.Errorf("waiting %v, want 3: a gauge's series summed", got)
 	}
-	c := p.pick("llama", true)
+	c := p.pick("llama", true, nil)
 	if c.replica == nil || c.replica.addr != "127.0.0.1:9003" {
 		t.Fatalf("picked %+v, want 9003: 9001's queue is at its limit (7 ≥ 5), 9002's KV cache past 0.95", c)
 	}
@@ -142,7 +144,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	p, now := testPicker(t, &meshspec.LoadAware{})
 	for range 40 {
-		c := p.pick("llama", false)
+		c := p.pick("llama", false, nil)
 		*now = now.Add(50 * time.Millisecond)
 		p.done(c.replica, 100*time.Millisecond)
 	}
@@ -160,7 +162,7 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	}
 	// Every replica saturated (2 in flight each): a tenth of the capacity.
 	for range 6 {
-		p.pick("llama", false)
+		p.pick("llama", false, nil)
 	}
 	if _, err := fmt.Sscanf(p.Report("llama"), "TEXT application_utilization=%g,rps_fractional=%g", &util, &rps); err != nil {
 		t.Fatal(err)
@@ -178,7 +180,7 @@ func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 	capacity := func(ttfb time.Duration) float64 {
 		p, now := testPicker(t, &meshspec.LoadAware{})
 		for range 40 {
-			c := p.pick("llama", false)
+			c := p.pick("llama", false, nil)
 			*now = now.Add(50 * time.Millisecond)
 			p.done(c.replica, ttfb)
 		}
@@ -271,4 +273,116 @@ func TestPickerServerSpeaksExtProc(t *testing.T) {
 	if shed.GetStatus().GetCode() != 429 || len(shed.GetHeaders().GetSetHeaders()) != 1 || shed.GetHeaders().GetSetHeaders()[0].GetHeader().GetKey() != "retry-after" {
 		t.Errorf("a sheddable request with every replica saturated got %v, want 429 with Retry-After", resp)
 	}
+}
+
+// TestPickerSendsAPromptToTheReplicaHoldingItsPrefix: requests that share
+// a long prompt prefix go to the replica that served it, while its
+// requests pending stay under four times the others' (scoring.PrefixWeight);
+// two prefixes settle on two replicas; a prompt-less request is picked by
+// load alone.
+func TestPickerSendsAPromptToTheReplicaHoldingItsPrefix(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{})
+	p.mu.Lock()
+	for _, r := range p.replicas {
+		r.TTFB = 100 * time.Millisecond
+	}
+	p.mu.Unlock()
+	prompt := func(system, user string) []uint64 {
+		return prefix.Blocks([]byte(`{"messages":[{"role":"system","content":"`+strings.Repeat(system, 40*prefix.BlockBytes)+`"},{"role":"user","content":"`+user+`"}]}`), prefix.BlockBytes)
+	}
+	first := p.pick("llama", false, prompt("a", "hello"))
+	p.done(first.replica, 100*time.Millisecond)
+	second := p.pick("llama", false, prompt("a", "another question"))
+	if second.replica != first.replica {
+		t.Fatalf("the second request with the same system prompt went to %s, the first to %s", second.replica.tag, first.replica.tag)
+	}
+	other := p.pick("llama", false, prompt("b", "hello"))
+	if other.replica == first.replica {
+		t.Fatalf("a request of another prefix went to the busy replica %s holding a prefix it does not share", other.replica.tag)
+	}
+	third := p.pick("llama", false, prompt("b", "more"))
+	if third.replica != other.replica {
+		t.Fatalf("the second request of prefix b went to %s, not %s which holds it", third.replica.tag, other.replica.tag)
+	}
+	if none := p.pick("llama", false, nil); none.replica == first.replica || none.replica == other.replica {
+		t.Fatalf("a request with no prompt went to %s, which has requests in flight, while llama#000003 is idle", none.replica.tag)
+	}
+}
+
+// TestPickerServerPicksOnTheBody: with the body sent (PickerBodyHeader),
+// the request's headers are answered without a pick and its body with
+// the replica, the one holding the prompt's prefix; a request without a
+// body (headers ending the stream) is picked on its headers.
+func TestPickerServerPicksOnTheBody(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{})
+	client, ctx := pickerClient(t, p)
+	body := []byte(`{"prompt":"` + strings.Repeat("z", 8*prefix.BlockBytes) + `"}`)
+	p.mu.Lock()
+	p.replicas["llama#000003"].cache.Add(prefix.Blocks(body, prefix.BlockBytes)) // it served this prompt
+	p.mu.Unlock()
+	stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.BackendHeader, "llama", wire.PickerBodyHeader, "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(r *extproc.ProcessingRequest) *extproc.ProcessingResponse {
+		t.Helper()
+		if err := stream.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	headers := send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{}}})
+	if headers.GetRequestHeaders() == nil || headers.GetDynamicMetadata() != nil {
+		t.Fatalf("the headers of a request with a body were answered %v, want a pass with no pick", headers)
+	}
+	resp := send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: body, EndOfStream: true}}})
+	if got := pickedOf(resp); resp.GetRequestBody() == nil || got != "127.0.0.1:9003" {
+		t.Fatalf("the body was answered %v (picked %q), want 9003, which holds the prompt", resp, got)
+	}
+	_ = stream.CloseSend()
+	bodiless, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.BackendHeader, "llama", wire.PickerBodyHeader, "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bodiless.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{EndOfStream: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := bodiless.Recv(); err != nil || pickedOf(resp) == "" {
+		t.Fatalf("a request without a body: %v %v, want picked on its headers", resp, err)
+	}
+}
+
+func pickedOf(resp *extproc.ProcessingResponse) string {
+	return resp.GetDynamicMetadata().GetFields()[wire.PickerNamespace].GetStructValue().GetFields()[wire.PickedReplicaKey].GetStringValue()
+}
+
+// pickerClient serves p on a unix socket and returns an ext_proc client
+// of it, once it answers.
+func pickerClient(t *testing.T, p *Picker) (extproc.ExternalProcessorClient, context.Context) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "picker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = NewServer(p, slog.New(slog.DiscardHandler), nil).Serve(ctx, dir) }()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, wire.PickerSocket), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	testutil.WaitFor(t, 5*time.Second, "the picker's socket", func() bool {
+		_, err := os.Stat(filepath.Join(dir, wire.PickerSocket))
+		return err == nil
+	})
+	return extproc.NewExternalProcessorClient(conn), ctx
 }

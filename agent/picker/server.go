@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/meshspec"
@@ -83,14 +84,16 @@ func (s *Server) Serve(ctx context.Context, dir string) error {
 // Process answers one request's questions: which replica, then its load
 // report.
 func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
-	backend := ""
+	backend, withBody := "", false
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if v := md.Get(wire.BackendHeader); len(v) > 0 {
 			backend = v[0]
 		}
+		withBody = len(md.Get(wire.PickerBodyHeader)) > 0
 	}
 	var picked *replicaLoad
 	var sent time.Time
+	sheddable := false
 	defer func() {
 		if picked != nil { // the answer never came (a reset, a timeout)
 			s.picker.done(picked, 0)
@@ -107,8 +110,18 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		var resp *extproc.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
-			c := s.picker.pick(backend, headerValue(r.RequestHeaders.GetHeaders(), meshspec.CriticalityHeader) == string(meshspec.Sheddable))
-			resp = s.answerRequest(backend, c)
+			sheddable = headerValue(r.RequestHeaders.GetHeaders(), meshspec.CriticalityHeader) == string(meshspec.Sheddable)
+			if withBody && !r.RequestHeaders.GetEndOfStream() {
+				// Picked on the body, which comes next.
+				resp = &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}}}
+				break
+			}
+			c := s.picker.pick(backend, sheddable, nil)
+			resp = s.answerRequest(backend, c, headersAnswer)
+			picked, sent = c.replica, s.picker.now()
+		case *extproc.ProcessingRequest_RequestBody:
+			c := s.picker.pick(backend, sheddable, prefix.Blocks(r.RequestBody.GetBody(), prefix.BlockBytes))
+			resp = s.answerRequest(backend, c, bodyAnswer)
 			picked, sent = c.replica, s.picker.now()
 		case *extproc.ProcessingRequest_ResponseHeaders:
 			if picked != nil {
@@ -129,9 +142,20 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 	}
 }
 
-// answerRequest is the answer to a request's headers: the replica picked,
-// a 429, or nothing (Envoy picks).
-func (s *Server) answerRequest(backend string, c choice) *extproc.ProcessingResponse {
+// headersAnswer and bodyAnswer go on answering a request's headers or
+// its body.
+var (
+	headersAnswer = func() *extproc.ProcessingResponse {
+		return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}}}
+	}
+	bodyAnswer = func() *extproc.ProcessingResponse {
+		return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestBody{RequestBody: &extproc.BodyResponse{}}}
+	}
+)
+
+// answerRequest is the answer to a request's headers or body (goOn says
+// which): the replica picked, a 429, or nothing (Envoy picks).
+func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.ProcessingResponse) *extproc.ProcessingResponse {
 	switch {
 	case c.shed:
 		s.outcomes.WithLabelValues(backend, PickShed).Inc()
@@ -144,16 +168,15 @@ func (s *Server) answerRequest(backend string, c choice) *extproc.ProcessingResp
 		}}}
 	case c.replica == nil:
 		s.outcomes.WithLabelValues(backend, PickNone).Inc()
-		return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}}}
+		return goOn()
 	}
 	s.outcomes.WithLabelValues(backend, PickPicked).Inc()
-	return &extproc.ProcessingResponse{
-		Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}},
-		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			wire.PickerNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				wire.PickedReplicaKey: structpb.NewStringValue(c.replica.addr)}}),
-		}},
-	}
+	resp := goOn()
+	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+		wire.PickerNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			wire.PickedReplicaKey: structpb.NewStringValue(c.replica.addr)}}),
+	}}
+	return resp
 }
 
 // headerValue is the value of header name in h ("" if absent).

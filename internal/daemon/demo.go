@@ -3,7 +3,6 @@ package daemon
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -154,6 +153,10 @@ type ModelServerOptions struct {
 	// ForgeReport makes the replica that takes SlowLock send load reports
 	// of its own (demoreplica.ModelServer.ForgeReport).
 	ForgeReport bool
+	// PrefillPerBlock and CacheBlocks give it a prefix cache
+	// (demoreplica.ModelServer's).
+	PrefillPerBlock time.Duration
+	CacheBlocks     int
 }
 
 // RunModelServer runs one stand-in model server (demoreplica.ModelServer)
@@ -162,7 +165,8 @@ func RunModelServer(ctx context.Context, log *slog.Logger, o ModelServerOptions)
 	if o.Backend == "" {
 		return fmt.Errorf("--backend is required")
 	}
-	s := &demoreplica.ModelServer{Backend: o.Backend, Name: cmp.Or(o.Tag, o.Backend), Slots: o.Slots, Service: o.Service, Slowdown: 1}
+	s := &demoreplica.ModelServer{Backend: o.Backend, Name: cmp.Or(o.Tag, o.Backend), Slots: o.Slots, Service: o.Service, Slowdown: 1,
+		PrefillPerBlock: o.PrefillPerBlock, CacheBlocks: o.CacheBlocks}
 	if o.SlowLock != "" {
 		if f, err := os.OpenFile(o.SlowLock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
 			_, _ = fmt.Fprintln(f, s.Name)
@@ -176,11 +180,7 @@ func RunModelServer(ctx context.Context, log *slog.Logger, o ModelServerOptions)
 	}
 	log.Info("model server serving", "backend", o.Backend, "listen", l.Addr().String(), "slots", o.Slots, "service", o.Service, "slowdown", s.Slowdown, "fake_waiting", s.FakeWaiting)
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := rungroup.Serve(ctx, func() error { return srv.Serve(l) }, func() { _ = srv.Close() }); err != nil {
 		return fmt.Errorf("model server: %w", err)
 	}
 	return nil

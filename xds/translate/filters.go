@@ -65,7 +65,7 @@ var httpFilters = []httpFilter{
 			if !loadAware(in.backend) {
 				return nil, nil
 			}
-			return pickerFilter(in.backend.Name)
+			return pickerFilter(in.backend)
 		}},
 	{name: "servemesh.replica_report_scrub", on: []chain{inbound}, // a header_mutation filter
 		why: "after the picker, so on the way back (filters see the answer in reverse) it strips the replica's own load reports " +

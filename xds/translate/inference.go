@@ -121,22 +121,31 @@ func pickedReplicaCluster(c *cluster.Cluster) error {
 
 // pickerFilter asks the node's picker which replica of backend takes each
 // request, and adds the node's load report to each answer.
-func pickerFilter(backend string) (*hcm.HttpFilter, error) {
+func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
+	backend := b.Name
+	metadata := []*core.HeaderValue{{Key: wire.BackendHeader, Value: backend}}
+	mode := &extproc.ProcessingMode{
+		RequestHeaderMode:   extproc.ProcessingMode_SEND,
+		ResponseHeaderMode:  extproc.ProcessingMode_SEND,
+		RequestTrailerMode:  extproc.ProcessingMode_SKIP,
+		ResponseTrailerMode: extproc.ProcessingMode_SKIP,
+	}
+	if b.PromptAware {
+		// The body as far as the listener buffers it (the prompt comes
+		// first), never more: the picker picks when it has it.
+		mode.RequestBodyMode = extproc.ProcessingMode_BUFFERED_PARTIAL
+		metadata = append(metadata, &core.HeaderValue{Key: wire.PickerBodyHeader, Value: "1"})
+	}
 	config, err := anypb.New(&extproc.ExternalProcessor{
 		GrpcService: &core.GrpcService{
 			TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: wire.PickerCluster}},
 			Timeout:         durationpb.New(pickerGrpcDeadline),
-			InitialMetadata: []*core.HeaderValue{{Key: wire.BackendHeader, Value: backend}},
+			InitialMetadata: metadata,
 		},
 		// Envoy picks by least requests if the agent does not answer.
 		FailureModeAllow: true,
 		MessageTimeout:   durationpb.New(pickerTimeout),
-		ProcessingMode: &extproc.ProcessingMode{
-			RequestHeaderMode:   extproc.ProcessingMode_SEND,
-			ResponseHeaderMode:  extproc.ProcessingMode_SEND,
-			RequestTrailerMode:  extproc.ProcessingMode_SKIP,
-			ResponseTrailerMode: extproc.ProcessingMode_SKIP,
-		},
+		ProcessingMode:   mode,
 		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
 			Untyped: []string{wire.PickerNamespace}}},
 		// The picker reads one header; the others are not sent to it.

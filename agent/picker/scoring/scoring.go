@@ -27,7 +27,19 @@ type Replica struct {
 	InFlight int
 	TTFB     time.Duration // smoothed; 0: none yet
 	Server   Server
+	// PrefixHit is the share of the request's prompt the replica is
+	// expected to hold in its prefix cache (0 to 1; agent/picker/prefix):
+	// it is set for the request being picked.
+	PrefixHit float64
 }
+
+// PrefixWeight is how much a cached prompt lowers a replica's cost: a
+// whole prompt cached makes it cost 1 - PrefixWeight of what it would, so
+// a replica holding the prefix is picked while its requests pending are
+// under four times those of one that does not (llm-d's prefix scorer
+// outweighs its load scorers too); past that, load wins, which is the
+// fall back to load alone when the fleet is imbalanced.
+const PrefixWeight = 0.75
 
 // Limits are what saturate a backend's replicas: its
 // max_concurrent_queries and its load_aware queue and KV-cache limits.
@@ -75,7 +87,8 @@ func (r Replica) Saturated(l Limits, now time.Time) bool {
 // peak-EWMA: its time to first byte (typical, if it has none yet) times
 // its requests pending plus one, where pending is what the node has in
 // flight to it or, if its server says more (running and waiting), that;
-// a full KV cache doubles it.
+// a full KV cache doubles it, the request's prompt in its prefix cache
+// lowers it (PrefixWeight).
 func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
 	pending, kv := float64(r.InFlight), 0.0
 	if s := r.Server; r.fresh(now) {
@@ -90,7 +103,8 @@ func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
 	if ttfb == 0 {
 		ttfb = typical
 	}
-	return (pending + 1) * ttfb.Seconds() * (1 + kv)
+	hit := math.Min(math.Max(r.PrefixHit, 0), 1)
+	return (pending + 1) * ttfb.Seconds() * (1 + kv) * (1 - PrefixWeight*hit)
 }
 
 // Typical stands in for the time to first byte of a replica that has

@@ -37,6 +37,11 @@ func TestChoose(t *testing.T) {
 		{"queue limit saturates", []Replica{{TTFB: ms(10), Server: fresh(Server{Waiting: 5, HasWaiting: true})}}, true, true, -1, true},
 		{"KV-cache limit saturates", []Replica{{TTFB: ms(10), Server: fresh(Server{KV: 0.95, HasKV: true})}}, true, true, -1, true},
 		{"unknown limits saturate nothing", []Replica{{TTFB: ms(10), InFlight: 100}}, false, true, 0, false},
+		{"the replica holding the prompt's prefix, though busier", []Replica{{TTFB: ms(100)}, {TTFB: ms(100), InFlight: 2, PrefixHit: 1}}, true, false, 1, false},
+		{"a longer cached prefix over a shorter one", []Replica{{TTFB: ms(100), PrefixHit: 0.3}, {TTFB: ms(100), PrefixHit: 0.9}}, true, false, 1, false},
+		{"imbalanced: load wins past four times the pending", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(100), InFlight: 16, PrefixHit: 1}}, false, false, 0, false},
+		{"not yet imbalanced: the prefix wins", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(100), InFlight: 14, PrefixHit: 1}}, false, false, 1, false},
+		{"a saturated replica, even holding the prefix, only if all are", []Replica{{TTFB: ms(100), InFlight: 4, PrefixHit: 1}, {TTFB: ms(100), InFlight: 3}}, true, false, 1, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, shed := Choose(c.replicas, limits, c.known, c.sheddable, now, Typical(c.replicas))
