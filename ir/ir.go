@@ -63,6 +63,9 @@ type Backend struct {
 	// ones, whose request streams need not end before their answers
 	// start.
 	PromptAware bool `json:"prompt_aware,omitempty"`
+	// PromptAffinity: calling nodes choose the node by the prompt's prefix
+	// (load_aware.prompt_affinity), loads bounded. Only PromptAware ones.
+	PromptAffinity bool `json:"prompt_affinity,omitempty"`
 }
 
 // Activated reports whether the activator fronts b: it holds b's requests
@@ -125,6 +128,11 @@ type Endpoint struct {
 	// Criticality is what the endpoint's requests are marked when they
 	// do not say (criticality header).
 	Criticality string `json:"criticality"`
+	// PromptAffinity: it sends to a backend with PromptAffinity, so the
+	// calling node reads each request's prompt and picks the node by its
+	// prefix (consistent hashing with bounded loads), where that node's
+	// picker picks the replica holding it.
+	PromptAffinity bool `json:"prompt_affinity,omitempty"`
 }
 
 // Headless reports whether e has no public route.
@@ -190,7 +198,7 @@ func (dp *DataPlane) Backend(name string) (Backend, bool) {
 // reads it.
 func (b Backend) Equal(o Backend) bool {
 	return b.Name == o.Name && b.Reach == o.Reach && b.HTTP2 == o.HTTP2 && b.MaxConcurrent == o.MaxConcurrent &&
-		b.Picked == o.Picked && b.PromptAware == o.PromptAware && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
+		b.Picked == o.Picked && b.PromptAware == o.PromptAware && b.PromptAffinity == o.PromptAffinity && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
 }
 
 // Equal reports whether e and o are the same endpoint, as translation
@@ -199,7 +207,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 	return e.Name == o.Name && e.Route == o.Route && slices.Equal(e.Methods, o.Methods) &&
 		maps.Equal(e.Traffic, o.Traffic) && maps.Equal(e.Shadows, o.Shadows) &&
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
-		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality &&
+		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.PromptAffinity == o.PromptAffinity &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

@@ -44,10 +44,15 @@ func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
 	for _, b := range view.Backends {
 		dp.Backends = append(dp.Backends, lowerBackend(b, o))
 	}
-	for _, e := range view.Endpoints {
-		dp.Endpoints = append(dp.Endpoints, lowerEndpoint(e))
-	}
 	slices.SortFunc(dp.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
+	for _, e := range view.Endpoints {
+		out := lowerEndpoint(e)
+		out.PromptAffinity = slices.ContainsFunc(out.backends(), func(name string) bool {
+			b, ok := dp.Backend(name)
+			return ok && b.PromptAffinity
+		})
+		dp.Endpoints = append(dp.Endpoints, out)
+	}
 	slices.SortFunc(dp.Endpoints, func(a, b Endpoint) int { return strings.Compare(a.Name, b.Name) })
 	if err := dp.Validate(); err != nil {
 		return nil, fmt.Errorf("the view cannot be served: %w", err)
@@ -81,6 +86,7 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 	// status (UnservedSettings) rather than the whole view being refused.
 	out.Picked = b.Config.LoadAware != nil && out.Reach == ReachInbound
 	out.PromptAware = out.Picked && !out.HTTP2
+	out.PromptAffinity = out.PromptAware && b.Config.LoadAware.PromptAffinity
 	if od := b.Config.Outlier; od != nil {
 		out.Outlier = &Outlier{Consecutive5xx: od.Consecutive5xx, IntervalS: od.IntervalS, BaseEjectionS: od.BaseEjectionS, MaxEjectionPercent: od.MaxEjectionPercent}
 	}

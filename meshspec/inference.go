@@ -45,6 +45,13 @@ type LoadAware struct {
 	// KVCacheLimit is the KV-cache use that saturates a replica (0.95 by
 	// default when KVCacheMetric is set).
 	KVCacheLimit float64 `json:"kv_cache_limit,omitempty"`
+	// PromptAffinity has calling nodes choose the node by the prefix of
+	// each request's prompt (consistent hashing, each node's load bounded
+	// at 1.5 times the average) rather than by the nodes' load reports, so
+	// that a prefix reaches the node whose replica holds it in cache. On
+	// every node the picker prefers such a replica anyway; this carries
+	// it across nodes, for workloads of long shared prompts. Not for gRPC.
+	PromptAffinity bool `json:"prompt_affinity,omitempty"`
 }
 
 // vLLM's gauge of KV-cache use, by its current name and by the one it
@@ -226,6 +233,9 @@ func validateLoadAware(p *problems, field string, b Backend) {
 		if l.MetricsPath == "" {
 			p.add(field+"."+name, "is read from the replicas' metrics: set metrics_path too (vLLM: /metrics)")
 		}
+	}
+	if l.PromptAffinity && b.HTTP2() {
+		p.add(field+".prompt_affinity", "is for HTTP/1 model servers: a %s stream's prompt is not read before it starts; remove prompt_affinity", b.Protocol)
 	}
 	if l.QueueLimit < 0 || l.QueueLimit > MaxConcurrentQueriesLimit {
 		p.add(field+".queue_limit", "is %d; set the waiting requests that saturate a replica, from 1 to %d, or 0 to go by max_concurrent_queries alone", l.QueueLimit, MaxConcurrentQueriesLimit)

@@ -319,6 +319,14 @@ const (
 	// picker picks on the body, by the prompt's prefix, unless the
 	// request has none.
 	PickerBodyHeader = "x-servemesh-picker-body"
+	// PickerPromptHeader, in a picker stream's metadata, asks the calling
+	// node's picker for the request's prompt affinity instead of a
+	// replica: it answers the body by setting PromptAffinityHeader, which
+	// the route hashes to pick the node (consistent hashing with bounded
+	// loads), so a prompt's prefix reaches the node whose replica holds
+	// it.
+	PickerPromptHeader   = "x-servemesh-picker-prompt"
+	PromptAffinityHeader = "x-servemesh-prompt-prefix"
 )
 
 // Model-name routing: the model a request's body names is read into the

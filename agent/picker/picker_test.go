@@ -386,3 +386,52 @@ func pickerClient(t *testing.T, p *Picker) (extproc.ExternalProcessorClient, con
 	})
 	return extproc.NewExternalProcessorClient(conn), ctx
 }
+
+// TestPickerNamesAPromptsPrefixForTheCallingNode: asked by an outbound
+// listener (PickerPromptHeader), the picker passes the headers and sets,
+// on the body, the header the route hashes to pick the node: the same
+// for two prompts that share their first AffinityBlocks blocks, none for
+// a prompt shorter than that.
+func TestPickerNamesAPromptsPrefixForTheCallingNode(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{})
+	client, ctx := pickerClient(t, p)
+	ask := func(body string) string {
+		t.Helper()
+		stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.PickerPromptHeader, "1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = stream.CloseSend() }()
+		for _, req := range []*extproc.ProcessingRequest{
+			{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{}}},
+			{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: []byte(body), EndOfStream: true}}},
+		} {
+			if err := stream.Send(req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetDynamicMetadata() != nil {
+				t.Fatalf("the calling node's picker picked a replica: %v", resp)
+			}
+			for _, h := range resp.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+				if h.GetHeader().GetKey() == wire.PromptAffinityHeader {
+					return string(h.GetHeader().GetRawValue())
+				}
+			}
+		}
+		return ""
+	}
+	system := strings.Repeat("You are a helpful assistant. ", 20)
+	a := ask(`{"messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"one"}]}`)
+	b := ask(`{"messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"two"}]}`)
+	c := ask(`{"messages":[{"role":"system","content":"` + strings.Repeat("Answer in French. ", 30) + `"}]}`)
+	if a == "" || a != b || c == "" || c == a {
+		t.Fatalf("prefixes %q, %q and %q: want the first two the same, the third another", a, b, c)
+	}
+	if short := ask(`{"prompt":"hi"}`); short != "" {
+		t.Fatalf("a short prompt got prefix %q, want none", short)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -82,10 +83,14 @@ func (s *Server) Serve(ctx context.Context, dir string) error {
 }
 
 // Process answers one request's questions: which replica, then its load
-// report.
+// report; or, asked by an outbound listener (wire.PickerPromptHeader),
+// the prefix of its prompt (prompt).
 func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 	backend, withBody := "", false
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+		if len(md.Get(wire.PickerPromptHeader)) > 0 {
+			return prompt(stream)
+		}
 		if v := md.Get(wire.BackendHeader); len(v) > 0 {
 			backend = v[0]
 		}
@@ -100,12 +105,9 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		}
 	}()
 	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) || stream.Context().Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return err
+		req, err := next(stream)
+		if req == nil {
+			return err // nil: the stream ended
 		}
 		var resp *extproc.ProcessingResponse
 		switch r := req.Request.(type) {
@@ -135,6 +137,52 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 				}}}}}}}
 		default:
 			return fmt.Errorf("picker: asked about %T, which its filter does not send", r)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// next is the stream's next message, or nil and nil when Envoy closed it
+// or its request ended, or nil and the error.
+func next(stream extproc.ExternalProcessor_ProcessServer) (*extproc.ProcessingRequest, error) {
+	req, err := stream.Recv()
+	if errors.Is(err, io.EOF) || stream.Context().Err() != nil {
+		return nil, nil //nolint:nilerr // Envoy ended the stream: no failure
+	}
+	return req, err
+}
+
+// AffinityBlocks is how many of a prompt's first blocks name its prefix
+// for the calling node's choice of node (wire.PromptAffinityHeader): 256
+// bytes, what requests sharing a system prompt or a conversation share
+// first; a prompt shorter than that has no affinity.
+const AffinityBlocks = 4
+
+// prompt answers an outbound listener's stream: the request's headers go
+// on, its body too, with wire.PromptAffinityHeader set to its prompt's
+// prefix when it has AffinityBlocks blocks.
+func prompt(stream extproc.ExternalProcessor_ProcessServer) error {
+	for {
+		req, err := next(stream)
+		if req == nil {
+			return err // nil: the stream ended
+		}
+		var resp *extproc.ProcessingResponse
+		switch r := req.Request.(type) {
+		case *extproc.ProcessingRequest_RequestHeaders:
+			resp = headersAnswer()
+		case *extproc.ProcessingRequest_RequestBody:
+			resp = bodyAnswer()
+			if blocks := prefix.Blocks(r.RequestBody.GetBody(), prefix.BlockBytes); len(blocks) >= AffinityBlocks {
+				resp.GetRequestBody().Response = &extproc.CommonResponse{HeaderMutation: &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
+					Header:       &core.HeaderValue{Key: wire.PromptAffinityHeader, RawValue: []byte(strconv.FormatUint(blocks[AffinityBlocks-1], 16))},
+					AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, // never the client's own
+				}}}}
+			}
+		default:
+			return fmt.Errorf("picker: asked about %T, which the prompt filter does not send", r)
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

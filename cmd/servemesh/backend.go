@@ -207,13 +207,14 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default "+seconds(meshspec.DefaultLookBackPeriodS)+")")
 	fs.DurationVar(&c.interval, "autoscale-interval", 0, "autoscale: how often the load is read (default "+seconds(meshspec.DefaultMetricsIntervalS)+")")
 	fs.BoolVar(&c.off, "autoscale-off", false, "turn autoscaling off (num_replicas stays where it is)")
-	fs.Bool("load-aware", false, "pick replicas by their load (model servers): each node's agent picks among its replicas, callers weigh nodes by their reports")
+	fs.Bool("load-aware", false, "pick replicas by their load (model servers): each node's agent picks among its replicas (preferring one holding the prompt's prefix in cache), callers weigh nodes by their reports")
 	fs.StringVar(&c.loadAware.MetricsPath, "load-metrics-path", "", "load-aware: where replicas serve Prometheus metrics (vLLM: /metrics)")
 	fs.StringVar(&c.loadAware.QueueMetric, "load-queue-metric", "", "load-aware: the gauge of waiting requests (vLLM: vllm:num_requests_waiting)")
 	fs.StringVar(&c.loadAware.RunningMetric, "load-running-metric", "", "load-aware: the gauge of running requests (vLLM: vllm:num_requests_running)")
 	fs.StringVar(&c.loadAware.KVCacheMetric, "load-kv-cache-metric", "", "load-aware: the gauge of KV-cache use, 0 to 1 (vLLM: vllm:kv_cache_usage_perc; its deprecated name is read where a server has only that)")
 	fs.IntVar(&c.loadAware.QueueLimit, "load-queue-limit", 0, "load-aware: waiting requests that saturate a replica (sheddable requests are then refused)")
 	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default "+strconv.FormatFloat(meshspec.DefaultKVCacheLimit, 'g', -1, 64)+")")
+	fs.BoolVar(&c.loadAware.PromptAffinity, "load-prompt-affinity", false, "load-aware: callers choose the node by each prompt's prefix (loads bounded), so it reaches the replica holding it in cache (long shared prompts; not gRPC)")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
 }
 

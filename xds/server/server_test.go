@@ -389,20 +389,22 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 	st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "n1", Metadata: md}, TypeUrl: resource.ClusterType})
 	cds := st.expect(resource.ClusterType)
 	names := strings.Join(clusterNames(t, cds), ",")
-	if names != "_inbound_v1,_inbound_v2,v1,v2" {
-		t.Fatalf("clusters %q, want the node's inbound clusters and v1,v2", names)
+	if names != "_inbound_v1,_inbound_v2,servemesh_picker,v1,v2" {
+		t.Fatalf("clusters %q, want the node's inbound clusters, its picker's and v1,v2", names)
 	}
 	for _, r := range cds.GetResources() {
 		var c cluster.Cluster
 		if err := r.UnmarshalTo(&c); err != nil {
 			t.Fatal(err)
 		}
-		if tls := c.GetTransportSocket() != nil; tls != !strings.HasPrefix(c.GetName(), "_inbound_") {
+		local := strings.HasPrefix(c.GetName(), "_inbound_") || c.GetName() == wire.PickerCluster // on the node's own machine
+		if tls := c.GetTransportSocket() != nil; tls != !local {
 			t.Errorf("cluster %s: over TLS %v", c.GetName(), tls)
 		}
 	}
-	// A node with no replica gets the shared clusters alone (other nodes'
-	// own assignments once made its snapshot inconsistent and refused).
+	// A node with no replica gets the shared clusters and its picker's
+	// alone (other nodes' own assignments once made its snapshot
+	// inconsistent and refused).
 	md2, err := wire.ProxyNode{ID: "n2", PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
 		InboundAddress: "10.0.0.2", InboundPort: 21000}.Metadata()
 	if err != nil {
@@ -410,8 +412,8 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 	}
 	other := openSotW(t, conn)
 	other.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "n2", Metadata: md2}, TypeUrl: resource.ClusterType})
-	if names := strings.Join(clusterNames(t, other.expect(resource.ClusterType)), ","); names != "v1,v2" {
-		t.Fatalf("node n2's clusters %q, want v1,v2", names)
+	if names := strings.Join(clusterNames(t, other.expect(resource.ClusterType)), ","); names != "servemesh_picker,v1,v2" {
+		t.Fatalf("node n2's clusters %q, want its picker's and v1,v2", names)
 	}
 	plain := openSotW(t, conn)
 	plain.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "plain"), TypeUrl: resource.ClusterType})

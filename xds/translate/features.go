@@ -8,6 +8,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
@@ -52,7 +53,7 @@ type backendFeature interface {
 
 // backendFeatures are the registered backend features, in the order they
 // apply.
-var backendFeatures = []backendFeature{grpcBackend{}, outlierEjection{}, loadAwarePicking{}}
+var backendFeatures = []backendFeature{grpcBackend{}, outlierEjection{}, loadAwarePicking{}, promptAffinity{}}
 
 // featuresOf are the features b uses, in backendFeatures' order.
 func featuresOf(b ir.Backend) []backendFeature {
@@ -153,8 +154,24 @@ func (loadAwarePicking) cluster(_ ir.Backend, c *cluster.Cluster) error { return
 func (loadAwarePicking) inboundCluster(_ ir.Backend, c *cluster.Cluster) error {
 	return pickedReplicaCluster(c)
 }
-func (loadAwarePicking) viaInboundOnly() bool             { return true }
-func (loadAwarePicking) nodeClusters() []*cluster.Cluster { return []*cluster.Cluster{pickerCluster()} }
+func (loadAwarePicking) viaInboundOnly() bool { return true }
+
+// nodeClusters: none; every node of an mTLS mesh has the picker's
+// cluster (forNode).
+func (loadAwarePicking) nodeClusters() []*cluster.Cluster { return nil }
+
+// promptAffinity is a prompt-aware backend's node choice: calling nodes
+// hash the prompt's prefix (PromptAffinityHeader, from their picker) to a
+// node with Maglev, loads bounded (no node takes more than
+// promptBalanceFactor percent of the average's requests in flight), so a
+// prefix reaches the node whose replica holds it while that node has
+// room; the node's picker then picks the replica (loadAwarePicking).
+type promptAffinity struct{ backendBase }
+
+func (promptAffinity) name() string                                      { return "prompt_affinity" }
+func (promptAffinity) uses(b ir.Backend) bool                            { return b.PromptAffinity }
+func (promptAffinity) cluster(_ ir.Backend, c *cluster.Cluster) error    { return boundedHashCluster(c) }
+func (promptAffinity) inboundCluster(ir.Backend, *cluster.Cluster) error { return nil }
 
 // routeSite is where a forwarding route is: the listener its requests came
 // through, and whether it forwards idempotent methods only.
@@ -175,7 +192,7 @@ type routeFeature interface {
 
 // routeFeatures are the registered route features, in the order they
 // apply.
-var routeFeatures = []routeFeature{endpointRetries{}, criticalityMark{}}
+var routeFeatures = []routeFeature{endpointRetries{}, criticalityMark{}, promptPrefixHash{}}
 
 // patchForwarding applies e's route features to r, then leaves to the
 // virtual host a retry policy that is the virtual host's.
@@ -217,6 +234,23 @@ func (criticalityMark) name() string          { return "criticality" }
 func (criticalityMark) uses(ir.Endpoint) bool { return true }
 func (criticalityMark) forward(e ir.Endpoint, r *route.Route, site routeSite) {
 	r.RequestHeadersToAdd = criticalityHeader(e, site.from)
+}
+
+// promptPrefixHash turns the prompt-affinity filter on for the routes of
+// an endpoint that sends to a prompt-aware backend, and hashes the prefix
+// it names to pick the node (promptAffinity).
+type promptPrefixHash struct{}
+
+func (promptPrefixHash) name() string            { return "prompt_prefix_hash" }
+func (promptPrefixHash) uses(e ir.Endpoint) bool { return e.PromptAffinity }
+func (promptPrefixHash) forward(_ ir.Endpoint, r *route.Route, _ routeSite) {
+	if r.TypedPerFilterConfig == nil {
+		r.TypedPerFilterConfig = map[string]*anypb.Any{}
+	}
+	r.TypedPerFilterConfig[promptAffinityFilter] = promptFilterOn()
+	action := r.GetRoute()
+	action.HashPolicy = append(action.HashPolicy, &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Header_{
+		Header: &route.RouteAction_HashPolicy_Header{HeaderName: wire.PromptAffinityHeader}}})
 }
 
 // managerFeature is one feature's part in a node's HTTP connection

@@ -30,6 +30,8 @@ const (
 type filterInput struct {
 	chain   chain
 	backend ir.Backend
+	// mtls: the node runs mesh mTLS (its agent runs a picker).
+	mtls bool
 }
 
 // httpFilter is one row of the filter table: an Envoy HTTP filter (by the
@@ -58,6 +60,15 @@ var httpFilters = []httpFilter{
 	{name: luaFilter, on: []chain{outbound},
 		why:   "right after the model is read: it clears the route cache, so the route is matched again by the model's metadata",
 		build: func(filterInput) (*hcm.HttpFilter, error) { return rematchFilter() }},
+	{name: promptAffinityFilter, on: []chain{outbound},
+		why: "after the model is read and the route matched again, before the router: the node's picker reads the prompt " +
+			"and names its prefix, which the route hashes to pick the node (off but on routes to prompt-aware backends)",
+		build: func(in filterInput) (*hcm.HttpFilter, error) {
+			if !in.mtls {
+				return nil, nil // no picker: no prompt-aware backend either
+			}
+			return promptFilter()
+		}},
 	{name: "envoy.filters.http.ext_proc", on: []chain{inbound},
 		why: "first on the inbound hop of a load-aware backend: the node's picker chooses the replica (override_host) " +
 			"before the router sends it, and adds the node's load report to the answer",

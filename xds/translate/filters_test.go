@@ -47,24 +47,38 @@ func TestFilterTable(t *testing.T) {
 
 // TestBackendFeatures: a backend's features are asked at each resource
 // they change: a load-aware backend's nodes call their replicas through
-// their inbound listener (no node view) and get the picker's cluster once,
-// however many load-aware backends they run; a plain backend uses none.
+// their inbound listener (no node view); a plain backend uses none; every
+// node of an mTLS mesh has its picker's cluster once, whatever it runs.
 func TestBackendFeatures(t *testing.T) {
 	plain := ir.Backend{Name: "api"}
-	aware := ir.Backend{Name: "llm", Reach: ir.ReachInbound, Picked: true}
-	other := ir.Backend{Name: "llm2", Reach: ir.ReachInbound, Picked: true}
+	aware := ir.Backend{Name: "llm", Reach: ir.ReachInbound, Picked: true, PromptAware: true}
 	if len(featuresOf(plain)) != 0 || !hasNodeView(plain) {
 		t.Fatalf("a plain backend uses %d features (node view %v)", len(featuresOf(plain)), hasNodeView(plain))
 	}
 	if hasNodeView(aware) {
 		t.Fatal("a load-aware backend's node gets its own view: its picker would not see those requests")
 	}
-	clusters := featureClusters([]ir.Backend{plain, aware, other})
-	if len(clusters) != 1 || clusters[0].GetName() != wire.PickerCluster {
-		t.Fatalf("feature clusters %v; want the picker's once", clusters)
+	here := []ir.Replica{{Address: "127.0.0.1:9001", Health: ir.Healthy, Node: goldenMTLSNode.ID, Inbound: "10.0.0.1:21000"}}
+	plain.Reach, plain.MaxConcurrent, plain.Replicas = ir.ReachInbound, 1, here
+	aware.MaxConcurrent, aware.Replicas = 1, here
+	shared, err := BuildClusters(&ir.DataPlane{Backends: []ir.Backend{plain, aware}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(featureClusters([]ir.Backend{plain})) != 0 {
-		t.Fatal("a node of plain backends gets a picker cluster")
+	for _, local := range [][]ir.Backend{nil, {plain}, {plain, aware}} {
+		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range res.Clusters {
+			if c.GetName() == wire.PickerCluster {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("a node running %d backends has the picker's cluster %d times, want once", len(local), n)
+		}
 	}
 }
 

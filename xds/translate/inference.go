@@ -8,6 +8,7 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	mutation "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -16,7 +17,9 @@ import (
 	lua "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	cswrr "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/client_side_weighted_round_robin/v3"
+	commonlb "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/common/v3"
 	leastrequest "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
+	maglev "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/maglev/v3"
 	overridehost "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
@@ -24,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
@@ -327,4 +331,66 @@ func joinQuoted(names []string) string {
 		out += fmt.Sprintf(" and %d more", more)
 	}
 	return out
+}
+
+// promptAffinityFilter names the outbound ext_proc filter that asks the
+// node's picker for a request's prompt prefix (wire.PickerPromptHeader).
+const promptAffinityFilter = "servemesh.prompt_affinity"
+
+// promptBalanceFactor bounds a node's share under prompt affinity, in
+// percent of the average requests in flight per node (Envoy's
+// hash_balance_factor): a prefix's requests stay on its node until it has
+// half again the average, then spill to the next node on the ring.
+const promptBalanceFactor = 150
+
+// promptFilter is the outbound ext_proc filter, off unless a route turns
+// it on (promptFilterOn): it sends the node's picker the request's body
+// (as far as the listener buffers it) and takes back the prefix header.
+func promptFilter() (*hcm.HttpFilter, error) {
+	config, err := anypb.New(&extproc.ExternalProcessor{
+		GrpcService: &core.GrpcService{
+			TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: wire.PickerCluster}},
+			Timeout:         durationpb.New(pickerGrpcDeadline),
+			InitialMetadata: []*core.HeaderValue{{Key: wire.PickerPromptHeader, Value: "1"}},
+		},
+		// Without an answer, the request goes on without affinity.
+		FailureModeAllow: true,
+		MessageTimeout:   durationpb.New(pickerTimeout),
+		ProcessingMode: &extproc.ProcessingMode{
+			RequestHeaderMode:   extproc.ProcessingMode_SEND,
+			RequestBodyMode:     extproc.ProcessingMode_BUFFERED_PARTIAL,
+			ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
+			RequestTrailerMode:  extproc.ProcessingMode_SKIP,
+			ResponseTrailerMode: extproc.ProcessingMode_SKIP,
+		},
+		// The picker reads the body alone; it may set one header.
+		ForwardRules: &extproc.HeaderForwardingRules{AllowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{{
+			MatchPattern: &matcher.StringMatcher_Exact{Exact: wire.PromptAffinityHeader}}}}},
+		MutationRules: &mutation.HeaderMutationRules{DisallowAll: wrapperspb.Bool(true), AllowExpression: &matcher.RegexMatcher{Regex: wire.PromptAffinityHeader}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pack prompt affinity filter: %w", err)
+	}
+	return &hcm.HttpFilter{Name: promptAffinityFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
+}
+
+// promptFilterOn turns the prompt-affinity filter on for a route.
+func promptFilterOn() *anypb.Any {
+	return mustAny(&route.FilterConfig{Config: mustAny(&extproc.ExtProcPerRoute{
+		Override: &extproc.ExtProcPerRoute_Overrides{Overrides: &extproc.ExtProcOverrides{}}})})
+}
+
+// boundedHashCluster makes c, a backend's cluster of nodes, pick a node
+// by the hash of the request's prompt prefix (Maglev), each node's load
+// bounded by promptBalanceFactor.
+func boundedHashCluster(c *cluster.Cluster) error {
+	policy, err := anypb.New(&maglev.Maglev{ConsistentHashingLbConfig: &commonlb.ConsistentHashingLbConfig{
+		HashBalanceFactor: wrapperspb.UInt32(promptBalanceFactor)}})
+	if err != nil {
+		return fmt.Errorf("cluster %s: pack maglev policy: %w", c.GetName(), err)
+	}
+	c.LbPolicy = cluster.Cluster_ROUND_ROBIN // unused: the policy below
+	c.LoadBalancingPolicy = &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
+		TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.maglev", TypedConfig: policy}}}}
+	return nil
 }

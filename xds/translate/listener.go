@@ -101,7 +101,7 @@ func meshScopes() routeSource {
 }
 
 func httpListener(node wire.ProxyNode, name, address string, port uint32, routes routeSource) (*listener.Listener, error) {
-	filters, err := filtersFor(outbound, filterInput{})
+	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS()})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}

@@ -109,6 +109,9 @@ func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string
 	if !node.MTLS() {
 		return nil, fmt.Errorf("node %q announces no inbound listener, but the mesh runs mTLS: start its agent with mTLS", node.ID)
 	}
+	// The node's picker: its inbound listener's for load-aware backends,
+	// its outbound listeners' for prompt-affine endpoints.
+	out.Clusters = []*cluster.Cluster{pickerCluster()}
 	if len(local) == 0 {
 		return out, nil // Envoy refuses a listener without filter chains
 	}

@@ -63,9 +63,9 @@ var (
 )
 
 // TestGoldenMTLS translates each model in testdata/mtls/in for node-1 of a
-// mesh with mTLS: its listeners (the inbound one included), its clusters
-// (over mTLS, and to its own replicas) and the shared assignments (nodes by
-// their inbound listeners).
+// mesh with mTLS: its routes, its listeners (the inbound one included), its
+// clusters (over mTLS, and to its own replicas) and the shared assignments
+// (nodes by their inbound listeners).
 func TestGoldenMTLS(t *testing.T) {
 	testutil.GoldenCases(t, "testdata/mtls/in", "testdata/mtls/out", *update, func(t *testing.T, input []byte) map[string][]byte {
 		m, err := parseView(input)
@@ -80,6 +80,7 @@ func TestGoldenMTLS(t *testing.T) {
 		checkEnvoyValid(t, res)
 		return map[string][]byte{
 			"ir.yaml":          marshalIR(t, dp),
+			"routes.yaml":      marshal(t, res.Routes),
 			"listeners.yaml":   marshal(t, res.Listeners),
 			"clusters.yaml":    marshal(t, res.Clusters),
 			"assignments.yaml": marshal(t, res.Assignments),
