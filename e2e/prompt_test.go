@@ -19,19 +19,21 @@ import (
 
 // TestPromptsReachTheReplicaHoldingTheirPrefix: on the default mesh (mTLS,
 // two nodes), a backend of stand-in model servers with prefix caches,
-// two replicas on each node, with load_aware.prompt_affinity. Requests of
+// two replicas on each node, with load_aware.prompt_affinity and a
+// session header. Requests of
 // four long system prompts, each sent eight times with another question,
 // alternately through either node: each prompt's requests reach one
 // replica (the calling node hashes the prefix to a node, that node's
 // picker picks the replica holding it), so after its first request the
 // prompt is found in that replica's cache. Without affinity the calling
 // nodes would split each prompt over both nodes, and each node's picker
-// over its replicas by load.
+// over its replicas by load. Then conversations naming themselves in
+// x-session-id, with turns too short to hash, each stay on one replica.
 func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "pfx")
 	mesh.createBackends(t, meshspec.Backend{Name: "pa",
 		Process: modelServer("pa", "--slots", "4", "--service", "2ms", "--cache-blocks", "8192", "--prefill-per-block", "1ms"),
-		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: &meshspec.LoadAware{PromptAffinity: true}}})
+		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: &meshspec.LoadAware{PromptAffinity: true, SessionHeader: "x-session-id"}}})
 	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"GET", "POST"},
 		Traffic: map[string]float64{"pa": 1}}); err != nil {
 		t.Fatal(err)
@@ -46,11 +48,14 @@ func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
 		t.Fatalf("pa runs on %v, want both nodes", nodes)
 	}
 	client := httpClient()
-	ask := func(node *mtlsNode, system, question string) demoreplica.ModelAnswer {
+	ask := func(node *mtlsNode, system, question string, header ...string) demoreplica.ModelAnswer {
 		t.Helper()
 		body := fmt.Sprintf(`{"model":"pa","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`, system, question)
 		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+node.public+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
+		if len(header) == 2 {
+			req.Header.Set(header[0], header[1])
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -79,6 +84,18 @@ func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
 		}
 		if most < 7 {
 			t.Errorf("prompt %d's requests, through both nodes, went to %v: want at least 7 of 8 on the replica holding its prefix", p, by)
+		}
+	}
+	// A conversation names itself: its short turns (no prefix to hash)
+	// stay on one replica, through either node.
+	for c := range 3 {
+		by := map[string]int{}
+		for i := range 6 {
+			a := ask([]*mtlsNode{mesh.n1, mesh.n2}[i%2], "Be brief.", fmt.Sprintf("turn %d", i), "x-session-id", fmt.Sprintf("conversation-%d", c))
+			by[a.Replica]++
+		}
+		if len(by) != 1 {
+			t.Errorf("conversation %d's turns went to %v, want one replica", c, by)
 		}
 	}
 	if hit := float64(cached) / float64(max(blocks, 1)); hit < 0.95 {

@@ -66,6 +66,10 @@ type Backend struct {
 	// PromptAffinity: calling nodes choose the node by the prompt's prefix
 	// (load_aware.prompt_affinity), loads bounded. Only PromptAware ones.
 	PromptAffinity bool `json:"prompt_affinity,omitempty"`
+	// SessionHeader names the header that names a conversation, which
+	// each node's picker keeps on one replica (and, with PromptAffinity,
+	// calling nodes hash first); "": none. Only Picked ones.
+	SessionHeader string `json:"session_header,omitempty"`
 }
 
 // Activated reports whether the activator fronts b: it holds b's requests
@@ -133,6 +137,9 @@ type Endpoint struct {
 	// prefix (consistent hashing with bounded loads), where that node's
 	// picker picks the replica holding it.
 	PromptAffinity bool `json:"prompt_affinity,omitempty"`
+	// SessionHeaders are the session headers of those backends, sorted:
+	// the route hashes them before the prompt.
+	SessionHeaders []string `json:"session_headers,omitempty"`
 }
 
 // Headless reports whether e has no public route.
@@ -198,7 +205,7 @@ func (dp *DataPlane) Backend(name string) (Backend, bool) {
 // reads it.
 func (b Backend) Equal(o Backend) bool {
 	return b.Name == o.Name && b.Reach == o.Reach && b.HTTP2 == o.HTTP2 && b.MaxConcurrent == o.MaxConcurrent &&
-		b.Picked == o.Picked && b.PromptAware == o.PromptAware && b.PromptAffinity == o.PromptAffinity && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
+		b.Picked == o.Picked && b.PromptAware == o.PromptAware && b.PromptAffinity == o.PromptAffinity && b.SessionHeader == o.SessionHeader && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
 }
 
 // Equal reports whether e and o are the same endpoint, as translation
@@ -207,7 +214,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 	return e.Name == o.Name && e.Route == o.Route && slices.Equal(e.Methods, o.Methods) &&
 		maps.Equal(e.Traffic, o.Traffic) && maps.Equal(e.Shadows, o.Shadows) &&
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
-		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.PromptAffinity == o.PromptAffinity &&
+		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.SessionHeaders, o.SessionHeaders) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

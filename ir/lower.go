@@ -47,10 +47,15 @@ func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
 	slices.SortFunc(dp.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
 	for _, e := range view.Endpoints {
 		out := lowerEndpoint(e)
-		out.PromptAffinity = slices.ContainsFunc(out.backends(), func(name string) bool {
-			b, ok := dp.Backend(name)
-			return ok && b.PromptAffinity
-		})
+		for _, name := range out.backends() {
+			if b, ok := dp.Backend(name); ok && b.PromptAffinity {
+				out.PromptAffinity = true
+				if b.SessionHeader != "" && !slices.Contains(out.SessionHeaders, b.SessionHeader) {
+					out.SessionHeaders = append(out.SessionHeaders, b.SessionHeader)
+				}
+			}
+		}
+		slices.Sort(out.SessionHeaders)
 		dp.Endpoints = append(dp.Endpoints, out)
 	}
 	slices.SortFunc(dp.Endpoints, func(a, b Endpoint) int { return strings.Compare(a.Name, b.Name) })
@@ -87,6 +92,9 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 	out.Picked = b.Config.LoadAware != nil && out.Reach == ReachInbound
 	out.PromptAware = out.Picked && !out.HTTP2
 	out.PromptAffinity = out.PromptAware && b.Config.LoadAware.PromptAffinity
+	if out.Picked {
+		out.SessionHeader = b.Config.LoadAware.SessionHeader
+	}
 	if od := b.Config.Outlier; od != nil {
 		out.Outlier = &Outlier{Consecutive5xx: od.Consecutive5xx, IntervalS: od.IntervalS, BaseEjectionS: od.BaseEjectionS, MaxEjectionPercent: od.MaxEjectionPercent}
 	}

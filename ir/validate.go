@@ -57,6 +57,9 @@ func (b Backend) validate() error {
 	if b.PromptAware && (!b.Picked || b.HTTP2) {
 		return errors.New("prompt_aware: only a picked backend that does not speak HTTP/2 reads its requests' prompts")
 	}
+	if b.SessionHeader != "" && !b.Picked {
+		return errors.New("session_header: only a picked backend keeps conversations on a replica")
+	}
 	if b.PromptAffinity && !b.PromptAware {
 		return errors.New("prompt_affinity: only a prompt-aware backend is reached by its prompts' prefixes")
 	}

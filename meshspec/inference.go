@@ -52,6 +52,12 @@ type LoadAware struct {
 	// every node the picker prefers such a replica anyway; this carries
 	// it across nodes, for workloads of long shared prompts. Not for gRPC.
 	PromptAffinity bool `json:"prompt_affinity,omitempty"`
+	// SessionHeader names the request header that names a conversation
+	// (say x-session-id): each node's picker keeps a conversation on the
+	// replica that served it while that one is ready and not saturated,
+	// and with PromptAffinity calling nodes hash it, before the prompt, to
+	// pick the node.
+	SessionHeader string `json:"session_header,omitempty"`
 }
 
 // vLLM's gauge of KV-cache use, by its current name and by the one it
@@ -233,6 +239,9 @@ func validateLoadAware(p *problems, field string, b Backend) {
 		if l.MetricsPath == "" {
 			p.add(field+"."+name, "is read from the replicas' metrics: set metrics_path too (vLLM: /metrics)")
 		}
+	}
+	if h := l.SessionHeader; h != "" && (!headerName.MatchString(h) || strings.HasPrefix(h, "x-servemesh-") || strings.HasPrefix(h, ":")) {
+		p.add(field+".session_header", "%.80q is not a header of the clients' own; name a lower-case header such as x-session-id", h)
 	}
 	if l.PromptAffinity && b.HTTP2() {
 		p.add(field+".prompt_affinity", "is for HTTP/1 model servers: a %s stream's prompt is not read before it starts; remove prompt_affinity", b.Protocol)

@@ -325,7 +325,10 @@ const (
 	// the route hashes to pick the node (consistent hashing with bounded
 	// loads), so a prompt's prefix reaches the node whose replica holds
 	// it.
-	PickerPromptHeader   = "x-servemesh-picker-prompt"
+	PickerPromptHeader = "x-servemesh-picker-prompt"
+	// PickerSessionHeader, in a picker stream's metadata, names the
+	// request header that names its conversation.
+	PickerSessionHeader  = "x-servemesh-picker-session"
 	PromptAffinityHeader = "x-servemesh-prompt-prefix"
 )
 

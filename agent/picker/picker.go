@@ -48,6 +48,7 @@ type Picker struct {
 	mu       sync.Mutex
 	replicas map[string]*replicaLoad // by tag
 	rates    map[string]*rate        // completions, by backend
+	sessions *sessions               // conversations' replicas
 }
 
 // replicaLoad is what the picker knows of one replica: which it is, and
@@ -64,7 +65,7 @@ type replicaLoad struct {
 // New returns a picker for the backends of desired, the node's view of the
 // latest desired state (nil: none yet).
 func New(desired func() *nodeview.View) *Picker {
-	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}}
+	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}, sessions: newSessions()}
 }
 
 // Track starts following a replica the agent runs, not ready yet.
@@ -106,22 +107,36 @@ type choice struct {
 	shed    bool
 }
 
-// pick chooses the replica of backend that takes a request whose prompt
-// is blocks (prefix.Blocks; none: no prompt read), the policy's choice
-// (scoring.Choose) given how much of the prompt each replica is expected
-// to hold, and counts it in flight there until done; the replica is then
-// expected to hold the prompt.
-func (p *Picker) pick(backend string, sheddable bool, blocks []uint64) choice {
+// request is what the picker reads of a request: whether it is
+// sheddable, its prompt's blocks (prefix.Blocks; none: no prompt read)
+// and its conversation ("": none).
+type request struct {
+	sheddable bool
+	blocks    []uint64
+	session   string
+}
+
+// pick chooses the replica of backend that takes a request: the one that
+// served its conversation while that one is ready and not saturated, else
+// the policy's choice (scoring.Choose) given how much of the prompt each
+// replica is expected to hold. It counts the request in flight there
+// until done; the replica is then expected to hold the prompt, and the
+// conversation.
+func (p *Picker) pick(backend string, req request) choice {
 	limits, known := p.backendLimits(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ready, loads := p.ready(backend)
+	if c, ok := p.sessionReplica(backend, req.session, ready, limits, known); ok {
+		return c
+	}
+	blocks := req.blocks
 	if len(blocks) > 0 {
 		for i, r := range ready {
 			loads[i].PrefixHit = float64(r.cache.Match(blocks)) / float64(len(blocks))
 		}
 	}
-	i, shed := scoring.Choose(loads, limits, known, sheddable, p.now(), p.typicalTTFB(backend))
+	i, shed := scoring.Choose(loads, limits, known, req.sheddable, p.now(), p.typicalTTFB(backend))
 	switch {
 	case shed:
 		return choice{shed: true}
@@ -130,7 +145,27 @@ func (p *Picker) pick(backend string, sheddable bool, blocks []uint64) choice {
 	}
 	ready[i].InFlight++
 	ready[i].cache.Add(blocks)
+	if req.session != "" {
+		p.sessions.served(backend, req.session, ready[i].tag)
+	}
 	return choice{replica: ready[i]}
+}
+
+// sessionReplica is the pick of the replica that served the conversation,
+// if it is among ready and not saturated. Called with mu held.
+func (p *Picker) sessionReplica(backend, session string, ready []*replicaLoad, limits scoring.Limits, known bool) (choice, bool) {
+	if session == "" {
+		return choice{}, false
+	}
+	tag := p.sessions.replica(backend, session)
+	for _, r := range ready {
+		if r.tag == tag && (!known || !r.Saturated(limits, p.now())) {
+			r.InFlight++
+			p.sessions.served(backend, session, tag)
+			return choice{replica: r}, true
+		}
+	}
+	return choice{}, false
 }
 
 // ready are backend's ready replicas by tag (for a stable choice among

@@ -56,7 +56,7 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 	p.mu.Unlock()
 	var got []string
 	for range 4 {
-		c := p.pick("llama", false, nil)
+		c := p.pick("llama", request{sheddable: false})
 		got = append(got, c.replica.addr)
 	}
 	want := []string{"127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9002", "127.0.0.1:9003"}
@@ -65,7 +65,7 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 	}
 	// Both fast replicas now have 2 in flight: saturated
 	// (max_concurrent_queries 2); the slow idle one is the only free one.
-	if c := p.pick("llama", true, nil); c.replica == nil || c.replica.addr != "127.0.0.1:9001" {
+	if c := p.pick("llama", request{sheddable: true}); c.replica == nil || c.replica.addr != "127.0.0.1:9001" {
 		t.Errorf("picked %+v, want the only replica not saturated", c)
 	}
 }
@@ -76,22 +76,22 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 func TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{})
 	for range 5 {
-		if c := p.pick("llama", true, nil); c.shed || c.replica == nil {
+		if c := p.pick("llama", request{sheddable: true}); c.shed || c.replica == nil {
 			t.Fatalf("shed %+v before the replicas were saturated", c)
 		}
 	}
-	last := p.pick("llama", true, nil)
+	last := p.pick("llama", request{sheddable: true})
 	if last.replica == nil {
 		t.Fatal("the sixth request found no room: 3 replicas × 2")
 	}
-	if c := p.pick("llama", true, nil); !c.shed {
+	if c := p.pick("llama", request{sheddable: true}); !c.shed {
 		t.Errorf("a sheddable request with every replica saturated got %+v, want shed", c)
 	}
-	if c := p.pick("llama", false, nil); c.shed || c.replica == nil {
+	if c := p.pick("llama", request{sheddable: false}); c.shed || c.replica == nil {
 		t.Errorf("a critical request got %+v, want a replica", c)
 	}
 	p.done(last.replica, 10*time.Millisecond)
-	if c := p.pick("llama", true, nil); c.shed || c.replica != last.replica {
+	if c := p.pick("llama", request{sheddable: true}); c.shed || c.replica != last.replica {
 		t.Errorf("after one answer, a sheddable request got %+v, want the replica with room", c)
 	}
 }
@@ -128,7 +128,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 	if got := p.replicas["llama#000003"].Server.Waiting; got != 3 {
 		t.Errorf("waiting %v, want 3: a gauge's series summed", got)
 	}
-	c := p.pick("llama", true, nil)
+	c := p.pick("llama", request{sheddable: true})
 	if c.replica == nil || c.replica.addr != "127.0.0.1:9003" {
 		t.Fatalf("picked %+v, want 9003: 9001's queue is at its limit (7 ≥ 5), 9002's KV cache past 0.95", c)
 	}
@@ -144,7 +144,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	p, now := testPicker(t, &meshspec.LoadAware{})
 	for range 40 {
-		c := p.pick("llama", false, nil)
+		c := p.pick("llama", request{sheddable: false})
 		*now = now.Add(50 * time.Millisecond)
 		p.done(c.replica, 100*time.Millisecond)
 	}
@@ -162,7 +162,7 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	}
 	// Every replica saturated (2 in flight each): a tenth of the capacity.
 	for range 6 {
-		p.pick("llama", false, nil)
+		p.pick("llama", request{sheddable: false})
 	}
 	if _, err := fmt.Sscanf(p.Report("llama"), "TEXT application_utilization=%g,rps_fractional=%g", &util, &rps); err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 	capacity := func(ttfb time.Duration) float64 {
 		p, now := testPicker(t, &meshspec.LoadAware{})
 		for range 40 {
-			c := p.pick("llama", false, nil)
+			c := p.pick("llama", request{sheddable: false})
 			*now = now.Add(50 * time.Millisecond)
 			p.done(c.replica, ttfb)
 		}
@@ -290,21 +290,21 @@ func TestPickerSendsAPromptToTheReplicaHoldingItsPrefix(t *testing.T) {
 	prompt := func(system, user string) []uint64 {
 		return prefix.Blocks([]byte(`{"messages":[{"role":"system","content":"`+strings.Repeat(system, 40*prefix.BlockBytes)+`"},{"role":"user","content":"`+user+`"}]}`), prefix.BlockBytes)
 	}
-	first := p.pick("llama", false, prompt("a", "hello"))
+	first := p.pick("llama", request{blocks: prompt("a", "hello")})
 	p.done(first.replica, 100*time.Millisecond)
-	second := p.pick("llama", false, prompt("a", "another question"))
+	second := p.pick("llama", request{blocks: prompt("a", "another question")})
 	if second.replica != first.replica {
 		t.Fatalf("the second request with the same system prompt went to %s, the first to %s", second.replica.tag, first.replica.tag)
 	}
-	other := p.pick("llama", false, prompt("b", "hello"))
+	other := p.pick("llama", request{blocks: prompt("b", "hello")})
 	if other.replica == first.replica {
 		t.Fatalf("a request of another prefix went to the busy replica %s holding a prefix it does not share", other.replica.tag)
 	}
-	third := p.pick("llama", false, prompt("b", "more"))
+	third := p.pick("llama", request{blocks: prompt("b", "more")})
 	if third.replica != other.replica {
 		t.Fatalf("the second request of prefix b went to %s, not %s which holds it", third.replica.tag, other.replica.tag)
 	}
-	if none := p.pick("llama", false, nil); none.replica == first.replica || none.replica == other.replica {
+	if none := p.pick("llama", request{sheddable: false}); none.replica == first.replica || none.replica == other.replica {
 		t.Fatalf("a request with no prompt went to %s, which has requests in flight, while llama#000003 is idle", none.replica.tag)
 	}
 }
@@ -433,5 +433,30 @@ func TestPickerNamesAPromptsPrefixForTheCallingNode(t *testing.T) {
 	}
 	if short := ask(`{"prompt":"hi"}`); short != "" {
 		t.Fatalf("a short prompt got prefix %q, want none", short)
+	}
+}
+
+// TestPickerKeepsAConversationOnItsReplica: the requests of one
+// conversation go to the replica that served it while that one is ready
+// and not saturated, even when another is idler; then to another, which
+// keeps it from then on.
+func TestPickerKeepsAConversationOnItsReplica(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{SessionHeader: "x-session-id"})
+	first := p.pick("llama", request{session: "chat-1"})
+	second := p.pick("llama", request{session: "chat-1"}) // one in flight there, the others idle
+	if second.replica != first.replica {
+		t.Fatalf("the conversation's second request went to %s, its first to %s", second.replica.tag, first.replica.tag)
+	}
+	third := p.pick("llama", request{session: "chat-1"}) // saturated now (2 in flight): another
+	if third.replica == first.replica {
+		t.Fatalf("the conversation stayed on %s, saturated", first.replica.tag)
+	}
+	p.done(first.replica, 10*time.Millisecond)
+	p.done(first.replica, 10*time.Millisecond)
+	if fourth := p.pick("llama", request{session: "chat-1"}); fourth.replica != third.replica {
+		t.Fatalf("after moving to %s the conversation went to %s", third.replica.tag, fourth.replica.tag)
+	}
+	if other := p.pick("llama", request{session: "chat-2"}); other.replica == nil {
+		t.Fatal("another conversation got no replica")
 	}
 }

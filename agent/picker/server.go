@@ -86,7 +86,7 @@ func (s *Server) Serve(ctx context.Context, dir string) error {
 // report; or, asked by an outbound listener (wire.PickerPromptHeader),
 // the prefix of its prompt (prompt).
 func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
-	backend, withBody := "", false
+	backend, withBody, sessionHeader := "", false, ""
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if len(md.Get(wire.PickerPromptHeader)) > 0 {
 			return prompt(stream)
@@ -94,11 +94,14 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		if v := md.Get(wire.BackendHeader); len(v) > 0 {
 			backend = v[0]
 		}
+		if v := md.Get(wire.PickerSessionHeader); len(v) > 0 {
+			sessionHeader = v[0]
+		}
 		withBody = len(md.Get(wire.PickerBodyHeader)) > 0
 	}
 	var picked *replicaLoad
 	var sent time.Time
-	sheddable := false
+	var ask request
 	defer func() {
 		if picked != nil { // the answer never came (a reset, a timeout)
 			s.picker.done(picked, 0)
@@ -112,17 +115,21 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		var resp *extproc.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
-			sheddable = headerValue(r.RequestHeaders.GetHeaders(), meshspec.CriticalityHeader) == string(meshspec.Sheddable)
+			ask.sheddable = headerValue(r.RequestHeaders.GetHeaders(), meshspec.CriticalityHeader) == string(meshspec.Sheddable)
+			if sessionHeader != "" {
+				ask.session = headerValue(r.RequestHeaders.GetHeaders(), sessionHeader)
+			}
 			if withBody && !r.RequestHeaders.GetEndOfStream() {
 				// Picked on the body, which comes next.
 				resp = &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}}}
 				break
 			}
-			c := s.picker.pick(backend, sheddable, nil)
+			c := s.picker.pick(backend, ask)
 			resp = s.answerRequest(backend, c, headersAnswer)
 			picked, sent = c.replica, s.picker.now()
 		case *extproc.ProcessingRequest_RequestBody:
-			c := s.picker.pick(backend, sheddable, prefix.Blocks(r.RequestBody.GetBody(), prefix.BlockBytes))
+			ask.blocks = prefix.Blocks(r.RequestBody.GetBody(), prefix.BlockBytes)
+			c := s.picker.pick(backend, ask)
 			resp = s.answerRequest(backend, c, bodyAnswer)
 			picked, sent = c.replica, s.picker.now()
 		case *extproc.ProcessingRequest_ResponseHeaders:

@@ -215,6 +215,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.loadAware.QueueLimit, "load-queue-limit", 0, "load-aware: waiting requests that saturate a replica (sheddable requests are then refused)")
 	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default "+strconv.FormatFloat(meshspec.DefaultKVCacheLimit, 'g', -1, 64)+")")
 	fs.BoolVar(&c.loadAware.PromptAffinity, "load-prompt-affinity", false, "load-aware: callers choose the node by each prompt's prefix (loads bounded), so it reaches the replica holding it in cache (long shared prompts; not gRPC)")
+	fs.StringVar(&c.loadAware.SessionHeader, "load-session-header", "", "load-aware: the request header naming a conversation, kept on the replica that served it while it has room (say x-session-id)")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
 }
 

@@ -243,12 +243,18 @@ type promptPrefixHash struct{}
 
 func (promptPrefixHash) name() string            { return "prompt_prefix_hash" }
 func (promptPrefixHash) uses(e ir.Endpoint) bool { return e.PromptAffinity }
-func (promptPrefixHash) forward(_ ir.Endpoint, r *route.Route, _ routeSite) {
+func (promptPrefixHash) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 	if r.TypedPerFilterConfig == nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{}
 	}
 	r.TypedPerFilterConfig[promptAffinityFilter] = promptFilterOn()
 	action := r.GetRoute()
+	// A conversation's own header first, when it has one: it then keeps
+	// its node whatever its prompt (Terminal: Envoy stops at a hash).
+	for _, h := range e.SessionHeaders {
+		action.HashPolicy = append(action.HashPolicy, &route.RouteAction_HashPolicy{Terminal: true,
+			PolicySpecifier: &route.RouteAction_HashPolicy_Header_{Header: &route.RouteAction_HashPolicy_Header{HeaderName: h}}})
+	}
 	action.HashPolicy = append(action.HashPolicy, &route.RouteAction_HashPolicy{PolicySpecifier: &route.RouteAction_HashPolicy_Header_{
 		Header: &route.RouteAction_HashPolicy_Header{HeaderName: wire.PromptAffinityHeader}}})
 }

@@ -128,6 +128,11 @@ func pickedReplicaCluster(c *cluster.Cluster) error {
 func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 	backend := b.Name
 	metadata := []*core.HeaderValue{{Key: wire.BackendHeader, Value: backend}}
+	forwarded := []*matcher.StringMatcher{{MatchPattern: &matcher.StringMatcher_Exact{Exact: ir.CriticalityHeader}}}
+	if b.SessionHeader != "" {
+		forwarded = append(forwarded, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: b.SessionHeader}})
+		metadata = append(metadata, &core.HeaderValue{Key: wire.PickerSessionHeader, Value: b.SessionHeader})
+	}
 	mode := &extproc.ProcessingMode{
 		RequestHeaderMode:   extproc.ProcessingMode_SEND,
 		ResponseHeaderMode:  extproc.ProcessingMode_SEND,
@@ -152,9 +157,9 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 		ProcessingMode:   mode,
 		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
 			Untyped: []string{wire.PickerNamespace}}},
-		// The picker reads one header; the others are not sent to it.
-		ForwardRules: &extproc.HeaderForwardingRules{AllowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{{
-			MatchPattern: &matcher.StringMatcher_Exact{Exact: ir.CriticalityHeader}}}}},
+		// The picker reads the criticality and the session header; the
+		// others are not sent to it.
+		ForwardRules: &extproc.HeaderForwardingRules{AllowedHeaders: &matcher.ListStringMatcher{Patterns: forwarded}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener, backend %s: pack picker filter: %w", backend, err)
