@@ -656,16 +656,27 @@ func demoProcess(backend string, grpc bool) *meshspec.ProcessSpec {
 }
 
 // waitReplicasAnswer waits until n replicas answer within tries requests
-// to url, and returns them sorted.
+// to url, sent n at a time: a load-aware backend's picker sends requests
+// one after another to the same idle replica (the policy's tie goes to
+// the first), so only requests in flight together show every replica.
 func waitReplicasAnswer(t *testing.T, what, url string, n, tries int) []string {
 	t.Helper()
 	var seen map[string]bool
 	testutil.WaitFor(t, 30*time.Second, what, func() bool {
 		seen = map[string]bool{}
-		for range tries {
-			if r, err := replicaOf(httpClient(), url); err == nil {
-				seen[r] = true
+		var mu sync.Mutex
+		for sent := 0; sent < tries; sent += n {
+			var batch sync.WaitGroup
+			for range n {
+				batch.Go(func() {
+					if r, err := replicaOf(httpClient(), url); err == nil {
+						mu.Lock()
+						seen[r] = true
+						mu.Unlock()
+					}
+				})
 			}
+			batch.Wait()
 		}
 		return len(seen) == n
 	})
