@@ -205,24 +205,8 @@ func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 // the answer's headers get the load report, replacing the replica's own.
 func TestPickerServerSpeaksExtProc(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{})
-	dir, err := os.MkdirTemp("", "picker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	srv := NewServer(p, slog.New(slog.DiscardHandler), nil)
-	go func() { _ = srv.Serve(ctx, dir) }()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, wire.PickerSocket), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	client := extproc.NewExternalProcessorClient(conn)
+	client, ctx := pickerClient(t, p)
+	var err error
 	ask := func(criticality string) (*extproc.ProcessingResponse, extproc.ExternalProcessor_ProcessClient) {
 		t.Helper()
 		var stream extproc.ExternalProcessor_ProcessClient

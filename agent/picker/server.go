@@ -107,11 +107,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 			s.picker.done(picked, 0)
 		}
 	}()
-	for {
-		req, err := next(stream)
-		if req == nil {
-			return err // nil: the stream ended
-		}
+	return answerEach(stream, func(req *extproc.ProcessingRequest) (*extproc.ProcessingResponse, error) {
 		var resp *extproc.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
@@ -120,8 +116,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 				ask.session = headerValue(r.RequestHeaders.GetHeaders(), sessionHeader)
 			}
 			if withBody && !r.RequestHeaders.GetEndOfStream() {
-				// Picked on the body, which comes next.
-				resp = &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}}}
+				resp = headersAnswer() // picked on the body, which comes next
 				break
 			}
 			c := s.picker.pick(backend, ask)
@@ -143,7 +138,23 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 					AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, // never the replica's own
 				}}}}}}}
 		default:
-			return fmt.Errorf("picker: asked about %T, which its filter does not send", r)
+			return nil, fmt.Errorf("picker: asked about %T, which its filter does not send", r)
+		}
+		return resp, nil
+	})
+}
+
+// answerEach answers each message of stream with answer's response, until
+// Envoy ends the stream or answer or a send fails.
+func answerEach(stream extproc.ExternalProcessor_ProcessServer, answer func(*extproc.ProcessingRequest) (*extproc.ProcessingResponse, error)) error {
+	for {
+		req, err := next(stream)
+		if req == nil {
+			return err // nil: the stream ended
+		}
+		resp, err := answer(req)
+		if err != nil {
+			return err
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
@@ -171,11 +182,7 @@ const AffinityBlocks = 4
 // on, its body too, with wire.PromptAffinityHeader set to its prompt's
 // prefix when it has AffinityBlocks blocks.
 func prompt(stream extproc.ExternalProcessor_ProcessServer) error {
-	for {
-		req, err := next(stream)
-		if req == nil {
-			return err // nil: the stream ended
-		}
+	return answerEach(stream, func(req *extproc.ProcessingRequest) (*extproc.ProcessingResponse, error) {
 		var resp *extproc.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
@@ -189,12 +196,10 @@ func prompt(stream extproc.ExternalProcessor_ProcessServer) error {
 				}}}}
 			}
 		default:
-			return fmt.Errorf("picker: asked about %T, which the prompt filter does not send", r)
+			return nil, fmt.Errorf("picker: asked about %T, which the prompt filter does not send", r)
 		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
+		return resp, nil
+	})
 }
 
 // headersAnswer and bodyAnswer go on answering a request's headers or
