@@ -160,17 +160,23 @@ func slowAlone(t *testing.T, mesh *twoNodeMesh, locks, backend string) bool {
 // (testdata/inference-baseline.yaml), and returns its address.
 func startBaselineEnvoy(t *testing.T, locks string) string {
 	t.Helper()
+	return startBaselineEnvoyOf(t, 3, "--slots", "4", "--service", "20ms", "--slow-lock", filepath.Join(locks, "baseline"), "--slow-factor", "3")
+}
+
+// startBaselineEnvoyOf runs n stand-in model servers with args behind the
+// minimal hand-written Envoy (least requests) and returns its address.
+func startBaselineEnvoyOf(t *testing.T, n int, args ...string) string {
+	t.Helper()
 	dir := t.TempDir()
 	var ports []uint32
-	for i := range 3 {
+	for i := range n {
 		addr := freeAddr(t)
 		out, err := os.Create(filepath.Join(dir, fmt.Sprintf("server-%d.log", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		p, err := proc.Start(proc.Spec{Path: servemeshBin, Stdout: out, Stderr: out, Env: append(os.Environ(), "SERVEMESH_REPLICA_TAG="+fmt.Sprintf("baseline#%06d", i)),
-			Args: []string{"demo-model-server", "--backend", "baseline", "--listen", addr, "--slots", "4", "--service", "20ms",
-				"--slow-lock", filepath.Join(locks, "baseline"), "--slow-factor", "3"}})
+			Args: append([]string{"demo-model-server", "--backend", "baseline", "--listen", addr}, args...)})
 		_ = out.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -343,11 +349,14 @@ func (l *openLoop) oddShare() float64 {
 	return float64(l.odd) / float64(len(l.ttfb))
 }
 
-func (l *openLoop) percentile(p float64) time.Duration {
-	if len(l.ttfb) == 0 {
+func (l *openLoop) percentile(p float64) time.Duration { return percentile(l.ttfb, p) }
+
+// percentile is the p-th (0 to 1) of durations d, 0 for none.
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
 		return 0
 	}
-	s := slices.Clone(l.ttfb)
+	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[min(int(p*float64(len(s))), len(s)-1)]
 }

@@ -7,7 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +116,148 @@ func distinct(m map[string]string) map[string]bool {
 		out[v] = true
 	}
 	return out
+}
+
+// TestPromptWorkload compares replica picking on a workload of long shared
+// prompts, side by side in one run on the default mesh: twelve tenants,
+// each with its own system prompt of ~3 KB (47 blocks) and short
+// questions, open loop at a fixed rate through both nodes, against four
+// backends of four stand-in model servers with small prefix caches (150
+// blocks each: the tenants fit in the fleet's only if each server holds
+// three, and in one server's not at all; a block not cached costs 1 ms of
+// prefill, a cached one 1/20 of that):
+// load_aware with prompt_affinity (pf), load_aware alone (pl: each node's
+// picker prefers the replica holding the prefix), least requests (lr),
+// and the baseline without the mesh, a minimal hand-written Envoy by
+// least requests. It logs each one's prefix hit rate (blocks found
+// cached), the oracle's (every tenant's first request a miss, then all
+// hits) and times to first byte (bench/prompt collects them for
+// BENCHMARKS.md), and checks that prompt affinity finds more of the
+// blocks cached than the others (and at least 30%).
+func TestPromptWorkload(t *testing.T) {
+	mesh := startTwoNodeMesh(t, "pwl")
+	server := []string{"--slots", "4", "--service", "5ms", "--cache-blocks", "150", "--prefill-per-block", "1ms"}
+	for name, la := range map[string]*meshspec.LoadAware{"pf": {PromptAffinity: true}, "pl": {}, "lr": nil} {
+		mesh.createBackends(t, meshspec.Backend{Name: name, Process: modelServer(name, server...), Config: meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: la}})
+		if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: name, Route: "/" + name, Methods: []string{"GET", "POST"},
+			Traffic: map[string]float64{name: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		waitReplicasAnswer(t, "the replicas of "+name, "http://"+mesh.n1.public+"/"+name, 4, 80)
+	}
+	baseline := startBaselineEnvoyOf(t, 4, server...)
+	urls := map[string][]string{"baseline": {"http://" + baseline}}
+	for _, name := range []string{"pf", "pl", "lr"} {
+		urls[name] = []string{"http://" + mesh.n1.public + "/" + name, "http://" + mesh.n2.public + "/" + name}
+	}
+	const rate, tenants = 40, 12
+	d := promptLoad(t)
+	loops := map[string]*promptLoop{}
+	var wg sync.WaitGroup
+	for name, u := range urls {
+		l := &promptLoop{urls: u, tenants: tenants}
+		loops[name] = l
+		wg.Go(func() { l.run(rate, d) })
+	}
+	wg.Wait()
+	labels := map[string]string{"pf": "prompt-affinity", "pl": "load-aware", "lr": "least-request", "baseline": "envoy-least-request"}
+	for _, name := range []string{"pf", "pl", "lr", "baseline"} {
+		l := loops[name]
+		if l.failed > 0 {
+			t.Errorf("%s: %d of %d requests failed (first: %s)", name, l.failed, len(l.ttfb)+l.failed, l.firstFailure)
+		}
+		t.Logf("BENCH prompt picker=%s rate=%d/s seconds=%.0f requests=%d hit_rate=%.3f oracle_hit_rate=%.3f ttfb_p50_ms=%.1f ttfb_p90_ms=%.1f ttfb_p99_ms=%.1f",
+			labels[name], rate, d.Seconds(), len(l.ttfb), l.hitRate(), l.oracleHitRate(), ms(percentile(l.ttfb, 0.5)), ms(percentile(l.ttfb, 0.9)), ms(percentile(l.ttfb, 0.99)))
+	}
+	pf, pl, lr := loops["pf"].hitRate(), loops["pl"].hitRate(), loops["lr"].hitRate()
+	if pf < 0.3 || pf <= pl || pf <= lr {
+		t.Errorf("prompt affinity found %.3f of the blocks cached, load-aware alone %.3f, least requests %.3f: want at least 0.3, and more than the others", pf, pl, lr)
+	}
+}
+
+// promptLoad is how long TestPromptWorkload sends requests: PROMPT_LOAD_S
+// seconds (bench/prompt sets it), 6 by default.
+func promptLoad(t *testing.T) time.Duration {
+	if s := os.Getenv("PROMPT_LOAD_S"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("PROMPT_LOAD_S=%q: want whole seconds", s)
+		}
+		return time.Duration(n) * time.Second
+	}
+	return 6 * time.Second
+}
+
+// promptLoop sends chat requests at a fixed rate, open loop, each of a
+// tenant in turn (its system prompt and a new question), alternating
+// between urls, and records each one's time to first byte and its
+// prompt's blocks, cached and not.
+type promptLoop struct {
+	urls    []string
+	tenants int
+
+	mu                    sync.Mutex
+	ttfb                  []time.Duration
+	blocks, cached        int
+	firstBlocks, requests map[int]int // by tenant: its prompt's blocks, its requests
+	failed                int
+	firstFailure          string
+}
+
+func (l *promptLoop) run(rate int, d time.Duration) {
+	l.firstBlocks, l.requests = map[int]int{}, map[int]int{}
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
+		<-tick.C
+		tenant := (i * 7) % l.tenants // every tenant in turn, not in order
+		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":"question %d"}]}`,
+			strings.Repeat(fmt.Sprintf("Tenant %d's assistant answers in its house style. ", tenant), 60), i)
+		wg.Go(func() { l.one(client, l.urls[i%len(l.urls)], tenant, body) })
+	}
+	wg.Wait()
+}
+
+func (l *promptLoop) one(client *http.Client, url string, tenant int, body string) {
+	var first time.Time
+	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() { first = time.Now() }}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := client.Do(req)
+	var a demoreplica.ModelAnswer
+	if err == nil {
+		err = json.NewDecoder(resp.Body).Decode(&a)
+		_ = resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if l.failed++; l.firstFailure == "" {
+			l.firstFailure = err.Error()
+		}
+		return
+	}
+	l.ttfb = append(l.ttfb, first.Sub(start))
+	l.blocks, l.cached = l.blocks+a.Blocks, l.cached+a.Cached
+	l.firstBlocks[tenant], l.requests[tenant] = a.Blocks, l.requests[tenant]+1
+}
+
+// hitRate is the share of the prompts' blocks found cached.
+func (l *promptLoop) hitRate() float64 { return float64(l.cached) / float64(max(l.blocks, 1)) }
+
+// oracleHitRate is the hit rate of a picker that knows every replica's
+// cache (and one big enough): each tenant's first request misses, every
+// later one finds its whole prompt.
+func (l *promptLoop) oracleHitRate() float64 {
+	missed := 0
+	for tenant := range l.requests {
+		missed += l.firstBlocks[tenant]
+	}
+	return float64(l.blocks-missed) / float64(max(l.blocks, 1))
 }

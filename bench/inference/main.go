@@ -4,7 +4,7 @@
 // runs e2e TestInferenceServing's first part -runs times with -seconds of
 // load, and prints each run's figures and their medians.
 //
-//	go run ./bench/inference [-runs 3] [-seconds 30]
+//	go run ./bench/inference [-runs 3] [-seconds 30] [-workload slow-replica|prompts]
 //
 // Each run: two backends of three stand-in model servers (a batch of 4,
 // 20 ms alone, slower as the batch grows), one replica of each three times
@@ -14,6 +14,13 @@
 // Each gets 70 requests a second at once (the mesh's entering at both
 // nodes; open loop: a slow answer does not slow the load). It needs
 // `make tools`.
+//
+// With -workload prompts it runs e2e TestPromptWorkload instead: twelve
+// tenants' long system prompts at 40 requests a second through four
+// backends of stand-in servers with small prefix caches (prompt affinity,
+// load-aware alone, least requests, and the hand-written Envoy), and
+// prints each one's prefix hit rate beside the oracle's and its times to
+// first byte.
 package main
 
 import (
@@ -32,7 +39,12 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of the comparison")
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
+	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower) or prompts (long shared prompts, prefix caches)")
 	flag.Parse()
+	if *workload == "prompts" {
+		prompts(*runs, *seconds)
+		return
+	}
 	figures := map[string]map[string][]float64{} // picker -> figure -> values
 	placements := map[string]int{}               // load-aware runs by whether the slow replica was alone on its node
 	for i := range *runs {
@@ -41,7 +53,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
 			os.Exit(1)
 		}
-		for _, line := range benchLines(out) {
+		for _, line := range benchLines(out, "inference") {
 			fmt.Printf("run %d: %s\n", i+1, line["raw"])
 			if line["picker"] == "load-aware" {
 				placements[line["slow_alone_on_its_node"]]++
@@ -67,16 +79,53 @@ func main() {
 
 // runOnce runs the e2e comparison with seconds of load.
 func runOnce(seconds int) ([]byte, error) {
-	cmd := exec.CommandContext(context.Background(), "go", "test", "-count=1", "-v", "-timeout", "20m", "-run", "TestInferenceServing/load-aware", "./e2e/")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("INFERENCE_LOAD_S=%d", seconds))
+	return runTest("TestInferenceServing/load-aware", "INFERENCE_LOAD_S", seconds)
+}
+
+// runTest runs e2e test run with seconds of load (in env).
+func runTest(run, env string, seconds int) ([]byte, error) {
+	cmd := exec.CommandContext(context.Background(), "go", "test", "-tags", "e2e", "-count=1", "-v", "-timeout", "20m", "-run", run, "./e2e/")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", env, seconds))
 	return cmd.CombinedOutput()
 }
 
-var benchLine = regexp.MustCompile(`BENCH inference (.*)`)
+// prompts runs TestPromptWorkload runs times and prints each run's
+// figures and their medians.
+func prompts(runs, seconds int) {
+	figures := map[string]map[string][]float64{}
+	keys := []string{"hit_rate", "oracle_hit_rate", "ttfb_p50_ms", "ttfb_p90_ms", "ttfb_p99_ms", "requests"}
+	for i := range runs {
+		out, err := runTest("TestPromptWorkload", "PROMPT_LOAD_S", seconds)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
+			os.Exit(1)
+		}
+		for _, line := range benchLines(out, "prompt") {
+			fmt.Printf("run %d: %s\n", i+1, line["raw"])
+			if figures[line["picker"]] == nil {
+				figures[line["picker"]] = map[string][]float64{}
+			}
+			for _, k := range keys {
+				v, _ := strconv.ParseFloat(line[k], 64)
+				figures[line["picker"]][k] = append(figures[line["picker"]][k], v)
+			}
+		}
+	}
+	fmt.Printf("\nmedians of %d runs of %d s at 40 requests/s per backend:\n", runs, seconds)
+	fmt.Printf("%-20s %9s %9s %12s %12s %12s %9s\n", "picker", "hit rate", "oracle", "TTFB p50 ms", "TTFB p90 ms", "TTFB p99 ms", "requests")
+	for _, picker := range []string{"prompt-affinity", "load-aware", "least-request", "envoy-least-request"} {
+		f := figures[picker]
+		fmt.Printf("%-20s %9.3f %9.3f %12.1f %12.1f %12.1f %9.0f\n", picker, median(f["hit_rate"]), median(f["oracle_hit_rate"]),
+			median(f["ttfb_p50_ms"]), median(f["ttfb_p90_ms"]), median(f["ttfb_p99_ms"]), median(f["requests"]))
+	}
+}
+
 var pair = regexp.MustCompile(`(\w+)=(\S+)`)
 
-// benchLines are the test's figures, a map per line (raw: the line).
-func benchLines(out []byte) []map[string]string {
+// benchLines are the test's figures of kind ("BENCH <kind> ..."), a map
+// per line (raw: the line).
+func benchLines(out []byte, kind string) []map[string]string {
+	benchLine := regexp.MustCompile(`BENCH ` + kind + ` (.*)`)
 	var lines []map[string]string
 	s := bufio.NewScanner(bytes.NewReader(out))
 	for s.Scan() {
