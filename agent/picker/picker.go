@@ -127,7 +127,7 @@ func (p *Picker) pick(backend string, req request) choice {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ready, loads := p.ready(backend)
-	if c, ok := p.sessionReplica(backend, req.session, ready, limits, known); ok {
+	if c, ok := p.sessionReplica(backend, req, ready, limits, known); ok {
 		return c
 	}
 	blocks := req.blocks
@@ -151,17 +151,19 @@ func (p *Picker) pick(backend string, req request) choice {
 	return choice{replica: ready[i]}
 }
 
-// sessionReplica is the pick of the replica that served the conversation,
-// if it is among ready and not saturated. Called with mu held.
-func (p *Picker) sessionReplica(backend, session string, ready []*replicaLoad, limits scoring.Limits, known bool) (choice, bool) {
-	if session == "" {
+// sessionReplica is the pick of the replica that served req's
+// conversation, if it is among ready and not saturated. Called with mu
+// held.
+func (p *Picker) sessionReplica(backend string, req request, ready []*replicaLoad, limits scoring.Limits, known bool) (choice, bool) {
+	if req.session == "" {
 		return choice{}, false
 	}
-	tag := p.sessions.replica(backend, session)
+	tag := p.sessions.replica(backend, req.session)
 	for _, r := range ready {
 		if r.tag == tag && (!known || !r.Saturated(limits, p.now())) {
 			r.InFlight++
-			p.sessions.served(backend, session, tag)
+			r.cache.Add(req.blocks)
+			p.sessions.served(backend, req.session, tag)
 			return choice{replica: r}, true
 		}
 	}
