@@ -261,3 +261,55 @@ func (l *promptLoop) oracleHitRate() float64 {
 	}
 	return float64(l.blocks-missed) / float64(max(l.blocks, 1))
 }
+
+// TestMultiplexedModelsStayLoaded: a backend whose four replicas (two on
+// each node) load models on demand, two at most each
+// (load_aware.max_models_per_replica 2, Ray Serve's multiplexing, with
+// prompt_affinity so calling nodes hash the model header to a node; a node
+// may get all four models, which its two replicas then hold): four
+// models' requests, in turn, through both nodes, each naming its model in
+// serve_multiplexed_model_id. Each model settles on a replica that keeps
+// it loaded: a handful of loads, not most requests' as when the picker
+// does not know (checked by leaving max_models_per_replica unset: it
+// then sends a node's models to one replica, which holds two).
+func TestMultiplexedModelsStayLoaded(t *testing.T) {
+	mesh := startTwoNodeMesh(t, "mux")
+	mesh.createBackends(t, meshspec.Backend{Name: "mx",
+		Process: modelServer("mx", "--slots", "4", "--service", "2ms", "--models-per-replica", "2", "--model-load", "30ms"),
+		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: &meshspec.LoadAware{PromptAffinity: true, MaxModelsPerReplica: 2}}})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "mx", Route: "/mx", Methods: []string{"GET", "POST"},
+		Traffic: map[string]float64{"mx": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	consulClient, _ := mesh.consul.Client()
+	testutil.WaitFor(t, 60*time.Second, "four passing replicas of mx, and the mesh serving it", func() bool {
+		e, _, _ := consulClient.Health().Service(wire.BackendService("mx"), "", true, nil)
+		_, err := replicaOf(httpClient(), "http://"+mesh.n1.public+"/mx")
+		return len(e) == 4 && err == nil
+	})
+	client := httpClient()
+	loads := 0
+	for i := range 40 {
+		model := fmt.Sprintf("adapter-%d", (i*3)%4)
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+[]*mtlsNode{mesh.n1, mesh.n2}[i%2].public+"/mx",
+			strings.NewReader(`{"model":"base","prompt":"hi"}`))
+		req.Header.Set("serve_multiplexed_model_id", model)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a demoreplica.ModelAnswer
+		err = json.NewDecoder(resp.Body).Decode(&a)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d, %v", i, resp.StatusCode, err)
+		}
+		if a.LoadedModel {
+			loads++
+		}
+	}
+	if loads > 8 {
+		t.Errorf("the replicas loaded a model %d times for 40 requests of 4 models, want at most 8 (each model settling on one replica)", loads)
+	}
+	t.Logf("%d model loads for 40 requests of 4 models on 4 replicas holding two each", loads)
+}

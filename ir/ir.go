@@ -70,6 +70,12 @@ type Backend struct {
 	// each node's picker keeps on one replica (and, with PromptAffinity,
 	// calling nodes hash first); "": none. Only Picked ones.
 	SessionHeader string `json:"session_header,omitempty"`
+	// MaxModels, if positive, is how many models each replica loads on
+	// demand; ModelHeader names a request's model (else its body's
+	// "model"), which each node's picker sends to a replica that has it
+	// loaded, then to one with room. Only Picked ones.
+	MaxModels   int    `json:"max_models,omitempty"`
+	ModelHeader string `json:"model_header,omitempty"`
 }
 
 // Activated reports whether the activator fronts b: it holds b's requests
@@ -137,9 +143,9 @@ type Endpoint struct {
 	// prefix (consistent hashing with bounded loads), where that node's
 	// picker picks the replica holding it.
 	PromptAffinity bool `json:"prompt_affinity,omitempty"`
-	// SessionHeaders are the session headers of those backends, sorted:
-	// the route hashes them before the prompt.
-	SessionHeaders []string `json:"session_headers,omitempty"`
+	// AffinityHeaders are those backends' session and model headers,
+	// sorted: the route hashes them, in order, before the prompt.
+	AffinityHeaders []string `json:"affinity_headers,omitempty"`
 }
 
 // Headless reports whether e has no public route.
@@ -205,7 +211,8 @@ func (dp *DataPlane) Backend(name string) (Backend, bool) {
 // reads it.
 func (b Backend) Equal(o Backend) bool {
 	return b.Name == o.Name && b.Reach == o.Reach && b.HTTP2 == o.HTTP2 && b.MaxConcurrent == o.MaxConcurrent &&
-		b.Picked == o.Picked && b.PromptAware == o.PromptAware && b.PromptAffinity == o.PromptAffinity && b.SessionHeader == o.SessionHeader && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
+		b.Picked == o.Picked && b.PromptAware == o.PromptAware && b.PromptAffinity == o.PromptAffinity && b.SessionHeader == o.SessionHeader &&
+		b.MaxModels == o.MaxModels && b.ModelHeader == o.ModelHeader && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
 }
 
 // Equal reports whether e and o are the same endpoint, as translation
@@ -214,7 +221,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 	return e.Name == o.Name && e.Route == o.Route && slices.Equal(e.Methods, o.Methods) &&
 		maps.Equal(e.Traffic, o.Traffic) && maps.Equal(e.Shadows, o.Shadows) &&
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
-		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.SessionHeaders, o.SessionHeaders) &&
+		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

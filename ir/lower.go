@@ -50,12 +50,14 @@ func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
 		for _, name := range out.backends() {
 			if b, ok := dp.Backend(name); ok && b.PromptAffinity {
 				out.PromptAffinity = true
-				if b.SessionHeader != "" && !slices.Contains(out.SessionHeaders, b.SessionHeader) {
-					out.SessionHeaders = append(out.SessionHeaders, b.SessionHeader)
+				for _, h := range []string{b.SessionHeader, b.ModelHeader} {
+					if h != "" && !slices.Contains(out.AffinityHeaders, h) {
+						out.AffinityHeaders = append(out.AffinityHeaders, h)
+					}
 				}
 			}
 		}
-		slices.Sort(out.SessionHeaders)
+		slices.Sort(out.AffinityHeaders)
 		dp.Endpoints = append(dp.Endpoints, out)
 	}
 	slices.SortFunc(dp.Endpoints, func(a, b Endpoint) int { return strings.Compare(a.Name, b.Name) })
@@ -93,7 +95,9 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 	out.PromptAware = out.Picked && !out.HTTP2
 	out.PromptAffinity = out.PromptAware && b.Config.LoadAware.PromptAffinity
 	if out.Picked {
-		out.SessionHeader = b.Config.LoadAware.SessionHeader
+		la := b.Config.LoadAware
+		out.SessionHeader = la.SessionHeader
+		out.MaxModels, out.ModelHeader = la.MaxModelsPerReplica, la.EffectiveModelHeader()
 	}
 	if od := b.Config.Outlier; od != nil {
 		out.Outlier = &Outlier{Consecutive5xx: od.Consecutive5xx, IntervalS: od.IntervalS, BaseEjectionS: od.BaseEjectionS, MaxEjectionPercent: od.MaxEjectionPercent}

@@ -57,6 +57,9 @@ func (b Backend) validate() error {
 	if b.PromptAware && (!b.Picked || b.HTTP2) {
 		return errors.New("prompt_aware: only a picked backend that does not speak HTTP/2 reads its requests' prompts")
 	}
+	if (b.MaxModels > 0) != (b.ModelHeader != "") || b.MaxModels > 0 && !b.Picked {
+		return errors.New("max_models: only a picked backend multiplexes models, and it names their header")
+	}
 	if b.SessionHeader != "" && !b.Picked {
 		return errors.New("session_header: only a picked backend keeps conversations on a replica")
 	}

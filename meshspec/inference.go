@@ -58,6 +58,33 @@ type LoadAware struct {
 	// and with PromptAffinity calling nodes hash it, before the prompt, to
 	// pick the node.
 	SessionHeader string `json:"session_header,omitempty"`
+	// MaxModelsPerReplica, if positive, has each replica serve up to that
+	// many models it loads on demand (Ray Serve's
+	// max_num_models_per_replica): each node's picker prefers a replica
+	// with the request's model loaded, then one with room for it. The
+	// model is the request's ModelHeader (Ray Serve's
+	// serve_multiplexed_model_id by default), else its body's "model";
+	// with PromptAffinity calling nodes hash it first to pick the node.
+	MaxModelsPerReplica int    `json:"max_models_per_replica,omitempty"`
+	ModelHeader         string `json:"model_header,omitempty"`
+}
+
+// DefaultModelHeader is LoadAware.ModelHeader's default, Ray Serve's.
+const DefaultModelHeader = "serve_multiplexed_model_id"
+
+// MaxModelsPerReplicaLimit bounds LoadAware.MaxModelsPerReplica.
+const MaxModelsPerReplicaLimit = 1000
+
+// EffectiveModelHeader is the header that names a request's model, or ""
+// when the backend's replicas do not multiplex models.
+func (l LoadAware) EffectiveModelHeader() string {
+	switch {
+	case l.MaxModelsPerReplica <= 0:
+		return ""
+	case l.ModelHeader == "":
+		return DefaultModelHeader
+	}
+	return l.ModelHeader
 }
 
 // vLLM's gauge of KV-cache use, by its current name and by the one it
@@ -242,6 +269,12 @@ func validateLoadAware(p *problems, field string, b Backend) {
 	}
 	if h := l.SessionHeader; h != "" && (!headerName.MatchString(h) || strings.HasPrefix(h, "x-servemesh-") || strings.HasPrefix(h, ":")) {
 		p.add(field+".session_header", "%.80q is not a header of the clients' own; name a lower-case header such as x-session-id", h)
+	}
+	if l.MaxModelsPerReplica < 0 || l.MaxModelsPerReplica > MaxModelsPerReplicaLimit {
+		p.add(field+".max_models_per_replica", "is %d; set the models one replica holds at once, from 1 to %d, or 0 for one model", l.MaxModelsPerReplica, MaxModelsPerReplicaLimit)
+	}
+	if h := l.ModelHeader; h != "" && (l.MaxModelsPerReplica == 0 || !headerName.MatchString(h) || strings.HasPrefix(h, "x-servemesh-")) {
+		p.add(field+".model_header", "%.80q: name a lower-case header of the clients' own (default %s), with max_models_per_replica set", h, DefaultModelHeader)
 	}
 	if l.PromptAffinity && b.HTTP2() {
 		p.add(field+".prompt_affinity", "is for HTTP/1 model servers: a %s stream's prompt is not read before it starts; remove prompt_affinity", b.Protocol)

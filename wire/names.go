@@ -328,7 +328,11 @@ const (
 	PickerPromptHeader = "x-servemesh-picker-prompt"
 	// PickerSessionHeader, in a picker stream's metadata, names the
 	// request header that names its conversation.
-	PickerSessionHeader  = "x-servemesh-picker-session"
+	PickerSessionHeader = "x-servemesh-picker-session"
+	// PickerModelHeader, in a picker stream's metadata, names the request
+	// header that names its model, for a backend whose replicas load
+	// models on demand.
+	PickerModelHeader    = "x-servemesh-picker-model"
 	PromptAffinityHeader = "x-servemesh-prompt-prefix"
 )
 

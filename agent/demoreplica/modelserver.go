@@ -1,11 +1,13 @@
 package demoreplica
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,13 +44,22 @@ type ModelServer struct {
 	// one a twentieth of that.
 	CacheBlocks     int
 	PrefillPerBlock time.Duration
+	// ModelsPerReplica, if positive, has it load models on demand, at most
+	// that many at once (least recently used dropped first, as Ray Serve's
+	// multiplexing does): a request for a model it has not loaded waits
+	// ModelLoad first. The model is the serve_multiplexed_model_id header,
+	// else the body's "model".
+	ModelsPerReplica int
+	ModelLoad        time.Duration
 
 	mu               sync.Mutex
 	running, waiting int
 	free             *sync.Cond
 	served           int
 	cache            *prefix.Index
-	queries, hits    int // prompt blocks looked up in the cache, and found
+	queries, hits    int      // prompt blocks looked up in the cache, and found
+	loaded           []string // models loaded, most recent first
+	loads            int      // models loaded so far
 }
 
 // ModelAnswer is a ModelServer's answer.
@@ -64,6 +75,9 @@ type ModelAnswer struct {
 	// cache held (with CacheBlocks).
 	Blocks int `json:"blocks,omitempty"`
 	Cached int `json:"cached,omitempty"`
+	// LoadedModel: it loaded the request's model for it (with
+	// ModelsPerReplica).
+	LoadedModel bool `json:"loaded_model,omitempty"`
 }
 
 // maxModelRequest bounds a request body the model server reads.
@@ -94,6 +108,15 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return // the client left
 	}
 	blocks, cached := s.lookUp(raw)
+	loaded := s.load(cmp.Or(req.Header.Get("serve_multiplexed_model_id"), body.Model))
+	if loaded {
+		select {
+		case <-time.After(s.ModelLoad):
+		case <-req.Context().Done():
+			s.release()
+			return
+		}
+	}
 	took := s.work(req, len(blocks)-cached, cached)
 	s.release()
 	if !took {
@@ -106,7 +129,25 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		forgeReport(w.Header())
 	}
 	_ = json.NewEncoder(w).Encode(ModelAnswer{Backend: s.Backend, Replica: s.Name, Model: body.Model, Slow: s.Slowdown > 1, Odd: s.Odd,
-		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued, Blocks: len(blocks), Cached: cached})
+		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued, Blocks: len(blocks), Cached: cached, LoadedModel: loaded})
+}
+
+// load makes model one of the models it holds, and reports whether it
+// had to load it.
+func (s *ModelServer) load(model string) bool {
+	if s.ModelsPerReplica <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.loaded, model); i >= 0 {
+		s.loaded = slices.Insert(slices.Delete(s.loaded, i, i+1), 0, model)
+		return false
+	}
+	s.loaded = slices.Insert(s.loaded, 0, model)
+	s.loaded = s.loaded[:min(len(s.loaded), s.ModelsPerReplica)]
+	s.loads++
+	return true
 }
 
 // lookUp is the prompt's blocks and how many, from the first, its prefix
@@ -195,7 +236,7 @@ func wakeWhenGone(req *http.Request, c *sync.Cond) (stop func()) {
 func (s *ModelServer) metrics(w http.ResponseWriter) {
 	s.mu.Lock()
 	running, waiting := s.running, s.waiting+s.FakeWaiting
-	queries, hits := s.queries, s.hits
+	queries, hits, loads := s.queries, s.hits, s.loads
 	s.mu.Unlock()
 	kv := min(float64(running+waiting)/float64(4*max(s.Slots, 1)), 1)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -207,6 +248,7 @@ func (s *ModelServer) metrics(w http.ResponseWriter) {
 	// and its block size in tokens (prefix.BlockBytes at ~4 bytes a token).
 	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{model_name=%q} %d\n", s.Backend, queries)
 	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{model_name=%q} %d\n", s.Backend, hits)
+	fmt.Fprintf(w, "# TYPE servemesh_demo_model_loads counter\nservemesh_demo_model_loads_total %d\n", loads)
 	fmt.Fprintf(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"%d\"} 1\n", prefix.BlockBytes/4)
 }
 

@@ -58,8 +58,9 @@ type replicaLoad struct {
 	ready              bool
 	scoring.Replica
 	// cache is the prompts' blocks the picker sent it lately: its prefix
-	// cache, as far as the picker can tell.
-	cache *prefix.Index
+	// cache, as far as the picker can tell; models, the models it sent it.
+	cache  *prefix.Index
+	models *models
 }
 
 // New returns a picker for the backends of desired, the node's view of the
@@ -75,7 +76,7 @@ func (p *Picker) Track(tag, backend, addr string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.replicas[tag] = &replicaLoad{tag: tag, backend: backend, addr: addr, cache: prefix.NewIndex(prefix.DefaultIndexBlocks)}
+	p.replicas[tag] = &replicaLoad{tag: tag, backend: backend, addr: addr, cache: prefix.NewIndex(prefix.DefaultIndexBlocks), models: newModels()}
 }
 
 // SetReady says whether the replica may take new requests.
@@ -114,6 +115,7 @@ type request struct {
 	sheddable bool
 	blocks    []uint64
 	session   string
+	model     string // "": none, or its replicas do not multiplex models
 }
 
 // pick chooses the replica of backend that takes a request: the one that
@@ -131,9 +133,12 @@ func (p *Picker) pick(backend string, req request) choice {
 		return c
 	}
 	blocks := req.blocks
-	if len(blocks) > 0 {
-		for i, r := range ready {
+	for i, r := range ready {
+		if len(blocks) > 0 {
 			loads[i].PrefixHit = float64(r.cache.Match(blocks)) / float64(len(blocks))
+		}
+		if req.model != "" && limits.MaxModels > 0 {
+			loads[i].ModelMiss = r.models.miss(req.model, limits.MaxModels)
 		}
 	}
 	i, shed := scoring.Choose(loads, limits, known, req.sheddable, p.now(), p.typicalTTFB(backend))
@@ -145,6 +150,9 @@ func (p *Picker) pick(backend string, req request) choice {
 	}
 	ready[i].InFlight++
 	ready[i].cache.Add(blocks)
+	if req.model != "" && limits.MaxModels > 0 {
+		ready[i].models.use(req.model, limits.MaxModels)
+	}
 	if req.session != "" {
 		p.sessions.served(backend, req.session, ready[i].tag)
 	}
@@ -229,6 +237,7 @@ func (p *Picker) backendLimits(backend string) (scoring.Limits, bool) {
 	}
 	l := scoring.Limits{MaxInFlight: b.Config.EffectiveMaxConcurrentQueries()}
 	if la := b.Config.LoadAware; la != nil {
+		l.MaxModels = la.MaxModelsPerReplica
 		l.QueueLimit = la.QueueLimit
 		if la.KVCacheMetric != "" {
 			l.KVCacheLimit = la.EffectiveKVCacheLimit()

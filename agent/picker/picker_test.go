@@ -444,3 +444,28 @@ func TestPickerKeepsAConversationOnItsReplica(t *testing.T) {
 		t.Fatal("another conversation got no replica")
 	}
 }
+
+// TestPickerSendsAModelWhereItIsLoaded: for a backend whose replicas load
+// models on demand (max_models_per_replica 1), each model's requests go
+// to the replica the picker sent it to, so it stays loaded; a new model
+// goes to a replica with room, not one whose model it would drop.
+func TestPickerSendsAModelWhereItIsLoaded(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{MaxModelsPerReplica: 1})
+	a := p.pick("llama", request{model: "a"})
+	p.done(a.replica, 10*time.Millisecond)
+	b := p.pick("llama", request{model: "b"})
+	p.done(b.replica, 10*time.Millisecond)
+	if b.replica == a.replica {
+		t.Fatalf("model b went to %s, which holds a, while two replicas had room", b.replica.tag)
+	}
+	for range 3 {
+		if again := p.pick("llama", request{model: "a"}); again.replica != a.replica {
+			t.Fatalf("model a went to %s, not %s which has it loaded", again.replica.tag, a.replica.tag)
+		} else {
+			p.done(again.replica, 10*time.Millisecond)
+		}
+	}
+	if got := bodyModel([]byte(`{"model":"m-1","prompt":"x"}`)); got != "m-1" {
+		t.Fatalf("body model %q", got)
+	}
+}

@@ -86,7 +86,7 @@ func (s *Server) Serve(ctx context.Context, dir string) error {
 // report; or, asked by an outbound listener (wire.PickerPromptHeader),
 // the prefix of its prompt (prompt).
 func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
-	backend, withBody, sessionHeader := "", false, ""
+	backend, withBody, sessionHeader, modelHeader := "", false, "", ""
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if len(md.Get(wire.PickerPromptHeader)) > 0 {
 			return prompt(stream)
@@ -96,6 +96,9 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		}
 		if v := md.Get(wire.PickerSessionHeader); len(v) > 0 {
 			sessionHeader = v[0]
+		}
+		if v := md.Get(wire.PickerModelHeader); len(v) > 0 {
+			modelHeader = v[0]
 		}
 		withBody = len(md.Get(wire.PickerBodyHeader)) > 0
 	}
@@ -115,6 +118,9 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 			if sessionHeader != "" {
 				ask.session = headerValue(r.RequestHeaders.GetHeaders(), sessionHeader)
 			}
+			if modelHeader != "" {
+				ask.model = headerValue(r.RequestHeaders.GetHeaders(), modelHeader)
+			}
 			if withBody && !r.RequestHeaders.GetEndOfStream() {
 				resp = headersAnswer() // picked on the body, which comes next
 				break
@@ -124,6 +130,9 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 			picked, sent = c.replica, s.picker.now()
 		case *extproc.ProcessingRequest_RequestBody:
 			ask.blocks = prefix.Blocks(r.RequestBody.GetBody(), prefix.BlockBytes)
+			if modelHeader != "" && ask.model == "" {
+				ask.model = bodyModel(r.RequestBody.GetBody())
+			}
 			c := s.picker.pick(backend, ask)
 			resp = s.answerRequest(backend, c, bodyAnswer)
 			picked, sent = c.replica, s.picker.now()

@@ -157,6 +157,9 @@ type ModelServerOptions struct {
 	// (demoreplica.ModelServer's).
 	PrefillPerBlock time.Duration
 	CacheBlocks     int
+	// ModelsPerReplica and ModelLoad have it load models on demand.
+	ModelsPerReplica int
+	ModelLoad        time.Duration
 }
 
 // RunModelServer runs one stand-in model server (demoreplica.ModelServer)
@@ -166,7 +169,7 @@ func RunModelServer(ctx context.Context, log *slog.Logger, o ModelServerOptions)
 		return fmt.Errorf("--backend is required")
 	}
 	s := &demoreplica.ModelServer{Backend: o.Backend, Name: cmp.Or(o.Tag, o.Backend), Slots: o.Slots, Service: o.Service, Slowdown: 1,
-		PrefillPerBlock: o.PrefillPerBlock, CacheBlocks: o.CacheBlocks}
+		PrefillPerBlock: o.PrefillPerBlock, CacheBlocks: o.CacheBlocks, ModelsPerReplica: o.ModelsPerReplica, ModelLoad: o.ModelLoad}
 	if o.SlowLock != "" {
 		if f, err := os.OpenFile(o.SlowLock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
 			_, _ = fmt.Fprintln(f, s.Name)

@@ -251,7 +251,7 @@ func (promptPrefixHash) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 	action := r.GetRoute()
 	// A conversation's own header first, when it has one: it then keeps
 	// its node whatever its prompt (Terminal: Envoy stops at a hash).
-	for _, h := range e.SessionHeaders {
+	for _, h := range e.AffinityHeaders {
 		action.HashPolicy = append(action.HashPolicy, &route.RouteAction_HashPolicy{Terminal: true,
 			PolicySpecifier: &route.RouteAction_HashPolicy_Header_{Header: &route.RouteAction_HashPolicy_Header{HeaderName: h}}})
 	}

@@ -129,9 +129,11 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 	backend := b.Name
 	metadata := []*core.HeaderValue{{Key: wire.BackendHeader, Value: backend}}
 	forwarded := []*matcher.StringMatcher{{MatchPattern: &matcher.StringMatcher_Exact{Exact: ir.CriticalityHeader}}}
-	if b.SessionHeader != "" {
-		forwarded = append(forwarded, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: b.SessionHeader}})
-		metadata = append(metadata, &core.HeaderValue{Key: wire.PickerSessionHeader, Value: b.SessionHeader})
+	for _, h := range []struct{ meta, name string }{{wire.PickerSessionHeader, b.SessionHeader}, {wire.PickerModelHeader, b.ModelHeader}} {
+		if h.name != "" {
+			forwarded = append(forwarded, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: h.name}})
+			metadata = append(metadata, &core.HeaderValue{Key: h.meta, Value: h.name})
+		}
 	}
 	mode := &extproc.ProcessingMode{
 		RequestHeaderMode:   extproc.ProcessingMode_SEND,

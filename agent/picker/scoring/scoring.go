@@ -31,7 +31,17 @@ type Replica struct {
 	// expected to hold in its prefix cache (0 to 1; agent/picker/prefix):
 	// it is set for the request being picked.
 	PrefixHit float64
+	// ModelMiss is what the request's model costs the replica, for a
+	// backend whose replicas load models on demand: 0 loaded, 1 loaded
+	// into room it has, 2 loaded in place of another (ModelWeight).
+	ModelMiss int
 }
+
+// ModelWeight is how much a model the replica must load adds to its cost,
+// per ModelMiss: a replica with the model loaded is picked while its
+// requests pending stay under five times those of one with room for it,
+// and nine times those of one that must drop another.
+const ModelWeight = 4
 
 // PrefixWeight is how much a cached prompt lowers a replica's cost: a
 // whole prompt cached makes it cost 1 - PrefixWeight of what it would, so
@@ -51,6 +61,8 @@ type Limits struct {
 	// KVCacheLimit, if positive, saturates a replica whose server reports
 	// that much of its KV cache used (0 to 1).
 	KVCacheLimit float64
+	// MaxModels, if positive, is how many models one replica holds.
+	MaxModels int
 }
 
 // Stale is how old a server's figures may be and still count.
@@ -104,7 +116,7 @@ func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
 		ttfb = typical
 	}
 	hit := math.Min(math.Max(r.PrefixHit, 0), 1)
-	return (pending + 1) * ttfb.Seconds() * (1 + kv) * (1 - PrefixWeight*hit)
+	return (pending + 1) * ttfb.Seconds() * (1 + kv) * (1 - PrefixWeight*hit) * float64(1+ModelWeight*max(r.ModelMiss, 0))
 }
 
 // Typical stands in for the time to first byte of a replica that has

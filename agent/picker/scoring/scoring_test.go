@@ -41,6 +41,9 @@ func TestChoose(t *testing.T) {
 		{"a longer cached prefix over a shorter one", []Replica{{TTFB: ms(100), PrefixHit: 0.3}, {TTFB: ms(100), PrefixHit: 0.9}}, true, false, 1, false},
 		{"imbalanced: load wins past four times the pending", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(100), InFlight: 16, PrefixHit: 1}}, false, false, 0, false},
 		{"not yet imbalanced: the prefix wins", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(100), InFlight: 14, PrefixHit: 1}}, false, false, 1, false},
+		{"the replica with the model loaded, though busier", []Replica{{TTFB: ms(100), ModelMiss: 1}, {TTFB: ms(100), InFlight: 3}}, false, false, 1, false},
+		{"room for the model over dropping another", []Replica{{TTFB: ms(100), ModelMiss: 2}, {TTFB: ms(100), ModelMiss: 1}}, false, false, 1, false},
+		{"the model loaded, until five times the pending", []Replica{{TTFB: ms(100), ModelMiss: 1}, {TTFB: ms(100), InFlight: 5}}, false, false, 0, false},
 		{"a saturated replica, even holding the prefix, only if all are", []Replica{{TTFB: ms(100), InFlight: 4, PrefixHit: 1}, {TTFB: ms(100), InFlight: 3}}, true, false, 1, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
