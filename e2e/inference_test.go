@@ -21,6 +21,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
@@ -294,35 +295,12 @@ type openLoop struct {
 }
 
 func (l *openLoop) run(rate int, d time.Duration) {
-	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
-	tick := time.NewTicker(time.Second / time.Duration(rate))
-	defer tick.Stop()
-	var wg sync.WaitGroup
-	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
-		<-tick.C
-		wg.Add(1)
-		go func() { defer wg.Done(); l.one(client, l.urls[i%len(l.urls)]) }()
-	}
-	wg.Wait()
+	client := loadClient()
+	atRate(rate, d, func(i int) { l.one(client, l.urls[i%len(l.urls)]) })
 }
 
 func (l *openLoop) one(client *http.Client, url string) {
-	var first time.Time
-	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() { first = time.Now() }}
-	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, url, strings.NewReader(l.body))
-	req.Header.Set("Content-Type", "application/json")
-	start := time.Now()
-	resp, err := client.Do(req)
-	var answer struct {
-		Odd bool `json:"odd"` // the replica that took its backend's lock: slower, or faking its queue
-	}
-	if err == nil {
-		err = json.NewDecoder(resp.Body).Decode(&answer)
-		_ = resp.Body.Close()
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-	}
+	ttfb, answer, header, err := timedPost(client, url, l.body)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -331,13 +309,53 @@ func (l *openLoop) one(client *http.Client, url string) {
 		}
 		return
 	}
-	if resp.Header.Get(wire.LoadReportHeader) != "" || resp.Header.Get(wire.LoadReportBinHeader) != "" {
+	if header.Get(wire.LoadReportHeader) != "" || header.Get(wire.LoadReportBinHeader) != "" {
 		l.leaked++
 	}
-	l.ttfb = append(l.ttfb, first.Sub(start))
-	if answer.Odd {
+	l.ttfb = append(l.ttfb, ttfb)
+	if answer.Odd { // the replica that took its backend's lock: slower, or faking its queue
 		l.odd++
 	}
+}
+
+// loadClient is the HTTP client of an open loop.
+func loadClient() *http.Client {
+	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
+}
+
+// atRate calls send(i), each in a goroutine of its own, rate times a
+// second for d whatever the calls take (open loop), and waits for them.
+func atRate(rate int, d time.Duration, send func(i int)) {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
+		<-tick.C
+		wg.Go(func() { send(i) })
+	}
+	wg.Wait()
+}
+
+// timedPost POSTs a JSON body to url: the time to the answer's first byte,
+// the stand-in model server's answer and the answer's headers, or why it
+// failed (a status other than 200 included).
+func timedPost(client *http.Client, url, body string) (time.Duration, demoreplica.ModelAnswer, http.Header, error) {
+	var first time.Time
+	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() { first = time.Now() }}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	var answer demoreplica.ModelAnswer
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, answer, nil, err
+	}
+	err = json.NewDecoder(resp.Body).Decode(&answer)
+	_ = resp.Body.Close()
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return first.Sub(start), answer, resp.Header, err
 }
 
 // oddShare is the share of the answers from the replica that took its

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"strconv"
 	"strings"
@@ -42,12 +41,7 @@ func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
 		Traffic: map[string]float64{"pa": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	consulClient, _ := mesh.consul.Client()
-	testutil.WaitFor(t, 60*time.Second, "four passing replicas of pa, and the mesh serving it", func() bool {
-		e, _, _ := consulClient.Health().Service(wire.BackendService("pa"), "", true, nil)
-		_, err := replicaOf(httpClient(), "http://"+mesh.n1.public+"/v1/chat/completions")
-		return len(e) == 4 && err == nil
-	})
+	mesh.waitPassing(t, "pa", 4, "http://"+mesh.n1.public+"/v1/chat/completions")
 	if nodes := runningOn(placements(t, mesh.c, "pa")); len(distinct(nodes)) != 2 {
 		t.Fatalf("pa runs on %v, want both nodes", nodes)
 	}
@@ -206,35 +200,17 @@ type promptLoop struct {
 
 func (l *promptLoop) run(rate int, d time.Duration) {
 	l.firstBlocks, l.requests = map[int]int{}, map[int]int{}
-	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
-	tick := time.NewTicker(time.Second / time.Duration(rate))
-	defer tick.Stop()
-	var wg sync.WaitGroup
-	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
-		<-tick.C
+	client := loadClient()
+	atRate(rate, d, func(i int) {
 		tenant := (i * 7) % l.tenants // every tenant in turn, not in order
 		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":"question %d"}]}`,
 			strings.Repeat(fmt.Sprintf("Tenant %d's assistant answers in its house style. ", tenant), 60), i)
-		wg.Go(func() { l.one(client, l.urls[i%len(l.urls)], tenant, body) })
-	}
-	wg.Wait()
+		l.one(client, l.urls[i%len(l.urls)], tenant, body)
+	})
 }
 
 func (l *promptLoop) one(client *http.Client, url string, tenant int, body string) {
-	var first time.Time
-	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() { first = time.Now() }}
-	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	start := time.Now()
-	resp, err := client.Do(req)
-	var a demoreplica.ModelAnswer
-	if err == nil {
-		err = json.NewDecoder(resp.Body).Decode(&a)
-		_ = resp.Body.Close()
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-	}
+	ttfb, a, _, err := timedPost(client, url, body)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -243,7 +219,7 @@ func (l *promptLoop) one(client *http.Client, url string, tenant int, body strin
 		}
 		return
 	}
-	l.ttfb = append(l.ttfb, first.Sub(start))
+	l.ttfb = append(l.ttfb, ttfb)
 	l.blocks, l.cached = l.blocks+a.Blocks, l.cached+a.Cached
 	l.firstBlocks[tenant], l.requests[tenant] = a.Blocks, l.requests[tenant]+1
 }
@@ -281,12 +257,7 @@ func TestMultiplexedModelsStayLoaded(t *testing.T) {
 		Traffic: map[string]float64{"mx": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	consulClient, _ := mesh.consul.Client()
-	testutil.WaitFor(t, 60*time.Second, "four passing replicas of mx, and the mesh serving it", func() bool {
-		e, _, _ := consulClient.Health().Service(wire.BackendService("mx"), "", true, nil)
-		_, err := replicaOf(httpClient(), "http://"+mesh.n1.public+"/mx")
-		return len(e) == 4 && err == nil
-	})
+	mesh.waitPassing(t, "mx", 4, "http://"+mesh.n1.public+"/mx")
 	client := httpClient()
 	loads := 0
 	for i := range 40 {
@@ -312,4 +283,18 @@ func TestMultiplexedModelsStayLoaded(t *testing.T) {
 		t.Errorf("the replicas loaded a model %d times for 40 requests of 4 models, want at most 8 (each model settling on one replica)", loads)
 	}
 	t.Logf("%d model loads for 40 requests of 4 models on 4 replicas holding two each", loads)
+}
+
+// waitPassing waits until n replicas of backend pass their checks in
+// Consul and url answers: a load-aware backend's picker sends requests
+// one at a time to one idle replica, so counting those that answer would
+// not show them all.
+func (m *twoNodeMesh) waitPassing(t *testing.T, backend string, n int, url string) {
+	t.Helper()
+	consulClient, _ := m.consul.Client()
+	testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("%d passing replicas of %s, and the mesh serving it", n, backend), func() bool {
+		e, _, _ := consulClient.Health().Service(wire.BackendService(backend), "", true, nil)
+		_, err := replicaOf(httpClient(), url)
+		return len(e) == n && err == nil
+	})
 }

@@ -22,10 +22,11 @@ import (
 // the order they run.
 //
 //   - backendFeatures change a backend's clusters and how its nodes call
-//     it: gRPC (HTTP/2 to replicas and nodes), outlier detection, and
-//     load-aware picking.
-//   - routeFeatures change an endpoint's forwarding routes: its retries
-//     and the criticality its requests are marked with.
+//     it: gRPC (HTTP/2 to replicas and nodes), outlier detection,
+//     load-aware picking and prompt affinity.
+//   - routeFeatures change an endpoint's forwarding routes: its retries,
+//     the criticality its requests are marked with, and the hashes of
+//     prompt affinity.
 //   - managerFeatures change every HTTP connection manager of a node's
 //     listeners: its access log.
 
@@ -46,9 +47,6 @@ type backendFeature interface {
 	// rather than through its own view of the backend (replicas on
 	// loopback).
 	viaInboundOnly() bool
-	// nodeClusters are the clusters a node running the backend needs
-	// besides the backend's.
-	nodeClusters() []*cluster.Cluster
 }
 
 // backendFeatures are the registered backend features, in the order they
@@ -92,24 +90,11 @@ func hasNodeView(b ir.Backend) bool {
 	return !slices.ContainsFunc(featuresOf(b), backendFeature.viaInboundOnly)
 }
 
-// featureClusters are the clusters the features of the backends in local
-// need on their node, each once, in the features' order.
-func featureClusters(local []ir.Backend) []*cluster.Cluster {
-	var out []*cluster.Cluster
-	for _, f := range backendFeatures {
-		if slices.ContainsFunc(local, f.uses) {
-			out = append(out, f.nodeClusters()...)
-		}
-	}
-	return out
-}
-
 // backendBase is what a backend feature that changes nothing but its
 // clusters leaves as it is.
 type backendBase struct{}
 
-func (backendBase) viaInboundOnly() bool             { return false }
-func (backendBase) nodeClusters() []*cluster.Cluster { return nil }
+func (backendBase) viaInboundOnly() bool { return false }
 
 // grpcBackend is protocol grpc (or http2): every hop speaks HTTP/2, in
 // cleartext (h2c) to replicas and over TLS with ALPN h2 to other nodes'
@@ -154,11 +139,10 @@ func (loadAwarePicking) cluster(_ ir.Backend, c *cluster.Cluster) error { return
 func (loadAwarePicking) inboundCluster(_ ir.Backend, c *cluster.Cluster) error {
 	return pickedReplicaCluster(c)
 }
-func (loadAwarePicking) viaInboundOnly() bool { return true }
 
-// nodeClusters: none; every node of an mTLS mesh has the picker's
-// cluster (forNode).
-func (loadAwarePicking) nodeClusters() []*cluster.Cluster { return nil }
+// viaInboundOnly: yes. (The picker's cluster is every mTLS node's:
+// forNode.)
+func (loadAwarePicking) viaInboundOnly() bool { return true }
 
 // promptAffinity is a prompt-aware backend's node choice: calling nodes
 // hash the prompt's prefix (PromptAffinityHeader, from their picker) to a

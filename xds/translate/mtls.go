@@ -140,7 +140,6 @@ func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string
 		}
 		out.Clusters = append(out.Clusters, view)
 	}
-	out.Clusters = append(out.Clusters, featureClusters(local)...)
 	return out, nil
 }
 
