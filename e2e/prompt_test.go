@@ -137,7 +137,7 @@ func TestPromptWorkload(t *testing.T) {
 			Traffic: map[string]float64{name: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		waitReplicasAnswer(t, "the replicas of "+name, "http://"+mesh.n1.public+"/"+name, 4, 80)
+		mesh.waitPassing(t, name, 4, "http://"+mesh.n1.public+"/"+name)
 	}
 	baseline := startBaselineEnvoyOf(t, 4, server...)
 	urls := map[string][]string{"baseline": {"http://" + baseline}}
