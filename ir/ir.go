@@ -76,6 +76,10 @@ type Backend struct {
 	// loaded, then to one with room. Only Picked ones.
 	MaxModels   int    `json:"max_models,omitempty"`
 	ModelHeader string `json:"model_header,omitempty"`
+	// TenantHeader names the header that names a request's tenant: while
+	// a node's replicas are saturated, requests of one priority waiting
+	// there take turns by it. "": one tenant. Only Picked ones.
+	TenantHeader string `json:"tenant_header,omitempty"`
 }
 
 // Activated reports whether the activator fronts b: it holds b's requests
@@ -138,6 +142,12 @@ type Endpoint struct {
 	// Criticality is what the endpoint's requests are marked when they
 	// do not say (criticality header).
 	Criticality string `json:"criticality"`
+	// Priority is the priority of its requests from the public listener
+	// (they may ask for less, never more); MeshPriority the most those of
+	// the mesh's own callers may ask for (its own priority, or 0 when it
+	// sets none: a replica may mark a request critical).
+	Priority     int `json:"priority,omitempty"`
+	MeshPriority int `json:"mesh_priority,omitempty"`
 	// PromptAffinity: it sends to a backend with PromptAffinity, so the
 	// calling node reads each request's prompt and picks the node by its
 	// prefix (consistent hashing with bounded loads), where that node's
@@ -212,7 +222,7 @@ func (dp *DataPlane) Backend(name string) (Backend, bool) {
 func (b Backend) Equal(o Backend) bool {
 	return b.Name == o.Name && b.Reach == o.Reach && b.HTTP2 == o.HTTP2 && b.MaxConcurrent == o.MaxConcurrent &&
 		b.Picked == o.Picked && b.PromptAware == o.PromptAware && b.PromptAffinity == o.PromptAffinity && b.SessionHeader == o.SessionHeader &&
-		b.MaxModels == o.MaxModels && b.ModelHeader == o.ModelHeader && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
+		b.MaxModels == o.MaxModels && b.ModelHeader == o.ModelHeader && b.TenantHeader == o.TenantHeader && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
 }
 
 // Equal reports whether e and o are the same endpoint, as translation
@@ -221,7 +231,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 	return e.Name == o.Name && e.Route == o.Route && slices.Equal(e.Methods, o.Methods) &&
 		maps.Equal(e.Traffic, o.Traffic) && maps.Equal(e.Shadows, o.Shadows) &&
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
-		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
+		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

@@ -15,8 +15,12 @@ const (
 	Sheddable = string(meshspec.Sheddable)
 )
 
-// CriticalityHeader carries a request's criticality.
-const CriticalityHeader = meshspec.CriticalityHeader
+// Headers of a request's criticality and priority (meshspec/flow.go).
+const (
+	CriticalityHeader   = meshspec.CriticalityHeader
+	PriorityHeader      = meshspec.PriorityHeader
+	PriorityLimitHeader = meshspec.PriorityLimitHeader
+)
 
 // DefaultModelField is the body field that names a request's model when
 // an endpoint says none.
@@ -98,6 +102,7 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 		la := b.Config.LoadAware
 		out.SessionHeader = la.SessionHeader
 		out.MaxModels, out.ModelHeader = la.MaxModelsPerReplica, la.EffectiveModelHeader()
+		out.TenantHeader = la.TenantHeader
 	}
 	if od := b.Config.Outlier; od != nil {
 		out.Outlier = &Outlier{Consecutive5xx: od.Consecutive5xx, IntervalS: od.IntervalS, BaseEjectionS: od.BaseEjectionS, MaxEjectionPercent: od.MaxEjectionPercent}
@@ -122,6 +127,8 @@ func lowerEndpoint(e meshspec.Endpoint) Endpoint {
 		IdleTimeoutS:   e.IdleTimeoutS,
 		PerTryTimeoutS: e.PerTryTimeoutS,
 		Criticality:    string(e.EffectiveCriticality()),
+		Priority:       e.EffectivePriority(),
+		MeshPriority:   e.Priority,
 	}
 	for _, m := range e.Match {
 		out.Match = append(out.Match, Match{Header: m.Header, Cookie: m.Cookie, Exact: m.Exact, Prefix: m.Prefix, Regex: m.Regex, Backend: m.Backend, MeshOnly: m.MeshOnly})

@@ -60,6 +60,9 @@ func (b Backend) validate() error {
 	if (b.MaxModels > 0) != (b.ModelHeader != "") || b.MaxModels > 0 && !b.Picked {
 		return errors.New("max_models: only a picked backend multiplexes models, and it names their header")
 	}
+	if b.TenantHeader != "" && !b.Picked {
+		return errors.New("tenant_header: only a picked backend's requests wait by tenant")
+	}
 	if b.SessionHeader != "" && !b.Picked {
 		return errors.New("session_header: only a picked backend keeps conversations on a replica")
 	}

@@ -67,6 +67,9 @@ type LoadAware struct {
 	// with PromptAffinity calling nodes hash it first to pick the node.
 	MaxModelsPerReplica int    `json:"max_models_per_replica,omitempty"`
 	ModelHeader         string `json:"model_header,omitempty"`
+	// FlowControl is how requests wait while the replicas on a node are
+	// saturated: by priority, tenants taking turns (flow.go).
+	FlowControl
 }
 
 // DefaultModelHeader is LoadAware.ModelHeader's default, Ray Serve's.
@@ -288,6 +291,7 @@ func validateLoadAware(p *problems, field string, b Backend) {
 	if k := l.KVCacheLimit; math.IsNaN(k) || k < 0 || k > 1 {
 		p.add(field+".kv_cache_limit", "is %v; set a share of the KV cache from 0 to 1 (0.9 is 90%%), or leave it out for %v", k, DefaultKVCacheLimit)
 	}
+	validateFlowControl(p, field, l.FlowControl)
 }
 
 // validateInference checks an endpoint's model routing and criticality.
@@ -297,6 +301,7 @@ func validateInference(p *problems, field string, e Endpoint, backends map[strin
 	default:
 		p.add(field+".criticality", "%q is not a criticality; use %q (the default) or %q", e.Criticality, Critical, Sheddable)
 	}
+	validatePriority(p, field, e)
 	r := e.ModelRouting
 	if r == nil {
 		validateTraffic(p, field+".traffic", e.Traffic, backends)
@@ -331,6 +336,9 @@ func validateInference(p *problems, field string, e Endpoint, backends map[strin
 // nothing.
 func (e Endpoint) EffectiveCriticality() Criticality {
 	if e.Criticality == "" {
+		if e.Priority < 0 {
+			return Sheddable
+		}
 		return Critical
 	}
 	return e.Criticality

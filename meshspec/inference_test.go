@@ -54,8 +54,15 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 		"a metric name": {func(m *Model) {
 			m.Backends[0].Config.LoadAware = &LoadAware{MetricsPath: "/metrics", KVCacheMetric: "gpu cache"}
 		}, "load_aware.kv_cache_metric: \"gpu cache\" is not a Prometheus metric name"},
-		"a KV-cache limit": {func(m *Model) { m.Backends[0].Config.LoadAware.KVCacheLimit = 2 }, "load_aware.kv_cache_limit: is 2"},
-		"a criticality":    {func(m *Model) { m.Endpoints[0].Criticality = "urgent" }, "criticality: \"urgent\" is not a criticality"},
+		"a KV-cache limit":                         {func(m *Model) { m.Backends[0].Config.LoadAware.KVCacheLimit = 2 }, "load_aware.kv_cache_limit: is 2"},
+		"a criticality":                            {func(m *Model) { m.Endpoints[0].Criticality = "urgent" }, "criticality: \"urgent\" is not a criticality"},
+		"a priority out of range":                  {func(m *Model) { m.Endpoints[0].Priority = -1001 }, "endpoints[0] (\"chat\").priority: is -1001; set an integer from -1000 to 1000"},
+		"a priority above a sheddable criticality": {func(m *Model) { m.Endpoints[0].Priority = 2 }, "priority: is 2, but criticality is sheddable"},
+		"a sheddable priority of a critical endpoint": {func(m *Model) { m.Endpoints[0].Criticality, m.Endpoints[0].Priority = Critical, -2 },
+			"priority: is -2, which is sheddable, but criticality is critical"},
+		"a tenant header": {func(m *Model) { m.Backends[0].Config.LoadAware.TenantHeader = "X-Tenant" }, "load_aware.tenant_header: \"X-Tenant\" is not a header"},
+		"a queue bound":   {func(m *Model) { m.Backends[0].Config.LoadAware.MaxQueued = -1 }, "load_aware.max_queued: is -1; set how many requests may wait on a node, from 1 to 100000"},
+		"a queue timeout": {func(m *Model) { m.Backends[0].Config.LoadAware.QueueTimeoutS = 61 }, "load_aware.queue_timeout_s: is 61; set how long a request may wait for a replica, up to 60 seconds"},
 		"traffic beside models": {func(m *Model) { m.Endpoints[0].Traffic = map[string]float64{"llama-a": 1} },
 			"endpoints[0] (\"chat\").model_routing: splits by model"},
 		"a model's weights": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Traffic["mistral"] = 0.5 },
@@ -103,6 +110,26 @@ func TestLoadAwarePatch(t *testing.T) {
 		}
 		if (c.LoadAware == nil) != (step.want == nil) || c.LoadAware != nil && *c.LoadAware != *step.want {
 			t.Fatalf("after %s: %+v, want %+v", step.patch, c.LoadAware, step.want)
+		}
+	}
+}
+
+// TestPriorityFollowsCriticality: an endpoint's priority is its own, else
+// critical 0 and sheddable -1; a negative one makes it sheddable.
+func TestPriorityFollowsCriticality(t *testing.T) {
+	for _, c := range []struct {
+		e        Endpoint
+		priority int
+		crit     Criticality
+	}{
+		{Endpoint{}, 0, Critical},
+		{Endpoint{Criticality: Sheddable}, -1, Sheddable},
+		{Endpoint{Priority: 5}, 5, Critical},
+		{Endpoint{Priority: -3}, -3, Sheddable},
+		{Endpoint{Priority: -3, Criticality: Sheddable}, -3, Sheddable},
+	} {
+		if p, crit := c.e.EffectivePriority(), c.e.EffectiveCriticality(); p != c.priority || crit != c.crit {
+			t.Errorf("%+v: priority %d, criticality %s; want %d, %s", c.e, p, crit, c.priority, c.crit)
 		}
 	}
 }

@@ -408,6 +408,10 @@ type Endpoint struct {
 	// Criticality is what the endpoint's requests are when they carry no
 	// CriticalityHeader: critical (the default) or sheddable.
 	Criticality Criticality `json:"criticality,omitempty"`
+	// Priority is its requests' priority when they ask for none, and the
+	// most they may ask for (flow.go): from -1000 to 1000, below 0
+	// sheddable; 0 (unset) is by criticality, critical 0 and sheddable -1.
+	Priority int `json:"priority,omitempty"`
 }
 
 // RequestMatch is a rule of an endpoint: requests whose header (or
@@ -675,7 +679,7 @@ func EndpointsEqual(a, b Endpoint) bool {
 		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
 		slices.Equal(a.Match, b.Match) && ptrsEqual(a.Sticky, b.Sticky) && ptrsEqual(a.Retry, b.Retry) &&
 		rolloutsEqual(a.Rollout, b.Rollout) && modelRoutingsEqual(a.ModelRouting, b.ModelRouting) &&
-		a.EffectiveCriticality() == b.EffectiveCriticality()
+		a.EffectiveCriticality() == b.EffectiveCriticality() && a.Priority == b.Priority
 }
 
 func nonZero(m map[string]float64) map[string]float64 {

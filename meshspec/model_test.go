@@ -236,6 +236,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 			e.ModelRouting = &ByModel{Models: map[string]TrafficPolicy{"m": {Traffic: map[string]float64{"a": 1}}}}
 		},
 		func(e *Endpoint) { e.Criticality = Sheddable },
+		func(e *Endpoint) { e.Priority = 3 },
 	} {
 		e := CloneEndpoint(base)
 		change(&e)
@@ -243,7 +244,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 			t.Errorf("EndpointsEqual misses a change: %+v", e)
 		}
 	}
-	if n := reflect.TypeFor[Endpoint]().NumField(); n != 14 {
+	if n := reflect.TypeFor[Endpoint]().NumField(); n != 15 {
 		t.Errorf("Endpoint has %d fields; cover the new ones here and in EndpointsEqual", n)
 	}
 	b := Backend{Name: "b"}

@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -334,7 +335,15 @@ const (
 	// models on demand.
 	PickerModelHeader    = "x-servemesh-picker-model"
 	PromptAffinityHeader = "x-servemesh-prompt-prefix"
+	// PickerTenantHeader, in a picker stream's metadata, names the
+	// request header that names its tenant (flow control).
+	PickerTenantHeader = "x-servemesh-picker-tenant"
 )
+
+// PickerMaxWait is the longest a picker may hold a request's answer
+// while the request waits for a replica (the longest queue_timeout_s and
+// a second): Envoy lets it extend its answer's time up to that.
+const PickerMaxWait = 61 * time.Second
 
 // Model-name routing: the model a request's body names is read into the
 // dynamic metadata ModelMetadata, as ModelKey, or ModelMissingKey when the

@@ -26,7 +26,8 @@ import (
 // when its requests in flight reach max_concurrent_queries (Envoy queues
 // the rest), its server's queue reaches queue_limit, or its KV cache
 // kv_cache_limit. When every ready replica is saturated, a sheddable
-// request is refused (429) and a critical one goes to the cheapest.
+// request (priority below 0) is refused (429) and the others wait on the
+// node for one, by priority, tenants taking turns (flow.go).
 //
 // For the calling nodes, which pick a node before this picks a replica,
 // the picker adds an ORCA load report to each answer (Report): requests
@@ -49,6 +50,7 @@ type Picker struct {
 	replicas map[string]*replicaLoad // by tag
 	rates    map[string]*rate        // completions, by backend
 	sessions *sessions               // conversations' replicas
+	queues   map[string]*flowQueue   // requests waiting, by backend
 }
 
 // replicaLoad is what the picker knows of one replica: which it is, and
@@ -66,7 +68,7 @@ type replicaLoad struct {
 // New returns a picker for the backends of desired, the node's view of the
 // latest desired state (nil: none yet).
 func New(desired func() *nodeview.View) *Picker {
-	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}, sessions: newSessions()}
+	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}, sessions: newSessions(), queues: map[string]*flowQueue{}}
 }
 
 // Track starts following a replica the agent runs, not ready yet.
@@ -85,9 +87,13 @@ func (p *Picker) SetReady(tag string, ready bool) {
 		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if r, ok := p.replicas[tag]; ok {
+	r, ok := p.replicas[tag]
+	if ok {
 		r.ready = ready
+	}
+	p.mu.Unlock()
+	if ok && ready {
+		p.Dispatch(r.backend)
 	}
 }
 
@@ -102,35 +108,76 @@ func (p *Picker) Forget(tag string) {
 }
 
 // choice is a pick: the replica (nil: none, Envoy picks) or that the
-// request is shed.
+// request is shed (why: for its answer).
 type choice struct {
 	replica *replicaLoad
 	shed    bool
+	why     string
 }
 
-// request is what the picker reads of a request: whether it is
-// sheddable, its prompt's blocks (prefix.Blocks; none: no prompt read)
-// and its conversation ("": none).
+// Why a request was shed.
+const (
+	shedSaturated = "saturated"  // sheddable, every replica saturated
+	shedQueueFull = "queue full" // no room to wait, others' priority higher
+	shedTimedOut  = "timed out"  // waited its queue timeout
+)
+
+// request is what the picker reads of a request: its priority (below 0:
+// sheddable) and tenant, its prompt's blocks (prefix.Blocks; none: no
+// prompt read), its conversation ("": none) and its model.
 type request struct {
-	sheddable bool
-	blocks    []uint64
-	session   string
-	model     string // "": none, or its replicas do not multiplex models
+	priority int
+	tenant   string
+	blocks   []uint64
+	session  string
+	model    string // "": none, or its replicas do not multiplex models
 }
 
-// pick chooses the replica of backend that takes a request: the one that
-// served its conversation while that one is ready and not saturated, else
-// the policy's choice (scoring.Choose) given how much of the prompt each
-// replica is expected to hold. It counts the request in flight there
-// until done; the replica is then expected to hold the prompt, and the
-// conversation.
-func (p *Picker) pick(backend string, req request) choice {
+// pick chooses the replica of backend that takes a request (place), if one
+// is free and no request waits before it. Otherwise a request of priority
+// 0 or more waits for one (the waiter returned: wait for it), and one
+// below is shed.
+func (p *Picker) pick(backend string, req request) (choice, *waiter) {
 	limits, known := p.backendLimits(backend)
+	flow := p.flowControl(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	q := p.queue(backend)
+	if q.len() == 0 {
+		if c, ok := p.place(backend, req, limits, known); ok {
+			return c, nil
+		}
+	}
+	if req.priority < 0 {
+		return choice{shed: true, why: shedSaturated}, nil
+	}
+	w := &waiter{req: req, backend: backend, since: p.now(), picked: make(chan choice, 1)}
+	if q.len() >= flow.EffectiveMaxQueued() {
+		v := q.victim(w)
+		if v == nil {
+			return choice{shed: true, why: shedQueueFull}, nil
+		}
+		q.remove(v)
+		v.picked <- choice{shed: true, why: shedQueueFull}
+	}
+	q.push(w)
+	return choice{}, w
+}
+
+// place picks the replica of backend that takes req if one is free: the
+// one that served its conversation while that one is ready and not
+// saturated, else the policy's choice (scoring.ChooseFree) given how much
+// of the prompt each replica is expected to hold. It counts the request
+// in flight there until done; the replica is then expected to hold the
+// prompt, and the conversation. With no ready replica, the choice is
+// none (Envoy picks). Called with mu held.
+func (p *Picker) place(backend string, req request, limits scoring.Limits, known bool) (choice, bool) {
 	ready, loads := p.ready(backend)
+	if len(ready) == 0 {
+		return choice{}, true
+	}
 	if c, ok := p.sessionReplica(backend, req, ready, limits, known); ok {
-		return c
+		return c, true
 	}
 	blocks := req.blocks
 	for i, r := range ready {
@@ -141,12 +188,9 @@ func (p *Picker) pick(backend string, req request) choice {
 			loads[i].ModelMiss = r.models.miss(req.model, limits.MaxModels)
 		}
 	}
-	i, shed := scoring.Choose(loads, limits, known, req.sheddable, p.now(), p.typicalTTFB(backend))
-	switch {
-	case shed:
-		return choice{shed: true}
-	case i < 0:
-		return choice{}
+	i := scoring.ChooseFree(loads, limits, known, p.now(), p.typicalTTFB(backend))
+	if i < 0 {
+		return choice{}, false
 	}
 	ready[i].InFlight++
 	ready[i].cache.Add(blocks)
@@ -156,7 +200,7 @@ func (p *Picker) pick(backend string, req request) choice {
 	if req.session != "" {
 		p.sessions.served(backend, req.session, ready[i].tag)
 	}
-	return choice{replica: ready[i]}
+	return choice{replica: ready[i]}, true
 }
 
 // sessionReplica is the pick of the replica that served req's
@@ -194,14 +238,15 @@ func (p *Picker) ready(backend string) ([]*replicaLoad, []scoring.Replica) {
 // done ends a request picked for r: its time to first byte (0: it got
 // none) joins r's smoothed one.
 func (p *Picker) done(r *replicaLoad, ttfb time.Duration) {
+	limits, known := p.backendLimits(r.backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r.InFlight--
-	if ttfb <= 0 {
-		return
+	if ttfb > 0 {
+		r.TTFB = scoring.Smooth(r.TTFB, ttfb)
+		p.rate(r.backend).add(p.now())
 	}
-	r.TTFB = scoring.Smooth(r.TTFB, ttfb)
-	p.rate(r.backend).add(p.now())
+	p.dispatch(r.backend, limits, known)
 }
 
 // sorted are backend's replicas by tag (for a stable choice among equals).

@@ -56,7 +56,7 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 	p.mu.Unlock()
 	var got []string
 	for range 4 {
-		c := p.pick("llama", request{sheddable: false})
+		c := pickNow(t, p, request{})
 		got = append(got, c.replica.addr)
 	}
 	want := []string{"127.0.0.1:9002", "127.0.0.1:9003", "127.0.0.1:9002", "127.0.0.1:9003"}
@@ -65,33 +65,38 @@ func TestPickerPrefersTheFastAndIdle(t *testing.T) {
 	}
 	// Both fast replicas now have 2 in flight: saturated
 	// (max_concurrent_queries 2); the slow idle one is the only free one.
-	if c := p.pick("llama", request{sheddable: true}); c.replica == nil || c.replica.addr != "127.0.0.1:9001" {
+	if c := pickNow(t, p, request{priority: -1}); c.replica == nil || c.replica.addr != "127.0.0.1:9001" {
 		t.Errorf("picked %+v, want the only replica not saturated", c)
 	}
 }
 
 // TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated: with every
 // replica at max_concurrent_queries, a sheddable request is shed and a
-// critical one still goes to the cheapest replica.
+// critical one waits, for the first replica that frees.
 func TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{})
 	for range 5 {
-		if c := p.pick("llama", request{sheddable: true}); c.shed || c.replica == nil {
+		if c := pickNow(t, p, request{priority: -1}); c.shed || c.replica == nil {
 			t.Fatalf("shed %+v before the replicas were saturated", c)
 		}
 	}
-	last := p.pick("llama", request{sheddable: true})
+	last := pickNow(t, p, request{priority: -1})
 	if last.replica == nil {
 		t.Fatal("the sixth request found no room: 3 replicas × 2")
 	}
-	if c := p.pick("llama", request{sheddable: true}); !c.shed {
+	if c := pickNow(t, p, request{priority: -1}); !c.shed {
 		t.Errorf("a sheddable request with every replica saturated got %+v, want shed", c)
 	}
-	if c := p.pick("llama", request{sheddable: false}); c.shed || c.replica == nil {
-		t.Errorf("a critical request got %+v, want a replica", c)
+	c, w := p.pick("llama", request{})
+	if w == nil {
+		t.Fatalf("a critical request got %+v at once, want it to wait", c)
 	}
 	p.done(last.replica, 10*time.Millisecond)
-	if c := p.pick("llama", request{sheddable: true}); c.shed || c.replica != last.replica {
+	if c := p.wait(context.Background(), w, time.Second); c.replica != last.replica {
+		t.Fatalf("the waiting critical request got %+v once a replica freed, want that one", c)
+	}
+	p.done(last.replica, 10*time.Millisecond)
+	if c := pickNow(t, p, request{priority: -1}); c.shed || c.replica != last.replica {
 		t.Errorf("after one answer, a sheddable request got %+v, want the replica with room", c)
 	}
 }
@@ -128,7 +133,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 	if got := p.replicas["llama#000003"].Server.Waiting; got != 3 {
 		t.Errorf("waiting %v, want 3: a gauge's series summed", got)
 	}
-	c := p.pick("llama", request{sheddable: true})
+	c := pickNow(t, p, request{priority: -1})
 	if c.replica == nil || c.replica.addr != "127.0.0.1:9003" {
 		t.Fatalf("picked %+v, want 9003: 9001's queue is at its limit (7 ≥ 5), 9002's KV cache past 0.95", c)
 	}
@@ -144,7 +149,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	p, now := testPicker(t, &meshspec.LoadAware{})
 	for range 40 {
-		c := p.pick("llama", request{sheddable: false})
+		c := pickNow(t, p, request{})
 		*now = now.Add(50 * time.Millisecond)
 		p.done(c.replica, 100*time.Millisecond)
 	}
@@ -162,7 +167,7 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	}
 	// Every replica saturated (2 in flight each): a tenth of the capacity.
 	for range 6 {
-		p.pick("llama", request{sheddable: false})
+		pickNow(t, p, request{})
 	}
 	if _, err := fmt.Sscanf(p.Report("llama"), "TEXT application_utilization=%g,rps_fractional=%g", &util, &rps); err != nil {
 		t.Fatal(err)
@@ -180,7 +185,7 @@ func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 	capacity := func(ttfb time.Duration) float64 {
 		p, now := testPicker(t, &meshspec.LoadAware{})
 		for range 40 {
-			c := p.pick("llama", request{sheddable: false})
+			c := pickNow(t, p, request{})
 			*now = now.Add(50 * time.Millisecond)
 			p.done(c.replica, ttfb)
 		}
@@ -274,21 +279,21 @@ func TestPickerSendsAPromptToTheReplicaHoldingItsPrefix(t *testing.T) {
 	prompt := func(system, user string) []uint64 {
 		return prefix.Blocks([]byte(`{"messages":[{"role":"system","content":"`+strings.Repeat(system, 40*prefix.BlockBytes)+`"},{"role":"user","content":"`+user+`"}]}`), prefix.BlockBytes)
 	}
-	first := p.pick("llama", request{blocks: prompt("a", "hello")})
+	first := pickNow(t, p, request{blocks: prompt("a", "hello")})
 	p.done(first.replica, 100*time.Millisecond)
-	second := p.pick("llama", request{blocks: prompt("a", "another question")})
+	second := pickNow(t, p, request{blocks: prompt("a", "another question")})
 	if second.replica != first.replica {
 		t.Fatalf("the second request with the same system prompt went to %s, the first to %s", second.replica.tag, first.replica.tag)
 	}
-	other := p.pick("llama", request{blocks: prompt("b", "hello")})
+	other := pickNow(t, p, request{blocks: prompt("b", "hello")})
 	if other.replica == first.replica {
 		t.Fatalf("a request of another prefix went to the busy replica %s holding a prefix it does not share", other.replica.tag)
 	}
-	third := p.pick("llama", request{blocks: prompt("b", "more")})
+	third := pickNow(t, p, request{blocks: prompt("b", "more")})
 	if third.replica != other.replica {
 		t.Fatalf("the second request of prefix b went to %s, not %s which holds it", third.replica.tag, other.replica.tag)
 	}
-	if none := p.pick("llama", request{sheddable: false}); none.replica == first.replica || none.replica == other.replica {
+	if none := pickNow(t, p, request{}); none.replica == first.replica || none.replica == other.replica {
 		t.Fatalf("a request with no prompt went to %s, which has requests in flight, while llama#000003 is idle", none.replica.tag)
 	}
 }
@@ -426,21 +431,21 @@ func TestPickerNamesAPromptsPrefixForTheCallingNode(t *testing.T) {
 // keeps it from then on.
 func TestPickerKeepsAConversationOnItsReplica(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{SessionHeader: "x-session-id"})
-	first := p.pick("llama", request{session: "chat-1"})
-	second := p.pick("llama", request{session: "chat-1"}) // one in flight there, the others idle
+	first := pickNow(t, p, request{session: "chat-1"})
+	second := pickNow(t, p, request{session: "chat-1"}) // one in flight there, the others idle
 	if second.replica != first.replica {
 		t.Fatalf("the conversation's second request went to %s, its first to %s", second.replica.tag, first.replica.tag)
 	}
-	third := p.pick("llama", request{session: "chat-1"}) // saturated now (2 in flight): another
+	third := pickNow(t, p, request{session: "chat-1"}) // saturated now (2 in flight): another
 	if third.replica == first.replica {
 		t.Fatalf("the conversation stayed on %s, saturated", first.replica.tag)
 	}
 	p.done(first.replica, 10*time.Millisecond)
 	p.done(first.replica, 10*time.Millisecond)
-	if fourth := p.pick("llama", request{session: "chat-1"}); fourth.replica != third.replica {
+	if fourth := pickNow(t, p, request{session: "chat-1"}); fourth.replica != third.replica {
 		t.Fatalf("after moving to %s the conversation went to %s", third.replica.tag, fourth.replica.tag)
 	}
-	if other := p.pick("llama", request{session: "chat-2"}); other.replica == nil {
+	if other := pickNow(t, p, request{session: "chat-2"}); other.replica == nil {
 		t.Fatal("another conversation got no replica")
 	}
 }
@@ -451,15 +456,15 @@ func TestPickerKeepsAConversationOnItsReplica(t *testing.T) {
 // goes to a replica with room, not one whose model it would drop.
 func TestPickerSendsAModelWhereItIsLoaded(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{MaxModelsPerReplica: 1})
-	a := p.pick("llama", request{model: "a"})
+	a := pickNow(t, p, request{model: "a"})
 	p.done(a.replica, 10*time.Millisecond)
-	b := p.pick("llama", request{model: "b"})
+	b := pickNow(t, p, request{model: "b"})
 	p.done(b.replica, 10*time.Millisecond)
 	if b.replica == a.replica {
 		t.Fatalf("model b went to %s, which holds a, while two replicas had room", b.replica.tag)
 	}
 	for range 3 {
-		if again := p.pick("llama", request{model: "a"}); again.replica != a.replica {
+		if again := pickNow(t, p, request{model: "a"}); again.replica != a.replica {
 			t.Fatalf("model a went to %s, not %s which has it loaded", again.replica.tag, a.replica.tag)
 		} else {
 			p.done(again.replica, 10*time.Millisecond)
@@ -468,4 +473,15 @@ func TestPickerSendsAModelWhereItIsLoaded(t *testing.T) {
 	if got := bodyModel([]byte(`{"model":"m-1","prompt":"x"}`)); got != "m-1" {
 		t.Fatalf("body model %q", got)
 	}
+}
+
+// pickNow is the picker's choice for req to backend llama, which must not
+// wait.
+func pickNow(t *testing.T, p *Picker, req request) choice {
+	t.Helper()
+	c, w := p.pick("llama", req)
+	if w != nil {
+		t.Fatalf("request %+v waits, want a choice at once", req)
+	}
+	return c
 }

@@ -49,6 +49,7 @@ func (p *Picker) Scrape(ctx context.Context) {
 			}
 			p.mu.Unlock()
 		}
+		p.dispatchAll()
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/servemesh/servemesh/agent/picker/prefix"
@@ -35,12 +36,13 @@ type Server struct {
 	picker   *Picker
 	log      *slog.Logger
 	outcomes *prometheus.CounterVec
+	queued   *prometheus.CounterVec
 }
 
 // Outcomes of a request the picker was asked about, as counted.
 const (
 	PickPicked = "picked" // a replica was named
-	PickShed   = "shed"   // sheddable, every replica saturated: 429
+	PickShed   = "shed"   // 429: sheddable with every replica saturated, or no room or time to wait
 	PickNone   = "none"   // no ready replica here: Envoy's own choice
 )
 
@@ -52,10 +54,13 @@ const ShedRetryAfter = "1"
 func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *Server {
 	s := &Server{picker: p, log: log, outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_requests_total",
-		Help: "Requests of load-aware backends this node's picker was asked about, by outcome: picked (a replica named), shed (sheddable, every replica here saturated: 429), none (no ready replica here).",
-	}, []string{"backend", "outcome"})}
+		Help: "Requests of load-aware backends this node's picker was asked about, by outcome: picked (a replica named), shed (429: sheddable with every replica here saturated, or the queue full or its wait too long), none (no ready replica here).",
+	}, []string{"backend", "outcome"}), queued: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "servemesh_picker_queued_total",
+		Help: "Requests of load-aware backends that waited on this node for a replica (every one saturated), whatever their outcome.",
+	}, []string{"backend"})}
 	if reg != nil {
-		reg.MustRegister(s.outcomes)
+		reg.MustRegister(s.outcomes, s.queued)
 	}
 	return s
 }
@@ -86,7 +91,7 @@ func (s *Server) Serve(ctx context.Context, dir string) error {
 // report; or, asked by an outbound listener (wire.PickerPromptHeader),
 // the prefix of its prompt (prompt).
 func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
-	backend, withBody, sessionHeader, modelHeader := "", false, "", ""
+	backend, withBody, sessionHeader, modelHeader, tenantHeader := "", false, "", "", ""
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if len(md.Get(wire.PickerPromptHeader)) > 0 {
 			return prompt(stream)
@@ -99,6 +104,9 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		}
 		if v := md.Get(wire.PickerModelHeader); len(v) > 0 {
 			modelHeader = v[0]
+		}
+		if v := md.Get(wire.PickerTenantHeader); len(v) > 0 {
+			tenantHeader = v[0]
 		}
 		withBody = len(md.Get(wire.PickerBodyHeader)) > 0
 	}
@@ -114,7 +122,10 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		var resp *extproc.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
-			ask.sheddable = headerValue(r.RequestHeaders.GetHeaders(), meshspec.CriticalityHeader) == string(meshspec.Sheddable)
+			ask.priority = requestPriority(r.RequestHeaders.GetHeaders())
+			if tenantHeader != "" {
+				ask.tenant = truncate(headerValue(r.RequestHeaders.GetHeaders(), tenantHeader), maxTenantBytes)
+			}
 			if sessionHeader != "" {
 				ask.session = headerValue(r.RequestHeaders.GetHeaders(), sessionHeader)
 			}
@@ -125,7 +136,10 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 				resp = headersAnswer() // picked on the body, which comes next
 				break
 			}
-			c := s.picker.pick(backend, ask)
+			c, err := s.pick(stream, backend, ask)
+			if err != nil {
+				return nil, err
+			}
 			resp = s.answerRequest(backend, c, headersAnswer)
 			picked, sent = c.replica, s.picker.now()
 		case *extproc.ProcessingRequest_RequestBody:
@@ -133,7 +147,10 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 			if modelHeader != "" && ask.model == "" {
 				ask.model = bodyModel(r.RequestBody.GetBody())
 			}
-			c := s.picker.pick(backend, ask)
+			c, err := s.pick(stream, backend, ask)
+			if err != nil {
+				return nil, err
+			}
 			resp = s.answerRequest(backend, c, bodyAnswer)
 			picked, sent = c.replica, s.picker.now()
 		case *extproc.ProcessingRequest_ResponseHeaders:
@@ -232,7 +249,7 @@ func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.Pr
 			Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
 			Headers: &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
 				Header: &core.HeaderValue{Key: "retry-after", RawValue: []byte(ShedRetryAfter)}}}},
-			Body:    []byte(fmt.Sprintf("backend %q is saturated on this node; this sheddable request was refused, retry after %s s or send it as %s: %s\n", backend, ShedRetryAfter, meshspec.CriticalityHeader, meshspec.Critical)),
+			Body:    []byte(shedMessage(backend, c.why)),
 			Details: "servemesh_shed",
 		}}}
 	case c.replica == nil:
@@ -246,6 +263,73 @@ func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.Pr
 			wire.PickedReplicaKey: structpb.NewStringValue(c.replica.addr)}}),
 	}}
 	return resp
+}
+
+// pick is the picker's choice for the request ask, waiting for it while
+// the request waits for a replica: Envoy is first told to give the answer
+// that long (and a second).
+func (s *Server) pick(stream extproc.ExternalProcessor_ProcessServer, backend string, ask request) (choice, error) {
+	c, w := s.picker.pick(backend, ask)
+	if w == nil {
+		return c, nil
+	}
+	s.queued.WithLabelValues(backend).Inc()
+	timeout := time.Duration(s.picker.flowControl(backend).EffectiveQueueTimeoutS() * float64(time.Second))
+	if err := stream.Send(&extproc.ProcessingResponse{OverrideMessageTimeout: durationpb.New(timeout + time.Second)}); err != nil {
+		if c := s.picker.wait(canceled, w, 0); c.replica != nil { // out of the queue
+			s.picker.done(c.replica, 0)
+		}
+		return choice{}, err
+	}
+	return s.picker.wait(stream.Context(), w, timeout), nil
+}
+
+// canceled is a context already ended.
+var canceled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// shedMessage is the body of a shed request's 429.
+func shedMessage(backend, why string) string {
+	switch why {
+	case shedQueueFull:
+		return fmt.Sprintf("backend %q is saturated on this node and its queue is full of requests of this priority or higher; retry after %s s\n", backend, ShedRetryAfter)
+	case shedTimedOut:
+		return fmt.Sprintf("backend %q stayed saturated on this node for as long as this request could wait (load_aware.queue_timeout_s); retry after %s s\n", backend, ShedRetryAfter)
+	}
+	return fmt.Sprintf("backend %q is saturated on this node; this sheddable request was refused, retry after %s s or send it as %s: %s\n", backend, ShedRetryAfter, meshspec.CriticalityHeader, meshspec.Critical)
+}
+
+// maxTenantBytes bounds the tenant key a request names.
+const maxTenantBytes = 256
+
+func truncate(v string, n int) string {
+	if len(v) > n {
+		return v[:n]
+	}
+	return v
+}
+
+// requestPriority is a request's priority: what it asks for
+// (meshspec.PriorityHeader) or else its route's, never more than its
+// route allows (meshspec.PriorityLimitHeader; 0 without: critical), and
+// below 0 when it is sheddable.
+func requestPriority(h *core.HeaderMap) int {
+	limit := 0
+	if v, err := strconv.Atoi(headerValue(h, meshspec.PriorityLimitHeader)); err == nil {
+		limit = v
+	}
+	p := limit
+	if v, err := strconv.Atoi(headerValue(h, meshspec.PriorityHeader)); err == nil {
+		p = v
+	}
+	p = min(p, limit)
+	if headerValue(h, meshspec.CriticalityHeader) == string(meshspec.Sheddable) {
+		p = min(p, -1)
+	}
+	return max(p, -meshspec.MaxPriority)
 }
 
 // headerValue is the value of header name in h ("" if absent).

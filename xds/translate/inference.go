@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -128,8 +129,11 @@ func pickedReplicaCluster(c *cluster.Cluster) error {
 func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 	backend := b.Name
 	metadata := []*core.HeaderValue{{Key: wire.BackendHeader, Value: backend}}
-	forwarded := []*matcher.StringMatcher{{MatchPattern: &matcher.StringMatcher_Exact{Exact: ir.CriticalityHeader}}}
-	for _, h := range []struct{ meta, name string }{{wire.PickerSessionHeader, b.SessionHeader}, {wire.PickerModelHeader, b.ModelHeader}} {
+	var forwarded []*matcher.StringMatcher
+	for _, h := range []string{ir.CriticalityHeader, ir.PriorityHeader, ir.PriorityLimitHeader} {
+		forwarded = append(forwarded, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: h}})
+	}
+	for _, h := range []struct{ meta, name string }{{wire.PickerSessionHeader, b.SessionHeader}, {wire.PickerModelHeader, b.ModelHeader}, {wire.PickerTenantHeader, b.TenantHeader}} {
 		if h.name != "" {
 			forwarded = append(forwarded, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: h.name}})
 			metadata = append(metadata, &core.HeaderValue{Key: h.meta, Value: h.name})
@@ -156,11 +160,14 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 		// Envoy picks by least requests if the agent does not answer.
 		FailureModeAllow: true,
 		MessageTimeout:   durationpb.New(pickerTimeout),
-		ProcessingMode:   mode,
+		// A request that waits for a replica (flow control) has the
+		// picker extend its answer's time, up to the longest wait.
+		MaxMessageTimeout: durationpb.New(wire.PickerMaxWait),
+		ProcessingMode:    mode,
 		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
 			Untyped: []string{wire.PickerNamespace}}},
-		// The picker reads the criticality and the session header; the
-		// others are not sent to it.
+		// The picker reads the criticality, the priority and the session,
+		// model and tenant headers; the others are not sent to it.
 		ForwardRules: &extproc.HeaderForwardingRules{AllowedHeaders: &matcher.ListStringMatcher{Patterns: forwarded}},
 	})
 	if err != nil {
@@ -294,22 +301,30 @@ func modelMatcher(key string, value *matcher.ValueMatcher) *matcher.MetadataMatc
 		Value: value}
 }
 
-// criticalityHeader marks an endpoint's requests with their criticality.
-// From the mesh listener (the node's replicas: the operator's code) a
-// request may say what it is, and one that says nothing is the endpoint's;
-// from the public listener a request is always the endpoint's, whatever it
-// says: any client could otherwise call itself critical and never be shed.
+// criticalityHeader marks an endpoint's requests with their criticality
+// and the most priority they may ask for (the picker's flow control). From
+// the mesh listener (the node's replicas: the operator's code) a request
+// may say what it is, and one that says nothing is the endpoint's; from
+// the public listener a request is always the endpoint's criticality,
+// whatever it says: any client could otherwise call itself critical and
+// never be shed. The priority limit is the route's on both, every
+// request's own replaced.
 func criticalityHeader(e ir.Endpoint, from caller) []*core.HeaderValueOption {
+	limit := &core.HeaderValueOption{
+		Header:       &core.HeaderValue{Key: ir.PriorityLimitHeader, Value: strconv.Itoa(e.MeshPriority)},
+		AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
 	action := core.HeaderValueOption_ADD_IF_ABSENT
 	if from == public {
 		action = core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		limit.Header.Value = strconv.Itoa(e.Priority)
 	} else if e.Criticality == ir.Critical {
-		return nil // a request that says nothing is critical
+		return []*core.HeaderValueOption{limit} // a request that says nothing is critical
 	}
 	return []*core.HeaderValueOption{{
 		Header:       &core.HeaderValue{Key: ir.CriticalityHeader, Value: e.Criticality},
 		AppendAction: action,
-	}}
+	}, limit}
 }
 
 func directRoute(name string, m *route.RouteMatch, status uint32, body string) *route.Route {

@@ -135,26 +135,23 @@ func Typical(replicas []Replica) time.Duration {
 	return best
 }
 
-// Choose picks among ready replicas: the cheapest that is not saturated;
-// when every one is, a sheddable request is shed and a critical one goes
-// to the cheapest. With no limits known (the backend is not in the
-// desired state yet), no replica counts as saturated. typical is Typical
-// of the backend's replicas on the node. It returns the
-// replica's index, or -1 (none: Envoy picks), and whether to shed. Among
-// equals the first wins, so callers pass replicas in a stable order.
-func Choose(ready []Replica, l Limits, known, sheddable bool, now time.Time, typical time.Duration) (int, bool) {
-	best, bestCost, bestFree := -1, math.Inf(1), false
+// ChooseFree picks among ready replicas the cheapest that is not
+// saturated, or -1 when every one is (or none is ready): the request then
+// waits or is shed (the picker's flow control). With no limits known (the
+// backend is not in the desired state yet), no replica counts as
+// saturated. typical is Typical of the backend's replicas on the node.
+// Among equals the first wins, so callers pass replicas in a stable order.
+func ChooseFree(ready []Replica, l Limits, known bool, now time.Time, typical time.Duration) int {
+	best, bestCost := -1, math.Inf(1)
 	for i, r := range ready {
-		free := !known || !r.Saturated(l, now)
-		cost := r.Cost(now, typical)
-		if best < 0 || (free && !bestFree) || (free == bestFree && cost < bestCost) {
-			best, bestCost, bestFree = i, cost, free
+		if known && r.Saturated(l, now) {
+			continue
+		}
+		if cost := r.Cost(now, typical); best < 0 || cost < bestCost {
+			best, bestCost = i, cost
 		}
 	}
-	if best >= 0 && !bestFree && sheddable {
-		return -1, true
-	}
-	return best, false
+	return best
 }
 
 // reportKnee and reportFloor bound what a replica's time to first byte,

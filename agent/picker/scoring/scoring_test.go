@@ -11,45 +11,41 @@ var now = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 
-// TestChoose: the policy alone, case by case.
-func TestChoose(t *testing.T) {
+// TestChooseFree: the policy alone, case by case.
+func TestChooseFree(t *testing.T) {
 	limits := Limits{MaxInFlight: 4, QueueLimit: 5, KVCacheLimit: 0.9}
 	fresh := func(s Server) Server { s.At = now; return s }
 	for _, c := range []struct {
-		name      string
-		replicas  []Replica
-		known     bool
-		sheddable bool
-		want      int
-		shed      bool
+		name     string
+		replicas []Replica
+		known    bool
+		want     int
 	}{
-		{"none ready: Envoy picks", nil, true, false, -1, false},
-		{"the faster of two idle", []Replica{{TTFB: ms(300)}, {TTFB: ms(100)}}, true, false, 1, false},
-		{"the idle one over a busy faster one", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(200)}}, true, false, 1, false},
-		{"among equals, the first", []Replica{{TTFB: ms(100)}, {TTFB: ms(100)}}, true, false, 0, false},
-		{"a new replica is tried at the typical time", []Replica{{TTFB: ms(100), InFlight: 1}, {}}, true, false, 1, false},
-		{"the server's own queue counts", []Replica{{TTFB: ms(100), Server: fresh(Server{Waiting: 3, HasWaiting: true})}, {TTFB: ms(150)}}, true, false, 1, false},
-		{"stale server figures do not", []Replica{{TTFB: ms(100), Server: Server{At: now.Add(-Stale), Waiting: 3, HasWaiting: true}}, {TTFB: ms(150)}}, true, false, 0, false},
-		{"a full KV cache doubles the cost", []Replica{{TTFB: ms(100), Server: fresh(Server{KV: 0.8, HasKV: true})}, {TTFB: ms(150)}}, true, false, 1, false},
-		{"a saturated replica only if all are", []Replica{{TTFB: ms(10), InFlight: 4}, {TTFB: ms(500), InFlight: 3}}, true, false, 1, false},
-		{"all saturated: sheddable is shed", []Replica{{TTFB: ms(10), InFlight: 4}, {TTFB: ms(20), InFlight: 4}}, true, true, -1, true},
-		{"all saturated: critical goes to the cheapest", []Replica{{TTFB: ms(30), InFlight: 4}, {TTFB: ms(20), InFlight: 4}}, true, false, 1, false},
-		{"queue limit saturates", []Replica{{TTFB: ms(10), Server: fresh(Server{Waiting: 5, HasWaiting: true})}}, true, true, -1, true},
-		{"KV-cache limit saturates", []Replica{{TTFB: ms(10), Server: fresh(Server{KV: 0.95, HasKV: true})}}, true, true, -1, true},
-		{"unknown limits saturate nothing", []Replica{{TTFB: ms(10), InFlight: 100}}, false, true, 0, false},
-		{"the replica holding the prompt's prefix, though busier", []Replica{{TTFB: ms(100)}, {TTFB: ms(100), InFlight: 2, PrefixHit: 1}}, true, false, 1, false},
-		{"a longer cached prefix over a shorter one", []Replica{{TTFB: ms(100), PrefixHit: 0.3}, {TTFB: ms(100), PrefixHit: 0.9}}, true, false, 1, false},
-		{"imbalanced: load wins past four times the pending", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(100), InFlight: 16, PrefixHit: 1}}, false, false, 0, false},
-		{"not yet imbalanced: the prefix wins", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(100), InFlight: 14, PrefixHit: 1}}, false, false, 1, false},
-		{"the replica with the model loaded, though busier", []Replica{{TTFB: ms(100), ModelMiss: 1}, {TTFB: ms(100), InFlight: 3}}, false, false, 1, false},
-		{"room for the model over dropping another", []Replica{{TTFB: ms(100), ModelMiss: 2}, {TTFB: ms(100), ModelMiss: 1}}, false, false, 1, false},
-		{"the model loaded, until five times the pending", []Replica{{TTFB: ms(100), ModelMiss: 1}, {TTFB: ms(100), InFlight: 5}}, false, false, 0, false},
-		{"a saturated replica, even holding the prefix, only if all are", []Replica{{TTFB: ms(100), InFlight: 4, PrefixHit: 1}, {TTFB: ms(100), InFlight: 3}}, true, false, 1, false},
+		{"none ready: Envoy picks", nil, true, -1},
+		{"the faster of two idle", []Replica{{TTFB: ms(300)}, {TTFB: ms(100)}}, true, 1},
+		{"the idle one over a busy faster one", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(200)}}, true, 1},
+		{"among equals, the first", []Replica{{TTFB: ms(100)}, {TTFB: ms(100)}}, true, 0},
+		{"a new replica is tried at the typical time", []Replica{{TTFB: ms(100), InFlight: 1}, {}}, true, 1},
+		{"the server's own queue counts", []Replica{{TTFB: ms(100), Server: fresh(Server{Waiting: 3, HasWaiting: true})}, {TTFB: ms(150)}}, true, 1},
+		{"stale server figures do not", []Replica{{TTFB: ms(100), Server: Server{At: now.Add(-Stale), Waiting: 3, HasWaiting: true}}, {TTFB: ms(150)}}, true, 0},
+		{"a full KV cache doubles the cost", []Replica{{TTFB: ms(100), Server: fresh(Server{KV: 0.8, HasKV: true})}, {TTFB: ms(150)}}, true, 1},
+		{"a free replica over a faster saturated one", []Replica{{TTFB: ms(10), InFlight: 4}, {TTFB: ms(500), InFlight: 3}}, true, 1},
+		{"all saturated: none (the request waits or is shed)", []Replica{{TTFB: ms(10), InFlight: 4}, {TTFB: ms(20), InFlight: 4}}, true, -1},
+		{"queue limit saturates", []Replica{{TTFB: ms(10), Server: fresh(Server{Waiting: 5, HasWaiting: true})}}, true, -1},
+		{"KV-cache limit saturates", []Replica{{TTFB: ms(10), Server: fresh(Server{KV: 0.95, HasKV: true})}}, true, -1},
+		{"unknown limits saturate nothing", []Replica{{TTFB: ms(10), InFlight: 100}}, false, 0},
+		{"the replica holding the prompt's prefix, though busier", []Replica{{TTFB: ms(100)}, {TTFB: ms(100), InFlight: 2, PrefixHit: 1}}, true, 1},
+		{"a longer cached prefix over a shorter one", []Replica{{TTFB: ms(100), PrefixHit: 0.3}, {TTFB: ms(100), PrefixHit: 0.9}}, true, 1},
+		{"imbalanced: load wins past four times the pending", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(100), InFlight: 16, PrefixHit: 1}}, false, 0},
+		{"not yet imbalanced: the prefix wins", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(100), InFlight: 14, PrefixHit: 1}}, false, 1},
+		{"the replica with the model loaded, though busier", []Replica{{TTFB: ms(100), ModelMiss: 1}, {TTFB: ms(100), InFlight: 3}}, false, 1},
+		{"room for the model over dropping another", []Replica{{TTFB: ms(100), ModelMiss: 2}, {TTFB: ms(100), ModelMiss: 1}}, false, 1},
+		{"the model loaded, until five times the pending", []Replica{{TTFB: ms(100), ModelMiss: 1}, {TTFB: ms(100), InFlight: 5}}, false, 0},
+		{"a free replica over a saturated one holding the prefix", []Replica{{TTFB: ms(100), InFlight: 4, PrefixHit: 1}, {TTFB: ms(100), InFlight: 3}}, true, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, shed := Choose(c.replicas, limits, c.known, c.sheddable, now, Typical(c.replicas))
-			if got != c.want || shed != c.shed {
-				t.Fatalf("Choose = %d, shed %v; want %d, shed %v", got, shed, c.want, c.shed)
+			if got := ChooseFree(c.replicas, limits, c.known, now, Typical(c.replicas)); got != c.want {
+				t.Fatalf("ChooseFree = %d; want %d", got, c.want)
 			}
 		})
 	}
