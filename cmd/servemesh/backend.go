@@ -188,6 +188,7 @@ type configFlags struct {
 	off                                    bool
 	loadAware                              meshspec.LoadAware
 	loadAwareOff                           bool
+	queueTimeout                           time.Duration
 }
 
 func (c *configFlags) register(fs *pflag.FlagSet) {
@@ -218,6 +219,9 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.loadAware.SessionHeader, "load-session-header", "", "load-aware: the request header naming a conversation, kept on the replica that served it while it has room (say x-session-id)")
 	fs.IntVar(&c.loadAware.MaxModelsPerReplica, "load-max-models-per-replica", 0, "load-aware: models each replica loads on demand, at most (Ray Serve's max_num_models_per_replica): requests go to a replica with theirs loaded")
 	fs.StringVar(&c.loadAware.ModelHeader, "load-model-header", "", "load-aware: the header naming a request's model (default "+meshspec.DefaultModelHeader+"; else the body's \"model\")")
+	fs.StringVar(&c.loadAware.TenantHeader, "load-tenant-header", "", "load-aware: the request header naming its tenant; while replicas are saturated, waiting requests of one priority take turns by it (say x-tenant-id)")
+	fs.IntVar(&c.loadAware.MaxQueued, "load-max-queued", 0, "load-aware: requests that may wait on a node while its replicas are saturated (default "+strconv.Itoa(meshspec.DefaultMaxQueued)+")")
+	fs.DurationVar(&c.queueTimeout, "load-queue-timeout", 0, "load-aware: how long a request may wait for a replica, then 429 (default "+seconds(meshspec.DefaultQueueTimeoutS)+")")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
 }
 
@@ -275,6 +279,7 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (meshspec.BackendConfigPatch, err
 		p.LoadAware = &meshspec.LoadAwarePatch{Off: true}
 	case loadAware:
 		p.LoadAware = &meshspec.LoadAwarePatch{LoadAware: c.loadAware}
+		p.LoadAware.QueueTimeoutS = c.queueTimeout.Seconds()
 	}
 	switch {
 	case autoscale && c.off:

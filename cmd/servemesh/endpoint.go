@@ -23,13 +23,14 @@ func newEndpointCommand() *cobra.Command {
 
 func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	var route, methods, backend, traffic, criticality string
+	var priority int
 	var timeout, idle, perTry time.Duration
 	c := &cobra.Command{
 		Use:   "create NAME",
 		Short: "create an endpoint: a route (or none: headless), its traffic and its timeouts",
 		Args:  names(1, "one endpoint name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e := meshspec.Endpoint{Name: args[0], Route: route, Criticality: meshspec.Criticality(criticality),
+			e := meshspec.Endpoint{Name: args[0], Route: route, Criticality: meshspec.Criticality(criticality), Priority: priority,
 				TimeoutS: timeout.Seconds(), IdleTimeoutS: idle.Seconds(), PerTryTimeoutS: perTry.Seconds()}
 			if methods != "" {
 				e.Methods = strings.Split(methods, ",")
@@ -63,6 +64,7 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	fs.DurationVar(&timeout, "timeout", 0, "bound on a request, retries included, such as 30s (default: none, as a long generation needs)")
 	fs.DurationVar(&idle, "idle-timeout", 0, "end a request when nothing moved for this long, such as 1m (default: Envoy's 5m)")
 	fs.StringVar(&criticality, "criticality", "", "what its requests are when they carry no "+meshspec.CriticalityHeader+" header: critical (the default) or sheddable (refused with 429 while a load-aware backend's replicas are saturated)")
+	fs.IntVar(&priority, "priority", 0, "its requests' priority while a load-aware backend's replicas are saturated, and the most they may ask for with "+meshspec.PriorityHeader+": higher first, below 0 sheddable (default: 0, or -1 when sheddable)")
 	fs.DurationVar(&perTry, "per-try-timeout", 0, "bound on each try; a GET whose try runs out is retried on another replica (default: none)")
 	return c
 }
