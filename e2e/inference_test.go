@@ -336,14 +336,18 @@ func atRate(rate int, d time.Duration, send func(i int)) {
 	wg.Wait()
 }
 
-// timedPost POSTs a JSON body to url: the time to the answer's first byte,
-// the stand-in model server's answer and the answer's headers, or why it
-// failed (a status other than 200 included).
-func timedPost(client *http.Client, url, body string) (time.Duration, demoreplica.ModelAnswer, http.Header, error) {
+// timedPost POSTs a JSON body to url, with headers given as name, value:
+// the time to the answer's first byte, the stand-in model server's answer
+// and the answer's headers, or why it failed (a status other than 200
+// included).
+func timedPost(client *http.Client, url, body string, header ...string) (time.Duration, demoreplica.ModelAnswer, http.Header, error) {
 	var first time.Time
 	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() { first = time.Now() }}
 	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	start := time.Now()
 	var answer demoreplica.ModelAnswer
 	resp, err := client.Do(req)

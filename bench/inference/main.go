@@ -4,7 +4,7 @@
 // runs e2e TestInferenceServing's first part -runs times with -seconds of
 // load, and prints each run's figures and their medians.
 //
-//	go run ./bench/inference [-runs 3] [-seconds 30] [-workload slow-replica|prompts]
+//	go run ./bench/inference [-runs 3] [-seconds 30] [-workload slow-replica|prompts|fairness]
 //
 // Each run: two backends of three stand-in model servers (a batch of 4,
 // 20 ms alone, slower as the batch grows), one replica of each three times
@@ -21,6 +21,13 @@
 // load-aware alone, least requests, and the hand-written Envoy), and
 // prints each one's prefix hit rate beside the oracle's and its times to
 // first byte.
+//
+// With -workload fairness it runs e2e TestFairnessUnderBurst: a steady
+// tenant at 8 requests a second and a bursting one at 80 through a
+// backend of two stand-in servers that serve fewer, once with the
+// backend's tenant_header (tenants take turns while requests wait) and
+// once without (first come first served); it prints each tenant's times
+// to first byte.
 package main
 
 import (
@@ -39,10 +46,14 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of the comparison")
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
-	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower) or prompts (long shared prompts, prefix caches)")
+	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches) or fairness (one tenant bursting at ten times another's rate)")
 	flag.Parse()
-	if *workload == "prompts" {
+	switch *workload {
+	case "prompts":
 		prompts(*runs, *seconds)
+		return
+	case "fairness":
+		fairness(*runs, *seconds)
 		return
 	}
 	figures := map[string]map[string][]float64{} // picker -> figure -> values
@@ -117,6 +128,37 @@ func prompts(runs, seconds int) {
 		f := figures[picker]
 		fmt.Printf("%-20s %9.3f %9.3f %12.1f %12.1f %12.1f %9.0f\n", picker, median(f["hit_rate"]), median(f["oracle_hit_rate"]),
 			median(f["ttfb_p50_ms"]), median(f["ttfb_p90_ms"]), median(f["ttfb_p99_ms"]), median(f["requests"]))
+	}
+}
+
+// fairness runs TestFairnessUnderBurst runs times and prints each run's
+// figures and their medians.
+func fairness(runs, seconds int) {
+	figures := map[string]map[string][]float64{}
+	keys := []string{"steady_p50_ms", "steady_p99_ms", "burst_p50_ms", "burst_p99_ms", "urgent_p50_ms"}
+	for i := range runs {
+		out, err := runTest("TestFairnessUnderBurst", "FAIRNESS_LOAD_S", seconds)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
+			os.Exit(1)
+		}
+		for _, line := range benchLines(out, "fairness") {
+			fmt.Printf("run %d: %s\n", i+1, line["raw"])
+			if figures[line["mode"]] == nil {
+				figures[line["mode"]] = map[string][]float64{}
+			}
+			for _, k := range keys {
+				v, _ := strconv.ParseFloat(line[k], 64)
+				figures[line["mode"]][k] = append(figures[line["mode"]][k], v)
+			}
+		}
+	}
+	fmt.Printf("\nmedians of %d runs of %d s, steady tenant 8/s, bursting tenant 80/s:\n", runs, seconds)
+	fmt.Printf("%-6s %14s %14s %14s %14s %14s\n", "mode", "steady p50 ms", "steady p99 ms", "burst p50 ms", "burst p99 ms", "urgent p50 ms")
+	for _, mode := range []string{"fair", "fifo"} {
+		f := figures[mode]
+		fmt.Printf("%-6s %14.1f %14.1f %14.1f %14.1f %14.1f\n", mode, median(f["steady_p50_ms"]), median(f["steady_p99_ms"]),
+			median(f["burst_p50_ms"]), median(f["burst_p99_ms"]), median(f["urgent_p50_ms"]))
 	}
 }
 
