@@ -47,34 +47,20 @@ const (
 	MaxQueueTimeoutS     = 60
 )
 
-// FlowControl is how a load-aware backend's requests wait while its
-// replicas on a node are saturated; part of LoadAware.
-type FlowControl struct {
-	// TenantHeader names the request header that names its tenant (say
-	// x-tenant-id): requests of one priority take turns by tenant. Empty:
-	// one tenant, first come first served.
-	TenantHeader string `json:"tenant_header,omitempty"`
-	// MaxQueued is how many requests may wait on one node (default
-	// DefaultMaxQueued); QueueTimeoutS how long one may wait (default
-	// DefaultQueueTimeoutS), then it is answered 429.
-	MaxQueued     int     `json:"max_queued,omitempty"`
-	QueueTimeoutS float64 `json:"queue_timeout_s,omitempty"`
-}
-
 // EffectiveMaxQueued is how many requests may wait on one node.
-func (f FlowControl) EffectiveMaxQueued() int {
-	if f.MaxQueued == 0 {
+func (l LoadAware) EffectiveMaxQueued() int {
+	if l.MaxQueued == 0 {
 		return DefaultMaxQueued
 	}
-	return f.MaxQueued
+	return l.MaxQueued
 }
 
 // EffectiveQueueTimeoutS is how long a request may wait, in seconds.
-func (f FlowControl) EffectiveQueueTimeoutS() float64 {
-	if f.QueueTimeoutS == 0 {
+func (l LoadAware) EffectiveQueueTimeoutS() float64 {
+	if l.QueueTimeoutS == 0 {
 		return DefaultQueueTimeoutS
 	}
-	return f.QueueTimeoutS
+	return l.QueueTimeoutS
 }
 
 // EffectivePriority is the priority of the endpoint's requests when they
@@ -91,7 +77,7 @@ func (e Endpoint) EffectivePriority() int {
 }
 
 // validateFlowControl checks a backend's flow control.
-func validateFlowControl(p *problems, field string, f FlowControl) {
+func validateFlowControl(p *problems, field string, f LoadAware) {
 	if h := f.TenantHeader; h != "" && (!headerName.MatchString(h) || strings.HasPrefix(h, "x-servemesh-")) {
 		p.add(field+".tenant_header", "%.80q is not a header of the clients' own; name a lower-case header such as x-tenant-id", h)
 	}

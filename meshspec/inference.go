@@ -67,9 +67,16 @@ type LoadAware struct {
 	// with PromptAffinity calling nodes hash it first to pick the node.
 	MaxModelsPerReplica int    `json:"max_models_per_replica,omitempty"`
 	ModelHeader         string `json:"model_header,omitempty"`
-	// FlowControl is how requests wait while the replicas on a node are
-	// saturated: by priority, tenants taking turns (flow.go).
-	FlowControl
+	// Flow control (flow.go): while the replicas on a node are saturated,
+	// requests wait there by priority, tenants taking turns.
+	// TenantHeader names the request header that names its tenant (say
+	// x-tenant-id); empty: one tenant, first come first served. MaxQueued
+	// is how many may wait on one node (default DefaultMaxQueued);
+	// QueueTimeoutS how long one may wait (default DefaultQueueTimeoutS),
+	// then it is answered 429.
+	TenantHeader  string  `json:"tenant_header,omitempty"`
+	MaxQueued     int     `json:"max_queued,omitempty"`
+	QueueTimeoutS float64 `json:"queue_timeout_s,omitempty"`
 }
 
 // DefaultModelHeader is LoadAware.ModelHeader's default, Ray Serve's.
@@ -291,7 +298,7 @@ func validateLoadAware(p *problems, field string, b Backend) {
 	if k := l.KVCacheLimit; math.IsNaN(k) || k < 0 || k > 1 {
 		p.add(field+".kv_cache_limit", "is %v; set a share of the KV cache from 0 to 1 (0.9 is 90%%), or leave it out for %v", k, DefaultKVCacheLimit)
 	}
-	validateFlowControl(p, field, l.FlowControl)
+	validateFlowControl(p, field, *l)
 }
 
 // validateInference checks an endpoint's model routing and criticality.

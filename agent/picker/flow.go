@@ -138,12 +138,12 @@ func (p *Picker) queue(backend string) *flowQueue {
 }
 
 // flowControl is backend's flow control, as the desired state has it.
-func (p *Picker) flowControl(backend string) meshspec.FlowControl {
+func (p *Picker) flowControl(backend string) meshspec.LoadAware {
 	b, ok := p.desired().Backend(backend)
 	if !ok || b.Config.LoadAware == nil {
-		return meshspec.FlowControl{}
+		return meshspec.LoadAware{}
 	}
-	return b.Config.LoadAware.FlowControl
+	return *b.Config.LoadAware
 }
 
 // Dispatch gives backend's free replicas to the requests waiting, in turn.

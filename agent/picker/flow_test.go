@@ -63,7 +63,7 @@ func dispatched(t *testing.T, p *Picker, busy []choice, ws []*waiter) []string {
 // they came in: a tenant that queued five before another's one gets no
 // more turns than it.
 func TestWaitingTenantsTakeTurns(t *testing.T) {
-	p, _ := testPicker(t, &meshspec.LoadAware{FlowControl: meshspec.FlowControl{TenantHeader: "x-tenant"}})
+	p, _ := testPicker(t, &meshspec.LoadAware{TenantHeader: "x-tenant"})
 	busy := saturate(t, p)
 	var ws []*waiter
 	for _, tenant := range []string{"big", "big", "big", "big", "big", "small", "other"} {
@@ -96,7 +96,7 @@ func TestHigherPrioritiesGoFirst(t *testing.T) {
 // lowest, which is answered 429; one of the lowest is itself refused,
 // unless another tenant holds more of the queue than its own.
 func TestAFullQueueRefusesTheLowestFirst(t *testing.T) {
-	p, _ := testPicker(t, &meshspec.LoadAware{FlowControl: meshspec.FlowControl{MaxQueued: 3}})
+	p, _ := testPicker(t, &meshspec.LoadAware{MaxQueued: 3})
 	saturate(t, p)
 	first := waitFor(t, p, request{tenant: "a"})
 	second := waitFor(t, p, request{tenant: "a"})
@@ -179,7 +179,7 @@ func TestRequestPriorityIsBoundedByItsRoute(t *testing.T) {
 // request that must wait is first answered with a longer message timeout
 // (its queue timeout and a second), then with its replica once one frees.
 func TestAWaitingRequestExtendsEnvoysTimeout(t *testing.T) {
-	p, _ := testPicker(t, &meshspec.LoadAware{FlowControl: meshspec.FlowControl{QueueTimeoutS: 4}})
+	p, _ := testPicker(t, &meshspec.LoadAware{QueueTimeoutS: 4})
 	busy := saturate(t, p)
 	client, ctx := pickerClient(t, p)
 	stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.BackendHeader, "llama"))
