@@ -258,7 +258,7 @@ func TestMultiplexedModelsStayLoaded(t *testing.T) {
 	mesh := startTwoNodeMesh(t, "mux")
 	mesh.createBackends(t, meshspec.Backend{Name: "mx",
 		Process: modelServer("mx", "--slots", "4", "--service", "2ms", "--models-per-replica", "2", "--model-load", "30ms"),
-		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: &meshspec.LoadAware{PromptAffinity: true, MaxModelsPerReplica: 2}}})
+		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: &meshspec.LoadAware{PromptAffinity: true, MaxModelsPerReplica: 2, MetricsPath: "/metrics"}}})
 	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "mx", Route: "/mx", Methods: []string{"GET", "POST"},
 		Traffic: map[string]float64{"mx": 1}}); err != nil {
 		t.Fatal(err)

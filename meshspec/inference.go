@@ -104,6 +104,13 @@ const (
 	VLLMKVCacheMetricDeprecated = "vllm:gpu_cache_usage_perc"
 )
 
+// VLLMLoRAMetric is vLLM's gauge of the adapters its requests use: a
+// series per reading, valued by when, labelled running_lora_adapters and
+// waiting_lora_adapters (comma-separated names). The picker reads it, for
+// a backend whose replicas load models on demand, where a server exports
+// it.
+const VLLMLoRAMetric = "vllm:lora_requests_info"
+
 // KVCacheMetricFallback is the name read when a server exports no gauge
 // named name: vLLM's other name for it, or "" for any other name.
 func KVCacheMetricFallback(name string) string {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -237,6 +238,7 @@ func (s *ModelServer) metrics(w http.ResponseWriter) {
 	s.mu.Lock()
 	running, waiting := s.running, s.waiting+s.FakeWaiting
 	queries, hits, loads := s.queries, s.hits, s.loads
+	loaded := strings.Join(s.loaded, ",")
 	s.mu.Unlock()
 	kv := min(float64(running+waiting)/float64(4*max(s.Slots, 1)), 1)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -250,6 +252,12 @@ func (s *ModelServer) metrics(w http.ResponseWriter) {
 	fmt.Fprintf(w, "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{model_name=%q} %d\n", s.Backend, hits)
 	fmt.Fprintf(w, "# TYPE servemesh_demo_model_loads counter\nservemesh_demo_model_loads_total %d\n", loads)
 	fmt.Fprintf(w, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"%d\"} 1\n", prefix.BlockBytes/4)
+	if s.ModelsPerReplica > 0 {
+		// vLLM's adapters, as a series whose value is when it was read;
+		// the stand-in names every model it holds as running.
+		fmt.Fprintf(w, "# TYPE vllm:lora_requests_info gauge\nvllm:lora_requests_info{max_lora=\"%d\",running_lora_adapters=%q,waiting_lora_adapters=\"\"} %d\n",
+			s.ModelsPerReplica, loaded, time.Now().Unix())
+	}
 }
 
 // forgeReport sets ORCA reports claiming a million requests a second at no

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/agent/picker/scoring"
@@ -125,7 +126,7 @@ func TestPickerReadsTheServersLoad(t *testing.T) {
 		p.mu.Lock()
 		for _, r := range p.replicas {
 			if r.addr == addr {
-				r.Server = load
+				r.Server = load.Server
 			}
 		}
 		p.mu.Unlock()
@@ -484,4 +485,35 @@ func pickNow(t *testing.T, p *Picker, req request) choice {
 		t.Fatalf("request %+v waits, want a choice at once", req)
 	}
 	return c
+}
+
+// TestPickerLearnsLoadedModelsFromTheServer: a replica whose server names
+// a model among its adapters (vLLM's lora_requests_info; here the
+// stand-in's) gets that model's requests, though the picker never sent it
+// one.
+func TestPickerLearnsLoadedModelsFromTheServer(t *testing.T) {
+	server := &demoreplica.ModelServer{Backend: "llama", Slots: 1, ModelsPerReplica: 2}
+	srv := httptest.NewServer(server)
+	t.Cleanup(srv.Close)
+	for _, model := range []string{"a", "b"} { // loaded from outside the picker's view
+		resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"`+model+`","prompt":"hi"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+	}
+	la := &meshspec.LoadAware{MetricsPath: "/metrics", MaxModelsPerReplica: 2}
+	p, now := testPicker(t, la)
+	*now = time.Now()
+	p.Track("llama#000004", "llama", strings.TrimPrefix(srv.URL, "http://"))
+	p.SetReady("llama#000004", true)
+	p.scrapeOnce(context.Background())
+	for _, model := range []string{"b", "a"} {
+		if c := pickNow(t, p, request{model: model}); c.replica == nil || c.replica.tag != "llama#000004" {
+			t.Errorf("model %s went to %+v, want the replica whose server has it loaded", model, c.replica)
+		}
+	}
+	if c := pickNow(t, p, request{model: "z"}); c.replica == nil || c.replica.tag == "llama#000004" {
+		t.Errorf("model z went to %+v, want a replica with room for it", c.replica)
+	}
 }

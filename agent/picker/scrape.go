@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -38,25 +40,43 @@ func (p *Picker) Scrape(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, target := range p.scrapeTargets() {
-			load, err := readServerLoad(ctx, target)
-			if err != nil {
-				continue // stale figures stop counting (scoring.ServerStale)
-			}
-			p.mu.Lock()
-			if r, ok := p.replicas[target.tag]; ok {
-				r.Server = load
-			}
-			p.mu.Unlock()
-		}
-		p.dispatchAll()
+		p.scrapeOnce(ctx)
 	}
+}
+
+// scrapeOnce reads every target once, then gives replicas that have room
+// now to the requests waiting.
+func (p *Picker) scrapeOnce(ctx context.Context) {
+	for _, target := range p.scrapeTargets() {
+		load, err := readServerLoad(ctx, target)
+		if err != nil {
+			continue // stale figures stop counting (scoring.ServerStale)
+		}
+		p.mu.Lock()
+		if r, ok := p.replicas[target.tag]; ok {
+			r.Server = load.Server
+			for _, m := range load.models {
+				r.models.use(m, target.maxModels)
+			}
+		}
+		p.mu.Unlock()
+	}
+	p.dispatchAll()
 }
 
 // scrapeTarget is a replica whose metrics are read, and what of them.
 type scrapeTarget struct {
 	tag, url                string
 	queue, running, kvCache string
+	maxModels               int // models loaded on demand: read the adapters (meshspec.VLLMLoRAMetric)
+}
+
+// serverLoad is what a replica's metrics say: its load and, for a
+// backend whose replicas load models on demand, the models its server
+// names in use (the least recent first).
+type serverLoad struct {
+	scoring.Server
+	models []string
 }
 
 func (p *Picker) scrapeTargets() []scrapeTarget {
@@ -74,32 +94,35 @@ func (p *Picker) scrapeTargets() []scrapeTarget {
 		}
 		l := b.Config.LoadAware
 		out = append(out, scrapeTarget{tag: r.tag, url: "http://" + r.addr + l.MetricsPath,
-			queue: l.QueueMetric, running: l.RunningMetric, kvCache: l.KVCacheMetric})
+			queue: l.QueueMetric, running: l.RunningMetric, kvCache: l.KVCacheMetric, maxModels: l.MaxModelsPerReplica})
 	}
 	return out
 }
 
 // readServerLoad reads a replica's metrics: each named gauge summed over
 // its series (vLLM labels them by model).
-func readServerLoad(ctx context.Context, t scrapeTarget) (scoring.Server, error) {
+func readServerLoad(ctx context.Context, t scrapeTarget) (serverLoad, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
 	if err != nil {
-		return scoring.Server{}, err
+		return serverLoad{}, err
 	}
 	resp, err := scrapeClient.Do(req)
 	if err != nil {
-		return scoring.Server{}, err
+		return serverLoad{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return scoring.Server{}, fmt.Errorf("%s answered %d", t.url, resp.StatusCode)
+		return serverLoad{}, fmt.Errorf("%s answered %d", t.url, resp.StatusCode)
 	}
 	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
-		return scoring.Server{}, fmt.Errorf("%s: %w", t.url, err)
+		return serverLoad{}, fmt.Errorf("%s: %w", t.url, err)
 	}
-	load := scoring.Server{At: time.Now()}
+	load := serverLoad{Server: scoring.Server{At: time.Now()}}
+	if t.maxModels > 0 {
+		load.models = adaptersInUse(families[meshspec.VLLMLoRAMetric], t.maxModels)
+	}
 	load.Waiting, load.HasWaiting = gaugeSum(families, t.queue)
 	load.Running, load.HasRunning = gaugeSum(families, t.running)
 	load.KV, load.HasKV = gaugeSum(families, t.kvCache)
@@ -107,6 +130,31 @@ func readServerLoad(ctx context.Context, t scrapeTarget) (scoring.Server, error)
 		load.KV, load.HasKV = gaugeSum(families, meshspec.KVCacheMetricFallback(t.kvCache))
 	}
 	return load, nil
+}
+
+// adaptersInUse are the adapters vLLM's newest lora_requests_info series
+// names, waiting then running, at most limit (the last ones).
+func adaptersInUse(f *dto.MetricFamily, limit int) []string {
+	var newest *dto.Metric
+	for _, m := range f.GetMetric() {
+		if newest == nil || m.GetGauge().GetValue() > newest.GetGauge().GetValue() {
+			newest = m
+		}
+	}
+	var names []string
+	for _, label := range []string{"waiting_lora_adapters", "running_lora_adapters"} {
+		for _, l := range newest.GetLabel() {
+			if l.GetName() != label {
+				continue
+			}
+			for n := range strings.SplitSeq(l.GetValue(), ",") {
+				if n = strings.TrimSpace(n); n != "" && !slices.Contains(names, n) {
+					names = append(names, n)
+				}
+			}
+		}
+	}
+	return names[max(len(names)-limit, 0):]
 }
 
 // gaugeSum is the sum of a gauge's series, and whether there is any.

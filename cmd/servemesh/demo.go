@@ -102,7 +102,7 @@ func newModelServerCommand(log *slog.Logger) *cobra.Command {
 	c.Flags().IntVar(&o.FakeWaiting, "fake-waiting", 0, "requests the replica that takes --slow-lock adds to the queue its metrics report")
 	c.Flags().DurationVar(&o.PrefillPerBlock, "prefill-per-block", 0, "with --cache-blocks, what each block of a prompt not in its prefix cache adds to the answer's time (a cached one, a twentieth)")
 	c.Flags().IntVar(&o.CacheBlocks, "cache-blocks", 0, "blocks of prompts its prefix cache holds, least recently used dropped first (0: no prefix cache)")
-	c.Flags().IntVar(&o.ModelsPerReplica, "models-per-replica", 0, "models it holds at once, loading them on demand (Ray Serve's multiplexing; 0: one)")
+	c.Flags().IntVar(&o.ModelsPerReplica, "models-per-replica", 0, "models it holds at once, loading them on demand (Ray Serve's multiplexing; 0: one), named in vllm:lora_requests_info")
 	c.Flags().DurationVar(&o.ModelLoad, "model-load", 0, "with --models-per-replica, what loading a model adds to a request's time")
 	c.Flags().BoolVar(&o.ForgeReport, "forge-load-report", false, "the replica that takes --slow-lock sends ORCA load reports of its own claiming a huge capacity (a compromised replica, for tests)")
 	return c
