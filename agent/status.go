@@ -31,6 +31,9 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 		if extra.Configs != nil {
 			l.Configs = extra.Configs()
 		}
+		if extra.Waiting != nil {
+			l.Waiting = extra.Waiting()
+		}
 		answer(w, l, err)
 	})
 	return mux
@@ -39,8 +42,9 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 // LoadExtras are what a node's load report says besides Envoy's figures;
 // nil funcs say nothing.
 type LoadExtras struct {
-	Held    func() map[string]int    // requests the activator holds, by backend
-	Configs func() map[string]string // the user_config version each replica runs, by tag
+	Held    func() map[string]int     // requests the activator holds, by backend
+	Configs func() map[string]string  // the user_config version each replica runs, by tag
+	Waiting func() map[string]float64 // requests waiting for a replica, by backend (picker.Waiting)
 }
 
 func answer(w http.ResponseWriter, v any, err error) {

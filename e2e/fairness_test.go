@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -133,3 +134,34 @@ func (r *burstRun) one(client *http.Client, url, body, tenant, priority string) 
 
 // p is tenant's p-th (0 to 1) time to first byte.
 func (r *burstRun) p(tenant string, p float64) time.Duration { return percentile(r.times[tenant], p) }
+
+// TestScalesOnQueueDepth: a load-aware backend autoscaled on its queue
+// depth (target_queued_requests) scales up while requests wait, in its
+// nodes' pickers and in its servers' own queues (vllm:num_requests_waiting,
+// which the pickers read), though its requests in flight are far below
+// target_in_flight_requests: the waiting count comes from the agents'
+// load reports, through the controller's autoscaler.
+func TestScalesOnQueueDepth(t *testing.T) {
+	mesh := startTwoNodeMesh(t, "queue")
+	as := &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 2, TargetInFlight: 100, TargetQueued: 2,
+		MetricsIntervalS: 0.25, LookBackPeriodS: 2, UpscaleDelayS: 1, DownscaleDelayS: 600}
+	la := &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", RunningMetric: "vllm:num_requests_running"}
+	mesh.createBackends(t, meshspec.Backend{Name: "qd", Process: modelServer("qd", "--slots", "1", "--service", "30ms"),
+		Config: meshspec.BackendConfig{CPUs: 0.25, MaxConcurrentQueries: 6, LoadAware: la, Autoscaling: as}})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "qd", Route: "/qd", Methods: []string{"GET", "POST"},
+		Traffic: map[string]float64{"qd": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	mesh.waitPassing(t, "qd", 1, "http://"+mesh.n1.public+"/qd")
+	replicas := func() int {
+		b, err := mesh.c.GetBackend(context.Background(), "qd")
+		if err != nil {
+			return -1
+		}
+		return b.Config.NumReplicas
+	}
+	l := &stepLoad{url: "http://" + mesh.n1.public + "/qd"}
+	l.add(10) // 10 in flight at most (target 100: one replica), most of them waiting
+	defer l.stopAll()
+	testutil.WaitFor(t, 30*time.Second, "the waiting requests to scale qd to 2 replicas", func() bool { return replicas() == 2 })
+}

@@ -240,6 +240,11 @@ type AutoscalingConfig struct {
 	LookBackPeriodS  float64 `json:"look_back_period_s,omitempty"`
 	UpscaleDelayS    float64 `json:"upscale_delay_s,omitempty"`
 	DownscaleDelayS  float64 `json:"downscale_delay_s,omitempty"`
+	// TargetQueued, if positive, also scales a load-aware backend on its
+	// queue depth: enough replicas that at most this many requests wait
+	// per replica on average (in the nodes' pickers and the servers' own
+	// queues, QueueMetric), whichever of the two targets needs more.
+	TargetQueued float64 `json:"target_queued_requests,omitempty"`
 }
 
 // Autoscaling defaults, as in Ray Serve: scale down much slower than up.

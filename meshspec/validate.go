@@ -646,6 +646,13 @@ func validateAutoscaling(p *problems, field string, b Backend) {
 		p.add(field+".target_in_flight_requests", "is %v; set the requests in flight one replica should carry, from %g to %g (such as 2)",
 			t, float64(MinTargetInFlight), float64(MaxTargetInFlight))
 	}
+	if t := a.TargetQueued; t != 0 && !(t >= MinTargetInFlight && t <= MaxTargetInFlight) {
+		p.add(field+".target_queued_requests", "is %v; set the requests that may wait per replica, from %g to %g (such as 4), or leave it out to scale on requests in flight alone",
+			t, float64(MinTargetInFlight), float64(MaxTargetInFlight))
+	}
+	if a.TargetQueued != 0 && b.Config.LoadAware == nil {
+		p.add(field+".target_queued_requests", "needs load_aware: the nodes' pickers count the requests waiting")
+	}
 	for _, d := range []struct {
 		name string
 		v    float64

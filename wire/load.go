@@ -47,6 +47,11 @@ type Load struct {
 	// Held are the requests the node's activator holds now, by backend,
 	// for want of a ready replica (also in Backends' Active).
 	Held map[string]int `json:"held,omitempty"`
+	// Waiting are the requests of load-aware backends waiting for a
+	// replica on the node, by backend: in its picker's queue and, as
+	// their servers last reported, in the replicas' own (also in
+	// Backends' Active). Absent from a previous release's agents.
+	Waiting map[string]float64 `json:"waiting,omitempty"`
 	// Configs are the user_config versions the node's replicas run, by
 	// replica tag (meshspec.UserConfig.Version).
 	Configs map[string]string `json:"configs,omitempty"`

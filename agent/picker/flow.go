@@ -209,3 +209,27 @@ func (p *Picker) wait(ctx context.Context, w *waiter, timeout time.Duration) cho
 	}
 	return choice{shed: true, why: shedTimedOut}
 }
+
+// Waiting is, by backend, how many requests wait for a replica on the
+// node: in its queue here and, as the servers' fresh figures say, in the
+// replicas' own queues (what autoscaling on queue depth reads).
+func (p *Picker) Waiting() map[string]float64 {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	out := map[string]float64{}
+	for b, q := range p.queues {
+		if q.len() > 0 {
+			out[b] += float64(q.len())
+		}
+	}
+	for _, r := range p.replicas {
+		if s := r.Server; s.HasWaiting && now.Sub(s.At) < scoring.Stale {
+			out[r.backend] += s.Waiting
+		}
+	}
+	return out
+}

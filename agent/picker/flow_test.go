@@ -86,6 +86,9 @@ func TestHigherPrioritiesGoFirst(t *testing.T) {
 	if c, w := p.pick("llama", request{priority: -1}); w != nil || !c.shed || c.why != shedSaturated {
 		t.Errorf("a sheddable request got %+v (waiting %v), want shed", c, w != nil)
 	}
+	if got := p.Waiting()["llama"]; got != 2 {
+		t.Errorf("Waiting says %v wait, want 2 (what autoscaling on queue depth reads)", got)
+	}
 	if got := strings.Join(dispatched(t, p, busy, []*waiter{low, high}), " "); got != "high low" {
 		t.Errorf("dispatched %q, want the higher priority first", got)
 	}

@@ -203,6 +203,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
 	fs.IntVar(&c.as.MaxReplicas, "autoscale-max", 0, "autoscale: most replicas (setting it turns autoscaling on)")
 	fs.Float64Var(&c.as.TargetInFlight, "autoscale-target", 0, "autoscale: requests in flight per replica to aim for")
+	fs.Float64Var(&c.as.TargetQueued, "autoscale-target-queued", 0, "autoscale a load-aware backend on its queue depth too: requests waiting per replica to aim for (in the pickers and the servers' queues)")
 	fs.DurationVar(&c.upscale, "autoscale-upscale-delay", 0, "autoscale: how long a need for more replicas must last (default "+seconds(meshspec.DefaultUpscaleDelayS)+")")
 	fs.DurationVar(&c.downscale, "autoscale-downscale-delay", 0, "autoscale: how long a need for fewer replicas must last (default "+seconds(meshspec.DefaultDownscaleDelayS)+")")
 	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default "+seconds(meshspec.DefaultLookBackPeriodS)+")")

@@ -28,6 +28,9 @@ type BackendLoad struct {
 	// Held are those of InFlight that nodes hold for want of a ready
 	// replica.
 	Held float64 `json:"held"`
+	// Waiting are those of InFlight waiting for a replica of a load-aware
+	// backend: in the nodes' pickers and the servers' own queues.
+	Waiting float64 `json:"waiting,omitempty"`
 	// RequestRate and ErrorRate are per second over RateWindow.
 	RequestRate float64 `json:"request_rate"`
 	ErrorRate   float64 `json:"error_rate"`
@@ -149,6 +152,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 			t := totals[backend]
 			t.InFlight += float64(bl.Active + bl.Pending)
 			t.Held += float64(l.Held[backend])
+			t.Waiting += l.Waiting[backend]
 			if base != nil {
 				addRates(&t, bl, base.Backends[backend], l.At.Sub(base.At))
 			}
@@ -252,9 +256,9 @@ func (a *Autoscaler) decide(ctx context.Context, m *meshspec.Model) {
 			p = &Policy{}
 			a.policies[b.Name] = p
 		}
-		p.Observe(Sample{At: now, InFlight: a.load[b.Name].InFlight}, time.Duration(eff.LookBackPeriodS*float64(time.Second)))
+		p.Observe(Sample{At: now, InFlight: a.load[b.Name].InFlight, Waiting: a.load[b.Name].Waiting}, time.Duration(eff.LookBackPeriodS*float64(time.Second)))
 		n, act := p.Decide(*as, b.Config.NumReplicas, now)
-		avg := p.Average()
+		avg, avgWaiting := p.Average(), p.AverageWaiting()
 		a.mu.Unlock()
 		if !act || !leading {
 			continue
@@ -275,7 +279,7 @@ func (a *Autoscaler) decide(ctx context.Context, m *meshspec.Model) {
 		}
 		a.decisions.WithLabelValues(b.Name, direction).Inc()
 		a.log.Info("autoscaled", "backend", b.Name, "from", b.Config.NumReplicas, "to", n, "avg_in_flight", fmt.Sprintf("%.2f", avg),
-			"target_per_replica", as.TargetInFlight)
+			"target_per_replica", as.TargetInFlight, "avg_waiting", fmt.Sprintf("%.2f", avgWaiting), "target_waiting_per_replica", as.TargetQueued)
 	}
 }
 

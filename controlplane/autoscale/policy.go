@@ -7,10 +7,12 @@ import (
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-// Sample is one reading of a backend's requests in flight, summed over nodes.
+// Sample is one reading of a backend's requests in flight, and of those
+// waiting for a replica of a load-aware backend, summed over nodes.
 type Sample struct {
 	At       time.Time
 	InFlight float64
+	Waiting  float64
 }
 
 // Policy decides one backend's replica count.
@@ -51,10 +53,29 @@ func (p *Policy) Average() float64 {
 	return sum / float64(len(p.samples))
 }
 
-// Decide returns the replica count to scale to, and whether to act now.
+// AverageWaiting is the mean count of requests waiting over the samples
+// kept.
+func (p *Policy) AverageWaiting() float64 {
+	if len(p.samples) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, s := range p.samples {
+		sum += s.Waiting
+	}
+	return sum / float64(len(p.samples))
+}
+
+// Decide returns the replica count to scale to, and whether to act now:
+// enough replicas that each carries target_in_flight_requests on
+// average, and, with target_queued_requests, that at most that many
+// wait per replica (KEDA's queue-length scaling), whichever needs more.
 func (p *Policy) Decide(cfg meshspec.AutoscalingConfig, current int, now time.Time) (int, bool) {
 	cfg = cfg.Effective()
 	desired := int(math.Ceil(p.Average() / cfg.TargetInFlight))
+	if cfg.TargetQueued > 0 {
+		desired = max(desired, int(math.Ceil(p.AverageWaiting()/cfg.TargetQueued)))
+	}
 	desired = min(max(desired, cfg.MinReplicas), cfg.MaxReplicas)
 	if current == 0 && p.latest() > 0 {
 		// Scaled to zero, and a request waits in a node's activator: wake

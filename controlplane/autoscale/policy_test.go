@@ -111,3 +111,29 @@ func TestScalesToZeroAndWakesAtTheFirstRequest(t *testing.T) {
 		t.Fatalf("one request waiting at zero: got (%d, %v), want to scale to 1 at once", n, act)
 	}
 }
+
+// TestScalesOnQueueDepth: with target_queued_requests, requests waiting
+// for a replica scale a backend up though its requests in flight alone
+// would not (3 in flight, target 2: 2 replicas; 12 waiting, target 4: 3);
+// without it they do not count.
+func TestScalesOnQueueDepth(t *testing.T) {
+	queued := cfg
+	queued.TargetQueued = 4
+	for _, c := range []struct {
+		cfg  meshspec.AutoscalingConfig
+		want int
+	}{{cfg, 2}, {queued, 3}} {
+		p, t0 := &Policy{}, time.Unix(1000, 0)
+		current := 1
+		for s := range 10 {
+			now := t0.Add(time.Duration(s) * time.Second)
+			p.Observe(Sample{At: now, InFlight: 3, Waiting: 12}, 3*time.Second)
+			if n, act := p.Decide(c.cfg, current, now); act {
+				current = n
+			}
+		}
+		if current != c.want {
+			t.Errorf("target_queued_requests %v: %d replicas, want %d", c.cfg.TargetQueued, current, c.want)
+		}
+	}
+}

@@ -96,8 +96,11 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	hold := activator.New(activator.Options{Admin: admin, Node: o.Node.ID, Logger: log.With("component", "activator"), Registerer: reg,
 		Desired: desired})
+	// The picker picks the node's replicas of load-aware backends.
+	pick := picker.New(desired)
 	status, err := httpserver.Listen(ctx, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
-		Held: hold.Held,
+		Held:    hold.Held,
+		Waiting: pick.Waiting,
 		Configs: func() map[string]string {
 			if a := running.Load(); a != nil {
 				return a.ConfigVersions()
@@ -128,8 +131,6 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		ao.Inbound = o.Inbound
 		g.Go("secrets", func(ctx context.Context) error { <-ctx.Done(); identities.Wait(); return nil })
 	}
-	// The picker picks the node's replicas of load-aware backends.
-	pick := picker.New(desired)
 	ao.Picker = pick
 	a, err := agent.New(ao)
 	if err != nil {
