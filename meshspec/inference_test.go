@@ -133,3 +133,18 @@ func TestPriorityFollowsCriticality(t *testing.T) {
 		}
 	}
 }
+
+// TestInitialReplicasWithinTheBounds: initial_replicas outside
+// [min_replicas, max_replicas] is refused, naming the field.
+func TestInitialReplicasWithinTheBounds(t *testing.T) {
+	b := Backend{Name: "b", Process: &ProcessSpec{Command: "/bin/true"},
+		Config: BackendConfig{NumReplicas: 1, Autoscaling: &AutoscalingConfig{MinReplicas: 1, MaxReplicas: 3, TargetInFlight: 2, InitialReplicas: 4}}}
+	err := (&Model{Backends: []Backend{b}}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "autoscaling.initial_replicas: 4 is outside [min_replicas 1, max_replicas 3]") {
+		t.Fatalf("initial_replicas 4 of [1, 3]: %v", err)
+	}
+	b.Config.Autoscaling.InitialReplicas = 3
+	if err := (&Model{Backends: []Backend{b}}).Validate(); err != nil {
+		t.Fatalf("initial_replicas 3 of [1, 3]: %v", err)
+	}
+}

@@ -245,6 +245,21 @@ type AutoscalingConfig struct {
 	// per replica on average (in the nodes' pickers and the servers' own
 	// queues, QueueMetric), whichever of the two targets needs more.
 	TargetQueued float64 `json:"target_queued_requests,omitempty"`
+	// InitialReplicas is how many replicas a new autoscaled backend starts
+	// with (Ray Serve's initial_replicas); 0: MinReplicas.
+	InitialReplicas int `json:"initial_replicas,omitempty"`
+	// DownscaleToZeroDelayS is how long a need for no replica must last
+	// before the last one goes (Ray Serve's downscale_to_zero_delay_s);
+	// 0: DownscaleDelayS.
+	DownscaleToZeroDelayS float64 `json:"downscale_to_zero_delay_s,omitempty"`
+}
+
+// StartReplicas is how many replicas a new autoscaled backend starts with.
+func (a AutoscalingConfig) StartReplicas() int {
+	if a.InitialReplicas == 0 {
+		return a.MinReplicas
+	}
+	return a.InitialReplicas
 }
 
 // Autoscaling defaults, as in Ray Serve: scale down much slower than up.
@@ -261,6 +276,7 @@ func (a AutoscalingConfig) Effective() AutoscalingConfig {
 	orDefault(&a.LookBackPeriodS, DefaultLookBackPeriodS)
 	orDefault(&a.UpscaleDelayS, DefaultUpscaleDelayS)
 	orDefault(&a.DownscaleDelayS, DefaultDownscaleDelayS)
+	orDefault(&a.DownscaleToZeroDelayS, a.DownscaleDelayS)
 	return a
 }
 

@@ -639,8 +639,10 @@ func validateAutoscaling(p *problems, field string, b Backend) {
 		p.add(field+".max_replicas", "is %d; set a number from 1 to %d", a.MaxReplicas, MaxReplicas)
 	case a.MinReplicas > a.MaxReplicas:
 		p.add(field+".min_replicas", "%d is above max_replicas %d; lower it or raise max_replicas", a.MinReplicas, a.MaxReplicas)
+	case a.InitialReplicas != 0 && (a.InitialReplicas < a.MinReplicas || a.InitialReplicas > a.MaxReplicas):
+		p.add(field+".initial_replicas", "%d is outside [min_replicas %d, max_replicas %d]; set one within, or leave it out to start at min_replicas", a.InitialReplicas, a.MinReplicas, a.MaxReplicas)
 	case b.Config.NumReplicas < a.MinReplicas || b.Config.NumReplicas > a.MaxReplicas:
-		p.add(config+".num_replicas", "%d is outside autoscaling's [%d, %d]; leave num_replicas out to start at min_replicas", b.Config.NumReplicas, a.MinReplicas, a.MaxReplicas)
+		p.add(config+".num_replicas", "%d is outside autoscaling's [%d, %d]; leave num_replicas out to start at initial_replicas (default min_replicas)", b.Config.NumReplicas, a.MinReplicas, a.MaxReplicas)
 	}
 	if t := a.TargetInFlight; !(t >= MinTargetInFlight && t <= MaxTargetInFlight) {
 		p.add(field+".target_in_flight_requests", "is %v; set the requests in flight one replica should carry, from %g to %g (such as 2)",
@@ -657,7 +659,7 @@ func validateAutoscaling(p *problems, field string, b Backend) {
 		name string
 		v    float64
 	}{{"metrics_interval_s", a.MetricsIntervalS}, {"look_back_period_s", a.LookBackPeriodS},
-		{"upscale_delay_s", a.UpscaleDelayS}, {"downscale_delay_s", a.DownscaleDelayS}} {
+		{"upscale_delay_s", a.UpscaleDelayS}, {"downscale_delay_s", a.DownscaleDelayS}, {"downscale_to_zero_delay_s", a.DownscaleToZeroDelayS}} {
 		if !(d.v >= 0 && d.v <= MaxAutoscalingSeconds) {
 			p.add(field+"."+d.name, "is %v; set seconds from 0 (the default) to %d", d.v, MaxAutoscalingSeconds)
 		}

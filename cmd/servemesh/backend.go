@@ -185,6 +185,7 @@ type configFlags struct {
 	userConfig                             string
 	as                                     meshspec.AutoscalingConfig
 	upscale, downscale, lookBack, interval time.Duration
+	downscaleToZero                        time.Duration
 	off                                    bool
 	loadAware                              meshspec.LoadAware
 	loadAwareOff                           bool
@@ -206,6 +207,8 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.as.TargetQueued, "autoscale-target-queued", 0, "autoscale a load-aware backend on its queue depth too: requests waiting per replica to aim for (in the pickers and the servers' queues)")
 	fs.DurationVar(&c.upscale, "autoscale-upscale-delay", 0, "autoscale: how long a need for more replicas must last (default "+seconds(meshspec.DefaultUpscaleDelayS)+")")
 	fs.DurationVar(&c.downscale, "autoscale-downscale-delay", 0, "autoscale: how long a need for fewer replicas must last (default "+seconds(meshspec.DefaultDownscaleDelayS)+")")
+	fs.DurationVar(&c.downscaleToZero, "autoscale-downscale-to-zero-delay", 0, "autoscale, with --autoscale-min 0: how long a need for no replica must last before the last goes (default: the downscale delay)")
+	fs.IntVar(&c.as.InitialReplicas, "autoscale-initial", 0, "autoscale: replicas a new backend starts with (default --autoscale-min)")
 	fs.DurationVar(&c.lookBack, "autoscale-look-back", 0, "autoscale: the window the load is averaged over (default "+seconds(meshspec.DefaultLookBackPeriodS)+")")
 	fs.DurationVar(&c.interval, "autoscale-interval", 0, "autoscale: how often the load is read (default "+seconds(meshspec.DefaultMetricsIntervalS)+")")
 	fs.BoolVar(&c.off, "autoscale-off", false, "turn autoscaling off (num_replicas stays where it is)")
@@ -294,6 +297,7 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (meshspec.BackendConfigPatch, err
 		as := c.as
 		as.UpscaleDelayS, as.DownscaleDelayS = c.upscale.Seconds(), c.downscale.Seconds()
 		as.LookBackPeriodS, as.MetricsIntervalS = c.lookBack.Seconds(), c.interval.Seconds()
+		as.DownscaleToZeroDelayS = c.downscaleToZero.Seconds()
 		p.Autoscaling = &as
 	}
 	return p, nil

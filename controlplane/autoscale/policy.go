@@ -99,7 +99,10 @@ func (p *Policy) Decide(cfg meshspec.AutoscalingConfig, current int, now time.Ti
 		p.want, p.wantSince = direction, now
 	}
 	delay := cfg.UpscaleDelayS
-	if direction < 0 {
+	switch {
+	case direction < 0 && desired == 0:
+		delay = cfg.DownscaleToZeroDelayS
+	case direction < 0:
 		delay = cfg.DownscaleDelayS
 	}
 	if now.Sub(p.wantSince) < time.Duration(delay*float64(time.Second)) {

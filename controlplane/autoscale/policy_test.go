@@ -137,3 +137,28 @@ func TestScalesOnQueueDepth(t *testing.T) {
 		}
 	}
 }
+
+// TestTheLastReplicaGoesAfterTheDownscaleToZeroDelay: with min_replicas 0
+// and no load, the last replica goes after downscale_to_zero_delay_s when
+// set, else after downscale_delay_s.
+func TestTheLastReplicaGoesAfterTheDownscaleToZeroDelay(t *testing.T) {
+	for _, c := range []struct {
+		toZero float64
+		want   int // the second of the decision
+	}{{0, 5}, {8, 8}} {
+		z := cfg
+		z.MinReplicas, z.DownscaleToZeroDelayS = 0, c.toZero
+		p, t0, current, decided := &Policy{}, time.Unix(1000, 0), 1, -1
+		for s := range 12 {
+			now := t0.Add(time.Duration(s) * time.Second)
+			p.Observe(Sample{At: now}, 3*time.Second)
+			if n, act := p.Decide(z, current, now); act {
+				current, decided = n, s
+				break
+			}
+		}
+		if current != 0 || decided != c.want {
+			t.Errorf("downscale_to_zero_delay_s %v: %d replicas at second %d, want 0 at %d", c.toZero, current, decided, c.want)
+		}
+	}
+}

@@ -30,7 +30,7 @@ func (c *Controller) CreateBackend(ctx context.Context, spec meshspec.BackendSpe
 	ctx = specsWritten(ctx)
 	b := spec.Backend()
 	if as := b.Config.Autoscaling; as != nil && b.Config.NumReplicas == 0 {
-		b.Config.NumReplicas = as.MinReplicas // an autoscaled backend starts at its minimum
+		b.Config.NumReplicas = as.StartReplicas() // initial_replicas, else its minimum
 	}
 	nodes, err := c.nodes(ctx)
 	if err != nil {
@@ -319,7 +319,7 @@ func prepareApply(current, desired *meshspec.Model, nodes []wire.NodeInfo, now t
 	for i := range next.Backends {
 		d := &next.Backends[i]
 		if as := d.Config.Autoscaling; as != nil && d.Config.NumReplicas == 0 {
-			d.Config.NumReplicas = as.MinReplicas
+			d.Config.NumReplicas = as.StartReplicas()
 		}
 		if j, ok := currentBackends[d.Name]; ok && d.Managed() && current.Backends[j].Managed() {
 			cur := current.Backends[j]

@@ -522,3 +522,30 @@ func TestPlacementCountsNamedResources(t *testing.T) {
 		t.Fatal("the refused backend was created")
 	}
 }
+
+// TestAnAutoscaledBackendStartsAtItsInitialReplicas: created or applied
+// without num_replicas, an autoscaled backend starts at initial_replicas
+// (Ray Serve's), else at min_replicas.
+func TestAnAutoscaledBackendStartsAtItsInitialReplicas(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := MayRunCommands(context.Background())
+	initial := processBackend("initial", 0, 1)
+	initial.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2, InitialReplicas: 3}
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(initial)); err != nil {
+		t.Fatal(err)
+	}
+	minimum := processBackend("minimum", 0, 1)
+	minimum.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 2, MaxReplicas: 4, TargetInFlight: 2}
+	applied := processBackend("applied", 0, 1)
+	applied.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 4, TargetInFlight: 2, InitialReplicas: 2}
+	file := &meshspec.Model{Backends: []meshspec.Backend{initial, minimum, applied}}
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"initial": 3, "minimum": 2, "applied": 2} {
+		if b, _ := c.GetBackend(name); b.Config.NumReplicas != want || len(b.Placements) != want {
+			t.Errorf("%s starts at %d replicas (%d placed), want %d", name, b.Config.NumReplicas, len(b.Placements), want)
+		}
+	}
+}
