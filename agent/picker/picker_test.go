@@ -496,7 +496,8 @@ func TestPickerLearnsLoadedModelsFromTheServer(t *testing.T) {
 	srv := httptest.NewServer(server)
 	t.Cleanup(srv.Close)
 	for _, model := range []string{"a", "b"} { // loaded from outside the picker's view
-		resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"`+model+`","prompt":"hi"}`))
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(`{"model":"`+model+`","prompt":"hi"}`))
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
