@@ -5,10 +5,12 @@ package e2e
 import (
 	"context"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +117,60 @@ func TestPythonBackend(t *testing.T) {
 		return true
 	})
 	checkSplitAndMirror(t, mesh.n1, url, 400, "pyb", 0.25, "pyc", 0.5)
+}
+
+// TestPythonMultiplexedModels: Python replicas whose model class uses
+// servemesh.replica's multiplexed (Ray Serve's @serve.multiplexed: two
+// models held per replica, loaded by the serve_multiplexed_model_id each
+// request names), on the default mesh (mTLS, two nodes), with the
+// backend's max_models_per_replica: each node's picker sends a model's
+// requests to a replica that holds it (what it sent there, and what the
+// runtime lists at /-/metrics), and calling nodes hash the model to the
+// node. Four models through both nodes, 40 requests: each model settles
+// on one replica, so few loads.
+func TestPythonMultiplexedModels(t *testing.T) {
+	python, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		t.Fatalf("the system's python3 runs the replicas: %v", err)
+	}
+	runtime, _ := filepath.Abs("../clients/python/src/servemesh/replica.py")
+	src, _ := filepath.Abs("../clients/python/src")
+	models, _ := filepath.Abs("testdata/pymodel")
+	mesh := startTwoNodeMeshWith(t, "pymux", nil, []string{"--allow-command", python})
+	mesh.createBackends(t, meshspec.Backend{Name: "pymx",
+		Process: &meshspec.ProcessSpec{Command: python, HealthPath: "/-/healthz",
+			Args: []string{runtime, "--path", src, "--path", models, "--host", "${HOST}", "--port", "${PORT}", "adapters:Adapters"}},
+		Config: meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.5,
+			LoadAware: &meshspec.LoadAware{PromptAffinity: true, MaxModelsPerReplica: 2, MetricsPath: "/-/metrics"}}})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "pymx", Route: "/pymx", Methods: []string{"GET", "POST"},
+		Traffic: map[string]float64{"pymx": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	mesh.waitPassing(t, "pymx", 4, "http://"+mesh.n1.public+"/pymx")
+	loads, replicas := 0, map[string]map[string]bool{} // model: the replicas that answered it
+	for i := range 40 {
+		model := fmt.Sprintf("adapter-%d", (i*3)%4)
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+[]*mtlsNode{mesh.n1, mesh.n2}[i%2].public+"/pymx",
+			strings.NewReader(`{"prompt":"hi"}`))
+		req.Header.Set("serve_multiplexed_model_id", model)
+		var a struct {
+			Replica string `json:"replica"`
+			Model   string `json:"model"`
+			Loaded  bool   `json:"loaded_model"`
+		}
+		if err := doJSON(req, &a); err != nil || a.Model != model {
+			t.Fatalf("request %d for %s: %+v, %v", i, model, a, err)
+		}
+		if a.Loaded {
+			loads++
+		}
+		if replicas[model] == nil {
+			replicas[model] = map[string]bool{}
+		}
+		replicas[model][a.Replica] = true
+	}
+	if loads > 8 {
+		t.Errorf("the Python replicas loaded a model %d times for 40 requests of 4 models, want at most 8 (each model settling on one replica); replicas by model: %v", loads, replicas)
+	}
+	t.Logf("%d model loads for 40 requests of 4 models on 4 Python replicas holding two each; replicas by model: %v", loads, replicas)
 }

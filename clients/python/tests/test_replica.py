@@ -182,3 +182,44 @@ def test_runs_as_a_module(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+class Adapters:
+    """Ray Serve's multiplexing: a model per id, two held at a time."""
+
+    def __init__(self):
+        self.loads = []
+        self.dropped = []
+
+    @replica.multiplexed(max_num_models_per_replica=2)
+    def get_model(self, model_id):
+        self.loads.append(model_id)
+        time.sleep(0.05)  # a load takes time: concurrent requests for it wait
+        owner = self
+
+        class Loaded:
+            def __del__(self):
+                owner.dropped.append(model_id)
+
+        return Loaded()
+
+    def __call__(self, request):
+        self.get_model()
+        return {"model": replica.get_multiplexed_model_id()}
+
+
+def test_multiplexed_models_load_once_and_least_recent_go(serve):
+    model = Adapters()
+    url = serve(model)
+    header = lambda m: {replica.MODEL_ID_HEADER: m}
+    with ThreadPoolExecutor(6) as pool:  # six requests for one model: one load
+        answers = list(pool.map(lambda _: json.loads(call(url + "/", "POST", {}, header("a"))[2]), range(6)))
+    assert answers == [{"model": "a"}] * 6 and model.loads == ["a"]
+    for m in ("b", "a", "c"):  # c drops b, the least recently used
+        assert json.loads(call(url + "/", "POST", {}, header(m))[2]) == {"model": m}
+    assert model.loads == ["a", "b", "c"] and model.dropped == ["b"]
+    status, ctype, body = call(url + replica.METRICS_PATH)
+    assert status == 200 and ctype.startswith("text/plain")
+    assert 'vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,c",waiting_lora_adapters=""}' in body.decode()
+    status, _, _ = call(url + "/", "POST", {})  # no model id: the method refuses
+    assert status == 500

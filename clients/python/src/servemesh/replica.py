@@ -16,9 +16,16 @@ sets:
   the instance's reconfigure method (Ray Serve's): the backend's process
   reconfigure_path; the agent posts it on start and on every change, with
   the replica's secret ($SERVEMESH_RECONFIGURE_TOKEN), and nobody else may;
+- GET /-/metrics lists the models the instance's multiplexed methods
+  hold, as vLLM's vllm:lora_requests_info gauge, which the node's picker
+  reads (the backend's load_aware metrics_path);
 - any other request calls the instance with a Request. A method decorated
   with servemesh.replica.batch receives a list of Requests instead, up to
-  max_batch_size at a time (Ray Serve's accept_batch).
+  max_batch_size at a time (Ray Serve's accept_batch). A method decorated
+  with servemesh.replica.multiplexed loads a model by its id and keeps
+  the last max_num_models_per_replica loaded (Ray Serve's
+  serve.multiplexed); get_multiplexed_model_id() is the id the request
+  being served names (its serve_multiplexed_model_id header).
 
 What the instance returns is the answer: a Response, bytes or str (as
 text), or anything else as JSON. An exception answers 500 and is printed
@@ -49,10 +56,13 @@ import threading
 import time
 import traceback
 import urllib.parse
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional
 
 HEALTH_PATH = "/-/healthz"
+METRICS_PATH = "/-/metrics"
+MODEL_ID_HEADER = "serve_multiplexed_model_id"
 RECONFIGURE_PATH = "/-/reconfigure"
 RECONFIGURE_TOKEN_ENV = "SERVEMESH_RECONFIGURE_TOKEN"
 RECONFIGURE_TOKEN_HEADER = "x-servemesh-reconfigure-token"
@@ -189,6 +199,106 @@ def batch(_fn: Optional[Callable] = None, *, max_batch_size: int = 8, batch_wait
     return decorate(_fn) if _fn is not None else decorate
 
 
+_request = threading.local()  # the model id of the request this thread serves
+
+
+def get_multiplexed_model_id() -> str:
+    """The model id the request being served names (its
+    serve_multiplexed_model_id header, Ray Serve's), or ""."""
+    return getattr(_request, "model_id", "")
+
+
+class _Models:
+    """A replica's loaded models of one multiplexed method, the least
+    recently used dropped first (released, as Ray Serve drops them): one
+    load per model at a time, others waiting for it."""
+
+    def __init__(self, load: Callable[[str], Any], capacity: int):
+        self.load, self.capacity = load, capacity
+        self.lock = threading.Lock()
+        self.models: "OrderedDict[str, Any]" = OrderedDict()
+        self.loading: Dict[str, threading.Event] = {}
+
+    def get(self, model_id: str) -> Any:
+        while True:
+            with self.lock:
+                if model_id in self.models:
+                    self.models.move_to_end(model_id)
+                    return self.models[model_id]
+                done = self.loading.get(model_id)
+                if done is None:
+                    done = self.loading[model_id] = threading.Event()
+                    break
+            done.wait()  # another thread loads it
+        try:
+            model = self.load(model_id)
+        finally:
+            with self.lock:
+                del self.loading[model_id]
+            done.set()
+        with self.lock:
+            self.models[model_id] = model
+            while len(self.models) > self.capacity:
+                self.models.popitem(last=False)  # released: its __del__ runs once nothing else holds it
+        return model
+
+    def ids(self) -> List[str]:
+        with self.lock:
+            return list(self.models)
+
+
+def multiplexed(_fn: Optional[Callable] = None, *, max_num_models_per_replica: int = 3):
+    """Makes a method that loads a model by its id keep the last
+    max_num_models_per_replica loaded, and load each at most once at a
+    time (Ray Serve's serve.multiplexed). Called with no id, it loads the
+    one the request names (get_multiplexed_model_id). Set the backend's
+    load_aware max_models_per_replica to the same number and its
+    metrics_path to /-/metrics, and each node's picker sends a model's
+    requests to a replica holding it."""
+    if max_num_models_per_replica < 1:
+        raise ValueError("max_num_models_per_replica must be at least 1")
+
+    def decorate(fn: Callable) -> Callable:
+        attr = "_servemesh_models_" + fn.__name__
+        lock = threading.Lock()
+
+        @functools.wraps(fn)
+        def get(self: Any, model_id: Optional[str] = None) -> Any:
+            model_id = model_id or get_multiplexed_model_id()
+            if not model_id:
+                raise ValueError(f"{fn.__name__}: no model id: the request names none in its {MODEL_ID_HEADER} header")
+            models = self.__dict__.get(attr)
+            if models is None:
+                with lock:
+                    models = self.__dict__.get(attr)
+                    if models is None:
+                        models = _Models(lambda i: fn(self, i), max_num_models_per_replica)
+                        self.__dict__[attr] = models
+            return models.get(model_id)
+
+        get.servemesh_multiplexed = max_num_models_per_replica  # type: ignore[attr-defined]
+        return get
+
+    return decorate(_fn) if _fn is not None else decorate
+
+
+def _loaded_models(instance: Any) -> List[str]:
+    """The models instance's multiplexed methods hold."""
+    out: List[str] = []
+    for key, value in vars(instance).items() if hasattr(instance, "__dict__") else []:
+        if key.startswith("_servemesh_models_") and isinstance(value, _Models):
+            out += [i for i in value.ids() if i not in out]
+    return out
+
+
+def _metrics(instance: Any) -> Response:
+    ids = ",".join(i.replace("\\", "").replace('"', "").replace("\n", "") for i in _loaded_models(instance))
+    capacity = max([getattr(getattr(type(instance), n, None), "servemesh_multiplexed", 0) for n in dir(type(instance))] + [0])
+    body = ("# TYPE vllm:lora_requests_info gauge\n"
+            f'vllm:lora_requests_info{{max_lora="{capacity}",running_lora_adapters="{ids}",waiting_lora_adapters=""}} {time.time():.3f}\n')
+    return Response(body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
 def load(target: str, paths: Optional[List[str]] = None) -> Any:
     """Makes the instance that module:Class (or module:function) names,
     looking in the folders paths first."""
@@ -265,10 +375,13 @@ def make_server(instance: Any, host: str, port: int) -> ThreadingHTTPServer:
             try:
                 if url.path == HEALTH_PATH:
                     self._answer(_encode("ok"))
+                elif url.path == METRICS_PATH and self.command == "GET":
+                    self._answer(_encode(_metrics(instance)))
                 elif url.path == RECONFIGURE_PATH and self.command == "POST":
                     self._answer(_encode(self._reconfigure(body)))
                 else:
                     req = Request(self.command, url.path, urllib.parse.parse_qs(url.query), dict(self.headers.items()), body)
+                    _request.model_id = self.headers.get(MODEL_ID_HEADER, "")
                     self._answer(_encode(instance(req)))
             except Exception:
                 traceback.print_exc()  # to the replica's log, not the client
