@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"net/http"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -76,16 +74,7 @@ const fairnessRate = 8
 
 // fairnessLoad is how long each run sends requests: FAIRNESS_LOAD_S
 // seconds (bench/inference sets it), 3 by default.
-func fairnessLoad(t *testing.T) time.Duration {
-	if s := os.Getenv("FAIRNESS_LOAD_S"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("FAIRNESS_LOAD_S=%q: want whole seconds", s)
-		}
-		return time.Duration(n) * time.Second
-	}
-	return 3 * time.Second
-}
+func fairnessLoad(t *testing.T) time.Duration { return loadSeconds(t, "FAIRNESS_LOAD_S", 3) }
 
 // burstRun sends, open loop, a steady tenant's requests at rate and a
 // bursting tenant's at ten times it, all of priority 0 (the endpoint

@@ -58,15 +58,19 @@ var vllmGauges = &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm
 
 // inferenceLoad is how long each run of loadAwarePicking sends requests:
 // INFERENCE_LOAD_S seconds (bench/inference sets it), 12 by default.
-func inferenceLoad(t *testing.T) time.Duration {
-	if s := os.Getenv("INFERENCE_LOAD_S"); s != "" {
+func inferenceLoad(t *testing.T) time.Duration { return loadSeconds(t, "INFERENCE_LOAD_S", 12) }
+
+// loadSeconds is how long a load run lasts: env's whole seconds
+// (bench/inference sets them), else def.
+func loadSeconds(t *testing.T, env string, def int) time.Duration {
+	if s := os.Getenv(env); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			t.Fatalf("INFERENCE_LOAD_S=%q: want whole seconds", s)
+			t.Fatalf("%s=%q: want whole seconds", env, s)
 		}
 		return time.Duration(n) * time.Second
 	}
-	return 12 * time.Second
+	return time.Duration(def) * time.Second
 }
 
 // loadAwarePicking: two backends of three replicas each, one replica of

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -177,16 +175,7 @@ func TestPromptWorkload(t *testing.T) {
 
 // promptLoad is how long TestPromptWorkload sends requests: PROMPT_LOAD_S
 // seconds (bench/prompt sets it), 6 by default.
-func promptLoad(t *testing.T) time.Duration {
-	if s := os.Getenv("PROMPT_LOAD_S"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("PROMPT_LOAD_S=%q: want whole seconds", s)
-		}
-		return time.Duration(n) * time.Second
-	}
-	return 6 * time.Second
-}
+func promptLoad(t *testing.T) time.Duration { return loadSeconds(t, "PROMPT_LOAD_S", 6) }
 
 // promptLoop sends chat requests at a fixed rate, open loop, each of a
 // tenant in turn (its system prompt and a new question), alternating

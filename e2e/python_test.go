@@ -71,13 +71,7 @@ func TestPythonClient(t *testing.T) {
 // half mirrored to a third, and one backend's user_config reaching its
 // replicas' reconfigure method.
 func TestPythonBackend(t *testing.T) {
-	python, err := filepath.EvalSymlinks("/usr/bin/python3")
-	if err != nil {
-		t.Fatalf("the system's python3 runs the replicas: %v", err)
-	}
-	runtime, _ := filepath.Abs("../clients/python/src/servemesh/replica.py")
-	src, _ := filepath.Abs("../clients/python/src")
-	models, _ := filepath.Abs("testdata/pymodel")
+	python, runtime, src, models := pythonReplicas(t)
 	mesh := startTwoNodeMeshWith(t, "py", nil, []string{"--allow-command", python})
 	process := func() *meshspec.ProcessSpec {
 		return &meshspec.ProcessSpec{Command: python, HealthPath: "/-/healthz", ReconfigurePath: "/-/reconfigure",
@@ -129,13 +123,7 @@ func TestPythonBackend(t *testing.T) {
 // node. Four models through both nodes, 40 requests: each model settles
 // on one replica, so few loads.
 func TestPythonMultiplexedModels(t *testing.T) {
-	python, err := filepath.EvalSymlinks("/usr/bin/python3")
-	if err != nil {
-		t.Fatalf("the system's python3 runs the replicas: %v", err)
-	}
-	runtime, _ := filepath.Abs("../clients/python/src/servemesh/replica.py")
-	src, _ := filepath.Abs("../clients/python/src")
-	models, _ := filepath.Abs("testdata/pymodel")
+	python, runtime, src, models := pythonReplicas(t)
 	mesh := startTwoNodeMeshWith(t, "pymux", nil, []string{"--allow-command", python})
 	mesh.createBackends(t, meshspec.Backend{Name: "pymx",
 		Process: &meshspec.ProcessSpec{Command: python, HealthPath: "/-/healthz",
@@ -173,4 +161,18 @@ func TestPythonMultiplexedModels(t *testing.T) {
 		t.Errorf("the Python replicas loaded a model %d times for 40 requests of 4 models, want at most 8 (each model settling on one replica); replicas by model: %v", loads, replicas)
 	}
 	t.Logf("%d model loads for 40 requests of 4 models on 4 Python replicas holding two each; replicas by model: %v", loads, replicas)
+}
+
+// pythonReplicas are what Python replicas run: the system's python3, the
+// replica runtime, its package's folder and the test models' folder.
+func pythonReplicas(t *testing.T) (python, runtime, src, models string) {
+	t.Helper()
+	python, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		t.Fatalf("the system's python3 runs the replicas: %v", err)
+	}
+	runtime, _ = filepath.Abs("../clients/python/src/servemesh/replica.py")
+	src, _ = filepath.Abs("../clients/python/src")
+	models, _ = filepath.Abs("testdata/pymodel")
+	return python, runtime, src, models
 }

@@ -42,26 +42,20 @@ func (p *Policy) latest() float64 {
 }
 
 // Average is the mean in-flight count over the samples kept.
-func (p *Policy) Average() float64 {
-	if len(p.samples) == 0 {
-		return 0
-	}
-	sum := 0.0
-	for _, s := range p.samples {
-		sum += s.InFlight
-	}
-	return sum / float64(len(p.samples))
-}
+func (p *Policy) Average() float64 { return p.mean(func(s Sample) float64 { return s.InFlight }) }
 
 // AverageWaiting is the mean count of requests waiting over the samples
 // kept.
-func (p *Policy) AverageWaiting() float64 {
+func (p *Policy) AverageWaiting() float64 { return p.mean(func(s Sample) float64 { return s.Waiting }) }
+
+// mean is the mean of figure over the samples kept, 0 with none.
+func (p *Policy) mean(figure func(Sample) float64) float64 {
 	if len(p.samples) == 0 {
 		return 0
 	}
 	sum := 0.0
 	for _, s := range p.samples {
-		sum += s.Waiting
+		sum += figure(s)
 	}
 	return sum / float64(len(p.samples))
 }
