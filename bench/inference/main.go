@@ -4,7 +4,7 @@
 // runs e2e TestInferenceServing's first part -runs times with -seconds of
 // load, and prints each run's figures and their medians.
 //
-//	go run ./bench/inference [-runs 3] [-seconds 30] [-workload slow-replica|prompts|fairness]
+//	go run ./bench/inference [-runs 3] [-seconds 30] [-workload slow-replica|prompts|fairness|multiplexing]
 //
 // Each run: two backends of three stand-in model servers (a batch of 4,
 // 20 ms alone, slower as the batch grows), one replica of each three times
@@ -28,6 +28,11 @@
 // backend's tenant_header (tenants take turns while requests wait) and
 // once without (first come first served); it prints each tenant's times
 // to first byte.
+//
+// With -workload multiplexing it runs e2e TestMultiplexingWorkload: eight
+// models at 40 requests a second on four stand-in servers that hold two
+// each, picked with max_models_per_replica and by least requests; it
+// prints each one's model loads per 1,000 requests.
 package main
 
 import (
@@ -46,7 +51,7 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of the comparison")
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
-	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches) or fairness (one tenant bursting at ten times another's rate)")
+	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches) fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
 	flag.Parse()
 	switch *workload {
 	case "prompts":
@@ -54,6 +59,9 @@ func main() {
 		return
 	case "fairness":
 		fairness(*runs, *seconds)
+		return
+	case "multiplexing":
+		multiplexing(*runs, *seconds)
 		return
 	}
 	figures := map[string]map[string][]float64{} // picker -> figure -> values
@@ -159,6 +167,28 @@ func fairness(runs, seconds int) {
 		f := figures[mode]
 		fmt.Printf("%-6s %14.1f %14.1f %14.1f %14.1f %14.1f\n", mode, median(f["steady_p50_ms"]), median(f["steady_p99_ms"]),
 			median(f["burst_p50_ms"]), median(f["burst_p99_ms"]), median(f["urgent_p50_ms"]))
+	}
+}
+
+// multiplexing runs TestMultiplexingWorkload runs times and prints each
+// run's figures and their medians.
+func multiplexing(runs, seconds int) {
+	loads := map[string][]float64{}
+	for i := range runs {
+		out, err := runTest("TestMultiplexingWorkload", "MULTIPLEX_LOAD_S", seconds)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
+			os.Exit(1)
+		}
+		for _, line := range benchLines(out, "multiplex") {
+			fmt.Printf("run %d: %s\n", i+1, line["raw"])
+			v, _ := strconv.ParseFloat(line["loads_per_1000"], 64)
+			loads[line["picker"]] = append(loads[line["picker"]], v)
+		}
+	}
+	fmt.Printf("\nmedians of %d runs of %d s at 40 requests/s, eight models:\n", runs, seconds)
+	for _, picker := range []string{"multiplexed", "least-request"} {
+		fmt.Printf("%-14s %6.0f model loads per 1,000 requests\n", picker, median(loads[picker]))
 	}
 }
 
