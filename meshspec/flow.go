@@ -12,8 +12,9 @@ import (
 //   - Each request has an integer priority: its endpoint's Priority, or
 //     lower if the request asks (PriorityHeader); never higher than the
 //     endpoint allows, whatever it says.
-//   - A request of priority 0 or more waits on the node for a replica, at
-//     most the backend's QueueTimeoutS; the highest priority waiting goes
+//   - A request of priority 0 or more goes to a replica with fewer than
+//     max_concurrent_queries in flight (its server queues it), else waits
+//     on the node for one, at most the backend's QueueTimeoutS; the highest priority waiting goes
 //     first, and within a priority the tenants (the backend's
 //     TenantHeader) take turns, so that one tenant's burst cannot starve
 //     another of the same priority.

@@ -26,8 +26,11 @@ import (
 // when its requests in flight reach max_concurrent_queries (Envoy queues
 // the rest), its server's queue reaches queue_limit, or its KV cache
 // kv_cache_limit. When every ready replica is saturated, a sheddable
-// request (priority below 0) is refused (429) and the others wait on the
-// node for one, by priority, tenants taking turns (flow.go).
+// request (priority below 0) is refused (429); the others go to the
+// cheapest with requests in flight under max_concurrent_queries (its
+// server queues them, as before the picker) or, when every one has that
+// many in flight, wait on the node for one, by priority, tenants taking
+// turns (flow.go).
 //
 // For the calling nodes, which pick a node before this picks a replica,
 // the picker adds an ORCA load report to each answer (Report): requests
@@ -167,7 +170,10 @@ func (p *Picker) pick(backend string, req request) (choice, *waiter) {
 // place picks the replica of backend that takes req if one is free: the
 // one that served its conversation while that one is ready and not
 // saturated, else the policy's choice (scoring.ChooseFree) given how much
-// of the prompt each replica is expected to hold. It counts the request
+// of the prompt each replica is expected to hold; with every replica
+// saturated, a request of priority 0 or more still goes to the cheapest
+// whose requests in flight are under max_concurrent_queries
+// (scoring.ChooseWithRoom: its server queues it). It counts the request
 // in flight there until done; the replica is then expected to hold the
 // prompt, and the conversation. With no ready replica, the choice is
 // none (Envoy picks). Called with mu held.
@@ -188,7 +194,11 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 			loads[i].ModelMiss = r.models.miss(req.model, limits.MaxModels)
 		}
 	}
-	i := scoring.ChooseFree(loads, limits, known, p.now(), p.typicalTTFB(backend))
+	now, typical := p.now(), p.typicalTTFB(backend)
+	i := scoring.ChooseFree(loads, limits, known, now, typical)
+	if i < 0 && req.priority >= 0 {
+		i = scoring.ChooseWithRoom(loads, limits, now, typical)
+	}
 	if i < 0 {
 		return choice{}, false
 	}

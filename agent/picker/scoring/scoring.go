@@ -136,15 +136,30 @@ func Typical(replicas []Replica) time.Duration {
 }
 
 // ChooseFree picks among ready replicas the cheapest that is not
-// saturated, or -1 when every one is (or none is ready): the request then
-// waits or is shed (the picker's flow control). With no limits known (the
-// backend is not in the desired state yet), no replica counts as
-// saturated. typical is Typical of the backend's replicas on the node.
+// saturated, or -1 when every one is (or none is ready). With no limits
+// known (the backend is not in the desired state yet), no replica counts
+// as saturated. typical is Typical of the backend's replicas on the node.
 // Among equals the first wins, so callers pass replicas in a stable order.
 func ChooseFree(ready []Replica, l Limits, known bool, now time.Time, typical time.Duration) int {
+	return cheapest(ready, now, typical, func(r Replica) bool { return !known || !r.Saturated(l, now) })
+}
+
+// ChooseWithRoom picks, when every replica is saturated, the cheapest
+// that still has room by the node's own count (requests in flight under
+// max_concurrent_queries) though its server's figures saturate it: the
+// server queues the request, as it would without the picker. -1 when
+// every one has max_concurrent_queries in flight: the request then waits
+// on the node (the picker's flow control) or is shed.
+func ChooseWithRoom(ready []Replica, l Limits, now time.Time, typical time.Duration) int {
+	return cheapest(ready, now, typical, func(r Replica) bool { return r.InFlight < l.MaxInFlight })
+}
+
+// cheapest is the index of the cheapest of ready that ok takes, -1 for
+// none; among equals the first.
+func cheapest(ready []Replica, now time.Time, typical time.Duration, ok func(Replica) bool) int {
 	best, bestCost := -1, math.Inf(1)
 	for i, r := range ready {
-		if known && r.Saturated(l, now) {
+		if !ok(r) {
 			continue
 		}
 		if cost := r.Cost(now, typical); best < 0 || cost < bestCost {

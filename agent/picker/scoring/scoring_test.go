@@ -89,3 +89,17 @@ func TestNodeReport(t *testing.T) {
 		t.Fatalf("header %q", h)
 	}
 }
+
+// TestChooseWithRoom: with every replica saturated, a critical request
+// goes to the cheapest whose node counts room under max_concurrent_queries
+// whatever its server reports; none when every one is full by the count.
+func TestChooseWithRoom(t *testing.T) {
+	limits := Limits{MaxInFlight: 4, QueueLimit: 5}
+	full := Server{At: now, Waiting: 5, HasWaiting: true}
+	if got := ChooseWithRoom([]Replica{{TTFB: ms(10), InFlight: 4}, {TTFB: ms(20), InFlight: 1, Server: full}}, limits, now, ms(10)); got != 1 {
+		t.Errorf("ChooseWithRoom = %d; want 1, the one with room by the count though its queue is full", got)
+	}
+	if got := ChooseWithRoom([]Replica{{TTFB: ms(10), InFlight: 4}, {TTFB: ms(20), InFlight: 4}}, limits, now, ms(10)); got != -1 {
+		t.Errorf("ChooseWithRoom = %d; want -1: every one at max_concurrent_queries", got)
+	}
+}
