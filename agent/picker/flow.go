@@ -10,8 +10,9 @@ import (
 )
 
 // Flow control (meshspec/flow.go says what users write): while every ready
-// replica of a backend on the node is saturated, requests of priority 0 or
-// more wait here, in bands by priority, each band a ring of tenants with a
+// replica of a backend on the node is saturated and has
+// max_concurrent_queries in flight, requests of priority 0 or more wait
+// here, in bands by priority, each band a ring of tenants with a
 // queue of their own. A replica that frees takes the first request of the
 // next tenant in turn in the highest band (dispatch), so a tenant sending
 // ten times another's rate gets no more turns than it. Requests of
@@ -22,7 +23,6 @@ import (
 type waiter struct {
 	req     request
 	backend string
-	since   time.Time
 	// picked receives the replica once dispatched (buffered: dispatch
 	// never blocks); queued says whether it still waits in its queue.
 	picked chan choice

@@ -154,7 +154,7 @@ func (p *Picker) pick(backend string, req request) (choice, *waiter) {
 	if req.priority < 0 {
 		return choice{shed: true, why: shedSaturated}, nil
 	}
-	w := &waiter{req: req, backend: backend, since: p.now(), picked: make(chan choice, 1)}
+	w := &waiter{req: req, backend: backend, picked: make(chan choice, 1)}
 	if q.len() >= flow.EffectiveMaxQueued() {
 		v := q.victim(w)
 		if v == nil {
