@@ -156,6 +156,26 @@ type Endpoint struct {
 	// AffinityHeaders are those backends' session and model headers,
 	// sorted: the route hashes them, in order, before the prompt.
 	AffinityHeaders []string `json:"affinity_headers,omitempty"`
+	// AffinityNodes are those backends' nodes, by name: where the calling
+	// node's picker places each prefix (bounded loads over the nodes'
+	// replicas, agent/picker/placement), so the nodes' caches hold what
+	// they can. Sorted by backend.
+	AffinityNodes []AffinityBackend `json:"affinity_nodes,omitempty"`
+}
+
+// AffinityBackend is a prompt-affinity backend's nodes, each by its
+// inbound listener, sorted.
+type AffinityBackend struct {
+	Name  string      `json:"name"`
+	Nodes []NodeShare `json:"nodes"`
+}
+
+// NodeShare is a node's share of a backend: its inbound listener
+// (IP:port) and how many of the backend's replicas it runs, whatever
+// their health (Envoy skips a node that has no healthy one).
+type NodeShare struct {
+	Inbound  string `json:"inbound"`
+	Replicas int    `json:"replicas"`
 }
 
 // Headless reports whether e has no public route.
@@ -232,6 +252,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 		maps.Equal(e.Traffic, o.Traffic) && maps.Equal(e.Shadows, o.Shadows) &&
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
 		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
+		slices.EqualFunc(e.AffinityNodes, o.AffinityNodes, func(a, b AffinityBackend) bool { return a.Name == b.Name && slices.Equal(a.Nodes, b.Nodes) }) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

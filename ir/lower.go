@@ -54,6 +54,9 @@ func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
 		for _, name := range out.backends() {
 			if b, ok := dp.Backend(name); ok && b.PromptAffinity {
 				out.PromptAffinity = true
+				if !slices.ContainsFunc(out.AffinityNodes, func(a AffinityBackend) bool { return a.Name == name }) {
+					out.AffinityNodes = append(out.AffinityNodes, AffinityBackend{Name: name, Nodes: b.nodeShares()})
+				}
 				for _, h := range []string{b.SessionHeader, b.ModelHeader} {
 					if h != "" && !slices.Contains(out.AffinityHeaders, h) {
 						out.AffinityHeaders = append(out.AffinityHeaders, h)
@@ -62,6 +65,7 @@ func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
 			}
 		}
 		slices.Sort(out.AffinityHeaders)
+		slices.SortFunc(out.AffinityNodes, func(a, b AffinityBackend) int { return strings.Compare(a.Name, b.Name) })
 		dp.Endpoints = append(dp.Endpoints, out)
 	}
 	slices.SortFunc(dp.Endpoints, func(a, b Endpoint) int { return strings.Compare(a.Name, b.Name) })
@@ -83,6 +87,22 @@ func reach(b meshspec.Backend, o Options) Reach {
 	default:
 		return ReachAddress
 	}
+}
+
+// nodeShares are b's nodes, each by its inbound listener with its
+// replicas, sorted.
+func (b Backend) nodeShares() []NodeShare {
+	count := map[string]int{}
+	for _, r := range b.Replicas {
+		if r.Inbound != "" {
+			count[r.Inbound]++
+		}
+	}
+	out := make([]NodeShare, 0, len(count))
+	for _, in := range slices.Sorted(maps.Keys(count)) {
+		out = append(out, NodeShare{Inbound: in, Replicas: count[in]})
+	}
+	return out
 }
 
 func lowerBackend(b meshspec.Backend, o Options) Backend {

@@ -1,11 +1,13 @@
 package picker
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/servemesh/servemesh/agent/nodeview"
+	"github.com/servemesh/servemesh/agent/picker/placement"
 	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/agent/picker/scoring"
 )
@@ -54,6 +56,12 @@ type Picker struct {
 	rates    map[string]*rate        // completions, by backend
 	sessions *sessions               // conversations' replicas
 	queues   map[string]*flowQueue   // requests waiting, by backend
+	// placements are, for the backends this node calls with prompt
+	// affinity, which of their nodes each affinity key goes to.
+	placements map[string]*placement.Table
+	// spreads are, for the backends with replicas here, which replica
+	// each prompt's prefix went to (its first AffinityBlocks blocks).
+	spreads map[string]*placement.Table
 }
 
 // replicaLoad is what the picker knows of one replica: which it is, and
@@ -71,7 +79,7 @@ type replicaLoad struct {
 // New returns a picker for the backends of desired, the node's view of the
 // latest desired state (nil: none yet).
 func New(desired func() *nodeview.View) *Picker {
-	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}, sessions: newSessions(), queues: map[string]*flowQueue{}}
+	return &Picker{desired: desired, now: time.Now, replicas: map[string]*replicaLoad{}, rates: map[string]*rate{}, sessions: newSessions(), queues: map[string]*flowQueue{}, placements: map[string]*placement.Table{}, spreads: map[string]*placement.Table{}}
 }
 
 // Track starts following a replica the agent runs, not ready yet.
@@ -185,25 +193,29 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 	if c, ok := p.sessionReplica(backend, req, ready, limits, known); ok {
 		return c, true
 	}
-	blocks := req.blocks
-	for i, r := range ready {
-		if len(blocks) > 0 {
-			loads[i].PrefixHit = float64(r.cache.Match(blocks)) / float64(len(blocks))
-		}
-		if req.model != "" && limits.MaxModels > 0 {
+	now, typical := p.now(), p.typicalTTFB(backend)
+	p.expectPrompt(req.blocks, ready, loads)
+	if req.model != "" && limits.MaxModels > 0 {
+		for i, r := range ready {
 			loads[i].ModelMiss = r.models.miss(req.model, limits.MaxModels)
 		}
 	}
-	now, typical := p.now(), p.typicalTTFB(backend)
 	i := scoring.ChooseFree(loads, limits, known, now, typical)
+	key, keyed := affinityKey(req.blocks)
+	if keyed && i >= 0 {
+		i = p.promptHome(backend, key, ready, loads, i, limits, known, now)
+	}
 	if i < 0 && req.priority >= 0 {
 		i = scoring.ChooseWithRoom(loads, limits, now, typical)
 	}
 	if i < 0 {
 		return choice{}, false
 	}
+	if keyed {
+		p.spread(backend).Assign(key, ready[i].tag, now)
+	}
 	ready[i].InFlight++
-	ready[i].cache.Add(blocks)
+	ready[i].cache.Add(req.blocks)
 	if req.model != "" && limits.MaxModels > 0 {
 		ready[i].models.use(req.model, limits.MaxModels)
 	}
@@ -211,6 +223,32 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 		p.sessions.served(backend, req.session, ready[i].tag)
 	}
 	return choice{replica: ready[i]}, true
+}
+
+// expectPrompt sets how much of a prompt of blocks each ready replica is
+// expected to hold (loads' PrefixHit): what the picker sent it lately
+// (its cache).
+func (p *Picker) expectPrompt(blocks []uint64, ready []*replicaLoad, loads []scoring.Replica) {
+	if len(blocks) == 0 {
+		return
+	}
+	for i, r := range ready {
+		loads[i].PrefixHit = float64(r.cache.Match(blocks)) / float64(len(blocks))
+	}
+}
+
+// promptHome is the replica that takes a prompt of key, the cheapest
+// being ready[cheapest]: its home (placement.Table: where its requests
+// went, or for a prompt new here its place among the replicas, as many
+// prompts on each), if ready, not saturated and not too busy
+// (scoring.KeepsHome); else the cheapest. Called with mu held.
+func (p *Picker) promptHome(backend, key string, ready []*replicaLoad, loads []scoring.Replica, cheapest int, limits scoring.Limits, known bool, now time.Time) int {
+	home := p.spread(backend).Home(key, replicaNodes(ready), now)
+	j := slices.IndexFunc(ready, func(r *replicaLoad) bool { return r.tag == home })
+	if j < 0 || (known && loads[j].Saturated(limits, now)) || !scoring.KeepsHome(loads[j], loads[cheapest], now) {
+		return cheapest
+	}
+	return j
 }
 
 // sessionReplica is the pick of the replica that served req's

@@ -518,3 +518,121 @@ func TestPickerLearnsLoadedModelsFromTheServer(t *testing.T) {
 		t.Errorf("model z went to %+v, want a replica with room for it", c.replica)
 	}
 }
+
+// TestPickerSpreadsNewPrompts: prompts no replica holds go to their
+// places among the replicas, as many on each (placement.Table), not all
+// to the cheapest: nine prompts over three idle replicas, three each.
+func TestPickerSpreadsNewPrompts(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{})
+	got := map[string]int{}
+	for i := range 9 {
+		blocks := prefix.Blocks([]byte(strings.Repeat(fmt.Sprintf("tenant %d. ", i), 8*prefix.BlockBytes)), prefix.BlockBytes)
+		c := pickNow(t, p, request{blocks: blocks})
+		p.done(c.replica, 50*time.Millisecond)
+		got[c.replica.tag]++
+	}
+	if len(got) != 3 || got["llama#000001"] != 3 || got["llama#000002"] != 3 {
+		t.Fatalf("nine new prompts by replica: %v, want three on each", got)
+	}
+}
+
+// TestPickerPlacesPromptsOnNodes: asked by an outbound listener whose
+// route lists its backend's nodes (wire.AffinityRouteHeader), the picker
+// names a node for each request in dynamic metadata (PromptNodeKey):
+// twelve prompts, each seen a few times, six on each of two nodes, each
+// prompt on one; a request naming its conversation (the route's header)
+// keeps one node whatever its prompt.
+func TestPickerPlacesPromptsOnNodes(t *testing.T) {
+	p, now := testPicker(t, &meshspec.LoadAware{})
+	client, ctx := pickerClient(t, p)
+	route, err := wire.AffinityRoute{Headers: []string{"x-session-id"}, Backends: []wire.AffinityBackend{{Name: "llama", Nodes: []wire.AffinityNode{
+		{Inbound: "10.0.0.1:21000", Replicas: 2}, {Inbound: "10.0.0.2:21000", Replicas: 2}}}}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(session, body string) string {
+		t.Helper()
+		stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.PickerPromptHeader, "1", wire.AffinityRouteHeader, route))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = stream.CloseSend() }()
+		headers := &extproc.HttpHeaders{Headers: &core.HeaderMap{}}
+		if session != "" {
+			headers.Headers.Headers = []*core.HeaderValue{{Key: "x-session-id", RawValue: []byte(session)}}
+		}
+		node := ""
+		for _, req := range []*extproc.ProcessingRequest{
+			{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: headers}},
+			{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: []byte(body), EndOfStream: true}}},
+		} {
+			if err := stream.Send(req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := resp.GetDynamicMetadata().GetFields()[wire.PickerNamespace].GetStructValue().GetFields()[wire.PromptNodeKey]; v != nil {
+				node = v.GetStringValue()
+			}
+		}
+		return node
+	}
+	prompt := func(tenant, question int) string {
+		return fmt.Sprintf(`{"messages":[{"role":"system","content":%q},{"role":"user","content":"question %d"}]}`, strings.Repeat(fmt.Sprintf("Tenant %d answers. ", tenant), 20), question)
+	}
+	var nodes map[int]string
+	for round := range 3 {
+		nodes = map[int]string{}
+		for tenant := range 12 {
+			nodes[tenant] = ask("", prompt(tenant, round))
+			*now = now.Add(time.Second) // one a second: none spills
+		}
+	}
+	count := map[string]int{}
+	for _, n := range nodes {
+		count[n]++
+	}
+	if count["10.0.0.1:21000"] != 6 || count["10.0.0.2:21000"] != 6 {
+		t.Fatalf("twelve prompts' nodes %v, want six on each", count)
+	}
+	first := ask("conversation-1", prompt(0, 0))
+	for i := range 5 {
+		*now = now.Add(time.Second)
+		if got := ask("conversation-1", prompt(100+i, i)); got != first || got == "" {
+			t.Fatalf("turn %d of a conversation went to %q, its first to %q", i, got, first)
+		}
+	}
+}
+
+// TestAPromptKeepsItsHomeThoughItWasSlowFirst: a prompt's first request,
+// a full prefill, makes its replica's time to first byte ten times the
+// others'; its next requests still go there (its home), until that
+// replica has four times the requests pending of the cheapest
+// (scoring.HomeLoad).
+func TestAPromptKeepsItsHomeThoughItWasSlowFirst(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{})
+	p.mu.Lock()
+	for _, r := range p.replicas {
+		r.TTFB = 5 * time.Millisecond
+	}
+	p.mu.Unlock()
+	blocks := prefix.Blocks([]byte(strings.Repeat("a long system prompt. ", 4*prefix.BlockBytes)), prefix.BlockBytes)
+	first := pickNow(t, p, request{blocks: blocks})
+	p.done(first.replica, 50*time.Millisecond)
+	for i := range 3 {
+		c := pickNow(t, p, request{blocks: blocks})
+		if c.replica != first.replica {
+			t.Fatalf("request %d of the prompt went to %s, not its home %s (slower by its first, cold, request)", i, c.replica.tag, first.replica.tag)
+		}
+		p.done(c.replica, 5*time.Millisecond)
+	}
+	// Two in flight at home (max_concurrent_queries 2: saturated): the
+	// next goes elsewhere.
+	pickNow(t, p, request{blocks: blocks})
+	pickNow(t, p, request{blocks: blocks})
+	if c := pickNow(t, p, request{blocks: blocks}); c.replica == first.replica {
+		t.Fatalf("a saturated home took the prompt's request")
+	}
+}

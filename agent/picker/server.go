@@ -94,7 +94,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 	backend, withBody, sessionHeader, modelHeader, tenantHeader := "", false, "", "", ""
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		if len(md.Get(wire.PickerPromptHeader)) > 0 {
-			return prompt(stream)
+			return s.prompt(stream, md)
 		}
 		if v := md.Get(wire.BackendHeader); len(v) > 0 {
 			backend = v[0]
@@ -196,36 +196,6 @@ func next(stream extproc.ExternalProcessor_ProcessServer) (*extproc.ProcessingRe
 		return nil, nil //nolint:nilerr // Envoy ended the stream: no failure
 	}
 	return req, err
-}
-
-// AffinityBlocks is how many of a prompt's first blocks name its prefix
-// for the calling node's choice of node (wire.PromptAffinityHeader): 256
-// bytes, what requests sharing a system prompt or a conversation share
-// first; a prompt shorter than that has no affinity.
-const AffinityBlocks = 4
-
-// prompt answers an outbound listener's stream: the request's headers go
-// on, its body too, with wire.PromptAffinityHeader set to its prompt's
-// prefix when it has AffinityBlocks blocks.
-func prompt(stream extproc.ExternalProcessor_ProcessServer) error {
-	return answerEach(stream, func(req *extproc.ProcessingRequest) (*extproc.ProcessingResponse, error) {
-		var resp *extproc.ProcessingResponse
-		switch r := req.Request.(type) {
-		case *extproc.ProcessingRequest_RequestHeaders:
-			resp = headersAnswer()
-		case *extproc.ProcessingRequest_RequestBody:
-			resp = bodyAnswer()
-			if blocks := prefix.Blocks(r.RequestBody.GetBody(), prefix.BlockBytes); len(blocks) >= AffinityBlocks {
-				resp.GetRequestBody().Response = &extproc.CommonResponse{HeaderMutation: &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
-					Header:       &core.HeaderValue{Key: wire.PromptAffinityHeader, RawValue: []byte(strconv.FormatUint(blocks[AffinityBlocks-1], 16))},
-					AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, // never the client's own
-				}}}}
-			}
-		default:
-			return nil, fmt.Errorf("picker: asked about %T, which the prompt filter does not send", r)
-		}
-		return resp, nil
-	})
 }
 
 // headersAnswer and bodyAnswer go on answering a request's headers or

@@ -144,12 +144,16 @@ func (loadAwarePicking) inboundCluster(_ ir.Backend, c *cluster.Cluster) error {
 // forNode.)
 func (loadAwarePicking) viaInboundOnly() bool { return true }
 
-// promptAffinity is a prompt-aware backend's node choice: calling nodes
-// hash the prompt's prefix (PromptAffinityHeader, from their picker) to a
-// node with Maglev, loads bounded (no node takes more than
-// promptBalanceFactor percent of the average's requests in flight), so a
-// prefix reaches the node whose replica holds it while that node has
-// room; the node's picker then picks the replica (loadAwarePicking).
+// promptAffinity is a prompt-aware backend's node choice: calling nodes'
+// pickers place each request's affinity key (its prompt's prefix, its
+// conversation or its model) on one of the backend's nodes, as many keys
+// on each as its share of the replicas (agent/picker/placement), and the
+// cluster of nodes takes the node named (override_host) while it is
+// healthy; otherwise, or when none is named, Maglev hashes the key, loads
+// bounded (no node takes more than promptBalanceFactor percent of the
+// average's requests in flight). So a prefix reaches the node whose
+// replica holds it; the node's picker then picks that replica
+// (loadAwarePicking).
 type promptAffinity struct{ backendBase }
 
 func (promptAffinity) name() string                                      { return "prompt_affinity" }
@@ -231,7 +235,7 @@ func (promptPrefixHash) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 	if r.TypedPerFilterConfig == nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{}
 	}
-	r.TypedPerFilterConfig[promptAffinityFilter] = promptFilterOn()
+	r.TypedPerFilterConfig[promptAffinityFilter] = promptFilterOn(e)
 	action := r.GetRoute()
 	// A conversation's own header first, when it has one: it then keeps
 	// its node whatever its prompt (Terminal: Envoy stops at a hash).

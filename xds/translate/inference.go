@@ -366,8 +366,9 @@ const promptAffinityFilter = "servemesh.prompt_affinity"
 const promptBalanceFactor = 150
 
 // promptFilter is the outbound ext_proc filter, off unless a route turns
-// it on (promptFilterOn): it sends the node's picker the request's body
-// (as far as the listener buffers it) and takes back the prefix header.
+// it on (promptFilterOn): it sends the node's picker the request's headers
+// (not its credentials) and body (as far as the listener buffers it), and
+// takes back the affinity key's header and the node chosen for it.
 func promptFilter() (*hcm.HttpFilter, error) {
 	config, err := anypb.New(&extproc.ExternalProcessor{
 		GrpcService: &core.GrpcService{
@@ -385,10 +386,18 @@ func promptFilter() (*hcm.HttpFilter, error) {
 			RequestTrailerMode:  extproc.ProcessingMode_SKIP,
 			ResponseTrailerMode: extproc.ProcessingMode_SKIP,
 		},
-		// The picker reads the body alone; it may set one header.
-		ForwardRules: &extproc.HeaderForwardingRules{AllowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{{
-			MatchPattern: &matcher.StringMatcher_Exact{Exact: wire.PromptAffinityHeader}}}}},
+		// The picker reads the route's session and model headers (which
+		// the route names in the stream's metadata) and the body; never a
+		// request's credentials.
+		ForwardRules: &extproc.HeaderForwardingRules{DisallowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{
+			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "authorization"}},
+			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "proxy-authorization"}},
+			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "cookie"}},
+		}}},
+		// It may set one header, and the node in dynamic metadata.
 		MutationRules: &mutation.HeaderMutationRules{DisallowAll: wrapperspb.Bool(true), AllowExpression: &matcher.RegexMatcher{Regex: wire.PromptAffinityHeader}},
+		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
+			Untyped: []string{wire.PickerNamespace}}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pack prompt affinity filter: %w", err)
@@ -396,23 +405,57 @@ func promptFilter() (*hcm.HttpFilter, error) {
 	return &hcm.HttpFilter{Name: promptAffinityFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
 }
 
-// promptFilterOn turns the prompt-affinity filter on for a route.
-func promptFilterOn() *anypb.Any {
+// promptFilterOn turns the prompt-affinity filter on for e's routes, and
+// tells the picker e's affinity headers and its backends' nodes
+// (wire.AffinityRoute).
+func promptFilterOn(e ir.Endpoint) *anypb.Any {
+	r := wire.AffinityRoute{Headers: e.AffinityHeaders, Backends: make([]wire.AffinityBackend, 0, len(e.AffinityNodes))}
+	for _, b := range e.AffinityNodes {
+		nodes := make([]wire.AffinityNode, 0, len(b.Nodes))
+		for _, n := range b.Nodes {
+			nodes = append(nodes, wire.AffinityNode{Inbound: n.Inbound, Replicas: n.Replicas})
+		}
+		r.Backends = append(r.Backends, wire.AffinityBackend{Name: b.Name, Nodes: nodes})
+	}
+	overrides := &extproc.ExtProcOverrides{}
+	// Too many nodes to list (more than wire.MaxAffinityRouteBytes): the
+	// picker then names none, and Maglev alone picks the node.
+	if v, err := r.Encode(); err == nil {
+		overrides.GrpcInitialMetadata = []*core.HeaderValue{{Key: wire.AffinityRouteHeader, Value: v}}
+	}
 	return mustAny(&route.FilterConfig{Config: mustAny(&extproc.ExtProcPerRoute{
-		Override: &extproc.ExtProcPerRoute_Overrides{Overrides: &extproc.ExtProcOverrides{}}})})
+		Override: &extproc.ExtProcPerRoute_Overrides{Overrides: overrides}})})
 }
 
-// boundedHashCluster makes c, a backend's cluster of nodes, pick a node
-// by the hash of the request's prompt prefix (Maglev), each node's load
-// bounded by promptBalanceFactor.
+// boundedHashCluster makes c, a backend's cluster of nodes, take the node
+// the calling node's picker placed the request's affinity key on
+// (wire.PromptNodeKey) while it is healthy, else pick one by the key's
+// hash (Maglev), each node's load bounded by promptBalanceFactor.
 func boundedHashCluster(c *cluster.Cluster) error {
-	policy, err := anypb.New(&maglev.Maglev{ConsistentHashingLbConfig: &commonlb.ConsistentHashingLbConfig{
+	hashed, err := anypb.New(&maglev.Maglev{ConsistentHashingLbConfig: &commonlb.ConsistentHashingLbConfig{
 		HashBalanceFactor: wrapperspb.UInt32(promptBalanceFactor)}})
 	if err != nil {
 		return fmt.Errorf("cluster %s: pack maglev policy: %w", c.GetName(), err)
 	}
+	policy, err := anypb.New(&overridehost.OverrideHost{
+		OverrideHostSources: []*overridehost.OverrideHost_OverrideHostSource{{
+			Metadata: &metadatav3.MetadataKey{Key: wire.PickerNamespace, Path: []*metadatav3.MetadataKey_PathSegment{{
+				Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: wire.PromptNodeKey}}}},
+		}},
+		FallbackPolicy: &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
+			TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.maglev", TypedConfig: hashed}}}},
+	})
+	if err != nil {
+		return fmt.Errorf("cluster %s: pack prompt node policy: %w", c.GetName(), err)
+	}
 	c.LbPolicy = cluster.Cluster_ROUND_ROBIN // unused: the policy below
 	c.LoadBalancingPolicy = &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
-		TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.maglev", TypedConfig: policy}}}}
+		TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.override_host", TypedConfig: policy}}}}
+	// A node named but not healthy (its replicas' checks lapsed: DEGRADED;
+	// failing or ejected) is passed over for the hash's choice.
+	if c.CommonLbConfig == nil {
+		c.CommonLbConfig = &cluster.Cluster_CommonLbConfig{}
+	}
+	c.CommonLbConfig.OverrideHostStatus = &core.HealthStatusSet{Statuses: []core.HealthStatus{core.HealthStatus_UNKNOWN, core.HealthStatus_HEALTHY}}
 	return nil
 }

@@ -102,14 +102,9 @@ func (r Replica) Saturated(l Limits, now time.Time) bool {
 // a full KV cache doubles it, the request's prompt in its prefix cache
 // lowers it (PrefixWeight).
 func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
-	pending, kv := float64(r.InFlight), 0.0
-	if s := r.Server; r.fresh(now) {
-		if s.HasWaiting || s.HasRunning {
-			pending = math.Max(pending, s.Waiting+s.Running)
-		}
-		if s.HasKV {
-			kv = math.Min(math.Max(s.KV, 0), 1)
-		}
+	pending, kv := r.Pending(now), 0.0
+	if s := r.Server; r.fresh(now) && s.HasKV {
+		kv = math.Min(math.Max(s.KV, 0), 1)
 	}
 	ttfb := r.TTFB
 	if ttfb == 0 {
@@ -117,6 +112,32 @@ func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
 	}
 	hit := math.Min(math.Max(r.PrefixHit, 0), 1)
 	return (pending + 1) * ttfb.Seconds() * (1 + kv) * (1 - PrefixWeight*hit) * float64(1+ModelWeight*max(r.ModelMiss, 0))
+}
+
+// Pending is r's requests pending: what the node has in flight to it or,
+// if its server's fresh figures say more (running and waiting), that.
+func (r Replica) Pending(now time.Time) float64 {
+	pending := float64(r.InFlight)
+	if s := r.Server; r.fresh(now) && (s.HasWaiting || s.HasRunning) {
+		pending = math.Max(pending, s.Waiting+s.Running)
+	}
+	return pending
+}
+
+// HomeLoad is how much busier than the cheapest replica a prompt's home
+// (the replica that holds it, or where it was placed: agent/picker's
+// placement) may be and still take it: four times its requests pending
+// (plus one), as a prompt held in cache weighs against load
+// (PrefixWeight). Requests pending, not the cost: a replica's time to
+// first byte counts the full prefills of the prompts it took first,
+// which is what a home is for.
+const HomeLoad = 4
+
+// KeepsHome reports whether a prompt's home, not saturated, takes it
+// rather than the cheapest replica: while its requests pending (plus
+// one) are at most HomeLoad times the cheapest's.
+func KeepsHome(home, cheapest Replica, now time.Time) bool {
+	return home.Pending(now)+1 <= HomeLoad*(cheapest.Pending(now)+1)
 }
 
 // Typical stands in for the time to first byte of a replica that has

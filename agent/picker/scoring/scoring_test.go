@@ -103,3 +103,24 @@ func TestChooseWithRoom(t *testing.T) {
 		t.Errorf("ChooseWithRoom = %d; want -1: every one at max_concurrent_queries", got)
 	}
 }
+
+// TestKeepsHome: a prompt's home keeps it while its requests pending plus
+// one are at most HomeLoad times the cheapest's, by the node's count or
+// its server's fresh figures, whatever their times to first byte.
+func TestKeepsHome(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	cases := []struct {
+		home, cheapest Replica
+		keeps          bool
+	}{
+		{Replica{InFlight: 3, TTFB: time.Second}, Replica{TTFB: time.Millisecond}, true},
+		{Replica{InFlight: 4}, Replica{}, false},
+		{Replica{InFlight: 7}, Replica{InFlight: 1}, true},
+		{Replica{InFlight: 1, Server: Server{HasWaiting: true, Waiting: 9, At: now}}, Replica{InFlight: 1}, false},
+	}
+	for i, c := range cases {
+		if got := KeepsHome(c.home, c.cheapest, now); got != c.keeps {
+			t.Errorf("case %d: KeepsHome(%+v, %+v) = %v, want %v", i, c.home, c.cheapest, got, c.keeps)
+		}
+	}
+}
