@@ -4,7 +4,7 @@
 // runs e2e TestInferenceServing's first part -runs times with -seconds of
 // load, and prints each run's figures and their medians.
 //
-//	go run ./bench/inference [-runs 3] [-seconds 30] [-workload slow-replica|prompts|fairness|multiplexing]
+//	go run ./bench/inference [-runs 3] [-seconds 30] [-workload slow-replica|prompts|prompts-unshared|fairness|multiplexing]
 //
 // Each run: two backends of three stand-in model servers (a batch of 4,
 // 20 ms alone, slower as the batch grows), one replica of each three times
@@ -20,7 +20,9 @@
 // backends of stand-in servers with small prefix caches (prompt affinity,
 // load-aware alone, least requests, and the hand-written Envoy), and
 // prints each one's prefix hit rate beside the oracle's and its times to
-// first byte.
+// first byte. -workload prompts-unshared is the same with no prompt
+// shared (every request its own, nothing to find cached): what prompt
+// affinity costs where it cannot help.
 //
 // With -workload fairness it runs e2e TestFairnessUnderBurst: a steady
 // tenant at 8 requests a second and a bursting one at 80 through a
@@ -46,16 +48,17 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 func main() {
 	runs := flag.Int("runs", 3, "runs of the comparison")
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
-	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches) fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
+	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
 	flag.Parse()
 	switch *workload {
-	case "prompts":
-		prompts(*runs, *seconds)
+	case "prompts", "prompts-unshared":
+		prompts(*runs, *seconds, *workload == "prompts-unshared")
 		return
 	case "fairness":
 		fairness(*runs, *seconds)
@@ -64,29 +67,13 @@ func main() {
 		multiplexing(*runs, *seconds)
 		return
 	}
-	figures := map[string]map[string][]float64{} // picker -> figure -> values
-	placements := map[string]int{}               // load-aware runs by whether the slow replica was alone on its node
-	for i := range *runs {
-		out, err := runOnce(*seconds)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
-			os.Exit(1)
-		}
-		for _, line := range benchLines(out, "inference") {
-			fmt.Printf("run %d: %s\n", i+1, line["raw"])
+	placements := map[string]int{} // load-aware runs by whether the slow replica was alone on its node
+	figures := collect(*runs, "TestInferenceServing/load-aware", fmt.Sprintf("INFERENCE_LOAD_S=%d", *seconds), "inference", "picker",
+		[]string{"slow_share", "ttfb_p50_ms", "ttfb_p99_ms", "requests"}, func(line map[string]string) {
 			if line["picker"] == "load-aware" {
 				placements[line["slow_alone_on_its_node"]]++
 			}
-			picker := line["picker"]
-			if figures[picker] == nil {
-				figures[picker] = map[string][]float64{}
-			}
-			for _, k := range []string{"slow_share", "ttfb_p50_ms", "ttfb_p99_ms", "requests"} {
-				v, _ := strconv.ParseFloat(line[k], 64)
-				figures[picker][k] = append(figures[picker][k], v)
-			}
-		}
-	}
+		})
 	fmt.Printf("\nmedians of %d runs of %d s at 70 requests/s per backend:\n", *runs, *seconds)
 	fmt.Printf("(the load-aware backend's slow replica was alone on its node in %d runs, beside a fast one in %d)\n", placements["true"], placements["false"])
 	fmt.Printf("%-20s %10s %12s %12s %10s\n", "picker", "slow share", "TTFB p50 ms", "TTFB p99 ms", "requests")
@@ -96,40 +83,48 @@ func main() {
 	}
 }
 
-// runOnce runs the e2e comparison with seconds of load.
-func runOnce(seconds int) ([]byte, error) {
-	return runTest("TestInferenceServing/load-aware", "INFERENCE_LOAD_S", seconds)
-}
-
-// runTest runs e2e test run with seconds of load (in env).
-func runTest(run, env string, seconds int) ([]byte, error) {
-	cmd := exec.CommandContext(context.Background(), "go", "test", "-tags", "e2e", "-count=1", "-v", "-timeout", "20m", "-run", run, "./e2e/")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", env, seconds))
-	return cmd.CombinedOutput()
-}
-
-// prompts runs TestPromptWorkload runs times and prints each run's
-// figures and their medians.
-func prompts(runs, seconds int) {
+// collect runs e2e test run runs times with env ("NAME=value": its load's
+// length, its workload), prints each run's figures of kind ("BENCH <kind>
+// ..." lines; each line seen also goes to see, if not nil) and returns
+// them: by each line's group figure (its picker, its mode), each of keys'
+// values over the runs.
+func collect(runs int, run, env, kind, group string, keys []string, see func(map[string]string)) map[string]map[string][]float64 {
 	figures := map[string]map[string][]float64{}
-	keys := []string{"hit_rate", "oracle_hit_rate", "ttfb_p50_ms", "ttfb_p90_ms", "ttfb_p99_ms", "requests"}
 	for i := range runs {
-		out, err := runTest("TestPromptWorkload", "PROMPT_LOAD_S", seconds)
+		cmd := exec.CommandContext(context.Background(), "go", "test", "-tags", "e2e", "-count=1", "-v", "-timeout", "20m", "-run", run, "./e2e/")
+		cmd.Env = append(os.Environ(), strings.Fields(env)...)
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
 			os.Exit(1)
 		}
-		for _, line := range benchLines(out, "prompt") {
+		for _, line := range benchLines(out, kind) {
 			fmt.Printf("run %d: %s\n", i+1, line["raw"])
-			if figures[line["picker"]] == nil {
-				figures[line["picker"]] = map[string][]float64{}
+			if see != nil {
+				see(line)
+			}
+			if figures[line[group]] == nil {
+				figures[line[group]] = map[string][]float64{}
 			}
 			for _, k := range keys {
 				v, _ := strconv.ParseFloat(line[k], 64)
-				figures[line["picker"]][k] = append(figures[line["picker"]][k], v)
+				figures[line[group]][k] = append(figures[line[group]][k], v)
 			}
 		}
 	}
+	return figures
+}
+
+// prompts runs TestPromptWorkload runs times and prints each run's
+// figures and their medians: twelve tenants' shared prompts, or with
+// unshared none (every request its own prompt).
+func prompts(runs, seconds int, unshared bool) {
+	env := fmt.Sprintf("PROMPT_LOAD_S=%d", seconds)
+	if unshared {
+		env += " PROMPT_TENANTS=0"
+	}
+	keys := []string{"hit_rate", "oracle_hit_rate", "ttfb_p50_ms", "ttfb_p90_ms", "ttfb_p99_ms", "requests"}
+	figures := collect(runs, "TestPromptWorkload", env, "prompt", "picker", keys, nil)
 	fmt.Printf("\nmedians of %d runs of %d s at 40 requests/s per backend:\n", runs, seconds)
 	fmt.Printf("%-20s %9s %9s %12s %12s %12s %9s\n", "picker", "hit rate", "oracle", "TTFB p50 ms", "TTFB p90 ms", "TTFB p99 ms", "requests")
 	for _, picker := range []string{"prompt-affinity", "load-aware", "least-request", "envoy-least-request"} {
@@ -142,25 +137,8 @@ func prompts(runs, seconds int) {
 // fairness runs TestFairnessUnderBurst runs times and prints each run's
 // figures and their medians.
 func fairness(runs, seconds int) {
-	figures := map[string]map[string][]float64{}
 	keys := []string{"steady_p50_ms", "steady_p99_ms", "burst_p50_ms", "burst_p99_ms", "urgent_p50_ms"}
-	for i := range runs {
-		out, err := runTest("TestFairnessUnderBurst", "FAIRNESS_LOAD_S", seconds)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
-			os.Exit(1)
-		}
-		for _, line := range benchLines(out, "fairness") {
-			fmt.Printf("run %d: %s\n", i+1, line["raw"])
-			if figures[line["mode"]] == nil {
-				figures[line["mode"]] = map[string][]float64{}
-			}
-			for _, k := range keys {
-				v, _ := strconv.ParseFloat(line[k], 64)
-				figures[line["mode"]][k] = append(figures[line["mode"]][k], v)
-			}
-		}
-	}
+	figures := collect(runs, "TestFairnessUnderBurst", fmt.Sprintf("FAIRNESS_LOAD_S=%d", seconds), "fairness", "mode", keys, nil)
 	fmt.Printf("\nmedians of %d runs of %d s, steady tenant 8/s, bursting tenant 80/s:\n", runs, seconds)
 	fmt.Printf("%-6s %14s %14s %14s %14s %14s\n", "mode", "steady p50 ms", "steady p99 ms", "burst p50 ms", "burst p99 ms", "urgent p50 ms")
 	for _, mode := range []string{"fair", "fifo"} {
@@ -173,22 +151,10 @@ func fairness(runs, seconds int) {
 // multiplexing runs TestMultiplexingWorkload runs times and prints each
 // run's figures and their medians.
 func multiplexing(runs, seconds int) {
-	loads := map[string][]float64{}
-	for i := range runs {
-		out, err := runTest("TestMultiplexingWorkload", "MULTIPLEX_LOAD_S", seconds)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "run %d: %v\n%s", i+1, err, out)
-			os.Exit(1)
-		}
-		for _, line := range benchLines(out, "multiplex") {
-			fmt.Printf("run %d: %s\n", i+1, line["raw"])
-			v, _ := strconv.ParseFloat(line["loads_per_1000"], 64)
-			loads[line["picker"]] = append(loads[line["picker"]], v)
-		}
-	}
+	figures := collect(runs, "TestMultiplexingWorkload", fmt.Sprintf("MULTIPLEX_LOAD_S=%d", seconds), "multiplex", "picker", []string{"loads_per_1000"}, nil)
 	fmt.Printf("\nmedians of %d runs of %d s at 40 requests/s, eight models:\n", runs, seconds)
 	for _, picker := range []string{"multiplexed", "least-request"} {
-		fmt.Printf("%-14s %6.0f model loads per 1,000 requests\n", picker, median(loads[picker]))
+		fmt.Printf("%-14s %6.0f model loads per 1,000 requests\n", picker, median(figures[picker]["loads_per_1000"]))
 	}
 }
 
