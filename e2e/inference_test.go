@@ -43,6 +43,7 @@ func TestInferenceServing(t *testing.T) {
 	t.Run("a replica whose server reports a long queue gets few requests", func(t *testing.T) { serverGauges(t, mesh, locks) })
 	t.Run("a replica's forged load reports steer nothing", func(t *testing.T) { forgedReports(t, mesh, locks) })
 	t.Run("OpenAI-style requests are split and mirrored per model", func(t *testing.T) { modelRouting(t, mesh) })
+	t.Run("a model's requests are rewritten to two adapters by weight", func(t *testing.T) { modelRewrite(t, mesh) })
 	t.Run("under overload critical requests succeed while sheddable ones get 429", func(t *testing.T) { shedding(t, mesh) })
 }
 
@@ -413,6 +414,63 @@ func postModel(client *http.Client, url, body string, header ...string) (status 
 		return resp.StatusCode, answer.Backend, answer.Model, "", resp.Header
 	}
 	return resp.StatusCode, "", "", string(raw), resp.Header
+}
+
+// modelRewrite: two adapters tried side by side under one public model
+// name (model_routing.models.assistant.rewrite: assistant-v1 0.8,
+// assistant-v2 0.2) on one load-aware pool with a replica on each node:
+// requests for "assistant", through either node, reach the pool rewritten
+// (the calling node's picker rewrites the body), their models fitting
+// those shares (chi-square); each node's picker counts what it rewrote;
+// requests for "base" go on as they are.
+func modelRewrite(t *testing.T, mesh *twoNodeMesh) {
+	mesh.createBackends(t, meshspec.Backend{Name: "mrw", Process: modelServer("mrw"), Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 0.25, LoadAware: &meshspec.LoadAware{}}})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "rewrite", Route: "/v1/rewrite", Methods: []string{"POST"},
+		ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
+			"assistant": {Traffic: map[string]float64{"mrw": 1}, Rewrite: map[string]float64{"assistant-v1": 0.8, "assistant-v2": 0.2}},
+			"base":      {Traffic: map[string]float64{"mrw": 1}},
+		}}}); err != nil {
+		t.Fatal(err)
+	}
+	if nodes := runningOn(placements(t, mesh.c, "mrw")); len(distinct(nodes)) != 2 {
+		t.Fatalf("mrw runs on %v, want both nodes", nodes)
+	}
+	client := httpClient()
+	urls := []string{"http://" + mesh.n1.public + "/v1/rewrite", "http://" + mesh.n2.public + "/v1/rewrite"}
+	testutil.WaitFor(t, 60*time.Second, "the rewrite to reach both nodes' routes", func() bool {
+		for _, u := range urls {
+			if status, _, got, _, _ := postModel(client, u, `{"model": "assistant"}`); status != http.StatusOK || !strings.HasPrefix(got, "assistant-v") {
+				return false
+			}
+		}
+		return true
+	})
+	before := 0.0
+	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+		before += metricValue(t, n.metr, "servemesh_picker_model_rewrites_total", "from", "assistant")
+	}
+	const n = 400
+	counts := map[string]int{}
+	for i := range n {
+		status, _, got, text, _ := postModel(client, urls[i%2], `{"model": "assistant", "messages": [{"role": "user", "content": "<b>hi</b> & more"}]}`)
+		if status != http.StatusOK {
+			t.Fatalf("request %d: status %d: %s", i, status, text)
+		}
+		counts[got]++
+	}
+	checkChiSquare(t, counts, map[string]float64{"assistant-v1": 0.8, "assistant-v2": 0.2}, n)
+	after := 0.0
+	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+		after += metricValue(t, n.metr, "servemesh_picker_model_rewrites_total", "from", "assistant")
+	}
+	if after-before != n {
+		t.Errorf("the nodes' pickers counted %v rewrites, want %d", after-before, n)
+	}
+	for _, u := range urls {
+		if status, _, got, text, _ := postModel(client, u, `{"model": "base"}`); status != http.StatusOK || got != "base" {
+			t.Errorf("a request for base through %s: status %d, model %q: %s", u, status, got, text)
+		}
+	}
 }
 
 // modelRouting: an OpenAI-style endpoint routes by the body's "model":

@@ -214,10 +214,13 @@ type Models struct {
 	Models map[string]Split `json:"models"`
 }
 
-// Split is one model's traffic and shadows.
+// Split is one model's traffic and shadows, and the model names its
+// requests are rewritten to, by weight (the calling node's picker
+// rewrites the body; only with mTLS, where the picker runs).
 type Split struct {
 	Traffic map[string]float64 `json:"traffic"`
 	Shadows map[string]float64 `json:"shadows,omitempty"`
+	Rewrite map[string]float64 `json:"rewrite,omitempty"`
 }
 
 // Backend returns dp's backend named name.
@@ -275,6 +278,6 @@ func equalModels(a, b *Models) bool {
 		return a == b
 	}
 	return a.Field == b.Field && maps.EqualFunc(a.Models, b.Models, func(x, y Split) bool {
-		return maps.Equal(x.Traffic, y.Traffic) && maps.Equal(x.Shadows, y.Shadows)
+		return maps.Equal(x.Traffic, y.Traffic) && maps.Equal(x.Shadows, y.Shadows) && maps.Equal(x.Rewrite, y.Rewrite)
 	})
 }

@@ -50,7 +50,7 @@ func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
 	}
 	slices.SortFunc(dp.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
 	for _, e := range view.Endpoints {
-		out := lowerEndpoint(e)
+		out := lowerEndpoint(e, o)
 		for _, name := range out.backends() {
 			if b, ok := dp.Backend(name); ok && b.PromptAffinity {
 				out.PromptAffinity = true
@@ -136,7 +136,7 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 	return out
 }
 
-func lowerEndpoint(e meshspec.Endpoint) Endpoint {
+func lowerEndpoint(e meshspec.Endpoint, o Options) Endpoint {
 	out := Endpoint{
 		Name:           e.Name,
 		Route:          e.Route,
@@ -162,7 +162,11 @@ func lowerEndpoint(e meshspec.Endpoint) Endpoint {
 	if r := e.ModelRouting; r != nil {
 		out.Models = &Models{Field: r.EffectiveField(), Models: make(map[string]Split, len(r.Models))}
 		for name, t := range r.Models {
-			out.Models.Models[name] = Split{Traffic: maps.Clone(t.Traffic), Shadows: maps.Clone(t.Shadows)}
+			split := Split{Traffic: maps.Clone(t.Traffic), Shadows: maps.Clone(t.Shadows)}
+			if o.MTLS { // else not served: the controller's status says so
+				split.Rewrite = maps.Clone(t.Rewrite)
+			}
+			out.Models.Models[name] = split
 		}
 	}
 	return out

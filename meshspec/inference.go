@@ -155,11 +155,23 @@ type ByModel struct {
 }
 
 // TrafficPolicy is one model's traffic and shadow policies, as an
-// endpoint's own.
+// endpoint's own, and the model names its requests are rewritten to.
 type TrafficPolicy struct {
 	Traffic map[string]float64 `json:"traffic"`
 	Shadows map[string]float64 `json:"shadows,omitempty"`
+	// Rewrite, if set, splits the model's requests over the model names
+	// it lists, by weight (summing to 1), as Traffic splits them over
+	// backends: the
+	// calling node rewrites the body's model field to the name drawn
+	// (the Gateway API Inference Extension's InferenceModelRewrite), so
+	// two adapters of one pool, say, are tried side by side under one
+	// public name. A name may be the model's own. Served where the mesh
+	// runs mTLS (the calling node's picker rewrites it).
+	Rewrite map[string]float64 `json:"rewrite,omitempty"`
 }
+
+// MaxRewriteTargets bounds the names a model's requests are rewritten to.
+const MaxRewriteTargets = 16
 
 // DefaultModelField is ByModel.Field's default.
 const DefaultModelField = "model"
@@ -343,6 +355,34 @@ func validateInference(p *problems, field string, e Endpoint, backends map[strin
 		}
 		validateTraffic(p, mf+".traffic", r.Models[name].Traffic, backends)
 		validateShadows(p, mf+".shadows", r.Models[name].Shadows, backends)
+		validateRewrite(p, mf+".rewrite", r.Models[name].Rewrite)
+	}
+}
+
+// validateRewrite checks a model's rewrite: up to MaxRewriteTargets model
+// names, weighed as traffic is (from 0 to 1, summing to 1).
+func validateRewrite(p *problems, field string, rewrite map[string]float64) {
+	if len(rewrite) > MaxRewriteTargets {
+		p.add(field, "lists %d model names; at most %d", len(rewrite), MaxRewriteTargets)
+		return
+	}
+	sum, finite := 0.0, true
+	for _, name := range SortedKeys(rewrite) {
+		if name == "" || len(name) > MaxModelNameLen || strings.ContainsFunc(name, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+			p.add(field, "%.80q is not a model name: 1 to %d printable characters", name, MaxModelNameLen)
+		}
+		switch w := rewrite[name]; {
+		case math.IsNaN(w) || math.IsInf(w, 0):
+			p.add(field+"."+name, "weight %v is not a number; weights are between 0 and 1", w)
+			finite = false
+		case w < 0:
+			p.add(field+"."+name, "weight %v is negative; weights cannot be negative", w)
+		default:
+			sum += w
+		}
+	}
+	if len(rewrite) > 0 && finite && math.Abs(sum-1) > WeightTolerance {
+		p.add(field, "weights sum to %.10g; they must sum to 1 (within %g), adjust them, as traffic's", sum, WeightTolerance)
 	}
 }
 
@@ -365,7 +405,7 @@ func cloneModelRouting(r *ByModel) *ByModel {
 	}
 	out := &ByModel{Field: r.Field, Models: make(map[string]TrafficPolicy, len(r.Models))}
 	for name, t := range r.Models {
-		out.Models[name] = TrafficPolicy{Traffic: maps.Clone(t.Traffic), Shadows: maps.Clone(t.Shadows)}
+		out.Models[name] = TrafficPolicy{Traffic: maps.Clone(t.Traffic), Shadows: maps.Clone(t.Shadows), Rewrite: maps.Clone(t.Rewrite)}
 	}
 	return out
 }
@@ -381,7 +421,7 @@ func modelRoutingsEqual(a, b *ByModel) bool {
 	}
 	for name, ta := range a.Models {
 		tb, ok := b.Models[name]
-		if !ok || !maps.Equal(ta.Traffic, tb.Traffic) || !maps.Equal(nonZero(ta.Shadows), nonZero(tb.Shadows)) {
+		if !ok || !maps.Equal(ta.Traffic, tb.Traffic) || !maps.Equal(nonZero(ta.Shadows), nonZero(tb.Shadows)) || !maps.Equal(ta.Rewrite, tb.Rewrite) {
 			return false
 		}
 	}

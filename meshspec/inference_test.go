@@ -16,7 +16,7 @@ func inferenceModel() *Model {
 		Endpoints: []Endpoint{{Name: "chat", Route: "/v1", Methods: []string{"POST"}, Criticality: Sheddable,
 			ModelRouting: &ByModel{Models: map[string]TrafficPolicy{
 				"llama-3-8b": {Traffic: map[string]float64{"llama-a": 0.75, "llama-b": 0.25}, Shadows: map[string]float64{"mistral": 0.5}},
-				"mistral-7b": {Traffic: map[string]float64{"mistral": 1}},
+				"mistral-7b": {Traffic: map[string]float64{"mistral": 1}, Rewrite: map[string]float64{"mistral-7b": 0.9, "mistral-7b-lora-b": 0.1}},
 			}}}},
 	}
 }
@@ -36,6 +36,11 @@ func TestInferenceSettingsValidate(t *testing.T) {
 	}
 	if EndpointsEqual(m.Endpoints[0], c.Endpoints[0]) {
 		t.Error("EndpointsEqual misses a model's weight")
+	}
+	c = Clone(m)
+	c.Endpoints[0].ModelRouting.Models["mistral-7b"].Rewrite["mistral-7b"] = 0.5
+	if m.Endpoints[0].ModelRouting.Models["mistral-7b"].Rewrite["mistral-7b"] != 0.9 || EndpointsEqual(m.Endpoints[0], c.Endpoints[0]) {
+		t.Error("Clone shares a model's rewrite, or EndpointsEqual misses it")
 	}
 }
 
@@ -70,6 +75,12 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 		"a model's unknown backend": {func(m *Model) {
 			m.Endpoints[0].ModelRouting.Models["x"] = TrafficPolicy{Traffic: map[string]float64{"nope": 1}}
 		}, "model_routing.models.x.traffic.nope: backend \"nope\" is not defined"},
+		"a rewrite's weights": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Rewrite["mistral-7b"] = 0.5 },
+			"model_routing.models.mistral-7b.rewrite: weights sum to 0.6; they must sum to 1"},
+		"a rewrite's name": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Rewrite[""] = 0 },
+			"model_routing.models.mistral-7b.rewrite: \"\" is not a model name"},
+		"a rewrite's negative weight": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Rewrite["x"] = -1 },
+			"model_routing.models.mistral-7b.rewrite.x: weight -1 is negative"},
 		"no models":   {func(m *Model) { m.Endpoints[0].ModelRouting.Models = nil }, "model_routing.models: is empty"},
 		"a bad field": {func(m *Model) { m.Endpoints[0].ModelRouting.Field = "a b" }, "model_routing.field: \"a b\" is not a JSON field name"},
 	}

@@ -6,6 +6,9 @@ import (
 	"net/netip"
 )
 
+// What a route tells the calling node's picker (its prompt stream's
+// metadata), for prompt affinity and model rewrites.
+//
 // Prompt affinity across nodes: a route to a backend with prompt_affinity
 // has its calling node's picker place each request's affinity key (its
 // conversation or model header, else its prompt's prefix) on one of the
@@ -78,4 +81,54 @@ func ParseAffinityRoute(s string) (AffinityRoute, error) {
 		}
 	}
 	return r, nil
+}
+
+// ModelRewriteHeader is the prompt stream's metadata that has the calling
+// node's picker rewrite the request's model (its JSON body's top-level
+// Field) to one of Targets, drawn by weight: a ModelRewrite, JSON. A
+// model route sends it for a model with a rewrite.
+const ModelRewriteHeader = "x-servemesh-model-rewrite"
+
+// ModelRewrite is a model route's rewrite.
+type ModelRewrite struct {
+	Field   string          `json:"field"`
+	Targets []RewriteTarget `json:"targets"`
+}
+
+// RewriteTarget is a model name a request may be rewritten to, and its
+// weight.
+type RewriteTarget struct {
+	Name   string  `json:"name"`
+	Weight float64 `json:"weight"`
+}
+
+// Encode is m's encoding, for ModelRewriteHeader.
+func (m ModelRewrite) Encode() (string, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("model rewrite: %w", err)
+	}
+	return string(b), nil
+}
+
+// ParseModelRewrite decodes a ModelRewriteHeader.
+func ParseModelRewrite(s string) (ModelRewrite, error) {
+	var m ModelRewrite
+	if len(s) > MaxAffinityRouteBytes {
+		return m, fmt.Errorf("model rewrite: %d bytes, more than %d", len(s), MaxAffinityRouteBytes)
+	}
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return ModelRewrite{}, fmt.Errorf("model rewrite: %w", err)
+	}
+	total := 0.0
+	for _, t := range m.Targets {
+		if t.Name == "" || !(t.Weight >= 0) {
+			return ModelRewrite{}, fmt.Errorf("model rewrite: target %q of weight %v: want a name and a weight of 0 or more", t.Name, t.Weight)
+		}
+		total += t.Weight
+	}
+	if m.Field == "" || !(total > 0) {
+		return ModelRewrite{}, fmt.Errorf("model rewrite: field %q, weights summing to %v: want a field and weights above 0", m.Field, total)
+	}
+	return m, nil
 }

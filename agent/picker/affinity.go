@@ -1,7 +1,11 @@
 package picker
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,19 +30,30 @@ const AffinityBlocks = 4
 // maxAffinityKeyBytes bounds a key taken from a request header.
 const maxAffinityKeyBytes = 256
 
-// prompt answers an outbound listener's stream, for a route with prompt
-// affinity: the request goes on with wire.PromptAffinityHeader set to its
+// prompt answers an outbound listener's stream, for a route that asks
+// the calling node's picker (wire.PickerPromptHeader). With prompt
+// affinity, the request goes on with wire.PromptAffinityHeader set to its
 // affinity key (its first affinity header present, else its prompt's
 // prefix when it has AffinityBlocks blocks), which the route hashes, and,
 // when its route lists its backends' nodes (wire.AffinityRouteHeader),
 // the node the key is placed on for each (placeNodes), which the
-// backends' clusters follow.
+// backends' clusters follow. With a model rewrite (wire.ModelRewriteHeader)
+// its body's model is rewritten first (rewriteModel).
 func (s *Server) prompt(stream extproc.ExternalProcessor_ProcessServer, md metadata.MD) error {
 	var route wire.AffinityRoute
 	if v := md.Get(wire.AffinityRouteHeader); len(v) > 0 {
 		var err error
 		if route, err = wire.ParseAffinityRoute(v[0]); err != nil {
 			s.log.Warn("picker: a route's affinity nodes are unreadable; its requests go by hash alone", "err", err)
+		}
+	}
+	var rewrite *wire.ModelRewrite
+	if v := md.Get(wire.ModelRewriteHeader); len(v) > 0 {
+		rw, err := wire.ParseModelRewrite(v[0])
+		if err != nil {
+			s.log.Warn("picker: a route's model rewrite is unreadable; its requests go on as they are", "err", err)
+		} else {
+			rewrite = &rw
 		}
 	}
 	key := ""
@@ -51,22 +66,97 @@ func (s *Server) prompt(stream extproc.ExternalProcessor_ProcessServer, md metad
 			}
 			return s.withNodes(headersAnswer(), route, key), nil
 		case *extproc.ProcessingRequest_RequestBody:
-			if key == "" {
-				key, _ = affinityKey(prefix.Blocks(r.RequestBody.GetBody(), prefix.BlockBytes))
-			}
-			resp := bodyAnswer()
-			if key == "" {
-				return resp, nil
-			}
-			resp.GetRequestBody().Response = &extproc.CommonResponse{HeaderMutation: &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
-				Header:       &core.HeaderValue{Key: wire.PromptAffinityHeader, RawValue: []byte(key)},
-				AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, // never the client's own
-			}}}}
-			return s.withNodes(resp, route, key), nil
+			return s.promptBody(r.RequestBody, route, rewrite, key), nil
 		default:
 			return nil, fmt.Errorf("picker: asked about %T, which the prompt filter does not send", r)
 		}
 	})
+}
+
+// promptBody answers a prompt stream's body: rewritten (rewrite, if any:
+// drawn by the conversation's key when the request names one, so a
+// conversation keeps its model), then the affinity key's header and node.
+func (s *Server) promptBody(b *extproc.HttpBody, route wire.AffinityRoute, rewrite *wire.ModelRewrite, key string) *extproc.ProcessingResponse {
+	resp := bodyAnswer()
+	common := &extproc.CommonResponse{}
+	body := b.GetBody()
+	if rewrite != nil {
+		switch {
+		case !b.GetEndOfStream():
+			s.log.Warn("picker: a body too long to buffer whole goes on without its model rewritten", "bytes", len(body))
+		default:
+			draw := rand.Float64()
+			if key != "" {
+				draw = unit(key)
+			}
+			if out, from, to, ok := rewriteModel(body, *rewrite, draw); ok {
+				body = out
+				common.BodyMutation = &extproc.BodyMutation{Mutation: &extproc.BodyMutation_Body{Body: out}}
+				s.rewrites.WithLabelValues(from, to).Inc()
+			}
+		}
+	}
+	// A route without affinity asks for its rewrite alone (one that
+	// lists no nodes, from the previous release, for the key alone).
+	affinity := rewrite == nil || len(route.Backends) > 0
+	if key == "" && affinity {
+		key, _ = affinityKey(prefix.Blocks(body, prefix.BlockBytes))
+	}
+	if key != "" && affinity {
+		common.HeaderMutation = &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
+			Header:       &core.HeaderValue{Key: wire.PromptAffinityHeader, RawValue: []byte(key)},
+			AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, // never the client's own
+		}}}
+		resp = s.withNodes(resp, route, key)
+	}
+	if common.BodyMutation != nil || common.HeaderMutation != nil {
+		resp.GetRequestBody().Response = common
+	}
+	return resp
+}
+
+// rewriteModel is body with its top-level field (rw.Field) set to the
+// name of rw's targets that draw (from 0 to 1) falls on by weight, and the
+// names from and to, if body is a JSON object whose field is a string;
+// otherwise false. Other fields keep their values (their order is not
+// kept).
+func rewriteModel(body []byte, rw wire.ModelRewrite, draw float64) ([]byte, string, string, bool) {
+	var obj map[string]json.RawMessage
+	var from string
+	if json.Unmarshal(body, &obj) != nil || json.Unmarshal(obj[rw.Field], &from) != nil {
+		return body, "", "", false
+	}
+	total := 0.0
+	for _, t := range rw.Targets {
+		total += t.Weight
+	}
+	to, at := rw.Targets[len(rw.Targets)-1].Name, draw*total
+	for _, t := range rw.Targets {
+		if at < t.Weight {
+			to = t.Name
+			break
+		}
+		at -= t.Weight
+	}
+	name, err := json.Marshal(to)
+	if err != nil {
+		return body, "", "", false
+	}
+	obj[rw.Field] = name
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false) // the prompt's bytes as they came
+	if enc.Encode(obj) != nil {
+		return body, "", "", false
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), from, to, true
+}
+
+// unit maps key to [0, 1), evenly.
+func unit(key string) float64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(key))
+	return float64(h.Sum64()>>11) / (1 << 53)
 }
 
 // headerKey is the affinity key a request's headers name: the first of

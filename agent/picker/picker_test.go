@@ -354,6 +354,12 @@ func pickedOf(resp *extproc.ProcessingResponse) string {
 // of it, once it answers.
 func pickerClient(t *testing.T, p *Picker) (extproc.ExternalProcessorClient, context.Context) {
 	t.Helper()
+	return pickerClientOf(t, NewServer(p, slog.New(slog.DiscardHandler), nil))
+}
+
+// pickerClientOf is pickerClient of the server s.
+func pickerClientOf(t *testing.T, s *Server) (extproc.ExternalProcessorClient, context.Context) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "picker")
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +367,7 @@ func pickerClient(t *testing.T, p *Picker) (extproc.ExternalProcessorClient, con
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go func() { _ = NewServer(p, slog.New(slog.DiscardHandler), nil).Serve(ctx, dir) }()
+	go func() { _ = s.Serve(ctx, dir) }()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, wire.PickerSocket), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))

@@ -37,6 +37,7 @@ type Server struct {
 	log      *slog.Logger
 	outcomes *prometheus.CounterVec
 	queued   *prometheus.CounterVec
+	rewrites *prometheus.CounterVec
 }
 
 // Outcomes of a request the picker was asked about, as counted.
@@ -58,9 +59,12 @@ func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *Server {
 	}, []string{"backend", "outcome"}), queued: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_queued_total",
 		Help: "Requests of load-aware backends that waited on this node for a replica (every one saturated), whatever their outcome.",
-	}, []string{"backend"})}
+	}, []string{"backend"}), rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "servemesh_picker_model_rewrites_total",
+		Help: "Requests this node sent whose model its picker rewrote (model_routing.models.<model>.rewrite), by the model asked for and the one it was rewritten to.",
+	}, []string{"from", "to"})}
 	if reg != nil {
-		reg.MustRegister(s.outcomes, s.queued)
+		reg.MustRegister(s.outcomes, s.queued, s.rewrites)
 	}
 	return s
 }

@@ -557,3 +557,44 @@ func TestPlaintextMeshRefusesLoadAware(t *testing.T) {
 		t.Fatalf("unserved settings %q; want llm's load_aware", u)
 	}
 }
+
+// TestPlaintextMeshRefusesModelRewrites: without mTLS no calling node
+// runs a picker to rewrite a request's model, so such a controller
+// refuses a rewrite new to its endpoint, naming the field and the fix,
+// and stores nothing; one stored before leads on, reported as not served.
+func TestPlaintextMeshRefusesModelRewrites(t *testing.T) {
+	ctx := MayRunCommands(context.Background())
+	st := store.NewMemory()
+	plain := func() *Controller {
+		c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil }, Plaintext: true})
+		if err := c.Lead(ctx, "self:1"); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	backend := meshspec.BackendSpec{Name: "pool", Process: &meshspec.ProcessSpec{Command: "/srv/model"}}
+	chat := func(rewrite map[string]float64) meshspec.Endpoint {
+		return meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"}, ModelRouting: &meshspec.ByModel{
+			Models: map[string]meshspec.TrafficPolicy{"assistant": {Traffic: map[string]float64{"pool": 1}, Rewrite: rewrite}}}}
+	}
+	rewrite := map[string]float64{"assistant-v1": 0.5, "assistant-v2": 0.5}
+	c := plain()
+	for _, dry := range []bool{true, false} {
+		_, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(rewrite)}}, dry)
+		mustKind(t, err, Invalid, `endpoint "chat" model_routing.models.assistant.rewrite`)
+		mustKind(t, err, Invalid, "without --plaintext")
+	}
+	changed, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(nil)}}, false)
+	mustChange(t, len(changed) > 0, err)
+	if u := c.UnservedSettings(); len(u) != 0 {
+		t.Fatalf("unserved settings %q with none stored", u)
+	}
+	mtls, _ := newLeader(t, st)
+	if _, err := mtls.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(rewrite)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	c = plain()
+	if u := c.UnservedSettings(); len(u) != 1 || !strings.Contains(u[0], "endpoint chat model_routing.models.assistant.rewrite is not served") {
+		t.Fatalf("unserved settings %q; want chat's rewrite", u)
+	}
+}

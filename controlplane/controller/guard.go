@@ -74,8 +74,40 @@ func checkPlaintext(current, next *meshspec.Model) error {
 			return &Error{Kind: Invalid, Msg: fmt.Sprintf("refused: backend %q config.load_aware", b.Name), Err: ErrLoadAwarePlaintext}
 		}
 	}
+	rewrote := map[string]bool{}
+	for _, e := range current.Endpoints {
+		for _, m := range rewrittenModels(e) {
+			rewrote[e.Name+"\x00"+m] = true
+		}
+	}
+	for _, e := range next.Endpoints {
+		for _, m := range rewrittenModels(e) {
+			if !rewrote[e.Name+"\x00"+m] {
+				return &Error{Kind: Invalid, Msg: fmt.Sprintf("refused: endpoint %q model_routing.models.%s.rewrite", e.Name, m), Err: ErrRewritePlaintext}
+			}
+		}
+	}
 	return nil
 }
+
+// rewrittenModels are the models of e's model routing with a rewrite,
+// sorted.
+func rewrittenModels(e meshspec.Endpoint) []string {
+	if e.ModelRouting == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range meshspec.SortedKeys(e.ModelRouting.Models) {
+		if len(e.ModelRouting.Models[m].Rewrite) > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ErrRewritePlaintext is why a mesh without mTLS refuses a model rewrite.
+var ErrRewritePlaintext = errors.New("this mesh runs without mTLS (the controller's --plaintext), where no calling node runs a picker to rewrite " +
+	"a request's model; remove the rewrite (route the model's names apart instead), or run the controller and agents with mTLS (without --plaintext)")
 
 // ErrLoadAwarePlaintext is why a mesh without mTLS refuses load_aware.
 var ErrLoadAwarePlaintext = errors.New("this mesh runs without mTLS (the controller's --plaintext), where no node's picker stands in front of its replicas, " +
@@ -159,16 +191,22 @@ func unredact(backend string, next, stored *meshspec.ProcessSpec, trusted bool) 
 }
 
 // UnservedSettings are the adopted state's settings this mesh does not
-// serve, one sentence each: in a mesh without mTLS, load_aware stored
-// before it was refused there.
+// serve, one sentence each: in a mesh without mTLS, load_aware and model
+// rewrites stored before they were refused there.
 func (c *Controller) UnservedSettings() []string {
 	if !c.plaintext {
 		return nil
 	}
 	var out []string
-	for _, b := range c.adopted.Load().model.Backends {
+	m := c.adopted.Load().model
+	for _, b := range m.Backends {
 		if b.Config.LoadAware != nil {
 			out = append(out, fmt.Sprintf("backend %s config.load_aware is not served: %v", b.Name, ErrLoadAwarePlaintext))
+		}
+	}
+	for _, e := range m.Endpoints {
+		for _, model := range rewrittenModels(e) {
+			out = append(out, fmt.Sprintf("endpoint %s model_routing.models.%s.rewrite is not served: %v", e.Name, model, ErrRewritePlaintext))
 		}
 	}
 	return out

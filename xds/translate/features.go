@@ -235,7 +235,7 @@ func (promptPrefixHash) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 	if r.TypedPerFilterConfig == nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{}
 	}
-	r.TypedPerFilterConfig[promptAffinityFilter] = promptFilterOn(e)
+	r.TypedPerFilterConfig[callerPickerFilter] = callerPickerOn(e, nil)
 	action := r.GetRoute()
 	// A conversation's own header first, when it has one: it then keeps
 	// its node whatever its prompt (Terminal: Envoy stops at a hash).

@@ -60,14 +60,15 @@ var httpFilters = []httpFilter{
 	{name: luaFilter, on: []chain{outbound},
 		why:   "right after the model is read: it clears the route cache, so the route is matched again by the model's metadata",
 		build: func(filterInput) (*hcm.HttpFilter, error) { return rematchFilter() }},
-	{name: promptAffinityFilter, on: []chain{outbound},
-		why: "after the model is read and the route matched again, before the router: the node's picker reads the prompt " +
-			"and names its prefix, which the route hashes to pick the node (off but on routes to prompt-aware backends)",
+	{name: callerPickerFilter, on: []chain{outbound},
+		why: "after the model is read and the route matched again (its model route's settings then apply), before the router: " +
+			"the node's picker reads the body, names the prompt's prefix, which the route hashes, and the node it is placed on, " +
+			"and rewrites the model where the model's route says (off but on routes to prompt-aware backends and models with a rewrite)",
 		build: func(in filterInput) (*hcm.HttpFilter, error) {
 			if !in.mtls {
 				return nil, nil // no picker: no prompt-aware backend either
 			}
-			return promptFilter()
+			return callerPicker()
 		}},
 	{name: "envoy.filters.http.ext_proc", on: []chain{inbound},
 		why: "first on the inbound hop of a load-aware backend: the node's picker chooses the replica (override_host) " +

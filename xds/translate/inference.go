@@ -9,7 +9,6 @@ import (
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	mutation "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -251,7 +250,20 @@ func modelRoutes(e ir.Endpoint, match func() *route.RouteMatch, methods *route.H
 			&matcher.ValueMatcher{MatchPattern: &matcher.ValueMatcher_StringMatch{StringMatch: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: m}}}})}
 		split := e
 		split.Traffic, split.Shadows = r.Models[m].Traffic, r.Models[m].Shadows
-		routes = append(routes, forwardingRoute(name+"/model/"+m, matched, split, retry, from))
+		rt := forwardingRoute(name+"/model/"+m, matched, split, retry, from)
+		if rt.TypedPerFilterConfig == nil {
+			rt.TypedPerFilterConfig = map[string]*anypb.Any{}
+		}
+		switch rw := modelRewrite(r.Field, r.Models[m].Rewrite); {
+		case rw != nil:
+			rt.TypedPerFilterConfig[callerPickerFilter] = callerPickerOn(e, rw)
+		case !e.PromptAffinity && callerPickerNeeded(e):
+			rt.TypedPerFilterConfig[callerPickerFilter] = callerPickerOff() // another model's rewrite put it in the chain
+		}
+		if len(rt.TypedPerFilterConfig) == 0 {
+			rt.TypedPerFilterConfig = nil
+		}
+		routes = append(routes, rt)
 	}
 	return routes
 }
@@ -268,10 +280,16 @@ func modelAnswers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.
 	unknown := match()
 	unknown.Headers = []*route.HeaderMatcher{methods}
 	models := slices.Sorted(maps.Keys(e.Models.Models))
+	read := readModelRoute(field)
+	if callerPickerNeeded(e) {
+		// In the chain from the first route on (Envoy builds a request's
+		// chain on it), off unless the model's route turns it on.
+		read[callerPickerFilter] = callerPickerOff()
+	}
 	return []*route.Route{
 		directRoute(e.Name+"/model-missing", missing, 400,
 			fmt.Sprintf("endpoint %q routes by the model a JSON body names in its %q field; send a JSON object with %q set to one of: %s\n", e.Name, field, field, joinQuoted(models))),
-		{Name: e.Name + "/model-unknown", Match: unknown, TypedPerFilterConfig: readModelRoute(field),
+		{Name: e.Name + "/model-unknown", Match: unknown, TypedPerFilterConfig: read,
 			Action: directAction(404, fmt.Sprintf("endpoint %q serves no such model; its models are: %s\n", e.Name, joinQuoted(models)))},
 	}
 }
@@ -353,78 +371,6 @@ func joinQuoted(names []string) string {
 		out += fmt.Sprintf(" and %d more", more)
 	}
 	return out
-}
-
-// promptAffinityFilter names the outbound ext_proc filter that asks the
-// node's picker for a request's prompt prefix (wire.PickerPromptHeader).
-const promptAffinityFilter = "servemesh.prompt_affinity"
-
-// promptBalanceFactor bounds a node's share under prompt affinity, in
-// percent of the average requests in flight per node (Envoy's
-// hash_balance_factor): a prefix's requests stay on its node until it has
-// half again the average, then spill to the next node on the ring.
-const promptBalanceFactor = 150
-
-// promptFilter is the outbound ext_proc filter, off unless a route turns
-// it on (promptFilterOn): it sends the node's picker the request's headers
-// (not its credentials) and body (as far as the listener buffers it), and
-// takes back the affinity key's header and the node chosen for it.
-func promptFilter() (*hcm.HttpFilter, error) {
-	config, err := anypb.New(&extproc.ExternalProcessor{
-		GrpcService: &core.GrpcService{
-			TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: wire.PickerCluster}},
-			Timeout:         durationpb.New(pickerGrpcDeadline),
-			InitialMetadata: []*core.HeaderValue{{Key: wire.PickerPromptHeader, Value: "1"}},
-		},
-		// Without an answer, the request goes on without affinity.
-		FailureModeAllow: true,
-		MessageTimeout:   durationpb.New(pickerTimeout),
-		ProcessingMode: &extproc.ProcessingMode{
-			RequestHeaderMode:   extproc.ProcessingMode_SEND,
-			RequestBodyMode:     extproc.ProcessingMode_BUFFERED_PARTIAL,
-			ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
-			RequestTrailerMode:  extproc.ProcessingMode_SKIP,
-			ResponseTrailerMode: extproc.ProcessingMode_SKIP,
-		},
-		// The picker reads the route's session and model headers (which
-		// the route names in the stream's metadata) and the body; never a
-		// request's credentials.
-		ForwardRules: &extproc.HeaderForwardingRules{DisallowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "authorization"}},
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "proxy-authorization"}},
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "cookie"}},
-		}}},
-		// It may set one header, and the node in dynamic metadata.
-		MutationRules: &mutation.HeaderMutationRules{DisallowAll: wrapperspb.Bool(true), AllowExpression: &matcher.RegexMatcher{Regex: wire.PromptAffinityHeader}},
-		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
-			Untyped: []string{wire.PickerNamespace}}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pack prompt affinity filter: %w", err)
-	}
-	return &hcm.HttpFilter{Name: promptAffinityFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
-}
-
-// promptFilterOn turns the prompt-affinity filter on for e's routes, and
-// tells the picker e's affinity headers and its backends' nodes
-// (wire.AffinityRoute).
-func promptFilterOn(e ir.Endpoint) *anypb.Any {
-	r := wire.AffinityRoute{Headers: e.AffinityHeaders, Backends: make([]wire.AffinityBackend, 0, len(e.AffinityNodes))}
-	for _, b := range e.AffinityNodes {
-		nodes := make([]wire.AffinityNode, 0, len(b.Nodes))
-		for _, n := range b.Nodes {
-			nodes = append(nodes, wire.AffinityNode{Inbound: n.Inbound, Replicas: n.Replicas})
-		}
-		r.Backends = append(r.Backends, wire.AffinityBackend{Name: b.Name, Nodes: nodes})
-	}
-	overrides := &extproc.ExtProcOverrides{}
-	// Too many nodes to list (more than wire.MaxAffinityRouteBytes): the
-	// picker then names none, and Maglev alone picks the node.
-	if v, err := r.Encode(); err == nil {
-		overrides.GrpcInitialMetadata = []*core.HeaderValue{{Key: wire.AffinityRouteHeader, Value: v}}
-	}
-	return mustAny(&route.FilterConfig{Config: mustAny(&extproc.ExtProcPerRoute{
-		Override: &extproc.ExtProcPerRoute_Overrides{Overrides: overrides}})})
 }
 
 // boundedHashCluster makes c, a backend's cluster of nodes, take the node
