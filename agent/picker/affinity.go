@@ -68,7 +68,7 @@ func (s *Server) prompt(stream extproc.ExternalProcessor_ProcessServer, md metad
 		case *extproc.ProcessingRequest_RequestBody:
 			return s.promptBody(r.RequestBody, route, rewrite, key), nil
 		default:
-			return nil, fmt.Errorf("picker: asked about %T, which the prompt filter does not send", r)
+			return nil, fmt.Errorf("picker: asked about %T, which the caller picker filter does not send", r)
 		}
 	})
 }

@@ -139,11 +139,8 @@ func (p *Picker) queue(backend string) *flowQueue {
 
 // flowControl is backend's flow control, as the desired state has it.
 func (p *Picker) flowControl(backend string) meshspec.LoadAware {
-	b, ok := p.desired().Backend(backend)
-	if !ok || b.Config.LoadAware == nil {
-		return meshspec.LoadAware{}
-	}
-	return *b.Config.LoadAware
+	_, flow, _ := p.backendSettings(backend)
+	return flow
 }
 
 // Dispatch gives backend's free replicas to the requests waiting, in turn.

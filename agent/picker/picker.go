@@ -10,6 +10,7 @@ import (
 	"github.com/servemesh/servemesh/agent/picker/placement"
 	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/agent/picker/scoring"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Picker is the node's endpoint picker for load-aware backends (the
@@ -149,8 +150,7 @@ type request struct {
 // 0 or more waits for one (the waiter returned: wait for it), and one
 // below is shed.
 func (p *Picker) pick(backend string, req request) (choice, *waiter) {
-	limits, known := p.backendLimits(backend)
-	flow := p.flowControl(backend)
+	limits, flow, known := p.backendSettings(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	q := p.queue(backend)
@@ -324,19 +324,27 @@ func (p *Picker) typicalTTFB(backend string) time.Duration {
 // backendLimits are what saturate backend's replicas, if the desired state
 // has the backend.
 func (p *Picker) backendLimits(backend string) (scoring.Limits, bool) {
+	l, _, ok := p.backendSettings(backend)
+	return l, ok
+}
+
+// backendSettings are backend's limits (backendLimits) and its load_aware
+// settings (zero without), from one lookup of the desired state.
+func (p *Picker) backendSettings(backend string) (scoring.Limits, meshspec.LoadAware, bool) {
 	b, ok := p.desired().Backend(backend)
 	if !ok {
-		return scoring.Limits{}, false
+		return scoring.Limits{}, meshspec.LoadAware{}, false
 	}
-	l := scoring.Limits{MaxInFlight: b.Config.EffectiveMaxConcurrentQueries()}
+	l, flow := scoring.Limits{MaxInFlight: b.Config.EffectiveMaxConcurrentQueries()}, meshspec.LoadAware{}
 	if la := b.Config.LoadAware; la != nil {
+		flow = *la
 		l.MaxModels = la.MaxModelsPerReplica
 		l.QueueLimit = la.QueueLimit
 		if la.KVCacheMetric != "" {
 			l.KVCacheLimit = la.EffectiveKVCacheLimit()
 		}
 	}
-	return l, true
+	return l, flow, true
 }
 
 // Report is the node's ORCA load report for backend, in the header

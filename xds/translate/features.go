@@ -224,7 +224,7 @@ func (criticalityMark) forward(e ir.Endpoint, r *route.Route, site routeSite) {
 	r.RequestHeadersToAdd = criticalityHeader(e, site.from)
 }
 
-// promptPrefixHash turns the prompt-affinity filter on for the routes of
+// promptPrefixHash turns the caller picker filter on for the routes of
 // an endpoint that sends to a prompt-aware backend, and hashes the prefix
 // it names to pick the node (promptAffinity).
 type promptPrefixHash struct{}

@@ -167,6 +167,18 @@ class _Batcher:
                 item[3].set()
 
 
+def _per_instance(instance: Any, attr: str, lock: threading.Lock, make: Callable[[], Any]) -> Any:
+    """instance's helper stored in attr, made (by make) by the first call
+    that needs it, once, whatever the threads."""
+    helper = instance.__dict__.get(attr)
+    if helper is None:
+        with lock:
+            helper = instance.__dict__.get(attr)
+            if helper is None:
+                helper = instance.__dict__[attr] = make()
+    return helper
+
+
 def batch(_fn: Optional[Callable] = None, *, max_batch_size: int = 8, batch_wait_timeout_s: float = 0.0):
     """Makes a method that takes a list of requests and returns a list of
     results (one each) serve requests one by one: concurrent requests are
@@ -184,13 +196,7 @@ def batch(_fn: Optional[Callable] = None, *, max_batch_size: int = 8, batch_wait
 
         @functools.wraps(fn)
         def call_one(self: Any, request: Any) -> Any:
-            batcher = self.__dict__.get(attr)
-            if batcher is None:
-                with lock:
-                    batcher = self.__dict__.get(attr)
-                    if batcher is None:
-                        batcher = _Batcher(fn, self, max_batch_size, batch_wait_timeout_s)
-                        self.__dict__[attr] = batcher
+            batcher = _per_instance(self, attr, lock, lambda: _Batcher(fn, self, max_batch_size, batch_wait_timeout_s))
             return batcher.call(request)
 
         call_one.servemesh_batched = True  # type: ignore[attr-defined]
@@ -267,13 +273,7 @@ def multiplexed(_fn: Optional[Callable] = None, *, max_num_models_per_replica: i
             model_id = model_id or get_multiplexed_model_id()
             if not model_id:
                 raise ValueError(f"{fn.__name__}: no model id: the request names none in its {MODEL_ID_HEADER} header")
-            models = self.__dict__.get(attr)
-            if models is None:
-                with lock:
-                    models = self.__dict__.get(attr)
-                    if models is None:
-                        models = _Models(lambda i: fn(self, i), max_num_models_per_replica)
-                        self.__dict__[attr] = models
+            models = _per_instance(self, attr, lock, lambda: _Models(lambda i: fn(self, i), max_num_models_per_replica))
             return models.get(model_id)
 
         get.servemesh_multiplexed = max_num_models_per_replica  # type: ignore[attr-defined]
