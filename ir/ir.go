@@ -161,6 +161,17 @@ type Endpoint struct {
 	// replicas, agent/picker/placement), so the nodes' caches hold what
 	// they can. Sorted by backend.
 	AffinityNodes []AffinityBackend `json:"affinity_nodes,omitempty"`
+	// RateLimit, if set, is the token bucket each node's Envoy keeps for
+	// the endpoint's requests (per value of its Header, if any).
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+}
+
+// RateLimit is an endpoint's local rate limit: RequestsPerSecond tokens a
+// second, up to Burst, per value of Header ("": one bucket).
+type RateLimit struct {
+	RequestsPerSecond int    `json:"requests_per_second"`
+	Burst             int    `json:"burst"`
+	Header            string `json:"header,omitempty"`
 }
 
 // AffinityBackend is a prompt-affinity backend's nodes, each by its
@@ -256,6 +267,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
 		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		slices.EqualFunc(e.AffinityNodes, o.AffinityNodes, func(a, b AffinityBackend) bool { return a.Name == b.Name && slices.Equal(a.Nodes, b.Nodes) }) &&
+		equalPtr(e.RateLimit, o.RateLimit) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

@@ -22,6 +22,10 @@ const (
 	PriorityLimitHeader = meshspec.PriorityLimitHeader
 )
 
+// MaxRateLimitKeys is how many values of a rate limit's header a node
+// keeps a bucket for at once.
+const MaxRateLimitKeys = meshspec.MaxRateLimitKeys
+
 // DefaultModelField is the body field that names a request's model when
 // an endpoint says none.
 const DefaultModelField = meshspec.DefaultModelField
@@ -158,6 +162,9 @@ func lowerEndpoint(e meshspec.Endpoint, o Options) Endpoint {
 	}
 	if k := e.Sticky; k != nil {
 		out.Sticky = &Sticky{Header: k.Header, Cookie: k.Cookie}
+	}
+	if r := e.RateLimit; r != nil && r.Local != nil {
+		out.RateLimit = &RateLimit{RequestsPerSecond: r.Local.RequestsPerSecond, Burst: r.Local.EffectiveBurst(), Header: r.Local.Header}
 	}
 	if r := e.ModelRouting; r != nil {
 		out.Models = &Models{Field: r.EffectiveField(), Models: make(map[string]Split, len(r.Models))}

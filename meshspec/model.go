@@ -433,6 +433,8 @@ type Endpoint struct {
 	// most they may ask for (flow.go): from -1000 to 1000, below 0
 	// sheddable; 0 (unset) is by criticality, critical 0 and sheddable -1.
 	Priority int `json:"priority,omitempty"`
+	// RateLimit, if set, bounds the endpoint's requests (ratelimit.go).
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 }
 
 // RequestMatch is a rule of an endpoint: requests whose header (or
@@ -663,6 +665,7 @@ func CloneEndpoint(e Endpoint) Endpoint {
 	}
 	cloneEndpointRollout(&e)
 	e.ModelRouting = cloneModelRouting(e.ModelRouting)
+	e.RateLimit = cloneRateLimit(e.RateLimit)
 	return e
 }
 
@@ -700,7 +703,7 @@ func EndpointsEqual(a, b Endpoint) bool {
 		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
 		slices.Equal(a.Match, b.Match) && ptrsEqual(a.Sticky, b.Sticky) && ptrsEqual(a.Retry, b.Retry) &&
 		rolloutsEqual(a.Rollout, b.Rollout) && modelRoutingsEqual(a.ModelRouting, b.ModelRouting) &&
-		a.EffectiveCriticality() == b.EffectiveCriticality() && a.Priority == b.Priority
+		a.EffectiveCriticality() == b.EffectiveCriticality() && a.Priority == b.Priority && rateLimitsEqual(a.RateLimit, b.RateLimit)
 }
 
 func nonZero(m map[string]float64) map[string]float64 {

@@ -146,6 +146,7 @@ func (m *Model) Validate() error {
 		}
 		validateMethods(&p, field+".methods", e.Methods)
 		validateInference(&p, field, e, backends)
+		validateRateLimit(&p, field, e.RateLimit)
 		validateTimeouts(&p, field, e)
 		validateMatches(&p, field+".match", e.Match, backends)
 		if e.Sticky != nil {

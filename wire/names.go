@@ -156,6 +156,11 @@ func SecretFile(dir, name string) string { return dir + "/" + name + ".yaml" }
 // vhost.<vhost>.route.<endpoint>.upstream_rq_*.
 func RouteStatPrefix(endpoint string) string { return endpoint }
 
+// RateLimitStatPrefix is the stat prefix of an endpoint's local rate
+// limit, so Envoy counts its requests refused as
+// <listener's prefix>.servemesh_rate_limit.<endpoint>.http_local_rate_limit.rate_limited.
+func RateLimitStatPrefix(endpoint string) string { return "servemesh_rate_limit." + endpoint }
+
 // ShadowRuntimeKey is the runtime key that overrides the mirrored fraction
 // of an endpoint's requests to a shadow backend on one node.
 func ShadowRuntimeKey(endpoint, backend string) string {

@@ -64,6 +64,7 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 		}
 	}
 	printRolloutRows(tw, r)
+	printRateLimitRows(tw, r)
 	fmt.Fprintln(tw, "\nBACKEND\tREPLICAS (READY/RUNNING/DESIRED)\tDRAINING\tRESTARTS\tAUTOSCALED\tIN FLIGHT\tHELD\tREQ/S\tERR/S")
 	for _, b := range r.Backends {
 		restarts := 0
@@ -90,6 +91,26 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// printRateLimitRows lists the endpoints' rate limits, if any.
+func printRateLimitRows(tw io.Writer, r api.StatusReport) {
+	header := false
+	for _, e := range r.Endpoints {
+		l := e.RateLimit
+		if l == nil || l.Local == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "\nENDPOINT\tRATE LIMIT (EACH NODE)\tBURST\tPER")
+			header = true
+		}
+		per := "endpoint"
+		if l.Local.Header != "" {
+			per = "value of " + l.Local.Header
+		}
+		fmt.Fprintf(tw, "%s\t%d/s\t%d\t%s\n", e.Name, l.Local.RequestsPerSecond, l.Local.EffectiveBurst(), per)
+	}
 }
 
 // printRolloutRows lists the endpoints' rollouts, if any: stage and live

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // TestStatusCountsRestarts: the backends' table sums their replicas'
@@ -32,4 +34,21 @@ func TestStatusCountsRestarts(t *testing.T) {
 		}
 	}
 	t.Fatalf("no backends table:\n%s", out.String())
+}
+
+// TestStatusListsRateLimits: an endpoint with a rate limit gets a row of
+// its limit, burst and key; one without, none.
+func TestStatusListsRateLimits(t *testing.T) {
+	var out bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetOut(&out)
+	r := api.StatusReport{Endpoints: []api.EndpointStatus{{Name: "open"}, {Name: "api",
+		RateLimit: &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: 5, Header: "x-tenant-id"}}}}}
+	if err := printStatus(cmd, r); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	if !strings.Contains(s, "RATE LIMIT (EACH NODE)") || !regexp.MustCompile(`(?m)^api\s+5/s\s+5\s+value of x-tenant-id$`).MatchString(s) || strings.Contains(s, "open  ") {
+		t.Fatalf("status:\n%s", s)
+	}
 }

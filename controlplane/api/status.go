@@ -40,6 +40,8 @@ type EndpointStatus struct {
 	Backends    []EndpointBackendStatus `json:"backends"`
 	// Rollout is the endpoint's rollout, if one was started.
 	Rollout *RolloutReport `json:"rollout,omitempty"`
+	// RateLimit is the endpoint's rate limit, if it has one.
+	RateLimit *meshspec.RateLimit `json:"rate_limit,omitempty"`
 }
 
 // EndpointBackendStatus is one backend of an endpoint: configured weight or
@@ -211,7 +213,7 @@ func NewStatusReport(in StatusInputs) StatusReport {
 // endpointStatus lists an endpoint's traffic and shadow backends, sorted by
 // name, with their live rates.
 func endpointStatus(e meshspec.Endpoint, load map[string]autoscale.BackendLoad, own autoscale.BackendLoad, uses map[string]int) EndpointStatus {
-	es := EndpointStatus{Name: e.Name, Route: e.Route, RequestRate: own.RequestRate, ErrorRate: own.ErrorRate}
+	es := EndpointStatus{Name: e.Name, Route: e.Route, RequestRate: own.RequestRate, ErrorRate: own.ErrorRate, RateLimit: e.RateLimit}
 	if r := e.ModelRouting; r != nil {
 		for _, m := range meshspec.SortedKeys(r.Models) {
 			t := r.Models[m]

@@ -25,8 +25,8 @@ import (
 //     it: gRPC (HTTP/2 to replicas and nodes), outlier detection,
 //     load-aware picking and prompt affinity.
 //   - routeFeatures change an endpoint's forwarding routes: its retries,
-//     the criticality its requests are marked with, and the hashes of
-//     prompt affinity.
+//     the criticality its requests are marked with, the hashes of prompt
+//     affinity, and its rate limit.
 //   - managerFeatures change every HTTP connection manager of a node's
 //     listeners: its access log.
 
@@ -180,7 +180,7 @@ type routeFeature interface {
 
 // routeFeatures are the registered route features, in the order they
 // apply.
-var routeFeatures = []routeFeature{endpointRetries{}, criticalityMark{}, promptPrefixHash{}}
+var routeFeatures = []routeFeature{endpointRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}}
 
 // patchForwarding applies e's route features to r, then leaves to the
 // virtual host a retry policy that is the virtual host's.

@@ -53,6 +53,10 @@ var httpFilters = []httpFilter{
 		why: "first, so that it sees every gRPC call's status, whatever a later filter answers: " +
 			"cluster.<backend>.grpc.failure counts the calls that fail with an HTTP 200 (the router then leaves them to it)",
 		build: func(filterInput) (*hcm.HttpFilter, error) { return grpcStatsFilter() }},
+	{name: localRateLimitFilter, on: []chain{outbound},
+		why: "before the body is read: a request over its endpoint's rate limit is refused on its headers, " +
+			"on the route Envoy first matches (a model-routed endpoint's first route carries the limit too; off but on rate-limited endpoints' routes)",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return localRateLimit() }},
 	{name: jsonToMetadataFilter, on: []chain{outbound},
 		why: "before the route is matched again: it reads the model a JSON body names into metadata " +
 			"(off but on model-routed endpoints' routes, which buffer the body)",

@@ -281,6 +281,9 @@ func modelAnswers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.
 	unknown.Headers = []*route.HeaderMatcher{methods}
 	models := slices.Sorted(maps.Keys(e.Models.Models))
 	read := readModelRoute(field)
+	if e.RateLimit != nil {
+		read[localRateLimitFilter] = localRateLimitOn(e) // counted here, before the body
+	}
 	if callerPickerNeeded(e) {
 		// In the chain from the first route on (Envoy builds a request's
 		// chain on it), off unless the model's route turns it on.

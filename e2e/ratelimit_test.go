@@ -1,0 +1,139 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
+)
+
+// TestLocalRateLimitsHoldOnEachNode: on the default mesh (mTLS, two
+// nodes, a replica on each), an endpoint limited to 5 requests a second
+// per tenant (rate_limit.local, header x-tenant-id): a tenant's burst of
+// 30 through one node gets 5 answers and 25 429s with Retry-After and
+// the x-ratelimit-* headers, while another tenant on that node still gets
+// its 5, and the first tenant on the other node its own 5 (each node
+// keeps its buckets). Sustained at 20 a second for 3 seconds, a tenant
+// gets about 5 a second through a node (the burst and a refill a second).
+// Each node's Envoy counts the requests it refused.
+func TestLocalRateLimitsHoldOnEachNode(t *testing.T) {
+	mesh := startTwoNodeMesh(t, "rl")
+	mesh.createBackends(t, meshspec.Backend{Name: "rl", Process: demoProcess("rl", false), Config: meshspec.BackendConfig{NumReplicas: 2}})
+	// Through the CLI: a header clients cannot send is refused, naming
+	// the field; then the limit is created.
+	env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr}
+	if code, _, errOut := cli(t, env, "endpoint", "create", "limited", "--route", "/limited", "--backend", "rl",
+		"--rate-limit", "5", "--rate-limit-header", "x-servemesh-priority"); code == 0 || !strings.Contains(errOut, "rate_limit.local.header") {
+		t.Fatalf("a reserved header: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := cli(t, env, "endpoint", "create", "limited", "--route", "/limited", "--backend", "rl",
+		"--rate-limit", "5", "--rate-limit-header", "x-tenant-id"); code != 0 {
+		t.Fatalf("endpoint create --rate-limit: exit %d, %s", code, errOut)
+	}
+	if e, err := mesh.c.GetEndpoint(context.Background(), "limited"); err != nil || e.RateLimit == nil || *e.RateLimit.Local != (meshspec.LocalRateLimit{RequestsPerSecond: 5, Header: "x-tenant-id"}) {
+		t.Fatalf("the endpoint stored %+v (%v)", e.RateLimit, err)
+	}
+	client := httpClient()
+	get := func(node *mtlsNode, tenant string) (int, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+node.public+"/limited", nil)
+		req.Header.Set("x-tenant-id", tenant)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, resp.Header
+	}
+	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+		testutil.WaitFor(t, 60*time.Second, "the limited endpoint to answer on "+n.id, func() bool {
+			status, _ := get(n, "warm-up-"+strconv.FormatInt(time.Now().UnixNano(), 10))
+			return status == http.StatusOK
+		})
+	}
+	time.Sleep(1100 * time.Millisecond) // a refill: every bucket full
+	burst := func(node *mtlsNode, tenant string, n int) (ok, limited int, last http.Header) {
+		for range n {
+			status, h := get(node, tenant)
+			switch status {
+			case http.StatusOK:
+				ok++
+			case http.StatusTooManyRequests:
+				limited, last = limited+1, h
+			default:
+				t.Fatalf("tenant %s through %s: status %d", tenant, node.id, status)
+			}
+		}
+		return ok, limited, last
+	}
+	// Sent within a fill interval (1 s), up to a refill may land in it.
+	start := time.Now()
+	okA1, limitedA1, refused := burst(mesh.n1, "tenant-a", 30)
+	okB1, _, _ := burst(mesh.n1, "tenant-b", 10)
+	okA2, _, _ := burst(mesh.n2, "tenant-a", 10)
+	if took := time.Since(start); took > 900*time.Millisecond {
+		t.Logf("the bursts took %v: refills may have landed in them", took)
+	}
+	if okA1 < 5 || okA1 > 10 || limitedA1 < 20 {
+		t.Errorf("tenant a's 30 through %s: %d answered, %d refused; want 5 (10 with a refill) answered, the rest refused", mesh.n1.id, okA1, limitedA1)
+	}
+	if okB1 < 5 || okA2 < 5 {
+		t.Errorf("tenant b through %s got %d of 10, tenant a through %s %d of 10: want each its own 5", mesh.n1.id, okB1, mesh.n2.id, okA2)
+	}
+	if refused.Get("Retry-After") == "" || refused.Get("X-RateLimit-Limit") == "" {
+		t.Fatalf("a refused request's headers %v: want Retry-After and X-RateLimit-Limit", refused)
+	}
+	// Sustained: 20 a second for 3 s through n1, tenant c: its burst of 5
+	// and 5 a refill, 3 or 4 refills in the window.
+	var okC atomic.Int32
+	atRate(20, 3*time.Second, func(int) {
+		if status, _ := get(mesh.n1, "tenant-c"); status == http.StatusOK {
+			okC.Add(1)
+		}
+	})
+	t.Logf("tenant a through %s: %d answered, %d refused; tenant b %d of 10; tenant a through %s %d of 10; tenant c at 20/s for 3 s: %d answered",
+		mesh.n1.id, okA1, limitedA1, okB1, mesh.n2.id, okA2, okC.Load())
+	if c := okC.Load(); c < 15 || c > 25 {
+		t.Errorf("tenant c at 20 a second for 3 s: %d answered, want 15 to 25 (5 a second and a burst of 5)", c)
+	}
+	if n := envoyStatsEnding(t, mesh.n1.admin, "servemesh_rate_limit.limited.http_local_rate_limit.rate_limited"); n < 20 {
+		t.Errorf("%s's Envoy counted %v requests refused, want at least tenant a's 20", mesh.n1.id, n)
+	}
+}
+
+// envoyStatsEnding sums the Envoy counters at admin whose names end in
+// suffix (one per listener); it fails the test when there is none.
+func envoyStatsEnding(t *testing.T, admin, suffix string) float64 {
+	t.Helper()
+	body, err := envoy.Admin{Socket: admin}.Get(context.Background(), "/stats?filter="+url.QueryEscape(regexp.QuoteMeta(suffix)+"$"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, found := 0.0, false
+	for _, line := range strings.Split(string(body), "\n") {
+		name, value, ok := strings.Cut(line, ": ")
+		if !ok || !strings.HasSuffix(name, suffix) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			t.Fatalf("stat %s: %q", name, value)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		t.Fatalf("Envoy at %s has no counter ending in %s: %s", admin, suffix, body)
+	}
+	return sum
+}
