@@ -28,8 +28,8 @@ type loadCollector struct {
 	admin envoy.Admin
 	node  string
 
-	requests, errors, active, pending, routeRequests, routeErrors *prometheus.Desc
-	mu                                                            sync.Mutex
+	requests, errors, active, pending, routeRequests, routeErrors, rateLimited *prometheus.Desc
+	mu                                                                         sync.Mutex
 }
 
 func newLoadCollector(admin envoy.Admin, node string) *loadCollector {
@@ -40,11 +40,12 @@ func newLoadCollector(admin envoy.Admin, node string) *loadCollector {
 		pending:       prometheus.NewDesc("servemesh_backend_queued_requests", "Requests queued in this node's Envoy for the backend's replicas to have room (upstream_rq_pending_active).", []string{"backend", "node"}, nil),
 		routeRequests: prometheus.NewDesc("servemesh_http_requests_total", "HTTP requests per endpoint and listener through this node's Envoy (Ray Serve's num_http_requests).", []string{"endpoint", "listener", "node"}, nil),
 		routeErrors:   prometheus.NewDesc("servemesh_http_errors_total", "5xx answers per endpoint and listener through this node's Envoy.", []string{"endpoint", "listener", "node"}, nil),
+		rateLimited:   prometheus.NewDesc("servemesh_rate_limited_total", "Requests an endpoint's rate_limit.local refused (429) on this node's Envoy, over its listeners.", []string{"endpoint", "node"}, nil),
 	}
 }
 
 func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.errors, c.active, c.pending, c.routeRequests, c.routeErrors} {
+	for _, d := range []*prometheus.Desc{c.requests, c.errors, c.active, c.pending, c.routeRequests, c.routeErrors, c.rateLimited} {
 		ch <- d
 	}
 }
@@ -68,6 +69,9 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 		endpoint, listener, _ := strings.Cut(key, "/") // see wire.RouteKey
 		ch <- prometheus.MustNewConstMetric(c.routeRequests, prometheus.CounterValue, float64(v.Requests), endpoint, listener, c.node)
 		ch <- prometheus.MustNewConstMetric(c.routeErrors, prometheus.CounterValue, float64(v.Errors), endpoint, listener, c.node)
+	}
+	for endpoint, n := range l.RateLimited {
+		ch <- prometheus.MustNewConstMetric(c.rateLimited, prometheus.CounterValue, float64(n), endpoint, c.node)
 	}
 }
 

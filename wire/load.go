@@ -55,6 +55,10 @@ type Load struct {
 	// Configs are the user_config versions the node's replicas run, by
 	// replica tag (meshspec.UserConfig.Version).
 	Configs map[string]string `json:"configs,omitempty"`
+	// RateLimited are the requests each endpoint's local rate limit
+	// refused on the node, since its Envoy started. Absent from a previous
+	// release's agents.
+	RateLimited map[string]uint64 `json:"rate_limited,omitempty"`
 }
 
 // RouteKey is the key of an endpoint's figures on one listener in
@@ -69,6 +73,13 @@ func NewLoad(node string, at time.Time, stats map[string]uint64, histograms map[
 	for name, v := range stats {
 		s, ok := ParseStat(name)
 		if !ok {
+			continue
+		}
+		if s.Name == StatRateLimited {
+			if l.RateLimited == nil {
+				l.RateLimited = map[string]uint64{}
+			}
+			l.RateLimited[s.Endpoint] += v
 			continue
 		}
 		if s.Backend != "" {

@@ -157,9 +157,12 @@ func SecretFile(dir, name string) string { return dir + "/" + name + ".yaml" }
 func RouteStatPrefix(endpoint string) string { return endpoint }
 
 // RateLimitStatPrefix is the stat prefix of an endpoint's local rate
-// limit, so Envoy counts its requests refused as
-// <listener's prefix>.servemesh_rate_limit.<endpoint>.http_local_rate_limit.rate_limited.
-func RateLimitStatPrefix(endpoint string) string { return "servemesh_rate_limit." + endpoint }
+// limit, so Envoy counts the requests it refused, on every listener of the
+// node, as servemesh_rate_limit.<endpoint>.http_local_rate_limit.rate_limited
+// (StatRateLimited).
+func RateLimitStatPrefix(endpoint string) string { return rateLimitStatPrefix + endpoint }
+
+const rateLimitStatPrefix = "servemesh_rate_limit."
 
 // ShadowRuntimeKey is the runtime key that overrides the mirrored fraction
 // of an endpoint's requests to a shadow backend on one node.
@@ -180,10 +183,13 @@ const (
 	// StatLatency is the histogram of a request's time to its replica's
 	// whole answer, in milliseconds (buckets LatencyBoundsMs).
 	StatLatency = "upstream_rq_time"
+	// StatRateLimited counts an endpoint's requests its local rate limit
+	// refused (RateLimitStatPrefix).
+	StatRateLimited = "http_local_rate_limit.rate_limited"
 )
 
 // StatsFilter selects, in Envoy's /stats?filter=, every stat ParseStat reads.
-const StatsFilter = `^(cluster\.[^_].*\.(upstream_rq_(total|5xx|active|pending_active|time)|grpc\.failure)|vhost\..*\.route\..*\.upstream_rq_(total|5xx))$`
+const StatsFilter = `^(cluster\.[^_].*\.(upstream_rq_(total|5xx|active|pending_active|time)|grpc\.failure)|vhost\..*\.route\..*\.upstream_rq_(total|5xx)|servemesh_rate_limit\..*\.http_local_rate_limit\.rate_limited)$`
 
 // LatencyBoundsMs are the upper bounds, in milliseconds, of the buckets of
 // every Envoy's StatLatency histograms (the bootstrap sets them): finer
@@ -212,6 +218,12 @@ func ParseStat(stat string) (s Stat, ok bool) {
 			if backend, found := strings.CutSuffix(rest, "."+name); found && backend != "" && !strings.HasPrefix(backend, "_") {
 				return Stat{Backend: backend, Name: name}, true
 			}
+		}
+		return Stat{}, false
+	}
+	if rest, found := strings.CutPrefix(stat, rateLimitStatPrefix); found {
+		if endpoint, found := strings.CutSuffix(rest, "."+StatRateLimited); found && endpoint != "" {
+			return Stat{Endpoint: endpoint, Name: StatRateLimited}, true
 		}
 		return Stat{}, false
 	}

@@ -23,6 +23,8 @@ func TestParseStat(t *testing.T) {
 		"vhost.a.route.b.route.a.route.b.upstream_rq_total": {Endpoint: "a.route.b", Listener: MeshListener, Name: StatRequests},
 		"vhost._public.route.a.route.b.upstream_rq_5xx":     {Endpoint: "a.route.b", Listener: PublicListener, Name: StatErrors},
 		"vhost.m.v1.route.m.v1.upstream_rq_total":           {Endpoint: "m.v1", Listener: MeshListener, Name: StatRequests},
+		// A rate limit's refusals are the node's, over its listeners.
+		"servemesh_rate_limit.api.v1.http_local_rate_limit.rate_limited": {Endpoint: "api.v1", Name: StatRateLimited},
 	} {
 		got, ok := ParseStat(stat)
 		if !ok || got != want {
@@ -37,6 +39,8 @@ func TestParseStat(t *testing.T) {
 		"http.public.downstream_rq_total",
 		"vhost.model.vcluster.other.upstream_rq_total",
 		"vhost.a.route.b.upstream_rq_total", // a virtual host is its endpoint's
+		"servemesh_rate_limit.api.http_local_rate_limit.ok",
+		"servemesh_rate_limit..http_local_rate_limit.rate_limited",
 	} {
 		if got, ok := ParseStat(stat); ok {
 			t.Errorf("ParseStat(%q) = %+v; want no match", stat, got)
@@ -54,6 +58,7 @@ func TestNewLoad(t *testing.T) {
 		"cluster.a.upstream_rq_total": 10, "cluster.a.upstream_rq_5xx": 2, "cluster.a.upstream_rq_active": 3,
 		"cluster.a.upstream_rq_pending_active": 4, "cluster.g.upstream_rq_total": 9, "cluster.g.grpc.failure": 3, "vhost._public.route.e.upstream_rq_total": 7,
 		"vhost.e.route.e.upstream_rq_total": 5, "vhost.e.route.e.upstream_rq_5xx": 1, "server.uptime": 9,
+		"servemesh_rate_limit.e.http_local_rate_limit.rate_limited": 6,
 	}, map[string][]uint64{
 		"cluster.a.upstream_rq_time": latency, "cluster._inbound_a.upstream_rq_time": latency,
 		"cluster.b.upstream_rq_time": latency[:3], // not at LatencyBoundsMs: left out
@@ -66,6 +71,9 @@ func TestNewLoad(t *testing.T) {
 	}
 	if g := l.Backends["g"]; g.Requests != 9 || g.Errors != 3 {
 		t.Errorf("failed gRPC calls are errors: %+v", g)
+	}
+	if l.RateLimited["e"] != 6 || len(l.RateLimited) != 1 {
+		t.Errorf("rate limited %v, want e's 6", l.RateLimited)
 	}
 	if l.Routes[RouteKey("e", PublicListener)].Requests != 7 || !reflect.DeepEqual(l.Routes[RouteKey("e", MeshListener)], BackendLoad{Requests: 5, Errors: 1}) || len(l.Routes) != 2 {
 		t.Errorf("routes %+v", l.Routes)
