@@ -44,7 +44,8 @@ func TestConsole(t *testing.T) {
 		mesh.createBackends(t, meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: demoProcess(name, false)})
 	}
 	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "site", Route: "/site", Traffic: map[string]float64{"cstable": 0.9, "ccanary": 0.1},
-		Shadows: map[string]float64{"ccanary": 0.25}}); err != nil {
+		Shadows:   map[string]float64{"ccanary": 0.25},
+		RateLimit: &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: 100000, Header: "x-tenant-id"}}}); err != nil {
 		t.Fatal(err)
 	}
 	waitReplicasAnswer(t, "the endpoint to answer", "http://"+mesh.n1.public+"/site", 2, 40)
@@ -75,6 +76,7 @@ func TestConsole(t *testing.T) {
 	}
 	waitText(page, t, "#endpoint-site .bar", "cstable 90%")
 	waitText(page, t, "#endpoint-site", "mirrors 25%")
+	waitText(page, t, "#endpoint-site .rate-limit", "rate limit 100000/s each node per x-tenant-id, burst 100000")
 	waitText(page, t, "#backend-cstable", "1 / 1 / 1")
 	waitText(page, t, "#node-console-n1", "✓ in sync")
 	waitText(page, t, "#node-console-n2", "✓ in sync")

@@ -38,6 +38,7 @@ const (
 	crossNode = "cross-node"
 
 	modeDefault   = "servemesh (mTLS)"
+	modeLimited   = "servemesh (mTLS), rate-limited"
 	modePlaintext = "servemesh --plaintext"
 	modeBaseline  = "hand-written Envoy"
 	modeDirect    = "direct to the replica"
@@ -57,6 +58,7 @@ func main() {
 	only := flag.String("placements", sameNode+","+crossNode, "the placements measured, comma-separated")
 	noAccessLog := flag.Bool("no-access-log", false, "run servemesh's nodes without their access log (--no-access-log)")
 	loadAware := flag.Bool("load-aware", false, "make servemesh's backend load-aware (config.load_aware): its node's picker chooses the replica of every request; also prints the agents' CPU per request")
+	rateLimit := flag.Int("rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.local at this many requests a second (set it above what the load sends: the filter's cost, nothing refused)")
 	protocol := flag.String("protocol", protoHTTP, "what the replica serves and the load sends: http (HTTP/1.1 GETs), grpc (unary gRPC calls over HTTP/2) or stream (HTTP/1.1 GETs of streamed tokens: the time to the first token)")
 	flag.Parse()
 	if !slices.Contains([]string{"", "controller", "agents", "all"}, *pause) {
@@ -68,7 +70,7 @@ func main() {
 		os.Exit(2)
 	}
 	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ","),
-		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware}
+		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware, rateLimit: *rateLimit}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
@@ -93,6 +95,7 @@ type options struct {
 	protocol                string // protoHTTP, protoGRPC or protoStream
 	noAccessLog             bool
 	loadAware               bool
+	rateLimit               int // requests a second of modeLimited's endpoint; 0: no such mode
 }
 
 // The protocols of -protocol.
@@ -110,9 +113,14 @@ func run(o options) error {
 	defer be.Close()
 	b := &bench{Env: be, options: o}
 	all := map[string][]result{}
+	measured := modes
+	if o.rateLimit > 0 {
+		measured = slices.Insert(slices.Clone(modes), 1, modeLimited)
+		fmt.Printf("%s: the endpoint's rate_limit.local is %d requests a second on each node\n", modeLimited, o.rateLimit)
+	}
 	for i := range o.runs {
 		for _, placement := range o.placements {
-			for j, mode := range modes {
+			for j, mode := range measured {
 				r, err := b.measure(fmt.Sprintf("r%d-%s-m%d", i, placement, j), placement, mode)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", placement, mode, err)
@@ -142,7 +150,7 @@ func run(o options) error {
 		fmt.Println("|---|---|---:|---:|---:|---:|")
 	}
 	for _, placement := range o.placements {
-		for _, mode := range modes {
+		for _, mode := range measured {
 			rs := all[placement+mode]
 			errors := 0
 			for _, r := range rs {
@@ -199,7 +207,7 @@ func (b *bench) measure(name, placement, mode string) (result, error) {
 	case modeDirect:
 		s.url, s.stop, err = b.startReplica()
 	default:
-		s, err = b.startServemesh(work, placement, mode == modePlaintext)
+		s, err = b.startServemesh(work, placement, mode == modePlaintext, mode == modeLimited)
 	}
 	if err != nil {
 		return result{}, err
@@ -372,7 +380,7 @@ func (s stack) pause(which string) (resume func()) {
 
 // startServemesh runs a controller and two nodes (n1 on 127.0.0.2, n2 on
 // 127.0.0.3) and places one replica on n1 (same-node) or n2 (cross-node).
-func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, error) {
+func (b *bench) startServemesh(work, placement string, plaintext, limited bool) (stack, error) {
 	ctx := context.Background()
 	cpus := map[string][]string{sameNode: {"4", "0.5"}, crossNode: {"0.5", "4"}}[placement] // the replica needs 1 CPU
 	mesh, err := b.StartMesh(benchenv.MeshOptions{Work: work, Plaintext: plaintext, NodeCPUs: cpus,
@@ -384,6 +392,9 @@ func (b *bench) startServemesh(work, placement string, plaintext bool) (stack, e
 	c := mesh.Client
 	spec := &meshspec.ProcessSpec{Command: b.Bin, Args: b.replicaArgs("${HOST}:${PORT}"), HealthPath: "/"}
 	endpoint := meshspec.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}
+	if limited {
+		endpoint.RateLimit = &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: b.rateLimit}}
+	}
 	protocol := meshspec.ProtocolHTTP1
 	if b.protocol == protoGRPC {
 		spec.HealthPath, protocol = "", meshspec.ProtocolGRPC // probed with the gRPC health service

@@ -56,6 +56,11 @@ function drawEndpoint(e, colors) {
     rows.append(tr);
   }
   box.append(rows);
+  const limit = e.rate_limit && e.rate_limit.local;
+  if (limit) {
+    box.append(el("div", "muted rate-limit", "rate limit " + limit.requests_per_second + "/s each node" +
+      (limit.header ? " per " + limit.header : "") + ", burst " + (limit.burst || limit.requests_per_second)));
+  }
   if (e.rollout) {
     const r = e.rollout;
     box.append(el("div", "rollout", "rollout of " + r.candidate + ": " + r.phase + (r.stage ? ", stage " + r.stage : "") + (r.reason ? " (" + r.reason + ")" : "")));
