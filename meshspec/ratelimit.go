@@ -3,10 +3,12 @@ package meshspec
 import "strings"
 
 // RateLimit bounds an endpoint's requests. Local is enforced by each
-// node's Envoy on the requests that enter the mesh there (its public
-// listener) or leave a replica there (its mesh listener), apart from the
-// other nodes: an endpoint that clients reach through N nodes evenly
-// takes up to N times its figure in all.
+// node's Envoy, apart from the other nodes (an endpoint that clients
+// reach through N nodes evenly takes up to N times its figure in all),
+// per route: the requests that enter the mesh there (its public listener)
+// and those that leave a replica there (its mesh listener) count apart,
+// as do an endpoint's idempotent methods and its others (a route each)
+// and each match rule's requests.
 type RateLimit struct {
 	Local *LocalRateLimit `json:"local,omitempty"`
 }
