@@ -9,7 +9,6 @@ import (
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
@@ -60,26 +59,8 @@ func TestPickerRewritesAModel(t *testing.T) {
 	got := map[string]int{}
 	const n = 2000
 	for range n {
-		stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.PickerPromptHeader, "1", wire.ModelRewriteHeader, rw))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := stream.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{}}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := stream.Recv(); err != nil {
-			t.Fatal(err)
-		}
-		if err := stream.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{
-			Body: []byte(`{"model":"a","prompt":"a prompt long enough to have a prefix of its own, if the route asked for one, which it does not: ` +
-				`it only rewrites the model, nothing else, and sets no header"}`), EndOfStream: true}}}); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = stream.CloseSend()
+		resp := askPrompt(ctx, t, client, &extproc.HttpHeaders{}, `{"model":"a","prompt":"a prompt long enough to have a prefix of its own, if the route asked for one, which it does not: `+
+			`it only rewrites the model, nothing else, and sets no header"}`, wire.ModelRewriteHeader, rw)[1]
 		common := resp.GetRequestBody().GetResponse()
 		if len(common.GetHeaderMutation().GetSetHeaders()) > 0 {
 			t.Fatalf("a rewrite-only route got headers set: %v", common.GetHeaderMutation())

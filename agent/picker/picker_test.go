@@ -357,6 +357,33 @@ func pickerClient(t *testing.T, p *Picker) (extproc.ExternalProcessorClient, con
 	return pickerClientOf(t, NewServer(p, slog.New(slog.DiscardHandler), nil))
 }
 
+// askPrompt sends a calling node's prompt stream (md: more metadata, name
+// and value pairs) a request's headers and its body, and returns the
+// picker's two answers.
+func askPrompt(ctx context.Context, t *testing.T, client extproc.ExternalProcessorClient, headers *extproc.HttpHeaders, body string, md ...string) []*extproc.ProcessingResponse {
+	t.Helper()
+	stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, append([]string{wire.PickerPromptHeader, "1"}, md...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stream.CloseSend() }()
+	var out []*extproc.ProcessingResponse
+	for _, req := range []*extproc.ProcessingRequest{
+		{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: headers}},
+		{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, resp)
+	}
+	return out
+}
+
 // pickerClientOf is pickerClient of the server s.
 func pickerClientOf(t *testing.T, s *Server) (extproc.ExternalProcessorClient, context.Context) {
 	t.Helper()
@@ -393,22 +420,7 @@ func TestPickerNamesAPromptsPrefixForTheCallingNode(t *testing.T) {
 	client, ctx := pickerClient(t, p)
 	ask := func(body string) string {
 		t.Helper()
-		stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.PickerPromptHeader, "1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = stream.CloseSend() }()
-		for _, req := range []*extproc.ProcessingRequest{
-			{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{}}},
-			{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: []byte(body), EndOfStream: true}}},
-		} {
-			if err := stream.Send(req); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := stream.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, resp := range askPrompt(ctx, t, client, &extproc.HttpHeaders{}, body) {
 			if resp.GetDynamicMetadata() != nil {
 				t.Fatalf("the calling node's picker picked a replica: %v", resp)
 			}
@@ -558,27 +570,12 @@ func TestPickerPlacesPromptsOnNodes(t *testing.T) {
 	}
 	ask := func(session, body string) string {
 		t.Helper()
-		stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.PickerPromptHeader, "1", wire.AffinityRouteHeader, route))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = stream.CloseSend() }()
 		headers := &extproc.HttpHeaders{Headers: &core.HeaderMap{}}
 		if session != "" {
 			headers.Headers.Headers = []*core.HeaderValue{{Key: "x-session-id", RawValue: []byte(session)}}
 		}
 		node := ""
-		for _, req := range []*extproc.ProcessingRequest{
-			{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: headers}},
-			{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: []byte(body), EndOfStream: true}}},
-		} {
-			if err := stream.Send(req); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := stream.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, resp := range askPrompt(ctx, t, client, headers, body, wire.AffinityRouteHeader, route) {
 			if v := resp.GetDynamicMetadata().GetFields()[wire.PickerNamespace].GetStructValue().GetFields()[wire.PromptNodeKey]; v != nil {
 				node = v.GetStringValue()
 			}
@@ -614,9 +611,9 @@ func TestPickerPlacesPromptsOnNodes(t *testing.T) {
 
 // TestAPromptKeepsItsHomeThoughItWasSlowFirst: a prompt's first request,
 // a full prefill, makes its replica's time to first byte ten times the
-// others'; its next requests still go there (its home), until that
-// replica has four times the requests pending of the cheapest
-// (scoring.HomeLoad).
+// others'; its next requests still go there (its home), the replicas'
+// requests pending deciding (scoring.KeepsHome, tested there), not their
+// times; a saturated home takes none.
 func TestAPromptKeepsItsHomeThoughItWasSlowFirst(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{})
 	p.mu.Lock()

@@ -507,6 +507,17 @@ func TestDeleteNamesEveryUse(t *testing.T) {
 	mustKind(t, err, Conflict, `backend "v1" is in the traffic of endpoints "a", "b", "d" (remove it there), and shadows endpoint "c" (set those shadows to 0) before deleting it`)
 }
 
+// plaintextLeader is a controller of a mesh without mTLS (--plaintext),
+// leading, on st.
+func plaintextLeader(t *testing.T, st store.Store) *Controller {
+	t.Helper()
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil }, Plaintext: true})
+	if err := c.Lead(MayRunCommands(context.Background()), "self:1"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestPlaintextMeshRefusesLoadAware: a mesh without mTLS has no picker in
 // front of its replicas, so load_aware would be accepted and do nothing
 // (it was); such a controller refuses it on every path, naming the field
@@ -515,13 +526,7 @@ func TestDeleteNamesEveryUse(t *testing.T) {
 func TestPlaintextMeshRefusesLoadAware(t *testing.T) {
 	ctx := MayRunCommands(context.Background())
 	st := store.NewMemory()
-	plain := func() *Controller {
-		c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil }, Plaintext: true})
-		if err := c.Lead(ctx, "self:1"); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	plain := func() *Controller { return plaintextLeader(t, st) }
 	c := plain()
 	aware := meshspec.BackendSpec{Name: "llm", Process: &meshspec.ProcessSpec{Command: "/srv/model"}, Config: meshspec.BackendConfig{LoadAware: &meshspec.LoadAware{}}}
 	_, err := c.CreateBackend(ctx, aware)
@@ -565,13 +570,7 @@ func TestPlaintextMeshRefusesLoadAware(t *testing.T) {
 func TestPlaintextMeshRefusesModelRewrites(t *testing.T) {
 	ctx := MayRunCommands(context.Background())
 	st := store.NewMemory()
-	plain := func() *Controller {
-		c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil }, Plaintext: true})
-		if err := c.Lead(ctx, "self:1"); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	plain := func() *Controller { return plaintextLeader(t, st) }
 	backend := meshspec.BackendSpec{Name: "pool", Process: &meshspec.ProcessSpec{Command: "/srv/model"}}
 	chat := func(rewrite map[string]float64) meshspec.Endpoint {
 		return meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"}, ModelRouting: &meshspec.ByModel{

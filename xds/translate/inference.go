@@ -106,16 +106,23 @@ func pickedReplicaCluster(c *cluster.Cluster) error {
 	if err != nil {
 		return err
 	}
+	return overrideHostCluster(c, wire.PickedReplicaKey, "envoy.load_balancing_policies.least_request", fallback)
+}
+
+// overrideHostCluster makes c take the host a filter named in dynamic
+// metadata (wire.PickerNamespace, key), as "IP:port", while it is in the
+// cluster, else pick by the fallback policy (named, with its config).
+func overrideHostCluster(c *cluster.Cluster, key, fallbackName string, fallback *anypb.Any) error {
 	policy, err := anypb.New(&overridehost.OverrideHost{
 		OverrideHostSources: []*overridehost.OverrideHost_OverrideHostSource{{
 			Metadata: &metadatav3.MetadataKey{Key: wire.PickerNamespace, Path: []*metadatav3.MetadataKey_PathSegment{{
-				Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: wire.PickedReplicaKey}}}},
+				Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: key}}}},
 		}},
 		FallbackPolicy: &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
-			TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.least_request", TypedConfig: fallback}}}},
+			TypedExtensionConfig: &core.TypedExtensionConfig{Name: fallbackName, TypedConfig: fallback}}}},
 	})
 	if err != nil {
-		return fmt.Errorf("cluster %s: pack picked-replica policy: %w", c.GetName(), err)
+		return fmt.Errorf("cluster %s: pack override host policy: %w", c.GetName(), err)
 	}
 	c.LbPolicy = cluster.Cluster_ROUND_ROBIN // unused: the policy below
 	c.LoadBalancingPolicy = &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
@@ -386,20 +393,9 @@ func boundedHashCluster(c *cluster.Cluster) error {
 	if err != nil {
 		return fmt.Errorf("cluster %s: pack maglev policy: %w", c.GetName(), err)
 	}
-	policy, err := anypb.New(&overridehost.OverrideHost{
-		OverrideHostSources: []*overridehost.OverrideHost_OverrideHostSource{{
-			Metadata: &metadatav3.MetadataKey{Key: wire.PickerNamespace, Path: []*metadatav3.MetadataKey_PathSegment{{
-				Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: wire.PromptNodeKey}}}},
-		}},
-		FallbackPolicy: &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
-			TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.maglev", TypedConfig: hashed}}}},
-	})
-	if err != nil {
-		return fmt.Errorf("cluster %s: pack prompt node policy: %w", c.GetName(), err)
+	if err := overrideHostCluster(c, wire.PromptNodeKey, "envoy.load_balancing_policies.maglev", hashed); err != nil {
+		return err
 	}
-	c.LbPolicy = cluster.Cluster_ROUND_ROBIN // unused: the policy below
-	c.LoadBalancingPolicy = &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
-		TypedExtensionConfig: &core.TypedExtensionConfig{Name: "envoy.load_balancing_policies.override_host", TypedConfig: policy}}}}
 	// A node named but not healthy (its replicas' checks lapsed: DEGRADED;
 	// failing or ejected) is passed over for the hash's choice.
 	if c.CommonLbConfig == nil {
