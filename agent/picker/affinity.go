@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -43,13 +44,13 @@ func (s *Server) prompt(stream extproc.ExternalProcessor_ProcessServer, md metad
 	var route wire.AffinityRoute
 	if v := md.Get(wire.AffinityRouteHeader); len(v) > 0 {
 		var err error
-		if route, err = wire.ParseAffinityRoute(v[0]); err != nil {
+		if route, err = parsed(&s.meta, s.meta.routes, v[0], wire.ParseAffinityRoute); err != nil {
 			s.log.Warn("picker: a route's affinity nodes are unreadable; its requests go by hash alone", "err", err)
 		}
 	}
 	var rewrite *wire.ModelRewrite
 	if v := md.Get(wire.ModelRewriteHeader); len(v) > 0 {
-		rw, err := wire.ParseModelRewrite(v[0])
+		rw, err := parsed(&s.meta, s.meta.rewrites, v[0], wire.ParseModelRewrite)
 		if err != nil {
 			s.log.Warn("picker: a route's model rewrite is unreadable; its requests go on as they are", "err", err)
 		} else {
@@ -159,6 +160,40 @@ func unit(key string) float64 {
 	return float64(h.Sum64()>>11) / (1 << 53)
 }
 
+// routeMeta is what routes told the picker, parsed, by its text: every
+// prompt stream carries it, and a route's text changes only with its
+// config, so it is parsed once (up to maxRouteMeta texts, then afresh).
+type routeMeta struct {
+	mu       sync.Mutex
+	routes   map[string]wire.AffinityRoute
+	rewrites map[string]wire.ModelRewrite
+}
+
+const maxRouteMeta = 256
+
+func newRouteMeta() routeMeta {
+	return routeMeta{routes: map[string]wire.AffinityRoute{}, rewrites: map[string]wire.ModelRewrite{}}
+}
+
+// parsed is text parsed by parse, from cache (one of c's maps) when it
+// was parsed before; a text that does not parse is not kept.
+func parsed[T any](c *routeMeta, cache map[string]T, text string, parse func(string) (T, error)) (T, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := cache[text]; ok {
+		return v, nil
+	}
+	v, err := parse(text)
+	if err != nil {
+		return v, err
+	}
+	if len(cache) >= maxRouteMeta {
+		clear(cache)
+	}
+	cache[text] = v
+	return v, nil
+}
+
 // headerKey is the affinity key a request's headers name: the first of
 // names present, with its name, or "".
 func headerKey(h *core.HeaderMap, names []string) string {
@@ -231,15 +266,12 @@ func replicaNodes(ready []*replicaLoad) []placement.Node {
 // table is tables' entry for backend; a new one (made by newT) first
 // drops those of backends gone from the desired state.
 func table[T any](tables map[string]*T, backend string, desired *nodeview.View, newT func() *T) *T {
-	t, ok := tables[backend]
-	if !ok {
+	if _, ok := tables[backend]; !ok {
 		for name := range tables {
 			if _, ok := desired.Backend(name); !ok {
 				delete(tables, name)
 			}
 		}
-		t = newT()
-		tables[backend] = t
 	}
-	return t
+	return entryOf(tables, backend, newT)
 }

@@ -129,12 +129,7 @@ func (q *flowQueue) victim(w *waiter) *waiter {
 
 // queue is backend's queue. Called with mu held.
 func (p *Picker) queue(backend string) *flowQueue {
-	q, ok := p.queues[backend]
-	if !ok {
-		q = &flowQueue{}
-		p.queues[backend] = q
-	}
-	return q
+	return entryOf(p.queues, backend, func() *flowQueue { return &flowQueue{} })
 }
 
 // flowControl is backend's flow control, as the desired state has it.
@@ -224,8 +219,8 @@ func (p *Picker) Waiting() map[string]float64 {
 		}
 	}
 	for _, r := range p.replicas {
-		if s := r.Server; s.HasWaiting && now.Sub(s.At) < scoring.Stale {
-			out[r.backend] += s.Waiting
+		if r.Server.HasWaiting && r.Fresh(now) {
+			out[r.backend] += r.Server.Waiting
 		}
 	}
 	return out

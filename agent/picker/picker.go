@@ -365,12 +365,17 @@ func (p *Picker) Report(backend string) string {
 }
 
 func (p *Picker) rate(backend string) *rate {
-	r, ok := p.rates[backend]
+	return entryOf(p.rates, backend, func() *rate { return &rate{} })
+}
+
+// entryOf is m's entry for key, made by newT when it has none.
+func entryOf[T any](m map[string]*T, key string, newT func() *T) *T {
+	v, ok := m[key]
 	if !ok {
-		r = &rate{}
-		p.rates[backend] = r
+		v = newT()
+		m[key] = v
 	}
-	return r
+	return v
 }
 
 // rate counts events over the last rateBuckets × rateBucket.

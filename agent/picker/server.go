@@ -38,6 +38,7 @@ type Server struct {
 	outcomes *prometheus.CounterVec
 	queued   *prometheus.CounterVec
 	rewrites *prometheus.CounterVec
+	meta     routeMeta // routes' affinity nodes and rewrites, parsed
 }
 
 // Outcomes of a request the picker was asked about, as counted.
@@ -53,7 +54,7 @@ const ShedRetryAfter = "1"
 // NewServer returns a server of p; reg (nil: none) receives its
 // metrics.
 func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *Server {
-	s := &Server{picker: p, log: log, outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+	s := &Server{picker: p, log: log, meta: newRouteMeta(), outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_requests_total",
 		Help: "Requests of load-aware backends this node's picker was asked about, by outcome: picked (a replica named), shed (429: sheddable with every replica here saturated, or the queue full or its wait too long), none (no ready replica here).",
 	}, []string{"backend", "outcome"}), queued: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -33,12 +33,14 @@ func NewTable() *Table {
 // has had more than SpillFactor times its share of the recent requests,
 // the next in the key's order that has not (the key stays placed).
 func (t *Table) Place(key string, nodes []Node, now time.Time) string {
-	home := t.Home(key, nodes, now)
-	if home == "" {
+	if len(nodes) == 0 {
 		return ""
 	}
+	t.expire(now)
+	order := rendezvous(key, nodes)
+	home := t.home(key, order)
 	t.Assign(key, home, now)
-	out := t.spill(home, rendezvous(key, nodes), now)
+	out := t.spill(home, order, now)
 	t.loadOf(out, len(nodes)).value++
 	return out
 }
@@ -50,8 +52,7 @@ func (t *Table) Home(key string, nodes []Node, now time.Time) string {
 		return ""
 	}
 	t.expire(now)
-	order := rendezvous(key, nodes)
-	return t.home(key, order)
+	return t.home(key, rendezvous(key, nodes))
 }
 
 func (t *Table) home(key string, order []ranked) string {

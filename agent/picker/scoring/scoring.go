@@ -80,8 +80,8 @@ func Smooth(smoothed, ttfb time.Duration) time.Duration {
 	return time.Duration(TTFBWeight*float64(ttfb) + (1-TTFBWeight)*float64(smoothed))
 }
 
-// fresh reports whether r's server figures count at now.
-func (r Replica) fresh(now time.Time) bool { return now.Sub(r.Server.At) < Stale }
+// Fresh reports whether r's server figures count at now.
+func (r Replica) Fresh(now time.Time) bool { return now.Sub(r.Server.At) < Stale }
 
 // Saturated reports whether r may take no more requests without waiting:
 // its requests in flight reach the limit (Envoy queues the rest), or its
@@ -91,7 +91,7 @@ func (r Replica) Saturated(l Limits, now time.Time) bool {
 		return true
 	}
 	s := r.Server
-	return r.fresh(now) && ((l.QueueLimit > 0 && s.HasWaiting && s.Waiting >= float64(l.QueueLimit)) ||
+	return r.Fresh(now) && ((l.QueueLimit > 0 && s.HasWaiting && s.Waiting >= float64(l.QueueLimit)) ||
 		(l.KVCacheLimit > 0 && s.HasKV && s.KV >= l.KVCacheLimit))
 }
 
@@ -103,7 +103,7 @@ func (r Replica) Saturated(l Limits, now time.Time) bool {
 // lowers it (PrefixWeight).
 func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
 	pending, kv := r.Pending(now), 0.0
-	if s := r.Server; r.fresh(now) && s.HasKV {
+	if s := r.Server; r.Fresh(now) && s.HasKV {
 		kv = math.Min(math.Max(s.KV, 0), 1)
 	}
 	ttfb := r.TTFB
@@ -118,7 +118,7 @@ func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
 // if its server's fresh figures say more (running and waiting), that.
 func (r Replica) Pending(now time.Time) float64 {
 	pending := float64(r.InFlight)
-	if s := r.Server; r.fresh(now) && (s.HasWaiting || s.HasRunning) {
+	if s := r.Server; r.Fresh(now) && (s.HasWaiting || s.HasRunning) {
 		pending = math.Max(pending, s.Waiting+s.Running)
 	}
 	return pending
@@ -249,7 +249,7 @@ func NodeReport(ready []Replica, l Limits, known bool, rps float64, now time.Tim
 		}
 		capacity += share * float64(max(l.MaxInFlight, 1)) / replicaSeconds(ttfb)
 		out.InFlight += r.InFlight
-		if r.fresh(now) {
+		if r.Fresh(now) {
 			out.Waiting, out.KV = math.Max(out.Waiting, r.Server.Waiting), math.Max(out.KV, r.Server.KV)
 		}
 	}
