@@ -65,6 +65,12 @@ type ModelServer struct {
 
 // ModelAnswer is a ModelServer's answer.
 type ModelAnswer struct {
+	// ID, Object, Choices and Usage are OpenAI's (openai.go).
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Choices []Choice `json:"choices"`
+	Usage   *Usage   `json:"usage,omitempty"`
+
 	Backend string `json:"backend"`
 	Replica string `json:"replica"`
 	Model   string `json:"model"`
@@ -93,9 +99,7 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	var body struct {
-		Model string `json:"model"`
-	}
+	var body chatRequest
 	raw, err := io.ReadAll(io.LimitReader(req.Body, maxModelRequest))
 	if err == nil && len(raw) > 0 {
 		err = json.Unmarshal(raw, &body)
@@ -123,14 +127,21 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if !took {
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(BackendHeader, s.Backend)
 	w.Header().Set(ReplicaHeader, s.Name)
 	if s.ForgeReport {
 		forgeReport(w.Header())
 	}
-	_ = json.NewEncoder(w).Encode(ModelAnswer{Backend: s.Backend, Replica: s.Name, Model: body.Model, Slow: s.Slowdown > 1, Odd: s.Odd,
-		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued, Blocks: len(blocks), Cached: cached, LoadedModel: loaded})
+	a := ModelAnswer{Backend: s.Backend, Replica: s.Name, Model: body.Model, Slow: s.Slowdown > 1, Odd: s.Odd,
+		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued, Blocks: len(blocks), Cached: cached, LoadedModel: loaded}
+	usage := usageOf(body, raw)
+	if body.Stream {
+		streamAnswer(w, a, body, usage)
+		return
+	}
+	openAIAnswer(&a, usage)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(a)
 }
 
 // load makes model one of the models it holds, and reports whether it
