@@ -27,6 +27,8 @@ func ReadLoad(ctx context.Context, admin envoy.Admin, node string) (wire.Load, e
 type loadCollector struct {
 	admin envoy.Admin
 	node  string
+	// global reads the node's rate limit service's refusals (nil: none).
+	global func(context.Context) (map[string]uint64, error)
 
 	requests, errors, active, pending, routeRequests, routeErrors, rateLimited *prometheus.Desc
 	mu                                                                         sync.Mutex
@@ -40,7 +42,8 @@ func newLoadCollector(admin envoy.Admin, node string) *loadCollector {
 		pending:       prometheus.NewDesc("servemesh_backend_queued_requests", "Requests queued in this node's Envoy for the backend's replicas to have room (upstream_rq_pending_active).", []string{"backend", "node"}, nil),
 		routeRequests: prometheus.NewDesc("servemesh_http_requests_total", "HTTP requests per endpoint and listener through this node's Envoy (Ray Serve's num_http_requests).", []string{"endpoint", "listener", "node"}, nil),
 		routeErrors:   prometheus.NewDesc("servemesh_http_errors_total", "5xx answers per endpoint and listener through this node's Envoy.", []string{"endpoint", "listener", "node"}, nil),
-		rateLimited:   prometheus.NewDesc("servemesh_rate_limited_total", "Requests an endpoint's rate_limit.local refused (429) on this node's Envoy, over its listeners.", []string{"endpoint", "node"}, nil),
+		rateLimited: prometheus.NewDesc("servemesh_rate_limited_total", "Requests an endpoint's rate limit refused (429) on this node: limit local is its Envoy's buckets, over its listeners; global its rate limit service's count, since the service started.",
+			[]string{"endpoint", "node", "limit"}, nil),
 	}
 }
 
@@ -71,11 +74,24 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.routeErrors, prometheus.CounterValue, float64(v.Errors), endpoint, listener, c.node)
 	}
 	for endpoint, n := range l.RateLimited {
-		ch <- prometheus.MustNewConstMetric(c.rateLimited, prometheus.CounterValue, float64(n), endpoint, c.node)
+		ch <- prometheus.MustNewConstMetric(c.rateLimited, prometheus.CounterValue, float64(n), endpoint, c.node, "local")
+	}
+	if c.global == nil {
+		return
+	}
+	refused, err := c.global(ctx)
+	if err != nil {
+		return // the service down: no figures rather than wrong ones
+	}
+	for endpoint, n := range refused {
+		ch <- prometheus.MustNewConstMetric(c.rateLimited, prometheus.CounterValue, float64(n), endpoint, c.node, "global")
 	}
 }
 
-// RegisterLoadMetrics exports the node's Envoy figures through reg.
-func RegisterLoadMetrics(reg prometheus.Registerer, admin envoy.Admin, node string) {
-	reg.MustRegister(newLoadCollector(admin, node))
+// RegisterLoadMetrics exports the node's Envoy figures through reg, and
+// those of its rate limit service, if global reads them (nil: none).
+func RegisterLoadMetrics(reg prometheus.Registerer, admin envoy.Admin, node string, global func(context.Context) (map[string]uint64, error)) {
+	c := newLoadCollector(admin, node)
+	c.global = global
+	reg.MustRegister(c)
 }

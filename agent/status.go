@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 
@@ -34,6 +35,13 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 		if extra.Waiting != nil {
 			l.Waiting = extra.Waiting()
 		}
+		if extra.GlobalLimited != nil {
+			if refused, err := extra.GlobalLimited(r.Context()); err != nil {
+				l.RateLimitService = err.Error()
+			} else {
+				l.GlobalRateLimited = refused
+			}
+		}
 		answer(w, l, err)
 	})
 	return mux
@@ -45,6 +53,9 @@ type LoadExtras struct {
 	Held    func() map[string]int     // requests the activator holds, by backend
 	Configs func() map[string]string  // the user_config version each replica runs, by tag
 	Waiting func() map[string]float64 // requests waiting for a replica, by backend (picker.Waiting)
+	// GlobalLimited reads the requests the node's rate limit service
+	// refused, by endpoint (ratelimit.Service.OverLimit).
+	GlobalLimited func(context.Context) (map[string]uint64, error)
 }
 
 func answer(w http.ResponseWriter, v any, err error) {

@@ -85,6 +85,44 @@ func TestDemoStack(t *testing.T) {
 		t.Fatalf("backend delete: exit %d %s%s", code, o, e)
 	}
 
+	// The global rate limit the banner suggests: 5 a minute per tenant,
+	// counted by the node's rate limit service in the demo's Redis.
+	if code, o, e := cli(t, env, "endpoint", "create", "limited", "--route", "/limited", "--backend", "model-v1",
+		"--global-rate-limit", "5", "--global-rate-limit-unit", "minute", "--global-rate-limit-header", "x-tenant-id"); code != 0 {
+		t.Fatalf("endpoint create --global-rate-limit: exit %d %s%s", code, o, e)
+	}
+	tenant := func(name string) int {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+public+"/limited", nil)
+		req.Header.Set("x-tenant-id", name)
+		resp, err := httpClient().Do(req)
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	// The node's rate limit service reloads its configuration a moment
+	// after Envoy has the route: until then a tenant is not counted.
+	warmUp := 0
+	testutil.WaitFor(t, 30*time.Second, "the limited endpoint to count a tenant", func() bool {
+		name := "warm-up-" + strconv.Itoa(warmUp/6) // six requests each: the sixth over 5
+		warmUp++
+		return tenant(name) == http.StatusTooManyRequests
+	})
+	if s := time.Now().Second(); s >= 58 { // all seven in one minute's window
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+	var codes []string
+	for range 7 {
+		codes = append(codes, strconv.Itoa(tenant("acme")))
+	}
+	if got := strings.Join(codes, " "); got != "200 200 200 200 200 429 429" {
+		t.Errorf("the banner's seven requests of one tenant: %s; want five answered, then 429", got)
+	}
+	if code, o, e := cli(t, env, "endpoint", "delete", "limited"); code != 0 {
+		t.Fatalf("endpoint delete: exit %d %s%s", code, o, e)
+	}
+
 	// Re-applying the state the demo wrote keeps every replica: no changes.
 	code, applied, errOut := cli(t, []string{"SERVEMESH_SERVER=" + api}, "apply", "-f", workDir+"/mesh.yaml")
 	if code != 0 || !strings.Contains(applied, "no changes") {

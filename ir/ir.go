@@ -164,6 +164,21 @@ type Endpoint struct {
 	// RateLimit, if set, is the token bucket each node's Envoy keeps for
 	// the endpoint's requests (per value of its Header, if any).
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// GlobalRateLimit, if set, is the count every node's Envoy asks its
+	// node's rate limit service about (wire.RateLimitDomain).
+	GlobalRateLimit *GlobalRateLimit `json:"global_rate_limit,omitempty"`
+}
+
+// GlobalRateLimit is an endpoint's limit shared by every node: Requests
+// a Unit (second, minute, hour, day), per value of Header or per client
+// address if either is set; FailClosed refuses requests while the node's
+// rate limit service cannot answer.
+type GlobalRateLimit struct {
+	Requests      int    `json:"requests"`
+	Unit          string `json:"unit"`
+	Header        string `json:"header,omitempty"`
+	ClientAddress bool   `json:"client_address,omitempty"`
+	FailClosed    bool   `json:"fail_closed,omitempty"`
 }
 
 // RateLimit is an endpoint's local rate limit: RequestsPerSecond tokens a
@@ -267,7 +282,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
 		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		slices.EqualFunc(e.AffinityNodes, o.AffinityNodes, func(a, b AffinityBackend) bool { return a.Name == b.Name && slices.Equal(a.Nodes, b.Nodes) }) &&
-		equalPtr(e.RateLimit, o.RateLimit) &&
+		equalPtr(e.RateLimit, o.RateLimit) && equalPtr(e.GlobalRateLimit, o.GlobalRateLimit) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

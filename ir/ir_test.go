@@ -154,6 +154,8 @@ func TestValidateChecksWhatTranslationTrusts(t *testing.T) {
 		{"health", func(dp *DataPlane) { dp.Backends[1].Replicas[0].Health = "" }, `health ""`},
 		{"missing backend", func(dp *DataPlane) { dp.Endpoints[0].Shadows = map[string]float64{"c": 1} }, `backend "c", which the data plane does not have`},
 		{"no methods", func(dp *DataPlane) { dp.Endpoints[0].Methods = nil }, "methods: none allowed"},
+		{"global limit unit", func(dp *DataPlane) { dp.Endpoints[0].GlobalRateLimit = &GlobalRateLimit{Requests: 5, Unit: "week"} }, `global rate limit: 5 a "week"`},
+		{"global limit of none", func(dp *DataPlane) { dp.Endpoints[0].GlobalRateLimit = &GlobalRateLimit{Unit: "second"} }, `global rate limit: 0 a "second"`},
 	} {
 		dp := good()
 		c.mutate(dp)

@@ -26,6 +26,9 @@ const (
 // keeps a bucket for at once.
 const MaxRateLimitKeys = meshspec.MaxRateLimitKeys
 
+// RateLimitUnits are the windows a global rate limit counts in.
+var RateLimitUnits = meshspec.RateLimitUnits
+
 // DefaultModelField is the body field that names a request's model when
 // an endpoint says none.
 const DefaultModelField = meshspec.DefaultModelField
@@ -165,6 +168,10 @@ func lowerEndpoint(e meshspec.Endpoint, o Options) Endpoint {
 	}
 	if r := e.RateLimit; r != nil && r.Local != nil {
 		out.RateLimit = &RateLimit{RequestsPerSecond: r.Local.RequestsPerSecond, Burst: r.Local.EffectiveBurst(), Header: r.Local.Header}
+	}
+	if r := e.RateLimit; r != nil && r.Global != nil {
+		g := r.Global
+		out.GlobalRateLimit = &GlobalRateLimit{Requests: g.Requests, Unit: g.EffectiveUnit(), Header: g.Header, ClientAddress: g.ClientAddress, FailClosed: g.Closed()}
 	}
 	if r := e.ModelRouting; r != nil {
 		out.Models = &Models{Field: r.EffectiveField(), Models: make(map[string]Split, len(r.Models))}

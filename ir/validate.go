@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Validate checks what translation relies on without checking again:
@@ -31,6 +33,9 @@ func (dp *DataPlane) Validate() error {
 			if _, ok := dp.Backend(backend); !ok {
 				errs = append(errs, fmt.Errorf("endpoint %q sends to backend %q, which the data plane does not have", e.Name, backend))
 			}
+		}
+		if g := e.GlobalRateLimit; g != nil && (g.Requests < 1 || !slices.Contains(RateLimitUnits, g.Unit)) {
+			errs = append(errs, fmt.Errorf("endpoint %q: global rate limit: %d a %q: give at least 1 a %s", e.Name, g.Requests, g.Unit, strings.Join(RateLimitUnits, ", ")))
 		}
 		if len(e.Methods) == 0 {
 			errs = append(errs, fmt.Errorf("endpoint %q: methods: none allowed", e.Name))

@@ -1,6 +1,9 @@
 package meshspec
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // RateLimit bounds an endpoint's requests. Local is enforced by each
 // node's Envoy, apart from the other nodes (an endpoint that clients
@@ -9,8 +12,14 @@ import "strings"
 // and those that leave a replica there (its mesh listener) count apart,
 // as do an endpoint's idempotent methods and its others (a route each)
 // and each match rule's requests.
+//
+// Global is shared by every node: each node's Envoy asks its node's rate
+// limit service (Envoy's, envoyproxy/ratelimit, run by the agent), which
+// counts in a store every node shares (Redis), so N a second is N across
+// the mesh. An endpoint may have both: a request then passes each.
 type RateLimit struct {
-	Local *LocalRateLimit `json:"local,omitempty"`
+	Local  *LocalRateLimit  `json:"local,omitempty"`
+	Global *GlobalRateLimit `json:"global,omitempty"`
 }
 
 // LocalRateLimit is a token bucket on each node (Envoy's local rate
@@ -25,6 +34,47 @@ type LocalRateLimit struct {
 	Burst             int    `json:"burst,omitempty"`
 	Header            string `json:"header,omitempty"`
 }
+
+// GlobalRateLimit lets Requests a Unit (a fixed window: second, the
+// default, minute, hour or day) through every node together. With Header,
+// each value of that request header (a tenant, an API key) has its own
+// count; with ClientAddress, each client address (the public listener's
+// peer; on a mesh listener, the calling replica's node); requests without
+// the header share the endpoint's count. FailureMode is what a node does
+// while its rate limit service cannot answer (down, or its store is):
+// "open" (the default) lets requests through, "closed" refuses them (500).
+// A request over it gets 429 with Retry-After and the x-ratelimit-*
+// headers.
+type GlobalRateLimit struct {
+	Requests      int    `json:"requests"`
+	Unit          string `json:"unit,omitempty"`
+	Header        string `json:"header,omitempty"`
+	ClientAddress bool   `json:"client_address,omitempty"`
+	FailureMode   string `json:"failure_mode,omitempty"`
+}
+
+// The units and failure modes of a global rate limit.
+const (
+	UnitSecond      = "second"
+	FailOpen        = "open"
+	FailClosed      = "closed"
+	MaxGlobalLimits = 1_000_000_000
+)
+
+// RateLimitUnits are the units a global rate limit counts in.
+var RateLimitUnits = []string{UnitSecond, "minute", "hour", "day"}
+
+// EffectiveUnit is the window a global limit counts in.
+func (g GlobalRateLimit) EffectiveUnit() string {
+	if g.Unit == "" {
+		return UnitSecond
+	}
+	return g.Unit
+}
+
+// Closed reports whether requests are refused while the limit cannot be
+// checked.
+func (g GlobalRateLimit) Closed() bool { return g.FailureMode == FailClosed }
 
 // Limits of rate limits.
 const (
@@ -46,19 +96,52 @@ func validateRateLimit(p *problems, field string, r *RateLimit) {
 		return
 	}
 	field += ".rate_limit"
-	l := r.Local
-	if l == nil {
-		p.add(field, "sets no limit; give local: {requests_per_second: N}, or remove rate_limit")
+	if r.Local == nil && r.Global == nil {
+		p.add(field, "sets no limit; give local: {requests_per_second: N} or global: {requests: N, unit: second}, or remove rate_limit")
 		return
 	}
-	field += ".local"
+	if r.Global != nil {
+		validateGlobalRateLimit(p, field+".global", *r.Global)
+	}
+	if r.Local != nil {
+		validateLocalRateLimit(p, field+".local", *r.Local)
+	}
+}
+
+// validateLocalRateLimit checks a local rate limit.
+func validateLocalRateLimit(p *problems, field string, l LocalRateLimit) {
 	if l.RequestsPerSecond < 1 || l.RequestsPerSecond > MaxRequestsPerSecond {
 		p.add(field+".requests_per_second", "is %d; set the requests a second each node lets through, from 1 to %d (remove rate_limit for none)", l.RequestsPerSecond, MaxRequestsPerSecond)
 	}
 	if l.Burst != 0 && (l.Burst < l.RequestsPerSecond || l.Burst > 10*MaxRequestsPerSecond) {
 		p.add(field+".burst", "is %d; set the requests a bucket saves, from requests_per_second (%d) to %d, or leave it out for requests_per_second", l.Burst, l.RequestsPerSecond, 10*MaxRequestsPerSecond)
 	}
-	if h := l.Header; h != "" && (!headerName.MatchString(h) || reservedHeader(h)) {
+	validateLimitHeader(p, field, l.Header)
+}
+
+// validateGlobalRateLimit checks a global rate limit.
+func validateGlobalRateLimit(p *problems, field string, g GlobalRateLimit) {
+	switch {
+	case g.Requests == 0 && g.Closed():
+		p.add(field+".requests", "is 0 with failure_mode closed, which refuses every request; set the requests each %s lets through, from 1 to %d (remove rate_limit for none)", g.EffectiveUnit(), MaxGlobalLimits)
+	case g.Requests < 1 || g.Requests > MaxGlobalLimits:
+		p.add(field+".requests", "is %d; set the requests each %s lets through every node together, from 1 to %d (remove rate_limit for none)", g.Requests, g.EffectiveUnit(), MaxGlobalLimits)
+	}
+	if g.Unit != "" && !slices.Contains(RateLimitUnits, g.Unit) {
+		p.add(field+".unit", "is %.40q; use one of %s (default second)", g.Unit, strings.Join(RateLimitUnits, ", "))
+	}
+	if g.FailureMode != "" && g.FailureMode != FailOpen && g.FailureMode != FailClosed {
+		p.add(field+".failure_mode", "is %.40q; use open (let requests through while the limit cannot be checked, the default) or closed (refuse them)", g.FailureMode)
+	}
+	if g.Header != "" && g.ClientAddress {
+		p.add(field, "counts by both header and client_address; choose one (a count per header value, or per client address)")
+	}
+	validateLimitHeader(p, field, g.Header)
+}
+
+// validateLimitHeader checks the header a limit counts by, if any.
+func validateLimitHeader(p *problems, field, h string) {
+	if h != "" && (!headerName.MatchString(h) || reservedHeader(h)) {
 		p.add(field+".header", "%.80q is not a header clients send that reaches the limit unchanged (servemesh sets or strips x-servemesh-*, Envoy x-envoy-*); name a lower-case header such as x-tenant-id or x-api-key", h)
 	}
 }
@@ -83,6 +166,10 @@ func cloneRateLimit(r *RateLimit) *RateLimit {
 		l := *r.Local
 		out.Local = &l
 	}
+	if r.Global != nil {
+		g := *r.Global
+		out.Global = &g
+	}
 	return out
 }
 
@@ -91,5 +178,5 @@ func rateLimitsEqual(a, b *RateLimit) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return ptrsEqual(a.Local, b.Local)
+	return ptrsEqual(a.Local, b.Local) && ptrsEqual(a.Global, b.Global)
 }

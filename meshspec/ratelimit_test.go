@@ -6,15 +6,22 @@ import (
 )
 
 // TestRateLimitValidates: a local limit takes its requests a second, a
-// burst of at least that and a header of the clients' own; each bad
-// setting is refused naming its field and what to write.
+// burst of at least that and a header of the clients' own; a global one
+// its requests a unit, a known unit and failure mode, and one key; each
+// bad setting is refused naming its field and what to write.
 func TestRateLimitValidates(t *testing.T) {
 	model := func(r *RateLimit) *Model {
 		return &Model{Backends: []Backend{{Name: "a", Replicas: []Replica{{Address: "10.0.0.1:80"}}}},
 			Endpoints: []Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"a": 1}, RateLimit: r}}}
 	}
-	if err := model(&RateLimit{Local: &LocalRateLimit{RequestsPerSecond: 5, Burst: 10, Header: "x-tenant-id"}}).Validate(); err != nil {
-		t.Fatal(err)
+	for _, ok := range []*RateLimit{
+		{Local: &LocalRateLimit{RequestsPerSecond: 5, Burst: 10, Header: "x-tenant-id"}},
+		{Global: &GlobalRateLimit{Requests: 100, Unit: "minute", Header: "x-api-key", FailureMode: FailClosed}},
+		{Global: &GlobalRateLimit{Requests: 1, ClientAddress: true}, Local: &LocalRateLimit{RequestsPerSecond: 5}},
+	} {
+		if err := model(ok).Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, c := range []struct {
 		limit *RateLimit
@@ -27,6 +34,14 @@ func TestRateLimitValidates(t *testing.T) {
 		{&RateLimit{Local: &LocalRateLimit{RequestsPerSecond: 10, Header: "x-servemesh-priority"}}, "rate_limit.local.header: \"x-servemesh-priority\" is not a header clients send"},
 		{&RateLimit{Local: &LocalRateLimit{RequestsPerSecond: 10, Header: "X-Tenant"}}, "rate_limit.local.header: \"X-Tenant\""},
 		{&RateLimit{Local: &LocalRateLimit{RequestsPerSecond: 10, Header: "x-envoy-original-path"}}, "rate_limit.local.header"},
+		{&RateLimit{Global: &GlobalRateLimit{}}, "rate_limit.global.requests: is 0; set the requests each second lets through every node together, from 1"},
+		{&RateLimit{Global: &GlobalRateLimit{FailureMode: FailClosed}}, "rate_limit.global.requests: is 0 with failure_mode closed, which refuses every request"},
+		{&RateLimit{Global: &GlobalRateLimit{Requests: MaxGlobalLimits + 1}}, "rate_limit.global.requests: is 1000000001"},
+		{&RateLimit{Global: &GlobalRateLimit{Requests: 5, Unit: "week"}}, `rate_limit.global.unit: is "week"; use one of second, minute, hour, day`},
+		{&RateLimit{Global: &GlobalRateLimit{Requests: 5, FailureMode: "deny"}}, `rate_limit.global.failure_mode: is "deny"; use open`},
+		{&RateLimit{Global: &GlobalRateLimit{Requests: 5, Header: "x-api-key", ClientAddress: true}}, "rate_limit.global: counts by both header and client_address; choose one"},
+		{&RateLimit{Global: &GlobalRateLimit{Requests: 5, Header: "x-servemesh-model"}}, `rate_limit.global.header: "x-servemesh-model" is not a header clients send that reaches the limit unchanged`},
+		{&RateLimit{Global: &GlobalRateLimit{Requests: 5}, Local: &LocalRateLimit{}}, "rate_limit.local.requests_per_second: is 0"},
 	} {
 		err := model(c.limit).Validate()
 		if err == nil || !strings.Contains(err.Error(), c.says) {
@@ -38,6 +53,15 @@ func TestRateLimitValidates(t *testing.T) {
 	c.Local.RequestsPerSecond = 6
 	if r.Local.RequestsPerSecond != 5 || rateLimitsEqual(r, c) || !rateLimitsEqual(r, cloneRateLimit(r)) {
 		t.Error("cloneRateLimit shares its limit, or rateLimitsEqual misses a change")
+	}
+	g := &RateLimit{Global: &GlobalRateLimit{Requests: 5}}
+	gc := cloneRateLimit(g)
+	gc.Global.Requests = 6
+	if g.Global.Requests != 5 || rateLimitsEqual(g, gc) || !rateLimitsEqual(g, cloneRateLimit(g)) {
+		t.Error("cloneRateLimit shares its global limit, or rateLimitsEqual misses a change")
+	}
+	if (GlobalRateLimit{}).EffectiveUnit() != UnitSecond || (GlobalRateLimit{}).Closed() || !(GlobalRateLimit{FailureMode: FailClosed}).Closed() {
+		t.Error("EffectiveUnit or Closed")
 	}
 	if (LocalRateLimit{RequestsPerSecond: 5}).EffectiveBurst() != 5 || (LocalRateLimit{RequestsPerSecond: 5, Burst: 9}).EffectiveBurst() != 9 {
 		t.Error("EffectiveBurst")

@@ -59,6 +59,13 @@ type Load struct {
 	// refused on the node, since its Envoy started. Absent from a previous
 	// release's agents.
 	RateLimited map[string]uint64 `json:"rate_limited,omitempty"`
+	// GlobalRateLimited are the requests the node's rate limit service
+	// refused, by endpoint (its global limit), since the service started;
+	// RateLimitService, if set, is why they could not be read (the node
+	// runs no service, or it is down). Absent from a previous release's
+	// agents.
+	GlobalRateLimited map[string]uint64 `json:"global_rate_limited,omitempty"`
+	RateLimitService  string            `json:"rate_limit_service,omitempty"`
 }
 
 // RouteKey is the key of an endpoint's figures on one listener in

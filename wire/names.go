@@ -316,6 +316,22 @@ const ReconfigureTokenEnv = "SERVEMESH_RECONFIGURE_TOKEN"
 // that gives a replica its user_config.
 const ReconfigureTokenHeader = "x-servemesh-reconfigure-token"
 
+// Global rate limits (xds/translate's ratelimit.go, agent/ratelimit): a
+// node's outbound listeners ask the node's rate limit service, Envoy's
+// envoyproxy/ratelimit, which its agent runs on RateLimitSocket in the
+// Envoy's folder (cluster RateLimitCluster), about descriptors of
+// RateLimitDomain: the endpoint (RateLimitEndpointKey: its name), then,
+// for a limit counted by a header or the client's address, its value
+// (RateLimitHeaderKey, RateLimitAddressKey, Envoy's own name for it).
+const (
+	RateLimitSocket      = "ratelimit.sock"
+	RateLimitCluster     = "_servemesh_rate_limit"
+	RateLimitDomain      = "servemesh"
+	RateLimitEndpointKey = "servemesh_endpoint"
+	RateLimitHeaderKey   = "servemesh_key"
+	RateLimitAddressKey  = "remote_address"
+)
+
 // Load-aware picking (xds/translate's inference.go): a node's inbound
 // listener asks its agent's picker, a gRPC ext_proc server on PickerSocket
 // in the Envoy's folder (cluster PickerCluster), which replica takes each

@@ -27,6 +27,7 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
+	"github.com/servemesh/servemesh/internal/devredis"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
@@ -39,6 +40,7 @@ const (
 
 	modeDefault   = "servemesh (mTLS)"
 	modeLimited   = "servemesh (mTLS), rate-limited"
+	modeGlobal    = "servemesh (mTLS), globally rate-limited"
 	modePlaintext = "servemesh --plaintext"
 	modeBaseline  = "hand-written Envoy"
 	modeDirect    = "direct to the replica"
@@ -59,6 +61,7 @@ func main() {
 	noAccessLog := flag.Bool("no-access-log", false, "run servemesh's nodes without their access log (--no-access-log)")
 	loadAware := flag.Bool("load-aware", false, "make servemesh's backend load-aware (config.load_aware): its node's picker chooses the replica of every request; also prints the agents' CPU per request")
 	rateLimit := flag.Int("rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.local at this many requests a second (set it above what the load sends: the filter's cost, nothing refused)")
+	globalLimit := flag.Int("global-rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.global at this many requests a second (each node's rate limit service over one Redis; set it above what the load sends: the call's cost, nothing refused)")
 	protocol := flag.String("protocol", protoHTTP, "what the replica serves and the load sends: http (HTTP/1.1 GETs), grpc (unary gRPC calls over HTTP/2) or stream (HTTP/1.1 GETs of streamed tokens: the time to the first token)")
 	flag.Parse()
 	if !slices.Contains([]string{"", "controller", "agents", "all"}, *pause) {
@@ -70,7 +73,7 @@ func main() {
 		os.Exit(2)
 	}
 	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ","),
-		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware, rateLimit: *rateLimit}
+		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware, rateLimit: *rateLimit, globalLimit: *globalLimit}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
@@ -96,6 +99,7 @@ type options struct {
 	noAccessLog             bool
 	loadAware               bool
 	rateLimit               int // requests a second of modeLimited's endpoint; 0: no such mode
+	globalLimit             int // requests a second of modeGlobal's endpoint; 0: no such mode
 }
 
 // The protocols of -protocol.
@@ -117,6 +121,16 @@ func run(o options) error {
 	if o.rateLimit > 0 {
 		measured = slices.Insert(slices.Clone(modes), 1, modeLimited)
 		fmt.Printf("%s: the endpoint's rate_limit.local is %d requests a second on each node\n", modeLimited, o.rateLimit)
+	}
+	if o.globalLimit > 0 {
+		measured = slices.Insert(slices.Clone(measured), 1, modeGlobal)
+		fmt.Printf("%s: the endpoint's rate_limit.global is %d requests a second across the nodes\n", modeGlobal, o.globalLimit)
+		redis, err := devredis.Start(be.Dir, 0, "bench-redis")
+		if err != nil {
+			return err
+		}
+		defer redis.Stop()
+		b.redis = redis
 	}
 	for i := range o.runs {
 		for _, placement := range o.placements {
@@ -193,6 +207,7 @@ func median(rs []result, f func(result) float64) float64 {
 type bench struct {
 	*benchenv.Env
 	options
+	redis *devredis.Server // the global limit's store, with -global-rate-limit
 }
 
 // measure sets up one configuration in a folder of its own, loads it at
@@ -207,7 +222,7 @@ func (b *bench) measure(name, placement, mode string) (result, error) {
 	case modeDirect:
 		s.url, s.stop, err = b.startReplica()
 	default:
-		s, err = b.startServemesh(work, placement, mode == modePlaintext, mode == modeLimited)
+		s, err = b.startServemesh(work, placement, mode)
 	}
 	if err != nil {
 		return result{}, err
@@ -380,11 +395,18 @@ func (s stack) pause(which string) (resume func()) {
 
 // startServemesh runs a controller and two nodes (n1 on 127.0.0.2, n2 on
 // 127.0.0.3) and places one replica on n1 (same-node) or n2 (cross-node).
-func (b *bench) startServemesh(work, placement string, plaintext, limited bool) (stack, error) {
+func (b *bench) startServemesh(work, placement, mode string) (stack, error) {
 	ctx := context.Background()
 	cpus := map[string][]string{sameNode: {"4", "0.5"}, crossNode: {"0.5", "4"}}[placement] // the replica needs 1 CPU
-	mesh, err := b.StartMesh(benchenv.MeshOptions{Work: work, Plaintext: plaintext, NodeCPUs: cpus,
-		AgentArgs: []string{"--no-access-log=" + strconv.FormatBool(b.noAccessLog)}})
+	agentArgs := []string{"--no-access-log=" + strconv.FormatBool(b.noAccessLog)}
+	if mode == modeGlobal {
+		passwordFile := filepath.Join(b.Dir, "redis-password")
+		if err := os.WriteFile(passwordFile, []byte(b.redis.Password), 0o600); err != nil {
+			return stack{}, err
+		}
+		agentArgs = append(agentArgs, "--rate-limit-redis", b.redis.Addr, "--rate-limit-redis-password-file", passwordFile)
+	}
+	mesh, err := b.StartMesh(benchenv.MeshOptions{Work: work, Plaintext: mode == modePlaintext, NodeCPUs: cpus, AgentArgs: agentArgs})
 	if err != nil {
 		return stack{}, err
 	}
@@ -392,8 +414,11 @@ func (b *bench) startServemesh(work, placement string, plaintext, limited bool) 
 	c := mesh.Client
 	spec := &meshspec.ProcessSpec{Command: b.Bin, Args: b.replicaArgs("${HOST}:${PORT}"), HealthPath: "/"}
 	endpoint := meshspec.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}
-	if limited {
+	switch mode {
+	case modeLimited:
 		endpoint.RateLimit = &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: b.rateLimit}}
+	case modeGlobal:
+		endpoint.RateLimit = &meshspec.RateLimit{Global: &meshspec.GlobalRateLimit{Requests: b.globalLimit}}
 	}
 	protocol := meshspec.ProtocolHTTP1
 	if b.protocol == protoGRPC {

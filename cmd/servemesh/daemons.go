@@ -116,7 +116,7 @@ func controllerDefaults(o *daemon.ControllerOptions, crashFlagSet bool) error {
 func newAgentCommand(log *slog.Logger) *cobra.Command {
 	var o daemon.AgentOptions
 	var ef envoyFlags
-	var statusTokenFile, replicaUIDs string
+	var statusTokenFile, replicaUIDs, redisPasswordFile string
 	var resources []string
 	var stopAll bool
 	var stopGrace time.Duration
@@ -143,6 +143,9 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 				return err
 			}
 			o.StatusToken = token
+			if o.RateLimit.Password, err = api.ReadTokenFile(redisPasswordFile); err != nil {
+				return fmt.Errorf("--rate-limit-redis-password-file: %w", err)
+			}
 			if replicaUIDs != "" {
 				if o.ReplicaUIDs, err = agent.ParseUIDRange(replicaUIDs); err != nil {
 					return err
@@ -183,6 +186,9 @@ func newAgentCommand(log *slog.Logger) *cobra.Command {
 	fs.StringArrayVar(&o.Node.AllowedCommands, "allow-command", nil, "a command this node runs as replicas: an absolute path or a pattern such as /opt/models/*/serve (repeat; none: it runs no command)")
 	fs.BoolVar(&stopAll, "stop-all", false, "stop what this node's agent left running (its Envoy, drained, and its replicas), deregister them and exit: for a node that is being removed; the agent must be stopped first")
 	fs.DurationVar(&stopGrace, "stop-grace", 5*time.Second, "with --stop-all, how long the Envoy drains and the replicas have after SIGTERM; 0 kills them at once")
+	fs.StringVar(&o.RateLimit.Redis, "rate-limit-redis", "", "host:port of the Redis every node's rate limit service shares: the node then runs one (envoyproxy/ratelimit) for the endpoints' global limits (default: none, and a global limit's failure mode holds on this node)")
+	fs.StringVar(&redisPasswordFile, "rate-limit-redis-password-file", "", "file holding that Redis's AUTH password (given to the rate limit service alone)")
+	fs.StringVar(&o.RateLimit.Binary, "rate-limit-service", "", "the rate limit service's binary (default: $SERVEMESH_RATELIMIT, else ratelimit in .tools/bin or on $PATH)")
 	fs.StringVar(&o.StatusListen, "metrics-listen", "127.0.0.1:0", "address of the agent's /metrics, "+wire.LoadPath+" (read by the controller) and "+wire.EnvoyVersionsPath+"; port 0 picks one")
 	return c
 }

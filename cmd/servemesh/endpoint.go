@@ -22,8 +22,9 @@ func newEndpointCommand() *cobra.Command {
 }
 
 func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
-	var route, methods, backend, traffic, criticality, limitHeader string
-	var priority, limit, limitBurst int
+	var route, methods, backend, traffic, criticality string
+	var priority int
+	var limits rateLimitFlags
 	var timeout, idle, perTry time.Duration
 	c := &cobra.Command{
 		Use:   "create NAME",
@@ -35,13 +36,10 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 			if methods != "" {
 				e.Methods = strings.Split(methods, ",")
 			}
-			switch {
-			case limit > 0:
-				e.RateLimit = &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: limit, Burst: limitBurst, Header: limitHeader}}
-			case limitBurst != 0 || limitHeader != "":
-				return errors.New("--rate-limit-burst and --rate-limit-header shape a rate limit: give --rate-limit N too")
-			}
 			var err error
+			if e.RateLimit, err = limits.limit(); err != nil {
+				return err
+			}
 			switch {
 			case backend != "" && traffic != "":
 				return errors.New("give --backend or --traffic, not both")
@@ -72,9 +70,7 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	fs.StringVar(&criticality, "criticality", "", "what its requests are when they carry no "+meshspec.CriticalityHeader+" header: critical (the default) or sheddable (refused with 429 while a load-aware backend's replicas are saturated)")
 	fs.IntVar(&priority, "priority", 0, "its requests' priority while a load-aware backend's replicas are saturated, and the most they may ask for with "+meshspec.PriorityHeader+": higher first, below 0 sheddable (default: 0, or -1 when sheddable)")
 	fs.DurationVar(&perTry, "per-try-timeout", 0, "bound on each try; a GET whose try runs out is retried on another replica (default: none)")
-	fs.IntVar(&limit, "rate-limit", 0, "the requests a second each node lets through (a token bucket per node; over it: 429 with Retry-After) (default: no limit)")
-	fs.IntVar(&limitBurst, "rate-limit-burst", 0, "the requests a node's bucket saves for a burst (default: --rate-limit)")
-	fs.StringVar(&limitHeader, "rate-limit-header", "", "a request header, such as x-tenant-id, each value of which has its own bucket (default: one bucket)")
+	limits.add(fs)
 	return c
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -93,24 +94,51 @@ func printStatus(cmd *cobra.Command, r api.StatusReport) error {
 	return tw.Flush()
 }
 
-// printRateLimitRows lists the endpoints' rate limits, if any.
+// printRateLimitRows lists the endpoints' rate limits, if any: a row for
+// each limit, local (a bucket on each node) or global (one count across
+// the mesh), what it counts by and, for a global one, what a node does
+// while it cannot check it.
 func printRateLimitRows(tw io.Writer, r api.StatusReport) {
 	header := false
-	for _, e := range r.Endpoints {
-		l := e.RateLimit
-		if l == nil || l.Local == nil {
-			continue
-		}
+	row := func(format string, args ...any) {
 		if !header {
-			fmt.Fprintln(tw, "\nENDPOINT\tRATE LIMIT (EACH NODE)\tBURST\tPER")
+			fmt.Fprintln(tw, "\nENDPOINT\tRATE LIMIT\tWHERE\tBURST\tPER\tIF UNCHECKED")
 			header = true
 		}
-		per := "endpoint"
-		if l.Local.Header != "" {
-			per = "value of " + l.Local.Header
-		}
-		fmt.Fprintf(tw, "%s\t%d/s\t%d\t%s\n", e.Name, l.Local.RequestsPerSecond, l.Local.EffectiveBurst(), per)
+		fmt.Fprintf(tw, format, args...)
 	}
+	for _, e := range r.Endpoints {
+		l := e.RateLimit
+		if l == nil {
+			continue
+		}
+		if l.Local != nil {
+			row("%s\t%d/s\teach node\t%d\t%s\t-\n", e.Name, l.Local.RequestsPerSecond, l.Local.EffectiveBurst(), limitKey(l.Local.Header, false))
+		}
+		if g := l.Global; g != nil {
+			row("%s\t%d/%s\tmesh\t-\t%s\t%s\n", e.Name, g.Requests, g.EffectiveUnit(), limitKey(g.Header, g.ClientAddress), failureMode(*g))
+		}
+	}
+}
+
+// limitKey says what a limit counts by.
+func limitKey(header string, clientAddress bool) string {
+	switch {
+	case header != "":
+		return "value of " + header
+	case clientAddress:
+		return "client address"
+	}
+	return "endpoint"
+}
+
+// failureMode says what a node does with a global limit's requests while
+// its rate limit service cannot answer.
+func failureMode(g meshspec.GlobalRateLimit) string {
+	if g.Closed() {
+		return "refuse (closed)"
+	}
+	return "let through (open)"
 }
 
 // printRolloutRows lists the endpoints' rollouts, if any: stage and live

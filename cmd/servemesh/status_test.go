@@ -37,18 +37,20 @@ func TestStatusCountsRestarts(t *testing.T) {
 }
 
 // TestStatusListsRateLimits: an endpoint with a rate limit gets a row of
-// its limit, burst and key; one without, none.
+// each limit, its burst, key and failure mode; one without, none.
 func TestStatusListsRateLimits(t *testing.T) {
 	var out bytes.Buffer
 	cmd := &cobra.Command{}
 	cmd.SetOut(&out)
 	r := api.StatusReport{Endpoints: []api.EndpointStatus{{Name: "open"}, {Name: "api",
-		RateLimit: &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: 5, Header: "x-tenant-id"}}}}}
+		RateLimit: &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: 5, Header: "x-tenant-id"},
+			Global: &meshspec.GlobalRateLimit{Requests: 100, Unit: "minute", ClientAddress: true, FailureMode: meshspec.FailClosed}}}}}
 	if err := printStatus(cmd, r); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
-	if !strings.Contains(s, "RATE LIMIT (EACH NODE)") || !regexp.MustCompile(`(?m)^api\s+5/s\s+5\s+value of x-tenant-id$`).MatchString(s) || strings.Contains(s, "open  ") {
+	if !strings.Contains(s, "RATE LIMIT") || !regexp.MustCompile(`(?m)^api\s+5/s\s+each node\s+5\s+value of x-tenant-id\s+-$`).MatchString(s) ||
+		!regexp.MustCompile(`(?m)^api\s+100/minute\s+mesh\s+-\s+client address\s+refuse \(closed\)$`).MatchString(s) || strings.Contains(s, "open  ") {
 		t.Fatalf("status:\n%s", s)
 	}
 }

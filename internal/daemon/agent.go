@@ -16,6 +16,7 @@ import (
 	"github.com/servemesh/servemesh/agent/activator"
 	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker"
+	"github.com/servemesh/servemesh/agent/ratelimit"
 	"github.com/servemesh/servemesh/agent/secrets"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/leader"
@@ -24,6 +25,7 @@ import (
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -60,6 +62,21 @@ type AgentOptions struct {
 	InsecureConsul bool
 	// Inbound is the IP:port of the node's inbound listener (mTLS).
 	Inbound string
+	// RateLimit, if its Redis is set, runs the node's rate limit service
+	// for the endpoints' global limits.
+	RateLimit RateLimitOptions
+}
+
+// RateLimitOptions configure a node's rate limit service
+// (agent/ratelimit).
+type RateLimitOptions struct {
+	// Redis is the store every node's service shares (host:port); none:
+	// the node runs no service, and its global limits' failure modes hold.
+	Redis string
+	// Password is Redis's AUTH password, if any.
+	Password string
+	// Binary is the service's binary (default: ratelimit.Find's).
+	Binary string
 }
 
 // RunAgent runs a node's agent and, unless NoEnvoy, its Envoy, until ctx
@@ -76,8 +93,18 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	reg := httpserver.NewRegistry()
 	admin := envoy.Admin{Socket: o.Envoy.AdminSocket()}
+	var running atomic.Pointer[agent.Agent]
+	limits, err := rateLimitService(log, o, func() *meshspec.Model {
+		if a := running.Load(); a != nil {
+			return a.Desired()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	if !o.NoEnvoy {
-		agent.RegisterLoadMetrics(reg, admin, o.Node.ID)
+		agent.RegisterLoadMetrics(reg, admin, o.Node.ID, overLimitOf(limits))
 	}
 	if o.StatusToken == "" && !httpserver.IsLoopback(o.StatusListen) {
 		if !o.Insecure {
@@ -87,7 +114,6 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	// The activator holds requests for backends with no ready replica,
 	// knowing them from the agent's desired state.
-	var running atomic.Pointer[agent.Agent]
 	desired := func() *nodeview.View {
 		if a := running.Load(); a != nil {
 			return a.View()
@@ -99,8 +125,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	// The picker picks the node's replicas of load-aware backends.
 	pick := picker.New(desired)
 	status, err := httpserver.Listen(ctx, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
-		Held:    hold.Held,
-		Waiting: pick.Waiting,
+		Held:          hold.Held,
+		Waiting:       pick.Waiting,
+		GlobalLimited: overLimitOf(limits),
 		Configs: func() map[string]string {
 			if a := running.Load(); a != nil {
 				return a.ConfigVersions()
@@ -148,6 +175,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		pickerServer := picker.NewServer(pick, log.With("component", "picker"), reg)
 		g.Go("picker", func(ctx context.Context) error { return pickerServer.Serve(ctx, o.Envoy.WorkDir) })
 		g.Go("picker scrape", func(ctx context.Context) error { pick.Scrape(ctx); return nil })
+		if limits != nil {
+			g.Go("rate limit service", limits.Run)
+		}
 		if !o.Envoy.Bootstrap.Node.NoAccessLog {
 			accessLog := filepath.Join(o.Envoy.WorkDir, wire.AccessLogFile)
 			log.Info("the node's access log: a JSON line per request", "path", accessLog)
@@ -160,6 +190,29 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	err = g.Wait()
 	logStopped(log, "agent", err)
 	return err
+}
+
+// rateLimitService is the node's rate limit service, nil if it runs none
+// (no Redis, or no Envoy to ask it).
+func rateLimitService(log *slog.Logger, o AgentOptions, desired func() *meshspec.Model) (*ratelimit.Service, error) {
+	if o.RateLimit.Redis == "" || o.NoEnvoy {
+		return nil, nil
+	}
+	bin, err := ratelimit.Find(o.RateLimit.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("rate limit service (--rate-limit-redis is set): %w", err)
+	}
+	return ratelimit.New(ratelimit.Options{Binary: bin, Redis: o.RateLimit.Redis, Password: o.RateLimit.Password,
+		EnvoyDir: o.Envoy.WorkDir, WorkDir: o.Envoy.WorkDir, Desired: desired,
+		Logger: log.With("component", "ratelimit"), StopOnExit: o.Envoy.StopOnExit})
+}
+
+// overLimitOf reads what s refused, by endpoint; nil if no service runs.
+func overLimitOf(s *ratelimit.Service) func(context.Context) (map[string]uint64, error) {
+	if s == nil {
+		return nil
+	}
+	return s.OverLimit
 }
 
 // stopWith stops a daemon's group whose start failed with err: what it
@@ -222,6 +275,11 @@ func StopNode(ctx context.Context, log *slog.Logger, o AgentOptions, grace time.
 	}
 	if pid != 0 {
 		log.Info("the node's envoy stopped", "pid", pid)
+	}
+	if pid, err := ratelimit.StopLeft(o.Envoy.WorkDir, grace); err != nil {
+		return err
+	} else if pid != 0 {
+		log.Info("the node's rate limit service stopped", "pid", pid)
 	}
 	deregister, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

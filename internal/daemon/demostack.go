@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +17,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/internal/devredis"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/meshspec"
@@ -42,7 +45,13 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 		return fmt.Errorf("consul: %w", err)
 	}
 	defer consul.Stop()
-	children, err := startStackDaemons(o, consul.HTTPAddr)
+	// The store of the node's rate limit service (global limits).
+	redis, passwordFile, err := startStackRedis(o.WorkDir)
+	if err != nil {
+		return err
+	}
+	defer redis.Stop()
+	children, err := startStackDaemons(o, consul.HTTPAddr, redis.Addr, passwordFile)
 	defer func() {
 		for _, c := range children {
 			_ = c.Stop(15 * time.Second)
@@ -81,7 +90,7 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 
 // startStackDaemons starts the controller and the agent, logging into the
 // work folder; it returns those it started.
-func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, error) {
+func startStackDaemons(o StackOptions, consulAddr, redis, redisPasswordFile string) ([]*proc.Process, error) {
 	env := append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)
 	var started []*proc.Process
 	for _, d := range []struct {
@@ -93,6 +102,7 @@ func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, erro
 		{"agent", []string{"agent", "--plaintext", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", strconv.Itoa(DemoNodeCPUs), "--memory-mb", "8192",
 			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh,
 			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--stop-on-exit", "--allow-command", o.Self,
+			"--rate-limit-redis", redis, "--rate-limit-redis-password-file", redisPasswordFile,
 			// The demo's replicas are this binary, wherever the checkout is:
 			// they run as the user who started the demo, on one trusted host.
 			"--run-as", currentUser()}},
@@ -109,6 +119,25 @@ func startStackDaemons(o StackOptions, consulAddr string) ([]*proc.Process, erro
 		started = append(started, p)
 	}
 	return started, nil
+}
+
+// startStackRedis starts the demo's Redis on a free loopback port with a
+// new random password, kept in the work folder (0600) for the agent.
+func startStackRedis(dir string) (*devredis.Server, string, error) {
+	secret := make([]byte, 16)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, "", fmt.Errorf("redis password: %w", err)
+	}
+	password := hex.EncodeToString(secret)
+	file := filepath.Join(dir, "redis-password")
+	if err := os.WriteFile(file, []byte(password), 0o600); err != nil {
+		return nil, "", fmt.Errorf("redis password: %w", err)
+	}
+	redis, err := devredis.Start(dir, 0, password)
+	if err != nil {
+		return nil, "", fmt.Errorf("redis: %w", err)
+	}
+	return redis, file, nil
 }
 
 // applyDemo applies the demo's state once the controller and the agent are
@@ -216,6 +245,10 @@ Try:
   %[6]s backend update model-v2 --num-replicas 3
   for i in $(seq 8); do (for j in $(seq 60); do curl -s -o /dev/null -H 'Host: embeddings' 'http://%[5]s/?sleep_ms=200'; done &); done
                                                    # load on embedder: it autoscales from 1 up to 4, then back
+  %[6]s endpoint create limited --route /limited --backend model-v1 \
+      --global-rate-limit 5 --global-rate-limit-unit minute --global-rate-limit-header x-tenant-id
+  for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-tenant-id: acme' http://%[3]s/limited; done; echo
+                                                   # 200 five times, then 429: 5 a minute per tenant, on every node together
   %[6]s apply -f %[4]s --dry-run   # edit the file, then apply it without --dry-run
   CONSUL_HTTP_ADDR=%[1]s %[7]s catalog services -tags
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // TestAssignmentsOutliveTheClustersThatAskForThem: a publish that stops
@@ -37,8 +39,8 @@ func TestAssignmentsOutliveTheClustersThatAskForThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	cds := st.expect(resource.ClusterType)
-	if got := clusterNames(t, cds); len(got) != 1 || got[0] != "v1" {
-		t.Fatalf("clusters %v, want v1 alone", got)
+	if got := clusterNames(t, cds); !slices.Equal(got, []string{wire.RateLimitCluster, "v1"}) {
+		t.Fatalf("clusters %v, want v1 alone (and the node's rate limit service's)", got)
 	}
 	time.Sleep(100 * time.Millisecond) // publishes would have removed it by now
 	if _, ok := s.assignments.GetResources()["v2"]; !ok {

@@ -57,6 +57,13 @@ var httpFilters = []httpFilter{
 		why: "before the body is read: a request over its endpoint's rate limit is refused on its headers, " +
 			"on the route Envoy first matches (a model-routed endpoint's first route carries the limit too; off but on rate-limited endpoints' routes)",
 		build: func(filterInput) (*hcm.HttpFilter, error) { return localRateLimit() }},
+	{name: globalRateLimitOpenFilter, on: []chain{outbound},
+		why: "after the local limit, which costs no call: the node's rate limit service counts the request with every node's " +
+			"(off but on the routes of endpoints with a global limit that fails open)",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(false) }},
+	{name: globalRateLimitClosedFilter, on: []chain{outbound},
+		why:   "next to the one that fails open: the same for endpoints whose global limit fails closed",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(true) }},
 	{name: jsonToMetadataFilter, on: []chain{outbound},
 		why: "before the route is matched again: it reads the model a JSON body names into metadata " +
 			"(off but on model-routed endpoints' routes, which buffer the body)",

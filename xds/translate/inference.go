@@ -288,8 +288,12 @@ func modelAnswers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.
 	unknown.Headers = []*route.HeaderMatcher{methods}
 	models := slices.Sorted(maps.Keys(e.Models.Models))
 	read := readModelRoute(field)
+	// Counted here, before the body is read, on the route Envoy first matches.
 	if e.RateLimit != nil {
-		read[localRateLimitFilter] = localRateLimitOn(e) // counted here, before the body
+		read[localRateLimitFilter] = localRateLimitOn(e)
+	}
+	if e.GlobalRateLimit != nil {
+		read[globalRateLimitFilterOf(e)] = globalRateLimitOn(e)
 	}
 	if callerPickerNeeded(e) {
 		// In the chain from the first route on (Envoy builds a request's

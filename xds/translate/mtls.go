@@ -99,7 +99,8 @@ func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string
 	if err != nil {
 		return nil, err
 	}
-	out := &Resources{Listeners: listeners}
+	// The node's rate limit service, for endpoints with a global limit.
+	out := &Resources{Listeners: listeners, Clusters: []*cluster.Cluster{rateLimitServiceCluster()}}
 	if t == nil {
 		return out, nil
 	}
@@ -111,7 +112,7 @@ func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string
 	}
 	// The node's picker: its inbound listener's for load-aware backends,
 	// its outbound listeners' for prompt-affine endpoints.
-	out.Clusters = []*cluster.Cluster{pickerCluster()}
+	out.Clusters = append(out.Clusters, pickerCluster())
 	if len(local) == 0 {
 		return out, nil // Envoy refuses a listener without filter chains
 	}

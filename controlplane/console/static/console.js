@@ -61,6 +61,12 @@ function drawEndpoint(e, colors) {
     box.append(el("div", "muted rate-limit", "rate limit " + limit.requests_per_second + "/s each node" +
       (limit.header ? " per " + limit.header : "") + ", burst " + (limit.burst || limit.requests_per_second)));
   }
+  const global = e.rate_limit && e.rate_limit.global;
+  if (global) {
+    box.append(el("div", "muted global-rate-limit", "global rate limit " + global.requests + "/" + (global.unit || "second") +
+      " across the mesh" + (global.header ? " per " + global.header : global.client_address ? " per client address" : "") +
+      (global.failure_mode === "closed" ? ", refuses" : ", lets through") + " while unchecked"));
+  }
   if (e.rollout) {
     const r = e.rollout;
     box.append(el("div", "rollout", "rollout of " + r.candidate + ": " + r.phase + (r.stage ? ", stage " + r.stage : "") + (r.reason ? " (" + r.reason + ")" : "")));

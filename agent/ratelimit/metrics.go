@@ -1,0 +1,73 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	prommodel "github.com/prometheus/common/model"
+
+	"github.com/servemesh/servemesh/wire"
+)
+
+// overLimitMetric is the service's count of the requests it refused, by
+// descriptor: key1 is the endpoint's entry (servemesh_endpoint_<name>),
+// key2, if any, the header's or address's key (never its values, which
+// may be API keys: the service counts a descriptor's configured keys).
+const overLimitMetric = "ratelimit_service_rate_limit_over_limit"
+
+// metricsClient reads the service's metrics, on loopback.
+var metricsClient = &http.Client{Timeout: 2 * time.Second}
+
+// ErrNotRunning is OverLimit's error while no service runs.
+var ErrNotRunning = errors.New("rate limit service not running")
+
+// OverLimit reads the requests the node's service refused since it
+// started, by endpoint.
+func (s *Service) OverLimit(ctx context.Context) (map[string]uint64, error) {
+	s.mu.Lock()
+	addr, child := s.metrics, s.child
+	s.mu.Unlock()
+	if child == nil || child.Exited() || addr == "" {
+		return nil, ErrNotRunning
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, fmt.Errorf("rate limit service metrics: %w", err)
+	}
+	resp, err := metricsClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("rate limit service metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("rate limit service metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("rate limit service metrics: %w", err)
+	}
+	return overLimitByEndpoint(families[overLimitMetric].GetMetric()), nil
+}
+
+// overLimitByEndpoint sums the service's over-limit counters by endpoint.
+func overLimitByEndpoint(metrics []*dto.Metric) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, m := range metrics {
+		for _, l := range m.GetLabel() {
+			if l.GetName() != "key1" {
+				continue
+			}
+			if name, ok := strings.CutPrefix(l.GetValue(), wire.RateLimitEndpointKey+"_"); ok && name != "" {
+				out[name] += uint64(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return out
+}
