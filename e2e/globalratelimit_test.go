@@ -4,15 +4,18 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/agent/ratelimit"
 	"github.com/servemesh/servemesh/internal/devredis"
 	"github.com/servemesh/servemesh/internal/testutil"
@@ -29,7 +32,7 @@ import (
 // tenant header counts each tenant across both nodes. With Redis killed,
 // an endpoint that fails open answers every request (each waiting for the service's error) and one that fails
 // closed refuses them (503); with Redis back, the closed one answers
-// again.
+// again. Token quotas (tokenQuotas) are shown on the same mesh.
 func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 	bin, err := ratelimit.Find("")
 	if err != nil {
@@ -159,6 +162,8 @@ func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 		t.Errorf("status: exit %d, want the global limits listed:\n%s", code, out)
 	}
 
+	tokenQuotas(t, mesh, env)
+
 	// The limit's store down: each endpoint's failure mode holds.
 	redis.Kill()
 	testutil.WaitFor(t, 20*time.Second, "the closed endpoint to refuse while Redis is down", func() bool {
@@ -189,4 +194,87 @@ func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 		b, _ := get(mesh.n2, "/closed", "")
 		return a == http.StatusOK && b == http.StatusOK
 	})
+}
+
+// tokenQuotas: a model-routed endpoint with a quota of 200 tokens an hour
+// per tenant (rate_limit.tokens), served by the stand-in model server,
+// which answers with OpenAI's usage: each answer's tokens, JSON or
+// streamed (the last chunk's usage), are charged when it ends, on either
+// node, and a tenant's next request is refused with 429 once its answered
+// tokens passed 200, while another tenant goes on.
+func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
+	mesh.createBackends(t, meshspec.Backend{Name: "llm", Process: modelServer("llm"), Config: meshspec.BackendConfig{NumReplicas: 2}})
+	e := meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
+		ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{"m": {Traffic: map[string]float64{"llm": 1}}}},
+		RateLimit:    &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 200, Unit: "hour", Header: "x-tenant-id"}}}
+	if _, err := mesh.c.CreateEndpoint(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	url := func(n *mtlsNode) string { return "http://" + n.public + "/v1/chat/completions" }
+	plain := `{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`
+	streamed := `{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":50,"stream":true,"stream_options":{"include_usage":true}}`
+	tokens := func(body string) int { return demoreplica.PromptTokens([]byte(body)) + 50 }
+	post := func(n *mtlsNode, tenant, body string) (int, string, http.Header) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url(n), strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("x-tenant-id", tenant)
+		resp, err := httpClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		time.Sleep(200 * time.Millisecond) // the charge is sent as the answer ends
+		return resp.StatusCode, string(raw), resp.Header
+	}
+	// Until each node's service has the quota, no tenant is refused.
+	warmUp := 0
+	testutil.WaitFor(t, 60*time.Second, "the token quota to be counted on both nodes", func() bool {
+		refused := 0
+		for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+			name := "warm-up-" + strconv.Itoa(warmUp)
+			warmUp++
+			for range 5 {
+				if status, _, _ := post(n, name, plain); status == http.StatusTooManyRequests {
+					refused++
+					break
+				}
+			}
+		}
+		return refused == 2
+	})
+	// Tenant a, alternating nodes and answer kinds: each request passes
+	// while the tokens answered before it are at most 200.
+	spent, got, want := 0, []int{}, []int{}
+	for i := range 5 {
+		n, body := mesh.n1, plain
+		if i%2 == 1 {
+			n, body = mesh.n2, streamed
+		}
+		status, text, h := post(n, "tenant-a", body)
+		got = append(got, status)
+		if spent <= 200 {
+			want = append(want, http.StatusOK)
+			spent += tokens(body)
+		} else {
+			want = append(want, http.StatusTooManyRequests)
+			if h.Get("Retry-After") == "" {
+				t.Errorf("a request over its tenant's token quota: headers %v, want Retry-After", h)
+			}
+		}
+		if status == http.StatusOK && body == streamed && (h.Get("Content-Type") != "text/event-stream" || !strings.Contains(text, "[DONE]") || !strings.Contains(text, "total_tokens")) {
+			t.Errorf("a streamed answer through the usage reader: %s %q; want the whole event stream", h.Get("Content-Type"), text)
+		}
+	}
+	t.Logf("tenant a's requests of %d and %d tokens through both nodes: %v (want %v)", tokens(plain), tokens(streamed), got, want)
+	if !slices.Equal(got, want) {
+		t.Errorf("tenant a's requests: %v; want %v (refused once its answered tokens passed 200)", got, want)
+	}
+	if status, _, _ := post(mesh.n2, "tenant-b", plain); status != http.StatusOK {
+		t.Errorf("tenant b while tenant a is over its quota: %d, want 200", status)
+	}
+	if code, out, _ := cli(t, env, "status"); code != 0 || !strings.Contains(out, "200 tokens/hour") {
+		t.Errorf("status: exit %d, want the token quota listed:\n%s", code, out)
+	}
 }

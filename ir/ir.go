@@ -167,6 +167,19 @@ type Endpoint struct {
 	// GlobalRateLimit, if set, is the count every node's Envoy asks its
 	// node's rate limit service about (wire.RateLimitDomain).
 	GlobalRateLimit *GlobalRateLimit `json:"global_rate_limit,omitempty"`
+	// TokenQuota, if set, is the model tokens every node's Envoy charges
+	// answers against with the node's rate limit service, and checks
+	// before each request.
+	TokenQuota *TokenQuota `json:"token_quota,omitempty"`
+}
+
+// TokenQuota is an endpoint's quota of model tokens shared by every node:
+// Tokens a Unit, per value of Header if set.
+type TokenQuota struct {
+	Tokens     int    `json:"tokens"`
+	Unit       string `json:"unit"`
+	Header     string `json:"header,omitempty"`
+	FailClosed bool   `json:"fail_closed,omitempty"`
 }
 
 // GlobalRateLimit is an endpoint's limit shared by every node: Requests
@@ -282,7 +295,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
 		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		slices.EqualFunc(e.AffinityNodes, o.AffinityNodes, func(a, b AffinityBackend) bool { return a.Name == b.Name && slices.Equal(a.Nodes, b.Nodes) }) &&
-		equalPtr(e.RateLimit, o.RateLimit) && equalPtr(e.GlobalRateLimit, o.GlobalRateLimit) &&
+		equalPtr(e.RateLimit, o.RateLimit) && equalPtr(e.GlobalRateLimit, o.GlobalRateLimit) && equalPtr(e.TokenQuota, o.TokenQuota) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

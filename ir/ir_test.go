@@ -155,6 +155,7 @@ func TestValidateChecksWhatTranslationTrusts(t *testing.T) {
 		{"missing backend", func(dp *DataPlane) { dp.Endpoints[0].Shadows = map[string]float64{"c": 1} }, `backend "c", which the data plane does not have`},
 		{"no methods", func(dp *DataPlane) { dp.Endpoints[0].Methods = nil }, "methods: none allowed"},
 		{"global limit unit", func(dp *DataPlane) { dp.Endpoints[0].GlobalRateLimit = &GlobalRateLimit{Requests: 5, Unit: "week"} }, `global rate limit: 5 a "week"`},
+		{"token quota unit", func(dp *DataPlane) { dp.Endpoints[0].TokenQuota = &TokenQuota{Tokens: 5, Unit: "week"} }, `token quota: 5 a "week"`},
 		{"global limit of none", func(dp *DataPlane) { dp.Endpoints[0].GlobalRateLimit = &GlobalRateLimit{Unit: "second"} }, `global rate limit: 0 a "second"`},
 	} {
 		dp := good()

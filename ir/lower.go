@@ -173,6 +173,10 @@ func lowerEndpoint(e meshspec.Endpoint, o Options) Endpoint {
 		g := r.Global
 		out.GlobalRateLimit = &GlobalRateLimit{Requests: g.Requests, Unit: g.EffectiveUnit(), Header: g.Header, ClientAddress: g.ClientAddress, FailClosed: g.Closed()}
 	}
+	if r := e.RateLimit; r != nil && r.Tokens != nil {
+		q := r.Tokens
+		out.TokenQuota = &TokenQuota{Tokens: q.Tokens, Unit: q.EffectiveUnit(), Header: q.Header, FailClosed: q.Closed()}
+	}
 	if r := e.ModelRouting; r != nil {
 		out.Models = &Models{Field: r.EffectiveField(), Models: make(map[string]Split, len(r.Models))}
 		for name, t := range r.Models {

@@ -37,6 +37,9 @@ func (dp *DataPlane) Validate() error {
 		if g := e.GlobalRateLimit; g != nil && (g.Requests < 1 || !slices.Contains(RateLimitUnits, g.Unit)) {
 			errs = append(errs, fmt.Errorf("endpoint %q: global rate limit: %d a %q: give at least 1 a %s", e.Name, g.Requests, g.Unit, strings.Join(RateLimitUnits, ", ")))
 		}
+		if q := e.TokenQuota; q != nil && (q.Tokens < 1 || !slices.Contains(RateLimitUnits, q.Unit)) {
+			errs = append(errs, fmt.Errorf("endpoint %q: token quota: %d a %q: give at least 1 a %s", e.Name, q.Tokens, q.Unit, strings.Join(RateLimitUnits, ", ")))
+		}
 		if len(e.Methods) == 0 {
 			errs = append(errs, fmt.Errorf("endpoint %q: methods: none allowed", e.Name))
 		}

@@ -17,9 +17,14 @@ import (
 // limit service (Envoy's, envoyproxy/ratelimit, run by the agent), which
 // counts in a store every node shares (Redis), so N a second is N across
 // the mesh. An endpoint may have both: a request then passes each.
+//
+// Tokens is a quota of model tokens, shared like Global: counted from the
+// usage the model servers answer with, charged when an answer ends and
+// checked before the next request.
 type RateLimit struct {
 	Local  *LocalRateLimit  `json:"local,omitempty"`
 	Global *GlobalRateLimit `json:"global,omitempty"`
+	Tokens *TokenQuota      `json:"tokens,omitempty"`
 }
 
 // LocalRateLimit is a token bucket on each node (Envoy's local rate
@@ -52,6 +57,34 @@ type GlobalRateLimit struct {
 	ClientAddress bool   `json:"client_address,omitempty"`
 	FailureMode   string `json:"failure_mode,omitempty"`
 }
+
+// TokenQuota lets Tokens model tokens a Unit (default minute) through
+// every node together, per value of Header if set (a tenant, an API key;
+// the requests without it share the endpoint's quota). An answer's tokens
+// are its usage.total_tokens, OpenAI's: a JSON answer's, or a streamed
+// answer's last chunk's (the client asks for it with
+// stream_options.include_usage); an answer without usage costs none. A
+// request is refused with 429 once the tokens already answered reach the
+// quota: the answer that crosses it is served whole. FailureMode is as
+// GlobalRateLimit's.
+type TokenQuota struct {
+	Tokens      int    `json:"tokens"`
+	Unit        string `json:"unit,omitempty"`
+	Header      string `json:"header,omitempty"`
+	FailureMode string `json:"failure_mode,omitempty"`
+}
+
+// EffectiveUnit is the window a token quota counts in.
+func (q TokenQuota) EffectiveUnit() string {
+	if q.Unit == "" {
+		return "minute"
+	}
+	return q.Unit
+}
+
+// Closed reports whether requests are refused while the quota cannot be
+// checked.
+func (q TokenQuota) Closed() bool { return q.FailureMode == FailClosed }
 
 // The units and failure modes of a global rate limit.
 const (
@@ -96,9 +129,13 @@ func validateRateLimit(p *problems, field string, r *RateLimit) {
 		return
 	}
 	field += ".rate_limit"
-	if r.Local == nil && r.Global == nil {
-		p.add(field, "sets no limit; give local: {requests_per_second: N} or global: {requests: N, unit: second}, or remove rate_limit")
+	if r.Local == nil && r.Global == nil && r.Tokens == nil {
+		p.add(field, "sets no limit; give local: {requests_per_second: N}, global: {requests: N, unit: second} or tokens: {tokens: N, unit: minute}, or remove rate_limit")
 		return
+	}
+	if q := r.Tokens; q != nil {
+		validateWindow(p, field+".tokens", "tokens", q.Tokens, q.EffectiveUnit(), q.Unit, q.FailureMode)
+		validateLimitHeader(p, field+".tokens", q.Header)
 	}
 	if r.Global != nil {
 		validateGlobalRateLimit(p, field+".global", *r.Global)
@@ -121,22 +158,28 @@ func validateLocalRateLimit(p *problems, field string, l LocalRateLimit) {
 
 // validateGlobalRateLimit checks a global rate limit.
 func validateGlobalRateLimit(p *problems, field string, g GlobalRateLimit) {
-	switch {
-	case g.Requests == 0 && g.Closed():
-		p.add(field+".requests", "is 0 with failure_mode closed, which refuses every request; set the requests each %s lets through, from 1 to %d (remove rate_limit for none)", g.EffectiveUnit(), MaxGlobalLimits)
-	case g.Requests < 1 || g.Requests > MaxGlobalLimits:
-		p.add(field+".requests", "is %d; set the requests each %s lets through every node together, from 1 to %d (remove rate_limit for none)", g.Requests, g.EffectiveUnit(), MaxGlobalLimits)
-	}
-	if g.Unit != "" && !slices.Contains(RateLimitUnits, g.Unit) {
-		p.add(field+".unit", "is %.40q; use one of %s (default second)", g.Unit, strings.Join(RateLimitUnits, ", "))
-	}
-	if g.FailureMode != "" && g.FailureMode != FailOpen && g.FailureMode != FailClosed {
-		p.add(field+".failure_mode", "is %.40q; use open (let requests through while the limit cannot be checked, the default) or closed (refuse them)", g.FailureMode)
-	}
+	validateWindow(p, field, "requests", g.Requests, g.EffectiveUnit(), g.Unit, g.FailureMode)
 	if g.Header != "" && g.ClientAddress {
 		p.add(field, "counts by both header and client_address; choose one (a count per header value, or per client address)")
 	}
 	validateLimitHeader(p, field, g.Header)
+}
+
+// validateWindow checks what a global limit and a token quota share: n
+// (their field name) a unit, and what happens when it cannot be checked.
+func validateWindow(p *problems, field, name string, n int, effectiveUnit, unit, failureMode string) {
+	switch {
+	case n == 0 && failureMode == FailClosed:
+		p.add(field+"."+name, "is 0 with failure_mode closed, which refuses every request; set the %s each %s lets through, from 1 to %d (remove rate_limit for none)", name, effectiveUnit, MaxGlobalLimits)
+	case n < 1 || n > MaxGlobalLimits:
+		p.add(field+"."+name, "is %d; set the %s each %s lets through every node together, from 1 to %d (remove rate_limit for none)", n, name, effectiveUnit, MaxGlobalLimits)
+	}
+	if unit != "" && !slices.Contains(RateLimitUnits, unit) {
+		p.add(field+".unit", "is %.40q; use one of %s", unit, strings.Join(RateLimitUnits, ", "))
+	}
+	if failureMode != "" && failureMode != FailOpen && failureMode != FailClosed {
+		p.add(field+".failure_mode", "is %.40q; use open (let requests through while the limit cannot be checked, the default) or closed (refuse them)", failureMode)
+	}
 }
 
 // validateLimitHeader checks the header a limit counts by, if any.
@@ -170,6 +213,10 @@ func cloneRateLimit(r *RateLimit) *RateLimit {
 		g := *r.Global
 		out.Global = &g
 	}
+	if r.Tokens != nil {
+		q := *r.Tokens
+		out.Tokens = &q
+	}
 	return out
 }
 
@@ -178,5 +225,5 @@ func rateLimitsEqual(a, b *RateLimit) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return ptrsEqual(a.Local, b.Local) && ptrsEqual(a.Global, b.Global)
+	return ptrsEqual(a.Local, b.Local) && ptrsEqual(a.Global, b.Global) && ptrsEqual(a.Tokens, b.Tokens)
 }

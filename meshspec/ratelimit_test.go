@@ -18,6 +18,7 @@ func TestRateLimitValidates(t *testing.T) {
 		{Local: &LocalRateLimit{RequestsPerSecond: 5, Burst: 10, Header: "x-tenant-id"}},
 		{Global: &GlobalRateLimit{Requests: 100, Unit: "minute", Header: "x-api-key", FailureMode: FailClosed}},
 		{Global: &GlobalRateLimit{Requests: 1, ClientAddress: true}, Local: &LocalRateLimit{RequestsPerSecond: 5}},
+		{Tokens: &TokenQuota{Tokens: 10000, Header: "x-tenant-id"}, Global: &GlobalRateLimit{Requests: 5, FailureMode: FailClosed}},
 	} {
 		if err := model(ok).Validate(); err != nil {
 			t.Fatal(err)
@@ -42,6 +43,10 @@ func TestRateLimitValidates(t *testing.T) {
 		{&RateLimit{Global: &GlobalRateLimit{Requests: 5, Header: "x-api-key", ClientAddress: true}}, "rate_limit.global: counts by both header and client_address; choose one"},
 		{&RateLimit{Global: &GlobalRateLimit{Requests: 5, Header: "x-servemesh-model"}}, `rate_limit.global.header: "x-servemesh-model" is not a header clients send that reaches the limit unchanged`},
 		{&RateLimit{Global: &GlobalRateLimit{Requests: 5}, Local: &LocalRateLimit{}}, "rate_limit.local.requests_per_second: is 0"},
+		{&RateLimit{Tokens: &TokenQuota{}}, "rate_limit.tokens.tokens: is 0; set the tokens each minute lets through every node together"},
+		{&RateLimit{Tokens: &TokenQuota{Tokens: 0, FailureMode: FailClosed}}, "rate_limit.tokens.tokens: is 0 with failure_mode closed"},
+		{&RateLimit{Tokens: &TokenQuota{Tokens: 100, Unit: "fortnight"}}, `rate_limit.tokens.unit: is "fortnight"`},
+		{&RateLimit{Tokens: &TokenQuota{Tokens: 100, Header: "x-envoy-foo"}}, `rate_limit.tokens.header: "x-envoy-foo"`},
 	} {
 		err := model(c.limit).Validate()
 		if err == nil || !strings.Contains(err.Error(), c.says) {
@@ -59,6 +64,13 @@ func TestRateLimitValidates(t *testing.T) {
 	gc.Global.Requests = 6
 	if g.Global.Requests != 5 || rateLimitsEqual(g, gc) || !rateLimitsEqual(g, cloneRateLimit(g)) {
 		t.Error("cloneRateLimit shares its global limit, or rateLimitsEqual misses a change")
+	}
+	q := &RateLimit{Tokens: &TokenQuota{Tokens: 5}}
+	if qc := cloneRateLimit(q); rateLimitsEqual(q, &RateLimit{Tokens: &TokenQuota{Tokens: 6}}) || !rateLimitsEqual(q, qc) || qc.Tokens == q.Tokens {
+		t.Error("cloneRateLimit shares its token quota, or rateLimitsEqual misses a change")
+	}
+	if (TokenQuota{}).EffectiveUnit() != "minute" || !(TokenQuota{FailureMode: FailClosed}).Closed() {
+		t.Error("TokenQuota's EffectiveUnit or Closed")
 	}
 	if (GlobalRateLimit{}).EffectiveUnit() != UnitSecond || (GlobalRateLimit{}).Closed() || !(GlobalRateLimit{FailureMode: FailClosed}).Closed() {
 		t.Error("EffectiveUnit or Closed")

@@ -323,7 +323,14 @@ const ReconfigureTokenHeader = "x-servemesh-reconfigure-token"
 // RateLimitDomain: the endpoint (RateLimitEndpointKey: its name), then,
 // for a limit counted by a header or the client's address, its value
 // (RateLimitHeaderKey, RateLimitAddressKey, Envoy's own name for it).
+// A token quota's descriptors are RateLimitTokensKey's (its value the
+// endpoint), then the header's value: each answer's tokens are read into
+// dynamic metadata (UsageMetadata, UsageTokensKey) and charged when it
+// ends.
 const (
+	RateLimitTokensKey   = "servemesh_tokens"
+	UsageMetadata        = "servemesh.usage"
+	UsageTokensKey       = "total_tokens"
 	RateLimitSocket      = "ratelimit.sock"
 	RateLimitCluster     = "_servemesh_rate_limit"
 	RateLimitDomain      = "servemesh"

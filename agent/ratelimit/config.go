@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -36,30 +37,52 @@ type limit struct {
 // Config renders the service's configuration for m: each endpoint with a
 // global limit counts its requests (per value of its header or client
 // address, if it counts by either; the requests without the header
-// together), in its unit. nil m: no limit.
+// together), in its unit; each with a token quota, its answers' tokens,
+// the same way. nil m: no limit.
 func Config(m *meshspec.Model) ([]byte, error) {
 	c := serviceConfig{Domain: wire.RateLimitDomain, Descriptors: []descriptor{}}
 	if m != nil {
 		for _, e := range m.Endpoints {
-			if e.RateLimit == nil || e.RateLimit.Global == nil {
+			if e.RateLimit == nil {
 				continue
 			}
-			g := e.RateLimit.Global
-			l := &limit{Unit: g.EffectiveUnit(), RequestsPerUnit: g.Requests}
-			d := descriptor{Key: wire.RateLimitEndpointKey, Value: e.Name, RateLimit: l}
-			switch {
-			case g.Header != "":
-				d.Descriptors = []descriptor{{Key: wire.RateLimitHeaderKey, RateLimit: l}}
-			case g.ClientAddress:
-				d.Descriptors = []descriptor{{Key: wire.RateLimitAddressKey, RateLimit: l}}
+			if g := e.RateLimit.Global; g != nil {
+				nested := ""
+				switch {
+				case g.Header != "":
+					nested = wire.RateLimitHeaderKey
+				case g.ClientAddress:
+					nested = wire.RateLimitAddressKey
+				}
+				c.Descriptors = append(c.Descriptors, endpointDescriptor(wire.RateLimitEndpointKey, e.Name, nested,
+					limit{Unit: g.EffectiveUnit(), RequestsPerUnit: g.Requests}))
 			}
-			c.Descriptors = append(c.Descriptors, d)
+			if q := e.RateLimit.Tokens; q != nil {
+				nested := ""
+				if q.Header != "" {
+					nested = wire.RateLimitHeaderKey
+				}
+				c.Descriptors = append(c.Descriptors, endpointDescriptor(wire.RateLimitTokensKey, e.Name, nested,
+					limit{Unit: q.EffectiveUnit(), RequestsPerUnit: q.Tokens}))
+			}
 		}
 	}
-	slices.SortFunc(c.Descriptors, func(a, b descriptor) int { return strings.Compare(a.Value, b.Value) })
+	slices.SortFunc(c.Descriptors, func(a, b descriptor) int {
+		return cmp.Or(strings.Compare(a.Value, b.Value), strings.Compare(a.Key, b.Key))
+	})
 	out, err := yaml.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("rate limit service config: %w", err)
 	}
 	return out, nil
+}
+
+// endpointDescriptor counts an endpoint's requests (or tokens) by key,
+// and, if nested is set, each value of nested apart, at the same limit.
+func endpointDescriptor(key, endpoint, nested string, l limit) descriptor {
+	d := descriptor{Key: key, Value: endpoint, RateLimit: &l}
+	if nested != "" {
+		d.Descriptors = []descriptor{{Key: nested, RateLimit: &l}}
+	}
+	return d
 }

@@ -35,13 +35,14 @@ func TestConfigNestsEachEndpointsKey(t *testing.T) {
 		{Name: "open"},
 		limited("keys", meshspec.GlobalRateLimit{Requests: 5, Header: "x-api-key", FailureMode: meshspec.FailClosed}),
 		limited("clients", meshspec.GlobalRateLimit{Requests: 7, ClientAddress: true}),
+		{Name: "chat", RateLimit: &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 5000, Header: "x-tenant-id"}}},
 	}}
 	got, err := Config(m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, part := range []string{"domain: servemesh", "value: clients", "key: remote_address", "value: keys", "key: servemesh_key",
-		"value: shared", "unit: minute", "requests_per_unit: 100"} {
+		"value: shared", "unit: minute", "requests_per_unit: 100", "key: servemesh_tokens", "requests_per_unit: 5000"} {
 		if !strings.Contains(string(got), part) {
 			t.Errorf("config lacks %q:\n%s", part, got)
 		}
@@ -49,7 +50,7 @@ func TestConfigNestsEachEndpointsKey(t *testing.T) {
 	if strings.Contains(string(got), "open") {
 		t.Errorf("config names an endpoint without a limit:\n%s", got)
 	}
-	if i, j, k := strings.Index(string(got), "clients"), strings.Index(string(got), "keys"), strings.Index(string(got), "shared"); i > j || j > k {
+	if h, i, j, k := strings.Index(string(got), "value: chat"), strings.Index(string(got), "value: clients"), strings.Index(string(got), "value: keys"), strings.Index(string(got), "value: shared"); h > i || i > j || j > k {
 		t.Errorf("descriptors not sorted by endpoint:\n%s", got)
 	}
 	empty, err := Config(nil)

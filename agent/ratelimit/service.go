@@ -69,16 +69,12 @@ type record struct {
 	Metrics  string        `json:"metrics"`
 }
 
-// New prepares the service's folder; Run starts it.
+// New checks o; Run starts the service.
 func New(o Options) (*Service, error) {
 	if o.Binary == "" || o.Redis == "" || o.EnvoyDir == "" || o.WorkDir == "" || o.Desired == nil || o.Logger == nil {
 		return nil, errors.New("rate limit service: binary, redis, envoy and work folders, desired state and logger are required")
 	}
-	s := &Service{o: o, dir: filepath.Join(o.WorkDir, "ratelimit")}
-	if err := os.MkdirAll(s.configDir(), 0o700); err != nil {
-		return nil, fmt.Errorf("rate limit service: %w", err)
-	}
-	return s, nil
+	return &Service{o: o, dir: filepath.Join(o.WorkDir, "ratelimit")}, nil
 }
 
 func (s *Service) configDir() string  { return filepath.Join(s.dir, "runtime", "current", "config") }
@@ -87,7 +83,14 @@ func (s *Service) socket() string     { return filepath.Join(s.o.EnvoyDir, wire.
 
 // Run keeps the service running and its configuration following the
 // desired state until ctx ends.
+//
+// Its folder is made here, not in New: the work folder is the Envoy's,
+// whose supervisor makes it first, with the mode replicas need to reach
+// it (MkdirAll would make it the agent's alone).
 func (s *Service) Run(ctx context.Context) error {
+	if err := os.MkdirAll(s.configDir(), 0o700); err != nil {
+		return fmt.Errorf("rate limit service: %w", err)
+	}
 	if err := s.follow(); err != nil {
 		return err
 	}

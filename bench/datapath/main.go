@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/servemesh/servemesh/agent/ratelimit"
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
 	"github.com/servemesh/servemesh/internal/devredis"
@@ -404,7 +405,11 @@ func (b *bench) startServemesh(work, placement, mode string) (stack, error) {
 		if err := os.WriteFile(passwordFile, []byte(b.redis.Password), 0o600); err != nil {
 			return stack{}, err
 		}
-		agentArgs = append(agentArgs, "--rate-limit-redis", b.redis.Addr, "--rate-limit-redis-password-file", passwordFile)
+		bin, err := ratelimit.Find("")
+		if err != nil {
+			return stack{}, err
+		}
+		agentArgs = append(agentArgs, "--rate-limit-redis", b.redis.Addr, "--rate-limit-redis-password-file", passwordFile, "--rate-limit-service", bin)
 	}
 	mesh, err := b.StartMesh(benchenv.MeshOptions{Work: work, Plaintext: mode == modePlaintext, NodeCPUs: cpus, AgentArgs: agentArgs})
 	if err != nil {

@@ -9,13 +9,17 @@ import (
 )
 
 // rateLimitFlags are `endpoint create`'s rate limit flags: a local limit
-// (--rate-limit), a global one (--global-rate-limit), or both.
+// (--rate-limit), a global one (--global-rate-limit) and a token quota
+// (--token-quota), each or any.
 type rateLimitFlags struct {
 	local, burst                 int
 	header                       string
 	global                       int
 	unit, globalHeader, failMode string
 	clientAddress                bool
+	tokens                       int
+	tokensUnit, tokensHeader     string
+	tokensFailMode               string
 }
 
 func (r *rateLimitFlags) add(fs *pflag.FlagSet) {
@@ -27,6 +31,10 @@ func (r *rateLimitFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&r.globalHeader, "global-rate-limit-header", "", "a request header, such as x-api-key, each value of which has its own global count (default: one count)")
 	fs.BoolVar(&r.clientAddress, "global-rate-limit-client-address", false, "give each client address its own global count")
 	fs.StringVar(&r.failMode, "global-rate-limit-failure-mode", "", "while a node cannot check the global limit: open (let requests through, the default) or closed (refuse them with 503)")
+	fs.IntVar(&r.tokens, "token-quota", 0, "the model tokens (answers' usage.total_tokens) every node together lets through each --token-quota-unit; a request once they are spent: 429 (default: no quota)")
+	fs.StringVar(&r.tokensUnit, "token-quota-unit", "", "the token quota's window: minute (the default), second, hour or day")
+	fs.StringVar(&r.tokensHeader, "token-quota-header", "", "a request header, such as x-tenant-id, each value of which has its own token quota (default: one quota)")
+	fs.StringVar(&r.tokensFailMode, "token-quota-failure-mode", "", "while a node cannot check the token quota: open (the default) or closed")
 }
 
 // limit is the endpoint's rate limit the flags give, nil for none.
@@ -44,7 +52,13 @@ func (r *rateLimitFlags) limit() (*meshspec.RateLimit, error) {
 	case r.unit != "" || r.globalHeader != "" || r.clientAddress || r.failMode != "":
 		return nil, errors.New("--global-rate-limit-unit, -header, -client-address and -failure-mode shape a global rate limit: give --global-rate-limit N too")
 	}
-	if out.Local == nil && out.Global == nil {
+	switch {
+	case r.tokens > 0:
+		out.Tokens = &meshspec.TokenQuota{Tokens: r.tokens, Unit: r.tokensUnit, Header: r.tokensHeader, FailureMode: r.tokensFailMode}
+	case r.tokensUnit != "" || r.tokensHeader != "" || r.tokensFailMode != "":
+		return nil, errors.New("--token-quota-unit, -header and -failure-mode shape a token quota: give --token-quota N too")
+	}
+	if out.Local == nil && out.Global == nil && out.Tokens == nil {
 		return nil, nil
 	}
 	return &out, nil

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/meshspec"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -116,7 +115,10 @@ func printRateLimitRows(tw io.Writer, r api.StatusReport) {
 			row("%s\t%d/s\teach node\t%d\t%s\t-\n", e.Name, l.Local.RequestsPerSecond, l.Local.EffectiveBurst(), limitKey(l.Local.Header, false))
 		}
 		if g := l.Global; g != nil {
-			row("%s\t%d/%s\tmesh\t-\t%s\t%s\n", e.Name, g.Requests, g.EffectiveUnit(), limitKey(g.Header, g.ClientAddress), failureMode(*g))
+			row("%s\t%d/%s\tmesh\t-\t%s\t%s\n", e.Name, g.Requests, g.EffectiveUnit(), limitKey(g.Header, g.ClientAddress), failureMode(g.Closed()))
+		}
+		if q := l.Tokens; q != nil {
+			row("%s\t%d tokens/%s\tmesh\t-\t%s\t%s\n", e.Name, q.Tokens, q.EffectiveUnit(), limitKey(q.Header, false), failureMode(q.Closed()))
 		}
 	}
 }
@@ -134,8 +136,8 @@ func limitKey(header string, clientAddress bool) string {
 
 // failureMode says what a node does with a global limit's requests while
 // its rate limit service cannot answer.
-func failureMode(g meshspec.GlobalRateLimit) string {
-	if g.Closed() {
+func failureMode(closed bool) string {
+	if closed {
 		return "refuse (closed)"
 	}
 	return "let through (open)"

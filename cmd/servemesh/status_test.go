@@ -44,13 +44,15 @@ func TestStatusListsRateLimits(t *testing.T) {
 	cmd.SetOut(&out)
 	r := api.StatusReport{Endpoints: []api.EndpointStatus{{Name: "open"}, {Name: "api",
 		RateLimit: &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: 5, Header: "x-tenant-id"},
-			Global: &meshspec.GlobalRateLimit{Requests: 100, Unit: "minute", ClientAddress: true, FailureMode: meshspec.FailClosed}}}}}
+			Global: &meshspec.GlobalRateLimit{Requests: 100, Unit: "minute", ClientAddress: true, FailureMode: meshspec.FailClosed},
+			Tokens: &meshspec.TokenQuota{Tokens: 5000, Header: "x-tenant-id"}}}}}
 	if err := printStatus(cmd, r); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
 	if !strings.Contains(s, "RATE LIMIT") || !regexp.MustCompile(`(?m)^api\s+5/s\s+each node\s+5\s+value of x-tenant-id\s+-$`).MatchString(s) ||
-		!regexp.MustCompile(`(?m)^api\s+100/minute\s+mesh\s+-\s+client address\s+refuse \(closed\)$`).MatchString(s) || strings.Contains(s, "open  ") {
+		!regexp.MustCompile(`(?m)^api\s+100/minute\s+mesh\s+-\s+client address\s+refuse \(closed\)$`).MatchString(s) ||
+		!regexp.MustCompile(`(?m)^api\s+5000 tokens/minute\s+mesh\s+-\s+value of x-tenant-id\s+let through \(open\)$`).MatchString(s) || strings.Contains(s, "open  ") {
 		t.Fatalf("status:\n%s", s)
 	}
 }

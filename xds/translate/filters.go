@@ -57,13 +57,6 @@ var httpFilters = []httpFilter{
 		why: "before the body is read: a request over its endpoint's rate limit is refused on its headers, " +
 			"on the route Envoy first matches (a model-routed endpoint's first route carries the limit too; off but on rate-limited endpoints' routes)",
 		build: func(filterInput) (*hcm.HttpFilter, error) { return localRateLimit() }},
-	{name: globalRateLimitOpenFilter, on: []chain{outbound},
-		why: "after the local limit, which costs no call: the node's rate limit service counts the request with every node's " +
-			"(off but on the routes of endpoints with a global limit that fails open)",
-		build: func(filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(false) }},
-	{name: globalRateLimitClosedFilter, on: []chain{outbound},
-		why:   "next to the one that fails open: the same for endpoints whose global limit fails closed",
-		build: func(filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(true) }},
 	{name: jsonToMetadataFilter, on: []chain{outbound},
 		why: "before the route is matched again: it reads the model a JSON body names into metadata " +
 			"(off but on model-routed endpoints' routes, which buffer the body)",
@@ -71,6 +64,14 @@ var httpFilters = []httpFilter{
 	{name: luaFilter, on: []chain{outbound},
 		why:   "right after the model is read: it clears the route cache, so the route is matched again by the model's metadata",
 		build: func(filterInput) (*hcm.HttpFilter, error) { return rematchFilter() }},
+	{name: globalRateLimitOpenFilter, on: []chain{outbound},
+		why: "after the model is read and the route matched again: Envoy's global rate limit asks nothing on a route that sends " +
+			"nowhere, as a model-routed endpoint's first route; the node's rate limit service counts the request with every node's, " +
+			"and charges a token quota when the answer ends (off but on the routes of endpoints with a global limit or token quota that fails open)",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(false) }},
+	{name: globalRateLimitClosedFilter, on: []chain{outbound},
+		why:   "next to the one that fails open: the same for endpoints whose global limit fails closed",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(true) }},
 	{name: callerPickerFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again (its model route's settings then apply), before the router: " +
 			"the node's picker reads the body, names the prompt's prefix, which the route hashes, and the node it is placed on, " +
@@ -81,6 +82,11 @@ var httpFilters = []httpFilter{
 			}
 			return callerPicker()
 		}},
+	{name: usageReaderFilter, on: []chain{outbound},
+		why: "after the route is matched again, so a model route's settings apply: on the way back it reads each answer's tokens " +
+			"(usage.total_tokens) for the global rate limit filter to charge to its token quota when the answer ends " +
+			"(off but on routes of endpoints with a token quota)",
+		build: func(filterInput) (*hcm.HttpFilter, error) { return usageReader() }},
 	{name: "envoy.filters.http.ext_proc", on: []chain{inbound},
 		why: "first on the inbound hop of a load-aware backend: the node's picker chooses the replica (override_host) " +
 			"before the router sends it, and adds the node's load report to the answer",

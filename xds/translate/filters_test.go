@@ -35,7 +35,7 @@ func TestFilterTable(t *testing.T) {
 		in    filterInput
 		want  []string
 	}{
-		{outbound, filterInput{}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, jsonToMetadataFilter, luaFilter, "envoy.filters.http.router"}},
+		{outbound, filterInput{}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: ir.Backend{Name: "api"}}, []string{"servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: aware}, []string{"envoy.filters.http.ext_proc", "servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 	} {

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -14,6 +15,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
@@ -64,43 +66,97 @@ func globalRateLimit(closed bool) (*hcm.HttpFilter, error) {
 	return &hcm.HttpFilter{Name: name, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
 }
 
-// globalRateLimitOn is the per-route config of e's global limit: the
-// descriptor the node's rate limit service counts it by (the endpoint,
+// globalRateLimitsOn are the per-route configs of e's global limit and
+// token quota, by the filter of each one's failure mode (both may be on
+// one): the descriptors the node's rate limit service counts them by.
+func globalRateLimitsOn(e ir.Endpoint) map[string]*anypb.Any {
+	limits := map[string][]*route.RateLimit{}
+	if g := e.GlobalRateLimit; g != nil {
+		filter := globalRateLimitFilterFor(g.FailClosed)
+		limits[filter] = append(limits[filter], &route.RateLimit{Actions: globalLimitActions(e.Name, g)})
+	}
+	if q := e.TokenQuota; q != nil {
+		filter := globalRateLimitFilterFor(q.FailClosed)
+		limits[filter] = append(limits[filter], tokenQuotaLimits(e.Name, q)...)
+	}
+	out := make(map[string]*anypb.Any, len(limits))
+	for filter, l := range limits {
+		out[filter] = mustAny(&route.FilterConfig{Config: mustAny(&globalrl.RateLimitPerRoute{RateLimits: l, Domain: wire.RateLimitDomain})})
+	}
+	return out
+}
+
+// globalLimitActions are the descriptor of a global limit: the endpoint,
 // then the header's value or the client's address, if the limit counts
-// by either; a request without the header is counted as the endpoint's).
-func globalRateLimitOn(e ir.Endpoint) *anypb.Any {
-	g := e.GlobalRateLimit
-	actions := []*route.RateLimit_Action{{ActionSpecifier: &route.RateLimit_Action_GenericKey_{
-		GenericKey: &route.RateLimit_Action_GenericKey{DescriptorKey: wire.RateLimitEndpointKey, DescriptorValue: e.Name}}}}
+// by either (a request without the header is counted as the endpoint's).
+func globalLimitActions(endpoint string, g *ir.GlobalRateLimit) []*route.RateLimit_Action {
+	actions := []*route.RateLimit_Action{genericKey(wire.RateLimitEndpointKey, endpoint)}
 	switch {
 	case g.Header != "":
-		actions = append(actions, &route.RateLimit_Action{ActionSpecifier: &route.RateLimit_Action_RequestHeaders_{
-			RequestHeaders: &route.RateLimit_Action_RequestHeaders{HeaderName: g.Header, DescriptorKey: wire.RateLimitHeaderKey, SkipIfAbsent: true}}})
+		actions = append(actions, headerKey(g.Header))
 	case g.ClientAddress:
 		actions = append(actions, &route.RateLimit_Action{ActionSpecifier: &route.RateLimit_Action_RemoteAddress_{
 			RemoteAddress: &route.RateLimit_Action_RemoteAddress{}}})
 	}
-	return mustAny(&route.FilterConfig{Config: mustAny(&globalrl.RateLimitPerRoute{
-		RateLimits: []*route.RateLimit{{Actions: actions}}, Domain: wire.RateLimitDomain})})
+	return actions
 }
 
-// globalRateLimits is rate_limit.global: the routes of an endpoint with a
-// global limit turn on the filter of its failure mode with its
-// descriptor, on every node's public and mesh listeners.
+// tokenQuotaLimits are a token quota's two calls of the node's rate limit
+// service: before the request, a check that adds nothing (refused once
+// the answered tokens reached the quota), and when the answer ends, the
+// charge of its tokens, as the usage reader found them (an answer without
+// usage charges nothing: Envoy drops a descriptor whose addend is not a
+// number).
+func tokenQuotaLimits(endpoint string, q *ir.TokenQuota) []*route.RateLimit {
+	actions := func() []*route.RateLimit_Action {
+		a := []*route.RateLimit_Action{genericKey(wire.RateLimitTokensKey, endpoint)}
+		if q.Header != "" {
+			a = append(a, headerKey(q.Header))
+		}
+		return a
+	}
+	return []*route.RateLimit{
+		{Actions: actions(), HitsAddend: &route.RateLimit_HitsAddend{Number: wrapperspb.UInt64(0)}},
+		{Actions: actions(), ApplyOnStreamDone: true,
+			HitsAddend: &route.RateLimit_HitsAddend{Format: "%DYNAMIC_METADATA(" + wire.UsageMetadata + ":" + wire.UsageTokensKey + ")%"}},
+	}
+}
+
+func genericKey(key, value string) *route.RateLimit_Action {
+	return &route.RateLimit_Action{ActionSpecifier: &route.RateLimit_Action_GenericKey_{
+		GenericKey: &route.RateLimit_Action_GenericKey{DescriptorKey: key, DescriptorValue: value}}}
+}
+
+// headerKey is the header's value as wire.RateLimitHeaderKey; a request
+// without the header is counted without it.
+func headerKey(header string) *route.RateLimit_Action {
+	return &route.RateLimit_Action{ActionSpecifier: &route.RateLimit_Action_RequestHeaders_{
+		RequestHeaders: &route.RateLimit_Action_RequestHeaders{HeaderName: header, DescriptorKey: wire.RateLimitHeaderKey, SkipIfAbsent: true}}}
+}
+
+// globalRateLimits is rate_limit.global and rate_limit.tokens: the routes
+// of an endpoint with either turn on the filter of each one's failure
+// mode with its descriptors, and, for a token quota, the usage reader,
+// on every node's public and mesh listeners.
 type globalRateLimits struct{}
 
-func (globalRateLimits) name() string            { return "rate_limit.global" }
-func (globalRateLimits) uses(e ir.Endpoint) bool { return e.GlobalRateLimit != nil }
+func (globalRateLimits) name() string { return "rate_limit.global" }
+func (globalRateLimits) uses(e ir.Endpoint) bool {
+	return e.GlobalRateLimit != nil || e.TokenQuota != nil
+}
 func (globalRateLimits) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 	if r.TypedPerFilterConfig == nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{}
 	}
-	r.TypedPerFilterConfig[globalRateLimitFilterOf(e)] = globalRateLimitOn(e)
+	maps.Copy(r.TypedPerFilterConfig, globalRateLimitsOn(e))
+	if e.TokenQuota != nil {
+		r.TypedPerFilterConfig[usageReaderFilter] = usageReaderOn()
+	}
 }
 
-// globalRateLimitFilterOf is the filter of e's failure mode.
-func globalRateLimitFilterOf(e ir.Endpoint) string {
-	if e.GlobalRateLimit.FailClosed {
+// globalRateLimitFilterFor is the filter of a failure mode.
+func globalRateLimitFilterFor(closed bool) string {
+	if closed {
 		return globalRateLimitClosedFilter
 	}
 	return globalRateLimitOpenFilter

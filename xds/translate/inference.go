@@ -292,8 +292,9 @@ func modelAnswers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.
 	if e.RateLimit != nil {
 		read[localRateLimitFilter] = localRateLimitOn(e)
 	}
-	if e.GlobalRateLimit != nil {
-		read[globalRateLimitFilterOf(e)] = globalRateLimitOn(e)
+	maps.Copy(read, globalRateLimitsOn(e))
+	if e.TokenQuota != nil {
+		read[usageReaderFilter] = usageReaderOn()
 	}
 	if callerPickerNeeded(e) {
 		// In the chain from the first route on (Envoy builds a request's

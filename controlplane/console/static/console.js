@@ -67,6 +67,11 @@ function drawEndpoint(e, colors) {
       " across the mesh" + (global.header ? " per " + global.header : global.client_address ? " per client address" : "") +
       (global.failure_mode === "closed" ? ", refuses" : ", lets through") + " while unchecked"));
   }
+  const tokens = e.rate_limit && e.rate_limit.tokens;
+  if (tokens) {
+    box.append(el("div", "muted token-quota", "token quota " + tokens.tokens + "/" + (tokens.unit || "minute") +
+      " across the mesh" + (tokens.header ? " per " + tokens.header : "")));
+  }
   if (e.rollout) {
     const r = e.rollout;
     box.append(el("div", "rollout", "rollout of " + r.candidate + ": " + r.phase + (r.stage ? ", stage " + r.stage : "") + (r.reason ? " (" + r.reason + ")" : "")));
