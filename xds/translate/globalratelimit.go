@@ -7,7 +7,6 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	rlsconfig "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	globalrl "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
@@ -166,15 +165,5 @@ func globalRateLimitFilterFor(closed bool) string {
 // server its agent runs on a unix socket in the Envoy's folder. Every
 // node has it: Envoy connects only when a route asks.
 func rateLimitServiceCluster() *cluster.Cluster {
-	return &cluster.Cluster{
-		Name:                 wire.RateLimitCluster,
-		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
-		ConnectTimeout:       durationpb.New(ConnectTimeout),
-		LoadAssignment: &endpoint.ClusterLoadAssignment{ClusterName: wire.RateLimitCluster, Endpoints: []*endpoint.LocalityLbEndpoints{{
-			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-				Address: &core.Address{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: wire.RateLimitSocket}}},
-			}}}},
-		}}},
-		TypedExtensionProtocolOptions: http2Options(),
-	}
+	return unixSocketCluster(wire.RateLimitCluster, wire.RateLimitSocket)
 }

@@ -185,13 +185,19 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 // pickerCluster reaches the node's picker, an HTTP/2 (gRPC) server on a
 // unix socket in the Envoy's folder.
 func pickerCluster() *cluster.Cluster {
+	return unixSocketCluster(wire.PickerCluster, wire.PickerSocket)
+}
+
+// unixSocketCluster reaches one of the agent's gRPC servers on the node,
+// on socket in the Envoy's folder (its working folder).
+func unixSocketCluster(name, socket string) *cluster.Cluster {
 	return &cluster.Cluster{
-		Name:                 wire.PickerCluster,
+		Name:                 name,
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
 		ConnectTimeout:       durationpb.New(ConnectTimeout),
-		LoadAssignment: &endpoint.ClusterLoadAssignment{ClusterName: wire.PickerCluster, Endpoints: []*endpoint.LocalityLbEndpoints{{
+		LoadAssignment: &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
 			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-				Address: &core.Address{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: wire.PickerSocket}}},
+				Address: &core.Address{Address: &core.Address_Pipe{Pipe: &core.Pipe{Path: socket}}},
 			}}}},
 		}}},
 		TypedExtensionProtocolOptions: http2Options(),
