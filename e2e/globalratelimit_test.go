@@ -64,16 +64,7 @@ func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 	client := httpClient()
 	get := func(node *mtlsNode, path, tenant string) (int, http.Header) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+node.public+path, nil)
-		if tenant != "" {
-			req.Header.Set("x-tenant-id", tenant)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode, resp.Header
+		return getAsTenant(t, client, node, path, tenant)
 	}
 	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
 		testutil.WaitFor(t, 60*time.Second, "the limited endpoints to answer on "+n.id, func() bool {

@@ -44,14 +44,7 @@ func TestLocalRateLimitsHoldOnEachNode(t *testing.T) {
 	client := httpClient()
 	get := func(node *mtlsNode, tenant string) (int, http.Header) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+node.public+"/limited", nil)
-		req.Header.Set("x-tenant-id", tenant)
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode, resp.Header
+		return getAsTenant(t, client, node, "/limited", tenant)
 	}
 	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
 		testutil.WaitFor(t, 60*time.Second, "the limited endpoint to answer on "+n.id, func() bool {
@@ -110,4 +103,20 @@ func TestLocalRateLimitsHoldOnEachNode(t *testing.T) {
 	if n := metricValue(t, mesh.n1.metr, "servemesh_rate_limited_total", "endpoint", "limited"); n < 20 {
 		t.Errorf("%s's agent reports %v requests refused, want at least tenant a's 20", mesh.n1.id, n)
 	}
+}
+
+// getAsTenant GETs path from node's public listener with x-tenant-id set to
+// tenant (none if empty): its status and headers.
+func getAsTenant(t *testing.T, client *http.Client, node *mtlsNode, path, tenant string) (int, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+node.public+path, nil)
+	if tenant != "" {
+		req.Header.Set("x-tenant-id", tenant)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, resp.Header
 }

@@ -100,7 +100,7 @@ func TestServiceCountsFollowsAndIsAdopted(t *testing.T) {
 	if err := os.MkdirAll(envoyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Binary: bin, Redis: redis.Addr, Password: redis.Password, EnvoyDir: envoyDir, WorkDir: dir,
+	o := Options{Binary: bin, Redis: redis.Addr, Password: redis.Password, Dir: envoyDir,
 		Desired: desired.Load, Logger: slog.New(slog.DiscardHandler)}
 	first, stopFirst := runService(t, o)
 	conn, err := grpc.NewClient("unix://"+filepath.Join(envoyDir, wire.RateLimitSocket), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -116,7 +116,7 @@ func TestServiceCountsFollowsAndIsAdopted(t *testing.T) {
 			Descriptors: []*core.RateLimitDescriptor{{Entries: []*core.RateLimitDescriptor_Entry{{Key: "probe", Value: "x"}}}}})
 		return err == nil
 	}); err != nil {
-		t.Fatalf("the service never answered on its socket: %v; log:\n%s", err, readLog(dir))
+		t.Fatalf("the service never answered on its socket: %v; log:\n%s", err, readLog(envoyDir))
 	}
 	api := []string{wire.RateLimitEndpointKey, "api"}
 	for i, want := range []rls.RateLimitResponse_Code{rls.RateLimitResponse_OK, rls.RateLimitResponse_OK, rls.RateLimitResponse_OK, rls.RateLimitResponse_OVER_LIMIT} {
@@ -162,16 +162,16 @@ func TestServiceCountsFollowsAndIsAdopted(t *testing.T) {
 	// A raised limit is reloaded: api's fourth request is now within it.
 	desired.Store(&meshspec.Model{Endpoints: []meshspec.Endpoint{limited("api", meshspec.GlobalRateLimit{Requests: 100, Unit: "hour"})}})
 	if err := testutil.Until(20*time.Second, func() bool { return ask(t, client, api...) == rls.RateLimitResponse_OK }); err != nil {
-		t.Fatalf("the raised limit was not reloaded: %v; log:\n%s", err, readLog(dir))
+		t.Fatalf("the raised limit was not reloaded: %v; log:\n%s", err, readLog(envoyDir))
 	}
 	stopSecond()
 
 	// agent --stop-all stops what the agent left; an agent run with
 	// --stop-on-exit stops its own.
-	if got, err := StopLeft(dir, 5*time.Second); err != nil || got != pid || first.child.Identity().Alive() {
+	if got, err := StopLeft(envoyDir, 5*time.Second); err != nil || got != pid || first.child.Identity().Alive() {
 		t.Fatalf("StopLeft = %d, %v; want %d stopped", got, err, pid)
 	}
-	if got, err := StopLeft(dir, time.Second); err != nil || got != 0 {
+	if got, err := StopLeft(envoyDir, time.Second); err != nil || got != 0 {
 		t.Fatalf("StopLeft with nothing left = %d, %v; want 0, nil", got, err)
 	}
 	o.StopOnExit = true

@@ -36,10 +36,10 @@ type Options struct {
 	// Redis is the store every node's service shares, host:port; Password,
 	// if set, is its AUTH password.
 	Redis, Password string
-	// EnvoyDir is the node's Envoy's folder, where the service listens
-	// (wire.RateLimitSocket); WorkDir is the agent's, where the service's
-	// configuration, record and log are.
-	EnvoyDir, WorkDir string
+	// Dir is the node's Envoy's folder: the service listens there
+	// (wire.RateLimitSocket) and keeps its configuration, record and log
+	// in its ratelimit folder.
+	Dir string
 	// Desired is the desired state the agent last read (nil: none yet).
 	Desired func() *meshspec.Model
 	Logger  *slog.Logger
@@ -71,15 +71,15 @@ type record struct {
 
 // New checks o; Run starts the service.
 func New(o Options) (*Service, error) {
-	if o.Binary == "" || o.Redis == "" || o.EnvoyDir == "" || o.WorkDir == "" || o.Desired == nil || o.Logger == nil {
-		return nil, errors.New("rate limit service: binary, redis, envoy and work folders, desired state and logger are required")
+	if o.Binary == "" || o.Redis == "" || o.Dir == "" || o.Desired == nil || o.Logger == nil {
+		return nil, errors.New("rate limit service: binary, redis, folder, desired state and logger are required")
 	}
-	return &Service{o: o, dir: filepath.Join(o.WorkDir, "ratelimit")}, nil
+	return &Service{o: o, dir: filepath.Join(o.Dir, "ratelimit")}, nil
 }
 
 func (s *Service) configDir() string  { return filepath.Join(s.dir, "runtime", "current", "config") }
 func (s *Service) recordPath() string { return filepath.Join(s.dir, "process.json") }
-func (s *Service) socket() string     { return filepath.Join(s.o.EnvoyDir, wire.RateLimitSocket) }
+func (s *Service) socket() string     { return filepath.Join(s.o.Dir, wire.RateLimitSocket) }
 
 // Run keeps the service running and its configuration following the
 // desired state until ctx ends.
@@ -269,8 +269,8 @@ func Find(explicit string) (string, error) {
 	return toolpath.Find("ratelimit", "SERVEMESH_RATELIMIT", explicit)
 }
 
-// StopLeft stops the service an agent with work folder workDir left
-// running, if any (servemesh agent --stop-all); it returns its pid, 0 if
+// StopLeft stops the service an agent left running in the Envoy's folder
+// workDir, if any (servemesh agent --stop-all); it returns its pid, 0 if
 // none ran.
 func StopLeft(workDir string, grace time.Duration) (int, error) {
 	s := &Service{dir: filepath.Join(workDir, "ratelimit")}

@@ -203,7 +203,7 @@ func rateLimitService(log *slog.Logger, o AgentOptions, desired func() *meshspec
 		return nil, fmt.Errorf("rate limit service (--rate-limit-redis is set): %w", err)
 	}
 	return ratelimit.New(ratelimit.Options{Binary: bin, Redis: o.RateLimit.Redis, Password: o.RateLimit.Password,
-		EnvoyDir: o.Envoy.WorkDir, WorkDir: o.Envoy.WorkDir, Desired: desired,
+		Dir: o.Envoy.WorkDir, Desired: desired,
 		Logger: log.With("component", "ratelimit"), StopOnExit: o.Envoy.StopOnExit})
 }
 
