@@ -10,6 +10,18 @@ import (
 type DataPlane struct {
 	Backends  []Backend  `json:"backends,omitempty"`
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// Tracing, if set, is where every node's Envoy sends its spans.
+	Tracing *Tracing `json:"tracing,omitempty"`
+}
+
+// Tracing is the mesh's OTLP/gRPC collector, Host:Port, and the share of
+// requests traced (percent) where no endpoint says otherwise: requests
+// that reach no endpoint, and those that reach a node's inbound listener
+// with no trace decision.
+type Tracing struct {
+	Host            string  `json:"host"`
+	Port            uint32  `json:"port"`
+	SamplingPercent float64 `json:"sampling_percent"`
 }
 
 // Reach is how every node reaches a backend's replicas.
@@ -171,6 +183,10 @@ type Endpoint struct {
 	// answers against with the node's rate limit service, and checks
 	// before each request.
 	TokenQuota *TokenQuota `json:"token_quota,omitempty"`
+	// TraceSampling, if set, is the share of the endpoint's requests
+	// traced (percent) that come with no trace decision; set on every
+	// endpoint when the mesh traces, and only then.
+	TraceSampling *float64 `json:"trace_sampling,omitempty"`
 }
 
 // TokenQuota is an endpoint's quota of model tokens shared by every node:
@@ -295,7 +311,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
 		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		slices.EqualFunc(e.AffinityNodes, o.AffinityNodes, func(a, b AffinityBackend) bool { return a.Name == b.Name && slices.Equal(a.Nodes, b.Nodes) }) &&
-		equalPtr(e.RateLimit, o.RateLimit) && equalPtr(e.GlobalRateLimit, o.GlobalRateLimit) && equalPtr(e.TokenQuota, o.TokenQuota) &&
+		equalPtr(e.RateLimit, o.RateLimit) && equalPtr(e.GlobalRateLimit, o.GlobalRateLimit) && equalPtr(e.TokenQuota, o.TokenQuota) && equalPtr(e.TraceSampling, o.TraceSampling) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }
 

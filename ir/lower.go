@@ -3,7 +3,9 @@ package ir
 import (
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/servemesh/servemesh/meshspec"
@@ -56,8 +58,17 @@ func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
 		dp.Backends = append(dp.Backends, lowerBackend(b, o))
 	}
 	slices.SortFunc(dp.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
+	if view.Mesh != nil && view.Mesh.Tracing != nil {
+		t := view.Mesh.Tracing
+		host, port, _ := net.SplitHostPort(t.Collector) // valid: view.Validate checked it
+		n, _ := strconv.ParseUint(port, 10, 16)
+		dp.Tracing = &Tracing{Host: host, Port: uint32(n), SamplingPercent: t.Sampling()}
+	}
 	for _, e := range view.Endpoints {
 		out := lowerEndpoint(e, o)
+		if sampling, traced := meshspec.TraceSampling(view.Mesh, e); traced {
+			out.TraceSampling = &sampling
+		}
 		for _, name := range out.backends() {
 			if b, ok := dp.Backend(name); ok && b.PromptAffinity {
 				out.PromptAffinity = true

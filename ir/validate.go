@@ -43,6 +43,12 @@ func (dp *DataPlane) Validate() error {
 		if len(e.Methods) == 0 {
 			errs = append(errs, fmt.Errorf("endpoint %q: methods: none allowed", e.Name))
 		}
+		if s := e.TraceSampling; s != nil && (dp.Tracing == nil || !(*s >= 0 && *s <= 100)) {
+			errs = append(errs, fmt.Errorf("endpoint %q: trace sampling %v%%: want 0 to 100, in a data plane with a collector", e.Name, *s))
+		}
+	}
+	if t := dp.Tracing; t != nil && (t.Host == "" || t.Port == 0 || !(t.SamplingPercent >= 0 && t.SamplingPercent <= 100)) {
+		errs = append(errs, fmt.Errorf("tracing: collector %q port %d, sampling %v%%: want a host, a port and 0 to 100", t.Host, t.Port, t.SamplingPercent))
 	}
 	return errors.Join(errs...)
 }

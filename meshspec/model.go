@@ -28,6 +28,8 @@ type Model struct {
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
 	// Nodes are the nodes under maintenance (cordoned or drained).
 	Nodes []NodeSpec `json:"nodes,omitempty"`
+	// Mesh holds the settings of the whole mesh (tracing.go).
+	Mesh *Mesh `json:"mesh,omitempty"`
 }
 
 // Backend is a named group of replicas that run one version of a service.
@@ -435,6 +437,9 @@ type Endpoint struct {
 	Priority int `json:"priority,omitempty"`
 	// RateLimit, if set, bounds the endpoint's requests (ratelimit.go).
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// Tracing, if set, overrides the mesh's sampling for the endpoint's
+	// requests (tracing.go).
+	Tracing *EndpointTracing `json:"tracing,omitempty"`
 }
 
 // RequestMatch is a rule of an endpoint: requests whose header (or
@@ -624,6 +629,7 @@ func Clone(m *Model) *Model {
 			out.Nodes[i].Policy = &p
 		}
 	}
+	out.Mesh = cloneMesh(m.Mesh)
 	return out
 }
 
@@ -666,6 +672,10 @@ func CloneEndpoint(e Endpoint) Endpoint {
 	cloneEndpointRollout(&e)
 	e.ModelRouting = cloneModelRouting(e.ModelRouting)
 	e.RateLimit = cloneRateLimit(e.RateLimit)
+	if e.Tracing != nil {
+		t := *e.Tracing
+		e.Tracing = &t
+	}
 	return e
 }
 
@@ -703,7 +713,8 @@ func EndpointsEqual(a, b Endpoint) bool {
 		a.TimeoutS == b.TimeoutS && a.IdleTimeoutS == b.IdleTimeoutS && a.PerTryTimeoutS == b.PerTryTimeoutS &&
 		slices.Equal(a.Match, b.Match) && ptrsEqual(a.Sticky, b.Sticky) && ptrsEqual(a.Retry, b.Retry) &&
 		rolloutsEqual(a.Rollout, b.Rollout) && modelRoutingsEqual(a.ModelRouting, b.ModelRouting) &&
-		a.EffectiveCriticality() == b.EffectiveCriticality() && a.Priority == b.Priority && rateLimitsEqual(a.RateLimit, b.RateLimit)
+		a.EffectiveCriticality() == b.EffectiveCriticality() && a.Priority == b.Priority && rateLimitsEqual(a.RateLimit, b.RateLimit) &&
+		ptrsEqual(a.Tracing, b.Tracing)
 }
 
 func nonZero(m map[string]float64) map[string]float64 {

@@ -238,6 +238,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 		func(e *Endpoint) { e.Criticality = Sheddable },
 		func(e *Endpoint) { e.Priority = 3 },
 		func(e *Endpoint) { e.RateLimit = &RateLimit{Local: &LocalRateLimit{RequestsPerSecond: 5}} },
+		func(e *Endpoint) { e.Tracing = &EndpointTracing{SamplingPercent: 100} },
 	} {
 		e := CloneEndpoint(base)
 		change(&e)
@@ -245,7 +246,7 @@ func TestEqualityCoversEveryField(t *testing.T) {
 			t.Errorf("EndpointsEqual misses a change: %+v", e)
 		}
 	}
-	if n := reflect.TypeFor[Endpoint]().NumField(); n != 16 {
+	if n := reflect.TypeFor[Endpoint]().NumField(); n != 17 {
 		t.Errorf("Endpoint has %d fields; cover the new ones here and in EndpointsEqual", n)
 	}
 	b := Backend{Name: "b"}

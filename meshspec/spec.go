@@ -9,6 +9,7 @@ package meshspec
 type Spec struct {
 	Backends  []BackendSpec `json:"backends,omitempty"`
 	Endpoints []Endpoint    `json:"endpoints,omitempty"`
+	Mesh      *Mesh         `json:"mesh,omitempty"`
 }
 
 // BackendSpec is a backend as users declare it.
@@ -38,6 +39,7 @@ func (s *Spec) Model() *Model {
 	for _, e := range s.Endpoints {
 		m.Endpoints = append(m.Endpoints, CloneEndpoint(e))
 	}
+	m.Mesh = s.Mesh
 	return Clone(m)
 }
 
@@ -52,7 +54,7 @@ func (b BackendSpec) Backend() Backend {
 
 // SpecOf returns what users declared of m: m without what the system sets.
 func SpecOf(m *Model) *Spec {
-	s := &Spec{}
+	s := &Spec{Mesh: cloneMesh(m.Mesh)}
 	for _, b := range Clone(m).Backends {
 		s.Backends = append(s.Backends, BackendSpecOf(b))
 	}

@@ -133,6 +133,7 @@ func (m *Model) Validate() error {
 	endpoints := map[string]bool{}
 	routes := map[string]string{}
 	users := backendUsers(m)
+	var endpointTracing []string
 	for i, e := range m.Endpoints {
 		field := validateNamed(&p, "endpoint", i, e.Name, endpoints)
 		if !e.Headless() {
@@ -147,6 +148,10 @@ func (m *Model) Validate() error {
 		validateMethods(&p, field+".methods", e.Methods)
 		validateInference(&p, field, e, backends)
 		validateRateLimit(&p, field, e.RateLimit)
+		if e.Tracing != nil {
+			endpointTracing = append(endpointTracing, field+".tracing")
+			validatePercent(&p, field+".tracing.sampling_percent", e.Tracing.SamplingPercent)
+		}
 		validateTimeouts(&p, field, e)
 		validateMatches(&p, field+".match", e.Match, backends)
 		if e.Sticky != nil {
@@ -164,6 +169,7 @@ func (m *Model) Validate() error {
 			p.add(fmt.Sprintf("nodes[%d]", i), "%v", err)
 		}
 	}
+	validateMesh(&p, m.Mesh, endpointTracing)
 	return p.err()
 }
 

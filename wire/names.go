@@ -393,3 +393,26 @@ const (
 	ModelKey        = "model"
 	ModelMissingKey = "missing"
 )
+
+// Tracing: every node's Envoy sends its spans to the mesh's collector
+// through cluster TracingCluster, as service TraceService(node), and tags
+// them with these attributes (besides Envoy's own: http.*, upstream_cluster,
+// peer.address).
+const (
+	TracingCluster = "_servemesh_tracing"
+	// TagNode is the node whose Envoy made the span.
+	TagNode = "servemesh.node"
+	// TagEndpoint is the endpoint a caller's request reached, and TagSplit
+	// its traffic split as the route had it ("v1=0.9,v2=0.1"; the backend
+	// it went to is the upstream span's upstream_cluster).
+	TagEndpoint = "servemesh.endpoint"
+	TagSplit    = "servemesh.split"
+	// TagBackend is the backend an inbound listener served the request
+	// for; TagShadowOf, on a shadow copy, the endpoint it mirrors (the
+	// ShadowHeader's value).
+	TagBackend  = "servemesh.backend"
+	TagShadowOf = "servemesh.shadow_of"
+)
+
+// TraceService is the service name of node's Envoy in its spans.
+func TraceService(node string) string { return "servemesh-envoy-" + node }

@@ -21,6 +21,9 @@ import (
 const (
 	BackendHeader = "X-Servemesh-Backend"
 	ReplicaHeader = "X-Servemesh-Replica"
+	// TraceparentHeader echoes the W3C trace context the replica got, so
+	// a test sees that the mesh propagated it.
+	TraceparentHeader = "X-Servemesh-Traceparent"
 )
 
 // maxTokens bounds a streamed answer.
@@ -89,6 +92,9 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	w.Header().Set(BackendHeader, r.Backend)
 	w.Header().Set(ReplicaHeader, r.Name)
+	if tp := req.Header.Get("traceparent"); tp != "" {
+		w.Header().Set(TraceparentHeader, tp)
+	}
 	if req.URL.Path == ReconfigurePath && req.Method == http.MethodPost {
 		r.reconfigure(w, req)
 		return

@@ -24,6 +24,7 @@ func newEndpointCommand() *cobra.Command {
 func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	var route, methods, backend, traffic, criticality string
 	var priority int
+	var traceSampling float64
 	var limits rateLimitFlags
 	var timeout, idle, perTry time.Duration
 	c := &cobra.Command{
@@ -35,6 +36,9 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 				TimeoutS: timeout.Seconds(), IdleTimeoutS: idle.Seconds(), PerTryTimeoutS: perTry.Seconds()}
 			if methods != "" {
 				e.Methods = strings.Split(methods, ",")
+			}
+			if cmd.Flags().Changed("trace-sampling") {
+				e.Tracing = &meshspec.EndpointTracing{SamplingPercent: traceSampling}
 			}
 			var err error
 			if e.RateLimit, err = limits.limit(); err != nil {
@@ -70,6 +74,7 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	fs.StringVar(&criticality, "criticality", "", "what its requests are when they carry no "+meshspec.CriticalityHeader+" header: critical (the default) or sheddable (refused with 429 while a load-aware backend's replicas are saturated)")
 	fs.IntVar(&priority, "priority", 0, "its requests' priority while a load-aware backend's replicas are saturated, and the most they may ask for with "+meshspec.PriorityHeader+": higher first, below 0 sheddable (default: 0, or -1 when sheddable)")
 	fs.DurationVar(&perTry, "per-try-timeout", 0, "bound on each try; a GET whose try runs out is retried on another replica (default: none)")
+	fs.Float64Var(&traceSampling, "trace-sampling", 0, "percent of its requests traced that come with no trace decision, instead of the mesh's (servemesh tracing set)")
 	limits.add(fs)
 	return c
 }

@@ -56,6 +56,7 @@ func ParseSpec(data []byte) (*meshspec.Spec, error) {
 		}
 		s.Backends = append(s.Backends, mine.Backends...)
 		s.Endpoints = append(mine.Endpoints, s.Endpoints...)
+		s.Mesh = mine.Mesh
 	}
 	if err := s.Model().Validate(); err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 // health are not fields of theirs).
 type Change struct {
 	Action string        `json:"action"` // create, update or delete
-	Kind   string        `json:"kind"`   // backend or endpoint
+	Kind   string        `json:"kind"`   // backend, endpoint or mesh (its settings)
 	Name   string        `json:"name"`
 	Fields []FieldChange `json:"fields,omitempty"`
 }
@@ -67,6 +67,14 @@ func describe(current *meshspec.Model, ch store.Change) []Change {
 	}
 	for _, n := range ch.DeleteEndpoints {
 		out = append(out, Change{Action: "delete", Kind: "endpoint", Name: n})
+	}
+	switch {
+	case ch.PutMesh != nil && current.Mesh == nil:
+		out = append(out, Change{Action: "create", Kind: "mesh", Name: "settings"})
+	case ch.PutMesh != nil:
+		out = append(out, Change{Action: "update", Kind: "mesh", Name: "settings", Fields: fieldChanges(current.Mesh, ch.PutMesh)})
+	case ch.DeleteMesh:
+		out = append(out, Change{Action: "delete", Kind: "mesh", Name: "settings"})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Kind != out[j].Kind {

@@ -50,6 +50,9 @@ func (c *Controller) guard(ctx context.Context, current, next *meshspec.Model) e
 	if err := checkCommands(ctx, current, next); err != nil {
 		return err
 	}
+	if err := checkCollector(ctx, current, next); err != nil {
+		return err
+	}
 	if c.plaintext {
 		if err := checkPlaintext(current, next); err != nil {
 			return err

@@ -82,6 +82,15 @@ func (c *Consul) objectOps(change Change) (api.KVTxnOps, int, error) {
 			return nil, 0, err
 		}
 	}
+	if change.PutMesh != nil {
+		if err := put(c.meshKey(), meshValue{Schema: SchemaVersion, Mesh: *change.PutMesh}); err != nil {
+			return nil, 0, err
+		}
+	}
+	if change.DeleteMesh {
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: c.meshKey()})
+		size += len(c.meshKey())
+	}
 	for _, n := range change.DeleteNodes {
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: c.nodeKey(n)})
 		size += len(n)

@@ -41,6 +41,7 @@ func (c *Consul) leaderKey() string              { return c.prefix + "/leader" }
 func (c *Consul) backendKey(name string) string  { return c.prefix + "/backends/" + name }
 func (c *Consul) endpointKey(name string) string { return c.prefix + "/endpoints/" + name }
 func (c *Consul) nodeKey(name string) string     { return c.prefix + "/nodes/" + name }
+func (c *Consul) meshKey() string                { return c.prefix + "/mesh" }
 func (c *Consul) pendingDir(id string) string    { return c.prefix + "/pending/" + id + "/" }
 
 // The stored values: see FORMAT.md.
@@ -79,6 +80,11 @@ type endpointValue struct {
 type nodeValue struct {
 	Schema int               `json:"schema"`
 	Node   meshspec.NodeSpec `json:"node"`
+}
+
+type meshValue struct {
+	Schema int           `json:"schema"`
+	Mesh   meshspec.Mesh `json:"mesh"`
 }
 
 type changeValue struct {
@@ -162,6 +168,13 @@ func (c *Consul) readPair(s *snapshot, p *api.KVPair, partValues map[string][]by
 		s.rev = Revision(p.ModifyIndex) // the revision holds whatever the value says
 		return decodeValue(p.Value, &s.meta.Schema, &s.meta)
 	case p.Key == c.leaderKey():
+		return ""
+	case p.Key == c.meshKey():
+		var v meshValue
+		if reason := decodeValue(p.Value, &v.Schema, &v); reason != "" {
+			return reason
+		}
+		s.model.Mesh = &v.Mesh
 		return ""
 	case strings.HasPrefix(p.Key, c.prefix+"/pending/"):
 		id, _, _ := strings.Cut(name("/pending/"), "/")

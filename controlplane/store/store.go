@@ -32,11 +32,18 @@ type Change struct {
 	DeleteEndpoints []string            `json:"delete_endpoints,omitempty"`
 	PutNodes        []meshspec.NodeSpec `json:"put_nodes,omitempty"`
 	DeleteNodes     []string            `json:"delete_nodes,omitempty"`
+	// PutMesh replaces the mesh's settings; DeleteMesh clears them.
+	PutMesh    *meshspec.Mesh `json:"put_mesh,omitempty"`
+	DeleteMesh bool           `json:"delete_mesh,omitempty"`
 }
 
 // Size is the number of objects the change touches.
 func (c Change) Size() int {
-	return len(c.PutBackends) + len(c.DeleteBackends) + len(c.PutEndpoints) + len(c.DeleteEndpoints) + len(c.PutNodes) + len(c.DeleteNodes)
+	n := len(c.PutBackends) + len(c.DeleteBackends) + len(c.PutEndpoints) + len(c.DeleteEndpoints) + len(c.PutNodes) + len(c.DeleteNodes)
+	if c.PutMesh != nil || c.DeleteMesh {
+		n++
+	}
+	return n
 }
 
 // Store persists the desired state.
@@ -84,6 +91,13 @@ func Diff(from, to *meshspec.Model) Change {
 		func(e meshspec.Endpoint) string { return e.Name }, meshspec.EndpointsEqual)
 	c.PutNodes, c.DeleteNodes = diffByName(from.Nodes, to.Nodes,
 		func(n meshspec.NodeSpec) string { return n.Name }, func(a, b meshspec.NodeSpec) bool { return reflect.DeepEqual(a, b) })
+	if !reflect.DeepEqual(from.Mesh, to.Mesh) {
+		if to.Mesh == nil || *to.Mesh == (meshspec.Mesh{}) {
+			c.DeleteMesh = from.Mesh != nil
+		} else {
+			c.PutMesh = to.Mesh
+		}
+	}
 	return c
 }
 
@@ -143,7 +157,13 @@ func Apply(m *meshspec.Model, c Change) *meshspec.Model {
 	for _, n := range c.DeleteNodes {
 		delete(nodes, n)
 	}
-	out := &meshspec.Model{}
+	out := &meshspec.Model{Mesh: m.Mesh}
+	switch {
+	case c.PutMesh != nil:
+		out.Mesh = c.PutMesh
+	case c.DeleteMesh:
+		out.Mesh = nil
+	}
 	for _, n := range meshspec.SortedKeys(nodes) {
 		out.Nodes = append(out.Nodes, nodes[n])
 	}

@@ -130,6 +130,24 @@ func TestStoreContract(t *testing.T) {
 			if got, rev, err := st.Load(ctx); err != nil || rev != rev3 || Diff(got, big).Size() != 0 {
 				t.Fatalf("load after a large change: rev %d (want %d), err %v, %d differences", rev, rev3, err, Diff(got, big).Size())
 			}
+
+			// The mesh's settings are one key, written and cleared.
+			sampling := 5.0
+			traced := meshspec.Clone(big)
+			traced.Mesh = &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: "127.0.0.1:4317", SamplingPercent: &sampling}}
+			rev4, err := st.Commit(ctx, rev3, Diff(big, traced))
+			if err != nil {
+				t.Fatalf("set the mesh's tracing: %v", err)
+			}
+			if got, _, err := st.Load(ctx); err != nil || got.Mesh == nil || got.Mesh.Tracing == nil || got.Mesh.Tracing.Sampling() != 5 {
+				t.Fatalf("load after setting the mesh's tracing: %+v, %v", got.Mesh, err)
+			}
+			if _, err := st.Commit(ctx, rev4, Diff(traced, big)); err != nil {
+				t.Fatalf("clear the mesh's tracing: %v", err)
+			}
+			if got, _, err := st.Load(ctx); err != nil || got.Mesh != nil {
+				t.Fatalf("load after clearing the mesh's settings: %+v, %v", got.Mesh, err)
+			}
 			if u := st.Unreadable(); len(u) != 0 {
 				t.Fatalf("a store servemesh wrote has unreadable keys: %+v", u)
 			}

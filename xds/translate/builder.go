@@ -36,6 +36,8 @@ type Builder struct {
 	// nil until nodeBackends needs it after a change.
 	byNode map[string]map[string]bool
 	nodes  map[string]*nodeParts // what ForNode built last, by node
+	// tracing is the last Build's: every node's listeners trace with it.
+	tracing *ir.Tracing
 }
 
 type backendParts struct {
@@ -114,6 +116,7 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 		}
 	}
 	b.gen++
+	b.tracing = m.Tracing
 	set := ChangeSet{}
 	changed, err := b.syncBackends(m, set)
 	if err != nil {
@@ -392,9 +395,10 @@ type NodeBuilt struct {
 }
 
 type nodeParts struct {
-	node  wire.ProxyNode
-	keys  []localKey
-	built *NodeBuilt
+	node    wire.ProxyNode
+	keys    []localKey
+	tracing ir.Tracing // the zero value: none
+	built   *NodeBuilt
 }
 
 // localKey is what a node's own resources depend on of a backend it runs:
@@ -422,7 +426,11 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	for i, p := range local {
 		keys[i] = localKey{backend: p.backend.Name, hash: p.hash, replicas: p.perNode[node.ID]}
 	}
-	if p := b.nodes[node.ID]; p != nil && p.node.Equal(node) && slices.Equal(p.keys, keys) {
+	var tracing ir.Tracing
+	if b.tracing != nil {
+		tracing = *b.tracing
+	}
+	if p := b.nodes[node.ID]; p != nil && p.node.Equal(node) && slices.Equal(p.keys, keys) && p.tracing == tracing {
 		return p.built, nil
 	}
 	backends := make([]ir.Backend, 0, len(local))
@@ -440,7 +448,7 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 			shared[c.GetName()] = c
 		}
 	}
-	res, err := forNode(node, b.mtls, backends, shared)
+	res, err := forNode(node, b.mtls, backends, shared, b.tracing)
 	if err != nil {
 		return nil, err
 	}
@@ -451,7 +459,7 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	if out.ClustersVersion, err = hashOf(res.Clusters); err != nil {
 		return nil, err
 	}
-	b.nodes[node.ID] = &nodeParts{node: node, keys: keys, built: out}
+	b.nodes[node.ID] = &nodeParts{node: node, keys: keys, tracing: tracing, built: out}
 	return out, nil
 }
 

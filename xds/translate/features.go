@@ -180,7 +180,7 @@ type routeFeature interface {
 
 // routeFeatures are the registered route features, in the order they
 // apply.
-var routeFeatures = []routeFeature{endpointRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}, globalRateLimits{}}
+var routeFeatures = []routeFeature{endpointRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}, globalRateLimits{}, tracedRoutes{}}
 
 // patchForwarding applies e's route features to r, then leaves to the
 // virtual host a retry policy that is the virtual host's.

@@ -66,7 +66,7 @@ func TestBackendFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, local := range [][]ir.Backend{nil, {plain}, {plain, aware}} {
-		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared))
+		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ import (
 // presenting the backend's identity and requiring a client certificate of
 // a servemesh node. A connection that names no such backend, or brings no
 // or another certificate, is closed.
-func buildInboundListener(node wire.ProxyNode, t *MTLS, local []ir.Backend) (*listener.Listener, error) {
+func buildInboundListener(node wire.ProxyNode, t *MTLS, local []ir.Backend, tracing *ir.Tracing) (*listener.Listener, error) {
 	inspector, err := anypb.New(&tlsinspector.TlsInspector{})
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack tls inspector: %w", err)
@@ -44,7 +44,7 @@ func buildInboundListener(node wire.ProxyNode, t *MTLS, local []ir.Backend) (*li
 		}},
 	}
 	for _, b := range local {
-		chain, err := inboundChain(node, t, b)
+		chain, err := inboundChain(node, t, b, tracing)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +55,7 @@ func buildInboundListener(node wire.ProxyNode, t *MTLS, local []ir.Backend) (*li
 
 // inboundChain serves backend on the inbound listener: mTLS terminated
 // with the backend's identity, then HTTP to the backend's replicas here.
-func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend) (*listener.FilterChain, error) {
+func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend, tracing *ir.Tracing) (*listener.FilterChain, error) {
 	backend := b.Name
 	downstream := &tlsv3.DownstreamTlsContext{
 		RequireClientCertificate: wrapperspb.Bool(true),
@@ -75,7 +75,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend) (*listener.FilterC
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener, backend %s: %w", backend, err)
 	}
-	manager, err := anypb.New(inboundLimits.applied(patchManager(node, wire.InboundListener, &hcm.HttpConnectionManager{
+	manager := inboundLimits.applied(patchManager(node, wire.InboundListener, &hcm.HttpConnectionManager{
 		StatPrefix:     wire.InboundListener + "_" + backend,
 		CodecType:      hcm.HttpConnectionManager_AUTO,
 		UpgradeConfigs: upgrades(),
@@ -89,6 +89,8 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend) (*listener.FilterC
 				Name: "_inbound", Domains: []string{"*"},
 				Routes: []*route.Route{{
 					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+					// The hop's span, when traced.
+					Decorator: &route.Decorator{Operation: "inbound " + backend},
 					Action: &route.Route_Route{Route: &route.RouteAction{
 						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: wire.InboundClusterName(backend)},
 						// The calling node keeps the endpoint's timeouts.
@@ -104,7 +106,13 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend) (*listener.FilterC
 		}},
 		HttpFilters:      filters,
 		LocalReplyConfig: inboundLocalReplies,
-	})))
+	}))
+	// The hop's span is the caller's upstream span's child; a shadow copy
+	// says whose (the caller's mirror marks it).
+	if err := traceManager(manager, tracing, node.ID, literalTag(wire.TagBackend, backend), headerTag(wire.TagShadowOf, wire.ShadowHeader)); err != nil {
+		return nil, fmt.Errorf("inbound listener, backend %s: %w", backend, err)
+	}
+	packed, err := anypb.New(manager)
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack http connection manager: %w", err)
 	}
@@ -114,7 +122,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend) (*listener.FilterC
 		TransportSocket:  socket,
 		Filters: []*listener.Filter{{
 			Name:       "envoy.filters.network.http_connection_manager",
-			ConfigType: &listener.Filter_TypedConfig{TypedConfig: manager},
+			ConfigType: &listener.Filter_TypedConfig{TypedConfig: packed},
 		}},
 	}, nil
 }

@@ -10,24 +10,26 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
 
 // BuildListeners builds a node's listeners: the loopback mesh one serving
 // every endpoint by Host header and, unless the node is mesh-only
-// (wire.ProxyNode.Public), the public one serving routed endpoints.
-func BuildListeners(node wire.ProxyNode) ([]*listener.Listener, error) {
+// (wire.ProxyNode.Public), the public one serving routed endpoints;
+// with tracing, both trace their requests.
+func BuildListeners(node wire.ProxyNode, tracing *ir.Tracing) ([]*listener.Listener, error) {
 	if err := node.Validate(); err != nil {
 		return nil, err
 	}
-	mesh, err := httpListener(node, wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes())
+	mesh, err := httpListener(node, tracing, wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes())
 	if err != nil {
 		return nil, err
 	}
 	if !node.Public() {
 		return []*listener.Listener{mesh}, nil
 	}
-	public, err := httpListener(node, wire.PublicListener, node.PublicAddress, node.PublicPort, rds(wire.PublicRoutes))
+	public, err := httpListener(node, tracing, wire.PublicListener, node.PublicAddress, node.PublicPort, rds(wire.PublicRoutes))
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +102,7 @@ func meshScopes() routeSource {
 	}
 }
 
-func httpListener(node wire.ProxyNode, name, address string, port uint32, routes routeSource) (*listener.Listener, error) {
+func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string, port uint32, routes routeSource) (*listener.Listener, error) {
 	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS()})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
@@ -117,6 +119,9 @@ func httpListener(node wire.ProxyNode, name, address string, port uint32, routes
 	})
 	edgeLimits.bound(manager)
 	routes(manager)
+	if err := traceManager(manager, tracing, node.ID); err != nil {
+		return nil, fmt.Errorf("listener %s: %w", name, err)
+	}
 	managerConfig, err := anypb.New(manager)
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: pack http connection manager: %w", name, err)

@@ -89,18 +89,21 @@ func ForNode(m *ir.DataPlane, node wire.ProxyNode, t *MTLS, shared map[string]*c
 	if t != nil {
 		local = localBackends(m, node.ID)
 	}
-	return forNode(node, t, local, shared)
+	return forNode(node, t, local, shared, m.Tracing)
 }
 
 // forNode is ForNode given the backends with replicas on node, each with
 // only its replicas there, sorted by name.
-func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string]*cluster.Cluster) (*Resources, error) {
-	listeners, err := BuildListeners(node)
+func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string]*cluster.Cluster, tracing *ir.Tracing) (*Resources, error) {
+	listeners, err := BuildListeners(node, tracing)
 	if err != nil {
 		return nil, err
 	}
 	// The node's rate limit service, for endpoints with a global limit.
 	out := &Resources{Listeners: listeners, Clusters: []*cluster.Cluster{rateLimitServiceCluster()}}
+	if tracing != nil {
+		out.Clusters = append(out.Clusters, tracingCluster(tracing))
+	}
 	if t == nil {
 		return out, nil
 	}
@@ -116,7 +119,7 @@ func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string
 	if len(local) == 0 {
 		return out, nil // Envoy refuses a listener without filter chains
 	}
-	inbound, err := buildInboundListener(node, t, local)
+	inbound, err := buildInboundListener(node, t, local, tracing)
 	if err != nil {
 		return nil, err
 	}
