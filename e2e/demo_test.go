@@ -6,14 +6,44 @@ import (
 	"context"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/internal/devjaeger"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
+
+// checkDemoTrace runs the banner's two lines that show a trace: a request
+// with a trace context, then its trace read from the demo's Jaeger, every
+// hop of it there (the request, its upstream try, its mirror).
+func checkDemoTrace(t *testing.T, banner, public string) {
+	const id = "4bf92f3577b34da6a3ce929d0e0e4736"
+	if !strings.Contains(banner, "traceparent: 00-"+id+"-") {
+		t.Fatalf("the banner shows no traced request:\n%s", banner)
+	}
+	_, rest, ok := strings.Cut(banner, "query API ")
+	query, _, _ := strings.Cut(rest, "/api/traces")
+	if !ok || !strings.HasPrefix(query, "http://127.0.0.1:") {
+		t.Fatalf("the banner names no Jaeger query API:\n%s", banner)
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+public+"/model", nil)
+	req.Header.Set("traceparent", "00-"+id+"-00f067aa0ba902b7-01")
+	resp, err := httpClient().Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the banner's traced request: %v %v", resp, err)
+	}
+	_ = resp.Body.Close()
+	jaeger := &devjaeger.Server{Query: query}
+	testutil.WaitFor(t, 30*time.Second, "the banner's request's trace in the demo's Jaeger, with its mirror", func() bool {
+		tr, err := jaeger.Trace(context.Background(), id)
+		return err == nil && slices.ContainsFunc(tr.Spans, func(s devjaeger.Span) bool { return s.OperationName == "model" }) &&
+			slices.ContainsFunc(tr.Spans, func(s devjaeger.Span) bool { return s.OperationName == "mirror" })
+	})
+}
 
 // TestDemoStack runs what `make run` runs, on free ports, and checks that
 // the demo serves its split, that the CLI it suggests works, and that
@@ -54,6 +84,7 @@ func TestDemoStack(t *testing.T) {
 	if status, _, _, text, _ := postModel(httpClient(), "http://"+public+"/v1/chat/completions", `{"model": "gpt-9"}`); status != http.StatusNotFound {
 		t.Errorf("the demo's chat endpoint for an unknown model: %d %s, want 404", status, text)
 	}
+	checkDemoTrace(t, out.String(), public)
 	code, status, _ := cli(t, []string{"SERVEMESH_SERVER=" + api}, "status")
 	if code != 0 || !strings.Contains(status, "model-v3-candidate") || !strings.Contains(status, "demo-node") {
 		t.Fatalf("servemesh status: exit %d\n%s", code, status)

@@ -78,6 +78,16 @@ func TestTracingFollowsEveryHop(t *testing.T) {
 	for _, path := range []string{"/traced", "/quiet"} {
 		testutil.WaitFor(t, 60*time.Second, path+" to answer on n1", func() bool { s, _, _ := send(path, ""); return s == http.StatusOK })
 	}
+	// Until n1's Envoy has a healthy replica of each backend, a request
+	// may be held by its activator first: a trace with more spans.
+	testutil.WaitFor(t, 30*time.Second, "n1 to see a healthy replica of tv1, tv2 and tsh", func() bool {
+		for _, b := range []string{"tv1", "tv2", "tsh"} {
+			if v, ok := readEnvoyStat(mesh.n1.admin, "cluster."+b+".membership_healthy"); !ok || v != 1 {
+				return false
+			}
+		}
+		return true
+	})
 
 	type sent struct{ traceID, parent, backend, seen string }
 	var traced []sent
@@ -131,6 +141,152 @@ func TestTracingFollowsEveryHop(t *testing.T) {
 			t.Errorf("an unsampled request's trace %s is in Jaeger: %d spans", id, len(tr.Spans))
 		}
 	}
+	t.Run("the controller traces its operations", func(t *testing.T) { checkControllerSpans(t, jaeger) })
+	t.Run("the agents' picker and activator add their spans", func(t *testing.T) { checkAgentSpans(t, mesh, jaeger, send) })
+}
+
+// checkControllerSpans: the CLI's endpoint create (sent after the mesh's
+// tracing was set, at 100%) is a trace of the controller's: the API call's
+// span, its operation's under it, the checkpoint's under that with the
+// revision it wrote.
+func checkControllerSpans(t *testing.T, jaeger *devjaeger.Server) {
+	var found []devjaeger.Trace
+	testutil.WaitFor(t, 30*time.Second, "the controller's span of create_endpoint in Jaeger", func() bool {
+		found, _ = jaeger.Find(t.Context(), wire.ControllerTraceService, "operation create_endpoint")
+		return len(found) > 0
+	})
+	tr := &found[0]
+	op := spanNamed(t, tr, "operation create_endpoint")
+	call, ok := spanByID(tr, parentOf(op))
+	if !ok || !strings.Contains(call.OperationName, "/v1/endpoints") {
+		t.Fatalf("the operation's span is the child of %q; want the API call's span (its route, /v1/endpoints...):\n%s", call.OperationName, describeTrace(tr))
+	}
+	if kind, _ := call.Tag("span.kind"); kind != "server" {
+		t.Errorf("the API call's span %q is of kind %q; want server", call.OperationName, kind)
+	}
+	checkpoint := spanNamed(t, tr, "checkpoint")
+	if parentOf(checkpoint) != op.SpanID {
+		t.Errorf("the checkpoint's span is the child of %s; want the operation's %s:\n%s", parentOf(checkpoint), op.SpanID, describeTrace(tr))
+	}
+	if rev, _ := checkpoint.Tag(wire.TagRevision); rev == "" || rev == "0" {
+		t.Errorf("the checkpoint's span names revision %q; want the one it wrote", rev)
+	}
+	t.Logf("the controller's trace: %s > %s > checkpoint", call.OperationName, op.OperationName)
+}
+
+// checkAgentSpans: a request to a load-aware backend has the picker's span
+// in its trace (the replica picked and why), the child of the Envoy's; a
+// request sent before its new backend's replica is ready has the
+// activator's (released, and how long it was held).
+func checkAgentSpans(t *testing.T, mesh *twoNodeMesh, jaeger *devjaeger.Server, send func(path, traceparent string) (int, string, string)) {
+	mesh.createBackends(t, meshspec.Backend{Name: "tla", Process: demoProcess("tla", false),
+		Config: meshspec.BackendConfig{NumReplicas: 1, LoadAware: &meshspec.LoadAware{}}})
+	if _, err := mesh.c.CreateEndpoint(t.Context(), meshspec.Endpoint{Name: "picked", Route: "/picked", Traffic: map[string]float64{"tla": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 60*time.Second, "/picked to answer on n1", func() bool { s, _, _ := send("/picked", ""); return s == http.StatusOK })
+	id := randomHex(t, 16)
+	if status, _, _ := send("/picked", "00-"+id+"-"+randomHex(t, 8)+"-01"); status != http.StatusOK {
+		t.Fatalf("a traced request to the load-aware backend: %d", status)
+	}
+	pick := agentSpan(t, jaeger, id, "pick tla")
+	if outcome, _ := pick.span.Tag(wire.TagOutcome); outcome != "picked" {
+		t.Errorf("the picker's span says outcome %q; want picked", outcome)
+	}
+	replica, _ := pick.span.Tag(wire.TagReplica)
+	why, _ := pick.span.Tag(wire.TagWhy)
+	if replica == "" || why == "" {
+		t.Errorf("the picker's span names replica %q, why %q; want both", replica, why)
+	}
+	t.Logf("the picker's span: replica %s, why %q, under %q", replica, why, pick.parent)
+
+	mesh.createBackends(t, meshspec.Backend{Name: "tfresh", Config: meshspec.BackendConfig{NumReplicas: 1}, Process: slowDemoProcess("tfresh")})
+	if _, err := mesh.c.CreateEndpoint(t.Context(), meshspec.Endpoint{Name: "tfresh", Route: "/tfresh", Traffic: map[string]float64{"tfresh": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	id = randomHex(t, 16)
+	testutil.WaitFor(t, 30*time.Second, "a request sent before tfresh's replica is ready to be held and answered", func() bool {
+		s, _, _ := send("/tfresh", "00-"+id+"-"+randomHex(t, 8)+"-01")
+		return s == http.StatusOK
+	})
+	hold := agentSpan(t, jaeger, id, "hold tfresh")
+	if outcome, _ := hold.span.Tag(wire.TagOutcome); outcome != "released" {
+		t.Errorf("the activator's span says outcome %q; want released", outcome)
+	}
+	held, _ := hold.span.Tag(wire.TagHeldMS)
+	if held == "" || held == "0" {
+		t.Errorf("the activator's span says held %q ms; want how long", held)
+	}
+	t.Logf("the activator's span: held %s ms, under %q", held, hold.parent)
+}
+
+// agentFound is an agent's span and the name of its parent, an Envoy's.
+type agentFound struct {
+	span   devjaeger.Span
+	parent string
+}
+
+// agentSpan is the span named name in trace id, sent by an agent, whose
+// parent is a span of a node's Envoy in the same trace.
+func agentSpan(t *testing.T, jaeger *devjaeger.Server, id, name string) (found agentFound) {
+	t.Helper()
+	var tr *devjaeger.Trace
+	deadline := time.Now().Add(30 * time.Second)
+	for { // the Envoys send their spans in batches, every few seconds
+		var err error
+		if tr, err = jaeger.Trace(t.Context(), id); err == nil {
+			if i := slices.IndexFunc(tr.Spans, func(s devjaeger.Span) bool { return s.OperationName == name }); i >= 0 {
+				if _, ok := spanByID(tr, parentOf(tr.Spans[i])); ok {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			if tr == nil {
+				t.Fatalf("trace %s is not in Jaeger after 30 s: %v", id, err)
+			}
+			break // the checks below say what is missing
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	found.span = spanNamed(t, tr, name)
+	if service := tr.Processes[found.span.ProcessID].ServiceName; !strings.HasPrefix(service, "servemesh-agent-") {
+		t.Errorf("span %q is of service %q; want a node's agent", name, service)
+	}
+	parent, ok := spanByID(tr, parentOf(found.span))
+	if !ok || !strings.HasPrefix(tr.Processes[parent.ProcessID].ServiceName, "servemesh-envoy-") {
+		t.Fatalf("span %q's parent %q is not a span of a node's Envoy in its trace:\n%s", name, parentOf(found.span), describeTrace(tr))
+	}
+	found.parent = parent.OperationName
+	return found
+}
+
+// spanNamed is tr's first span named name.
+func spanNamed(t *testing.T, tr *devjaeger.Trace, name string) devjaeger.Span {
+	t.Helper()
+	i := slices.IndexFunc(tr.Spans, func(s devjaeger.Span) bool { return s.OperationName == name })
+	if i < 0 {
+		t.Fatalf("trace %s has no span %q:\n%s", tr.TraceID, name, describeTrace(tr))
+	}
+	return tr.Spans[i]
+}
+
+func spanByID(tr *devjaeger.Trace, id string) (devjaeger.Span, bool) {
+	i := slices.IndexFunc(tr.Spans, func(s devjaeger.Span) bool { return s.SpanID == id })
+	if i < 0 {
+		return devjaeger.Span{}, false
+	}
+	return tr.Spans[i], true
+}
+
+// parentOf is the span s is the child of ("" for a root).
+func parentOf(s devjaeger.Span) string {
+	for _, r := range s.References {
+		if r.RefType == "CHILD_OF" {
+			return r.SpanID
+		}
+	}
+	return ""
 }
 
 // checkTrace checks one request's trace: parent is the client's span
@@ -141,18 +297,6 @@ func checkTrace(t *testing.T, tr *devjaeger.Trace, parent, seen, n1, n2, backend
 	if len(tr.Spans) != 7 {
 		t.Errorf("trace %s has %d spans; want 7 (the caller's: the request, its upstream try, its mirror; each inbound hop's: the request, its upstream try):\n%s", tr.TraceID, len(tr.Spans), describeTrace(tr))
 		return
-	}
-	byID := map[string]devjaeger.Span{}
-	for _, s := range tr.Spans {
-		byID[s.SpanID] = s
-	}
-	parentOf := func(s devjaeger.Span) string {
-		for _, r := range s.References {
-			if r.RefType == "CHILD_OF" {
-				return r.SpanID
-			}
-		}
-		return ""
 	}
 	find := func(what, service, operation string, tags map[string]string) devjaeger.Span {
 		t.Helper()
@@ -207,7 +351,7 @@ func describeTrace(tr *devjaeger.Trace) string {
 	for _, s := range tr.Spans {
 		var tags []string
 		for _, tg := range s.Tags {
-			if strings.HasPrefix(tg.Key, "servemesh.") || tg.Key == "upstream_cluster" {
+			if strings.HasPrefix(tg.Key, "servemesh.") || tg.Key == "upstream_cluster" || tg.Key == "span.kind" {
 				tags = append(tags, fmt.Sprintf("%s=%v", tg.Key, tg.Value))
 			}
 		}

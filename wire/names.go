@@ -412,7 +412,30 @@ const (
 	// ShadowHeader's value).
 	TagBackend  = "servemesh.backend"
 	TagShadowOf = "servemesh.shadow_of"
+	// The agent's spans: the picker's (span "pick <backend>") and the
+	// activator's ("hold <backend>"). TagOutcome is what became of the
+	// request (the picker's or activator's outcome as counted in their
+	// metrics), TagReplica the replica picked (its address), TagWhy why
+	// it was picked or shed, TagHeldMS how long the request waited there
+	// (for a replica to be ready, or to be free).
+	TagOutcome = "servemesh.outcome"
+	TagReplica = "servemesh.replica"
+	TagWhy     = "servemesh.why"
+	TagHeldMS  = "servemesh.held_ms"
+	// TagOperation is the controller's operation an API call made (span
+	// "operation <op>"), TagRevision the stored revision its checkpoint
+	// wrote.
+	TagOperation = "servemesh.operation"
+	TagRevision  = "servemesh.revision"
 )
 
-// TraceService is the service name of node's Envoy in its spans.
+// TraceService is the service name of node's Envoy in its spans;
+// AgentTraceService its agent's (the picker's and activator's spans);
+// ControllerTraceService the controllers'.
 func TraceService(node string) string { return "servemesh-envoy-" + node }
+
+// AgentTraceService is the service name of node's agent in its spans.
+func AgentTraceService(node string) string { return "servemesh-agent-" + node }
+
+// ControllerTraceService is the service name of the controllers' spans.
+const ControllerTraceService = "servemesh-controller"

@@ -12,10 +12,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/internal/tracing"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -53,6 +57,7 @@ type Activator struct {
 
 	heldNow  *prometheus.GaugeVec
 	outcomes *prometheus.CounterVec
+	tracer   *tracing.Tracer
 }
 
 // readyReading is when the Envoy last said whether a cluster had a ready
@@ -73,6 +78,8 @@ type Options struct {
 	Logger  *slog.Logger
 	// Registerer receives the activator's metrics; nil skips them.
 	Registerer prometheus.Registerer
+	// Tracer receives a span per held request; nil: none.
+	Tracer *tracing.Tracer
 }
 
 // Outcomes of a held request, as counted.
@@ -86,7 +93,7 @@ const (
 
 // New returns an activator; Serve runs it.
 func New(o Options) *Activator {
-	a := &Activator{admin: o.Admin, node: o.Node, desired: o.Desired, log: o.Logger, poll: 50 * time.Millisecond,
+	a := &Activator{admin: o.Admin, node: o.Node, desired: o.Desired, log: o.Logger, poll: 50 * time.Millisecond, tracer: o.Tracer,
 		held: map[string]int{}, ready: map[string]readyReading{},
 		heldNow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "servemesh_held_requests",
@@ -152,53 +159,74 @@ func (a *Activator) Serve(ctx context.Context, dir string) error {
 }
 
 // handler holds the requests of the backends' clusters, or with inbound,
-// of the node's inbound clusters.
+// of the node's inbound clusters, each in a span ("hold <backend>", the
+// child of the Envoy's upstream span): what became of it and how long it
+// was held.
 func (a *Activator) handler(inbound bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.Header.Get(wire.BackendHeader)
-		b, ok := a.backend(name)
-		if !ok {
-			http.Error(w, fmt.Sprintf("servemesh: no backend %q to hold the request for", name), http.StatusServiceUnavailable)
-			return
-		}
-		if b.Process == nil && a.desired != nil {
-			// Static or external: no replica of it is servemesh's to start,
-			// so holding would only delay the answer by hold_timeout_s.
-			a.outcomes.WithLabelValues(name, HeldNotOurs).Inc()
-			http.Error(w, fmt.Sprintf("servemesh: backend %q has no healthy replica, and its replicas are not servemesh's to start (static or external); see `servemesh status` for why", name),
-				http.StatusServiceUnavailable)
-			return
-		}
-		cluster := wire.ClusterName(name)
-		if inbound {
-			if !a.placedHere(b) {
-				unreached(w) // the calling node tries another
-				return
-			}
-			cluster = wire.InboundClusterName(name)
-		}
-		if !a.admit(name, b.Config.EffectiveMaxHeld()) {
-			a.outcomes.WithLabelValues(name, HeldFull).Inc()
-			http.Error(w, fmt.Sprintf("servemesh: backend %q has no ready replica, and this node already holds %d requests for it (its config.max_held); raise max_held or give it replicas",
-				name, b.Config.EffectiveMaxHeld()), http.StatusServiceUnavailable)
-			return
-		}
-		defer a.release(name)
-		timeout := b.Config.EffectiveHoldTimeout()
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		switch err := a.waitReady(ctx, cluster); {
-		case err == nil:
-			a.outcomes.WithLabelValues(name, HeldReleased).Inc()
-			unreached(w)
-		case r.Context().Err() != nil:
-			a.outcomes.WithLabelValues(name, HeldGone).Inc()
-		default:
-			a.outcomes.WithLabelValues(name, HeldTimeout).Inc()
-			http.Error(w, fmt.Sprintf("servemesh: backend %q had no ready replica for %s (its config.hold_timeout_s); see `servemesh status` for why",
-				name, timeout), http.StatusServiceUnavailable)
-		}
+		ctx, span := a.tracer.Start(r.Context(), "hold "+name, propagation.HeaderCarrier(r.Header), trace.SpanKindServer,
+			attribute.String(wire.TagBackend, name), attribute.String(wire.TagNode, a.node), attribute.Bool("servemesh.inbound", inbound))
+		defer span.End()
+		start := time.Now()
+		outcome := a.hold(w, r.WithContext(ctx), name, inbound)
+		span.SetAttributes(attribute.String(wire.TagOutcome, outcome), attribute.Float64(wire.TagHeldMS, float64(time.Since(start).Microseconds())/1000))
 	})
+}
+
+// Outcomes of a request not held, as its span says (not counted).
+const (
+	heldUnknown   = "unknown_backend" // the backend is not in the desired state
+	heldElsewhere = "elsewhere"       // inbound, with no replica placed here: the caller tries another node
+)
+
+// hold holds one request for backend name until one of its replicas is
+// ready, and says what became of it.
+func (a *Activator) hold(w http.ResponseWriter, r *http.Request, name string, inbound bool) string {
+	b, ok := a.backend(name)
+	if !ok {
+		http.Error(w, fmt.Sprintf("servemesh: no backend %q to hold the request for", name), http.StatusServiceUnavailable)
+		return heldUnknown
+	}
+	if b.Process == nil && a.desired != nil {
+		// Static or external: no replica of it is servemesh's to start,
+		// so holding would only delay the answer by hold_timeout_s.
+		a.outcomes.WithLabelValues(name, HeldNotOurs).Inc()
+		http.Error(w, fmt.Sprintf("servemesh: backend %q has no healthy replica, and its replicas are not servemesh's to start (static or external); see `servemesh status` for why", name),
+			http.StatusServiceUnavailable)
+		return HeldNotOurs
+	}
+	cluster := wire.ClusterName(name)
+	if inbound {
+		if !a.placedHere(b) {
+			unreached(w) // the calling node tries another
+			return heldElsewhere
+		}
+		cluster = wire.InboundClusterName(name)
+	}
+	if !a.admit(name, b.Config.EffectiveMaxHeld()) {
+		a.outcomes.WithLabelValues(name, HeldFull).Inc()
+		http.Error(w, fmt.Sprintf("servemesh: backend %q has no ready replica, and this node already holds %d requests for it (its config.max_held); raise max_held or give it replicas",
+			name, b.Config.EffectiveMaxHeld()), http.StatusServiceUnavailable)
+		return HeldFull
+	}
+	defer a.release(name)
+	timeout := b.Config.EffectiveHoldTimeout()
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	outcome := HeldTimeout
+	switch err := a.waitReady(ctx, cluster); {
+	case err == nil:
+		outcome = HeldReleased
+		unreached(w)
+	case r.Context().Err() != nil:
+		outcome = HeldGone
+	default:
+		http.Error(w, fmt.Sprintf("servemesh: backend %q had no ready replica for %s (its config.hold_timeout_s); see `servemesh status` for why",
+			name, timeout), http.StatusServiceUnavailable)
+	}
+	a.outcomes.WithLabelValues(name, outcome).Inc()
+	return outcome
 }
 
 // unreached answers that the request reached no replica, which the route

@@ -50,7 +50,7 @@ func TestRewriteModel(t *testing.T) {
 // prompt affinity).
 func TestPickerRewritesAModel(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{})
-	s := NewServer(p, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	s := NewServer(p, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), nil)
 	client, ctx := pickerClientOf(t, s)
 	rw, err := wire.ModelRewrite{Field: "model", Targets: []wire.RewriteTarget{{Name: "a-v1", Weight: 0.9}, {Name: "a-v2", Weight: 0.1}}}.Encode()
 	if err != nil {

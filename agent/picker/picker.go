@@ -120,7 +120,8 @@ func (p *Picker) Forget(tag string) {
 }
 
 // choice is a pick: the replica (nil: none, Envoy picks) or that the
-// request is shed (why: for its answer).
+// request is shed; why it was picked or shed (for its answer, and its
+// span).
 type choice struct {
 	replica *replicaLoad
 	shed    bool
@@ -132,6 +133,15 @@ const (
 	shedSaturated = "saturated"  // sheddable, every replica saturated
 	shedQueueFull = "queue full" // no room to wait, others' priority higher
 	shedTimedOut  = "timed out"  // waited its queue timeout
+)
+
+// Why a replica was picked, or none.
+const (
+	pickedSession = "its conversation's replica"
+	pickedHome    = "its prompt's home"
+	pickedFree    = "the cheapest free replica"
+	pickedRoom    = "every replica saturated: the cheapest with room in its queue"
+	pickedNone    = "no ready replica here: Envoy's own choice"
 )
 
 // request is what the picker reads of a request: its priority (below 0:
@@ -188,7 +198,7 @@ func (p *Picker) pick(backend string, req request) (choice, *waiter) {
 func (p *Picker) place(backend string, req request, limits scoring.Limits, known bool) (choice, bool) {
 	ready, loads := p.ready(backend)
 	if len(ready) == 0 {
-		return choice{}, true
+		return choice{why: pickedNone}, true
 	}
 	if c, ok := p.sessionReplica(backend, req, ready, limits, known); ok {
 		return c, true
@@ -200,13 +210,15 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 			loads[i].ModelMiss = r.models.miss(req.model, limits.MaxModels)
 		}
 	}
-	i := scoring.ChooseFree(loads, limits, known, now, typical)
+	i, why := scoring.ChooseFree(loads, limits, known, now, typical), pickedFree
 	key, keyed := affinityKey(req.blocks)
 	if keyed && i >= 0 {
-		i = p.promptHome(backend, key, ready, loads, i, limits, known, now)
+		if home := p.promptHome(backend, key, ready, loads, i, limits, known, now); home != i {
+			i, why = home, pickedHome
+		}
 	}
 	if i < 0 && req.priority >= 0 {
-		i = scoring.ChooseWithRoom(loads, limits, now, typical)
+		i, why = scoring.ChooseWithRoom(loads, limits, now, typical), pickedRoom
 	}
 	if i < 0 {
 		return choice{}, false
@@ -222,7 +234,7 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 	if req.session != "" {
 		p.sessions.served(backend, req.session, ready[i].tag)
 	}
-	return choice{replica: ready[i]}, true
+	return choice{replica: ready[i], why: why}, true
 }
 
 // expectPrompt sets how much of a prompt of blocks each ready replica is
@@ -264,7 +276,7 @@ func (p *Picker) sessionReplica(backend string, req request, ready []*replicaLoa
 			r.InFlight++
 			r.cache.Add(req.blocks)
 			p.sessions.served(backend, req.session, tag)
-			return choice{replica: r}, true
+			return choice{replica: r, why: pickedSession}, true
 		}
 	}
 	return choice{}, false

@@ -354,7 +354,7 @@ func pickedOf(resp *extproc.ProcessingResponse) string {
 // of it, once it answers.
 func pickerClient(t *testing.T, p *Picker) (extproc.ExternalProcessorClient, context.Context) {
 	t.Helper()
-	return pickerClientOf(t, NewServer(p, slog.New(slog.DiscardHandler), nil))
+	return pickerClientOf(t, NewServer(p, slog.New(slog.DiscardHandler), nil, nil))
 }
 
 // askPrompt sends a calling node's prompt stream (md: more metadata, name

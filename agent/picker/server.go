@@ -13,6 +13,9 @@ import (
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -21,6 +24,7 @@ import (
 	"github.com/servemesh/servemesh/agent/picker/prefix"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/internal/tracing"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -39,6 +43,7 @@ type Server struct {
 	queued   *prometheus.CounterVec
 	rewrites *prometheus.CounterVec
 	meta     routeMeta // routes' affinity nodes and rewrites, parsed
+	tracer   *tracing.Tracer
 }
 
 // Outcomes of a request the picker was asked about, as counted.
@@ -52,9 +57,10 @@ const (
 const ShedRetryAfter = "1"
 
 // NewServer returns a server of p; reg (nil: none) receives its
-// metrics.
-func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer) *Server {
-	s := &Server{picker: p, log: log, meta: newRouteMeta(), outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+// metrics, tr (nil: none) its spans: one per pick ("pick <backend>"), the
+// child of the span of Envoy's call to it.
+func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer, tr *tracing.Tracer) *Server {
+	s := &Server{picker: p, log: log, meta: newRouteMeta(), tracer: tr, outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_requests_total",
 		Help: "Requests of load-aware backends this node's picker was asked about, by outcome: picked (a replica named), shed (429: sheddable with every replica here saturated, or the queue full or its wait too long), none (no ready replica here).",
 	}, []string{"backend", "outcome"}), queued: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -97,7 +103,8 @@ func (s *Server) Serve(ctx context.Context, dir string) error {
 // the prefix of its prompt (prompt).
 func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 	backend, withBody, sessionHeader, modelHeader, tenantHeader := "", false, "", "", ""
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+	md, ok := metadata.FromIncomingContext(stream.Context())
+	if ok {
 		if len(md.Get(wire.PickerPromptHeader)) > 0 {
 			return s.prompt(stream, md)
 		}
@@ -141,7 +148,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 				resp = headersAnswer() // picked on the body, which comes next
 				break
 			}
-			c, err := s.pick(stream, backend, ask)
+			c, err := s.tracedPick(stream, md, backend, ask)
 			if err != nil {
 				return nil, err
 			}
@@ -152,7 +159,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 			if modelHeader != "" && ask.model == "" {
 				ask.model = bodyModel(r.RequestBody.GetBody())
 			}
-			c, err := s.pick(stream, backend, ask)
+			c, err := s.tracedPick(stream, md, backend, ask)
 			if err != nil {
 				return nil, err
 			}
@@ -238,6 +245,34 @@ func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.Pr
 			wire.PickedReplicaKey: structpb.NewStringValue(c.replica.addr)}}),
 	}}
 	return resp
+}
+
+// tracedPick is pick in a span, the child of the trace context Envoy sent
+// in md: the replica picked and why, or why none, and how long the request
+// waited for one.
+func (s *Server) tracedPick(stream extproc.ExternalProcessor_ProcessServer, md metadata.MD, backend string, ask request) (choice, error) {
+	_, span := s.tracer.Start(stream.Context(), "pick "+backend, tracing.MetadataCarrier(md), trace.SpanKindInternal,
+		attribute.String(wire.TagBackend, backend))
+	defer span.End()
+	start := s.picker.now()
+	c, err := s.pick(stream, backend, ask)
+	if !span.IsRecording() {
+		return c, err
+	}
+	outcome := PickPicked
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case c.shed:
+		outcome = PickShed
+	case c.replica == nil:
+		outcome = PickNone
+	default:
+		span.SetAttributes(attribute.String(wire.TagReplica, c.replica.addr))
+	}
+	span.SetAttributes(attribute.String(wire.TagOutcome, outcome), attribute.String(wire.TagWhy, c.why),
+		attribute.Float64(wire.TagHeldMS, float64(s.picker.now().Sub(start).Microseconds())/1000))
+	return c, err // never the tenant: it may be an API key
 }
 
 // pick is the picker's choice for the request ask, waiting for it while

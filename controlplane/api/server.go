@@ -15,6 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"sigs.k8s.io/yaml"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
@@ -80,6 +83,11 @@ type Sources struct {
 	Live func() map[string]rollout.Live
 	// Agents lists the live nodes' agents, for GET /v1/prometheus/targets.
 	Agents func(ctx context.Context) ([]wire.NodeInfo, error)
+	// Tracing receives a span per call that changes something (and per
+	// read that comes with a trace context), named for its route
+	// ("PUT /v1/backends/{name}"), its operation's spans under it; nil:
+	// none.
+	Tracing trace.TracerProvider
 }
 
 // Handler serves the /v1/ API for a controller. Wrap it (with the rest of
@@ -96,7 +104,18 @@ func Handler(c *controller.Controller, log *slog.Logger, src Sources) http.Handl
 		}
 		mux.HandleFunc(op.method+" "+op.path, op.handle(s))
 	}
-	return finishWrites(mux)
+	if src.Tracing == nil {
+		return finishWrites(mux)
+	}
+	return finishWrites(otelhttp.NewHandler(mux, "servemesh-api", otelhttp.WithTracerProvider(src.Tracing),
+		otelhttp.WithPropagators(propagation.TraceContext{}), otelhttp.WithFilter(traced)))
+}
+
+// traced reports whether a call gets a span: every one that may change
+// something, and a read only when its caller traces it (the console's and
+// scripts' polling would bury the rest).
+func traced(r *http.Request) bool {
+	return r.Method != http.MethodGet && r.Method != http.MethodHead || r.Header.Get("traceparent") != ""
 }
 
 // WriteTimeout bounds a write once its request is read: a client that hangs

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Options configure a Controller.
@@ -299,7 +301,11 @@ func (c *Controller) mutate(ctx context.Context, op string, fn func(m *meshspec.
 // change is validated once.
 func (c *Controller) change(ctx context.Context, op string, fn func(m *meshspec.Model) error, validate bool) (changed bool, err error) {
 	start := time.Now()
-	defer func() { c.metrics.observe(op, changed, err, time.Since(start)) }()
+	ctx, span := startSpan(ctx, "operation "+op, attribute.String(wire.TagOperation, op))
+	defer func() {
+		c.metrics.observe(op, changed, err, time.Since(start))
+		endSpan(span, err, attribute.Bool("servemesh.changed", changed))
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.leading {
@@ -337,7 +343,9 @@ func (c *Controller) checkpoint(ctx context.Context, change store.Change, next *
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
 	defer cancel()
 	start := time.Now()
-	rev, err := c.store.Commit(ctx, c.rev, change)
+	commitCtx, span := startSpan(ctx, "checkpoint", attribute.Int("servemesh.keys", change.Size()))
+	rev, err := c.store.Commit(commitCtx, c.rev, change)
+	endSpan(span, err, attribute.Int64(wire.TagRevision, int64(rev)))
 	c.metrics.checkpoint.Observe(time.Since(start).Seconds())
 	switch {
 	case errors.Is(err, store.ErrTooLarge):

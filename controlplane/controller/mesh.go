@@ -30,11 +30,15 @@ func (c *Controller) SetTracing(ctx context.Context, t *meshspec.Tracing) (bool,
 
 // Tracing returns the mesh's tracing, or a NotFound error if it has none.
 func (c *Controller) Tracing() (*meshspec.Tracing, error) {
-	m, _ := c.State()
-	if m.Mesh == nil || m.Mesh.Tracing == nil {
+	m := c.adopted.Load().model // read, never written: a copy of the part alone
+	if m == nil || m.Mesh == nil || m.Mesh.Tracing == nil {
 		return nil, errorf(NotFound, "the mesh sends no traces; give it a collector with servemesh tracing set --collector HOST:PORT")
 	}
 	t := *m.Mesh.Tracing
+	if t.SamplingPercent != nil {
+		p := *t.SamplingPercent
+		t.SamplingPercent = &p
+	}
 	return &t, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/internal/tracing"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -120,8 +121,16 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		return nil
 	}
+	// The picker's and activator's spans go to the mesh's collector.
+	tracer := tracing.New(wire.AgentTraceService(o.Node.ID), func() *meshspec.Tracing {
+		if a := running.Load(); a != nil {
+			return meshTracing(a.Desired())
+		}
+		return nil
+	}, log.With("component", "tracing"))
+	defer shutdownTracer(tracer, log)
 	hold := activator.New(activator.Options{Admin: admin, Node: o.Node.ID, Logger: log.With("component", "activator"), Registerer: reg,
-		Desired: desired})
+		Desired: desired, Tracer: tracer})
 	// The picker picks the node's replicas of load-aware backends.
 	pick := picker.New(desired)
 	status, err := httpserver.Listen(ctx, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
@@ -172,7 +181,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		g.Go("envoy", sup.Run)
 		g.Go("activator", func(ctx context.Context) error { return hold.Serve(ctx, o.Envoy.WorkDir) })
-		pickerServer := picker.NewServer(pick, log.With("component", "picker"), reg)
+		pickerServer := picker.NewServer(pick, log.With("component", "picker"), reg, tracer)
 		g.Go("picker", func(ctx context.Context) error { return pickerServer.Serve(ctx, o.Envoy.WorkDir) })
 		g.Go("picker scrape", func(ctx context.Context) error { pick.Scrape(ctx); return nil })
 		if limits != nil {
@@ -190,6 +199,24 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	err = g.Wait()
 	logStopped(log, "agent", err)
 	return err
+}
+
+// meshTracing is the mesh's tracing in m (nil: none).
+func meshTracing(m *meshspec.Model) *meshspec.Tracing {
+	if m == nil || m.Mesh == nil {
+		return nil
+	}
+	return m.Mesh.Tracing
+}
+
+// shutdownTracer sends the spans a daemon's tracer has not sent yet,
+// within a few seconds.
+func shutdownTracer(t *tracing.Tracer, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans not sent at exit", "err", err)
+	}
 }
 
 // rateLimitService is the node's rate limit service, nil if it runs none

@@ -27,6 +27,7 @@ import (
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/internal/rungroup"
+	"github.com/servemesh/servemesh/internal/tracing"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
@@ -77,7 +78,8 @@ type controllerParts struct {
 	rollouts  *rollout.Runner
 	publisher *dataplane.Publisher
 	watcher   *catalog.Watcher
-	terms     sync.WaitGroup // each leadership term's reconcile loop
+	tracer    *tracing.Tracer // the API's spans
+	terms     sync.WaitGroup  // each leadership term's reconcile loop
 }
 
 // RunController runs a controller until ctx ends or a component fails:
@@ -128,6 +130,7 @@ func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) e
 	})
 	err = g.Wait()
 	p.terms.Wait()
+	shutdownTracer(p.tracer, log)
 	logStopped(log, "controller", err)
 	return err
 }
@@ -231,14 +234,16 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher), Configs: scaler.ConfigVersions(),
 			Rollouts: rollouts.Live()})
 	}
-	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Live: rollouts.Live, Agents: nodes}))
+	tracer := tracing.New(wire.ControllerTraceService, func() *meshspec.Tracing { t, _ := ctl.Tracing(); return t }, log.With("component", "tracing"))
+	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Live: rollouts.Live, Agents: nodes,
+		Tracing: tracer.Provider()}))
 	plane.Mux.Handle("GET "+console.Path, console.Handler())
 	plane.Mux.Handle("GET /ui", http.RedirectHandler(console.Path, http.StatusMovedPermanently))
 	if o.DebugProfiles {
 		plane.Mux.Handle("/debug/pprof/", api.DebugHandler())
 	}
 	plane.Wrap(o.Tokens.Authenticate)
-	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, rollouts: rollouts, publisher: publisher, watcher: watcher}
+	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, rollouts: rollouts, publisher: publisher, watcher: watcher, tracer: tracer}
 }
 
 // checkExposure refuses an API without a token on an address beyond

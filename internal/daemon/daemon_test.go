@@ -141,7 +141,7 @@ func TestControllerWiring(t *testing.T) {
 // none of the replicas it wanted before).
 func TestDemoHasRoomForWhatItPrints(t *testing.T) {
 	m := StackModel("/bin/servemesh")
-	help := stackHelp(StackOptions{Self: "/bin/servemesh"}, "consul", "mesh.yaml")
+	help := stackHelp(StackOptions{Self: "/bin/servemesh"}, "consul", "mesh.yaml", "http://127.0.0.1:16686")
 	if !strings.Contains(help, "backend update model-v2 --num-replicas 3") {
 		t.Fatalf("the demo's help no longer scales model-v2 to 3; update this test: %s", help)
 	}

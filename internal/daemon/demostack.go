@@ -17,10 +17,12 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/internal/devjaeger"
 	"github.com/servemesh/servemesh/internal/devredis"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // StackOptions configure `servemesh demo-stack` (what `make run` starts).
@@ -51,6 +53,16 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 		return err
 	}
 	defer redis.Stop()
+	// The collector of the mesh's traces.
+	jaegerDir := filepath.Join(o.WorkDir, "jaeger")
+	if err := os.MkdirAll(jaegerDir, 0o700); err != nil {
+		return fmt.Errorf("jaeger: %w", err)
+	}
+	jaeger, err := devjaeger.Start(ctx, jaegerDir, "", "")
+	if err != nil {
+		return fmt.Errorf("jaeger: %w", err)
+	}
+	defer jaeger.Stop()
 	children, err := startStackDaemons(o, consul.HTTPAddr, redis.Addr, passwordFile)
 	defer func() {
 		for _, c := range children {
@@ -60,11 +72,11 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 	if err != nil {
 		return err
 	}
-	meshFile, err := applyDemo(ctx, o)
+	meshFile, err := applyDemo(ctx, o, jaeger.OTLP)
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(stdout, stackHelp(o, consul.HTTPAddr, meshFile))
+	fmt.Fprint(stdout, stackHelp(o, consul.HTTPAddr, meshFile, jaeger.Query))
 	// Each daemon runs until the demo stops; one that exits stops the demo,
 	// saying which (its log is in the work folder).
 	g, _ := rungroup.New(ctx)
@@ -88,6 +100,9 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 	return err
 }
 
+// demoNode is the demo's node's id.
+const demoNode = "demo-node"
+
 // startStackDaemons starts the controller and the agent, logging into the
 // work folder; it returns those it started.
 func startStackDaemons(o StackOptions, consulAddr, redis, redisPasswordFile string) ([]*proc.Process, error) {
@@ -99,7 +114,7 @@ func startStackDaemons(o StackOptions, consulAddr, redis, redisPasswordFile stri
 	}{
 		// The demo runs on one trusted host: plaintext, chosen here and logged.
 		{"controller", []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
-		{"agent", []string{"agent", "--plaintext", "--node-id", "demo-node", "--address", "127.0.0.1", "--cpus", strconv.Itoa(DemoNodeCPUs), "--memory-mb", "8192",
+		{"agent", []string{"agent", "--plaintext", "--node-id", demoNode, "--address", "127.0.0.1", "--cpus", strconv.Itoa(DemoNodeCPUs), "--memory-mb", "8192",
 			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh,
 			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--stop-on-exit", "--allow-command", o.Self,
 			"--rate-limit-redis", redis, "--rate-limit-redis-password-file", redisPasswordFile,
@@ -140,12 +155,13 @@ func startStackRedis(dir string) (*devredis.Server, string, error) {
 	return redis, file, nil
 }
 
-// applyDemo applies the demo's state once the controller and the agent are
-// up, writes it to mesh.yaml for the user to edit, and waits until Envoy
-// serves it.
-func applyDemo(ctx context.Context, o StackOptions) (string, error) {
+// applyDemo applies the demo's state (its traces sent to collector) once
+// the controller and the agent are up, writes it to mesh.yaml for the user
+// to edit, and waits until Envoy serves it.
+func applyDemo(ctx context.Context, o StackOptions, collector string) (string, error) {
 	client := api.NewClient(o.API, "")
 	m := StackModel(o.Self)
+	m.Mesh = &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: collector, SamplingPercent: &demoSampling}}
 	// Process backends need a live node: retry until the agent has registered.
 	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, meshspec.SpecOf(m), false); return err == nil }); err != nil {
 		return "", fmt.Errorf("the controller and agent did not come up (see %s/*.log): %w", o.WorkDir, err)
@@ -175,6 +191,9 @@ func applyDemo(ctx context.Context, o StackOptions) (string, error) {
 	}
 	return meshFile, nil
 }
+
+// demoSampling traces every request of the demo, to look at any one.
+var demoSampling = 100.0
 
 // DemoNodeCPUs are the CPUs the demo's node offers; every line the demo
 // prints fits in them, in any order (a replica asks for DemoReplicaCPUs).
@@ -215,7 +234,7 @@ func StackModel(self string) *meshspec.Model {
 	}
 }
 
-func stackHelp(o StackOptions, consulAddr, meshFile string) string {
+func stackHelp(o StackOptions, consulAddr, meshFile, jaegerQuery string) string {
 	bin := o.Self
 	if wd, err := os.Getwd(); err == nil {
 		if rel, err := filepath.Rel(wd, o.Self); err == nil {
@@ -249,11 +268,15 @@ Try:
       --global-rate-limit 5 --global-rate-limit-unit minute --global-rate-limit-header x-tenant-id
   for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-tenant-id: acme' http://%[3]s/limited; done; echo
                                                    # 200 five times, then 429: 5 a minute per tenant, on every node together
+  curl -s 'http://%[3]s/model' -H 'traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' -o /dev/null
+  curl -s %[10]s/api/traces/4bf92f3577b34da6a3ce929d0e0e4736 | python3 -m json.tool | grep -E '"(operationName|serviceName)"'
+                                                   # that request's trace in Jaeger: every hop, its mirror, the picker's and activator's spans
   %[6]s apply -f %[4]s --dry-run   # edit the file, then apply it without --dry-run
   CONSUL_HTTP_ADDR=%[1]s %[7]s catalog services -tags
 
+Traces: every request, in Jaeger (query API %[10]s/api/traces?service=%[11]s; %[6]s tracing get).
 Logs: %[8]s/*.log. Press Ctrl-C to stop everything.
-`, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir, replicasOf(StackModel(o.Self)))
+`, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir, replicasOf(StackModel(o.Self)), jaegerQuery, wire.TraceService(demoNode))
 }
 
 // replicasOf counts the replicas m's process backends start with.

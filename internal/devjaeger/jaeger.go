@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -190,6 +191,19 @@ func (s *Server) Trace(ctx context.Context, id string) (*Trace, error) {
 		return nil, fmt.Errorf("jaeger: %d traces of id %s", len(out.Data), id)
 	}
 	return &out.Data[0], nil
+}
+
+// Find returns the latest traces (up to 20) with a span of service named
+// operation.
+func (s *Server) Find(ctx context.Context, service, operation string) ([]Trace, error) {
+	var out struct {
+		Data []Trace `json:"data"`
+	}
+	q := url.Values{"service": {service}, "operation": {operation}, "limit": {"20"}, "lookback": {"1h"}}
+	if err := s.get(ctx, "/api/traces?"+q.Encode(), &out); err != nil {
+		return nil, err
+	}
+	return out.Data, nil
 }
 
 func (s *Server) get(ctx context.Context, path string, into any) error {
