@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/internal/devjaeger"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )
@@ -37,7 +38,8 @@ func pythonBin(t *testing.T) string {
 // leader and a standby, with a token, the standby serving HTTPS. The
 // suite drives Ray Serve's verbs, checks the typed errors, has the client
 // follow the leader from the standby and past a dead server, and verify
-// the standby's certificate with a CA file.
+// the standby's certificate with a CA file; the replica runtime's spans
+// are read back from a real Jaeger.
 func TestPythonClient(t *testing.T) {
 	python := pythonBin(t)
 	consul := startConsul(t)
@@ -52,12 +54,19 @@ func TestPythonClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	standby := startController(t, consul, "py-c2", append(args, "--api-tls-cert", filepath.Join(dir, "cert.pem"), "--api-tls-key", filepath.Join(dir, "key.pem")))
+	// The replica runtime's traces go to a real Jaeger.
+	jaeger, err := devjaeger.Start(context.Background(), t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jaeger.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
 	cmd.Dir = "../clients/python"
 	cmd.Env = append(os.Environ(), "SERVEMESH_TEST_LEADER="+leader.apiAddr, "SERVEMESH_TEST_STANDBY=https://"+standby.apiAddr,
-		"SERVEMESH_TEST_TOKEN_FILE="+tokenFile, "SERVEMESH_TEST_CA_FILE="+caFile)
+		"SERVEMESH_TEST_TOKEN_FILE="+tokenFile, "SERVEMESH_TEST_CA_FILE="+caFile,
+		"SERVEMESH_TEST_JAEGER_OTLP="+jaeger.OTLP, "SERVEMESH_TEST_JAEGER_QUERY="+jaeger.Query)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, out)

@@ -33,6 +33,16 @@ to the replica's log; its text never reaches the client. A body (sized or
 chunked) may be up to $SERVEMESH_MAX_BODY_BYTES (16 MiB by default); a
 longer one is answered 413 without being read.
 
+Tracing: with the OpenTelemetry API installed, each request is a span
+("replica <METHOD>", of kind server) continuing the trace of its
+traceparent header (the mesh's Envoy sends it), current while the
+instance runs, so the model's own spans are its children. The runtime
+sends them itself when the OpenTelemetry SDK and its OTLP/gRPC exporter
+are installed, $OTEL_EXPORTER_OTLP_ENDPOINT (or its _TRACES_ form) is set
+(the backend's env, such as http://127.0.0.1:4317) and the model set no
+tracer provider of its own; otherwise the model's provider (or none)
+decides.
+
 The replica's working folder is not on Python's path: a module is found in
 the --path folders and Python's own, so a file planted in the folder is
 never imported in place of one of them.
@@ -310,10 +320,61 @@ def load(target: str, paths: Optional[List[str]] = None) -> Any:
     return obj() if isinstance(obj, type) else obj
 
 
+class _Tracing:
+    """The runtime's part in a request's trace, with the OpenTelemetry API
+    if it is installed (else every call just runs)."""
+
+    def __init__(self) -> None:
+        try:
+            from opentelemetry import propagate, trace
+        except ImportError:
+            self._trace = None
+            return
+        self._trace, self._propagate = trace, propagate
+        _configure_sdk(trace)
+        self._tracer = trace.get_tracer("servemesh.replica")
+
+    def call(self, method: str, path: str, headers: Dict[str, str], fn: Callable[[], Response]) -> Response:
+        """fn's answer, in a span continuing headers' trace context."""
+        if self._trace is None:
+            return fn()
+        ctx = self._propagate.extract({k.lower(): v for k, v in headers.items()})
+        attrs = {"http.request.method": method, "url.path": path}
+        with self._tracer.start_as_current_span(f"replica {method}", context=ctx, kind=self._trace.SpanKind.SERVER, attributes=attrs) as span:
+            r = fn()
+            span.set_attribute("http.response.status_code", r.status)
+            if r.status >= 500:
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
+            return r
+
+
+def _configure_sdk(trace: Any) -> None:
+    """Sends the replica's spans over OTLP/gRPC when an endpoint is set in
+    the environment, the SDK is installed and no provider is set yet."""
+    if not (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+        return
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return  # the model set its own
+    try:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        print("servemesh.replica: $OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK or its OTLP/gRPC exporter is not installed: "
+              "pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc", file=sys.stderr, flush=True)
+        return
+    attrs = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "servemesh-replica"}
+    provider = TracerProvider(resource=Resource.create(attrs))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
 def make_server(instance: Any, host: str, port: int) -> ThreadingHTTPServer:
     """An HTTP server of instance on host:port (port 0 picks one)."""
 
     max_body = int(os.environ.get(MAX_BODY_ENV) or DEFAULT_MAX_BODY)
+    tracing = _Tracing()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -380,9 +441,10 @@ def make_server(instance: Any, host: str, port: int) -> ThreadingHTTPServer:
                 elif url.path == RECONFIGURE_PATH and self.command == "POST":
                     self._answer(_encode(self._reconfigure(body)))
                 else:
-                    req = Request(self.command, url.path, urllib.parse.parse_qs(url.query), dict(self.headers.items()), body)
+                    headers = dict(self.headers.items())
+                    req = Request(self.command, url.path, urllib.parse.parse_qs(url.query), headers, body)
                     _request.model_id = self.headers.get(MODEL_ID_HEADER, "")
-                    self._answer(_encode(instance(req)))
+                    self._answer(tracing.call(self.command, url.path, headers, lambda: _encode(instance(req))))
             except Exception:
                 traceback.print_exc()  # to the replica's log, not the client
                 self._answer(_encode(Response("the model raised an exception; its replica's log has it", status=500)))
