@@ -28,6 +28,7 @@ import (
 	"github.com/servemesh/servemesh/agent/ratelimit"
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
+	"github.com/servemesh/servemesh/internal/devjaeger"
 	"github.com/servemesh/servemesh/internal/devredis"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
@@ -42,6 +43,8 @@ const (
 	modeDefault   = "servemesh (mTLS)"
 	modeLimited   = "servemesh (mTLS), rate-limited"
 	modeGlobal    = "servemesh (mTLS), globally rate-limited"
+	modeTraced1   = "servemesh (mTLS), traced 1%"
+	modeTraced100 = "servemesh (mTLS), traced 100%"
 	modePlaintext = "servemesh --plaintext"
 	modeBaseline  = "hand-written Envoy"
 	modeDirect    = "direct to the replica"
@@ -63,6 +66,7 @@ func main() {
 	loadAware := flag.Bool("load-aware", false, "make servemesh's backend load-aware (config.load_aware): its node's picker chooses the replica of every request; also prints the agents' CPU per request")
 	rateLimit := flag.Int("rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.local at this many requests a second (set it above what the load sends: the filter's cost, nothing refused)")
 	globalLimit := flag.Int("global-rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.global at this many requests a second (each node's rate limit service over one Redis; set it above what the load sends: the call's cost, nothing refused)")
+	traced := flag.Bool("tracing", false, "also measure servemesh (mTLS) with the mesh's tracing on, sampling 1% and 100%, every node's Envoy sending its spans to a real Jaeger v2 on loopback")
 	protocol := flag.String("protocol", protoHTTP, "what the replica serves and the load sends: http (HTTP/1.1 GETs), grpc (unary gRPC calls over HTTP/2) or stream (HTTP/1.1 GETs of streamed tokens: the time to the first token)")
 	flag.Parse()
 	if !slices.Contains([]string{"", "controller", "agents", "all"}, *pause) {
@@ -74,7 +78,7 @@ func main() {
 		os.Exit(2)
 	}
 	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ","),
-		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware, rateLimit: *rateLimit, globalLimit: *globalLimit}
+		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware, rateLimit: *rateLimit, globalLimit: *globalLimit, tracing: *traced}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
@@ -101,6 +105,7 @@ type options struct {
 	loadAware               bool
 	rateLimit               int // requests a second of modeLimited's endpoint; 0: no such mode
 	globalLimit             int // requests a second of modeGlobal's endpoint; 0: no such mode
+	tracing                 bool
 }
 
 // The protocols of -protocol.
@@ -132,6 +137,16 @@ func run(o options) error {
 		}
 		defer redis.Stop()
 		b.redis = redis
+	}
+	if o.tracing {
+		measured = slices.Insert(slices.Clone(measured), 1, modeTraced1, modeTraced100)
+		jaeger, err := devjaeger.Start(context.Background(), be.Dir, "", "")
+		if err != nil {
+			return err
+		}
+		defer jaeger.Stop()
+		b.jaeger = jaeger
+		fmt.Printf("traced: the mesh's tracing sends every node's spans to a Jaeger v2 at %s (memory store)\n", jaeger.OTLP)
 	}
 	for i := range o.runs {
 		for _, placement := range o.placements {
@@ -208,7 +223,8 @@ func median(rs []result, f func(result) float64) float64 {
 type bench struct {
 	*benchenv.Env
 	options
-	redis *devredis.Server // the global limit's store, with -global-rate-limit
+	redis  *devredis.Server  // the global limit's store, with -global-rate-limit
+	jaeger *devjaeger.Server // the traces' collector, with -tracing
 }
 
 // measure sets up one configuration in a folder of its own, loads it at
@@ -438,6 +454,12 @@ func (b *bench) startServemesh(work, placement, mode string) (stack, error) {
 		s.stop()
 		return s, fmt.Errorf("create backend (are the agents up?): %w", err)
 	}
+	if sampling, ok := tracedAt[mode]; ok {
+		if _, err := c.SetTracing(ctx, &meshspec.Tracing{Collector: b.jaeger.OTLP, SamplingPercent: &sampling}); err != nil {
+			s.stop()
+			return s, err
+		}
+	}
 	if _, err := c.CreateEndpoint(ctx, endpoint); err != nil {
 		s.stop()
 		return s, err
@@ -445,6 +467,9 @@ func (b *bench) startServemesh(work, placement, mode string) (stack, error) {
 	s.url = "http://" + mesh.Public[0] + "/bench"
 	return s, nil
 }
+
+// tracedAt is the sampling of the traced modes, in percent.
+var tracedAt = map[string]float64{modeTraced1: 1, modeTraced100: 100}
 
 // loadAware is the backend's load-aware setting: on, or off (nil).
 func loadAware(on bool) *meshspec.LoadAware {
