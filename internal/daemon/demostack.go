@@ -54,11 +54,7 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 	}
 	defer redis.Stop()
 	// The collector of the mesh's traces.
-	jaegerDir := filepath.Join(o.WorkDir, "jaeger")
-	if err := os.MkdirAll(jaegerDir, 0o700); err != nil {
-		return fmt.Errorf("jaeger: %w", err)
-	}
-	jaeger, err := devjaeger.Start(ctx, jaegerDir, "", "")
+	jaeger, err := devjaeger.Start(ctx, filepath.Join(o.WorkDir, "jaeger"), "", "")
 	if err != nil {
 		return fmt.Errorf("jaeger: %w", err)
 	}
@@ -270,7 +266,7 @@ Try:
                                                    # 200 five times, then 429: 5 a minute per tenant, on every node together
   curl -s 'http://%[3]s/model' -H 'traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' -o /dev/null
   curl -s %[10]s/api/traces/4bf92f3577b34da6a3ce929d0e0e4736 | python3 -m json.tool | grep -E '"(operationName|serviceName)"'
-                                                   # that request's trace in Jaeger: every hop, its mirror, the picker's and activator's spans
+                                                   # that request's trace in Jaeger: the endpoint's span, its try on a replica (a 20%% mirror when sampled)
   %[6]s apply -f %[4]s --dry-run   # edit the file, then apply it without --dry-run
   CONSUL_HTTP_ADDR=%[1]s %[7]s catalog services -tags
 
