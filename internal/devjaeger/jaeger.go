@@ -90,6 +90,9 @@ func Start(ctx context.Context, dir, otlp, query string) (*Server, error) {
 			}
 		}
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	s := &Server{OTLP: otlp, Query: "http://" + query, log: filepath.Join(dir, "jaeger.log")}
 	confPath := filepath.Join(dir, "jaeger.yaml")
 	if err := os.WriteFile(confPath, fmt.Appendf(nil, config, query, grpcQuery, otlp), 0o600); err != nil {

@@ -68,6 +68,10 @@ type Tracer struct {
 	closed atomic.Bool           // Shutdown: off for good
 }
 
+// off is the state of a Tracer while the mesh traces nothing: the SDK's
+// no-op, shared.
+var off = &state{tracer: noop.NewTracerProvider().Tracer("servemesh")}
+
 // state is the exporter a Tracer sends to: its collector and sampling,
 // and the provider's tracer (the no-op without a collector).
 type state struct {
@@ -81,7 +85,7 @@ type state struct {
 // as servemesh-agent-n1), following settings (nil: never traces).
 func New(service string, settings func() *meshspec.Tracing, log *slog.Logger) *Tracer {
 	t := &Tracer{service: service, settings: settings, log: log}
-	t.now.Store(&state{tracer: noop.NewTracerProvider().Tracer(service)})
+	t.now.Store(off)
 	return t
 }
 
@@ -114,7 +118,7 @@ type following struct {
 
 func (f following) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if f.t == nil {
-		return noop.NewTracerProvider().Tracer("").Start(ctx, name, opts...)
+		return off.tracer.Start(ctx, name, opts...)
 	}
 	return f.t.current().tracer.Start(ctx, name, opts...)
 }
@@ -151,7 +155,6 @@ func (t *Tracer) current() *state {
 
 // stateFor makes the exporter of want (nil: off).
 func (t *Tracer) stateFor(want *meshspec.Tracing) *state {
-	off := &state{tracer: noop.NewTracerProvider().Tracer(t.service)}
 	if want == nil {
 		t.log.Info("tracing off: the mesh names no collector")
 		return off
@@ -174,7 +177,7 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed.Store(true)
-	s := t.now.Swap(&state{tracer: noop.NewTracerProvider().Tracer(t.service)})
+	s := t.now.Swap(off)
 	if s.provider == nil {
 		return nil
 	}
