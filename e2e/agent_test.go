@@ -243,7 +243,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 				// version is its own, not the controller's version of every
 				// route: the routes are checked by name.
 				return v.Connected && v.Clusters == expected["clusters"] && v.Listeners == expected["listeners"] &&
-					v.Routes[wire.PublicRoutes] != "" && v.Routes[wire.MeshRouteName("svc")] != ""
+					v.Routes[wire.PublicRouteName(wire.PublicRouteKey("/svc"))] != "" && v.Routes[wire.MeshRouteName("svc")] != ""
 			})
 		}
 	})

@@ -313,6 +313,11 @@ func do(client *http.Client, method, url, host string) result {
 	if host != "" {
 		req.Host = host
 	}
+	return doRequest(client, req)
+}
+
+// doRequest sends req and reads its result.
+func doRequest(client *http.Client, req *http.Request) result {
 	resp, err := client.Do(req)
 	if err != nil {
 		return result{err: err}

@@ -16,6 +16,7 @@ import (
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // TestRequestRouting runs match rules and the sticky split through the
@@ -228,10 +229,13 @@ func meshOnly(t *testing.T, mesh *twoNodeMesh) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]bool{"mesh/model": true, "public": false, "mesh/unreached": false} {
+	for name, want := range map[string]bool{"mesh/model": true, "mesh/unreached": false} {
 		if strings.Contains(string(routes), `"name": "`+name+`"`) != want {
 			t.Errorf("the mesh-only node holds route configuration %s: %t, want %t", name, !want, want)
 		}
+	}
+	if strings.Contains(string(routes), `"name": "`+wire.PublicRoutes+`/`) {
+		t.Errorf("the mesh-only node holds a public route configuration (%s/...): %s", wire.PublicRoutes, routes)
 	}
 	clusters, err := envoy.Admin{Socket: n3.admin}.Get(ctx, "/config_dump?resource=dynamic_active_clusters")
 	if err != nil {

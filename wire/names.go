@@ -16,7 +16,9 @@ const (
 	// InboundListener receives other nodes' requests for this node's
 	// replicas over mTLS (mesh mTLS only).
 	InboundListener = "inbound"
-	PublicRoutes    = "public"
+	// PublicRoutes names the public listener's scoped routes and
+	// prefixes their route configurations (PublicRouteName).
+	PublicRoutes = "public"
 	// MeshRoutes names the mesh listener's scoped routes: one scope per
 	// endpoint, chosen by the request's host, each with a route
 	// configuration of its own (MeshRouteName), so a change to one
@@ -27,6 +29,45 @@ const (
 // MeshRouteName is the name of an endpoint's mesh route configuration and
 // of the scope that selects it.
 func MeshRouteName(endpoint string) string { return MeshRoutes + "/" + endpoint }
+
+// The public listener's scoped routes: a request's route key (its first
+// path segment, PublicRouteKey), which the listener writes into
+// PublicRouteKeyHeader as PublicRoutes + the path before any filter runs
+// (PublicRouteKeyFormat), picks the scope of the endpoints whose routes
+// start with that segment, and the scope names their route configuration
+// (PublicRouteName), so a change to one endpoint sends the endpoints of its
+// first segment alone. A public scope's key is two fragments (PublicRoutes
+// and the segment), a mesh one's one (the host), so the two never meet.
+const (
+	PublicRouteKeyHeader = "x-servemesh-route-key"
+	// PublicRouteKeyFormat is the header's value, in Envoy's formatter:
+	// "public/api/v1" for "/api/v1?x"; fragments 0 and 1 of it split at
+	// '/' are the key.
+	PublicRouteKeyFormat = PublicRoutes + "%PATH(NQ)%"
+	// PublicRootKey is the segment of the routes of "/", which also take
+	// every request no other scope routes.
+	PublicRootKey = ""
+)
+
+// PublicRouteKey is the route key of a route or of a request's path: its
+// first segment, without a query or fragment ("/api/v1?x" and "/api" give
+// "api"; "/" gives PublicRootKey).
+func PublicRouteKey(path string) string {
+	first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if i := strings.IndexAny(first, "?#"); i >= 0 {
+		first = first[:i]
+	}
+	return first
+}
+
+// PublicRouteName is the name of the public route configuration, and of
+// the scope, of route key key ("public/api"; the root's is "public/"),
+// and the route key header's value that picks it.
+func PublicRouteName(key string) string { return PublicRoutes + "/" + key }
+
+// IsPublicRouteName tells a public route configuration's name from a
+// mesh one's.
+func IsPublicRouteName(name string) bool { return strings.HasPrefix(name, PublicRoutes+"/") }
 
 // PublicVirtualHost names the public route configuration's one virtual
 // host. Mesh virtual hosts are named after their endpoints, and model names

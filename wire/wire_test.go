@@ -200,3 +200,30 @@ func TestNodeSkew(t *testing.T) {
 		t.Error(`ParseProtocol("x") took it`)
 	}
 }
+
+// PublicRouteKey gives a route the key Envoy reads from a request's path
+// (fragment 1 of PublicRouteKeyFormat: the path's first segment, the
+// query cut off), so each case is both.
+func TestPublicRouteKey(t *testing.T) {
+	for path, want := range map[string]string{
+		"/":             PublicRootKey,
+		"":              PublicRootKey,
+		"/?a=1":         PublicRootKey,
+		"/api":          "api",
+		"/api/v1":       "api",
+		"/api?x=1":      "api",
+		"/api#f":        "api",
+		"/a,b;c/d":      "a,b;c",
+		"/api/v1?x=/y/": "api",
+	} {
+		if got := PublicRouteKey(path); got != want {
+			t.Errorf("PublicRouteKey(%q) = %q; want %q", path, got, want)
+		}
+	}
+	if got := PublicRouteName(PublicRouteKey("/api/v2")); got != "public/api" || !IsPublicRouteName(got) || IsPublicRouteName(MeshRouteName("api")) {
+		t.Errorf("PublicRouteName = %q, or IsPublicRouteName is wrong", got)
+	}
+	if got := PublicRouteName(PublicRootKey); got != "public/" {
+		t.Errorf("the root's route configuration is %q; want public/", got)
+	}
+}

@@ -104,16 +104,12 @@ func dialSim(ctx context.Context, cfg simConfig, id string, bundle *connect.Bund
 
 // subscribe sends, as Envoy does, a request for each type in order, with
 // the names it asks for first (nil: every resource of the type) and the
-// node on the first; request builds a request of the stream's kind. A
-// mesh-only node asks for no route configuration until it has scopes. It
-// returns the names asked for, by type.
-func subscribe[R any](send func(R) error, public bool, assignments []string, request func(typ string, names []string, node bool) R) (map[string][]string, error) {
+// node on the first; request builds a request of the stream's kind. A node
+// asks for no route configuration until it has scopes (both its listeners
+// take their routes from scopes). It returns the names asked for, by type.
+func subscribe[R any](send func(R) error, assignments []string, request func(typ string, names []string, node bool) R) (map[string][]string, error) {
 	names := map[string][]string{resource.EndpointType: assignments}
 	types := []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType}
-	if public {
-		names[resource.RouteType] = []string{wire.PublicRoutes}
-		types = append(types, resource.RouteType)
-	}
 	for i, typ := range types {
 		if err := send(request(typ, names[typ], i == 0)); err != nil {
 			return nil, err
@@ -130,7 +126,7 @@ func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscov
 	if err != nil {
 		return err
 	}
-	names, err := subscribe(stream.Send, n.public, assignments, func(typ string, names []string, first bool) *discovery.DiscoveryRequest {
+	names, err := subscribe(stream.Send, assignments, func(typ string, names []string, first bool) *discovery.DiscoveryRequest {
 		req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names}
 		if first {
 			req.Node = node
@@ -159,9 +155,6 @@ func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscov
 			}
 			if typ == resource.ScopedRouteType {
 				names[resource.RouteType] = scopedRouteNames(resp.GetResources())
-				if n.public {
-					names[resource.RouteType] = append([]string{wire.PublicRoutes}, names[resource.RouteType]...)
-				}
 				req := &discovery.DiscoveryRequest{TypeUrl: resource.RouteType, VersionInfo: routeVersion, ResponseNonce: routeNonce,
 					ResourceNames: names[resource.RouteType]}
 				if err := stream.Send(req); err != nil {
@@ -181,7 +174,7 @@ func (n *simNode) runDelta(ctx context.Context, client discovery.AggregatedDisco
 	if err != nil {
 		return err
 	}
-	if _, err := subscribe(stream.Send, n.public, assignments, func(typ string, names []string, first bool) *discovery.DeltaDiscoveryRequest {
+	if _, err := subscribe(stream.Send, assignments, func(typ string, names []string, first bool) *discovery.DeltaDiscoveryRequest {
 		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: names}
 		if first {
 			req.Node = node

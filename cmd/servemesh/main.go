@@ -34,6 +34,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := newRootCommand(log)
+	if args == nil {
+		args = []string{} // cobra reads os.Args for nil: the test binary's flags, under go test
+	}
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -23,7 +23,7 @@ func TestOutOfSyncNodesAreCounted(t *testing.T) {
 	}
 	c, _ := openDelta(t, conn, servemeshNode(t, "n1"), subscription{resource.ClusterType, nil}, subscription{resource.EndpointType, []string{"v1", "v2"}},
 		subscription{resource.ListenerType, nil}, subscription{resource.ScopedRouteType, nil},
-		subscription{resource.RouteType, []string{wire.MeshRouteName("api"), wire.PublicRoutes}})
+		subscription{resource.RouteType, []string{wire.MeshRouteName("api"), wire.PublicRouteName("api")}})
 	outOfSync := func() float64 {
 		families, err := reg.Gather()
 		if err != nil {

@@ -180,6 +180,18 @@ type sharedResources struct {
 	// sends to.
 	reach         map[string]*reachKinds
 	routeClusters map[string][]string
+	// meshOnly are scopes without the public ones, for the nodes without
+	// a public listener, cut from scopes when first asked.
+	meshOnly, meshOnlyFrom *kind
+}
+
+// meshScopes are the mesh's scopes alone, cut again only when the scopes
+// changed.
+func (sr *sharedResources) meshScopes() *kind {
+	if sr.meshOnlyFrom != sr.scopes {
+		sr.meshOnly, sr.meshOnlyFrom = sr.scopes.subset(sr.scopes.meshNames()), sr.scopes
+	}
+	return sr.meshOnly
 }
 
 // nodeSnapshot is what a node's last snapshot was built from, and its own
@@ -196,6 +208,7 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	out := &sharedResources{mtls: mtls, builder: b, enc: enc, snaps: map[string]*nodeSnapshot{}, reach: map[string]*reachKinds{}}
 	if last != nil {
 		out.reach = last.reach // each cut is made again if what it was cut from changed
+		out.meshOnly, out.meshOnlyFrom = last.meshOnly, last.meshOnlyFrom
 	}
 	sameMTLS := last != nil && last.mtls == mtls
 	var prevClusters, prevRoutes, prevScopes *kind
@@ -281,9 +294,15 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 		return nil, err
 	}
 	routes, scopes, clusters := sr.routes, sr.scopes, sr.clusters
-	if node.Reachable != nil {
+	switch {
+	case node.Reachable != nil:
 		rk := sr.reachFor(node)
 		routes, scopes, clusters = rk.routes, rk.scopes, rk.clusters
+	case !node.Public():
+		// Scopes are sent to every node that asks for any (Envoy asks for
+		// all): a node without a public listener gets the mesh's alone, or
+		// it would ask for the public route configurations they name.
+		scopes = sr.meshScopes()
 	}
 	last := sr.snaps[node.ID]
 	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != clusters.version {

@@ -16,7 +16,7 @@ import (
 
 // reachKinds are the routes, scopes and clusters of the nodes that reach
 // the same endpoints (wire.ProxyNode.Reachable), cut from the shared
-// kinds: the mesh routes and scopes of those endpoints, the public table if
+// kinds: the mesh routes and scopes of those endpoints, the public ones if
 // the nodes have a public listener, and the clusters of the backends the
 // mesh routes name (every cluster for a public node, whose table names
 // every routed endpoint's). A cut is made again only when the kind it was
@@ -47,12 +47,16 @@ func (sr *sharedResources) reachFor(node wire.ProxyNode) *reachKinds {
 	if routesChanged {
 		names := meshNames
 		if node.Public() {
-			names = append(names[:len(names):len(names)], wire.PublicRoutes)
+			names = append(names[:len(names):len(names)], sr.routes.publicNames()...)
 		}
 		rk.routes, rk.routesFrom = sr.routes.subset(names), sr.routes
 	}
 	if rk.scopesFrom != sr.scopes {
-		rk.scopes, rk.scopesFrom = sr.scopes.subset(meshNames), sr.scopes
+		names := meshNames
+		if node.Public() {
+			names = append(names[:len(names):len(names)], sr.scopes.publicNames()...)
+		}
+		rk.scopes, rk.scopesFrom = sr.scopes.subset(names), sr.scopes
 	}
 	if routesChanged || rk.clustersFrom != sr.clusters {
 		rk.clusters, rk.clustersFrom = sr.clusters, sr.clusters
@@ -70,6 +74,32 @@ func (sr *sharedResources) clusterNames(names []string) []string {
 	for _, n := range names {
 		out = append(out, sr.routeClusters[n]...)
 	}
+	return out
+}
+
+// publicNames are the names of k's public route configurations or
+// scopes, sorted.
+func (k *kind) publicNames() []string {
+	var out []string
+	for n := range k.items {
+		if wire.IsPublicRouteName(n) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// meshNames are the names of k's others (mesh route configurations or
+// scopes), sorted.
+func (k *kind) meshNames() []string {
+	out := make([]string, 0, len(k.items))
+	for n := range k.items {
+		if !wire.IsPublicRouteName(n) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

@@ -99,8 +99,8 @@ func (c *deltaClient) recv(n int) map[string][]string {
 // TestNodesGetWhatTheyReach: a node that reaches only some endpoints
 // (wire.ProxyNode.Reachable) gets their mesh routes, scopes and backends'
 // clusters alone, is not woken by a change to an endpoint it does not
-// reach, and is in sync; a public node that reaches them gets the public
-// table and every cluster besides.
+// reach, and is in sync; a public node that reaches them gets every public
+// route configuration and scope and every cluster besides.
 func TestNodesGetWhatTheyReach(t *testing.T) {
 	s, conn, _ := startServer(t)
 	m := testModel("127.0.0.1:9001")
@@ -130,8 +130,10 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 	if meta, err = public.Metadata(); err != nil {
 		t.Fatal(err)
 	}
-	_, got = openDelta(t, conn, &core.Node{Id: public.ID, Metadata: meta}, subs(api, wire.PublicRoutes)...)
-	for typ, want := range map[string][]string{resource.ClusterType: {wire.RateLimitCluster, "v1", "v2", "v3"}, resource.ScopedRouteType: {api}, resource.RouteType: {api, wire.PublicRoutes}} {
+	publicAPI, publicOther := wire.PublicRouteName("api"), wire.PublicRouteName("other")
+	_, got = openDelta(t, conn, &core.Node{Id: public.ID, Metadata: meta}, subs(api, publicAPI, publicOther)...)
+	for typ, want := range map[string][]string{resource.ClusterType: {wire.RateLimitCluster, "v1", "v2", "v3"},
+		resource.ScopedRouteType: {api, publicAPI, publicOther}, resource.RouteType: {api, publicAPI, publicOther}} {
 		if !slices.Equal(got[typ], want) {
 			t.Errorf("a public node reaching api got %s %v; want %v", typ, got[typ], want)
 		}
@@ -164,4 +166,31 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 		st := s.Status()[0]
 		return st.InSync && st.Generation == st.ModelGeneration
 	})
+}
+
+// TestMeshOnlyNodesGetNoPublicScopes: Envoy asks for every scope, and
+// fetches the route configuration of each it gets, so a node without a
+// public listener is sent the mesh's scopes alone, while a public node
+// gets the public ones besides; a change to a public route configuration
+// then never reaches the mesh-only node.
+func TestMeshOnlyNodesGetNoPublicScopes(t *testing.T) {
+	s, conn, _ := startServer(t)
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
+		t.Fatal(err)
+	}
+	api, publicAPI := wire.MeshRouteName("api"), wire.PublicRouteName("api")
+	subs := []subscription{{resource.ClusterType, nil}, {resource.EndpointType, []string{"v1", "v2"}},
+		{resource.ListenerType, nil}, {resource.ScopedRouteType, nil}}
+	for _, c := range []struct {
+		node *core.Node
+		want []string
+	}{
+		{meshOnlyNode(t, "mesh-only"), []string{api}},
+		{servemeshNode(t, "public"), []string{api, publicAPI}},
+	} {
+		_, got := openDelta(t, conn, c.node, subs...)
+		if !slices.Equal(got[resource.ScopedRouteType], c.want) {
+			t.Errorf("node %s got scopes %v; want %v", c.node.GetId(), got[resource.ScopedRouteType], c.want)
+		}
+	}
 }

@@ -194,11 +194,11 @@ func TestServesClustersListenersAndEndpoints(t *testing.T) {
 	st.send(ack(lds))
 	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.ScopedRouteType})
 	srds := st.expect(resource.ScopedRouteType)
-	if len(srds.GetResources()) != 1 {
-		t.Fatalf("got %d scoped routes, want 1 (endpoint api's)", len(srds.GetResources()))
+	if len(srds.GetResources()) != 2 {
+		t.Fatalf("got %d scoped routes, want 2 (endpoint api's, on the mesh and public listeners)", len(srds.GetResources()))
 	}
 	st.send(ack(srds))
-	routes := []string{wire.MeshRouteName("api"), wire.PublicRoutes}
+	routes := []string{wire.MeshRouteName("api"), wire.PublicRouteName("api")}
 	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.RouteType, ResourceNames: routes})
 	st.send(ack(st.expect(resource.RouteType), routes...))
 
@@ -555,7 +555,7 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
-	routes := []string{wire.MeshRouteName("api"), wire.MeshRouteName("other"), wire.PublicRoutes}
+	routes := []string{wire.MeshRouteName("api"), wire.MeshRouteName("other"), wire.PublicRouteName("api")}
 	c, _ := openDelta(t, conn, servemeshNode(t, "d1"), subscription{resource.ClusterType, nil}, subscription{resource.EndpointType, []string{"v1", "v2"}},
 		subscription{resource.ListenerType, nil}, subscription{resource.ScopedRouteType, nil}, subscription{resource.RouteType, routes})
 	testutil.WaitFor(t, 5*time.Second, "the node in sync", func() bool { return len(s.Status()) == 1 && s.Status()[0].InSync })
@@ -565,11 +565,11 @@ func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
 	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
-	// One answer: api's mesh routes and the public table; its scope is
+	// One answer: api's mesh routes and its public ones; its scopes are
 	// the same, and no other type is compared or sent.
 	got := c.recv(1)
-	if !slices.Equal(got[resource.RouteType], []string{wire.MeshRouteName("api"), wire.PublicRoutes}) || len(got) != 1 {
-		t.Errorf("a traffic change sent %v; want api's mesh routes and the public table alone", got)
+	if !slices.Equal(got[resource.RouteType], []string{wire.MeshRouteName("api"), wire.PublicRouteName("api")}) || len(got) != 1 {
+		t.Errorf("a traffic change sent %v; want api's mesh and public routes alone", got)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the node in sync after the change", func() bool { return s.Status()[0].InSync })
 	// The next answer is the next change's (nothing else was queued):

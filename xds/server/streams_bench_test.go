@@ -20,7 +20,6 @@ import (
 
 	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/meshspec"
-	"github.com/servemesh/servemesh/wire"
 )
 
 // BenchmarkChangeToDeltaNodes measures one `traffic set` in a
@@ -109,9 +108,7 @@ func dialBenchDelta(ctx context.Context, b *testing.B, addr, id string, assignme
 	subs := map[string][]string{resource.EndpointType: assignments}
 	types := []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType}
 	node := meshOnlyNode(b, id)
-	if public {
-		subs[resource.RouteType] = []string{wire.PublicRoutes}
-		types = append(types, resource.RouteType)
+	if public { // its public routes come with its scopes, as the mesh ones do
 		node = servemeshNode(b, id)
 	}
 	for i, typ := range types {

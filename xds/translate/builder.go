@@ -36,6 +36,9 @@ type Builder struct {
 	// nil until nodeBackends needs it after a change.
 	byNode map[string]map[string]bool
 	nodes  map[string]*nodeParts // what ForNode built last, by node
+	// public are the last Build's public route configurations, by route
+	// key.
+	public map[string]*publicGroup
 	// tracing is the last Build's: every node's listeners trace with it.
 	tracing *ir.Tracing
 }
@@ -202,8 +205,9 @@ func (b *Builder) syncEndpoints(m *ir.DataPlane, set ChangeSet) (bool, error) {
 }
 
 // endpointChanges adds to set what an endpoint's rebuild (before nil: new;
-// after nil: gone) changed: its mesh routes, its scope, and the public
-// table when its public routes changed.
+// after nil: gone) changed: its mesh routes and its scope (its public
+// routes' configuration, which others share, is publicRoutes's to
+// declare).
 func endpointChanges(set ChangeSet, before, after *endpointParts) {
 	switch {
 	case before == nil || after == nil:
@@ -211,9 +215,6 @@ func endpointChanges(set ChangeSet, before, after *endpointParts) {
 			if p != nil {
 				set.add(KindRoute, p.mesh.Name)
 				set.add(KindScopedRoute, p.scope.GetName())
-				if p.public != nil {
-					set.add(KindRoute, wire.PublicRoutes)
-				}
 			}
 		}
 	default:
@@ -222,9 +223,6 @@ func endpointChanges(set ChangeSet, before, after *endpointParts) {
 		}
 		if before.scopeHash != after.scopeHash {
 			set.add(KindScopedRoute, after.scope.GetName())
-		}
-		if before.publicHash != after.publicHash {
-			set.add(KindRoute, wire.PublicRoutes)
 		}
 	}
 }
@@ -338,17 +336,18 @@ func (b *Builder) assembleBackends(out *Built) {
 	out.ClustersVersion = h.sum()
 }
 
-// assembleRoutes puts the public route configuration together from the
-// endpoints' encoded routes and lists the endpoints' mesh routes and
-// scopes from their parts, in BuildRoutes's order, and versions them.
+// assembleRoutes lists the endpoints' mesh routes and scopes from their
+// parts, puts each public route configuration together from its
+// endpoints' encoded routes (publicRoutes), in BuildRoutes's order, and
+// versions them.
 func (b *Builder) assembleRoutes(out *Built) error {
 	names := sortedNames(b.endpoints)
-	routed := make([]*endpointParts, 0, len(names))
 	out.Routes = make([]Encoded, 0, len(names)+1)
-	out.ScopedRoutes = make([]*route.ScopedRouteConfiguration, 0, len(names))
-	out.ScopeVersions = make(map[string]string, len(names))
+	out.ScopedRoutes = make([]*route.ScopedRouteConfiguration, 0, len(names)+1)
+	out.ScopeVersions = make(map[string]string, len(names)+1)
 	out.RouteClusters = make(map[string][]string, len(names))
-	all, scopes, public := newKindHash(), newKindHash(), newKindHash()
+	all, scopes := newKindHash(), newKindHash()
+	var routed []*endpointParts
 	for _, n := range names {
 		p := b.endpoints[n]
 		out.Routes = append(out.Routes, p.mesh)
@@ -357,35 +356,81 @@ func (b *Builder) assembleRoutes(out *Built) error {
 		out.ScopeVersions[p.scope.GetName()] = p.scopeHash
 		if p.public != nil {
 			routed = append(routed, p)
-			public.add(n, p.publicHash)
 		}
 		all.add(n, p.mesh.Version)
 		scopes.add(n, p.scopeHash)
 	}
-	table, err := b.publicTable(routed, public.sum())
+	groups, err := b.publicRoutes(routed, out.Changed)
 	if err != nil {
 		return err
 	}
-	out.Routes = append(out.Routes, table) // "public" sorts after every "mesh/..."
-	all.add(wire.PublicRoutes, table.Version)
+	for _, key := range sortedNames(groups) { // "public/..." sorts after every "mesh/..."
+		g := groups[key]
+		out.Routes = append(out.Routes, g.table)
+		out.ScopedRoutes = append(out.ScopedRoutes, g.scope)
+		out.ScopeVersions[g.scope.GetName()] = g.scopeHash
+		all.add(g.table.Name, g.table.Version)
+		scopes.add(g.scope.GetName(), g.scopeHash)
+	}
 	out.RoutesVersion, out.ScopesVersion = all.sum(), scopes.sum()
 	return nil
 }
 
-// publicTable is the public route configuration of the routed endpoints'
-// parts at version: the last one if its version is that.
-func (b *Builder) publicTable(routed []*endpointParts, version string) (Encoded, error) {
-	if b.last != nil {
-		if last := b.last.Routes[len(b.last.Routes)-1]; last.Version == version {
-			return last, nil
+// publicGroup is one public route configuration, of the routed endpoints
+// whose routes share a route key, and its scope.
+type publicGroup struct {
+	table     Encoded
+	scope     *route.ScopedRouteConfiguration
+	scopeHash string
+}
+
+// publicRoutes groups the routed endpoints' parts by route key into their
+// public route configurations, reusing the last Build's of a group whose
+// endpoints' public routes did not change, and adds to set those built
+// anew or gone, with the scopes that came or went.
+func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[string]*publicGroup, error) {
+	byKey := byRouteKey(routed, func(p *endpointParts) string { return p.endpoint.Route })
+	out := make(map[string]*publicGroup, len(byKey))
+	for key, members := range byKey {
+		version := newKindHash()
+		for _, p := range members {
+			version.add(p.endpoint.Name, p.publicHash)
+		}
+		v := version.sum()
+		last := b.public[key]
+		if last != nil && last.table.Version == v {
+			out[key] = last
+			continue
+		}
+		g := &publicGroup{}
+		routes := make([][]byte, len(members))
+		for i, p := range members {
+			routes[i] = p.public
+		}
+		var err error
+		if g.table, err = publicTable(key, routes, v); err != nil {
+			return nil, err
+		}
+		set.add(KindRoute, g.table.Name)
+		if last != nil {
+			g.scope, g.scopeHash = last.scope, last.scopeHash
+		} else {
+			g.scope = publicScope(key)
+			if g.scopeHash, err = hashOf([]*route.ScopedRouteConfiguration{g.scope}); err != nil {
+				return nil, err
+			}
+			set.add(KindScopedRoute, g.scope.GetName())
+		}
+		out[key] = g
+	}
+	for key, g := range b.public {
+		if out[key] == nil {
+			set.add(KindRoute, g.table.Name)
+			set.add(KindScopedRoute, g.scope.GetName())
 		}
 	}
-	sortByRoute(routed, func(p *endpointParts) string { return p.endpoint.Route })
-	routes := make([][]byte, len(routed))
-	for i, p := range routed {
-		routes[i] = p.public
-	}
-	return publicTable(routes, version)
+	b.public = out
+	return out, nil
 }
 
 // NodeBuilt is one node's own resources (ForNode's), with versions.

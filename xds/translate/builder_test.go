@@ -35,7 +35,7 @@ func sameAsShared(t *testing.T, b *Builder, view *meshspec.Model, mtls *MTLS) *B
 	equalLists(t, "scoped routes", got.ScopedRoutes, want.ScopedRoutes)
 	versioned(t, "routes", want.Routes, (*route.RouteConfiguration).GetName, routeVersions(got))
 	for _, rc := range want.Routes {
-		if name := rc.GetName(); name != wire.PublicRoutes && !slices.Equal(got.RouteClusters[name], RouteClusters(rc)) {
+		if name := rc.GetName(); !wire.IsPublicRouteName(name) && !slices.Equal(got.RouteClusters[name], RouteClusters(rc)) {
 			t.Fatalf("%s sends to %v, Built says %v", name, RouteClusters(rc), got.RouteClusters[name])
 		}
 	}
@@ -203,11 +203,13 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 					first.ClustersVersion, shift.ClustersVersion, first.RoutesVersion, shift.RoutesVersion)
 			}
 			// Delta xDS sends what changed version: the endpoint's mesh
-			// routes and the public table it is in; no scope (its key and
+			// routes and the public route configuration of its first
+			// segment, not the other endpoints'; no scope (its key and
 			// route configuration's name are the same), no cluster.
 			mesh := wire.MeshRouteName(m.Endpoints[3].Name)
-			if got := changedVersions(routeVersions(first), routeVersions(shift)); !slices.Equal(got, []string{mesh, wire.PublicRoutes}) {
-				t.Errorf("a traffic set changed the versions of routes %v; want %s and %s", got, mesh, wire.PublicRoutes)
+			public := wire.PublicRouteName(wire.PublicRouteKey(m.Endpoints[3].Route))
+			if got := changedVersions(routeVersions(first), routeVersions(shift)); !slices.Equal(got, []string{mesh, public}) {
+				t.Errorf("a traffic set changed the versions of routes %v; want %s and %s", got, mesh, public)
 			}
 			if got := changedVersions(first.ScopeVersions, shift.ScopeVersions); len(got) != 0 || shift.ScopesVersion != first.ScopesVersion {
 				t.Errorf("a traffic set changed the versions of scopes %v (of the kind: %s -> %s); want none", got, first.ScopesVersion, shift.ScopesVersion)

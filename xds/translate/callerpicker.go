@@ -37,7 +37,7 @@ const promptBalanceFactor = 150
 // (not its credentials) and body (as far as the listener buffers it), and
 // takes back the affinity key's header and the node chosen for it, and
 // the body rewritten.
-func callerPicker() (*hcm.HttpFilter, error) {
+func callerPicker(in filterInput) (*hcm.HttpFilter, error) {
 	config, err := anypb.New(&extproc.ExternalProcessor{
 		GrpcService: &core.GrpcService{
 			TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: wire.PickerCluster}},
@@ -47,9 +47,10 @@ func callerPicker() (*hcm.HttpFilter, error) {
 		// Without an answer, the request goes on without affinity.
 		FailureModeAllow: true,
 		MessageTimeout:   durationpb.New(pickerTimeout),
+		// Idle (it sends nothing) but on a route that turns it on with
+		// pickerMode.
 		ProcessingMode: &extproc.ProcessingMode{
-			RequestHeaderMode:   extproc.ProcessingMode_SEND,
-			RequestBodyMode:     extproc.ProcessingMode_BUFFERED_PARTIAL,
+			RequestHeaderMode:   extproc.ProcessingMode_SKIP,
 			ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
 			RequestTrailerMode:  extproc.ProcessingMode_SKIP,
 			ResponseTrailerMode: extproc.ProcessingMode_SKIP,
@@ -70,7 +71,20 @@ func callerPicker() (*hcm.HttpFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pack caller picker filter: %w", err)
 	}
-	return &hcm.HttpFilter{Name: callerPickerFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
+	return &hcm.HttpFilter{Name: callerPickerFilter, Disabled: in.offUntilRouted(), ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
+}
+
+// pickerMode is what the filter sends the picker on a route that turns
+// it on: the request's headers and its body, as far as the listener
+// buffers it.
+func pickerMode() *extproc.ProcessingMode {
+	return &extproc.ProcessingMode{
+		RequestHeaderMode:   extproc.ProcessingMode_SEND,
+		RequestBodyMode:     extproc.ProcessingMode_BUFFERED_PARTIAL,
+		ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
+		RequestTrailerMode:  extproc.ProcessingMode_SKIP,
+		ResponseTrailerMode: extproc.ProcessingMode_SKIP,
+	}
 }
 
 // callerPickerOn turns the caller picker filter on for one of e's
@@ -78,7 +92,7 @@ func callerPicker() (*hcm.HttpFilter, error) {
 // nodes (wire.AffinityRoute), if e has prompt affinity, and the route's
 // model rewrite (nil: none).
 func callerPickerOn(e ir.Endpoint, rewrite *wire.ModelRewrite) *anypb.Any {
-	overrides := &extproc.ExtProcOverrides{}
+	overrides := &extproc.ExtProcOverrides{ProcessingMode: pickerMode()}
 	if e.PromptAffinity {
 		r := wire.AffinityRoute{Headers: e.AffinityHeaders, Backends: make([]wire.AffinityBackend, 0, len(e.AffinityNodes))}
 		for _, b := range e.AffinityNodes {

@@ -8,9 +8,14 @@
 //
 // One small builder per resource kind:
 //
-//   - listener.go: the node's public HTTP listener (routed endpoints) and its
-//     loopback mesh listener (every endpoint, by Host header: scoped RDS
-//     picks the endpoint's own route configuration).
+//   - listener.go: the node's public HTTP listener (routed endpoints, by
+//     first path segment: publicroutes.go) and its loopback mesh listener
+//     (every endpoint, by Host header: scoped RDS picks the endpoint's own
+//     route configuration).
+//   - publicroutes.go: the public listener's scopes, one per first path
+//     segment of the routed endpoints, the early header mutation that
+//     keys a request by its segment, the filter that falls back to the
+//     root's routes, and each scope's route configuration.
 //   - mtls.go and inbound.go (mesh mTLS): ForNode builds the node's inbound
 //     listener (one filter chain per backend it runs, chosen by SNI, a
 //     node's certificate required) and its _inbound_<backend> clusters of
@@ -18,7 +23,7 @@
 //     resources. Shared gives backend clusters the calling node's identity
 //     from wire.SecretsDir, a path relative to each node's Envoy, so they
 //     stay shared.
-//   - route.go: the public route configuration (path matches, longest
+//   - route.go: the public route configurations (path matches, longest
 //     first) and each endpoint's mesh one with its scope; method checks with 405 + Allow, weighted
 //     clusters, request-mirror policies for shadows.
 //   - weights.go: traffic weights to integer parts per million.

@@ -90,17 +90,18 @@ func encodeRoutes(routes []*route.Route) ([]byte, error) {
 	return out, nil
 }
 
-// publicTable is the encoded public route configuration
+// publicTable is the encoded public route configuration of key
 // (publicRoutesConfig) of routes, each endpoint's routes encoded by
 // encodeRoutes, in order: the virtual host's other fields, then the
 // routes (protobuf reads fields in any order); version is its version.
-func publicTable(routes [][]byte, version string) (Encoded, error) {
+func publicTable(key string, routes [][]byte, version string) (Encoded, error) {
 	opts := proto.MarshalOptions{Deterministic: true}
-	head, err := opts.Marshal(virtualHost(wire.PublicVirtualHost, nil))
+	head, err := opts.Marshal(publicVirtualHost(nil))
 	if err != nil {
 		return Encoded{}, fmt.Errorf("encode the public virtual host: %w", err)
 	}
-	rc, err := opts.Marshal(&route.RouteConfiguration{Name: wire.PublicRoutes})
+	name := wire.PublicRouteName(key)
+	rc, err := opts.Marshal(&route.RouteConfiguration{Name: name})
 	if err != nil {
 		return Encoded{}, fmt.Errorf("encode the public table: %w", err)
 	}
@@ -116,5 +117,5 @@ func publicTable(routes [][]byte, version string) (Encoded, error) {
 	for _, r := range routes {
 		out = append(out, r...)
 	}
-	return encodedAs(wire.PublicRoutes, (&route.RouteConfiguration{}).ProtoReflect().Type(), out, version), nil
+	return encodedAs(name, (&route.RouteConfiguration{}).ProtoReflect().Type(), out, version), nil
 }

@@ -32,7 +32,18 @@ type filterInput struct {
 	backend ir.Backend
 	// mtls: the node runs mesh mTLS (its agent runs a picker).
 	mtls bool
+	// public: the outbound chain is the public listener's.
+	public bool
 }
+
+// offUntilRouted is the Disabled of a filter that a route turns on. Envoy
+// makes a request's filters on the route first matched: on the mesh
+// listener that is its route, so such filters are off but on their
+// routes; on the public one a request can be matched again in the root's
+// scope after its filters are made (publicroutes.go), so there they are
+// on, and idle on a route without their config: each such filter's own
+// config does nothing.
+func (in filterInput) offUntilRouted() bool { return !in.public }
 
 // httpFilter is one row of the filter table: an Envoy HTTP filter (by the
 // name it has in the chain), the chains it is on, why it sits where it does, and how it is built (nil
@@ -49,6 +60,10 @@ type httpFilter struct {
 // its row here, at the position its reason gives; filtersFor builds a
 // chain's filters from it, in this order.
 var httpFilters = []httpFilter{
+	{name: routeFallbackFilter, on: []chain{outbound},
+		why: "first on the public listener, before any filter acts on the route: a request no route of its first segment's scope " +
+			"matched is matched again in the root's (off on every public virtual host, so it runs only while no route matched; publicroutes.go)",
+		build: routeFallback},
 	{name: "envoy.filters.http.grpc_stats", on: []chain{outbound},
 		why: "first, so that it sees every gRPC call's status, whatever a later filter answers: " +
 			"cluster.<backend>.grpc.failure counts the calls that fail with an HTTP 200 (the router then leaves them to it)",
@@ -56,22 +71,22 @@ var httpFilters = []httpFilter{
 	{name: localRateLimitFilter, on: []chain{outbound},
 		why: "before the body is read: a request over its endpoint's rate limit is refused on its headers, " +
 			"on the route Envoy first matches (a model-routed endpoint's first route carries the limit too; off but on rate-limited endpoints' routes)",
-		build: func(filterInput) (*hcm.HttpFilter, error) { return localRateLimit() }},
+		build: localRateLimit},
 	{name: jsonToMetadataFilter, on: []chain{outbound},
 		why: "before the route is matched again: it reads the model a JSON body names into metadata " +
 			"(off but on model-routed endpoints' routes, which buffer the body)",
-		build: func(filterInput) (*hcm.HttpFilter, error) { return readModelFilter() }},
+		build: readModelFilter},
 	{name: luaFilter, on: []chain{outbound},
 		why:   "right after the model is read: it clears the route cache, so the route is matched again by the model's metadata",
-		build: func(filterInput) (*hcm.HttpFilter, error) { return rematchFilter() }},
+		build: rematchFilter},
 	{name: globalRateLimitOpenFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again: Envoy's global rate limit asks nothing on a route that sends " +
 			"nowhere, as a model-routed endpoint's first route; the node's rate limit service counts the request with every node's, " +
 			"and charges a token quota when the answer ends (off but on the routes of endpoints with a global limit or token quota that fails open)",
-		build: func(filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(false) }},
+		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, false) }},
 	{name: globalRateLimitClosedFilter, on: []chain{outbound},
 		why:   "next to the one that fails open: the same for endpoints whose global limit fails closed",
-		build: func(filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(true) }},
+		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, true) }},
 	{name: callerPickerFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again (its model route's settings then apply), before the router: " +
 			"the node's picker reads the body, names the prompt's prefix, which the route hashes, and the node it is placed on, " +
@@ -80,13 +95,13 @@ var httpFilters = []httpFilter{
 			if !in.mtls {
 				return nil, nil // no picker: no prompt-aware backend either
 			}
-			return callerPicker()
+			return callerPicker(in)
 		}},
 	{name: usageReaderFilter, on: []chain{outbound},
 		why: "after the route is matched again, so a model route's settings apply: on the way back it reads each answer's tokens " +
 			"(usage.total_tokens) for the global rate limit filter to charge to its token quota when the answer ends " +
 			"(off but on routes of endpoints with a token quota)",
-		build: func(filterInput) (*hcm.HttpFilter, error) { return usageReader() }},
+		build: usageReader},
 	{name: "envoy.filters.http.ext_proc", on: []chain{inbound},
 		why: "first on the inbound hop of a load-aware backend: the node's picker chooses the replica (override_host) " +
 			"before the router sends it, and adds the node's load report to the answer",

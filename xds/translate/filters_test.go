@@ -36,6 +36,7 @@ func TestFilterTable(t *testing.T) {
 		want  []string
 	}{
 		{outbound, filterInput{}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, "envoy.filters.http.router"}},
+		{outbound, filterInput{public: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: ir.Backend{Name: "api"}}, []string{"servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: aware}, []string{"envoy.filters.http.ext_proc", "servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 	} {

@@ -41,7 +41,7 @@ const RateLimitTimeout = 500 * time.Millisecond
 // globalRateLimit is one of the two filters on a listener, no
 // descriptors of its own: closed refuses requests with a 503 while the
 // node's rate limit service cannot answer.
-func globalRateLimit(closed bool) (*hcm.HttpFilter, error) {
+func globalRateLimit(in filterInput, closed bool) (*hcm.HttpFilter, error) {
 	name, prefix := globalRateLimitOpenFilter, "servemesh_open"
 	if closed {
 		name, prefix = globalRateLimitClosedFilter, "servemesh_closed"
@@ -62,7 +62,7 @@ func globalRateLimit(closed bool) (*hcm.HttpFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pack global rate limit filter: %w", err)
 	}
-	return &hcm.HttpFilter{Name: name, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
+	return &hcm.HttpFilter{Name: name, Disabled: in.offUntilRouted(), ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
 }
 
 // globalRateLimitsOn are the per-route configs of e's global limit and

@@ -207,22 +207,22 @@ func unixSocketCluster(name, socket string) *cluster.Cluster {
 // modelFilters are the outbound listeners' filters that read a request's
 // model from its body, off unless a route turns them on (readModelRoute).
 // readModelFilter reads a body's model (off but on model-routed routes).
-func readModelFilter() (*hcm.HttpFilter, error) {
-	read, err := anypb.New(readModel(ir.DefaultModelField))
+func readModelFilter(in filterInput) (*hcm.HttpFilter, error) {
+	read, err := anypb.New(idleReadModel())
 	if err != nil {
 		return nil, fmt.Errorf("pack json_to_metadata filter: %w", err)
 	}
-	return &hcm.HttpFilter{Name: jsonToMetadataFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: read}}, nil
+	return &hcm.HttpFilter{Name: jsonToMetadataFilter, Disabled: in.offUntilRouted(), ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: read}}, nil
 }
 
 // rematchFilter matches the route again once the model is read (off but on
 // model-routed routes, which give it rematchSource).
-func rematchFilter() (*hcm.HttpFilter, error) {
+func rematchFilter(in filterInput) (*hcm.HttpFilter, error) {
 	rematch, err := anypb.New(&lua.Lua{DefaultSourceCode: &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: ""}}})
 	if err != nil {
 		return nil, fmt.Errorf("pack lua filter: %w", err)
 	}
-	return &hcm.HttpFilter{Name: luaFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: rematch}}, nil
+	return &hcm.HttpFilter{Name: luaFilter, Disabled: in.offUntilRouted(), ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: rematch}}, nil
 }
 
 const (
@@ -248,6 +248,16 @@ func readModel(field string) *jsonmeta.JsonToMetadata {
 		AllowEmptyContentType:  true,
 		AllowContentTypesRegex: &matcher.RegexMatcher{Regex: ".*"},
 	}}
+}
+
+// idleReadModel is the filter's own config, which a model-routed route
+// replaces (readModel): it reads no body, since it allows a content type
+// no request has.
+func idleReadModel() *jsonmeta.JsonToMetadata {
+	r := readModel(ir.DefaultModelField)
+	r.RequestRules.AllowEmptyContentType, r.RequestRules.AllowContentTypesRegex = false, nil
+	r.RequestRules.AllowContentTypes = []string{"application/x-servemesh-idle"}
+	return r
 }
 
 // modelRoutes are e's routes of one group of methods (named name, retried

@@ -29,7 +29,7 @@ func BuildListeners(node wire.ProxyNode, tracing *ir.Tracing) ([]*listener.Liste
 	if !node.Public() {
 		return []*listener.Listener{mesh}, nil
 	}
-	public, err := httpListener(node, tracing, wire.PublicListener, node.PublicAddress, node.PublicPort, rds(wire.PublicRoutes))
+	public, err := httpListener(node, tracing, wire.PublicListener, node.PublicAddress, node.PublicPort, publicScopes())
 	if err != nil {
 		return nil, err
 	}
@@ -72,13 +72,6 @@ func upgrades() []*hcm.HttpConnectionManager_UpgradeConfig {
 // routes from.
 type routeSource func(*hcm.HttpConnectionManager)
 
-// rds takes a listener's routes from the route configuration named name.
-func rds(name string) routeSource {
-	return func(m *hcm.HttpConnectionManager) {
-		m.RouteSpecifier = &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{ConfigSource: adsConfigSource(), RouteConfigName: name}}
-	}
-}
-
 // meshScopes takes the mesh listener's routes from the endpoints' scopes
 // (scoped RDS), keyed by the request's host without its port: "predict"
 // and "predict:15001" both pick the scope of endpoint predict, whose
@@ -103,7 +96,7 @@ func meshScopes() routeSource {
 }
 
 func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string, port uint32, routes routeSource) (*listener.Listener, error) {
-	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS()})
+	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS(), public: name == wire.PublicListener})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}

@@ -26,13 +26,15 @@ const localRateLimitFilter = "envoy.filters.http.local_ratelimit"
 // rateLimitKey is the descriptor key of a rate limit's header.
 const rateLimitKey = "servemesh_rate_limit_key"
 
-// localRateLimit is the filter on a listener: no bucket of its own.
-func localRateLimit() (*hcm.HttpFilter, error) {
+// localRateLimit is the filter on a listener: no bucket of its own, so
+// idle but on a route with one (filter_enabled unset: none of the
+// requests).
+func localRateLimit(in filterInput) (*hcm.HttpFilter, error) {
 	config, err := anypb.New(&localrl.LocalRateLimit{StatPrefix: "servemesh_rate_limit"})
 	if err != nil {
 		return nil, fmt.Errorf("pack local rate limit filter: %w", err)
 	}
-	return &hcm.HttpFilter{Name: localRateLimitFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
+	return &hcm.HttpFilter{Name: localRateLimitFilter, Disabled: in.offUntilRouted(), ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
 }
 
 // localRateLimitOn turns the filter on for a route of e with e's bucket

@@ -42,31 +42,32 @@ var retriedHeaders = map[string][]string{
 // idempotentMethods are retried after a reset.
 var idempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true}
 
-// BuildRoutes builds the public route configuration and the mesh's: one
-// route configuration per endpoint and the scope that selects it.
+// BuildRoutes builds the public route configurations and scopes and the
+// mesh's: one route configuration per endpoint and the scope that selects
+// it.
 //
-// Public: one virtual host for any Host; each routed endpoint matches its path
-// and sub-paths, longest route first so "/api/v2" wins over "/api". Mesh:
-// every endpoint, headless ones included, by the Host header: the mesh
-// listener's scoped routes (wire.MeshRoutes) pick the endpoint's scope by
-// the host (without its port), and the scope names the endpoint's own
-// route configuration, so one endpoint's change is one small resource.
-// Either way a request whose method the endpoint does not allow gets 405 with
-// an Allow header, and an unknown path or host gets Envoy's 404.
+// Public: one route configuration, and its scope, per first path segment
+// of the routed endpoints (publicroutes.go); each holds a virtual host for
+// any Host in which each endpoint matches its path and sub-paths, longest
+// route first so "/api/v2" wins over "/api". Mesh: every endpoint,
+// headless ones included, by the Host header: the mesh listener's scoped
+// routes (wire.MeshRoutes) pick the endpoint's scope by the host (without
+// its port), and the scope names the endpoint's own route configuration.
+// Either way one endpoint's change is one small resource, a request whose
+// method the endpoint does not allow gets 405 with an Allow header, and an
+// unknown path or host gets Envoy's 404.
 func BuildRoutes(m *ir.DataPlane) ([]*route.RouteConfiguration, []*route.ScopedRouteConfiguration) {
-	routed := make([]ir.Endpoint, 0, len(m.Endpoints))
-	for _, e := range m.Endpoints {
-		if !e.Headless() {
-			routed = append(routed, e)
+	groups := byRouteKey(routedEndpoints(m), func(e ir.Endpoint) string { return e.Route })
+	routes := make([]*route.RouteConfiguration, 0, len(m.Endpoints)+len(groups))
+	scopes := make([]*route.ScopedRouteConfiguration, 0, len(m.Endpoints)+len(groups))
+	for _, key := range sortedNames(groups) {
+		var publicRoutes []*route.Route
+		for _, e := range groups[key] {
+			publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route), public)...)
 		}
+		routes = append(routes, publicRoutesConfig(key, publicRoutes))
+		scopes = append(scopes, publicScope(key))
 	}
-	sortByRoute(routed, func(e ir.Endpoint) string { return e.Route })
-	var publicRoutes []*route.Route
-	for _, e := range routed {
-		publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route), public)...)
-	}
-	routes := []*route.RouteConfiguration{publicRoutesConfig(publicRoutes)}
-	scopes := make([]*route.ScopedRouteConfiguration, 0, len(m.Endpoints))
 	for _, e := range m.Endpoints {
 		rc, scope := meshRoutes(e)
 		routes = append(routes, rc)
@@ -87,11 +88,6 @@ func sortByRoute[T any](items []T, routeOf func(T) string) {
 		}
 		return a < b
 	})
-}
-
-// publicRoutesConfig is the public route configuration of routes, in order.
-func publicRoutesConfig(routes []*route.Route) *route.RouteConfiguration {
-	return &route.RouteConfiguration{Name: wire.PublicRoutes, VirtualHosts: []*route.VirtualHost{virtualHost(wire.PublicVirtualHost, routes)}}
 }
 
 // virtualHost holds routes for any host, with what every endpoint's

@@ -114,7 +114,7 @@ func TestGoldenListeners(t *testing.T) {
 		}
 		routes, scopes := BuildRoutes(&ir.DataPlane{})
 		if !node.Public() { // a mesh-only node never asks for the public table
-			routes = slices.DeleteFunc(routes, func(r *route.RouteConfiguration) bool { return r.GetName() == wire.PublicRoutes })
+			routes = slices.DeleteFunc(routes, func(r *route.RouteConfiguration) bool { return wire.IsPublicRouteName(r.GetName()) })
 		}
 		checkEnvoyValid(t, &Resources{Listeners: ls, Routes: routes, ScopedRoutes: scopes})
 		return map[string][]byte{"listeners.yaml": marshal(t, ls)}
@@ -197,7 +197,7 @@ func TestStatNamesReadBack(t *testing.T) {
 					t.Fatalf("route %s in vhost %s: its stats do not parse", r.GetName(), vh.GetName())
 				}
 				want := wire.MeshListener
-				if rc.GetName() == wire.PublicRoutes {
+				if wire.IsPublicRouteName(rc.GetName()) {
 					want = wire.PublicListener
 				}
 				if s.Listener != want || (s.Endpoint != "public" && s.Endpoint != "inner") {

@@ -36,8 +36,9 @@ var usageSource = fmt.Sprintf(`function envoy_on_response(h)
   if total then h:streamInfo():dynamicMetadata():set(%q, %q, total) end
 end`, wire.UsageMetadata, wire.UsageTokensKey)
 
-// usageReader is the filter on a listener, off.
-func usageReader() (*hcm.HttpFilter, error) {
+// usageReader is the filter on a listener: its own script is empty, so
+// it reads nothing but on a route that names usageScript.
+func usageReader(in filterInput) (*hcm.HttpFilter, error) {
 	config, err := anypb.New(&lua.Lua{
 		DefaultSourceCode: &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: ""}},
 		SourceCodes:       map[string]*core.DataSource{usageScript: {Specifier: &core.DataSource_InlineString{InlineString: usageSource}}},
@@ -45,7 +46,7 @@ func usageReader() (*hcm.HttpFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pack usage reader filter: %w", err)
 	}
-	return &hcm.HttpFilter{Name: usageReaderFilter, Disabled: true, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
+	return &hcm.HttpFilter{Name: usageReaderFilter, Disabled: in.offUntilRouted(), ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
 }
 
 // usageReaderOn turns the usage reader on for a route.
