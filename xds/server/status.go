@@ -132,12 +132,19 @@ func (s *Server) onRequest(id streamKey, node *core.Node, typeURL, version, nonc
 }
 
 // ackedAll reports whether the node ACKed every type of its snapshot.
+// A type with no resources for the node needs no ACK: Envoy asks for
+// route configurations only when a scope names one, so an empty mesh's
+// node never subscribes to them (and one whose last scope went away
+// unsubscribes, keeping the old version's ACK), yet holds all it should.
 // Called with mu held.
 func (n *nodeState) ackedAll() bool {
 	if n.set == nil {
 		return false
 	}
 	for _, typ := range snapshotTypes {
+		if k := n.set[typ]; k != nil && len(k.items) == 0 {
+			continue
+		}
 		if n.acked[typ] != n.set.GetVersion(typ) {
 			return false
 		}
