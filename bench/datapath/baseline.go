@@ -15,7 +15,7 @@ import (
 	"github.com/servemesh/servemesh/internal/testutil"
 )
 
-//go:embed envoy-*.yaml envoy-access-log.tmpl
+//go:embed envoy-*.yaml envoy-access-log.tmpl envoy-tracing.tmpl
 var baselineConfigs embed.FS
 
 // baselineVars fill the hand-written configs' templates.
@@ -24,6 +24,28 @@ type baselineVars struct {
 	PublicPort, InboundPort, ReplicaPort uint32
 	GRPC                                 bool // HTTP/2 to the replica, and between the Envoys
 	AccessLog                            bool // a JSON access log like servemesh's nodes'
+	// Tracing, if set, traces as servemesh's traced nodes do (sampling
+	// and collector; Service is set per Envoy by Traced).
+	Tracing *tracedVars
+}
+
+// tracedVars fill envoy-tracing.tmpl.
+type tracedVars struct {
+	Host     string
+	Port     uint32
+	Sampling float64 // percent
+	Service  string
+}
+
+// Traced is what the tracing templates need for the Envoy of service, nil
+// without tracing.
+func (v baselineVars) Traced(service string) *tracedVars {
+	if v.Tracing == nil {
+		return nil
+	}
+	t := *v.Tracing
+	t.Service = service
+	return &t
 }
 
 // accessLogVars fill envoy-access-log.tmpl for one listener.
@@ -40,7 +62,7 @@ func (v baselineVars) Log(listener string) accessLogVars {
 // startBaseline runs the hand-written Envoys of placement (one for a
 // same-node call; the caller's and the replica's node's for a cross-node
 // call) and a demo replica, and returns the URL to load and a stop func.
-func (b *bench) startBaseline(work, placement string) (string, func(), error) {
+func (b *bench) startBaseline(work, placement string, tracing *tracedVars) (string, func(), error) {
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		return "", nil, err
 	}
@@ -58,7 +80,7 @@ func (b *bench) startBaseline(work, placement string) (string, func(), error) {
 	stops = append(stops, func() { _ = r.Stop(5 * time.Second) })
 	public := testutil.MustFreeAddr("127.0.0.2")
 	vars := baselineVars{Dir: work, PublicPort: testutil.Port(public), InboundPort: testutil.Port(testutil.MustFreeAddr("127.0.0.3")),
-		ReplicaPort: testutil.Port(replica), GRPC: b.protocol == protoGRPC, AccessLog: !b.noAccessLog}
+		ReplicaPort: testutil.Port(replica), GRPC: b.protocol == protoGRPC, AccessLog: !b.noAccessLog, Tracing: tracing}
 	configs := []string{"envoy-same-node.yaml"}
 	if placement == crossNode {
 		if err := writeCerts(work); err != nil {
@@ -85,7 +107,7 @@ func (b *bench) startStaticEnvoy(dir, config string, vars baselineVars) (*envoy.
 		return nil, err
 	}
 	vars.Admin = filepath.Join(dir, "admin.sock")
-	tmpl, err := template.ParseFS(baselineConfigs, config, "envoy-access-log.tmpl")
+	tmpl, err := template.ParseFS(baselineConfigs, config, "envoy-access-log.tmpl", "envoy-tracing.tmpl")
 	if err != nil {
 		return nil, err
 	}

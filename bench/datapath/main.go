@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,7 +48,10 @@ const (
 	modeTraced100 = "servemesh (mTLS), traced 100%"
 	modePlaintext = "servemesh --plaintext"
 	modeBaseline  = "hand-written Envoy"
-	modeDirect    = "direct to the replica"
+	// The hand-written Envoys traced as servemesh's traced nodes are.
+	modeBaselineTraced1   = "hand-written Envoy, traced 1%"
+	modeBaselineTraced100 = "hand-written Envoy, traced 100%"
+	modeDirect            = "direct to the replica"
 )
 
 // modes are the paths measured, in the order of the table.
@@ -140,6 +144,7 @@ func run(o options) error {
 	}
 	if o.tracing {
 		measured = slices.Insert(slices.Clone(measured), 1, modeTraced1, modeTraced100)
+		measured = slices.Insert(measured, slices.Index(measured, modeBaseline)+1, modeBaselineTraced1, modeBaselineTraced100)
 		jaeger, err := devjaeger.Start(context.Background(), be.Dir, "", "")
 		if err != nil {
 			return err
@@ -235,7 +240,9 @@ func (b *bench) measure(name, placement, mode string) (result, error) {
 	var err error
 	switch mode {
 	case modeBaseline:
-		s.url, s.stop, err = b.startBaseline(work, placement)
+		s.url, s.stop, err = b.startBaseline(work, placement, nil)
+	case modeBaselineTraced1, modeBaselineTraced100:
+		s.url, s.stop, err = b.startBaseline(work, placement, b.baselineTracing(tracedAt[mode]))
 	case modeDirect:
 		s.url, s.stop, err = b.startReplica()
 	default:
@@ -469,7 +476,14 @@ func (b *bench) startServemesh(work, placement, mode string) (stack, error) {
 }
 
 // tracedAt is the sampling of the traced modes, in percent.
-var tracedAt = map[string]float64{modeTraced1: 1, modeTraced100: 100}
+var tracedAt = map[string]float64{modeTraced1: 1, modeTraced100: 100, modeBaselineTraced1: 1, modeBaselineTraced100: 100}
+
+// baselineTracing traces the hand-written Envoys at sampling percent to
+// the bench's Jaeger.
+func (b *bench) baselineTracing(sampling float64) *tracedVars {
+	host, _, _ := net.SplitHostPort(b.jaeger.OTLP)
+	return &tracedVars{Host: host, Port: testutil.Port(b.jaeger.OTLP), Sampling: sampling}
+}
 
 // loadAware is the backend's load-aware setting: on, or off (nil).
 func loadAware(on bool) *meshspec.LoadAware {
