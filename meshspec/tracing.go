@@ -40,6 +40,10 @@ type EndpointTracing struct {
 // tracing names none, as Istio's default.
 const DefaultSamplingPercent = 1.0
 
+// MinSamplingPercent is the finest share Envoy samples: it draws in
+// ten-thousandths, so shares are rounded to steps of 0.01%.
+const MinSamplingPercent = 0.01
+
 // Sampling is the share of requests t traces, in percent.
 func (t *Tracing) Sampling() float64 {
 	if t.SamplingPercent == nil {
@@ -92,8 +96,11 @@ func validateMesh(p *problems, mesh *Mesh, endpointTracing []string) {
 
 // validatePercent refuses a share that is not from 0 to 100.
 func validatePercent(p *problems, field string, v float64) {
-	if math.IsNaN(v) || v < 0 || v > 100 {
+	switch {
+	case math.IsNaN(v) || v < 0 || v > 100:
 		p.add(field, "%v: want a percentage from 0 to 100 (1 traces one request in a hundred)", v)
+	case v > 0 && v < MinSamplingPercent:
+		p.add(field, "%v: Envoy samples in steps of %v%% (one request in 10,000): want 0 or at least %v", v, MinSamplingPercent, MinSamplingPercent)
 	}
 }
 

@@ -273,6 +273,9 @@ func (b *bench) measure(name, placement, mode string) (result, error) {
 		r.last99 = ms(l.lastTokens.p99())
 	}
 	r.firstError = fixed.FirstError + saturated.FirstError
+	if _, traced := tracedAt[mode]; traced {
+		fmt.Printf("%s (%s): traced %s\n", name, mode, tracedShare(work))
+	}
 	return r, nil
 }
 

@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,12 +86,21 @@ func (tracedRoutes) uses(e ir.Endpoint) bool { return e.TraceSampling != nil }
 func (tracedRoutes) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 	r.Decorator = &route.Decorator{Operation: e.Name}
 	r.Tracing = &route.Tracing{
-		RandomSampling: &typev3.FractionalPercent{Numerator: uint32(*e.TraceSampling * 10000), Denominator: typev3.FractionalPercent_MILLION},
+		RandomSampling: routeSampling(*e.TraceSampling),
 		CustomTags:     []*tracingtype.CustomTag{literalTag(wire.TagEndpoint, e.Name)},
 	}
 	if len(e.Traffic) > 0 { // a model-routed endpoint splits per model
 		r.Tracing.CustomTags = append(r.Tracing.CustomTags, literalTag(wire.TagSplit, splitTag(e.Traffic)))
 	}
+}
+
+// routeSampling is percent as a route's random sampling. Envoy draws a
+// route's sampling from the request id modulo 10,000 and compares it with
+// the fraction's numerator, whatever its denominator says, so the
+// fraction must be in ten-thousandths (steps of 0.01%): 1% written in
+// millionths (10,000) sampled every request.
+func routeSampling(percent float64) *typev3.FractionalPercent {
+	return &typev3.FractionalPercent{Numerator: uint32(math.Round(percent * 100)), Denominator: typev3.FractionalPercent_TEN_THOUSAND}
 }
 
 // splitTag writes a split as "v1=0.9,v2=0.1", sorted by backend.
