@@ -282,6 +282,9 @@ func (r *replica) environment() (env map[string]string, expand func(string) stri
 		})
 	}
 	env = map[string]string{"PATH": defaultPath}
+	for k, v := range tracingEnv(r.a.Desired(), r.backend, r.spec.Env) {
+		env[k] = v
+	}
 	for k, v := range r.spec.Env {
 		env[k] = expand(v)
 	}
@@ -292,6 +295,29 @@ func (r *replica) environment() (env map[string]string, expand func(string) stri
 		env[k] = v
 	}
 	return env, expand
+}
+
+// tracingEnv tells a replica of backend where the mesh's traces go, in
+// the OpenTelemetry SDK's own variables (the Python runtime and any SDK
+// read them): the collector and the backend as the service's name, as
+// the desired state m says when the replica starts (a replica started
+// before a new collector keeps the old one until it restarts). None if
+// the mesh traces nothing, or if the backend's own env names an OTLP
+// endpoint or turns the SDK off: what the operator wrote wins.
+func tracingEnv(m *meshspec.Model, backend string, own map[string]string) map[string]string {
+	if m == nil || m.Mesh == nil || m.Mesh.Tracing == nil || m.Mesh.Tracing.Collector == "" {
+		return nil
+	}
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"} {
+		if _, set := own[k]; set {
+			return nil
+		}
+	}
+	return map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + m.Mesh.Tracing.Collector,
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_SERVICE_NAME":           backend,
+	}
 }
 
 // startProcess starts the replica's process, detached so that it outlives

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,6 +147,39 @@ func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
 	for _, leaked := range []string{"CONSUL_HTTP_TOKEN", "agent-secret-token", "SOME_AGENT_SETTING"} {
 		if strings.Contains(got, leaked) {
 			t.Errorf("the agent's %s reached the replica:\n%s", leaked, got)
+		}
+	}
+}
+
+// TestReplicasAreToldTheMeshsCollector: while the mesh traces, a
+// replica's environment names its collector and the backend as its
+// service, in the OpenTelemetry SDK's variables, unless the backend's own
+// env says otherwise (issue 37: users had to copy the collector into
+// every backend's env for the Python runtime's spans).
+func TestReplicasAreToldTheMeshsCollector(t *testing.T) {
+	traced := &meshspec.Model{Mesh: &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: "127.0.0.9:4317"}}}
+	got := tracingEnv(traced, "summarizer", map[string]string{"MODEL": "v3"})
+	want := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.9:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "summarizer"}
+	if !maps.Equal(got, want) {
+		t.Errorf("a traced mesh's replica gets %v; want %v", got, want)
+	}
+	for _, own := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"} {
+		if got := tracingEnv(traced, "summarizer", map[string]string{own: "x"}); got != nil {
+			t.Errorf("a backend setting %s also gets %v; want its own settings alone", own, got)
+		}
+	}
+	for _, m := range []*meshspec.Model{nil, {}, {Mesh: &meshspec.Mesh{}}} {
+		if got := tracingEnv(m, "summarizer", nil); got != nil {
+			t.Errorf("a mesh that traces nothing (%+v) gives its replicas %v", m, got)
+		}
+	}
+	// Through a replica's real environment: the backend's settings win.
+	a := testAgent(t)
+	a.desired.Store(traced)
+	out := runOnce(t, a, meshspec.ProcessSpec{Command: "/usr/bin/env", Env: map[string]string{"OTEL_SERVICE_NAME": "mine"}}, 4321)
+	for _, w := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.9:4317\n", "OTEL_SERVICE_NAME=mine\n"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the replica's environment lacks %q:\n%s", w, out)
 		}
 	}
 }

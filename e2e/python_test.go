@@ -10,13 +10,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/devjaeger"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // pythonBin is the project's Python with pytest, which `make tools`
@@ -184,4 +187,72 @@ func pythonReplicas(t *testing.T) (python, runtime, src, models string) {
 	src, _ = filepath.Abs("../clients/python/src")
 	models, _ = filepath.Abs("testdata/pymodel")
 	return python, runtime, src, models
+}
+
+// TestPythonReplicasTraceToTheMeshsCollector: a Python backend whose env
+// names no collector, on the default mesh (mTLS, two nodes, its replica
+// on n2, the request through n1): the agent starts the replica with the
+// mesh's collector in the OpenTelemetry SDK's variables, so a traced
+// request's trace in a real Jaeger holds the runtime's span, of the
+// backend's service, the child of n2's Envoy's span that sent it there.
+func TestPythonReplicasTraceToTheMeshsCollector(t *testing.T) {
+	// The system's Python runs the replica (the backend's own user cannot
+	// read the project venv's interpreter), with the venv's packages, the
+	// OpenTelemetry SDK among them, on its path.
+	python, runtime, src, models := pythonReplicas(t)
+	sdk, _ := filepath.Glob("../.tools/py-venv/lib/python3*/site-packages/opentelemetry/sdk")
+	if len(sdk) == 0 {
+		t.Fatal("the OpenTelemetry SDK is required in the project's Python (`make tools` installs it)")
+	}
+	packages, err := filepath.Abs(filepath.Dir(filepath.Dir(sdk[0])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	jaeger, err := devjaeger.Start(ctx, t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jaeger.Stop()
+	mesh := startTwoNodeMeshWith(t, "pyt", nil, []string{"--allow-command", python})
+	if _, err := mesh.c.NodeAction(ctx, mesh.n1.id, api.Cordon); err != nil {
+		t.Fatal(err)
+	}
+	all := 100.0
+	if _, err := mesh.c.SetTracing(ctx, &meshspec.Tracing{Collector: jaeger.OTLP, SamplingPercent: &all}); err != nil {
+		t.Fatal(err)
+	}
+	mesh.createBackends(t, meshspec.Backend{Name: "pyt", Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1},
+		Process: &meshspec.ProcessSpec{Command: python, HealthPath: "/-/healthz",
+			Args: []string{runtime, "--path", src, "--path", models, "--path", packages, "--host", "${HOST}", "--port", "${PORT}", "model:Model"}}})
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "pyt", Route: "/pyt", Traffic: map[string]float64{"pyt": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + mesh.n1.public + "/pyt"
+	waitReplicasAnswer(t, "the Python replica to answer", url, 1, 60)
+	id := randomHex(t, 16)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("traceparent", "00-"+id+"-"+randomHex(t, 8)+"-01")
+	resp, err := httpClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a traced request to /pyt: %d", resp.StatusCode)
+	}
+	var tr *devjaeger.Trace
+	testutil.WaitFor(t, 30*time.Second, "the Python replica's span in trace "+id, func() bool {
+		tr, err = jaeger.Trace(ctx, id)
+		return err == nil && slices.ContainsFunc(tr.Spans, func(s devjaeger.Span) bool { return s.OperationName == "replica GET" })
+	})
+	span := spanNamed(t, tr, "replica GET")
+	if service := tr.Processes[span.ProcessID].ServiceName; service != "pyt" {
+		t.Errorf("the replica's span is of service %q; want the backend's name, pyt", service)
+	}
+	parent, ok := spanByID(tr, parentOf(span))
+	if want := wire.TraceService(mesh.n2.id); !ok || tr.Processes[parent.ProcessID].ServiceName != want {
+		t.Fatalf("the replica's span's parent %q is not a span of n2's Envoy (%s):\n%s", parentOf(span), want, describeTrace(tr))
+	}
+	t.Logf("the Python replica's span %q (service pyt) under %q", span.OperationName, parent.OperationName)
 }
