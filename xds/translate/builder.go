@@ -41,6 +41,9 @@ type Builder struct {
 	public map[string]*publicGroup
 	// tracing is the last Build's: every node's listeners trace with it.
 	tracing *ir.Tracing
+	// needed are the filters the last Build's routed endpoints need on
+	// every node's public listener.
+	needed publicFilters
 }
 
 type backendParts struct {
@@ -120,6 +123,7 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 	}
 	b.gen++
 	b.tracing = m.Tracing
+	b.needed = publicFiltersOf(slices.Values(m.Endpoints))
 	set := ChangeSet{}
 	changed, err := b.syncBackends(m, set)
 	if err != nil {
@@ -443,6 +447,7 @@ type nodeParts struct {
 	node    wire.ProxyNode
 	keys    []localKey
 	tracing ir.Tracing // the zero value: none
+	needed  publicFilters
 	built   *NodeBuilt
 }
 
@@ -475,7 +480,7 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	if b.tracing != nil {
 		tracing = *b.tracing
 	}
-	if p := b.nodes[node.ID]; p != nil && p.node.Equal(node) && slices.Equal(p.keys, keys) && p.tracing == tracing {
+	if p := b.nodes[node.ID]; p != nil && p.node.Equal(node) && slices.Equal(p.keys, keys) && p.tracing == tracing && p.needed == b.needed {
 		return p.built, nil
 	}
 	backends := make([]ir.Backend, 0, len(local))
@@ -493,7 +498,7 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 			shared[c.GetName()] = c
 		}
 	}
-	res, err := forNode(node, b.mtls, backends, shared, b.tracing)
+	res, err := forNode(node, b.mtls, backends, shared, b.tracing, b.needed)
 	if err != nil {
 		return nil, err
 	}
@@ -504,7 +509,7 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	if out.ClustersVersion, err = hashOf(res.Clusters); err != nil {
 		return nil, err
 	}
-	b.nodes[node.ID] = &nodeParts{node: node, keys: keys, tracing: tracing, built: out}
+	b.nodes[node.ID] = &nodeParts{node: node, keys: keys, tracing: tracing, needed: b.needed, built: out}
 	return out, nil
 }
 

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"iter"
 
 	grpcstats "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/grpc_stats/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -34,6 +35,51 @@ type filterInput struct {
 	mtls bool
 	// public: the outbound chain is the public listener's.
 	public bool
+	// needed: the route-enabled filters the mesh's routed endpoints use,
+	// the only ones on the public chain.
+	needed publicFilters
+}
+
+// publicFilters are the route-enabled filters that some routed endpoint
+// of the mesh needs. Filters on the public chain run on every request,
+// idle on a route without their config (offUntilRouted), so the public
+// chain holds only these: a mesh pays there for the features it uses,
+// and the public listener changes when the first endpoint uses one or the
+// last stops. The mesh chain holds them all, off until routed.
+type publicFilters struct {
+	localLimit, models, globalOpen, globalClosed, callerPicker, usage bool
+}
+
+// publicFiltersOf is what the routed endpoints among endpoints need.
+func publicFiltersOf(endpoints iter.Seq[ir.Endpoint]) publicFilters {
+	var f publicFilters
+	for e := range endpoints {
+		if e.Route == "" {
+			continue // headless: not on the public listener
+		}
+		f.localLimit = f.localLimit || e.RateLimit != nil
+		f.models = f.models || e.Models != nil
+		f.callerPicker = f.callerPicker || callerPickerNeeded(e)
+		f.usage = f.usage || e.TokenQuota != nil
+		for _, closed := range globalFailModes(e) {
+			f.globalClosed = f.globalClosed || closed
+			f.globalOpen = f.globalOpen || !closed
+		}
+	}
+	return f
+}
+
+// globalFailModes are the failure modes of e's global limit and token
+// quota (closed or not), one for each it has.
+func globalFailModes(e ir.Endpoint) []bool {
+	var out []bool
+	if g := e.GlobalRateLimit; g != nil {
+		out = append(out, g.FailClosed)
+	}
+	if q := e.TokenQuota; q != nil {
+		out = append(out, q.FailClosed)
+	}
+	return out
 }
 
 // offUntilRouted is the Disabled of a filter that a route turns on. Envoy
@@ -53,6 +99,10 @@ type httpFilter struct {
 	on    []chain
 	why   string
 	build func(filterInput) (*hcm.HttpFilter, error)
+	// needs, if set, says whether the public chain needs the filter: a
+	// route-enabled filter is left off it while no routed endpoint uses
+	// its feature.
+	needs func(publicFilters) bool
 }
 
 // httpFilters is the one ordered table of every HTTP filter servemesh
@@ -71,22 +121,24 @@ var httpFilters = []httpFilter{
 	{name: localRateLimitFilter, on: []chain{outbound},
 		why: "before the body is read: a request over its endpoint's rate limit is refused on its headers, " +
 			"on the route Envoy first matches (a model-routed endpoint's first route carries the limit too; off but on rate-limited endpoints' routes)",
-		build: localRateLimit},
+		build: localRateLimit, needs: func(f publicFilters) bool { return f.localLimit }},
 	{name: jsonToMetadataFilter, on: []chain{outbound},
 		why: "before the route is matched again: it reads the model a JSON body names into metadata " +
 			"(off but on model-routed endpoints' routes, which buffer the body)",
-		build: readModelFilter},
+		build: readModelFilter, needs: func(f publicFilters) bool { return f.models }},
 	{name: luaFilter, on: []chain{outbound},
 		why:   "right after the model is read: it clears the route cache, so the route is matched again by the model's metadata",
-		build: rematchFilter},
+		build: rematchFilter, needs: func(f publicFilters) bool { return f.models }},
 	{name: globalRateLimitOpenFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again: Envoy's global rate limit asks nothing on a route that sends " +
 			"nowhere, as a model-routed endpoint's first route; the node's rate limit service counts the request with every node's, " +
 			"and charges a token quota when the answer ends (off but on the routes of endpoints with a global limit or token quota that fails open)",
-		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, false) }},
+		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, false) },
+		needs: func(f publicFilters) bool { return f.globalOpen }},
 	{name: globalRateLimitClosedFilter, on: []chain{outbound},
 		why:   "next to the one that fails open: the same for endpoints whose global limit fails closed",
-		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, true) }},
+		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, true) },
+		needs: func(f publicFilters) bool { return f.globalClosed }},
 	{name: callerPickerFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again (its model route's settings then apply), before the router: " +
 			"the node's picker reads the body, names the prompt's prefix, which the route hashes, and the node it is placed on, " +
@@ -96,12 +148,13 @@ var httpFilters = []httpFilter{
 				return nil, nil // no picker: no prompt-aware backend either
 			}
 			return callerPicker(in)
-		}},
+		},
+		needs: func(f publicFilters) bool { return f.callerPicker }},
 	{name: usageReaderFilter, on: []chain{outbound},
 		why: "after the route is matched again, so a model route's settings apply: on the way back it reads each answer's tokens " +
 			"(usage.total_tokens) for the global rate limit filter to charge to its token quota when the answer ends " +
 			"(off but on routes of endpoints with a token quota)",
-		build: usageReader},
+		build: usageReader, needs: func(f publicFilters) bool { return f.usage }},
 	{name: "envoy.filters.http.ext_proc", on: []chain{inbound},
 		why: "first on the inbound hop of a load-aware backend: the node's picker chooses the replica (override_host) " +
 			"before the router sends it, and adds the node's load report to the answer",
@@ -125,7 +178,7 @@ func filtersFor(c chain, in filterInput) ([]*hcm.HttpFilter, error) {
 	in.chain = c
 	var out []*hcm.HttpFilter
 	for _, f := range httpFilters {
-		if !onChain(f, c) {
+		if !onChain(f, c) || (in.public && f.needs != nil && !f.needs(in.needed)) {
 			continue
 		}
 		built, err := f.build(in)

@@ -36,12 +36,43 @@ func TestFilterTable(t *testing.T) {
 		want  []string
 	}{
 		{outbound, filterInput{}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, "envoy.filters.http.router"}},
-		{outbound, filterInput{public: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, "envoy.filters.http.router"}},
+		// The public chain holds the route-enabled filters that routed
+		// endpoints use, alone: none for a plain mesh (they ran idle on
+		// every public request), each for its feature.
+		{outbound, filterInput{public: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", "envoy.filters.http.router"}},
+		{outbound, filterInput{public: true, needed: publicFilters{localLimit: true, globalClosed: true}},
+			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, globalRateLimitClosedFilter, "envoy.filters.http.router"}},
+		{outbound, filterInput{public: true, mtls: true, needed: publicFilters{localLimit: true, models: true, globalOpen: true, globalClosed: true, callerPicker: true, usage: true}},
+			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: ir.Backend{Name: "api"}}, []string{"servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: aware}, []string{"envoy.filters.http.ext_proc", "servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 	} {
 		if got := names(c.chain, c.in); !slices.Equal(got, c.want) {
 			t.Errorf("chain %d for %q: %v, want %v", c.chain, c.in.backend.Name, got, c.want)
+		}
+	}
+}
+
+// TestPublicFiltersFollowTheRoutedEndpoints: what the public chain needs
+// is what routed endpoints use; a headless endpoint's features are not on
+// the public listener (it is not there).
+func TestPublicFiltersFollowTheRoutedEndpoints(t *testing.T) {
+	limited := ir.Endpoint{Name: "a", Route: "/a", RateLimit: &ir.RateLimit{RequestsPerSecond: 5, Burst: 5}}
+	quota := ir.Endpoint{Name: "q", Route: "/q", TokenQuota: &ir.TokenQuota{Tokens: 100, FailClosed: true}, GlobalRateLimit: &ir.GlobalRateLimit{Requests: 5}}
+	models := ir.Endpoint{Name: "m", Route: "/m", Models: &ir.Models{Field: "model"}, PromptAffinity: true}
+	headless := ir.Endpoint{Name: "h", RateLimit: &ir.RateLimit{RequestsPerSecond: 5, Burst: 5}, Models: &ir.Models{Field: "model"}}
+	for _, c := range []struct {
+		endpoints []ir.Endpoint
+		want      publicFilters
+	}{
+		{nil, publicFilters{}},
+		{[]ir.Endpoint{headless}, publicFilters{}},
+		{[]ir.Endpoint{limited, headless}, publicFilters{localLimit: true}},
+		{[]ir.Endpoint{quota}, publicFilters{globalOpen: true, globalClosed: true, usage: true}},
+		{[]ir.Endpoint{models}, publicFilters{models: true, callerPicker: true}},
+	} {
+		if got := publicFiltersOf(slices.Values(c.endpoints)); got != c.want {
+			t.Errorf("endpoints %v need %+v on the public chain; want %+v", c.endpoints, got, c.want)
 		}
 	}
 }
@@ -67,7 +98,7 @@ func TestBackendFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, local := range [][]ir.Backend{nil, {plain}, {plain, aware}} {
-		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil)
+		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil, publicFilters{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,19 +17,20 @@ import (
 // BuildListeners builds a node's listeners: the loopback mesh one serving
 // every endpoint by Host header and, unless the node is mesh-only
 // (wire.ProxyNode.Public), the public one serving routed endpoints;
-// with tracing, both trace their requests.
-func BuildListeners(node wire.ProxyNode, tracing *ir.Tracing) ([]*listener.Listener, error) {
+// with tracing, both trace their requests; the public one holds the
+// route-enabled filters needed alone.
+func buildListeners(node wire.ProxyNode, tracing *ir.Tracing, needed publicFilters) ([]*listener.Listener, error) {
 	if err := node.Validate(); err != nil {
 		return nil, err
 	}
-	mesh, err := httpListener(node, tracing, wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes())
+	mesh, err := httpListener(node, tracing, wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes(), needed)
 	if err != nil {
 		return nil, err
 	}
 	if !node.Public() {
 		return []*listener.Listener{mesh}, nil
 	}
-	public, err := httpListener(node, tracing, wire.PublicListener, node.PublicAddress, node.PublicPort, publicScopes())
+	public, err := httpListener(node, tracing, wire.PublicListener, node.PublicAddress, node.PublicPort, publicScopes(), needed)
 	if err != nil {
 		return nil, err
 	}
@@ -95,8 +96,8 @@ func meshScopes() routeSource {
 	}
 }
 
-func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string, port uint32, routes routeSource) (*listener.Listener, error) {
-	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS(), public: name == wire.PublicListener})
+func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string, port uint32, routes routeSource, needed publicFilters) (*listener.Listener, error) {
+	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS(), public: name == wire.PublicListener, needed: needed})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}

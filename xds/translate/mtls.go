@@ -89,13 +89,14 @@ func ForNode(m *ir.DataPlane, node wire.ProxyNode, t *MTLS, shared map[string]*c
 	if t != nil {
 		local = localBackends(m, node.ID)
 	}
-	return forNode(node, t, local, shared, m.Tracing)
+	return forNode(node, t, local, shared, m.Tracing, publicFiltersOf(slices.Values(m.Endpoints)))
 }
 
 // forNode is ForNode given the backends with replicas on node, each with
-// only its replicas there, sorted by name.
-func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string]*cluster.Cluster, tracing *ir.Tracing) (*Resources, error) {
-	listeners, err := BuildListeners(node, tracing)
+// only its replicas there, sorted by name, and the filters its public
+// listener needs.
+func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string]*cluster.Cluster, tracing *ir.Tracing, needed publicFilters) (*Resources, error) {
+	listeners, err := buildListeners(node, tracing, needed)
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,7 @@ func TestGoldenListeners(t *testing.T) {
 		if err := yaml.UnmarshalStrict(input, &node); err != nil {
 			t.Fatal(err)
 		}
-		ls, err := BuildListeners(node, nil)
+		ls, err := buildListeners(node, nil, publicFilters{})
 		if err != nil {
 			t.Fatal(err)
 		}
