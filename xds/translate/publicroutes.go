@@ -38,7 +38,9 @@ import (
 //     endpoint the request gets 404. Such a request's filters were made
 //     on no route, so on this listener the filters a route turns on are
 //     on already and idle without their route's config
-//     (filterInput.offUntilRouted).
+//     (filterInput.offUntilRouted); so that a request does not pay for
+//     filters no endpoint uses, the public chain holds only those some
+//     routed endpoint needs (publicFilters).
 //
 // Every route a request could match in the one table sits in its scope
 // (a route matches only paths of its own first segment, or it is "/"), in
