@@ -379,6 +379,13 @@ func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters [
 	}
 	named := make(map[string]types.ResourceWithTTL, len(listeners))
 	for _, l := range listeners {
+		if l.GetName() == wire.InboundListener {
+			// Its chains, one per backend the node runs, carry their
+			// routes inline (translate's TestInboundRoutesAreInline):
+			// reading each one's connection manager back named nothing
+			// and cost a tenth of a full mTLS publish.
+			continue
+		}
 		named[l.GetName()] = types.ResourceWithTTL{Resource: l}
 	}
 	for name := range cachev3.GetResourceReferences(named)[resource.RouteType] {

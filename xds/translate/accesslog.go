@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"sync"
 
 	"github.com/servemesh/servemesh/wire"
 )
@@ -43,7 +44,24 @@ var accessLogFields = map[string]string{
 // accessLogs write a JSON line per request of the listener named listener
 // to the node's access log (wire.AccessLogFile, relative to the folder its
 // Envoy runs in, so that the configuration is the same on every node).
+// Every connection manager of a listener name gets the same one, packed
+// once: an mTLS node has an inbound chain per backend it runs, and packing
+// the format for each was a tenth of a full publish. Callers must not
+// change what it returns.
 func accessLogs(listener string) []*accesslog.AccessLog {
+	if logs, ok := packedAccessLogs.Load(listener); ok {
+		return logs.([]*accesslog.AccessLog)
+	}
+	logs, _ := packedAccessLogs.LoadOrStore(listener, packAccessLogs(listener))
+	return logs.([]*accesslog.AccessLog)
+}
+
+// packedAccessLogs are accessLogs' answers by listener name (a handful:
+// wire's listener names).
+var packedAccessLogs sync.Map
+
+// packAccessLogs builds accessLogs' answer for listener.
+func packAccessLogs(listener string) []*accesslog.AccessLog {
 	fields := map[string]any{}
 	for k, v := range accessLogFields {
 		fields[k] = v

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -140,5 +142,45 @@ func TestFeaturesAreRegisteredOnce(t *testing.T) {
 	}
 	if !slices.Equal(used, []string{"grpc", "outlier"}) {
 		t.Fatalf("a gRPC backend with outlier detection uses %v", used)
+	}
+}
+
+// TestInboundRoutesAreInline: every chain of a node's inbound listener
+// carries its routes inline, naming no route configuration by RDS; the
+// xDS server's consistency check skips reading them back for that.
+func TestInboundRoutesAreInline(t *testing.T) {
+	here := []ir.Replica{{Address: "127.0.0.1:9001", Health: ir.Healthy, Node: goldenMTLSNode.ID, Inbound: "10.0.0.1:21000"}}
+	local := []ir.Backend{
+		{Name: "api", Reach: ir.ReachInbound, MaxConcurrent: 1, Replicas: here},
+		{Name: "llm", Reach: ir.ReachInbound, Picked: true, MaxConcurrent: 1, Replicas: here},
+	}
+	shared, err := BuildClusters(&ir.DataPlane{Backends: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil, publicFilters{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains := 0
+	for _, l := range res.Listeners {
+		if l.GetName() != wire.InboundListener {
+			continue
+		}
+		for _, c := range l.GetFilterChains() {
+			for _, f := range c.GetFilters() {
+				m := &hcm.HttpConnectionManager{}
+				if err := f.GetTypedConfig().UnmarshalTo(m); err != nil {
+					continue // not a connection manager
+				}
+				chains++
+				if m.GetRouteConfig() == nil {
+					t.Errorf("inbound chain %q takes its routes otherwise than inline: %T", c.GetName(), m.GetRouteSpecifier())
+				}
+			}
+		}
+	}
+	if chains < len(local) {
+		t.Fatalf("the inbound listener has %d connection managers; want one for each of %d backends", chains, len(local))
 	}
 }
