@@ -123,6 +123,9 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 	switch o.Protocol {
 	case "", ProtocolDelta:
 	case ProtocolSotW:
+		if o.Node.ClustersOnDemand {
+			return nil, fmt.Errorf("bootstrap: clusters on demand need delta xDS (Envoy asks for a cluster by name only on a delta stream); use xds protocol %q, or hold every cluster", ProtocolDelta)
+		}
 		apiType = core.ApiConfigSource_GRPC
 	default:
 		return nil, fmt.Errorf("bootstrap: xds protocol %q is unknown; use %q or %q", o.Protocol, ProtocolSotW, ProtocolDelta)

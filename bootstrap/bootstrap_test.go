@@ -48,17 +48,20 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+var onDemandNode = func() wire.ProxyNode { n := testNode; n.ClustersOnDemand = true; return n }()
+
 func TestBuildRejectsBadOptions(t *testing.T) {
 	for name, tc := range map[string]struct {
 		opts Options
 		want string
 	}{
-		"no xds port":       {Options{Node: testNode, XDSAddress: "127.0.0.1", AdminSocket: "/run/servemesh/admin/envoy.sock"}, "xds address"},
-		"no admin socket":   {Options{Node: testNode, XDSAddress: "127.0.0.1:1"}, "admin socket path is empty"},
-		"long admin socket": {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminSocket: "/" + strings.Repeat("x", 120)}, "over the 107"},
-		"no node id":        {Options{Node: wire.ProxyNode{PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2}, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock"}, "node id"},
-		"same ports":        {Options{Node: wire.ProxyNode{ID: "n", PublicAddress: "127.0.0.1", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 1}, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock"}, "different ports"},
-		"bad protocol":      {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock", Protocol: "rest"}, "xds protocol"},
+		"no xds port":         {Options{Node: testNode, XDSAddress: "127.0.0.1", AdminSocket: "/run/servemesh/admin/envoy.sock"}, "xds address"},
+		"no admin socket":     {Options{Node: testNode, XDSAddress: "127.0.0.1:1"}, "admin socket path is empty"},
+		"long admin socket":   {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminSocket: "/" + strings.Repeat("x", 120)}, "over the 107"},
+		"no node id":          {Options{Node: wire.ProxyNode{PublicAddress: "0.0.0.0", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 2}, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock"}, "node id"},
+		"same ports":          {Options{Node: wire.ProxyNode{ID: "n", PublicAddress: "127.0.0.1", PublicPort: 1, MeshAddress: "127.0.0.1", MeshPort: 1}, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock"}, "different ports"},
+		"bad protocol":        {Options{Node: testNode, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock", Protocol: "rest"}, "xds protocol"},
+		"on demand over sotw": {Options{Node: onDemandNode, XDSAddress: "127.0.0.1:1", AdminSocket: "admin/envoy.sock", Protocol: ProtocolSotW}, "clusters on demand need delta xDS"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Build(tc.opts)

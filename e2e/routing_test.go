@@ -179,6 +179,64 @@ func TestRequestRouting(t *testing.T) {
 	t.Run("a mesh-only node reaching one endpoint holds its routes and clusters alone and follows changes", func(t *testing.T) {
 		meshOnly(t, mesh)
 	})
+	t.Run("a node with clusters on demand fetches an endpoint's clusters on its first request", func(t *testing.T) {
+		onDemand(t, mesh)
+	})
+}
+
+// onDemand starts a fourth node with --clusters on-demand: its Envoy
+// starts with every route but none of the backends' clusters; the first
+// request through its public listener to model waits while Envoy fetches
+// the cluster its route chose, and then the node holds model's clusters
+// (stable and candidate), not unreached's, until a request through its
+// mesh listener fetches elsewhere too. Requests without a route answer
+// 404 at once, as on any node.
+func onDemand(t *testing.T, mesh *twoNodeMesh) {
+	ctx := context.Background()
+	n4 := startAgentArgs(t, mesh.consul, "routing-n4", "127.0.0.5", mesh.ctl.xdsAddr, 1, []string{"--clusters", "on-demand"})
+	holds := func(want map[string]bool) {
+		t.Helper()
+		clusters, err := envoy.Admin{Socket: n4.admin}.Get(ctx, "/config_dump?resource=dynamic_active_clusters")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range want {
+			if strings.Contains(string(clusters), `"name": "`+name+`"`) != want {
+				t.Errorf("the on-demand node holds cluster %s: %t, want %t", name, !want, want)
+			}
+		}
+	}
+	testutil.WaitFor(t, 20*time.Second, "the on-demand node to be in sync", func() bool {
+		for _, n := range nodesOf(mesh.ctl.apiAddr) {
+			if n.ID == n4.id {
+				return n.Connected && n.InSync
+			}
+		}
+		return false
+	})
+	holds(map[string]bool{"stable": false, "candidate": false, "elsewhere": false})
+	start := time.Now()
+	if r := do(httpClient(), http.MethodGet, "http://"+n4.public+"/model", ""); r.status != 200 || r.backend != "stable" {
+		t.Fatalf("the first request through the on-demand node: %v, want 200 from stable", r)
+	}
+	t.Logf("the first request to model through the on-demand node took %v (its cluster fetched on demand)", time.Since(start))
+	for range 20 {
+		if r := do(httpClient(), http.MethodGet, "http://"+n4.public+"/model", "x-user"); r.status != 200 {
+			t.Fatalf("through the on-demand node, once it holds the cluster: %v, want 200", r)
+		}
+	}
+	holds(map[string]bool{"stable": true, "candidate": true, "elsewhere": false})
+	if r := do(httpClient(), http.MethodGet, "http://"+n4.mesh+"/", "unreached"); r.status != 200 || r.backend != "elsewhere" {
+		t.Fatalf("the first request to unreached through the on-demand node's mesh listener: %v, want 200 from elsewhere", r)
+	}
+	holds(map[string]bool{"elsewhere": true})
+	quick := &http.Client{Timeout: 3 * time.Second}
+	if r := do(quick, http.MethodGet, "http://"+n4.mesh+"/", "no-such-endpoint"); r.status != 404 {
+		t.Errorf("a host no endpoint has, through the on-demand node's mesh listener: %v, want 404 at once", r)
+	}
+	if r := do(quick, http.MethodGet, "http://"+n4.public+"/no-such-route", ""); r.status != 404 {
+		t.Errorf("a path no endpoint routes, through the on-demand node's public listener: %v, want 404 at once", r)
+	}
 }
 
 // meshOnly starts a third node with --public none and

@@ -45,6 +45,12 @@ type ProxyNode struct {
 	// those endpoints alone and, unless it has a public listener, the
 	// clusters of their backends alone. nil: every endpoint.
 	Reachable []string `json:"reachable_endpoints,omitempty"`
+	// ClustersOnDemand: the node's Envoy starts with the clusters of the
+	// backends it runs alone and asks for the others by name (Envoy's
+	// on-demand cluster discovery) on the first request a route sends to
+	// one; it is then sent the clusters of every endpoint whose routes
+	// name that one. Its xDS must be delta.
+	ClustersOnDemand bool `json:"clusters_on_demand,omitempty"`
 	// Version and Protocol are the servemesh release and Protocol of the
 	// agent that started the node's Envoy; Protocol 0 when it announced
 	// none (an older release: UnannouncedProtocol).
@@ -91,6 +97,7 @@ const (
 	MetaInboundPort   = "servemesh.inbound_port"
 	MetaNoAccessLog   = "servemesh.no_access_log"
 	MetaReachable     = "servemesh.reachable_endpoints"
+	MetaOnDemand      = "servemesh.clusters_on_demand"
 )
 
 // Validate checks the node's settings.
@@ -187,6 +194,9 @@ func (n ProxyNode) Metadata() (*structpb.Struct, error) {
 	if n.Protocol != 0 {
 		fields[MetaVersion], fields[MetaProtocol] = n.Version, strconv.Itoa(n.Protocol)
 	}
+	if n.ClustersOnDemand {
+		fields[MetaOnDemand] = true
+	}
 	if n.Reachable != nil {
 		names := make([]any, len(n.Reachable))
 		for i, e := range n.Reachable {
@@ -229,6 +239,8 @@ func ProxyNodeFromEnvoy(n *core.Node) (ProxyNode, error) {
 		InboundPort:    port(MetaInboundPort),
 		NoAccessLog:    fields[MetaNoAccessLog].GetBoolValue(),
 		Version:        str(MetaVersion),
+
+		ClustersOnDemand: fields[MetaOnDemand].GetBoolValue(),
 	}
 	if p := str(MetaProtocol); p != "" {
 		protocol, err := ParseProtocol(p)

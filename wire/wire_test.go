@@ -145,6 +145,14 @@ func TestProxyNodeMetadataRoundTrip(t *testing.T) {
 	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || !got.Equal(quiet) {
 		t.Fatalf("round trip without an access log: %+v, %v", got, err)
 	}
+	onDemand := n
+	onDemand.ClustersOnDemand = true
+	if md, err = onDemand.Metadata(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ProxyNodeFromEnvoy(&core.Node{Id: n.ID, Metadata: md}); err != nil || !got.Equal(onDemand) {
+		t.Fatalf("round trip with clusters on demand: %+v, %v", got, err)
+	}
 	meshOnly := ProxyNode{ID: "n2", MeshAddress: "127.0.0.1", MeshPort: 15001}
 	if md, err = meshOnly.Metadata(); err != nil {
 		t.Fatal(err)

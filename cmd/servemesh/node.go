@@ -20,7 +20,7 @@ import (
 // nodeFlags describe one node's Envoy: identity, listeners, control plane.
 type nodeFlags struct {
 	id, public, mesh, adminSocket, xds, protocol string
-	reachable                                    string
+	reachable, clusters                          string
 	noAccessLog                                  bool
 }
 
@@ -28,7 +28,7 @@ type nodeFlags struct {
 func defaultNode() nodeFlags {
 	host, _ := os.Hostname()
 	return nodeFlags{id: host, public: "0.0.0.0:8080", mesh: "127.0.0.1:15001",
-		xds: "127.0.0.1:18000", protocol: string(bootstrap.ProtocolDelta)}
+		xds: "127.0.0.1:18000", protocol: string(bootstrap.ProtocolDelta), clusters: clustersAll}
 }
 
 func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
@@ -39,6 +39,7 @@ func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
 	fs.StringVar(&o.xds, "xds", def.xds, "address of the control plane's xDS server, or several comma-separated (HA controllers)")
 	fs.StringVar(&o.protocol, "xds-protocol", def.protocol, "xDS variant: delta (a change sends the resources it changed) or sotw (state of the world: every resource of each type a change touched)")
 	fs.StringVar(&o.reachable, "reachable-endpoints", "", "the only endpoints this node's replicas call, comma-separated, or \"none\" (default: every endpoint); its Envoy then holds only their routes and, without a public listener, their backends' clusters: for meshes of many nodes and endpoints")
+	fs.StringVar(&o.clusters, "clusters", def.clusters, "which backends' clusters this node's Envoy holds: all, or on-demand (those of the backends it runs, and of each endpoint from the first request a route sends to it, fetched over delta xDS while the request waits): for nodes that call few of a large mesh's endpoints without naming them")
 	fs.BoolVar(&o.noAccessLog, "no-access-log", false, "do not write Envoy's access log (a JSON line per request, access.log in the work folder)")
 }
 
@@ -55,9 +56,13 @@ func (o *nodeFlags) bootstrap() (bootstrap.Options, error) {
 	if err != nil {
 		return bootstrap.Options{}, err
 	}
+	if o.clusters != clustersAll && o.clusters != clustersOnDemand {
+		return bootstrap.Options{}, fmt.Errorf("--clusters %q: want %s or %s", o.clusters, clustersAll, clustersOnDemand)
+	}
 	return bootstrap.Options{
 		Node: wire.ProxyNode{ID: o.id, PublicAddress: publicHost, PublicPort: publicPort, MeshAddress: meshHost, MeshPort: meshPort,
-			NoAccessLog: o.noAccessLog, Reachable: reachable(o.reachable), Version: wire.Version, Protocol: wire.Protocol},
+			NoAccessLog: o.noAccessLog, Reachable: reachable(o.reachable), Version: wire.Version, Protocol: wire.Protocol,
+			ClustersOnDemand: o.clusters == clustersOnDemand},
 		XDSAddress: o.xds, AdminSocket: o.adminSocket, Protocol: bootstrap.Protocol(o.protocol),
 	}, nil
 }
@@ -78,6 +83,12 @@ func reachable(flag string) []string {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// --clusters' values.
+const (
+	clustersAll      = "all"
+	clustersOnDemand = "on-demand"
+)
 
 // noPublic is --public's value for a node without a public listener.
 const noPublic = "none"

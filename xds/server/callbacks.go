@@ -83,6 +83,7 @@ func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 	// A reconnecting delta node states per-resource versions, not a system
 	// version, so until the next change its status shows what was last sent.
 	c.s.onRequest(delta(id), req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
+	c.s.demand(delta(id), req.GetTypeUrl(), req.GetResourceNamesSubscribe())
 	return c.s.nodeError(delta(id))
 }
 

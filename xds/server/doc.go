@@ -5,7 +5,9 @@
 // resources carry the versions the incremental translation made and are
 // encoded once however many streams they are sent on (snapshot.go; nodes
 // share them) and kept in one cache by type, scope, name and version
-// (encodings.go), cut to what a node reaches (reach.go), a shared
+// (encodings.go), cut to what a node reaches (reach.go) or, for a node
+// whose clusters come on demand, to those its Envoy asked for (demand.go),
+// a shared
 // per-resource cache for endpoints, coalesced
 // rebuilds, ACK tracking per node and NACK detection, and, with mTLS, each
 // stream's node known by its certificate. In the flow of

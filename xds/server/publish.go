@@ -85,7 +85,13 @@ func (s *Server) publish(ctx context.Context) {
 // the node since it was last set (snapshotTypes: one cache per type).
 func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen uint64, nodes []wire.ProxyNode) {
 	for _, node := range nodes {
-		snap, err := built.snapshotFor(node)
+		s.mu.Lock()
+		var demanded []string
+		if st := s.nodes[node.ID]; st != nil {
+			demanded = st.demandedClusters()
+		}
+		s.mu.Unlock()
+		snap, err := built.snapshotFor(node, demanded)
 		s.mu.Lock()
 		st := s.nodes[node.ID]
 		if st != nil && err != nil {
@@ -180,6 +186,10 @@ type sharedResources struct {
 	// sends to.
 	reach         map[string]*reachKinds
 	routeClusters map[string][]string
+	// clusterRoutes are the mesh route configurations that send to each
+	// cluster: routeClusters turned round, when a node first asks
+	// (onDemand).
+	clusterRoutes map[string][]string
 	// meshOnly are scopes without the public ones, for the nodes without
 	// a public listener, cut from scopes when first asked.
 	meshOnly, meshOnlyFrom *kind
@@ -284,11 +294,12 @@ func lookup(versions map[string]string) func(string) string {
 }
 
 // snapshotFor builds a node's snapshot of listeners, routes, scoped routes
-// and clusters. A node whose listeners and clusters are what they were at
+// and clusters; demanded are the clusters it asked for, if its clusters
+// come on demand. A node whose listeners and clusters are what they were at
 // its last snapshot only gets the new routes; otherwise the snapshot is
 // first checked to be consistent with the assignments (every cluster has
 // its assignment, every listener its routes).
-func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
+func (sr *sharedResources) snapshotFor(node wire.ProxyNode, demanded []string) (snapshot, error) {
 	own, err := sr.builder.ForNode(node)
 	if err != nil {
 		return nil, err
@@ -303,6 +314,9 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode) (snapshot, error) {
 		// all): a node without a public listener gets the mesh's alone, or
 		// it would ask for the public route configurations they name.
 		scopes = sr.meshScopes()
+	}
+	if node.ClustersOnDemand {
+		clusters = sr.onDemand(clusters, demanded)
 	}
 	last := sr.snaps[node.ID]
 	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != clusters.version {

@@ -38,6 +38,8 @@ type filterInput struct {
 	// needed: the route-enabled filters the mesh's routed endpoints use,
 	// the only ones on the public chain.
 	needed publicFilters
+	// onDemand: the node's clusters come on demand (ondemand.go).
+	onDemand bool
 }
 
 // publicFilters are the route-enabled filters that some routed endpoint
@@ -155,6 +157,10 @@ var httpFilters = []httpFilter{
 			"(usage.total_tokens) for the global rate limit filter to charge to its token quota when the answer ends " +
 			"(off but on routes of endpoints with a token quota)",
 		build: usageReader, needs: func(f publicFilters) bool { return f.usage }},
+	{name: onDemandFilter, on: []chain{outbound},
+		why: "last before the router, once every filter that may choose the route again has run: on a node whose clusters " +
+			"come on demand, a request whose route sends to a cluster the node does not hold waits while Envoy asks for it",
+		build: onDemandClusters},
 	{name: "envoy.filters.http.ext_proc", on: []chain{inbound},
 		why: "first on the inbound hop of a load-aware backend: the node's picker chooses the replica (override_host) " +
 			"before the router sends it, and adds the node's load report to the answer",

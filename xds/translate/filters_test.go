@@ -46,6 +46,10 @@ func TestFilterTable(t *testing.T) {
 			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, globalRateLimitClosedFilter, "envoy.filters.http.router"}},
 		{outbound, filterInput{public: true, mtls: true, needed: publicFilters{localLimit: true, models: true, globalOpen: true, globalClosed: true, callerPicker: true, usage: true}},
 			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, "envoy.filters.http.router"}},
+		// A node whose clusters come on demand asks for the one a
+		// request's route chose last, before the router, on both chains.
+		{outbound, filterInput{public: true, onDemand: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", onDemandFilter, "envoy.filters.http.router"}},
+		{outbound, filterInput{onDemand: true, mtls: true}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, onDemandFilter, "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: ir.Backend{Name: "api"}}, []string{"servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: aware}, []string{"envoy.filters.http.ext_proc", "servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 	} {

@@ -97,7 +97,7 @@ func meshScopes() routeSource {
 }
 
 func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string, port uint32, routes routeSource, needed publicFilters) (*listener.Listener, error) {
-	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS(), public: name == wire.PublicListener, needed: needed})
+	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS(), public: name == wire.PublicListener, needed: needed, onDemand: node.ClustersOnDemand})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// TestClustersOnDemand: a node whose clusters come on demand starts with
+// its own clusters alone, every route besides; naming one cluster of an
+// endpoint gets it the clusters of every endpoint that sends to it (api's
+// split: v1 and v2, and its shadow v4), not the rest of the mesh (v3), and
+// it is in sync; a name the mesh does not have gets nothing.
+func TestClustersOnDemand(t *testing.T) {
+	s, conn, _ := startServer(t)
+	m := testModel("127.0.0.1:9001")
+	m.Backends = append(m.Backends,
+		meshspec.Backend{Name: "v3", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9003"}}},
+		meshspec.Backend{Name: "v4", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9004"}}})
+	m.Endpoints[0].Shadows = map[string]float64{"v4": 0.1}
+	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"v3": 1}})
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
+		t.Fatal(err)
+	}
+	node := wire.ProxyNode{ID: "od", PublicAddress: "127.0.0.1", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001, ClustersOnDemand: true}
+	meta, err := node.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, other := wire.MeshRouteName("api"), wire.MeshRouteName("other")
+	publicAPI, publicOther := wire.PublicRouteName("api"), wire.PublicRouteName("other")
+	c, got := openDelta(t, conn, &core.Node{Id: node.ID, Metadata: meta},
+		subscription{resource.ClusterType, nil}, subscription{resource.ListenerType, nil},
+		subscription{resource.ScopedRouteType, nil}, subscription{resource.RouteType, []string{api, other, publicAPI, publicOther}})
+	for typ, want := range map[string][]string{
+		resource.ClusterType: {wire.RateLimitCluster},
+		resource.RouteType:   {api, other, publicAPI, publicOther},
+	} {
+		if !slices.Equal(got[typ], want) {
+			t.Errorf("a node with clusters on demand, at first: %s %v; want %v", typ, got[typ], want)
+		}
+	}
+	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"v2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.nextResources(); !slices.Equal(got, []string{"v1", "v2", "v4"}) {
+		t.Errorf("after naming v2: %v; want api's clusters v1, v2 and its shadow v4 (not other's v3)", got)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the node in sync", func() bool {
+		st := s.Status()
+		return len(st) == 1 && st[0].InSync
+	})
+
+	// A name the mesh lacks is kept (its backend may come) but sends
+	// nothing; the next real change sends just what changed.
+	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"nope"}}); err != nil {
+		t.Fatal(err)
+	}
+	m = meshspec.Clone(m)
+	m.Backends[2].Config.MaxConcurrentQueries = 7 // v3: other's, not held
+	m.Backends[0].Config.MaxConcurrentQueries = 7 // v1: held
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.nextResources(); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("after a change to v1 and v3: %v; want v1 alone", got)
+	}
+}
+
+// TestDemandIsBounded: a node naming more clusters than a mesh can have
+// is held to maxDemanded; a node whose clusters do not come on demand
+// records none.
+func TestDemandIsBounded(t *testing.T) {
+	s, conn, _ := startServer(t)
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
+		t.Fatal(err)
+	}
+	od := wire.ProxyNode{ID: "od", MeshAddress: "127.0.0.1", MeshPort: 15001, ClustersOnDemand: true}
+	meta, err := od.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	openDelta(t, conn, &core.Node{Id: od.ID, Metadata: meta}, subscription{resource.ClusterType, nil})
+	openDelta(t, conn, servemeshNode(t, "all"), subscription{resource.ClusterType, nil})
+	names := make([]string, maxDemanded+10)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", i)
+	}
+	s.mu.Lock()
+	var streams []streamKey
+	for id := range s.streams {
+		streams = append(streams, id)
+	}
+	s.mu.Unlock()
+	for _, id := range streams {
+		s.demand(id, resource.ClusterType, names)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.nodes["od"].demanded); n != maxDemanded {
+		t.Errorf("the on-demand node holds %d names; want at most %d", n, maxDemanded)
+	}
+	if n := len(s.nodes["all"].demanded); n != 0 {
+		t.Errorf("a node holding every cluster recorded %d names; want none", n)
+	}
+}
+
+// nextResources ACKs answers until one sends resources, and returns
+// their names, sorted. go-control-plane answers a subscription to a name
+// it does not hold yet with an empty answer (Envoy waits on).
+func (c *deltaClient) nextResources() []string {
+	c.t.Helper()
+	for {
+		resp := c.next()
+		c.ack(resp)
+		if len(resp.GetResources()) == 0 {
+			continue
+		}
+		var names []string
+		for _, r := range resp.GetResources() {
+			names = append(names, r.GetName())
+		}
+		slices.Sort(names)
+		return names
+	}
+}
