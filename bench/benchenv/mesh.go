@@ -99,6 +99,15 @@ func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
 	return m, nil
 }
 
+// AgentArgs are node i's agent's arguments past those every agent has.
+func (m *Mesh) AgentArgs(i int) []string {
+	args := m.args[i]
+	if at := slices.Index(args, "--concurrency"); at >= 0 && at+2 <= len(args) {
+		return args[at+2:]
+	}
+	return nil
+}
+
 // RestartAgent stops node i's agent (SIGTERM) and starts it again with its
 // arguments and extra, kept for its later restarts (a later flag wins):
 // with KeepDataPlane it adopts what the last one left.

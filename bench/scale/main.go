@@ -33,6 +33,7 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/internal/testutil"
@@ -47,6 +48,8 @@ func main() {
 	flag.IntVar(&o.meshOnly, "mesh-only-nodes", 0, "how many of the simulated nodes are mesh-only (--public none: no public listener, so no public route table)")
 	flag.IntVar(&o.reach, "reach", 0, "how many endpoints each mesh-only simulated node reaches (--reachable-endpoints: the changed one and others spread over the mesh); 0: every endpoint")
 	flag.IntVar(&o.realNodes, "real-nodes", 2, "real nodes: agents with their Envoys")
+	realArgs := flag.String("real-node-args", "", "more arguments for the real nodes' agents, space-separated (say, \"--clusters on-demand\")")
+	flag.BoolVar(&o.restartReal, "restart-real-node", false, "once the mesh is loaded, restart the first real node's agent and Envoy and report the time until it is in sync and its Envoy's memory")
 	flag.IntVar(&o.changes, "changes", 100, "traffic sets timed, one after the other")
 	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "the pace of the changes under load")
 	flag.DurationVar(&o.loadFor, "load", 10*time.Second, "how long the changes under load last")
@@ -54,6 +57,7 @@ func main() {
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the controller's heap profile at rest to this file, one per mesh size and protocol (<file>-<endpoints>-<protocol>)")
 	protocols := flag.String("protocols", "delta", "the simulated nodes' xDS variants, each run in turn: delta (the nodes' default), sotw, or both")
 	flag.Parse()
+	o.realArgs = strings.Fields(*realArgs)
 	var counts []int
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -99,6 +103,8 @@ type options struct {
 	endpoints, nodes, meshOnly, reach, realNodes, changes int
 	interval, loadFor                                     time.Duration
 	protocol, heapProfile, memoryLimit                    string
+	realArgs                                              []string
+	restartReal                                           bool
 }
 
 func run(o options) error {
@@ -113,7 +119,7 @@ func run(o options) error {
 	for i := range cpus {
 		cpus[i] = "4"
 	}
-	mesh, err := be.StartMesh(benchenv.MeshOptions{Work: filepath.Join(be.Dir, "mesh"), NodeCPUs: cpus,
+	mesh, err := be.StartMesh(benchenv.MeshOptions{Work: filepath.Join(be.Dir, "mesh"), NodeCPUs: cpus, AgentArgs: o.realArgs,
 		ControllerArgs: []string{"--allow-replica-cidr", "10.0.0.0/8", "--debug-profiles"}, ControllerEnv: memoryLimit(o.memoryLimit)})
 	if err != nil {
 		return err
@@ -136,6 +142,11 @@ func run(o options) error {
 	}
 	if err := allHaveRoutes(ctx, sims, mesh.Client, mesh.APIAddr, o.realNodes); err != nil {
 		return err
+	}
+	if o.restartReal && o.realNodes > 0 {
+		if err := restartReal(ctx, mesh, o.realNodes); err != nil {
+			return err
+		}
 	}
 	pid := mesh.Controller.Pid()
 	time.Sleep(5 * time.Second) // let the initial pushes settle
@@ -326,6 +337,50 @@ func timedChanges(ctx context.Context, c *api.Client, sims []*simNode, realNodes
 		lat = append(lat, last.Sub(accepted)) // the real nodes' sync is checked, not timed (their status is polled)
 	}
 	return lat, sentBytes(sims) - before, nil
+}
+
+// restartReal restarts the first real node's agent, which stops its Envoy
+// with it (the bench's agents stop theirs on exit), so a new Envoy loads
+// the whole mesh; it prints how long until every real node is in sync
+// again, and what that Envoy then holds and allocates (its admin API's
+// /memory and /clusters).
+func restartReal(ctx context.Context, mesh *benchenv.Mesh, realNodes int) error {
+	start := time.Now()
+	if err := mesh.RestartAgent(0); err != nil {
+		return err
+	}
+	time.Sleep(time.Second) // the controller sees the old streams close
+	if err := testutil.Until(5*time.Minute, func() bool { return realInSync(ctx, mesh.Client, realNodes) }); err != nil {
+		return fmt.Errorf("the restarted real node: %w: %s", err, xdsNodes(ctx, mesh.APIAddr))
+	}
+	ready := time.Since(start)
+	admin := envoy.Admin{Socket: envoy.AdminSocketIn(mesh.WorkDirs[0])}
+	mem, err := admin.Get(ctx, "/memory")
+	if err != nil {
+		return fmt.Errorf("the restarted node's Envoy: %w", err)
+	}
+	var m struct {
+		Allocated string `json:"allocated"`
+		HeapSize  string `json:"heap_size"`
+	}
+	if err := json.Unmarshal(mem, &m); err != nil {
+		return fmt.Errorf("the restarted node's Envoy /memory: %w", err)
+	}
+	clusters, err := admin.Get(ctx, "/clusters?format=json")
+	if err != nil {
+		return fmt.Errorf("the restarted node's Envoy: %w", err)
+	}
+	var cs struct {
+		Statuses []json.RawMessage `json:"cluster_statuses"`
+	}
+	if err := json.Unmarshal(clusters, &cs); err != nil {
+		return fmt.Errorf("the restarted node's Envoy /clusters: %w", err)
+	}
+	alloc, _ := strconv.ParseFloat(m.Allocated, 64)
+	heap, _ := strconv.ParseFloat(m.HeapSize, 64)
+	fmt.Printf("restarted real node (%s): in sync %.1f s after its agent started; its Envoy holds %d clusters, allocates %.0f MiB (heap %.0f MiB)\n",
+		strings.Join(mesh.AgentArgs(0), " "), ready.Seconds(), len(cs.Statuses), alloc/(1<<20), heap/(1<<20))
+	return nil
 }
 
 func flip(i int) map[string]float64 {
