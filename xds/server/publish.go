@@ -364,8 +364,9 @@ func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, rout
 }
 
 // mergedClusters is a node's clusters with mTLS: the shared ones, and the
-// node's own, which replace shared ones of the same name and are
-// versioned by the node's own version and encoded through enc.
+// node's own, which replace shared ones of the same name, each versioned
+// as the builder versioned it and encoded through enc (which keeps the
+// encoding of a version it has).
 func mergedClusters(shared *kind, own *translate.NodeBuilt, enc *kindEncoder) (*kind, error) {
 	n := len(shared.items) + len(own.Clusters)
 	k := &kind{version: shared.version + "-" + own.ClustersVersion,
@@ -374,7 +375,7 @@ func mergedClusters(shared *kind, own *translate.NodeBuilt, enc *kindEncoder) (*
 		k.items[name], k.versions[name], k.sources[name] = r, shared.versions[name], shared.sources[name]
 	}
 	for _, c := range own.Clusters {
-		if err := k.add(c.GetName(), c, own.ClustersVersion, enc); err != nil {
+		if err := k.add(c.GetName(), c, own.ClusterVersions[c.GetName()], enc); err != nil {
 			return nil, err
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/ir"
-	"github.com/servemesh/servemesh/wire"
 )
 
 // Builder builds what Shared builds, again and again as the model changes,
@@ -52,6 +51,7 @@ type backendParts struct {
 	clusters    []*cluster.Cluster
 	assignments []Encoded      // sent as they are, so held encoded
 	hash        string         // of its clusters
+	config      string         // of the backend without its replicas (configHash)
 	nodes       []string       // with mTLS, the nodes it has replicas on
 	perNode     map[string]int // and how many on each
 }
@@ -264,7 +264,10 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		}
 		p.assignments = append(p.assignments, e)
 	}
-	p.hash, err = hashOf(p.clusters)
+	if p.hash, err = hashOf(p.clusters); err != nil {
+		return nil, err
+	}
+	p.config, err = configHash(be)
 	return p, err
 }
 
@@ -435,109 +438,6 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 	}
 	b.public = out
 	return out, nil
-}
-
-// NodeBuilt is one node's own resources (ForNode's), with versions.
-type NodeBuilt struct {
-	Resources
-	ListenersVersion, ClustersVersion string
-}
-
-type nodeParts struct {
-	node    wire.ProxyNode
-	keys    []localKey
-	tracing ir.Tracing // the zero value: none
-	needed  publicFilters
-	built   *NodeBuilt
-}
-
-// localKey is what a node's own resources depend on of a backend it runs:
-// its clusters (their hash) and its count of replicas there, not their
-// addresses or health, which come by EDS.
-type localKey struct {
-	backend, hash string
-	replicas      int
-}
-
-// ForNode builds what node owns, as ForNode does, from the last Build: a
-// node whose listener settings and local backends did not change gets
-// what it got last time.
-func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
-	var local []*backendParts
-	if b.mtls != nil {
-		for _, name := range sortedNames(b.nodeBackends(node.ID)) {
-			local = append(local, b.backends[name])
-		}
-	}
-	if b.nodes == nil {
-		b.nodes = map[string]*nodeParts{}
-	}
-	keys := make([]localKey, len(local))
-	for i, p := range local {
-		keys[i] = localKey{backend: p.backend.Name, hash: p.hash, replicas: p.perNode[node.ID]}
-	}
-	var tracing ir.Tracing
-	if b.tracing != nil {
-		tracing = *b.tracing
-	}
-	if p := b.nodes[node.ID]; p != nil && p.node.Equal(node) && slices.Equal(p.keys, keys) && p.tracing == tracing && p.needed == b.needed {
-		return p.built, nil
-	}
-	backends := make([]ir.Backend, 0, len(local))
-	shared := make(map[string]*cluster.Cluster, len(local))
-	for _, p := range local {
-		be := p.backend
-		be.Replicas = nil
-		for _, r := range p.backend.Replicas {
-			if r.Node == node.ID {
-				be.Replicas = append(be.Replicas, r)
-			}
-		}
-		backends = append(backends, be)
-		for _, c := range p.clusters {
-			shared[c.GetName()] = c
-		}
-	}
-	res, err := forNode(node, b.mtls, backends, shared, b.tracing, b.needed)
-	if err != nil {
-		return nil, err
-	}
-	out := &NodeBuilt{Resources: *res}
-	if out.ListenersVersion, err = hashOf(res.Listeners); err != nil {
-		return nil, err
-	}
-	if out.ClustersVersion, err = hashOf(res.Clusters); err != nil {
-		return nil, err
-	}
-	b.nodes[node.ID] = &nodeParts{node: node, keys: keys, tracing: tracing, needed: b.needed, built: out}
-	return out, nil
-}
-
-// KeepNodes drops what ForNode kept of nodes not in ids: gone from the
-// mesh.
-func (b *Builder) KeepNodes(ids map[string]bool) {
-	for id := range b.nodes {
-		if !ids[id] {
-			delete(b.nodes, id)
-		}
-	}
-}
-
-// nodeBackends returns, with mTLS, the names of the backends with replicas
-// on node, as of the last Build.
-func (b *Builder) nodeBackends(node string) map[string]bool {
-	if b.byNode == nil {
-		b.byNode = map[string]map[string]bool{}
-		for name, p := range b.backends {
-			for _, n := range p.nodes {
-				if b.byNode[n] == nil {
-					b.byNode[n] = map[string]bool{}
-				}
-				b.byNode[n][name] = true
-			}
-		}
-	}
-	return b.byNode[node]
 }
 
 func sortedNames[T any](m map[string]T) []string {

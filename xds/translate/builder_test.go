@@ -59,6 +59,7 @@ func sameAsShared(t *testing.T, b *Builder, view *meshspec.Model, mtls *MTLS) *B
 		}
 		equalLists(t, node.ID+"'s listeners", own.Listeners, wantOwn.Listeners)
 		equalLists(t, node.ID+"'s clusters", own.Clusters, wantOwn.Clusters)
+		versioned(t, node.ID+"'s clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions)
 	}
 	return got
 }

@@ -29,7 +29,7 @@ import (
 // presenting the backend's identity and requiring a client certificate of
 // a servemesh node. A connection that names no such backend, or brings no
 // or another certificate, is closed.
-func buildInboundListener(node wire.ProxyNode, t *MTLS, local []ir.Backend, tracing *ir.Tracing) (*listener.Listener, error) {
+func buildInboundListener(node wire.ProxyNode, local []ir.Backend, chainOf func(ir.Backend) (*listener.FilterChain, error)) (*listener.Listener, error) {
 	inspector, err := anypb.New(&tlsinspector.TlsInspector{})
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener: pack tls inspector: %w", err)
@@ -44,7 +44,7 @@ func buildInboundListener(node wire.ProxyNode, t *MTLS, local []ir.Backend, trac
 		}},
 	}
 	for _, b := range local {
-		chain, err := inboundChain(node, t, b, tracing)
+		chain, err := chainOf(b)
 		if err != nil {
 			return nil, err
 		}

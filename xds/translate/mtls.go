@@ -96,17 +96,34 @@ func ForNode(m *ir.DataPlane, node wire.ProxyNode, t *MTLS, shared map[string]*c
 // only its replicas there, sorted by name, and the filters its public
 // listener needs.
 func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string]*cluster.Cluster, tracing *ir.Tracing, needed publicFilters) (*Resources, error) {
+	listeners, err := nodeListeners(node, t, local, tracing, needed, func(b ir.Backend) (*listener.FilterChain, error) {
+		return inboundChain(node, t, b, tracing)
+	})
+	if err != nil {
+		return nil, err
+	}
+	clusters := nodeServiceClusters(t, tracing)
+	for _, b := range local {
+		own, err := backendClustersOn(b, node.ID, shared)
+		if err != nil {
+			return nil, err
+		}
+		clusters = append(clusters, own...)
+	}
+	return &Resources{Listeners: listeners, Clusters: clusters}, nil
+}
+
+// nodeListeners are node's listeners: its public and mesh ones and, with
+// t and backends running here (local), its inbound listener, one filter
+// chain per local backend, as chain makes it (inboundChain, or a copy the
+// caller kept).
+func nodeListeners(node wire.ProxyNode, t *MTLS, local []ir.Backend, tracing *ir.Tracing, needed publicFilters, chain func(ir.Backend) (*listener.FilterChain, error)) ([]*listener.Listener, error) {
 	listeners, err := buildListeners(node, tracing, needed)
 	if err != nil {
 		return nil, err
 	}
-	// The node's rate limit service, for endpoints with a global limit.
-	out := &Resources{Listeners: listeners, Clusters: []*cluster.Cluster{rateLimitServiceCluster()}}
-	if tracing != nil {
-		out.Clusters = append(out.Clusters, tracingCluster(tracing))
-	}
 	if t == nil {
-		return out, nil
+		return listeners, nil
 	}
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -114,38 +131,54 @@ func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string
 	if !node.MTLS() {
 		return nil, fmt.Errorf("node %q announces no inbound listener, but the mesh runs mTLS: start its agent with mTLS", node.ID)
 	}
-	// The node's picker: its inbound listener's for load-aware backends,
-	// its outbound listeners' for prompt-affine endpoints.
-	out.Clusters = append(out.Clusters, pickerCluster())
 	if len(local) == 0 {
-		return out, nil // Envoy refuses a listener without filter chains
+		return listeners, nil // Envoy refuses a listener without filter chains
 	}
-	inbound, err := buildInboundListener(node, t, local, tracing)
+	inbound, err := buildInboundListener(node, local, chain)
 	if err != nil {
 		return nil, err
 	}
-	out.Listeners = append(out.Listeners, inbound)
-	sortByName(out.Listeners, func(l *listener.Listener) string { return l.GetName() })
-	for _, b := range local {
-		inboundCluster, err := buildInboundCluster(b, node.ID)
-		if err != nil {
-			return nil, err
-		}
-		out.Clusters = append(out.Clusters, inboundCluster)
-		if !hasNodeView(b) {
-			continue // called through the inbound listener, as other nodes call it
-		}
-		c, ok := shared[wire.ClusterName(b.Name)]
-		if !ok {
-			return nil, fmt.Errorf("node %q: no shared cluster of backend %q", node.ID, b.Name)
-		}
-		view, err := localView(c, b, node.ID)
-		if err != nil {
-			return nil, err
-		}
-		out.Clusters = append(out.Clusters, view)
+	listeners = append(listeners, inbound)
+	sortByName(listeners, func(l *listener.Listener) string { return l.GetName() })
+	return listeners, nil
+}
+
+// nodeServiceClusters are the clusters of the agent's services every
+// node has: its rate limit service, the mesh's trace collector if it
+// traces, and with t its picker (its inbound listener's for load-aware
+// backends, its outbound listeners' for prompt-affine endpoints).
+func nodeServiceClusters(t *MTLS, tracing *ir.Tracing) []*cluster.Cluster {
+	out := []*cluster.Cluster{rateLimitServiceCluster()}
+	if tracing != nil {
+		out = append(out, tracingCluster(tracing))
 	}
-	return out, nil
+	if t != nil {
+		out = append(out, pickerCluster())
+	}
+	return out
+}
+
+// backendClustersOn are b's clusters on node, which runs replicas of it
+// (b lists only those): its inbound cluster and, unless b is called
+// through the inbound listener alone, the node's view of b, which
+// replaces the shared cluster of that name.
+func backendClustersOn(b ir.Backend, node string, shared map[string]*cluster.Cluster) ([]*cluster.Cluster, error) {
+	inboundCluster, err := buildInboundCluster(b, node)
+	if err != nil {
+		return nil, err
+	}
+	if !hasNodeView(b) {
+		return []*cluster.Cluster{inboundCluster}, nil // called through the inbound listener, as other nodes call it
+	}
+	c, ok := shared[wire.ClusterName(b.Name)]
+	if !ok {
+		return nil, fmt.Errorf("node %q: no shared cluster of backend %q", node, b.Name)
+	}
+	view, err := localView(c, b, node)
+	if err != nil {
+		return nil, err
+	}
+	return []*cluster.Cluster{inboundCluster, view}, nil
 }
 
 // ClustersByName indexes clusters by name, as ForNode takes them.

@@ -1,0 +1,276 @@
+package translate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+
+	"github.com/servemesh/servemesh/ir"
+	"github.com/servemesh/servemesh/wire"
+)
+
+// A node's own resources, built incrementally (Builder.ForNode). With
+// mTLS a node has, for each backend it runs, a filter chain on its
+// inbound listener and one or two clusters (its inbound cluster, its view
+// of the backend), so a node of a large mesh owns hundreds of each. They
+// depend on different things, and are kept apart so that a change
+// rebuilds what depends on it:
+//
+//   - the node's listeners on its settings, the mesh's tracing and public
+//     filters, and each local backend's configuration without its
+//     replicas (configHash): a replica coming or going, which changes the
+//     backends' clusters (their circuit breakers count replicas), leaves
+//     the listeners, and their version, as they were;
+//   - an inbound chain on its backend's configuration, kept per backend;
+//   - a backend's clusters on the node on its shared cluster, its
+//     configuration and its count of replicas here (localKey), kept per
+//     backend, each cluster with its own version, so that the node is sent
+//     the clusters that changed and not every one it owns.
+
+// NodeBuilt is one node's own resources (ForNode's), with versions.
+type NodeBuilt struct {
+	Resources
+	ListenersVersion, ClustersVersion string
+	// ClusterVersions are the versions of Clusters, by name: each changes
+	// with its cluster alone.
+	ClusterVersions map[string]string
+}
+
+// nodeParts is what ForNode built last for a node, and from what.
+type nodeParts struct {
+	node    wire.ProxyNode
+	tracing ir.Tracing // the zero value: none
+	needed  publicFilters
+	// chainKeys and clusterKeys are what the node's listeners and clusters
+	// were built from, one per local backend, sorted by name.
+	chainKeys   []configKey
+	clusterKeys []localKey
+	chains      map[string]chainPart   // by backend
+	clusters    map[string]clusterPart // by backend
+	services    []versionedCluster     // nodeServiceClusters, with their versions
+	built       *NodeBuilt
+}
+
+// configKey names a backend's configuration: what its inbound chain
+// depends on.
+type configKey struct{ backend, config string }
+
+// localKey is what a node's clusters of a backend depend on: the
+// backend's shared cluster (its hash), its configuration, and its count of
+// replicas there, not their addresses or health, which come by EDS.
+type localKey struct {
+	backend, hash, config string
+	replicas              int
+}
+
+type chainPart struct {
+	config string
+	chain  *listener.FilterChain
+}
+
+type clusterPart struct {
+	key      localKey
+	clusters []versionedCluster
+}
+
+// versionedCluster is a cluster with its version (the hash of its encoding).
+type versionedCluster struct {
+	cluster *cluster.Cluster
+	version string
+}
+
+// ForNode builds what node owns, as ForNode does, from the last Build,
+// rebuilding only the parts whose inputs changed since it last built the
+// node (above).
+func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
+	local := b.localParts(node.ID)
+	chainKeys, clusterKeys := make([]configKey, len(local)), make([]localKey, len(local))
+	for i, p := range local {
+		chainKeys[i] = configKey{backend: p.backend.Name, config: p.config}
+		clusterKeys[i] = localKey{backend: p.backend.Name, hash: p.hash, config: p.config, replicas: p.perNode[node.ID]}
+	}
+	var tracing ir.Tracing
+	if b.tracing != nil {
+		tracing = *b.tracing
+	}
+	if b.nodes == nil {
+		b.nodes = map[string]*nodeParts{}
+	}
+	prev := b.nodes[node.ID]
+	if prev == nil || !prev.node.Equal(node) || prev.tracing != tracing || prev.needed != b.needed {
+		services, err := versionAll(nodeServiceClusters(b.mtls, b.tracing))
+		if err != nil {
+			return nil, err
+		}
+		prev = &nodeParts{node: node, tracing: tracing, needed: b.needed, services: services,
+			chains: map[string]chainPart{}, clusters: map[string]clusterPart{}}
+	}
+	sameListeners := prev.built != nil && slices.Equal(prev.chainKeys, chainKeys)
+	sameClusters := prev.built != nil && slices.Equal(prev.clusterKeys, clusterKeys)
+	if sameListeners && sameClusters {
+		return prev.built, nil
+	}
+	backends := onNode(local, node.ID)
+	out := &NodeBuilt{}
+	if sameListeners {
+		out.Listeners, out.ListenersVersion = prev.built.Listeners, prev.built.ListenersVersion
+	} else if err := b.nodeListeners(prev, backends, chainKeys, out); err != nil {
+		return nil, err
+	}
+	if sameClusters {
+		out.Clusters, out.ClustersVersion, out.ClusterVersions = prev.built.Clusters, prev.built.ClustersVersion, prev.built.ClusterVersions
+	} else if err := b.nodeClusters(prev, local, backends, clusterKeys, out); err != nil {
+		return nil, err
+	}
+	prev.chainKeys, prev.clusterKeys, prev.built = chainKeys, clusterKeys, out
+	b.nodes[node.ID] = prev
+	return out, nil
+}
+
+// localParts are, with mTLS, the parts of the backends with replicas on
+// node, sorted by name.
+func (b *Builder) localParts(node string) []*backendParts {
+	if b.mtls == nil {
+		return nil
+	}
+	var out []*backendParts
+	for _, name := range sortedNames(b.nodeBackends(node)) {
+		out = append(out, b.backends[name])
+	}
+	return out
+}
+
+// onNode are local's backends, each with its replicas on node alone.
+func onNode(local []*backendParts, node string) []ir.Backend {
+	out := make([]ir.Backend, 0, len(local))
+	for _, p := range local {
+		be := p.backend
+		be.Replicas = nil
+		for _, r := range p.backend.Replicas {
+			if r.Node == node {
+				be.Replicas = append(be.Replicas, r)
+			}
+		}
+		out = append(out, be)
+	}
+	return out
+}
+
+// nodeListeners builds the node's listeners into out, reusing each
+// inbound chain whose backend's configuration is what it was.
+func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []configKey, out *NodeBuilt) error {
+	chains := make(map[string]chainPart, len(backends))
+	configs := make(map[string]string, len(keys))
+	for _, k := range keys {
+		configs[k.backend] = k.config
+	}
+	listeners, err := nodeListeners(p.node, b.mtls, backends, b.tracing, b.needed, func(be ir.Backend) (*listener.FilterChain, error) {
+		config := configs[be.Name]
+		if c, ok := p.chains[be.Name]; ok && c.config == config {
+			chains[be.Name] = c
+			return c.chain, nil
+		}
+		chain, err := inboundChain(p.node, b.mtls, be, b.tracing)
+		if err != nil {
+			return nil, err
+		}
+		chains[be.Name] = chainPart{config: config, chain: chain}
+		return chain, nil
+	})
+	if err != nil {
+		return err
+	}
+	if out.ListenersVersion, err = hashOf(listeners); err != nil {
+		return err
+	}
+	out.Listeners, p.chains = listeners, chains
+	return nil
+}
+
+// nodeClusters builds the node's clusters into out: the agent's services'
+// and, per local backend, those kept while its localKey holds.
+func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, backends []ir.Backend, keys []localKey, out *NodeBuilt) error {
+	all := slices.Clone(p.services)
+	parts := make(map[string]clusterPart, len(local))
+	for i, be := range backends {
+		part, ok := p.clusters[be.Name]
+		if !ok || part.key != keys[i] {
+			own, err := backendClustersOn(be, p.node.ID, ClustersByName(local[i].clusters))
+			if err != nil {
+				return err
+			}
+			vs, err := versionAll(own)
+			if err != nil {
+				return err
+			}
+			part = clusterPart{key: keys[i], clusters: vs}
+		}
+		parts[be.Name] = part
+		all = append(all, part.clusters...)
+	}
+	h := newKindHash()
+	out.Clusters, out.ClusterVersions = make([]*cluster.Cluster, len(all)), make(map[string]string, len(all))
+	for i, v := range all {
+		out.Clusters[i], out.ClusterVersions[v.cluster.GetName()] = v.cluster, v.version
+		h.add(v.cluster.GetName(), v.version)
+	}
+	out.ClustersVersion, p.clusters = h.sum(), parts
+	return nil
+}
+
+// versionAll versions each cluster by the hash of its encoding.
+func versionAll(clusters []*cluster.Cluster) ([]versionedCluster, error) {
+	out := make([]versionedCluster, len(clusters))
+	for i, c := range clusters {
+		v, err := hashOf([]*cluster.Cluster{c})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = versionedCluster{cluster: c, version: v}
+	}
+	return out, nil
+}
+
+// configHash hashes a backend's configuration: the backend without its
+// replicas, as the IR serialises it.
+func configHash(b ir.Backend) (string, error) {
+	b.Replicas = nil
+	data, err := json.Marshal(b)
+	if err != nil {
+		return "", fmt.Errorf("backend %s: hash its configuration: %w", b.Name, err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8]), nil
+}
+
+// KeepNodes drops what ForNode kept of nodes not in ids: gone from the
+// mesh.
+func (b *Builder) KeepNodes(ids map[string]bool) {
+	for id := range b.nodes {
+		if !ids[id] {
+			delete(b.nodes, id)
+		}
+	}
+}
+
+// nodeBackends returns, with mTLS, the names of the backends with replicas
+// on node, as of the last Build.
+func (b *Builder) nodeBackends(node string) map[string]bool {
+	if b.byNode == nil {
+		b.byNode = map[string]map[string]bool{}
+		for name, p := range b.backends {
+			for _, n := range p.nodes {
+				if b.byNode[n] == nil {
+					b.byNode[n] = map[string]bool{}
+				}
+				b.byNode[n][name] = true
+			}
+		}
+	}
+	return b.byNode[node]
+}
