@@ -190,6 +190,9 @@ type sharedResources struct {
 	// cluster: routeClusters turned round, when a node first asks
 	// (onDemand).
 	clusterRoutes map[string][]string
+	// sharedChecked says sharedConsistent ran, sharedErr what it found.
+	sharedChecked bool
+	sharedErr     error
 	// meshOnly are scopes without the public ones, for the nodes without
 	// a public listener, cut from scopes when first asked.
 	meshOnly, meshOnlyFrom *kind
@@ -338,15 +341,12 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode, demanded []string) (
 // ones it gets, with its own) once they are checked consistent with the
 // assignments and routes, encoding its own through the server's cache.
 func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, routes, clusters *kind) (*nodeSnapshot, error) {
-	list := sr.clusterList
-	if clusters != sr.clusters {
-		list = clusters.clusterList()
+	// The shared clusters a node gets are the publish's or a cut of them,
+	// checked once a publish; the node's own, here.
+	if err := sr.sharedConsistent(); err != nil {
+		return nil, err
 	}
-	merged := list
-	if len(own.Clusters) > 0 { // mTLS: the node's own, replacing shared ones of the same name
-		merged = translate.MergeClusters(list, own.Clusters)
-	}
-	if err := sr.consistent(own.Listeners, merged, routes); err != nil {
+	if err := sr.consistent(own.Listeners, own.Clusters, routes); err != nil {
 		return nil, err
 	}
 	next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: clusters.version, clusters: clusters}
@@ -356,31 +356,35 @@ func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, rout
 		return nil, err
 	}
 	if len(own.Clusters) > 0 {
-		if next.clusters, err = mergedClusters(clusters, own, sr.enc.begin(resource.ClusterType, node, len(own.Clusters))); err != nil {
-			return nil, err
-		}
+		next.clusters = mergedClusters(clusters, own)
 	}
 	return next, nil
 }
 
 // mergedClusters is a node's clusters with mTLS: the shared ones, and the
-// node's own, which replace shared ones of the same name, each versioned
-// as the builder versioned it and encoded through enc (which keeps the
-// encoding of a version it has).
-func mergedClusters(shared *kind, own *translate.NodeBuilt, enc *kindEncoder) (*kind, error) {
+// node's own, which replace shared ones of the same name, each as the
+// builder versioned and encoded it.
+func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
 	n := len(shared.items) + len(own.Clusters)
 	k := &kind{version: shared.version + "-" + own.ClustersVersion,
 		items: make(map[string]types.Resource, n), versions: make(map[string]string, n), sources: make(map[string]types.Resource, n)}
 	for name, r := range shared.items {
 		k.items[name], k.versions[name], k.sources[name] = r, shared.versions[name], shared.sources[name]
 	}
-	for _, c := range own.Clusters {
-		if err := k.add(c.GetName(), c, own.ClusterVersions[c.GetName()], enc); err != nil {
-			return nil, err
-		}
+	for i, c := range own.Clusters {
+		e := own.EncodedClusters[i]
+		k.items[e.Name], k.versions[e.Name], k.sources[e.Name] = e.Resource, e.Version, c
 	}
-	enc.commit()
-	return k, nil
+	return k
+}
+
+// sharedConsistent checks, once a publish, that every shared EDS cluster
+// has its assignment.
+func (sr *sharedResources) sharedConsistent() error {
+	if !sr.sharedChecked {
+		sr.sharedErr, sr.sharedChecked = sr.consistent(nil, sr.clusterList, sr.routes), true
+	}
+	return sr.sharedErr
 }
 
 // consistent checks, as the snapshot cache's Consistent does, that every

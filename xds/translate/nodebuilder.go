@@ -37,8 +37,10 @@ type NodeBuilt struct {
 	Resources
 	ListenersVersion, ClustersVersion string
 	// ClusterVersions are the versions of Clusters, by name: each changes
-	// with its cluster alone.
+	// with its cluster alone; EncodedClusters are Clusters encoded, in
+	// their order, as they are sent.
 	ClusterVersions map[string]string
+	EncodedClusters []Encoded
 }
 
 // nodeParts is what ForNode built last for a node, and from what.
@@ -78,10 +80,10 @@ type clusterPart struct {
 	clusters []versionedCluster
 }
 
-// versionedCluster is a cluster with its version (the hash of its encoding).
+// versionedCluster is a cluster with its encoding, versioned by it.
 type versionedCluster struct {
 	cluster *cluster.Cluster
-	version string
+	encoded Encoded
 }
 
 // ForNode builds what node owns, as ForNode does, from the last Build,
@@ -123,7 +125,8 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 		return nil, err
 	}
 	if sameClusters {
-		out.Clusters, out.ClustersVersion, out.ClusterVersions = prev.built.Clusters, prev.built.ClustersVersion, prev.built.ClusterVersions
+		out.Clusters, out.ClustersVersion = prev.built.Clusters, prev.built.ClustersVersion
+		out.ClusterVersions, out.EncodedClusters = prev.built.ClusterVersions, prev.built.EncodedClusters
 	} else if err := b.nodeClusters(prev, local, backends, clusterKeys, out); err != nil {
 		return nil, err
 	}
@@ -214,24 +217,26 @@ func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, backends []i
 		all = append(all, part.clusters...)
 	}
 	h := newKindHash()
-	out.Clusters, out.ClusterVersions = make([]*cluster.Cluster, len(all)), make(map[string]string, len(all))
+	out.Clusters, out.EncodedClusters = make([]*cluster.Cluster, len(all)), make([]Encoded, len(all))
+	out.ClusterVersions = make(map[string]string, len(all))
 	for i, v := range all {
-		out.Clusters[i], out.ClusterVersions[v.cluster.GetName()] = v.cluster, v.version
-		h.add(v.cluster.GetName(), v.version)
+		out.Clusters[i], out.EncodedClusters[i] = v.cluster, v.encoded
+		out.ClusterVersions[v.encoded.Name] = v.encoded.Version
+		h.add(v.encoded.Name, v.encoded.Version)
 	}
 	out.ClustersVersion, p.clusters = h.sum(), parts
 	return nil
 }
 
-// versionAll versions each cluster by the hash of its encoding.
+// versionAll encodes each cluster, versioned by its encoding.
 func versionAll(clusters []*cluster.Cluster) ([]versionedCluster, error) {
 	out := make([]versionedCluster, len(clusters))
 	for i, c := range clusters {
-		v, err := hashOf([]*cluster.Cluster{c})
+		e, err := encode(c.GetName(), c)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = versionedCluster{cluster: c, version: v}
+		out[i] = versionedCluster{cluster: c, encoded: e}
 	}
 	return out, nil
 }
