@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
 	"github.com/servemesh/servemesh/wire"
@@ -119,15 +118,5 @@ func (k *kind) subset(names []string) *kind {
 		fmt.Fprintf(h, "%s=%s;", n, k.versions[n])
 	}
 	out.version = hex.EncodeToString(h.Sum(nil))[:16]
-	return out
-}
-
-// clusterList is a clusters kind's resources as translated, sorted by name.
-func (k *kind) clusterList() []*cluster.Cluster {
-	out := make([]*cluster.Cluster, 0, len(k.sources))
-	for _, r := range k.sources {
-		out = append(out, r.(*cluster.Cluster))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
 	return out
 }
