@@ -47,6 +47,7 @@ func main() {
 	flag.IntVar(&o.nodes, "nodes", 100, "simulated nodes")
 	flag.IntVar(&o.meshOnly, "mesh-only-nodes", 0, "how many of the simulated nodes are mesh-only (--public none: no public listener, so no public route table)")
 	flag.IntVar(&o.reach, "reach", 0, "how many endpoints each mesh-only simulated node reaches (--reachable-endpoints: the changed one and others spread over the mesh); 0: every endpoint")
+	flag.BoolVar(&o.onDemand, "on-demand", false, "the simulated nodes' clusters come on demand (--clusters on-demand): each names the clusters of the endpoint the bench changes, as an Envoy does once requests went there (delta only)")
 	flag.IntVar(&o.realNodes, "real-nodes", 2, "real nodes: agents with their Envoys")
 	realArgs := flag.String("real-node-args", "", "more arguments for the real nodes' agents, space-separated (say, \"--clusters on-demand\")")
 	flag.BoolVar(&o.restartReal, "restart-real-node", false, "once the mesh is loaded, restart the first real node's agent and Envoy and report the time until it is in sync and its Envoy's memory")
@@ -71,6 +72,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "scale: -reach %d: want 0 (every endpoint) or more\n", o.reach)
 		os.Exit(2)
 	}
+	if o.onDemand && *protocols != "delta" {
+		fmt.Fprintln(os.Stderr, "scale: -on-demand needs -protocols delta: Envoy asks for clusters by name on delta streams alone")
+		os.Exit(2)
+	}
 	if o.meshOnly < 0 || o.meshOnly > o.nodes {
 		fmt.Fprintf(os.Stderr, "scale: -mesh-only-nodes %d: want 0 to -nodes (%d)\n", o.meshOnly, o.nodes)
 		os.Exit(2)
@@ -78,6 +83,9 @@ func main() {
 	reach := "every endpoint"
 	if o.reach > 0 {
 		reach = fmt.Sprintf("%d endpoints", o.reach)
+	}
+	if o.onDemand {
+		reach += ", clusters on demand"
 	}
 	fmt.Printf("%d simulated nodes (%d of them mesh-only, reaching %s) and %d real ones, mTLS; %d changes timed one after the other; then a change every %s for %s\n\n",
 		o.nodes, o.meshOnly, reach, o.realNodes, o.changes, o.interval, o.loadFor)
@@ -104,7 +112,7 @@ type options struct {
 	interval, loadFor                                     time.Duration
 	protocol, heapProfile, memoryLimit                    string
 	realArgs                                              []string
-	restartReal                                           bool
+	restartReal, onDemand                                 bool
 }
 
 func run(o options) error {
@@ -135,6 +143,9 @@ func run(o options) error {
 	reaches := make([]simReach, o.nodes)
 	for i := range reaches {
 		reaches[i] = reachOf(m, i, i < o.nodes-o.meshOnly, o.reach)
+		if o.onDemand {
+			reaches[i] = onDemandReach(m, reaches[i])
+		}
 	}
 	sims, err := startSims(ctx, be, simConfig{xds: mesh.XDSAddr, delta: o.protocol == "delta"}, reaches)
 	if err != nil {
@@ -207,6 +218,19 @@ func reachOf(m *meshspec.Model, i int, public bool, reach int) simReach {
 		}
 	}
 	r.assignments = meshspec.SortedKeys(backends)
+	return r
+}
+
+// onDemandReach is r for a node whose clusters come on demand and which
+// has sent requests to ep-0, the endpoint the bench changes: it names
+// ep-0's clusters, and asks for their assignments alone.
+func onDemandReach(m *meshspec.Model, r simReach) simReach {
+	backends := map[string]bool{}
+	for b := range m.Endpoints[0].Traffic {
+		backends[wire.ClusterName(b)] = true
+	}
+	r.onDemand, r.clusters = true, meshspec.SortedKeys(backends)
+	r.assignments = r.clusters
 	return r
 }
 

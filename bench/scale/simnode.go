@@ -57,6 +57,11 @@ type simReach struct {
 	public      bool
 	reachable   []string
 	assignments []string
+	// onDemand: the node's clusters come on demand (--clusters
+	// on-demand), and clusters are those it names besides the wildcard,
+	// as Envoy does once requests used them.
+	onDemand bool
+	clusters []string
 }
 
 // dialSim connects a simulated node to the controller, as node id with the
@@ -80,7 +85,8 @@ func dialSim(ctx context.Context, cfg simConfig, id string, bundle *connect.Bund
 	if err != nil {
 		return nil, err
 	}
-	pn := wire.ProxyNode{ID: id, MeshAddress: "127.0.0.1", MeshPort: 15001, InboundAddress: "127.0.0.1", InboundPort: 21000, Reachable: reach.reachable}
+	pn := wire.ProxyNode{ID: id, MeshAddress: "127.0.0.1", MeshPort: 15001, InboundAddress: "127.0.0.1", InboundPort: 21000, Reachable: reach.reachable,
+		ClustersOnDemand: reach.onDemand}
 	if reach.public {
 		pn.PublicAddress, pn.PublicPort = "127.0.0.1", 8080
 	}
@@ -92,9 +98,9 @@ func dialSim(ctx context.Context, cfg simConfig, id string, bundle *connect.Bund
 	node := &core.Node{Id: id, Cluster: bootstrap.ServiceCluster, Metadata: meta}
 	client := discovery.NewAggregatedDiscoveryServiceClient(conn)
 	if cfg.delta {
-		err = n.runDelta(ctx, client, node, reach.assignments, func() { _ = conn.Close() })
+		err = n.runDelta(ctx, client, node, reach, func() { _ = conn.Close() })
 	} else {
-		err = n.runSotW(ctx, client, node, reach.assignments, func() { _ = conn.Close() })
+		err = n.runSotW(ctx, client, node, reach, func() { _ = conn.Close() })
 	}
 	if err != nil {
 		_ = conn.Close()
@@ -107,8 +113,11 @@ func dialSim(ctx context.Context, cfg simConfig, id string, bundle *connect.Bund
 // node on the first; request builds a request of the stream's kind. A node
 // asks for no route configuration until it has scopes (both its listeners
 // take their routes from scopes). It returns the names asked for, by type.
-func subscribe[R any](send func(R) error, assignments []string, request func(typ string, names []string, node bool) R) (map[string][]string, error) {
-	names := map[string][]string{resource.EndpointType: assignments}
+func subscribe[R any](send func(R) error, reach simReach, request func(typ string, names []string, node bool) R) (map[string][]string, error) {
+	names := map[string][]string{resource.EndpointType: reach.assignments}
+	if reach.clusters != nil {
+		names[resource.ClusterType] = append([]string{"*"}, reach.clusters...)
+	}
 	types := []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.ScopedRouteType}
 	for i, typ := range types {
 		if err := send(request(typ, names[typ], i == 0)); err != nil {
@@ -121,12 +130,12 @@ func subscribe[R any](send func(R) error, assignments []string, request func(typ
 // runSotW subscribes over state of the world and answers in the
 // background; a scoped-routes answer restates the route names, as Envoy
 // does.
-func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscoveryServiceClient, node *core.Node, assignments []string, done func()) error {
+func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscoveryServiceClient, node *core.Node, reach simReach, done func()) error {
 	stream, err := client.StreamAggregatedResources(ctx)
 	if err != nil {
 		return err
 	}
-	names, err := subscribe(stream.Send, assignments, func(typ string, names []string, first bool) *discovery.DiscoveryRequest {
+	names, err := subscribe(stream.Send, reach, func(typ string, names []string, first bool) *discovery.DiscoveryRequest {
 		req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names}
 		if first {
 			req.Node = node
@@ -169,12 +178,12 @@ func (n *simNode) runSotW(ctx context.Context, client discovery.AggregatedDiscov
 // runDelta subscribes over delta xDS and answers in the background; a
 // scoped-routes answer subscribes to the route configurations of the
 // scopes added, as Envoy does.
-func (n *simNode) runDelta(ctx context.Context, client discovery.AggregatedDiscoveryServiceClient, node *core.Node, assignments []string, done func()) error {
+func (n *simNode) runDelta(ctx context.Context, client discovery.AggregatedDiscoveryServiceClient, node *core.Node, reach simReach, done func()) error {
 	stream, err := client.DeltaAggregatedResources(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := subscribe(stream.Send, assignments, func(typ string, names []string, first bool) *discovery.DeltaDiscoveryRequest {
+	if _, err := subscribe(stream.Send, reach, func(typ string, names []string, first bool) *discovery.DeltaDiscoveryRequest {
 		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: names}
 		if first {
 			req.Node = node
