@@ -59,7 +59,7 @@ func publicFiltersOf(endpoints iter.Seq[ir.Endpoint]) publicFilters {
 		if e.Route == "" {
 			continue // headless: not on the public listener
 		}
-		f.localLimit = f.localLimit || e.RateLimit != nil
+		f.localLimit = f.localLimit || localRateLimits{}.uses(e)
 		f.models = f.models || e.Models != nil
 		f.callerPicker = f.callerPicker || callerPickerNeeded(e)
 		f.usage = f.usage || e.TokenQuota != nil
