@@ -21,8 +21,10 @@
 //     scope, name and version) drops what the change set names; the
 //     sharedResources encode what was rebuilt once, and each
 //     node's snapshot (its own listeners, inbound listener and local
-//     clusters from translate's node builder, cut to what the node reaches:
-//     reach.go) is made only for nodes whose inputs changed.
+//     clusters from translate's node builder, nodebuilder.go, each part
+//     rebuilt only when what it depends on changed; cut to what the node
+//     reaches, reach.go, or to the clusters it asked for, demand.go) is
+//     made only for nodes whose inputs changed.
 //  5. Assignments the change set names go to go-control-plane's LinearCache first
 //     (so new clusters warm), then each node's snapshot of listeners,
 //     routes, scoped routes and clusters is set, per type, in a
@@ -33,7 +35,8 @@
 //  6. go-control-plane's ADS server (delta and state of the world) answers
 //     each stream from those caches; server's callbacks learn each node's
 //     listener settings from its bootstrap metadata (with mTLS, its id
-//     from its certificate), record ACKs and count NACKs.
+//     from its certificate), record ACKs and count NACKs, and the clusters
+//     a node with clusters on demand names, which bring it back to step 4.
 //
 // translate.Translate, Shared and ForNode are the reference translation
 // (all at once, no memory of the last build): a test oracle, which the
