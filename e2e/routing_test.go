@@ -182,6 +182,72 @@ func TestRequestRouting(t *testing.T) {
 	t.Run("a node with clusters on demand fetches an endpoint's clusters on its first request", func(t *testing.T) {
 		onDemand(t, mesh)
 	})
+	t.Run("a mesh-only node with clusters on demand fetches an endpoint's routes and clusters on its first request", func(t *testing.T) {
+		meshOnlyOnDemand(t, mesh)
+	})
+}
+
+// meshOnlyOnDemand starts a fifth node with --public none and --clusters
+// on-demand: its Envoy starts with the mesh's scopes but none of their
+// route configurations and none of the backends' clusters; the first
+// request to model through its mesh listener waits while Envoy fetches
+// model's routes, then its cluster, and answers; the node then holds
+// model's routes and clusters and not unreached's. An unknown host
+// answers 404 at once.
+func meshOnlyOnDemand(t *testing.T, mesh *twoNodeMesh) {
+	n5 := startAgentArgs(t, mesh.consul, "routing-n5", "127.0.0.6", mesh.ctl.xdsAddr, 1, []string{"--public", "none", "--clusters", "on-demand"})
+	holds := func(resource string, want map[string]bool) { t.Helper(); envoyHolds(t, n5, resource, want) }
+	waitInSync(t, mesh, n5.id)
+	model, unreached := wire.MeshRouteName("model"), wire.MeshRouteName("unreached")
+	holds("dynamic_route_configs", map[string]bool{model: false, unreached: false})
+	holds("dynamic_active_clusters", map[string]bool{"stable": false, "elsewhere": false})
+	start := time.Now()
+	if r := do(httpClient(), http.MethodGet, "http://"+n5.mesh+"/", "model"); r.status != 200 || r.backend != "stable" {
+		t.Fatalf("the first request through the mesh-only on-demand node: %v, want 200 from stable", r)
+	}
+	t.Logf("the first request to model through the mesh-only on-demand node took %v (its routes and cluster fetched on demand)", time.Since(start))
+	for range 20 {
+		if r := do(httpClient(), http.MethodGet, "http://"+n5.mesh+"/", "model"); r.status != 200 {
+			t.Fatalf("through the mesh-only on-demand node, once it holds the routes: %v, want 200", r)
+		}
+	}
+	holds("dynamic_route_configs", map[string]bool{model: true, unreached: false})
+	holds("dynamic_active_clusters", map[string]bool{"stable": true, "candidate": true, "elsewhere": false})
+	quick := &http.Client{Timeout: 3 * time.Second}
+	if r := do(quick, http.MethodGet, "http://"+n5.mesh+"/", "no-such-endpoint"); r.status != 404 {
+		t.Errorf("a host no endpoint has, through the mesh-only on-demand node: %v, want 404 at once", r)
+	}
+	waitInSync(t, mesh, n5.id) // after its fetches
+}
+
+// envoyHolds checks, for each name in want, whether node's Envoy holds a
+// resource of that name among its config dump's resource (such as
+// dynamic_active_clusters).
+func envoyHolds(t *testing.T, node *agentProc, resource string, want map[string]bool) {
+	t.Helper()
+	dump, err := envoy.Admin{Socket: node.admin}.Get(context.Background(), "/config_dump?resource="+resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range want {
+		if strings.Contains(string(dump), `"name": "`+name+`"`) != want {
+			t.Errorf("node %s's %s holds %s: %t, want %t", node.id, resource, name, !want, want)
+		}
+	}
+}
+
+// waitInSync waits until the controller reports node connected and in
+// sync.
+func waitInSync(t *testing.T, mesh *twoNodeMesh, node string) {
+	t.Helper()
+	testutil.WaitFor(t, 20*time.Second, "node "+node+" to be in sync", func() bool {
+		for _, n := range nodesOf(mesh.ctl.apiAddr) {
+			if n.ID == node {
+				return n.Connected && n.InSync
+			}
+		}
+		return false
+	})
 }
 
 // onDemand starts a fourth node with --clusters on-demand: its Envoy
@@ -192,28 +258,9 @@ func TestRequestRouting(t *testing.T) {
 // mesh listener fetches elsewhere too. Requests without a route answer
 // 404 at once, as on any node.
 func onDemand(t *testing.T, mesh *twoNodeMesh) {
-	ctx := context.Background()
 	n4 := startAgentArgs(t, mesh.consul, "routing-n4", "127.0.0.5", mesh.ctl.xdsAddr, 1, []string{"--clusters", "on-demand"})
-	holds := func(want map[string]bool) {
-		t.Helper()
-		clusters, err := envoy.Admin{Socket: n4.admin}.Get(ctx, "/config_dump?resource=dynamic_active_clusters")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for name, want := range want {
-			if strings.Contains(string(clusters), `"name": "`+name+`"`) != want {
-				t.Errorf("the on-demand node holds cluster %s: %t, want %t", name, !want, want)
-			}
-		}
-	}
-	testutil.WaitFor(t, 20*time.Second, "the on-demand node to be in sync", func() bool {
-		for _, n := range nodesOf(mesh.ctl.apiAddr) {
-			if n.ID == n4.id {
-				return n.Connected && n.InSync
-			}
-		}
-		return false
-	})
+	holds := func(want map[string]bool) { t.Helper(); envoyHolds(t, n4, "dynamic_active_clusters", want) }
+	waitInSync(t, mesh, n4.id)
 	holds(map[string]bool{"stable": false, "candidate": false, "elsewhere": false})
 	start := time.Now()
 	if r := do(httpClient(), http.MethodGet, "http://"+n4.public+"/model", ""); r.status != 200 || r.backend != "stable" {

@@ -223,7 +223,8 @@ func reachOf(m *meshspec.Model, i int, public bool, reach int) simReach {
 
 // onDemandReach is r for a node whose clusters come on demand and which
 // has sent requests to ep-0, the endpoint the bench changes: it names
-// ep-0's clusters, and asks for their assignments alone.
+// ep-0's clusters, and asks for their assignments alone and, without a
+// public listener, for ep-0's mesh routes alone.
 func onDemandReach(m *meshspec.Model, r simReach) simReach {
 	backends := map[string]bool{}
 	for b := range m.Endpoints[0].Traffic {
@@ -231,6 +232,9 @@ func onDemandReach(m *meshspec.Model, r simReach) simReach {
 	}
 	r.onDemand, r.clusters = true, meshspec.SortedKeys(backends)
 	r.assignments = r.clusters
+	if !r.public {
+		r.routes = []string{wire.MeshRouteName(m.Endpoints[0].Name)}
+	}
 	return r
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,9 +60,11 @@ type simReach struct {
 	assignments []string
 	// onDemand: the node's clusters come on demand (--clusters
 	// on-demand), and clusters are those it names besides the wildcard,
-	// as Envoy does once requests used them.
-	onDemand bool
-	clusters []string
+	// as Envoy does once requests used them; routes, if not nil, the only
+	// route configurations it asks for (a mesh-only node's scopes load
+	// theirs on demand).
+	onDemand         bool
+	clusters, routes []string
 }
 
 // dialSim connects a simulated node to the controller, as node id with the
@@ -210,7 +213,11 @@ func (n *simNode) runDelta(ctx context.Context, client discovery.AggregatedDisco
 			for _, r := range resp.GetResources() {
 				anys = append(anys, r.GetResource())
 			}
-			if added := scopedRouteNames(anys); len(added) > 0 {
+			added := scopedRouteNames(anys)
+			if reach.routes != nil {
+				added = slices.DeleteFunc(added, func(name string) bool { return !slices.Contains(reach.routes, name) })
+			}
+			if len(added) > 0 {
 				if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: added}); err != nil {
 					return
 				}

@@ -39,7 +39,7 @@ func (o *nodeFlags) register(fs *pflag.FlagSet, def nodeFlags) {
 	fs.StringVar(&o.xds, "xds", def.xds, "address of the control plane's xDS server, or several comma-separated (HA controllers)")
 	fs.StringVar(&o.protocol, "xds-protocol", def.protocol, "xDS variant: delta (a change sends the resources it changed) or sotw (state of the world: every resource of each type a change touched)")
 	fs.StringVar(&o.reachable, "reachable-endpoints", "", "the only endpoints this node's replicas call, comma-separated, or \"none\" (default: every endpoint); its Envoy then holds only their routes and, without a public listener, their backends' clusters: for meshes of many nodes and endpoints")
-	fs.StringVar(&o.clusters, "clusters", def.clusters, "which backends' clusters this node's Envoy holds: all, or on-demand (those of the backends it runs, and of each endpoint from the first request a route sends to it, fetched over delta xDS while the request waits): for nodes that call few of a large mesh's endpoints without naming them")
+	fs.StringVar(&o.clusters, "clusters", def.clusters, "which backends' clusters this node's Envoy holds: all, or on-demand (those of the backends it runs, and of each endpoint from the first request a route sends to it, fetched over delta xDS while the request waits; with --public none, each endpoint's routes come the same way): for nodes that call few of a large mesh's endpoints without naming them")
 	fs.BoolVar(&o.noAccessLog, "no-access-log", false, "do not write Envoy's access log (a JSON line per request, access.log in the work folder)")
 }
 

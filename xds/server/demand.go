@@ -1,9 +1,12 @@
 package server
 
 import (
+	"maps"
 	"slices"
 
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/wire"
 )
@@ -23,6 +26,14 @@ import (
 //     backends and a shadow's arrive with the first), and the wildcard
 //     watch sends them.
 //
+// A node without a public listener gets its routes on demand as well: its
+// scopes are sent with on_demand set, so its Envoy asks for a scope's
+// route configuration on the scope's first request (the same on-demand
+// filter waits for it), and the node's routes are cut to those it asked
+// for. (A public node cannot: its listener matches a request again in the
+// root's scope when its own segment's routes do not match, which needs
+// them loaded; publicroutes.go in translate.)
+//
 // What a node asked for is kept while the server knows the node; an
 // Envoy that reconnects names its clusters again (delta xDS resubscribes
 // what it is interested in), so a restarted controller learns it anew.
@@ -33,10 +44,11 @@ import (
 const maxDemanded = 3 * wire.MaxReachable
 
 // demand records the clusters a delta stream's node subscribed to by
-// name, if the node's clusters come on demand, and has the node published
-// again when any is new.
+// name, if the node's clusters come on demand (and, on a node without a
+// public listener, the route configurations: its scopes load them on
+// demand), and has the node published again when any is new.
 func (s *Server) demand(id streamKey, typeURL string, names []string) {
-	if typeURL != resource.ClusterType || len(names) == 0 {
+	if (typeURL != resource.ClusterType && typeURL != resource.RouteType) || len(names) == 0 {
 		return
 	}
 	s.mu.Lock()
@@ -46,22 +58,27 @@ func (s *Server) demand(id streamKey, typeURL string, names []string) {
 		return
 	}
 	n := s.nodes[st.nodeID]
-	if n == nil || !n.node.ClustersOnDemand {
+	if n == nil || !n.node.ClustersOnDemand || (typeURL == resource.RouteType && n.node.Public()) {
 		return
+	}
+	if n.demanded == nil {
+		n.demanded = map[string]map[string]bool{}
+	}
+	asked := n.demanded[typeURL]
+	if asked == nil {
+		asked = map[string]bool{}
+		n.demanded[typeURL] = asked
 	}
 	added := false
 	for _, name := range names {
-		if name == "*" || n.demanded[name] {
+		if name == "*" || asked[name] {
 			continue
 		}
-		if len(n.demanded) >= maxDemanded {
-			s.log.Warn("node asked for more clusters on demand than a mesh can have; ignoring the rest", "node", st.nodeID, "limit", maxDemanded)
+		if len(asked) >= maxDemanded {
+			s.log.Warn("node asked for more resources on demand than a mesh can have; ignoring the rest", "node", st.nodeID, "type", shortType(typeURL), "limit", maxDemanded)
 			break
 		}
-		if n.demanded == nil {
-			n.demanded = map[string]bool{}
-		}
-		n.demanded[name], added = true, true
+		asked[name], added = true, true
 	}
 	if added {
 		s.newNodes[st.nodeID] = true
@@ -69,18 +86,25 @@ func (s *Server) demand(id streamKey, typeURL string, names []string) {
 	}
 }
 
-// demandedClusters are the clusters the node asked for, sorted; nil if its
-// clusters do not come on demand. Called with mu held.
-func (n *nodeState) demandedClusters() []string {
+// demand is what a node asked for on demand: cluster and route
+// configuration names, sorted.
+type demand struct{ clusters, routes []string }
+
+// demandOf is what the node asked for; empty if nothing of it comes on
+// demand. Called with mu held.
+func (n *nodeState) demandOf() demand {
 	if !n.node.ClustersOnDemand {
-		return nil
+		return demand{}
 	}
-	out := make([]string, 0, len(n.demanded))
-	for name := range n.demanded {
-		out = append(out, name)
+	sorted := func(m map[string]bool) []string {
+		out := make([]string, 0, len(m))
+		for name := range m {
+			out = append(out, name)
+		}
+		slices.Sort(out)
+		return out
 	}
-	slices.Sort(out)
-	return out
+	return demand{clusters: sorted(n.demanded[resource.ClusterType]), routes: sorted(n.demanded[resource.RouteType])}
 }
 
 // onDemand cuts clusters, what a node would otherwise get, to the
@@ -100,4 +124,32 @@ func (sr *sharedResources) onDemand(clusters *kind, demanded []string) *kind {
 		names = append(names, sr.clusterNames(sr.clusterRoutes[c])...)
 	}
 	return clusters.subset(names)
+}
+
+// onDemandScopesType keys the encodings of scopes made on demand apart
+// from the shared scopes' (encodings.go).
+const onDemandScopesType = resource.ScopedRouteType + "#on-demand"
+
+// onDemandScopes is scopes with each scope's route configuration loaded on
+// demand, made once a publish for each kind it is made from.
+func (sr *sharedResources) onDemandScopes(scopes *kind) (*kind, error) {
+	if k := sr.onDemandCuts[scopes]; k != nil {
+		return k, nil
+	}
+	list := make([]*route.ScopedRouteConfiguration, 0, len(scopes.sources))
+	for _, name := range slices.Sorted(maps.Keys(scopes.sources)) {
+		sc := proto.Clone(scopes.sources[name].(*route.ScopedRouteConfiguration)).(*route.ScopedRouteConfiguration)
+		sc.OnDemand = true
+		list = append(list, sc)
+	}
+	k, err := newKind(scopes.version+"-on-demand", list, func(name string) string { return scopes.versions[name] + "-on-demand" },
+		sr.enc.begin(onDemandScopesType, "", len(list)))
+	if err != nil {
+		return nil, err
+	}
+	if sr.onDemandCuts == nil {
+		sr.onDemandCuts = map[*kind]*kind{}
+	}
+	sr.onDemandCuts[scopes] = k
+	return k, nil
 }

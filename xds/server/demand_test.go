@@ -7,6 +7,7 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -76,6 +77,76 @@ func TestClustersOnDemand(t *testing.T) {
 	}
 }
 
+// TestMeshOnlyRoutesOnDemand: a node without a public listener whose
+// clusters come on demand gets every mesh scope with on_demand set and no
+// route configuration until it names one, then that one alone; a change
+// to another endpoint sends it nothing, a change to the named one its
+// routes.
+func TestMeshOnlyRoutesOnDemand(t *testing.T) {
+	s, conn, _ := startServer(t)
+	m := testModel("127.0.0.1:9001")
+	m.Backends = append(m.Backends, meshspec.Backend{Name: "v3", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9003"}}})
+	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"v3": 1}})
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
+		t.Fatal(err)
+	}
+	node := wire.ProxyNode{ID: "od", MeshAddress: "127.0.0.1", MeshPort: 15001, ClustersOnDemand: true}
+	meta, err := node.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, other := wire.MeshRouteName("api"), wire.MeshRouteName("other")
+	c, _ := openDelta(t, conn, &core.Node{Id: node.ID, Metadata: meta},
+		subscription{resource.ClusterType, nil}, subscription{resource.ListenerType, nil})
+	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ScopedRouteType}); err != nil {
+		t.Fatal(err)
+	}
+	resp := c.next()
+	c.ack(resp)
+	var scopes []string
+	for _, r := range resp.GetResources() {
+		var sc route.ScopedRouteConfiguration
+		if err := r.GetResource().UnmarshalTo(&sc); err != nil {
+			t.Fatal(err)
+		}
+		if !sc.GetOnDemand() {
+			t.Errorf("scope %s is not on demand", sc.GetName())
+		}
+		scopes = append(scopes, sc.GetName())
+	}
+	slices.Sort(scopes)
+	if !slices.Equal(scopes, []string{api, other}) {
+		t.Errorf("scopes %v; want the mesh's, %s and %s", scopes, api, other)
+	}
+	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{api}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.nextResources(); !slices.Equal(got, []string{api}) {
+		t.Errorf("after naming %s: %v", api, got)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the node in sync", func() bool {
+		st := s.Status()
+		return len(st) == 1 && st[0].InSync
+	})
+	m = meshspec.Clone(m)
+	m.Endpoints[1].Traffic = map[string]float64{"v3": 0.5, "v1": 0.5}
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the node in sync with a change to other, which it never asked for", func() bool {
+		st := s.Status()[0]
+		return st.InSync && st.Generation == st.ModelGeneration
+	})
+	m = meshspec.Clone(m)
+	m.Endpoints[0].Traffic = map[string]float64{"v1": 0.9, "v2": 0.1}
+	if err := s.SetDataPlane(lowered(t, m)); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.nextResources(); !slices.Equal(got, []string{api}) {
+		t.Errorf("after a change to api: %v; want its routes", got)
+	}
+}
+
 // TestDemandIsBounded: a node naming more clusters than a mesh can have
 // is held to maxDemanded; a node whose clusters do not come on demand
 // records none.
@@ -106,10 +177,10 @@ func TestDemandIsBounded(t *testing.T) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n := len(s.nodes["od"].demanded); n != maxDemanded {
+	if n := len(s.nodes["od"].demanded[resource.ClusterType]); n != maxDemanded {
 		t.Errorf("the on-demand node holds %d names; want at most %d", n, maxDemanded)
 	}
-	if n := len(s.nodes["all"].demanded); n != 0 {
+	if n := len(s.nodes["all"].demanded[resource.ClusterType]); n != 0 {
 		t.Errorf("a node holding every cluster recorded %d names; want none", n)
 	}
 }

@@ -86,12 +86,12 @@ func (s *Server) publish(ctx context.Context) {
 func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen uint64, nodes []wire.ProxyNode) {
 	for _, node := range nodes {
 		s.mu.Lock()
-		var demanded []string
+		var asked demand
 		if st := s.nodes[node.ID]; st != nil {
-			demanded = st.demandedClusters()
+			asked = st.demandOf()
 		}
 		s.mu.Unlock()
-		snap, err := built.snapshotFor(node, demanded)
+		snap, err := built.snapshotFor(node, asked)
 		s.mu.Lock()
 		st := s.nodes[node.ID]
 		if st != nil && err != nil {
@@ -188,8 +188,10 @@ type sharedResources struct {
 	routeClusters map[string][]string
 	// clusterRoutes are the mesh route configurations that send to each
 	// cluster: routeClusters turned round, when a node first asks
-	// (onDemand).
+	// (onDemand); onDemandCuts, the scopes kinds made on demand, by the
+	// kind they were made from (onDemandScopes).
 	clusterRoutes map[string][]string
+	onDemandCuts  map[*kind]*kind
 	// sharedChecked says sharedConsistent ran, sharedErr what it found.
 	sharedChecked bool
 	sharedErr     error
@@ -297,12 +299,12 @@ func lookup(versions map[string]string) func(string) string {
 }
 
 // snapshotFor builds a node's snapshot of listeners, routes, scoped routes
-// and clusters; demanded are the clusters it asked for, if its clusters
-// come on demand. A node whose listeners and clusters are what they were at
+// and clusters; asked is what it asked for, if its clusters come on
+// demand. A node whose listeners and clusters are what they were at
 // its last snapshot only gets the new routes; otherwise the snapshot is
 // first checked to be consistent with the assignments (every cluster has
 // its assignment, every listener its routes).
-func (sr *sharedResources) snapshotFor(node wire.ProxyNode, demanded []string) (snapshot, error) {
+func (sr *sharedResources) snapshotFor(node wire.ProxyNode, asked demand) (snapshot, error) {
 	own, err := sr.builder.ForNode(node)
 	if err != nil {
 		return nil, err
@@ -319,7 +321,13 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode, demanded []string) (
 		scopes = sr.meshScopes()
 	}
 	if node.ClustersOnDemand {
-		clusters = sr.onDemand(clusters, demanded)
+		clusters = sr.onDemand(clusters, asked.clusters)
+		if !node.Public() {
+			if scopes, err = sr.onDemandScopes(scopes); err != nil {
+				return nil, err
+			}
+			routes = routes.subset(asked.routes)
+		}
 	}
 	last := sr.snaps[node.ID]
 	if last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != clusters.version {

@@ -26,9 +26,9 @@ type nodeState struct {
 	converged  uint64    // the last generation this node was seen in sync with
 	clustersAt uint64    // the last generation whose clusters it was seen to hold (clustersCaughtUp)
 	goneSince  time.Time // when its last stream closed
-	// demanded are the clusters the node asked for by name, if its
+	// demanded are the names the node asked for, by type URL, if its
 	// clusters come on demand (demand.go).
-	demanded map[string]bool
+	demanded map[string]map[string]bool
 }
 
 // skewedNode is a node whose streams are refused for its protocol, as it
