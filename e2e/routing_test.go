@@ -201,16 +201,7 @@ func meshOnlyOnDemand(t *testing.T, mesh *twoNodeMesh) {
 	model, unreached := wire.MeshRouteName("model"), wire.MeshRouteName("unreached")
 	holds("dynamic_route_configs", map[string]bool{model: false, unreached: false})
 	holds("dynamic_active_clusters", map[string]bool{"stable": false, "elsewhere": false})
-	start := time.Now()
-	if r := do(httpClient(), http.MethodGet, "http://"+n5.mesh+"/", "model"); r.status != 200 || r.backend != "stable" {
-		t.Fatalf("the first request through the mesh-only on-demand node: %v, want 200 from stable", r)
-	}
-	t.Logf("the first request to model through the mesh-only on-demand node took %v (its routes and cluster fetched on demand)", time.Since(start))
-	for range 20 {
-		if r := do(httpClient(), http.MethodGet, "http://"+n5.mesh+"/", "model"); r.status != 200 {
-			t.Fatalf("through the mesh-only on-demand node, once it holds the routes: %v, want 200", r)
-		}
-	}
+	firstRequests(t, "http://"+n5.mesh+"/", "model", "the mesh-only on-demand node (its routes and cluster fetched on demand)")
 	holds("dynamic_route_configs", map[string]bool{model: true, unreached: false})
 	holds("dynamic_active_clusters", map[string]bool{"stable": true, "candidate": true, "elsewhere": false})
 	quick := &http.Client{Timeout: 3 * time.Second}
@@ -218,6 +209,23 @@ func meshOnlyOnDemand(t *testing.T, mesh *twoNodeMesh) {
 		t.Errorf("a host no endpoint has, through the mesh-only on-demand node: %v, want 404 at once", r)
 	}
 	waitInSync(t, mesh, n5.id) // after its fetches
+}
+
+// firstRequests sends model's first request through a node (url, with
+// host), which must answer 200 from stable, logs how long it took, and
+// then 20 more, which must answer 200.
+func firstRequests(t *testing.T, url, host, through string) {
+	t.Helper()
+	start := time.Now()
+	if r := do(httpClient(), http.MethodGet, url, host); r.status != 200 || r.backend != "stable" {
+		t.Fatalf("the first request through %s: %v, want 200 from stable", through, r)
+	}
+	t.Logf("the first request to model through %s took %v", through, time.Since(start))
+	for range 20 {
+		if r := do(httpClient(), http.MethodGet, url, host); r.status != 200 {
+			t.Fatalf("through %s, once it holds what it fetched: %v, want 200", through, r)
+		}
+	}
 }
 
 // envoyHolds checks, for each name in want, whether node's Envoy holds a
@@ -262,16 +270,7 @@ func onDemand(t *testing.T, mesh *twoNodeMesh) {
 	holds := func(want map[string]bool) { t.Helper(); envoyHolds(t, n4, "dynamic_active_clusters", want) }
 	waitInSync(t, mesh, n4.id)
 	holds(map[string]bool{"stable": false, "candidate": false, "elsewhere": false})
-	start := time.Now()
-	if r := do(httpClient(), http.MethodGet, "http://"+n4.public+"/model", ""); r.status != 200 || r.backend != "stable" {
-		t.Fatalf("the first request through the on-demand node: %v, want 200 from stable", r)
-	}
-	t.Logf("the first request to model through the on-demand node took %v (its cluster fetched on demand)", time.Since(start))
-	for range 20 {
-		if r := do(httpClient(), http.MethodGet, "http://"+n4.public+"/model", "x-user"); r.status != 200 {
-			t.Fatalf("through the on-demand node, once it holds the cluster: %v, want 200", r)
-		}
-	}
+	firstRequests(t, "http://"+n4.public+"/model", "", "the on-demand node (its cluster fetched on demand)")
 	holds(map[string]bool{"stable": true, "candidate": true, "elsewhere": false})
 	if r := do(httpClient(), http.MethodGet, "http://"+n4.mesh+"/", "unreached"); r.status != 200 || r.backend != "elsewhere" {
 		t.Fatalf("the first request to unreached through the on-demand node's mesh listener: %v, want 200 from elsewhere", r)

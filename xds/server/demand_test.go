@@ -84,9 +84,7 @@ func TestClustersOnDemand(t *testing.T) {
 // routes.
 func TestMeshOnlyRoutesOnDemand(t *testing.T) {
 	s, conn, _ := startServer(t)
-	m := testModel("127.0.0.1:9001")
-	m.Backends = append(m.Backends, meshspec.Backend{Name: "v3", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9003"}}})
-	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"v3": 1}})
+	m := withOther(testModel("127.0.0.1:9001"))
 	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}

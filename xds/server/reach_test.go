@@ -96,6 +96,14 @@ func (c *deltaClient) recv(n int) map[string][]string {
 	return got
 }
 
+// withOther adds to m an endpoint other, routed at /other, of a backend
+// v3 of its own.
+func withOther(m *meshspec.Model) *meshspec.Model {
+	m.Backends = append(m.Backends, meshspec.Backend{Name: "v3", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9003"}}})
+	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"v3": 1}})
+	return m
+}
+
 // TestNodesGetWhatTheyReach: a node that reaches only some endpoints
 // (wire.ProxyNode.Reachable) gets their mesh routes, scopes and backends'
 // clusters alone, is not woken by a change to an endpoint it does not
@@ -103,9 +111,7 @@ func (c *deltaClient) recv(n int) map[string][]string {
 // route configuration and scope and every cluster besides.
 func TestNodesGetWhatTheyReach(t *testing.T) {
 	s, conn, _ := startServer(t)
-	m := testModel("127.0.0.1:9001")
-	m.Backends = append(m.Backends, meshspec.Backend{Name: "v3", Replicas: []meshspec.Replica{{Address: "127.0.0.1:9003"}}})
-	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"v3": 1}})
+	m := withOther(testModel("127.0.0.1:9001"))
 	if err := s.SetDataPlane(lowered(t, m)); err != nil {
 		t.Fatal(err)
 	}
