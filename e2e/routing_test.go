@@ -192,8 +192,8 @@ func TestRequestRouting(t *testing.T) {
 // route configurations and none of the backends' clusters; the first
 // request to model through its mesh listener waits while Envoy fetches
 // model's routes, then its cluster, and answers; the node then holds
-// model's routes and clusters and not unreached's. An unknown host
-// answers 404 at once.
+// model's routes and clusters and not unreached's, and follows a change
+// to model's traffic. An unknown host answers 404 at once.
 func meshOnlyOnDemand(t *testing.T, mesh *twoNodeMesh) {
 	n5 := startAgentArgs(t, mesh.consul, "routing-n5", "127.0.0.6", mesh.ctl.xdsAddr, 1, []string{"--public", "none", "--clusters", "on-demand"})
 	holds := func(resource string, want map[string]bool) { t.Helper(); envoyHolds(t, n5, resource, want) }
@@ -209,6 +209,16 @@ func meshOnlyOnDemand(t *testing.T, mesh *twoNodeMesh) {
 		t.Errorf("a host no endpoint has, through the mesh-only on-demand node: %v, want 404 at once", r)
 	}
 	waitInSync(t, mesh, n5.id) // after its fetches
+	// The routes it fetched follow a change, as any node's do.
+	if _, err := mesh.c.SetTraffic(context.Background(), "model", map[string]float64{"candidate": 1}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 20*time.Second, "the mesh-only on-demand node to send model's requests to candidate", func() bool {
+		return do(httpClient(), http.MethodGet, "http://"+n5.mesh+"/", "model").backend == "candidate"
+	})
+	if _, err := mesh.c.SetTraffic(context.Background(), "model", map[string]float64{"stable": 1}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // firstRequests sends model's first request through a node (url, with
