@@ -192,8 +192,9 @@ func TestRequestRouting(t *testing.T) {
 // route configurations and none of the backends' clusters; the first
 // request to model through its mesh listener waits while Envoy fetches
 // model's routes, then its cluster, and answers; the node then holds
-// model's routes and clusters and not unreached's, and follows a change
-// to model's traffic. An unknown host answers 404 at once.
+// model's routes and clusters and not unreached's, follows a change to
+// model's traffic, and keeps what it fetched across a restart of the
+// controller. An unknown host answers 404 at once.
 func meshOnlyOnDemand(t *testing.T, mesh *twoNodeMesh) {
 	n5 := startAgentArgs(t, mesh.consul, "routing-n5", "127.0.0.6", mesh.ctl.xdsAddr, 1, []string{"--public", "none", "--clusters", "on-demand"})
 	holds := func(resource string, want map[string]bool) { t.Helper(); envoyHolds(t, n5, resource, want) }
@@ -219,6 +220,19 @@ func meshOnlyOnDemand(t *testing.T, mesh *twoNodeMesh) {
 	if _, err := mesh.c.SetTraffic(context.Background(), "model", map[string]float64{"stable": 1}); err != nil {
 		t.Fatal(err)
 	}
+	// A restarted controller learns what the node fetched from its Envoy,
+	// which names it again on its new stream: the node keeps model's
+	// routes and clusters, and serves it throughout.
+	mesh.ctl.kill()
+	time.Sleep(500 * time.Millisecond)
+	mesh.ctl.start()
+	mesh.ctl.waitLeading(20 * time.Second)
+	waitInSync(t, mesh, n5.id)
+	holds("dynamic_route_configs", map[string]bool{model: true})
+	holds("dynamic_active_clusters", map[string]bool{"stable": true})
+	testutil.WaitFor(t, 20*time.Second, "model to answer from stable through the node after the controller's restart", func() bool {
+		return do(httpClient(), http.MethodGet, "http://"+n5.mesh+"/", "model").backend == "stable"
+	})
 }
 
 // firstRequests sends model's first request through a node (url, with
