@@ -55,6 +55,7 @@ func main() {
 	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "the pace of the changes under load")
 	flag.DurationVar(&o.loadFor, "load", 10*time.Second, "how long the changes under load last")
 	flag.StringVar(&o.memoryLimit, "controller-memory-limit", "", "the controller's GOMEMLIMIT (Go's soft memory limit, such as 1GiB): its heap is collected harder as it nears it; default none")
+	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "save the controller's CPU profile over the changes under load to this file (<file>-<endpoints>-<protocol>)")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the controller's heap profile at rest to this file, one per mesh size and protocol (<file>-<endpoints>-<protocol>)")
 	protocols := flag.String("protocols", "delta", "the simulated nodes' xDS variants, each run in turn: delta (the nodes' default), sotw, or both")
 	flag.Parse()
@@ -110,7 +111,7 @@ func main() {
 type options struct {
 	endpoints, nodes, meshOnly, reach, realNodes, changes int
 	interval, loadFor                                     time.Duration
-	protocol, heapProfile, memoryLimit                    string
+	protocol, heapProfile, cpuProfile, memoryLimit        string
 	realArgs                                              []string
 	restartReal, onDemand                                 bool
 }
@@ -163,7 +164,7 @@ func run(o options) error {
 	time.Sleep(5 * time.Second) // let the initial pushes settle
 	rest := measure(pid, 10*time.Second, func() {})
 	if o.heapProfile != "" {
-		if err := saveHeapProfile(ctx, mesh.APIAddr, fmt.Sprintf("%s-%d-%s", o.heapProfile, o.endpoints, o.protocol)); err != nil {
+		if err := saveProfile(ctx, mesh.APIAddr, "heap", fmt.Sprintf("%s-%d-%s", o.heapProfile, o.endpoints, o.protocol)); err != nil {
 			return err
 		}
 	}
@@ -171,7 +172,19 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	profiled := make(chan error, 1)
+	if o.cpuProfile != "" {
+		go func() {
+			profiled <- saveProfile(ctx, mesh.APIAddr, fmt.Sprintf("profile?seconds=%d", max(1, int(o.loadFor.Seconds()))),
+				fmt.Sprintf("%s-%d-%s", o.cpuProfile, o.endpoints, o.protocol))
+		}()
+	} else {
+		profiled <- nil
+	}
 	loaded := measure(pid, o.loadFor, func() { changeEvery(ctx, mesh.Client, o.interval, o.loadFor) })
+	if err := <-profiled; err != nil {
+		return err
+	}
 	fmt.Printf("| %d | %s | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", o.endpoints, o.protocol, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),
 		kib(bytes/int64(o.changes)), rest.rss, loaded.rss, 100*rest.cpu, 100*loaded.cpu)
 	return nil
@@ -455,18 +468,20 @@ func measure(pid int, d time.Duration, work func()) usage {
 
 // saveHeapProfile saves the controller's heap profile (the API listener
 // on loopback, without tokens, serves it) to file.
-func saveHeapProfile(ctx context.Context, apiAddr, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+"/debug/pprof/heap", nil)
+// saveProfile saves the controller's pprof profile (heap, or profile
+// for CPU, with its query) to file.
+func saveProfile(ctx context.Context, apiAddr, profile, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+"/debug/pprof/"+profile, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("%s profile: %w", profile, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("heap profile: HTTP %d", resp.StatusCode)
+		return fmt.Errorf("%s profile: HTTP %d", profile, resp.StatusCode)
 	}
 	f, err := os.Create(file)
 	if err != nil {
@@ -474,7 +489,7 @@ func saveHeapProfile(ctx context.Context, apiAddr, file string) error {
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("heap profile: %w", err)
+		return fmt.Errorf("%s profile: %w", profile, err)
 	}
 	return f.Close()
 }
