@@ -296,8 +296,15 @@ func onDemand(t *testing.T, mesh *twoNodeMesh) {
 	holds(map[string]bool{"stable": false, "candidate": false, "elsewhere": false})
 	firstRequests(t, "http://"+n4.public+"/model", "", "the on-demand node (its cluster fetched on demand)")
 	holds(map[string]bool{"stable": true, "candidate": true, "elsewhere": false})
-	if r := do(httpClient(), http.MethodGet, "http://"+n4.mesh+"/", "unreached"); r.status != 200 || r.backend != "elsewhere" {
-		t.Fatalf("the first request to unreached through the on-demand node's mesh listener: %v, want 200 from elsewhere", r)
+	// A first request with a body (as a model server's are) waits, body
+	// and all, for the cluster, then reaches the replica.
+	post, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+n4.mesh+"/", strings.NewReader(`{"prompt": "hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post.Host = "unreached"
+	if r := doRequest(httpClient(), post); r.status != 200 || r.backend != "elsewhere" {
+		t.Fatalf("the first request to unreached (a POST with a body) through the on-demand node's mesh listener: %v, want 200 from elsewhere", r)
 	}
 	holds(map[string]bool{"elsewhere": true})
 	quick := &http.Client{Timeout: 3 * time.Second}
@@ -320,7 +327,7 @@ func onDemand(t *testing.T, mesh *twoNodeMesh) {
 func meshOnly(t *testing.T, mesh *twoNodeMesh) {
 	ctx := context.Background()
 	mesh.createBackends(t, meshspec.Backend{Name: "elsewhere", Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}, Process: demoProcess("elsewhere", false)})
-	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "unreached", Traffic: map[string]float64{"elsewhere": 1}}); err != nil {
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "unreached", Methods: []string{"GET", "POST"}, Traffic: map[string]float64{"elsewhere": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 30*time.Second, "endpoint unreached to answer through n1's mesh listener", func() bool {
