@@ -17,6 +17,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
+from . import _args
+
 LEADER_HEADER = "X-Servemesh-Leader"
 
 
@@ -28,8 +30,9 @@ class ServemeshError(Exception):
         self.status, self.kind, self.message, self.leader = status, kind, message, leader
 
 
-class InvalidError(ServemeshError):
-    """400: the request or the state it would make is invalid."""
+class InvalidError(ServemeshError, ValueError):
+    """400: the request or the state it would make is invalid (a
+    ValueError, as Ray Serve raises for a bad value)."""
 
 
 class UnauthorizedError(ServemeshError):
@@ -40,12 +43,13 @@ class ForbiddenError(ServemeshError):
     """403: the token's scope does not allow it."""
 
 
-class NotFoundError(ServemeshError):
-    """404: no such backend or endpoint."""
+class NotFoundError(ServemeshError, ValueError):
+    """404: no such backend or endpoint (a ValueError, as Ray Serve's)."""
 
 
-class ConflictError(ServemeshError):
-    """409: it conflicts with the state (a backend in use, a name taken)."""
+class ConflictError(ServemeshError, ValueError):
+    """409: it conflicts with the state (a backend in use, a name taken; a
+    ValueError, as Ray Serve's)."""
 
 
 class NotLeaderError(ServemeshError):
@@ -128,6 +132,11 @@ class Client:
         spec ({"command": ..., "args": [...], "health_path": ...}) whose
         config["num_replicas"] replicas servemesh runs. Returns whether it
         changed anything (False: the same backend exists)."""
+        _args.name("create_backend", "name", name)
+        _args.strings("create_backend", "replicas", replicas)
+        _args.mapping("create_backend", "process", process, optional=True)
+        _args.mapping("create_backend", "config", config, optional=True)
+        _args.optional_str("create_backend", "protocol", protocol)
         spec: Dict[str, Any] = {"name": name}
         if replicas is not None:
             spec["replicas"] = [{"address": a} for a in replicas]
@@ -157,6 +166,13 @@ class Client:
         {...}}}), it routes by the model a request's JSON body names (in
         model_field, "model" by default). criticality is what its requests
         are when they do not say: "critical" (the default) or "sheddable"."""
+        verb = "create_endpoint"
+        _args.name(verb, "name", name)
+        for arg, value in (("backend", backend), ("route", route), ("model_field", model_field), ("criticality", criticality)):
+            _args.optional_str(verb, arg, value)
+        _args.strings(verb, "methods", methods)
+        _args.weights(verb, "traffic", traffic, optional=True)
+        _args.mapping(verb, "models", models, optional=True)
         if sum(x is not None for x in (backend, traffic, models)) != 1:
             raise ValueError("give backend, traffic or models, one of the three")
         e: Dict[str, Any] = {"name": name}
@@ -176,11 +192,16 @@ class Client:
 
     def set_traffic(self, endpoint: str, traffic: Mapping[str, float]) -> bool:
         """Splits an endpoint's requests over backends by weights summing to 1."""
+        _args.name("set_traffic", "endpoint", endpoint)
+        _args.weights("set_traffic", "traffic", traffic)
         return self._call("PUT", f"/v1/endpoints/{_seg(endpoint)}/traffic", {"traffic": dict(traffic)})["changed"]
 
     def shadow_traffic(self, endpoint: str, backend: str, proportion: float) -> bool:
         """Mirrors a proportion (0 to 1; 0 removes it) of an endpoint's
         requests to a backend, whose answers are dropped."""
+        _args.name("shadow_traffic", "endpoint", endpoint)
+        _args.name("shadow_traffic", "backend", backend)
+        _args.number("shadow_traffic", "proportion", proportion)
         return self._call("PUT", f"/v1/endpoints/{_seg(endpoint)}/shadows/{_seg(backend)}", {"proportion": proportion})["changed"]
 
     def update_backend_config(self, backend: str, config_options: Mapping[str, Any]) -> bool:
@@ -188,9 +209,12 @@ class Client:
         user_config (reaches running replicas without a restart), ... The
         options are a JSON merge patch (RFC 7386): None removes a field
         (back to its default), a dict merges into the one it names."""
+        _args.name("update_backend_config", "backend", backend)
+        _args.mapping("update_backend_config", "config_options", config_options)
         return self._call("PATCH", f"/v1/backends/{_seg(backend)}", dict(config_options))["changed"]
 
     def get_backend(self, backend: str) -> Dict[str, Any]:
+        _args.name("get_backend", "backend", backend)
         return self._call("GET", f"/v1/backends/{_seg(backend)}")
 
     def get_backend_config(self, backend: str) -> Dict[str, Any]:
@@ -201,6 +225,7 @@ class Client:
         return {b["name"]: b for b in self._call("GET", "/v1/backends")}
 
     def get_endpoint(self, endpoint: str) -> Dict[str, Any]:
+        _args.name("get_endpoint", "endpoint", endpoint)
         return self._call("GET", f"/v1/endpoints/{_seg(endpoint)}")
 
     def list_endpoints(self) -> Dict[str, Dict[str, Any]]:
@@ -214,9 +239,11 @@ class Client:
         return dict(self.get_endpoint(endpoint).get("shadows") or {})
 
     def delete_backend(self, backend: str) -> bool:
+        _args.name("delete_backend", "backend", backend)
         return self._call("DELETE", f"/v1/backends/{_seg(backend)}")["changed"]
 
     def delete_endpoint(self, endpoint: str) -> bool:
+        _args.name("delete_endpoint", "endpoint", endpoint)
         return self._call("DELETE", f"/v1/endpoints/{_seg(endpoint)}")["changed"]
 
     # servemesh's own.
@@ -225,6 +252,8 @@ class Client:
         """Makes the whole state the one given ({"backends": [...],
         "endpoints": [...]}), in one change; dry_run only says what would
         change."""
+        _args.mapping("apply", "spec", spec)
+        _args.flag("apply", "dry_run", dry_run)
         return self._call("POST", "/v1/apply" + ("?dry_run=true" if dry_run else ""), dict(spec))
 
     def status(self) -> Dict[str, Any]:
