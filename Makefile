@@ -174,6 +174,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/rollback
 	go run ./bench/restarts
 	go run ./bench/scale
+	go run ./bench/ondemand
 
 clean: ## remove build output and run folders (keeps .tools)
 	rm -rf bin .run dist

@@ -19,8 +19,8 @@ import (
 //  2. A request whose route sends to a cluster the node lacks makes Envoy
 //     subscribe to that cluster by name on its delta stream; demand
 //     records the name on the node (onRequest's callback, before the
-//     ADS server handles the request) and marks the node for the next
-//     publish.
+//     ADS server handles the request) and has the node published at once
+//     (kickNow: a request waits, so no coalescing).
 //  3. The publish cuts the node's clusters to those of every endpoint
 //     whose mesh routes name a cluster it asked for (so a split's other
 //     backends and a shadow's arrive with the first), and the wildcard
@@ -82,7 +82,7 @@ func (s *Server) demand(id streamKey, typeURL string, names []string) {
 	}
 	if added {
 		s.newNodes[st.nodeID] = true
-		s.kick()
+		s.kickNow() // a request waits for it
 	}
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -74,6 +75,37 @@ func TestClustersOnDemand(t *testing.T) {
 	}
 	if got := c.nextResources(); !slices.Equal(got, []string{"v1"}) {
 		t.Errorf("after a change to v1 and v3: %v; want v1 alone", got)
+	}
+}
+
+// TestDemandIsNotCoalesced: a request waits for what its node asks for on
+// demand, so the publisher sends it at once, not after the hold-off that
+// coalesces model changes (a minute here).
+func TestDemandIsNotCoalesced(t *testing.T) {
+	s, conn, _ := startServerHolding(t, time.Minute, 2*time.Minute)
+	if err := s.SetDataPlane(lowered(t, testModel("127.0.0.1:9001"))); err != nil {
+		t.Fatal(err)
+	}
+	node := wire.ProxyNode{ID: "od", MeshAddress: "127.0.0.1", MeshPort: 15001, ClustersOnDemand: true}
+	meta, err := node.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first publish (the model) waits the hold-off; a new node is
+	// published on its own.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // well under the hold-off
+	defer cancel()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &deltaClient{t: t, stream: stream}
+	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: node.ID, Metadata: meta}, TypeUrl: resource.ClusterType,
+		ResourceNamesSubscribe: []string{"*", "v1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.nextResources(); !slices.Contains(got, "v1") {
+		t.Fatalf("clusters %v; want v1, asked for by name", got)
 	}
 }
 

@@ -51,6 +51,9 @@ type Server struct {
 	forgetAfter time.Duration
 	maxGone     int
 	wake        chan struct{}
+	// urgent wakes the publisher without coalescing: a request is
+	// waiting for what a node asked for on demand (demand.go).
+	urgent chan struct{}
 
 	mu         sync.Mutex
 	dataPlane  *ir.DataPlane
@@ -89,6 +92,7 @@ func New(opts Options) *Server {
 		forgetAfter:          opts.ForgetNodesAfter,
 		maxGone:              opts.MaxGoneNodes,
 		wake:                 make(chan struct{}, 1),
+		urgent:               make(chan struct{}, 1),
 		nodes:                map[string]*nodeState{},
 		acceptedAt:           map[uint64]time.Time{},
 		streams:              map[streamKey]*streamState{},
@@ -213,35 +217,55 @@ func (s *Server) kick() {
 	}
 }
 
+// kickNow has the publisher run at once, for a request that waits.
+func (s *Server) kickNow() {
+	select {
+	case s.urgent <- struct{}{}:
+	default:
+	}
+}
+
 // Run publishes every accepted change until ctx ends. Bursts of changes are
 // coalesced: after a change it waits until HoldOff passes without another
-// one, or MaxHoldOff passes in all, then rebuilds once.
+// one, or MaxHoldOff passes in all, then rebuilds once; what a node asked
+// for on demand (kickNow) is published without waiting.
 func (s *Server) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.urgent:
+			s.publish(ctx)
+			continue
 		case <-s.wake:
 		}
-		deadline := time.NewTimer(s.maxHoldOff)
-		quiet := time.NewTimer(s.holdOff)
-	coalesce:
-		for {
-			select {
-			case <-ctx.Done():
-				deadline.Stop()
-				quiet.Stop()
-				return nil
-			case <-s.wake:
-				quiet.Reset(s.holdOff)
-			case <-quiet.C:
-				break coalesce
-			case <-deadline.C:
-				break coalesce
-			}
+		if ended := s.coalesce(ctx); ended {
+			return nil
 		}
-		deadline.Stop()
-		quiet.Stop()
 		s.publish(ctx)
+	}
+}
+
+// coalesce waits, after a change, until HoldOff passes without another,
+// MaxHoldOff passes in all, or a request waits (kickNow); it reports
+// whether ctx ended first.
+func (s *Server) coalesce(ctx context.Context) (ended bool) {
+	deadline := time.NewTimer(s.maxHoldOff)
+	quiet := time.NewTimer(s.holdOff)
+	defer deadline.Stop()
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-s.wake:
+			quiet.Reset(s.holdOff)
+		case <-s.urgent:
+			return false
+		case <-quiet.C:
+			return false
+		case <-deadline.C:
+			return false
+		}
 	}
 }

@@ -43,8 +43,14 @@ func testModel(replicaAddr string) *meshspec.Model {
 // connection to it.
 func startServer(t *testing.T) (*Server, *grpc.ClientConn, *prometheus.Registry) {
 	t.Helper()
+	return startServerHolding(t, time.Millisecond, 5*time.Millisecond)
+}
+
+// startServerHolding is startServer with the publisher's hold-offs given.
+func startServerHolding(t *testing.T, holdOff, maxHoldOff time.Duration) (*Server, *grpc.ClientConn, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	s := New(Options{Logger: slog.New(slog.NewTextHandler(testWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug})), Registerer: reg, HoldOff: time.Millisecond, MaxHoldOff: 5 * time.Millisecond})
+	s := New(Options{Logger: slog.New(slog.NewTextHandler(testWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug})), Registerer: reg, HoldOff: holdOff, MaxHoldOff: maxHoldOff})
 	g := grpc.NewServer()
 	s.Register(g)
 	var lc net.ListenConfig
