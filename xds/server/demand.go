@@ -96,15 +96,8 @@ func (n *nodeState) demandOf() demand {
 	if !n.node.ClustersOnDemand {
 		return demand{}
 	}
-	sorted := func(m map[string]bool) []string {
-		out := make([]string, 0, len(m))
-		for name := range m {
-			out = append(out, name)
-		}
-		slices.Sort(out)
-		return out
-	}
-	return demand{clusters: sorted(n.demanded[resource.ClusterType]), routes: sorted(n.demanded[resource.RouteType])}
+	return demand{clusters: slices.Sorted(maps.Keys(n.demanded[resource.ClusterType])),
+		routes: slices.Sorted(maps.Keys(n.demanded[resource.RouteType]))}
 }
 
 // onDemand cuts clusters, what a node would otherwise get, to the

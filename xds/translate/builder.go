@@ -51,7 +51,7 @@ type backendParts struct {
 	clusters    []*cluster.Cluster
 	assignments []Encoded      // sent as they are, so held encoded
 	hash        string         // of its clusters
-	config      string         // of the backend without its replicas (configHash)
+	config      string         // with mTLS, of the backend without its replicas (configHash)
 	nodes       []string       // with mTLS, the nodes it has replicas on
 	perNode     map[string]int // and how many on each
 }
@@ -267,7 +267,9 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 	if p.hash, err = hashOf(p.clusters); err != nil {
 		return nil, err
 	}
-	p.config, err = configHash(be)
+	if b.mtls != nil { // only nodes' own parts (ForNode, with mTLS) read it
+		p.config, err = configHash(be)
+	}
 	return p, err
 }
 

@@ -198,18 +198,23 @@ func localBackends(m *ir.DataPlane, node string) []ir.Backend {
 		if !b.ViaInbound() {
 			continue
 		}
-		var here []ir.Replica
-		for _, r := range b.Replicas {
-			if r.Node == node {
-				here = append(here, r)
-			}
-		}
-		if len(here) > 0 {
-			b.Replicas = here
+		if b = replicasOn(b, node); len(b.Replicas) > 0 {
 			out = append(out, b)
 		}
 	}
 	return out
+}
+
+// replicasOn is b with only its replicas on node.
+func replicasOn(b ir.Backend, node string) ir.Backend {
+	var here []ir.Replica
+	for _, r := range b.Replicas {
+		if r.Node == node {
+			here = append(here, r)
+		}
+	}
+	b.Replicas = here
+	return b
 }
 
 // secureClusters gives the clusters of backends reached over mTLS the

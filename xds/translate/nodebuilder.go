@@ -152,14 +152,7 @@ func (b *Builder) localParts(node string) []*backendParts {
 func onNode(local []*backendParts, node string) []ir.Backend {
 	out := make([]ir.Backend, 0, len(local))
 	for _, p := range local {
-		be := p.backend
-		be.Replicas = nil
-		for _, r := range p.backend.Replicas {
-			if r.Node == node {
-				be.Replicas = append(be.Replicas, r)
-			}
-		}
-		out = append(out, be)
+		out = append(out, replicasOn(p.backend, node))
 	}
 	return out
 }
