@@ -256,8 +256,11 @@ func replicasListenOnLoopbackOnly(t *testing.T, consul *testutil.Consul, nodes [
 		if e.Service.Address != "127.0.0.1" {
 			t.Errorf("replica %s is registered at %s; it must listen on loopback", e.Service.ID, e.Service.Address)
 		}
-		if conn, err := d.DialContext(context.Background(), "tcp", net.JoinHostPort(address[e.Service.Meta[wire.MetaReplicaNode]], port)); err == nil {
-			_ = conn.Close()
+		// Tests run side by side on these addresses, so another test's
+		// process may hold the node's address at this port: the check is
+		// whether this replica answers there, not whether anything does.
+		around := "http://" + net.JoinHostPort(address[e.Service.Meta[wire.MetaReplicaNode]], port) + "/"
+		if tag, err := replicaOf(&http.Client{Timeout: time.Second}, around); err == nil && tag == e.Service.Meta[wire.MetaReplicaTag] {
 			t.Errorf("replica %s answers on its node's address: anyone could reach it around Envoy", e.Service.ID)
 		}
 		conn, err := d.DialContext(context.Background(), "tcp", net.JoinHostPort("127.0.0.1", port))
