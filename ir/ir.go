@@ -8,6 +8,10 @@ import (
 // DataPlane is the IR of one view of the mesh: its backends and its
 // endpoints, each sorted by name.
 type DataPlane struct {
+	// Revision is the stored state's revision the data plane was made of
+	// (0: none, as a config file's): a node that serves this data plane
+	// serves every change committed at or before it.
+	Revision  uint64     `json:"revision,omitempty"`
 	Backends  []Backend  `json:"backends,omitempty"`
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
 	// Tracing, if set, is where every node's Envoy sends its spans.

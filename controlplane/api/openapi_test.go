@@ -182,6 +182,8 @@ func TestOperationsAreTheMuxRoutes(t *testing.T) {
 	srv := httptest.NewServer(newConformance(t).wrap(Handler(f.c, slog.New(slog.NewTextHandler(io.Discard, nil)), Sources{Status: func() StatusReport {
 		m, _ := f.c.State()
 		return NewStatusReport(StatusInputs{State: m, Health: func(meshspec.Backend) ReplicaHealth { return ReplicaHealth{} }})
+	}, Served: func(rev uint64, bs []meshspec.Backend) ServedReport {
+		return NewServedReport(ServedInputs{Revision: rev, Backends: bs, Health: func(meshspec.Backend) ReplicaHealth { return ReplicaHealth{} }})
 	}, Agents: func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: "10.0.0.3:9100"}}, nil
 	}})))

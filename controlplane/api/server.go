@@ -39,6 +39,10 @@ const LeaderHeader = "X-Servemesh-Leader"
 // Changed is a mutation's answer.
 type Changed struct {
 	Changed bool `json:"changed"`
+	// Revision is the stored state's revision once the call is done (the
+	// change's, or a later one): what GET /v1/served waits for. Absent
+	// from an older controller's answers.
+	Revision uint64 `json:"revision,omitempty"`
 }
 
 // ApplyResult is the answer to /v1/apply.
@@ -49,6 +53,8 @@ type ApplyResult struct {
 	// Diff is the same with, for each update, the fields it changes.
 	Diff   []controller.Change `json:"diff"`
 	DryRun bool                `json:"dry_run"`
+	// Revision is as in Changed.
+	Revision uint64 `json:"revision,omitempty"`
 }
 
 // LeaderInfo is the answer to /v1/leader.
@@ -79,6 +85,9 @@ type ErrorBody struct {
 type Sources struct {
 	// Status answers GET /v1/status.
 	Status func() StatusReport
+	// Served answers GET /v1/served for a change of store revision rev
+	// and the backends asked about (NewServedReport).
+	Served func(rev uint64, backends []meshspec.Backend) ServedReport
 	// Live gives the live figures of the rollouts' stages.
 	Live func() map[string]rollout.Live
 	// Agents lists the live nodes' agents, for GET /v1/prometheus/targets.
@@ -99,7 +108,8 @@ func Handler(c *controller.Controller, log *slog.Logger, src Sources) http.Handl
 	s := &server{c: c, log: log, src: src}
 	mux := http.NewServeMux()
 	for _, op := range operations() {
-		if op.handle == nil || (op.path == "/v1/status" && src.Status == nil) || (op.path == PrometheusTargetsPath && src.Agents == nil) {
+		if op.handle == nil || (op.path == "/v1/status" && src.Status == nil) || (op.path == ServedPath && src.Served == nil) ||
+			(op.path == PrometheusTargetsPath && src.Agents == nil) {
 			continue // served elsewhere (NodesHandler), or not by this controller
 		}
 		mux.HandleFunc(op.method+" "+op.path, op.handle(s))
@@ -283,7 +293,7 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	diff, err := s.c.Apply(r.Context(), &m, dryRun)
-	res := ApplyResult{Changes: []string{}, Diff: nonNil(diff), DryRun: dryRun}
+	res := ApplyResult{Changes: []string{}, Diff: nonNil(diff), DryRun: dryRun, Revision: uint64(s.c.Revision())}
 	for _, ch := range diff {
 		res.Changes = append(res.Changes, ch.String())
 	}
@@ -297,10 +307,10 @@ func (s *server) leader(w http.ResponseWriter, _ *http.Request) {
 
 func (s *server) answerChange(w http.ResponseWriter, changed bool, err error, createdStatus int) {
 	if err == nil && changed {
-		writeJSON(w, createdStatus, Changed{Changed: true})
+		writeJSON(w, createdStatus, Changed{Changed: true, Revision: uint64(s.c.Revision())})
 		return
 	}
-	s.answer(w, Changed{Changed: changed}, err)
+	s.answer(w, Changed{Changed: changed, Revision: uint64(s.c.Revision())}, err)
 }
 
 func (s *server) answer(w http.ResponseWriter, body any, err error) {

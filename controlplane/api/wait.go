@@ -111,6 +111,9 @@ func readiness(report StatusReport, backends []string) ([]Progress, error) {
 				return nil, fmt.Errorf("backend %q cannot be ready: %s", name, problem)
 			}
 		}
+		if err := crashLoop(name, b.Replicas); err != nil {
+			return nil, err
+		}
 		p := Progress{Backend: name, Ready: b.Ready, Desired: b.Desired, Nodes: map[string][2]int{}}
 		for _, r := range b.Replicas {
 			if r.State != meshspec.Running {
@@ -120,16 +123,28 @@ func readiness(report StatusReport, backends []string) ([]Progress, error) {
 			n[1]++
 			if r.Ready {
 				n[0]++
-			} else if m := exits.FindStringSubmatch(r.Note); m != nil {
-				if count, _ := strconv.Atoi(m[1]); count >= CrashLoopExits {
-					return nil, fmt.Errorf("backend %q cannot be ready: its replica %s on node %s is crash-looping (fix its command, or delete the backend): %s", name, r.Tag, r.Node, r.Note)
-				}
 			}
 			p.Nodes[r.Node] = n
 		}
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// crashLoop says which of backend's running replicas that is not ready
+// has exited CrashLoopExits times, if one has.
+func crashLoop(backend string, replicas []ReplicaStatus) error {
+	for _, r := range replicas {
+		if r.State != meshspec.Running || r.Ready {
+			continue
+		}
+		if m := exits.FindStringSubmatch(r.Note); m != nil {
+			if count, _ := strconv.Atoi(m[1]); count >= CrashLoopExits {
+				return fmt.Errorf("backend %q cannot be ready: its replica %s on node %s is crash-looping (fix its command, or delete the backend): %s", backend, r.Tag, r.Node, r.Note)
+			}
+		}
+	}
+	return nil
 }
 
 // notReadyError says which backends are not ready at the deadline, and

@@ -39,7 +39,7 @@ func TestPollKeepsOnlyKnownBackendsAndBoundsAnswers(t *testing.T) {
 	}))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}
@@ -70,7 +70,7 @@ func TestANodeSpeaksOnlyForItsReplicas(t *testing.T) {
 	}))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}
@@ -91,7 +91,7 @@ func TestPollSendsTheAgentToken(t *testing.T) {
 	})))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}

@@ -24,9 +24,10 @@ import (
 type Options struct {
 	Logger *slog.Logger
 	Store  store.Store
-	// Publish receives every state the controller adopts (the xDS server's
-	// SetModel). It is called with the write lock held, in order.
-	Publish func(*meshspec.Model) error
+	// Publish receives every state the controller adopts, with its stored
+	// revision (the data plane's publisher). It is called with the write
+	// lock held, in order.
+	Publish func(*meshspec.Model, store.Revision) error
 	// Registerer receives the controller's metrics; nil skips them.
 	Registerer prometheus.Registerer
 	// CrashAfterCheckpoint is the probability of exiting right after a
@@ -61,7 +62,7 @@ type Options struct {
 type Controller struct {
 	log     *slog.Logger
 	store   store.Store
-	publish func(*meshspec.Model) error
+	publish func(*meshspec.Model, store.Revision) error
 	crashP  float64
 	now     func() time.Time
 	exit    func(int)
@@ -269,7 +270,7 @@ func (c *Controller) PlacementProblems() map[string]string {
 func (c *Controller) adopt(m *meshspec.Model, rev store.Revision) {
 	c.state, c.rev, c.loaded = m, rev, true
 	c.adopted.Store(&adoptedState{model: m, rev: rev})
-	if err := c.publish(m); err != nil {
+	if err := c.publish(m, rev); err != nil {
 		c.log.Error("publishing the stored state failed; the data plane keeps its last config", "revision", rev, "err", err)
 	}
 }
@@ -279,6 +280,20 @@ func (c *Controller) adopt(m *meshspec.Model, rev store.Revision) {
 func (c *Controller) State() (*meshspec.Model, store.Revision) {
 	a := c.adopted.Load()
 	return meshspec.Clone(a.model), a.rev
+}
+
+// Revision is the last adopted state's revision. It never waits for a
+// write in progress.
+func (c *Controller) Revision() store.Revision {
+	return c.adopted.Load().rev
+}
+
+// Peek calls fn with the last adopted state and its revision, not copied:
+// fn must neither change it nor keep it. It never waits for a write in
+// progress.
+func (c *Controller) Peek(fn func(m *meshspec.Model, rev store.Revision)) {
+	a := c.adopted.Load()
+	fn(a.model, a.rev)
 }
 
 // Leader reports whether this controller takes writes, and the leader's

@@ -20,7 +20,7 @@ import (
 
 type published struct{ models []*meshspec.Model }
 
-func (p *published) publish(m *meshspec.Model) error {
+func (p *published) publish(m *meshspec.Model, _ meshspec.Revision) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
@@ -205,7 +205,7 @@ func TestCrashAfterCheckpointLosesNothing(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	crashed := false
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil },
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil },
 		CrashAfterCheckpoint: 1, Exit: func(int) { crashed = true; panic("exited") }})
 	if err := c.Lead(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func equalModels(a, b *meshspec.Model) bool {
 func TestOperationResultsAreCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
-		Publish: func(*meshspec.Model) error { return nil }, Registerer: reg})
+		Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }, Registerer: reg})
 	ctx := context.Background()
 	if err := c.Lead(ctx, "self:1"); err != nil {
 		t.Fatal(err)
@@ -469,7 +469,7 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 	if m, _ := c.State(); len(m.Backends) != 0 {
 		t.Fatalf("refused writes stored %+v", m.Backends)
 	}
-	allowing := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil },
+	allowing := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil },
 		Addresses: meshspec.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err := allowing.Lead(ctx, "self"); err != nil {
 		t.Fatal(err)
@@ -511,7 +511,7 @@ func TestDeleteNamesEveryUse(t *testing.T) {
 // leading, on st.
 func plaintextLeader(t *testing.T, st store.Store) *Controller {
 	t.Helper()
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model) error { return nil }, Plaintext: true})
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }, Plaintext: true})
 	if err := c.Lead(MayRunCommands(context.Background()), "self:1"); err != nil {
 		t.Fatal(err)
 	}

@@ -305,7 +305,7 @@ func newPublisher(t *testing.T) (*Publisher, *fakeInstances, *sink, *prometheus.
 
 func TestPublisherFollowsStateAndHealth(t *testing.T) {
 	p, in, out, _ := newPublisher(t)
-	if err := p.Publish(processState()); err != nil {
+	if err := p.Publish(processState(), 7); err != nil {
 		t.Fatal(err)
 	}
 	if run, _ := out.last().Backend("run"); out.count() != 1 || len(run.Replicas) != 0 {
@@ -325,6 +325,11 @@ func TestPublisherFollowsStateAndHealth(t *testing.T) {
 		run, _ := out.last().Backend("run")
 		return out.count() >= 2 && len(run.Replicas) == 1
 	})
+	// Every view, the health-driven ones too, carries the revision of the
+	// state it was made of: what the API's wait compares.
+	if got := out.last().Revision; got != 7 {
+		t.Errorf("the health-driven view's revision: %d, want 7, the published state's", got)
+	}
 }
 
 // TestPublisherReportsRefusedViews: a view the data plane refuses, on either
@@ -333,7 +338,7 @@ func TestPublisherFollowsStateAndHealth(t *testing.T) {
 func TestPublisherReportsRefusedViews(t *testing.T) {
 	p, in, out, reg := newPublisher(t)
 	out.refuse = errors.New("invalid model")
-	if err := p.Publish(processState()); err == nil || !strings.Contains(err.Error(), "invalid model") {
+	if err := p.Publish(processState(), 7); err == nil || !strings.Contains(err.Error(), "invalid model") {
 		t.Fatalf("Publish returned %v, want the sink's refusal", err)
 	}
 	in.set("servemesh-backend-run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true})
@@ -349,7 +354,7 @@ func TestPublisherReportsRefusedViews(t *testing.T) {
 	out.mu.Lock()
 	out.refuse = nil
 	out.mu.Unlock()
-	if err := p.Publish(processState()); err != nil || p.Err() != nil {
+	if err := p.Publish(processState(), 7); err != nil || p.Err() != nil {
 		t.Fatalf("an accepted view must clear the error: %v, %v", err, p.Err())
 	}
 }
@@ -361,7 +366,7 @@ func TestRefusedViewIsRetried(t *testing.T) {
 	out.mu.Lock()
 	out.refuse = errors.New("not now")
 	out.mu.Unlock()
-	if err := p.Publish(processState()); err == nil {
+	if err := p.Publish(processState(), 7); err == nil {
 		t.Fatal("the refusal was not returned")
 	}
 	out.mu.Lock()

@@ -49,6 +49,7 @@ type Publisher struct {
 
 	mu          sync.Mutex
 	state       *meshspec.Model // the last state published
+	rev         meshspec.Revision
 	lastErr     error
 	lastDropped []Dropped // left out of the last view
 }
@@ -67,12 +68,13 @@ func New(o Options) *Publisher {
 	return p
 }
 
-// Publish makes m the state the data plane follows: it syncs the watched
-// services to m's and hands over m's view. The error is the sink's.
-func (p *Publisher) Publish(m *meshspec.Model) error {
+// Publish makes m, the stored state at revision rev, the state the data
+// plane follows: it syncs the watched services to m's and hands over m's
+// view, which carries rev. The error is the sink's.
+func (p *Publisher) Publish(m *meshspec.Model, rev meshspec.Revision) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.state = m
+	p.state, p.rev = m, rev
 	p.instances.Sync(Services(m))
 	return p.handOver()
 }
@@ -133,6 +135,7 @@ func (p *Publisher) handOver() error {
 		p.log.Warn("instance left out of the data plane", "backend", d.Backend, "instance", d.Instance, "reason", d.Reason)
 	}
 	if err == nil {
+		dp.Revision = uint64(p.rev)
 		err = p.sink.SetDataPlane(dp)
 	}
 	if err != nil {

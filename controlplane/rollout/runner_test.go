@@ -38,7 +38,7 @@ func totals(requests, errors uint64, ms float64) wire.BackendLoad {
 func TestRunnerBeginsJudgesAndRollsBack(t *testing.T) {
 	ctx := context.Background()
 	ctl := controller.New(controller.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
-		Publish: func(*meshspec.Model) error { return nil }})
+		Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
 	if err := ctl.Lead(ctx, "self"); err != nil {
 		t.Fatal(err)
 	}

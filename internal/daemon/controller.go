@@ -235,7 +235,15 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 			Rollouts: rollouts.Live()})
 	}
 	tracer := tracing.New(wire.ControllerTraceService, func() *meshspec.Tracing { t, _ := ctl.Tracing(); return t }, log.With("component", "tracing"))
-	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Live: rollouts.Live, Agents: nodes,
+	served := func(rev uint64, backends []meshspec.Backend) api.ServedReport {
+		names := make([]string, len(backends))
+		for i, b := range backends {
+			names[i] = b.Name
+		}
+		return api.NewServedReport(api.ServedInputs{Revision: rev, Backends: backends, Serving: plane.XDS.Serving(names),
+			Health: replicaHealth(watcher.Snapshot()), Problems: problems(ctl, publisher), Refused: publisher.Err()})
+	}
+	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Served: served, Live: rollouts.Live, Agents: nodes,
 		Tracing: tracer.Provider()}))
 	plane.Mux.Handle("GET "+console.Path, console.Handler())
 	plane.Mux.Handle("GET /ui", http.RedirectHandler(console.Path, http.StatusMovedPermanently))

@@ -7,6 +7,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
@@ -75,6 +76,9 @@ func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 	} else if err := c.s.nodeError(sotw(id)); err != nil {
 		return err
 	}
+	if req.GetTypeUrl() == resource.EndpointType {
+		c.s.assignmentsRequest(sotw(id), nil, nil)
+	}
 	return nil
 }
 
@@ -84,15 +88,18 @@ func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscovery
 	// version, so until the next change its status shows what was last sent.
 	c.s.onRequest(delta(id), req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
 	c.s.demand(delta(id), req.GetTypeUrl(), req.GetResourceNamesSubscribe())
+	if req.GetTypeUrl() == resource.EndpointType {
+		c.s.assignmentsRequest(delta(id), req.GetInitialResourceVersions(), req.GetResourceNamesUnsubscribe())
+	}
 	return c.s.nodeError(delta(id))
 }
 
 func (c *callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	c.s.onResponse(sotw(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
+	c.s.onResponse(sotw(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo(), sotwAssignments(resp))
 }
 
 func (c *callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	c.s.onResponse(delta(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
+	c.s.onResponse(delta(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), deltaAssignments(resp))
 }
 
 func (c *callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {

@@ -148,6 +148,8 @@ func (s *Server) diffAssignments(built *translate.Built, fresh bool) (map[string
 		next[cla.Name] = cla
 	}
 	var removed []string
+	s.mu.Lock() // Serving reads publishedAssignments
+	defer s.mu.Unlock()
 	candidates := built.Changed.Names(translate.KindAssignment)
 	if fresh {
 		candidates = slices.Concat(slices.Collect(maps.Keys(next)), slices.Collect(maps.Keys(s.publishedAssignments)))

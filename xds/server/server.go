@@ -68,8 +68,12 @@ type Server struct {
 	// by id, as they last announced themselves.
 	skewed map[string]skewedNode
 
-	// Owned by the publisher goroutine.
-	publishedAssignments map[string]string // name -> version
+	// publishedAssignments are the assignments in the cache, name ->
+	// version: written by the publisher goroutine, under mu (Serving
+	// reads it).
+	publishedAssignments map[string]string
+
+	// Owned by the publisher goroutine, but for retiring.
 	// retiring are the assignments no longer built, by the generation
 	// whose publish first left them out: each is removed once every
 	// connected node has ACKed clusters of that generation or later

@@ -29,6 +29,9 @@ type nodeState struct {
 	// demanded are the names the node asked for, by type URL, if its
 	// clusters come on demand (demand.go).
 	demanded map[string]map[string]bool
+	// heldAssignments are the versions of the assignments the node ACKed,
+	// by name (serving.go).
+	heldAssignments map[string]string
 }
 
 // skewedNode is a node whose streams are refused for its protocol, as it
@@ -44,9 +47,14 @@ type streamState struct {
 	nodeErr error
 	peer    identity
 	sent    map[string]sentResponse // type URL -> last response sent
+	// assignmentsOpened: the stream asked for assignments (serving.go).
+	assignmentsOpened bool
 }
 
-type sentResponse struct{ nonce, version string }
+type sentResponse struct {
+	nonce, version string
+	assignments    *sentAssignments // what an assignments response sends
+}
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world
 // and delta streams each from 1, so an id alone names two streams.
@@ -129,6 +137,7 @@ func (s *Server) onRequest(id streamKey, node *core.Node, typeURL, version, nonc
 		return "", sent.version
 	}
 	n.acked[typeURL] = sent.version
+	n.holdAssignments(sent.assignments)
 	s.observeConvergence(n)
 	s.onClustersACK(typeURL)
 	return sent.version, ""
@@ -254,10 +263,10 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 	s.countConnected()
 }
 
-func (s *Server) onResponse(id streamKey, typeURL, nonce, version string) {
+func (s *Server) onResponse(id streamKey, typeURL, nonce, version string, assignments *sentAssignments) {
 	s.mu.Lock()
 	if st := s.streams[id]; st != nil {
-		st.sent[typeURL] = sentResponse{nonce: nonce, version: version}
+		st.sent[typeURL] = sentResponse{nonce: nonce, version: version, assignments: assignments}
 	}
 	s.mu.Unlock()
 	s.metrics.pushes.WithLabelValues(shortType(typeURL)).Inc()
