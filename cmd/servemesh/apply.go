@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/configfile"
 	"github.com/servemesh/servemesh/internal/daemon"
 	"github.com/servemesh/servemesh/meshspec"
@@ -44,7 +45,7 @@ func newApplyCommand() *cobra.Command {
 				if _, err := fmt.Fprintf(out, "%s: no changes\n", file); err != nil || dryRun {
 					return err
 				}
-				return wait.waitReady(cmd, c, processBackends(m))
+				return wait.waitServed(cmd, c, processBackends(m), api.ServedQuery{Backends: specBackends(m)})
 			}
 			prefix := ""
 			if dryRun {
@@ -59,7 +60,7 @@ func newApplyCommand() *cobra.Command {
 			if dryRun {
 				return nil
 			}
-			return wait.waitReady(cmd, c, processBackends(m))
+			return wait.waitServed(cmd, c, processBackends(m), api.ServedQuery{Backends: specBackends(m)})
 		},
 	}
 	wait.register(c.Flags())
@@ -97,6 +98,15 @@ func newValidateCommand() *cobra.Command {
 }
 
 // processBackends are the backends of m whose replicas servemesh runs.
+// specBackends names every backend of m.
+func specBackends(m *meshspec.Spec) []string {
+	out := make([]string, len(m.Backends))
+	for i, b := range m.Backends {
+		out[i] = b.Name
+	}
+	return out
+}
+
 func processBackends(m *meshspec.Spec) []string {
 	var out []string
 	for _, b := range m.Backends {

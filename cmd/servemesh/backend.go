@@ -59,10 +59,10 @@ func newBackendCreateCommand(f *clientFlags) *cobra.Command {
 				return err
 			}
 			changed, err := c.CreateBackend(cmd.Context(), b)
-			if err := report(cmd, "backend", b.Name, changed, err, "created", "already exists with this spec"); err != nil || b.Process == nil {
+			if err := report(cmd, "backend", b.Name, changed, err, "created", "already exists with this spec"); err != nil {
 				return err
 			}
-			return wait.waitReady(cmd, c, []string{b.Name})
+			return wait.waitServed(cmd, c, processBackends(&meshspec.Spec{Backends: []meshspec.BackendSpec{b}}), api.ServedQuery{Backends: []string{b.Name}})
 		},
 	}
 	fs := c.Flags()
@@ -140,10 +140,15 @@ func newBackendUpdateCommand(f *clientFlags) *cobra.Command {
 			if err := report(cmd, "backend", args[0], changed, err, "updated", "already has this config"); err != nil || !wait.wait {
 				return err
 			}
-			if b, err := c.GetBackend(cmd.Context(), args[0]); err != nil || b.Process == nil {
-				return err // nothing servemesh runs to wait for
+			b, err := c.GetBackend(cmd.Context(), args[0])
+			if err != nil {
+				return err
 			}
-			return wait.waitReady(cmd, c, []string{args[0]})
+			var process []string
+			if b.Process != nil {
+				process = []string{b.Name}
+			}
+			return wait.waitServed(cmd, c, process, api.ServedQuery{Backends: []string{b.Name}})
 		},
 	}
 	cfg.register(c.Flags())

@@ -27,6 +27,7 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	var traceSampling float64
 	var limits rateLimitFlags
 	var timeout, idle, perTry time.Duration
+	var wait waitFlags
 	c := &cobra.Command{
 		Use:   "create NAME",
 		Short: "create an endpoint: a route (or none: headless), its traffic and its timeouts",
@@ -61,7 +62,10 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 				return err
 			}
 			changed, err := c.CreateEndpoint(cmd.Context(), e)
-			return report(cmd, "endpoint", e.Name, changed, err, "created", "already exists with this spec")
+			if err := report(cmd, "endpoint", e.Name, changed, err, "created", "already exists with this spec"); err != nil {
+				return err
+			}
+			return wait.waitServed(cmd, c, nil, api.ServedQuery{Endpoints: []string{e.Name}})
 		},
 	}
 	fs := c.Flags()
@@ -76,11 +80,13 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 	fs.DurationVar(&perTry, "per-try-timeout", 0, "bound on each try; a GET whose try runs out is retried on another replica (default: none)")
 	fs.Float64Var(&traceSampling, "trace-sampling", 0, "percent of its requests traced that come with no trace decision, instead of the mesh's (servemesh tracing set)")
 	limits.add(fs)
+	wait.register(fs)
 	return c
 }
 
 func newTrafficCommand() *cobra.Command {
 	var f clientFlags
+	var wait waitFlags
 	set := &cobra.Command{
 		Use:               "set ENDPOINT BACKEND=WEIGHT...",
 		ValidArgsFunction: completeSplit(&f),
@@ -97,14 +103,19 @@ func newTrafficCommand() *cobra.Command {
 				return err
 			}
 			changed, err := c.SetTraffic(cmd.Context(), args[0], weights)
-			return report(cmd, "endpoint", args[0], changed, err, "traffic set", "already has this traffic")
+			if err := report(cmd, "endpoint", args[0], changed, err, "traffic set", "already has this traffic"); err != nil {
+				return err
+			}
+			return wait.waitServed(cmd, c, nil, api.ServedQuery{Endpoints: []string{args[0]}})
 		},
 	}
+	wait.register(set.Flags())
 	return nounCommand("traffic", "set an endpoint's traffic split", &f, set)
 }
 
 func newShadowCommand() *cobra.Command {
 	var f clientFlags
+	var wait waitFlags
 	set := &cobra.Command{
 		Use:               "set ENDPOINT BACKEND=PROPORTION",
 		ValidArgsFunction: completeSplit(&f),
@@ -126,9 +137,13 @@ func newShadowCommand() *cobra.Command {
 			if proportion == 0 {
 				did, same = "shadow to "+backend+" removed", "has no shadow to "+backend
 			}
-			return report(cmd, "endpoint", args[0], changed, err, did, same)
+			if err := report(cmd, "endpoint", args[0], changed, err, did, same); err != nil {
+				return err
+			}
+			return wait.waitServed(cmd, c, nil, api.ServedQuery{Endpoints: []string{args[0]}})
 		},
 	}
+	wait.register(set.Flags())
 	return nounCommand("shadow", "mirror a proportion of an endpoint's requests", &f, set)
 }
 

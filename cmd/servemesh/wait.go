@@ -13,27 +13,61 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 )
 
-// waitFlags are --wait and --timeout, on the commands that change
-// replicas.
+// waitFlags are --wait and --timeout (--wait-timeout where a command's
+// --timeout is something else), on every command that changes the state.
+// Not waiting is the default, as kubectl's: a script that makes many
+// changes waits once, at the end (servemesh status), not after each.
 type waitFlags struct {
 	wait    bool
 	timeout time.Duration
 }
 
+// WaitTimeout is how long --wait waits by default.
+const WaitTimeout = 5 * time.Minute
+
 func (w *waitFlags) register(fs *pflag.FlagSet) {
-	fs.BoolVar(&w.wait, "wait", false, "return when the backend's replicas are all ready on every node (or fail saying why they cannot be)")
-	fs.DurationVar(&w.timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
+	fs.BoolVar(&w.wait, "wait", false, "return when every node serves the change, the backends' replicas all ready (or fail saying why it cannot be)")
+	name := "timeout"
+	if fs.Lookup(name) != nil {
+		name = "wait-timeout"
+	}
+	fs.DurationVar(&w.timeout, name, WaitTimeout, "with --wait, how long to wait")
 }
 
-// waitReady, with --wait, waits for the process backends named, telling
-// their progress on stderr: one line rewritten in place on a terminal, a
-// line per change otherwise.
-func (w waitFlags) waitReady(cmd *cobra.Command, c *api.Client, backends []string) error {
-	if !w.wait || len(backends) == 0 {
+// waitServed, with --wait, waits until the process backends named are
+// ready (waitReady) and then until every connected node serves the state
+// as it is now, with the backends named and those the endpoints named
+// send to.
+func (w waitFlags) waitServed(cmd *cobra.Command, c *api.Client, process []string, q api.ServedQuery) error {
+	if !w.wait {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), w.timeout)
 	defer cancel()
+	if err := w.waitReady(ctx, cmd, c, process); err != nil {
+		return err
+	}
+	last := ""
+	err := c.WaitServed(ctx, q, func(r api.ServedReport) {
+		if line := strings.Join(r.Waiting, "; "); line != last && line != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "waiting: "+line)
+			last = line
+		}
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), "served by every node")
+	return nil
+}
+
+// waitReady waits for the process backends named, telling their progress
+// on stderr: one line rewritten in place on a terminal, a line per change
+// otherwise.
+func (w waitFlags) waitReady(ctx context.Context, cmd *cobra.Command, c *api.Client, backends []string) error {
+	if len(backends) == 0 {
+		return nil
+	}
 	out := cmd.ErrOrStderr()
 	terminal := false
 	if f, ok := out.(*os.File); ok {
