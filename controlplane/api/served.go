@@ -53,6 +53,9 @@ type ServedInputs struct {
 	Problems []string
 	// Refused, if set, is why the data plane refused the last view.
 	Refused error
+	// Configs are the user_config versions replicas run, by tag, as their
+	// agents last said.
+	Configs map[string]string
 }
 
 // NewServedReport joins in into a served report.
@@ -104,6 +107,17 @@ func backendServed(b meshspec.Backend, in ServedInputs) (string, error) {
 	}
 	if called := in.Serving.Healthy[b.Name]; called < bs.Desired {
 		return fmt.Sprintf("backend %s: the data plane calls %d of its %d ready replicas so far", b.Name, called, bs.Desired), nil
+	}
+	if want := b.Config.UserConfig.Version(); want != "" {
+		behind := 0
+		for _, r := range h.Replicas {
+			if r.State == meshspec.Running && in.Configs[r.Tag] != want {
+				behind++
+			}
+		}
+		if behind > 0 {
+			return fmt.Sprintf("backend %s: %d of its replicas have not taken its user_config %s yet", b.Name, behind, want), nil
+		}
 	}
 	return "", nil
 }
@@ -169,8 +183,10 @@ func (s *server) served(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.src.Served(rev, backends))
 }
 
-// ServedPoll is how often WaitServed asks.
-const ServedPoll = 100 * time.Millisecond
+// ServedPoll is how often WaitServed asks, at most: it asks after 10 ms
+// first (a node ACKs a change in milliseconds), then twice as long each
+// time up to ServedPoll.
+const ServedPoll = 200 * time.Millisecond
 
 // ErrServedUnknown says the controller cannot tell whether a change is
 // served: it predates GET /v1/served.
@@ -191,6 +207,7 @@ func (c *Client) Served(ctx context.Context, q ServedQuery) (ServedReport, error
 // report. It fails when the change will not be served (the report's
 // Failed), or when ctx ends first, saying what is still waited for.
 func (c *Client) WaitServed(ctx context.Context, q ServedQuery, progress func(ServedReport)) error {
+	pause := 10 * time.Millisecond
 	for {
 		report, err := c.Served(ctx, q)
 		if err != nil {
@@ -208,7 +225,8 @@ func (c *Client) WaitServed(ctx context.Context, q ServedQuery, progress func(Se
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("not served in time (%w):\n  %s", ctx.Err(), strings.Join(report.Waiting, "\n  "))
-		case <-time.After(ServedPoll):
+		case <-time.After(pause):
 		}
+		pause = min(2*pause, ServedPoll)
 	}
 }

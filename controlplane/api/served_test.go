@@ -37,6 +37,13 @@ func TestServedReport(t *testing.T) {
 	serving := func(rev uint64, healthy int, waiting ...string) xdsserver.Serving {
 		return xdsserver.Serving{Revision: rev, Nodes: 2, Healthy: map[string]int{"a": healthy}, Waiting: waiting}
 	}
+	configured := processBackend("a", 2)
+	if err := configured.Config.UserConfig.UnmarshalJSON([]byte(`{"threshold": 0.7}`)); err != nil {
+		t.Fatal(err)
+	}
+	twoReplicas := func(meshspec.Backend) ReplicaHealth {
+		return ReplicaHealth{Ready: 2, Replicas: []ReplicaStatus{{Tag: "a#a", State: meshspec.Running, Ready: true}, {Tag: "a#b", State: meshspec.Running, Ready: true}}}
+	}
 	for _, tc := range []struct {
 		name    string
 		in      ServedInputs
@@ -60,6 +67,11 @@ func TestServedReport(t *testing.T) {
 		{"crash-looping", ServedInputs{Revision: 7, Backends: []meshspec.Backend{a}, Serving: serving(7, 0), Health: func(meshspec.Backend) ReplicaHealth {
 			return ReplicaHealth{Replicas: []ReplicaStatus{{Tag: "a#a", Node: "n1", State: meshspec.Running, Note: wire.ExitedNote + " 3 times; its log ends: boom"}}}
 		}}, false, nil, `backend "a" cannot be ready: its replica a#a on node n1 is crash-looping`},
+		{"user_config not taken", ServedInputs{Revision: 7, Backends: []meshspec.Backend{configured}, Serving: serving(7, 2), Health: twoReplicas,
+			Configs: map[string]string{"a#a": configured.Config.UserConfig.Version(), "a#b": "0ld"}}, false,
+			[]string{"backend a: 1 of its replicas have not taken its user_config " + configured.Config.UserConfig.Version() + " yet"}, ""},
+		{"user_config taken", ServedInputs{Revision: 7, Backends: []meshspec.Backend{configured}, Serving: serving(7, 2), Health: twoReplicas,
+			Configs: map[string]string{"a#a": configured.Config.UserConfig.Version(), "a#b": configured.Config.UserConfig.Version()}}, true, nil, ""},
 		{"refused", ServedInputs{Revision: 7, Serving: serving(6, 0), Health: ready(0), Refused: errors.New("the data plane refused the view")}, false, nil,
 			"the data plane refused the view"},
 	} {

@@ -241,7 +241,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 			names[i] = b.Name
 		}
 		return api.NewServedReport(api.ServedInputs{Revision: rev, Backends: backends, Serving: plane.XDS.Serving(names),
-			Health: replicaHealth(watcher.Snapshot()), Problems: problems(ctl, publisher), Refused: publisher.Err()})
+			Health: replicaHealth(watcher.Snapshot()), Problems: problems(ctl, publisher), Refused: publisher.Err(), Configs: scaler.ConfigVersions()})
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Served: served, Live: rollouts.Live, Agents: nodes,
 		Tracing: tracer.Provider()}))

@@ -5,7 +5,7 @@ from servemesh import Client
 
 
 def test_ray_serve_verbs(mesh):
-    c = Client(mesh["leader"], token_file=mesh["token_file"])
+    c = Client(mesh["leader"], token_file=mesh["token_file"], wait=False)
     assert c.create_backend("py-v1", replicas=["127.0.0.1:9101"]) is True
     assert c.create_backend("py-v1", replicas=["127.0.0.1:9101"]) is False  # the same again changes nothing
     c.create_backend("py-v2", replicas=["127.0.0.1:9102"], config={"max_concurrent_queries": 4})
@@ -42,7 +42,7 @@ def test_ray_serve_verbs(mesh):
 
 
 def test_model_endpoint(mesh):
-    c = Client(mesh["leader"], token_file=mesh["token_file"])
+    c = Client(mesh["leader"], token_file=mesh["token_file"], wait=False)
     c.create_backend("py-llama", replicas=["127.0.0.1:9111"])
     c.create_backend("py-mistral", replicas=["127.0.0.1:9112"])
     models = {"llama-3-8b": {"traffic": {"py-llama": 1}, "shadows": {"py-mistral": 0.5}}, "mistral-7b": {"traffic": {"py-mistral": 1}}}
@@ -60,7 +60,7 @@ def test_model_endpoint(mesh):
 
 
 def test_typed_errors(mesh):
-    c = Client(mesh["leader"], token_file=mesh["token_file"])
+    c = Client(mesh["leader"], token_file=mesh["token_file"], wait=False)
     c.create_backend("err-a", replicas=["127.0.0.1:9201"])
     c.create_endpoint("err", backend="err-a")
     with pytest.raises(servemesh.InvalidError) as e:
@@ -79,17 +79,17 @@ def test_typed_errors(mesh):
 def test_follows_the_leader(mesh):
     # The standby first: it answers a write 503 naming the leader, which
     # the client then asks; a dead server is passed over.
-    c = Client([mesh["standby"], "127.0.0.1:1", mesh["leader"]], token_file=mesh["token_file"], ca_file=mesh["ca_file"], failover_wait=10)
+    c = Client([mesh["standby"], "127.0.0.1:1", mesh["leader"]], token_file=mesh["token_file"], ca_file=mesh["ca_file"], failover_wait=10, wait=False)
     assert c.create_backend("follow", replicas=["127.0.0.1:9301"]) is True
     assert c.leader()["leading"] is True
     c.delete_backend("follow")
-    only_standby = Client(mesh["standby"], token_file=mesh["token_file"], ca_file=mesh["ca_file"], failover_wait=1)
+    only_standby = Client(mesh["standby"], token_file=mesh["token_file"], ca_file=mesh["ca_file"], failover_wait=1, wait=False)
     with pytest.raises(servemesh.NotLeaderError):
         only_standby.create_backend("nowhere", replicas=["127.0.0.1:9302"])
 
 
 def test_apply_dry_run(mesh):
-    c = Client(mesh["leader"], token_file=mesh["token_file"])
+    c = Client(mesh["leader"], token_file=mesh["token_file"], wait=False)
     res = c.apply({"backends": [{"name": "dry", "replicas": [{"address": "127.0.0.1:9401"}]}]}, dry_run=True)
     assert res["dry_run"] is True and any("dry" in ch for ch in res["changes"])
     with pytest.raises(servemesh.NotFoundError):
@@ -103,3 +103,16 @@ def test_https_needs_the_ca(mesh):
     with pytest.raises(servemesh.NotLeaderError) as e:
         Client(mesh["standby"], token_file=mesh["token_file"], failover_wait=0).leader()
     assert "CERTIFICATE_VERIFY_FAILED" in str(e.value)
+
+
+def test_a_change_no_node_serves_is_not_served(mesh):
+    # This controller has no node: a change is stored, but nothing serves
+    # it, and a call that waits (the default) says so when its time is up.
+    c = Client(mesh["leader"], token_file=mesh["token_file"], wait_timeout=0.5)
+    with pytest.raises(servemesh.ServedTimeoutError, match="no node is connected to the controller") as e:
+        c.create_backend("py-unserved", replicas=["127.0.0.1:9501"])
+    assert isinstance(e.value, TimeoutError) and any("no node" in w for w in e.value.waiting)
+    assert c.get_backend("py-unserved")["name"] == "py-unserved"  # stored
+    with pytest.raises(TypeError, match=r"delete_backend\(\): wait must be a bool or None"):
+        c.delete_backend("py-unserved", wait="no")
+    assert c.delete_backend("py-unserved", wait=False) is True

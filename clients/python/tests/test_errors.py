@@ -29,6 +29,10 @@ NOWHERE = "127.0.0.1:9"  # discard: nothing answers, and nothing should be sent
         (lambda c: c.get_backend(None), r"get_backend\(\): backend must be a str"),
         (lambda c: c.delete_endpoint(3), r"delete_endpoint\(\): endpoint must be a str"),
         (lambda c: c.apply({"backends": []}, dry_run="yes"), r"dry_run must be a bool"),
+        (lambda c: c.set_traffic("e", {"a": 1}, wait="yes"), r"set_traffic\(\): wait must be a bool or None"),
+        (lambda c: c.create_endpoint("e", backend="a", wait=1), r"create_endpoint\(\): wait must be a bool or None"),
+        (lambda c: Client(NOWHERE, wait="no"), r"Client\(\): wait must be a bool"),
+        (lambda c: Client(NOWHERE, wait_timeout="60"), r"Client\(\): wait_timeout must be a number"),
     ],
 )
 def test_wrong_types_are_type_errors(call, match):
@@ -38,7 +42,7 @@ def test_wrong_types_are_type_errors(call, match):
 
 
 def test_refused_values_are_value_errors(mesh):
-    c = Client(mesh["leader"], token_file=mesh["token_file"])
+    c = Client(mesh["leader"], token_file=mesh["token_file"], wait=False)
     c.create_backend("py-err", replicas=["127.0.0.1:9121"])
     c.create_endpoint("py-err", backend="py-err", route="/py-err")
     with pytest.raises(ValueError, match="sum to 1"):

@@ -9,6 +9,8 @@ from .client import (
     InvalidError,
     NotFoundError,
     NotLeaderError,
+    NotServedError,
+    ServedTimeoutError,
     ServemeshError,
     UnauthorizedError,
     UnavailableError,
@@ -23,5 +25,7 @@ __all__ = [
     "NotFoundError",
     "ConflictError",
     "NotLeaderError",
+    "NotServedError",
+    "ServedTimeoutError",
     "UnavailableError",
 ]

@@ -36,6 +36,12 @@ def flag(verb: str, arg: str, value: Any) -> None:
         raise _fail(verb, arg, "a bool", value)
 
 
+def optional_flag(verb: str, arg: str, value: Any) -> None:
+    """value is None or a bool."""
+    if value is not None and not isinstance(value, bool):
+        raise _fail(verb, arg, "a bool or None", value)
+
+
 def number(verb: str, arg: str, value: Any) -> None:
     """value is a real number (a bool is not one)."""
     if isinstance(value, bool) or not isinstance(value, Real):
