@@ -111,7 +111,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		}
 	})
 
-	t.Run("backend create --wait returns when every replica is ready, and fails on a crash loop with the end of its log", func(t *testing.T) {
+	t.Run("--wait returns when every replica is ready and every node serves the change, and fails on a crash loop with the end of its log", func(t *testing.T) {
 		env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr}
 		start := time.Now()
 		code, stdout, stderr := cli(t, env, "backend", "create", "waited", "--command", servemeshBin, "--arg", "demo-replica", "--arg", "--backend",
@@ -137,6 +137,31 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			}
 		}
 		t.Logf("create --wait of 2 replicas that listen after %s returned after %s", slowStart, took)
+		// endpoint create and traffic set --wait return once every node
+		// serves the change: the requests sent right after, through both
+		// nodes, are all answered by the backend it names.
+		answeredBy := func(want string) {
+			t.Helper()
+			for i := range 20 {
+				tag, err := replicaOf(httpClient(), "http://"+nodes[i%2].public+"/waited")
+				if err != nil || !strings.HasPrefix(tag, want+"#") {
+					t.Fatalf("request %d right after the change, through %s: replica %q, %v; want one of %s", i, nodes[i%2].id, tag, err, want)
+				}
+			}
+		}
+		for _, args := range [][]string{{"endpoint", "create", "waited", "--route", "/waited", "--backend", "waited", "--wait"},
+			{"traffic", "set", "waited", "stable=1", "--wait"}, {"traffic", "set", "waited", "waited=1", "--wait"}, {"traffic", "set", "waited", "stable=1", "--wait"}} {
+			start := time.Now()
+			code, stdout, stderr := cli(t, env, args...)
+			if code != 0 || !strings.Contains(stdout, "served by every node") {
+				t.Fatalf("%s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), code, stdout, stderr)
+			}
+			t.Logf("%s returned after %s", strings.Join(args, " "), time.Since(start))
+			answeredBy(map[bool]string{true: "waited", false: "stable"}[strings.Contains(args[len(args)-2], "waited")])
+		}
+		if _, err := mesh.c.DeleteEndpoint(ctx, "waited"); err != nil {
+			t.Fatal(err)
+		}
 		start = time.Now()
 		code, _, stderr = cli(t, env, "backend", "create", "crashy", "--command", servemeshBin, "--arg", "demo-replica",
 			"--num-replicas", "1", "--cpus", "0.5", "--wait", "--timeout", "60s")
