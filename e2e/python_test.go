@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"encoding/pem"
@@ -102,6 +103,128 @@ func TestPythonServed(t *testing.T) {
 		t.Fatalf("pytest: %v\n%s", err, out)
 	}
 	t.Logf("pytest:\n%s", out)
+}
+
+// TestPythonAsyncStreaming serves an async model class that streams its
+// answer (e2e/testdata/pymodel/streaming.py) on the asyncio runtime
+// (servemesh.asgi under uvicorn), on the default mesh (mTLS, two nodes),
+// split between two backends of it and mirrored to a third: through
+// either node, each Server-Sent Event comes as the model yields it (the
+// first before the model makes the rest), from both backends of the
+// split, while the shadow gets its copies.
+func TestPythonAsyncStreaming(t *testing.T) {
+	python, runtime, src, models := pythonReplicas(t)
+	packages := venvPackages(t)
+	mesh := startTwoNodeMeshWith(t, "pystream", nil, []string{"--allow-command", python})
+	process := func() *meshspec.ProcessSpec {
+		return &meshspec.ProcessSpec{Command: python, HealthPath: "/-/healthz",
+			Args: []string{runtime, "--path", src, "--path", models, "--path", packages, "--server", "asyncio", "--host", "${HOST}", "--port", "${PORT}", "streaming:Streamer"}}
+	}
+	mesh.createBackends(t,
+		meshspec.Backend{Name: "sa", Process: process(), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}},
+		meshspec.Backend{Name: "sb", Process: process(), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}},
+		meshspec.Backend{Name: "sc", Process: process(), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}})
+	ctx := context.Background()
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "tokens", Route: "/tokens", Methods: []string{"POST"},
+		Traffic: map[string]float64{"sa": 0.5, "sb": 0.5}, Shadows: map[string]float64{"sc": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mesh.c.WaitServed(ctx, api.ServedQuery{Endpoints: []string{"tokens"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil { // the replicas look for the release files here
+		t.Fatal(err)
+	}
+	before := mirroredTo(mesh.n1, "sc") + mirroredTo(mesh.n2, "sc")
+	backends := map[string]int{}
+	var firsts []time.Duration
+	for i := range 12 {
+		node := []*mtlsNode{mesh.n1, mesh.n2}[i%2]
+		release := filepath.Join(dir, fmt.Sprintf("release-%d", i))
+		first, events := streamEvents(t, "http://"+node.public+"/tokens?release="+release, release)
+		firsts = append(firsts, first)
+		if len(events) != 4 {
+			t.Fatalf("stream %d through %s: %d events %v; want 4", i, node.id, len(events), events)
+		}
+		backends[events[0].Backend]++
+	}
+	if backends["sa"] == 0 || backends["sb"] == 0 || len(backends) != 2 {
+		t.Errorf("the streams came from %v; want both backends of the split", backends)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the shadow to get its copies", func() bool {
+		return mirroredTo(mesh.n1, "sc")+mirroredTo(mesh.n2, "sc")-before >= 12
+	})
+	slices.Sort(firsts)
+	t.Logf("time to the first event through the mesh (split and shadowed), 12 streams: median %s, max %s", firsts[len(firsts)/2], firsts[len(firsts)-1])
+}
+
+type streamEvent struct {
+	Backend string `json:"backend"`
+	Chunk   int    `json:"chunk"`
+}
+
+// streamEvents POSTs to url asking for Server-Sent Events, reads the
+// first, creates release (the model then makes the rest) and reads the
+// rest; it returns how long the first took and every event.
+func streamEvents(t *testing.T, url, release string) (time.Duration, []streamEvent) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(`{"prompt":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	lines := bufio.NewScanner(resp.Body)
+	var events []streamEvent
+	var first time.Duration
+	for lines.Scan() {
+		data, ok := strings.CutPrefix(lines.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var e streamEvent
+		if err := json.Unmarshal([]byte(data), &e); err != nil {
+			t.Fatalf("event %q: %v", data, err)
+		}
+		events = append(events, e)
+		if len(events) == 1 {
+			// The model holds the rest until this file exists: the first
+			// event came unbuffered.
+			first = time.Since(start)
+			if err := os.WriteFile(release, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := lines.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return first, events
+}
+
+// venvPackages is the project's Python's site-packages folder: the
+// replicas' --path to its packages (uvicorn, Starlette, the OpenTelemetry
+// SDK), as the system's Python runs them.
+func venvPackages(t *testing.T) string {
+	t.Helper()
+	found, _ := filepath.Glob("../.tools/py-venv/lib/python3*/site-packages/uvicorn")
+	if len(found) == 0 {
+		t.Fatal("uvicorn is required in the project's Python (`make tools` installs it)")
+	}
+	packages, err := filepath.Abs(filepath.Dir(found[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return packages
 }
 
 // TestPythonBackend serves a Python model class (e2e/testdata/pymodel)

@@ -147,7 +147,8 @@ def test_bad_batch_settings_are_refused():
         replica.batch(batch_wait_timeout_s=-1)
 
 
-def test_runs_as_a_module(tmp_path):
+@pytest.mark.parametrize("server", ["threads", "asyncio"])
+def test_runs_as_a_module(tmp_path, server):
     # python -m servemesh.replica module:Class, as a backend's process runs
     # it: loads the class from a --path folder, then listens and answers its
     # health path; the class's batches and Responses are the runtime's own.
@@ -171,11 +172,11 @@ def test_runs_as_a_module(tmp_path):
     models.mkdir()
     (tmp_path / "tiny.py").rename(models / "tiny.py")
     src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "src"))
-    proc = subprocess.Popen([sys.executable, "-m", "servemesh.replica", "--path", str(models), "--port", "0", "tiny:Tiny"],
+    proc = subprocess.Popen([sys.executable, "-m", "servemesh.replica", "--path", str(models), "--port", "0", "--server", server, "tiny:Tiny"],
                             cwd=work, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": src})
     try:
         line = proc.stdout.readline()
-        assert "serving tiny:Tiny on 127.0.0.1:" in line, line
+        assert f"serving tiny:Tiny ({server}) on 127.0.0.1:" in line, line
         url = "http://127.0.0.1:" + line.rsplit(":", 1)[1].strip()
         assert call(url + replica.HEALTH_PATH)[0] == 200
         assert call(url + "/x")[1:] == ("text/plain; charset=utf-8", b"tiny")

@@ -58,8 +58,12 @@ import sys
 sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
 
 import argparse
+import asyncio
+import contextlib
+import contextvars
 import functools
 import importlib
+import inspect
 import hmac
 import json
 import threading
@@ -68,7 +72,7 @@ import traceback
 import urllib.parse
 from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 HEALTH_PATH = "/-/healthz"
 METRICS_PATH = "/-/metrics"
@@ -202,6 +206,8 @@ def batch(_fn: Optional[Callable] = None, *, max_batch_size: int = 8, batch_wait
 
     def decorate(fn: Callable) -> Callable:
         attr = "_servemesh_batcher_" + fn.__name__
+        if inspect.iscoroutinefunction(fn):
+            return functools.wraps(fn)(_batched_on_loop(fn, attr, max_batch_size, batch_wait_timeout_s))
         lock = threading.Lock()
 
         @functools.wraps(fn)
@@ -215,13 +221,72 @@ def batch(_fn: Optional[Callable] = None, *, max_batch_size: int = 8, batch_wait
     return decorate(_fn) if _fn is not None else decorate
 
 
+def _batched_on_loop(fn: Callable, attr: str, max_batch_size: int, timeout_s: float) -> Callable:
+    """An async method taking one request, gathering concurrent calls into
+    lists for fn (an async method taking a list): batch's, on the
+    asyncio runtime's loop (servemesh.asgi)."""
+
+    async def call_one(self: Any, request: Any) -> Any:
+        batcher = self.__dict__.get(attr)
+        if batcher is None:
+            batcher = self.__dict__[attr] = _AsyncBatcher(fn, self, max_batch_size, timeout_s)
+        return await batcher.call(request)
+
+    call_one.servemesh_async = True  # type: ignore[attr-defined]
+    return call_one
+
+
+class _AsyncBatcher:
+    """The loop's batcher: a call waits until its batch is full or
+    timeout_s passed since the batch's first call; batches run one at a
+    time."""
+
+    def __init__(self, fn: Callable, instance: Any, max_batch_size: int, timeout_s: float):
+        self.fn, self.instance, self.max, self.timeout = fn, instance, max_batch_size, timeout_s
+        self.pending: List[tuple] = []
+        self.arrived = asyncio.Event()
+        self.running: Optional[asyncio.Task] = None
+
+    async def call(self, request: Any) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((request, future))
+        self.arrived.set()
+        if self.running is None or self.running.done():
+            self.running = asyncio.ensure_future(self._run())
+        return await future
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.pending:
+            deadline = loop.time() + self.timeout
+            while len(self.pending) < self.max and (left := deadline - loop.time()) > 0:
+                self.arrived.clear()
+                try:
+                    await asyncio.wait_for(self.arrived.wait(), left)
+                except asyncio.TimeoutError:
+                    break
+            batch, self.pending = self.pending[: self.max], self.pending[self.max :]
+            try:
+                results = await self.fn(self.instance, [r for r, _ in batch])
+                if not isinstance(results, list) or len(results) != len(batch):
+                    raise TypeError(f"{self.fn.__name__} must return a list of {len(batch)} results, one per request; it returned {type(results).__name__}")
+                for (_, future), result in zip(batch, results):
+                    if not future.done():
+                        future.set_result(result)
+            except Exception as e:  # every call of the batch gets the error
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(e)
+
+
 _request = threading.local()  # the model id of the request this thread serves
+_model_id: contextvars.ContextVar[str] = contextvars.ContextVar("servemesh_model_id", default="")  # the same, on the loop (asgi)
 
 
 def get_multiplexed_model_id() -> str:
     """The model id the request being served names (its
     serve_multiplexed_model_id header, Ray Serve's), or ""."""
-    return getattr(_request, "model_id", "")
+    return _model_id.get() or getattr(_request, "model_id", "")
 
 
 class _Models:
@@ -336,16 +401,28 @@ class _Tracing:
 
     def call(self, method: str, path: str, headers: Dict[str, str], fn: Callable[[], Response]) -> Response:
         """fn's answer, in a span continuing headers' trace context."""
+        with self.span(method, path, headers) as done:
+            r = fn()
+            done(r.status)
+            return r
+
+    @contextlib.contextmanager
+    def span(self, method: str, path: str, headers: Dict[str, str]) -> Iterator[Callable[[int], None]]:
+        """A span continuing headers' trace context, current inside; what
+        it yields records the answer's status."""
         if self._trace is None:
-            return fn()
+            yield lambda status: None
+            return
         ctx = self._propagate.extract({k.lower(): v for k, v in headers.items()})
         attrs = {"http.request.method": method, "url.path": path}
         with self._tracer.start_as_current_span(f"replica {method}", context=ctx, kind=self._trace.SpanKind.SERVER, attributes=attrs) as span:
-            r = fn()
-            span.set_attribute("http.response.status_code", r.status)
-            if r.status >= 500:
-                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
-            return r
+
+            def done(status: int) -> None:
+                span.set_attribute("http.response.status_code", status)
+                if status >= 500:
+                    span.set_status(self._trace.Status(self._trace.StatusCode.ERROR))
+
+            yield done
 
 
 def _configure_sdk(trace: Any) -> None:
@@ -472,15 +549,46 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--path", action="append", default=[], help="a folder to find the model's module in (repeat)")
     p.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"), help="address to listen on (default $HOST)")
     p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")), help="port to listen on (default $PORT)")
+    p.add_argument("--server", choices=("auto", "asyncio", "threads"), default="auto",
+                   help="asyncio: an event loop under uvicorn (servemesh.asgi: async handlers, streaming); threads: a thread per request, "
+                        "standard library only; auto (the default): asyncio if uvicorn and starlette are installed")
     args = p.parse_args(argv)
     # Run as a script or with -m, this module is __main__: the model's
     # `from servemesh.replica import batch, Response` must find this same
     # module, or its Responses and batches would be another copy's.
     sys.modules.setdefault("servemesh.replica", sys.modules[__name__])
     instance = load(args.model, args.path)  # before listening: not ready until loaded
+    if _use_asyncio(args.server, instance):
+        from servemesh import asgi
+
+        asgi.serve(instance, args.host, args.port, lambda port: print(f"servemesh.replica: serving {args.model} (asyncio) on {args.host}:{port}", flush=True))
+        return
     server = make_server(instance, args.host, args.port)
-    print(f"servemesh.replica: serving {args.model} on {args.host}:{server.server_address[1]}", flush=True)
+    print(f"servemesh.replica: serving {args.model} (threads) on {args.host}:{server.server_address[1]}", flush=True)
     server.serve_forever()
+
+
+def _use_asyncio(choice: str, instance: Any) -> bool:
+    """Whether to serve on the asyncio runtime: asked for, or (auto) its
+    packages are there. A model with async handlers needs it."""
+    if choice == "threads":
+        if _has_async(instance):
+            raise SystemExit("servemesh.replica: the model's handlers are async def: serve it with --server asyncio")
+        return False
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        if choice == "asyncio" or _has_async(instance):
+            raise SystemExit("servemesh.replica: the asyncio runtime needs uvicorn and starlette: pip install uvicorn starlette "
+                             "(or name the folder they are installed in with --path)")
+        return False
+    return True
+
+
+def _has_async(instance: Any) -> bool:
+    call = getattr(instance, "__call__", None)
+    return inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call) or getattr(call, "servemesh_async", False)
 
 
 if __name__ == "__main__":
