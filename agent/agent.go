@@ -67,6 +67,9 @@ type Options struct {
 	// leaving, or the demo's Ctrl-C). Otherwise they keep running and
 	// registered, for the next agent to adopt.
 	StopOnExit bool
+	// MeshListener is the node's mesh listener (host:port) its replicas
+	// call endpoints at (wire.MeshListenerEnv); "" when it has none.
+	MeshListener string
 }
 
 // Agent runs the replicas placed on its node.
@@ -89,6 +92,7 @@ type Agent struct {
 	picker                 *picker.Picker // nil: none
 	metrics                *metrics
 	stopOnExit             bool
+	meshListener           string
 
 	replicas map[string]*replica // by tag; owned by Run
 	// background are the goroutines Run starts besides its replicas' own
@@ -154,6 +158,7 @@ func New(o Options) (*Agent, error) {
 	}
 	a.devices = newDevices(o.Node.Resources)
 	a.secrets, a.inbound, a.listenHost, a.picker, a.stopOnExit = o.Secrets, o.Inbound, o.Node.Address, o.Picker, o.StopOnExit
+	a.meshListener = o.MeshListener
 	a.node.Inbound = o.Inbound // registered: the controller checks replicas' claims against it
 	if (o.Secrets == nil) != (o.Inbound == "") {
 		return nil, fmt.Errorf("agent: mesh mTLS needs both the node's secrets and its inbound listener")

@@ -273,6 +273,9 @@ func (r *replica) environment() (env map[string]string, expand func(string) stri
 		wire.ReconfigureTokenEnv: r.reconfigureToken,
 		agentMarkVar:             agentMark(r.a.node.ID, r.a.workDir),
 	}
+	if r.a.meshListener != "" {
+		own[wire.MeshListenerEnv] = r.a.meshListener
+	}
 	expand = func(s string) string {
 		return os.Expand(s, func(k string) string {
 			if v, ok := own[k]; ok {

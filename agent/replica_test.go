@@ -151,6 +151,20 @@ func TestReplicaEnvironmentHoldsNoAgentSecret(t *testing.T) {
 	}
 }
 
+// TestReplicasAreToldTheirMeshListener: a replica's environment names
+// its node's mesh listener, where it calls the mesh's endpoints (the
+// Python runtime's handles); none when the node has no mesh listener.
+func TestReplicasAreToldTheirMeshListener(t *testing.T) {
+	a := testAgent(t)
+	if got := runOnce(t, a, meshspec.ProcessSpec{Command: "/usr/bin/env"}, 4321); strings.Contains(got, wire.MeshListenerEnv) {
+		t.Errorf("a node without a mesh listener named one:\n%s", got)
+	}
+	a.meshListener = "127.0.0.1:15001"
+	if got := runOnce(t, a, meshspec.ProcessSpec{Command: "/usr/bin/env"}, 4321); !strings.Contains(got, wire.MeshListenerEnv+"=127.0.0.1:15001\n") {
+		t.Errorf("the replica's environment lacks its mesh listener:\n%s", got)
+	}
+}
+
 // TestReplicasAreToldTheMeshsCollector: while the mesh traces, a
 // replica's environment names its collector and the backend as its
 // service, in the OpenTelemetry SDK's variables, unless the backend's own

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -157,6 +158,95 @@ func TestPythonAsyncStreaming(t *testing.T) {
 	})
 	slices.Sort(firsts)
 	t.Logf("time to the first event through the mesh (split and shadowed), 12 streams: median %s, max %s", firsts[len(firsts)/2], firsts[len(firsts)-1])
+}
+
+// TestPythonPipeline: a two-stage pipeline on the default mesh (mTLS,
+// two nodes): the router backend's async model calls the embed endpoint
+// through a handle (servemesh.get_handle, its node's mesh listener), once
+// for an answer and once streamed, and streams both back. The embed
+// endpoint is split between two backends, one of them necessarily on the
+// other node: the handles' calls follow the split and cross the inbound
+// hop over mTLS.
+func TestPythonPipeline(t *testing.T) {
+	python, runtime, src, models := pythonReplicas(t)
+	packages := venvPackages(t)
+	mesh := startTwoNodeMeshWith(t, "pypipe", nil, []string{"--allow-command", python})
+	process := func(class string) *meshspec.ProcessSpec {
+		return &meshspec.ProcessSpec{Command: python, HealthPath: "/-/healthz",
+			Args: []string{runtime, "--path", src, "--path", models, "--path", packages, "--host", "${HOST}", "--port", "${PORT}", "pipeline:" + class}}
+	}
+	// 2.5 + 2.5 CPUs cannot share a 4-CPU node: embed-a runs on the node
+	// the router does not.
+	mesh.createBackends(t,
+		meshspec.Backend{Name: "router", Process: process("Router"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 2.5}},
+		meshspec.Backend{Name: "embed-a", Process: process("Embed"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 2.5}},
+		meshspec.Backend{Name: "embed-b", Process: process("Embed"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1}})
+	ctx := context.Background()
+	for _, e := range []meshspec.Endpoint{
+		{Name: "embed", Methods: []string{"POST"}, Traffic: map[string]float64{"embed-a": 0.5, "embed-b": 0.5}}, // headless: in the mesh only
+		{Name: "pipeline", Route: "/pipeline", Methods: []string{"POST"}, Traffic: map[string]float64{"router": 1}},
+	} {
+		if _, err := mesh.c.CreateEndpoint(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mesh.c.WaitServed(ctx, api.ServedQuery{Endpoints: []string{"embed", "pipeline"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if router, embedA := placements(t, mesh.c, "router"), placements(t, mesh.c, "embed-a"); router[0].Node == embedA[0].Node {
+		t.Fatalf("router and embed-a both on %s; the test wants the handle's calls to cross nodes", router[0].Node)
+	}
+	embedded, streamed := map[string]int{}, map[string]int{}
+	for i := range 16 {
+		node := []*mtlsNode{mesh.n1, mesh.n2}[i%2]
+		events := pipelineEvents(t, "http://"+node.public+"/pipeline")
+		if len(events) != 4 || events[0]["stage"] != "router" || fmt.Sprint(events[0]["vector"]) != "[5]" {
+			t.Fatalf("pipeline %d through %s: %v; want the router's stage with embed's vector, then 3 tokens", i, node.id, events)
+		}
+		embedded[fmt.Sprint(events[0]["embedded_by"])]++
+		for _, e := range events[1:] {
+			streamed[fmt.Sprint(e["backend"])]++
+		}
+	}
+	for what, by := range map[string]map[string]int{"embedded": embedded, "streamed tokens": streamed} {
+		if by["embed-a"] == 0 || by["embed-b"] == 0 {
+			t.Errorf("%s by %v; want both backends of embed's split", what, by)
+		}
+	}
+	t.Logf("16 pipelines through both nodes: embedded by %v, tokens streamed by %v", embedded, streamed)
+}
+
+// pipelineEvents POSTs a text to url asking for Server-Sent Events and
+// returns each event's data.
+func pipelineEvents(t *testing.T, url string) []map[string]any {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(`{"text":"hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != 200 {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, body)
+	}
+	var out []map[string]any
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		if data, ok := strings.CutPrefix(lines.Text(), "data: "); ok {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(data), &e); err != nil {
+				t.Fatalf("event %q: %v", data, err)
+			}
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 type streamEvent struct {

@@ -353,6 +353,12 @@ const ConfigVersionHeader = "x-servemesh-config-version"
 // Only the replica's own user (its backend's) can read its environment.
 const ReconfigureTokenEnv = "SERVEMESH_RECONFIGURE_TOKEN"
 
+// MeshListenerEnv names, in a replica's environment, its node's mesh
+// listener (host:port), where it calls the mesh's endpoints: the Python
+// runtime's handles (servemesh.get_handle) do. Unset when the node has
+// none.
+const MeshListenerEnv = "SERVEMESH_MESH_LISTENER"
+
 // ReconfigureTokenHeader carries ReconfigureTokenEnv's value on the POST
 // that gives a replica its user_config.
 const ReconfigureTokenHeader = "x-servemesh-reconfigure-token"

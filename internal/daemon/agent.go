@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -168,6 +170,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		g.Go("secrets", func(ctx context.Context) error { <-ctx.Done(); identities.Wait(); return nil })
 	}
 	ao.Picker = pick
+	if !o.NoEnvoy {
+		ao.MeshListener = meshListener(o.Envoy.Bootstrap.Node)
+	}
 	a, err := agent.New(ao)
 	if err != nil {
 		return stopWith(g, err)
@@ -375,4 +380,21 @@ func RunEnvoy(ctx context.Context, log *slog.Logger, n envoy.Launcher) error {
 	g.Go("envoy", sup.Run) // the Envoy is left serving, or stopped, before Wait returns
 	g.Go("activator", func(ctx context.Context) error { return hold.Serve(ctx, n.WorkDir) })
 	return g.Wait()
+}
+
+// meshListener is where a node's replicas call its mesh listener: its
+// address, or loopback when it listens on every address; "" when the node
+// has none.
+func meshListener(n wire.ProxyNode) string {
+	if n.MeshPort == 0 {
+		return ""
+	}
+	host := n.MeshAddress
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.Is6() {
+			host = "::1"
+		}
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(n.MeshPort)))
 }

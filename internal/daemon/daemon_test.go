@@ -330,3 +330,20 @@ endpoints: [{name: e, route: /e, traffic: {a: 1}, rollout: {candidate: b, steps:
 		t.Fatalf("%v; want the rollout refused, naming the field and the fix", err)
 	}
 }
+
+func TestMeshListenerOfANode(t *testing.T) {
+	for _, tc := range []struct {
+		node wire.ProxyNode
+		want string
+	}{
+		{wire.ProxyNode{MeshAddress: "127.0.0.1", MeshPort: 15001}, "127.0.0.1:15001"},
+		{wire.ProxyNode{MeshAddress: "0.0.0.0", MeshPort: 15001}, "127.0.0.1:15001"},
+		{wire.ProxyNode{MeshAddress: "::", MeshPort: 15001}, "[::1]:15001"},
+		{wire.ProxyNode{MeshAddress: "10.0.0.4", MeshPort: 15002}, "10.0.0.4:15002"},
+		{wire.ProxyNode{}, ""},
+	} {
+		if got := meshListener(tc.node); got != tc.want {
+			t.Errorf("meshListener(%s:%d) = %q; want %q", tc.node.MeshAddress, tc.node.MeshPort, got, tc.want)
+		}
+	}
+}

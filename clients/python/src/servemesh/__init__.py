@@ -1,6 +1,8 @@
 """servemesh for Python: a client of the controller with Ray Serve's verbs
-(servemesh.Client) and, in servemesh.replica, a runtime that serves a model
-class as a servemesh replica."""
+(servemesh.Client); in servemesh.replica, a runtime that serves a model
+class as a servemesh replica (servemesh.asgi: on asyncio); and, inside a
+replica, handles that call the mesh's other endpoints
+(servemesh.get_handle)."""
 
 from .client import (
     Client,
@@ -15,9 +17,12 @@ from .client import (
     UnauthorizedError,
     UnavailableError,
 )
+from .handle import HandleError, get_handle
 
 __all__ = [
     "Client",
+    "get_handle",
+    "HandleError",
     "ServemeshError",
     "InvalidError",
     "UnauthorizedError",
