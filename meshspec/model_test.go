@@ -376,3 +376,22 @@ func TestConfigsEqualCoversEveryField(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoscaledBackendMayLeaveNumReplicasOut: a file's autoscaled backend
+// without num_replicas starts at initial_replicas, else min_replicas, as
+// the refusal of one outside the bounds says (a file so written was
+// refused: 0 is outside autoscaling's [2, 5]).
+func TestAutoscaledBackendMayLeaveNumReplicasOut(t *testing.T) {
+	for doc, want := range map[string]int{
+		"backends:\n- name: a\n  process: {command: /bin/serve}\n  config: {autoscaling: {min_replicas: 2, max_replicas: 5, target_in_flight_requests: 2}}\n":                      2,
+		"backends:\n- name: a\n  process: {command: /bin/serve}\n  config: {autoscaling: {min_replicas: 0, initial_replicas: 3, max_replicas: 5, target_in_flight_requests: 2}}\n": 3,
+	} {
+		s, err := ParseSpec([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if got := s.Model().Backends[0].Config.NumReplicas; got != want {
+			t.Errorf("%s: starts at %d replicas; want %d", doc, got, want)
+		}
+	}
+}

@@ -46,6 +46,9 @@ func (s *Spec) Model() *Model {
 // Backend returns the backend b declares.
 func (b BackendSpec) Backend() Backend {
 	out := Backend{Name: b.Name, Config: b.Config, Protocol: b.Protocol, Process: b.Process, External: b.External}
+	if as := out.Config.Autoscaling; as != nil && out.Config.NumReplicas == 0 && out.Process != nil {
+		out.Config.NumReplicas = as.StartReplicas() // left out: initial_replicas, else its minimum
+	}
 	for _, r := range b.Replicas {
 		out.Replicas = append(out.Replicas, Replica{Address: r.Address, Health: r.Health})
 	}

@@ -28,10 +28,7 @@ func findEndpoint(m *meshspec.Model, name string) int {
 // if they do not all fit, nothing is created.
 func (c *Controller) CreateBackend(ctx context.Context, spec meshspec.BackendSpec) (bool, error) {
 	ctx = specsWritten(ctx)
-	b := spec.Backend()
-	if as := b.Config.Autoscaling; as != nil && b.Config.NumReplicas == 0 {
-		b.Config.NumReplicas = as.StartReplicas() // initial_replicas, else its minimum
-	}
+	b := spec.Backend() // an autoscaled one starting at its initial_replicas
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return false, err
@@ -317,10 +314,7 @@ func prepareApply(current, desired *meshspec.Model, nodes []wire.NodeInfo, now t
 	next.Nodes = slices.Clone(current.Nodes) // maintenance is the operator's, not a file's
 	currentBackends := indexByName(current.Backends, func(b meshspec.Backend) string { return b.Name })
 	for i := range next.Backends {
-		d := &next.Backends[i]
-		if as := d.Config.Autoscaling; as != nil && d.Config.NumReplicas == 0 {
-			d.Config.NumReplicas = as.StartReplicas()
-		}
+		d := &next.Backends[i] // an autoscaled one left without num_replicas starts at its initial_replicas (BackendSpec.Backend)
 		if j, ok := currentBackends[d.Name]; ok && d.Managed() && current.Backends[j].Managed() {
 			cur := current.Backends[j]
 			d.Placements = slices.Clone(cur.Placements)
