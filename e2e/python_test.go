@@ -85,11 +85,17 @@ func TestPythonClient(t *testing.T) {
 // backends the Python replica runtime: each of Ray Serve's calls returns
 // once the change is served, so a request right after it, through either
 // node, gets the new state's answer; a crash-looping backend fails the
-// call at once.
+// call at once; a Ray Serve config file (testdata/pymodel/serve_config.yaml)
+// is applied as it is and served, its ingress calling its other
+// deployment through a handle.
 func TestPythonServed(t *testing.T) {
 	python, runtime, src, models := pythonReplicas(t)
 	mesh := startTwoNodeMeshWith(t, "pys", nil, []string{"--allow-command", python})
 	replica, err := json.Marshal([]string{python, runtime, "--path", src, "--path", models, "--host", "${HOST}", "--port", "${PORT}", "model:Model"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rayFlags, err := json.Marshal([]string{"--python", python, "--runtime", runtime, "--path", src, "--path", venvPackages(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +104,8 @@ func TestPythonServed(t *testing.T) {
 	cmd := exec.CommandContext(ctx, pythonBin(t), "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/mesh")
 	cmd.Dir = "../clients/python"
 	cmd.Env = append(os.Environ(), "SERVEMESH_TEST_MESH_SERVER="+mesh.ctl.apiAddr, "SERVEMESH_TEST_MESH_TOKEN_FILE="+mesh.ctl.tokenFile(),
-		"SERVEMESH_TEST_MESH_PUBLIC="+mesh.n1.public+","+mesh.n2.public, "SERVEMESH_TEST_REPLICA_ARGS="+string(replica))
+		"SERVEMESH_TEST_MESH_PUBLIC="+mesh.n1.public+","+mesh.n2.public, "SERVEMESH_TEST_REPLICA_ARGS="+string(replica),
+		"SERVEMESH_TEST_BIN="+servemeshBin, "SERVEMESH_TEST_RAY_CONFIG="+filepath.Join(models, "serve_config.yaml"), "SERVEMESH_TEST_RAY_FLAGS="+string(rayFlags))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, out)

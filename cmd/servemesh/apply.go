@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/configfile"
+	"github.com/servemesh/servemesh/controlplane/rayserve"
 	"github.com/servemesh/servemesh/internal/daemon"
 	"github.com/servemesh/servemesh/meshspec"
 )
@@ -17,6 +20,7 @@ func newApplyCommand() *cobra.Command {
 	var file string
 	var dryRun bool
 	var wait waitFlags
+	var ray rayFlags
 	c := &cobra.Command{
 		Use:   "apply -f FILE [--dry-run]",
 		Short: "make the controller's state equal a config file (--dry-run shows the changes)",
@@ -25,9 +29,12 @@ func newApplyCommand() *cobra.Command {
 			if file == "" {
 				return errors.New("-f FILE is required")
 			}
-			m, err := configfile.LoadSpec(file)
+			m, notes, err := configfile.LoadAny(file, ray.options())
 			if err != nil {
 				return err
+			}
+			for _, n := range notes {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: "+n)
 			}
 			c, err := f.client(cmd)
 			if err != nil {
@@ -65,8 +72,9 @@ func newApplyCommand() *cobra.Command {
 	}
 	wait.register(c.Flags())
 	addClientFlags(c, &f)
-	c.Flags().StringVarP(&file, "filename", "f", "", "the config `FILE` to apply, in the format servemesh serve --config reads")
+	c.Flags().StringVarP(&file, "filename", "f", "", "the config `FILE` to apply, in the format servemesh serve --config reads, or a Ray Serve config file (serve deploy's)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
+	ray.register(c.Flags())
 	_ = c.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return c
 }
@@ -115,4 +123,65 @@ func processBackends(m *meshspec.Spec) []string {
 		}
 	}
 	return out
+}
+
+// rayFlags say how a Ray Serve config file's deployments run servemesh's
+// Python replica runtime (rayserve.Options).
+type rayFlags struct {
+	python, runtime string
+	paths           []string
+}
+
+func (r *rayFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&r.python, "python", rayserve.DefaultPython, "for a Ray Serve config: the Python the replicas run (the agents' --allow-command must name it)")
+	fs.StringVar(&r.runtime, "runtime", "", "for a Ray Serve config: the replica runtime's script (servemesh/replica.py); default: python -m servemesh.replica, servemesh installed in that Python")
+	fs.StringArrayVar(&r.paths, "path", nil, "for a Ray Serve config: a folder more the replicas find modules in (repeat); the applications' own come from runtime_env.working_dir, else the file's folder")
+}
+
+func (r rayFlags) options() rayserve.Options {
+	return rayserve.Options{Python: r.python, Runtime: r.runtime, Paths: r.paths}
+}
+
+func newImportCommand() *cobra.Command {
+	var file string
+	var ray rayFlags
+	rayCmd := &cobra.Command{
+		Use:   "ray -f FILE",
+		Short: "print the servemesh config of a Ray Serve config file (serve deploy's), with notes on what has no equivalent",
+		Example: "  servemesh import ray -f serve_config.yaml > mesh.yaml\n" +
+			"  servemesh apply -f serve_config.yaml      # the same, applied",
+		Args: names(0, "no arguments besides -f FILE"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("-f FILE is required")
+			}
+			if data, err := os.ReadFile(file); err != nil || !rayserve.IsConfig(data) {
+				if err != nil {
+					return fmt.Errorf("read config file: %w", err)
+				}
+				return fmt.Errorf("%s is not a Ray Serve config (it has no applications): a servemesh config is applied as it is", file)
+			}
+			s, notes, err := configfile.LoadAny(file, ray.options())
+			if err != nil {
+				return err
+			}
+			out, err := meshspec.MarshalSpec(s)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "# servemesh config of the Ray Serve config %s (servemesh import ray)\n", file)
+			for _, n := range notes {
+				fmt.Fprintf(w, "# note: %s\n", n)
+			}
+			_, err = w.Write(out)
+			return err
+		},
+	}
+	rayCmd.Flags().StringVarP(&file, "filename", "f", "", "the Ray Serve config `FILE`")
+	_ = rayCmd.MarkFlagFilename("filename", "yaml", "yml", "json")
+	ray.register(rayCmd.Flags())
+	c := &cobra.Command{Use: "import", Short: "read another system's config into servemesh's"}
+	c.AddCommand(rayCmd)
+	return c
 }

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/gatewayapi"
+	"github.com/servemesh/servemesh/controlplane/rayserve"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -26,6 +28,37 @@ func LoadSpec(path string) (*meshspec.Spec, error) {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// LoadAny reads the file in path: a servemesh config (LoadSpec), or a Ray
+// Serve config file, converted with ray (rayserve.Convert; ray.Dir
+// defaults to the file's folder). The notes say what the conversion left
+// out or chose; a servemesh config has none.
+func LoadAny(path string, ray rayserve.Options) (*meshspec.Spec, []string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read config file: %w", err)
+	}
+	if !rayserve.IsConfig(data) {
+		s, err := ParseSpec(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config file %s: %w", path, err)
+		}
+		return s, nil, nil
+	}
+	if ray.Dir == "" {
+		if ray.Dir, err = filepath.Abs(filepath.Dir(path)); err != nil {
+			return nil, nil, err
+		}
+	}
+	s, notes, err := rayserve.Convert(data, ray)
+	if err == nil {
+		err = s.Model().Validate()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("the Ray Serve config %s: %w", path, err)
+	}
+	return s, notes, nil
 }
 
 // ParseSpec reads a config: one servemesh document (meshspec.ParseSpec), or
