@@ -46,16 +46,21 @@ def start(runtime, cost_ms):
 
 
 def drive(url, clients, seconds):
-    count, stop, lock = [0], time.monotonic() + seconds, threading.Lock()
+    """Requests answered per second, and requests that failed."""
+    count, failed, stop, lock = [0], [0], time.monotonic() + seconds, threading.Lock()
 
     def client():
-        n = 0
+        n = bad = 0
         while time.monotonic() < stop:
-            with urllib.request.urlopen(url, timeout=30) as resp:
-                resp.read()
-            n += 1
+            try:
+                with urllib.request.urlopen(url, timeout=30) as resp:
+                    resp.read()
+                n += 1
+            except OSError:
+                bad += 1
         with lock:
             count[0] += n
+            failed[0] += bad
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     begin = time.monotonic()
@@ -63,7 +68,7 @@ def drive(url, clients, seconds):
         t.start()
     for t in threads:
         t.join()
-    return count[0] / (time.monotonic() - begin)
+    return count[0] / (time.monotonic() - begin), failed[0]
 
 
 def main():
@@ -82,9 +87,9 @@ def main():
             for run in range(args.runs):
                 for n in flights:
                     for runtime, (_, url) in servers.items():
-                        rps = drive(url, n, args.seconds)
+                        rps, failed = drive(url, n, args.seconds)
                         results.setdefault((cost, n, runtime), []).append(rps)
-                        print(f"run {run + 1}: cost {cost:g} ms, {n:>2} in flight, {runtime:>7}: {rps:7.1f} req/s", flush=True)
+                        print(f"run {run + 1}: cost {cost:g} ms, {n:>2} in flight, {runtime:>7}: {rps:7.1f} req/s, {failed} failed", flush=True)
         finally:
             for proc, _ in servers.values():
                 proc.terminate()

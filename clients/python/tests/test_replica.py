@@ -224,3 +224,14 @@ def test_multiplexed_models_load_once_and_least_recent_go(serve):
     assert 'vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,c",waiting_lora_adapters=""}' in body.decode()
     status, _, _ = call(url + "/", "POST", {})  # no model id: the method refuses
     assert status == 500
+
+
+def test_the_threaded_server_takes_bursts_of_connections():
+    # bench/pybatch/runtimes.py at 64 in flight: with the standard
+    # library's backlog of 5, connections past it were dropped and waited a
+    # second or more (one timed out after 30 s).
+    server = replica.make_server(Echo(), "127.0.0.1", 0)
+    try:
+        assert server.request_queue_size >= 1024 and server.daemon_threads
+    finally:
+        server.server_close()

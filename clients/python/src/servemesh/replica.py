@@ -538,9 +538,17 @@ def make_server(instance: Any, host: str, port: int) -> ThreadingHTTPServer:
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = _Server((host, port), Handler)
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    """The standard library's threaded server, with a listen backlog for
+    many callers at once: its default of 5 drops the connections of a
+    burst past it, which wait a second or more to be tried again."""
+
+    daemon_threads = True
+    request_queue_size = 1024
 
 
 def main(argv: Optional[List[str]] = None) -> None:
