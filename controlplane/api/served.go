@@ -141,7 +141,8 @@ func (q ServedQuery) values() url.Values {
 }
 
 // served answers GET /v1/served: the backends named, and those the named
-// endpoints send to or mirror to, are asked about.
+// endpoints send to or mirror to, are asked about, at the revision named
+// (none: the current one).
 func (s *server) served(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var rev uint64
@@ -151,6 +152,9 @@ func (s *server) served(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("revision %q: not a revision (a write's answer gives it)", v), "")
 			return
 		}
+	}
+	if rev == 0 { // none named: the state as it is now
+		rev = uint64(s.c.Revision())
 	}
 	var backends []meshspec.Backend
 	var missing string

@@ -156,6 +156,12 @@ func TestWritesAnswerTheirRevision(t *testing.T) {
 	if _, err := client.Served(ctx, ServedQuery{Revision: rev, Endpoints: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), `no endpoint "nope"`) {
 		t.Errorf("an unknown endpoint: %v; want it named", err)
 	}
+	// No revision named: the current one, not any.
+	servedFrom.Store(rev - 1)
+	if report, err := client.Served(ctx, ServedQuery{}); err != nil || report.Served {
+		t.Errorf("asked with no revision while the data plane is a revision behind: %+v, %v; want not served", report, err)
+	}
+	servedFrom.Store(rev)
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if err := client.WaitServed(wctx, ServedQuery{Revision: rev + 5}, nil); err == nil || !strings.Contains(err.Error(), "the data plane serves revision") {
