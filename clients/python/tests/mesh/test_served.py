@@ -57,6 +57,10 @@ def test_a_request_right_after_each_call_is_served(mesh):
     assert b["ready"] == 3, f"update_backend_config returned with {b['ready']} of 3 replicas ready"
     _timed("set_traffic to b", lambda: c.set_traffic("served", {"served-b": 1}))
     _all_from(mesh, "/served", "served-b", n=20)
+    _timed("shadow_traffic to a", lambda: c.shadow_traffic("served", "served-a", 1.0))
+    _all_from(mesh, "/served", "served-b")  # the answers are still b's; a gets copies
+    _timed("shadow_traffic removed", lambda: c.shadow_traffic("served", "served-a", 0))
+    _all_from(mesh, "/served", "served-b")
 
     # A user_config reaches every replica (reconfigure) before the call returns.
     _timed("update_backend_config b: user_config", lambda: c.update_backend_config("served-b", {"user_config": {"threshold": 0.7}}))
