@@ -542,3 +542,26 @@ func TestPatchIsAJSONMergePatch(t *testing.T) {
 		t.Fatalf("refused patches changed the store: revision %d -> %d", before, after)
 	}
 }
+
+// TestApplyDryRunThatIsNotABoolean: ?dry_run=yes was read as false, so a
+// user who asked only to see the change had it applied.
+func TestApplyDryRunThatIsNotABoolean(t *testing.T) {
+	f := newFixture(t, "")
+	before := f.rev(t)
+	body := `{"backends":[{"name":"v1","replicas":[{"address":"10.0.0.1:80"}]}]}`
+	for _, v := range []string{"yes", "1x", "dry"} {
+		code, out := raw(t, "POST", f.srv.URL+"/v1/apply?dry_run="+v, body, "")
+		if code != http.StatusBadRequest || !strings.Contains(out, "dry_run") || !strings.Contains(out, "nothing was applied") {
+			t.Errorf("dry_run=%s: %d %s; want 400 naming dry_run", v, code, out)
+		}
+	}
+	if after := f.rev(t); after != before {
+		t.Fatalf("a refused dry run changed the state: revision %d, then %d", before, after)
+	}
+	if code, out := raw(t, "POST", f.srv.URL+"/v1/apply?dry_run=true", body, ""); code != http.StatusOK || !strings.Contains(out, `"dry_run":true`) {
+		t.Errorf("dry_run=true: %d %s", code, out)
+	}
+	if after := f.rev(t); after != before {
+		t.Fatalf("a dry run changed the state")
+	}
+}

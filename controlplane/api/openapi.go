@@ -36,8 +36,8 @@ type operation struct {
 	// mergePatch: the body is a JSON merge patch (RFC 7386) of body's
 	// type, as application/merge-patch+json or application/json.
 	mergePatch bool
-	// query are the query parameters (booleans).
-	query []string
+	// query are the query parameters.
+	query []queryParam
 	// ok is the status of success, and okBody a value of its body's type;
 	// unchanged, for a create, is 200 with the same body: what it asks is
 	// already so.
@@ -116,12 +116,13 @@ func operations() []operation {
 		{method: "POST", path: NodesPath + "/{name}/{action}", id: "actOnNode", summary: "Cordon, uncordon or drain a node", ok: 200, okBody: Changed{},
 			errors: codes(authErrors, []int{http.StatusBadRequest}, notFound, writeErrors), handle: func(s *server) http.HandlerFunc { return s.actOnNode }},
 		{method: "POST", path: "/v1/apply", id: "apply", summary: "Make the state the one given, in one change (dry_run: only say what would change)", body: meshspec.Spec{}, yaml: true,
-			query: []string{"dry_run"}, ok: 200, okBody: ApplyResult{}, errors: codes(authErrors, bodyErrors, writeErrors),
+			query: []queryParam{flagParam("dry_run")}, ok: 200, okBody: ApplyResult{}, errors: codes(authErrors, bodyErrors, writeErrors),
 			handle: func(s *server) http.HandlerFunc { return s.apply }},
 		{method: "GET", path: "/v1/leader", id: "getLeader", summary: "Say whether this controller leads, and which does", ok: 200, okBody: LeaderInfo{}, errors: authErrors,
 			handle: func(s *server) http.HandlerFunc { return s.leader }},
 		{method: "GET", path: ServedPath, id: "getServed", summary: "Say whether every connected node serves a change (the revision a write answered) and the named backends' replicas, all ready",
-			query: []string{"revision", "backend", "endpoint"}, ok: 200, okBody: ServedReport{}, errors: read,
+			query: []queryParam{revisionParam, namesParam("backend"), namesParam("endpoint")}, ok: 200, okBody: ServedReport{},
+			errors: codes(authErrors, []int{http.StatusBadRequest}, notFound),
 			handle: func(s *server) http.HandlerFunc { return s.served }},
 		{method: "GET", path: "/v1/status", id: "getStatus", summary: "What is configured next to what is happening", ok: 200, okBody: StatusReport{}, errors: authErrors,
 			handle: func(s *server) http.HandlerFunc { return s.status }},
@@ -249,7 +250,7 @@ func buildOpenAPI() ([]byte, error) {
 }
 
 // parameters are an operation's path parameters (strings) and query
-// parameters (booleans).
+// parameters.
 func parameters(op operation) []any {
 	var out []any
 	for _, part := range strings.Split(op.path, "/") {
@@ -263,10 +264,35 @@ func parameters(op operation) []any {
 		}
 	}
 	for _, q := range op.query {
-		out = append(out, map[string]any{"name": q, "in": "query", "required": false, "schema": map[string]any{"type": "boolean"}})
+		p := map[string]any{"name": q.name, "in": "query", "required": false, "schema": q.schema}
+		if q.schema["type"] == "array" { // ?backend=a&backend=b
+			p["style"], p["explode"] = "form", true
+		}
+		out = append(out, p)
 	}
 	return out
 }
+
+// queryParam is a query parameter of an operation, and its JSON schema.
+type queryParam struct {
+	name   string
+	schema map[string]any
+}
+
+// flagParam is a boolean query parameter (?dry_run=true).
+func flagParam(name string) queryParam {
+	return queryParam{name, map[string]any{"type": "boolean"}}
+}
+
+// namesParam is a query parameter that may be given more than once, each
+// time a name.
+func namesParam(name string) queryParam {
+	return queryParam{name, map[string]any{"type": "array", "items": map[string]any{"type": "string", "minLength": 1}}}
+}
+
+// revisionParam is the revision a write answered, in decimal; none or 0:
+// the current one.
+var revisionParam = queryParam{"revision", map[string]any{"type": "string", "pattern": "^[0-9]{1,20}$"}}
 
 func rolloutActions() []string {
 	var out []string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -105,7 +106,7 @@ func TestWritesAnswerTheirRevision(t *testing.T) {
 	var mu sync.Mutex
 	var last asked
 	var servedFrom atomic.Uint64 // the data plane's revision
-	srv := httptest.NewServer(Handler(c, log, Sources{Served: func(rev uint64, bs []meshspec.Backend) ServedReport {
+	srv := httptest.NewServer(newConformance(t).wrap(Handler(c, log, Sources{Served: func(rev uint64, bs []meshspec.Backend) ServedReport {
 		mu.Lock()
 		last = asked{rev: rev}
 		for _, b := range bs {
@@ -114,7 +115,7 @@ func TestWritesAnswerTheirRevision(t *testing.T) {
 		mu.Unlock()
 		return NewServedReport(ServedInputs{Revision: rev, Backends: bs, Health: func(meshspec.Backend) ReplicaHealth { return ReplicaHealth{} },
 			Serving: xdsserver.Serving{Revision: servedFrom.Load(), Nodes: 1}})
-	}}))
+	}})))
 	t.Cleanup(srv.Close)
 	client := NewClient(srv.URL, "")
 	ctx := context.Background()
@@ -166,5 +167,18 @@ func TestWritesAnswerTheirRevision(t *testing.T) {
 	defer cancel()
 	if err := client.WaitServed(wctx, ServedQuery{Revision: rev + 5}, nil); err == nil || !strings.Contains(err.Error(), "the data plane serves revision") {
 		t.Errorf("a revision never served, at the deadline: %v; want what is waited for", err)
+	}
+	// A revision that is not one is a 400 the description names (the
+	// conformance wrapper fails the test on an undescribed status).
+	for _, bad := range []string{"false", "-1", "1.5", "99999999999999999999"} {
+		resp, err := http.Get(srv.URL + ServedPath + "?revision=" + bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "revision") {
+			t.Errorf("revision=%s: %d %s; want 400 naming the revision", bad, resp.StatusCode, body)
+		}
 	}
 }

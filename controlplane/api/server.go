@@ -287,7 +287,14 @@ func (s *server) setShadow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) apply(w http.ResponseWriter, r *http.Request) {
-	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
+	dryRun := false
+	if v := r.URL.Query().Get("dry_run"); v != "" {
+		var err error
+		if dryRun, err = strconv.ParseBool(v); err != nil { // ?dry_run=yes must not apply
+			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("dry_run %q: not true or false; nothing was applied", v), "")
+			return
+		}
+	}
 	var m meshspec.Spec
 	if !decodeLimit(w, r, &m, MaxApplyBytes, true) {
 		return
