@@ -171,14 +171,8 @@ func TestWritesAnswerTheirRevision(t *testing.T) {
 	// A revision that is not one is a 400 the description names (the
 	// conformance wrapper fails the test on an undescribed status).
 	for _, bad := range []string{"false", "-1", "1.5", "99999999999999999999"} {
-		resp, err := http.Get(srv.URL + ServedPath + "?revision=" + bad)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "revision") {
-			t.Errorf("revision=%s: %d %s; want 400 naming the revision", bad, resp.StatusCode, body)
+		if code, body := raw(t, "GET", srv.URL+ServedPath+"?revision="+bad, "", ""); code != http.StatusBadRequest || !strings.Contains(body, "revision") {
+			t.Errorf("revision=%s: %d %s; want 400 naming the revision", bad, code, body)
 		}
 	}
 }
