@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"github.com/servemesh/servemesh/internal/proc"
 )
 
 // lockFile, in an agent's work folder, is locked by the agent that works
@@ -13,23 +14,17 @@ import (
 const lockFile = "agent.lock"
 
 // LockWorkDir takes the lock of an agent's work folder (flock, so it is
-// released when the process dies), failing at once, with what to do, if
-// another process holds it. It returns the unlock.
+// released when the process dies), failing at once, naming the agent that
+// holds it and what to do, if another process holds it. It returns the
+// unlock.
 func LockWorkDir(dir string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("agent work dir: %w", err)
 	}
-	path := filepath.Join(dir, lockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("agent lock: %w", err)
+	unlock, err := proc.Lock(filepath.Join(dir, lockFile))
+	var held *proc.HeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("another agent, %s, works in %s (it holds %s): it runs this node's replicas; stop it first, or give this one another --work-dir (and --node-id)", held.Holder, dir, held.Path)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another agent works in %s (it holds %s); stop it first, or give this one another --work-dir", dir, path)
-		}
-		return nil, fmt.Errorf("agent lock %s: %w", path, err)
-	}
-	return func() { _ = f.Close() }, nil
+	return unlock, err
 }

@@ -4,8 +4,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,13 +57,79 @@ func checkDemoTrace(t *testing.T, banner, public string) {
 // TestDemoStack runs what `make run` runs, on free ports, and checks that
 // the demo serves its split, that the CLI it suggests works, and that
 // Ctrl-C stops everything.
+// checkSecondStackRefused starts a second demo-stack with the first's
+// addresses, as a second `make run` does: in the first's work folder, then
+// in another. Each is refused before it starts anything, naming what holds
+// the folder or the address, and prints no banner; the first keeps its
+// logs and serves on.
+func checkSecondStackRefused(t *testing.T, workDir string, firstPid int, args []string) {
+	t.Helper()
+	logBefore, err := os.Stat(filepath.Join(workDir, "controller.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ dir, want string }{
+		{workDir, "another demo-stack, pid " + strconv.Itoa(firstPid)},
+		{t.TempDir(), "is in use by pid"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		second := exec.CommandContext(ctx, servemeshBin, append([]string{"demo-stack", "--work-dir", c.dir}, args...)...)
+		second.Env = append(second.Environ(), "SERVEMESH_ENVOY="+envoyBin)
+		second.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		began := time.Now()
+		text, err := second.CombinedOutput()
+		cancel()
+		if err == nil || strings.Contains(string(text), "Try:") || !strings.Contains(string(text), c.want) {
+			t.Fatalf("a second demo-stack in %s: %v after %s\n%s\nwant it refused, saying %q, with no banner", c.dir, err, time.Since(began), text, c.want)
+		}
+		t.Logf("a second demo-stack in %s, refused in %s: %s", c.dir, time.Since(began).Round(time.Millisecond), strings.TrimSpace(string(text)))
+	}
+	if logAfter, err := os.Stat(filepath.Join(workDir, "controller.log")); err != nil || logAfter.Size() < logBefore.Size() {
+		t.Fatalf("the first demo's controller.log after the second was refused: %v, %d bytes (was %d)", err, logAfter.Size(), logBefore.Size())
+	}
+}
+
+// checkBannerCount runs the banner's one-liner that counts which backend
+// answered 200 requests: it counted 400, matching two headers of each.
+func checkBannerCount(t *testing.T, banner string) {
+	t.Helper()
+	var line string
+	for l := range strings.SplitSeq(banner, "\n") {
+		if strings.Contains(l, "seq 200") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	if line == "" {
+		t.Fatalf("no counting one-liner in the banner:\n%s", banner)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	text, err := exec.CommandContext(ctx, "bash", "-c", line).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	total, counts := 0, map[string]int{}
+	for f := range strings.SplitSeq(strings.TrimSpace(string(text)), "\n") {
+		var n int
+		var backend string
+		if _, err := fmt.Sscan(f, &n, &backend); err != nil {
+			t.Fatalf("the one-liner printed %q: %v", f, err)
+		}
+		total, counts[backend] = total+n, n
+	}
+	if total != 200 || counts["model-v1"] == 0 || counts["model-v2"] == 0 || len(counts) != 2 {
+		t.Fatalf("the banner's one-liner counted %v (%d in all); want 200, split between model-v1 and model-v2", counts, total)
+	}
+}
+
 func TestDemoStack(t *testing.T) {
 	api, public, mesh := freeAddr(t), freeAddr(t), freeAddr(t)
 	consulPort := strconv.Itoa(int(testutil.Port(freeAddr(t))))
 	out := &testutil.SyncBuffer{}
 	workDir := t.TempDir()
+	xds := freeAddr(t)
 	cmd := exec.CommandContext(context.Background(), servemeshBin, "demo-stack", "--work-dir", workDir,
-		"--consul-http-port", consulPort, "--api", api, "--xds", freeAddr(t), "--public", public, "--mesh", mesh)
+		"--consul-http-port", consulPort, "--api", api, "--xds", xds, "--public", public, "--mesh", mesh)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(cmd.Environ(), "SERVEMESH_ENVOY="+envoyBin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -76,6 +145,9 @@ func TestDemoStack(t *testing.T) {
 		}
 	})
 	testutil.WaitFor(t, 90*time.Second, "the demo to be up", func() bool { return strings.Contains(out.String(), "Try:") })
+	args := []string{"--consul-http-port", consulPort, "--api", api, "--xds", xds, "--public", public, "--mesh", mesh}
+	checkSecondStackRefused(t, workDir, cmd.Process.Pid, args)
+	checkBannerCount(t, out.String())
 
 	counts := sendMany(t, "http://"+public+"/model", 400)
 	checkShare(t, "model-v1 (weight 0.9)", counts["model-v1"], 400, 0.9)

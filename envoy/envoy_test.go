@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -238,5 +239,33 @@ func TestSupervisorRestartsACrashedEnvoy(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSupervisorRefusesAListenerAnotherProcessHolds: Envoy binds its
+// listeners with SO_REUSEPORT, so a second node's Envoy on the same
+// addresses (a second demo-stack) started and shared the port with the
+// first, each answering some of its requests.
+func TestSupervisorRefusesAListenerAnotherProcessHolds(t *testing.T) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	state := t.TempDir()
+	t.Setenv("FAKE_ENVOY_STATE", state)
+	var starts atomic.Int32
+	s := &Supervisor{
+		Config:    Config{Binary: fakeEnvoy(t), ConfigPath: "x", AdminSocket: "/nonexistent/admin.sock", LogPath: filepath.Join(state, "log"), Logger: quietLogger()},
+		Listeners: []Listener{{What: "the node's public listener", Addr: l.Addr().String()}},
+		OnStart:   func(*Process) { starts.Add(1) },
+	}
+	err = s.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "the node's public listener "+l.Addr().String()+" is in use by pid "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("Run with its public listener held: %v; want it refused, naming the holder", err)
+	}
+	if starts.Load() != 0 {
+		t.Fatalf("envoy was started %d times", starts.Load())
 	}
 }

@@ -160,7 +160,7 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 	s.want = want
 	rec, ok := readRecord(s.StateFile)
 	if !ok {
-		return s.start(0, 0)
+		return s.startFresh(ctx)
 	}
 	for _, d := range rec.Draining { // handed over by a supervisor that stopped before they ended
 		if p, err := proc.Adopt(d); err == nil {
@@ -169,12 +169,12 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 	}
 	if !startedWith(rec.Process.Pid, s.Config.ConfigPath) {
 		s.Config.Logger.Info("the envoy a previous agent started has exited; starting one", "pid", rec.Process.Pid)
-		return s.start(0, 0)
+		return s.startFresh(ctx)
 	}
 	child, err := proc.Adopt(rec.Process)
 	if err != nil {
 		s.Config.Logger.Info("the envoy a previous agent started is gone; starting one", "err", err)
-		return s.start(0, 0)
+		return s.startFresh(ctx)
 	}
 	old := &Process{cfg: s.Config, child: child, admin: Admin{Socket: s.Config.AdminSocket}}
 	log := s.Config.Logger.With("pid", rec.Process.Pid, "epoch", rec.Epoch)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -173,7 +175,22 @@ func (l Launcher) Supervise(ctx context.Context) (*Supervisor, error) {
 		cfg.HotRestart, cfg.Parent, cfg.BaseIDPath = true, l.Parent, filepath.Join(cfg.Dir, "envoy-base-id")
 	}
 	return &Supervisor{Config: cfg, Drain: l.Drain, StateFile: filepath.Join(cfg.Dir, StateFile), StopOnExit: l.StopOnExit,
-		OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil
+		Listeners: l.listeners(), OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil
+}
+
+// listeners are the addresses the node's Envoy listens on.
+func (l Launcher) listeners() []Listener {
+	n := l.Bootstrap.Node
+	var out []Listener
+	add := func(what, host string, port uint32) {
+		if port != 0 {
+			out = append(out, Listener{What: what, Addr: net.JoinHostPort(host, strconv.Itoa(int(port)))})
+		}
+	}
+	add("the node's public listener", n.PublicAddress, n.PublicPort)
+	add("the node's mesh listener", n.MeshAddress, n.MeshPort)
+	add("the node's inbound listener", n.InboundAddress, n.InboundPort)
+	return out
 }
 
 func (l Launcher) logReady(ctx context.Context, p *Process) {

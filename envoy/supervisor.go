@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -27,6 +28,11 @@ type Supervisor struct {
 	// it (see handover.go).
 	StateFile  string
 	StopOnExit bool
+	// Listeners are the addresses the node's Envoy listens on: the first
+	// Envoy a supervisor starts (none of its own runs) is not started
+	// while another process holds one, since Envoy binds with SO_REUSEPORT
+	// and would share the port with another node's Envoy.
+	Listeners []Listener
 
 	want envoyRecord // what this supervisor starts
 }
@@ -86,6 +92,22 @@ func (s *Supervisor) leaves() bool {
 func (s *Supervisor) firstStart(ctx context.Context) (*Process, error) {
 	if s.Config.HotRestart && s.StateFile != "" {
 		return s.first(ctx)
+	}
+	return s.startFresh(ctx)
+}
+
+// Listener is an address a node's Envoy listens on, and what it is for.
+type Listener struct {
+	What, Addr string
+}
+
+// startFresh starts the first Envoy where none of this node's runs,
+// once none of its listeners is held by another process.
+func (s *Supervisor) startFresh(ctx context.Context) (*Process, error) {
+	for _, l := range s.Listeners {
+		if err := proc.CheckFree(ctx, l.What, l.Addr); err != nil {
+			return nil, fmt.Errorf("%w: is another node's agent (or another demo-stack) running here? Stop it, or give this node other addresses", err)
+		}
 	}
 	return s.start(0, 0)
 }

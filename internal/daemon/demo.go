@@ -102,7 +102,7 @@ Config: %s (edit and save it: the change is served in well under a second).
 
 Try:
   curl -s http://%[3]s/model                       # 90%% model-v1, 10%% model-v2; 20%% also mirrored to model-v3-candidate
-  for i in $(seq 200); do curl -s http://%[3]s/model -o /dev/null -w '%%{header_json}\n' | grep -o 'model-v[0-9a-z-]*'; done | sort | uniq -c
+  for i in $(seq 200); do curl -s http://%[3]s/model -o /dev/null -w '%%header{x-servemesh-backend}\n'; done | sort | uniq -c
   curl -si -X DELETE http://%[3]s/model            # 405, with an Allow header
   curl -si http://%[3]s/embeddings                 # 404: a headless endpoint is not public
   curl -s -H 'Host: embeddings' http://%[4]s/      # ...but the mesh listener serves it by Host

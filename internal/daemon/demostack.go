@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
@@ -42,6 +43,11 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return fmt.Errorf("work dir: %w", err)
 	}
+	unlock, err := lockStack(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	consul, err := devconsul.Start(o.WorkDir, o.ConsulHTTPPort)
 	if err != nil {
 		return fmt.Errorf("consul: %w", err)
@@ -68,7 +74,7 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 	if err != nil {
 		return err
 	}
-	meshFile, err := applyDemo(ctx, o, jaeger.OTLP)
+	meshFile, err := applyDemo(ctx, o, jaeger.OTLP, children)
 	if err != nil {
 		return err
 	}
@@ -94,6 +100,41 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 	err = g.Wait()
 	log.Info("stopping the demo")
 	return err
+}
+
+// stackLock, in the demo's work folder, is held by the demo-stack that
+// runs there.
+const stackLock = "demo-stack.lock"
+
+// lockStack makes sure no other demo-stack (or anything else) has the
+// demo's work folder or addresses before it starts or truncates anything:
+// a second one would take the first's node id, replicas and logs.
+func lockStack(ctx context.Context, o StackOptions) (func(), error) {
+	unlock, err := proc.Lock(filepath.Join(o.WorkDir, stackLock))
+	var held *proc.HeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("another demo-stack, %s, runs in %s: stop it (Ctrl-C in its terminal, or kill %d), or start this one with another --work-dir and other ports (--consul-http-port, --api, --xds, --public, --mesh)",
+			held.Holder, o.WorkDir, held.Holder.PID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range []struct{ what, addr, flag string }{
+		{"consul's HTTP API", "127.0.0.1:" + strconv.Itoa(o.ConsulHTTPPort), "--consul-http-port"},
+		{"the controller's API", o.API, "--api"},
+		{"the controller's xDS", o.XDS, "--xds"},
+		{"the node's public listener", o.Public, "--public"},
+		{"the node's mesh listener", o.Mesh, "--mesh"},
+	} {
+		if a.addr == "" || strings.HasSuffix(a.addr, ":0") {
+			continue
+		}
+		if err := proc.CheckFree(ctx, a.what, a.addr); err != nil {
+			unlock()
+			return nil, fmt.Errorf("%w: is another servemesh running? Stop it, or give this demo %s another address", err, a.flag)
+		}
+	}
+	return unlock, nil
 }
 
 // demoNode is the demo's node's id.
@@ -154,12 +195,29 @@ func startStackRedis(dir string) (*devredis.Server, string, error) {
 // applyDemo applies the demo's state (its traces sent to collector) once
 // the controller and the agent are up, writes it to mesh.yaml for the user
 // to edit, and waits until Envoy serves it.
-func applyDemo(ctx context.Context, o StackOptions, collector string) (string, error) {
+func applyDemo(ctx context.Context, o StackOptions, collector string, children []*proc.Process) (string, error) {
+	// A daemon that exits while the demo comes up ends it at once, with
+	// its log (another one listening where it would must not pass for it).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	for i, name := range []string{"controller", "agent"} {
+		go func() {
+			select {
+			case <-children[i].Done():
+				log := filepath.Join(o.WorkDir, name+".log")
+				cancel(fmt.Errorf("the %s exited (%w); the end of %s:\n%s", name, children[i].Wait(), log, proc.LogTail(log, 2048)))
+			case <-ctx.Done():
+			}
+		}()
+	}
 	client := api.NewClient(o.API, "")
 	m := StackModel(o.Self)
 	m.Mesh = &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: collector, SamplingPercent: &demoSampling}}
 	// Process backends need a live node: retry until the agent has registered.
 	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, meshspec.SpecOf(m), false); return err == nil }); err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
 		return "", fmt.Errorf("the controller and agent did not come up (see %s/*.log): %w", o.WorkDir, err)
 	}
 	out, err := meshspec.Marshal(m)
@@ -183,6 +241,9 @@ func applyDemo(ctx context.Context, o StackOptions, collector string) (string, e
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}); err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
 		return "", fmt.Errorf("envoy did not serve /model (see %s/*.log): %w", o.WorkDir, err)
 	}
 	return meshFile, nil
@@ -248,7 +309,7 @@ controller (API %[2]s, web console http://%[2]s/ui/), and one node agent running
 
 Try:
   curl -s http://%[3]s/model                       # 90%% model-v1, 10%% model-v2; 20%% mirrored to model-v3-candidate
-  for i in $(seq 200); do curl -s http://%[3]s/model -o /dev/null -w '%%{header_json}\n' | grep -o 'model-v[0-9a-z-]*'; done | sort | uniq -c
+  for i in $(seq 200); do curl -s http://%[3]s/model -o /dev/null -w '%%header{x-servemesh-backend}\n'; done | sort | uniq -c
   curl -si -X DELETE http://%[3]s/model            # 405, with an Allow header
   curl -s -H 'Host: embeddings' http://%[5]s/      # a headless endpoint, on the mesh listener
   curl -s http://%[3]s/v1/chat/completions -d '{"model": "mistral-7b", "messages": []}'

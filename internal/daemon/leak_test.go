@@ -3,12 +3,15 @@ package daemon
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
@@ -27,15 +30,29 @@ func TestDaemonsLeaveNoGoroutine(t *testing.T) {
 	_, _, ctlDone := startLeadingController(ctx, t, ControllerOptions{ID: "leak", Plaintext: true})
 
 	statusAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
+	// The agent's work folder is in it, not in the source tree; replicas'
+	// users pass through it.
+	workDir := t.TempDir()
+	for _, d := range []string{filepath.Dir(workDir), workDir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	agentDone := make(chan error, 1)
 	go func() {
 		agentDone <- RunAgent(ctx, quiet(), AgentOptions{Node: wire.NodeInfo{ID: "leak-node", Address: "127.0.0.1", CPUs: 1, MemoryMB: 512},
-			NoEnvoy: true, Plaintext: true, ConsulPrefix: "servemesh", StatusListen: statusAddr, DrainGrace: time.Second})
+			NoEnvoy: true, Plaintext: true, ConsulPrefix: "servemesh", StatusListen: statusAddr, DrainGrace: time.Second,
+			Envoy: envoy.Launcher{WorkDir: workDir}})
 	}()
 	testutil.WaitFor(t, 20*time.Second, "the agent's status listener", func() bool {
 		resp, err := http.Get("http://" + statusAddr + "/metrics") //nolint:noctx // a test's probe
 		if err == nil {
 			_ = resp.Body.Close()
+		}
+		select {
+		case err := <-agentDone:
+			t.Fatalf("the agent exited: %v", err)
+		default:
 		}
 		return err == nil
 	})

@@ -174,6 +174,9 @@ func (c *Agent) waitReady(timeout time.Duration) error {
 	}
 	deadline := time.Now().Add(timeout)
 	for {
+		if c.child.Exited() { // another agent may answer on its address
+			return fmt.Errorf("consul agent for %s exited (%w); log:\n%s", c.HTTPAddr, c.child.Wait(), c.LogTail())
+		}
 		if leader, err := client.Status().Leader(); err == nil && leader != "" && c.aclReady(client) && c.joined(client) {
 			return nil
 		}

@@ -69,6 +69,11 @@ func StartWith(dir string, o Options) (*Agent, error) {
 	}
 	if httpPort != 0 {
 		ports[0] = httpPort
+		// Another agent there would answer for this one, which would fail
+		// to bind and exit, saying so only in its log.
+		if err := proc.CheckFree(context.Background(), "consul's HTTP API", "127.0.0.1:"+strconv.Itoa(httpPort)); err != nil {
+			return nil, err
+		}
 	}
 	logPath := filepath.Join(dir, "consul.log")
 	logFile, err := os.Create(logPath)
@@ -97,6 +102,9 @@ func StartWith(dir string, o Options) (*Agent, error) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		if c.child.Exited() {
+			return nil, fmt.Errorf("consul exited (%w); log:\n%s", c.child.Wait(), c.LogTail())
+		}
 		if leader, err := client.Status().Leader(); err == nil && leader != "" && c.aclReady(client) {
 			return c, nil
 		}

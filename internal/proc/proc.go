@@ -5,8 +5,9 @@
 // after a grace period, to the whole group, so a child's own children go
 // with it. A detached child outlives its parent; a later process finds it
 // again by its Identity and Adopts it (a restarted agent, its replicas and
-// Envoy). FreeAddr finds a port to listen on; restart delays are package
-// backoff's.
+// Envoy). FreeAddr finds a port to listen on; CheckFree and Lock refuse,
+// naming the process that holds it (ListenerOf), a port or a folder
+// another daemon already has; restart delays are package backoff's.
 package proc
 
 import (
