@@ -129,6 +129,9 @@ func (s *Server) setKinds(ctx context.Context, node string, last, next snapshot)
 		if err := s.snapshots[typ].SetSnapshot(ctx, node, snapshot{typ: next[typ]}); err != nil {
 			return fmt.Errorf("%s: %w", typ, err)
 		}
+		if err := s.deltas[typ].set(ctx, node, next[typ]); err != nil {
+			return fmt.Errorf("%s: %w", typ, err)
+		}
 	}
 	return nil
 }

@@ -43,7 +43,8 @@ type Options struct {
 type Server struct {
 	log         *slog.Logger
 	metrics     *metrics
-	snapshots   map[string]cachev3.SnapshotCache // by type URL (snapshotTypes)
+	snapshots   map[string]cachev3.SnapshotCache // by type URL (snapshotTypes), for state-of-the-world streams
+	deltas      map[string]*deltaCache           // by type URL (snapshotTypes), for delta streams
 	assignments *cachev3.LinearCache
 	ads         serverv3.Server
 	holdOff     time.Duration
@@ -126,16 +127,24 @@ func New(opts Options) *Server {
 	caches := map[string]cachev3.Cache{}
 	s.encodings = newEncodings()
 	s.snapshots = make(map[string]cachev3.SnapshotCache, len(snapshotTypes))
+	s.deltas = make(map[string]*deltaCache, len(snapshotTypes))
 	for _, typ := range snapshotTypes {
 		c := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, cacheLog)
 		s.snapshots[typ], caches[typ] = c, c
+		s.deltas[typ] = newDeltaCache(typ)
+		caches[deltaKey(typ)] = s.deltas[typ]
 	}
 	s.assignments = cachev3.NewLinearCache(resource.EndpointType, cachev3.WithLogger(cacheLog))
 	caches[resource.EndpointType] = s.assignments
 	mux := &cachev3.MuxCache{
-		Classify:      func(r *cachev3.Request) string { return classify(r.GetTypeUrl()) },
-		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return classify(r.GetTypeUrl()) },
-		Caches:        caches,
+		Classify: func(r *cachev3.Request) string { return classify(r.GetTypeUrl()) },
+		ClassifyDelta: func(r *cachev3.DeltaRequest) string {
+			if typ := classify(r.GetTypeUrl()); typ != resource.EndpointType {
+				return deltaKey(typ)
+			}
+			return resource.EndpointType
+		},
+		Caches: caches,
 	}
 	s.ads = serverv3.NewServer(context.Background(), mux, &callbacks{s: s})
 	return s
@@ -158,6 +167,10 @@ func classify(typeURL string) string {
 	}
 	return resource.ListenerType
 }
+
+// deltaKey names a type's cache for delta streams (deltacache.go) in the
+// MuxCache; state-of-the-world streams of the type go to its snapshot cache.
+func deltaKey(typeURL string) string { return "delta " + typeURL }
 
 // Register exposes the aggregated discovery service (state-of-the-world and
 // delta) on g.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"weak"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -31,6 +32,11 @@ type kind struct {
 
 	withTTLOnce sync.Once
 	withTTL     map[string]types.ResourceWithTTL // for state-of-the-world streams, made when first asked
+
+	// diffs are what changes to this kind from each kind a stream held
+	// before it (deltacache.go's diffFrom), by that kind.
+	diffMu sync.Mutex
+	diffs  map[weak.Pointer[kind]]*kindDiff
 }
 
 // newKind lists items under version, each with the version versionOf

@@ -206,6 +206,9 @@ func (s *Server) forget(id string) {
 	for _, c := range s.snapshots {
 		c.ClearSnapshot(id)
 	}
+	for _, c := range s.deltas {
+		c.clear(id)
+	}
 }
 
 // countConnected updates the connected-nodes gauge. Called with mu held.

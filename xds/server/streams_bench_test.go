@@ -26,10 +26,11 @@ import (
 // 1,000-endpoint mesh (plaintext, over loopback gRPC) from SetModel until
 // every delta xDS stream has the new routes: publishing, go-control-plane's
 // answers to each stream, and their sending. The streams subscribe as
-// Envoy does and ACK each answer: 100 nodes with a public listener, and
-// 1,000 mesh-only nodes (no public route table).
+// Envoy does and ACK each answer: 100 and 1,000 nodes with a public
+// listener, and 1,000 mesh-only nodes (no public routes).
 func BenchmarkChangeToDeltaNodes(b *testing.B) {
 	b.Run("100 nodes", func(b *testing.B) { benchChangeToDeltaNodes(b, 1000, 100, true) })
+	b.Run("1000 nodes", func(b *testing.B) { benchChangeToDeltaNodes(b, 1000, 1000, true) })
 	b.Run("1000 mesh-only nodes", func(b *testing.B) { benchChangeToDeltaNodes(b, 1000, 1000, false) })
 }
 

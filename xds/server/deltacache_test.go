@@ -1,0 +1,280 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+// testKind is a kind of route configurations, each named and versioned
+// as versions says; a route configuration's content names its version.
+func testKind(t testing.TB, versions map[string]string) *kind {
+	t.Helper()
+	k := &kind{version: fmt.Sprint(len(versions), versions), items: map[string]types.Resource{}, versions: versions}
+	for name, v := range versions {
+		twin, err := translate.Encode(&route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{{Name: v}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.items[name] = twin
+	}
+	return k
+}
+
+// cacheClient is one delta stream of a node against a deltaCache, driven
+// as go-control-plane's server drives a cache (its Subscription, the
+// version map each answer hands it, a watch per request) and holding
+// what an Envoy would.
+type cacheClient struct {
+	t     *testing.T
+	c     *deltaCache
+	sub   stream.Subscription
+	ch    chan cachev3.DeltaResponse
+	node  *core.Node
+	nonce int
+	has   map[string]string // what the client holds: name -> version
+	sent  int               // resources received
+	stop  func()
+}
+
+func newCacheClient(t *testing.T, c *deltaCache, subscribe []string) *cacheClient {
+	cl := &cacheClient{t: t, c: c, ch: make(chan cachev3.DeltaResponse, 8), node: &core.Node{Id: "n1"}, has: map[string]string{}}
+	cl.sub = stream.NewDeltaSubscription(subscribe, nil, nil, true)
+	cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: subscribe})
+	return cl
+}
+
+// request sends req as the server would: the last watch cancelled, the
+// subscription updated, a new watch.
+func (cl *cacheClient) request(req *discovery.DeltaDiscoveryRequest) {
+	cl.t.Helper()
+	cl.drain()
+	for _, name := range req.GetResourceNamesUnsubscribe() {
+		delete(cl.has, name) // as Envoy drops what it unsubscribes from
+	}
+	if cl.stop != nil {
+		cl.stop()
+		cl.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+	}
+	req.Node = cl.node
+	stop, err := cl.c.CreateDeltaWatch(req, cl.sub, cl.ch)
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.stop = func() {
+		if stop != nil {
+			stop()
+		}
+	}
+}
+
+// drain takes every answer waiting, applies it and ACKs it.
+func (cl *cacheClient) drain() {
+	cl.t.Helper()
+	for {
+		select {
+		case resp := <-cl.ch:
+			cl.apply(resp)
+			cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResponseNonce: fmt.Sprint(cl.nonce)})
+		default:
+			return
+		}
+	}
+}
+
+func (cl *cacheClient) apply(resp cachev3.DeltaResponse) {
+	cl.t.Helper()
+	out, err := resp.GetDeltaDiscoveryResponse()
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.nonce++
+	for _, r := range out.GetResources() {
+		var rc route.RouteConfiguration
+		if err := r.GetResource().UnmarshalTo(&rc); err != nil {
+			cl.t.Fatal(err)
+		}
+		if rc.GetName() != r.GetName() || rc.GetVirtualHosts()[0].GetName() != r.GetVersion() {
+			cl.t.Fatalf("resource %s version %s carries %s version %s", r.GetName(), r.GetVersion(), rc.GetName(), rc.GetVirtualHosts()[0].GetName())
+		}
+		if v, ok := cl.has[r.GetName()]; ok && v == r.GetVersion() {
+			cl.t.Fatalf("resource %s sent again at the version the client holds, %s", r.GetName(), v)
+		}
+		cl.has[r.GetName()] = r.GetVersion()
+		cl.sent++
+	}
+	for _, name := range out.GetRemovedResources() {
+		if _, ok := cl.has[name]; !ok && !cl.sub.IsWildcard() {
+			cl.t.Fatalf("removed %s, which the client does not hold", name)
+		}
+		delete(cl.has, name)
+	}
+	cl.sub.SetReturnedResources(resp.GetReturnedResources())
+}
+
+// wants is what the client must hold of k.
+func (cl *cacheClient) wants(k *kind) map[string]string {
+	want := map[string]string{}
+	for name, v := range k.versions {
+		if _, ok := cl.sub.SubscribedResources()[name]; ok || cl.sub.IsWildcard() {
+			want[name] = v
+		}
+	}
+	return want
+}
+
+// TestDeltaCacheFollowsEveryKind drives a stream through random kinds,
+// subscriptions and unsubscriptions: after each step it holds exactly
+// what its subscription names of the node's kind, is never sent a
+// resource it holds at that version, and is never told of removals of
+// what it does not hold.
+func TestDeltaCacheFollowsEveryKind(t *testing.T) {
+	for _, wildcard := range []bool{false, true} {
+		t.Run(fmt.Sprint("wildcard=", wildcard), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			names := make([]string, 40)
+			for i := range names {
+				names[i] = fmt.Sprintf("r%02d", i)
+			}
+			c := newDeltaCache(resource.RouteType)
+			var first []string
+			if !wildcard {
+				first = names[:10]
+			}
+			cl := newCacheClient(t, c, first)
+			versions := map[string]string{}
+			for step := range 400 {
+				switch op := rng.IntN(10); {
+				case op < 6: // a new kind: some resources change, come or go
+					versions = maps.Clone(versions)
+					for range 1 + rng.IntN(4) {
+						name := names[rng.IntN(len(names))]
+						if rng.IntN(4) == 0 {
+							delete(versions, name)
+						} else {
+							versions[name] = fmt.Sprint("v", step)
+						}
+					}
+					if err := c.set(context.Background(), "n1", testKind(t, versions)); err != nil {
+						t.Fatal(err)
+					}
+				case op < 8:
+					cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{names[rng.IntN(len(names))]}})
+				default:
+					cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesUnsubscribe: []string{names[rng.IntN(len(names))]}})
+				}
+				cl.drain()
+				k := c.nodes["n1"].kind
+				if k == nil {
+					continue
+				}
+				if want := cl.wants(k); !maps.Equal(cl.has, want) {
+					t.Fatalf("step %d: the client holds %v, its subscription names %v of the kind", step, cl.has, want)
+				}
+			}
+			t.Logf("%d resources sent", cl.sent)
+		})
+	}
+}
+
+// TestDeltaCacheAnswersFromTheChange: once a stream holds a kind, a new
+// kind sends it what changed alone, and its ACK compares nothing, from
+// the diff shared by every node that held the same kind.
+func TestDeltaCacheAnswersFromTheChange(t *testing.T) {
+	c := newDeltaCache(resource.RouteType)
+	versions := map[string]string{}
+	for i := range 100 {
+		versions[fmt.Sprintf("r%03d", i)] = "v1"
+	}
+	k1 := testKind(t, versions)
+	clients := make([]*cacheClient, 3)
+	for i := range clients {
+		node := fmt.Sprintf("n%d", i)
+		if err := c.set(context.Background(), node, k1); err != nil {
+			t.Fatal(err)
+		}
+		cl := newCacheClient(t, c, slices.Sorted(maps.Keys(versions)))
+		cl.node = &core.Node{Id: node}
+		cl.stop() // the watch newCacheClient opened was n1's
+		cl.stop = nil
+		cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: slices.Sorted(maps.Keys(versions))})
+		cl.drain()
+		if len(cl.has) != 100 {
+			t.Fatalf("%s holds %d resources, want 100", node, len(cl.has))
+		}
+		clients[i] = cl
+	}
+	next := maps.Clone(versions)
+	next["r007"], next["r100"] = "v2", "v2"
+	delete(next, "r050")
+	k2 := testKind(t, next)
+	for i, cl := range clients {
+		before := cl.sent
+		if err := c.set(context.Background(), fmt.Sprintf("n%d", i), k2); err != nil {
+			t.Fatal(err)
+		}
+		cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{"r100"}})
+		cl.drain()
+		if got := cl.sent - before; got != 2 {
+			t.Errorf("n%d was sent %d resources for a change of two", i, got)
+		}
+		if !maps.Equal(cl.has, next) {
+			t.Errorf("n%d holds %v, want %v", i, cl.has, next)
+		}
+	}
+	if len(k2.diffs) != 1 {
+		t.Errorf("the new kind keeps %d diffs, want the one every node shares", len(k2.diffs))
+	}
+	// A third kind: the streams hold k2 and take the diff from it.
+	third := maps.Clone(next)
+	third["r001"] = "v3"
+	k3 := testKind(t, third)
+	for i, cl := range clients {
+		before := cl.sent
+		if err := c.set(context.Background(), fmt.Sprintf("n%d", i), k3); err != nil {
+			t.Fatal(err)
+		}
+		cl.drain()
+		if got := cl.sent - before; got != 1 {
+			t.Errorf("n%d was sent %d resources for a change of one", i, got)
+		}
+		if h := c.nodes[fmt.Sprintf("n%d", i)].held[cl.ch]; h == nil || h.kind != k3 {
+			t.Errorf("n%d: the cache does not know it holds the last kind", i)
+		}
+	}
+}
+
+// TestDeltaCacheAnswersAFirstWildcardRequest: Envoy waits for the first
+// answer to a wildcard subscription, even an empty one.
+func TestDeltaCacheAnswersAFirstWildcardRequest(t *testing.T) {
+	c := newDeltaCache(resource.ScopedRouteType)
+	if err := c.set(context.Background(), "n1", &kind{version: "empty"}); err != nil {
+		t.Fatal(err)
+	}
+	sub := stream.NewDeltaSubscription(nil, nil, nil, true)
+	ch := make(chan cachev3.DeltaResponse, 1)
+	if _, err := c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "n1"}, TypeUrl: resource.ScopedRouteType}, sub, ch); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case resp := <-ch:
+		if got := resp.GetResponseVersion(); got != "empty" {
+			t.Errorf("answered version %q, want empty", got)
+		}
+	default:
+		t.Fatal("a first wildcard request to an empty kind was not answered")
+	}
+}
