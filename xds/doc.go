@@ -27,9 +27,11 @@
 //     made only for nodes whose inputs changed.
 //  5. Assignments the change set names go to go-control-plane's LinearCache first
 //     (so new clusters warm), then each node's snapshot of listeners,
-//     routes, scoped routes and clusters is set, per type, in a
-//     SnapshotCache of that type only when that type's version changed for
-//     the node; an assignment no longer built is removed only once every
+//     routes, scoped routes and clusters is set, per type, in the caches
+//     of that type (server's deltaCache for delta streams, which answers
+//     each from the names its last kind and the new one differ in, and a
+//     SnapshotCache for state-of-the-world ones) only when that type's
+//     version changed for the node; an assignment no longer built is removed only once every
 //     connected node has ACKed clusters that no longer ask for it
 //     (retire.go: make before break).
 //  6. go-control-plane's ADS server (delta and state of the world) answers

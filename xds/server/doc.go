@@ -1,7 +1,9 @@
 // Package server serves translated desired state to Envoy nodes over the
 // aggregated xDS API (delta or state of the world) with go-control-plane:
 // per-node snapshots for listeners, routes, scoped routes and clusters, a
-// cache per type set only with the types a change touched, whose
+// cache per type set only with the types a change touched (for delta
+// streams, deltacache.go: each stream answered from what changed since
+// the resources it last got), whose
 // resources carry the versions the incremental translation made and are
 // encoded once however many streams they are sent on (snapshot.go; nodes
 // share them) and kept in one cache by type, scope, name and version

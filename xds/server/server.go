@@ -150,12 +150,14 @@ func New(opts Options) *Server {
 	return s
 }
 
-// snapshotTypes are the types served from per-node snapshots, one
-// snapshot cache each, in the order a change sets them: clusters and
-// listeners before the routes they name. go-control-plane compares every
-// resource of a cache's snapshot with what each of the node's streams
-// holds whenever the snapshot is set, so one cache for every type would
-// compare every cluster of every node on a traffic change.
+// snapshotTypes are the types served from per-node snapshots, two caches
+// each (a deltaCache, a snapshot cache for state of the world), in the
+// order a change sets them: clusters and listeners before the routes
+// they name. A cache is set for a node only with the types that changed
+// for it: go-control-plane's snapshot cache compares every resource of
+// a snapshot with what each of the node's streams holds, so one cache for
+// every type would compare every cluster of every node on a traffic
+// change.
 var snapshotTypes = []string{resource.ClusterType, resource.ListenerType, resource.ScopedRouteType, resource.RouteType}
 
 // classify names the cache of a type: assignments come from the linear
