@@ -265,7 +265,7 @@ backends: [{name: a, replicas: [{address: "`+f.replicas["a"].addrs[0]+`"}]}, {na
 endpoints: [{name: svc, route: /svc, traffic: {a: 0.4, b: 0.4}}]
 `))
 	testutil.WaitFor(t, 10*time.Second, "the control plane to report the invalid file", func() bool {
-		return strings.Contains(f.cp.stderr.String(), `endpoints[0] (\"svc\").traffic (line 3, column 47): weights sum to 0.8`)
+		return strings.Contains(f.cp.stderr.String(), `endpoint \"svc\".traffic (line 3, column 47): weights sum to 0.8`)
 	})
 	time.Sleep(500 * time.Millisecond) // time to (wrongly) publish, were it going to
 	if counts := sendMany(t, f.url("/svc"), 200); counts["a"] != 200 {

@@ -381,8 +381,8 @@ func validateRewrite(p *problems, field string, rewrite map[string]float64) {
 			sum += w
 		}
 	}
-	if len(rewrite) > 0 && finite && math.Abs(sum-1) > WeightTolerance {
-		p.add(field, "weights sum to %.10g; they must sum to 1 (within %g), adjust them, as traffic's", sum, WeightTolerance)
+	if len(rewrite) > 0 && finite {
+		checkWeightsSum(p, field, rewrite, sum)
 	}
 }
 

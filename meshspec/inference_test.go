@@ -53,7 +53,7 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 	}{
 		"load_aware without a process": {func(m *Model) {
 			m.Backends[0].Process, m.Backends[0].Replicas = nil, []Replica{{Address: "10.0.0.1:80"}}
-		}, "backends[0] (\"llama-a\").config.load_aware: needs replicas servemesh's agents run"},
+		}, "backend \"llama-a\".config.load_aware: needs replicas servemesh's agents run"},
 		"a metric without a path": {func(m *Model) { m.Backends[0].Config.LoadAware.QueueMetric = "vllm:num_requests_waiting" },
 			"load_aware.queue_metric: is read from the replicas' metrics: set metrics_path"},
 		"a metric name": {func(m *Model) {
@@ -61,7 +61,7 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 		}, "load_aware.kv_cache_metric: \"gpu cache\" is not a Prometheus metric name"},
 		"a KV-cache limit":                         {func(m *Model) { m.Backends[0].Config.LoadAware.KVCacheLimit = 2 }, "load_aware.kv_cache_limit: is 2"},
 		"a criticality":                            {func(m *Model) { m.Endpoints[0].Criticality = "urgent" }, "criticality: \"urgent\" is not a criticality"},
-		"a priority out of range":                  {func(m *Model) { m.Endpoints[0].Priority = -1001 }, "endpoints[0] (\"chat\").priority: is -1001; set an integer from -1000 to 1000"},
+		"a priority out of range":                  {func(m *Model) { m.Endpoints[0].Priority = -1001 }, "endpoint \"chat\".priority: is -1001; set an integer from -1000 to 1000"},
 		"a priority above a sheddable criticality": {func(m *Model) { m.Endpoints[0].Priority = 2 }, "priority: is 2, but criticality is sheddable"},
 		"a sheddable priority of a critical endpoint": {func(m *Model) { m.Endpoints[0].Criticality, m.Endpoints[0].Priority = Critical, -2 },
 			"priority: is -2, which is sheddable, but criticality is critical"},
@@ -69,7 +69,7 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 		"a queue bound":   {func(m *Model) { m.Backends[0].Config.LoadAware.MaxQueued = -1 }, "load_aware.max_queued: is -1; set how many requests may wait on a node, from 1 to 100000"},
 		"a queue timeout": {func(m *Model) { m.Backends[0].Config.LoadAware.QueueTimeoutS = 61 }, "load_aware.queue_timeout_s: is 61; set how long a request may wait for a replica, up to 60 seconds"},
 		"traffic beside models": {func(m *Model) { m.Endpoints[0].Traffic = map[string]float64{"llama-a": 1} },
-			"endpoints[0] (\"chat\").model_routing: splits by model"},
+			"endpoint \"chat\".model_routing: splits by model"},
 		"a model's weights": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Traffic["mistral"] = 0.5 },
 			"model_routing.models.mistral-7b.traffic: weights sum to 0.5"},
 		"a model's unknown backend": {func(m *Model) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/go-json-experiment/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -28,32 +29,59 @@ func Parse(data []byte) (*Model, error) {
 // ParseSpec is Parse returning the Spec as written.
 func ParseSpec(data []byte) (*Spec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("parse model: the input is empty; write {} for a mesh with nothing in it")
+		return nil, errors.New("the file is empty; write {} for a mesh with nothing in it")
 	}
 	sh, err := checkShape(data, reflect.TypeFor[Spec]())
 	if err != nil {
-		return nil, fmt.Errorf("parse model: %w", err) // YAML's own errors name the line
+		return nil, fmt.Errorf("read config: %w", err) // YAML's own errors name the line
 	}
-	if err := sh.problems.err(); err != nil {
-		return nil, err // every unknown field and wrong kind at once, each with its line
+	if len(sh.problems.list) > 0 {
+		// Every unknown field and wrong kind at once, each with its line,
+		// and with them what validation finds in the rest of the file, if
+		// it can be read without them: every problem in one answer.
+		if s, ok := lenientSpec(data); ok {
+			sh.problems.merge(sh.locate(s.check()))
+		}
+		return nil, sh.problems.err()
 	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, fmt.Errorf("parse model: %w", err)
+		return nil, fmt.Errorf("read config: %w", err)
 	}
 	var s Spec
 	if err := DecodeJSON(js, &s); err != nil {
-		return nil, fmt.Errorf("parse model: %w", err)
+		return nil, fmt.Errorf("read config: %w", err)
 	}
-	for i, e := range s.Endpoints {
-		if err := CheckDeclared(fmt.Sprintf("endpoints[%d] (%q)", i, e.Name), e); err != nil {
-			return nil, sh.locate(err)
-		}
-	}
-	if err := s.Model().Validate(); err != nil {
+	if err := s.check(); err != nil {
 		return nil, sh.locate(err)
 	}
 	return &s, nil
+}
+
+// check is every problem of what users wrote: fields only servemesh sets,
+// and the model's validation.
+func (s *Spec) check() error {
+	var p problems
+	for i, e := range s.Endpoints {
+		p.merge(CheckDeclared(ItemField("endpoints", i, e.Name, false), e))
+	}
+	p.merge(s.Model().Validate())
+	return p.err()
+}
+
+// lenientSpec reads what it can of a file whose shape has problems:
+// unknown fields left out; a value of the wrong kind, or a file that is not
+// YAML, is not read (ok false).
+func lenientSpec(data []byte) (*Spec, bool) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, false
+	}
+	var s Spec
+	if json.Unmarshal(js, &s) != nil {
+		return nil, false
+	}
+	return &s, true
 }
 
 // MarshalSpec renders s as a config file (YAML), which Parse reads back

@@ -130,7 +130,7 @@ endpoints:
     steps: [{weight: 1, duration_s: 10}]
     status: {primary: v1, phase: promoted}
 `))
-	if err == nil || !strings.Contains(err.Error(), `endpoints[0] ("gen").rollout.status`) || !strings.Contains(err.Error(), "servemesh's to set") {
+	if err == nil || !strings.Contains(err.Error(), `endpoint "gen".rollout.status`) || !strings.Contains(err.Error(), "servemesh's to set") {
 		t.Fatalf("status in a file: %v", err)
 	}
 	r := fullRollout()

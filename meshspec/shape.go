@@ -27,7 +27,7 @@ type shape struct {
 // write (Spec) and reports, each with its line and column: unknown fields
 // (with the closest known name), fields that are servemesh's to set, fields
 // given twice, and values of the wrong kind. Paths read as validation's do:
-// backends[1] ("a").config.num_replicas.
+// backend "a".config.num_replicas.
 func checkShape(data []byte, t reflect.Type) (*shape, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -67,8 +67,9 @@ func (s *shape) walk(n *yaml.Node, t reflect.Type, path string) {
 		}
 	case reflect.Slice:
 		if s.want(n, yaml.SequenceNode, path, "a list") {
+			seen := map[string]bool{}
 			for i, item := range n.Content {
-				s.walk(item, t.Elem(), fmt.Sprintf("%s[%d]%s", path, i, nameOf(item)))
+				s.walk(item, t.Elem(), itemPath(path, i, item, seen))
 			}
 		}
 	default:
@@ -178,15 +179,27 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
-// nameOf is ` ("<name>")` for a list item with a name, as validation
-// writes it.
+// itemPath is the path of a list's i-th item n: for the file's backends
+// and endpoints, as validation names them (ItemField); for other lists,
+// by place.
+func itemPath(list string, i int, n *yaml.Node, seen map[string]bool) string {
+	if list != "backends" && list != "endpoints" {
+		return fmt.Sprintf("%s[%d]", list, i)
+	}
+	name := nameOf(n)
+	path := ItemField(list, i, name, seen[name])
+	seen[name] = true
+	return path
+}
+
+// nameOf is the name a mapping gives itself, if it gives one.
 func nameOf(n *yaml.Node) string {
 	if n.Kind != yaml.MappingNode {
 		return ""
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if n.Content[i].Value == "name" && n.Content[i+1].Kind == yaml.ScalarNode {
-			return fmt.Sprintf(" (%q)", n.Content[i+1].Value)
+			return n.Content[i+1].Value
 		}
 	}
 	return ""

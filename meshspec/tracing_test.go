@@ -30,10 +30,10 @@ func TestTracingValidation(t *testing.T) {
 		{"finer than Envoy samples", withEndpoint(&Mesh{Tracing: &Tracing{Collector: "127.0.0.1:4317", SamplingPercent: percent(0.005)}},
 			&EndpointTracing{SamplingPercent: 0.001}),
 			[]string{"mesh.tracing.sampling_percent: 0.005: Envoy samples in steps of 0.01% (one request in 10,000): want 0 or at least 0.01",
-				`endpoints[0] ("api").tracing.sampling_percent: 0.001: Envoy samples`}},
+				`endpoint "api".tracing.sampling_percent: 0.001: Envoy samples`}},
 		{"an endpoint's override without a collector", withEndpoint(nil, &EndpointTracing{SamplingPercent: -1}),
-			[]string{`endpoints[0] ("api").tracing: the mesh sends no traces: give it a collector first (servemesh tracing set --collector HOST:PORT`,
-				`endpoints[0] ("api").tracing.sampling_percent: -1: want a percentage`}},
+			[]string{`endpoint "api".tracing: the mesh sends no traces: give it a collector first (servemesh tracing set --collector HOST:PORT`,
+				`endpoint "api".tracing.sampling_percent: -1: want a percentage`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.m.Validate()

@@ -83,9 +83,25 @@ type ValidationError struct {
 
 func (e *ValidationError) Error() string {
 	if len(e.Problems) == 1 {
-		return "invalid model: " + e.Problems[0]
+		return e.Problems[0]
 	}
-	return "invalid model:\n  - " + strings.Join(e.Problems, "\n  - ")
+	return fmt.Sprintf("%d problems:\n  - %s", len(e.Problems), strings.Join(e.Problems, "\n  - "))
+}
+
+// ItemField is how a problem names the i-th item of one of a file's lists
+// of named objects (list is "backends" or "endpoints"): by the name the
+// user gave it (`endpoint "chat"`), or by its place where it has none or
+// repeats an earlier item's (`endpoints[2]`, `endpoints[2] ("chat")`).
+// checkShape names the same items the same way, to find where they are
+// written.
+func ItemField(list string, i int, name string, repeated bool) string {
+	switch {
+	case name == "":
+		return fmt.Sprintf("%s[%d]", list, i)
+	case repeated:
+		return fmt.Sprintf("%s[%d] (%q)", list, i, name)
+	}
+	return fmt.Sprintf("%s %q", strings.TrimSuffix(list, "s"), name)
 }
 
 // problems collects a ValidationError's problems, keeping the first
@@ -101,6 +117,28 @@ func (p *problems) add(field, format string, args ...any) {
 		return
 	}
 	p.list = append(p.list, field+": "+fmt.Sprintf(format, args...))
+}
+
+// merge adds the problems of err, a *ValidationError (other errors are
+// added as one problem), each once.
+func (p *problems) merge(err error) {
+	if err == nil {
+		return
+	}
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		ve = &ValidationError{Problems: []string{err.Error()}}
+	}
+	for _, problem := range ve.Problems {
+		if slices.Contains(p.list, problem) {
+			continue
+		}
+		if len(p.list) >= MaxProblems {
+			p.dropped++
+			continue
+		}
+		p.list = append(p.list, problem)
+	}
 }
 
 func (p *problems) err() error {
@@ -291,10 +329,7 @@ func ValidateBackend(b Backend) error {
 // validateNamed checks the name of the i-th backend or endpoint (kind) and
 // that it is unique among seen, and returns the item's field path.
 func validateNamed(p *problems, kind string, i int, name string, seen map[string]bool) string {
-	field := fmt.Sprintf("%ss[%d]", kind, i)
-	if name != "" {
-		field = fmt.Sprintf("%ss[%d] (%q)", kind, i, name)
-	}
+	field := ItemField(kind+"s", i, name, seen[name])
 	validateName(p, field+".name", name)
 	if seen[name] && name != "" {
 		p.add(field+".name", "%s %q is defined twice; give each %s a unique name", kind, name, kind)
@@ -497,9 +532,27 @@ func validateTraffic(p *problems, field string, traffic map[string]float64, back
 		}
 		sum += w
 	}
-	if finite && math.Abs(sum-1) > WeightTolerance {
-		p.add(field, "weights sum to %.10g; they must sum to 1 (within %g), adjust them", sum, WeightTolerance)
+	if finite {
+		checkWeightsSum(p, field, traffic, sum)
 	}
+}
+
+// checkWeightsSum adds a problem of field if its weights do not sum to 1;
+// weights written as percentages (summing to 100, as Istio's, Gateway
+// API's and HTTPRoute's are) are told what to write instead.
+func checkWeightsSum(p *problems, field string, weights map[string]float64, sum float64) {
+	if math.Abs(sum-1) <= WeightTolerance {
+		return
+	}
+	if math.Abs(sum/100-1) <= WeightTolerance {
+		fractions := make([]string, 0, len(weights))
+		for _, name := range SortedKeys(weights) {
+			fractions = append(fractions, fmt.Sprintf("%s: %.10g", name, weights[name]/100))
+		}
+		p.add(field, "weights sum to 100, as percentages do; here weights are fractions that sum to 1: write %s", strings.Join(fractions, ", "))
+		return
+	}
+	p.add(field, "weights sum to %.10g; they must sum to 1 (within %g), adjust them", sum, WeightTolerance)
 }
 
 func validateShadows(p *problems, field string, shadows map[string]float64, backends map[string]bool) {

@@ -46,7 +46,7 @@ func TestWatcherAppliesChangesAndReportsBadEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), "the input is empty") {
+	for !strings.Contains(logs.String(), "the file is empty") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the empty file was not reported; logs:\n%s", logs.String())
 		}

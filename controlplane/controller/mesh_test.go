@@ -44,7 +44,7 @@ func TestTracingSettings(t *testing.T) {
 	changed, err = c.CreateEndpoint(write, e)
 	mustChange(t, changed, err)
 	_, err = c.SetTracing(exec, nil)
-	mustKind(t, err, Invalid, `endpoints[0] ("api").tracing: the mesh sends no traces`)
+	mustKind(t, err, Invalid, `endpoint "api".tracing: the mesh sends no traces`)
 
 	spec := meshspec.SpecOf(func() *meshspec.Model { m, _ := c.State(); return m }())
 	spec.Mesh.Tracing.Collector = "collector.example:4317"

@@ -310,7 +310,7 @@ func TestFilePlaneRefusesWhatItCannotRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := StartFilePlane(context.Background(), quiet(), FilePlaneOptions{ConfigPath: path, XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
-		if err == nil || !strings.Contains(err.Error(), `backends[0] ("a").`+name+": servemesh serve") || !strings.Contains(err.Error(), "servemesh apply -f") {
+		if err == nil || !strings.Contains(err.Error(), `backend "a".`+name+": servemesh serve") || !strings.Contains(err.Error(), "servemesh apply -f") {
 			t.Errorf("%s: %v; want it refused, naming the field and the fix", name, err)
 		}
 	}
@@ -326,7 +326,7 @@ endpoints: [{name: e, route: /e, traffic: {a: 1}, rollout: {candidate: b, steps:
 		t.Fatal(err)
 	}
 	_, err := StartFilePlane(context.Background(), quiet(), FilePlaneOptions{ConfigPath: path, XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
-	if err == nil || !strings.Contains(err.Error(), `endpoints[0] ("e").rollout: servemesh serve judges no rollout`) {
+	if err == nil || !strings.Contains(err.Error(), `endpoint "e".rollout: servemesh serve judges no rollout`) {
 		t.Fatalf("%v; want the rollout refused, naming the field and the fix", err)
 	}
 }

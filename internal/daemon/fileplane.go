@@ -105,7 +105,7 @@ func (f *FilePlane) Stop() { f.stop() }
 func FileModeProblems(m *meshspec.Model) error {
 	var problems []string
 	for i, b := range m.Backends {
-		field := fmt.Sprintf("backends[%d] (%q)", i, b.Name)
+		field := meshspec.ItemField("backends", i, b.Name, false)
 		switch {
 		case b.Process != nil:
 			problems = append(problems, field+".process: servemesh serve runs no process, so this backend would have no replica; "+
@@ -117,8 +117,8 @@ func FileModeProblems(m *meshspec.Model) error {
 	}
 	for i, e := range m.Endpoints {
 		if e.Rollout != nil {
-			problems = append(problems, fmt.Sprintf("endpoints[%d] (%q).rollout: servemesh serve judges no rollout (it reads no figures and keeps no state), so the rollout would never move; "+
-				"set the traffic you want (traffic:), or run a controller with agents and apply the file (servemesh apply -f)", i, e.Name))
+			problems = append(problems, meshspec.ItemField("endpoints", i, e.Name, false)+".rollout: servemesh serve judges no rollout (it reads no figures and keeps no state), so the rollout would never move; "+
+				"set the traffic you want (traffic:), or run a controller with agents and apply the file (servemesh apply -f)")
 		}
 	}
 	if len(problems) == 0 {
