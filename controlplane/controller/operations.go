@@ -21,6 +21,24 @@ func findEndpoint(m *meshspec.Model, name string) int {
 	return slices.IndexFunc(m.Endpoints, func(e meshspec.Endpoint) bool { return e.Name == name })
 }
 
+// backendHint and endpointHint say what to write instead of a name m does
+// not have: the nearest one, and the names there are (meshspec.Suggest).
+func backendHint(m *meshspec.Model, name string) string {
+	names := make([]string, len(m.Backends))
+	for i, b := range m.Backends {
+		names[i] = b.Name
+	}
+	return meshspec.Suggest("backend", name, names)
+}
+
+func endpointHint(m *meshspec.Model, name string) string {
+	names := make([]string, len(m.Endpoints))
+	for i, e := range m.Endpoints {
+		names[i] = e.Name
+	}
+	return meshspec.Suggest("endpoint", name, names)
+}
+
 // CreateBackend adds a backend. Creating it again with the same spec changes
 // nothing; with a different spec it is a conflict.
 //
@@ -73,7 +91,7 @@ func (c *Controller) PatchBackendConfig(ctx context.Context, name string, patch 
 	return c.mutate(ctx, "update_backend", func(m *meshspec.Model) error {
 		i := findBackend(m, name)
 		if i < 0 {
-			return errorf(NotFound, "backend %q is not registered; create it first", name)
+			return errorf(NotFound, "backend %q is not registered; %s", name, backendHint(m, name))
 		}
 		if patch.Empty() {
 			return errorf(Invalid, "the update sets no field; set at least one of max_concurrent_queries, num_replicas, cpus, memory_mb, autoscaling, replicas")
@@ -175,7 +193,7 @@ func (c *Controller) CreateEndpoint(ctx context.Context, e meshspec.Endpoint) (b
 		}
 		for b := range e.UsedBackends() {
 			if findBackend(m, b) < 0 {
-				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered; create the backend first", b)
+				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered (create it first); %s", b, backendHint(m, b))
 			}
 		}
 		m.Endpoints = append(m.Endpoints, meshspec.CloneEndpoint(e))
@@ -199,11 +217,11 @@ func (c *Controller) SetTraffic(ctx context.Context, endpoint string, traffic ma
 	return c.mutate(ctx, "set_traffic", func(m *meshspec.Model) error {
 		i := findEndpoint(m, endpoint)
 		if i < 0 {
-			return errorf(NotFound, "attempted to assign traffic for an endpoint %q that is not registered", endpoint)
+			return errorf(NotFound, "attempted to assign traffic for an endpoint %q that is not registered; %s", endpoint, endpointHint(m, endpoint))
 		}
 		for _, b := range meshspec.SortedKeys(traffic) {
 			if findBackend(m, b) < 0 {
-				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered; create the backend first", b)
+				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered (create it first); %s", b, backendHint(m, b))
 			}
 		}
 		if m.Endpoints[i].Rollout.Active() {
@@ -220,10 +238,10 @@ func (c *Controller) SetShadow(ctx context.Context, endpoint, backend string, pr
 	return c.mutate(ctx, "set_shadow", func(m *meshspec.Model) error {
 		i := findEndpoint(m, endpoint)
 		if i < 0 {
-			return errorf(NotFound, "attempted to shadow traffic from an endpoint %q that is not registered", endpoint)
+			return errorf(NotFound, "attempted to shadow traffic from an endpoint %q that is not registered; %s", endpoint, endpointHint(m, endpoint))
 		}
 		if findBackend(m, backend) < 0 {
-			return errorf(Invalid, "attempted to shadow traffic to a backend %q that is not registered; create the backend first", backend)
+			return errorf(Invalid, "attempted to shadow traffic to a backend %q that is not registered (create it first); %s", backend, backendHint(m, backend))
 		}
 		e := &m.Endpoints[i]
 		if e.Rollout.Active() && e.Rollout.Candidate == backend {
@@ -247,7 +265,7 @@ func (c *Controller) GetBackend(name string) (meshspec.Backend, error) {
 	if i := findBackend(m, name); i >= 0 {
 		return m.Backends[i], nil
 	}
-	return meshspec.Backend{}, errorf(NotFound, "backend %q is not registered", name)
+	return meshspec.Backend{}, errorf(NotFound, "backend %q is not registered; %s", name, backendHint(m, name))
 }
 
 // GetEndpoint returns one endpoint.
@@ -256,7 +274,7 @@ func (c *Controller) GetEndpoint(name string) (meshspec.Endpoint, error) {
 	if i := findEndpoint(m, name); i >= 0 {
 		return m.Endpoints[i], nil
 	}
-	return meshspec.Endpoint{}, errorf(NotFound, "endpoint %q is not registered", name)
+	return meshspec.Endpoint{}, errorf(NotFound, "endpoint %q is not registered; %s", name, endpointHint(m, name))
 }
 
 // Apply makes the desired state equal to desired, as `kubectl apply` does
@@ -271,7 +289,7 @@ func (c *Controller) GetEndpoint(name string) (meshspec.Endpoint, error) {
 func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, dryRun bool) ([]Change, error) {
 	ctx = specsWritten(ctx)
 	for i, e := range spec.Endpoints {
-		if err := meshspec.CheckDeclared(fmt.Sprintf("endpoints[%d] (%q)", i, e.Name), e); err != nil {
+		if err := meshspec.CheckDeclared(meshspec.ItemField("endpoints", i, e.Name, false), e); err != nil {
 			return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
 		}
 	}

@@ -178,7 +178,7 @@ func (c *Controller) endRollout(m *meshspec.Model, e *meshspec.Endpoint, phase m
 func rolloutEndpoint(m *meshspec.Model, name string) (*meshspec.Endpoint, error) {
 	i := findEndpoint(m, name)
 	if i < 0 {
-		return nil, errorf(NotFound, "endpoint %q is not registered", name)
+		return nil, errorf(NotFound, "endpoint %q is not registered; %s", name, endpointHint(m, name))
 	}
 	return &m.Endpoints[i], nil
 }
