@@ -55,8 +55,8 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	n := startEnvoy(t, "cli-node", ctl.xdsAddr, bootstrap.ProtocolSotW)
 
 	// Without the token nothing is read or written.
-	expectCLI(t, noToken, 1, "HTTP 401", "backend", "create", "v1", "--replica", v1.addrs[0])
-	expectCLI(t, noToken, 1, "HTTP 401", "backend", "list")
+	expectCLI(t, noToken, 1, "missing or wrong bearer token", "backend", "create", "v1", "--replica", v1.addrs[0])
+	expectCLI(t, noToken, 1, "missing or wrong bearer token", "backend", "list")
 	if revision() != 0 {
 		t.Fatal("an unauthenticated call wrote to Consul")
 	}
@@ -90,7 +90,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	// A mesh without mTLS has no picker in front of its replicas: load_aware
 	// was accepted there and did nothing; it is refused, naming the fix.
 	expectCLI(t, env, 1, `backend "llm" config.load_aware: this mesh runs without mTLS`, "backend", "create", "llm", "--command", "/bin/sleep", "--num-replicas", "1", "--load-aware")
-	expectCLI(t, env, 1, "404", "backend", "get", "llm") // nothing stored
+	expectCLI(t, env, 1, "(HTTP 404, not_found)", "backend", "get", "llm", "-v") // nothing stored
 
 	// Endpoints, traffic, shadows.
 	expectCLI(t, env, 0, "endpoint api created", "endpoint", "create", "api", "--route", "/api", "--backend", "v1")
@@ -106,12 +106,25 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 1, "weights cannot be negative", "traffic", "set", "api", "v1=-1", "v2=2")
 	expectCLI(t, env, 1, `endpoint "ghost" that is not registered`, "traffic", "set", "ghost", "v1=1")
 	expectCLI(t, env, 1, `backend "ghost" that is not registered`, "traffic", "set", "api", "ghost=1")
+	// Each refusal names the fix in the user's words: the nearest name and
+	// the names there are, fractions for weights written as percentages, no
+	// index of the controller's and no HTTP status unless -v (issue 40).
+	expectCLI(t, env, 1, `backend "v3" that is not registered (create it first); did you mean "v1"? backends: v1, v2`, "traffic", "set", "api", "v1=0.5", "v3=0.5")
+	expectCLI(t, env, 1, `endpoint "apj" that is not registered; did you mean "api"? endpoints: api, inner`, "traffic", "set", "apj", "v1=1")
+	expectCLI(t, env, 1, `backend "v9" is not registered; did you mean "v1"? backends: v1, v2`, "backend", "get", "v9")
+	refusal := expectCLI(t, env, 1, `endpoint "api".traffic: weights sum to 100, as percentages do; here weights are fractions that sum to 1: write v1: 0.9, v2: 0.1`, "traffic", "set", "api", "v1=90", "v2=10")
+	if _, _, errOut := cli(t, env, "traffic", "set", "api", "v1=90", "v2=10"); strings.Contains(errOut, "HTTP") || strings.Contains(errOut, "endpoints[") || strings.Contains(errOut, "model") {
+		t.Fatalf("a refusal speaks the controller's words: %q %q", refusal, errOut)
+	}
+	expectCLI(t, env, 1, "(HTTP 400, invalid)", "traffic", "set", "api", "v1=90", "v2=10", "-v")
 	expectCLI(t, env, 1, "is not a number", "traffic", "set", "api", "v1=half")
 	expectCLI(t, env, 0, "shadow to v2 set", "shadow", "set", "api", "v2=0.25")
 	expectCLI(t, env, 1, "outside [0, 1]", "shadow", "set", "api", "v2=1.5")
 	expectCLI(t, env, 1, `shadow traffic to a backend "ghost"`, "shadow", "set", "api", "ghost=0.1")
 	expectCLI(t, env, 1, `shadow traffic from an endpoint "ghost"`, "shadow", "set", "ghost", "v2=0.1")
 	expectCLI(t, env, 1, `backend "v2" is in the traffic of endpoints "api", "inner" (remove it there), and shadows endpoint "api"`, "backend", "delete", "v2")
+	expectCLI(t, env, 0, "-      v2       0.5     0.25", "traffic", "get", "api")
+	expectCLI(t, env, 0, "shadows:\n  v2: 0.25\ntraffic:\n  v1: 0.5\n  v2: 0.5\n", "traffic", "get", "api", "-o", "yaml")
 
 	// Reads agree with Consul.
 	var api struct {

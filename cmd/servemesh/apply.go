@@ -45,8 +45,8 @@ func newApplyCommand() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if f.output == "json" {
-				return writeJSON(out, res)
+			if done, err := f.structured(out, res); done {
+				return err
 			}
 			if len(res.Changes) == 0 {
 				if _, err := fmt.Fprintf(out, "%s: no changes\n", file); err != nil || dryRun {

@@ -20,8 +20,8 @@ func newBackendCommand() *cobra.Command {
 	return nounCommand("backend", "create, update, delete, list and get backends", &f,
 		newBackendCreateCommand(&f), newBackendUpdateCommand(&f),
 		deleteCommand("backend", &f, (*api.Client).DeleteBackend),
-		listCommand("backend", &f, (*api.Client).ListBackends, backendHeader, backendRow),
-		getCommand("backend", &f, (*api.Client).GetBackend, backendHeader, backendRow))
+		listCommand("backend", &f, (*api.Client).ListBackends, backendColumns),
+		getCommand("backend", &f, (*api.Client).GetBackend, backendColumns))
 }
 
 // backendSource are the flags that say where a new backend's replicas come

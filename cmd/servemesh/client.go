@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,7 @@ import (
 type clientFlags struct {
 	server, tokenFile, output, caFile string
 	failoverWait                      time.Duration
+	verbose                           bool
 }
 
 // addClientFlags adds the API flags to cmd and its subcommands.
@@ -26,16 +29,17 @@ func addClientFlags(cmd *cobra.Command, f *clientFlags) {
 	fs.StringVar(&f.server, "server", server, "the controller's API address, or several comma-separated; $SERVEMESH_SERVER sets the default")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("SERVEMESH_TOKEN_FILE"), "file with the API bearer token; $SERVEMESH_TOKEN_FILE sets the default")
 	fs.StringVar(&f.caFile, "ca-file", os.Getenv("SERVEMESH_CA_FILE"), "PEM file of the CA that signed the controller's HTTPS certificate, for https:// servers; $SERVEMESH_CA_FILE sets the default, and without either the system's CAs are trusted")
-	fs.StringVarP(&f.output, "output", "o", "table", "output of reads: table or json")
+	fs.StringVarP(&f.output, "output", "o", "table", "output of reads: "+strings.Join(outputs, ", ")+" (wide: a table with more columns)")
+	fs.BoolVarP(&f.verbose, "verbose", "v", false, "say more when a call fails: the answer's HTTP status and the error's kind")
 	fs.DurationVar(&f.failoverWait, "failover-wait", api.DefaultFailoverWait, "how long a call waits for a controller that leads and answers (a leader's failover), trying each given one; 0 tries each once")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // client returns an API client for the flags; it tells cmd's stderr when a
 // call waits for a leader.
 func (f *clientFlags) client(cmd *cobra.Command) (*api.Client, error) {
-	if f.output != "table" && f.output != "json" {
-		return nil, fmt.Errorf("-o %q: use table or json", f.output)
+	if !slices.Contains(outputs, f.output) {
+		return nil, fmt.Errorf("-o %q: use one of %s", f.output, strings.Join(outputs, ", "))
 	}
 	token, err := api.ReadTokenFile(f.tokenFile)
 	if err != nil {

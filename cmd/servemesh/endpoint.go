@@ -17,8 +17,8 @@ func newEndpointCommand() *cobra.Command {
 	return nounCommand("endpoint", "create, delete, list and get endpoints", &f,
 		newEndpointCreateCommand(&f),
 		deleteCommand("endpoint", &f, (*api.Client).DeleteEndpoint),
-		listCommand("endpoint", &f, (*api.Client).ListEndpoints, endpointHeader, endpointRow),
-		getCommand("endpoint", &f, (*api.Client).GetEndpoint, endpointHeader, endpointRow))
+		listCommand("endpoint", &f, (*api.Client).ListEndpoints, endpointColumns),
+		getCommand("endpoint", &f, (*api.Client).GetEndpoint, endpointColumns))
 }
 
 func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
@@ -110,7 +110,85 @@ func newTrafficCommand() *cobra.Command {
 		},
 	}
 	wait.register(set.Flags())
-	return nounCommand("traffic", "set an endpoint's traffic split", &f, set)
+	get := &cobra.Command{
+		Use:               "get ENDPOINT",
+		ValidArgsFunction: completeKind("endpoint", &f),
+		Short:             "show an endpoint's traffic split and shadows (by model, for an endpoint routed by model)",
+		Example:           "  servemesh traffic get model\n  servemesh traffic get model -o yaml",
+		Args:              names(1, "one endpoint name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			e, err := c.GetEndpoint(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			split := trafficSplitOf(e)
+			if done, err := f.structured(cmd.OutOrStdout(), split); done {
+				return err
+			}
+			return writeTable(cmd.OutOrStdout(), "MODEL\tBACKEND\tWEIGHT\tSHADOW", split.rows(), func(r splitRow) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s", orNone(r.model), r.backend, r.weight, r.shadow)
+			})
+		},
+	}
+	return nounCommand("traffic", "set and show an endpoint's traffic split", &f, set, get)
+}
+
+// trafficSplit is what `traffic get` shows: an endpoint's traffic and
+// shadows, or each model's, as the API stores them.
+type trafficSplit struct {
+	Endpoint string                            `json:"endpoint"`
+	Traffic  map[string]float64                `json:"traffic,omitempty"`
+	Shadows  map[string]float64                `json:"shadows,omitempty"`
+	Models   map[string]meshspec.TrafficPolicy `json:"models,omitempty"`
+}
+
+func trafficSplitOf(e meshspec.Endpoint) trafficSplit {
+	out := trafficSplit{Endpoint: e.Name, Traffic: e.Traffic, Shadows: e.Shadows}
+	if e.ModelRouting != nil {
+		out.Models = e.ModelRouting.Models
+	}
+	return out
+}
+
+// splitRow is one backend of a split: its weight and the proportion of the
+// requests mirrored to it ("-" for none of either).
+type splitRow struct{ model, backend, weight, shadow string }
+
+func (s trafficSplit) rows() []splitRow {
+	if s.Models == nil {
+		return policyRows("", s.Traffic, s.Shadows)
+	}
+	var out []splitRow
+	for _, model := range meshspec.SortedKeys(s.Models) {
+		out = append(out, policyRows(model, s.Models[model].Traffic, s.Models[model].Shadows)...)
+	}
+	return out
+}
+
+func policyRows(model string, traffic, shadows map[string]float64) []splitRow {
+	backends := map[string]bool{}
+	for b := range traffic {
+		backends[b] = true
+	}
+	for b := range shadows {
+		backends[b] = true
+	}
+	rows := make([]splitRow, 0, len(backends))
+	for _, b := range meshspec.SortedKeys(backends) {
+		r := splitRow{model: model, backend: b, weight: "-", shadow: "-"}
+		if w, ok := traffic[b]; ok {
+			r.weight = fmt.Sprintf("%g", w)
+		}
+		if p, ok := shadows[b]; ok {
+			r.shadow = fmt.Sprintf("%g", p)
+		}
+		rows = append(rows, r)
+	}
+	return rows
 }
 
 func newShadowCommand() *cobra.Command {
@@ -155,12 +233,66 @@ func firstPair(m map[string]float64) (string, float64) {
 	return "", 0
 }
 
-// endpointHeader and endpointRow render endpoints for list and get.
-const endpointHeader = "NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS\tTIMEOUTS"
+// endpointColumns render endpoints for list and get; -o wide adds their
+// priority, rate limits, match rules and tracing.
+var endpointColumns = columns[meshspec.Endpoint]{
+	header: "NAME\tROUTE\tMETHODS\tTRAFFIC\tSHADOWS\tTIMEOUTS", row: endpointRow,
+	wideHeader: "CRITICALITY/PRIORITY\tRATE_LIMITS\tMATCH_RULES\tTRACING", wideRow: endpointWideRow,
+}
 
 func endpointRow(e meshspec.Endpoint) string {
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", e.Name, orNone(e.Route), strings.Join(e.AllowedMethods(), ","),
-		formatWeights(e.Traffic), orNone(formatWeights(e.Shadows)), timeouts(e))
+		trafficOf(e), orNone(shadowsOf(e)), timeouts(e))
+}
+
+func endpointWideRow(e meshspec.Endpoint) string {
+	var limits []string
+	if rl := e.RateLimit; rl != nil {
+		if rl.Local != nil {
+			limits = append(limits, "local")
+		}
+		if rl.Global != nil {
+			limits = append(limits, "global")
+		}
+		if rl.Tokens != nil {
+			limits = append(limits, "tokens")
+		}
+	}
+	tracing := "-"
+	if e.Tracing != nil {
+		tracing = fmt.Sprintf("%g%%", e.Tracing.SamplingPercent)
+	}
+	return fmt.Sprintf("%s/%d\t%s\t%d\t%s", e.EffectiveCriticality(), e.Priority, orNone(strings.Join(limits, ",")), len(e.Match), tracing)
+}
+
+// trafficOf is an endpoint's split: its traffic, or, for an endpoint
+// routed by the model its requests name, each model's split
+// ("model mistral-7b: llm-a=1; model llama-3: ...").
+func trafficOf(e meshspec.Endpoint) string {
+	if e.ModelRouting == nil {
+		return formatWeights(e.Traffic)
+	}
+	return byModel(e.ModelRouting, func(p meshspec.TrafficPolicy) string { return formatWeights(p.Traffic) })
+}
+
+// shadowsOf is an endpoint's shadows, by model where it is routed by model.
+func shadowsOf(e meshspec.Endpoint) string {
+	if e.ModelRouting == nil {
+		return formatWeights(e.Shadows)
+	}
+	return byModel(e.ModelRouting, func(p meshspec.TrafficPolicy) string { return formatWeights(p.Shadows) })
+}
+
+// byModel renders what of each model's policy part gives, in model order,
+// leaving out models where it gives nothing.
+func byModel(r *meshspec.ByModel, part func(meshspec.TrafficPolicy) string) string {
+	var out []string
+	for _, model := range meshspec.SortedKeys(r.Models) {
+		if s := part(r.Models[model]); s != "" {
+			out = append(out, "model "+model+": "+s)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // timeouts renders an endpoint's timeouts: "120s, idle 30s, try 60s", or "-".

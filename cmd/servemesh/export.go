@@ -31,6 +31,7 @@ func newExportCommand() *cobra.Command {
 			if f.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), spec)
 			}
+			// Anything else is the config file apply -f takes, which is YAML.
 			out, err := meshspec.MarshalSpec(spec)
 			if err != nil {
 				return err

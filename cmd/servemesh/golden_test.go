@@ -49,7 +49,7 @@ func TestMessagesGolden(t *testing.T) {
 		{"backend", "frobnicate"},
 		{"completion", "tcsh"},
 		{"status", "--server", "127.0.0.1:1"},
-		{"status", "-o", "yaml"},
+		{"status", "-o", "xml"},
 		{"traffic", "set", "e", "a=x", "--server", "127.0.0.1:1"},
 		{"backend", "update", "b", "--autoscale-max", "3", "--server", "127.0.0.1:1"},
 		{"apply"},

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/servemesh/servemesh/wire"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/wire"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -45,12 +49,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+	fmt.Fprintf(stderr, "%s: %v%s\n", cmd.CommandPath(), err, detail(cmd, err))
 	if errors.As(err, new(usageError)) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		return 2
 	}
 	return 1
+}
+
+// detail is what --verbose adds to a controller's error: its HTTP status
+// and kind, which the message itself leaves out.
+func detail(cmd *cobra.Command, err error) string {
+	var apiErr *api.Error
+	if verbose, _ := cmd.Flags().GetBool("verbose"); !verbose || !errors.As(err, &apiErr) {
+		return ""
+	}
+	return " (" + apiErr.Detail() + ")"
 }
 
 // newLogger logs text to stderr at $SERVEMESH_LOG_LEVEL (info by default).
@@ -94,12 +108,34 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 	}
 	root.AddCommand(newEnvoyParentCommand())
 	root.SetVersionTemplate("servemesh {{.Version}}\n") // as `servemesh version` prints it
-	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
+	root.AddCommand(newVersionCommand())
+	return root
+}
+
+// newVersionCommand is `servemesh version`: the release and the protocol
+// it speaks with controllers and agents (the skew policy's), as text, JSON
+// or YAML.
+func newVersionCommand() *cobra.Command {
+	var f clientFlags
+	c := &cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !slices.Contains([]string{"table", "json", "yaml"}, f.output) {
+				return fmt.Errorf("-o %q: use json or yaml, or leave it out", f.output)
+			}
+			v := struct {
+				Version  string `json:"version"`
+				Protocol int    `json:"protocol"`
+				Go       string `json:"go"`
+				Platform string `json:"platform"`
+			}{wire.Version, wire.Protocol, runtime.Version(), runtime.GOOS + "/" + runtime.GOARCH}
+			if done, err := f.structured(cmd.OutOrStdout(), v); done {
+				return err
+			}
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "servemesh %s (protocol %d)\n", wire.Version, wire.Protocol)
 			return err
-		}})
-	return root
+		}}
+	c.Flags().StringVarP(&f.output, "output", "o", "table", "json or yaml for programs; text when left out")
+	return c
 }
 
 // initCompletion adds cobra's completion command, on which an unknown

@@ -40,7 +40,7 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := runCLI("validate", bad)
-	if code != 1 || !strings.Contains(errOut, `endpoints[0] ("e").traffic (line 2, column 43): weights sum to 0.5`) {
+	if code != 1 || !strings.Contains(errOut, `endpoint "e".traffic (line 2, column 43): weights sum to 0.5`) {
 		t.Fatalf("validate bad.yaml: code %d, stderr %q", code, errOut)
 	}
 }
@@ -124,7 +124,8 @@ func TestUsageErrors(t *testing.T) {
 		// One controller that nothing answers at: at once, with what to check
 		// (the default --failover-wait would otherwise hold the test 15 s).
 		{[]string{"status", "--server", "127.0.0.1:1"}, 1, "at http://127.0.0.1:1: no controller answers (connection refused): is a controller running there? Give its address with --server or $SERVEMESH_SERVER"},
-		{[]string{"backend", "list", "-o", "yaml", "--server", "127.0.0.1:1"}, 1, `-o "yaml": use table or json`},
+		{[]string{"backend", "list", "-o", "xml", "--server", "127.0.0.1:1"}, 1, `-o "xml": use one of table, wide, json, yaml`},
+		{[]string{"version", "-o", "wide"}, 1, `-o "wide": use json or yaml, or leave it out`},
 	} {
 		code, _, errOut := runCLI(tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {

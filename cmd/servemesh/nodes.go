@@ -27,8 +27,8 @@ func newNodeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), nodes)
+			if done, err := f.structured(cmd.OutOrStdout(), nodes); done {
+				return err
 			}
 			return printNodes(cmd.OutOrStdout(), nodes)
 		},

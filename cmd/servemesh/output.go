@@ -11,14 +11,38 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-// listCommand is `<kind> list`: every object, as a table or JSON.
-func listCommand[T any](kind string, f *clientFlags, list func(*api.Client, context.Context) ([]T, error),
-	header string, row func(T) string) *cobra.Command {
+// columns render objects of one kind as a table: the columns of -o table
+// and, for -o wide, more after them.
+type columns[T any] struct {
+	header string
+	row    func(T) string
+	// wideHeader and wideRow are -o wide's extra columns; none when empty.
+	wideHeader string
+	wideRow    func(T) string
+}
+
+// write renders items as the output flag asks: a table, a wide one, JSON
+// or YAML (all objects, as the API gives them).
+func (c columns[T]) write(out io.Writer, f *clientFlags, items []T, whole any) error {
+	if done, err := f.structured(out, whole); done {
+		return err
+	}
+	header, row := c.header, c.row
+	if f.output == "wide" && c.wideRow != nil {
+		header = c.header + "\t" + c.wideHeader
+		row = func(x T) string { return c.row(x) + "\t" + c.wideRow(x) }
+	}
+	return writeTable(out, header, items, row)
+}
+
+// listCommand is `<kind> list`: every object, as a table, JSON or YAML.
+func listCommand[T any](kind string, f *clientFlags, list func(*api.Client, context.Context) ([]T, error), cols columns[T]) *cobra.Command {
 	return &cobra.Command{
 		Use: "list", Short: "list " + kind + "s", Args: names(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -30,17 +54,13 @@ func listCommand[T any](kind string, f *clientFlags, list func(*api.Client, cont
 			if err != nil {
 				return err
 			}
-			if f.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), items)
-			}
-			return writeTable(cmd.OutOrStdout(), header, items, row)
+			return cols.write(cmd.OutOrStdout(), f, items, items)
 		},
 	}
 }
 
-// getCommand is `<kind> get NAME`: one object, as a table or JSON.
-func getCommand[T any](kind string, f *clientFlags, get func(*api.Client, context.Context, string) (T, error),
-	header string, row func(T) string) *cobra.Command {
+// getCommand is `<kind> get NAME`: one object, as a table, JSON or YAML.
+func getCommand[T any](kind string, f *clientFlags, get func(*api.Client, context.Context, string) (T, error), cols columns[T]) *cobra.Command {
 	return &cobra.Command{
 		Use: "get NAME", Short: "show one " + kind, Args: names(1, "one "+kind+" name"), ValidArgsFunction: completeKind(kind, f),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -52,10 +72,7 @@ func getCommand[T any](kind string, f *clientFlags, get func(*api.Client, contex
 			if err != nil {
 				return err
 			}
-			if f.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), item)
-			}
-			return writeTable(cmd.OutOrStdout(), header, []T{item}, row)
+			return cols.write(cmd.OutOrStdout(), f, []T{item}, item)
 		},
 	}
 }
@@ -119,8 +136,56 @@ func writeJSON(out io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// backendHeader and backendRow render backends for list and get.
-const backendHeader = "NAME\tREPLICAS FROM\tRUNNING/DESIRED\tAUTOSCALE\tMAX_CONCURRENT_QUERIES\tCPUS\tMEMORY_MB"
+// writeYAML writes v as YAML, with the field names of its JSON.
+func writeYAML(out io.Writer, v any) error {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("render YAML: %w", err)
+	}
+	_, err = out.Write(b)
+	return err
+}
+
+// outputs are what -o takes: tables for people, JSON and YAML for programs.
+var outputs = []string{"table", "wide", "json", "yaml"}
+
+// structured writes v as JSON or YAML if the output flag asks for one,
+// and reports whether it did.
+func (f *clientFlags) structured(out io.Writer, v any) (bool, error) {
+	switch f.output {
+	case "json":
+		return true, writeJSON(out, v)
+	case "yaml":
+		return true, writeYAML(out, v)
+	}
+	return false, nil
+}
+
+// backendColumns render backends for list and get; -o wide adds the
+// protocol and the nodes their replicas run on.
+var backendColumns = columns[meshspec.Backend]{
+	header: "NAME\tREPLICAS FROM\tRUNNING/DESIRED\tAUTOSCALE\tMAX_CONCURRENT_QUERIES\tCPUS\tMEMORY_MB", row: backendRow,
+	wideHeader: "PROTOCOL\tNODES", wideRow: backendWideRow,
+}
+
+// backendWideRow is a backend's protocol and its replicas' nodes, with
+// how many run on each.
+func backendWideRow(b meshspec.Backend) string {
+	count := map[string]int{}
+	for _, p := range b.Placements {
+		count[p.Node]++
+	}
+	for _, r := range b.Replicas {
+		if r.Node != "" {
+			count[r.Node]++
+		}
+	}
+	nodes := make([]string, 0, len(count))
+	for _, n := range meshspec.SortedKeys(count) {
+		nodes = append(nodes, fmt.Sprintf("%s(%d)", n, count[n]))
+	}
+	return fmt.Sprintf("%s\t%s", orNone(string(b.Protocol)), orNone(strings.Join(nodes, ",")))
+}
 
 func backendRow(b meshspec.Backend) string {
 	source, running, desired := "-", len(b.Replicas), len(b.Replicas)

@@ -108,8 +108,8 @@ func newRolloutCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), r)
+			if done, err := f.structured(cmd.OutOrStdout(), r); done {
+				return err
 			}
 			return printRollout(cmd.OutOrStdout(), r)
 		},

@@ -25,8 +25,8 @@ func newStatusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), r)
+			if done, err := f.structured(cmd.OutOrStdout(), r); done {
+				return err
 			}
 			return printStatus(cmd, r)
 		},

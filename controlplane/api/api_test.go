@@ -251,7 +251,8 @@ func TestClientRidesThroughAFailover(t *testing.T) {
 		t.Fatalf("a call to no controller: %v", err)
 	}
 	// Errors that reached the leader are not sent again.
-	if _, err := c.CreateBackend(context.Background(), meshspec.BackendSpec{Name: "bad name"}); err == nil || !strings.Contains(err.Error(), "HTTP 400") {
+	var refused *Error
+	if _, err := c.CreateBackend(context.Background(), meshspec.BackendSpec{Name: "bad name"}); !errors.As(err, &refused) || refused.Status != http.StatusBadRequest {
 		t.Fatalf("an invalid write: %v", err)
 	}
 }

@@ -83,12 +83,23 @@ type Error struct {
 	Body   ErrorBody
 }
 
+// Error is the controller's message: what is wrong and how to fix it
+// (Detail adds the HTTP status and the error's kind).
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("%s (HTTP %d)", e.Body.Error, e.Status)
+	msg := e.Body.Error
 	if e.Body.Kind == "not_leader" && e.Body.Leader != "" {
 		msg += "; the leader is " + e.Body.Leader
 	}
 	return msg
+}
+
+// Detail is the answer's HTTP status and the error's kind, as a verbose
+// CLI prints them after the message: "HTTP 404, not_found".
+func (e *Error) Detail() string {
+	if e.Body.Kind == "" {
+		return fmt.Sprintf("HTTP %d", e.Status)
+	}
+	return fmt.Sprintf("HTTP %d, %s", e.Status, e.Body.Kind)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/servemesh/servemesh/meshspec"
+)
+
+// apiStandIn answers the reads the output tests make, as a controller
+// would: one split endpoint, one routed by model, and a backend.
+func apiStandIn(t *testing.T) string {
+	t.Helper()
+	model := meshspec.Endpoint{Name: "model", Route: "/model", Traffic: map[string]float64{"v1": 0.9, "v2": 0.1}, Shadows: map[string]float64{"v3": 0.2}}
+	chat := meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"}, ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
+		"mistral-7b": {Traffic: map[string]float64{"mistral": 1}},
+		"llama-3":    {Traffic: map[string]float64{"llama-a": 0.5, "llama-b": 0.5}, Shadows: map[string]float64{"llama-c": 0.1}},
+	}}}
+	answers := map[string]any{
+		"/v1/endpoints":       []meshspec.Endpoint{chat, model},
+		"/v1/endpoints/model": model,
+		"/v1/endpoints/chat":  chat,
+		"/v1/backends": []meshspec.Backend{{Name: "v1", Protocol: "grpc", Replicas: []meshspec.Replica{
+			{Address: "127.0.0.1:9001", Node: "n1"}, {Address: "127.0.0.1:9002", Node: "n2"}, {Address: "127.0.0.1:9003", Node: "n2"}}}},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := answers[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestReadsSpeakKubectl: every read takes -o table, wide, json and yaml;
+// traffic get shows a split and its shadows, by model where the endpoint
+// is routed by model, whose split endpoint list shows too (issue 40: its
+// TRAFFIC column was empty).
+func TestReadsSpeakKubectl(t *testing.T) {
+	unsetClientEnv(t)
+	url := apiStandIn(t)
+	cli := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runCLI(append(args, "--server", url)...)
+		if code != 0 {
+			t.Fatalf("servemesh %v: code %d, stderr %q", args, code, errOut)
+		}
+		return out
+	}
+	if got, want := cli("traffic", "get", "model"), "MODEL  BACKEND  WEIGHT  SHADOW\n-      v1       0.9     -\n-      v2       0.1     -\n-      v3       -       0.2\n"; got != want {
+		t.Errorf("traffic get model:\n%s\nwant:\n%s", got, want)
+	}
+	if got := cli("traffic", "get", "chat"); !strings.Contains(got, "llama-3     llama-a  0.5     -") || !strings.Contains(got, "llama-3     llama-c  -       0.1") ||
+		!strings.Contains(got, "mistral-7b  mistral  1       -") {
+		t.Errorf("traffic get chat shows no split by model:\n%s", got)
+	}
+	var split trafficSplit
+	if err := yaml.Unmarshal([]byte(cli("traffic", "get", "chat", "-o", "yaml")), &split); err != nil || split.Models["llama-3"].Traffic["llama-b"] != 0.5 {
+		t.Errorf("traffic get -o yaml: %+v, %v", split, err)
+	}
+	list := cli("endpoint", "list")
+	if !strings.Contains(list, "model llama-3: llama-a=0.5,llama-b=0.5; model mistral-7b: mistral=1") || !strings.Contains(list, "model llama-3: llama-c=0.1") {
+		t.Errorf("endpoint list shows no split of the endpoint routed by model:\n%s", list)
+	}
+	if wide := cli("endpoint", "list", "-o", "wide"); !strings.Contains(wide, "CRITICALITY/PRIORITY") || !strings.Contains(wide, "critical/0") {
+		t.Errorf("endpoint list -o wide:\n%s", wide)
+	}
+	if wide := cli("backend", "list", "-o", "wide"); !strings.Contains(wide, "grpc      n1(1),n2(2)") {
+		t.Errorf("backend list -o wide shows no nodes:\n%s", wide)
+	}
+	var backends []meshspec.Backend
+	if err := yaml.Unmarshal([]byte(cli("backend", "list", "-o", "yaml")), &backends); err != nil || len(backends) != 1 || len(backends[0].Replicas) != 3 {
+		t.Errorf("backend list -o yaml: %+v, %v", backends, err)
+	}
+	var v struct {
+		Version  string `json:"version"`
+		Protocol int    `json:"protocol"`
+	}
+	code, out, _ := runCLI("version", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || v.Version == "" || v.Protocol == 0 {
+		t.Errorf("version -o json: code %d, %+v, %v", code, v, err)
+	}
+}
