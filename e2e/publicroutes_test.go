@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -151,5 +152,37 @@ func TestPublicRoutesByFirstSegment(t *testing.T) {
 			check(t, http.MethodGet, path, want{404, "", ""})
 		}
 		check(t, http.MethodGet, "/api/v2/x", want{200, "v2", ""})
+		// The 404 says what matched nothing (issue 40: its body was empty),
+		// and nothing of the routes there are.
+		if status, body := getBody(t, base+"/unknown/x?secret=1", ""); status != 404 || body != "servemesh: no endpoint serves GET "+n1.public+"/unknown/x\n" {
+			t.Errorf("GET /unknown/x through the public listener: %d %q", status, body)
+		}
+		if status, body := getBody(t, "http://"+n1.mesh+"/x", "nosuch"); status != 404 ||
+			body != "servemesh: no endpoint serves GET nosuch/x in the mesh (a request names its endpoint in its Host header)\n" {
+			t.Errorf("GET nosuch/x through the mesh listener: %d %q", status, body)
+		}
 	})
+}
+
+// getBody GETs url (with host as its Host header, if given) and returns
+// the status and the body.
+func getBody(t *testing.T, url, host string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := httpClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }

@@ -3,9 +3,11 @@ package translate
 import (
 	"fmt"
 
+	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	reqwithoutquery "github.com/envoyproxy/go-control-plane/envoy/extensions/formatter/req_without_query/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -110,6 +112,9 @@ func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string
 		MergeSlashes:   true,
 		UpgradeConfigs: upgrades(),
 		HttpFilters:    filters,
+		// A request that matches no endpoint is told so: Envoy's own 404
+		// has no body.
+		LocalReplyConfig: noRouteReply(name),
 	})
 	edgeLimits.bound(manager)
 	routes(manager)
@@ -132,6 +137,30 @@ func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string
 		}},
 	}, nil
 }
+
+// noRouteReply is what a listener answers, with its 404, to a request no
+// route matches (Envoy's response flag NR): the method, host and path it
+// asked for, and nothing of the routes there are.
+func noRouteReply(listenerName string) *hcm.LocalReplyConfig {
+	what := "no endpoint serves %REQ(:METHOD)% %REQ(:AUTHORITY)%%REQ_WITHOUT_QUERY(:PATH)%"
+	if listenerName == wire.MeshListener {
+		what += " in the mesh (a request names its endpoint in its Host header)"
+	}
+	return &hcm.LocalReplyConfig{Mappers: []*hcm.ResponseMapper{{
+		Filter: &accesslog.AccessLogFilter{FilterSpecifier: &accesslog.AccessLogFilter_ResponseFlagFilter{
+			ResponseFlagFilter: &accesslog.ResponseFlagFilter{Flags: []string{"NR"}}}},
+		BodyFormatOverride: &core.SubstitutionFormatString{
+			Format: &core.SubstitutionFormatString_TextFormatSource{
+				TextFormatSource: &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: "servemesh: " + what + "\n"}}},
+			Formatters: []*core.TypedExtensionConfig{reqWithoutQuery},
+		},
+	}}}
+}
+
+// reqWithoutQuery is Envoy's formatter of a path without its query
+// (REQ_WITHOUT_QUERY), which a format names to use.
+var reqWithoutQuery = &core.TypedExtensionConfig{Name: "envoy.formatter.req_without_query",
+	TypedConfig: mustAny(&reqwithoutquery.ReqWithoutQuery{})}
 
 // adsConfigSource points a resource at the aggregated xDS stream.
 func adsConfigSource() *core.ConfigSource {
