@@ -33,7 +33,7 @@ func ParseSpec(data []byte) (*Spec, error) {
 	}
 	sh, err := checkShape(data, reflect.TypeFor[Spec]())
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err) // YAML's own errors name the line
+		return nil, syntaxError(data, err)
 	}
 	if len(sh.problems.list) > 0 {
 		// Every unknown field and wrong kind at once, each with its line,
