@@ -184,6 +184,13 @@ func TestDemoStack(t *testing.T) {
 	if _, list, _ := cli(t, env, "backend", "list"); !strings.Contains(list, "process servemesh") || !strings.Contains(list, "2/2") || !strings.Contains(list, "0..3 @2") {
 		t.Fatalf("backend list:\n%s", list)
 	}
+	// describe: each replica with its address, node, health and age, and
+	// the endpoint that uses the backend (issue 40).
+	testutil.WaitFor(t, 20*time.Second, "backend describe to show both replicas ready", func() bool {
+		_, d, _ := cli(t, env, "backend", "describe", "extra")
+		return strings.Count(d, "  running  yes ") == 2 && strings.Count(d, "demo-node  127.0.0.1:") == 2 &&
+			strings.Contains(d, "Replicas:       2 desired, 2 running, 2 ready") && strings.Contains(d, "extra     -      1       -")
+	})
 	if code, o, e := cli(t, env, "backend", "update", "extra", "--autoscale-off"); code != 0 || !strings.Contains(o, "updated") {
 		t.Fatalf("backend update --autoscale-off: exit %d %s%s", code, o, e)
 	}

@@ -17,11 +17,12 @@ import (
 
 func newBackendCommand() *cobra.Command {
 	var f clientFlags
-	return nounCommand("backend", "create, update, delete, list and get backends", &f,
+	return nounCommand("backend", "create, update, delete, list, get and describe backends", &f,
 		newBackendCreateCommand(&f), newBackendUpdateCommand(&f),
 		deleteCommand("backend", &f, (*api.Client).DeleteBackend),
 		listCommand("backend", &f, (*api.Client).ListBackends, backendColumns),
-		getCommand("backend", &f, (*api.Client).GetBackend, backendColumns))
+		getCommand("backend", &f, (*api.Client).GetBackend, backendColumns),
+		newBackendDescribeCommand(&f))
 }
 
 // backendSource are the flags that say where a new backend's replicas come

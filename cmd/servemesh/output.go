@@ -59,22 +59,28 @@ func listCommand[T any](kind string, f *clientFlags, list func(*api.Client, cont
 	}
 }
 
-// getCommand is `<kind> get NAME`: one object, as a table, JSON or YAML.
+// getCommand is `<kind> get NAME`: one object, as a table, JSON or YAML,
+// once or (-w) until Ctrl-C.
 func getCommand[T any](kind string, f *clientFlags, get func(*api.Client, context.Context, string) (T, error), cols columns[T]) *cobra.Command {
-	return &cobra.Command{
+	var w watchFlags
+	c := &cobra.Command{
 		Use: "get NAME", Short: "show one " + kind, Args: names(1, "one "+kind+" name"), ValidArgsFunction: completeKind(kind, f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
-			item, err := get(c, cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return cols.write(cmd.OutOrStdout(), f, []T{item}, item)
+			return w.run(cmd, func(out io.Writer) error {
+				item, err := get(c, cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return cols.write(out, f, []T{item}, item)
+			})
 		},
 	}
+	w.register(c.Flags())
+	return c
 }
 
 // deleteCommand is `<kind> delete NAME`.
@@ -188,7 +194,20 @@ func backendWideRow(b meshspec.Backend) string {
 }
 
 func backendRow(b meshspec.Backend) string {
-	source, running, desired := "-", len(b.Replicas), len(b.Replicas)
+	source, running, desired := replicaSource(b)
+	autoscale := "-"
+	if as := b.Config.Autoscaling; as != nil {
+		autoscale = fmt.Sprintf("%d..%d @%g", as.MinReplicas, as.MaxReplicas, as.TargetInFlight)
+	}
+	return fmt.Sprintf("%s\t%s\t%d/%d\t%s\t%d\t%g\t%d", b.Name, source, running, desired, autoscale,
+		b.Config.EffectiveMaxConcurrentQueries(), b.Config.CPUs, b.Config.MemoryMB)
+}
+
+// replicaSource is where a backend's replicas come from ("process
+// <command>", "consul service <name>", or their addresses), with how many
+// run and how many are wanted.
+func replicaSource(b meshspec.Backend) (source string, running, desired int) {
+	source, running, desired = "-", len(b.Replicas), len(b.Replicas)
 	switch {
 	case b.Process != nil:
 		source = "process " + filepath.Base(b.Process.Command)
@@ -207,12 +226,7 @@ func backendRow(b meshspec.Backend) string {
 		}
 		source = strings.Join(addrs, ",")
 	}
-	autoscale := "-"
-	if as := b.Config.Autoscaling; as != nil {
-		autoscale = fmt.Sprintf("%d..%d @%g", as.MinReplicas, as.MaxReplicas, as.TargetInFlight)
-	}
-	return fmt.Sprintf("%s\t%s\t%d/%d\t%s\t%d\t%g\t%d", b.Name, source, running, desired, autoscale,
-		b.Config.EffectiveMaxConcurrentQueries(), b.Config.CPUs, b.Config.MemoryMB)
+	return source, running, desired
 }
 
 // parseWeights reads "name=number" pairs.

@@ -6,9 +6,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -21,7 +23,15 @@ func apiStandIn(t *testing.T) string {
 		"mistral-7b": {Traffic: map[string]float64{"mistral": 1}},
 		"llama-3":    {Traffic: map[string]float64{"llama-a": 0.5, "llama-b": 0.5}, Shadows: map[string]float64{"llama-c": 0.1}},
 	}}}
+	now := time.Now().Unix()
+	status := api.StatusReport{Backends: []api.BackendStatus{{Name: "v1", Desired: 3, Running: 3, Ready: 2, Replicas: []api.ReplicaStatus{
+		{Tag: "v1#000001", Node: "n1", State: meshspec.Running, Ready: true, Address: "127.0.0.1:9001", Since: now - 150},
+		{Tag: "v1#000002", Node: "n2", State: meshspec.Running, Address: "127.0.0.1:9002", Since: now - 3700, Restarts: 4, Note: "exited with status 1 (4 times)\nlast lines..."},
+		{Tag: "v1#000003", Node: "n2", State: meshspec.Running, Ready: true, Address: "127.0.0.1:9003"},
+	}}}}
 	answers := map[string]any{
+		"/v1/status":          status,
+		"/v1/backends/v1":     meshspec.Backend{Name: "v1", Process: &meshspec.ProcessSpec{Command: "/srv/model"}, Config: meshspec.BackendConfig{NumReplicas: 3}},
 		"/v1/endpoints":       []meshspec.Endpoint{chat, model},
 		"/v1/endpoints/model": model,
 		"/v1/endpoints/chat":  chat,

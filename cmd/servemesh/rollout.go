@@ -94,26 +94,30 @@ func newRolloutCommand() *cobra.Command {
 		},
 	}
 	rf.register(start)
+	var watching watchFlags
 	status := &cobra.Command{
 		Use:               "status ENDPOINT",
 		ValidArgsFunction: completeName(&f, endpointNames),
-		Short:             "show a rollout's stage, its live figures next to the thresholds, and its verdicts",
+		Short:             "show a rollout's stage, its live figures next to the thresholds, and its verdicts (-w to follow it)",
 		Args:              names(1, "one endpoint name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
-			r, err := c.Rollout(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if done, err := f.structured(cmd.OutOrStdout(), r); done {
-				return err
-			}
-			return printRollout(cmd.OutOrStdout(), r)
+			return watching.run(cmd, func(out io.Writer) error {
+				r, err := c.Rollout(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if done, err := f.structured(out, r); done {
+					return err
+				}
+				return printRollout(out, r)
+			})
 		},
 	}
+	watching.register(status.Flags())
 	verbs := []*cobra.Command{start, status}
 	for _, a := range []struct {
 		action    meshspec.RolloutAction

@@ -12,34 +12,39 @@ import (
 
 func newStatusCommand() *cobra.Command {
 	var f clientFlags
+	var w watchFlags
 	c := &cobra.Command{
-		Use:   "status",
-		Short: "show live request and error rates next to the weights, replicas, and each node's config",
-		Args:  names(0, "no arguments"),
+		Use:     "status",
+		Short:   "show live request and error rates next to the weights, replicas, and each node's config",
+		Example: "  servemesh status\n  servemesh status -w        # read again every 2s until Ctrl-C",
+		Args:    names(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
-			r, err := c.Status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if done, err := f.structured(cmd.OutOrStdout(), r); done {
-				return err
-			}
-			return printStatus(cmd, r)
+			return w.run(cmd, func(out io.Writer) error {
+				r, err := c.Status(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if done, err := f.structured(out, r); done {
+					return err
+				}
+				return printStatus(out, r)
+			})
 		},
 	}
 	addClientFlags(c, &f)
+	w.register(c.Flags())
 	return c
 }
 
 // printStatus renders the report: per endpoint each backend's weight next to
 // its live rates, each backend's replicas, and per node whether its Envoy
 // runs the latest config.
-func printStatus(cmd *cobra.Command, r api.StatusReport) error {
-	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+func printStatus(out io.Writer, r api.StatusReport) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "(rates per second over the last %gs)\n\n", r.RateWindowS)
 	fmt.Fprintln(tw, "ENDPOINT\tROUTE\tREQ/S\tBACKEND\tWEIGHT\tSHADOW (SET/SEEN)\tREQ/S\tERR/S")
 	for _, e := range r.Endpoints {

@@ -20,7 +20,7 @@ func TestStatusCountsRestarts(t *testing.T) {
 	cmd.SetOut(&out)
 	r := api.StatusReport{Backends: []api.BackendStatus{{Name: "flaky", Ready: 1, Running: 2, Desired: 2,
 		Replicas: []api.ReplicaStatus{{Tag: "flaky#1", Restarts: 3}, {Tag: "flaky#2", Restarts: 1}}}}}
-	if err := printStatus(cmd, r); err != nil {
+	if err := printStatus(cmd.OutOrStdout(), r); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(out.String(), "\n")
@@ -46,7 +46,7 @@ func TestStatusListsRateLimits(t *testing.T) {
 		RateLimit: &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: 5, Header: "x-tenant-id"},
 			Global: &meshspec.GlobalRateLimit{Requests: 100, Unit: "minute", ClientAddress: true, FailureMode: meshspec.FailClosed},
 			Tokens: &meshspec.TokenQuota{Tokens: 5000, Header: "x-tenant-id"}}}}}
-	if err := printStatus(cmd, r); err != nil {
+	if err := printStatus(cmd.OutOrStdout(), r); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()

@@ -127,6 +127,11 @@ type ReplicaStatus struct {
 	Node  string                  `json:"node"`
 	State meshspec.PlacementState `json:"state"`
 	Ready bool                    `json:"ready"`
+	// Address is where its agent registered it (host:port; "" until it
+	// did, or from a controller older than this field).
+	Address string `json:"address,omitempty"`
+	// Since is when it entered its state (Unix seconds; 0 unknown).
+	Since int64 `json:"since,omitempty"`
 	// Unheard: its check expired after it was ready (its agent or node
 	// stopped answering).
 	Unheard bool `json:"unheard,omitempty"`

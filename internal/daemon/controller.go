@@ -313,7 +313,8 @@ func replicaHealth(instances map[string][]catalog.Instance) func(meshspec.Backen
 		var h api.ReplicaHealth
 		for _, p := range b.Placements {
 			in, registered := byTag[p.Tag]
-			r := api.ReplicaStatus{Tag: p.Tag, Node: p.Node, State: p.State, Ready: in.Passing, Unheard: in.Expired, Note: in.Note, Restarts: in.Restarts}
+			r := api.ReplicaStatus{Tag: p.Tag, Node: p.Node, State: p.State, Ready: in.Passing, Unheard: in.Expired, Note: in.Note, Restarts: in.Restarts,
+				Address: in.Address, Since: p.Since}
 			if !registered {
 				r.Note = "not registered by its node's agent yet"
 			}
