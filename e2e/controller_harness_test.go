@@ -164,8 +164,15 @@ func (c *ctlProc) waitServingTLS(t *testing.T, caFile string) {
 // cli runs the servemesh CLI against a controller.
 func cli(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return cliWithInput(t, env, "", args...)
+}
+
+// cliWithInput is cli with stdin as the command's standard input.
+func cliWithInput(t *testing.T, env []string, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	cmd := exec.CommandContext(context.Background(), servemeshBin, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

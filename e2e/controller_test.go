@@ -201,6 +201,18 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	}
 	expectCLI(t, env, 0, "create endpoint site", "apply", "-f", file)
 	expectCLI(t, env, 0, "no changes", "apply", "-f", file)
+	// apply -f - reads the file from standard input, as kubectl's (issue 40).
+	content, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := cliWithInput(t, env, string(content), "apply", "-f", "-"); code != 0 || !strings.Contains(out, "no changes") {
+		t.Fatalf("apply -f - of the applied file: exit %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := cliWithInput(t, env, "backends: [{name: a, replica: []}]\n", "apply", "-f", "-"); code != 1 ||
+		!strings.Contains(errOut, `config file from standard input: backend "a".replica (line 1, column 22): is not a field here; did you mean "replicas"?`) {
+		t.Fatalf("apply -f - of a bad file: exit %d %q %q", code, out, errOut)
+	}
 	if r := do(httpClient(), http.MethodGet, "http://"+n.public+"/site", ""); r.status == 404 {
 		testutil.WaitFor(t, 10*time.Second, "Envoy to serve /site", func() bool {
 			return do(httpClient(), http.MethodGet, "http://"+n.public+"/site", "").backend == "v1"

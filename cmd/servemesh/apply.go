@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,32 @@ import (
 	"github.com/servemesh/servemesh/internal/daemon"
 	"github.com/servemesh/servemesh/meshspec"
 )
+
+// maxAppliedFile is the most apply reads from standard input: the API's
+// limit on an apply's body.
+const maxAppliedFile = 16 << 20
+
+// loadApplied reads the config file apply -f names, or standard input for
+// "-" (a Ray Serve config's relative paths then start in the working
+// folder).
+func loadApplied(stdin io.Reader, file string, ray rayserve.Options) (*meshspec.Spec, []string, error) {
+	if file != "-" {
+		return configfile.LoadAny(file, ray)
+	}
+	data, err := io.ReadAll(io.LimitReader(stdin, maxAppliedFile+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read standard input: %w", err)
+	}
+	if len(data) > maxAppliedFile {
+		return nil, nil, fmt.Errorf("standard input holds more than %d MiB, the most an apply takes; split the config", maxAppliedFile>>20)
+	}
+	if ray.Dir == "" {
+		if ray.Dir, err = os.Getwd(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return configfile.ParseAny("from standard input", data, ray)
+}
 
 func newApplyCommand() *cobra.Command {
 	var f clientFlags
@@ -27,9 +54,9 @@ func newApplyCommand() *cobra.Command {
 		Args:  names(0, "no arguments besides -f FILE"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return errors.New("-f FILE is required")
+				return errors.New("-f FILE is required (-f - reads it from standard input)")
 			}
-			m, notes, err := configfile.LoadAny(file, ray.options())
+			m, notes, err := loadApplied(cmd.InOrStdin(), file, ray.options())
 			if err != nil {
 				return err
 			}
@@ -72,7 +99,7 @@ func newApplyCommand() *cobra.Command {
 	}
 	wait.register(c.Flags())
 	addClientFlags(c, &f)
-	c.Flags().StringVarP(&file, "filename", "f", "", "the config `FILE` to apply, in the format servemesh serve --config reads, or a Ray Serve config file (serve deploy's)")
+	c.Flags().StringVarP(&file, "filename", "f", "", "the config `FILE` to apply, in the format servemesh serve --config reads, or a Ray Serve config file (serve deploy's); - reads it from standard input")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
 	ray.register(c.Flags())
 	_ = c.MarkFlagFilename("filename", "yaml", "yml", "json")

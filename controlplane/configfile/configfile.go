@@ -39,24 +39,30 @@ func LoadAny(path string, ray rayserve.Options) (*meshspec.Spec, []string, error
 	if err != nil {
 		return nil, nil, fmt.Errorf("read config file: %w", err)
 	}
-	if !rayserve.IsConfig(data) {
-		s, err := ParseSpec(data)
-		if err != nil {
-			return nil, nil, fmt.Errorf("config file %s: %w", path, err)
-		}
-		return s, nil, nil
-	}
 	if ray.Dir == "" {
 		if ray.Dir, err = filepath.Abs(filepath.Dir(path)); err != nil {
 			return nil, nil, err
 		}
+	}
+	return ParseAny(path, data, ray)
+}
+
+// ParseAny is LoadAny of data, read from what name says ("standard
+// input", say); a Ray Serve config's relative paths are from ray.Dir.
+func ParseAny(name string, data []byte, ray rayserve.Options) (*meshspec.Spec, []string, error) {
+	if !rayserve.IsConfig(data) {
+		s, err := ParseSpec(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config file %s: %w", name, err)
+		}
+		return s, nil, nil
 	}
 	s, notes, err := rayserve.Convert(data, ray)
 	if err == nil {
 		err = s.Model().Validate()
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("the Ray Serve config %s: %w", path, err)
+		return nil, nil, fmt.Errorf("the Ray Serve config %s: %w", name, err)
 	}
 	return s, notes, nil
 }
