@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ func newStatusCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:     "status",
 		Short:   "show live request and error rates next to the weights, replicas, and each node's config",
+		Long:    "Show live request and error rates next to the weights, replicas, and each node's config.\n\n" + statusLegend,
 		Example: "  servemesh status\n  servemesh status -w        # read again every 2s until Ctrl-C",
 		Args:    names(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -40,16 +42,40 @@ func newStatusCommand() *cobra.Command {
 	return c
 }
 
+// statusLegend explains status's columns (status --help).
+const statusLegend = `Columns:
+  REQ/S, ERR/S        requests and 5xx answers a second, over the window named on top; a "?" after a
+                      figure: it leaves out a node whose figures could not be read (NODE's FIGURES says why)
+  WEIGHT              the backend's share of the endpoint's requests (its split; fractions summing to 1)
+  SHADOW (SET/SEEN)   the proportion of the endpoint's requests mirrored to the backend, as set / as
+                      measured ("?": not measured yet, no request seen in the window)
+  REPLICAS            READY/RUNNING/DESIRED: ready (passing health checks) of the replicas running, and
+                      how many are wanted
+  DRAINING            replicas finishing their requests before they stop
+  RESTARTS            times the agents restarted the backend's replicas after they exited
+  IN FLIGHT           requests in flight or queued now, over every node
+  HELD                of those, requests nodes hold while the backend has no ready replica (scaled to
+                      zero, starting); they are sent once one is ready
+  LATEST CONFIG       the node's Envoy runs the latest configuration the controller made
+  NACKS               configurations the node's Envoy refused (PROBLEMS says why)
+  STATE               ready, cordoned (takes no new replicas) or drained (its replicas moved away)
+  FIGURES             read, or "?" and why the controller could not read the node's figures`
+
 // printStatus renders the report: per endpoint each backend's weight next to
 // its live rates, each backend's replicas, and per node whether its Envoy
 // runs the latest config.
 func printStatus(out io.Writer, r api.StatusReport) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "(rates per second over the last %gs)\n\n", r.RateWindowS)
+	partial := partialRates(r)
+	fmt.Fprintf(tw, "(rates per second over the last %gs", r.RateWindowS)
+	if partial.unread != "" {
+		fmt.Fprintf(tw, "; ?: without node %s, whose figures could not be read", partial.unread)
+	}
+	fmt.Fprint(tw, ")\n\n")
 	fmt.Fprintln(tw, "ENDPOINT\tROUTE\tREQ/S\tBACKEND\tWEIGHT\tSHADOW (SET/SEEN)\tREQ/S\tERR/S")
 	for _, e := range r.Endpoints {
 		for i, b := range e.Backends {
-			name, route, rate := e.Name, orNone(e.Route), fmt.Sprintf("%.1f", e.RequestRate)
+			name, route, rate := e.Name, orNone(e.Route), partial.rate(e.RequestRate)
 			if i > 0 {
 				name, route, rate = "", "", ""
 			}
@@ -65,7 +91,7 @@ func printStatus(out io.Writer, r api.StatusReport) error {
 			if b.Model != "" {
 				backend = fmt.Sprintf("%s (model %s)", b.Backend, b.Model)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%.1f\t%.1f\n", name, route, rate, backend, b.Weight, shadow, b.RequestRate, b.ErrorRate)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%g\t%s\t%s\t%s\n", name, route, rate, backend, b.Weight, shadow, partial.rate(b.RequestRate), partial.rate(b.ErrorRate))
 		}
 	}
 	printRolloutRows(tw, r)
@@ -76,9 +102,10 @@ func printStatus(out io.Writer, r api.StatusReport) error {
 		for _, rep := range b.Replicas {
 			restarts += rep.Restarts
 		}
-		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%d\t%v\t%.0f\t%.0f\t%.1f\t%.1f\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, restarts, b.Autoscaled, b.InFlight, b.Held, b.RequestRate, b.ErrorRate)
+		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%d\t%v\t%s\t%s\t%s\t%s\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, restarts, b.Autoscaled,
+			partial.count(b.InFlight), partial.count(b.Held), partial.rate(b.RequestRate), partial.rate(b.ErrorRate))
 	}
-	fmt.Fprintf(tw, "\nNODE\tCONNECTED\tLATEST CONFIG\tNACKS\tSTATE\tVERSION (controller %s, protocol %d)\n", orNone(r.Version), r.Protocol)
+	fmt.Fprintf(tw, "\nNODE\tCONNECTED\tLATEST CONFIG\tNACKS\tSTATE\tFIGURES\tVERSION (controller %s, protocol %d)\n", orNone(r.Version), r.Protocol)
 	for _, n := range r.Nodes {
 		state := "ready"
 		switch {
@@ -87,7 +114,11 @@ func printStatus(out io.Writer, r api.StatusReport) error {
 		case n.Cordoned:
 			state = "cordoned"
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\t%s (protocol %d)\n", n.ID, n.Connected, n.InSync, n.NACKs, state, orNone(n.Version), n.Protocol)
+		figures := "read"
+		if n.FiguresUnread != "" {
+			figures = "? " + n.FiguresUnread
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\t%s\t%s (protocol %d)\n", n.ID, n.Connected, n.InSync, n.NACKs, state, figures, orNone(n.Version), n.Protocol)
 	}
 	if len(r.Problems) > 0 {
 		fmt.Fprintln(tw, "\nPROBLEMS")
@@ -96,6 +127,32 @@ func printStatus(out io.Writer, r api.StatusReport) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// partial marks figures that leave out nodes whose own could not be read.
+type partial struct{ unread string } // the nodes, comma-separated; "" none
+
+func partialRates(r api.StatusReport) partial {
+	var ids []string
+	for _, n := range r.Nodes {
+		if n.FiguresUnread != "" {
+			ids = append(ids, n.ID)
+		}
+	}
+	return partial{unread: strings.Join(ids, ", ")}
+}
+
+// rate is a rate, "?"-marked when it leaves nodes out.
+func (p partial) rate(x float64) string { return p.mark(fmt.Sprintf("%.1f", x)) }
+
+// count is a count of requests, "?"-marked when it leaves nodes out.
+func (p partial) count(x float64) string { return p.mark(fmt.Sprintf("%.0f", x)) }
+
+func (p partial) mark(s string) string {
+	if p.unread != "" {
+		return s + "?"
+	}
+	return s
 }
 
 // printRateLimitRows lists the endpoints' rate limits, if any: a row for

@@ -56,3 +56,39 @@ func TestStatusListsRateLimits(t *testing.T) {
 		t.Fatalf("status:\n%s", s)
 	}
 }
+
+// TestStatusMarksWhatItCouldNotRead: a node whose figures the controller
+// could not read is named with why, and every rate and count that leaves
+// it out is marked "?" (issue 40: they read 0.0 as if no request came).
+func TestStatusMarksWhatItCouldNotRead(t *testing.T) {
+	var out bytes.Buffer
+	r := api.StatusReport{RateWindowS: 10,
+		Endpoints: []api.EndpointStatus{{Name: "model", Route: "/model", RequestRate: 3, Backends: []api.EndpointBackendStatus{{Backend: "v1", Weight: 1, RequestRate: 3}}}},
+		Backends:  []api.BackendStatus{{Name: "v1", Ready: 1, Running: 1, Desired: 1, RequestRate: 3}},
+		Nodes: []api.NodeStatus{{ID: "n1", Connected: true, InSync: true}, {ID: "n2", Connected: true, InSync: true,
+			FiguresUnread: "Get \"http://127.0.0.1:9/v1/load\": connection refused"}}}
+	if err := printStatus(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, re := range []string{
+		`\(rates per second over the last 10s; \?: without node n2, whose figures could not be read\)`,
+		`(?m)^model\s+/model\s+3\.0\?\s+v1\s+1\s+-\s+3\.0\?\s+0\.0\?$`,
+		`(?m)^v1\s+1/1/1\s+0\s+0\s+false\s+0\?\s+0\?\s+3\.0\?\s+0\.0\?$`,
+		`(?m)^n1\s+true\s+true\s+0\s+ready\s+read\s`,
+		`(?m)^n2\s+true\s+true\s+0\s+ready\s+\? Get "http://127\.0\.0\.1:9/v1/load": connection refused\s`,
+	} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("status does not match %s:\n%s", re, s)
+		}
+	}
+	// With every node read, nothing is marked.
+	r.Nodes[1].FiguresUnread = ""
+	out.Reset()
+	if err := printStatus(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "?") {
+		t.Errorf("a status with every node read marks a figure:\n%s", out.String())
+	}
+}

@@ -105,6 +105,10 @@ type NodeStatus struct {
 	// Cordoned and Drained are its maintenance (servemesh node).
 	Cordoned bool `json:"cordoned,omitempty"`
 	Drained  bool `json:"drained,omitempty"`
+	// FiguresUnread says why the controller could not read the node's
+	// figures (load, request and error rates) when it last tried: the
+	// report's rates leave the node out. Empty when they were read.
+	FiguresUnread string `json:"figures_unread,omitempty"`
 }
 
 // Status reads the controller's status report.
@@ -160,6 +164,9 @@ type StatusInputs struct {
 	Configs map[string]string
 	// Rollouts are the live figures of the rollouts' stages, by endpoint.
 	Rollouts map[string]rollout.Live
+	// Unread are the nodes whose figures (load, rates) could not be read,
+	// with why: the rates leave them out.
+	Unread map[string]string
 }
 
 // NewStatusReport joins in into the status report.
@@ -204,7 +211,7 @@ func NewStatusReport(in StatusInputs) StatusReport {
 	for _, n := range in.Nodes {
 		spec, _ := m.NodeSpecOf(n.ID)
 		r.Nodes = append(r.Nodes, NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK, Refused: n.Refused,
-			Version: n.Version, Protocol: n.Protocol, Skew: n.Skew, Cordoned: spec.Cordoned, Drained: spec.Drained})
+			Version: n.Version, Protocol: n.Protocol, Skew: n.Skew, Cordoned: spec.Cordoned, Drained: spec.Drained, FiguresUnread: in.Unread[n.ID]})
 		if n.Refused != "" && n.Connected {
 			r.Problems = append(r.Problems, fmt.Sprintf("node %s gets no configuration: %s", n.ID, n.Refused))
 		}

@@ -30,7 +30,8 @@ func TestNewStatusReport(t *testing.T) {
 		return ReplicaHealth{Ready: 1}
 	}
 	routes := map[string]autoscale.BackendLoad{"e": {RequestRate: 40, ErrorRate: 1}}
-	got := NewStatusReport(StatusInputs{State: m, Backends: load, Endpoints: routes, Health: health, Nodes: nodes, Problems: []string{"key x: unreadable"}})
+	got := NewStatusReport(StatusInputs{State: m, Backends: load, Endpoints: routes, Health: health, Nodes: nodes, Problems: []string{"key x: unreadable"},
+		Unread: map[string]string{"n1": "connection refused"}})
 	want := StatusReport{
 		RateWindowS: 10,
 		Endpoints: []EndpointStatus{{Name: "e", Route: "/e", RequestRate: 40, ErrorRate: 1, Backends: []EndpointBackendStatus{
@@ -41,7 +42,7 @@ func TestNewStatusReport(t *testing.T) {
 			{Name: "v1", Desired: 2, Running: 2, Ready: 2, InFlight: 2, RequestRate: 30, ErrorRate: 1},
 			{Name: "v2", Desired: 3, Running: 2, Ready: 1, Draining: 1, Autoscaled: true, RequestRate: 10},
 		},
-		Nodes: []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken", Version: "v1.0", Protocol: 2},
+		Nodes: []NodeStatus{{ID: "n1", Connected: true, NACKs: 2, LastNACK: "port taken", Version: "v1.0", Protocol: 2, FiguresUnread: "connection refused"},
 			{ID: "n9", Version: "v9.0", Protocol: 9, Skew: "node n9 runs servemesh v9.0 (protocol 9), newer than this controller's"}},
 		Problems: []string{"key x: unreadable",
 			`backend "v2": 1 of 2 placed replicas are not ready; 1 starting, failing their health check, or not registered by their agent`,

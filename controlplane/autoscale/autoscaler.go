@@ -57,6 +57,7 @@ type Autoscaler struct {
 	load     map[string]BackendLoad
 	routes   map[string]BackendLoad // by endpoint, over every node and listener
 	configs  map[string]string      // by replica tag, the user_config version it runs
+	unread   map[string]string      // by node, why its last load could not be read
 
 	inFlight  *prometheus.GaugeVec
 	rate      *prometheus.GaugeVec
@@ -129,14 +130,16 @@ func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 		return
 	}
 	totals, routes, configs := map[string]BackendLoad{}, map[string]BackendLoad{}, map[string]string{}
-	seen := map[string]bool{}
+	seen, unread := map[string]bool{}, map[string]string{}
 	for _, n := range nodes {
 		if n.StatusAddr == "" {
+			unread[n.ID] = "its agent names no status address"
 			continue
 		}
 		l, err := a.fetch(ctx, n.StatusAddr)
 		if err != nil {
-			continue // a node that cannot answer adds nothing this round
+			unread[n.ID] = err.Error() // it adds nothing this round, and status says so
+			continue
 		}
 		seen[n.ID] = true
 		for tag, version := range l.Configs {
@@ -173,7 +176,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 			delete(a.history, id)
 		}
 	}
-	a.load, a.routes, a.configs = totals, routes, configs
+	a.load, a.routes, a.configs, a.unread = totals, routes, configs, unread
 	a.inFlight.Reset() // backends gone from the state lose their series
 	a.rate.Reset()
 	a.errRate.Reset()
@@ -303,6 +306,14 @@ func (a *Autoscaler) Latest() map[string]wire.Load {
 		}
 	}
 	return out
+}
+
+// Unread returns, by node, why the last poll could not read its load:
+// the rates and loads leave those nodes out.
+func (a *Autoscaler) Unread() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.unread)
 }
 
 // Load returns the latest load per backend.

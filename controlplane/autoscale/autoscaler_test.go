@@ -134,3 +134,35 @@ func TestRatesOverTheWindow(t *testing.T) {
 		t.Fatalf("the history keeps %d samples; want only the window's", n)
 	}
 }
+
+// TestPollSaysWhichNodesItCouldNotRead: a node whose load cannot be read
+// is named with why (status marks the rates that leave it out), and is
+// forgotten once read again.
+func TestPollSaysWhichNodesItCouldNotRead(t *testing.T) {
+	down := true
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if down {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(wire.Load{Node: "n2", At: time.Now(), Backends: map[string]wire.BackendLoad{"b": {Active: 1}}})
+	}))
+	defer agent.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	nodes := func(context.Context) ([]wire.NodeInfo, error) {
+		return []wire.NodeInfo{{ID: "n1"}, {ID: "n2", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
+	}
+	a := New(ctl, nodes, log, nil)
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "b"}}}
+	a.poll(context.Background(), m)
+	unread := a.Unread()
+	if len(unread) != 2 || unread["n1"] != "its agent names no status address" || !strings.Contains(unread["n2"], "status 503") {
+		t.Fatalf("unread nodes: %q", unread)
+	}
+	down = false
+	a.poll(context.Background(), m)
+	if unread := a.Unread(); len(unread) != 1 || unread["n2"] != "" {
+		t.Fatalf("unread nodes once n2 answers: %q", unread)
+	}
+}
