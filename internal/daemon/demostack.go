@@ -316,9 +316,10 @@ Try:
                                                    # routed by the model the body names; another model: 404
 
   export SERVEMESH_SERVER=%[2]s
-  %[6]s status                           # live request rates next to the weights, replicas, nodes
+  %[6]s status                           # live request rates next to the weights, replicas, nodes (-w: keep watching)
   %[6]s traffic set model model-v1=0.5 model-v2=0.5
   %[6]s backend update model-v2 --num-replicas 3
+  %[6]s backend describe model-v2        # each replica: address, node, health, restarts, age
   for i in $(seq 8); do (for j in $(seq 60); do curl -s -o /dev/null -H 'Host: embeddings' 'http://%[5]s/?sleep_ms=200'; done &); done
                                                    # load on embedder: it autoscales from 1 up to 4, then back
   %[6]s endpoint create limited --route /limited --backend model-v1 \
