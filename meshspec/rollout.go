@@ -110,6 +110,11 @@ func (c RolloutChecks) Effective() RolloutChecks {
 	return c
 }
 
+// Relative reports whether the checks compare the candidate with the
+// primary (an error rate increase, a latency ratio), which needs the
+// primary's figures.
+func (c RolloutChecks) Relative() bool { return c.MaxErrorRateIncrease > 0 || c.MaxLatencyRatio > 0 }
+
 // RolloutPhase is where a rollout is.
 type RolloutPhase string
 

@@ -77,8 +77,9 @@ func newRolloutCommand() *cobra.Command {
 		Use:               "start ENDPOINT --candidate BACKEND",
 		ValidArgsFunction: completeName(&f, endpointNames),
 		Short:             "roll a backend out on an endpoint in stages, each judged by live figures; a failed check rolls it back",
-		Example: "  servemesh rollout start gen --candidate gen-v2 --shadow 0.5 --steps 0.05,0.25,1 --step-duration 2m\n" +
-			"  servemesh rollout start gen --candidate gen-v2 --header x-canary=1 --max-latency 300ms",
+		Example: "  servemesh rollout start model --candidate model-v3-candidate --shadow 0.5 --steps 0.05,0.25,1 --step-duration 2m\n" +
+			"  servemesh rollout start model --candidate model-v3-candidate --header x-canary=1 --max-latency 300ms\n" +
+			"  servemesh rollout status model -w      # follow it until Ctrl-C",
 		Args: names(1, "one endpoint name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := rf.rollout()
@@ -89,7 +90,17 @@ func newRolloutCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			before, err := c.GetEndpoint(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
 			changed, err := c.StartRollout(cmd.Context(), args[0], r)
+			if err == nil && changed {
+				if share, ok := before.Shadows[r.Candidate]; ok {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: endpoint %s mirrored %g of its requests to %s; the rollout decides the candidate's shadow now, "+
+						"and leaves none when it ends (shadow set puts one back)\n", args[0], share, r.Candidate)
+				}
+			}
 			return report(cmd, "endpoint", args[0], changed, err, "rollout of "+r.Candidate+" started", "already runs this rollout")
 		},
 	}
@@ -148,14 +159,36 @@ func newRolloutCommand() *cobra.Command {
 }
 
 // printRollout renders a rollout report.
+// rolloutHeadline says what a rollout does, or did once it ended.
+func rolloutHeadline(r api.RolloutReport) string {
+	switch r.Phase {
+	case meshspec.RolloutPromoted:
+		return fmt.Sprintf("rolled %s out: it has every request; %s has none", r.Candidate, r.Primary)
+	case meshspec.RolloutRolledBack:
+		return fmt.Sprintf("rollout of %s ended; every request is back on %s", r.Candidate, r.Primary)
+	}
+	return fmt.Sprintf("rolling out %s over %s", r.Candidate, r.Primary)
+}
+
+// phaseMeaning says what each phase means for the endpoint's requests.
+var phaseMeaning = map[meshspec.RolloutPhase]string{
+	meshspec.RolloutWaiting:     "waiting: the candidate has no ready replica yet, so every request stays on the primary and no stage is judged; the first stage begins once one is ready",
+	meshspec.RolloutProgressing: "progressing: the current stage (▶) is judged on its live figures",
+	meshspec.RolloutPaused:      "paused: the current stage holds and is not judged; servemesh rollout resume judges it again",
+	meshspec.RolloutRolledBack:  "rolled back: a check failed, or the rollout was aborted; servemesh rollout start begins another",
+}
+
 func printRollout(out io.Writer, r api.RolloutReport) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "endpoint %s: rolling out %s over %s\n", r.Endpoint, r.Candidate, r.Primary)
+	fmt.Fprintf(tw, "endpoint %s: %s\n", r.Endpoint, rolloutHeadline(r))
 	fmt.Fprintf(tw, "phase %s since %s", r.Phase, time.UnixMilli(r.SinceMs).UTC().Format(time.RFC3339))
 	if r.Reason != "" {
 		fmt.Fprintf(tw, ": %s", r.Reason)
 	}
 	fmt.Fprintln(tw)
+	if what := phaseMeaning[r.Phase]; what != "" {
+		fmt.Fprintf(tw, "(%s)\n", what)
+	}
 	fmt.Fprintln(tw, "\nSTAGE\t")
 	for i, s := range r.Stages {
 		mark := " "
@@ -164,8 +197,8 @@ func printRollout(out io.Writer, r api.RolloutReport) error {
 			mark = "✓"
 		case i < len(r.Verdicts):
 			mark = "✗"
-		case i == r.StageIndex && r.Phase.Active():
-			mark = "▶"
+		case i == r.StageIndex && (r.Phase == meshspec.RolloutProgressing || r.Phase == meshspec.RolloutPaused):
+			mark = "▶" // waiting has no stage begun yet
 		}
 		fmt.Fprintf(tw, "%s %s\t\n", mark, s)
 	}

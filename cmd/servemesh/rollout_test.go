@@ -38,3 +38,34 @@ func TestRolloutFlagsAndStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestRolloutStatusSaysHowItEnded: an aborted or failed rollout's status
+// said "rolling out" still, and "phase waiting" went unexplained (issue
+// 40): each phase now says what it means for the requests.
+func TestRolloutStatusSaysHowItEnded(t *testing.T) {
+	for _, c := range []struct {
+		phase meshspec.RolloutPhase
+		want  []string
+		not   string
+	}{
+		{meshspec.RolloutRolledBack, []string{"endpoint gen: rollout of v2 ended; every request is back on v1", "phase rolled_back", "aborted by the operator",
+			"(rolled back: a check failed, or the rollout was aborted; servemesh rollout start begins another)"}, "rolling out"},
+		{meshspec.RolloutPromoted, []string{"endpoint gen: rolled v2 out: it has every request; v1 has none"}, "rolling out"},
+		{meshspec.RolloutWaiting, []string{"rolling out v2 over v1", "(waiting: the candidate has no ready replica yet, so every request stays on the primary"}, "▶"},
+	} {
+		var out strings.Builder
+		rep := api.RolloutReport{Endpoint: "gen", Candidate: "v2", Primary: "v1", Phase: c.phase, Reason: "aborted by the operator",
+			Stages: []string{"traffic 10%", "traffic 100%"}, Checks: meshspec.RolloutChecks{}.Effective()}
+		if err := printRollout(&out, rep); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range c.want {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: rollout status lacks %q:\n%s", c.phase, want, out.String())
+			}
+		}
+		if strings.Contains(out.String(), c.not) {
+			t.Errorf("%s: rollout status says %q:\n%s", c.phase, c.not, out.String())
+		}
+	}
+}

@@ -25,8 +25,8 @@ func TestUnknownNamesAreToldTheFix(t *testing.T) {
 
 	_, err = c.SetTraffic(ctx, "model", map[string]float64{"model-v1": 0.5, "model-v9": 0.5})
 	mustKind(t, err, Invalid, `backend "model-v9" that is not registered (create it first); did you mean "model-v1"? backends: model-v1, model-v2`)
-	_, err = c.SetTraffic(ctx, "modle", map[string]float64{"model-v1": 1})
-	mustKind(t, err, NotFound, `endpoint "modle" that is not registered; did you mean "model"? endpoints: model`)
+	_, err = c.SetTraffic(ctx, "mdoel", map[string]float64{"model-v1": 1})
+	mustKind(t, err, NotFound, `endpoint "mdoel" that is not registered; did you mean "model"? endpoints: model`)
 	_, err = c.SetShadow(ctx, "model", "model-v3", 0.2)
 	mustKind(t, err, Invalid, `did you mean "model-v1"? backends: model-v1, model-v2`)
 	_, err = c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "other", Route: "/other", Traffic: map[string]float64{"ghost": 1}})

@@ -15,6 +15,30 @@ type Sample struct {
 	// Timed is how many answers the latency histogram holds in the window
 	// (Envoy flushes it every second, so it trails Requests a little).
 	Timed uint64 `json:"timed"`
+	// From names the stage whose window the figures are of, where they
+	// are not the current one's: the primary's of an earlier stage
+	// (baseline).
+	From string `json:"from,omitempty"`
+}
+
+// baseline is what the candidate is compared with: the primary's figures
+// over the stage's window or, where the primary answers too few requests
+// there to count (a stage that sends the candidate everything), its
+// figures at the last stage judged on enough of them.
+func baseline(prim Sample, verdicts []meshspec.RolloutVerdict, minSample int) Sample {
+	if prim.Requests >= uint64(minSample) {
+		return prim
+	}
+	for i := len(verdicts) - 1; i >= 0; i-- {
+		if v := verdicts[i]; v.Passed && v.Primary.Requests >= uint64(minSample) {
+			earlier := Sample{RolloutFigures: v.Primary, From: v.Stage}
+			if v.Primary.LatencyMs > 0 {
+				earlier.Timed = v.Primary.Requests
+			}
+			return earlier
+		}
+	}
+	return prim
 }
 
 // sampleOf turns one backend's counts over a window into figures, the
@@ -76,6 +100,12 @@ func Judge(stage meshspec.RolloutStage, checks meshspec.RolloutChecks, elapsed t
 	}
 	v.Passed = true
 	v.Reason = fmt.Sprintf("within the checks over %d answers in %s", cand.Requests, elapsed.Round(time.Second))
+	switch {
+	case prim.From != "":
+		v.Reason += fmt.Sprintf(", compared with the primary's figures at stage %s (it answers too few requests at this one)", prim.From)
+	case prim.Requests < uint64(c.MinSample) && c.Relative():
+		v.Reason += fmt.Sprintf("; the primary answered %d requests, too few to compare with: only the checks of the candidate's own figures applied", prim.Requests)
+	}
 	return v, true
 }
 

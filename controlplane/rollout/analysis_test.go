@@ -65,7 +65,8 @@ func TestJudge(t *testing.T) {
 		{"as many errors as the primary", time.Minute, sample(1000, 8, 4), sample(1000, 8, 4), checks, true, true, "within the checks"},
 		{"slow", time.Second, slow, good, checks, true, false, "p99 latency 49.8 ms, more than 2 times the primary's 5.0 ms"},
 		{"slow but within the tolerance", time.Minute, sample(1000, 0, 5), sample(1000, 0, 2), checks, true, true, ""},
-		{"slow with no primary to compare", time.Minute, slow, sample(5, 0, 4), checks, true, true, ""},
+		{"slow with no primary to compare", time.Minute, slow, sample(5, 0, 4), checks, true, true,
+			"; the primary answered 5 requests, too few to compare with: only the checks of the candidate's own figures applied"},
 		{"slow above the absolute bound", time.Second, slow, slow, meshspec.RolloutChecks{MaxLatencyMs: 25}, true, false, "above the 25.0 ms allowed"},
 		{"good but too early", 5 * time.Second, good, good, checks, false, false, ""},
 		{"good but too few for the stage", time.Minute, sample(50, 0, 4), good, checks, false, false, ""},
@@ -78,6 +79,43 @@ func TestJudge(t *testing.T) {
 		if decided && (v.Stage != "traffic 10%" || v.Candidate != tc.cand.RolloutFigures) {
 			t.Errorf("%s: verdict %+v", tc.name, v)
 		}
+	}
+}
+
+// TestAStageWithoutThePrimaryComparesWithAnEarlierOne: at a stage that
+// sends the candidate every request the primary answers none, and its
+// relative checks compared with nothing, so a slow candidate passed the
+// 100% stage (issue 40). The candidate is compared with the primary's
+// figures at the last stage judged on enough of them, and the verdict
+// says so; with none, it says the relative checks could not apply.
+func TestAStageWithoutThePrimaryComparesWithAnEarlierOne(t *testing.T) {
+	full := meshspec.RolloutStage{Kind: meshspec.StageTraffic, Share: 1, DurationS: 10, MinRequests: 100}
+	checks := meshspec.RolloutChecks{MaxErrorRateIncrease: 0.005}
+	slow, none := sample(1000, 0, 40), sample(0, 0, 0)
+	earlier := []meshspec.RolloutVerdict{
+		{Stage: "traffic 25%", Passed: true, Primary: sample(3000, 0, 4).RolloutFigures},
+		{Stage: "traffic 50%", Passed: true, Primary: sample(2000, 0, 4).RolloutFigures},
+	}
+	base := baseline(none, earlier, checks.Effective().MinSample)
+	if base.From != "traffic 50%" || base.Requests != 2000 || base.Timed != 2000 {
+		t.Fatalf("baseline: %+v", base)
+	}
+	v, decided := Judge(full, checks, time.Minute, slow, base)
+	if !decided || v.Passed || !strings.Contains(v.Reason, "more than 2 times the primary's 5.0 ms") {
+		t.Errorf("a slow candidate at 100%%: decided=%v passed=%v reason %q", decided, v.Passed, v.Reason)
+	}
+	v, decided = Judge(full, checks, time.Minute, sample(1000, 0, 4), base)
+	if !decided || !v.Passed || !strings.HasSuffix(v.Reason, "compared with the primary's figures at stage traffic 50% (it answers too few requests at this one)") {
+		t.Errorf("a good candidate at 100%%: decided=%v passed=%v reason %q", decided, v.Passed, v.Reason)
+	}
+	// The primary's own figures, when it has enough, are the baseline.
+	if own := sample(500, 0, 4); baseline(own, earlier, 20).From != "" {
+		t.Error("a primary with enough answers was compared by an earlier stage")
+	}
+	// A failed verdict's figures are no baseline, nor are too few.
+	if got := baseline(none, []meshspec.RolloutVerdict{{Stage: "traffic 5%", Primary: sample(900, 0, 4).RolloutFigures},
+		{Stage: "traffic 10%", Passed: true, Primary: sample(3, 0, 4).RolloutFigures}}, 20); got.From != "" {
+		t.Errorf("baseline from a failed or thin stage: %+v", got)
 	}
 }
 

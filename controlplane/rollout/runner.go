@@ -127,7 +127,7 @@ func (r *Runner) observe(e meshspec.Endpoint, loads map[string]wire.Load) (meshs
 	cand, prim := sampleOf(c[0], checks.LatencyPercentile), sampleOf(c[1], checks.LatencyPercentile)
 	now := r.now()
 	r.live[e.Name] = Live{Stage: stage.Name(), WindowS: now.Sub(w.started).Seconds(), Candidate: cand, Primary: prim}
-	return Judge(stage, ro.Checks, now.Sub(time.UnixMilli(st.SinceMs)), cand, prim)
+	return Judge(stage, ro.Checks, now.Sub(time.UnixMilli(st.SinceMs)), cand, baseline(prim, st.Verdicts, checks.MinSample))
 }
 
 // judge has the controller record v on e's current stage.
