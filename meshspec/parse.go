@@ -87,7 +87,7 @@ func lenientSpec(data []byte) (*Spec, bool) {
 // MarshalSpec renders s as a config file (YAML), which Parse reads back
 // as s.
 func MarshalSpec(s *Spec) ([]byte, error) {
-	out, err := yaml.Marshal(s)
+	out, err := renderYAML(s)
 	if err != nil {
 		return nil, fmt.Errorf("marshal spec: %w", err)
 	}
@@ -96,7 +96,7 @@ func MarshalSpec(s *Spec) ([]byte, error) {
 
 // Marshal renders a model as YAML, the format Parse reads.
 func Marshal(m *Model) ([]byte, error) {
-	out, err := yaml.Marshal(m)
+	out, err := renderYAML(m)
 	if err != nil {
 		return nil, fmt.Errorf("marshal model: %w", err)
 	}

@@ -220,7 +220,7 @@ func applyDemo(ctx context.Context, o StackOptions, collector string, children [
 		}
 		return "", fmt.Errorf("the controller and agent did not come up (see %s/*.log): %w", o.WorkDir, err)
 	}
-	out, err := meshspec.Marshal(m)
+	out, err := meshspec.MarshalSpec(meshspec.SpecOf(m)) // what users write, as they write it
 	if err != nil {
 		return "", err
 	}
