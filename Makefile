@@ -161,7 +161,7 @@ lint: $(LINT) ## run golangci-lint, go vet, gofmt and the layer and flow rules o
 	go test -count=1 ./docs/
 
 testdata: ## rewrite golden files (and remove orphaned ones) from the current code
-	go test ./xds/translate ./meshspec ./controlplane/api ./controlplane/gatewayapi ./bootstrap ./cmd/servemesh -update
+	go test ./xds/translate ./meshspec ./controlplane/api ./controlplane/gatewayapi ./controlplane/rayserve ./bootstrap ./cmd/servemesh -update
 
 bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measure
 	go test -run '^$$' -bench . -benchmem ./xds/...

@@ -334,7 +334,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		}
 		l := startLoad("http://"+nodes[1].public+"/svc", 4)
 		time.Sleep(300 * time.Millisecond)
-		res, err := c.Apply(ctx, meshspec.SpecOf(file), false)
+		res, err := c.Apply(ctx, meshspec.SpecOf(file), api.ApplyOptions{})
 		if err != nil || len(res.Changes) != 1 || res.Changes[0] != "update backend b" {
 			t.Fatalf("apply: %+v %v", res, err)
 		}

@@ -108,7 +108,7 @@ func TestChaos(t *testing.T) {
 		nodes, err := catalog.Nodes(consulClient, nil)(ctx)
 		return err == nil && len(nodes) == len(agents)
 	})
-	testutil.WaitFor(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, meshspec.SpecOf(want), false); return err == nil })
+	testutil.WaitFor(t, 30*time.Second, "the initial state to be accepted", func() bool { _, err := c.Apply(ctx, meshspec.SpecOf(want), smapi.ApplyOptions{}); return err == nil })
 	if p, err := c.GetBackend(ctx, "p"); err != nil || len(nodesOfPlacements(p)) < 2 {
 		t.Fatalf("p's replicas are not on two nodes: %v (err %v)", p.Placements, err)
 	}
@@ -262,7 +262,7 @@ func (ch *chaos) operate() {
 			next.Endpoints = append(next.Endpoints, meshspec.Endpoint{Name: fmt.Sprintf("x%d", i), Traffic: map[string]float64{"s2": 1}})
 		}
 		ch.note("apply %d endpoints", len(next.Endpoints))
-		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, meshspec.SpecOf(next), false); return err })
+		ch.accept("apply", func() error { _, err := ch.c.Apply(ctx, meshspec.SpecOf(next), smapi.ApplyOptions{}); return err })
 		ch.want = next
 	case 3: // scale the process backend
 		r := 2 + ch.rng.IntN(2) // at least two: one may be killed at a time

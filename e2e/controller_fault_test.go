@@ -58,7 +58,7 @@ func TestControllerRestartChangesNothing(t *testing.T) {
 	if _, err := c.Apply(ctx, meshspec.SpecOf(&meshspec.Model{
 		Backends:  []meshspec.Backend{a.backendModel(), b.backendModel()},
 		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 0.5, "b": 0.5}}},
-	}), false); err != nil {
+	}), api.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	n := startEnvoy(t, "restart-node", ctl.xdsAddr, bootstrap.ProtocolSotW)

@@ -38,7 +38,7 @@ func TestHAFailover(t *testing.T) {
 	if _, err := both.Apply(ctx, meshspec.SpecOf(&meshspec.Model{
 		Backends:  []meshspec.Backend{x.backendModel()},
 		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"x": 1}}},
-	}), false); err != nil {
+	}), api.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	n := startEnvoy(t, "ha-node", a.xdsAddr+","+b.xdsAddr, bootstrap.ProtocolSotW)

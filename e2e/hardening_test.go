@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	smapi "github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
@@ -104,7 +105,7 @@ func TestLargeApplyIsAtomicAndReadsGoOn(t *testing.T) {
 		big.Endpoints = append(big.Endpoints, meshspec.Endpoint{Name: fmt.Sprintf("e%d", i), Traffic: map[string]float64{"b": 1}})
 	}
 	c := ctl.client("")
-	if _, err := c.Apply(context.Background(), meshspec.SpecOf(&meshspec.Model{Backends: big.Backends, Endpoints: big.Endpoints[:10]}), false); err != nil {
+	if _, err := c.Apply(context.Background(), meshspec.SpecOf(&meshspec.Model{Backends: big.Backends, Endpoints: big.Endpoints[:10]}), smapi.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	client, err := consul.Client()

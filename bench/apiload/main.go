@@ -91,7 +91,7 @@ func (b *bench) applyTimes(ctx context.Context, n int) error {
 		{fmt.Sprintf("apply: delete %d endpoints", n), endpoints(0, "")},
 	} {
 		start := time.Now()
-		if _, err := b.client.Apply(ctx, meshspec.SpecOf(step.m), false); err != nil {
+		if _, err := b.client.Apply(ctx, meshspec.SpecOf(step.m), api.ApplyOptions{}); err != nil {
 			return fmt.Errorf("%s: %w", step.what, err)
 		}
 		took := time.Since(start)
@@ -137,7 +137,7 @@ func (b *bench) readsDuringApply(ctx context.Context, n int) error {
 	done := make(chan struct{})
 	go func() { lat = reads(stop, 5*time.Minute); close(done) }()
 	start := time.Now()
-	_, err := b.client.Apply(ctx, meshspec.SpecOf(endpoints(n, "g")), false)
+	_, err := b.client.Apply(ctx, meshspec.SpecOf(endpoints(n, "g")), api.ApplyOptions{})
 	took := time.Since(start)
 	close(stop)
 	<-done
@@ -145,7 +145,7 @@ func (b *bench) readsDuringApply(ctx context.Context, n int) error {
 		return err
 	}
 	row(fmt.Sprintf("GET /v1/leader, 8 clients, during an apply of %d endpoints", n), lat, fmt.Sprintf("the apply took %s", ms(took)))
-	_, err = b.client.Apply(ctx, meshspec.SpecOf(endpoints(0, "")), false)
+	_, err = b.client.Apply(ctx, meshspec.SpecOf(endpoints(0, "")), api.ApplyOptions{})
 	return err
 }
 
@@ -154,7 +154,7 @@ func (b *bench) readsDuringApply(ctx context.Context, n int) error {
 func (b *bench) mixedLoad(ctx context.Context, clients int, d time.Duration) error {
 	m := endpoints(50, "m")
 	m.Backends = append(m.Backends, meshspec.Backend{Name: "c", Replicas: []meshspec.Replica{{Address: "127.0.0.1:10"}}})
-	if _, err := b.client.Apply(ctx, meshspec.SpecOf(m), false); err != nil {
+	if _, err := b.client.Apply(ctx, meshspec.SpecOf(m), api.ApplyOptions{}); err != nil {
 		return err
 	}
 	var mu sync.Mutex
@@ -200,7 +200,7 @@ func (b *bench) mixedLoad(ctx context.Context, clients int, d time.Duration) err
 	secs := d.Seconds()
 	row(fmt.Sprintf("mixed load, %d clients: reads", clients), reads, fmt.Sprintf("%.0f/s", float64(len(reads))/secs))
 	row(fmt.Sprintf("mixed load, %d clients: writes (set traffic)", clients), writes, fmt.Sprintf("%.0f/s; %d calls failed", float64(len(writes))/secs, failed.Load()))
-	_, err := b.client.Apply(ctx, meshspec.SpecOf(endpoints(0, "")), false)
+	_, err := b.client.Apply(ctx, meshspec.SpecOf(endpoints(0, "")), api.ApplyOptions{})
 	return err
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
@@ -26,7 +27,7 @@ import (
 // an answer, hang up) and reports the controller's memory before, right
 // after, and once the gone nodes are bounded.
 func (b *bench) nodeMemory(ctx context.Context, n int) error {
-	if _, err := b.client.Apply(ctx, meshspec.SpecOf(endpoints(100, "n")), false); err != nil {
+	if _, err := b.client.Apply(ctx, meshspec.SpecOf(endpoints(100, "n")), api.ApplyOptions{}); err != nil {
 		return err
 	}
 	time.Sleep(time.Second)

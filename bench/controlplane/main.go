@@ -129,7 +129,7 @@ func setTrafficToServed(ctx context.Context, dir, consulAddr string, flips int) 
 		backends = append(backends, meshspec.Backend{Name: name, Replicas: []meshspec.Replica{{Address: addr}}})
 	}
 	if _, err := c.Apply(ctx, meshspec.SpecOf(&meshspec.Model{Backends: backends,
-		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}}}), false); err != nil {
+		Endpoints: []meshspec.Endpoint{{Name: "svc", Route: "/svc", Traffic: map[string]float64{"a": 1}}}}), api.ApplyOptions{}); err != nil {
 		return err
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

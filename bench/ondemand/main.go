@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/bench/benchenv"
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
@@ -86,7 +87,7 @@ func (o options) run(ctx context.Context, be *benchenv.Env, mode string, run int
 		spec.Backends = append(spec.Backends, meshspec.BackendSpec{Name: name, Replicas: []meshspec.ReplicaSpec{{Address: replica}}})
 		spec.Endpoints = append(spec.Endpoints, meshspec.Endpoint{Name: name, Route: "/" + name, Traffic: map[string]float64{name: 1}})
 	}
-	if err := testutil.Until(60*time.Second, func() bool { _, err := mesh.Client.Apply(ctx, &spec, false); return err == nil }); err != nil {
+	if err := testutil.Until(60*time.Second, func() bool { _, err := mesh.Client.Apply(ctx, &spec, api.ApplyOptions{}); return err == nil }); err != nil {
 		return nil, nil, fmt.Errorf("apply: %w", err)
 	}
 	client := &http.Client{Timeout: 10 * time.Second}

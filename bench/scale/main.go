@@ -136,7 +136,7 @@ func run(o options) error {
 	defer mesh.Stop()
 	m := modelgen.Model(o.endpoints, 3, 3)
 	if err := testutil.Until(60*time.Second, func() bool {
-		_, err := mesh.Client.Apply(ctx, meshspec.SpecOf(m), false)
+		_, err := mesh.Client.Apply(ctx, meshspec.SpecOf(m), api.ApplyOptions{})
 		return err == nil
 	}); err != nil {
 		return fmt.Errorf("apply %d endpoints: %w", o.endpoints, err)

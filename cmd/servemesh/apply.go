@@ -45,7 +45,7 @@ func loadApplied(stdin io.Reader, file string, ray rayserve.Options) (*meshspec.
 func newApplyCommand() *cobra.Command {
 	var f clientFlags
 	var file string
-	var dryRun bool
+	var dryRun, prune bool
 	var wait waitFlags
 	var ray rayFlags
 	c := &cobra.Command{
@@ -67,7 +67,7 @@ func newApplyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.Apply(cmd.Context(), m, dryRun)
+			res, err := c.Apply(cmd.Context(), m, api.ApplyOptions{DryRun: dryRun, PruneRollouts: prune})
 			if err != nil {
 				return err
 			}
@@ -101,6 +101,7 @@ func newApplyCommand() *cobra.Command {
 	addClientFlags(c, &f)
 	c.Flags().StringVarP(&file, "filename", "f", "", "the config `FILE` to apply, in the format servemesh serve --config reads, or a Ray Serve config file (serve deploy's); - reads it from standard input")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
+	c.Flags().BoolVar(&prune, "prune-rollouts", false, "remove the records of ended rollouts the file does not declare (their stages and verdicts); without it they are kept")
 	ray.register(c.Flags())
 	_ = c.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return c

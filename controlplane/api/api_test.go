@@ -105,7 +105,7 @@ func TestClientRoundTripAndStatusCodes(t *testing.T) {
 	if err != nil || e.Shadows["v1"] != 0.1 {
 		t.Fatalf("get endpoint: %+v %v", e, err)
 	}
-	res, err := cl.Apply(ctx, meshspec.SpecOf(&meshspec.Model{Backends: []meshspec.Backend{v1}}), true)
+	res, err := cl.Apply(ctx, meshspec.SpecOf(&meshspec.Model{Backends: []meshspec.Backend{v1}}), ApplyOptions{DryRun: true})
 	if err != nil || strings.Join(res.Changes, ",") != "delete endpoint api" {
 		t.Fatalf("dry-run apply: %+v %v", res, err)
 	}

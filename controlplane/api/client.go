@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/servemesh/servemesh/controlplane/controller"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/meshspec"
 )
@@ -300,12 +301,23 @@ func (c *Client) SetShadow(ctx context.Context, endpoint, backend string, propor
 	return out.Changed, c.do(ctx, http.MethodPut, "/v1/endpoints/"+esc(endpoint)+"/shadows/"+esc(backend), ShadowRequest{Proportion: &proportion}, &out)
 }
 
-// Apply makes the state equal m (or, with dryRun, only reports the changes).
-func (c *Client) Apply(ctx context.Context, m *meshspec.Spec, dryRun bool) (ApplyResult, error) {
+// ApplyOptions are how an apply goes (dry run, pruning ended rollouts).
+type ApplyOptions = controller.ApplyOptions
+
+// Apply makes the state equal m (or, with opts.DryRun, only reports the
+// changes).
+func (c *Client) Apply(ctx context.Context, m *meshspec.Spec, opts ApplyOptions) (ApplyResult, error) {
 	var out ApplyResult
+	q := url.Values{}
+	if opts.DryRun {
+		q.Set("dry_run", "true")
+	}
+	if opts.PruneRollouts {
+		q.Set("prune_rollouts", "true")
+	}
 	path := "/v1/apply"
-	if dryRun {
-		path += "?dry_run=true"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	return out, c.do(ctx, http.MethodPost, path, m, &out)
 }

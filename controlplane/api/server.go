@@ -287,20 +287,25 @@ func (s *server) setShadow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) apply(w http.ResponseWriter, r *http.Request) {
-	dryRun := false
-	if v := r.URL.Query().Get("dry_run"); v != "" {
-		var err error
-		if dryRun, err = strconv.ParseBool(v); err != nil { // ?dry_run=yes must not apply
-			writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("dry_run %q: not true or false; nothing was applied", v), "")
-			return
+	var opts controller.ApplyOptions
+	for _, p := range []struct {
+		name string
+		to   *bool
+	}{{"dry_run", &opts.DryRun}, {"prune_rollouts", &opts.PruneRollouts}} {
+		if v := r.URL.Query().Get(p.name); v != "" {
+			var err error
+			if *p.to, err = strconv.ParseBool(v); err != nil { // ?dry_run=yes must not apply
+				writeError(w, http.StatusBadRequest, "invalid", fmt.Sprintf("%s %q: not true or false; nothing was applied", p.name, v), "")
+				return
+			}
 		}
 	}
 	var m meshspec.Spec
 	if !decodeLimit(w, r, &m, MaxApplyBytes, true) {
 		return
 	}
-	diff, err := s.c.Apply(r.Context(), &m, dryRun)
-	res := ApplyResult{Changes: []string{}, Diff: nonNil(diff), DryRun: dryRun, Revision: uint64(s.c.Revision())}
+	diff, err := s.c.Apply(r.Context(), &m, opts)
+	res := ApplyResult{Changes: []string{}, Diff: nonNil(diff), DryRun: opts.DryRun, Revision: uint64(s.c.Revision())}
 	for _, ch := range diff {
 		res.Changes = append(res.Changes, ch.String())
 	}

@@ -236,26 +236,26 @@ func TestApplyIsOneCommitAndDryRunChangesNothing(t *testing.T) {
 		desired.Endpoints = append(desired.Endpoints, meshspec.Endpoint{Name: fmt.Sprintf("e%03d", i), Route: fmt.Sprintf("/e%03d", i),
 			Traffic: map[string]float64{fmt.Sprintf("b%03d", i): 1}})
 	}
-	diff, err := c.Apply(ctx, meshspec.SpecOf(desired), true)
+	diff, err := c.Apply(ctx, meshspec.SpecOf(desired), ApplyOptions{DryRun: true})
 	if err != nil || len(diff) != 200 || diff[0].String() != "create backend b000" {
 		t.Fatalf("dry run: %d lines (%v), err %v", len(diff), diff[:min(3, len(diff))], err)
 	}
 	if _, rev, _ := st.Load(ctx); rev != 0 {
 		t.Fatalf("a dry run wrote revision %d", rev)
 	}
-	if _, err := c.Apply(ctx, meshspec.SpecOf(desired), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(desired), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	stored, rev, _ := st.Load(ctx)
 	if rev != 1 || !equalModels(stored, desired) || !equalModels(pub.last(), desired) || len(pub.models) != 2 {
 		t.Fatalf("after apply: revision %d (want 1: one atomic commit), %d backends, %d publishes (want the recovery's and one)", rev, len(stored.Backends), len(pub.models))
 	}
-	if diff, err := c.Apply(ctx, meshspec.SpecOf(desired), false); err != nil || len(diff) != 0 {
+	if diff, err := c.Apply(ctx, meshspec.SpecOf(desired), ApplyOptions{}); err != nil || len(diff) != 0 {
 		t.Fatalf("re-apply: %v, %v; want no differences", diff, err)
 	}
 	// Shrinking, in one commit too.
 	small := &meshspec.Model{Backends: desired.Backends[:1], Endpoints: desired.Endpoints[:1]}
-	if _, err := c.Apply(ctx, meshspec.SpecOf(small), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(small), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if stored, _, _ := st.Load(ctx); !equalModels(stored, small) {
@@ -385,7 +385,7 @@ func TestCommandsNeedAuthority(t *testing.T) {
 	changed, err = c.UpdateBackendConfig(write, "p", meshspec.BackendConfigPatch{MaxConcurrentQueries: &n})
 	mustChange(t, changed, err)
 	same := &meshspec.Spec{Backends: []meshspec.BackendSpec{p}}
-	if _, err := c.Apply(write, same, false); err != nil {
+	if _, err := c.Apply(write, same, ApplyOptions{}); err != nil {
 		t.Fatalf("an apply with the stored spec needs no authority: %v", err)
 	}
 	for name, change := range map[string]func(*meshspec.ProcessSpec){
@@ -397,7 +397,7 @@ func TestCommandsNeedAuthority(t *testing.T) {
 		changed := meshspec.SpecOf(same.Model())
 		change(changed.Backends[0].Process)
 		for _, dry := range []bool{true, false} {
-			_, err := c.Apply(write, changed, dry)
+			_, err := c.Apply(write, changed, ApplyOptions{DryRun: dry})
 			mustKind(t, err, Forbidden, `backend "p"`)
 		}
 		got, _ := c.GetBackend("p")
@@ -419,19 +419,19 @@ func TestEnvValuesAreNoOracle(t *testing.T) {
 	spec := func(v string) *meshspec.Spec {
 		return &meshspec.Spec{Backends: []meshspec.BackendSpec{{Name: "p", Process: &meshspec.ProcessSpec{Command: "/srv/model", Env: map[string]string{"API_KEY": v}}}}}
 	}
-	if changes, err := c.Apply(exec, spec("s3cret"), false); err != nil || len(changes) == 0 {
+	if changes, err := c.Apply(exec, spec("s3cret"), ApplyOptions{}); err != nil || len(changes) == 0 {
 		t.Fatalf("the exec token's apply: %v, %v", changes, err)
 	}
 	for _, dry := range []bool{true, false} {
 		for _, guess := range []string{"s3cret", "wrong"} {
-			_, err := c.Apply(write, spec(guess), dry)
+			_, err := c.Apply(write, spec(guess), ApplyOptions{DryRun: dry})
 			mustKind(t, err, Forbidden, "env API_KEY")
 		}
-		if changes, err := c.Apply(write, spec(meshspec.RedactedEnv), dry); err != nil || len(changes) != 0 {
+		if changes, err := c.Apply(write, spec(meshspec.RedactedEnv), ApplyOptions{DryRun: dry}); err != nil || len(changes) != 0 {
 			t.Fatalf("writing back the placeholder (dry %v): %v, %v; want no change", dry, changes, err)
 		}
 	}
-	if changes, err := c.Apply(exec, spec(meshspec.RedactedEnv), false); err != nil || len(changes) != 0 {
+	if changes, err := c.Apply(exec, spec(meshspec.RedactedEnv), ApplyOptions{}); err != nil || len(changes) != 0 {
 		t.Fatalf("the placeholder from an exec token: %v, %v; want the stored value kept", changes, err)
 	}
 	if b, _ := c.GetBackend("p"); b.Process.Env["API_KEY"] != "s3cret" {
@@ -462,7 +462,7 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 		mustKind(t, err, Invalid, flag)
 		mustKind(t, err, Invalid, "replicas[1]")
 		for _, dry := range []bool{true, false} {
-			_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{b}}, dry)
+			_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{b}}, ApplyOptions{DryRun: dry})
 			mustKind(t, err, Invalid, flag)
 		}
 	}
@@ -481,7 +481,7 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 	c, _ = newLeader(t, st)
 	changed, err = c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "e", Traffic: map[string]float64{"local": 1}})
 	mustChange(t, changed, err)
-	_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{{Name: "local", Replicas: []meshspec.ReplicaSpec{{Address: "127.0.0.1:9001"}, {Address: "127.0.0.1:9002"}}}}}, true)
+	_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{{Name: "local", Replicas: []meshspec.ReplicaSpec{{Address: "127.0.0.1:9001"}, {Address: "127.0.0.1:9002"}}}}}, ApplyOptions{DryRun: true})
 	mustKind(t, err, Invalid, `"127.0.0.1:9002"`)
 }
 
@@ -533,7 +533,7 @@ func TestPlaintextMeshRefusesLoadAware(t *testing.T) {
 	mustKind(t, err, Invalid, `backend "llm" config.load_aware`)
 	mustKind(t, err, Invalid, "without --plaintext")
 	for _, dry := range []bool{true, false} {
-		_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{aware}}, dry)
+		_, err = c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{aware}}, ApplyOptions{DryRun: dry})
 		mustKind(t, err, Invalid, "config.load_aware")
 	}
 	plainSpec := aware
@@ -579,17 +579,17 @@ func TestPlaintextMeshRefusesModelRewrites(t *testing.T) {
 	rewrite := map[string]float64{"assistant-v1": 0.5, "assistant-v2": 0.5}
 	c := plain()
 	for _, dry := range []bool{true, false} {
-		_, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(rewrite)}}, dry)
+		_, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(rewrite)}}, ApplyOptions{DryRun: dry})
 		mustKind(t, err, Invalid, `endpoint "chat" model_routing.models.assistant.rewrite`)
 		mustKind(t, err, Invalid, "without --plaintext")
 	}
-	changed, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(nil)}}, false)
+	changed, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(nil)}}, ApplyOptions{})
 	mustChange(t, len(changed) > 0, err)
 	if u := c.UnservedSettings(); len(u) != 0 {
 		t.Fatalf("unserved settings %q with none stored", u)
 	}
 	mtls, _ := newLeader(t, st)
-	if _, err := mtls.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(rewrite)}}, false); err != nil {
+	if _, err := mtls.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{backend}, Endpoints: []meshspec.Endpoint{chat(rewrite)}}, ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	c = plain()

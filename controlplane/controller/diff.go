@@ -32,15 +32,45 @@ type FieldChange struct {
 	To    json.RawMessage `json:"to,omitempty"`
 }
 
-// String is the field change in one line: "traffic.model-v1: 0.7 -> 0.9".
+// String is the field change in one line: "traffic.model-v1: 0.7 -> 0.9";
+// a long list is summed up by its length ("[4 items]").
 func (f FieldChange) String() string {
 	show := func(v json.RawMessage) string {
-		if v == nil {
+		switch {
+		case v == nil:
 			return "(none)"
+		case len(v) > maxShownValue && v[0] == '[':
+			var items []json.RawMessage
+			if json.Unmarshal(v, &items) == nil {
+				return fmt.Sprintf("[%d items]", len(items))
+			}
 		}
 		return string(v)
 	}
 	return fmt.Sprintf("%s: %s -> %s", f.Field, show(f.From), show(f.To))
+}
+
+// maxShownValue is the longest value a field change's line shows whole.
+const maxShownValue = 80
+
+// order is where a change comes among an apply's, as they happen: what
+// others name is made first and removed last (a backend before the
+// endpoints that send to it, which are deleted before it).
+func (c Change) order() int {
+	deleted := c.Action == "delete"
+	switch {
+	case c.Kind == "mesh" && !deleted:
+		return 0
+	case c.Kind == "backend" && !deleted:
+		return 1
+	case c.Kind == "endpoint" && !deleted:
+		return 2
+	case c.Kind == "endpoint":
+		return 3
+	case c.Kind == "backend":
+		return 4
+	}
+	return 5
 }
 
 // describe lists what ch changes in current, sorted by object.
@@ -77,8 +107,8 @@ func describe(current *meshspec.Model, ch store.Change) []Change {
 		out = append(out, Change{Action: "delete", Kind: "mesh", Name: "settings"})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Kind != out[j].Kind {
-			return out[i].Kind < out[j].Kind
+		if a, b := out[i].order(), out[j].order(); a != b {
+			return a < b
 		}
 		return out[i].Name < out[j].Name
 	})
@@ -103,9 +133,18 @@ func toJSON(v any) any {
 	return out
 }
 
+// diffJSON lists what differs between before and after, field by field
+// where both are objects or one is an object and the other absent (an
+// object added or removed is its fields added or removed).
 func diffJSON(path string, before, after any, out *[]FieldChange) {
 	bm, bok := before.(map[string]any)
 	am, aok := after.(map[string]any)
+	if bok && after == nil {
+		am, aok = map[string]any{}, true
+	}
+	if aok && before == nil {
+		bm, bok = map[string]any{}, true
+	}
 	if bok && aok {
 		keys := map[string]bool{}
 		for k := range bm {

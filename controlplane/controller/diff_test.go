@@ -19,7 +19,7 @@ func TestFieldChanges(t *testing.T) {
 	}
 	want := []string{
 		`methods: (none) -> ["POST"]`,
-		`shadows: (none) -> {"model-v2":0.2}`,
+		`shadows.model-v2: (none) -> 0.2`,
 		`traffic.model-v1: 0.7 -> 0.9`,
 		`traffic.model-v2: 0.3 -> (none)`,
 		`traffic.model-v3: (none) -> 0.1`,

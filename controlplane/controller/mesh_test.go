@@ -48,9 +48,9 @@ func TestTracingSettings(t *testing.T) {
 
 	spec := meshspec.SpecOf(func() *meshspec.Model { m, _ := c.State(); return m }())
 	spec.Mesh.Tracing.Collector = "collector.example:4317"
-	_, err = c.Apply(write, spec, true)
+	_, err = c.Apply(write, spec, ApplyOptions{DryRun: true})
 	mustKind(t, err, Forbidden, "exec scope")
-	diff, err := c.Apply(exec, spec, true)
+	diff, err := c.Apply(exec, spec, ApplyOptions{DryRun: true})
 	if err != nil || len(diff) != 1 || diff[0].String() != "update mesh settings" || diff[0].Fields[0].Field != "tracing.collector" {
 		t.Fatalf("apply's diff: %+v, %v; want the mesh's tracing.collector updated", diff, err)
 	}

@@ -38,7 +38,7 @@ func TestCordonAndDrain(t *testing.T) {
 		t.Fatalf("scaled to 3 with n2 cordoned: %v; want the new replica on n1, n2's kept", got)
 	}
 	// A file applied keeps the maintenance.
-	if _, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{meshspec.BackendSpecOf(b)}}, false); err != nil {
+	if _, err := c.Apply(ctx, &meshspec.Spec{Backends: []meshspec.BackendSpec{meshspec.BackendSpecOf(b)}}, ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if m, _ := c.State(); !m.Nodes[0].Cordoned {

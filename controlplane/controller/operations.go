@@ -277,6 +277,15 @@ func (c *Controller) GetEndpoint(name string) (meshspec.Endpoint, error) {
 	return meshspec.Endpoint{}, errorf(NotFound, "endpoint %q is not registered; %s", name, endpointHint(m, name))
 }
 
+// ApplyOptions are how an apply goes.
+type ApplyOptions struct {
+	// DryRun only reports the differences.
+	DryRun bool
+	// PruneRollouts removes the records of ended rollouts the file does
+	// not declare; without it they are kept, history and all.
+	PruneRollouts bool
+}
+
 // Apply makes the desired state equal to desired, as `kubectl apply` does
 // for a whole file: it is idempotent, and with dryRun it only reports the
 // differences. It returns one line per difference.
@@ -286,7 +295,7 @@ func (c *Controller) GetEndpoint(name string) (meshspec.Endpoint, error) {
 // num_replicas (draining any surplus), leaves an autoscaled backend's
 // replica count to the autoscaler, and rolls out a changed process spec
 // (the old replicas drain while new ones are placed).
-func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, dryRun bool) ([]Change, error) {
+func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, opts ApplyOptions) ([]Change, error) {
 	ctx = specsWritten(ctx)
 	for i, e := range spec.Endpoints {
 		if err := meshspec.CheckDeclared(meshspec.ItemField("endpoints", i, e.Name, false), e); err != nil {
@@ -298,12 +307,12 @@ func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, dryRun bool
 	if err != nil {
 		return nil, err
 	}
-	if dryRun {
+	if opts.DryRun {
 		current, _ := c.State()
 		if err := c.guard(ctx, current, desired); err != nil {
 			return nil, err
 		}
-		next, err := prepareApply(current, desired, nodes, c.now(), c.readyTags)
+		next, err := prepareApply(current, desired, nodes, c.now(), c.readyTags, opts.PruneRollouts)
 		if err != nil {
 			return nil, err
 		}
@@ -314,7 +323,7 @@ func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, dryRun bool
 		if err := c.guard(ctx, m, desired); err != nil {
 			return err // before placement says whether it would fit
 		}
-		next, err := prepareApply(m, desired, nodes, c.now(), c.readyTags)
+		next, err := prepareApply(m, desired, nodes, c.now(), c.readyTags, opts.PruneRollouts)
 		if err != nil {
 			return err
 		}
@@ -326,8 +335,9 @@ func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, dryRun bool
 }
 
 // prepareApply turns a file's model into the state to store: it carries
-// over what the controller manages from current and places replicas.
-func prepareApply(current, desired *meshspec.Model, nodes []wire.NodeInfo, now time.Time, ready func(backend string) map[string]bool) (*meshspec.Model, error) {
+// over what the controller manages from current (ended rollouts' records
+// too, unless prune) and places replicas.
+func prepareApply(current, desired *meshspec.Model, nodes []wire.NodeInfo, now time.Time, ready func(backend string) map[string]bool, prune bool) (*meshspec.Model, error) {
 	next := meshspec.Clone(desired)
 	next.Nodes = slices.Clone(current.Nodes) // maintenance is the operator's, not a file's
 	currentBackends := indexByName(current.Backends, func(b meshspec.Backend) string { return b.Name })
@@ -350,7 +360,7 @@ func prepareApply(current, desired *meshspec.Model, nodes []wire.NodeInfo, now t
 			}
 		}
 	}
-	if err := carryRollouts(current, next, now); err != nil {
+	if err := carryRollouts(current, next, now, prune); err != nil {
 		return nil, err
 	}
 	if err := next.Validate(); err != nil {

@@ -231,9 +231,10 @@ func (c *Controller) RolloutEndpoints() []meshspec.Endpoint {
 
 // carryRollouts keeps, for each endpoint of desired whose file declares
 // the rollout current has, the rollout's status and the traffic it sets;
-// a new rollout in the file starts now. A file may not replace a rollout
-// in progress.
-func carryRollouts(current, desired *meshspec.Model, now time.Time) error {
+// a new rollout in the file starts now; an ended one the file does not
+// declare is kept (its history) unless prune. A file may not replace a
+// rollout in progress.
+func carryRollouts(current, desired *meshspec.Model, now time.Time, prune bool) error {
 	cur := indexByName(current.Endpoints, func(e meshspec.Endpoint) string { return e.Name })
 	for i := range desired.Endpoints {
 		d := &desired.Endpoints[i]
@@ -244,6 +245,11 @@ func carryRollouts(current, desired *meshspec.Model, now time.Time) error {
 		switch {
 		case d.Rollout == nil && was.Active():
 			return busyRollout(current.Endpoints[cur[d.Name]])
+		case d.Rollout == nil && was != nil && !prune:
+			// An ended rollout's record is its history (stages, verdicts):
+			// a file that does not declare it keeps it, inert (the file's
+			// traffic stands), unless told to prune it.
+			d.Rollout = meshspec.CloneEndpoint(current.Endpoints[cur[d.Name]]).Rollout
 		case d.Rollout == nil:
 		case was != nil && was.SameSpec(*d.Rollout):
 			r := *d.Rollout

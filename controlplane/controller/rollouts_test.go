@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"maps"
+	"slices"
 	"testing"
 
 	"github.com/servemesh/servemesh/controlplane/store"
@@ -127,12 +128,12 @@ func TestApplyCarriesARolloutOn(t *testing.T) {
 	r := twoSteps()
 	spec := &meshspec.Spec{Backends: []meshspec.BackendSpec{meshspec.BackendSpecOf(backend("v1")), meshspec.BackendSpecOf(backend("v2"))},
 		Endpoints: []meshspec.Endpoint{{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v1": 1}, Rollout: &r}}}
-	if _, err := c.Apply(ctx, spec, false); err != nil {
+	if _, err := c.Apply(ctx, spec, ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	changes(t)(c.BeginRollout(ctx, "gen"))
 	changes(t)(c.JudgeRollout(ctx, "gen", 0, meshspec.RolloutVerdict{Passed: true}))
-	diff, err := c.Apply(ctx, spec, false)
+	diff, err := c.Apply(ctx, spec, ApplyOptions{})
 	if err != nil || len(diff) != 0 {
 		t.Fatalf("re-applying the same file: %v %v", diff, err)
 	}
@@ -142,10 +143,10 @@ func TestApplyCarriesARolloutOn(t *testing.T) {
 	changed := twoSteps()
 	changed.Steps[0].Weight = 0.2
 	spec.Endpoints[0].Rollout = &changed
-	_, err = c.Apply(ctx, spec, false)
+	_, err = c.Apply(ctx, spec, ApplyOptions{})
 	mustKind(t, err, Conflict, "in progress (progressing, stage traffic 10%)")
 	spec.Endpoints[0].Rollout = nil
-	_, err = c.Apply(ctx, spec, false)
+	_, err = c.Apply(ctx, spec, ApplyOptions{})
 	mustKind(t, err, Conflict, "in progress")
 }
 
@@ -177,5 +178,78 @@ func TestPromotionScalesThePrimaryDownIfAsked(t *testing.T) {
 	}
 	if v2, _ := c.GetBackend("v2"); v2.Config.NumReplicas != 2 {
 		t.Fatalf("the candidate was scaled: %d", v2.Config.NumReplicas)
+	}
+}
+
+// TestApplyKeepsAnEndedRolloutsHistory: a file that does not declare an
+// ended rollout keeps its record (stages, verdicts), and the file's
+// traffic stands; --prune-rollouts removes it, field by field in the diff
+// with the verdicts counted, not one long line (issue 40: apply erased
+// the history without asking).
+func TestApplyKeepsAnEndedRolloutsHistory(t *testing.T) {
+	ctx := context.Background()
+	c, _ := rolloutSetup(t)
+	changes(t)(c.StartRollout(ctx, "gen", twoSteps()))
+	changes(t)(c.BeginRollout(ctx, "gen"))
+	changes(t)(c.JudgeRollout(ctx, "gen", 0, meshspec.RolloutVerdict{Stage: "shadow 100%", Passed: true}))
+	changes(t)(c.ActOnRollout(ctx, "gen", meshspec.PromoteRollout))
+	spec := &meshspec.Spec{Backends: []meshspec.BackendSpec{meshspec.BackendSpecOf(backend("v1")), meshspec.BackendSpecOf(backend("v2"))},
+		Endpoints: []meshspec.Endpoint{{Name: "gen", Route: "/gen", Traffic: map[string]float64{"v2": 0.5, "v1": 0.5}}}}
+	diff, err := c.Apply(ctx, spec, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := endpointOf(t, c)
+	if e.Rollout == nil || e.Rollout.Status.Phase != meshspec.RolloutPromoted || len(e.Rollout.Status.Verdicts) != 1 {
+		t.Fatalf("the ended rollout's record was not kept: %+v", e.Rollout)
+	}
+	if !maps.Equal(e.Traffic, map[string]float64{"v1": 0.5, "v2": 0.5}) {
+		t.Fatalf("the kept record overrode the file's traffic: %v", e.Traffic)
+	}
+	if len(diff) != 1 || len(diff[0].Fields) != 2 || diff[0].Fields[0].Field != "traffic.v1" {
+		t.Fatalf("the diff of a file keeping the history: %+v", diff)
+	}
+	diff, err = c.Apply(ctx, spec, ApplyOptions{DryRun: true, PruneRollouts: true})
+	if err != nil || len(diff) != 1 {
+		t.Fatalf("dry run with prune: %v %v", diff, err)
+	}
+	lines := map[string]string{}
+	for _, f := range diff[0].Fields {
+		lines[f.Field] = f.String()
+		if len(f.String()) > 200 {
+			t.Errorf("a line of the diff is %d characters: %s", len(f.String()), f)
+		}
+	}
+	if lines["rollout.candidate"] != `rollout.candidate: "v2" -> (none)` || lines["rollout.status.verdicts"] != "rollout.status.verdicts: [1 items] -> (none)" ||
+		lines["rollout.status.phase"] != `rollout.status.phase: "promoted" -> (none)` {
+		t.Errorf("the pruning diff, field by field: %q", lines)
+	}
+	if _, err := c.Apply(ctx, spec, ApplyOptions{PruneRollouts: true}); err != nil {
+		t.Fatal(err)
+	}
+	if e := endpointOf(t, c); e.Rollout != nil {
+		t.Fatalf("prune kept %+v", e.Rollout)
+	}
+}
+
+// TestApplyListsChangesAsTheyHappen: a dry run listed a backend's
+// deletion before that of the endpoint using it (issue 40); changes come
+// in the order they take effect.
+func TestApplyListsChangesAsTheyHappen(t *testing.T) {
+	ctx := context.Background()
+	c, _ := rolloutSetup(t)
+	spec := &meshspec.Spec{Backends: []meshspec.BackendSpec{meshspec.BackendSpecOf(backend("v1")), meshspec.BackendSpecOf(backend("v3"))},
+		Endpoints: []meshspec.Endpoint{{Name: "api", Route: "/api", Traffic: map[string]float64{"v3": 1}}}}
+	diff, err := c.Apply(ctx, spec, ApplyOptions{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ch := range diff {
+		got = append(got, ch.String())
+	}
+	want := []string{"create backend v3", "create endpoint api", "delete endpoint gen", "delete backend v2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("changes %q, want %q", got, want)
 	}
 }

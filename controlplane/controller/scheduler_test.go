@@ -205,7 +205,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 	scaled := processBackend("auto", 0, 1)
 	scaled.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2}
 	file := &meshspec.Model{Backends: []meshspec.Backend{processBackend("a", 2, 1), scaled}}
-	if _, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := c.GetBackend("a")
@@ -217,7 +217,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, rev, _ := st.Load(ctx)
-	diff, err := c.Apply(ctx, meshspec.SpecOf(file), false)
+	diff, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{})
 	if _, after, _ := st.Load(ctx); err != nil || len(diff) != 0 || after != rev {
 		t.Fatalf("re-applying the same file: %v, %v (revision %d -> %d); want no changes", diff, err, rev, after)
 	}
@@ -225,7 +225,7 @@ func TestApplyKeepsPlacements(t *testing.T) {
 		t.Fatalf("apply reset the autoscaler's count to %d", got.Config.NumReplicas)
 	}
 	file.Backends[0].Config.NumReplicas = 3
-	if _, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := c.GetBackend("a")
@@ -249,12 +249,12 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	c, _ := newScheduling(t, nodes)
 	ctx := MayRunCommands(context.Background())
 	file := &meshspec.Model{Backends: []meshspec.Backend{processBackend("a", 2, 1)}}
-	if _, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := c.GetBackend("a")
 	file.Backends[0].Process = &meshspec.ProcessSpec{Command: "/bin/replica-v2"}
-	diff, err := c.Apply(ctx, meshspec.SpecOf(file), false)
+	diff, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{})
 	if err != nil || len(diff) != 1 || diff[0].String() != "update backend a" || len(diff[0].Fields) != 1 ||
 		diff[0].Fields[0].String() != `process.command: "/bin/replica" -> "/bin/replica-v2"` {
 		t.Fatalf("apply of a new spec: %+v, %v; want the command's change and nothing else (placements are not the user's)", diff, err)
@@ -302,7 +302,7 @@ func TestApplyRollsOutANewProcessSpec(t *testing.T) {
 	if r, d, f := count(); r != 0 || d != 2 || f != 2 {
 		t.Fatalf("once the new replicas are healthy: %d old running, %d old draining, %d new; want 0, 2, 2", r, d, f)
 	}
-	if diff, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil || len(diff) != 0 {
+	if diff, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{}); err != nil || len(diff) != 0 {
 		t.Fatalf("re-applying the new spec: %v, %v; want no changes", diff, err)
 	}
 }
@@ -540,7 +540,7 @@ func TestAnAutoscaledBackendStartsAtItsInitialReplicas(t *testing.T) {
 	applied := processBackend("applied", 0, 1)
 	applied.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 0, MaxReplicas: 4, TargetInFlight: 2, InitialReplicas: 2}
 	file := &meshspec.Model{Backends: []meshspec.Backend{initial, minimum, applied}}
-	if _, err := c.Apply(ctx, meshspec.SpecOf(file), false); err != nil {
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]int{"initial": 3, "minimum": 2, "applied": 2} {

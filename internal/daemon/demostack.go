@@ -214,7 +214,7 @@ func applyDemo(ctx context.Context, o StackOptions, collector string, children [
 	m := StackModel(o.Self)
 	m.Mesh = &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: collector, SamplingPercent: &demoSampling}}
 	// Process backends need a live node: retry until the agent has registered.
-	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, meshspec.SpecOf(m), false); return err == nil }); err != nil {
+	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, meshspec.SpecOf(m), api.ApplyOptions{}); return err == nil }); err != nil {
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}

@@ -296,14 +296,18 @@ class Client:
 
     # servemesh's own.
 
-    def apply(self, spec: Mapping[str, Any], dry_run: bool = False, *, wait: Optional[bool] = None) -> Dict[str, Any]:
+    def apply(self, spec: Mapping[str, Any], dry_run: bool = False, *, wait: Optional[bool] = None,
+              prune_rollouts: bool = False) -> Dict[str, Any]:
         """Makes the whole state the one given ({"backends": [...],
         "endpoints": [...]}), in one change, and returns once it is served;
-        dry_run only says what would change."""
+        dry_run only says what would change. Ended rollouts the spec does
+        not declare keep their records (history) unless prune_rollouts."""
         _args.mapping("apply", "spec", spec)
         _args.flag("apply", "dry_run", dry_run)
         _args.optional_flag("apply", "wait", wait)
-        result = self._call("POST", "/v1/apply" + ("?dry_run=true" if dry_run else ""), dict(spec))
+        _args.flag("apply", "prune_rollouts", prune_rollouts)
+        query = "&".join(name + "=true" for name, on in (("dry_run", dry_run), ("prune_rollouts", prune_rollouts)) if on)
+        result = self._call("POST", "/v1/apply" + ("?" + query if query else ""), dict(spec))
         if not dry_run:
             backends = [b["name"] for b in spec.get("backends") or [] if isinstance(b, Mapping) and "name" in b]
             self._changed(result, wait, backends=backends)
