@@ -50,7 +50,7 @@ func histogramJSON(name string) string {
 // TestStatusHandlerServesLoad reads the load as the controller does: over
 // the agent's status listener, from its Envoy's stats.
 func TestStatusHandlerServesLoad(t *testing.T) {
-	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), fakeAdmin(t), "n1", LoadExtras{}))
+	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), fakeAdmin(t), "n1", LoadExtras{}, nil))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + wire.LoadPath) //nolint:noctx // test
 	if err != nil {
@@ -80,7 +80,7 @@ func TestStatusHandlerServesLoad(t *testing.T) {
 // TestStatusHandlerWithoutEnvoy: with no Envoy to ask, the load and the
 // versions answer 503 saying so, never made-up figures.
 func TestStatusHandlerWithoutEnvoy(t *testing.T) {
-	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), envoy.Admin{Socket: "/nonexistent/admin.sock"}, "n1", LoadExtras{}))
+	srv := httptest.NewServer(StatusHandler(prometheus.NewRegistry(), envoy.Admin{Socket: "/nonexistent/admin.sock"}, "n1", LoadExtras{}, nil))
 	defer srv.Close()
 	for _, path := range []string{wire.LoadPath, wire.EnvoyVersionsPath, "/metrics"} {
 		resp, err := http.Get(srv.URL + path) //nolint:noctx // test

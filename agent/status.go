@@ -15,10 +15,14 @@ import (
 // StatusHandler serves an agent's status listener: /metrics from reg, the
 // node's load (wire.LoadPath, read by the controller) and the xDS versions
 // its Envoy last accepted (wire.EnvoyVersionsPath), both read from the
-// Envoy's admin API at admin, with what extra adds to the load. When Envoy
-// cannot answer, the two JSON paths answer 503 with the reason.
-func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extra LoadExtras) http.Handler {
+// Envoy's admin API at admin, with what extra adds to the load, and, if
+// logs is set, its replicas' and Envoy's logs (wire.LogsPath, LogsHandler).
+// When Envoy cannot answer, the two JSON paths answer 503 with the reason.
+func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extra LoadExtras, logs http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if logs != nil {
+		mux.Handle("GET "+wire.LogsPath, logs)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET "+wire.EnvoyVersionsPath, func(w http.ResponseWriter, r *http.Request) {
 		v, err := admin.Versions(r.Context())

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -191,6 +192,22 @@ func TestDemoStack(t *testing.T) {
 		return strings.Count(d, "  running  yes ") == 2 && strings.Count(d, "demo-node  127.0.0.1:") == 2 &&
 			strings.Contains(d, "Replicas:       2 desired, 2 running, 2 ready") && strings.Contains(d, "extra     -      1       -")
 	})
+	// logs: each replica's log, read from its node's agent, each line
+	// after its replica's tag; and the node's Envoy's (issue 40).
+	if code, o, e := cli(t, env, "logs", "extra", "--tail", "5"); code != 0 || strings.Count(o, `msg="demo replica serving" cmd=demo-replica backend=extra replica=extra#`) != 2 ||
+		!regexp.MustCompile(`(?m)^\[extra#[0-9a-f]{6}\] time=`).MatchString(o) {
+		t.Fatalf("logs extra: exit %d\n%s%s", code, o, e)
+	}
+	// The demo's Envoy logs warnings alone: an empty log is said so, or
+	// its lines printed.
+	code, o, e := cli(t, env, "logs", "--node", "demo-node", "--tail", "3")
+	empty := o == "" && strings.Contains(e, "node demo-node's Envoy has logged nothing yet")
+	if lines := strings.Count(o, "\n") == 3 && e == ""; code != 0 || !empty && !lines {
+		t.Fatalf("logs --node demo-node: exit %d\n%s%s", code, o, e)
+	}
+	if code, o, e := cli(t, env, "logs", "--node", "no-such-node"); code != 1 || o != "" || !strings.Contains(e, "node no-such-node has no live agent") {
+		t.Fatalf("logs --node no-such-node: exit %d\n%s%s", code, o, e)
+	}
 	if code, o, e := cli(t, env, "backend", "update", "extra", "--autoscale-off"); code != 0 || !strings.Contains(o, "updated") {
 		t.Fatalf("backend update --autoscale-off: exit %d %s%s", code, o, e)
 	}

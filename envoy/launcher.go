@@ -17,6 +17,9 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
+// LogFile is the Envoy's log in its WorkDir.
+const LogFile = "envoy.log"
+
 // Launcher is how to run one node's Envoy: its bootstrap and its process.
 type Launcher struct {
 	// Bootstrap is the node's identity, listeners and control plane.
@@ -90,7 +93,7 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 	l.Logger.Info("envoy prepared", "binary", binary, "version", v, "bootstrap", path)
 	return Config{
 		Binary: binary, ConfigPath: path, Dir: l.WorkDir, AdminSocket: l.Bootstrap.AdminSocket,
-		LogPath: filepath.Join(l.WorkDir, "envoy.log"), LogLevel: l.LogLevel,
+		LogPath: filepath.Join(l.WorkDir, LogFile), LogLevel: l.LogLevel,
 		Concurrency: l.Concurrency, DrainTime: l.Drain, Logger: l.Logger,
 	}, nil
 }

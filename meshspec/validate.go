@@ -579,6 +579,10 @@ var serviceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$`)
 
 var tagPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+#[0-9a-f]{6}$`)
 
+// IsReplicaTag reports whether tag is a replica tag, <backend>#<6 hex
+// digits>: safe to name a file after.
+func IsReplicaTag(tag string) bool { return tagPattern.MatchString(tag) }
+
 // validateSource checks where a backend's replicas come from: static
 // addresses, a process agents run, or an external Consul service; one only.
 // validateSizing checks the fields that size a process backend's replicas.

@@ -10,6 +10,20 @@ const (
 	// EnvoyVersionsPath answers the xDS versions the node's Envoy last
 	// accepted, to compare with the controller's /v1/xds/nodes.
 	EnvoyVersionsPath = "/v1/envoy"
+	// LogsPath answers, as text, a replica's log (?replica=TAG) or the
+	// node's Envoy's (?envoy=true): its last ?tail= lines, or what follows
+	// byte ?offset=, at most MaxLogBytes; LogOffsetHeader says where the
+	// next read starts.
+	LogsPath = "/v1/logs"
+	// LogOffsetHeader is the offset, in LogsPath's answers, to read on from.
+	LogOffsetHeader = "X-Servemesh-Log-Offset"
+)
+
+// MaxLogBytes bounds one answer of LogsPath, and MaxLogTail the lines it
+// ends with.
+const (
+	MaxLogBytes = 1 << 20
+	MaxLogTail  = 10000
 )
 
 // MaxLoadBytes bounds the size of a Load answer a reader accepts.

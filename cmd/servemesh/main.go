@@ -96,7 +96,8 @@ func newRootCommand(log *slog.Logger) *cobra.Command {
 	root.AddGroup(&cobra.Group{ID: "api", Title: "Change and read the mesh (through a controller's API):"},
 		&cobra.Group{ID: "run", Title: "Run servemesh:"})
 	for _, c := range []*cobra.Command{newBackendCommand(), newEndpointCommand(), newTrafficCommand(),
-		newShadowCommand(), newRolloutCommand(), newApplyCommand(), newStatusCommand(), newNodeCommand(), newExportCommand(), newImportCommand(), newTracingCommand()} {
+		newShadowCommand(), newRolloutCommand(), newApplyCommand(), newStatusCommand(), newNodeCommand(), newExportCommand(), newImportCommand(), newTracingCommand(),
+		newLogsCommand()} {
 		c.GroupID = "api"
 		root.AddCommand(c)
 	}

@@ -47,6 +47,8 @@ type operation struct {
 	// errors are the other statuses it may answer, each with an ErrorBody.
 	errors []int
 	handle func(*server) http.HandlerFunc
+	// logs: it reads agents' logs (Sources.Logs).
+	logs bool
 }
 
 // Error statuses, by what may cause them.
@@ -118,6 +120,12 @@ func operations() []operation {
 		{method: "POST", path: "/v1/apply", id: "apply", summary: "Make the state the one given, in one change (dry_run: only say what would change; prune_rollouts: remove the records of ended rollouts the file does not declare, which are kept otherwise)", body: meshspec.Spec{}, yaml: true,
 			query: []queryParam{flagParam("dry_run"), flagParam("prune_rollouts")}, ok: 200, okBody: ApplyResult{}, errors: codes(authErrors, bodyErrors, writeErrors),
 			handle: func(s *server) http.HandlerFunc { return s.apply }},
+		{method: "GET", path: "/v1/backends/{name}/logs", id: "getBackendLogs", summary: "Read a backend's replicas' logs from their nodes' agents: the last tail lines, or, for one replica, what follows offset (write scope)",
+			query: []queryParam{logReplicaParam, logTailParam, logOffsetParam}, ok: 200, okBody: LogsReport{}, errors: codes(authErrors, []int{http.StatusBadRequest}, notFound),
+			logs: true, handle: func(s *server) http.HandlerFunc { return s.backendLogs }},
+		{method: "GET", path: NodesPath + "/{name}/logs", id: "getNodeLogs", summary: "Read a node's Envoy's log from its agent: the last tail lines, or what follows offset (write scope)",
+			query: []queryParam{logTailParam, logOffsetParam}, ok: 200, okBody: LogsReport{}, errors: authErrors,
+			logs: true, handle: func(s *server) http.HandlerFunc { return s.nodeLogs }},
 		{method: "GET", path: "/v1/leader", id: "getLeader", summary: "Say whether this controller leads, and which does", ok: 200, okBody: LeaderInfo{}, errors: authErrors,
 			handle: func(s *server) http.HandlerFunc { return s.leader }},
 		{method: "GET", path: ServedPath, id: "getServed", summary: "Say whether every connected node serves a change (the revision a write answered) and the named backends' replicas, all ready",

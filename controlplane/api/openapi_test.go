@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -186,7 +187,7 @@ func TestOperationsAreTheMuxRoutes(t *testing.T) {
 		return NewServedReport(ServedInputs{Revision: rev, Backends: bs, Health: func(meshspec.Backend) ReplicaHealth { return ReplicaHealth{} }})
 	}, Agents: func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: "10.0.0.3:9100"}}, nil
-	}})))
+	}, Logs: func(context.Context, string, url.Values) (LogChunk, error) { return LogChunk{}, nil }})))
 	t.Cleanup(srv.Close)
 	for _, op := range operations() {
 		if op.handle == nil {

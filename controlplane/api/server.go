@@ -92,6 +92,9 @@ type Sources struct {
 	Live func() map[string]rollout.Live
 	// Agents lists the live nodes' agents, for GET /v1/prometheus/targets.
 	Agents func(ctx context.Context) ([]wire.NodeInfo, error)
+	// Logs reads a log from a node's agent, for GET /v1/backends/{name}/logs
+	// and /v1/nodes/{name}/logs; nil: not served.
+	Logs AgentLogs
 	// Tracing receives a span per call that changes something (and per
 	// read that comes with a trace context), named for its route
 	// ("PUT /v1/backends/{name}"), its operation's spans under it; nil:
@@ -109,7 +112,7 @@ func Handler(c *controller.Controller, log *slog.Logger, src Sources) http.Handl
 	mux := http.NewServeMux()
 	for _, op := range operations() {
 		if op.handle == nil || (op.path == "/v1/status" && src.Status == nil) || (op.path == ServedPath && src.Served == nil) ||
-			(op.path == PrometheusTargetsPath && src.Agents == nil) {
+			(op.path == PrometheusTargetsPath && src.Agents == nil) || (op.logs && src.Logs == nil) {
 			continue // served elsewhere (NodesHandler), or not by this controller
 		}
 		mux.HandleFunc(op.method+" "+op.path, op.handle(s))

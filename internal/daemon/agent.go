@@ -144,7 +144,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 				return a.ConfigVersions()
 			}
 			return nil
-		}})), httpserver.DefaultLimits, nil)
+		}}, agent.LogsHandler(replicasDir(o.Envoy), filepath.Join(o.Envoy.WorkDir, envoy.LogFile)))), httpserver.DefaultLimits, nil)
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
 	}
@@ -155,7 +155,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	// --stop-on-exit, stop it) before they return.
 	g, gctx := rungroup.New(ctx)
 	g.Go("status listener", status.Serve)
-	log.Info("agent status listener serving", "status", status.Addr(), "paths", "/metrics "+wire.LoadPath+" "+wire.EnvoyVersionsPath)
+	log.Info("agent status listener serving", "status", status.Addr(), "paths", "/metrics "+wire.LoadPath+" "+wire.EnvoyVersionsPath+" "+wire.LogsPath)
 	identities, err := nodeMTLS(gctx, log, client, &o)
 	if err != nil {
 		return stopWith(g, err)

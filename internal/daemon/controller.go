@@ -244,7 +244,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 			Health: replicaHealth(watcher.Snapshot()), Problems: problems(ctl, publisher), Refused: publisher.Err(), Configs: scaler.ConfigVersions()})
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Served: served, Live: rollouts.Live, Agents: nodes,
-		Tracing: tracer.Provider()}))
+		Logs: agentLogs(nodes, o.AgentToken), Tracing: tracer.Provider()}))
 	plane.Mux.Handle("GET "+console.Path, console.Handler())
 	plane.Mux.Handle("GET /ui", http.RedirectHandler(console.Path, http.StatusMovedPermanently))
 	if o.DebugProfiles {
