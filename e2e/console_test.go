@@ -103,6 +103,29 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("after the console's change the endpoint is %+v (%v); want ccanary at 0.7", e.Traffic, err)
 	}
 
+	// An endpoint routed by model shows a split per model, each with its
+	// form, which sets that model's split alone (issue 40: no form).
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "chat", Route: "/chat", Methods: []string{"POST"},
+		ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
+			"m1": {Traffic: map[string]float64{"cstable": 0.5, "ccanary": 0.5}}, "m2": {Traffic: map[string]float64{"ccanary": 1}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitText(page, t, "#endpoint-chat", "model m1")
+	waitText(page, t, `#endpoint-chat form[data-model="m2"]`, "set m2's split")
+	m1Stable, m1Canary := chromedp.CSS(`#endpoint-chat form[data-model="m1"] input[name="cstable"]`), chromedp.CSS(`#endpoint-chat form[data-model="m1"] input[name="ccanary"]`)
+	if err := chromedp.Do(page,
+		chromedp.Click(m1Stable), chromedp.SetValue(m1Stable, "0.2"),
+		chromedp.Click(m1Canary), chromedp.SetValue(m1Canary, "0.8"),
+		chromedp.Click(chromedp.CSS(`#endpoint-chat form[data-model="m1"] button`))); err != nil {
+		t.Fatal(err)
+	}
+	waitText(page, t, "#endpoint-chat .bar", "ccanary 80%")
+	chat, err := mesh.c.GetEndpoint(ctx, "chat")
+	if err != nil || chat.ModelRouting.Models["m1"].Traffic["ccanary"] != 0.8 || chat.ModelRouting.Models["m2"].Traffic["ccanary"] != 1 {
+		t.Fatalf("after the console's change of m1's split: %+v (%v)", chat.ModelRouting, err)
+	}
+	waitText(page, t, "#node-console-n1 .figures", "read") // the controller reads every node's figures
+
 	// A replica whose process dies is restarted by its agent, which the
 	// page says.
 	pids := replicaPids("cstable")

@@ -87,11 +87,12 @@ func newEndpointCreateCommand(f *clientFlags) *cobra.Command {
 func newTrafficCommand() *cobra.Command {
 	var f clientFlags
 	var wait waitFlags
+	var model string
 	set := &cobra.Command{
 		Use:               "set ENDPOINT BACKEND=WEIGHT...",
 		ValidArgsFunction: completeSplit(&f),
 		Short:             "set an endpoint's traffic split",
-		Example:           "  servemesh traffic set model model-v1=0.9 model-v2=0.1",
+		Example:           "  servemesh traffic set model model-v1=0.9 model-v2=0.1\n  servemesh traffic set chat --model mistral-7b mistral=0.5 mistral-v2=0.5   # one model's split",
 		Args:              cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			weights, err := parseWeights(args[1:])
@@ -102,7 +103,7 @@ func newTrafficCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			changed, err := c.SetTraffic(cmd.Context(), args[0], weights)
+			changed, err := c.SetModelTraffic(cmd.Context(), args[0], model, weights)
 			if err := report(cmd, "endpoint", args[0], changed, err, "traffic set", "already has this traffic"); err != nil {
 				return err
 			}
@@ -110,6 +111,7 @@ func newTrafficCommand() *cobra.Command {
 		},
 	}
 	wait.register(set.Flags())
+	set.Flags().StringVar(&model, "model", "", "for an endpoint routed by model: the model whose split this is")
 	get := &cobra.Command{
 		Use:               "get ENDPOINT",
 		ValidArgsFunction: completeKind("endpoint", &f),

@@ -291,8 +291,14 @@ func (c *Client) DeleteEndpoint(ctx context.Context, name string) (bool, error) 
 
 // SetTraffic sets an endpoint's traffic weights.
 func (c *Client) SetTraffic(ctx context.Context, endpoint string, traffic map[string]float64) (bool, error) {
+	return c.SetModelTraffic(ctx, endpoint, "", traffic)
+}
+
+// SetModelTraffic replaces the split of one model of an endpoint routed
+// by model ("": the endpoint's own split).
+func (c *Client) SetModelTraffic(ctx context.Context, endpoint, model string, traffic map[string]float64) (bool, error) {
 	var out Changed
-	return out.Changed, c.do(ctx, http.MethodPut, "/v1/endpoints/"+esc(endpoint)+"/traffic", TrafficRequest{Traffic: traffic}, &out)
+	return out.Changed, c.do(ctx, http.MethodPut, "/v1/endpoints/"+esc(endpoint)+"/traffic", TrafficRequest{Traffic: traffic, Model: model}, &out)
 }
 
 // SetShadow mirrors proportion of an endpoint's requests to backend.

@@ -66,6 +66,9 @@ type LeaderInfo struct {
 // TrafficRequest sets an endpoint's traffic.
 type TrafficRequest struct {
 	Traffic map[string]float64 `json:"traffic"`
+	// Model, if set, names the model of an endpoint routed by model whose
+	// split this is; the endpoint's own split otherwise.
+	Model string `json:"model,omitempty"`
 }
 
 // ShadowRequest sets one shadow.
@@ -272,7 +275,13 @@ func (s *server) setTraffic(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", `the body needs "traffic": {"<backend>": <weight>, ...}`, "")
 		return
 	}
-	changed, err := s.c.SetTraffic(r.Context(), r.PathValue("name"), req.Traffic)
+	var changed bool
+	var err error
+	if req.Model != "" {
+		changed, err = s.c.SetModelTraffic(r.Context(), r.PathValue("name"), req.Model, req.Traffic)
+	} else {
+		changed, err = s.c.SetTraffic(r.Context(), r.PathValue("name"), req.Traffic)
+	}
 	s.answerChange(w, changed, err, http.StatusOK)
 }
 

@@ -232,6 +232,33 @@ func (c *Controller) SetTraffic(ctx context.Context, endpoint string, traffic ma
 	})
 }
 
+// SetModelTraffic replaces the split of one model of an endpoint routed
+// by model, keeping its shadows and rewrite.
+func (c *Controller) SetModelTraffic(ctx context.Context, endpoint, model string, traffic map[string]float64) (bool, error) {
+	return c.mutate(ctx, "set_traffic", func(m *meshspec.Model) error {
+		i := findEndpoint(m, endpoint)
+		if i < 0 {
+			return errorf(NotFound, "attempted to assign traffic for an endpoint %q that is not registered; %s", endpoint, endpointHint(m, endpoint))
+		}
+		r := m.Endpoints[i].ModelRouting
+		if r == nil {
+			return errorf(Invalid, "endpoint %q is not routed by model; set its split without a model", endpoint)
+		}
+		policy, ok := r.Models[model]
+		if !ok {
+			return errorf(Invalid, "endpoint %q routes no model %q; %s", endpoint, model, meshspec.Suggest("model", model, meshspec.SortedKeys(r.Models)))
+		}
+		for _, b := range meshspec.SortedKeys(traffic) {
+			if findBackend(m, b) < 0 {
+				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered (create it first); %s", b, backendHint(m, b))
+			}
+		}
+		policy.Traffic = traffic
+		r.Models[model] = policy
+		return nil
+	})
+}
+
 // SetShadow mirrors proportion of an endpoint's requests to backend; 0
 // removes the shadow.
 func (c *Controller) SetShadow(ctx context.Context, endpoint, backend string, proportion float64) (bool, error) {

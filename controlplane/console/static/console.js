@@ -25,7 +25,10 @@ function el(tag, cls, text) {
 }
 
 const pct = (x) => (Math.round(x * 1000) / 10) + "%";
-const rate = (x) => (Math.round(x * 10) / 10).toString();
+// partial is set while some node's figures could not be read: every rate
+// then leaves it out, and says so with a "?".
+let partial = false;
+const rate = (x) => (Math.round(x * 10) / 10).toString() + (partial ? "?" : "");
 
 function showError(msg) {
   const p = document.getElementById("error");
@@ -76,7 +79,7 @@ function drawEndpoint(e, colors) {
     const r = e.rollout;
     box.append(el("div", "rollout", "rollout of " + r.candidate + ": " + r.phase + (r.stage ? ", stage " + r.stage : "") + (r.reason ? " (" + r.reason + ")" : "")));
   }
-  if (models.length === 1 && !models[0]) box.append(splitForm(e)); // per-model splits change with apply
+  for (const m of models) box.append(splitForm(e, m)); // one form per split: the endpoint's, or each model's
   return box;
 }
 
@@ -94,13 +97,15 @@ function splitBar(backends, colors) {
   return bar;
 }
 
-// splitForm changes an endpoint's weights (PUT .../traffic): the API's
-// write scope decides whether it may.
-function splitForm(e) {
+// splitForm changes an endpoint's weights, or one model's of an endpoint
+// routed by model (PUT .../traffic): the API's write scope decides whether
+// it may.
+function splitForm(e, model) {
   const form = el("form", "split-form");
-  form.append(el("span", "muted", "set split: "));
+  form.dataset.model = model;
+  form.append(el("span", "muted", model ? "set " + model + "'s split: " : "set split: "));
   for (const b of e.backends) {
-    if (b.weight === 0 && b.shadow) continue;
+    if ((b.model || "") !== model || (b.weight === 0 && b.shadow)) continue;
     const label = el("label", "", b.backend + " ");
     const input = el("input");
     input.type = "number"; input.min = "0"; input.max = "1"; input.step = "0.01";
@@ -114,7 +119,7 @@ function splitForm(e) {
     const traffic = {};
     for (const input of form.querySelectorAll("input")) traffic[input.name] = Number(input.value);
     try {
-      await call("PUT", "/v1/endpoints/" + encodeURIComponent(e.name) + "/traffic", { traffic });
+      await call("PUT", "/v1/endpoints/" + encodeURIComponent(e.name) + "/traffic", model ? { traffic, model } : { traffic });
       showError("");
       document.activeElement.blur(); // done editing: draw the new split
       editing = false;
@@ -161,7 +166,8 @@ function drawNodes(nodes) {
     tr.id = "node-" + n.id;
     tr.append(el("td", "", n.id), el("td", n.connected ? "ok" : "bad", n.connected ? "yes" : "no"),
       el("td", n.in_sync ? "ok" : "bad", n.in_sync ? "✓ in sync" : (n.refused || "✗ behind")),
-      el("td", n.nacks ? "bad" : "", String(n.nacks) + (n.last_nack ? ": " + n.last_nack : "")));
+      el("td", n.nacks ? "bad" : "", String(n.nacks) + (n.last_nack ? ": " + n.last_nack : "")),
+      el("td", n.figures_unread ? "bad figures" : "figures", n.figures_unread ? "? " + n.figures_unread : "read"));
     body.append(tr);
   }
 }
@@ -188,6 +194,7 @@ async function refresh() {
     showError("reading /v1/status: " + err.message + (token() ? "" : " (enter a token above if the controller has tokens)"));
     return;
   }
+  partial = status.nodes.some((n) => n.figures_unread);
   if (!editing) {
     const colors = colorsFor(status);
     document.getElementById("endpoints").replaceChildren(...status.endpoints.map((e) => drawEndpoint(e, colors)));
@@ -195,7 +202,8 @@ async function refresh() {
   drawBackends(status.backends);
   drawNodes(status.nodes);
   drawProblems(status.problems);
-  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString() + ", rates over " + status.rate_window_s + " s";
+  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString() + ", rates over " + status.rate_window_s + " s" +
+    (partial ? "; ?: without a node whose figures could not be read (see Nodes)" : "");
   if (document.getElementById("error").textContent.startsWith("reading")) showError("");
 }
 
