@@ -71,6 +71,9 @@ func TestSetModelTraffic(t *testing.T) {
 	mustKind(t, err, Invalid, `backend "lama" that is not registered (create it first); did you mean "llama"?`)
 	_, err = c.SetModelTraffic(ctx, "chat", "llama-3", map[string]float64{"llama": 90, "mistral": 10})
 	mustKind(t, err, Invalid, "here weights are fractions that sum to 1: write llama: 0.9, mistral: 0.1")
+	if _, after := c.State(); after != before {
+		t.Fatalf("refused changes changed the state")
+	}
 	changed, err = c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "plain", Route: "/plain", Traffic: map[string]float64{"llama": 1}})
 	mustChange(t, changed, err)
 	_, before = c.State()
