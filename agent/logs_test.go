@@ -1,15 +1,13 @@
 package agent
 
 import (
-	"context"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -32,17 +30,8 @@ func TestLogsHandler(t *testing.T) {
 	defer srv.Close()
 	get := func(query string) (int, string, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+wire.LogsPath+"?"+query, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), resp.Header.Get(wire.LogOffsetHeader)
+		status, header, body := testutil.Get(t, srv.URL+wire.LogsPath+"?"+query)
+		return status, body, header.Get(wire.LogOffsetHeader)
 	}
 	for _, c := range []struct {
 		query, body, offset string
