@@ -25,6 +25,16 @@ type columns[T any] struct {
 	// wideHeader and wideRow are -o wide's extra columns; none when empty.
 	wideHeader string
 	wideRow    func(T) string
+	// legend explains the columns, in list's and get's help.
+	legend string
+}
+
+// help is a read's help: what it does, and the columns' legend.
+func (c columns[T]) help(short string) string {
+	if c.legend == "" {
+		return ""
+	}
+	return strings.ToUpper(short[:1]) + short[1:] + ".\n\n" + c.legend
 }
 
 // write renders items as the output flag asks: a table, a wide one, JSON
@@ -44,7 +54,7 @@ func (c columns[T]) write(out io.Writer, f *clientFlags, items []T, whole any) e
 // listCommand is `<kind> list`: every object, as a table, JSON or YAML.
 func listCommand[T any](kind string, f *clientFlags, list func(*api.Client, context.Context) ([]T, error), cols columns[T]) *cobra.Command {
 	return &cobra.Command{
-		Use: "list", Short: "list " + kind + "s", Args: names(0, "no arguments"),
+		Use: "list", Short: "list " + kind + "s", Long: cols.help("list " + kind + "s"), Args: names(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.client(cmd)
 			if err != nil {
@@ -64,7 +74,7 @@ func listCommand[T any](kind string, f *clientFlags, list func(*api.Client, cont
 func getCommand[T any](kind string, f *clientFlags, get func(*api.Client, context.Context, string) (T, error), cols columns[T]) *cobra.Command {
 	var w watchFlags
 	c := &cobra.Command{
-		Use: "get NAME", Short: "show one " + kind, Args: names(1, "one "+kind+" name"), ValidArgsFunction: completeKind(kind, f),
+		Use: "get NAME", Short: "show one " + kind, Long: cols.help("show one " + kind), Args: names(1, "one "+kind+" name"), ValidArgsFunction: completeKind(kind, f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client(cmd)
 			if err != nil {
@@ -172,6 +182,13 @@ func (f *clientFlags) structured(out io.Writer, v any) (bool, error) {
 var backendColumns = columns[meshspec.Backend]{
 	header: "NAME\tREPLICAS FROM\tRUNNING/DESIRED\tAUTOSCALE\tMAX_CONCURRENT_QUERIES\tCPUS\tMEMORY_MB", row: backendRow,
 	wideHeader: "PROTOCOL\tNODES", wideRow: backendWideRow,
+	legend: `Columns:
+  REPLICAS FROM            where its replicas come from: a process servemesh runs, a Consul service, or their addresses
+  RUNNING/DESIRED          replicas placed and running, and how many are wanted
+  AUTOSCALE                min..max @ the requests in flight one replica should carry; - when not autoscaled
+  MAX_CONCURRENT_QUERIES   requests one replica is sent at once; the rest wait at its node
+  CPUS, MEMORY_MB          what one replica asks of its node's capacity; - asks nothing (it is placed wherever it fits)
+  PROTOCOL, NODES (wide)   how Envoy talks to the replicas; the nodes they run on, with how many on each`,
 }
 
 // backendWideRow is a backend's protocol and its replicas' nodes, with
@@ -199,8 +216,16 @@ func backendRow(b meshspec.Backend) string {
 	if as := b.Config.Autoscaling; as != nil {
 		autoscale = fmt.Sprintf("%d..%d @%g", as.MinReplicas, as.MaxReplicas, as.TargetInFlight)
 	}
-	return fmt.Sprintf("%s\t%s\t%d/%d\t%s\t%d\t%g\t%d", b.Name, source, running, desired, autoscale,
-		b.Config.EffectiveMaxConcurrentQueries(), b.Config.CPUs, b.Config.MemoryMB)
+	return fmt.Sprintf("%s\t%s\t%d/%d\t%s\t%d\t%s\t%s", b.Name, source, running, desired, autoscale,
+		b.Config.EffectiveMaxConcurrentQueries(), asked(b.Config.CPUs), asked(float64(b.Config.MemoryMB)))
+}
+
+// asked is what a replica asks of its node, "-" for nothing.
+func asked(x float64) string {
+	if x == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%g", x)
 }
 
 // replicaSource is where a backend's replicas come from ("process
