@@ -72,10 +72,15 @@ func (r *rolloutFlags) rollout() (meshspec.Rollout, error) {
 
 func newRolloutCommand() *cobra.Command {
 	var f clientFlags
+	verbs := append([]*cobra.Command{newRolloutStartCommand(&f), newRolloutStatusCommand(&f)}, rolloutActionCommands(&f)...)
+	return nounCommand("rollout", "roll a backend out on an endpoint in stages judged by live figures", &f, verbs...)
+}
+
+func newRolloutStartCommand(f *clientFlags) *cobra.Command {
 	var rf rolloutFlags
 	start := &cobra.Command{
 		Use:               "start ENDPOINT --candidate BACKEND",
-		ValidArgsFunction: completeName(&f, endpointNames),
+		ValidArgsFunction: completeName(f, endpointNames),
 		Short:             "roll a backend out on an endpoint in stages, each judged by live figures; a failed check rolls it back",
 		Example: "  servemesh rollout start model --candidate model-v3-candidate --shadow 0.5 --steps 0.05,0.25,1 --step-duration 2m\n" +
 			"  servemesh rollout start model --candidate model-v3-candidate --header x-canary=1 --max-latency 300ms\n" +
@@ -105,10 +110,14 @@ func newRolloutCommand() *cobra.Command {
 		},
 	}
 	rf.register(start)
+	return start
+}
+
+func newRolloutStatusCommand(f *clientFlags) *cobra.Command {
 	var watching watchFlags
 	status := &cobra.Command{
 		Use:               "status ENDPOINT",
-		ValidArgsFunction: completeName(&f, endpointNames),
+		ValidArgsFunction: completeName(f, endpointNames),
 		Short:             "show a rollout's stage, its live figures next to the thresholds, and its verdicts (-w to follow it)",
 		Args:              names(1, "one endpoint name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -129,7 +138,12 @@ func newRolloutCommand() *cobra.Command {
 		},
 	}
 	watching.register(status.Flags())
-	verbs := []*cobra.Command{start, status}
+	return status
+}
+
+// rolloutActionCommands are pause, resume, promote and abort.
+func rolloutActionCommands(f *clientFlags) []*cobra.Command {
+	var verbs []*cobra.Command
 	for _, a := range []struct {
 		action    meshspec.RolloutAction
 		short     string
@@ -142,7 +156,7 @@ func newRolloutCommand() *cobra.Command {
 	} {
 		verbs = append(verbs, &cobra.Command{
 			Use:               string(a.action) + " ENDPOINT",
-			ValidArgsFunction: completeName(&f, endpointNames),
+			ValidArgsFunction: completeName(f, endpointNames),
 			Short:             a.short,
 			Args:              names(1, "one endpoint name"),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -155,7 +169,7 @@ func newRolloutCommand() *cobra.Command {
 			},
 		})
 	}
-	return nounCommand("rollout", "roll a backend out on an endpoint in stages judged by live figures", &f, verbs...)
+	return verbs
 }
 
 // printRollout renders a rollout report.

@@ -29,8 +29,16 @@ type LogsReport struct {
 	Logs []LogChunk `json:"logs"`
 }
 
-// AgentLogs reads a log from node's agent, asking wire.LogsPath with query.
-type AgentLogs func(ctx context.Context, node string, query url.Values) (LogChunk, error)
+// LogRead is one log to read: from Node's agent, asking wire.LogsPath
+// with Query (Replica names a replica's log; "" the node's Envoy's).
+type LogRead struct {
+	Node, Replica string
+	Query         url.Values
+}
+
+// AgentLogs reads logs from the nodes' agents, a chunk per read in order;
+// a log that cannot be read is a chunk with its Error.
+type AgentLogs func(ctx context.Context, reads []LogRead) []LogChunk
 
 // Query parameters of the logs routes.
 var (
@@ -80,20 +88,20 @@ func (s *server) backendLogs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid", "offset: give it with replica=TAG (each replica's log has its own)", "")
 		return
 	}
-	report := LogsReport{Logs: []LogChunk{}}
+	var reads []LogRead
 	for _, p := range b.Placements {
 		if only != "" && p.Tag != only {
 			continue
 		}
 		q := logQuery(r)
 		q.Set("replica", p.Tag)
-		report.Logs = append(report.Logs, s.readLog(r.Context(), p.Node, q, p.Tag))
+		reads = append(reads, LogRead{Node: p.Node, Replica: p.Tag, Query: q})
 	}
-	if only != "" && len(report.Logs) == 0 {
+	if only != "" && len(reads) == 0 {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("replica %q is not one of backend %s's; %s", only, b.Name, replicaTags(b)), "")
 		return
 	}
-	writeJSON(w, http.StatusOK, report)
+	writeJSON(w, http.StatusOK, LogsReport{Logs: nonNil(s.src.Logs(r.Context(), reads))})
 }
 
 func (s *server) nodeLogs(w http.ResponseWriter, r *http.Request) {
@@ -102,18 +110,7 @@ func (s *server) nodeLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	q := logQuery(r)
 	q.Set("envoy", "true")
-	writeJSON(w, http.StatusOK, LogsReport{Logs: []LogChunk{s.readLog(r.Context(), r.PathValue("name"), q, "")}})
-}
-
-// readLog reads one log from node's agent; what goes wrong is said in the
-// chunk, so one node that does not answer leaves the others' logs.
-func (s *server) readLog(ctx context.Context, node string, q url.Values, replica string) LogChunk {
-	c, err := s.src.Logs(ctx, node, q)
-	c.Node, c.Replica = node, replica
-	if err != nil {
-		c.Error = err.Error()
-	}
-	return c
+	writeJSON(w, http.StatusOK, LogsReport{Logs: nonNil(s.src.Logs(r.Context(), []LogRead{{Node: r.PathValue("name"), Query: q}}))})
 }
 
 // replicaTags says which replicas a backend has.

@@ -42,7 +42,7 @@ func TestLogs(t *testing.T) {
 	b, _ := c.GetBackend("m")
 	first := b.Placements[0].Tag
 	var asked []url.Values
-	logs := func(_ context.Context, node string, q url.Values) (LogChunk, error) {
+	read := func(node string, q url.Values) (LogChunk, error) {
 		asked = append(asked, q)
 		if q.Get("envoy") == "true" {
 			return LogChunk{Text: "envoy of " + node + "\n", Offset: 7}, nil
@@ -51,6 +51,18 @@ func TestLogs(t *testing.T) {
 			return LogChunk{}, errors.New("connection refused")
 		}
 		return LogChunk{Text: "hello from " + q.Get("replica") + "\n", Offset: 42}, nil
+	}
+	logs := func(_ context.Context, reads []LogRead) []LogChunk { // as the controller's agentLogs answers
+		out := make([]LogChunk, len(reads))
+		for i, r := range reads {
+			c, err := read(r.Node, r.Query)
+			if err != nil {
+				c.Error = err.Error()
+			}
+			c.Node, c.Replica = r.Node, r.Replica
+			out[i] = c
+		}
+		return out
 	}
 	tokens := Tokens{"w": ScopeWrite, "r": ScopeRead}
 	srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, Sources{Logs: logs}))))

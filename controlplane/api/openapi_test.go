@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,7 +186,7 @@ func TestOperationsAreTheMuxRoutes(t *testing.T) {
 		return NewServedReport(ServedInputs{Revision: rev, Backends: bs, Health: func(meshspec.Backend) ReplicaHealth { return ReplicaHealth{} }})
 	}, Agents: func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: "10.0.0.3:9100"}}, nil
-	}, Logs: func(context.Context, string, url.Values) (LogChunk, error) { return LogChunk{}, nil }})))
+	}, Logs: func(_ context.Context, reads []LogRead) []LogChunk { return make([]LogChunk, len(reads)) }})))
 	t.Cleanup(srv.Close)
 	for _, op := range operations() {
 		if op.handle == nil {

@@ -21,22 +21,33 @@ func findEndpoint(m *meshspec.Model, name string) int {
 	return slices.IndexFunc(m.Endpoints, func(e meshspec.Endpoint) bool { return e.Name == name })
 }
 
+// registered refuses traffic to the first of backends m does not have,
+// saying what to write instead.
+func registered(m *meshspec.Model, backends []string) error {
+	for _, b := range backends {
+		if findBackend(m, b) < 0 {
+			return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered (create it first); %s", b, backendHint(m, b))
+		}
+	}
+	return nil
+}
+
 // backendHint and endpointHint say what to write instead of a name m does
 // not have: the nearest one, and the names there are (meshspec.Suggest).
 func backendHint(m *meshspec.Model, name string) string {
-	names := make([]string, len(m.Backends))
-	for i, b := range m.Backends {
-		names[i] = b.Name
-	}
-	return meshspec.Suggest("backend", name, names)
+	return hint("backend", name, m.Backends, func(b meshspec.Backend) string { return b.Name })
 }
 
 func endpointHint(m *meshspec.Model, name string) string {
-	names := make([]string, len(m.Endpoints))
-	for i, e := range m.Endpoints {
-		names[i] = e.Name
+	return hint("endpoint", name, m.Endpoints, func(e meshspec.Endpoint) string { return e.Name })
+}
+
+func hint[T any](kind, name string, items []T, nameOf func(T) string) string {
+	names := make([]string, len(items))
+	for i, x := range items {
+		names[i] = nameOf(x)
 	}
-	return meshspec.Suggest("endpoint", name, names)
+	return meshspec.Suggest(kind, name, names)
 }
 
 // CreateBackend adds a backend. Creating it again with the same spec changes
@@ -191,10 +202,8 @@ func (c *Controller) CreateEndpoint(ctx context.Context, e meshspec.Endpoint) (b
 				}
 			}
 		}
-		for b := range e.UsedBackends() {
-			if findBackend(m, b) < 0 {
-				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered (create it first); %s", b, backendHint(m, b))
-			}
+		if err := registered(m, meshspec.SortedKeys(e.UsedBackends())); err != nil {
+			return err
 		}
 		m.Endpoints = append(m.Endpoints, meshspec.CloneEndpoint(e))
 		return nil
@@ -219,10 +228,8 @@ func (c *Controller) SetTraffic(ctx context.Context, endpoint string, traffic ma
 		if i < 0 {
 			return errorf(NotFound, "attempted to assign traffic for an endpoint %q that is not registered; %s", endpoint, endpointHint(m, endpoint))
 		}
-		for _, b := range meshspec.SortedKeys(traffic) {
-			if findBackend(m, b) < 0 {
-				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered (create it first); %s", b, backendHint(m, b))
-			}
+		if err := registered(m, meshspec.SortedKeys(traffic)); err != nil {
+			return err
 		}
 		if m.Endpoints[i].Rollout.Active() {
 			return busyRollout(m.Endpoints[i])
@@ -248,10 +255,8 @@ func (c *Controller) SetModelTraffic(ctx context.Context, endpoint, model string
 		if !ok {
 			return errorf(Invalid, "endpoint %q routes no model %q; %s", endpoint, model, meshspec.Suggest("model", model, meshspec.SortedKeys(r.Models)))
 		}
-		for _, b := range meshspec.SortedKeys(traffic) {
-			if findBackend(m, b) < 0 {
-				return errorf(Invalid, "attempted to assign traffic to a backend %q that is not registered (create it first); %s", b, backendHint(m, b))
-			}
+		if err := registered(m, meshspec.SortedKeys(traffic)); err != nil {
+			return err
 		}
 		policy.Traffic = traffic
 		r.Models[model] = policy
