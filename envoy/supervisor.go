@@ -97,9 +97,7 @@ func (s *Supervisor) firstStart(ctx context.Context) (*Process, error) {
 }
 
 // Listener is an address a node's Envoy listens on, and what it is for.
-type Listener struct {
-	What, Addr string
-}
+type Listener = proc.Listener
 
 // startFresh starts the first Envoy where none of this node's runs,
 // once none of its listeners is held by another process.

@@ -26,6 +26,7 @@ import (
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/internal/tracing"
 	"github.com/servemesh/servemesh/meshspec"
@@ -85,6 +86,9 @@ type RateLimitOptions struct {
 // RunAgent runs a node's agent and, unless NoEnvoy, its Envoy, until ctx
 // ends or either fails.
 func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
+	if err := proc.CheckDistinct(agentListeners(o)); err != nil {
+		return err
+	}
 	client, closeConsul, err := consulClient()
 	if err != nil {
 		return fmt.Errorf("consul client: %w", err)
@@ -363,6 +367,24 @@ func nodeMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 	log.Info("mTLS: the node is known by its Consul Connect identity; replicas listen on loopback", "identity", wire.NodeService(o.Node.ID),
 		"inbound", o.Inbound, "secrets", dir)
 	return files, nil
+}
+
+// agentListeners are the addresses the agent and its node's Envoy will
+// listen on, each named by its flag.
+func agentListeners(o AgentOptions) []proc.Listener {
+	ls := []proc.Listener{{What: "--metrics-listen", Addr: o.StatusListen}}
+	if o.NoEnvoy {
+		return ls
+	}
+	n := o.Envoy.Bootstrap.Node
+	if n.PublicPort != 0 {
+		ls = append(ls, proc.Listener{What: "--public", Addr: net.JoinHostPort(n.PublicAddress, strconv.Itoa(int(n.PublicPort)))})
+	}
+	ls = append(ls, proc.Listener{What: "--mesh", Addr: net.JoinHostPort(n.MeshAddress, strconv.Itoa(int(n.MeshPort)))})
+	if !o.Plaintext {
+		ls = append(ls, proc.Listener{What: "--inbound", Addr: o.Inbound})
+	}
+	return ls
 }
 
 // RunEnvoy supervises one node's Envoy, and serves its activator, until

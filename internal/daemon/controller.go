@@ -26,6 +26,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/httpserver"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/rungroup"
 	"github.com/servemesh/servemesh/internal/tracing"
 	"github.com/servemesh/servemesh/meshspec"
@@ -87,6 +88,9 @@ type controllerParts struct {
 // others, and it returns when every one of them has, saying which stopped
 // it.
 func RunController(ctx context.Context, log *slog.Logger, o ControllerOptions) error {
+	if err := proc.CheckDistinct([]proc.Listener{{What: "--xds-listen", Addr: o.XDSListen}, {What: "--api-listen", Addr: o.APIListen}}); err != nil {
+		return err
+	}
 	if err := checkExposure(log, o); err != nil {
 		return err
 	}

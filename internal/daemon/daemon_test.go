@@ -288,6 +288,29 @@ func TestAgentStatusBeyondLoopbackNeedsAToken(t *testing.T) {
 	}
 }
 
+// TestDaemonsRefuseTwoListenersOnOneAddress: an agent given one address for
+// its status listener and its Envoy's mesh listener once started its status
+// listener and then took its own port for another daemon's; a controller
+// given one for its API and xDS failed on an unnamed bind. Both refuse,
+// before anything starts, naming both flags.
+func TestDaemonsRefuseTwoListenersOnOneAddress(t *testing.T) {
+	var o AgentOptions
+	o.StatusListen, o.Inbound = "127.0.0.1:44769", "127.0.0.2:21000"
+	o.Envoy.Bootstrap.Node = wire.ProxyNode{ID: "n1", PublicAddress: "127.0.0.2", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 44769}
+	err := RunAgent(context.Background(), quiet(), o)
+	if err == nil || err.Error() != "--metrics-listen 127.0.0.1:44769 and --mesh 127.0.0.1:44769 are the same address: give each listener its own port" {
+		t.Errorf("agent: %v", err)
+	}
+	o.Envoy.Bootstrap.Node.MeshPort, o.Inbound = 15001, "0.0.0.0:8080"
+	if err := RunAgent(context.Background(), quiet(), o); err == nil || !strings.Contains(err.Error(), "--public 127.0.0.2:8080 and --inbound 0.0.0.0:8080") {
+		t.Errorf("agent: %v", err)
+	}
+	err = RunController(context.Background(), quiet(), ControllerOptions{APIListen: "127.0.0.1:18001", XDSListen: "127.0.0.1:18001", ConsulPrefix: "servemesh", ID: "c"})
+	if err == nil || !strings.Contains(err.Error(), "--xds-listen 127.0.0.1:18001 and --api-listen 127.0.0.1:18001 are the same address") {
+		t.Errorf("controller: %v", err)
+	}
+}
+
 // TestFilePlaneRefusesWhatItCannotRun: a served file whose backend names a
 // command (no agent runs it) or a Consul service (no catalog is read) is
 // refused with the fix, not served as a backend with no replica.

@@ -11,17 +11,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/servemesh/servemesh/internal/proc"
 )
 
-// FreeAddr returns host:port with a port nothing listens on right now.
+// FreeAddr is proc.FreeAddr: a port nothing listens on, not handed out
+// before by this process.
 func FreeAddr(host string) (string, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
+	return proc.FreeAddr(context.Background(), host)
 }
 
 // MustFreeAddr is FreeAddr for programs that cannot go on without one.
