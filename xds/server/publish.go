@@ -84,14 +84,19 @@ func (s *Server) publish(ctx context.Context) {
 // model generation gen, and sets in the caches the kinds that changed for
 // the node since it was last set (snapshotTypes: one cache per type).
 func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen uint64, nodes []wire.ProxyNode) {
-	for _, node := range nodes {
+	own, errs := built.builder.ForNodes(nodes)
+	for i, node := range nodes {
 		s.mu.Lock()
 		var asked demand
 		if st := s.nodes[node.ID]; st != nil {
 			asked = st.demandOf()
 		}
 		s.mu.Unlock()
-		snap, err := built.snapshotFor(node, asked)
+		var snap snapshot
+		err := errs[i]
+		if err == nil {
+			snap, err = built.snapshotFor(node, own[i], asked)
+		}
 		s.mu.Lock()
 		st := s.nodes[node.ID]
 		if st != nil && err != nil {
@@ -304,16 +309,14 @@ func lookup(versions map[string]string) func(string) string {
 }
 
 // snapshotFor builds a node's snapshot of listeners, routes, scoped routes
-// and clusters; asked is what it asked for, if its clusters come on
-// demand. A node whose listeners and clusters are what they were at
+// and clusters from its own resources (Builder.ForNodes builds every
+// node's at once, in parallel); asked is what it asked for, if its
+// clusters come on demand. A node whose listeners and clusters are what they were at
 // its last snapshot only gets the new routes; otherwise the snapshot is
 // first checked to be consistent with the assignments (every cluster has
 // its assignment, every listener its routes).
-func (sr *sharedResources) snapshotFor(node wire.ProxyNode, asked demand) (snapshot, error) {
-	own, err := sr.builder.ForNode(node)
-	if err != nil {
-		return nil, err
-	}
+func (sr *sharedResources) snapshotFor(node wire.ProxyNode, own *translate.NodeBuilt, asked demand) (snapshot, error) {
+	var err error
 	routes, scopes, clusters := sr.routes, sr.scopes, sr.clusters
 	switch {
 	case node.Reachable != nil:

@@ -30,7 +30,24 @@ func withActivator(cla *endpoint.ClusterLoadAssignment, socket string) *endpoint
 	if len(cla.Endpoints) == 0 {
 		cla.Endpoints = []*endpoint.LocalityLbEndpoints{{}} // no replica: an empty priority 0
 	}
-	cla.Endpoints = append(cla.Endpoints, &endpoint.LocalityLbEndpoints{
+	loc, ok := activatorLocalities[socket]
+	if !ok {
+		loc = activatorLocality(socket)
+	}
+	cla.Endpoints = append(cla.Endpoints, loc)
+	return cla
+}
+
+// activatorLocalities are the activator's priority of every assignment,
+// one per socket the activator listens on, shared by the assignments
+// (which are read, never written).
+var activatorLocalities = map[string]*endpoint.LocalityLbEndpoints{
+	wire.ActivatorSocket:        activatorLocality(wire.ActivatorSocket),
+	wire.ActivatorInboundSocket: activatorLocality(wire.ActivatorInboundSocket),
+}
+
+func activatorLocality(socket string) *endpoint.LocalityLbEndpoints {
+	return &endpoint.LocalityLbEndpoints{
 		Priority: activatorPriority,
 		LbEndpoints: []*endpoint.LbEndpoint{{
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
@@ -39,8 +56,7 @@ func withActivator(cla *endpoint.ClusterLoadAssignment, socket string) *endpoint
 			HealthStatus: core.HealthStatus_DEGRADED,
 			Metadata:     localMetadata(),
 		}},
-	})
-	return cla
+	}
 }
 
 // backendHeader names the backend chosen on each request a node forwards.

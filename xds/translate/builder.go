@@ -49,11 +49,12 @@ type backendParts struct {
 	gen         uint64
 	backend     ir.Backend
 	clusters    []*cluster.Cluster
-	assignments []Encoded      // sent as they are, so held encoded
-	hash        string         // of its clusters
-	config      string         // with mTLS, of the backend without its replicas (configHash)
-	nodes       []string       // with mTLS, the nodes it has replicas on
-	perNode     map[string]int // and how many on each
+	encoded     []versionedCluster // clusters, encoded
+	assignments []Encoded          // sent as they are, so held encoded
+	hash        string             // of its clusters
+	config      string             // with mTLS, of the backend without its replicas (configHash)
+	nodes       []string           // with mTLS, the nodes it has replicas on
+	perNode     map[string]int     // and how many on each
 }
 
 type endpointParts struct {
@@ -155,19 +156,27 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 // those of backends gone, and names both.
 func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool, error) {
 	changed := map[string]bool{}
+	var rebuild []ir.Backend
 	for _, be := range m.Backends {
-		last := b.backends[be.Name]
-		if last != nil && last.backend.Equal(be) {
+		if last := b.backends[be.Name]; last != nil && last.backend.Equal(be) {
 			last.gen = b.gen
 			continue
 		}
-		p, err := b.buildBackend(be)
-		if err != nil {
-			return nil, err
-		}
-		backendChanges(set, last, p)
-		b.backends[be.Name] = p
-		changed[be.Name] = true
+		rebuild = append(rebuild, be)
+	}
+	built := make([]*backendParts, len(rebuild))
+	err := eachInParallel(len(rebuild), func(i int) (err error) {
+		built[i], err = b.buildBackend(rebuild[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range built {
+		name := p.backend.Name
+		backendChanges(set, b.backends[name], p)
+		b.backends[name] = p
+		changed[name] = true
 	}
 	for name, p := range b.backends {
 		if p.gen != b.gen {
@@ -232,7 +241,8 @@ func endpointChanges(set ChangeSet, before, after *endpointParts) {
 }
 
 // buildBackend builds one backend's clusters and assignments with the
-// builders Shared uses, on a model of that backend alone.
+// builders Shared uses, on a model of that backend alone. It only reads
+// the builder: syncBackends runs it for many backends at once.
 func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 	one := &ir.DataPlane{Backends: []ir.Backend{be}}
 	clusters, err := BuildClusters(one)
@@ -264,9 +274,14 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		}
 		p.assignments = append(p.assignments, e)
 	}
-	if p.hash, err = hashOf(p.clusters); err != nil {
+	if p.encoded, err = versionAll(p.clusters); err != nil {
 		return nil, err
 	}
+	h := newKindHash()
+	for _, c := range p.encoded {
+		h.add(c.encoded.Name, c.encoded.Version)
+	}
+	p.hash = h.sum()
 	if b.mtls != nil { // only nodes' own parts (ForNode, with mTLS) read it
 		p.config, err = configHash(be)
 	}

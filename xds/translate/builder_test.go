@@ -59,6 +59,9 @@ func sameAsShared(t *testing.T, b *Builder, view *meshspec.Model, mtls *MTLS) *B
 		}
 		equalLists(t, node.ID+"'s listeners", own.Listeners, wantOwn.Listeners)
 		equalLists(t, node.ID+"'s clusters", own.Clusters, wantOwn.Clusters)
+		// As sent: a view's encoding is its shared cluster's with its
+		// EDS name appended (localViewEncoded).
+		equalLists(t, node.ID+"'s clusters as encoded", decoded[*cluster.Cluster](t, own.EncodedClusters), wantOwn.Clusters)
 		versioned(t, node.ID+"'s clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions)
 	}
 	return got
@@ -88,6 +91,8 @@ func resourceName(m proto.Message) string {
 		return r.GetName()
 	case *endpoint.ClusterLoadAssignment:
 		return r.GetClusterName()
+	case *cluster.Cluster:
+		return r.GetName()
 	}
 	return ""
 }

@@ -53,6 +53,11 @@ func encodedAs(name string, t protoreflect.MessageType, b []byte, version string
 	return Encoded{Name: name, Version: version, Resource: msg.Interface()}
 }
 
+// bytes is e's encoding.
+func (e Encoded) bytes() []byte {
+	return e.Resource.ProtoReflect().GetUnknown()
+}
+
 // hashBytes is a version made from b.
 func hashBytes(b []byte) string {
 	h := sha256.Sum256(b)

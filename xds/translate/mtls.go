@@ -174,11 +174,7 @@ func backendClustersOn(b ir.Backend, node string, shared map[string]*cluster.Clu
 	if !ok {
 		return nil, fmt.Errorf("node %q: no shared cluster of backend %q", node, b.Name)
 	}
-	view, err := localView(c, b, node)
-	if err != nil {
-		return nil, err
-	}
-	return []*cluster.Cluster{inboundCluster, view}, nil
+	return []*cluster.Cluster{inboundCluster, localView(c, b, node)}, nil
 }
 
 // ClustersByName indexes clusters by name, as ForNode takes them.

@@ -75,9 +75,23 @@ type chainPart struct {
 	chain  *listener.FilterChain
 }
 
+// clusterPart is a backend's clusters on a node: its inbound cluster,
+// rebuilt when the backend's configuration or its count of replicas on
+// the node changes (its circuit breakers count them), and its view of
+// the backend's shared cluster, when it has one, rebuilt when the shared
+// cluster changes.
 type clusterPart struct {
-	key      localKey
-	clusters []versionedCluster
+	key     localKey
+	inbound versionedCluster
+	view    *versionedCluster
+}
+
+// clusters are the part's, in the order the node lists them.
+func (c clusterPart) clusters() []versionedCluster {
+	if c.view == nil {
+		return []versionedCluster{c.inbound}
+	}
+	return []versionedCluster{c.inbound, *c.view}
 }
 
 // versionedCluster is a cluster with its encoding, versioned by it.
@@ -90,6 +104,38 @@ type versionedCluster struct {
 // rebuilding only the parts whose inputs changed since it last built the
 // node (above).
 func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
+	built, errs := b.ForNodes([]wire.ProxyNode{node})
+	return built[0], errs[0]
+}
+
+// ForNodes is ForNode for each of nodes, built in parallel: a node's own
+// parts depend on the node and the backends' parts, which are only read.
+// Each node has its result and its error at its index.
+func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
+	if b.nodes == nil {
+		b.nodes = map[string]*nodeParts{}
+	}
+	b.nodeBackends("") // index the backends by node before the nodes read it
+	built, errs := make([]*NodeBuilt, len(nodes)), make([]error, len(nodes))
+	parts := make([]*nodeParts, len(nodes))
+	for i, n := range nodes {
+		parts[i] = b.nodes[n.ID]
+	}
+	_ = eachInParallel(len(nodes), func(i int) error {
+		parts[i], built[i], errs[i] = b.forNode(nodes[i], parts[i])
+		return nil // each node's error is its own
+	})
+	for i, n := range nodes {
+		if errs[i] == nil {
+			b.nodes[n.ID] = parts[i]
+		}
+	}
+	return built, errs
+}
+
+// forNode builds node's own resources from prev, what was built for it
+// last (nil: nothing), and returns what to keep for it next time.
+func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts) (*nodeParts, *NodeBuilt, error) {
 	local := b.localParts(node.ID)
 	chainKeys, clusterKeys := make([]configKey, len(local)), make([]localKey, len(local))
 	for i, p := range local {
@@ -100,14 +146,10 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	if b.tracing != nil {
 		tracing = *b.tracing
 	}
-	if b.nodes == nil {
-		b.nodes = map[string]*nodeParts{}
-	}
-	prev := b.nodes[node.ID]
 	if prev == nil || !prev.node.Equal(node) || prev.tracing != tracing || prev.needed != b.needed {
 		services, err := versionAll(nodeServiceClusters(b.mtls, b.tracing))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		prev = &nodeParts{node: node, tracing: tracing, needed: b.needed, services: services,
 			chains: map[string]chainPart{}, clusters: map[string]clusterPart{}}
@@ -115,24 +157,23 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 	sameListeners := prev.built != nil && slices.Equal(prev.chainKeys, chainKeys)
 	sameClusters := prev.built != nil && slices.Equal(prev.clusterKeys, clusterKeys)
 	if sameListeners && sameClusters {
-		return prev.built, nil
+		return prev, prev.built, nil
 	}
 	backends := onNode(local, node.ID)
 	out := &NodeBuilt{}
 	if sameListeners {
 		out.Listeners, out.ListenersVersion = prev.built.Listeners, prev.built.ListenersVersion
 	} else if err := b.nodeListeners(prev, backends, chainKeys, out); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sameClusters {
 		out.Clusters, out.ClustersVersion = prev.built.Clusters, prev.built.ClustersVersion
 		out.ClusterVersions, out.EncodedClusters = prev.built.ClusterVersions, prev.built.EncodedClusters
 	} else if err := b.nodeClusters(prev, local, backends, clusterKeys, out); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	prev.chainKeys, prev.clusterKeys, prev.built = chainKeys, clusterKeys, out
-	b.nodes[node.ID] = prev
-	return out, nil
+	return prev, out, nil
 }
 
 // localParts are, with mTLS, the parts of the backends with replicas on
@@ -189,25 +230,18 @@ func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []conf
 }
 
 // nodeClusters builds the node's clusters into out: the agent's services'
-// and, per local backend, those kept while its localKey holds.
+// and, per local backend, its part (clusterPart), rebuilt where its
+// inputs changed.
 func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, backends []ir.Backend, keys []localKey, out *NodeBuilt) error {
 	all := slices.Clone(p.services)
 	parts := make(map[string]clusterPart, len(local))
 	for i, be := range backends {
-		part, ok := p.clusters[be.Name]
-		if !ok || part.key != keys[i] {
-			own, err := backendClustersOn(be, p.node.ID, ClustersByName(local[i].clusters))
-			if err != nil {
-				return err
-			}
-			vs, err := versionAll(own)
-			if err != nil {
-				return err
-			}
-			part = clusterPart{key: keys[i], clusters: vs}
+		part, err := ownClusters(p.clusters[be.Name], local[i], be, keys[i], p.node.ID)
+		if err != nil {
+			return err
 		}
 		parts[be.Name] = part
-		all = append(all, part.clusters...)
+		all = append(all, part.clusters()...)
 	}
 	h := newKindHash()
 	out.Clusters, out.EncodedClusters = make([]*cluster.Cluster, len(all)), make([]Encoded, len(all))
@@ -221,15 +255,63 @@ func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, backends []i
 	return nil
 }
 
+// ownClusters is a backend's part on node: last's (the part built last,
+// or the zero value) where its inputs are the same, else built anew from
+// the backend's parts and be, the backend with its replicas on node.
+func ownClusters(last clusterPart, shared *backendParts, be ir.Backend, key localKey, node string) (clusterPart, error) {
+	if last.key == key {
+		return last, nil
+	}
+	part := clusterPart{key: key, inbound: last.inbound, view: last.view}
+	if last.inbound.cluster == nil || last.key.config != key.config || last.key.replicas != key.replicas {
+		c, err := buildInboundCluster(be, node)
+		if err != nil {
+			return clusterPart{}, err
+		}
+		if part.inbound, err = versionOne(c); err != nil {
+			return clusterPart{}, err
+		}
+	}
+	if !hasNodeView(be) {
+		part.view = nil
+	} else if last.view == nil || last.key.hash != key.hash {
+		view, err := sharedView(shared, be, node)
+		if err != nil {
+			return clusterPart{}, err
+		}
+		part.view = &view
+	}
+	return part, nil
+}
+
+// sharedView is node's view of a backend (localView), encoded from its
+// shared cluster's encoding.
+func sharedView(shared *backendParts, be ir.Backend, node string) (versionedCluster, error) {
+	name := wire.ClusterName(be.Name)
+	for _, c := range shared.encoded {
+		if c.encoded.Name == name {
+			view := localView(c.cluster, be, node)
+			e, err := localViewEncoded(c.encoded, view)
+			return versionedCluster{cluster: view, encoded: e}, err
+		}
+	}
+	return versionedCluster{}, fmt.Errorf("node %q: no shared cluster of backend %q", node, be.Name)
+}
+
+// versionOne is c encoded, versioned by its encoding.
+func versionOne(c *cluster.Cluster) (versionedCluster, error) {
+	e, err := encode(c.GetName(), c)
+	return versionedCluster{cluster: c, encoded: e}, err
+}
+
 // versionAll encodes each cluster, versioned by its encoding.
 func versionAll(clusters []*cluster.Cluster) ([]versionedCluster, error) {
 	out := make([]versionedCluster, len(clusters))
 	for i, c := range clusters {
-		e, err := encode(c.GetName(), c)
-		if err != nil {
+		var err error
+		if out[i], err = versionOne(c); err != nil {
 			return nil, err
 		}
-		out[i] = versionedCluster{cluster: c, encoded: e}
 	}
 	return out, nil
 }
