@@ -255,8 +255,9 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		if err := secureClusters(one, b.mtls, p.clusters); err != nil {
 			return nil, err
 		}
-		assignments = append(assignments, inboundAssignments(one)...)
-		assignments = append(assignments, nodeViewAssignments(one)...)
+		if p.assignments, err = nodeAssignments(be); err != nil {
+			return nil, err
+		}
 		if be.ViaInbound() {
 			p.perNode = map[string]int{}
 			for _, r := range be.Replicas {

@@ -1,0 +1,98 @@
+package translate
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/servemesh/servemesh/ir"
+)
+
+// TestEncodedNodeAssignments: the assignments framed from their endpoints'
+// encodings are, byte for byte, what proto.Marshal makes of those
+// inboundAssignments and nodeViewAssignments build, for every mTLS golden
+// model's backends and for replicas of every health on uneven nodes.
+func TestEncodedNodeAssignments(t *testing.T) {
+	health := []ir.Health{ir.Healthy, ir.Unknown, ir.Draining, ir.Unhealthy}
+	var backends []ir.Backend
+	for nodes := 1; nodes <= 4; nodes++ {
+		for _, picked := range []bool{false, true} {
+			b := ir.Backend{Name: fmt.Sprintf("b%d-%v", nodes, picked), Reach: ir.ReachInbound, MaxConcurrent: 4, Picked: picked}
+			for i := range 3*nodes + 1 {
+				n := (i * i) % nodes
+				b.Replicas = append(b.Replicas, ir.Replica{Address: fmt.Sprintf("127.0.0.1:%d", 9000-i), Health: health[(i/2)%4],
+					Node: fmt.Sprintf("node-%d", n), Inbound: fmt.Sprintf("10.0.0.%d:21000", 9-n)})
+			}
+			backends = append(backends, b)
+		}
+	}
+	files, _ := filepath.Glob("testdata/mtls/in/*.yaml")
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		view, err := parseView(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		backends = append(backends, lowerFor(t, view, true).Backends...)
+	}
+	framed := 0
+	for _, b := range backends {
+		if !b.ViaInbound() {
+			continue
+		}
+		got, ok, err := encodedNodeAssignments(b)
+		if err != nil || !ok {
+			t.Fatalf("backend %s: ok %v, %v", b.Name, ok, err)
+		}
+		one := &ir.DataPlane{Backends: []ir.Backend{b}}
+		want := map[string][]byte{}
+		for _, cla := range append(inboundAssignments(one), nodeViewAssignments(one)...) {
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[cla.GetClusterName()] = b
+		}
+		if len(got) != len(want) {
+			t.Fatalf("backend %s: %d assignments, want %d", b.Name, len(got), len(want))
+		}
+		for _, e := range got {
+			if !bytes.Equal(e.bytes(), want[e.Name]) {
+				t.Fatalf("backend %s: assignment %s is not what proto.Marshal makes:\n got %x\nwant %x", b.Name, e.Name, e.bytes(), want[e.Name])
+			}
+			framed++
+		}
+	}
+	if framed < 40 {
+		t.Fatalf("compared %d assignments: the cases did not reach the framing", framed)
+	}
+}
+
+// Nodes that do not pair one to one with inbound listeners (an agent
+// moving its own) are left to the message-by-message path.
+func TestEncodedNodeAssignmentsNeedOneListenerANode(t *testing.T) {
+	for name, rs := range map[string][]ir.Replica{
+		"a node on two listeners": {{Address: "127.0.0.1:1", Node: "n1", Inbound: "10.0.0.1:21000"}, {Address: "127.0.0.1:2", Node: "n1", Inbound: "10.0.0.2:21000"}},
+		"two nodes on a listener": {{Address: "127.0.0.1:1", Node: "n1", Inbound: "10.0.0.1:21000"}, {Address: "127.0.0.1:2", Node: "n2", Inbound: "10.0.0.1:21000"}},
+	} {
+		b := ir.Backend{Name: "b", Reach: ir.ReachInbound, Replicas: rs}
+		if _, ok, _ := encodedNodeAssignments(b); ok {
+			t.Errorf("%s: framed", name)
+		}
+		nodes := map[string]bool{}
+		for _, r := range rs {
+			nodes[r.Node] = true
+		}
+		got, err := nodeAssignments(b)
+		if err != nil || len(got) != 2*len(nodes) {
+			t.Errorf("%s: %d assignments, %v; want the two of each node", name, len(got), err)
+		}
+	}
+}
