@@ -381,12 +381,10 @@ func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, rout
 // node's own, which replace shared ones of the same name, each as the
 // builder versioned and encoded it.
 func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
-	n := len(shared.items) + len(own.Clusters)
+	// Cloned whole (a copy of the maps' tables, not an insertion a name),
+	// then the node's own put in.
 	k := &kind{version: shared.version + "-" + own.ClustersVersion,
-		items: make(map[string]types.Resource, n), versions: make(map[string]string, n), sources: make(map[string]types.Resource, n)}
-	for name, r := range shared.items {
-		k.items[name], k.versions[name], k.sources[name] = r, shared.versions[name], shared.sources[name]
-	}
+		items: maps.Clone(shared.items), versions: maps.Clone(shared.versions), sources: maps.Clone(shared.sources)}
 	for i, c := range own.Clusters {
 		e := own.EncodedClusters[i]
 		k.items[e.Name], k.versions[e.Name], k.sources[e.Name] = e.Resource, e.Version, c
