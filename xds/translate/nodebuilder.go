@@ -27,10 +27,15 @@ import (
 //     backends' clusters (their circuit breakers count replicas), leaves
 //     the listeners, and their version, as they were;
 //   - an inbound chain on its backend's configuration, kept per backend;
-//   - a backend's clusters on the node on its shared cluster, its
-//     configuration and its count of replicas here (localKey), kept per
-//     backend, each cluster with its own version, so that the node is sent
-//     the clusters that changed and not every one it owns.
+//   - a backend's clusters on the node (clusterPart), kept per backend,
+//     each with its own version, so that the node is sent the clusters
+//     that changed and not every one it owns: its inbound cluster on the
+//     backend's configuration and its count of replicas here, its view of
+//     the backend on the shared cluster (encoded from the shared one's
+//     encoding, localViewEncoded).
+//
+// ForNodes builds many nodes at once, in parallel; the backends' parts
+// are only read there.
 
 // NodeBuilt is one node's own resources (ForNode's), with versions.
 type NodeBuilt struct {

@@ -80,3 +80,89 @@ func TestNodeRebuildsWhatAChangeTouches(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeKeepsItsInboundClusterWhileItsReplicasHold: a replica more of a
+// backend on another node changes the backend's shared cluster (its
+// circuit breakers count replicas), so this node's view of it, but not
+// this node's inbound cluster, whose breakers count its own replicas.
+func TestNodeKeepsItsInboundClusterWhileItsReplicasHold(t *testing.T) {
+	m := modelgen.Model(5, 3, 4)
+	for i := range m.Backends {
+		for j := range m.Backends[i].Replicas {
+			r := &m.Backends[i].Replicas[j]
+			r.Node, r.Inbound = fmt.Sprintf("n%d", j%2), fmt.Sprintf("10.255.0.%d:21000", j%2+1)
+		}
+	}
+	b := NewBuilder(goldenMTLS)
+	node := goldenMTLSNode
+	node.ID = "n0"
+	build := func(m *meshspec.Model) *NodeBuilt {
+		t.Helper()
+		if _, err := b.Build(lowerFor(t, m, true)); err != nil {
+			t.Fatal(err)
+		}
+		own, err := b.ForNode(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return own
+	}
+	first := build(m)
+	more := meshspec.Clone(m)
+	extra := more.Backends[0].Replicas[1] // on n1
+	extra.Address = "10.1.0.99:9000"
+	more.Backends[0].Replicas = append(more.Backends[0].Replicas, extra)
+	backend := m.Backends[0].Name
+	next := build(more)
+	if got, want := changedVersions(first.ClusterVersions, next.ClusterVersions), []string{backend}; !slices.Equal(got, want) {
+		t.Errorf("a replica more of %s on n1 changed the versions of n0's clusters %v; want %v (its view alone)", backend, got, want)
+	}
+	named := func(own *NodeBuilt, name string) *cluster.Cluster {
+		for _, c := range own.Clusters {
+			if c.GetName() == name {
+				return c
+			}
+		}
+		t.Fatalf("n0 has no cluster %s", name)
+		return nil
+	}
+	if inbound := wire.InboundClusterName(backend); named(first, inbound) != named(next, inbound) {
+		t.Errorf("a replica more of %s on n1 rebuilt n0's inbound cluster of it", backend)
+	}
+}
+
+// TestForNodesIsForNodeForEach: the nodes built at once, in parallel, get
+// what each gets alone.
+func TestForNodesIsForNodeForEach(t *testing.T) {
+	m := modelgen.Model(30, 3, 7)
+	var nodes []wire.ProxyNode
+	for i := range 6 {
+		n := goldenMTLSNode
+		n.ID = fmt.Sprintf("n%d", i)
+		nodes = append(nodes, n)
+	}
+	for i := range m.Backends {
+		for j := range m.Backends[i].Replicas {
+			r := &m.Backends[i].Replicas[j]
+			r.Node, r.Inbound = fmt.Sprintf("n%d", (i+j)%6), fmt.Sprintf("10.255.0.%d:21000", (i+j)%6+1)
+		}
+	}
+	dp := lowerFor(t, m, true)
+	together, alone := NewBuilder(goldenMTLS), NewBuilder(goldenMTLS)
+	for _, b := range []*Builder{together, alone} {
+		if _, err := b.Build(dp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	built, errs := together.ForNodes(nodes)
+	for i, n := range nodes {
+		want, err := alone.ForNode(n)
+		if err != nil || errs[i] != nil {
+			t.Fatalf("%s: %v, %v", n.ID, errs[i], err)
+		}
+		if built[i].ListenersVersion != want.ListenersVersion || built[i].ClustersVersion != want.ClustersVersion || len(built[i].Clusters) != len(want.Clusters) {
+			t.Errorf("%s: built with the others: listeners %s, clusters %s (%d); alone: %s, %s (%d)", n.ID, built[i].ListenersVersion,
+				built[i].ClustersVersion, len(built[i].Clusters), want.ListenersVersion, want.ClustersVersion, len(want.Clusters))
+		}
+	}
+}
