@@ -6,10 +6,12 @@ import (
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
-// encodings is the xDS server's one cache of encoded resources (each
-// resource's twin, see kind): by type, scope and name, with the version
-// each twin encodes. The scope is "" for the resources every node shares
-// and a node's id for that node's own (its listeners, its own clusters).
+// encodings is the xDS server's one cache of the resources it encodes
+// itself (each resource's twin, see kind): by type, scope and name, with
+// the version each twin encodes. The scope is "" for the resources every
+// node shares (scoped routes) and a node's id for that node's own (its
+// listeners). Route configurations, assignments and clusters come
+// encoded from the builder, which encodes each as it builds it.
 // A twin is reused while its resource's version (the translation's
 // content hash) holds, and dropped as soon as the build declares it
 // changed (invalidate, from translate.ChangeSet); a kind built for a type and scope replaces that

@@ -247,15 +247,12 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	var err error
 	// The encodings of what the build changed are stale: drop them (a
 	// resource keeps its encoding while its version holds).
-	enc.invalidate(resource.ClusterType, "", r.Changed.Names(translate.KindCluster))
 	enc.invalidate(resource.ScopedRouteType, "", r.Changed.Names(translate.KindScopedRoute))
 	if prevClusters != nil && prevClusters.version == r.ClustersVersion {
 		out.clusters, out.clusterList = last.clusters, last.clusterList
 	} else {
-		if out.clusters, err = newKind(r.ClustersVersion, r.Clusters, lookup(r.ClusterVersions), shared(resource.ClusterType, len(r.Clusters))); err != nil {
-			return nil, err
-		}
-		out.clusterList = r.Clusters
+		// The builder encoded each cluster as it built it.
+		out.clusters, out.clusterList = clustersKind(r), r.Clusters
 	}
 	if prevRoutes != nil && prevRoutes.version == r.RoutesVersion {
 		out.routes = prevRoutes
@@ -277,6 +274,18 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 		}
 	}
 	return out, nil
+}
+
+// clustersKind lists a build's shared clusters as the builder encoded
+// them, under their versions.
+func clustersKind(r *translate.Built) *kind {
+	k := &kind{version: r.ClustersVersion, items: make(map[string]types.Resource, len(r.Clusters)),
+		versions: make(map[string]string, len(r.Clusters)), sources: make(map[string]types.Resource, len(r.Clusters))}
+	for i, c := range r.Clusters {
+		name := c.GetName()
+		k.items[name], k.versions[name], k.sources[name] = r.EncodedClusters[i].Resource, r.ClusterVersions[name], c
+	}
+	return k
 }
 
 // keepNodes forgets what was built for nodes other than nodes: their

@@ -81,6 +81,9 @@ type Built struct {
 	Routes       []Encoded
 	ScopedRoutes []*route.ScopedRouteConfiguration
 	Clusters     []*cluster.Cluster
+	// EncodedClusters are Clusters encoded, in their order, as they are
+	// sent.
+	EncodedClusters []Encoded
 	// Assignments are every backend's, encoded and versioned, sorted by
 	// name.
 	Assignments []Encoded
@@ -136,7 +139,7 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 	}
 	out = &Built{ChangedBackends: changed, Changed: set}
 	if b.last != nil && len(changed) == 0 {
-		out.Clusters, out.Assignments, out.ClustersVersion = b.last.Clusters, b.last.Assignments, b.last.ClustersVersion
+		out.Clusters, out.EncodedClusters, out.Assignments, out.ClustersVersion = b.last.Clusters, b.last.EncodedClusters, b.last.Assignments, b.last.ClustersVersion
 		out.ClusterVersions = b.last.ClusterVersions
 	} else {
 		b.assembleBackends(out)
@@ -351,6 +354,9 @@ func (b *Builder) assembleBackends(out *Built) {
 	for _, n := range names {
 		p := b.backends[n]
 		out.Clusters = append(out.Clusters, p.clusters...)
+		for _, c := range p.encoded {
+			out.EncodedClusters = append(out.EncodedClusters, c.encoded)
+		}
 		out.Assignments = append(out.Assignments, p.assignments...)
 		h.add(n, p.hash)
 		for _, c := range p.clusters {
