@@ -150,6 +150,25 @@ func equalLists[T proto.Message](t *testing.T, kind string, got, want []T) {
 	}
 }
 
+// goldenInputs are the golden models in dir.
+func goldenInputs(t *testing.T, dir string) []*meshspec.Model {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	var out []*meshspec.Model
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := parseView(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // TestBuilderBuildsWhatSharedBuilds: for every golden model, and along a
 // series of changes to a generated one (weights, replicas, health, a
 // backend and an endpoint added and removed), the incremental builder's
@@ -160,16 +179,7 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 		path string
 		mtls *MTLS
 	}{{"testdata/in", nil}, {"testdata/mtls/in", goldenMTLS}} {
-		files, _ := filepath.Glob(filepath.Join(dir.path, "*.yaml"))
-		for _, f := range files {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := parseView(data)
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
+		for _, m := range goldenInputs(t, dir.path) {
 			sameAsShared(t, NewBuilder(dir.mtls), m, dir.mtls)
 		}
 	}

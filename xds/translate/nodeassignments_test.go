@@ -3,8 +3,6 @@ package translate
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -30,16 +28,7 @@ func TestEncodedNodeAssignments(t *testing.T) {
 			backends = append(backends, b)
 		}
 	}
-	files, _ := filepath.Glob("testdata/mtls/in/*.yaml")
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		view, err := parseView(data)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	for _, view := range goldenInputs(t, "testdata/mtls/in") {
 		backends = append(backends, lowerFor(t, view, true).Backends...)
 	}
 	framed := 0

@@ -12,6 +12,20 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
+// buildNode builds m with b, then node's own resources, checked versioned.
+func buildNode(t *testing.T, b *Builder, m *meshspec.Model, node wire.ProxyNode) *NodeBuilt {
+	t.Helper()
+	if _, err := b.Build(lowerFor(t, m, true)); err != nil {
+		t.Fatal(err)
+	}
+	own, err := b.ForNode(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versioned(t, node.ID+"'s clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions)
+	return own
+}
+
 // TestNodeRebuildsWhatAChangeTouches: a node's own parts follow what they
 // depend on (nodebuilder.go). A replica more of a backend the node runs
 // changes that backend's clusters there (their circuit breakers count
@@ -30,18 +44,7 @@ func TestNodeRebuildsWhatAChangeTouches(t *testing.T) {
 	b := NewBuilder(goldenMTLS)
 	node := goldenMTLSNode
 	node.ID = "n0"
-	build := func(m *meshspec.Model) *NodeBuilt {
-		t.Helper()
-		if _, err := b.Build(lowerFor(t, m, true)); err != nil {
-			t.Fatal(err)
-		}
-		own, err := b.ForNode(node)
-		if err != nil {
-			t.Fatal(err)
-		}
-		versioned(t, "n0's clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions)
-		return own
-	}
+	build := func(m *meshspec.Model) *NodeBuilt { return buildNode(t, b, m, node) }
 	first := build(m)
 	backend := m.Backends[0].Name // its first replica is on n0
 	more := meshspec.Clone(m)
@@ -96,17 +99,7 @@ func TestNodeKeepsItsInboundClusterWhileItsReplicasHold(t *testing.T) {
 	b := NewBuilder(goldenMTLS)
 	node := goldenMTLSNode
 	node.ID = "n0"
-	build := func(m *meshspec.Model) *NodeBuilt {
-		t.Helper()
-		if _, err := b.Build(lowerFor(t, m, true)); err != nil {
-			t.Fatal(err)
-		}
-		own, err := b.ForNode(node)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return own
-	}
+	build := func(m *meshspec.Model) *NodeBuilt { return buildNode(t, b, m, node) }
 	first := build(m)
 	more := meshspec.Clone(m)
 	extra := more.Backends[0].Replicas[1] // on n1
