@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/servemesh/servemesh/controlplane/controller"
+	"github.com/servemesh/servemesh/controlplane/store"
 	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
@@ -87,16 +88,21 @@ func New(ctl *controller.Controller, nodes controller.NodeLister, log *slog.Logg
 // Run polls and decides until ctx ends. Every controller polls (so status
 // works on followers); only the leader's decisions are accepted.
 func (a *Autoscaler) Run(ctx context.Context) error {
+	// The adopted state is read in place (Peek), never copied: a copy of
+	// a large mesh's model, held through each sleep, was a tenth of the
+	// controller's heap, and copying it every poll cost CPU at rest.
 	for {
-		m, _ := a.ctl.State()
-		period := pollPeriod(m)
+		var period time.Duration
+		a.ctl.Peek(func(m *meshspec.Model, _ store.Revision) { period = pollPeriod(m) })
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(period):
 		}
-		a.poll(ctx, m)
-		a.decide(ctx, m)
+		a.ctl.Peek(func(m *meshspec.Model, _ store.Revision) {
+			a.poll(ctx, m)
+			a.decide(ctx, m)
+		})
 	}
 }
 
@@ -338,7 +344,10 @@ func newReplicaCollector(ctl *controller.Controller) *replicaCollector {
 func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
-	m, _ := c.ctl.State()
+	c.ctl.Peek(func(m *meshspec.Model, _ store.Revision) { c.collect(ch, m) })
+}
+
+func (c *replicaCollector) collect(ch chan<- prometheus.Metric, m *meshspec.Model) {
 	for _, b := range m.Backends {
 		if b.Process == nil {
 			continue
