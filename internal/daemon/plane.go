@@ -95,6 +95,7 @@ func (p *Plane) Listen(ctx context.Context, xdsListen, httpListen string) error 
 	if p.xdsTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(p.xdsTLS)))
 	}
+	opts = append(opts, grpc.ForceServerCodecV2(server.Codec()))
 	p.grpc = grpc.NewServer(opts...)
 	p.XDS.Register(p.grpc)
 	p.xdsAddr = p.xdsLis.Addr().String()
