@@ -63,6 +63,9 @@
 //     each is rebuilt (and hashed) only when it changed, and a node's own
 //     resources only when its listener settings or the backends it runs
 //     changed. Shared and ForNode stay the reference it is tested against.
+//     The backends a build rebuilds, and the nodes ForNodes builds, are
+//     built in parallel (parallel.go); nodeassignments.go frames each
+//     node's assignments of a backend from its endpoints' encodings.
 //
 // Resource and stat names come from package wire, which the agent also
 // reads them with.
