@@ -1,15 +1,16 @@
 package translate
 
 import (
-	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 	"math"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -172,5 +173,5 @@ func sortedBackends(m *ir.DataPlane) []ir.Backend {
 }
 
 func sortByName[T any](items []T, name func(T) string) {
-	sort.Slice(items, func(i, j int) bool { return name(items[i]) < name(items[j]) })
+	slices.SortFunc(items, func(a, b T) int { return strings.Compare(name(a), name(b)) })
 }
