@@ -411,6 +411,13 @@ type load struct {
 // maxFailures bounds load.failures.
 const maxFailures = 50
 
+// minLoad is the least number of requests a load sends before it
+// finishes, and minLoadWait how long it has to send them.
+const (
+	minLoad     = 100
+	minLoadWait = 15 * time.Second
+)
+
 // event is something that happened during a test, and when.
 type event struct {
 	at   time.Time
@@ -481,6 +488,12 @@ func (l *load) finish(t *testing.T) {
 // idempotent cannot be sent again. Every other failure fails the test.
 func (l *load) finishAllowingReached(t *testing.T, reached bool) {
 	t.Helper()
+	// A load is a test's evidence that requests kept being served through
+	// what it did: it runs for at least minLoad requests, however soon
+	// the test's own condition held (an autoscaler that reached its
+	// target within a second once stopped a load at 96), and fails below
+	// if it could not send them.
+	_ = testutil.Until(minLoadWait, func() bool { return l.sent.Load() >= minLoad })
 	close(l.stop)
 	l.wg.Wait()
 	t.Logf("requests through Envoy: %d sent, %d failed (%d had reached a replica that died)", l.sent.Load(), l.failed.Load(), l.reached.Load())
@@ -491,8 +504,8 @@ func (l *load) finishAllowingReached(t *testing.T, reached bool) {
 	if failed != 0 {
 		t.Fatalf("%d requests failed, first: %v", l.failed.Load(), l.first.Load())
 	}
-	if l.sent.Load() < 100 {
-		t.Fatalf("only %d requests were sent; the load did not run", l.sent.Load())
+	if l.sent.Load() < minLoad {
+		t.Fatalf("only %d requests were sent (it had %s to send %d); the load did not run", l.sent.Load(), minLoadWait, minLoad)
 	}
 }
 

@@ -3,12 +3,14 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/servemesh/servemesh/internal/testutil"
 )
 
 // scrapeMetric reads addr's /metrics and sums the samples of metric whose
@@ -17,17 +19,12 @@ import (
 // there is never read as 0.
 func scrapeMetric(t *testing.T, addr, metric string, labels ...string) (sum float64, found bool) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
+	status, _, body := testutil.Get(t, "http://"+addr+"/metrics")
+	if status != http.StatusOK {
+		t.Fatalf("%s/metrics: status %d: %s", addr, status, body)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("%s/metrics: %v", addr, err)
 	}
