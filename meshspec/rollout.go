@@ -75,7 +75,8 @@ type RolloutChecks struct {
 	// exceeds the primary's by more than this (0.005: half a point).
 	MaxErrorRateIncrease float64 `json:"max_error_rate_increase,omitempty"`
 	// LatencyPercentile is the percentile of the answers' time compared:
-	// 99 by default.
+	// 99 by default. A window with too few answers for it is judged at a
+	// lower one (the rollout package's judgedPercentile).
 	LatencyPercentile float64 `json:"latency_percentile,omitempty"`
 	// MaxLatencyMs, if set, fails the candidate when its percentile is
 	// above it.

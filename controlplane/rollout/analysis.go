@@ -15,10 +15,32 @@ type Sample struct {
 	// Timed is how many answers the latency histogram holds in the window
 	// (Envoy flushes it every second, so it trails Requests a little).
 	Timed uint64 `json:"timed"`
+	// Percentile is the percentile LatencyMs is at: the checks' own, or a
+	// lower one where the candidate has too few answers for it
+	// (judgedPercentile).
+	Percentile float64 `json:"percentile,omitempty"`
 	// From names the stage whose window the figures are of, where they
 	// are not the current one's: the primary's of an earlier stage
 	// (baseline).
 	From string `json:"from,omitempty"`
+}
+
+// slowestIgnored is how many of a window's slowest answers never set its
+// percentile alone. A p99 over 60 answers is the slowest of them: one
+// answer that waited on a busy machine or a first connection would fail
+// a candidate that is as fast as its primary.
+const slowestIgnored = 3
+
+// judgedPercentile is the percentile a window of timed answers is judged
+// at: p, or, where fewer than slowestIgnored answers would lie above p,
+// the highest percentile that leaves slowestIgnored above it. A
+// candidate slow in most of its answers still fails at once; its tail is
+// judged at p once it has answered enough (300 for p99).
+func judgedPercentile(p float64, timed uint64) float64 {
+	if timed == 0 {
+		return p
+	}
+	return min(p, 100*(1-float64(slowestIgnored)/float64(timed)))
 }
 
 // baseline is what the candidate is compared with: the primary's figures
@@ -44,12 +66,12 @@ func baseline(prim Sample, verdicts []meshspec.RolloutVerdict, minSample int) Sa
 // sampleOf turns one backend's counts over a window into figures, the
 // latency at percentile p.
 func sampleOf(c counts, p float64) Sample {
-	s := Sample{RolloutFigures: meshspec.RolloutFigures{Requests: c.requests, Errors: c.errors}}
+	s := Sample{RolloutFigures: meshspec.RolloutFigures{Requests: c.requests, Errors: c.errors}, Percentile: p}
 	if c.requests > 0 {
 		s.ErrorRate = float64(c.errors) / float64(c.requests)
 	}
-	if n := len(c.latency); n > 0 {
-		s.Timed = c.latency[n-1]
+	if len(c.latency) > 0 {
+		s.Timed = c.timed()
 		s.LatencyMs = Quantile(p/100, wire.LatencyBoundsMs, c.latency)
 	}
 	return s
@@ -122,6 +144,9 @@ func failedCheck(c meshspec.RolloutChecks, cand, prim Sample) string {
 		return ""
 	}
 	p := fmt.Sprintf("p%g", c.LatencyPercentile)
+	if cand.Percentile != 0 && cand.Percentile < c.LatencyPercentile {
+		p = fmt.Sprintf("p%.1f (%d answers, too few for p%g)", cand.Percentile, cand.Timed, c.LatencyPercentile)
+	}
 	switch {
 	case c.MaxLatencyMs > 0 && cand.LatencyMs > c.MaxLatencyMs:
 		return fmt.Sprintf("%s latency %.1f ms above the %.1f ms allowed", p, cand.LatencyMs, c.MaxLatencyMs)

@@ -124,7 +124,8 @@ func (r *Runner) observe(e meshspec.Endpoint, loads map[string]wire.Load) (meshs
 		r.windows[e.Name] = w
 	}
 	c := w.observe(loads, ro.Candidate, st.Primary)
-	cand, prim := sampleOf(c[0], checks.LatencyPercentile), sampleOf(c[1], checks.LatencyPercentile)
+	cand := sampleOf(c[0], judgedPercentile(checks.LatencyPercentile, c[0].timed()))
+	prim := sampleOf(c[1], cand.Percentile) // compared at the candidate's percentile
 	now := r.now()
 	r.live[e.Name] = Live{Stage: stage.Name(), WindowS: now.Sub(w.started).Seconds(), Candidate: cand, Primary: prim}
 	return Judge(stage, ro.Checks, now.Sub(time.UnixMilli(st.SinceMs)), cand, baseline(prim, st.Verdicts, checks.MinSample))

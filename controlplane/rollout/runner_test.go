@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,70 @@ func TestRunnerBeginsJudgesAndRollsBack(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(reg, "servemesh_rollout_phase"); err != nil || n != 1 {
 		t.Errorf("servemesh_rollout_phase series: %d, %v", n, err)
+	}
+}
+
+// mixed is the totals of fast answers at fastMs and slow ones at slowMs.
+func mixed(fast, slow uint64, fastMs, slowMs float64) wire.BackendLoad {
+	f, s := histogram(fast, fastMs), histogram(slow, slowMs)
+	for i := range f {
+		f[i] += s[i]
+	}
+	return wire.BackendLoad{Requests: fast + slow, Latency: f}
+}
+
+// TestAFewSlowAnswersDoNotDecideASmallWindow: a candidate whose 61
+// answers included 3 slow ones (a busy machine, first connections) was
+// rolled back at once for a p99 of 179 ms against its primary's 15 ms,
+// though it answered as fast as the primary (CI, TestRollouts). A small
+// window is judged at the percentile its slowest three answers do not
+// set alone; a candidate slow in most answers still fails at once, and
+// the tail is judged at p99 once there are enough answers for it.
+func TestAFewSlowAnswersDoNotDecideASmallWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		candidate wire.BackendLoad
+		failed    string // "" when the stage is not decided
+	}{
+		{"3 slow of 61", mixed(58, 3, 10, 180), ""},
+		{"every answer slow", mixed(0, 61, 10, 100), "p95.1 (61 answers, too few for p99) latency"},
+		{"3 slow of 300", mixed(297, 3, 10, 180), ""},
+		{"10 slow of 300", mixed(290, 10, 10, 180), "p99 latency"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			ctl := controller.New(controller.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
+				Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+			if err := ctl.Lead(ctx, "self"); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range []string{"v1", "v2"} {
+				if _, err := ctl.CreateBackend(ctx, meshspec.BackendSpec{Name: b, Replicas: []meshspec.ReplicaSpec{{Address: "10.0.0.1:9000"}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := ctl.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
+				t.Fatal(err)
+			}
+			loads := &fakeLoads{loads: map[string]wire.Load{}}
+			r := New(ctl, loads.latest, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+			if _, err := ctl.StartRollout(ctx, "gen", meshspec.Rollout{Candidate: "v2",
+				Steps: []meshspec.RolloutStep{{Weight: 0.1, DurationS: 60, MinRequests: 1000}, {Weight: 1, DurationS: 60}}}); err != nil {
+				t.Fatal(err)
+			}
+			r.Step(ctx)
+			loads.set("n1", totals(0, 0, 10), totals(0, 0, 10)) // the window starts here
+			r.Step(ctx)
+			loads.set("n1", totals(469, 0, 10), tc.candidate)
+			r.Step(ctx)
+			e, _ := ctl.GetEndpoint("gen")
+			st := e.Rollout.Status
+			switch {
+			case tc.failed == "" && st.Phase != meshspec.RolloutProgressing:
+				t.Fatalf("decided: %+v", st)
+			case tc.failed != "" && (st.Phase != meshspec.RolloutRolledBack || !strings.Contains(st.Verdicts[0].Reason, tc.failed)):
+				t.Fatalf("%+v; want rolled back for %q", st, tc.failed)
+			}
+		})
 	}
 }

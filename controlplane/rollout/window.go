@@ -12,6 +12,14 @@ type counts struct {
 	latency          []uint64 // cumulative, at wire.LatencyBoundsMs
 }
 
+// timed is how many answers the latency histogram holds.
+func (c counts) timed() uint64 {
+	if len(c.latency) == 0 {
+		return 0
+	}
+	return c.latency[len(c.latency)-1]
+}
+
 // window holds, per node, the counters a stage's window started from:
 // each node's first sample seen in it. Envoy's counters only grow while it
 // runs, so a window's figures are the latest sample less the first; a
