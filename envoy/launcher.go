@@ -178,11 +178,11 @@ func (l Launcher) Supervise(ctx context.Context) (*Supervisor, error) {
 		cfg.HotRestart, cfg.Parent, cfg.BaseIDPath = true, l.Parent, filepath.Join(cfg.Dir, "envoy-base-id")
 	}
 	return &Supervisor{Config: cfg, Drain: l.Drain, StateFile: filepath.Join(cfg.Dir, StateFile), StopOnExit: l.StopOnExit,
-		Listeners: l.Listeners(), OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil
+		Listeners: l.listeners(), OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil
 }
 
-// Listeners are the addresses the node's Envoy listens on.
-func (l Launcher) Listeners() []Listener {
+// listeners are the addresses the node's Envoy listens on.
+func (l Launcher) listeners() []Listener {
 	n := l.Bootstrap.Node
 	var out []Listener
 	add := func(what, host string, port uint32) {

@@ -6,7 +6,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -58,12 +57,13 @@ func localView(c *cluster.Cluster, b ir.Backend, node string) *cluster.Cluster {
 // and messages merged field by field, so the shared cluster's encoding
 // followed by that of an EDS configuration with the view's service name
 // alone is the view's, without encoding the whole cluster again for each
-// node that runs the backend (TestLocalViewEncoded decodes it back).
+// node that runs the backend (TestBuilderBuildsWhatSharedBuilds decodes
+// every node's clusters as sent).
 func localViewEncoded(shared Encoded, c *cluster.Cluster) (Encoded, error) {
-	patch, err := proto.MarshalOptions{Deterministic: true}.Marshal(&cluster.Cluster{
+	patch, err := marshalDeterministic(&cluster.Cluster{
 		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{ServiceName: c.GetEdsClusterConfig().GetServiceName()}})
 	if err != nil {
-		return Encoded{}, fmt.Errorf("encode cluster %q: %w", c.GetName(), err)
+		return Encoded{}, fmt.Errorf("cluster %q: %w", c.GetName(), err)
 	}
 	b := append(slices.Clip(shared.bytes()), patch...)
 	return encodedAs(c.GetName(), c.ProtoReflect().Type(), b, hashBytes(b)), nil

@@ -1,7 +1,6 @@
 package translate
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,26 +34,21 @@ const (
 )
 
 // claPolicy is servemesh's policy (assignment) as a CLA's field 4 is
-// encoded; activatorEncoded, the activator's locality (withActivator) as
-// field 2, by socket.
-var claPolicy, activatorEncoded = encodedPolicy(), map[string][]byte{
-	wire.ActivatorSocket:        encodedActivator(wire.ActivatorSocket),
-	wire.ActivatorInboundSocket: encodedActivator(wire.ActivatorInboundSocket),
-}
-
-func encodedPolicy() []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&endpoint.ClusterLoadAssignment{Policy: assignment("", nil).GetPolicy()})
-	if err != nil {
-		panic(fmt.Sprintf("encode the assignments' policy: %v", err)) // a constant message
+// encoded; activatorEncoded, the activator's localities
+// (activatorLocalities) as field 2, by socket.
+var claPolicy, activatorEncoded = mustEncode(&endpoint.ClusterLoadAssignment{Policy: assignment("", nil).GetPolicy()}), func() map[string][]byte {
+	out := make(map[string][]byte, len(activatorLocalities))
+	for socket, loc := range activatorLocalities {
+		out[socket] = mustEncode(&endpoint.ClusterLoadAssignment{Endpoints: []*endpoint.LocalityLbEndpoints{loc}})
 	}
-	return b
-}
+	return out
+}()
 
-func encodedActivator(socket string) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&endpoint.ClusterLoadAssignment{
-		Endpoints: []*endpoint.LocalityLbEndpoints{activatorLocality(socket)}})
+// mustEncode is a constant message's encoding.
+func mustEncode(m proto.Message) []byte {
+	b, err := marshalDeterministic(m)
 	if err != nil {
-		panic(fmt.Sprintf("encode the activator's locality: %v", err)) // a constant message
+		panic(err) // a constant message that does not encode: a bug
 	}
 	return b
 }
@@ -149,12 +143,8 @@ var endpointHeads = func() map[core.HealthStatus]struct{ plain, marked []byte } 
 	out := map[core.HealthStatus]struct{ plain, marked []byte }{}
 	for v := range core.HealthStatus_name {
 		h := core.HealthStatus(v)
-		plain, err1 := marshalDeterministic(&endpoint.LbEndpoint{HealthStatus: h})
-		marked, err2 := marshalDeterministic(&endpoint.LbEndpoint{HealthStatus: h, Metadata: localMetadata(), LoadBalancingWeight: wrapperspb.UInt32(1)})
-		if err := errors.Join(err1, err2); err != nil {
-			panic(err) // constant messages
-		}
-		out[h] = struct{ plain, marked []byte }{plain, marked}
+		out[h] = struct{ plain, marked []byte }{mustEncode(&endpoint.LbEndpoint{HealthStatus: h}),
+			mustEncode(&endpoint.LbEndpoint{HealthStatus: h, Metadata: localMetadata(), LoadBalancingWeight: wrapperspb.UInt32(1)})}
 	}
 	return out
 }()
