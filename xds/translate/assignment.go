@@ -3,8 +3,9 @@ package translate
 import (
 	"net"
 	"net/netip"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -40,24 +41,37 @@ func BuildAssignment(b ir.Backend) *endpoint.ClusterLoadAssignment {
 	if b.ViaInbound() {
 		return inboundAssignment(b)
 	}
-	replicas := append([]ir.Replica(nil), b.Replicas...)
-	sort.Slice(replicas, func(i, j int) bool { return replicas[i].Address < replicas[j].Address })
 	locality := &endpoint.LocalityLbEndpoints{}
-	for _, r := range replicas {
-		host, portText, _ := net.SplitHostPort(r.Address) // checked by Validate
-		port, _ := strconv.ParseUint(portText, 10, 16)
-		if ip, err := netip.ParseAddr(host); err == nil {
-			host = ip.String()
-		}
+	for _, r := range byAddress(b.Replicas) {
+		host, port := replicaHost(r.Address)
 		locality.LbEndpoints = append(locality.LbEndpoints, &endpoint.LbEndpoint{
 			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-				Address: socketAddress(host, uint32(port)),
+				Address: socketAddress(host, port),
 			}},
 			HealthStatus: healthStatus(r.Health),
 		})
 	}
 	cla.Endpoints = []*endpoint.LocalityLbEndpoints{locality}
 	return cla
+}
+
+// byAddress is a copy of rs in the order an assignment lists them: by
+// address, replicas of one address in rs's order.
+func byAddress(rs []ir.Replica) []ir.Replica {
+	out := slices.Clone(rs)
+	slices.SortStableFunc(out, func(a, b ir.Replica) int { return strings.Compare(a.Address, b.Address) })
+	return out
+}
+
+// replicaHost is a replica's address as its endpoint names it: the IP in
+// its canonical form (a host name as written) and the port.
+func replicaHost(address string) (string, uint32) {
+	host, portText, _ := net.SplitHostPort(address) // checked by Validate
+	port, _ := strconv.ParseUint(portText, 10, 16)
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.String()
+	}
+	return host, uint32(port)
 }
 
 // overprovisioning is every assignment's overprovisioning factor, in

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -253,15 +254,18 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		return nil, err
 	}
 	p := &backendParts{gen: b.gen, backend: be, clusters: clusters}
-	assignments := BuildAssignments(one)
+	var assignments []*endpoint.ClusterLoadAssignment
+	if b.mtls == nil || !be.ViaInbound() {
+		assignments = BuildAssignments(one)
+	}
 	if b.mtls != nil {
 		if err := secureClusters(one, b.mtls, p.clusters); err != nil {
 			return nil, err
 		}
-		if p.assignments, err = nodeAssignments(be); err != nil {
-			return nil, err
-		}
 		if be.ViaInbound() {
+			if p.assignments, err = inboundBackendAssignments(be); err != nil {
+				return nil, err
+			}
 			p.perNode = map[string]int{}
 			for _, r := range be.Replicas {
 				if p.perNode[r.Node] == 0 {

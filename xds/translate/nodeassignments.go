@@ -17,12 +17,13 @@ import (
 
 // A backend reached over mTLS has, on each node running its replicas, two
 // assignments (inboundAssignments, nodeViewAssignments): a backend on
-// three nodes has seven in all, most of them made of the same endpoints.
-// A full publish of a large mesh spent a third of its time building and
-// encoding them one by one. encodedNodeAssignments encodes each endpoint
-// once, a replica's as its node reaches it and a node's as others reach
-// it, and frames each node's assignments from those encodings with
-// protowire: the bytes proto.Marshal would make of the assignments
+// three nodes has seven in all with its shared one, most of them made of
+// the same endpoints. A full publish of a large mesh spent a third of its
+// time building and encoding them one by one. encodedNodeAssignments
+// encodes each endpoint once, a replica's as its node reaches it and a
+// node's as others reach it, with protowire (appendHost, appendNodeHead),
+// and frames every assignment from those encodings: the bytes
+// proto.Marshal would make of the assignments BuildAssignments,
 // inboundAssignments and nodeViewAssignments build
 // (TestEncodedNodeAssignments compares them), at a fraction of the cost.
 
@@ -53,20 +54,19 @@ func mustEncode(m proto.Message) []byte {
 	return b
 }
 
-// nodeAssignments are b's inbound and view assignments on every node
-// running its replicas, encoded: framed from their endpoints' encodings
-// where its nodes and their inbound listeners pair one to one, else
-// built and encoded one by one.
-func nodeAssignments(b ir.Backend) ([]Encoded, error) {
-	if !b.ViaInbound() {
-		return nil, nil
-	}
+// inboundBackendAssignments are every assignment of b, a backend reached
+// over mTLS, encoded: its shared one (every node by its inbound listener),
+// then its inbound and view assignments on each node running its
+// replicas. They are framed from their endpoints' encodings where b's
+// nodes and their inbound listeners pair one to one, else built and
+// encoded one by one.
+func inboundBackendAssignments(b ir.Backend) ([]Encoded, error) {
 	out, ok, err := encodedNodeAssignments(b)
 	if ok || err != nil {
 		return out, err
 	}
 	one := &ir.DataPlane{Backends: []ir.Backend{b}}
-	for _, cla := range append(inboundAssignments(one), nodeViewAssignments(one)...) {
+	for _, cla := range slices.Concat(BuildAssignments(one), inboundAssignments(one), nodeViewAssignments(one)) {
 		e, err := encode(cla.GetClusterName(), cla)
 		if err != nil {
 			return nil, err
@@ -76,27 +76,24 @@ func nodeAssignments(b ir.Backend) ([]Encoded, error) {
 	return out, nil
 }
 
-// encodedNodeAssignments are b's inbound and view assignments on every
-// node running its replicas, encoded (eachNodeOf's order: by node, the
-// inbound one first, then the view if b has views). ok is false when b's
-// nodes and inbound listeners do not pair one to one (an agent moving its
-// inbound listener): then the caller builds them message by message.
+// encodedNodeAssignments are b's assignments (inboundBackendAssignments'
+// order; on each node, by node, the inbound one first, then the view if b
+// has views), framed. ok is false when b's nodes and inbound listeners do
+// not pair one to one (an agent moving its inbound listener): then the
+// caller builds them message by message.
 func encodedNodeAssignments(b ir.Backend) (out []Encoded, ok bool, err error) {
 	byNode, inbound, ok := nodesOf(b)
 	if !ok {
 		return nil, false, nil
 	}
-	// inboundAssignment lists a node each, sorted by inbound listener.
-	listeners := slices.Sorted(maps.Values(inbound))
-	nodeEP := make(map[string][]byte, len(listeners)) // by inbound listener
-	for i, ep := range inboundAssignment(b).Endpoints[0].LbEndpoints {
-		if nodeEP[listeners[i]], err = marshalDeterministic(ep); err != nil {
-			return nil, false, err
-		}
+	listeners, nodeEP := nodeEndpoints(b)
+	shared := make([][]byte, len(listeners))
+	for i, in := range listeners {
+		shared[i] = nodeEP[in]
 	}
+	out = append(out, encodedAssignment(wire.ClusterName(b.Name), shared, wire.ActivatorSocket))
 	for _, node := range slices.Sorted(maps.Keys(byNode)) {
-		plain := BuildAssignment(ir.Backend{Name: b.Name, Replicas: localReplicas(byNode[node])}).Endpoints[0].LbEndpoints
-		mine, marked, err := replicaEndpoints(plain)
+		mine, marked, err := replicaEndpoints(byAddress(byNode[node]))
 		if err != nil {
 			return nil, false, err
 		}
@@ -115,26 +112,96 @@ func encodedNodeAssignments(b ir.Backend) (out []Encoded, ok bool, err error) {
 	return out, true, nil
 }
 
-// replicaEndpoints encodes a node's replicas' endpoints (eps, as
+// nodeEndpoints encodes the endpoints inboundAssignment lists for b's
+// nodes, by inbound listener, with the listeners in its order: each the
+// node's health and weight (nodeHealth), then its listener's host.
+func nodeEndpoints(b ir.Backend) (listeners []string, encoded map[string][]byte) {
+	counts := map[string]map[ir.Health]int{}
+	for _, r := range b.Replicas {
+		if counts[r.Inbound] == nil {
+			counts[r.Inbound] = map[ir.Health]int{}
+		}
+		counts[r.Inbound][r.Health]++
+	}
+	listeners = slices.Sorted(maps.Keys(counts))
+	encoded = make(map[string][]byte, len(listeners))
+	for _, in := range listeners {
+		health, weight := nodeHealth(counts[in])
+		host, port := replicaHost(in)
+		encoded[in] = appendHost(appendNodeHead(nil, healthStatus(health), uint32(weight)), host, port)
+	}
+	return listeners, encoded
+}
+
+// LbEndpoint's fields before its host, as inboundAssignment fills them.
+const (
+	endpointHealth protowire.Number = 2 // health_status
+	endpointWeight protowire.Number = 4 // load_balancing_weight, a UInt32Value
+	uint32Value    protowire.Number = 1 // UInt32Value's value
+)
+
+// appendNodeHead appends an endpoint's health and weight as proto.Marshal
+// writes them (the health omitted when UNKNOWN, proto3's default).
+func appendNodeHead(b []byte, health core.HealthStatus, weight uint32) []byte {
+	if health != core.HealthStatus_UNKNOWN {
+		b = protowire.AppendTag(b, endpointHealth, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(health))
+	}
+	b = protowire.AppendTag(b, endpointWeight, protowire.BytesType)
+	if weight == 0 {
+		return protowire.AppendVarint(b, 0)
+	}
+	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(uint32Value)+protowire.SizeVarint(uint64(weight))))
+	b = protowire.AppendTag(b, uint32Value, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(weight))
+}
+
+// replicaEndpoints encodes a node's replicas' endpoints (rs, in the order
 // BuildAssignment lists them) as its inbound assignment lists them, and
 // marked as its own in its view (nodeViewAssignment: the local metadata,
 // weight 1). proto.Marshal writes an endpoint's other fields by number
 // and its host last (a oneof), so each is its fields but the host,
-// encoded once for every health (endpointHeads), followed by its host.
-func replicaEndpoints(eps []*endpoint.LbEndpoint) (plain, marked [][]byte, err error) {
-	plain, marked = make([][]byte, len(eps)), make([][]byte, len(eps))
-	for i, ep := range eps {
-		host, err := marshalDeterministic(&endpoint.LbEndpoint{HostIdentifier: ep.HostIdentifier})
-		if err != nil {
-			return nil, nil, err
-		}
-		head, ok := endpointHeads[ep.GetHealthStatus()]
+// encoded once for every health (endpointHeads), followed by its host
+// (appendHost).
+func replicaEndpoints(rs []ir.Replica) (plain, marked [][]byte, err error) {
+	plain, marked = make([][]byte, len(rs)), make([][]byte, len(rs))
+	for i, r := range rs {
+		head, ok := endpointHeads[healthStatus(r.Health)]
 		if !ok {
-			return nil, nil, fmt.Errorf("encode endpoint: health %v has no encoding", ep.GetHealthStatus())
+			return nil, nil, fmt.Errorf("encode endpoint: health %v has no encoding", healthStatus(r.Health))
 		}
-		plain[i], marked[i] = append(slices.Clip(head.plain), host...), append(slices.Clip(head.marked), host...)
+		host, port := replicaHost(r.Address)
+		plain[i], marked[i] = appendHost(slices.Clip(head.plain), host, port), appendHost(slices.Clip(head.marked), host, port)
 	}
 	return plain, marked, nil
+}
+
+// The fields an endpoint's host is encoded in: LbEndpoint's endpoint,
+// Endpoint's address and Address's socket address are each field 1; a
+// SocketAddress has its address and port (its protocol, TCP, is the
+// default and not written).
+const (
+	hostNested protowire.Number = 1
+	socketHost protowire.Number = 2
+	socketPort protowire.Number = 3
+)
+
+// appendHost appends to b the host of an endpoint at host:port as
+// proto.Marshal writes LbEndpoint{HostIdentifier: Endpoint{Address:
+// socketAddress(host, port)}} (TestAppendHost compares them).
+func appendHost(b []byte, host string, port uint32) []byte {
+	sa := protowire.SizeTag(socketHost) + protowire.SizeBytes(len(host)) + protowire.SizeTag(socketPort) + protowire.SizeVarint(uint64(port))
+	addr := protowire.SizeTag(hostNested) + protowire.SizeBytes(sa)
+	ep := protowire.SizeTag(hostNested) + protowire.SizeBytes(addr)
+	b = slices.Grow(b, protowire.SizeTag(hostNested)+protowire.SizeBytes(ep))
+	for _, size := range []int{ep, addr, sa} {
+		b = protowire.AppendTag(b, hostNested, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(size))
+	}
+	b = protowire.AppendTag(b, socketHost, protowire.BytesType)
+	b = protowire.AppendString(b, host)
+	b = protowire.AppendTag(b, socketPort, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(port))
 }
 
 // endpointHeads are an endpoint's fields but its host, encoded, by health:

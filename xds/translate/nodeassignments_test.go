@@ -3,8 +3,10 @@ package translate
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/ir"
@@ -12,8 +14,9 @@ import (
 
 // TestEncodedNodeAssignments: the assignments framed from their endpoints'
 // encodings are, byte for byte, what proto.Marshal makes of those
-// inboundAssignments and nodeViewAssignments build, for every mTLS golden
-// model's backends and for replicas of every health on uneven nodes.
+// BuildAssignments, inboundAssignments and nodeViewAssignments build, for
+// every mTLS golden model's backends and for replicas of every health on
+// uneven nodes.
 func TestEncodedNodeAssignments(t *testing.T) {
 	health := []ir.Health{ir.Healthy, ir.Unknown, ir.Draining, ir.Unhealthy}
 	var backends []ir.Backend
@@ -42,7 +45,7 @@ func TestEncodedNodeAssignments(t *testing.T) {
 		}
 		one := &ir.DataPlane{Backends: []ir.Backend{b}}
 		want := map[string][]byte{}
-		for _, cla := range append(inboundAssignments(one), nodeViewAssignments(one)...) {
+		for _, cla := range slices.Concat(BuildAssignments(one), inboundAssignments(one), nodeViewAssignments(one)) {
 			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
 			if err != nil {
 				t.Fatal(err)
@@ -79,9 +82,25 @@ func TestEncodedNodeAssignmentsNeedOneListenerANode(t *testing.T) {
 		for _, r := range rs {
 			nodes[r.Node] = true
 		}
-		got, err := nodeAssignments(b)
-		if err != nil || len(got) != 2*len(nodes) {
-			t.Errorf("%s: %d assignments, %v; want the two of each node", name, len(got), err)
+		got, err := inboundBackendAssignments(b)
+		if err != nil || len(got) != 1+2*len(nodes) {
+			t.Errorf("%s: %d assignments, %v; want the shared one and the two of each node", name, len(got), err)
+		}
+	}
+}
+
+// TestAppendHost: an endpoint's host framed by appendHost is what
+// proto.Marshal makes of it, for IPv4 and IPv6 replicas, host names and
+// the ports' every varint length.
+func TestAppendHost(t *testing.T) {
+	for _, address := range []string{"127.0.0.1:9000", "10.1.2.3:1", "[::1]:8080", "[2001:db8::0:1]:65535", "replica.local:0", "127.0.0.1:127", "127.0.0.1:128", "127.0.0.1:16384"} {
+		host, port := replicaHost(address)
+		want, err := marshalDeterministic(&endpoint.LbEndpoint{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{Address: socketAddress(host, port)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendHost([]byte("head"), host, port); !bytes.Equal(got, append([]byte("head"), want...)) {
+			t.Errorf("%s: appendHost\n got %x\nwant head+%x", address, got, want)
 		}
 	}
 }
