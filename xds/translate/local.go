@@ -10,7 +10,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -165,15 +164,11 @@ var localHostMetadata = &core.Metadata{FilterMetadata: map[string]*structpb.Stru
 }}
 
 // localRawSocket is the transport socket match of the hosts localMetadata
-// marks: plain bytes, on a cluster whose other hosts need TLS.
-func localRawSocket() ([]*cluster.Cluster_TransportSocketMatch, error) {
-	raw, err := anypb.New(&rawbuffer.RawBuffer{})
-	if err != nil {
-		return nil, err
-	}
-	return []*cluster.Cluster_TransportSocketMatch{{
-		Name:            localSocket,
-		Match:           &structpb.Struct{Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
-		TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: raw}},
-	}}, nil
-}
+// marks: plain bytes, on a cluster whose other hosts need TLS. One value,
+// shared by every cluster reached over mTLS: built clusters are read,
+// never written.
+var localRawSocket = []*cluster.Cluster_TransportSocketMatch{{
+	Name:            localSocket,
+	Match:           &structpb.Struct{Fields: map[string]*structpb.Value{localMatchKey: structpb.NewBoolValue(true)}},
+	TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.raw_buffer", ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbuffer.RawBuffer{})}},
+}}

@@ -233,9 +233,7 @@ func secureClusters(m *ir.DataPlane, t *MTLS, clusters []*cluster.Cluster) error
 		}
 		c.TransportSocket = socket
 		// The node's activator is on its own machine, without TLS.
-		if c.TransportSocketMatches, err = localRawSocket(); err != nil {
-			return err
-		}
+		c.TransportSocketMatches = localRawSocket
 		// Each replica's own limit is kept by its node's inbound cluster;
 		// here a host is a node with several replicas.
 		c.CircuitBreakers.PerHostThresholds = nil
