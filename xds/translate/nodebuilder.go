@@ -120,7 +120,7 @@ func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
 	if b.nodes == nil {
 		b.nodes = map[string]*nodeParts{}
 	}
-	b.nodeBackends("") // index the backends by node before the nodes read it
+	b.indexByNode() // before the nodes, built in parallel, read it
 	built, errs := make([]*NodeBuilt, len(nodes)), make([]error, len(nodes))
 	parts := make([]*nodeParts, len(nodes))
 	for i, n := range nodes {
@@ -346,16 +346,23 @@ func (b *Builder) KeepNodes(ids map[string]bool) {
 // nodeBackends returns, with mTLS, the names of the backends with replicas
 // on node, as of the last Build.
 func (b *Builder) nodeBackends(node string) map[string]bool {
-	if b.byNode == nil {
-		b.byNode = map[string]map[string]bool{}
-		for name, p := range b.backends {
-			for _, n := range p.nodes {
-				if b.byNode[n] == nil {
-					b.byNode[n] = map[string]bool{}
-				}
-				b.byNode[n][name] = true
+	b.indexByNode()
+	return b.byNode[node]
+}
+
+// indexByNode lists, once a Build, the backends with replicas on each
+// node (byNode).
+func (b *Builder) indexByNode() {
+	if b.byNode != nil {
+		return
+	}
+	b.byNode = map[string]map[string]bool{}
+	for name, p := range b.backends {
+		for _, n := range p.nodes {
+			if b.byNode[n] == nil {
+				b.byNode[n] = map[string]bool{}
 			}
+			b.byNode[n][name] = true
 		}
 	}
-	return b.byNode[node]
 }
