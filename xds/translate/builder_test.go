@@ -73,8 +73,9 @@ func decoded[T proto.Message](t *testing.T, encoded []Encoded) []T {
 	t.Helper()
 	out := make([]T, len(encoded))
 	for i, e := range encoded {
-		m, err := Decode(e)
-		if err != nil {
+		var zero T
+		m := zero.ProtoReflect().Type().New().Interface()
+		if err := Decode(e, m); err != nil {
 			t.Fatal(err)
 		}
 		out[i] = m.(T)

@@ -90,7 +90,7 @@ func localViewEncoded(shared Encoded, c *cluster.Cluster) (Encoded, error) {
 		return Encoded{}, fmt.Errorf("cluster %q: %w", c.GetName(), err)
 	}
 	b := append(slices.Clip(shared.bytes()), patch...)
-	return encodedAs(c.GetName(), c.ProtoReflect().Type(), b, hashBytes(append([]byte(shared.Version), patch...))), nil
+	return encodedAs(c.GetName(), b, hashBytes(append([]byte(shared.Version), patch...))), nil
 }
 
 // nodeViewAssignments are, for every backend reached over mTLS and every

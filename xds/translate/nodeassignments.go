@@ -252,7 +252,7 @@ func encodedAssignment(name string, eps [][]byte, socket string) Encoded {
 		b = protowire.AppendBytes(b, e)
 	}
 	b = append(append(b, activatorEncoded[socket]...), claPolicy...)
-	return encodedAs(name, (&endpoint.ClusterLoadAssignment{}).ProtoReflect().Type(), b, hashBytes(b))
+	return encodedAs(name, b, hashBytes(b))
 }
 
 func marshalDeterministic(m proto.Message) ([]byte, error) {
