@@ -31,13 +31,10 @@ func totals(requests, errors uint64, ms float64) wire.BackendLoad {
 	return wire.BackendLoad{Requests: requests, Errors: errors, Latency: histogram(requests, ms)}
 }
 
-// TestRunnerBeginsJudgesAndRollsBack drives a runner over a real
-// controller: it begins a rollout whose candidate is ready, passes a stage
-// whose figures are within the checks once its duration is over, and
-// rolls back at the first figures that fail one; each step is what the
-// controller stored, and the metrics say so.
-func TestRunnerBeginsJudgesAndRollsBack(t *testing.T) {
-	ctx := context.Background()
+// genController is a leading controller with backends v1 and v2 and
+// endpoint gen sending everything to v1.
+func genController(ctx context.Context, t *testing.T) *controller.Controller {
+	t.Helper()
 	ctl := controller.New(controller.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
 		Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
 	if err := ctl.Lead(ctx, "self"); err != nil {
@@ -51,6 +48,17 @@ func TestRunnerBeginsJudgesAndRollsBack(t *testing.T) {
 	if _, err := ctl.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
 		t.Fatal(err)
 	}
+	return ctl
+}
+
+// TestRunnerBeginsJudgesAndRollsBack drives a runner over a real
+// controller: it begins a rollout whose candidate is ready, passes a stage
+// whose figures are within the checks once its duration is over, and
+// rolls back at the first figures that fail one; each step is what the
+// controller stored, and the metrics say so.
+func TestRunnerBeginsJudgesAndRollsBack(t *testing.T) {
+	ctx := context.Background()
+	ctl := genController(ctx, t)
 	loads := &fakeLoads{loads: map[string]wire.Load{}}
 	reg := prometheus.NewRegistry()
 	r := New(ctl, loads.latest, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
@@ -127,19 +135,7 @@ func TestAFewSlowAnswersDoNotDecideASmallWindow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			ctl := controller.New(controller.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
-				Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
-			if err := ctl.Lead(ctx, "self"); err != nil {
-				t.Fatal(err)
-			}
-			for _, b := range []string{"v1", "v2"} {
-				if _, err := ctl.CreateBackend(ctx, meshspec.BackendSpec{Name: b, Replicas: []meshspec.ReplicaSpec{{Address: "10.0.0.1:9000"}}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := ctl.CreateEndpoint(ctx, meshspec.Endpoint{Name: "gen", Traffic: map[string]float64{"v1": 1}}); err != nil {
-				t.Fatal(err)
-			}
+			ctl := genController(ctx, t)
 			loads := &fakeLoads{loads: map[string]wire.Load{}}
 			r := New(ctl, loads.latest, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 			if _, err := ctl.StartRollout(ctx, "gen", meshspec.Rollout{Candidate: "v2",
