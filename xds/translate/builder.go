@@ -9,7 +9,6 @@ import (
 	"sort"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -254,18 +253,19 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		return nil, err
 	}
 	p := &backendParts{gen: b.gen, backend: be, clusters: clusters}
-	var assignments []*endpoint.ClusterLoadAssignment
-	if b.mtls == nil || !be.ViaInbound() {
-		assignments = BuildAssignments(one)
+	if b.mtls != nil && be.ViaInbound() {
+		p.assignments, err = inboundBackendAssignments(be)
+	} else {
+		p.assignments, err = encodeAssignments(BuildAssignments(one))
+	}
+	if err != nil {
+		return nil, err
 	}
 	if b.mtls != nil {
 		if err := secureClusters(one, b.mtls, p.clusters); err != nil {
 			return nil, err
 		}
 		if be.ViaInbound() {
-			if p.assignments, err = inboundBackendAssignments(be); err != nil {
-				return nil, err
-			}
 			p.perNode = map[string]int{}
 			for _, r := range be.Replicas {
 				if p.perNode[r.Node] == 0 {
@@ -274,13 +274,6 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 				p.perNode[r.Node]++
 			}
 		}
-	}
-	for _, cla := range assignments {
-		e, err := encode(cla.GetClusterName(), cla)
-		if err != nil {
-			return nil, err
-		}
-		p.assignments = append(p.assignments, e)
 	}
 	if p.encoded, err = versionAll(p.clusters); err != nil {
 		return nil, err

@@ -44,13 +44,7 @@ func (t *MTLS) Validate() error {
 // by its healthy replicas: healthy with one or more, else draining if one
 // drains, else unhealthy. The node's Envoy picks among its own replicas.
 func inboundAssignment(b ir.Backend) *endpoint.ClusterLoadAssignment {
-	nodes := map[string]map[ir.Health]int{}
-	for _, r := range b.Replicas {
-		if nodes[r.Inbound] == nil {
-			nodes[r.Inbound] = map[ir.Health]int{}
-		}
-		nodes[r.Inbound][r.Health]++
-	}
+	nodes := healthByInbound(b)
 	locality := &endpoint.LocalityLbEndpoints{}
 	for _, in := range slices.Sorted(maps.Keys(nodes)) {
 		health, weight := nodeHealth(nodes[in])
@@ -64,6 +58,19 @@ func inboundAssignment(b ir.Backend) *endpoint.ClusterLoadAssignment {
 		})
 	}
 	return assignment(wire.ClusterName(b.Name), locality)
+}
+
+// healthByInbound counts b's replicas by their node's inbound listener and
+// health.
+func healthByInbound(b ir.Backend) map[string]map[ir.Health]int {
+	out := map[string]map[ir.Health]int{}
+	for _, r := range b.Replicas {
+		if out[r.Inbound] == nil {
+			out[r.Inbound] = map[ir.Health]int{}
+		}
+		out[r.Inbound][r.Health]++
+	}
+	return out
 }
 
 // nodeHealth is how callers see a node, given how many of a backend's

@@ -66,7 +66,13 @@ func inboundBackendAssignments(b ir.Backend) ([]Encoded, error) {
 		return out, err
 	}
 	one := &ir.DataPlane{Backends: []ir.Backend{b}}
-	for _, cla := range slices.Concat(BuildAssignments(one), inboundAssignments(one), nodeViewAssignments(one)) {
+	return encodeAssignments(slices.Concat(BuildAssignments(one), inboundAssignments(one), nodeViewAssignments(one)))
+}
+
+// encodeAssignments encodes each of assignments under its cluster name.
+func encodeAssignments(assignments []*endpoint.ClusterLoadAssignment) ([]Encoded, error) {
+	out := make([]Encoded, 0, len(assignments))
+	for _, cla := range assignments {
 		e, err := encode(cla.GetClusterName(), cla)
 		if err != nil {
 			return nil, err
@@ -116,13 +122,7 @@ func encodedNodeAssignments(b ir.Backend) (out []Encoded, ok bool, err error) {
 // nodes, by inbound listener, with the listeners in its order: each the
 // node's health and weight (nodeHealth), then its listener's host.
 func nodeEndpoints(b ir.Backend) (listeners []string, encoded map[string][]byte) {
-	counts := map[string]map[ir.Health]int{}
-	for _, r := range b.Replicas {
-		if counts[r.Inbound] == nil {
-			counts[r.Inbound] = map[ir.Health]int{}
-		}
-		counts[r.Inbound][r.Health]++
-	}
+	counts := healthByInbound(b)
 	listeners = slices.Sorted(maps.Keys(counts))
 	encoded = make(map[string][]byte, len(listeners))
 	for _, in := range listeners {
