@@ -301,7 +301,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.view.Store(nodeview.New(m, a.node.ID))
 		a.desired.Store(m)
 		a.reconcile(ctx, m)
-		m, rev, err = a.store.Watch(ctx, rev)
+		if rev, err = a.store.Wait(ctx, rev); err == nil {
+			m, rev, err = a.store.Load(ctx)
+		}
 	}
 	return nil
 }

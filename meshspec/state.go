@@ -13,8 +13,9 @@ type StateReader interface {
 	// revision 0 if nothing was ever stored. What it cannot read is left
 	// out, never an error.
 	Load(ctx context.Context) (*Model, Revision, error)
-	// Watch blocks until the stored revision differs from rev, then
-	// returns the new model and revision. It returns ctx's error when ctx
-	// ends.
-	Watch(ctx context.Context, rev Revision) (*Model, Revision, error)
+	// Wait blocks until the stored revision differs from rev, then
+	// returns it, without reading the model: a reader that wrote that
+	// revision itself need not read it back (Load reads it). It returns
+	// ctx's error when ctx ends.
+	Wait(ctx context.Context, rev Revision) (Revision, error)
 }

@@ -56,7 +56,7 @@ func main() {
 	flag.DurationVar(&o.loadFor, "load", 10*time.Second, "how long the changes under load last")
 	flag.StringVar(&o.memoryLimit, "controller-memory-limit", "", "the controller's GOMEMLIMIT (Go's soft memory limit, such as 1GiB): its heap is collected harder as it nears it; default none")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "save the controller's CPU profile over the changes under load to this file (<file>-<endpoints>-<protocol>)")
-	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the controller's heap profile at rest to this file, one per mesh size and protocol (<file>-<endpoints>-<protocol>)")
+	flag.StringVar(&o.heapProfile, "heap-profile", "", "save the controller's heap profiles to this file, one per mesh size and protocol: at rest (<file>-<endpoints>-<protocol>) and halfway through the load (<file>-<endpoints>-<protocol>-load)")
 	protocols := flag.String("protocols", "delta", "the simulated nodes' xDS variants, each run in turn: delta (the nodes' default), sotw, or both")
 	flag.Parse()
 	o.realArgs = strings.Fields(*realArgs)
@@ -181,8 +181,17 @@ func run(o options) error {
 	} else {
 		profiled <- nil
 	}
+	heapUnderLoad := make(chan error, 1)
+	if o.heapProfile != "" {
+		go func() {
+			time.Sleep(o.loadFor / 2)
+			heapUnderLoad <- saveProfile(ctx, mesh.APIAddr, "heap", fmt.Sprintf("%s-%d-%s-load", o.heapProfile, o.endpoints, o.protocol))
+		}()
+	} else {
+		heapUnderLoad <- nil
+	}
 	loaded := measure(pid, o.loadFor, func() { changeEvery(ctx, mesh.Client, o.interval, o.loadFor) })
-	if err := <-profiled; err != nil {
+	if err := errors.Join(<-profiled, <-heapUnderLoad); err != nil {
 		return err
 	}
 	fmt.Printf("| %d | %s | %s / %s | %s | %.0f / %.0f MiB | %.0f%% / %.0f%% of a core |\n", o.endpoints, o.protocol, benchenv.Millis(benchenv.Percentile(lat, 50)), benchenv.Millis(benchenv.Percentile(lat, 99)),

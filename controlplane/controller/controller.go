@@ -181,8 +181,11 @@ func (c *Controller) Follow(leader string) {
 }
 
 // Run watches the store until ctx ends and adopts and publishes every new
-// revision, including ones written by another controller. A store that
-// cannot be read is retried, with backoff; the last state keeps serving.
+// revision written by another controller. Its own commits it adopted as
+// it made them, so it does not read them back: at 10,000 endpoints a read
+// of the whole store is tens of MB decoded, and the leader made one after
+// each change it stored. A store that cannot be read is retried, with
+// backoff; the last state keeps serving.
 func (c *Controller) Run(ctx context.Context) error {
 	retry := backoff.Consul()
 	for !c.loadOnce(ctx) {
@@ -195,7 +198,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	retry.Reset()
 	for {
-		m, next, err := c.store.Watch(ctx, rev)
+		next, err := c.follow(ctx, rev)
 		if ctx.Err() != nil {
 			return ctx.Err() // shutting down
 		}
@@ -208,16 +211,37 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		retry.Reset()
 		rev = next
-		c.mu.Lock()
-		c.reportUnreadable()
-		// Revisions only grow. A watch result older than what this
-		// controller already holds (it committed meanwhile) must not roll
-		// its state back.
-		if next > c.rev {
-			c.adopt(m, next)
-		}
-		c.mu.Unlock()
 	}
+}
+
+// follow waits for the stored revision to move past rev and adopts what
+// another writer stored; it returns the revision it got to.
+func (c *Controller) follow(ctx context.Context, rev store.Revision) (store.Revision, error) {
+	next, err := c.store.Wait(ctx, rev)
+	if err != nil {
+		return rev, err
+	}
+	// A commit of this controller's holds mu from before it writes until
+	// it adopts what it wrote, so c.rev already names it here.
+	c.mu.Lock()
+	own := next <= c.rev
+	c.mu.Unlock()
+	if own {
+		return next, nil
+	}
+	m, loaded, err := c.store.Load(ctx)
+	if err != nil {
+		return rev, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reportUnreadable()
+	// Revisions only grow. A read older than what this controller already
+	// holds (it committed meanwhile) must not roll its state back.
+	if loaded > c.rev {
+		c.adopt(m, loaded)
+	}
+	return loaded, nil
 }
 
 // loadOnce loads the stored state unless something was loaded already; it

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -595,5 +597,81 @@ func TestPlaintextMeshRefusesModelRewrites(t *testing.T) {
 	c = plain()
 	if u := c.UnservedSettings(); len(u) != 1 || !strings.Contains(u[0], "endpoint chat model_routing.models.assistant.rewrite is not served") {
 		t.Fatalf("unserved settings %q; want chat's rewrite", u)
+	}
+}
+
+// readsCounted is a memory store that counts its whole reads (Load) and
+// the waits for a change begun.
+type readsCounted struct {
+	*store.Memory
+	mu              sync.Mutex
+	reads, watching int
+}
+
+func (s *readsCounted) Load(ctx context.Context) (*meshspec.Model, store.Revision, error) {
+	s.count()
+	return s.Memory.Load(ctx)
+}
+
+func (s *readsCounted) Wait(ctx context.Context, rev store.Revision) (store.Revision, error) {
+	s.mu.Lock()
+	s.watching++
+	s.mu.Unlock()
+	return s.Memory.Wait(ctx, rev)
+}
+
+func (s *readsCounted) count() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+}
+
+func (s *readsCounted) counted() (reads, watching int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads, s.watching
+}
+
+// A controller does not read back what it committed: at 10,000 endpoints
+// a whole read of the store is tens of MB decoded, and the leader made one
+// after each of its own changes. What another writer commits is still read
+// and adopted.
+func TestOwnCommitsAreNotReadBack(t *testing.T) {
+	st := &readsCounted{Memory: store.NewMemory()}
+	c, _ := newLeader(t, st)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-ran
+	}()
+	waitFor(t, func() bool { _, watching := st.counted(); return watching > 0 }) // Run waits for changes
+	for i := range 5 {
+		changed, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(backend(fmt.Sprintf("b%d", i))))
+		mustChange(t, changed, err)
+	}
+	_, rev := c.State()
+	foreign := backend("written-elsewhere")
+	if _, err := st.Commit(ctx, rev, store.Change{PutBackends: []meshspec.Backend{foreign}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		m, _ := c.State()
+		return slices.ContainsFunc(m.Backends, func(b meshspec.Backend) bool { return b.Name == foreign.Name })
+	})
+	if got, _ := st.counted(); got != 2 {
+		t.Fatalf("the store was read whole %d times; want 2: once when the controller started leading, once for the other writer's commit, none for the controller's own five", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

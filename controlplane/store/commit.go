@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -40,14 +41,34 @@ func (c *Consul) Commit(ctx context.Context, rev Revision, change Change) (Revis
 	if err != nil {
 		return 0, err
 	}
+	var next Revision
 	if len(ops) < maxTxnOps && size <= maxTxnBytes {
 		meta, err := encodeMeta(nil)
 		if err != nil {
 			return 0, err
 		}
-		return c.casMeta(ctx, uint64(rev), meta, ops...)
+		next, err = c.casMeta(ctx, uint64(rev), meta, ops...)
+		if err != nil {
+			return 0, err
+		}
+	} else if next, err = c.commitLarge(ctx, rev, change, ops); err != nil {
+		return 0, err
 	}
-	return c.commitLarge(ctx, rev, change, ops)
+	c.overwritten(ops)
+	return next, nil
+}
+
+// overwritten forgets the unreadable keys ops wrote or deleted: a writer
+// does not read its own commits back (Reader.Wait), so what Load last
+// reported of them is no longer so.
+func (c *Consul) overwritten(ops api.KVTxnOps) {
+	keys := make(map[string]bool, len(ops))
+	for _, op := range ops {
+		keys[op.Key] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unreadable = slices.DeleteFunc(c.unreadable, func(u Unreadable) bool { return keys[u.Key] })
 }
 
 // objectOps turns a change into set and delete operations on object keys,

@@ -282,14 +282,10 @@ func dropDangling(m *meshspec.Model, s *snapshot, c *Consul) *meshspec.Model {
 	return m
 }
 
-// Watch implements Store with a blocking query on the meta key, retried
+// Wait implements Store with a blocking query on the meta key, retried
 // while Consul fails.
-func (c *Consul) Watch(ctx context.Context, rev Revision) (*meshspec.Model, Revision, error) {
-	var (
-		m    *meshspec.Model
-		next Revision
-		err  error
-	)
+func (c *Consul) Wait(ctx context.Context, rev Revision) (Revision, error) {
+	var next Revision
 	first := true
 	loopErr := consulwatch.Loop(ctx, c.log, "the stored state", func(ctx context.Context, index uint64) (uint64, error) {
 		if first { // wait past rev; then past each answer
@@ -300,13 +296,13 @@ func (c *Consul) Watch(ctx context.Context, rev Revision) (*meshspec.Model, Revi
 			return 0, qerr
 		}
 		if pair != nil && Revision(pair.ModifyIndex) != rev {
-			m, next, err = c.Load(ctx)
+			next = Revision(pair.ModifyIndex)
 			return 0, consulwatch.ErrDone
 		}
 		return meta.LastIndex, nil // nothing new for us: wait past this index
 	})
 	if loopErr != nil {
-		return nil, 0, loopErr
+		return 0, loopErr
 	}
-	return m, next, err
+	return next, nil
 }

@@ -41,20 +41,20 @@ func (m *Memory) Commit(_ context.Context, rev Revision, c Change) (Revision, er
 	return m.rev, nil
 }
 
-// Watch implements Store.
-func (m *Memory) Watch(ctx context.Context, rev Revision) (*meshspec.Model, Revision, error) {
+// Wait implements Store.
+func (m *Memory) Wait(ctx context.Context, rev Revision) (Revision, error) {
 	for {
 		m.mu.Lock()
 		if m.rev != rev {
-			out, r := meshspec.Clone(m.model), m.rev
+			r := m.rev
 			m.mu.Unlock()
-			return out, r, nil
+			return r, nil
 		}
 		ch := m.changed
 		m.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return 0, ctx.Err()
 		case <-ch:
 		}
 	}

@@ -80,20 +80,19 @@ func TestStoreContract(t *testing.T) {
 				t.Fatalf("load after commit: rev %d (want %d), err %v, diff %+v", rev, rev1, err, Diff(got, want))
 			}
 
-			// Watch wakes on the next commit with the new state.
+			// Wait wakes on the next commit with its revision.
 			type watched struct {
-				m   *meshspec.Model
 				rev Revision
 				err error
 			}
 			woke := make(chan watched, 1)
 			go func() {
-				m, r, err := st.Watch(ctx, rev1)
-				woke <- watched{m, r, err}
+				r, err := st.Wait(ctx, rev1)
+				woke <- watched{r, err}
 			}()
 			select {
 			case w := <-woke:
-				t.Fatalf("watch returned before any change: %+v", w)
+				t.Fatalf("wait returned before any change: %+v", w)
 			case <-time.After(200 * time.Millisecond):
 			}
 			rev2, err := st.Commit(ctx, rev1, Change{DeleteEndpoints: []string{"e0"}, DeleteBackends: []string{"b0"}})
@@ -102,17 +101,20 @@ func TestStoreContract(t *testing.T) {
 			}
 			select {
 			case w := <-woke:
-				if w.err != nil || w.rev != rev2 || len(w.m.Backends) != 2 || len(w.m.Endpoints) != 2 {
-					t.Fatalf("watch: rev %d (want %d), %d backends, err %v", w.rev, rev2, len(w.m.Backends), w.err)
+				if w.err != nil || w.rev != rev2 {
+					t.Fatalf("wait: rev %d (want %d), err %v", w.rev, rev2, w.err)
+				}
+				if m, rev, err := st.Load(ctx); err != nil || rev != rev2 || len(m.Backends) != 2 || len(m.Endpoints) != 2 {
+					t.Fatalf("load after the wait: rev %d (want %d), %d backends, err %v", rev, rev2, len(m.Backends), err)
 				}
 			case <-time.After(10 * time.Second):
-				t.Fatal("watch did not wake on a commit")
+				t.Fatal("wait did not wake on a commit")
 			}
 
-			// Watch ends with its context.
+			// Wait ends with its context.
 			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			defer cancel()
-			if _, _, err := st.Watch(cctx, rev2); !errors.Is(err, context.DeadlineExceeded) {
+			if _, err := st.Wait(cctx, rev2); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("watch after its context ended: %v", err)
 			}
 
@@ -241,7 +243,8 @@ func TestStrayKeysAreReportedNotFatal(t *testing.T) {
 		t.Errorf("reasons: %+v", unreadable)
 	}
 	// Writes go on, and leave the stray keys as they were.
-	if _, err := st.Commit(ctx, rev, Diff(m, sample(300))); err != nil {
+	rev3, err := st.Commit(ctx, rev, Diff(m, sample(300)))
+	if err != nil {
 		t.Fatalf("a commit over stray keys: %v", err)
 	}
 	for k, v := range stray {
@@ -249,6 +252,19 @@ func TestStrayKeysAreReportedNotFatal(t *testing.T) {
 		if err != nil || pair == nil || string(pair.Value) != v {
 			t.Errorf("stray key %s was changed or removed", k)
 		}
+	}
+	// A key a commit writes is no longer reported, though the writer does
+	// not read its commit back; the others still are.
+	fixed := meshspec.Backend{Name: "broken", Replicas: []meshspec.Replica{{Address: "10.0.0.9:9000"}}}
+	if _, err := st.Commit(ctx, rev3, Change{PutBackends: []meshspec.Backend{fixed}}); err != nil {
+		t.Fatal(err)
+	}
+	still := map[string]bool{}
+	for _, u := range st.Unreadable() {
+		still[u.Key] = true
+	}
+	if still[prefix+"/backends/broken"] || len(still) != len(stray)-1 {
+		t.Errorf("after overwriting %s/backends/broken, unreadable: %v (want the %d others)", prefix, still, len(stray)-1)
 	}
 }
 
