@@ -644,7 +644,9 @@ func TestOwnCommitsAreNotReadBack(t *testing.T) {
 	go func() { ran <- c.Run(ctx) }()
 	defer func() {
 		cancel()
-		<-ran
+		if err := <-ran; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run ended with %v, want its context's end", err)
+		}
 	}()
 	waitFor(t, func() bool { _, watching := st.counted(); return watching > 0 }) // Run waits for changes
 	for i := range 5 {

@@ -141,52 +141,75 @@ func (cl *cacheClient) wants(k *kind) map[string]string {
 // what its subscription names of the node's kind, is never sent a
 // resource it holds at that version, and is never told of removals of
 // what it does not hold.
+//
+// Three subscriptions: names; the legacy wildcard (no names at first),
+// which names given later add to; and "*", which stays wildcard alone
+// until names are added, and is again once they are unsubscribed (the
+// stream then holds all of a kind: see held).
 func TestDeltaCacheFollowsEveryKind(t *testing.T) {
-	for _, wildcard := range []bool{false, true} {
-		t.Run(fmt.Sprint("wildcard=", wildcard), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(1, 2))
-			names := make([]string, 40)
-			for i := range names {
-				names[i] = fmt.Sprintf("r%02d", i)
-			}
-			c := newDeltaCache(resource.RouteType)
-			var first []string
-			if !wildcard {
-				first = names[:10]
-			}
-			cl := newCacheClient(t, c, first)
-			versions := map[string]string{}
-			for step := range 400 {
-				switch op := rng.IntN(10); {
-				case op < 6: // a new kind: some resources change, come or go
-					versions = maps.Clone(versions)
-					for range 1 + rng.IntN(4) {
-						name := names[rng.IntN(len(names))]
-						if rng.IntN(4) == 0 {
-							delete(versions, name)
-						} else {
-							versions[name] = fmt.Sprint("v", step)
-						}
-					}
-					if err := c.set(context.Background(), "n1", testKind(t, versions)); err != nil {
-						t.Fatal(err)
-					}
-				case op < 8:
-					cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{names[rng.IntN(len(names))]}})
-				default:
-					cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesUnsubscribe: []string{names[rng.IntN(len(names))]}})
-				}
-				cl.drain()
-				k := c.nodes["n1"].kind
-				if k == nil {
-					continue
-				}
-				if want := cl.wants(k); !maps.Equal(cl.has, want) {
-					t.Fatalf("step %d: the client holds %v, its subscription names %v of the kind", step, cl.has, want)
+	for _, mode := range []string{"names", "legacy wildcard", "explicit wildcard"} {
+		for seed := range uint64(20) {
+			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) { followEveryKind(t, mode, seed) })
+		}
+	}
+}
+
+func followEveryKind(t *testing.T, mode string, seed uint64) {
+	rng := rand.New(rand.NewPCG(1, 2+seed))
+	names := make([]string, 40)
+	for i := range names {
+		names[i] = fmt.Sprintf("r%02d", i)
+	}
+	c := newDeltaCache(resource.RouteType)
+	var first []string
+	switch mode {
+	case "names":
+		first = names[:10]
+	case "explicit wildcard":
+		first = []string{"*"}
+	}
+	byName := names // what requests subscribe to and unsubscribe from
+	if mode != "names" {
+		byName = names[:3] // so that unsubscribing empties the names now and then
+	}
+	cl := newCacheClient(t, c, first)
+	versions := map[string]string{}
+	holdingAll := 0 // steps after which the stream held all of the kind, by its marker
+	for step := range 400 {
+		switch op := rng.IntN(10); {
+		case op < 6: // a new kind: some resources change, come or go
+			versions = maps.Clone(versions)
+			for range 1 + rng.IntN(4) {
+				name := names[rng.IntN(len(names))]
+				if rng.IntN(4) == 0 {
+					delete(versions, name)
+				} else {
+					versions[name] = fmt.Sprint("v", step)
 				}
 			}
-			t.Logf("%d resources sent", cl.sent)
-		})
+			if err := c.set(context.Background(), "n1", testKind(t, versions)); err != nil {
+				t.Fatal(err)
+			}
+		case op < 8:
+			cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: []string{byName[rng.IntN(len(byName))]}})
+		default:
+			cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesUnsubscribe: []string{byName[rng.IntN(len(byName))]}})
+		}
+		cl.drain()
+		k := c.nodes["n1"].kind
+		if k == nil {
+			continue
+		}
+		if want := cl.wants(k); !maps.Equal(cl.has, want) {
+			t.Fatalf("step %d: the client holds %v, its subscription names %v of the kind", step, cl.has, want)
+		}
+		if h := c.nodes["n1"].held[cl.ch]; h != nil && isHeldAll(h.state) {
+			holdingAll++
+		}
+	}
+	t.Logf("%d resources sent; %d steps ended holding all of the kind", cl.sent, holdingAll)
+	if mode != "names" && holdingAll == 0 {
+		t.Error("the stream never held all of its kind by a marker: the shared path went untested")
 	}
 }
 
@@ -276,5 +299,57 @@ func TestDeltaCacheAnswersAFirstWildcardRequest(t *testing.T) {
 		}
 	default:
 		t.Fatal("a first wildcard request to an empty kind was not answered")
+	}
+}
+
+// Streams subscribed to everything of a type and nothing by name hold
+// their node's kind's own version map, shared, not a copy each; the
+// server keeps a small marker as each one's state. A marker whose stream
+// the cache forgot ends the stream (its node reconnects): what it holds is
+// unknown.
+func TestWildcardStreamsShareTheirKind(t *testing.T) {
+	c := newDeltaCache(resource.RouteType)
+	versions := map[string]string{}
+	for i := range 1000 {
+		versions[fmt.Sprintf("r%04d", i)] = "v1"
+	}
+	k1 := testKind(t, versions)
+	next := maps.Clone(versions)
+	next["r0001"] = "v2"
+	delete(next, "r0002")
+	k2 := testKind(t, next)
+	var clients []*cacheClient
+	for i := range 3 {
+		node := fmt.Sprintf("n%d", i)
+		if err := c.set(context.Background(), node, k1); err != nil {
+			t.Fatal(err)
+		}
+		cl := &cacheClient{t: t, c: c, ch: make(chan cachev3.DeltaResponse, 8), node: &core.Node{Id: node}, has: map[string]string{},
+			sub: stream.NewDeltaSubscription(nil, nil, nil, true)}
+		cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType})
+		cl.drain()
+		clients = append(clients, cl)
+	}
+	for _, k := range []*kind{k1, k2} {
+		for i, cl := range clients {
+			node := fmt.Sprintf("n%d", i)
+			if err := c.set(context.Background(), node, k); err != nil {
+				t.Fatal(err)
+			}
+			cl.drain()
+			h := c.nodes[node].held[cl.ch]
+			if h == nil || !sameMap(h.returned, k.versions) || !isHeldAll(h.state) || len(cl.sub.ReturnedResources()) != 1 {
+				t.Fatalf("%s: does not hold the kind's own versions by a marker (held %+v)", node, h != nil)
+			}
+			if !maps.Equal(cl.has, k.versions) {
+				t.Fatalf("%s holds %d resources, want the kind's %d", node, len(cl.has), len(k.versions))
+			}
+		}
+	}
+	forgotten := clients[0]
+	delete(c.nodes["n0"].held, forgotten.ch)
+	req := &discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResponseNonce: "x", Node: forgotten.node}
+	if _, err := c.CreateDeltaWatch(req, forgotten.sub, forgotten.ch); err == nil {
+		t.Fatal("a stream whose marker the cache forgot was answered")
 	}
 }
