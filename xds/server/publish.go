@@ -181,12 +181,14 @@ func (s *Server) diffAssignments(built *translate.Built, fresh bool) (map[string
 // sharedResources are one publish's node-independent resources, and the
 // builder that builds each node's own.
 type sharedResources struct {
-	mtls            *translate.MTLS
-	builder         *translate.Builder
-	enc             *encodings // the server's
-	routes, scopes  *kind
-	clusters        *kind
-	clusterList     []*cluster.Cluster // clusters, as translated
+	mtls           *translate.MTLS
+	builder        *translate.Builder
+	enc            *encodings // the server's
+	routes, scopes *kind
+	clusters       *kind
+	clusterList    []*cluster.Cluster // clusters, as translated
+	// merged are the nodes' clusters with mTLS, by version (mergedFor).
+	merged          map[string]*kind
 	assignmentNames map[string]bool
 	// snaps are the nodes' last snapshots, by node, with what they were
 	// built from.
@@ -381,9 +383,27 @@ func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, rout
 		return nil, err
 	}
 	if len(own.Clusters) > 0 {
-		next.clusters = mergedClusters(clusters, own)
+		next.clusters = sr.mergedFor(clusters, own)
 	}
 	return next, nil
+}
+
+// mergedFor is mergedClusters(shared, own), made once a publish for every
+// node whose own clusters are these (by their version): nodes that run no
+// replica have the same, and a thousand of them held a copy each of the
+// mesh's clusters (and their streams each a map of its versions, which a
+// shared kind's streams share: deltacache.go).
+func (sr *sharedResources) mergedFor(shared *kind, own *translate.NodeBuilt) *kind {
+	key := shared.version + "-" + own.ClustersVersion // mergedClusters' version
+	if k := sr.merged[key]; k != nil {
+		return k
+	}
+	if sr.merged == nil {
+		sr.merged = map[string]*kind{}
+	}
+	k := mergedClusters(shared, own)
+	sr.merged[key] = k
+	return k
 }
 
 // mergedClusters is a node's clusters with mTLS: the shared ones, and the

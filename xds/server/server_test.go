@@ -642,3 +642,35 @@ func lowered(tb testing.TB, m *meshspec.Model) *ir.DataPlane {
 	}
 	return dp
 }
+
+// With mTLS, nodes whose own clusters are the same (those that run no
+// replica: their agent's services' alone) share one kind of clusters,
+// and so its version map: a thousand such nodes held a thousand copies
+// of the mesh's clusters. A node that runs replicas has its own.
+func TestNodesWithTheSameClustersShareThem(t *testing.T) {
+	s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := s.RequireMTLS(&translate.MTLS{IdentityPrefix: "spiffe://td.consul/ns/default/dc/dc1/svc/"}); err != nil {
+		t.Fatal(err)
+	}
+	m := testModel("127.0.0.1:9001")
+	for i := range m.Backends {
+		for j := range m.Backends[i].Replicas {
+			m.Backends[i].Replicas[j].Node, m.Backends[i].Replicas[j].Inbound = "n0", "10.0.0.1:21000"
+		}
+	}
+	for i := range 3 {
+		n := wire.ProxyNode{ID: fmt.Sprintf("n%d", i), PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
+			InboundAddress: fmt.Sprintf("10.0.0.%d", i+1), InboundPort: 21000}
+		s.nodes[n.ID] = &nodeState{node: n, acked: map[string]string{}}
+	}
+	s.dataPlane = lowered(t, m)
+	s.generation++
+	s.publish(context.Background())
+	clusters := func(node string) *kind { return s.nodes[node].set[resource.ClusterType] }
+	if clusters("n1") == nil || clusters("n1") != clusters("n2") {
+		t.Fatal("n1 and n2, which run no replica, have clusters of their own")
+	}
+	if clusters("n0") == clusters("n1") || clusters("n0").items[wire.InboundClusterName("v1")] == nil {
+		t.Fatal("n0, which runs the replicas, does not have its own clusters")
+	}
+}
