@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -84,6 +85,10 @@ type answerBudget struct {
 
 	mu    sync.Mutex
 	taken map[proto.Message]int64
+
+	// held is the bytes held now; waitedOut, the answers that went
+	// without room after waiting b.wait (metrics.go serves both).
+	held, waitedOut atomic.Int64
 }
 
 func newAnswerBudget(size int64, wait time.Duration) *answerBudget {
@@ -98,13 +103,16 @@ func (b *answerBudget) hold(size int64) int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), b.wait)
 	defer cancel()
 	if b.sem.Acquire(ctx, size) != nil {
+		b.waitedOut.Add(1)
 		return 0
 	}
+	b.held.Add(size)
 	return size
 }
 
 func (b *answerBudget) release(held int64) {
 	if held > 0 {
+		b.held.Add(-held)
 		b.sem.Release(held)
 	}
 }

@@ -90,8 +90,14 @@ func TestLargeAnswersWaitForRoom(t *testing.T) {
 	if waited := time.Since(start); waited < 50*time.Millisecond {
 		t.Fatalf("an answer over the budget went after %v, before its wait", waited)
 	}
+	if got := c.budget.waitedOut.Load(); got != 1 {
+		t.Errorf("%d answers counted as waited out, want 1", got)
+	}
 	second.Free() // held nothing: gives nothing back
 	first.Free()
+	if got := c.budget.held.Load(); got != 0 {
+		t.Errorf("%d bytes counted as held once every answer was freed", got)
+	}
 	if !c.budget.sem.TryAcquire(size) || c.budget.sem.TryAcquire(1) {
 		t.Fatal("the budget is not whole again once every answer was freed")
 	}

@@ -78,7 +78,15 @@ func newMetrics(reg prometheus.Registerer, outOfSync func() float64) *metrics {
 			m.connected, m.convergence, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "servemesh_xds_nodes_out_of_sync",
 				Help: "Connected Envoy nodes that have not ACKed the configuration of the latest accepted model (briefly after every change; for long, a node that cannot follow).",
-			}, outOfSync))
+			}, outOfSync),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "servemesh_xds_large_answer_bytes",
+				Help: "Bytes of large xDS answers (over 1 MiB) made and not yet written to their streams, at most 64 MiB (LargeAnswersBudget); at the limit, more wait.",
+			}, func() float64 { return float64(answers.held.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "servemesh_xds_large_answers_waited_out_total",
+				Help: "Large xDS answers sent without room after waiting 10 s for it: nodes that do not read their answers hold the room.",
+			}, func() float64 { return float64(answers.waitedOut.Load()) }))
 	}
 	return m
 }

@@ -52,3 +52,35 @@ func TestOutOfSyncNodesAreCounted(t *testing.T) {
 		}
 	}
 }
+
+// The large answers' budget is served: the bytes held now, and the
+// answers that went without room.
+func TestLargeAnswersBudgetIsServed(t *testing.T) {
+	_, _, reg := startServer(t)
+	value := func(name string) float64 {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == name {
+				if g := f.GetMetric()[0].GetGauge(); g != nil {
+					return g.GetValue()
+				}
+				return f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("%s is not served", name)
+		return 0
+	}
+	before := value("servemesh_xds_large_answer_bytes")
+	held := answers.hold(2 << 20)
+	if got := value("servemesh_xds_large_answer_bytes") - before; got != 2<<20 {
+		t.Errorf("servemesh_xds_large_answer_bytes grew by %v while an answer held 2 MiB", got)
+	}
+	answers.release(held)
+	if got := value("servemesh_xds_large_answer_bytes"); got != before {
+		t.Errorf("servemesh_xds_large_answer_bytes is %v once the answer was freed, want %v", got, before)
+	}
+	value("servemesh_xds_large_answers_waited_out_total")
+}
