@@ -2,7 +2,7 @@
 // truth that is written, with check-and-set, before any effect of a change is
 // published. In the flow of docs/architecture.md: step 3.
 //
-// Store is deliberately small (load, commit a change at a revision, watch for
+// Store is deliberately small (load, commit a change at a revision, wait for
 // the next revision) so that a second implementation, such as an embedded
 // single-node store, can sit beside the two here:
 //
