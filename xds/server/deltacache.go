@@ -431,9 +431,10 @@ func encodingOf(twin proto.Message) []byte {
 // GetDeltaDiscoveryResponse is the response to send; the server sets its
 // nonce, so each call makes a new one.
 func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
-	held, large := int64(0), r.size() > MaxPooledAnswer
+	held, size := int64(0), r.size()
+	large := size > MaxPooledAnswer
 	if large {
-		held = r.budget.hold(r.size()) // before making it: see LargeAnswersBudget
+		held = r.budget.hold(size) // before making it: see LargeAnswersBudget
 	}
 	resources := make([]*discovery.Resource, len(r.names))
 	for i, name := range r.names {

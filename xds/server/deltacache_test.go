@@ -51,7 +51,12 @@ type cacheClient struct {
 }
 
 func newCacheClient(t *testing.T, c *deltaCache, subscribe []string) *cacheClient {
-	cl := &cacheClient{t: t, c: c, ch: make(chan cachev3.DeltaResponse, 8), node: &core.Node{Id: "n1"}, has: map[string]string{}}
+	return newNodeClient(t, c, "n1", subscribe)
+}
+
+// newNodeClient is a stream of node, its first request sent.
+func newNodeClient(t *testing.T, c *deltaCache, node string, subscribe []string) *cacheClient {
+	cl := &cacheClient{t: t, c: c, ch: make(chan cachev3.DeltaResponse, 8), node: &core.Node{Id: node}, has: map[string]string{}}
 	cl.sub = stream.NewDeltaSubscription(subscribe, nil, nil, true)
 	cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: subscribe})
 	return cl
@@ -229,11 +234,7 @@ func TestDeltaCacheAnswersFromTheChange(t *testing.T) {
 		if err := c.set(context.Background(), node, k1); err != nil {
 			t.Fatal(err)
 		}
-		cl := newCacheClient(t, c, slices.Sorted(maps.Keys(versions)))
-		cl.node = &core.Node{Id: node}
-		cl.stop() // the watch newCacheClient opened was n1's
-		cl.stop = nil
-		cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType, ResourceNamesSubscribe: slices.Sorted(maps.Keys(versions))})
+		cl := newNodeClient(t, c, node, slices.Sorted(maps.Keys(versions)))
 		cl.drain()
 		if len(cl.has) != 100 {
 			t.Fatalf("%s holds %d resources, want 100", node, len(cl.has))
@@ -324,9 +325,7 @@ func TestWildcardStreamsShareTheirKind(t *testing.T) {
 		if err := c.set(context.Background(), node, k1); err != nil {
 			t.Fatal(err)
 		}
-		cl := &cacheClient{t: t, c: c, ch: make(chan cachev3.DeltaResponse, 8), node: &core.Node{Id: node}, has: map[string]string{},
-			sub: stream.NewDeltaSubscription(nil, nil, nil, true)}
-		cl.request(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.RouteType})
+		cl := newNodeClient(t, c, node, nil)
 		cl.drain()
 		clients = append(clients, cl)
 	}
