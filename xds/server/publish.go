@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"time"
@@ -151,18 +152,15 @@ func (s *Server) diffAssignments(built *translate.Built, fresh bool) (map[string
 	if !fresh && len(built.ChangedBackends) == 0 {
 		return changed, nil
 	}
-	next := make(map[string]translate.Encoded, len(built.Assignments))
-	for _, cla := range built.Assignments {
-		next[cla.Name] = cla
-	}
+	next := built.Assignments
 	var removed []string
 	s.mu.Lock() // Serving reads publishedAssignments
 	defer s.mu.Unlock()
-	candidates := built.Changed.Names(translate.KindAssignment)
+	candidates := built.Changed.Of(translate.KindAssignment)
 	if fresh {
-		candidates = slices.Concat(slices.Collect(maps.Keys(next)), slices.Collect(maps.Keys(s.publishedAssignments)))
+		candidates = iterConcat(maps.Keys(next), slices.Values(slices.Collect(maps.Keys(s.publishedAssignments))))
 	}
-	for _, name := range candidates {
+	for name := range candidates {
 		cla, ok := next[name]
 		switch {
 		case !ok:
@@ -178,6 +176,22 @@ func (s *Server) diffAssignments(built *translate.Built, fresh bool) (map[string
 	return changed, removed
 }
 
+// iterConcat yields a's values, then b's.
+func iterConcat[T any](a, b iter.Seq[T]) iter.Seq[T] {
+	return func(yield func(T) bool) {
+		for v := range a {
+			if !yield(v) {
+				return
+			}
+		}
+		for v := range b {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
 // sharedResources are one publish's node-independent resources, and the
 // builder that builds each node's own.
 type sharedResources struct {
@@ -188,8 +202,9 @@ type sharedResources struct {
 	clusters       *kind
 	clusterList    []*cluster.Cluster // clusters, as translated
 	// merged are the nodes' clusters with mTLS, by version (mergedFor).
-	merged          map[string]*kind
-	assignmentNames map[string]bool
+	merged map[string]*kind
+	// assignments are the build's, by name (read-only).
+	assignments map[string]translate.Encoded
 	// snaps are the nodes' last snapshots, by node, with what they were
 	// built from.
 	snaps map[string]*nodeSnapshot
@@ -267,14 +282,7 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	} else if out.scopes, err = newKind(r.ScopesVersion, r.ScopedRoutes, lookup(r.ScopeVersions), shared(resource.ScopedRouteType, len(r.ScopedRoutes))); err != nil {
 		return nil, err
 	}
-	if sameMTLS && len(r.ChangedBackends) == 0 {
-		out.assignmentNames = last.assignmentNames
-	} else {
-		out.assignmentNames = make(map[string]bool, len(r.Assignments))
-		for _, x := range r.Assignments {
-			out.assignmentNames[x.Name] = true
-		}
-	}
+	out.assignments = r.Assignments
 	return out, nil
 }
 
@@ -435,7 +443,7 @@ func (sr *sharedResources) sharedConsistent() error {
 // names by RDS is there (those of the mesh's scopes are built with them).
 func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters []*cluster.Cluster, routes *kind) error {
 	for name := range translate.AskedAssignments(clusters) {
-		if !sr.assignmentNames[name] {
+		if _, ok := sr.assignments[name]; !ok {
 			return fmt.Errorf("snapshot is inconsistent: cluster %q has no assignment", name)
 		}
 	}

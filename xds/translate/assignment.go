@@ -69,7 +69,10 @@ func replicaHost(address string) (string, uint32) {
 	host, portText, _ := net.SplitHostPort(address) // checked by Validate
 	port, _ := strconv.ParseUint(portText, 10, 16)
 	if ip, err := netip.ParseAddr(host); err == nil {
-		host = ip.String()
+		var canonical [64]byte
+		if c := ip.AppendTo(canonical[:0]); string(c) != host { // most are: no copy
+			host = string(c)
+		}
 	}
 	return host, uint32(port)
 }

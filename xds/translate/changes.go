@@ -1,6 +1,10 @@
 package translate
 
-import "sort"
+import (
+	"iter"
+	"slices"
+	"sort"
+)
 
 // ResourceKind is a type of resource the builder builds and the xDS server
 // caches.
@@ -42,14 +46,20 @@ func (c ChangeSet) Has(kind ResourceKind, name string) bool {
 
 // Names are the names c has of kind, sorted.
 func (c ChangeSet) Names(kind ResourceKind) []string {
-	var out []string
-	for k := range c {
-		if k.Kind == kind {
-			out = append(out, k.Name)
-		}
-	}
+	out := slices.Collect(c.Of(kind))
 	sort.Strings(out)
 	return out
+}
+
+// Of yields the names c has of kind, in no order.
+func (c ChangeSet) Of(kind ResourceKind) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for k := range c {
+			if k.Kind == kind && !yield(k.Name) {
+				return
+			}
+		}
+	}
 }
 
 // backendChanges adds to c the clusters and assignments of a backend's

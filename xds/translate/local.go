@@ -1,7 +1,6 @@
 package translate
 
 import (
-	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -83,14 +83,28 @@ func shallowCopy(c *cluster.Cluster) *cluster.Cluster {
 // every node's clusters as sent). Its version hashes the shared
 // cluster's with the patch, which decide the encoding as well as hashing
 // it whole would.
-func localViewEncoded(shared Encoded, c *cluster.Cluster) (Encoded, error) {
-	patch, err := marshalDeterministic(&cluster.Cluster{
-		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{ServiceName: c.GetEdsClusterConfig().GetServiceName()}})
-	if err != nil {
-		return Encoded{}, fmt.Errorf("cluster %q: %w", c.GetName(), err)
-	}
+func localViewEncoded(shared Encoded, c *cluster.Cluster) Encoded {
+	patch := edsServicePatch(c.GetEdsClusterConfig().GetServiceName())
 	b := append(slices.Clip(shared.bytes()), patch...)
-	return encodedAs(c.GetName(), b, hashBytes(append([]byte(shared.Version), patch...))), nil
+	return encodedAs(c.GetName(), b, hashBytes(append([]byte(shared.Version), patch...)))
+}
+
+// Cluster.eds_cluster_config, and its service_name.
+const (
+	clusterEDSConfig protowire.Number = 3
+	edsServiceName   protowire.Number = 2
+)
+
+// edsServicePatch is proto.Marshal's encoding of a cluster whose only
+// field is an EDS configuration naming service, which is never empty
+// (TestEDSServicePatch).
+func edsServicePatch(service string) []byte {
+	inner := protowire.SizeTag(edsServiceName) + protowire.SizeBytes(len(service))
+	b := make([]byte, 0, protowire.SizeTag(clusterEDSConfig)+protowire.SizeBytes(inner))
+	b = protowire.AppendTag(b, clusterEDSConfig, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(inner))
+	b = protowire.AppendTag(b, edsServiceName, protowire.BytesType)
+	return protowire.AppendString(b, service)
 }
 
 // nodeViewAssignments are, for every backend reached over mTLS and every

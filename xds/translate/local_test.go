@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"bytes"
+	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -72,4 +74,19 @@ func countSet(m protoreflect.Message) int {
 	n := 0
 	m.Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool { n++; return true })
 	return n
+}
+
+// TestEDSServicePatch: the patch a node's view appends to its shared
+// cluster's encoding is what proto.Marshal makes of a cluster naming
+// that EDS service alone, for names of every length's varint.
+func TestEDSServicePatch(t *testing.T) {
+	for _, service := range []string{"b@n1", strings.Repeat("x", 127), strings.Repeat("y", 128), strings.Repeat("z", 20000)} {
+		want, err := marshalDeterministic(&cluster.Cluster{EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{ServiceName: service}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := edsServicePatch(service); !bytes.Equal(got, want) {
+			t.Errorf("service of %d bytes: patch\n got %x\nwant %x", len(service), got, want)
+		}
+	}
 }

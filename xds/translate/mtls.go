@@ -44,7 +44,7 @@ func (t *MTLS) Validate() error {
 // by its healthy replicas: healthy with one or more, else draining if one
 // drains, else unhealthy. The node's Envoy picks among its own replicas.
 func inboundAssignment(b ir.Backend) *endpoint.ClusterLoadAssignment {
-	nodes := healthByInbound(b)
+	nodes := byInbound(b)
 	locality := &endpoint.LocalityLbEndpoints{}
 	for _, in := range slices.Sorted(maps.Keys(nodes)) {
 		health, weight := nodeHealth(nodes[in])
@@ -60,27 +60,29 @@ func inboundAssignment(b ir.Backend) *endpoint.ClusterLoadAssignment {
 	return assignment(wire.ClusterName(b.Name), locality)
 }
 
-// healthByInbound counts b's replicas by their node's inbound listener and
-// health.
-func healthByInbound(b ir.Backend) map[string]map[ir.Health]int {
-	out := map[string]map[ir.Health]int{}
+// byInbound groups b's replicas by their node's inbound listener.
+func byInbound(b ir.Backend) map[string][]ir.Replica {
+	out := map[string][]ir.Replica{}
 	for _, r := range b.Replicas {
-		if out[r.Inbound] == nil {
-			out[r.Inbound] = map[ir.Health]int{}
-		}
-		out[r.Inbound][r.Health]++
+		out[r.Inbound] = append(out[r.Inbound], r)
 	}
 	return out
 }
 
-// nodeHealth is how callers see a node, given how many of a backend's
-// replicas it runs in each health: by its best replicas (healthy, then
-// unknown, then draining), weighted by how many it has of them, so that
-// every replica gets about the same share.
-func nodeHealth(count map[ir.Health]int) (ir.Health, int) {
+// nodeHealth is how callers see a node running replicas rs of a
+// backend: by its best replicas (healthy, then unknown, then draining),
+// weighted by how many it has of them, so that every replica gets about
+// the same share.
+func nodeHealth(rs []ir.Replica) (ir.Health, int) {
 	for _, h := range []ir.Health{ir.Healthy, ir.Unknown, ir.Draining} {
-		if count[h] > 0 {
-			return h, count[h]
+		n := 0
+		for _, r := range rs {
+			if r.Health == h {
+				n++
+			}
+		}
+		if n > 0 {
+			return h, n
 		}
 	}
 	return ir.Unhealthy, 1

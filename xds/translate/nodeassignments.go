@@ -1,9 +1,10 @@
 package translate
 
 import (
+	"cmp"
 	"fmt"
-	"maps"
 	"slices"
+	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -88,49 +89,90 @@ func encodeAssignments(assignments []*endpoint.ClusterLoadAssignment) ([]Encoded
 // not pair one to one (an agent moving its inbound listener): then the
 // caller builds them message by message.
 func encodedNodeAssignments(b ir.Backend) (out []Encoded, ok bool, err error) {
-	byNode, inbound, ok := nodesOf(b)
+	nodes, ok := groupByNode(b.Replicas)
 	if !ok {
 		return nil, false, nil
 	}
-	listeners, nodeEP := nodeEndpoints(b)
-	shared := make([][]byte, len(listeners))
-	for i, in := range listeners {
-		shared[i] = nodeEP[in]
-	}
-	out = append(out, encodedAssignment(wire.ClusterName(b.Name), shared, wire.ActivatorSocket))
-	for _, node := range slices.Sorted(maps.Keys(byNode)) {
-		mine, marked, err := replicaEndpoints(byAddress(byNode[node]))
+	byListener, nodeEP := nodeEndpoints(nodes)
+	views := hasNodeView(b)
+	out = make([]Encoded, 0, 1+2*len(nodes))
+	out = append(out, encodedAssignment(wire.ClusterName(b.Name), nodeEP, wire.ActivatorSocket))
+	eps := make([][]byte, 0, len(nodes)+len(b.Replicas))
+	for i, g := range nodes {
+		mine, marked, err := replicaEndpoints(g.replicas)
 		if err != nil {
 			return nil, false, err
 		}
-		out = append(out, encodedAssignment(wire.InboundAssignmentName(b.Name, node), mine, wire.ActivatorInboundSocket))
-		if !hasNodeView(b) {
+		out = append(out, encodedAssignment(wire.InboundAssignmentName(b.Name, g.node), mine, wire.ActivatorInboundSocket))
+		if !views {
 			continue
 		}
-		var eps [][]byte
-		for _, in := range listeners {
-			if in != inbound[node] {
-				eps = append(eps, nodeEP[in])
+		eps = eps[:0]
+		for k, j := range byListener {
+			if j != i {
+				eps = append(eps, nodeEP[k])
 			}
 		}
-		out = append(out, encodedAssignment(wire.NodeViewAssignmentName(b.Name, node), append(eps, marked...), wire.ActivatorSocket))
+		out = append(out, encodedAssignment(wire.NodeViewAssignmentName(b.Name, g.node), append(eps, marked...), wire.ActivatorSocket))
 	}
 	return out, true, nil
 }
 
-// nodeEndpoints encodes the endpoints inboundAssignment lists for b's
-// nodes, by inbound listener, with the listeners in its order: each the
-// node's health and weight (nodeHealth), then its listener's host.
-func nodeEndpoints(b ir.Backend) (listeners []string, encoded map[string][]byte) {
-	counts := healthByInbound(b)
-	listeners = slices.Sorted(maps.Keys(counts))
-	encoded = make(map[string][]byte, len(listeners))
-	for _, in := range listeners {
-		health, weight := nodeHealth(counts[in])
-		host, port := replicaHost(in)
-		encoded[in] = appendHost(appendNodeHead(nil, healthStatus(health), uint32(weight)), host, port)
+// nodeGroup is a node's replicas of a backend, by address, and the
+// node's inbound listener.
+type nodeGroup struct {
+	node, inbound string
+	replicas      []ir.Replica
+}
+
+// groupByNode groups replicas by node, sorted by node, each node's by
+// address (byAddress's order); ok says each node has one inbound
+// listener and no two nodes share one. A full mTLS publish groups every
+// backend's replicas, so it sorts one copy of them rather than filling
+// maps.
+func groupByNode(replicas []ir.Replica) (out []nodeGroup, ok bool) {
+	rs := slices.Clone(replicas)
+	slices.SortStableFunc(rs, func(a, b ir.Replica) int {
+		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Address, b.Address))
+	})
+	for i := 0; i < len(rs); {
+		j := i
+		for ; j < len(rs) && rs[j].Node == rs[i].Node; j++ {
+			if rs[j].Inbound != rs[i].Inbound {
+				return nil, false
+			}
+		}
+		out = append(out, nodeGroup{node: rs[i].Node, inbound: rs[i].Inbound, replicas: rs[i:j:j]})
+		i = j
 	}
-	return listeners, encoded
+	listeners := make([]string, len(out))
+	for i, g := range out {
+		listeners[i] = g.inbound
+	}
+	slices.Sort(listeners)
+	if len(slices.Compact(listeners)) != len(out) {
+		return nil, false
+	}
+	return out, true
+}
+
+// nodeEndpoints encodes the endpoints inboundAssignment lists for the
+// nodes, in its order (by inbound listener): each the node's health and
+// weight (nodeHealth), then its listener's host. byListener are the
+// nodes' indexes in that order.
+func nodeEndpoints(nodes []nodeGroup) (byListener []int, encoded [][]byte) {
+	byListener = make([]int, len(nodes))
+	for i := range nodes {
+		byListener[i] = i
+	}
+	slices.SortFunc(byListener, func(a, b int) int { return strings.Compare(nodes[a].inbound, nodes[b].inbound) })
+	encoded = make([][]byte, len(nodes))
+	for k, i := range byListener {
+		health, weight := nodeHealth(nodes[i].replicas)
+		host, port := replicaHost(nodes[i].inbound)
+		encoded[k] = appendHost(appendNodeHead(nil, healthStatus(health), uint32(weight)), host, port)
+	}
+	return byListener, encoded
 }
 
 // LbEndpoint's fields before its host, as inboundAssignment fills them.
@@ -165,13 +207,27 @@ func appendNodeHead(b []byte, health core.HealthStatus, weight uint32) []byte {
 // (appendHost).
 func replicaEndpoints(rs []ir.Replica) (plain, marked [][]byte, err error) {
 	plain, marked = make([][]byte, len(rs)), make([][]byte, len(rs))
+	// One buffer for them all (a full mTLS publish encodes every
+	// replica): each endpoint is a full slice of it, never appended to.
+	size := 0
+	for _, r := range rs {
+		head := endpointHeads[healthStatus(r.Health)]
+		size += len(head.plain) + len(head.marked) + 2*(len(r.Address)+hostFraming)
+	}
+	buf := make([]byte, 0, size)
+	cut := func(start int) []byte { return buf[start:len(buf):len(buf)] }
 	for i, r := range rs {
 		head, ok := endpointHeads[healthStatus(r.Health)]
 		if !ok {
 			return nil, nil, fmt.Errorf("encode endpoint: health %v has no encoding", healthStatus(r.Health))
 		}
 		host, port := replicaHost(r.Address)
-		plain[i], marked[i] = appendHost(slices.Clip(head.plain), host, port), appendHost(slices.Clip(head.marked), host, port)
+		start := len(buf)
+		buf = appendHost(append(buf, head.plain...), host, port)
+		plain[i] = cut(start)
+		start = len(buf)
+		buf = appendHost(append(buf, head.marked...), host, port)
+		marked[i] = cut(start)
 	}
 	return plain, marked, nil
 }
@@ -185,6 +241,10 @@ const (
 	socketHost protowire.Number = 2
 	socketPort protowire.Number = 3
 )
+
+// hostFraming bounds what appendHost writes besides the host's name: its
+// tags, lengths and port.
+const hostFraming = 16
 
 // appendHost appends to b the host of an endpoint at host:port as
 // proto.Marshal writes LbEndpoint{HostIdentifier: Endpoint{Address:
@@ -215,24 +275,6 @@ var endpointHeads = func() map[core.HealthStatus]struct{ plain, marked []byte } 
 	}
 	return out
 }()
-
-// nodesOf groups b's replicas by node, with each node's inbound listener;
-// ok says each node has one inbound listener and no two nodes share one.
-func nodesOf(b ir.Backend) (byNode map[string][]ir.Replica, inbound map[string]string, ok bool) {
-	byNode, inbound = map[string][]ir.Replica{}, map[string]string{}
-	owner := map[string]string{} // node by inbound listener
-	for _, r := range b.Replicas {
-		if in, seen := inbound[r.Node]; seen && in != r.Inbound {
-			return nil, nil, false
-		}
-		if n, seen := owner[r.Inbound]; seen && n != r.Node {
-			return nil, nil, false
-		}
-		inbound[r.Node], owner[r.Inbound] = r.Inbound, r.Node
-		byNode[r.Node] = append(byNode[r.Node], r)
-	}
-	return byNode, inbound, true
-}
 
 // encodedAssignment frames an assignment of one locality holding the
 // endpoints eps (each encoded), then the activator on socket, then the

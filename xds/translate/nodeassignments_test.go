@@ -104,3 +104,14 @@ func TestAppendHost(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaHostIsCanonical: an endpoint names a replica's IP in its
+// canonical form, and a host name as written.
+func TestReplicaHostIsCanonical(t *testing.T) {
+	for address, want := range map[string]string{"127.0.0.1:9000": "127.0.0.1", "[2001:db8::0:1]:1": "2001:db8::1",
+		"[::ffff:10.0.0.1]:2": "::ffff:10.0.0.1", "[2001:DB8::1]:3": "2001:db8::1", "replica.local:4": "replica.local"} {
+		if host, _ := replicaHost(address); host != want {
+			t.Errorf("replicaHost(%q) = %q, want %q", address, host, want)
+		}
+	}
+}

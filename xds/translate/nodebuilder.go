@@ -41,11 +41,18 @@ import (
 type NodeBuilt struct {
 	Resources
 	ListenersVersion, ClustersVersion string
-	// ClusterVersions are the versions of Clusters, by name: each changes
-	// with its cluster alone; EncodedClusters are Clusters encoded, in
-	// their order, as they are sent.
-	ClusterVersions map[string]string
+	// EncodedClusters are Clusters encoded, in their order, as they are
+	// sent, each with its version, which changes with its cluster alone.
 	EncodedClusters []Encoded
+}
+
+// ClusterVersions are the versions of Clusters, by name.
+func (n *NodeBuilt) ClusterVersions() map[string]string {
+	out := make(map[string]string, len(n.EncodedClusters))
+	for _, e := range n.EncodedClusters {
+		out[e.Name] = e.Version
+	}
+	return out
 }
 
 // nodeParts is what ForNode built last for a node, and from what.
@@ -91,12 +98,13 @@ type clusterPart struct {
 	view    *versionedCluster
 }
 
-// clusters are the part's, in the order the node lists them.
-func (c clusterPart) clusters() []versionedCluster {
+// count is how many clusters the part has: its inbound cluster, then
+// its view if it has one, in the order the node lists them.
+func (c clusterPart) count() int {
 	if c.view == nil {
-		return []versionedCluster{c.inbound}
+		return 1
 	}
-	return []versionedCluster{c.inbound, *c.view}
+	return 2
 }
 
 // versionedCluster is a cluster with its encoding, versioned by it.
@@ -173,7 +181,7 @@ func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts) (*nodeParts, *No
 	}
 	if sameClusters {
 		out.Clusters, out.ClustersVersion = prev.built.Clusters, prev.built.ClustersVersion
-		out.ClusterVersions, out.EncodedClusters = prev.built.ClusterVersions, prev.built.EncodedClusters
+		out.EncodedClusters = prev.built.EncodedClusters
 	} else if err := b.nodeClusters(prev, local, backends, clusterKeys, out); err != nil {
 		return nil, nil, err
 	}
@@ -238,23 +246,31 @@ func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []conf
 // and, per local backend, its part (clusterPart), rebuilt where its
 // inputs changed.
 func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, backends []ir.Backend, keys []localKey, out *NodeBuilt) error {
-	all := slices.Clone(p.services)
 	parts := make(map[string]clusterPart, len(local))
+	n := len(p.services)
 	for i, be := range backends {
 		part, err := ownClusters(p.clusters[be.Name], local[i], be, keys[i], p.node.ID)
 		if err != nil {
 			return err
 		}
 		parts[be.Name] = part
-		all = append(all, part.clusters()...)
+		n += part.count()
 	}
 	h := newKindHash()
-	out.Clusters, out.EncodedClusters = make([]*cluster.Cluster, len(all)), make([]Encoded, len(all))
-	out.ClusterVersions = make(map[string]string, len(all))
-	for i, v := range all {
-		out.Clusters[i], out.EncodedClusters[i] = v.cluster, v.encoded
-		out.ClusterVersions[v.encoded.Name] = v.encoded.Version
+	out.Clusters, out.EncodedClusters = make([]*cluster.Cluster, 0, n), make([]Encoded, 0, n)
+	add := func(v versionedCluster) {
+		out.Clusters, out.EncodedClusters = append(out.Clusters, v.cluster), append(out.EncodedClusters, v.encoded)
 		h.add(v.encoded.Name, v.encoded.Version)
+	}
+	for _, v := range p.services {
+		add(v)
+	}
+	for _, be := range backends {
+		part := parts[be.Name]
+		add(part.inbound)
+		if part.view != nil {
+			add(*part.view)
+		}
 	}
 	out.ClustersVersion, p.clusters = h.sum(), parts
 	return nil
@@ -296,8 +312,7 @@ func sharedView(shared *backendParts, be ir.Backend, node string) (versionedClus
 	for _, c := range shared.encoded {
 		if c.encoded.Name == name {
 			view := localView(c.cluster, be, node)
-			e, err := localViewEncoded(c.encoded, view)
-			return versionedCluster{cluster: view, encoded: e}, err
+			return versionedCluster{cluster: view, encoded: localViewEncoded(c.encoded, view)}, nil
 		}
 	}
 	return versionedCluster{}, fmt.Errorf("node %q: no shared cluster of backend %q", node, be.Name)

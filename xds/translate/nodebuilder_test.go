@@ -22,7 +22,7 @@ func buildNode(t *testing.T, b *Builder, m *meshspec.Model, node wire.ProxyNode)
 	if err != nil {
 		t.Fatal(err)
 	}
-	versioned(t, node.ID+"'s clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions)
+	versioned(t, node.ID+"'s clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions())
 	return own
 }
 
@@ -55,7 +55,7 @@ func TestNodeRebuildsWhatAChangeTouches(t *testing.T) {
 	if next.ListenersVersion != first.ListenersVersion || !slices.Equal(next.Listeners, first.Listeners) {
 		t.Errorf("a replica more rebuilt n0's listeners (version %s -> %s)", first.ListenersVersion, next.ListenersVersion)
 	}
-	if got, want := changedVersions(first.ClusterVersions, next.ClusterVersions), []string{wire.InboundClusterName(backend), backend}; !slices.Equal(got, want) {
+	if got, want := changedVersions(first.ClusterVersions(), next.ClusterVersions()), []string{wire.InboundClusterName(backend), backend}; !slices.Equal(got, want) {
 		t.Errorf("a replica more of %s changed the versions of n0's clusters %v; want %v", backend, got, want)
 	}
 
@@ -107,7 +107,7 @@ func TestNodeKeepsItsInboundClusterWhileItsReplicasHold(t *testing.T) {
 	more.Backends[0].Replicas = append(more.Backends[0].Replicas, extra)
 	backend := m.Backends[0].Name
 	next := build(more)
-	if got, want := changedVersions(first.ClusterVersions, next.ClusterVersions), []string{backend}; !slices.Equal(got, want) {
+	if got, want := changedVersions(first.ClusterVersions(), next.ClusterVersions()), []string{backend}; !slices.Equal(got, want) {
 		t.Errorf("a replica more of %s on n1 changed the versions of n0's clusters %v; want %v (its view alone)", backend, got, want)
 	}
 	named := func(own *NodeBuilt, name string) *cluster.Cluster {
