@@ -441,7 +441,7 @@ func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryRe
 		resources[i] = &discovery.Resource{
 			Name:     name,
 			Version:  r.kind.versions[name],
-			Resource: &anypb.Any{TypeUrl: r.typeURL, Value: encodingOf(r.kind.items[name])},
+			Resource: &anypb.Any{TypeUrl: r.typeURL, Value: encodingOf(r.kind.twin(name))},
 		}
 	}
 	out := &discovery.DeltaDiscoveryResponse{
@@ -461,7 +461,7 @@ func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryRe
 func (r *deltaResponse) size() int64 {
 	n := int64(0)
 	for _, name := range r.names {
-		n += int64(len(encodingOf(r.kind.items[name])) + 2*len(name) + len(r.kind.versions[name]) + len(r.typeURL) + 16)
+		n += int64(len(encodingOf(r.kind.twin(name))) + 2*len(name) + len(r.kind.versions[name]) + len(r.typeURL) + 16)
 	}
 	return n
 }

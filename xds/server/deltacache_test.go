@@ -23,13 +23,13 @@ import (
 // as versions says; a route configuration's content names its version.
 func testKind(t testing.TB, versions map[string]string) *kind {
 	t.Helper()
-	k := &kind{version: fmt.Sprint(len(versions), versions), items: map[string]types.Resource{}, versions: versions}
+	k := &kind{version: fmt.Sprint(len(versions), versions), twins: map[string]types.Resource{}, versions: versions}
 	for name, v := range versions {
 		twin, err := translate.Encode(&route.RouteConfiguration{Name: name, VirtualHosts: []*route.VirtualHost{{Name: v}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		k.items[name] = twin
+		k.twins[name] = twin
 	}
 	return k
 }

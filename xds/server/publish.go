@@ -46,7 +46,8 @@ func (s *Server) publish(ctx context.Context) {
 		return // nothing accepted yet; nodes wait for the first model
 	}
 	if newOnly {
-		s.setSnapshots(ctx, s.built, gen, nodes)
+		own, errs := s.built.builder.ForNodes(nodes)
+		s.setSnapshots(ctx, s.built, gen, nodes, own, errs)
 		return
 	}
 	fresh := s.builder == nil || s.builder.MTLS() != mtls
@@ -67,13 +68,23 @@ func (s *Server) publish(ctx context.Context) {
 	s.built, s.builtGen = built, gen
 	built.keepNodes(nodes) // every node is published below
 
+	// The nodes' own resources are built while the assignments go to
+	// their cache: the one reads the build, the other the caches.
+	var own []*translate.NodeBuilt
+	var errs []error
+	ownBuilt := make(chan struct{})
+	go func() {
+		defer close(ownBuilt)
+		own, errs = built.builder.ForNodes(nodes)
+	}()
 	changed, removed := s.diffAssignments(shared, fresh)
 	if len(changed) > 0 {
 		if err := s.assignments.UpdateResources(changed, nil); err != nil {
 			s.log.Error("updating assignments cache", "err", err)
 		}
 	}
-	s.setSnapshots(ctx, built, gen, nodes)
+	<-ownBuilt
+	s.setSnapshots(ctx, built, gen, nodes, own, errs)
 	s.retire(changed, removed, gen)
 	s.metrics.publishes.Inc()
 	s.metrics.publishTime.Observe(time.Since(start).Seconds())
@@ -84,8 +95,7 @@ func (s *Server) publish(ctx context.Context) {
 // setSnapshots builds each node's snapshot from built, the resources of
 // model generation gen, and sets in the caches the kinds that changed for
 // the node since it was last set (snapshotTypes: one cache per type).
-func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen uint64, nodes []wire.ProxyNode) {
-	own, errs := built.builder.ForNodes(nodes)
+func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen uint64, nodes []wire.ProxyNode, own []*translate.NodeBuilt, errs []error) {
 	for i, node := range nodes {
 		s.mu.Lock()
 		var asked demand
@@ -289,11 +299,11 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 // clustersKind lists a build's shared clusters as the builder encoded
 // them, under their versions.
 func clustersKind(r *translate.Built) *kind {
-	k := &kind{version: r.ClustersVersion, items: make(map[string]types.Resource, len(r.Clusters)),
+	k := &kind{version: r.ClustersVersion, twins: make(map[string]types.Resource, len(r.Clusters)),
 		versions: make(map[string]string, len(r.Clusters)), sources: make(map[string]types.Resource, len(r.Clusters))}
 	for i, c := range r.Clusters {
 		name := c.GetName()
-		k.items[name], k.versions[name], k.sources[name] = r.EncodedClusters[i].Resource, r.ClusterVersions[name], c
+		k.twins[name], k.versions[name], k.sources[name] = r.EncodedClusters[i].Resource, r.ClusterVersions[name], c
 	}
 	return k
 }
@@ -416,15 +426,14 @@ func (sr *sharedResources) mergedFor(shared *kind, own *translate.NodeBuilt) *ki
 
 // mergedClusters is a node's clusters with mTLS: the shared ones, and the
 // node's own, which replace shared ones of the same name, each as the
-// builder versioned and encoded it.
+// builder versioned and encoded it. It lies over shared (kind.under):
+// only the versions are copied whole.
 func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
-	// Cloned whole (a copy of the maps' tables, not an insertion a name),
-	// then the node's own put in.
-	k := &kind{version: shared.version + "-" + own.ClustersVersion,
-		items: maps.Clone(shared.items), versions: maps.Clone(shared.versions), sources: maps.Clone(shared.sources)}
+	k := &kind{version: shared.version + "-" + own.ClustersVersion, under: shared, versions: maps.Clone(shared.versions),
+		twins: make(map[string]types.Resource, len(own.Clusters)), sources: make(map[string]types.Resource, len(own.Clusters))}
 	for i, c := range own.Clusters {
 		e := own.EncodedClusters[i]
-		k.items[e.Name], k.versions[e.Name], k.sources[e.Name] = e.Resource, e.Version, c
+		k.twins[e.Name], k.versions[e.Name], k.sources[e.Name] = e.Resource, e.Version, c
 	}
 	return k
 }
@@ -442,9 +451,11 @@ func (sr *sharedResources) sharedConsistent() error {
 // EDS cluster has its assignment and every route configuration a listener
 // names by RDS is there (those of the mesh's scopes are built with them).
 func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters []*cluster.Cluster, routes *kind) error {
-	for name := range translate.AskedAssignments(clusters) {
-		if _, ok := sr.assignments[name]; !ok {
-			return fmt.Errorf("snapshot is inconsistent: cluster %q has no assignment", name)
+	for _, c := range clusters {
+		if name := translate.AskedAssignment(c); name != "" {
+			if _, ok := sr.assignments[name]; !ok {
+				return fmt.Errorf("snapshot is inconsistent: cluster %q has no assignment", name)
+			}
 		}
 	}
 	named := make(map[string]types.ResourceWithTTL, len(listeners))
@@ -459,7 +470,7 @@ func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters [
 		named[l.GetName()] = types.ResourceWithTTL{Resource: l}
 	}
 	for name := range cachev3.GetResourceReferences(named)[resource.RouteType] {
-		if routes.items[name] == nil {
+		if _, ok := routes.item(name); !ok {
 			return fmt.Errorf("snapshot is inconsistent: a listener names route configuration %q, which is not built", name)
 		}
 	}

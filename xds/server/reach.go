@@ -80,7 +80,7 @@ func (sr *sharedResources) clusterNames(names []string) []string {
 // scopes, sorted.
 func (k *kind) publicNames() []string {
 	var out []string
-	for n := range k.items {
+	for n := range k.versions {
 		if wire.IsPublicRouteName(n) {
 			out = append(out, n)
 		}
@@ -92,8 +92,8 @@ func (k *kind) publicNames() []string {
 // meshNames are the names of k's others (mesh route configurations or
 // scopes), sorted.
 func (k *kind) meshNames() []string {
-	out := make([]string, 0, len(k.items))
-	for n := range k.items {
+	out := make([]string, 0, k.size())
+	for n := range k.versions {
 		if !wire.IsPublicRouteName(n) {
 			out = append(out, n)
 		}
@@ -106,15 +106,16 @@ func (k *kind) meshNames() []string {
 // versioned by their names and versions.
 func (k *kind) subset(names []string) *kind {
 	names = slices.Compact(slices.Sorted(slices.Values(names)))
-	out := &kind{items: make(map[string]types.Resource, len(names)),
+	out := &kind{twins: make(map[string]types.Resource, len(names)),
 		versions: make(map[string]string, len(names)), sources: make(map[string]types.Resource, len(names))}
 	h := sha256.New()
 	for _, n := range names {
-		r, ok := k.items[n]
+		r, ok := k.item(n)
 		if !ok {
 			continue
 		}
-		out.items[n], out.versions[n], out.sources[n] = r, k.versions[n], k.sources[n]
+		src, _ := k.source(n)
+		out.twins[n], out.versions[n], out.sources[n] = r, k.versions[n], src
 		fmt.Fprintf(h, "%s=%s;", n, k.versions[n])
 	}
 	out.version = hex.EncodeToString(h.Sum(nil))[:16]

@@ -670,7 +670,7 @@ func TestNodesWithTheSameClustersShareThem(t *testing.T) {
 	if clusters("n1") == nil || clusters("n1") != clusters("n2") {
 		t.Fatal("n1 and n2, which run no replica, have clusters of their own")
 	}
-	if clusters("n0") == clusters("n1") || clusters("n0").items[wire.InboundClusterName("v1")] == nil {
+	if clusters("n0") == clusters("n1") || clusters("n0").twin(wire.InboundClusterName("v1")) == nil {
 		t.Fatal("n0, which runs the replicas, does not have its own clusters")
 	}
 }

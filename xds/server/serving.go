@@ -17,6 +17,7 @@ import (
 
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
+	"github.com/servemesh/servemesh/xds/translate"
 )
 
 // What a node serves. A node serves a generation once it has ACKed that
@@ -100,7 +101,7 @@ func (s *Server) notServing(id string, n *nodeState, backends []string) string {
 	}
 	for _, b := range backends {
 		for _, name := range []string{wire.ClusterName(b), wire.InboundClusterName(b)} {
-			c, ok := clusters.sources[name]
+			c, ok := clusters.source(name)
 			if !ok {
 				continue // not on this node (or on demand: asked for when called)
 			}
@@ -138,13 +139,7 @@ func askedAssignment(r types.Resource) string {
 			return ""
 		}
 	}
-	if c.GetType() != cluster.Cluster_EDS {
-		return ""
-	}
-	if name := c.GetEdsClusterConfig().GetServiceName(); name != "" {
-		return name
-	}
-	return c.GetName()
+	return translate.AskedAssignment(c)
 }
 
 // sentAssignments are an assignments response's versions by name, and the

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"maps"
 	"sync"
 	"weak"
 
@@ -17,18 +18,29 @@ import (
 //
 // The resources are encoded once: go-control-plane marshals each resource
 // it sends once per stream, so a route table a hundred nodes are sent
-// would be marshalled a hundred times per change. items holds each
+// would be marshalled a hundred times per change. twins holds each
 // resource's twin instead (encoded): an empty message of the same type
 // whose unknown fields hold the resource's deterministic encoding, which
 // protobuf marshals verbatim, so marshalling it is a copy, and a node
 // receives the resource byte for byte.
+//
+// A kind may lie over another (under): a node's clusters with mTLS are
+// the mesh's and its own (mergedClusters), and thirty nodes' copies of
+// the mesh's twins cost a full publish a tenth of its time. Then twins
+// and sources hold the kind's own resources, which hide under's of the
+// same name, and item, source and all read both; versions is always
+// whole, as delta streams compare and keep it.
 type kind struct {
 	version  string
-	items    map[string]types.Resource // encoded twins, by name
+	twins    map[string]types.Resource // encoded twins, by name
 	versions map[string]string         // by name: what delta xDS compares
-	// sources are the resources items encode, by name (reach.go lists a
+	// sources are the resources twins encode, by name (reach.go lists a
 	// cut's clusters from them).
 	sources map[string]types.Resource
+	under   *kind
+
+	allOnce sync.Once
+	all     map[string]types.Resource // twins with under's, made when first asked
 
 	withTTLOnce sync.Once
 	withTTL     map[string]types.ResourceWithTTL // for state-of-the-world streams, made when first asked
@@ -43,7 +55,7 @@ type kind struct {
 // gives its name, encoded through enc (which keeps the twins of the
 // versions it already encoded), and commits enc once every item is.
 func newKind[T types.ResourceWithName](version string, items []T, versionOf func(name string) string, enc *kindEncoder) (*kind, error) {
-	k := &kind{version: version, items: make(map[string]types.Resource, len(items)),
+	k := &kind{version: version, twins: make(map[string]types.Resource, len(items)),
 		versions: make(map[string]string, len(items)), sources: make(map[string]types.Resource, len(items))}
 	for _, x := range items {
 		if err := k.add(x.GetName(), x, versionOf(x.GetName()), enc); err != nil {
@@ -56,10 +68,10 @@ func newKind[T types.ResourceWithName](version string, items []T, versionOf func
 
 // encodedKind lists resources the translation encoded, under version.
 func encodedKind(version string, items []translate.Encoded) *kind {
-	k := &kind{version: version, items: make(map[string]types.Resource, len(items)),
+	k := &kind{version: version, twins: make(map[string]types.Resource, len(items)),
 		versions: make(map[string]string, len(items)), sources: make(map[string]types.Resource, len(items))}
 	for _, x := range items {
-		k.items[x.Name], k.versions[x.Name], k.sources[x.Name] = x.Resource, x.Version, x.Resource
+		k.twins[x.Name], k.versions[x.Name], k.sources[x.Name] = x.Resource, x.Version, x.Resource
 	}
 	return k
 }
@@ -70,15 +82,54 @@ func (k *kind) add(name string, r types.Resource, version string, enc *kindEncod
 	if err != nil {
 		return err
 	}
-	k.sources[name], k.versions[name], k.items[name] = r, version, twin
+	k.sources[name], k.versions[name], k.twins[name] = r, version, twin
 	return nil
+}
+
+// item is the twin of k's resource name.
+func (k *kind) item(name string) (types.Resource, bool) {
+	if r, ok := k.twins[name]; ok || k.under == nil {
+		return r, ok
+	}
+	return k.under.item(name)
+}
+
+// twin is item's twin, nil if k has no resource name.
+func (k *kind) twin(name string) types.Resource {
+	r, _ := k.item(name)
+	return r
+}
+
+// source is the resource name as translated.
+func (k *kind) source(name string) (types.Resource, bool) {
+	if r, ok := k.sources[name]; ok || k.under == nil {
+		return r, ok
+	}
+	return k.under.source(name)
+}
+
+// size is how many resources k has.
+func (k *kind) size() int { return len(k.versions) }
+
+// allTwins are every twin of k by name: twins, with under's (made once,
+// when a state-of-the-world stream first asks).
+func (k *kind) allTwins() map[string]types.Resource {
+	if k.under == nil {
+		return k.twins
+	}
+	k.allOnce.Do(func() {
+		k.all = maps.Clone(k.under.allTwins())
+		maps.Copy(k.all, k.twins)
+	})
+	return k.all
 }
 
 // itemsWithTTL are the items as state-of-the-world responses take them.
 func (k *kind) itemsWithTTL() map[string]types.ResourceWithTTL {
 	k.withTTLOnce.Do(func() {
-		k.withTTL = make(map[string]types.ResourceWithTTL, len(k.items))
-		for n, r := range k.items {
+		all := k.allTwins()
+		k.withTTL = make(map[string]types.ResourceWithTTL, len(all))
+		for n, r := range all {
 			k.withTTL[n] = types.ResourceWithTTL{Resource: r}
 		}
 	})
@@ -113,7 +164,7 @@ func (s snapshot) GetResourcesAndTTL(typeURL string) map[string]types.ResourceWi
 // GetResources lists a type's resources by name.
 func (s snapshot) GetResources(typeURL string) map[string]types.Resource {
 	if k := s[typeURL]; k != nil {
-		return k.items
+		return k.allTwins()
 	}
 	return nil
 }

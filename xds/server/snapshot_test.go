@@ -1,10 +1,12 @@
 package server
 
 import (
+	"maps"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -32,7 +34,7 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 	}
 	routes1 := encodedKind(first.RoutesVersion, first.Routes)
 	for _, r := range want.Routes {
-		sent, err := proto.Marshal(routes1.items[r.GetName()])
+		sent, err := proto.Marshal(routes1.twin(r.GetName()))
 		var back route.RouteConfiguration
 		if err != nil || proto.Unmarshal(sent, &back) != nil || !proto.Equal(&back, r) {
 			t.Fatalf("route configuration %s is not sent as itself (%v)", r.GetName(), err)
@@ -48,7 +50,7 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := proto.MarshalOptions{Deterministic: true}.Marshal(clusters1.items[c.GetName()])
+		got, err := proto.MarshalOptions{Deterministic: true}.Marshal(clusters1.twin(c.GetName()))
 		var back cluster.Cluster
 		if err != nil || string(got) != string(want) || proto.Unmarshal(got, &back) != nil || !proto.Equal(&back, c) {
 			t.Fatalf("cluster %s is not sent as itself", c.GetName())
@@ -79,8 +81,8 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 // newlyEncoded names the resources of next whose encoding is not last's.
 func newlyEncoded(last, next *kind) []string {
 	var out []string
-	for name, twin := range next.items {
-		if last.items[name] != twin {
+	for name, twin := range next.allTwins() {
+		if last.twin(name) != twin {
 			out = append(out, name)
 		}
 	}
@@ -122,5 +124,57 @@ func TestKindsReuseByVersion(t *testing.T) {
 	enc.forgetScopes(map[string]bool{})
 	if _, ok := enc.by[scopeKey{resource.ListenerType, "n1"}]; ok {
 		t.Fatal("a forgotten node's encodings stayed")
+	}
+}
+
+// TestMergedClustersLieOverTheShared: a node's clusters with mTLS are the
+// shared ones with its own in place of those of the same name, through
+// every way a kind is read (delta's twin and versions, state of the
+// world's resources, the translated clusters), and the shared kind is
+// left as it was.
+func TestMergedClustersLieOverTheShared(t *testing.T) {
+	encoded := func(name, version string) (*cluster.Cluster, translate.Encoded) {
+		c := &cluster.Cluster{Name: name, AltStatName: version}
+		twin, err := translate.Encode(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, translate.Encoded{Name: name, Version: version, Resource: twin}
+	}
+	shared := &kind{version: "s", twins: map[string]types.Resource{}, versions: map[string]string{}, sources: map[string]types.Resource{}}
+	for _, name := range []string{"a", "b"} {
+		c, e := encoded(name, "shared")
+		shared.twins[name], shared.versions[name], shared.sources[name] = e.Resource, e.Version, c
+	}
+	own := &translate.NodeBuilt{ClustersVersion: "own"}
+	for _, name := range []string{"b", "c"} {
+		c, e := encoded(name, "own")
+		own.Clusters, own.EncodedClusters = append(own.Clusters, c), append(own.EncodedClusters, e)
+	}
+	k := mergedClusters(shared, own)
+	want := map[string]string{"a": "shared", "b": "own", "c": "own"}
+	if !maps.Equal(k.versions, want) || k.size() != 3 {
+		t.Fatalf("versions %v (size %d), want %v", k.versions, k.size(), want)
+	}
+	ttl, all := snapshot{resource.ClusterType: k}.GetResourcesAndTTL(resource.ClusterType), snapshot{resource.ClusterType: k}.GetResources(resource.ClusterType)
+	if len(ttl) != 3 || len(all) != 3 {
+		t.Fatalf("state of the world lists %d and %d resources, want 3", len(ttl), len(all))
+	}
+	for name, version := range want {
+		src, ok := k.source(name)
+		var c cluster.Cluster
+		if err := proto.Unmarshal(encodingOf(k.twin(name)), &c); err != nil || !ok {
+			t.Fatalf("%s: %v (source found: %v)", name, err, ok)
+		}
+		if c.GetAltStatName() != version || src.(*cluster.Cluster).GetAltStatName() != version ||
+			all[name] != k.twin(name) || ttl[name].Resource != k.twin(name) {
+			t.Errorf("%s: sent as %q's, translated as %q's; want %q's everywhere", name, c.GetAltStatName(), src.(*cluster.Cluster).GetAltStatName(), version)
+		}
+	}
+	if _, ok := k.item("d"); ok || k.twin("d") != nil {
+		t.Error("a cluster neither kind has is found")
+	}
+	if len(shared.versions) != 2 || shared.versions["b"] != "shared" || shared.size() != 2 {
+		t.Errorf("the shared kind changed: %v", shared.versions)
 	}
 }

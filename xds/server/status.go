@@ -154,7 +154,7 @@ func (n *nodeState) ackedAll() bool {
 		return false
 	}
 	for _, typ := range snapshotTypes {
-		if k := n.set[typ]; k != nil && len(k.items) == 0 {
+		if k := n.set[typ]; k != nil && k.size() == 0 {
 			continue
 		}
 		if n.acked[typ] != n.set.GetVersion(typ) {

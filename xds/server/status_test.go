@@ -13,9 +13,9 @@ import (
 // node out of sync forever). A type with resources still needs its ACK.
 func TestAckedAllNeedsNoACKForAnEmptyType(t *testing.T) {
 	full := func(version string) *kind {
-		return &kind{version: version, items: map[string]types.Resource{"x": nil}}
+		return &kind{version: version, twins: map[string]types.Resource{"x": nil}, versions: map[string]string{"x": version}}
 	}
-	empty := &kind{version: "e3b0c44298fc1c14", items: map[string]types.Resource{}}
+	empty := &kind{version: "e3b0c44298fc1c14", twins: map[string]types.Resource{}, versions: map[string]string{}}
 	n := &nodeState{
 		set: snapshot{resource.ClusterType: full("c1"), resource.ListenerType: full("l1"),
 			resource.ScopedRouteType: empty, resource.RouteType: empty},

@@ -51,16 +51,23 @@ func Translate(m *ir.DataPlane, node wire.ProxyNode, t *MTLS) (*Resources, error
 func AskedAssignments(clusters []*cluster.Cluster) map[string]bool {
 	out := make(map[string]bool, len(clusters))
 	for _, c := range clusters {
-		if c.GetType() != cluster.Cluster_EDS {
-			continue
+		if name := AskedAssignment(c); name != "" {
+			out[name] = true
 		}
-		name := c.GetEdsClusterConfig().GetServiceName()
-		if name == "" {
-			name = c.GetName()
-		}
-		out[name] = true
 	}
 	return out
+}
+
+// AskedAssignment is the assignment c asks for: "" unless it is an EDS
+// cluster.
+func AskedAssignment(c *cluster.Cluster) string {
+	if c.GetType() != cluster.Cluster_EDS {
+		return ""
+	}
+	if name := c.GetEdsClusterConfig().GetServiceName(); name != "" {
+		return name
+	}
+	return c.GetName()
 }
 
 // MergeClusters is a node's clusters: the shared ones, each replaced by the
