@@ -387,11 +387,12 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode, own *translate.NodeB
 // assignments and routes, encoding its own through the server's cache.
 func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, routes, clusters *kind) (*nodeSnapshot, error) {
 	// The shared clusters a node gets are the publish's or a cut of them,
-	// checked once a publish; the node's own, here.
+	// checked once a publish; its own clusters, as ForNodes built them
+	// (translate's askedBuilt); its listeners, here.
 	if err := sr.sharedConsistent(); err != nil {
 		return nil, err
 	}
-	if err := sr.consistent(own.Listeners, own.Clusters, routes); err != nil {
+	if err := sr.listenersConsistent(own.Listeners, routes); err != nil {
 		return nil, err
 	}
 	next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: clusters.version, clusters: clusters}
@@ -442,15 +443,14 @@ func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
 // has its assignment.
 func (sr *sharedResources) sharedConsistent() error {
 	if !sr.sharedChecked {
-		sr.sharedErr, sr.sharedChecked = sr.consistent(nil, sr.clusterList, sr.routes), true
+		sr.sharedErr, sr.sharedChecked = sr.clustersConsistent(sr.clusterList), true
 	}
 	return sr.sharedErr
 }
 
-// consistent checks, as the snapshot cache's Consistent does, that every
-// EDS cluster has its assignment and every route configuration a listener
-// names by RDS is there (those of the mesh's scopes are built with them).
-func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters []*cluster.Cluster, routes *kind) error {
+// clustersConsistent checks, as the snapshot cache's Consistent does,
+// that every EDS cluster has its assignment.
+func (sr *sharedResources) clustersConsistent(clusters []*cluster.Cluster) error {
 	for _, c := range clusters {
 		if name := translate.AskedAssignment(c); name != "" {
 			if _, ok := sr.assignments[name]; !ok {
@@ -458,6 +458,13 @@ func (sr *sharedResources) consistent(listeners []*listener.Listener, clusters [
 			}
 		}
 	}
+	return nil
+}
+
+// listenersConsistent checks, as the snapshot cache's Consistent does,
+// that every route configuration a listener names by RDS is in routes
+// (those of the mesh's scopes are built with them).
+func (sr *sharedResources) listenersConsistent(listeners []*listener.Listener, routes *kind) error {
 	named := make(map[string]types.ResourceWithTTL, len(listeners))
 	for _, l := range listeners {
 		if l.GetName() == wire.InboundListener {

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"iter"
+	"maps"
 	"slices"
 	"sort"
 )
@@ -18,29 +19,30 @@ const (
 	KindScopedRoute ResourceKind = "scoped_route"
 )
 
-// ResourceKey names one resource: its kind and its name.
-type ResourceKey struct {
-	Kind ResourceKind
-	Name string
-}
-
 // ChangeSet is what one Build changed, in the shape of Istio's
 // ConfigsUpdated: every shared resource built anew (its content changed)
 // or gone since the last Build. What it does not name is the same
 // resource, with the same version, as before; the xDS server invalidates
 // its cache of encoded resources by it and takes from it the assignments
-// to update and to retire.
-type ChangeSet map[ResourceKey]struct{}
+// to update and to retire. Its names are by kind: a full mTLS publish
+// changes tens of thousands of assignments, which the server reads
+// alone.
+type ChangeSet map[ResourceKind]map[string]struct{}
 
 func (c ChangeSet) add(kind ResourceKind, names ...string) {
+	set := c[kind]
+	if set == nil {
+		set = map[string]struct{}{}
+		c[kind] = set
+	}
 	for _, n := range names {
-		c[ResourceKey{kind, n}] = struct{}{}
+		set[n] = struct{}{}
 	}
 }
 
 // Has reports whether c names the resource of kind named name.
 func (c ChangeSet) Has(kind ResourceKind, name string) bool {
-	_, ok := c[ResourceKey{kind, name}]
+	_, ok := c[kind][name]
 	return ok
 }
 
@@ -53,13 +55,7 @@ func (c ChangeSet) Names(kind ResourceKind) []string {
 
 // Of yields the names c has of kind, in no order.
 func (c ChangeSet) Of(kind ResourceKind) iter.Seq[string] {
-	return func(yield func(string) bool) {
-		for k := range c {
-			if k.Kind == kind && !yield(k.Name) {
-				return
-			}
-		}
-	}
+	return maps.Keys(c[kind])
 }
 
 // backendChanges adds to c the clusters and assignments of a backend's
@@ -75,21 +71,34 @@ func backendChanges(c ChangeSet, before, after *backendParts) {
 			}
 		}
 	}
-	versions := map[string]string{}
-	if after != nil {
-		for _, a := range after.assignments {
-			versions[a.Name] = a.Version
-		}
-	}
+	var prev, next []Encoded
 	if before != nil {
-		for _, a := range before.assignments {
-			if v, ok := versions[a.Name]; !ok || v != a.Version {
-				c.add(KindAssignment, a.Name)
-			}
-			delete(versions, a.Name)
+		prev = before.assignments
+	}
+	if after != nil {
+		next = after.assignments
+	}
+	for i, a := range next {
+		if p, ok := sameName(prev, i, a.Name); !ok || p.Version != a.Version {
+			c.add(KindAssignment, a.Name)
 		}
 	}
-	for name := range versions {
-		c.add(KindAssignment, name)
+	for i, p := range prev {
+		if _, ok := sameName(next, i, p.Name); !ok {
+			c.add(KindAssignment, p.Name)
+		}
 	}
+}
+
+// sameName is the assignment of list named name, looked for first at i: a
+// backend rebuilt lists its assignments in the same order (by node) while
+// its nodes are the same, and it has few (one, and two a node).
+func sameName(list []Encoded, i int, name string) (Encoded, bool) {
+	if i < len(list) && list[i].Name == name {
+		return list[i], true
+	}
+	if j := slices.IndexFunc(list, func(e Encoded) bool { return e.Name == name }); j >= 0 {
+		return list[j], true
+	}
+	return Encoded{}, false
 }

@@ -182,8 +182,13 @@ func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts) (*nodeParts, *No
 	if sameClusters {
 		out.Clusters, out.ClustersVersion = prev.built.Clusters, prev.built.ClustersVersion
 		out.EncodedClusters = prev.built.EncodedClusters
-	} else if err := b.nodeClusters(prev, local, backends, clusterKeys, out); err != nil {
-		return nil, nil, err
+	} else {
+		if err := b.nodeClusters(prev, local, backends, clusterKeys, out); err != nil {
+			return nil, nil, err
+		}
+		if err := b.askedBuilt(node.ID, out.Clusters); err != nil {
+			return nil, nil, err
+		}
 	}
 	prev.chainKeys, prev.clusterKeys, prev.built = chainKeys, clusterKeys, out
 	return prev, out, nil
@@ -273,6 +278,21 @@ func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, backends []i
 		}
 	}
 	out.ClustersVersion, p.clusters = h.sum(), parts
+	return nil
+}
+
+// askedBuilt checks that the last Build built every assignment a node's
+// clusters ask for (its own, with the backends': nodeassignments.go), as
+// the snapshot cache's Consistent would; ForNodes checks each node's as
+// it builds them, in parallel.
+func (b *Builder) askedBuilt(node string, clusters []*cluster.Cluster) error {
+	for _, c := range clusters {
+		if name := AskedAssignment(c); name != "" {
+			if _, ok := b.assignments[name]; !ok {
+				return fmt.Errorf("node %q: snapshot is inconsistent: cluster %q has no assignment %q", node, c.GetName(), name)
+			}
+		}
+	}
 	return nil
 }
 

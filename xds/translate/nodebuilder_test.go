@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -157,5 +158,31 @@ func TestForNodesIsForNodeForEach(t *testing.T) {
 			t.Errorf("%s: built with the others: listeners %s, clusters %s (%d); alone: %s, %s (%d)", n.ID, built[i].ListenersVersion,
 				built[i].ClustersVersion, len(built[i].Clusters), want.ListenersVersion, want.ClustersVersion, len(want.Clusters))
 		}
+	}
+}
+
+// TestNodeClustersAskOnlyForBuiltAssignments: a node whose clusters ask
+// for an assignment the build does not have is refused, naming the
+// cluster and the assignment, as the snapshot cache's Consistent would.
+func TestNodeClustersAskOnlyForBuiltAssignments(t *testing.T) {
+	m := modelgen.Model(2, 1, 2)
+	for i := range m.Backends {
+		for j := range m.Backends[i].Replicas {
+			r := &m.Backends[i].Replicas[j]
+			r.Node, r.Inbound = "n0", "10.255.0.1:21000"
+		}
+	}
+	node := goldenMTLSNode
+	node.ID, node.InboundAddress = "n0", "10.255.0.1"
+	b := NewBuilder(goldenMTLS)
+	buildNode(t, b, m, node)
+	view := wire.NodeViewAssignmentName(m.Backends[0].Name, "n0")
+	if _, ok := b.assignments[view]; !ok {
+		t.Fatalf("the build has no assignment %s", view)
+	}
+	delete(b.assignments, view)
+	b.nodes = nil // built again, and checked
+	if _, err := b.ForNode(node); err == nil || !strings.Contains(err.Error(), view) || !strings.Contains(err.Error(), "inconsistent") {
+		t.Fatalf("a node asking for an assignment not built: %v", err)
 	}
 }
