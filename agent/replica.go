@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -36,8 +37,11 @@ type replica struct {
 	tag     string
 	spec    meshspec.ProcessSpec
 	grpc    bool // probed with the gRPC health service (no health path)
-	port    int
-	log     *slog.Logger
+	// port is where its process listens, on the agent's listen host: it
+	// moves when another socket holds it (movePort), read by the probe,
+	// the picker and reconfigure while the run loop may move it.
+	port atomic.Int32
+	log  *slog.Logger
 
 	cancel   context.CancelFunc // ends the run loop
 	done     chan struct{}
@@ -58,13 +62,19 @@ type replica struct {
 	// once that they run what their placement wants.
 	adopted  bool
 	restarts atomic.Int64 // exits in a row
+	// lastExit is why its process last exited (exitNote), kept in its
+	// registration when it registers again at a new port.
+	lastExit atomic.Pointer[string]
 	process  atomic.Pointer[proc.Identity]
 }
 
 // serviceID is the replica's Consul service id; '#' is not URL-safe.
 func (r *replica) serviceID() string { return wire.ReplicaServiceID(r.tag) }
 func (r *replica) checkID() string   { return "replica-" + r.serviceID() }
-func (r *replica) address() string   { return net.JoinHostPort(r.a.listenHost, strconv.Itoa(r.port)) }
+func (r *replica) address() string {
+	return net.JoinHostPort(r.a.listenHost, strconv.Itoa(r.portNow()))
+}
+func (r *replica) portNow() int { return int(r.port.Load()) }
 
 func (a *Agent) startReplica(ctx context.Context, b meshspec.Backend, p meshspec.Placement) (*replica, error) {
 	if a.secrets != nil { // its node's inbound listener presents this identity
@@ -91,12 +101,14 @@ func (a *Agent) startReplica(ctx context.Context, b meshspec.Backend, p meshspec
 }
 
 func (a *Agent) newReplica(backend, tag string, spec meshspec.ProcessSpec, grpc bool, port int) *replica {
-	return &replica{a: a, backend: backend, tag: tag, spec: spec, grpc: grpc, port: port, done: make(chan struct{}),
+	r := &replica{a: a, backend: backend, tag: tag, spec: spec, grpc: grpc, done: make(chan struct{}),
 		reconfigureToken: rand.Text(),
 		log:              a.log.With("replica", tag), output: replicaLog{
 			path:     filepath.Join(a.workDir, wire.ReplicaServiceID(tag)+".log"),
 			maxBytes: int64(a.logMaxMB) << 20, backups: 2,
 		}}
+	r.port.Store(int32(port))
+	return r
 }
 
 // watch starts the replica's run loop (on child, if adopted) and its
@@ -147,7 +159,7 @@ func (r *replica) register(exit string, restarts int, status string) error {
 	}
 	return r.a.consul.Agent().ServiceRegister(&api.AgentServiceRegistration{
 		ID: r.serviceID(), Name: wire.BackendService(r.backend), Tags: []string{wire.ReplicaServiceTag, r.tag},
-		Address: r.a.listenHost, Port: r.port, Meta: meta,
+		Address: r.a.listenHost, Port: r.portNow(), Meta: meta,
 		Check: &api.AgentServiceCheck{CheckID: r.checkID(), Name: "servemesh probe of " + r.tag, Notes: truncate(exit, wire.MaxExitNote),
 			TTL: r.a.checkTTL.String(), Status: status, DeregisterCriticalServiceAfter: "1m"},
 	})
@@ -186,6 +198,7 @@ func (r *replica) run(ctx context.Context, child *proc.Process) {
 		began := time.Now()
 		var err error
 		if child == nil {
+			r.movePortIfTaken(ctx, int(r.restarts.Load()))
 			child, err = r.startProcess()
 		}
 		for err == nil && child != nil {
@@ -221,6 +234,56 @@ func (r *replica) run(ctx context.Context, child *proc.Process) {
 	}
 }
 
+// movePortIfTaken moves the replica to a free port when another socket
+// holds its own, before its process starts: a port is chosen once
+// (proc.FreeAddr, from the kernel's ephemeral range), and an outgoing
+// connection, or another program, may take it while the replica is down;
+// its process would then fail to listen at every start, for ever. The
+// replica registers again at its new port (critical until its probe
+// passes, with why it last exited), and the node's picker follows it.
+// exits is how many times in a row it exited, for its registration.
+func (r *replica) movePortIfTaken(ctx context.Context, exits int) {
+	from, err := r.moveIfTaken(ctx)
+	if from == 0 {
+		return
+	}
+	if err != nil {
+		r.log.Warn("the replica's port is taken and no other is free; starting it anyway", "port", from, "err", err)
+		return
+	}
+	r.log.Warn("the replica's port is taken; it moves to another", "from", from, "to", r.portNow())
+	r.a.picker.Track(r.tag, r.backend, r.address())
+	var note string
+	if last := r.lastExit.Load(); last != nil {
+		note = *last
+	}
+	if err := r.register(note, exits, api.HealthCritical); err != nil {
+		r.log.Warn("could not register the replica at its new port; its next exit will", "err", err)
+	}
+}
+
+// moveIfTaken gives the replica a free port if another socket holds its
+// own: from is the port it held (0 if it was free, or could not be
+// told), err why it could not move.
+func (r *replica) moveIfTaken(ctx context.Context) (from int, err error) {
+	var inUse *proc.InUseError
+	if err := proc.CheckFree(ctx, "replica "+r.tag+"'s port", r.address()); !errors.As(err, &inUse) {
+		return 0, nil // free, or a fault its process will report
+	}
+	from = r.portNow()
+	addr, err := proc.FreeAddr(ctx, r.a.listenHost)
+	if err != nil {
+		return from, err
+	}
+	_, portText, _ := net.SplitHostPort(addr)
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return from, fmt.Errorf("a free port: %w", err)
+	}
+	r.port.Store(int32(port))
+	return from, nil
+}
+
 // logRotateEvery is how often a replica's log is checked against its cap
 // (the kubelet checks containers' logs every 10 s).
 const logRotateEvery = time.Second
@@ -233,6 +296,7 @@ const logRotateEvery = time.Second
 func (r *replica) exited(err error, exits int) {
 	r.a.picker.SetReady(r.tag, false)
 	note := r.exitNote(err, exits)
+	r.lastExit.Store(&note)
 	if uerr := r.a.consul.Agent().UpdateTTL(r.checkID(), note, api.HealthCritical); uerr != nil {
 		r.log.Warn("could not mark the exited replica critical; its next probe will", "err", uerr)
 	}
@@ -268,7 +332,7 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // variables expand; anything else is left as written.
 func (r *replica) environment() (env map[string]string, expand func(string) string) {
 	own := map[string]string{
-		"PORT": strconv.Itoa(r.port), "HOST": r.a.listenHost,
+		"PORT": strconv.Itoa(r.portNow()), "HOST": r.a.listenHost,
 		"SERVEMESH_BACKEND": r.backend, "SERVEMESH_REPLICA_TAG": r.tag, "SERVEMESH_NODE": r.a.node.ID,
 		wire.ReconfigureTokenEnv: r.reconfigureToken,
 		agentMarkVar:             agentMark(r.a.node.ID, r.a.workDir),
@@ -375,7 +439,7 @@ func (r *replica) writeRecord() {
 	r.mu.Lock()
 	devices := r.devices
 	r.mu.Unlock()
-	rec := replicaRecord{Tag: r.tag, Backend: r.backend, Process: *id, Host: r.a.listenHost, Port: r.port, Spec: r.specHash, UID: uid,
+	rec := replicaRecord{Tag: r.tag, Backend: r.backend, Process: *id, Host: r.a.listenHost, Port: r.portNow(), Spec: r.specHash, UID: uid,
 		ProcessSpec: r.spec, GRPC: r.grpc, Config: config, ReconfigureToken: r.reconfigureToken, Devices: devices, Restarts: int(r.restarts.Load())}
 	if err := writeRecord(r.a.workDir, r.serviceID(), rec); err != nil {
 		r.log.Warn("the next agent will not adopt this replica", "err", err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
@@ -30,9 +32,10 @@ func TestReplicaLogsRotate(t *testing.T) {
 	gate := t.TempDir()
 	script := `for i in 1 2 3 4 5; do head -c 1048576 /dev/zero; touch "$0/wrote.$i"; ` +
 		`while [ ! -e "$0/go.$i" ]; do sleep 0.01; done; done`
-	r := &replica{a: a, backend: "b", tag: "b#000001", port: 1, log: a.log,
+	r := &replica{a: a, backend: "b", tag: "b#000001", log: a.log,
 		spec:   meshspec.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", script, gate}},
 		output: replicaLog{path: filepath.Join(a.workDir, "b-000001.log"), maxBytes: 1 << 19, backups: 2}}
+	r.port.Store(1)
 	child, err := r.startProcess()
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +118,9 @@ func runOnce(t *testing.T, a *Agent, spec meshspec.ProcessSpec, port int) string
 func runReplica(t *testing.T, a *Agent, backend string, spec meshspec.ProcessSpec, port int) string {
 	t.Helper()
 	logPath := filepath.Join(a.workDir, backend+"-once.log")
-	r := &replica{a: a, backend: backend, tag: backend + "#000001", port: port, log: a.log, spec: spec,
+	r := &replica{a: a, backend: backend, tag: backend + "#000001", log: a.log, spec: spec,
 		output: replicaLog{path: logPath, maxBytes: 1 << 20}}
+	r.port.Store(int32(port))
 	child, err := r.startProcess()
 	if err != nil {
 		t.Fatal(err)
@@ -351,5 +355,33 @@ func TestMayRun(t *testing.T) {
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("mayRun(%+v) = %v, want %q", tc.spec, err, tc.want)
 		}
+	}
+}
+
+// TestAReplicaWhosePortIsTakenMoves: a replica whose port another socket
+// holds (a listener here; an outgoing connection's local port does the
+// same) gets a free port before its process starts, and one whose port is
+// free keeps it (a replica once restarted for ever on a taken port).
+func TestAReplicaWhosePortIsTakenMoves(t *testing.T) {
+	a := testAgent(t)
+	ctx := context.Background()
+	var lc net.ListenConfig
+	held, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Close() }()
+	taken := held.Addr().(*net.TCPAddr).Port
+	r := a.newReplica("b", "b#000001", meshspec.ProcessSpec{}, false, taken)
+	from, err := r.moveIfTaken(ctx)
+	if err != nil || from != taken || r.portNow() == taken || r.portNow() == 0 {
+		t.Fatalf("moved from %d (err %v) to %d; want from the taken %d to another", from, err, r.portNow(), taken)
+	}
+	if err := proc.CheckFree(ctx, "the new port", r.address()); err != nil {
+		t.Fatalf("the replica moved to a port that is not free: %v", err)
+	}
+	kept := r.portNow()
+	if from, err := r.moveIfTaken(ctx); from != 0 || err != nil || r.portNow() != kept {
+		t.Fatalf("a replica on a free port moved from %d to %d (err %v)", from, r.portNow(), err)
 	}
 }

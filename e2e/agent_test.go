@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -287,6 +288,40 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 			return got == tag && mustPid(t, addr) != pid
 		})
 		l.finish(t)
+	})
+
+	t.Run("a replica whose port is taken while it is down moves to another and serves", func(t *testing.T) {
+		entries, _, err := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
+		if err != nil || len(entries) == 0 {
+			t.Fatal(err)
+		}
+		victim := entries[0].Service
+		addr := fmt.Sprintf("%s:%d", victim.Address, victim.Port)
+		tag := victim.Meta["replica_tag"]
+		pid := mustPid(t, addr)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// Its port is free once it is dead; the agent starts it again no
+		// sooner than its 200 ms backoff: take the port before that, as an
+		// outgoing connection or another program may.
+		var held net.Listener
+		var lc net.ListenConfig
+		for deadline := time.Now().Add(2 * time.Second); held == nil; time.Sleep(5 * time.Millisecond) {
+			if held, err = lc.Listen(context.Background(), "tcp", addr); err != nil && time.Now().After(deadline) {
+				t.Fatalf("the killed replica's port %s did not come free: %v", addr, err)
+			}
+		}
+		defer func() { _ = held.Close() }()
+		testutil.WaitFor(t, 30*time.Second, "the replica to pass its checks again at another port", func() bool {
+			e, _, _ := consulClient.Health().Service(wire.BackendService("a"), tag, true, nil)
+			return len(e) == 1 && e[0].Service.Port != victim.Port
+		})
+		client := &http.Client{Timeout: 5 * time.Second}
+		testutil.WaitFor(t, 20*time.Second, "the moved replica to serve through the mesh", func() bool {
+			got, _ := replicaOf(client, "http://"+nodes[1].public+"/svc")
+			return got == tag
+		})
 	})
 
 	t.Run("scale down 4 to 1 under load: zero failed requests", func(t *testing.T) {
