@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -402,8 +403,33 @@ func (c *Controller) checkpoint(ctx context.Context, change store.Change, next *
 		c.log.Warn("fault injection: exiting right after a checkpoint", "revision", rev)
 		c.exit(3)
 	}
+	if c.storesWhatWasMissing(change) {
+		// An endpoint the store left out for naming a backend it lacked
+		// reads now: the state is read back, as it is not after other
+		// commits (Run), so the endpoint is served.
+		m, loaded, err := c.store.Load(ctx)
+		if err == nil && loaded >= rev {
+			c.reportUnreadable()
+			c.adopt(m, loaded)
+			return nil
+		}
+		if err != nil {
+			c.log.Warn("reading back a commit that stores a backend a stored endpoint names failed; the endpoint waits for the next read", "err", err)
+		}
+	}
 	c.adopt(next, rev)
 	return nil
+}
+
+// storesWhatWasMissing reports whether change stores a backend that an
+// endpoint the store's last read left out names. Called with mu held.
+func (c *Controller) storesWhatWasMissing(change store.Change) bool {
+	for _, u := range c.store.Unreadable() {
+		if u.Backend != "" && slices.ContainsFunc(change.PutBackends, func(b meshspec.Backend) bool { return b.Name == u.Backend }) {
+			return true
+		}
+	}
+	return false
 }
 
 // afterFailedCommit finds out what a commit that failed did, so the answer

@@ -15,6 +15,7 @@
 // A crash after the checkpoint loses nothing: the next leader loads the checkpoint
 // and publishes it before it serves writes. Only the leader writes; every
 // controller watches the store's revision, loads what another controller
-// wrote (never its own commits, adopted as it made them) and publishes
+// wrote (not its own commits, adopted as it made them, but for one that
+// stores a backend a left-out endpoint names) and publishes
 // what it holds, so followers serve reads and xDS too.
 package controller

@@ -272,7 +272,7 @@ func dropDangling(m *meshspec.Model, s *snapshot, c *Consul) *meshspec.Model {
 			}
 		}
 		if missing != "" {
-			s.unreadable = append(s.unreadable, Unreadable{Key: c.endpointKey(e.Name),
+			s.unreadable = append(s.unreadable, Unreadable{Key: c.endpointKey(e.Name), Backend: missing,
 				Reason: fmt.Sprintf("uses backend %q, which is not stored or cannot be read", missing)})
 			continue
 		}

@@ -72,6 +72,10 @@ type Reader = meshspec.StateReader
 type Unreadable struct {
 	Key    string `json:"key"`
 	Reason string `json:"reason"`
+	// Backend is, for an endpoint left out because it names a backend the
+	// state lacks, that backend: a commit that stores it makes the
+	// endpoint readable.
+	Backend string `json:"backend,omitempty"`
 }
 
 // ErrCommitted wraps an error that came after a commit's point of no

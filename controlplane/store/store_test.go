@@ -233,6 +233,9 @@ func TestStrayKeysAreReportedNotFatal(t *testing.T) {
 	unreadable := map[string]string{}
 	for _, u := range st.Unreadable() {
 		unreadable[u.Key] = u.Reason
+		if want := map[bool]string{true: "broken"}[u.Key == prefix+"/endpoints/orphan"]; u.Backend != want {
+			t.Errorf("%s: left out for backend %q, want %q", u.Key, u.Backend, want)
+		}
 	}
 	for k := range stray {
 		if unreadable[k] == "" {
