@@ -172,18 +172,17 @@ func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts) (*nodeParts, *No
 	if sameListeners && sameClusters {
 		return prev, prev.built, nil
 	}
-	backends := onNode(local, node.ID)
 	out := &NodeBuilt{}
 	if sameListeners {
 		out.Listeners, out.ListenersVersion = prev.built.Listeners, prev.built.ListenersVersion
-	} else if err := b.nodeListeners(prev, backends, chainKeys, out); err != nil {
+	} else if err := b.nodeListeners(prev, onNode(local, node.ID), chainKeys, out); err != nil {
 		return nil, nil, err
 	}
 	if sameClusters {
 		out.Clusters, out.ClustersVersion = prev.built.Clusters, prev.built.ClustersVersion
 		out.EncodedClusters = prev.built.EncodedClusters
 	} else {
-		if err := b.nodeClusters(prev, local, backends, clusterKeys, out); err != nil {
+		if err := b.nodeClusters(prev, local, clusterKeys, out); err != nil {
 			return nil, nil, err
 		}
 		if err := b.askedBuilt(node.ID, out.Clusters); err != nil {
@@ -250,15 +249,16 @@ func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []conf
 // nodeClusters builds the node's clusters into out: the agent's services'
 // and, per local backend, its part (clusterPart), rebuilt where its
 // inputs changed.
-func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, backends []ir.Backend, keys []localKey, out *NodeBuilt) error {
+func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, keys []localKey, out *NodeBuilt) error {
 	parts := make(map[string]clusterPart, len(local))
 	n := len(p.services)
-	for i, be := range backends {
-		part, err := ownClusters(p.clusters[be.Name], local[i], be, keys[i], p.node.ID)
+	for i, shared := range local {
+		name := shared.backend.Name
+		part, err := ownClusters(p.clusters[name], shared, keys[i], p.node.ID)
 		if err != nil {
 			return err
 		}
-		parts[be.Name] = part
+		parts[name] = part
 		n += part.count()
 	}
 	h := newKindHash()
@@ -270,8 +270,8 @@ func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, backends []i
 	for _, v := range p.services {
 		add(v)
 	}
-	for _, be := range backends {
-		part := parts[be.Name]
+	for _, shared := range local {
+		part := parts[shared.backend.Name]
 		add(part.inbound)
 		if part.view != nil {
 			add(*part.view)
@@ -298,14 +298,16 @@ func (b *Builder) askedBuilt(node string, clusters []*cluster.Cluster) error {
 
 // ownClusters is a backend's part on node: last's (the part built last,
 // or the zero value) where its inputs are the same, else built anew from
-// the backend's parts and be, the backend with its replicas on node.
-func ownClusters(last clusterPart, shared *backendParts, be ir.Backend, key localKey, node string) (clusterPart, error) {
+// the backend's parts (its inbound cluster from the backend with its
+// replicas on node alone).
+func ownClusters(last clusterPart, shared *backendParts, key localKey, node string) (clusterPart, error) {
 	if last.key == key {
 		return last, nil
 	}
+	be := shared.backend
 	part := clusterPart{key: key, inbound: last.inbound, view: last.view}
 	if last.inbound.cluster == nil || last.key.config != key.config || last.key.replicas != key.replicas {
-		c, err := buildInboundCluster(be, node)
+		c, err := buildInboundCluster(replicasOn(be, node), node)
 		if err != nil {
 			return clusterPart{}, err
 		}
