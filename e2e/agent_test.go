@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	consulapi "github.com/hashicorp/consul/api"
+
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/proc"
@@ -262,13 +264,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 	})
 
 	t.Run("kill -9 a replica: restarted, no client error", func(t *testing.T) {
-		entries, _, err := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
-		if err != nil || len(entries) == 0 {
-			t.Fatal(err)
-		}
-		victim := entries[0].Service
-		addr := fmt.Sprintf("%s:%d", victim.Address, victim.Port)
-		tag := victim.Meta["replica_tag"]
+		victim, addr, tag := passingReplica(t, consulClient, "a")
 		owner := nodes[0]
 		for _, n := range nodes {
 			if n.id == victim.Meta["servemesh_node"] {
@@ -291,13 +287,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 	})
 
 	t.Run("a replica whose port is taken while it is down moves to another and serves", func(t *testing.T) {
-		entries, _, err := consulClient.Health().Service(wire.BackendService("a"), "", true, nil)
-		if err != nil || len(entries) == 0 {
-			t.Fatal(err)
-		}
-		victim := entries[0].Service
-		addr := fmt.Sprintf("%s:%d", victim.Address, victim.Port)
-		tag := victim.Meta["replica_tag"]
+		victim, addr, tag := passingReplica(t, consulClient, "a")
 		pid := mustPid(t, addr)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -307,6 +297,7 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		// outgoing connection or another program may.
 		var held net.Listener
 		var lc net.ListenConfig
+		var err error
 		for deadline := time.Now().Add(2 * time.Second); held == nil; time.Sleep(5 * time.Millisecond) {
 			if held, err = lc.Listen(context.Background(), "tcp", addr); err != nil && time.Now().After(deadline) {
 				t.Fatalf("the killed replica's port %s did not come free: %v", addr, err)
@@ -424,6 +415,18 @@ func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		l.finish(t)
 	})
+}
+
+// passingReplica is a passing replica of backend in Consul's catalog,
+// with its address and tag.
+func passingReplica(t *testing.T, client *consulapi.Client, backend string) (svc *consulapi.AgentService, addr, tag string) {
+	t.Helper()
+	entries, _, err := client.Health().Service(wire.BackendService(backend), "", true, nil)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("no passing replica of %s: %v", backend, err)
+	}
+	svc = entries[0].Service
+	return svc, fmt.Sprintf("%s:%d", svc.Address, svc.Port), svc.Meta["replica_tag"]
 }
 
 func mustPid(t *testing.T, addr string) int {
