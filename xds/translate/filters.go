@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"iter"
+	"slices"
 
 	grpcstats "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/grpc_stats/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -43,32 +44,44 @@ type filterInput struct {
 }
 
 // publicFilters are the route-enabled filters that some routed endpoint
-// of the mesh needs. Filters on the public chain run on every request,
-// idle on a route without their config (offUntilRouted), so the public
-// chain holds only these: a mesh pays there for the features it uses,
-// and the public listener changes when the first endpoint uses one or the
-// last stops. The mesh chain holds them all, off until routed.
-type publicFilters struct {
-	localLimit, models, globalOpen, globalClosed, callerPicker, usage bool
-}
+// of the mesh uses, a bit for each row of httpFilters (by its index).
+// Filters on the public chain run on every request, idle on a route
+// without their config (offUntilRouted), so the public chain holds only
+// these: a mesh pays there for the features it uses, and the public
+// listener changes when the first endpoint uses one or the last stops.
+// The mesh chain holds them all, off until routed.
+type publicFilters uint64
 
-// publicFiltersOf is what the routed endpoints among endpoints need.
+// has reports whether the row of httpFilters at i is needed.
+func (f publicFilters) has(i int) bool { return f&(1<<i) != 0 }
+
+// publicFiltersOf is what the routed endpoints among endpoints use, as
+// each route-enabled row of httpFilters says (uses).
 func publicFiltersOf(endpoints iter.Seq[ir.Endpoint]) publicFilters {
 	var f publicFilters
 	for e := range endpoints {
 		if e.Route == "" {
 			continue // headless: not on the public listener
 		}
-		f.localLimit = f.localLimit || localRateLimits{}.uses(e)
-		f.models = f.models || e.Models != nil
-		f.callerPicker = f.callerPicker || callerPickerNeeded(e)
-		f.usage = f.usage || e.TokenQuota != nil
-		for _, closed := range globalFailModes(e) {
-			f.globalClosed = f.globalClosed || closed
-			f.globalOpen = f.globalOpen || !closed
+		for i, row := range httpFilters {
+			if row.uses != nil && !f.has(i) && row.uses(e) {
+				f |= 1 << i
+			}
 		}
 	}
 	return f
+}
+
+// modelRouted endpoints route by the model their body names.
+func modelRouted(e ir.Endpoint) bool { return e.Models != nil }
+
+// tokenQuota endpoints charge each answer's tokens to a quota.
+func tokenQuota(e ir.Endpoint) bool { return e.TokenQuota != nil }
+
+// globalFailing returns whether an endpoint has a global limit or token
+// quota that fails closed (closed) or open.
+func globalFailing(closed bool) func(ir.Endpoint) bool {
+	return func(e ir.Endpoint) bool { return slices.Contains(globalFailModes(e), closed) }
 }
 
 // globalFailModes are the failure modes of e's global limit and token
@@ -101,10 +114,10 @@ type httpFilter struct {
 	on    []chain
 	why   string
 	build func(filterInput) (*hcm.HttpFilter, error)
-	// needs, if set, says whether the public chain needs the filter: a
-	// route-enabled filter is left off it while no routed endpoint uses
-	// its feature.
-	needs func(publicFilters) bool
+	// uses, if set, makes the filter route-enabled: it says which
+	// endpoints use its feature, and the public chain holds the filter
+	// only while a routed endpoint does (publicFilters).
+	uses func(ir.Endpoint) bool
 }
 
 // httpFilters is the one ordered table of every HTTP filter servemesh
@@ -123,24 +136,24 @@ var httpFilters = []httpFilter{
 	{name: localRateLimitFilter, on: []chain{outbound},
 		why: "before the body is read: a request over its endpoint's rate limit is refused on its headers, " +
 			"on the route Envoy first matches (a model-routed endpoint's first route carries the limit too; off but on rate-limited endpoints' routes)",
-		build: localRateLimit, needs: func(f publicFilters) bool { return f.localLimit }},
+		build: localRateLimit, uses: localRateLimits{}.uses},
 	{name: jsonToMetadataFilter, on: []chain{outbound},
 		why: "before the route is matched again: it reads the model a JSON body names into metadata " +
 			"(off but on model-routed endpoints' routes, which buffer the body)",
-		build: readModelFilter, needs: func(f publicFilters) bool { return f.models }},
+		build: readModelFilter, uses: modelRouted},
 	{name: luaFilter, on: []chain{outbound},
 		why:   "right after the model is read: it clears the route cache, so the route is matched again by the model's metadata",
-		build: rematchFilter, needs: func(f publicFilters) bool { return f.models }},
+		build: rematchFilter, uses: modelRouted},
 	{name: globalRateLimitOpenFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again: Envoy's global rate limit asks nothing on a route that sends " +
 			"nowhere, as a model-routed endpoint's first route; the node's rate limit service counts the request with every node's, " +
 			"and charges a token quota when the answer ends (off but on the routes of endpoints with a global limit or token quota that fails open)",
 		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, false) },
-		needs: func(f publicFilters) bool { return f.globalOpen }},
+		uses:  globalFailing(false)},
 	{name: globalRateLimitClosedFilter, on: []chain{outbound},
 		why:   "next to the one that fails open: the same for endpoints whose global limit fails closed",
 		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, true) },
-		needs: func(f publicFilters) bool { return f.globalClosed }},
+		uses:  globalFailing(true)},
 	{name: callerPickerFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again (its model route's settings then apply), before the router: " +
 			"the node's picker reads the body, names the prompt's prefix, which the route hashes, and the node it is placed on, " +
@@ -151,12 +164,12 @@ var httpFilters = []httpFilter{
 			}
 			return callerPicker(in)
 		},
-		needs: func(f publicFilters) bool { return f.callerPicker }},
+		uses: callerPickerNeeded},
 	{name: usageReaderFilter, on: []chain{outbound},
 		why: "after the route is matched again, so a model route's settings apply: on the way back it reads each answer's tokens " +
 			"(usage.total_tokens) for the global rate limit filter to charge to its token quota when the answer ends " +
 			"(off but on routes of endpoints with a token quota)",
-		build: usageReader, needs: func(f publicFilters) bool { return f.usage }},
+		build: usageReader, uses: tokenQuota},
 	{name: onDemandFilter, on: []chain{outbound},
 		why: "last before the router, once every filter that may choose the route again has run: on a node whose clusters " +
 			"come on demand, a request whose route sends to a cluster the node does not hold waits while Envoy asks for it",
@@ -183,8 +196,8 @@ var httpFilters = []httpFilter{
 func filtersFor(c chain, in filterInput) ([]*hcm.HttpFilter, error) {
 	in.chain = c
 	var out []*hcm.HttpFilter
-	for _, f := range httpFilters {
-		if !onChain(f, c) || (in.public && f.needs != nil && !f.needs(in.needed)) {
+	for i, f := range httpFilters {
+		if !onChain(f, c) || (in.public && f.uses != nil && !in.needed.has(i)) {
 			continue
 		}
 		built, err := f.build(in)

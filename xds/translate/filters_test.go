@@ -42,9 +42,9 @@ func TestFilterTable(t *testing.T) {
 		// endpoints use, alone: none for a plain mesh (they ran idle on
 		// every public request), each for its feature.
 		{outbound, filterInput{public: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", "envoy.filters.http.router"}},
-		{outbound, filterInput{public: true, needed: publicFilters{localLimit: true, globalClosed: true}},
+		{outbound, filterInput{public: true, needed: needing(t, localRateLimitFilter, globalRateLimitClosedFilter)},
 			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, globalRateLimitClosedFilter, "envoy.filters.http.router"}},
-		{outbound, filterInput{public: true, mtls: true, needed: publicFilters{localLimit: true, models: true, globalOpen: true, globalClosed: true, callerPicker: true, usage: true}},
+		{outbound, filterInput{public: true, mtls: true, needed: needing(t, localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter)},
 			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, "envoy.filters.http.router"}},
 		// A node whose clusters come on demand asks for the one a
 		// request's route chose last, before the router, on both chains.
@@ -71,11 +71,11 @@ func TestPublicFiltersFollowTheRoutedEndpoints(t *testing.T) {
 		endpoints []ir.Endpoint
 		want      publicFilters
 	}{
-		{nil, publicFilters{}},
-		{[]ir.Endpoint{headless}, publicFilters{}},
-		{[]ir.Endpoint{limited, headless}, publicFilters{localLimit: true}},
-		{[]ir.Endpoint{quota}, publicFilters{globalOpen: true, globalClosed: true, usage: true}},
-		{[]ir.Endpoint{models}, publicFilters{models: true, callerPicker: true}},
+		{nil, 0},
+		{[]ir.Endpoint{headless}, 0},
+		{[]ir.Endpoint{limited, headless}, needing(t, localRateLimitFilter)},
+		{[]ir.Endpoint{quota}, needing(t, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter)},
+		{[]ir.Endpoint{models}, needing(t, jsonToMetadataFilter, luaFilter, callerPickerFilter)},
 	} {
 		if got := publicFiltersOf(slices.Values(c.endpoints)); got != c.want {
 			t.Errorf("endpoints %v need %+v on the public chain; want %+v", c.endpoints, got, c.want)
@@ -104,7 +104,7 @@ func TestBackendFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, local := range [][]ir.Backend{nil, {plain}, {plain, aware}} {
-		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil, publicFilters{})
+		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestInboundRoutesAreInline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil, publicFilters{})
+	res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,5 +186,29 @@ func TestInboundRoutesAreInline(t *testing.T) {
 	}
 	if chains < len(local) {
 		t.Fatalf("the inbound listener has %d connection managers; want one for each of %d backends", chains, len(local))
+	}
+}
+
+// needing is the public filters of the route-enabled rows of httpFilters
+// named, and fails on a name the table has not, or on a row that is not
+// route-enabled.
+func needing(t *testing.T, names ...string) publicFilters {
+	t.Helper()
+	var f publicFilters
+	for _, name := range names {
+		i := slices.IndexFunc(httpFilters, func(r httpFilter) bool { return r.name == name })
+		if i < 0 || httpFilters[i].uses == nil {
+			t.Fatalf("no route-enabled filter %s in the table", name)
+		}
+		f |= 1 << i
+	}
+	return f
+}
+
+// TestTheFilterTableFitsItsBitSet: publicFilters holds a bit for each row
+// of httpFilters.
+func TestTheFilterTableFitsItsBitSet(t *testing.T) {
+	if n := len(httpFilters); n > 64 {
+		t.Fatalf("httpFilters has %d rows; publicFilters holds 64", n)
 	}
 }
