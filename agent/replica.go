@@ -38,7 +38,7 @@ type replica struct {
 	spec    meshspec.ProcessSpec
 	grpc    bool // probed with the gRPC health service (no health path)
 	// port is where its process listens, on the agent's listen host: it
-	// moves when another socket holds it (movePort), read by the probe,
+	// moves when another socket holds it (movePortIfTaken), read by the probe,
 	// the picker and reconfigure while the run loop may move it.
 	port atomic.Int32
 	log  *slog.Logger

@@ -387,8 +387,8 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode, own *translate.NodeB
 // assignments and routes, encoding its own through the server's cache.
 func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, routes, clusters *kind) (*nodeSnapshot, error) {
 	// The shared clusters a node gets are the publish's or a cut of them,
-	// checked once a publish; its own clusters, as ForNodes built them
-	// (translate's askedBuilt); its listeners, here.
+	// checked once a publish; its own clusters, as ForNodes built them;
+	// its listeners, here.
 	if err := sr.sharedConsistent(); err != nil {
 		return nil, err
 	}
@@ -443,22 +443,9 @@ func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
 // has its assignment.
 func (sr *sharedResources) sharedConsistent() error {
 	if !sr.sharedChecked {
-		sr.sharedErr, sr.sharedChecked = sr.clustersConsistent(sr.clusterList), true
+		sr.sharedErr, sr.sharedChecked = translate.AskedAreBuilt(sr.clusterList, sr.assignments), true
 	}
 	return sr.sharedErr
-}
-
-// clustersConsistent checks, as the snapshot cache's Consistent does,
-// that every EDS cluster has its assignment.
-func (sr *sharedResources) clustersConsistent(clusters []*cluster.Cluster) error {
-	for _, c := range clusters {
-		if name := translate.AskedAssignment(c); name != "" {
-			if _, ok := sr.assignments[name]; !ok {
-				return fmt.Errorf("snapshot is inconsistent: cluster %q has no assignment", name)
-			}
-		}
-	}
-	return nil
 }
 
 // listenersConsistent checks, as the snapshot cache's Consistent does,
@@ -477,7 +464,7 @@ func (sr *sharedResources) listenersConsistent(listeners []*listener.Listener, r
 		named[l.GetName()] = types.ResourceWithTTL{Resource: l}
 	}
 	for name := range cachev3.GetResourceReferences(named)[resource.RouteType] {
-		if _, ok := routes.item(name); !ok {
+		if routes.twin(name) == nil {
 			return fmt.Errorf("snapshot is inconsistent: a listener names route configuration %q, which is not built", name)
 		}
 	}

@@ -110,8 +110,8 @@ func (k *kind) subset(names []string) *kind {
 		versions: make(map[string]string, len(names)), sources: make(map[string]types.Resource, len(names))}
 	h := sha256.New()
 	for _, n := range names {
-		r, ok := k.item(n)
-		if !ok {
+		r := k.twin(n)
+		if r == nil {
 			continue
 		}
 		src, _ := k.source(n)

@@ -28,7 +28,7 @@ import (
 // the mesh's and its own (mergedClusters), and thirty nodes' copies of
 // the mesh's twins cost a full publish a tenth of its time. Then twins
 // and sources hold the kind's own resources, which hide under's of the
-// same name, and item, source and all read both; versions is always
+// same name, and twin, source and allTwins read both; versions is always
 // whole, as delta streams compare and keep it.
 type kind struct {
 	version  string
@@ -86,18 +86,12 @@ func (k *kind) add(name string, r types.Resource, version string, enc *kindEncod
 	return nil
 }
 
-// item is the twin of k's resource name.
-func (k *kind) item(name string) (types.Resource, bool) {
-	if r, ok := k.twins[name]; ok || k.under == nil {
-		return r, ok
-	}
-	return k.under.item(name)
-}
-
-// twin is item's twin, nil if k has no resource name.
+// twin is the twin of k's resource name, nil if k has none.
 func (k *kind) twin(name string) types.Resource {
-	r, _ := k.item(name)
-	return r
+	if r, ok := k.twins[name]; ok || k.under == nil {
+		return r
+	}
+	return k.under.twin(name)
 }
 
 // source is the resource name as translated.

@@ -171,7 +171,7 @@ func TestMergedClustersLieOverTheShared(t *testing.T) {
 			t.Errorf("%s: sent as %q's, translated as %q's; want %q's everywhere", name, c.GetAltStatName(), src.(*cluster.Cluster).GetAltStatName(), version)
 		}
 	}
-	if _, ok := k.item("d"); ok || k.twin("d") != nil {
+	if _, ok := k.source("d"); ok || k.twin("d") != nil {
 		t.Error("a cluster neither kind has is found")
 	}
 	if len(shared.versions) != 2 || shared.versions["b"] != "shared" || shared.size() != 2 {

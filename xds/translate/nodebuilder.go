@@ -185,8 +185,10 @@ func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts) (*nodeParts, *No
 		if err := b.nodeClusters(prev, local, clusterKeys, out); err != nil {
 			return nil, nil, err
 		}
-		if err := b.askedBuilt(node.ID, out.Clusters); err != nil {
-			return nil, nil, err
+		// Checked here, in parallel, rather than once a node's snapshot
+		// is set, one node after the other.
+		if err := AskedAreBuilt(out.Clusters, b.assignments); err != nil {
+			return nil, nil, fmt.Errorf("node %q: %w", node.ID, err)
 		}
 	}
 	prev.chainKeys, prev.clusterKeys, prev.built = chainKeys, clusterKeys, out
@@ -278,21 +280,6 @@ func (b *Builder) nodeClusters(p *nodeParts, local []*backendParts, keys []local
 		}
 	}
 	out.ClustersVersion, p.clusters = h.sum(), parts
-	return nil
-}
-
-// askedBuilt checks that the last Build built every assignment a node's
-// clusters ask for (its own, with the backends': nodeassignments.go), as
-// the snapshot cache's Consistent would; ForNodes checks each node's as
-// it builds them, in parallel.
-func (b *Builder) askedBuilt(node string, clusters []*cluster.Cluster) error {
-	for _, c := range clusters {
-		if name := AskedAssignment(c); name != "" {
-			if _, ok := b.assignments[name]; !ok {
-				return fmt.Errorf("node %q: snapshot is inconsistent: cluster %q has no assignment %q", node, c.GetName(), name)
-			}
-		}
-	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"fmt"
 	"slices"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -45,6 +46,20 @@ func Translate(m *ir.DataPlane, node wire.ProxyNode, t *MTLS) (*Resources, error
 		return !asked[cla.GetClusterName()]
 	})
 	return shared, nil
+}
+
+// AskedAreBuilt checks, as the snapshot cache's Consistent does, that
+// every assignment clusters ask for is in built, naming the first cluster
+// that asks for one it lacks.
+func AskedAreBuilt(clusters []*cluster.Cluster, built map[string]Encoded) error {
+	for _, c := range clusters {
+		if name := AskedAssignment(c); name != "" {
+			if _, ok := built[name]; !ok {
+				return fmt.Errorf("snapshot is inconsistent: cluster %q has no assignment %q", c.GetName(), name)
+			}
+		}
+	}
+	return nil
 }
 
 // AskedAssignments are the names of the assignments (EDS) clusters ask for.
