@@ -286,7 +286,11 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		return nil, err
 	}
 	if b.mtls != nil {
-		if err := secureClusters(one, b.mtls, p.clusters); err != nil {
+		var prior []*cluster.Cluster
+		if last := b.backends[be.Name]; last != nil { // read-only while backends build
+			prior = last.clusters
+		}
+		if err := secureClusters(one, reusedSockets(b.mtls, prior), p.clusters); err != nil {
 			return nil, err
 		}
 		if be.ViaInbound() {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
@@ -260,6 +261,22 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 			config := step("a backend's config", func(m *meshspec.Model) { m.Backends[7].Config.MaxConcurrentQueries = 3 })
 			if got := changedVersions(health.ClusterVersions, config.ClusterVersions); !slices.Equal(got, []string{m.Backends[7].Name}) {
 				t.Errorf("a backend's config changed the versions of clusters %v; want %s's alone", got, m.Backends[7].Name)
+			}
+			// A rebuilt backend's cluster reuses its last TLS socket
+			// (reusedSockets) while its protocol holds, and only then.
+			h2 := step("a backend speaks HTTP/2", func(m *meshspec.Model) { m.Backends[7].Protocol = meshspec.ProtocolHTTP2 })
+			if mtls != nil {
+				name := wire.ClusterName(m.Backends[7].Name)
+				socketOf := func(b *Built) *core.TransportSocket {
+					return b.Clusters[slices.IndexFunc(b.Clusters, func(c *cluster.Cluster) bool { return c.GetName() == name })].GetTransportSocket()
+				}
+				if socketOf(h2) == socketOf(config) {
+					t.Error("a backend that now speaks HTTP/2 kept its HTTP/1 cluster's TLS socket")
+				}
+				again := step("the HTTP/2 backend's replica is unhealthy", func(m *meshspec.Model) { m.Backends[7].Replicas[0].Health = meshspec.HealthUnhealthy })
+				if socketOf(again) != socketOf(h2) {
+					t.Error("a rebuilt backend of the same protocol built its TLS socket again")
+				}
 			}
 			step("a replica moves to another node", func(m *meshspec.Model) {
 				r := &m.Backends[2].Replicas[0]

@@ -224,8 +224,9 @@ func replicasOn(b ir.Backend, node string) ir.Backend {
 
 // secureClusters gives the clusters of backends reached over mTLS the
 // calling node's identity (from its SecretsDir, the same path on every
-// node, so the clusters stay shared).
-func secureClusters(m *ir.DataPlane, t *MTLS, clusters []*cluster.Cluster) error {
+// node, so the clusters stay shared), each cluster's socket from socket
+// (upstreamTLS, or the one a previous build made of it).
+func secureClusters(m *ir.DataPlane, socket socketFunc, clusters []*cluster.Cluster) error {
 	secure := map[string]bool{}
 	for _, b := range m.Backends {
 		if b.Reach == ir.ReachInbound {
@@ -236,11 +237,11 @@ func secureClusters(m *ir.DataPlane, t *MTLS, clusters []*cluster.Cluster) error
 		if !secure[c.GetName()] {
 			continue
 		}
-		socket, err := upstreamTLS(t, c.GetName(), c.GetTypedExtensionProtocolOptions() != nil)
+		tls, err := socket(c.GetName(), c.GetTypedExtensionProtocolOptions() != nil)
 		if err != nil {
 			return err
 		}
-		c.TransportSocket = socket
+		c.TransportSocket = tls
 		// The node's activator is on its own machine, without TLS.
 		c.TransportSocketMatches = localRawSocket
 		// Each replica's own limit is kept by its node's inbound cluster;
@@ -248,6 +249,32 @@ func secureClusters(m *ir.DataPlane, t *MTLS, clusters []*cluster.Cluster) error
 		c.CircuitBreakers.PerHostThresholds = nil
 	}
 	return nil
+}
+
+// socketFunc is the transport socket of the cluster name, which speaks
+// HTTP/2 if h2.
+type socketFunc func(name string, h2 bool) (*core.TransportSocket, error)
+
+// sockets is t's upstreamTLS.
+func sockets(t *MTLS) socketFunc {
+	return func(name string, h2 bool) (*core.TransportSocket, error) { return upstreamTLS(t, name, h2) }
+}
+
+// reusedSockets is t's upstreamTLS, reusing the sockets of prior, a
+// backend's clusters built before by it: a socket depends on the mesh's
+// identities, the cluster's name and its protocol alone, and a full mTLS
+// publish built and packed one for each of thousands of backends (a
+// twentieth of its time). Built clusters are read, never written, so the
+// sockets are shared.
+func reusedSockets(t *MTLS, prior []*cluster.Cluster) socketFunc {
+	return func(name string, h2 bool) (*core.TransportSocket, error) {
+		for _, c := range prior {
+			if c.GetName() == name && (c.GetTypedExtensionProtocolOptions() != nil) == h2 && c.GetTransportSocket() != nil {
+				return c.GetTransportSocket(), nil
+			}
+		}
+		return upstreamTLS(t, name, h2)
+	}
 }
 
 // upstreamTLS is how a node calls backend's nodes: with its own identity,

@@ -117,7 +117,7 @@ func Shared(m *ir.DataPlane, t *MTLS) (*Resources, error) {
 		if err := t.Validate(); err != nil {
 			return nil, err
 		}
-		if err := secureClusters(m, t, clusters); err != nil {
+		if err := secureClusters(m, sockets(t), clusters); err != nil {
 			return nil, err
 		}
 		// Each node's inbound cluster asks for its own; every node's are
