@@ -172,24 +172,29 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 		}
 		rebuild = append(rebuild, be)
 	}
-	built := make([]*backendParts, len(rebuild))
+	built, changes := make([]*backendParts, len(rebuild)), make([]changeList, len(rebuild))
 	err := eachInParallel(len(rebuild), func(i int) (err error) {
-		built[i], err = b.buildBackend(rebuild[i])
-		return err
+		if built[i], err = b.buildBackend(rebuild[i]); err != nil {
+			return err
+		}
+		// Compared here, in parallel: a full mTLS publish compares tens
+		// of thousands of assignments with their last versions.
+		changes[i] = backendChanges(b.backends[rebuild[i].Name], built[i])
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range built {
+	for i, p := range built {
 		name := p.backend.Name
-		backendChanges(set, b.backends[name], p)
+		set.addAll(changes[i])
 		b.indexAssignments(b.backends[name], p)
 		b.backends[name] = p
 		changed[name] = true
 	}
 	for name, p := range b.backends {
 		if p.gen != b.gen {
-			backendChanges(set, p, nil)
+			set.addAll(backendChanges(p, nil))
 			b.indexAssignments(p, nil)
 			delete(b.backends, name)
 			changed[name] = true

@@ -58,15 +58,32 @@ func (c ChangeSet) Of(kind ResourceKind) iter.Seq[string] {
 	return maps.Keys(c[kind])
 }
 
-// backendChanges adds to c the clusters and assignments of a backend's
-// parts, before (nil: new) and after (nil: gone) a rebuild: those that
-// are gone or whose version changed.
-func backendChanges(c ChangeSet, before, after *backendParts) {
+// changeList is what a rebuild changed of one backend: the names of its
+// clusters and assignments, each kind's once.
+type changeList struct{ clusters, assignments []string }
+
+// addAll adds l's names to c.
+func (c ChangeSet) addAll(l changeList) {
+	if len(l.clusters) > 0 {
+		c.add(KindCluster, l.clusters...)
+	}
+	if len(l.assignments) > 0 {
+		c.add(KindAssignment, l.assignments...)
+	}
+}
+
+// backendChanges are the clusters and assignments of a backend's parts,
+// before (nil: new) and after (nil: gone) a rebuild, that are gone or
+// whose version changed. It only reads the parts.
+func backendChanges(before, after *backendParts) changeList {
+	var out changeList
 	if before == nil || after == nil || before.hash != after.hash {
 		for _, p := range []*backendParts{before, after} {
 			if p != nil {
 				for _, cl := range p.clusters {
-					c.add(KindCluster, cl.GetName())
+					if name := cl.GetName(); !slices.Contains(out.clusters, name) {
+						out.clusters = append(out.clusters, name)
+					}
 				}
 			}
 		}
@@ -80,14 +97,15 @@ func backendChanges(c ChangeSet, before, after *backendParts) {
 	}
 	for i, a := range next {
 		if p, ok := sameName(prev, i, a.Name); !ok || p.Version != a.Version {
-			c.add(KindAssignment, a.Name)
+			out.assignments = append(out.assignments, a.Name)
 		}
 	}
 	for i, p := range prev {
 		if _, ok := sameName(next, i, p.Name); !ok {
-			c.add(KindAssignment, p.Name)
+			out.assignments = append(out.assignments, p.Name)
 		}
 	}
+	return out
 }
 
 // sameName is the assignment of list named name, looked for first at i: a
