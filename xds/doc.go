@@ -18,11 +18,12 @@
 //     changed, by kind and name (translate.ChangeSet, Istio's
 //     ConfigsUpdated shape).
 //  4. The server's one cache of encoded resources (encodings.go, by type,
-//     scope, name and version) drops what the change set names; the
+//     name and version) drops what the change set names; the
 //     sharedResources encode what was rebuilt once, and each
 //     node's snapshot (its own listeners, inbound listener and local
 //     clusters from translate's node builder, nodebuilder.go, each part
-//     rebuilt only when what it depends on changed; cut to what the node
+//     rebuilt only when what it depends on changed, and encoded there,
+//     an inbound chain once for the nodes that have it alike; cut to what the node
 //     reaches, reach.go, or to the clusters it asked for, demand.go) is
 //     made only for nodes whose inputs changed.
 //  5. Assignments the change set names go to go-control-plane's LinearCache first

@@ -136,7 +136,7 @@ func (sr *sharedResources) onDemandScopes(scopes *kind) (*kind, error) {
 		list = append(list, sc)
 	}
 	k, err := newKind(scopes.version+"-on-demand", list, func(name string) string { return scopes.versions[name] + "-on-demand" },
-		sr.enc.begin(onDemandScopesType, "", len(list)))
+		sr.enc.begin(onDemandScopesType, len(list)))
 	if err != nil {
 		return nil, err
 	}

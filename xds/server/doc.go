@@ -6,7 +6,7 @@
 // the resources it last got), whose
 // resources carry the versions the incremental translation made and are
 // encoded once however many streams they are sent on (snapshot.go; nodes
-// share them) and kept in one cache by type, scope, name and version
+// share them) and kept in one cache by type, name and version
 // (encodings.go), cut to what a node reaches (reach.go) or, for a node
 // whose clusters come on demand, to those its Envoy asked for (demand.go),
 // a shared

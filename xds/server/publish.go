@@ -267,14 +267,14 @@ func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources
 	if sameMTLS {
 		out.snaps, prevClusters = last.snaps, last.clusters
 	}
-	shared := func(typ string, n int) *kindEncoder { return enc.begin(typ, "", n) }
+	shared := func(typ string, n int) *kindEncoder { return enc.begin(typ, n) }
 	if last != nil {
 		prevRoutes, prevScopes = last.routes, last.scopes
 	}
 	var err error
 	// The encodings of what the build changed are stale: drop them (a
 	// resource keeps its encoding while its version holds).
-	enc.invalidate(resource.ScopedRouteType, "", r.Changed.Names(translate.KindScopedRoute))
+	enc.invalidate(resource.ScopedRouteType, r.Changed.Names(translate.KindScopedRoute))
 	if prevClusters != nil && prevClusters.version == r.ClustersVersion {
 		out.clusters, out.clusterList = last.clusters, last.clusterList
 	} else {
@@ -308,6 +308,19 @@ func clustersKind(r *translate.Built) *kind {
 	return k
 }
 
+// builtKind lists resources the builder encoded (encoded[i] is
+// items[i]'s encoding, with its version) under version: a node's
+// listeners.
+func builtKind[T types.Resource](version string, items []T, encoded []translate.Encoded) *kind {
+	k := &kind{version: version, twins: make(map[string]types.Resource, len(items)),
+		versions: make(map[string]string, len(items)), sources: make(map[string]types.Resource, len(items))}
+	for i, x := range items {
+		e := encoded[i]
+		k.twins[e.Name], k.versions[e.Name], k.sources[e.Name] = e.Resource, e.Version, x
+	}
+	return k
+}
+
 // keepNodes forgets what was built for nodes other than nodes: their
 // own resources, last snapshots, and the cuts of reaches no node has.
 func (sr *sharedResources) keepNodes(nodes []wire.ProxyNode) {
@@ -320,7 +333,6 @@ func (sr *sharedResources) keepNodes(nodes []wire.ProxyNode) {
 		}
 	}
 	sr.builder.KeepNodes(known)
-	sr.enc.forgetScopes(known)
 	for id := range sr.snaps {
 		if !known[id] {
 			delete(sr.snaps, id)
@@ -395,12 +407,8 @@ func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, rout
 	if err := sr.listenersConsistent(own.Listeners, routes); err != nil {
 		return nil, err
 	}
-	next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: clusters.version, clusters: clusters}
-	var err error
-	listeners := sr.enc.begin(resource.ListenerType, node, len(own.Listeners))
-	if next.listeners, err = newKind(own.ListenersVersion, own.Listeners, func(string) string { return own.ListenersVersion }, listeners); err != nil {
-		return nil, err
-	}
+	next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: clusters.version, clusters: clusters,
+		listeners: builtKind(own.ListenersVersion, own.Listeners, own.EncodedListeners)}
 	if len(own.Clusters) > 0 {
 		next.clusters = sr.mergedFor(clusters, own)
 	}

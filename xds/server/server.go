@@ -82,7 +82,7 @@ type Server struct {
 	// replicas before its new version reaches the node. Under mu.
 	retiring  map[string]uint64
 	built     *sharedResources // the last generation's resources
-	encodings *encodings       // every resource's encoding, by type, scope, name and version
+	encodings *encodings       // every resource's encoding, by type, name and version
 	builtGen  uint64
 	builder   *translate.Builder // incremental translation, for the current mTLS
 }

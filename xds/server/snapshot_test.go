@@ -41,7 +41,7 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 		}
 	}
 	enc := newEncodings()
-	clusters1, err := newKind(first.ClustersVersion, first.Clusters, lookup(first.ClusterVersions), enc.begin(resource.ClusterType, "", 0))
+	clusters1, err := newKind(first.ClustersVersion, first.Clusters, lookup(first.ClusterVersions), enc.begin(resource.ClusterType, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	routes2 := encodedKind(second.RoutesVersion, second.Routes)
-	clusters2, err := newKind(second.ClustersVersion, second.Clusters, lookup(second.ClusterVersions), enc.begin(resource.ClusterType, "", 0))
+	clusters2, err := newKind(second.ClustersVersion, second.Clusters, lookup(second.ClusterVersions), enc.begin(resource.ClusterType, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestKindsReuseByVersion(t *testing.T) {
 	a := &cluster.Cluster{Name: "a", ConnectTimeout: nil}
 	b := &cluster.Cluster{Name: "b"}
 	enc := newEncodings()
-	first, err := newKind("1", []*cluster.Cluster{a, b}, func(n string) string { return n + "-v1" }, enc.begin(resource.ClusterType, "", 2))
+	first, err := newKind("1", []*cluster.Cluster{a, b}, func(n string) string { return n + "-v1" }, enc.begin(resource.ClusterType, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,23 +107,18 @@ func TestKindsReuseByVersion(t *testing.T) {
 			return "b-v2"
 		}
 		return n + "-v1"
-	}, enc.begin(resource.ClusterType, "", 2))
+	}, enc.begin(resource.ClusterType, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := newlyEncoded(first, second); len(got) != 1 || got[0] != "b" {
 		t.Fatalf("re-encoded %v; want b alone (a is a new pointer at the same version)", got)
 	}
-	if _, err := newKind("3", []*cluster.Cluster{b}, func(string) string { return "b-v2" }, enc.begin(resource.ClusterType, "", 1)); err != nil {
+	if _, err := newKind("3", []*cluster.Cluster{b}, func(string) string { return "b-v2" }, enc.begin(resource.ClusterType, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if cached := enc.by[scopeKey{resource.ClusterType, ""}]; len(cached) != 1 || cached["a"].twin != nil {
+	if cached := enc.by[resource.ClusterType]; len(cached) != 1 || cached["a"].twin != nil {
 		t.Fatalf("the cache holds %d clusters after a kind without a; want b alone", len(cached))
-	}
-	enc.begin(resource.ListenerType, "n1", 0).commit()
-	enc.forgetScopes(map[string]bool{})
-	if _, ok := enc.by[scopeKey{resource.ListenerType, "n1"}]; ok {
-		t.Fatal("a forgotten node's encodings stayed")
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -68,6 +69,9 @@ func sameAsShared(t *testing.T, b *Builder, view *meshspec.Model, mtls *MTLS) *B
 			t.Fatal(err)
 		}
 		equalLists(t, node.ID+"'s listeners", own.Listeners, wantOwn.Listeners)
+		// As sent: the inbound listener's encoding is framed from its
+		// chains' (encodeInbound).
+		equalLists(t, node.ID+"'s listeners as encoded", decoded[*listener.Listener](t, own.EncodedListeners), wantOwn.Listeners)
 		equalLists(t, node.ID+"'s clusters", own.Clusters, wantOwn.Clusters)
 		// As sent: a view's encoding is its shared cluster's with its
 		// EDS name appended (localViewEncoded).
@@ -103,6 +107,8 @@ func resourceName(m proto.Message) string {
 	case *endpoint.ClusterLoadAssignment:
 		return r.GetClusterName()
 	case *cluster.Cluster:
+		return r.GetName()
+	case *listener.Listener:
 		return r.GetName()
 	}
 	return ""

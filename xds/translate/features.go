@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -259,6 +260,18 @@ type managerFeature interface {
 
 // managerFeatures are the registered connection-manager features.
 var managerFeatures = []managerFeature{accessLogging{}}
+
+// managerFeaturesOf names the connection-manager features node uses: a
+// manager built for one node is another's when they use the same.
+func managerFeaturesOf(node wire.ProxyNode) string {
+	var names []string
+	for _, f := range managerFeatures {
+		if f.uses(node) {
+			names = append(names, f.name())
+		}
+	}
+	return strings.Join(names, ",")
+}
 
 // patchManager applies node's connection-manager features to m, the
 // manager of its listener named listener.

@@ -41,9 +41,10 @@ import (
 type NodeBuilt struct {
 	Resources
 	ListenersVersion, ClustersVersion string
-	// EncodedClusters are Clusters encoded, in their order, as they are
-	// sent, each with its version, which changes with its cluster alone.
-	EncodedClusters []Encoded
+	// EncodedListeners and EncodedClusters are Listeners and Clusters
+	// encoded, in their order, as they are sent, each with its version,
+	// which changes with it alone.
+	EncodedListeners, EncodedClusters []Encoded
 }
 
 // ClusterVersions are the versions of Clusters, by name.
@@ -82,9 +83,16 @@ type localKey struct {
 	replicas              int
 }
 
+// chainPart is a backend's inbound chain on a node, built from its
+// configuration, and encoded (versioned by its encoding).
 type chainPart struct {
 	config string
-	chain  *listener.FilterChain
+	builtChain
+}
+
+type builtChain struct {
+	chain   *listener.FilterChain
+	encoded Encoded
 }
 
 // clusterPart is a backend's clusters on a node: its inbound cluster,
@@ -134,8 +142,9 @@ func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
 	for i, n := range nodes {
 		parts[i] = b.nodes[n.ID]
 	}
+	chains := &sharedChains{built: map[chainKey]builtChain{}}
 	_ = eachInParallel(len(nodes), func(i int) error {
-		parts[i], built[i], errs[i] = b.forNode(nodes[i], parts[i])
+		parts[i], built[i], errs[i] = b.forNode(nodes[i], parts[i], chains)
 		return nil // each node's error is its own
 	})
 	for i, n := range nodes {
@@ -147,8 +156,9 @@ func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
 }
 
 // forNode builds node's own resources from prev, what was built for it
-// last (nil: nothing), and returns what to keep for it next time.
-func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts) (*nodeParts, *NodeBuilt, error) {
+// last (nil: nothing), and returns what to keep for it next time; chains
+// are the inbound chains built for the other nodes of the same ForNodes.
+func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts, chains *sharedChains) (*nodeParts, *NodeBuilt, error) {
 	local := b.localParts(node.ID)
 	chainKeys, clusterKeys := make([]configKey, len(local)), make([]localKey, len(local))
 	for i, p := range local {
@@ -175,7 +185,8 @@ func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts) (*nodeParts, *No
 	out := &NodeBuilt{}
 	if sameListeners {
 		out.Listeners, out.ListenersVersion = prev.built.Listeners, prev.built.ListenersVersion
-	} else if err := b.nodeListeners(prev, onNode(local, node.ID), chainKeys, out); err != nil {
+		out.EncodedListeners = prev.built.EncodedListeners
+	} else if err := b.nodeListeners(prev, onNode(local, node.ID), chainKeys, chains, out); err != nil {
 		return nil, nil, err
 	}
 	if sameClusters {
@@ -218,33 +229,54 @@ func onNode(local []*backendParts, node string) []ir.Backend {
 }
 
 // nodeListeners builds the node's listeners into out, reusing each
-// inbound chain whose backend's configuration is what it was.
-func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []configKey, out *NodeBuilt) error {
+// inbound chain whose backend's configuration is what it was, or that
+// another node built alike (shared). Each chain is encoded once, and the
+// inbound listener's encoding is framed from its chains' (encodeInbound).
+func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []configKey, shared *sharedChains, out *NodeBuilt) error {
 	chains := make(map[string]chainPart, len(backends))
 	configs := make(map[string]string, len(keys))
 	for _, k := range keys {
 		configs[k.backend] = k.config
 	}
+	inOrder := make([]Encoded, 0, len(backends))
 	listeners, err := nodeListeners(p.node, b.mtls, backends, b.tracing, b.needed, func(be ir.Backend) (*listener.FilterChain, error) {
 		config := configs[be.Name]
-		if c, ok := p.chains[be.Name]; ok && c.config == config {
-			chains[be.Name] = c
-			return c.chain, nil
+		c, ok := p.chains[be.Name]
+		if !ok || c.config != config {
+			built, err := shared.get(chainKeyOf(p.node, be.Name, config, b.tracing), func() (builtChain, error) {
+				chain, err := inboundChain(p.node, b.mtls, be, b.tracing)
+				if err != nil {
+					return builtChain{}, err
+				}
+				e, err := encode(chain.GetName(), chain)
+				return builtChain{chain: chain, encoded: e}, err
+			})
+			if err != nil {
+				return nil, err
+			}
+			c = chainPart{config: config, builtChain: built}
 		}
-		chain, err := inboundChain(p.node, b.mtls, be, b.tracing)
-		if err != nil {
-			return nil, err
-		}
-		chains[be.Name] = chainPart{config: config, chain: chain}
-		return chain, nil
+		chains[be.Name] = c
+		inOrder = append(inOrder, c.encoded)
+		return c.chain, nil
 	})
 	if err != nil {
 		return err
 	}
-	if out.ListenersVersion, err = hashOf(listeners); err != nil {
-		return err
+	out.EncodedListeners = make([]Encoded, len(listeners))
+	h := newKindHash()
+	for i, l := range listeners {
+		if l.GetName() == wire.InboundListener {
+			out.EncodedListeners[i], err = encodeInbound(p.node, inOrder)
+		} else {
+			out.EncodedListeners[i], err = encode(l.GetName(), l)
+		}
+		if err != nil {
+			return err
+		}
+		h.add(out.EncodedListeners[i].Name, out.EncodedListeners[i].Version)
 	}
-	out.Listeners, p.chains = listeners, chains
+	out.Listeners, out.ListenersVersion, p.chains = listeners, h.sum(), chains
 	return nil
 }
 

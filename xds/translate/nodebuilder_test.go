@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
 	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/meshspec"
@@ -24,7 +25,17 @@ func buildNode(t *testing.T, b *Builder, m *meshspec.Model, node wire.ProxyNode)
 		t.Fatal(err)
 	}
 	versioned(t, node.ID+"'s clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions())
+	versioned(t, node.ID+"'s listeners", own.Listeners, (*listenerv3.Listener).GetName, versionsOf(own.EncodedListeners))
 	return own
+}
+
+// versionsOf are encoded's versions, by name.
+func versionsOf(encoded []Encoded) map[string]string {
+	out := make(map[string]string, len(encoded))
+	for _, e := range encoded {
+		out[e.Name] = e.Version
+	}
+	return out
 }
 
 // TestNodeRebuildsWhatAChangeTouches: a node's own parts follow what they
@@ -63,6 +74,12 @@ func TestNodeRebuildsWhatAChangeTouches(t *testing.T) {
 	config := meshspec.Clone(more)
 	config.Backends[0].Config.MaxConcurrentQueries = 3
 	last := build(config)
+	picked := meshspec.Clone(config)
+	picked.Backends[0].Config.LoadAware = &meshspec.LoadAware{}
+	if got := changedVersions(versionsOf(last.EncodedListeners), versionsOf(build(picked).EncodedListeners)); !slices.Equal(got, []string{wire.InboundListener}) {
+		t.Errorf("%s made load-aware (its inbound chain gets the picker) changed the versions of n0's listeners %v; want its inbound listener's alone", backend, got)
+	}
+	build(config)
 	inbound := func(own *NodeBuilt) map[string]any {
 		out := map[string]any{}
 		for _, l := range own.Listeners {
@@ -73,6 +90,12 @@ func TestNodeRebuildsWhatAChangeTouches(t *testing.T) {
 			}
 		}
 		return out
+	}
+	// Each listener is versioned on its own: the public and mesh
+	// listeners keep theirs (the inbound one changes if the chain's
+	// content does; this configuration is not in it).
+	if got := changedVersions(versionsOf(next.EncodedListeners), versionsOf(last.EncodedListeners)); slices.ContainsFunc(got, func(name string) bool { return name != wire.InboundListener }) {
+		t.Errorf("%s's configuration changed the versions of n0's listeners %v; want its inbound listener's at most", backend, got)
 	}
 	before, after := inbound(next), inbound(last)
 	if len(before) == 0 || len(before) != len(after) {
@@ -157,6 +180,62 @@ func TestForNodesIsForNodeForEach(t *testing.T) {
 		if built[i].ListenersVersion != want.ListenersVersion || built[i].ClustersVersion != want.ClustersVersion || len(built[i].Clusters) != len(want.Clusters) {
 			t.Errorf("%s: built with the others: listeners %s, clusters %s (%d); alone: %s, %s (%d)", n.ID, built[i].ListenersVersion,
 				built[i].ClustersVersion, len(built[i].Clusters), want.ListenersVersion, want.ClustersVersion, len(want.Clusters))
+		}
+	}
+}
+
+// TestNodesShareTheirInboundChains: nodes built at once share a backend's
+// inbound chain where it is the same (sharedChains): not when one node
+// keeps no access log, nor, when the mesh traces, between nodes, whose
+// spans carry their names.
+func TestNodesShareTheirInboundChains(t *testing.T) {
+	m := modelgen.Model(4, 2, 3)
+	for i := range m.Backends {
+		for j := range m.Backends[i].Replicas {
+			r := &m.Backends[i].Replicas[j]
+			r.Node, r.Inbound = fmt.Sprintf("n%d", j), fmt.Sprintf("10.255.0.%d:21000", j+1)
+		}
+	}
+	var nodes []wire.ProxyNode
+	for i := range 3 {
+		n := goldenMTLSNode
+		n.ID, n.InboundAddress = fmt.Sprintf("n%d", i), fmt.Sprintf("10.255.0.%d", i+1)
+		nodes = append(nodes, n)
+	}
+	nodes[2].NoAccessLog = true
+	chainsOf := func(own *NodeBuilt) []*listenerv3.FilterChain {
+		i := slices.IndexFunc(own.Listeners, func(l *listenerv3.Listener) bool { return l.GetName() == wire.InboundListener })
+		if i < 0 {
+			t.Fatal("no inbound listener")
+		}
+		return own.Listeners[i].GetFilterChains()
+	}
+	for _, traced := range []bool{false, true} {
+		view := meshspec.Clone(m)
+		if traced {
+			view.Mesh = &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: "127.0.0.1:4317"}}
+		}
+		b := NewBuilder(goldenMTLS)
+		if _, err := b.Build(lowerFor(t, view, true)); err != nil {
+			t.Fatal(err)
+		}
+		built, errs := b.ForNodes(nodes)
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("%s: %v", nodes[i].ID, err)
+			}
+		}
+		n0, n1, n2 := chainsOf(built[0]), chainsOf(built[1]), chainsOf(built[2])
+		if len(n0) == 0 || len(n0) != len(n1) || len(n0) != len(n2) {
+			t.Fatalf("chains: %d, %d, %d", len(n0), len(n1), len(n2))
+		}
+		for k := range n0 {
+			if shared := n0[k] == n1[k]; shared == traced {
+				t.Errorf("traced %t: n0 and n1 share chain %s: %t", traced, n0[k].GetName(), shared)
+			}
+			if n0[k] == n2[k] {
+				t.Errorf("traced %t: n2, without an access log, shares n0's chain %s", traced, n0[k].GetName())
+			}
 		}
 	}
 }
