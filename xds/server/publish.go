@@ -158,10 +158,12 @@ func (s *Server) setKinds(ctx context.Context, node string, last, next snapshot)
 // mTLS changed), whose set knows nothing of what was published before,
 // every assignment is compared with what was published.
 func (s *Server) diffAssignments(built *translate.Built, fresh bool) (map[string]types.Resource, []string) {
-	changed := map[string]types.Resource{}
 	if !fresh && len(built.ChangedBackends) == 0 {
-		return changed, nil
+		return map[string]types.Resource{}, nil
 	}
+	// Sized for every name the build declares: a full mTLS publish
+	// changes tens of thousands.
+	changed := make(map[string]types.Resource, built.Changed.Len(translate.KindAssignment))
 	next := built.Assignments
 	var removed []string
 	s.mu.Lock() // Serving reads publishedAssignments

@@ -53,6 +53,9 @@ func (c ChangeSet) Names(kind ResourceKind) []string {
 	return out
 }
 
+// Len is how many names c has of kind.
+func (c ChangeSet) Len(kind ResourceKind) int { return len(c[kind]) }
+
 // Of yields the names c has of kind, in no order.
 func (c ChangeSet) Of(kind ResourceKind) iter.Seq[string] {
 	return maps.Keys(c[kind])
