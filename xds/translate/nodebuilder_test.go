@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
 	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/meshspec"
@@ -25,7 +25,7 @@ func buildNode(t *testing.T, b *Builder, m *meshspec.Model, node wire.ProxyNode)
 		t.Fatal(err)
 	}
 	versioned(t, node.ID+"'s clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions())
-	versioned(t, node.ID+"'s listeners", own.Listeners, (*listenerv3.Listener).GetName, versionsOf(own.EncodedListeners))
+	versioned(t, node.ID+"'s listeners", own.Listeners, (*listener.Listener).GetName, versionsOf(own.EncodedListeners))
 	return own
 }
 
@@ -203,8 +203,8 @@ func TestNodesShareTheirInboundChains(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	nodes[2].NoAccessLog = true
-	chainsOf := func(own *NodeBuilt) []*listenerv3.FilterChain {
-		i := slices.IndexFunc(own.Listeners, func(l *listenerv3.Listener) bool { return l.GetName() == wire.InboundListener })
+	chainsOf := func(own *NodeBuilt) []*listener.FilterChain {
+		i := slices.IndexFunc(own.Listeners, func(l *listener.Listener) bool { return l.GetName() == wire.InboundListener })
 		if i < 0 {
 			t.Fatal("no inbound listener")
 		}
