@@ -111,7 +111,12 @@ func http2Options() map[string]*anypb.Any {
 // circuitBreakers limit b's requests in flight to max_concurrent_queries
 // per replica, and queue the rest.
 func circuitBreakers(b ir.Backend) *cluster.CircuitBreakers {
-	total := concurrencyLimit(b)
+	return circuitBreakersOf(b, len(b.Replicas))
+}
+
+// circuitBreakersOf are circuitBreakers for replicas of b's replicas.
+func circuitBreakersOf(b ir.Backend, replicas int) *cluster.CircuitBreakers {
+	total := concurrencyLimit(b.MaxConcurrent, replicas)
 	queue := queueLimit(total)
 	return &cluster.CircuitBreakers{
 		Thresholds: []*cluster.CircuitBreakers_Thresholds{{
@@ -150,9 +155,8 @@ func resolveByDNS(c *cluster.Cluster, b ir.Backend) {
 
 // concurrencyLimit is max_concurrent_queries × replicas, at least one
 // replica's worth so a backend whose replicas are still starting is not shut.
-func concurrencyLimit(b ir.Backend) uint32 {
-	replicas := max(len(b.Replicas), 1)
-	limit := int64(b.MaxConcurrent) * int64(replicas)
+func concurrencyLimit(maxConcurrent, replicas int) uint32 {
+	limit := int64(maxConcurrent) * int64(max(replicas, 1))
 	return uint32(min(limit, math.MaxUint32))
 }
 

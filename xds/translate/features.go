@@ -41,7 +41,9 @@ type backendFeature interface {
 	// its replicas in a plaintext mesh, of its nodes with mTLS.
 	cluster(b ir.Backend, c *cluster.Cluster) error
 	// inboundCluster changes a node's cluster of its own replicas of the
-	// backend (its inbound listener's, with mTLS).
+	// backend (its inbound listener's, with mTLS). It reads b's
+	// configuration, not its replicas: a node's inbound cluster is
+	// rebuilt when their count there changes, not when they do.
 	inboundCluster(b ir.Backend, c *cluster.Cluster) error
 	// viaInboundOnly is true when a node running replicas of the backend
 	// calls them through its own inbound listener, as other nodes do,

@@ -253,11 +253,11 @@ func localReplyHeader(flags []string, header string) *hcm.ResponseMapper {
 	}
 }
 
-// buildInboundCluster reaches b's replicas on node (b lists only those),
+// buildInboundCluster reaches b's replicas on node, replicas of them,
 // each at most max_concurrent_queries at a time, with the rest queued. Its
 // replicas come by EDS (inboundAssignments), so a replica's health change
-// leaves the cluster as it is.
-func buildInboundCluster(b ir.Backend, node string) (*cluster.Cluster, error) {
+// leaves the cluster as it is, and their count is all it reads of them.
+func buildInboundCluster(b ir.Backend, node string, replicas int) (*cluster.Cluster, error) {
 	c := &cluster.Cluster{
 		Name:                 wire.InboundClusterName(b.Name),
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
@@ -266,7 +266,7 @@ func buildInboundCluster(b ir.Backend, node string) (*cluster.Cluster, error) {
 		ConnectTimeout:  durationpb.New(ConnectTimeout),
 		LbPolicy:        cluster.Cluster_LEAST_REQUEST,
 		CommonLbConfig:  &cluster.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
-		CircuitBreakers: circuitBreakers(b),
+		CircuitBreakers: circuitBreakersOf(b, replicas),
 	}
 	return c, patchInboundCluster(b, c)
 }

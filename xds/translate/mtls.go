@@ -172,7 +172,7 @@ func nodeServiceClusters(t *MTLS, tracing *ir.Tracing) []*cluster.Cluster {
 // through the inbound listener alone, the node's view of b, which
 // replaces the shared cluster of that name.
 func backendClustersOn(b ir.Backend, node string, shared map[string]*cluster.Cluster) ([]*cluster.Cluster, error) {
-	inboundCluster, err := buildInboundCluster(b, node)
+	inboundCluster, err := buildInboundCluster(b, node, len(b.Replicas))
 	if err != nil {
 		return nil, err
 	}

@@ -326,7 +326,7 @@ func ownClusters(last clusterPart, shared *backendParts, key localKey, node stri
 	be := shared.backend
 	part := clusterPart{key: key, inbound: last.inbound, view: last.view}
 	if last.inbound.cluster == nil || last.key.config != key.config || last.key.replicas != key.replicas {
-		c, err := buildInboundCluster(replicasOn(be, node), node)
+		c, err := buildInboundCluster(be, node, key.replicas)
 		if err != nil {
 			return clusterPart{}, err
 		}
