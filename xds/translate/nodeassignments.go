@@ -21,9 +21,9 @@ import (
 // three nodes has seven in all with its shared one, most of them made of
 // the same endpoints. A full publish of a large mesh spent a third of its
 // time building and encoding them one by one. encodedNodeAssignments
-// encodes each endpoint once, a replica's as its node reaches it and a
-// node's as others reach it, with protowire (appendHost, appendNodeHead),
-// and frames every assignment from those encodings: the bytes
+// encodes each node's endpoint once, as others reach it, and writes each
+// replica's straight into the two assignments that list it, with
+// protowire (appendNodeHead, appendHost), framing every assignment: the bytes
 // proto.Marshal would make of the assignments BuildAssignments,
 // inboundAssignments and nodeViewAssignments build
 // (TestEncodedNodeAssignments compares them), at a fraction of the cost.
@@ -96,14 +96,14 @@ func encodedNodeAssignments(b ir.Backend) (out []Encoded, ok bool, err error) {
 	byListener, nodeEP := nodeEndpoints(nodes)
 	views := hasNodeView(b)
 	out = make([]Encoded, 0, 1+2*len(nodes))
-	out = append(out, encodedAssignment(wire.ClusterName(b.Name), nodeEP, wire.ActivatorSocket))
-	eps := make([][]byte, 0, len(nodes)+len(b.Replicas))
+	out = append(out, encodedAssignment(wire.ClusterName(b.Name), nodeEP, nil, wire.ActivatorSocket))
+	eps := make([][]byte, 0, len(nodes))
 	for i, g := range nodes {
-		mine, marked, err := replicaEndpoints(g.replicas)
+		mine, err := replicaEndpoints(g.replicas)
 		if err != nil {
 			return nil, false, err
 		}
-		out = append(out, encodedAssignment(wire.InboundAssignmentName(b.Name, g.node), mine, wire.ActivatorInboundSocket))
+		out = append(out, encodedAssignment(wire.InboundAssignmentName(b.Name, g.node), nil, mine, wire.ActivatorInboundSocket))
 		if !views {
 			continue
 		}
@@ -113,7 +113,10 @@ func encodedNodeAssignments(b ir.Backend) (out []Encoded, ok bool, err error) {
 				eps = append(eps, nodeEP[k])
 			}
 		}
-		out = append(out, encodedAssignment(wire.NodeViewAssignmentName(b.Name, g.node), append(eps, marked...), wire.ActivatorSocket))
+		for k := range mine {
+			mine[k].head = mine[k].heads.marked
+		}
+		out = append(out, encodedAssignment(wire.NodeViewAssignmentName(b.Name, g.node), eps, mine, wire.ActivatorSocket))
 	}
 	return out, true, nil
 }
@@ -198,38 +201,35 @@ func appendNodeHead(b []byte, health core.HealthStatus, weight uint32) []byte {
 	return protowire.AppendVarint(b, uint64(weight))
 }
 
-// replicaEndpoints encodes a node's replicas' endpoints (rs, in the order
-// BuildAssignment lists them) as its inbound assignment lists them, and
-// marked as its own in its view (nodeViewAssignment: the local metadata,
-// weight 1). proto.Marshal writes an endpoint's other fields by number
-// and its host last (a oneof), so each is its fields but the host,
-// encoded once for every health (endpointHeads), followed by its host
-// (appendHost).
-func replicaEndpoints(rs []ir.Replica) (plain, marked [][]byte, err error) {
-	plain, marked = make([][]byte, len(rs)), make([][]byte, len(rs))
-	// One buffer for them all (a full mTLS publish encodes every
-	// replica): each endpoint is a full slice of it, never appended to.
-	size := 0
-	for _, r := range rs {
-		head := endpointHeads[healthStatus(r.Health)]
-		size += len(head.plain) + len(head.marked) + 2*(len(r.Address)+hostFraming)
-	}
-	buf := make([]byte, 0, size)
-	cut := func(start int) []byte { return buf[start:len(buf):len(buf)] }
+// replicaEndpoint is a replica's endpoint as an assignment lists it,
+// written straight into the assignment's encoding (encodedAssignment):
+// its fields but its host, encoded once for every health (endpointHeads),
+// then its host (appendHost). proto.Marshal writes an endpoint's other
+// fields by number and its host last (a oneof).
+type replicaEndpoint struct {
+	heads endpointHead
+	head  []byte // heads.plain, or heads.marked in the node's view
+	host  string
+	port  uint32
+}
+
+func (r replicaEndpoint) size() int { return len(r.head) + hostSize(r.host, r.port) }
+
+// replicaEndpoints are a node's replicas' endpoints (rs, in the order
+// BuildAssignment lists them) as its inbound assignment lists them;
+// marked as its own, they are its view's (nodeViewAssignment: the local
+// metadata, weight 1).
+func replicaEndpoints(rs []ir.Replica) ([]replicaEndpoint, error) {
+	out := make([]replicaEndpoint, len(rs))
 	for i, r := range rs {
-		head, ok := endpointHeads[healthStatus(r.Health)]
+		heads, ok := endpointHeads[healthStatus(r.Health)]
 		if !ok {
-			return nil, nil, fmt.Errorf("encode endpoint: health %v has no encoding", healthStatus(r.Health))
+			return nil, fmt.Errorf("encode endpoint: health %v has no encoding", healthStatus(r.Health))
 		}
 		host, port := replicaHost(r.Address)
-		start := len(buf)
-		buf = appendHost(append(buf, head.plain...), host, port)
-		plain[i] = cut(start)
-		start = len(buf)
-		buf = appendHost(append(buf, head.marked...), host, port)
-		marked[i] = cut(start)
+		out[i] = replicaEndpoint{heads: heads, head: heads.plain, host: host, port: port}
 	}
-	return plain, marked, nil
+	return out, nil
 }
 
 // The fields an endpoint's host is encoded in: LbEndpoint's endpoint,
@@ -242,17 +242,11 @@ const (
 	socketPort protowire.Number = 3
 )
 
-// hostFraming bounds what appendHost writes besides the host's name: its
-// tags, lengths and port.
-const hostFraming = 16
-
 // appendHost appends to b the host of an endpoint at host:port as
 // proto.Marshal writes LbEndpoint{HostIdentifier: Endpoint{Address:
 // socketAddress(host, port)}} (TestAppendHost compares them).
 func appendHost(b []byte, host string, port uint32) []byte {
-	sa := protowire.SizeTag(socketHost) + protowire.SizeBytes(len(host)) + protowire.SizeTag(socketPort) + protowire.SizeVarint(uint64(port))
-	addr := protowire.SizeTag(hostNested) + protowire.SizeBytes(sa)
-	ep := protowire.SizeTag(hostNested) + protowire.SizeBytes(addr)
+	ep, addr, sa := hostSizes(host, port)
 	b = slices.Grow(b, protowire.SizeTag(hostNested)+protowire.SizeBytes(ep))
 	for _, size := range []int{ep, addr, sa} {
 		b = protowire.AppendTag(b, hostNested, protowire.BytesType)
@@ -264,25 +258,47 @@ func appendHost(b []byte, host string, port uint32) []byte {
 	return protowire.AppendVarint(b, uint64(port))
 }
 
-// endpointHeads are an endpoint's fields but its host, encoded, by health:
-// plain, and marked local.
-var endpointHeads = func() map[core.HealthStatus]struct{ plain, marked []byte } {
-	out := map[core.HealthStatus]struct{ plain, marked []byte }{}
+// hostSizes are the sizes of the nested messages appendHost writes: the
+// endpoint, its address and its socket address.
+func hostSizes(host string, port uint32) (ep, addr, sa int) {
+	sa = protowire.SizeTag(socketHost) + protowire.SizeBytes(len(host)) + protowire.SizeTag(socketPort) + protowire.SizeVarint(uint64(port))
+	addr = protowire.SizeTag(hostNested) + protowire.SizeBytes(sa)
+	ep = protowire.SizeTag(hostNested) + protowire.SizeBytes(addr)
+	return ep, addr, sa
+}
+
+// hostSize is how many bytes appendHost writes.
+func hostSize(host string, port uint32) int {
+	ep, _, _ := hostSizes(host, port)
+	return protowire.SizeTag(hostNested) + protowire.SizeBytes(ep)
+}
+
+// endpointHead is an endpoint's fields but its host, encoded: plain, and
+// marked local.
+type endpointHead struct{ plain, marked []byte }
+
+// endpointHeads are the endpointHead of each health.
+var endpointHeads = func() map[core.HealthStatus]endpointHead {
+	out := map[core.HealthStatus]endpointHead{}
 	for v := range core.HealthStatus_name {
 		h := core.HealthStatus(v)
-		out[h] = struct{ plain, marked []byte }{mustEncode(&endpoint.LbEndpoint{HealthStatus: h}),
+		out[h] = endpointHead{mustEncode(&endpoint.LbEndpoint{HealthStatus: h}),
 			mustEncode(&endpoint.LbEndpoint{HealthStatus: h, Metadata: localMetadata(), LoadBalancingWeight: wrapperspb.UInt32(1)})}
 	}
 	return out
 }()
 
 // encodedAssignment frames an assignment of one locality holding the
-// endpoints eps (each encoded), then the activator on socket, then the
-// policy, as proto.Marshal orders a ClusterLoadAssignment's fields.
-func encodedAssignment(name string, eps [][]byte, socket string) Encoded {
+// endpoints eps (each encoded) and replicas, then the activator on
+// socket, then the policy, as proto.Marshal orders a
+// ClusterLoadAssignment's fields.
+func encodedAssignment(name string, eps [][]byte, replicas []replicaEndpoint, socket string) Encoded {
 	size := 0
 	for _, e := range eps {
 		size += protowire.SizeTag(localityEPs) + protowire.SizeBytes(len(e))
+	}
+	for _, r := range replicas {
+		size += protowire.SizeTag(localityEPs) + protowire.SizeBytes(r.size())
 	}
 	b := make([]byte, 0, len(name)+size+len(activatorEncoded[socket])+len(claPolicy)+16)
 	b = protowire.AppendTag(b, claName, protowire.BytesType)
@@ -292,6 +308,11 @@ func encodedAssignment(name string, eps [][]byte, socket string) Encoded {
 	for _, e := range eps {
 		b = protowire.AppendTag(b, localityEPs, protowire.BytesType)
 		b = protowire.AppendBytes(b, e)
+	}
+	for _, r := range replicas {
+		b = protowire.AppendTag(b, localityEPs, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(r.size()))
+		b = appendHost(append(b, r.head...), r.host, r.port)
 	}
 	b = append(append(b, activatorEncoded[socket]...), claPolicy...)
 	return encodedAs(name, b, hashBytes(b))
