@@ -12,6 +12,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/servemesh/servemesh/internal/parallel"
 	"github.com/servemesh/servemesh/ir"
 )
 
@@ -173,7 +174,7 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 		rebuild = append(rebuild, be)
 	}
 	built, changes := make([]*backendParts, len(rebuild)), make([]changeList, len(rebuild))
-	err := eachInParallel(len(rebuild), func(i int) (err error) {
+	err := parallel.Each(len(rebuild), func(i int) (err error) {
 		if built[i], err = b.buildBackend(rebuild[i]); err != nil {
 			return err
 		}

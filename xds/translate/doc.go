@@ -64,7 +64,7 @@
 //     resources only when its listener settings or the backends it runs
 //     changed. Shared and ForNode stay the reference it is tested against.
 //     The backends a build rebuilds, and the nodes ForNodes builds, are
-//     built in parallel (parallel.go); nodeassignments.go frames every
+//     built in parallel (internal/parallel); nodeassignments.go frames every
 //     assignment of a backend reached over mTLS (its shared one, and each
 //     node's two) from its endpoints' encodings, and local.go makes each
 //     node's view of a backend from its shared cluster, fields shared.

@@ -10,6 +10,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
+	"github.com/servemesh/servemesh/internal/parallel"
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -143,7 +144,7 @@ func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
 		parts[i] = b.nodes[n.ID]
 	}
 	chains := &sharedChains{built: map[chainKey]builtChain{}}
-	_ = eachInParallel(len(nodes), func(i int) error {
+	_ = parallel.Each(len(nodes), func(i int) error {
 		parts[i], built[i], errs[i] = b.forNode(nodes[i], parts[i], chains)
 		return nil // each node's error is its own
 	})
