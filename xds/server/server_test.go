@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/servemesh/servemesh/internal/modelgen"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
@@ -672,5 +674,54 @@ func TestNodesWithTheSameClustersShareThem(t *testing.T) {
 	}
 	if clusters("n0") == clusters("n1") || clusters("n0").twin(wire.InboundClusterName("v1")) == nil {
 		t.Fatal("n0, which runs the replicas, does not have its own clusters")
+	}
+}
+
+// TestNodesPreparedTogetherGetWhatEachGetsAlone: a publish prepares its
+// nodes' kinds on every core (prepare); each node's listeners and
+// clusters are what its own resources and the shared clusters make,
+// merged here without the publish's caches, and nodes that run no
+// replica still share their clusters.
+func TestNodesPreparedTogetherGetWhatEachGetsAlone(t *testing.T) {
+	s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := s.RequireMTLS(&translate.MTLS{IdentityPrefix: "spiffe://td.consul/ns/default/dc/dc1/svc/"}); err != nil {
+		t.Fatal(err)
+	}
+	const nodes = 8 // the last two run no replica (onNodes places them on the others)
+	var all []wire.ProxyNode
+	for i := range nodes {
+		n := wire.ProxyNode{ID: fmt.Sprintf("n%d", i), PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
+			InboundAddress: fmt.Sprintf("10.255.0.%d", i+1), InboundPort: 21000}
+		s.nodes[n.ID] = &nodeState{node: n, acked: map[string]string{}}
+		all = append(all, n)
+	}
+	for _, seed := range []int{3, 4} { // a first publish, then one that changes every backend
+		view := modelgen.Model(20, 2, seed)
+		onNodes(view, nodes-2)
+		s.dataPlane = lowered(t, view)
+		s.generation++
+		s.publish(context.Background())
+		own, errs := s.built.builder.ForNodes(all) // what was built: nothing changed since
+		for i, n := range all {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			// Made here without the publish's caches (mergedFor's).
+			clusters := s.built.clusters
+			if len(own[i].Clusters) > 0 {
+				clusters = mergedClusters(s.built.clusters, own[i])
+			}
+			listeners := builtKind(own[i].ListenersVersion, own[i].Listeners, own[i].EncodedListeners)
+			set := s.nodes[n.ID].set
+			for typ, want := range map[string]*kind{resource.ListenerType: listeners, resource.ClusterType: clusters} {
+				got := set[typ]
+				if got == nil || got.version != want.version || !maps.Equal(got.versions, want.versions) {
+					t.Fatalf("seed %d, %s's %s: prepared %v, alone %s", seed, n.ID, shortType(typ), got != nil, want.version)
+				}
+			}
+		}
+		if set := func(n string) *kind { return s.nodes[n].set[resource.ClusterType] }; set("n6") != set("n7") {
+			t.Fatalf("seed %d: n6 and n7, which run no replica, have clusters of their own", seed)
+		}
 	}
 }
