@@ -2,8 +2,11 @@ package translate
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -112,6 +115,43 @@ func TestReplicaHostIsCanonical(t *testing.T) {
 		"[::ffff:10.0.0.1]:2": "::ffff:10.0.0.1", "[2001:DB8::1]:3": "2001:db8::1", "replica.local:4": "replica.local"} {
 		if host, _ := replicaHost(address); host != want {
 			t.Errorf("replicaHost(%q) = %q, want %q", address, host, want)
+		}
+	}
+}
+
+// TestPlaceByNodeIsSortByNode: replicas placed by node are what sorting
+// them by node makes (stably), whatever their order; and groupByNode's
+// groups are by node, each by address, on few nodes or many.
+func TestPlaceByNodeIsSortByNode(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, nodes := range []int{1, 2, 3, placedNodes, placedNodes + 1, 40} {
+		for range 20 {
+			var rs []ir.Replica
+			for i := range 3 * nodes {
+				n := rng.IntN(nodes)
+				rs = append(rs, ir.Replica{Address: fmt.Sprintf("10.0.%d.%d:80", rng.IntN(3), i), Node: fmt.Sprintf("n%02d", n), Inbound: fmt.Sprintf("10.255.0.%d:21000", n)})
+			}
+			want, wantEnds := sortByNode(rs)
+			if got, ends := placeByNode(rs); got != nil && (!slices.Equal(got, want) || !slices.Equal(ends, wantEnds)) {
+				t.Fatalf("%d nodes: placed %v %v\nsorted %v %v", nodes, got, ends, want, wantEnds)
+			} else if got == nil && nodes <= placedNodes {
+				t.Fatalf("%d nodes: not placed", nodes)
+			}
+			groups, ok := groupByNode(rs)
+			if !ok {
+				t.Fatalf("%d nodes: not grouped", nodes)
+			}
+			var flat []ir.Replica
+			for _, g := range groups {
+				flat = append(flat, g.replicas...)
+			}
+			sorted := slices.Clone(rs)
+			slices.SortStableFunc(sorted, func(a, b ir.Replica) int {
+				return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Address, b.Address))
+			})
+			if !slices.Equal(flat, sorted) {
+				t.Fatalf("%d nodes: grouped %v\nwant %v", nodes, flat, sorted)
+			}
 		}
 	}
 }
