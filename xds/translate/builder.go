@@ -61,6 +61,7 @@ type backendParts struct {
 	config      string             // with mTLS, of the backend without its replicas (configHash)
 	nodes       []string           // with mTLS, the nodes it has replicas on
 	perNode     map[string]int     // and how many on each
+	inbound     inboundTemplate    // with mTLS, what its nodes' inbound clusters share
 }
 
 type endpointParts struct {
@@ -292,21 +293,9 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		return nil, err
 	}
 	if b.mtls != nil {
-		var prior []*cluster.Cluster
-		if last := b.backends[be.Name]; last != nil { // read-only while backends build
-			prior = last.clusters
-		}
-		if err := secureClusters(one, reusedSockets(b.mtls, prior), p.clusters); err != nil {
+		// b.backends is read-only while backends build.
+		if err := b.mtlsParts(p, b.backends[be.Name]); err != nil {
 			return nil, err
-		}
-		if be.ViaInbound() {
-			p.perNode = map[string]int{}
-			for _, r := range be.Replicas {
-				if p.perNode[r.Node] == 0 {
-					p.nodes = append(p.nodes, r.Node)
-				}
-				p.perNode[r.Node]++
-			}
 		}
 	}
 	if p.encoded, err = versionAll(p.clusters); err != nil {
@@ -317,10 +306,41 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		h.add(c.encoded.Name, c.encoded.Version)
 	}
 	p.hash = h.sum()
-	if b.mtls != nil { // only nodes' own parts (ForNode, with mTLS) read it
-		p.config, err = configHash(be)
+	return p, nil
+}
+
+// mtlsParts gives p, a backend's parts in an mTLS mesh, what its nodes'
+// own parts read (ForNode): its clusters' TLS sockets, its
+// configuration's hash and, reached through inbound listeners, the nodes
+// it runs on with its count of replicas on each and its inbound
+// template. A socket, and the template, are last's (the backend's parts
+// built last, nil if none) where what they depend on is the same.
+func (b *Builder) mtlsParts(p, last *backendParts) error {
+	be := p.backend
+	var prior []*cluster.Cluster
+	if last != nil {
+		prior = last.clusters
 	}
-	return p, err
+	if err := secureClusters(&ir.DataPlane{Backends: []ir.Backend{be}}, reusedSockets(b.mtls, prior), p.clusters); err != nil {
+		return err
+	}
+	var err error
+	if p.config, err = configHash(be); err != nil || !be.ViaInbound() {
+		return err
+	}
+	p.perNode = map[string]int{}
+	for _, r := range be.Replicas {
+		if p.perNode[r.Node] == 0 {
+			p.nodes = append(p.nodes, r.Node)
+		}
+		p.perNode[r.Node]++
+	}
+	if last != nil && last.config == p.config && last.inbound.cluster != nil {
+		p.inbound = last.inbound
+		return nil
+	}
+	p.inbound, err = newInboundTemplate(be)
+	return err
 }
 
 // buildEndpoint builds one endpoint's routes and scope; a part equal to

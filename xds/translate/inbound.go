@@ -271,6 +271,50 @@ func buildInboundCluster(b ir.Backend, node string, replicas int) (*cluster.Clus
 	return c, patchInboundCluster(b, c)
 }
 
+// inboundTemplate is a backend's inbound cluster as every node running
+// its replicas has it, but for what differs from node to node: its
+// circuit breakers, which count the node's replicas, and its EDS service
+// name, the node's assignment. A node's is the template with those set
+// (on), its encoding the template's followed by theirs (protobuf merges
+// them: appendEncoded), instead of building and encoding each node's
+// whole. The template depends on the backend's configuration alone, so a
+// backend rebuilt for its replicas keeps it (Builder.mtlsParts). Backend
+// features leave the circuit breakers as they are
+// (TestInboundFeaturesLeaveTheBreakers), so a node's are the ones it
+// would have had.
+type inboundTemplate struct {
+	cluster *cluster.Cluster
+	encoded Encoded
+}
+
+// newInboundTemplate is b's inbound template.
+func newInboundTemplate(b ir.Backend) (inboundTemplate, error) {
+	c, err := buildInboundCluster(b, "", 0)
+	if err != nil {
+		return inboundTemplate{}, err
+	}
+	c.CircuitBreakers = nil
+	c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: c.GetEdsClusterConfig().GetEdsConfig()}
+	e, err := encode(c.GetName(), c)
+	return inboundTemplate{cluster: c, encoded: e}, err
+}
+
+// on is b's inbound cluster on node, which runs replicas of b's replicas:
+// the template with the node's circuit breakers and assignment, sharing
+// the template's other messages (built clusters are read, never
+// written).
+func (t inboundTemplate) on(b ir.Backend, node string, replicas int) (versionedCluster, error) {
+	c := shallowCopy(t.cluster)
+	c.CircuitBreakers = circuitBreakersOf(b, replicas)
+	service := wire.InboundAssignmentName(b.Name, node)
+	c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: t.cluster.GetEdsClusterConfig().GetEdsConfig(), ServiceName: service}
+	breakers, err := marshalDeterministic(&cluster.Cluster{CircuitBreakers: c.CircuitBreakers})
+	if err != nil {
+		return versionedCluster{}, err
+	}
+	return versionedCluster{cluster: c, encoded: appendEncoded(t.encoded, breakers, edsServicePatch(service))}, nil
+}
+
 // inboundAssignments are, for every node with replicas of a backend reached
 // over mTLS, the assignment of its inbound cluster: its own replicas on
 // loopback, with their health. Sorted by name.

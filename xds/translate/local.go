@@ -118,13 +118,25 @@ func shallowCopy(c *cluster.Cluster) *cluster.Cluster {
 // followed by that of an EDS configuration with the view's service name
 // alone is the view's, without encoding the whole cluster again for each
 // node that runs the backend (TestBuilderBuildsWhatSharedBuilds decodes
-// every node's clusters as sent). Its version hashes the shared
-// cluster's with the patch, which decide the encoding as well as hashing
-// it whole would.
+// every node's clusters as sent).
 func localViewEncoded(shared Encoded, c *cluster.Cluster) Encoded {
-	patch := edsServicePatch(c.GetEdsClusterConfig().GetServiceName())
-	b := append(slices.Clip(shared.bytes()), patch...)
-	return encodedAs(c.GetName(), b, hashBytes(append([]byte(shared.Version), patch...)))
+	return appendEncoded(shared, edsServicePatch(c.GetEdsClusterConfig().GetServiceName()))
+}
+
+// appendEncoded is base, a resource's encoding, followed by patches,
+// encodings of messages of its type that set some of its fields, under
+// base's name. Its version hashes base's with the patches, which decide
+// the encoding as well as hashing it whole would.
+func appendEncoded(base Encoded, patches ...[]byte) Encoded {
+	n, v := len(base.bytes()), len(base.Version)
+	for _, p := range patches {
+		n, v = n+len(p), v+len(p)
+	}
+	b, version := append(make([]byte, 0, n), base.bytes()...), append(make([]byte, 0, v), base.Version...)
+	for _, p := range patches {
+		b, version = append(b, p...), append(version, p...)
+	}
+	return encodedAs(base.Name, b, hashBytes(version))
 }
 
 // Cluster.eds_cluster_config, and its service_name.

@@ -327,11 +327,8 @@ func ownClusters(last clusterPart, shared *backendParts, key localKey, node stri
 	be := shared.backend
 	part := clusterPart{key: key, inbound: last.inbound, view: last.view}
 	if last.inbound.cluster == nil || last.key.config != key.config || last.key.replicas != key.replicas {
-		c, err := buildInboundCluster(be, node, key.replicas)
-		if err != nil {
-			return clusterPart{}, err
-		}
-		if part.inbound, err = versionOne(c); err != nil {
+		var err error
+		if part.inbound, err = shared.inbound.on(be, node, key.replicas); err != nil {
 			return clusterPart{}, err
 		}
 	}
