@@ -271,12 +271,12 @@ func (c *deltaCache) fromDiff(k *kind, h *held, w deltaWatch) *deltaResponse {
 		return nil
 	}
 	if isHeldAll(h.state) && wildcard && len(subscribed) == 0 {
-		resp.returned, resp.state = k.versions, heldAll() // all of h's kind, and now all of k
+		resp.returned, resp.state = k.allVersions(), heldAll() // all of h's kind, and now all of k
 		return resp
 	}
 	resp.returned = maps.Clone(h.returned)
 	for _, name := range resp.names {
-		resp.returned[name] = k.versions[name]
+		resp.returned[name], _ = k.versionOf(name)
 	}
 	for _, name := range resp.removed {
 		delete(resp.returned, name)
@@ -295,12 +295,13 @@ func (c *deltaCache) whole(k *kind, w deltaWatch) *deltaResponse {
 	}
 	if w.sub.IsWildcard() {
 		all := holdsAll(w)
+		versions := k.allVersions()
 		if all {
-			resp.returned, resp.state = k.versions, heldAll()
+			resp.returned, resp.state = versions, heldAll()
 		} else {
-			resp.returned = make(map[string]string, len(k.versions))
+			resp.returned = make(map[string]string, len(versions))
 		}
-		for name, version := range k.versions {
+		for name, version := range versions {
 			if !all {
 				resp.returned[name] = version
 			}
@@ -309,7 +310,7 @@ func (c *deltaCache) whole(k *kind, w deltaWatch) *deltaResponse {
 			}
 		}
 		for name := range returned {
-			if _, ok := k.versions[name]; !ok {
+			if _, ok := versions[name]; !ok {
 				resp.removed = append(resp.removed, name)
 			}
 		}
@@ -317,7 +318,7 @@ func (c *deltaCache) whole(k *kind, w deltaWatch) *deltaResponse {
 		resp.returned = make(map[string]string, len(w.sub.SubscribedResources()))
 		for name := range w.sub.SubscribedResources() {
 			prev, had := returned[name]
-			if version, ok := k.versions[name]; ok {
+			if version, ok := k.versionOf(name); ok {
 				resp.returned[name] = version
 				if !had || prev != version {
 					resp.add(name, k)
@@ -368,7 +369,9 @@ const maxDiffs = 8
 
 // diffFrom is what changes from old to k, computed once for each old and
 // kept with k (by a weak pointer, so that no kind keeps its predecessors
-// alive).
+// alive). Two kinds over the same one (a node's clusters after a change
+// that left the mesh's as they were) differ only in their own resources,
+// which are all it compares.
 func (k *kind) diffFrom(old *kind) *kindDiff {
 	key := weak.Make(old)
 	k.diffMu.Lock()
@@ -376,21 +379,56 @@ func (k *kind) diffFrom(old *kind) *kindDiff {
 	if d := k.diffs[key]; d != nil {
 		return d
 	}
-	d := &kindDiff{}
-	for name, version := range k.versions {
-		if prev, ok := old.versions[name]; !ok || prev != version {
-			d.changed = append(d.changed, name)
-		}
-	}
-	for name := range old.versions {
-		if _, ok := k.versions[name]; !ok {
-			d.removed = append(d.removed, name)
-		}
+	var d *kindDiff
+	if k.under != nil && k.under == old.under {
+		d = diffOwn(k, old)
+	} else {
+		d = diffVersions(k.allVersions(), old.allVersions())
 	}
 	if k.diffs == nil || len(k.diffs) >= maxDiffs {
 		k.diffs = make(map[weak.Pointer[kind]]*kindDiff, 1)
 	}
 	k.diffs[key] = d
+	return d
+}
+
+// diffVersions is what changes from the versions old to those of now.
+func diffVersions(now, old map[string]string) *kindDiff {
+	d := &kindDiff{}
+	for name, version := range now {
+		if prev, ok := old[name]; !ok || prev != version {
+			d.changed = append(d.changed, name)
+		}
+	}
+	for name := range old {
+		if _, ok := now[name]; !ok {
+			d.removed = append(d.removed, name)
+		}
+	}
+	return d
+}
+
+// diffOwn is what changes from old to k, two kinds over the same one: of
+// the names either has of its own, those k has with another version
+// than old's or old lacks, and those old has and k lacks.
+func diffOwn(k, old *kind) *kindDiff {
+	d := &kindDiff{}
+	for name := range k.versions {
+		version, _ := k.versionOf(name)
+		if prev, ok := old.versionOf(name); !ok || prev != version {
+			d.changed = append(d.changed, name)
+		}
+	}
+	for name := range old.versions {
+		if _, own := k.versions[name]; own {
+			continue // compared above
+		}
+		if version, ok := k.versionOf(name); !ok {
+			d.removed = append(d.removed, name)
+		} else if prev, _ := old.versionOf(name); prev != version {
+			d.changed = append(d.changed, name)
+		}
+	}
 	return d
 }
 
@@ -438,9 +476,10 @@ func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryRe
 	}
 	resources := make([]*discovery.Resource, len(r.names))
 	for i, name := range r.names {
+		version, _ := r.kind.versionOf(name)
 		resources[i] = &discovery.Resource{
 			Name:     name,
-			Version:  r.kind.versions[name],
+			Version:  version,
 			Resource: &anypb.Any{TypeUrl: r.typeURL, Value: encodingOf(r.kind.twin(name))},
 		}
 	}
@@ -461,7 +500,8 @@ func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryRe
 func (r *deltaResponse) size() int64 {
 	n := int64(0)
 	for _, name := range r.names {
-		n += int64(len(encodingOf(r.kind.twin(name))) + 2*len(name) + len(r.kind.versions[name]) + len(r.typeURL) + 16)
+		version, _ := r.kind.versionOf(name)
+		n += int64(len(encodingOf(r.kind.twin(name))) + 2*len(name) + len(version) + len(r.typeURL) + 16)
 	}
 	return n
 }

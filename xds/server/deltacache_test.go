@@ -133,7 +133,7 @@ func (cl *cacheClient) apply(resp cachev3.DeltaResponse) {
 // wants is what the client must hold of k.
 func (cl *cacheClient) wants(k *kind) map[string]string {
 	want := map[string]string{}
-	for name, v := range k.versions {
+	for name, v := range k.allVersions() {
 		if _, ok := cl.sub.SubscribedResources()[name]; ok || cl.sub.IsWildcard() {
 			want[name] = v
 		}
@@ -151,15 +151,34 @@ func (cl *cacheClient) wants(k *kind) map[string]string {
 // which names given later add to; and "*", which stays wildcard alone
 // until names are added, and is again once they are unsubscribed (the
 // stream then holds all of a kind: see held).
+//
+// Layered, each kind lies over a shared one (kind.under) that changes now
+// and then, as a node's clusters lie over the mesh's: its own resources
+// hide the shared ones of their names.
 func TestDeltaCacheFollowsEveryKind(t *testing.T) {
 	for _, mode := range []string{"names", "legacy wildcard", "explicit wildcard"} {
-		for seed := range uint64(20) {
-			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) { followEveryKind(t, mode, seed) })
+		for _, layered := range []bool{false, true} {
+			for seed := range uint64(20) {
+				t.Run(fmt.Sprintf("%s/layered=%v/seed=%d", mode, layered, seed), func(t *testing.T) { followEveryKind(t, mode, layered, seed) })
+			}
 		}
 	}
 }
 
-func followEveryKind(t *testing.T, mode string, seed uint64) {
+// layeredKind is a kind of own's resources over a kind of shared's.
+func layeredKind(t testing.TB, shared *kind, own map[string]string) *kind {
+	k := testKind(t, own)
+	k.under = shared
+	for name := range own {
+		if _, ok := shared.versionOf(name); ok {
+			k.hidden++
+		}
+	}
+	k.version = shared.version + "-" + k.version
+	return k
+}
+
+func followEveryKind(t *testing.T, mode string, layered bool, seed uint64) {
 	rng := rand.New(rand.NewPCG(1, 2+seed))
 	names := make([]string, 40)
 	for i := range names {
@@ -179,10 +198,19 @@ func followEveryKind(t *testing.T, mode string, seed uint64) {
 	}
 	cl := newCacheClient(t, c, first)
 	versions := map[string]string{}
+	shared := testKind(t, map[string]string{})
 	holdingAll := 0 // steps after which the stream held all of the kind, by its marker
 	for step := range 400 {
 		switch op := rng.IntN(10); {
 		case op < 6: // a new kind: some resources change, come or go
+			if layered && rng.IntN(4) == 0 { // the shared kind changes
+				sv := maps.Clone(shared.versions)
+				sv[names[rng.IntN(len(names))]] = fmt.Sprint("s", step)
+				if rng.IntN(3) == 0 {
+					delete(sv, names[rng.IntN(len(names))])
+				}
+				shared = testKind(t, sv)
+			}
 			versions = maps.Clone(versions)
 			for range 1 + rng.IntN(4) {
 				name := names[rng.IntN(len(names))]
@@ -192,7 +220,11 @@ func followEveryKind(t *testing.T, mode string, seed uint64) {
 					versions[name] = fmt.Sprint("v", step)
 				}
 			}
-			if err := c.set(context.Background(), "n1", testKind(t, versions)); err != nil {
+			k := testKind(t, versions)
+			if layered {
+				k = layeredKind(t, shared, versions)
+			}
+			if err := c.set(context.Background(), "n1", k); err != nil {
 				t.Fatal(err)
 			}
 		case op < 8:
@@ -337,11 +369,11 @@ func TestWildcardStreamsShareTheirKind(t *testing.T) {
 			}
 			cl.drain()
 			h := c.nodes[node].held[cl.ch]
-			if h == nil || !sameMap(h.returned, k.versions) || !isHeldAll(h.state) || len(cl.sub.ReturnedResources()) != 1 {
+			if h == nil || !sameMap(h.returned, k.allVersions()) || !isHeldAll(h.state) || len(cl.sub.ReturnedResources()) != 1 {
 				t.Fatalf("%s: does not hold the kind's own versions by a marker (held %+v)", node, h != nil)
 			}
-			if !maps.Equal(cl.has, k.versions) {
-				t.Fatalf("%s holds %d resources, want the kind's %d", node, len(cl.has), len(k.versions))
+			if !maps.Equal(cl.has, k.allVersions()) {
+				t.Fatalf("%s holds %d resources, want the kind's %d", node, len(cl.has), len(k.allVersions()))
 			}
 		}
 	}

@@ -135,7 +135,7 @@ func (sr *sharedResources) onDemandScopes(scopes *kind) (*kind, error) {
 		sc.OnDemand = true
 		list = append(list, sc)
 	}
-	k, err := newKind(scopes.version+"-on-demand", list, func(name string) string { return scopes.versions[name] + "-on-demand" },
+	k, err := newKind(scopes.version+"-on-demand", list, func(name string) string { v, _ := scopes.versionOf(name); return v + "-on-demand" },
 		sr.enc.begin(onDemandScopesType, len(list)))
 	if err != nil {
 		return nil, err

@@ -517,13 +517,16 @@ func mergedKey(shared *kind, own *translate.NodeBuilt) string {
 // mergedClusters is a node's clusters with mTLS: the shared ones, and the
 // node's own, which replace shared ones of the same name, each as the
 // builder versioned and encoded it. It lies over shared (kind.under):
-// only the versions are copied whole.
+// nothing of shared is copied.
 func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
-	k := &kind{version: mergedKey(shared, own), under: shared, versions: maps.Clone(shared.versions),
+	k := &kind{version: mergedKey(shared, own), under: shared, versions: make(map[string]string, len(own.Clusters)),
 		twins: make(map[string]types.Resource, len(own.Clusters)), sources: make(map[string]types.Resource, len(own.Clusters))}
 	for i, c := range own.Clusters {
 		e := own.EncodedClusters[i]
 		k.twins[e.Name], k.versions[e.Name], k.sources[e.Name] = e.Resource, e.Version, c
+		if _, ok := shared.versionOf(e.Name); ok {
+			k.hidden++
+		}
 	}
 	return k
 }

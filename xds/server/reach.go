@@ -80,7 +80,7 @@ func (sr *sharedResources) clusterNames(names []string) []string {
 // scopes, sorted.
 func (k *kind) publicNames() []string {
 	var out []string
-	for n := range k.versions {
+	for n := range k.allVersions() {
 		if wire.IsPublicRouteName(n) {
 			out = append(out, n)
 		}
@@ -93,7 +93,7 @@ func (k *kind) publicNames() []string {
 // scopes), sorted.
 func (k *kind) meshNames() []string {
 	out := make([]string, 0, k.size())
-	for n := range k.versions {
+	for n := range k.allVersions() {
 		if !wire.IsPublicRouteName(n) {
 			out = append(out, n)
 		}
@@ -115,8 +115,9 @@ func (k *kind) subset(names []string) *kind {
 			continue
 		}
 		src, _ := k.source(n)
-		out.twins[n], out.versions[n], out.sources[n] = r, k.versions[n], src
-		fmt.Fprintf(h, "%s=%s;", n, k.versions[n])
+		version, _ := k.versionOf(n)
+		out.twins[n], out.versions[n], out.sources[n] = r, version, src
+		fmt.Fprintf(h, "%s=%s;", n, version)
 	}
 	out.version = hex.EncodeToString(h.Sum(nil))[:16]
 	return out

@@ -715,7 +715,7 @@ func TestNodesPreparedTogetherGetWhatEachGetsAlone(t *testing.T) {
 			set := s.nodes[n.ID].set
 			for typ, want := range map[string]*kind{resource.ListenerType: listeners, resource.ClusterType: clusters} {
 				got := set[typ]
-				if got == nil || got.version != want.version || !maps.Equal(got.versions, want.versions) {
+				if got == nil || got.version != want.version || !maps.Equal(got.allVersions(), want.allVersions()) {
 					t.Fatalf("seed %d, %s's %s: prepared %v, alone %s", seed, n.ID, shortType(typ), got != nil, want.version)
 				}
 			}

@@ -26,10 +26,11 @@ import (
 //
 // A kind may lie over another (under): a node's clusters with mTLS are
 // the mesh's and its own (mergedClusters), and thirty nodes' copies of
-// the mesh's twins cost a full publish a tenth of its time. Then twins
-// and sources hold the kind's own resources, which hide under's of the
-// same name, and twin, source and allTwins read both; versions is always
-// whole, as delta streams compare and keep it.
+// the mesh's twins and versions cost a full publish a tenth of its time,
+// and the collector as much again. Then twins, versions and sources hold
+// the kind's own resources, which hide under's of the same name, and
+// twin, versionOf, source, size, allTwins and allVersions read both; two
+// kinds over the same one differ only in their own (diffFrom).
 type kind struct {
 	version  string
 	twins    map[string]types.Resource // encoded twins, by name
@@ -38,9 +39,14 @@ type kind struct {
 	// cut's clusters from them).
 	sources map[string]types.Resource
 	under   *kind
+	// hidden counts under's resources the kind's own hide (size).
+	hidden int
 
 	allOnce sync.Once
 	all     map[string]types.Resource // twins with under's, made when first asked
+
+	allVersionsOnce sync.Once
+	allVersionsMap  map[string]string // versions with under's, made when first asked
 
 	withTTLOnce sync.Once
 	withTTL     map[string]types.ResourceWithTTL // for state-of-the-world streams, made when first asked
@@ -102,8 +108,35 @@ func (k *kind) source(name string) (types.Resource, bool) {
 	return k.under.source(name)
 }
 
+// versionOf is the version of k's resource name, if k has it.
+func (k *kind) versionOf(name string) (string, bool) {
+	if v, ok := k.versions[name]; ok || k.under == nil {
+		return v, ok
+	}
+	return k.under.versionOf(name)
+}
+
 // size is how many resources k has.
-func (k *kind) size() int { return len(k.versions) }
+func (k *kind) size() int {
+	if k.under == nil {
+		return len(k.versions)
+	}
+	return k.under.size() + len(k.versions) - k.hidden
+}
+
+// allVersions are the versions of every resource of k, by name: versions
+// with under's (made once, when a stream first needs them whole; delta
+// streams that hold all of k share the map, which is never altered).
+func (k *kind) allVersions() map[string]string {
+	if k.under == nil {
+		return k.versions
+	}
+	k.allVersionsOnce.Do(func() {
+		k.allVersionsMap = maps.Clone(k.under.allVersions())
+		maps.Copy(k.allVersionsMap, k.versions)
+	})
+	return k.allVersionsMap
+}
 
 // allTwins are every twin of k by name: twins, with under's (made once,
 // when a state-of-the-world stream first asks).
@@ -170,7 +203,7 @@ func (s snapshot) ConstructVersionMap() error { return nil }
 // GetVersionMap is each of a type's resources' version, by name.
 func (s snapshot) GetVersionMap(typeURL string) map[string]string {
 	if k := s[typeURL]; k != nil {
-		return k.versions
+		return k.allVersions()
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"maps"
+	"slices"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -148,8 +149,19 @@ func TestMergedClustersLieOverTheShared(t *testing.T) {
 	}
 	k := mergedClusters(shared, own)
 	want := map[string]string{"a": "shared", "b": "own", "c": "own"}
-	if !maps.Equal(k.versions, want) || k.size() != 3 {
-		t.Fatalf("versions %v (size %d), want %v", k.versions, k.size(), want)
+	if !maps.Equal(k.allVersions(), want) || k.size() != 3 || len(k.versions) != 2 {
+		t.Fatalf("versions %v (size %d, %d its own), want %v", k.allVersions(), k.size(), len(k.versions), want)
+	}
+	for name, version := range want {
+		if v, ok := k.versionOf(name); !ok || v != version {
+			t.Errorf("version of %s: %q; want %q", name, v, version)
+		}
+	}
+	if v, ok := k.versionOf("d"); ok {
+		t.Errorf("a cluster neither kind has has version %q", v)
+	}
+	if got := (snapshot{resource.ClusterType: k}).GetVersionMap(resource.ClusterType); !maps.Equal(got, want) {
+		t.Errorf("the snapshot's version map: %v; want %v", got, want)
 	}
 	ttl, all := snapshot{resource.ClusterType: k}.GetResourcesAndTTL(resource.ClusterType), snapshot{resource.ClusterType: k}.GetResources(resource.ClusterType)
 	if len(ttl) != 3 || len(all) != 3 {
@@ -171,5 +183,43 @@ func TestMergedClustersLieOverTheShared(t *testing.T) {
 	}
 	if len(shared.versions) != 2 || shared.versions["b"] != "shared" || shared.size() != 2 {
 		t.Errorf("the shared kind changed: %v", shared.versions)
+	}
+}
+
+// TestKindsOverTheSameDiffByTheirOwn: the change between two kinds over
+// the same shared one, found from their own resources alone (diffOwn), is
+// the change between all their resources (diffVersions): an own resource
+// added, changed or dropped, hiding a shared one or not.
+func TestKindsOverTheSameDiffByTheirOwn(t *testing.T) {
+	shared := &kind{versions: map[string]string{"a": "s", "b": "s", "c": "s"}}
+	over := func(own map[string]string) *kind {
+		k := &kind{under: shared, versions: own}
+		for name := range own {
+			if _, ok := shared.versions[name]; ok {
+				k.hidden++
+			}
+		}
+		return k
+	}
+	cases := []map[string]string{
+		{}, {"b": "o1"}, {"b": "o2"}, {"b": "s"}, {"d": "o1"}, {"d": "o2", "b": "o1"}, {"c": "o1", "e": "o1"},
+	}
+	for _, from := range cases {
+		for _, to := range cases {
+			old, k := over(from), over(to)
+			got, want := diffOwn(k, old), diffVersions(k.allVersions(), old.allVersions())
+			for _, l := range [][]string{got.changed, got.removed, want.changed, want.removed} {
+				slices.Sort(l)
+			}
+			if !slices.Equal(got.changed, want.changed) || !slices.Equal(got.removed, want.removed) {
+				t.Errorf("%v -> %v: own diff %+v, whole diff %+v", from, to, got, want)
+			}
+			if d := k.diffFrom(old); d != k.diffFrom(old) {
+				t.Error("a diff is not kept")
+			}
+			if k.size() != len(k.allVersions()) {
+				t.Errorf("%v: size %d, %d versions", to, k.size(), len(k.allVersions()))
+			}
+		}
 	}
 }
