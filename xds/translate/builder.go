@@ -187,6 +187,11 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 	if err != nil {
 		return nil, err
 	}
+	n := 0
+	for _, l := range changes {
+		n += len(l.assignments)
+	}
+	set.reserve(KindAssignment, n)
 	for i, p := range built {
 		name := p.backend.Name
 		set.addAll(changes[i])

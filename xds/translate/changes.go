@@ -32,7 +32,7 @@ type ChangeSet map[ResourceKind]map[string]struct{}
 func (c ChangeSet) add(kind ResourceKind, names ...string) {
 	set := c[kind]
 	if set == nil {
-		set = map[string]struct{}{}
+		set = make(map[string]struct{}, len(names))
 		c[kind] = set
 	}
 	for _, n := range names {
@@ -64,6 +64,15 @@ func (c ChangeSet) Of(kind ResourceKind) iter.Seq[string] {
 // changeList is what a rebuild changed of one backend: the names of its
 // clusters and assignments, each kind's once.
 type changeList struct{ clusters, assignments []string }
+
+// reserve makes room in c for n names of kind, before they are added one
+// list after the other (a full mTLS publish changes tens of thousands of
+// assignments).
+func (c ChangeSet) reserve(kind ResourceKind, n int) {
+	if c[kind] == nil && n > 0 {
+		c[kind] = make(map[string]struct{}, n)
+	}
+}
 
 // addAll adds l's names to c.
 func (c ChangeSet) addAll(l changeList) {

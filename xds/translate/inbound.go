@@ -285,6 +285,15 @@ func buildInboundCluster(b ir.Backend, node string, replicas int) (*cluster.Clus
 type inboundTemplate struct {
 	cluster *cluster.Cluster
 	encoded Encoded
+	// breakers are the circuit breakers of each count of replicas a
+	// node has run, with their encoding (a patch of the template's),
+	// made once for the nodes of that count: built clusters share them.
+	breakers *sync.Map // int -> nodeBreakers
+}
+
+type nodeBreakers struct {
+	breakers *cluster.CircuitBreakers
+	patch    []byte
 }
 
 // newInboundTemplate is b's inbound template.
@@ -296,7 +305,7 @@ func newInboundTemplate(b ir.Backend) (inboundTemplate, error) {
 	c.CircuitBreakers = nil
 	c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: c.GetEdsClusterConfig().GetEdsConfig()}
 	e, err := encode(c.GetName(), c)
-	return inboundTemplate{cluster: c, encoded: e}, err
+	return inboundTemplate{cluster: c, encoded: e, breakers: &sync.Map{}}, err
 }
 
 // on is b's inbound cluster on node, which runs replicas of b's replicas:
@@ -304,15 +313,30 @@ func newInboundTemplate(b ir.Backend) (inboundTemplate, error) {
 // the template's other messages (built clusters are read, never
 // written).
 func (t inboundTemplate) on(b ir.Backend, node string, replicas int) (versionedCluster, error) {
-	c := shallowCopy(t.cluster)
-	c.CircuitBreakers = circuitBreakersOf(b, replicas)
-	service := wire.InboundAssignmentName(b.Name, node)
-	c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: t.cluster.GetEdsClusterConfig().GetEdsConfig(), ServiceName: service}
-	breakers, err := marshalDeterministic(&cluster.Cluster{CircuitBreakers: c.CircuitBreakers})
+	breakers, err := t.breakersOf(b, replicas)
 	if err != nil {
 		return versionedCluster{}, err
 	}
-	return versionedCluster{cluster: c, encoded: appendEncoded(t.encoded, breakers, edsServicePatch(service))}, nil
+	c := shallowCopy(t.cluster)
+	c.CircuitBreakers = breakers.breakers
+	service := wire.InboundAssignmentName(b.Name, node)
+	c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: t.cluster.GetEdsClusterConfig().GetEdsConfig(), ServiceName: service}
+	return versionedCluster{cluster: c, encoded: appendEncoded(t.encoded, breakers.patch, edsServicePatch(service))}, nil
+}
+
+// breakersOf are the circuit breakers of b's inbound cluster on a node
+// running replicas of its replicas, made once for each count.
+func (t inboundTemplate) breakersOf(b ir.Backend, replicas int) (nodeBreakers, error) {
+	if made, ok := t.breakers.Load(replicas); ok {
+		return made.(nodeBreakers), nil
+	}
+	cb := circuitBreakersOf(b, replicas)
+	patch, err := marshalDeterministic(&cluster.Cluster{CircuitBreakers: cb})
+	if err != nil {
+		return nodeBreakers{}, err
+	}
+	made, _ := t.breakers.LoadOrStore(replicas, nodeBreakers{breakers: cb, patch: patch})
+	return made.(nodeBreakers), nil
 }
 
 // inboundAssignments are, for every node with replicas of a backend reached

@@ -128,11 +128,12 @@ func localViewEncoded(shared Encoded, c *cluster.Cluster) Encoded {
 // base's name. Its version hashes base's with the patches, which decide
 // the encoding as well as hashing it whole would.
 func appendEncoded(base Encoded, patches ...[]byte) Encoded {
-	n, v := len(base.bytes()), len(base.Version)
+	n := len(base.bytes())
 	for _, p := range patches {
-		n, v = n+len(p), v+len(p)
+		n += len(p)
 	}
-	b, version := append(make([]byte, 0, n), base.bytes()...), append(make([]byte, 0, v), base.Version...)
+	var hashed [256]byte // what the version hashes, on the stack unless longer
+	b, version := append(make([]byte, 0, n), base.bytes()...), append(hashed[:0], base.Version...)
 	for _, p := range patches {
 		b, version = append(b, p...), append(version, p...)
 	}

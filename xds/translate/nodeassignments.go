@@ -113,7 +113,7 @@ func encodedNodeAssignments(b ir.Backend) (out []Encoded, ok bool, err error) {
 			}
 		}
 		for k := range mine {
-			mine[k].head = mine[k].heads.marked
+			mine[k].marked = true
 		}
 		out = append(out, encodedAssignment(wire.NodeViewAssignmentName(b.Name, g.node), eps, mine, wire.ActivatorSocket))
 	}
@@ -256,13 +256,20 @@ func appendNodeHead(b []byte, health core.HealthStatus, weight uint32) []byte {
 // then its host (appendHost). proto.Marshal writes an endpoint's other
 // fields by number and its host last (a oneof).
 type replicaEndpoint struct {
-	heads endpointHead
-	head  []byte // heads.plain, or heads.marked in the node's view
-	host  string
-	port  uint32
+	heads  *endpointHead
+	marked bool // as the node's view lists it
+	host   string
+	port   uint32
 }
 
-func (r replicaEndpoint) size() int { return len(r.head) + hostSize(r.host, r.port) }
+func (r replicaEndpoint) head() []byte {
+	if r.marked {
+		return r.heads.marked
+	}
+	return r.heads.plain
+}
+
+func (r replicaEndpoint) size() int { return len(r.head()) + hostSize(r.host, r.port) }
 
 // replicaEndpoints are a node's replicas' endpoints (rs, in the order
 // BuildAssignment lists them) as its inbound assignment lists them;
@@ -276,7 +283,7 @@ func replicaEndpoints(rs []ir.Replica) ([]replicaEndpoint, error) {
 			return nil, fmt.Errorf("encode endpoint: health %v has no encoding", healthStatus(r.Health))
 		}
 		host, port := replicaHost(r.Address)
-		out[i] = replicaEndpoint{heads: heads, head: heads.plain, host: host, port: port}
+		out[i] = replicaEndpoint{heads: heads, host: host, port: port}
 	}
 	return out, nil
 }
@@ -327,11 +334,11 @@ func hostSize(host string, port uint32) int {
 type endpointHead struct{ plain, marked []byte }
 
 // endpointHeads are the endpointHead of each health.
-var endpointHeads = func() map[core.HealthStatus]endpointHead {
-	out := map[core.HealthStatus]endpointHead{}
+var endpointHeads = func() map[core.HealthStatus]*endpointHead {
+	out := map[core.HealthStatus]*endpointHead{}
 	for v := range core.HealthStatus_name {
 		h := core.HealthStatus(v)
-		out[h] = endpointHead{mustEncode(&endpoint.LbEndpoint{HealthStatus: h}),
+		out[h] = &endpointHead{mustEncode(&endpoint.LbEndpoint{HealthStatus: h}),
 			mustEncode(&endpoint.LbEndpoint{HealthStatus: h, Metadata: localMetadata(), LoadBalancingWeight: wrapperspb.UInt32(1)})}
 	}
 	return out
@@ -361,7 +368,7 @@ func encodedAssignment(name string, eps [][]byte, replicas []replicaEndpoint, so
 	for _, r := range replicas {
 		b = protowire.AppendTag(b, localityEPs, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(r.size()))
-		b = appendHost(append(b, r.head...), r.host, r.port)
+		b = appendHost(append(b, r.head()...), r.host, r.port)
 	}
 	b = append(append(b, activatorEncoded[socket]...), claPolicy...)
 	return encodedAs(name, b, hashBytes(b))
