@@ -429,7 +429,6 @@ type preparedKinds struct {
 // (mergedFor's cache, which the nodes then only read); snapshotFor takes
 // what prepare built.
 func (sr *sharedResources) prepare(nodes []wire.ProxyNode, own []*translate.NodeBuilt, errs []error) {
-	_ = sr.sharedConsistent() // once, here; each node's nodeKinds reports it
 	var todo []int
 	merge := map[string]*translate.NodeBuilt{}
 	for i, n := range nodes {
@@ -441,6 +440,10 @@ func (sr *sharedResources) prepare(nodes []wire.ProxyNode, own []*translate.Node
 			merge[key] = own[i]
 		}
 	}
+	if len(todo) == 0 {
+		return
+	}
+	_ = sr.sharedConsistent() // once, here, not in parallel; each node's nodeKinds reports it
 	keys := slices.Collect(maps.Keys(merge))
 	merged := make([]*kind, len(keys))
 	_ = parallel.Each(len(keys), func(k int) error {

@@ -131,11 +131,16 @@ func (k *kind) allVersions() map[string]string {
 	if k.under == nil {
 		return k.versions
 	}
-	k.allVersionsOnce.Do(func() {
-		k.allVersionsMap = maps.Clone(k.under.allVersions())
-		maps.Copy(k.allVersionsMap, k.versions)
+	return overlaid(&k.allVersionsOnce, &k.allVersionsMap, k.under.allVersions, k.versions)
+}
+
+// overlaid is own over under()'s map, made into *whole once.
+func overlaid[V any](once *sync.Once, whole *map[string]V, under func() map[string]V, own map[string]V) map[string]V {
+	once.Do(func() {
+		*whole = maps.Clone(under())
+		maps.Copy(*whole, own)
 	})
-	return k.allVersionsMap
+	return *whole
 }
 
 // allTwins are every twin of k by name: twins, with under's (made once,
@@ -144,11 +149,7 @@ func (k *kind) allTwins() map[string]types.Resource {
 	if k.under == nil {
 		return k.twins
 	}
-	k.allOnce.Do(func() {
-		k.all = maps.Clone(k.under.allTwins())
-		maps.Copy(k.all, k.twins)
-	})
-	return k.all
+	return overlaid(&k.allOnce, &k.all, k.under.allTwins, k.twins)
 }
 
 // itemsWithTTL are the items as state-of-the-world responses take them.
