@@ -204,12 +204,7 @@ func TestBuilderBuildsWhatSharedBuilds(t *testing.T) {
 		t.Run(fmt.Sprintf("mtls=%v", mtls != nil), func(t *testing.T) {
 			m := modelgen.Model(20, 3, 4)
 			if mtls != nil {
-				for i := range m.Backends {
-					for j := range m.Backends[i].Replicas {
-						r := &m.Backends[i].Replicas[j]
-						r.Node, r.Inbound = fmt.Sprintf("n%d", (i+j)%3), fmt.Sprintf("10.255.0.%d:21000", (i+j)%3+1)
-					}
-				}
+				placeReplicas(m, func(i, j int) int { return (i + j) % 3 })
 			}
 			b := NewBuilder(mtls)
 			first := sameAsShared(t, b, m, mtls)

@@ -31,6 +31,19 @@ func buildNode(t *testing.T, b *Builder, m *meshspec.Model, node wire.ProxyNode)
 	return own
 }
 
+// placeReplicas puts each replica j of each backend i of m on node
+// n<node(i, j)>, its inbound listener 10.255.0.<node+1>:21000, as agents
+// with mesh mTLS register them.
+func placeReplicas(m *meshspec.Model, node func(i, j int) int) {
+	for i := range m.Backends {
+		for j := range m.Backends[i].Replicas {
+			n := node(i, j)
+			r := &m.Backends[i].Replicas[j]
+			r.Node, r.Inbound = fmt.Sprintf("n%d", n), fmt.Sprintf("10.255.0.%d:21000", n+1)
+		}
+	}
+}
+
 // versionsOf are encoded's versions, by name.
 func versionsOf(encoded []Encoded) map[string]string {
 	out := make(map[string]string, len(encoded))
@@ -49,12 +62,7 @@ func versionsOf(encoded []Encoded) map[string]string {
 // if the chain does).
 func TestNodeRebuildsWhatAChangeTouches(t *testing.T) {
 	m := modelgen.Model(20, 3, 4)
-	for i := range m.Backends {
-		for j := range m.Backends[i].Replicas {
-			r := &m.Backends[i].Replicas[j]
-			r.Node, r.Inbound = fmt.Sprintf("n%d", (i+j)%3), fmt.Sprintf("10.255.0.%d:21000", (i+j)%3+1)
-		}
-	}
+	placeReplicas(m, func(i, j int) int { return (i + j) % 3 })
 	b := NewBuilder(goldenMTLS)
 	node := goldenMTLSNode
 	node.ID = "n0"
@@ -116,12 +124,7 @@ func TestNodeRebuildsWhatAChangeTouches(t *testing.T) {
 // this node's inbound cluster, whose breakers count its own replicas.
 func TestNodeKeepsItsInboundClusterWhileItsReplicasHold(t *testing.T) {
 	m := modelgen.Model(5, 3, 4)
-	for i := range m.Backends {
-		for j := range m.Backends[i].Replicas {
-			r := &m.Backends[i].Replicas[j]
-			r.Node, r.Inbound = fmt.Sprintf("n%d", j%2), fmt.Sprintf("10.255.0.%d:21000", j%2+1)
-		}
-	}
+	placeReplicas(m, func(_, j int) int { return j % 2 })
 	b := NewBuilder(goldenMTLS)
 	node := goldenMTLSNode
 	node.ID = "n0"
@@ -160,12 +163,7 @@ func TestForNodesIsForNodeForEach(t *testing.T) {
 		n.ID = fmt.Sprintf("n%d", i)
 		nodes = append(nodes, n)
 	}
-	for i := range m.Backends {
-		for j := range m.Backends[i].Replicas {
-			r := &m.Backends[i].Replicas[j]
-			r.Node, r.Inbound = fmt.Sprintf("n%d", (i+j)%6), fmt.Sprintf("10.255.0.%d:21000", (i+j)%6+1)
-		}
-	}
+	placeReplicas(m, func(i, j int) int { return (i + j) % 6 })
 	dp := lowerFor(t, m, true)
 	together, alone := NewBuilder(goldenMTLS), NewBuilder(goldenMTLS)
 	for _, b := range []*Builder{together, alone} {
@@ -210,12 +208,7 @@ func TestInboundFeaturesLeaveTheBreakers(t *testing.T) {
 // configuration changed gets a new one.
 func TestABackendKeepsItsInboundTemplateWhileItsConfigurationHolds(t *testing.T) {
 	m := modelgen.Model(3, 1, 2)
-	for i := range m.Backends {
-		for j := range m.Backends[i].Replicas {
-			r := &m.Backends[i].Replicas[j]
-			r.Node, r.Inbound = fmt.Sprintf("n%d", j), fmt.Sprintf("10.255.0.%d:21000", j+1)
-		}
-	}
+	placeReplicas(m, func(_, j int) int { return j })
 	b := NewBuilder(goldenMTLS)
 	name := m.Backends[0].Name
 	template := func(m *meshspec.Model) *cluster.Cluster {
@@ -245,12 +238,7 @@ func TestABackendKeepsItsInboundTemplateWhileItsConfigurationHolds(t *testing.T)
 // spans carry their names.
 func TestNodesShareTheirInboundChains(t *testing.T) {
 	m := modelgen.Model(4, 2, 3)
-	for i := range m.Backends {
-		for j := range m.Backends[i].Replicas {
-			r := &m.Backends[i].Replicas[j]
-			r.Node, r.Inbound = fmt.Sprintf("n%d", j), fmt.Sprintf("10.255.0.%d:21000", j+1)
-		}
-	}
+	placeReplicas(m, func(_, j int) int { return j })
 	var nodes []wire.ProxyNode
 	for i := range 3 {
 		n := goldenMTLSNode
@@ -300,12 +288,7 @@ func TestNodesShareTheirInboundChains(t *testing.T) {
 // cluster and the assignment, as the snapshot cache's Consistent would.
 func TestNodeClustersAskOnlyForBuiltAssignments(t *testing.T) {
 	m := modelgen.Model(2, 1, 2)
-	for i := range m.Backends {
-		for j := range m.Backends[i].Replicas {
-			r := &m.Backends[i].Replicas[j]
-			r.Node, r.Inbound = "n0", "10.255.0.1:21000"
-		}
-	}
+	placeReplicas(m, func(int, int) int { return 0 })
 	node := goldenMTLSNode
 	node.ID, node.InboundAddress = "n0", "10.255.0.1"
 	b := NewBuilder(goldenMTLS)
