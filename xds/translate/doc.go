@@ -67,7 +67,13 @@
 //     built in parallel (internal/parallel); nodeassignments.go frames every
 //     assignment of a backend reached over mTLS (its shared one, and each
 //     node's two) from its endpoints' encodings, and local.go makes each
-//     node's view of a backend from its shared cluster, fields shared.
+//     node's view of a backend from its shared cluster, fields shared;
+//     inbound.go builds an inbound chain once for the nodes of one
+//     ForNodes that have it alike (sharedChains), frames a node's inbound
+//     listener from its chains' encodings (encodeInbound), and makes a
+//     node's inbound cluster from its backend's template
+//     (inboundTemplate), which a backend keeps while its configuration
+//     holds.
 //
 // Resource and stat names come from package wire, which the agent also
 // reads them with.
