@@ -181,11 +181,19 @@ type chainKey struct {
 	backend, config, managers, tracedBy string
 }
 
-func chainKeyOf(node wire.ProxyNode, backend, config string, tracing *ir.Tracing) chainKey {
-	k := chainKey{backend: backend, config: config, managers: managerFeaturesOf(node)}
+// nodeChainKey is the part of the key of node's chains that is the
+// node's; each chain adds its backend and configuration (of).
+func nodeChainKey(node wire.ProxyNode, tracing *ir.Tracing) chainKey {
+	k := chainKey{managers: managerFeaturesOf(node)}
 	if tracing != nil {
 		k.tracedBy = node.ID
 	}
+	return k
+}
+
+// of is the key of backend's chain, of configuration config, on k's node.
+func (k chainKey) of(backend, config string) chainKey {
+	k.backend, k.config = backend, config
 	return k
 }
 
@@ -317,10 +325,9 @@ func (t inboundTemplate) on(b ir.Backend, node string, replicas int) (versionedC
 	if err != nil {
 		return versionedCluster{}, err
 	}
-	c := shallowCopy(t.cluster)
-	c.CircuitBreakers = breakers.breakers
 	service := wire.InboundAssignmentName(b.Name, node)
-	c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: t.cluster.GetEdsClusterConfig().GetEdsConfig(), ServiceName: service}
+	c := withEDSService(t.cluster, service)
+	c.CircuitBreakers = breakers.breakers
 	return versionedCluster{cluster: c, encoded: appendEncoded(t.encoded, breakers.patch, edsServicePatch(service))}, nil
 }
 

@@ -39,9 +39,14 @@ const (
 // messages but its EDS configuration (copying them cost a full mTLS
 // publish a tenth of its time): a built cluster is read, never written.
 func localView(c *cluster.Cluster, b ir.Backend, node string) *cluster.Cluster {
+	return withEDSService(c, wire.NodeViewAssignmentName(b.Name, node))
+}
+
+// withEDSService is c asking for the assignment service by EDS, sharing
+// c's messages but its EDS configuration.
+func withEDSService(c *cluster.Cluster, service string) *cluster.Cluster {
 	out := shallowCopy(c)
-	out.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: c.GetEdsClusterConfig().GetEdsConfig(),
-		ServiceName: wire.NodeViewAssignmentName(b.Name, node)}
+	out.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: c.GetEdsClusterConfig().GetEdsConfig(), ServiceName: service}
 	return out
 }
 

@@ -240,11 +240,12 @@ func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []conf
 		configs[k.backend] = k.config
 	}
 	inOrder := make([]Encoded, 0, len(backends))
+	nodeKey := nodeChainKey(p.node, b.tracing) // once, not per chain
 	listeners, err := nodeListeners(p.node, b.mtls, backends, b.tracing, b.needed, func(be ir.Backend) (*listener.FilterChain, error) {
 		config := configs[be.Name]
 		c, ok := p.chains[be.Name]
 		if !ok || c.config != config {
-			built, err := shared.get(chainKeyOf(p.node, be.Name, config, b.tracing), func() (builtChain, error) {
+			built, err := shared.get(nodeKey.of(be.Name, config), func() (builtChain, error) {
 				chain, err := inboundChain(p.node, b.mtls, be, b.tracing)
 				if err != nil {
 					return builtChain{}, err
