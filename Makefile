@@ -51,7 +51,7 @@ FUZZTIME_SHORT ?= 5000x
 # test runs it for 20 s as e2e TestAPIFuzz); 0 skips it.
 API_FUZZTIME   ?= 180
 
-.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos release
+.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos flake release
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -133,6 +133,13 @@ test: ## run every test: vet, gofmt, golangci-lint (layering included), unit tes
 	$(LINT) run ./...
 	go test -tags e2e -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT) API_FUZZTIME=0
+
+# Flags of the flake hunt (go run ./internal/flakehunt -help lists them),
+# such as FLAKE_FLAGS='-phases unit -run TestX -pkgs ./xds/server'.
+FLAKE_FLAGS ?=
+
+flake: tools ## hunt for tests that fail by chance: the unit tests 20 times at GOMAXPROCS 1, 2 and 4, once with -race, and e2e twice, all under a CPU load it makes; prints each test that failed at least once
+	go run ./internal/flakehunt $(FLAKE_FLAGS)
 
 chaos: tools ## run the chaos e2e test for CHAOS (default 3m; make test runs it for 20s)
 	SERVEMESH_CHAOS=$(CHAOS) go test -tags e2e -count=1 -v -run '^TestChaos$$' -timeout 30m ./e2e/

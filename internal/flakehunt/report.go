@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// event is one line of `go test -json` (cmd/test2json).
+type event struct {
+	Time    time.Time
+	Action  string
+	Package string
+	Test    string
+	Output  string
+	Elapsed float64
+}
+
+// testID names a test of a package; Test is "" for the package itself
+// (its build, its TestMain, a panic or timeout outside any test).
+type testID struct{ Package, Test string }
+
+func (id testID) String() string {
+	if id.Test == "" {
+		return id.Package + " (the package: build, TestMain, a panic or a timeout)"
+	}
+	return id.Package + "." + id.Test
+}
+
+// failure is one failed run of a test: its output, the lines the test
+// printed from its start to its end.
+type failure struct {
+	output []string
+}
+
+// tally is what a phase saw of one test.
+type tally struct {
+	runs, failed int
+	failures     []failure // the first maxKept
+	current      []string  // the output of the run in progress
+}
+
+// maxKept bounds the failures kept per test, and maxLines the lines kept
+// of each (its last ones: the failure is at the end).
+const (
+	maxKept  = 3
+	maxLines = 60
+)
+
+// report is what a phase's `go test -json` stream says: runs and failures
+// per test.
+type report struct {
+	tests map[testID]*tally
+	// unparsed counts lines that were not test2json events (go vet's or
+	// the build's output before a package's first event).
+	unparsed []string
+}
+
+// read consumes a `go test -json` stream until it ends, copying every
+// line to raw (the phase's log) when raw is not nil.
+func read(r io.Reader, raw io.Writer) (*report, error) {
+	rep := &report{tests: map[testID]*tally{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if raw != nil {
+			if _, err := raw.Write(append(line, '\n')); err != nil {
+				return nil, fmt.Errorf("writing the raw log: %w", err)
+			}
+		}
+		var e event
+		if err := json.Unmarshal(line, &e); err != nil || e.Action == "" {
+			rep.unparsed = append(rep.unparsed, string(line))
+			continue
+		}
+		rep.add(e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading go test's output: %w", err)
+	}
+	return rep, nil
+}
+
+// add records one event.
+func (rep *report) add(e event) {
+	id := testID{e.Package, e.Test}
+	t := rep.tests[id]
+	if t == nil {
+		t = &tally{}
+		rep.tests[id] = t
+	}
+	switch e.Action {
+	case "run", "start":
+		t.current = t.current[:0]
+	case "output":
+		t.current = append(t.current, strings.TrimRight(e.Output, "\n"))
+		if len(t.current) > 4*maxLines {
+			t.current = append(t.current[:0], t.current[len(t.current)-maxLines:]...)
+		}
+	case "pass":
+		t.runs++
+		t.current = t.current[:0]
+	case "fail":
+		t.runs++
+		t.failed++
+		if len(t.failures) < maxKept {
+			lines := t.current
+			if len(lines) > maxLines {
+				lines = lines[len(lines)-maxLines:]
+			}
+			t.failures = append(t.failures, failure{output: slices.Clone(lines)})
+		}
+		t.current = t.current[:0]
+	}
+}
+
+// failedTests are the tests that failed at least once, sorted by name.
+func (rep *report) failedTests() []testID {
+	var out []testID
+	for id, t := range rep.tests {
+		if t.failed > 0 {
+			out = append(out, id)
+		}
+	}
+	slices.SortFunc(out, func(a, b testID) int {
+		return strings.Compare(a.Package+"\x00"+a.Test, b.Package+"\x00"+b.Test)
+	})
+	return out
+}
+
+// runs counts the runs of tests (not packages) the phase saw.
+func (rep *report) runs() (runs, tests int) {
+	for id, t := range rep.tests {
+		if id.Test != "" {
+			runs += t.runs
+			tests++
+		}
+	}
+	return runs, tests
+}
+
+// write prints the phase's summary: its counts, then every test that
+// failed at least once, with the output of its first failures.
+func (rep *report) write(w io.Writer, phase string) {
+	runs, tests := rep.runs()
+	failed := rep.failedTests()
+	fmt.Fprintf(w, "flake: %s: %d runs of %d tests, %d tests failed at least once\n", phase, runs, tests, len(failed))
+	for _, id := range failed {
+		t := rep.tests[id]
+		fmt.Fprintf(w, "FAIL %s: %d of %d runs\n", id, t.failed, t.runs)
+		for i, f := range t.failures {
+			fmt.Fprintf(w, "  --- failure %d of %d shown:\n", i+1, len(t.failures))
+			for _, l := range f.output {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
+	}
+	if len(failed) == 0 && len(rep.unparsed) > 0 && runs == 0 {
+		// No test ran: the build's or vet's output says why.
+		fmt.Fprintf(w, "flake: %s ran no test; go test said:\n", phase)
+		for _, l := range rep.unparsed[max(0, len(rep.unparsed)-maxLines):] {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+}
