@@ -77,9 +77,17 @@ func TestServingFollowsAssignmentACKs(t *testing.T) {
 			c.ack(resp)
 			continue
 		}
-		if w := tc.waiting(); !strings.Contains(w, "assignment v1") {
-			t.Fatalf("the moved replica's assignment sent, not ACKed: waiting %q; want v1's assignment waited for", w)
-		}
+		// The assignment may reach the node before the publisher records
+		// the node's snapshot of generation 6 (it sends assignments
+		// first): until then the node is waited for that generation.
+		// Either way it is waited for until it ACKs the assignment.
+		testutil.WaitFor(t, 5*time.Second, "v1's unACKed assignment to be what the node is waited for", func() bool {
+			w := tc.waiting()
+			if w == "" {
+				t.Fatal("the moved replica's assignment sent, not ACKed: served; want v1's assignment waited for")
+			}
+			return strings.Contains(w, "assignment v1")
+		})
 		c.ack(resp)
 		for _, r := range resp.GetResources() {
 			held[r.GetName()] = r.GetVersion()
