@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func stores(t *testing.T) map[string]Store {
 	}
 	return map[string]Store{
 		"memory": NewMemory(),
-		"consul": NewConsul(client, "test/"+strings.ReplaceAll(t.Name(), "/", "-"), slog.New(slog.DiscardHandler)),
+		"consul": NewConsul(client, freshPrefix(t), slog.New(slog.DiscardHandler)),
 	}
 }
 
@@ -164,8 +165,17 @@ func consulStore(t *testing.T) (*Consul, *api.KV, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := "test/" + strings.ReplaceAll(t.Name(), "/", "-")
+	prefix := freshPrefix(t)
 	return NewConsul(client, prefix, slog.New(slog.DiscardHandler)), client.KV(), prefix
+}
+
+// prefixes numbers the tests' prefixes in the package's one Consul.
+var prefixes atomic.Int64
+
+// freshPrefix is a KV prefix no other test, and no other run of this test
+// (go test -count), has used.
+func freshPrefix(t *testing.T) string {
+	return fmt.Sprintf("test/%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), prefixes.Add(1))
 }
 
 func put(t *testing.T, kv *api.KV, key, value string) {

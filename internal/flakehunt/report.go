@@ -44,11 +44,13 @@ type tally struct {
 	current      []string  // the output of the run in progress
 }
 
-// maxKept bounds the failures kept per test, and maxLines the lines kept
-// of each (its last ones: the failure is at the end).
+// maxKept bounds the distinct failures kept per test, maxLines the lines
+// kept of each (its last ones: the failure is at the end) and maxWidth
+// the characters printed of a line (a test may log a whole state).
 const (
 	maxKept  = 3
 	maxLines = 60
+	maxWidth = 400
 )
 
 // report is what a phase's `go test -json` stream says: runs and failures
@@ -108,15 +110,20 @@ func (rep *report) add(e event) {
 	case "fail":
 		t.runs++
 		t.failed++
-		if len(t.failures) < maxKept {
-			lines := t.current
-			if len(lines) > maxLines {
-				lines = lines[len(lines)-maxLines:]
-			}
+		lines := t.current
+		if len(lines) > maxLines {
+			lines = lines[len(lines)-maxLines:]
+		}
+		if len(t.failures) < maxKept && !t.seen(lines) {
 			t.failures = append(t.failures, failure{output: slices.Clone(lines)})
 		}
 		t.current = t.current[:0]
 	}
+}
+
+// seen reports whether a kept failure printed lines.
+func (t *tally) seen(lines []string) bool {
+	return slices.ContainsFunc(t.failures, func(f failure) bool { return slices.Equal(f.output, lines) })
 }
 
 // failedTests are the tests that failed at least once, sorted by name.
@@ -154,9 +161,9 @@ func (rep *report) write(w io.Writer, phase string) {
 		t := rep.tests[id]
 		fmt.Fprintf(w, "FAIL %s: %d of %d runs\n", id, t.failed, t.runs)
 		for i, f := range t.failures {
-			fmt.Fprintf(w, "  --- failure %d of %d shown:\n", i+1, len(t.failures))
+			fmt.Fprintf(w, "  --- distinct failure %d of %d shown:\n", i+1, len(t.failures))
 			for _, l := range f.output {
-				fmt.Fprintf(w, "    %s\n", l)
+				fmt.Fprintf(w, "    %s\n", clip(l))
 			}
 		}
 	}
@@ -164,7 +171,15 @@ func (rep *report) write(w io.Writer, phase string) {
 		// No test ran: the build's or vet's output says why.
 		fmt.Fprintf(w, "flake: %s ran no test; go test said:\n", phase)
 		for _, l := range rep.unparsed[max(0, len(rep.unparsed)-maxLines):] {
-			fmt.Fprintf(w, "    %s\n", l)
+			fmt.Fprintf(w, "    %s\n", clip(l))
 		}
 	}
+}
+
+// clip cuts a line to maxWidth characters, saying how much it left out.
+func clip(l string) string {
+	if len(l) <= maxWidth {
+		return l
+	}
+	return fmt.Sprintf("%s… (%d more characters in the raw log)", l[:maxWidth], len(l)-maxWidth)
 }

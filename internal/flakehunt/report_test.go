@@ -73,6 +73,24 @@ func TestReportCountsRunsAndKeepsFailuresOutput(t *testing.T) {
 	}
 }
 
+func TestReportKeepsDistinctFailuresAndClipsLongLines(t *testing.T) {
+	rep := &report{tests: map[testID]*tally{}}
+	long := strings.Repeat("x", 3*maxWidth)
+	for _, msg := range []string{"same", "same", long} {
+		rep.add(event{Action: "run", Package: "p", Test: "TestA"})
+		rep.add(event{Action: "output", Package: "p", Test: "TestA", Output: msg + "\n"})
+		rep.add(event{Action: "fail", Package: "p", Test: "TestA"})
+	}
+	if a := rep.tests[testID{"p", "TestA"}]; a.failed != 3 || len(a.failures) != 2 {
+		t.Fatalf("three failures, two alike: %d failed, %d kept; want 3 failed, 2 kept", a.failed, len(a.failures))
+	}
+	var out bytes.Buffer
+	rep.write(&out, "unit")
+	if strings.Contains(out.String(), long) || !strings.Contains(out.String(), "more characters in the raw log") {
+		t.Errorf("a line of %d characters printed whole, or clipped without saying so:\n%.600s", len(long), out.String())
+	}
+}
+
 func TestReportOfNoTestSaysWhy(t *testing.T) {
 	rep, err := read(strings.NewReader("go: cannot find main module\n"), nil)
 	if err != nil {
