@@ -37,6 +37,11 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT        := $(TOOLS_BIN)/golangci-lint
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 GO_TEST_FLAGS ?=
+# Tests marked t.Parallel (every e2e test that shares nothing: its own
+# Consul, daemons, folders and kernel-chosen ports) run this many at once.
+# Most of an e2e test's time is waiting on timers and health checks, so
+# 2 cores carry 4; make flake checks they pass so under a load of its own.
+TEST_PARALLEL ?= 4
 # Native Go fuzz targets, package:target; make fuzz runs each for FUZZTIME,
 # make test for FUZZTIME_SHORT: a count of executions (a few seconds each),
 # not a duration, which Go 1.26's fuzzer can report as a failure ("context
@@ -131,7 +136,7 @@ test: ## run every test: vet, gofmt, golangci-lint (layering included), unit tes
 	go vet -tags e2e ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
 	$(LINT) run ./...
-	go test -tags e2e -count=1 -timeout 30m $(GO_TEST_FLAGS) ./...
+	go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT) API_FUZZTIME=0
 
 # Flags of the flake hunt (go run ./internal/flakehunt -help lists them),
@@ -139,7 +144,7 @@ test: ## run every test: vet, gofmt, golangci-lint (layering included), unit tes
 FLAKE_FLAGS ?=
 
 flake: tools ## hunt for tests that fail by chance: the unit tests 20 times at GOMAXPROCS 1, 2 and 4, once with -race, and e2e twice, all under a CPU load it makes; prints each test that failed at least once
-	go run ./internal/flakehunt $(FLAKE_FLAGS)
+	go run ./internal/flakehunt -parallel $(TEST_PARALLEL) $(FLAKE_FLAGS)
 
 chaos: tools ## run the chaos e2e test for CHAOS (default 3m; make test runs it for 20s)
 	SERVEMESH_CHAOS=$(CHAOS) go test -tags e2e -count=1 -v -run '^TestChaos$$' -timeout 30m ./e2e/
@@ -153,13 +158,13 @@ fuzz: ## run every fuzz target for FUZZTIME (default 2m each; make test runs 500
 
 race: tools ## run every test with the race detector, the e2e daemons built with -race too
 	go test -race -count=1 ./...
-	SERVEMESH_E2E_RACE=1 go test -tags e2e -count=1 -timeout 30m $(GO_TEST_FLAGS) ./e2e/...
+	SERVEMESH_E2E_RACE=1 go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m $(GO_TEST_FLAGS) ./e2e/...
 
 unit: tools ## run the unit tests only (no Envoy; the store tests start a Consul dev agent): go test ./... is the same
 	go test ./...
 
 e2e: tools ## run the end-to-end tests only
-	go test -tags e2e -count=1 -timeout 30m -v $(GO_TEST_FLAGS) ./e2e/...
+	go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m -v $(GO_TEST_FLAGS) ./e2e/...
 
 run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas
 	bin/servemesh demo-stack

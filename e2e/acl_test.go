@@ -80,6 +80,7 @@ func nodeTokenOn(t *testing.T, admin *api.Client, consulNode, id string) string 
 // claim another node, write the state or an external service; an instance
 // it registers claiming another node's replica gets no traffic.
 func TestConsulACLs(t *testing.T) {
+	t.Parallel()
 	consul, err := devconsul.StartWith(t.TempDir(), devconsul.Options{ManagementToken: "root-token-for-tests"})
 	if err != nil {
 		t.Fatalf("the real Consul is required: %v", err)

@@ -158,6 +158,7 @@ func restarts(t *testing.T, a *agentProc, tag string) (n float64, found bool) {
 }
 
 func TestAgentsRunPlacedReplicasAcrossNodes(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", []string{"--replace-after", "4s", "--drain-grace", "1s"})
 	ctl.waitLeading(20 * time.Second)
@@ -443,6 +444,7 @@ func mustPid(t *testing.T, addr string) int {
 // placement, naming the command and the node (anyone who could call the
 // API used to run any command on every node).
 func TestCommandsNodesDoNotAllowAreRefused(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)

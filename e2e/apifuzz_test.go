@@ -35,6 +35,7 @@ func schemathesisBin(t *testing.T) string {
 // started afresh loads it, which validates it). SERVEMESH_API_FUZZ_TIME
 // (seconds; make fuzz sets more) bounds the run: 20 s by default.
 func TestAPIFuzz(t *testing.T) {
+	t.Parallel()
 	bin := schemathesisBin(t)
 	budget := os.Getenv("SERVEMESH_API_FUZZ_TIME")
 	if budget == "" {

@@ -19,6 +19,7 @@ import (
 // unknown CA, plain HTTP gets no answer, and replacing the files by rename
 // serves the new certificate without a restart.
 func TestAPIOverHTTPS(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ca, dir := newTestCA(t), t.TempDir()
 	ca.issue(t, dir, 300)

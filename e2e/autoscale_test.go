@@ -67,6 +67,7 @@ func (l *stepLoad) stopAll() {
 }
 
 func TestAutoscaling(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", []string{"--drain-grace", "1s"})
 	ctl.waitLeading(20 * time.Second)

@@ -22,6 +22,7 @@ import (
 // a fresh Consul, and a Consul snapshot restored into a fresh cluster, each
 // give a new controller the very same state (docs/upgrading.md says how).
 func TestExportRoundTripsAndABackupRestores(t *testing.T) {
+	t.Parallel()
 	m := startTwoNodeMesh(t, "backup")
 	ctx := context.Background()
 	env := []string{"SERVEMESH_SERVER=" + m.ctl.apiAddr}

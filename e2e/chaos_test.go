@@ -67,6 +67,7 @@ func (a *chaosAgent) start(t *testing.T) {
 // the stored state equals the model of every accepted operation, Envoy
 // serves it, and every failed request has a documented cause.
 func TestChaos(t *testing.T) {
+	t.Parallel()
 	d := chaosDuration(t)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 7))

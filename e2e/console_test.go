@@ -36,6 +36,7 @@ func chromiumBin(t *testing.T) string {
 // a replica killed and restarted shows its restart; and a screenshot is
 // saved (.run/artifacts/console.png).
 func TestConsole(t *testing.T) {
+	t.Parallel()
 	browser := chromiumBin(t)
 	token := "console-token-0123456789abcdef"
 	mesh := startTwoNodeMeshWith(t, "console", []string{"--token-file", writeToken(t, token)}, nil)

@@ -39,6 +39,7 @@ const (
 // request fails, and its replicas are ready again within
 // clientRestartBound.
 func TestConsulCluster(t *testing.T) {
+	t.Parallel()
 	const token = "root-token-for-the-cluster-test"
 	nodes := map[string]string{"cc-1": "127.0.0.2", "cc-2": "127.0.0.3"}
 	const ctlAddr = "127.0.0.4"

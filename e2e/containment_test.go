@@ -30,6 +30,7 @@ import (
 // default mode (mTLS, two nodes). Each subtest is a finding of issue 14
 // that succeeded before.
 func TestContainment(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	execToken, writeToken := writeToken(t, "exec-secret"), writeToken(t, "write-secret")
 	ctl := startController(t, consul, "ctl", []string{"--token-file", execToken, "--write-token-file", writeToken,

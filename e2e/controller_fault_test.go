@@ -49,6 +49,7 @@ func routeVersions(t *testing.T, n *node) map[string]string {
 }
 
 func TestControllerRestartChangesNothing(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "c1", []string{"--plaintext"})
 	ctl.waitLeading(20 * time.Second)
@@ -94,6 +95,7 @@ func TestControllerRestartChangesNothing(t *testing.T) {
 // with a client that retries. At the end the stored state, the API and
 // Envoy's configuration must all equal the expected model.
 func TestCrashFuzz(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "fuzz", []string{"--plaintext"}, "SERVEMESH_FAULT_CRASH_AFTER_CHECKPOINT=0.1")
 	ctl.waitLeading(20 * time.Second)

@@ -23,6 +23,7 @@ import (
 // over, no accepted write may be lost, reads keep working on the follower,
 // and Envoy (bootstrapped to both) serves with zero failed requests.
 func TestHAFailover(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	a := startController(t, consul, "ctl-a", []string{"--plaintext"})
 	a.waitLeading(20 * time.Second)

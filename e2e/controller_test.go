@@ -33,6 +33,7 @@ func expectCLI(t *testing.T, env []string, code int, want string, args ...string
 // through the CLI against a controller on a real Consul, and checks the
 // answers against the API, Consul's KV and a real Envoy's traffic.
 func TestControllerOperationsThroughCLI(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	tokenFile := writeToken(t, "e2e-secret")
 	ctl := startController(t, consul, "c1", []string{"--plaintext", "--token-file", tokenFile})

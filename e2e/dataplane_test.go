@@ -62,6 +62,7 @@ func (f *fixture) apply(m *meshspec.Model) {
 func (f *fixture) url(path string) string { return "http://" + f.envoy.public + path }
 
 func TestWeightedSplit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
 		return &meshspec.Model{
 			Backends:  f.backends("a", "b", "c"),
@@ -98,6 +99,7 @@ func TestWeightedSplit(t *testing.T) {
 }
 
 func TestShadowTraffic(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
 		return &meshspec.Model{
 			Backends: f.backends("primary", "canary", "shadow", "shadow2"),
@@ -130,6 +132,7 @@ func TestShadowTraffic(t *testing.T) {
 }
 
 func TestConfigChangeIsServed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
 		return &meshspec.Model{
 			Backends:  f.backends("old", "new"),
@@ -166,6 +169,7 @@ func TestConfigChangeIsServed(t *testing.T) {
 }
 
 func TestHeadlessEndpointAndMethods(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
 		return &meshspec.Model{
 			Backends: f.backends("web", "embedder"),
@@ -203,6 +207,7 @@ func TestHeadlessEndpointAndMethods(t *testing.T) {
 }
 
 func TestControlPlaneKilledEnvoyKeepsServing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
 		return &meshspec.Model{
 			Backends:  f.backends("a", "b"),
@@ -254,6 +259,7 @@ func TestControlPlaneKilledEnvoyKeepsServing(t *testing.T) {
 }
 
 func TestInvalidConfigKeepsLastGood(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
 		return &meshspec.Model{
 			Backends:  f.backends("a", "b"),
@@ -287,6 +293,7 @@ endpoints: [{name: svc, route: /svc, traffic: {a: 0.4, b: 0.4}}]
 }
 
 func TestDeltaXDS(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, bootstrap.ProtocolDelta, func(f *fixture) *meshspec.Model {
 		return &meshspec.Model{
 			Backends:  f.backends("a", "b"),
@@ -315,6 +322,7 @@ func TestDeltaXDS(t *testing.T) {
 // requests in progress than the limit, and requests beyond it wait instead
 // of failing.
 func TestMaxConcurrentQueriesQueues(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, bootstrap.ProtocolSotW, func(f *fixture) *meshspec.Model {
 		b := f.replicas["slow"].backendModel()
 		b.Config.MaxConcurrentQueries = 2

@@ -124,6 +124,7 @@ func checkBannerCount(t *testing.T, banner string) {
 }
 
 func TestDemoStack(t *testing.T) {
+	t.Parallel()
 	api, public, mesh := freeAddr(t), freeAddr(t), freeAddr(t)
 	consulPort := strconv.Itoa(int(testutil.Port(freeAddr(t))))
 	out := &testutil.SyncBuffer{}

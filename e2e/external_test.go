@@ -20,6 +20,7 @@ import (
 // TestExternalBackend routes to a Consul service that something other than
 // servemesh registers and runs, following its registrations and health.
 func TestExternalBackend(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	// The instance named by DNS below is localhost: names need the
 	// operator's leave, and localhost's addresses (127.0.0.1 and, on some

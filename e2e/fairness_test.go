@@ -22,6 +22,7 @@ import (
 // of a higher priority waits less than both. bench/inference -workload
 // fairness reports the figures as medians.
 func TestFairnessUnderBurst(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "fair")
 	for _, name := range []string{"fair", "fifo"} {
 		la := &meshspec.LoadAware{}
@@ -131,6 +132,7 @@ func (r *burstRun) p(tenant string, p float64) time.Duration { return percentile
 // target_in_flight_requests: the waiting count comes from the agents'
 // load reports, through the controller's autoscaler.
 func TestScalesOnQueueDepth(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "queue")
 	as := &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 2, TargetInFlight: 100, TargetQueued: 2,
 		MetricsIntervalS: 0.25, LookBackPeriodS: 2, UpscaleDelayS: 1, DownscaleDelayS: 600}

@@ -21,6 +21,7 @@ import (
 // run shows each field it would change, and completion offers the names
 // the controller holds.
 func TestFirstHour(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "first-hour", nil)
 	ctl.waitLeading(20 * time.Second)

@@ -19,6 +19,7 @@ import (
 // requests to the canary, the rest split 3:1 by the backendRefs' weights,
 // and the RequestMirror filter mirrors half of them to the shadow.
 func TestHTTPRouteApplied(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "gwapi")
 	process := func(name string) string {
 		return fmt.Sprintf("{name: %s, config: {num_replicas: 2, cpus: 1}, process: {command: %q, args: [demo-replica, --backend, %s, --listen, \"${HOST}:${PORT}\"], health_path: /}}",

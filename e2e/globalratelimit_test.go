@@ -34,6 +34,7 @@ import (
 // closed refuses them (503); with Redis back, the closed one answers
 // again. Token quotas (tokenQuotas) are shown on the same mesh.
 func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
+	t.Parallel()
 	bin, err := ratelimit.Find("")
 	if err != nil {
 		t.Fatalf("the real rate limit service is required (`make tools` builds it): %v", err)

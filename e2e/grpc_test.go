@@ -26,6 +26,7 @@ import (
 // (chi-square) and are mirrored by proportion; server-streaming calls flow;
 // calls cross the inbound hop over HTTP/2.
 func TestGRPC(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "grpc")
 	n1, ctx := mesh.n1, context.Background()
 	for name, replicas := range map[string]int{"rank-v1": 2, "rank-v2": 1, "rank-shadow": 1} {

@@ -28,6 +28,7 @@ import (
 // and every restart too. Now they are reported (status, metric) and the
 // valid state keeps being served and written.
 func TestStrayKeysDoNotStopTheController(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)
@@ -118,6 +119,7 @@ func sendAndHangUp(t *testing.T, addr, path string, body any) {
 // state or the new one, never a mix; the apply completes although its client
 // left; and reads are answered throughout.
 func TestLargeApplyIsAtomicAndReadsGoOn(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)

@@ -89,6 +89,7 @@ func (ca *testCA) issue(t *testing.T, dir string, serial int64) {
 // from files, HTTP/2 and HTTP/1.1 by ALPN, and picks up a new certificate
 // when the files are replaced, without restarting Envoy.
 func TestPublicHTTPS(t *testing.T) {
+	t.Parallel()
 	replicas := startReplicas(t, "v1", 1)
 	config := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeModel(t, config, &meshspec.Model{Backends: []meshspec.Backend{replicas.backendModel()},

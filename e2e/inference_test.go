@@ -34,6 +34,7 @@ import (
 // (servemesh demo-model-server: a batch of 4 that slows as it grows, vLLM's
 // load gauges at /metrics). One mesh for the four parts.
 func TestInferenceServing(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "inf")
 	locks := t.TempDir()
 	if err := os.Chmod(locks, 0o777); err != nil { // replicas may run as another user

@@ -40,6 +40,7 @@ func slowDemoProcess(backend string) *meshspec.ProcessSpec {
 // replica, its requests wait in the nodes' activators and are answered
 // once one is ready, never with a 503.
 func TestHoldWhileNoReplicaIsReady(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "hold")
 	ctx := context.Background()
 	mesh.createBackends(t,
@@ -387,6 +388,7 @@ func heldOutcome(t *testing.T, nodes []*mtlsNode, backend, outcome string) float
 // `servemesh serve` (no agent, no Consul) holds the requests of a backend
 // none of whose listed replicas is ready, until the file says one is.
 func TestFileModeHoldsToo(t *testing.T) {
+	t.Parallel()
 	replica := freeAddr(t)
 	r, err := proc.Start(proc.Spec{Path: servemeshBin, Args: []string{"demo-replica", "--backend", "listed", "--listen", replica}})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 // failed with 503 before: the inbound route did not retry, and the caller
 // did not retry its 503).
 func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)

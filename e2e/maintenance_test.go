@@ -18,6 +18,7 @@ import (
 // no request failed; status and node list show the node drained; a scale
 // up then places nothing on it; uncordon lets it take replicas again.
 func TestNodeDrainUnderLoad(t *testing.T) {
+	t.Parallel()
 	m := startTwoNodeMesh(t, "maint")
 	ctx := context.Background()
 	m.createBackends(t, meshspec.Backend{Name: "dr", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("dr", false)})

@@ -81,6 +81,7 @@ func inboundClient(bundle *connect.Bundle, roots *x509.CertPool, sni, wantID str
 // refuses callers without a node's certificate; and a rotation of the CA
 // root, which re-signs every leaf, fails no request under load.
 func TestMeshMTLS(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)
@@ -424,6 +425,7 @@ func dumpNodes(t *testing.T, nodes []*mtlsNode) {
 // instead of exiting, leads once it is up, and configures a node. (The
 // agent waits the same way: agent.TestSecretsWaitForConsul.)
 func TestMTLSControllerWaitsForConsul(t *testing.T) {
+	t.Parallel()
 	notYet := &testutil.Consul{HTTPAddr: testutil.StartConsulLater(t, 3*time.Second)}
 	ctl := startController(t, notYet, "ctl", nil)
 	ctl.waitLeading(30 * time.Second)

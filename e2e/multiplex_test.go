@@ -19,6 +19,7 @@ import (
 // a model keeps its node) against the same servers picked by least
 // requests. bench/inference -workload multiplexing reports medians.
 func TestMultiplexingWorkload(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "mxw")
 	server := func(name string) *meshspec.ProcessSpec {
 		return modelServer(name, "--slots", "4", "--service", "5ms", "--models-per-replica", "2", "--model-load", "30ms")

@@ -21,6 +21,7 @@ import (
 // Envoy's error, count it, show it in the node's status, and not send the
 // rejected config again; the endpoints that do work keep working.
 func TestEnvoyNACKIsReportedNotResent(t *testing.T) {
+	t.Parallel()
 	a := startReplicas(t, "a", 1)
 	config := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeModel(t, config, &meshspec.Model{

@@ -37,6 +37,7 @@ const (
 // elsewhere within replaceBound, and the only failed requests are POSTs
 // that were in flight on the killed nodes (counted).
 func TestNodeLossAtScale(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "loss", []string{"--replace-after", "5s"})
 	ctl.waitLeading(20 * time.Second)

@@ -13,6 +13,7 @@ import (
 // naming the field and the fix, and stores nothing; the same backend
 // without it is created.
 func TestLoadAwareIsRefusedInAPlaintextMesh(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", []string{"--plaintext"})
 	ctl.waitLeading(20 * time.Second)

@@ -50,6 +50,7 @@ func prometheusBins(t *testing.T) (server, tool string) {
 // query of deploy/grafana/servemesh.json returns data through
 // Prometheus's HTTP API, and the four alerting rules are loaded and healthy.
 func TestPrometheus(t *testing.T) {
+	t.Parallel()
 	promBin, promtool := prometheusBins(t)
 	mesh := startTwoNodeMesh(t, "prom")
 	ctx := context.Background()

@@ -33,6 +33,7 @@ import (
 // over its replicas by load. Then conversations naming themselves in
 // x-session-id, with turns too short to hash, each stay on one replica.
 func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "pfx")
 	mesh.createBackends(t, meshspec.Backend{Name: "pa",
 		Process: modelServer("pa", "--slots", "4", "--service", "2ms", "--cache-blocks", "8192", "--prefill-per-block", "1ms"),
@@ -129,6 +130,7 @@ func distinct(m map[string]string) map[string]bool {
 // BENCHMARKS.md), and checks that prompt affinity finds more of the
 // blocks cached than least requests (and at least 30%).
 func TestPromptWorkload(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "pwl")
 	server := []string{"--slots", "4", "--service", "5ms", "--cache-blocks", "150", "--prefill-per-block", "1ms"}
 	for name, la := range map[string]*meshspec.LoadAware{"pf": {PromptAffinity: true}, "pl": {}, "lr": nil} {
@@ -274,6 +276,7 @@ func (l *promptLoop) oracleHitRate() float64 {
 // does not know (checked by leaving max_models_per_replica unset: it
 // then sends a node's models to one replica, which holds two).
 func TestMultiplexedModelsStayLoaded(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "mux")
 	mesh.createBackends(t, meshspec.Backend{Name: "mx",
 		Process: modelServer("mx", "--slots", "4", "--service", "2ms", "--models-per-replica", "2", "--model-load", "30ms"),

@@ -24,6 +24,7 @@ import (
 // the endpoint's mesh routes and the public ones of its first segment,
 // and no other endpoint's.
 func TestPublicRoutesByFirstSegment(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "publicroutes")
 	n1, c, ctx := mesh.n1, mesh.c, context.Background()
 	for _, name := range []string{"a", "b", "v2"} {

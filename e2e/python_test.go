@@ -47,6 +47,7 @@ func pythonBin(t *testing.T) string {
 // the standby's certificate with a CA file; the replica runtime's spans
 // are read back from a real Jaeger.
 func TestPythonClient(t *testing.T) {
+	t.Parallel()
 	python := pythonBin(t)
 	consul := startConsul(t)
 	tokenFile := writeToken(t, "python-token-0123456789abcdef")
@@ -89,6 +90,7 @@ func TestPythonClient(t *testing.T) {
 // is applied as it is and served, its ingress calling its other
 // deployment through a handle.
 func TestPythonServed(t *testing.T) {
+	t.Parallel()
 	python, runtime, src, models := pythonReplicas(t)
 	mesh := startTwoNodeMeshWith(t, "pys", nil, []string{"--allow-command", python, "--allow-command", servemeshBin})
 	replica, err := json.Marshal([]string{python, runtime, "--path", src, "--path", models, "--host", "${HOST}", "--port", "${PORT}", "model:Model"})
@@ -121,6 +123,7 @@ func TestPythonServed(t *testing.T) {
 // first before the model makes the rest), from both backends of the
 // split, while the shadow gets its copies.
 func TestPythonAsyncStreaming(t *testing.T) {
+	t.Parallel()
 	python, runtime, src, models := pythonReplicas(t)
 	packages := venvPackages(t)
 	mesh := startTwoNodeMeshWith(t, "pystream", nil, []string{"--allow-command", python})
@@ -175,6 +178,7 @@ func TestPythonAsyncStreaming(t *testing.T) {
 // other node: the handles' calls follow the split and cross the inbound
 // hop over mTLS.
 func TestPythonPipeline(t *testing.T) {
+	t.Parallel()
 	python, runtime, src, models := pythonReplicas(t)
 	packages := venvPackages(t)
 	mesh := startTwoNodeMeshWith(t, "pypipe", nil, []string{"--allow-command", python})
@@ -330,6 +334,7 @@ func venvPackages(t *testing.T) string {
 // half mirrored to a third, and one backend's user_config reaching its
 // replicas' reconfigure method.
 func TestPythonBackend(t *testing.T) {
+	t.Parallel()
 	python, runtime, src, models := pythonReplicas(t)
 	mesh := startTwoNodeMeshWith(t, "py", nil, []string{"--allow-command", python})
 	process := func() *meshspec.ProcessSpec {
@@ -382,6 +387,7 @@ func TestPythonBackend(t *testing.T) {
 // node. Four models through both nodes, 40 requests: each model settles
 // on one replica, so few loads.
 func TestPythonMultiplexedModels(t *testing.T) {
+	t.Parallel()
 	python, runtime, src, models := pythonReplicas(t)
 	mesh := startTwoNodeMeshWith(t, "pymux", nil, []string{"--allow-command", python})
 	mesh.createBackends(t, meshspec.Backend{Name: "pymx",
@@ -443,6 +449,7 @@ func pythonReplicas(t *testing.T) (python, runtime, src, models string) {
 // request's trace in a real Jaeger holds the runtime's span, of the
 // backend's service, the child of n2's Envoy's span that sent it there.
 func TestPythonReplicasTraceToTheMeshsCollector(t *testing.T) {
+	t.Parallel()
 	// The system's Python runs the replica (the backend's own user cannot
 	// read the project venv's interpreter), with the venv's packages, the
 	// OpenTelemetry SDK among them, on its path.

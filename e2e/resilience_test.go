@@ -20,6 +20,7 @@ import (
 // fails none, one that does not fails some; and a replica that answers 500
 // is ejected, after which no request fails.
 func TestRetriesAndOutliers(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "resilience")
 	n1, c, ctx := mesh.n1, mesh.c, context.Background()
 	mesh.createBackends(t,

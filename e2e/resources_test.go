@@ -21,6 +21,7 @@ import (
 // that stopped is handed out again, and an agent killed and started again
 // adopts its replicas, which keep their devices.
 func TestGPUsArePlacedAndHandedOut(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "gpus", nil)
 	ctl.waitLeading(20 * time.Second)

@@ -89,6 +89,7 @@ func restartAgent(t *testing.T, n *agentProc, crash bool, want int, args []strin
 // (a new process at the next epoch). Then a replica whose spec changed
 // while its agent was away is replaced.
 func TestAgentRestartKeepsTheDataPlane(t *testing.T) {
+	t.Parallel()
 	m := startTwoNodeMesh(t, "restart")
 	ctx := context.Background()
 	a := meshspec.Backend{Name: "ra", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 1}, Process: demoProcess("ra", false)}

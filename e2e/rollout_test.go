@@ -47,6 +47,7 @@ type rolloutMesh struct {
 // leader is killed mid-stage goes on under the next leader, each stage
 // judged once.
 func TestRollouts(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	a := startController(t, consul, "roll-a", nil)
 	a.waitLeading(20 * time.Second)

@@ -25,6 +25,7 @@ import (
 // split by the weights; a weight change moves only the users whose share
 // moved; requests without a key split at random.
 func TestRequestRouting(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "routing")
 	n1, n2, c, ctx := mesh.n1, mesh.n2, mesh.c, context.Background()
 	for _, name := range []string{"stable", "candidate"} {

@@ -22,6 +22,7 @@ import (
 // unknown, not unhealthy, and the data plane keeps calling them. No request
 // fails.
 func TestStalledChecksLoseNoRequest(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "stall")
 	consul, n1, n2 := mesh.consul, mesh.n1, mesh.n2
 	mesh.createBackends(t, meshspec.Backend{Name: "p", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs

@@ -25,6 +25,7 @@ import (
 // is made (the first long before the last), in order, as lines and as
 // server-sent events; an upgraded connection echoes both ways.
 func TestStreaming(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "streaming")
 	n1 := mesh.n1
 	for name, replicas := range map[string]int{"gen-a": 2, "gen-b": 1, "gen-shadow": 1} {

@@ -21,6 +21,7 @@ import (
 // ends at idle_timeout_s; and a try that runs out past per_try_timeout_s is
 // retried for a GET and not for a POST.
 func TestEndpointTimeouts(t *testing.T) {
+	t.Parallel()
 	mesh := startTwoNodeMesh(t, "timeouts")
 	n1, c, ctx := mesh.n1, mesh.c, context.Background()
 	mesh.createBackends(t, meshspec.Backend{Name: "slow", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}, // one per node: each offers 4 CPUs

@@ -37,6 +37,7 @@ import (
 // traced too (100%); one whose context says "not sampled" is not, nor is
 // a request to an endpoint whose own sampling is 0.
 func TestTracingFollowsEveryHop(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	jaeger, err := devjaeger.Start(ctx, t.TempDir(), "", "")
 	if err != nil {

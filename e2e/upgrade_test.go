@@ -247,6 +247,7 @@ func (m *upgradeMesh) replicasOn(t *testing.T) map[string]int {
 // controller on this release. Then the agents are downgraded back one by
 // one, with the same guarantees.
 func TestRollingUpgradeAndDowngrade(t *testing.T) {
+	t.Parallel()
 	old := buildRelease(t, previousRelease)
 	m := startUpgradeMesh(t, old)
 	on := m.replicasOn(t)

@@ -23,6 +23,7 @@ import (
 // removes the nodes as a node is removed (agent stopped, --stop-all), and
 // nothing of theirs is left running.
 func TestDeployWalkthrough(t *testing.T) {
+	t.Parallel()
 	consulBin, err := devconsul.Find()
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,7 @@ func askClusters(t *testing.T, conn *grpc.ClientConn, id string) error {
 // certificate names is refused (any client that reached the xDS port used to
 // get the whole mesh's config and could rewrite a node's listeners).
 func TestXDSOverTLS(t *testing.T) {
+	t.Parallel()
 	consul := startConsul(t)
 	ctl := startController(t, consul, "ctl", nil)
 	ctl.waitLeading(20 * time.Second)

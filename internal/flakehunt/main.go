@@ -37,6 +37,7 @@ import (
 // options are the hunt's flags.
 type options struct {
 	count, e2eCount int
+	parallel        int
 	cpu             string
 	load            int
 	duty            float64
@@ -52,6 +53,7 @@ func main() {
 	flag.IntVar(&o.count, "count", 20, "runs of each unit test at each -cpu setting")
 	flag.StringVar(&o.cpu, "cpu", "1,2,4", "the GOMAXPROCS settings the unit tests run at (go test -cpu)")
 	flag.IntVar(&o.e2eCount, "e2e-count", 2, "runs of each end-to-end test")
+	flag.IntVar(&o.parallel, "parallel", 4, "end-to-end tests run at once (go test -parallel; make test's TEST_PARALLEL)")
 	flag.IntVar(&o.load, "load", runtime.NumCPU(), "goroutines (each on its own thread) that load the cores while the tests run; 0: none")
 	flag.Float64Var(&o.duty, "duty", 0.5, "the share of time each load goroutine spins, between 0 and 1")
 	flag.StringVar(&o.phases, "phases", "unit,race,e2e", "the phases to run, comma-separated: unit, race, e2e")
@@ -88,7 +90,8 @@ func phasesOf(o options) ([]phase, error) {
 	all := map[string]phase{
 		"unit": {"unit", append([]string{"-count=" + strconv.Itoa(o.count), "-cpu=" + o.cpu, timeout}, append(run, o.pkgs)...)},
 		"race": {"race", append([]string{"-race", "-count=1", timeout}, append(run, o.pkgs)...)},
-		"e2e":  {"e2e", append([]string{"-tags=e2e", "-count=" + strconv.Itoa(o.e2eCount), timeout}, append(run, "./e2e/")...)},
+		"e2e": {"e2e", append([]string{"-tags=e2e", "-count=" + strconv.Itoa(o.e2eCount), "-parallel=" + strconv.Itoa(o.parallel), timeout},
+			append(run, "./e2e/")...)},
 	}
 	var out []phase
 	for _, name := range strings.Split(o.phases, ",") {
