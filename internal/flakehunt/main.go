@@ -62,16 +62,23 @@ func main() {
 	flag.StringVar(&o.out, "out", ".run/flake", "the folder for each phase's raw go test -json output")
 	flag.DurationVar(&o.timeout, "timeout", 90*time.Minute, "go test's -timeout for each phase")
 	flag.Parse()
+	os.Exit(run(o))
+}
+
+// run hunts as o says and returns the exit code: 1 if a test failed, 2 if
+// the hunt could not run.
+func run(o options) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	failed, err := hunt(ctx, o, os.Stdout)
-	if err != nil {
+	switch {
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "flake:", err)
-		os.Exit(2)
+		return 2
+	case failed:
+		return 1
 	}
-	if failed {
-		os.Exit(1)
-	}
+	return 0
 }
 
 // phase is one `go test` run of the hunt.
