@@ -37,7 +37,7 @@ import (
 // options are the hunt's flags.
 type options struct {
 	count, e2eCount int
-	parallel        int
+	parallel, p     int
 	cpu             string
 	load            int
 	duty            float64
@@ -51,6 +51,7 @@ type options struct {
 func main() {
 	var o options
 	flag.IntVar(&o.count, "count", 20, "runs of each unit test at each -cpu setting")
+	flag.IntVar(&o.p, "p", 4, "unit test packages run at once (go test -p): more than the cores, so packages that wait on timers overlap and press on each other")
 	flag.StringVar(&o.cpu, "cpu", "1,2,4", "the GOMAXPROCS settings the unit tests run at (go test -cpu)")
 	flag.IntVar(&o.e2eCount, "e2e-count", 2, "runs of each end-to-end test")
 	flag.IntVar(&o.parallel, "parallel", 4, "end-to-end tests run at once (go test -parallel; make test's TEST_PARALLEL)")
@@ -95,7 +96,7 @@ func phasesOf(o options) ([]phase, error) {
 	}
 	timeout := "-timeout=" + o.timeout.String()
 	all := map[string]phase{
-		"unit": {"unit", append([]string{"-count=" + strconv.Itoa(o.count), "-cpu=" + o.cpu, timeout}, append(run, o.pkgs)...)},
+		"unit": {"unit", append([]string{"-count=" + strconv.Itoa(o.count), "-cpu=" + o.cpu, "-p=" + strconv.Itoa(o.p), timeout}, append(run, o.pkgs)...)},
 		"race": {"race", append([]string{"-race", "-count=1", timeout}, append(run, o.pkgs)...)},
 		"e2e": {"e2e", append([]string{"-tags=e2e", "-count=" + strconv.Itoa(o.e2eCount), "-parallel=" + strconv.Itoa(o.parallel), timeout},
 			append(run, "./e2e/")...)},

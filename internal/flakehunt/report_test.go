@@ -110,8 +110,8 @@ func TestPhasesRefuseUnknownNames(t *testing.T) {
 	if _, err := phasesOf(options{phases: "unit", duty: 2}); err == nil || !strings.Contains(err.Error(), "-duty") {
 		t.Errorf("a duty of 2: %v; want an error naming -duty", err)
 	}
-	ps, err := phasesOf(options{phases: "unit,e2e", count: 20, cpu: "1,2,4", e2eCount: 2, parallel: 4, pkgs: "./...", duty: 0.5})
-	if err != nil || len(ps) != 2 || !strings.Contains(strings.Join(ps[0].args, " "), "-count=20 -cpu=1,2,4") ||
+	ps, err := phasesOf(options{phases: "unit,e2e", count: 20, cpu: "1,2,4", p: 4, e2eCount: 2, parallel: 4, pkgs: "./...", duty: 0.5})
+	if err != nil || len(ps) != 2 || !strings.Contains(strings.Join(ps[0].args, " "), "-count=20 -cpu=1,2,4 -p=4") ||
 		!strings.Contains(strings.Join(ps[1].args, " "), "-tags=e2e -count=2 -parallel=4") {
 		t.Errorf("phases %+v, %v; want unit at -count=20 -cpu=1,2,4 and e2e twice", ps, err)
 	}
