@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -179,6 +180,41 @@ func TestContainment(t *testing.T) {
 		}
 	})
 
+	t.Run("a replica reaches none of its node's Envoy's sockets", func(t *testing.T) {
+		// Issue 58, H1: Envoy's hot restart sockets were in the abstract
+		// namespace, which file modes do not guard: a replica's user took
+		// the public listener's socket, stopped every listener and made
+		// Envoy exit. Every Unix socket the node's Envoy has bound must be
+		// a file that nobody (a replica's user) cannot connect to, and
+		// which the agent's user can (the positive control).
+		for _, n := range nodes {
+			pid := envoyPidOf(t, filepath.Dir(n.secrets))
+			socks := boundUnixSockets(t, pid)
+			cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)) // a relative path is Envoy's folder's
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(socks) < 2 { // the admin API and hot restart at least
+				t.Fatalf("node %s: Envoy (pid %d) has bound %v; want its admin and hot restart sockets", n.id, pid, socks)
+			}
+			for _, sock := range socks {
+				if strings.HasPrefix(sock.path, "@") {
+					t.Errorf("node %s: Envoy listens on the abstract socket %s, which any local user can reach", n.id, sock.path)
+					continue
+				}
+				if !filepath.IsAbs(sock.path) {
+					sock.path = filepath.Join(cwd, sock.path)
+				}
+				if out, err := connectUnix(ctx, nil, sock); err != nil {
+					t.Errorf("node %s: the agent's user cannot connect to %s: %v %s", n.id, sock.path, err, out)
+				}
+				if out, err := connectUnix(ctx, &syscall.Credential{Uid: 65534, Gid: 65534}, sock); err == nil || !strings.Contains(out, "PermissionError") {
+					t.Errorf("node %s: nobody (a replica's user) connecting to %s: %v %s; want permission denied", n.id, sock.path, err, out)
+				}
+			}
+		}
+	})
+
 	t.Run("no client of a route reconfigures its replicas", func(t *testing.T) {
 		// Issue 34: /-/reconfigure on the replica's serving port took any
 		// POST, and a route of "/" forwards every path: a public client
@@ -258,6 +294,77 @@ func asNobody(t *testing.T, name string, args ...string) (string, error) {
 	}
 	err = p.Wait()
 	return out.String(), err
+}
+
+// unixSocket is a Unix socket a process has bound: its path ("@" first
+// for the abstract namespace) and type (syscall.SOCK_STREAM, SOCK_DGRAM).
+type unixSocket struct {
+	path string
+	typ  int
+}
+
+// envoyPidOf is the pid of the Envoy started with the bootstrap in work.
+func envoyPidOf(t *testing.T, work string) int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == "envoy" && slices.Contains(args, filepath.Join(work, "bootstrap.yaml")) {
+			pid, _ := strconv.Atoi(e.Name())
+			return pid
+		}
+	}
+	t.Fatalf("no Envoy runs with the bootstrap in %s", work)
+	return 0
+}
+
+// boundUnixSockets are the Unix sockets process pid holds that have an
+// address (bound ones: a connecting client's has none).
+func boundUnixSockets(t *testing.T, pid int) []unixSocket {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(link, "socket:["); ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	table, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []unixSocket
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line) // Num RefCount Protocol Flags Type St Inode [Path]
+		if len(f) < 8 || !inodes[f[6]] {
+			continue
+		}
+		typ, _ := strconv.ParseInt(f[4], 16, 32)
+		out = append(out, unixSocket{path: f[7], typ: int(typ)})
+	}
+	return out
+}
+
+// connectUnix connects to sock as cred's user (this process's when nil)
+// and closes at once, sending nothing; it returns what the attempt printed.
+func connectUnix(ctx context.Context, cred *syscall.Credential, sock unixSocket) (string, error) {
+	// Debian's Python: nobody may run it (unlike a user's own Pythons).
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-c", `import socket, sys
+s = socket.socket(socket.AF_UNIX, int(sys.argv[2]))
+s.connect(sys.argv[1])
+s.close()
+print("connected")`, sock.path, strconv.Itoa(sock.typ))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // writeMesh writes m as a config file for `servemesh apply -f`.

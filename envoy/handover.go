@@ -55,6 +55,11 @@ type envoyRecord struct {
 	Bootstrap string `json:"bootstrap"`
 	// Settings are its arguments that every epoch shares (Config.settings).
 	Settings []string `json:"settings"`
+	// SocketPath is its hot restart sockets' path (Config.SocketPath),
+	// which its successor must share to take over; empty for an Envoy an
+	// earlier release started, with Envoy's abstract sockets, which keep
+	// serving every later epoch until the Envoy is next started afresh.
+	SocketPath string `json:"socket_path,omitempty"`
 	// Draining are the earlier epochs it took over from, which drain and
 	// then are ended by it; a supervisor that stops before that ends them
 	// leaves them to the next one (endParent) or to StopLeft.
@@ -186,7 +191,7 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 		log.Warn("envoy restarted, not hot restarted: the new binary speaks another hot restart protocol; connections are drained",
 			"changed", rec.changes(want), "running", rec.HotRestartVersion, "new", want.HotRestartVersion)
 		_ = old.Stop(ctx, s.Drain)
-		return s.start(0, 0)
+		return s.start(0, 0, s.Config.SocketPath)
 	}
 	baseID, err := readBaseID(s.Config.BaseIDPath)
 	if err != nil {
@@ -194,7 +199,11 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 		return old, nil
 	}
 	log.Info("envoy hot restarting", "changed", rec.changes(want))
-	next, err := s.start(rec.Epoch+1, baseID, append([]proc.Identity{rec.Process}, alive(rec.Draining)...)...)
+	if rec.SocketPath == "" && s.Config.SocketPath != "" {
+		log.Warn("the running envoy's hot restart sockets are in the abstract namespace, which any local user reaches (an earlier release started it); " +
+			"they stay so until the envoy is next started afresh (servemesh agent --stop-all, then start the agent)")
+	}
+	next, err := s.start(rec.Epoch+1, baseID, rec.SocketPath, append([]proc.Identity{rec.Process}, alive(rec.Draining)...)...)
 	if err == nil {
 		err = next.waitEpoch(ctx, rec.Epoch+1)
 	}
@@ -235,11 +244,12 @@ func (s *Supervisor) endParent(old *Process) {
 	}
 }
 
-// start starts Envoy at epoch (taking over from base id's, above 0) and
+// start starts Envoy at epoch (taking over from base id's, above 0) with
+// its hot restart sockets at socketPath (the running one's, above 0) and
 // records it, with the earlier epochs still draining.
-func (s *Supervisor) start(epoch, baseID int, draining ...proc.Identity) (*Process, error) {
+func (s *Supervisor) start(epoch, baseID int, socketPath string, draining ...proc.Identity) (*Process, error) {
 	cfg := s.Config
-	cfg.Epoch, cfg.BaseID = epoch, baseID
+	cfg.Epoch, cfg.BaseID, cfg.SocketPath = epoch, baseID, socketPath
 	if epoch == 0 && cfg.BaseIDPath != "" {
 		_ = os.Remove(cfg.BaseIDPath) // the new Envoy writes the one it picks
 	}
@@ -250,7 +260,7 @@ func (s *Supervisor) start(epoch, baseID int, draining ...proc.Identity) (*Proce
 	p.cfg = cfg
 	if s.StateFile != "" {
 		rec := s.want
-		rec.Process, rec.Epoch, rec.Draining = p.child.Identity(), epoch, draining
+		rec.Process, rec.Epoch, rec.SocketPath, rec.Draining = p.child.Identity(), epoch, socketPath, draining
 		if err := writeRecord(s.StateFile, rec); err != nil {
 			s.Config.Logger.Warn("the next agent will not adopt this envoy", "err", err)
 		}

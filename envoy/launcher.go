@@ -131,6 +131,27 @@ func (l *Launcher) adminFolder() error {
 	return nil
 }
 
+// HotRestartFolder is the work folder's folder for the hot restart's
+// sockets (Config.SocketPath).
+const HotRestartFolder = "hot-restart"
+
+// hotRestartSockets makes, in workDir, the folder of the hot restart's
+// sockets, which only the node's user may enter (0700), and returns their
+// path (Config.SocketPath) relative to workDir, Envoy's working folder: a
+// Unix socket's path has at most 107 bytes, which a work folder's path
+// and the role and base id Envoy appends ("_udp_parent_" and up to 20
+// digits) could pass.
+func hotRestartSockets(workDir string) (string, error) {
+	dir := filepath.Join(workDir, HotRestartFolder)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("the hot restart sockets' folder: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", fmt.Errorf("the hot restart sockets' folder: %w", err)
+	}
+	return filepath.Join(HotRestartFolder, "envoy"), nil
+}
+
 // writePublicTLS writes the file-based SDS config of the public listener's
 // certificate into the work folder and names it in the bootstrap, when a
 // certificate is given.
@@ -176,6 +197,9 @@ func (l Launcher) Supervise(ctx context.Context) (*Supervisor, error) {
 	}
 	if l.Parent != "" {
 		cfg.HotRestart, cfg.Parent, cfg.BaseIDPath = true, l.Parent, filepath.Join(cfg.Dir, "envoy-base-id")
+		if cfg.SocketPath, err = hotRestartSockets(cfg.Dir); err != nil {
+			return nil, err
+		}
 	}
 	return &Supervisor{Config: cfg, Drain: l.Drain, StateFile: filepath.Join(cfg.Dir, StateFile), StopOnExit: l.StopOnExit,
 		Listeners: l.listeners(), OnStart: func(p *Process) { go l.logReady(ctx, p) }}, nil

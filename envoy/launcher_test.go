@@ -98,3 +98,39 @@ func TestLauncherRefusesABadNode(t *testing.T) {
 		t.Fatalf("got %v, want the node's listener addresses refused", err)
 	}
 }
+
+// TestHotRestartSocketsArePrivate: a node's hot-restartable Envoy makes its
+// hot restart sockets in the work folder's hot-restart/, which only the
+// node's user may enter, mode 0600 (issue 58: Envoy's default, the
+// abstract namespace, let a replica take Envoy's listening sockets and
+// stop it); its path is relative to the work folder, where Envoy runs, so
+// that no work folder's length passes a Unix socket's limit.
+func TestHotRestartSocketsArePrivate(t *testing.T) {
+	work := filepath.Join(t.TempDir(), "a-long-work-folder") // its admin socket fits; absolute hot restart sockets would not
+	l := Launcher{Binary: fakeEnvoy(t), WorkDir: work, Logger: quietLogger(), Parent: "/usr/bin/servemesh", Bootstrap: bootstrap.Options{
+		Node:       wire.ProxyNode{ID: "n1", PublicAddress: "127.0.0.1", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001},
+		XDSAddress: "127.0.0.1:18000",
+	}}
+	s, err := l.Supervise(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Config.SocketPath != filepath.Join(HotRestartFolder, "envoy") || s.Config.Dir != work {
+		t.Fatalf("hot restart sockets at %q in %q; want %s/envoy in the work folder %s", s.Config.SocketPath, s.Config.Dir, HotRestartFolder, work)
+	}
+	if fi, err := os.Stat(filepath.Join(work, HotRestartFolder)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the hot restart sockets' folder: %v, mode %v; want 0700", err, fi.Mode().Perm())
+	}
+	for _, epoch := range []int{0, 3} {
+		cfg := s.Config
+		cfg.Epoch = epoch
+		if args := strings.Join(cfg.Args(), " "); !strings.Contains(args, "--socket-path hot-restart/envoy --socket-mode 600") {
+			t.Errorf("epoch %d: envoy %s; want its hot restart sockets in hot-restart/, mode 0600", epoch, args)
+		}
+	}
+	cfg := s.Config
+	cfg.HotRestart = false
+	if args := strings.Join(cfg.Args(), " "); strings.Contains(args, "--socket-path") || !strings.Contains(args, "--disable-hot-restart") {
+		t.Errorf("without hot restart: envoy %s; want hot restart off and no socket", args)
+	}
+}

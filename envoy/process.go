@@ -47,6 +47,15 @@ type Config struct {
 	Epoch      int
 	BaseID     int
 	BaseIDPath string
+	// SocketPath, with HotRestart, is where the hot restart's Unix sockets
+	// are made (Envoy's --socket-path; Envoy appends their role and base
+	// id), relative to Dir, mode 0600, in a folder only the node's user
+	// enters: whoever
+	// reaches them takes Envoy's listening sockets or stops it. Every
+	// epoch of one Envoy uses the same. Empty, Envoy's default: sockets
+	// in the abstract namespace, which any local user reaches (what
+	// earlier releases started: see envoyRecord.SocketPath).
+	SocketPath string
 	// Parent, with HotRestart, is the servemesh binary, whose
 	// envoy-parent command parents Envoy (see RunParent).
 	Parent string
@@ -63,6 +72,9 @@ func (c Config) Args() []string {
 	args = append(args, "--restart-epoch", strconv.Itoa(c.Epoch),
 		// The old Envoy drains for the drain time, then the new one ends it.
 		"--parent-shutdown-time-s", strconv.Itoa(int(c.drainTime().Seconds())+parentShutdownAfterDrain))
+	if c.SocketPath != "" {
+		args = append(args, "--socket-path", c.SocketPath, "--socket-mode", "600")
+	}
 	if c.Epoch == 0 {
 		return append(args, "--use-dynamic-base-id", "--base-id-path", c.BaseIDPath)
 	}

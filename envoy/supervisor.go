@@ -77,7 +77,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		if !backoff.Sleep(ctx, delay) {
 			return nil
 		}
-		p, err = s.start(0, 0)
+		p, err = s.start(0, 0, s.Config.SocketPath)
 	}
 }
 
@@ -107,5 +107,5 @@ func (s *Supervisor) startFresh(ctx context.Context) (*Process, error) {
 			return nil, fmt.Errorf("%w: is another node's agent (or another demo-stack) running here? Stop it, or give this node other addresses", err)
 		}
 	}
-	return s.start(0, 0)
+	return s.start(0, 0, s.Config.SocketPath)
 }
