@@ -338,6 +338,18 @@ func (a *Agent) adoptAll(ctx context.Context) {
 	if len(dropped) > 0 {
 		a.log.Info("replicas a previous agent ran have exited since; they start afresh", "replicas", dropped)
 	}
+	// The users the running replicas run as are their backends' before
+	// any backend is given a new one, so none is given twice.
+	for tag, rec := range records {
+		if a.users == nil || rec.UID < 0 {
+			continue
+		}
+		if err := a.users.claim(rec.Backend, uint32(rec.UID)); err != nil {
+			a.log.Warn("not adopting a replica that runs as a user its backend does not have; it is stopped", "replica", tag, "err", err)
+			delete(records, tag)
+			_ = removeRecord(a.workDir, wire.ReplicaServiceID(tag))
+		}
+	}
 	for tag, rec := range records {
 		r, err := a.adopt(ctx, rec)
 		if err != nil {
@@ -351,7 +363,7 @@ func (a *Agent) adoptAll(ctx context.Context) {
 	if killed := killLeftovers(a.node.ID, a.workDir, records); len(killed) > 0 {
 		a.log.Warn("killed processes a previous agent of this node left running", "pids", killed)
 	}
-	keep := []string{runningDir, lockFile}
+	var keep []string
 	for tag := range records {
 		sid := wire.ReplicaServiceID(tag)
 		keep = append(keep, sid, sid+".log", sid+".log.1", sid+".log.2")

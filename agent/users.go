@@ -92,14 +92,53 @@ func (u *backendUsers) credential(backend string) (*syscall.Credential, error) {
 			return nil, err
 		}
 		u.by[backend], u.taken[id] = id, true
-		b, _ := json.Marshal(u.by)
-		if err := envoy.ReplaceFile(u.path, b); err != nil {
+		if err := u.save(); err != nil {
 			delete(u.by, backend)
 			delete(u.taken, id)
 			return nil, fmt.Errorf("recording backend %s's user id: %w", backend, err)
 		}
 	}
 	return &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}, nil
+}
+
+// claim records that backend's replicas run as uid (a running replica's,
+// adopted), unless uid is outside the range (a user an agent of another
+// release or with other flags gave). It refuses a uid that another
+// backend has, or another uid than backend has: such a replica could read
+// another backend's processes and files.
+func (u *backendUsers) claim(backend string, uid uint32) error {
+	if uid < u.r.First || uid-u.r.First >= u.r.Count {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if had, ok := u.by[backend]; ok {
+		if had != uid {
+			return fmt.Errorf("backend %s's replicas run as user %d, and this one as %d", backend, had, uid)
+		}
+		return nil
+	}
+	for other, id := range u.by {
+		if id == uid {
+			return fmt.Errorf("it runs as user %d, which is backend %s's, not %s's", uid, other, backend)
+		}
+	}
+	u.by[backend], u.taken[uid] = uid, true
+	if err := u.save(); err != nil {
+		delete(u.by, backend)
+		delete(u.taken, uid)
+		return fmt.Errorf("recording backend %s's user id: %w", backend, err)
+	}
+	return nil
+}
+
+// save writes the ids given so far, atomically; called with mu held.
+func (u *backendUsers) save() error {
+	b, err := json.Marshal(u.by)
+	if err != nil {
+		return err
+	}
+	return envoy.ReplaceFile(u.path, b)
 }
 
 // next is the first id of the range that no backend has and no user of
