@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-cleanhttp"
 
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/toolpath"
@@ -24,6 +27,12 @@ type Agent struct {
 	log      string
 	token    string    // the management token, with ACLs on
 	spec     proc.Spec // how a cluster's agent is started (Restart)
+
+	// transport is shared by every Client: a client of its own each
+	// (a test's, run -count times) kept its idle connections open, and
+	// Consul refuses a client address past 200 at once (429).
+	transportOnce sync.Once
+	transport     *http.Transport
 }
 
 // NodeName is the dev agent's Consul node name.
@@ -129,9 +138,11 @@ func (c *Agent) aclReady(client *api.Client) bool {
 
 // Client returns an API client for the agent.
 func (c *Agent) Client() (*api.Client, error) {
+	c.transportOnce.Do(func() { c.transport = cleanhttp.DefaultPooledTransport() })
 	cfg := api.DefaultConfig()
 	cfg.Address = c.HTTPAddr
 	cfg.Token = c.token
+	cfg.Transport = c.transport
 	return api.NewClient(cfg)
 }
 
