@@ -112,14 +112,14 @@ up() {
 		sed "s/NODE/$(consul_node "$c")/" "$policies/controller-policy.hcl" >"$WORK/$c/controller-policy.hcl"
 		"$CONSUL" acl policy create -name "servemesh-controller-$(consul_node "$c")" -rules @"$WORK/$c/controller-policy.hcl" >/dev/null
 		"$CONSUL" acl token create -description "servemesh controller $c" -policy-name "servemesh-controller-$(consul_node "$c")" -format json |
-			sed -n 's/.*"SecretID": "\(.*\)".*/\1/p' >"$WORK/$c/consul.token"
+			(umask 077 && sed -n 's/.*"SecretID": "\(.*\)".*/\1/p' >"$WORK/$c/consul.token")
 	done
 	local i=0
 	for n in "${nodes[@]}"; do
 		i=$((i + 1))
 		"$CONSUL" acl token create -description "servemesh node n$i" -policy-name servemesh-node \
 			-node-identity "$(consul_node "$n"):dc1" -service-identity "servemesh-node-n$i" -format json |
-			sed -n 's/.*"SecretID": "\(.*\)".*/\1/p' >"$WORK/$n/consul.token"
+			(umask 077 && sed -n 's/.*"SecretID": "\(.*\)".*/\1/p' >"$WORK/$n/consul.token")
 	done
 
 	# 4. The API's tokens (one per scope) and TLS certificate, on every

@@ -58,6 +58,18 @@ func TestDeployWalkthrough(t *testing.T) {
 	if !strings.Contains(out, "the mesh serves /hello on every node") || !strings.Contains(out, "hello") {
 		t.Fatalf("walkthrough.sh up:\n%s", out)
 	}
+	// Issue 58, M8: the daemons' Consul tokens were 0644, in folders
+	// anyone enters; the controller's writes the mesh's state.
+	secrets, _ := filepath.Glob(filepath.Join(work, "*", "*.token"))
+	keys, _ := filepath.Glob(filepath.Join(work, "*", "*key*.pem"))
+	if len(secrets) < 2+2+4 { // a Consul token per controller and node, the API's four scopes
+		t.Fatalf("the walkthrough wrote the secrets %v; want each daemon's Consul token and the API's tokens", secrets)
+	}
+	for _, f := range append(secrets, keys...) {
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want 0600, readable by its owner alone", f, err, fi.Mode().Perm())
+		}
+	}
 	run("down")
 	for _, n := range []string{"127.0.0.70", "127.0.0.71"} {
 		if pid := envoyPid(t, filepath.Join(work, n, "agent")); pid != 0 {
