@@ -47,14 +47,17 @@ var (
 	logReplicaParam = queryParam{"replica", map[string]any{"type": "string", "minLength": 1}}
 )
 
-// logsNeedWrite refuses a read of logs with a token of the read scope:
-// replicas' logs may hold what they were sent, so reading them is a
-// writer's right, not a dashboard's. It reports whether it refused.
-func logsNeedWrite(w http.ResponseWriter, r *http.Request) bool {
-	if ScopeOf(r.Context()) >= ScopeWrite {
+// logsNeedExec refuses a read of logs with a token below the exec scope:
+// a replica's log may print its environment (its secrets) and what it was
+// sent, and Envoy's, at debug levels, requests' headers; status shows the
+// same lines to the exec scope alone (redactLogTails). It reports whether
+// it refused.
+func logsNeedExec(w http.ResponseWriter, r *http.Request) bool {
+	if ScopeOf(r.Context()) >= ScopeExec {
 		return false
 	}
-	writeError(w, http.StatusForbidden, "forbidden", "reading logs needs a token of the write scope: a replica's log may hold what it was sent", "")
+	writeError(w, http.StatusForbidden, "forbidden",
+		"reading logs needs a token of the exec scope: a log may hold a replica's environment, what it was sent and requests' headers", "")
 	return true
 }
 
@@ -71,7 +74,7 @@ func logQuery(r *http.Request) url.Values {
 }
 
 func (s *server) backendLogs(w http.ResponseWriter, r *http.Request) {
-	if logsNeedWrite(w, r) {
+	if logsNeedExec(w, r) {
 		return
 	}
 	b, err := s.c.GetBackend(r.PathValue("name"))
@@ -105,7 +108,7 @@ func (s *server) backendLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) nodeLogs(w http.ResponseWriter, r *http.Request) {
-	if logsNeedWrite(w, r) {
+	if logsNeedExec(w, r) {
 		return
 	}
 	q := logQuery(r)

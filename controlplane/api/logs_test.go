@@ -19,9 +19,9 @@ import (
 
 // TestLogs: a backend's logs are read from the agent of each replica's
 // node, one replica's from an offset; a node that does not answer leaves
-// the others' logs and says why; logs need the write scope (a replica's
-// log may hold what it was sent); a backend servemesh does not run has
-// none to give.
+// the others' logs and says why; logs need the exec scope, as status's
+// log lines do (issue 58, M3: a write token read them here); a backend
+// servemesh does not run has none to give.
 func TestLogs(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
@@ -64,7 +64,7 @@ func TestLogs(t *testing.T) {
 		}
 		return out
 	}
-	tokens := Tokens{"w": ScopeWrite, "r": ScopeRead}
+	tokens := Tokens{"x": ScopeExec, "w": ScopeWrite, "r": ScopeRead}
 	srv := httptest.NewServer(newConformance(t).wrap(tokens.Authenticate(Handler(c, log, Sources{Logs: logs}))))
 	defer srv.Close()
 	get := func(path, token string) (int, LogsReport, string) {
@@ -74,7 +74,7 @@ func TestLogs(t *testing.T) {
 		_ = json.Unmarshal([]byte(body), &r)
 		return status, r, body
 	}
-	status, r, body := get("/v1/backends/m/logs?tail=5", "w")
+	status, r, body := get("/v1/backends/m/logs?tail=5", "x")
 	if status != 200 || len(r.Logs) != 2 {
 		t.Fatalf("backend logs: %d %s", status, body)
 	}
@@ -88,24 +88,26 @@ func TestLogs(t *testing.T) {
 	if asked[0].Get("tail") != "5" {
 		t.Errorf("the agent was asked %v", asked[0])
 	}
-	if status, r, body = get("/v1/backends/m/logs?replica="+url.QueryEscape(first)+"&offset=40", "w"); status != 200 || len(r.Logs) != 1 || asked[len(asked)-1].Get("offset") != "40" {
+	if status, r, body = get("/v1/backends/m/logs?replica="+url.QueryEscape(first)+"&offset=40", "x"); status != 200 || len(r.Logs) != 1 || asked[len(asked)-1].Get("offset") != "40" {
 		t.Errorf("one replica from an offset: %d %s (asked %v)", status, body, asked[len(asked)-1])
 	}
 	for _, c := range []struct {
 		path, token, want string
 		status            int
 	}{
-		{"/v1/backends/m/logs", "r", "needs a token of the write scope", 403},
-		{"/v1/backends/m/logs?offset=3", "w", "give it with replica=TAG", 400},
-		{"/v1/backends/m/logs?replica=m%23000000", "w", `replica "m#000000" is not one of backend m's; its replicas: [`, 404},
-		{"/v1/backends/static/logs", "w", "not run by servemesh", 400},
-		{"/v1/backends/ghost/logs", "w", `backend "ghost" is not registered`, 404},
+		{"/v1/backends/m/logs", "r", "needs a token of the exec scope", 403},
+		{"/v1/backends/m/logs", "w", "needs a token of the exec scope", 403},
+		{"/v1/nodes/n1/logs", "w", "needs a token of the exec scope", 403},
+		{"/v1/backends/m/logs?offset=3", "x", "give it with replica=TAG", 400},
+		{"/v1/backends/m/logs?replica=m%23000000", "x", `replica "m#000000" is not one of backend m's; its replicas: [`, 404},
+		{"/v1/backends/static/logs", "x", "not run by servemesh", 400},
+		{"/v1/backends/ghost/logs", "x", `backend "ghost" is not registered`, 404},
 	} {
 		if status, _, body := get(c.path, c.token); status != c.status || !strings.Contains(body, c.want) {
 			t.Errorf("GET %s: %d %s; want %d mentioning %q", c.path, status, body, c.status, c.want)
 		}
 	}
-	if status, r, body := get("/v1/nodes/n1/logs?tail=3", "w"); status != 200 || len(r.Logs) != 1 || r.Logs[0].Text != "envoy of n1\n" {
+	if status, r, body := get("/v1/nodes/n1/logs?tail=3", "x"); status != 200 || len(r.Logs) != 1 || r.Logs[0].Text != "envoy of n1\n" {
 		t.Errorf("node logs: %d %s", status, body)
 	}
 }
