@@ -189,6 +189,9 @@ func NodeInfoFromMeta(address string, meta map[string]string) (NodeInfo, error) 
 	if n.ID == "" {
 		return NodeInfo{}, fmt.Errorf("agent registration has no %q meta", MetaNodeID)
 	}
+	if err := CheckNodeID(n.ID); err != nil { // what no agent may register as
+		return NodeInfo{}, fmt.Errorf("agent registration: %w", err)
+	}
 	var err error
 	if n.Protocol, err = ParseProtocol(meta[MetaProtocol]); err != nil {
 		return NodeInfo{}, fmt.Errorf("node %q: meta %q: %w", n.ID, MetaProtocol, err)
