@@ -72,6 +72,13 @@ func TestFreeAddr(t *testing.T) {
 // node's mesh and status listeners once got the same port that way.
 // FreeAddr never returns a port twice within HandedOutFor.
 func TestFreeAddrNeverHandsOutAPortTwice(t *testing.T) {
+	// Each run hands out 500 ports from a memory of its own, which it
+	// leaves behind: go test -count runs it tens of times within
+	// HandedOutFor, and the process's memory would hold more ports than
+	// the kernel's ephemeral range, failing every FreeAddr after it.
+	saved := handedOut
+	handedOut = &recentPorts{at: map[string]time.Time{}}
+	t.Cleanup(func() { handedOut = saved })
 	seen := map[string]bool{}
 	for range 500 {
 		addr, err := FreeAddr(context.Background(), "127.0.0.1")
