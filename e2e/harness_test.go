@@ -282,6 +282,7 @@ func startEnvoyWithPublic(t *testing.T, id, xdsAddr string, protocol bootstrap.P
 		_ = p.Stop(context.Background(), 0)
 		if t.Failed() {
 			t.Logf("envoy %s log tail:\n%s", id, proc.LogTail(filepath.Join(dir, "envoy.log"), 4096))
+			t.Logf("envoy %s, requests that did not get a 200 (up to 40):\n%s", id, failedRequests(dir, 40))
 		}
 	})
 	n.proc = p
