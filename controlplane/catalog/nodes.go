@@ -19,7 +19,8 @@ const nodeReaders = 4
 // service (wire.NodeService, tagged wire.AgentTag), which only that node's
 // Consul token may write, so no node can claim another. A registration
 // that is unreadable, or whose meta names another node than its service,
-// is left out, and log (if not nil) is told once per call. It reads the
+// is left out, and log (if not nil, and safe to call from several
+// goroutines at once) is told of each. It reads the
 // catalog's list of agent services, then at most nodeReaders of them at a
 // time.
 func Nodes(client *api.Client, log func(msg string, args ...any)) func(ctx context.Context) ([]wire.NodeInfo, error) {

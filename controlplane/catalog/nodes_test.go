@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
@@ -40,8 +41,15 @@ func TestNodesAreTheirOwnServices(t *testing.T) {
 	if err := client.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "other", Name: "other", Port: 1}); err != nil {
 		t.Fatal(err)
 	}
-	var logged []string
-	nodes, err := Nodes(client, func(msg string, _ ...any) { logged = append(logged, msg) })(context.Background())
+	var (
+		mu     sync.Mutex
+		logged []string
+	)
+	nodes, err := Nodes(client, func(msg string, _ ...any) { // called by the node readers at once
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, msg)
+	})(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
