@@ -143,7 +143,7 @@ test: ## run every test: vet, gofmt, golangci-lint (layering included), unit tes
 # such as FLAKE_FLAGS='-phases unit -run TestX -pkgs ./xds/server'.
 FLAKE_FLAGS ?=
 
-flake: tools ## hunt for tests that fail by chance: the unit tests 20 times at GOMAXPROCS 1, 2 and 4, once with -race, and e2e twice, all under a CPU load it makes; prints each test that failed at least once
+flake: tools ## hunt for tests that fail by chance (about 30 minutes): the unit tests 20 times at GOMAXPROCS 1, 2 and 4, once with -race, and e2e twice, all under a CPU load it makes; prints each test that failed at least once
 	go run ./internal/flakehunt -parallel $(TEST_PARALLEL) $(FLAKE_FLAGS)
 
 chaos: tools ## run the chaos e2e test for CHAOS (default 3m; make test runs it for 20s)
