@@ -49,6 +49,9 @@ func (r *replica) reconfigure(ctx context.Context) error {
 	if applied, _ := r.a.configs.Load(r.tag); applied == version {
 		return nil
 	}
+	if err := r.ownsPort(true); err != nil { // its secret goes with it
+		return fmt.Errorf("user_config %s not sent: %w", version, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, reconfigureTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.address()+r.spec.ReconfigurePath, bytes.NewReader(*want))

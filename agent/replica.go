@@ -66,6 +66,7 @@ type replica struct {
 	// registration when it registers again at a new port.
 	lastExit atomic.Pointer[string]
 	process  atomic.Pointer[proc.Identity]
+	owned    atomic.Pointer[ownedPort] // its port, found its process's own (portowner.go)
 }
 
 // serviceID is the replica's Consul service id; '#' is not URL-safe.
@@ -486,6 +487,9 @@ func (r *replica) probe(ctx context.Context) (status, output string) {
 }
 
 func (r *replica) readiness(ctx context.Context) (status, output string) {
+	if err := r.ownsPort(false); err != nil {
+		return api.HealthCritical, err.Error()
+	}
 	if err := r.check(ctx); err != nil {
 		return api.HealthCritical, err.Error()
 	}

@@ -39,34 +39,7 @@ const tcpListen = 0x0A
 // ListenerOf names the process listening on addr (host:port, TCP), read
 // from /proc; ok is false when nothing listens there.
 func ListenerOf(addr string) (h Holder, ok bool) {
-	host, portText, err := net.SplitHostPort(addr)
-	if err != nil {
-		return Holder{}, false
-	}
-	port, err := strconv.ParseUint(portText, 10, 16)
-	if err != nil {
-		return Holder{}, false
-	}
-	ip := net.ParseIP(host)
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return Holder{}, false
-	}
-	inodes := map[uint64]bool{}
-	// /proc/net/tcp is slow on a host with very many sockets (hence the
-	// deprecation, for sock_diag); this reads it once, when a daemon starts.
-	for _, table := range []func() (procfs.NetTCP, error){fs.NetTCP, fs.NetTCP6} { //nolint:staticcheck // read once at start, as above
-		lines, err := table()
-		if err != nil {
-			continue
-		}
-		for _, l := range lines {
-			// A socket on the wildcard address holds every address's port.
-			if l.St == tcpListen && l.LocalPort == port && (l.LocalAddr.Equal(ip) || l.LocalAddr.IsUnspecified() || ip == nil) {
-				inodes[l.Inode] = true
-			}
-		}
-	}
+	fs, inodes := listening(addr)
 	if len(inodes) == 0 {
 		return Holder{}, false
 	}
@@ -75,20 +48,9 @@ func ListenerOf(addr string) (h Holder, ok bool) {
 		return Holder{}, true
 	}
 	for _, p := range procs {
-		targets, err := p.FileDescriptorTargets()
-		if err != nil {
-			continue // another user's, or gone
-		}
-		for _, t := range targets {
-			inode, found := strings.CutPrefix(t, "socket:[")
-			if !found {
-				continue
-			}
-			n, _ := strconv.ParseUint(strings.TrimSuffix(inode, "]"), 10, 64)
-			if inodes[n] {
-				comm, _ := p.Comm()
-				return Holder{PID: p.PID, Command: comm}, true
-			}
+		if holdsAny(p, inodes) {
+			comm, _ := p.Comm()
+			return Holder{PID: p.PID, Command: comm}, true
 		}
 	}
 	return Holder{}, true
