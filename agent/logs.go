@@ -15,6 +15,16 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
+// LogsRefused answers every read of a log 403, saying why: an agent whose
+// status listener takes no token (it may, on loopback) serves no log,
+// which any user of the host, a replica included, could read otherwise:
+// another replica's log may print its environment.
+func LogsRefused() http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "this agent serves logs only to its status token: give it --status-token-file and the controller --agent-token-file", http.StatusForbidden)
+	}
+}
+
 // LogsHandler serves wire.LogsPath: the log of a replica this agent runs
 // (its file in workDir, as replica.go writes it) or of the node's Envoy
 // (envoyLog), its last lines or what follows an offset, bounded. Only a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"path/filepath"
 	"strconv"
@@ -148,7 +149,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 				return a.ConfigVersions()
 			}
 			return nil
-		}}, agent.LogsHandler(replicasDir(o.Envoy), filepath.Join(o.Envoy.WorkDir, envoy.LogFile)))), httpserver.DefaultLimits, nil)
+		}}, statusLogs(o))), httpserver.DefaultLimits, nil)
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
 	}
@@ -419,4 +420,13 @@ func meshListener(n wire.ProxyNode) string {
 		}
 	}
 	return net.JoinHostPort(host, strconv.Itoa(int(n.MeshPort)))
+}
+
+// statusLogs serves the node's logs on its status listener: only behind a
+// status token, never to whoever reaches a tokenless loopback listener.
+func statusLogs(o AgentOptions) http.Handler {
+	if o.StatusToken == "" {
+		return agent.LogsRefused()
+	}
+	return agent.LogsHandler(replicasDir(o.Envoy), filepath.Join(o.Envoy.WorkDir, envoy.LogFile))
 }

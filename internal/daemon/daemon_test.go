@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -359,5 +360,30 @@ func TestMeshListenerOfANode(t *testing.T) {
 		if got := meshListener(tc.node); got != tc.want {
 			t.Errorf("meshListener(%s:%d) = %q; want %q", tc.node.MeshAddress, tc.node.MeshPort, got, tc.want)
 		}
+	}
+}
+
+// TestATokenlessAgentServesNoLogs: an agent whose status listener takes no
+// token (on loopback) refuses every log, which any user of the host, a
+// replica included, read there before (issue 58, M1); behind a token it
+// serves them.
+func TestATokenlessAgentServesNoLogs(t *testing.T) {
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "envoy.log"), []byte("envoy's log\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	get := func(h http.Handler) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequestWithContext(t.Context(), http.MethodGet, wire.LogsPath+"?envoy=true&tail=5", nil))
+		return w
+	}
+	o := AgentOptions{}
+	o.Envoy.WorkDir = work
+	if w := get(statusLogs(o)); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "--status-token-file") {
+		t.Fatalf("a tokenless agent's logs: %d %q; want 403 naming --status-token-file", w.Code, w.Body.String())
+	}
+	o.StatusToken = "status-secret"
+	if w := get(statusLogs(o)); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "envoy's log") {
+		t.Fatalf("an agent with a status token: %d %q; want Envoy's log", w.Code, w.Body.String())
 	}
 }

@@ -144,17 +144,24 @@ const demoNode = "demo-node"
 // work folder; it returns those it started.
 func startStackDaemons(o StackOptions, consulAddr, redis, redisPasswordFile string) ([]*proc.Process, error) {
 	env := append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)
+	// The agent serves its replicas' and Envoy's logs only to this token,
+	// which the controller sends: no other user of the host reads them.
+	_, statusToken, err := stackSecret(o.WorkDir, "agent-status.token")
+	if err != nil {
+		return nil, err
+	}
 	var started []*proc.Process
 	for _, d := range []struct {
 		name string
 		args []string
 	}{
 		// The demo runs on one trusted host: plaintext, chosen here and logged.
-		{"controller", []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s"}},
+		{"controller", []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s",
+			"--agent-token-file", statusToken}},
 		{"agent", []string{"agent", "--plaintext", "--node-id", demoNode, "--address", "127.0.0.1", "--cpus", strconv.Itoa(DemoNodeCPUs), "--memory-mb", "8192",
 			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh,
 			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--stop-on-exit", "--allow-command", o.Self,
-			"--rate-limit-redis", redis, "--rate-limit-redis-password-file", redisPasswordFile,
+			"--rate-limit-redis", redis, "--rate-limit-redis-password-file", redisPasswordFile, "--status-token-file", statusToken,
 			// The demo's replicas are this binary, wherever the checkout is:
 			// they run as the user who started the demo, on one trusted host.
 			"--run-as", currentUser()}},
@@ -173,16 +180,25 @@ func startStackDaemons(o StackOptions, consulAddr, redis, redisPasswordFile stri
 	return started, nil
 }
 
+// stackSecret writes a new random secret into the work folder's file
+// name, readable by the demo's user alone, and returns it and the file.
+func stackSecret(dir, name string) (secret, file string, err error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", fmt.Errorf("%s: %w", name, err)
+	}
+	secret, file = hex.EncodeToString(b), filepath.Join(dir, name)
+	if err := os.WriteFile(file, []byte(secret), 0o600); err != nil {
+		return "", "", fmt.Errorf("%s: %w", name, err)
+	}
+	return secret, file, nil
+}
+
 // startStackRedis starts the demo's Redis on a free loopback port with a
 // new random password, kept in the work folder (0600) for the agent.
 func startStackRedis(dir string) (*devredis.Server, string, error) {
-	secret := make([]byte, 16)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, "", fmt.Errorf("redis password: %w", err)
-	}
-	password := hex.EncodeToString(secret)
-	file := filepath.Join(dir, "redis-password")
-	if err := os.WriteFile(file, []byte(password), 0o600); err != nil {
+	password, file, err := stackSecret(dir, "redis-password")
+	if err != nil {
 		return nil, "", fmt.Errorf("redis password: %w", err)
 	}
 	redis, err := devredis.Start(dir, 0, password)
