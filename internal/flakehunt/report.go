@@ -57,6 +57,10 @@ const (
 // per test.
 type report struct {
 	tests map[testID]*tally
+	// pkgTail are the last lines each package printed, whatever test
+	// printed them: a package that fails outside any test (a panic in a
+	// goroutine, a timeout) is known by them.
+	pkgTail map[string][]string
 	// unparsed counts lines that were not test2json events (go vet's or
 	// the build's output before a package's first event).
 	unparsed []string
@@ -65,7 +69,7 @@ type report struct {
 // read consumes a `go test -json` stream until it ends, copying every
 // line to raw (the phase's log) when raw is not nil.
 func read(r io.Reader, raw io.Writer) (*report, error) {
-	rep := &report{tests: map[testID]*tally{}}
+	rep := &report{tests: map[testID]*tally{}, pkgTail: map[string][]string{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -100,7 +104,12 @@ func (rep *report) add(e event) {
 	case "run", "start":
 		t.current = t.current[:0]
 	case "output":
-		t.current = append(t.current, strings.TrimRight(e.Output, "\n"))
+		line := strings.TrimRight(e.Output, "\n")
+		t.current = append(t.current, line)
+		if rep.pkgTail != nil {
+			tail := append(rep.pkgTail[e.Package], line)
+			rep.pkgTail[e.Package] = tail[max(0, len(tail)-maxLines):]
+		}
 		if len(t.current) > 4*maxLines {
 			t.current = append(t.current[:0], t.current[len(t.current)-maxLines:]...)
 		}
@@ -111,6 +120,9 @@ func (rep *report) add(e event) {
 		t.runs++
 		t.failed++
 		lines := t.current
+		if e.Test == "" && len(rep.pkgTail[e.Package]) > 0 {
+			lines = rep.pkgTail[e.Package] // the package's own output says only FAIL
+		}
 		if len(lines) > maxLines {
 			lines = lines[len(lines)-maxLines:]
 		}

@@ -91,6 +91,24 @@ func TestReportKeepsDistinctFailuresAndClipsLongLines(t *testing.T) {
 	}
 }
 
+func TestAPackageFailureShowsThePackagesLastLines(t *testing.T) {
+	// A goroutine that outlived its test panicked: the panic is printed
+	// as another test's output, and the package fails with no test failed.
+	rep, err := read(strings.NewReader(`{"Action":"run","Package":"p","Test":"TestB"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"panic: Log in goroutine after TestA has completed\n"}
+{"Action":"output","Package":"p","Output":"FAIL\tp\t1.0s\n"}
+{"Action":"fail","Package":"p"}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	rep.write(&out, "unit")
+	if !strings.Contains(out.String(), "panic: Log in goroutine after TestA has completed") {
+		t.Errorf("a package that failed outside its tests: the summary lacks the panic that failed it:\n%s", out.String())
+	}
+}
+
 func TestReportOfNoTestSaysWhy(t *testing.T) {
 	rep, err := read(strings.NewReader("go: cannot find main module\n"), nil)
 	if err != nil {

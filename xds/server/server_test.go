@@ -61,7 +61,8 @@ func startServerHolding(t *testing.T, holdOff, maxHoldOff time.Duration) (*Serve
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { _ = s.Run(ctx) }()
+	published := make(chan struct{})
+	go func() { defer close(published); _ = s.Run(ctx) }()
 	go func() { _ = g.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -71,6 +72,10 @@ func startServerHolding(t *testing.T, holdOff, maxHoldOff time.Duration) (*Serve
 		_ = conn.Close()
 		g.Stop()
 		cancel()
+		// The publisher logs through t (verbose runs, go test -json):
+		// it must end before the test does, or a publish in flight logs
+		// after it and panics (make flake).
+		<-published
 	})
 	return s, conn, reg
 }
