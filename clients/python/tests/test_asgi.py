@@ -23,15 +23,28 @@ class AsyncEcho:
         self.config = None
         self.in_flight = self.most = 0
         self.release = None  # an asyncio.Event the stream waits on
+        self.slow_until = 0  # /slow holds until this many are in flight (or 10 s pass)
+        self.all_in = None  # an asyncio.Event set when they are
 
     async def reconfigure(self, config):
         self.config = config
 
     async def __call__(self, request):
         if request.url.path == "/slow":
+            # Each holds until every request is in flight (not for a fixed
+            # while, which a loaded host's threads may not all reach): on
+            # one loop serving them at once they all are; served one at a
+            # time, the first waits out the 10 s alone.
+            if self.all_in is None:
+                self.all_in = asyncio.Event()
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
-            await asyncio.sleep(0.3)
+            if self.in_flight >= self.slow_until:
+                self.all_in.set()
+            try:
+                await asyncio.wait_for(self.all_in.wait(), 10)
+            except asyncio.TimeoutError:
+                pass
             self.in_flight -= 1
             return {"slow": True}
         if request.url.path == "/stream":
@@ -112,6 +125,7 @@ def test_async_handlers_get_starlette_requests(serve):
 
 def test_many_requests_in_flight_on_one_loop(serve):
     model = AsyncEcho()
+    model.slow_until = 64
     port, _ = serve(model)
     with ThreadPoolExecutor(64) as pool:
         results = list(pool.map(lambda _: request(port, "GET", "/slow")[0], range(64)))
