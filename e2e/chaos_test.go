@@ -49,10 +49,14 @@ type chaosAgent struct {
 	args, env        []string
 	child            *proc.Process
 	log              *testutil.SyncBuffer
+	logs             []string // the logs of its earlier incarnations
 }
 
 func (a *chaosAgent) start(t *testing.T) {
 	t.Helper()
+	if a.log != nil {
+		a.logs = append(a.logs, a.log.String())
+	}
 	a.log = &testutil.SyncBuffer{}
 	var err error
 	if a.child, err = proc.Start(proc.Spec{Path: servemeshBin, Args: a.args, Env: a.env, Stderr: a.log}); err != nil {
@@ -91,6 +95,11 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(func() {
 		for _, a := range agents {
 			_ = a.child.Stop(10 * time.Second)
+			failOnRace(t, "agent "+a.id, strings.Join(a.logs, "")+a.log.String())
+			if t.Failed() {
+				t.Logf("agent %s log, every incarnation:\n%s%s", a.id, strings.Join(a.logs, ""), a.log.String())
+				t.Logf("agent %s's Envoy, requests that did not get a 200 (up to 40):\n%s", a.id, failedRequests(a.dir, 40))
+			}
 			stopNodeLeftovers(t, a.id, a.dir, a.env)
 		}
 	})
