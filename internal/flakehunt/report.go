@@ -107,8 +107,10 @@ func (rep *report) add(e event) {
 		line := strings.TrimRight(e.Output, "\n")
 		t.current = append(t.current, line)
 		if rep.pkgTail != nil {
-			tail := append(rep.pkgTail[e.Package], line)
-			rep.pkgTail[e.Package] = tail[max(0, len(tail)-maxLines):]
+			rep.pkgTail[e.Package] = append(rep.pkgTail[e.Package], line)
+			if n := len(rep.pkgTail[e.Package]); n > maxLines {
+				rep.pkgTail[e.Package] = rep.pkgTail[e.Package][n-maxLines:]
+			}
 		}
 		if len(t.current) > 4*maxLines {
 			t.current = append(t.current[:0], t.current[len(t.current)-maxLines:]...)
