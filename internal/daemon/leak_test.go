@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -96,9 +97,30 @@ func startLeadingController(ctx context.Context, t *testing.T, o ControllerOptio
 	apiAddr, _ := proc.FreeAddr(ctx, "127.0.0.1")
 	o.APIListen, o.XDSListen, o.Advertise, o.ConsulPrefix = apiAddr, "127.0.0.1:0", apiAddr, "servemesh"
 	o.DrainGrace, o.ReplaceAfter = time.Second, time.Second
+	// Its log is printed if the test fails: a controller that does not
+	// come to lead says why there.
+	var logs testutil.SyncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("controller %s log:\n%s", o.ID, logs.String())
+		}
+	})
 	done := make(chan error, 1)
-	go func() { done <- RunController(ctx, quiet(), o) }()
+	exited := make(chan error, 1)
+	go func() {
+		err := RunController(ctx, slog.New(slog.NewTextHandler(&logs, nil)), o)
+		exited <- err
+		done <- err
+	}()
 	c := api.NewClient(apiAddr, "")
-	testutil.WaitFor(t, 20*time.Second, "the controller to lead", func() bool { info, err := c.Leader(ctx); return err == nil && info.Leading })
+	testutil.WaitFor(t, 20*time.Second, "the controller to lead", func() bool {
+		select {
+		case err := <-exited:
+			t.Fatalf("the controller exited before it led: %v", err)
+		default:
+		}
+		info, err := c.Leader(ctx)
+		return err == nil && info.Leading
+	})
 	return c, apiAddr, done
 }
