@@ -36,7 +36,7 @@ func (r *replica) ownsPort(again bool) error {
 	if last := r.owned.Load(); !again && last != nil && last.process == *id && last.addr == addr {
 		return nil
 	}
-	l := proc.ListenerInGroup(addr, id.Pid, 0)
+	l := proc.ListenerInGroup(addr, id.Pid)
 	switch {
 	case l.Inode == 0:
 		return nil

@@ -1,4 +1,4 @@
-// Command flakehunt runs the test suite many times under a CPU and
+// Package main is the flakehunt command: it runs the test suite many times under a CPU and
 // scheduler load it makes itself, and prints every test that failed at
 // least once, with its output: `make flake`. A test that fails here fails
 // by chance in CI sooner or later.

@@ -77,9 +77,9 @@ type GroupListener struct {
 // a process of process group pgid (a child started by Start leads its
 // own): a supervisor checks a child's port is the child's before it
 // probes or configures it, since another process may have taken the port
-// while the child was down. known is an inode an earlier call found in
-// the group: while addr's socket is still that one, no process is read.
-func ListenerInGroup(addr string, pgid int, known uint64) GroupListener {
+// while the child was down. It reads every process's descriptors: callers
+// remember what they found (the agent's ownedPort).
+func ListenerInGroup(addr string, pgid int) GroupListener {
 	fs, inodes := listening(addr)
 	if len(inodes) == 0 {
 		return GroupListener{}
@@ -87,9 +87,6 @@ func ListenerInGroup(addr string, pgid int, known uint64) GroupListener {
 	var out GroupListener
 	for n := range inodes {
 		out.Inode = n
-		if n == known {
-			return GroupListener{Inode: n, InGroup: true}
-		}
 	}
 	procs, err := fs.AllProcs()
 	if err != nil {
