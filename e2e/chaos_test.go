@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -214,6 +216,15 @@ func chaosInitial(addrs []string) *meshspec.Model {
 	return m
 }
 
+// workDirs are the agents' work folders.
+func (ch *chaos) workDirs() []string {
+	var out []string
+	for _, a := range ch.agents {
+		out = append(out, a.dir)
+	}
+	return out
+}
+
 type chaos struct {
 	t      *testing.T
 	rng    *rand.Rand
@@ -331,7 +342,7 @@ func (ch *chaos) fault() {
 		ch.note("p's replicas answer again")
 	case 2: // kill -9 one replica of p
 		ch.waitReplicas()
-		pids := replicaPids("p")
+		pids := replicaPids("p", ch.workDirs()...)
 		if len(pids) > 0 {
 			pid := pids[ch.rng.IntN(len(pids))]
 			ch.note("kill replica of p, pid %d", pid)
@@ -483,8 +494,15 @@ func envOf(pid int) map[string]string {
 	return out
 }
 
-// replicaPids finds the demo replicas of backend by their command line.
-func replicaPids(backend string) []int {
+// replicaPids finds the demo replicas of backend that the agents working
+// in workDirs run: by their command line (this suite's servemesh binary)
+// and their working folder, which is under their agent's. Another test's
+// backend of the same name, and another suite's running beside this one,
+// are not theirs.
+func replicaPids(backend string, workDirs ...string) []int {
+	if len(workDirs) == 0 {
+		panic("replicaPids: name the agents' work folders")
+	}
 	entries, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range entries {
@@ -493,7 +511,14 @@ func replicaPids(backend string) []int {
 			continue
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(cmdline), "demo-replica\x00--backend\x00"+backend+"\x00") {
+		if !strings.HasPrefix(string(cmdline), servemeshBin+"\x00demo-replica\x00") || !strings.Contains(string(cmdline), "\x00--backend\x00"+backend+"\x00") {
+			continue
+		}
+		cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd")
+		if err == nil && slices.ContainsFunc(workDirs, func(d string) bool {
+			real, err := filepath.EvalSymlinks(d)
+			return err == nil && strings.HasPrefix(cwd, real+string(filepath.Separator))
+		}) {
 			out = append(out, pid)
 		}
 	}

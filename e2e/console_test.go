@@ -129,7 +129,7 @@ func TestConsole(t *testing.T) {
 
 	// A replica whose process dies is restarted by its agent, which the
 	// page says.
-	pids := replicaPids("cstable")
+	pids := mesh.replicaPids("cstable")
 	if len(pids) != 1 {
 		t.Fatalf("cstable's replica processes: %v", pids)
 	}

@@ -648,6 +648,11 @@ func startTwoNodeMeshWith(t *testing.T, name string, ctlArgs, agentArgs []string
 	return m
 }
 
+// replicaPids finds the demo replicas of backend on the mesh's nodes.
+func (m *twoNodeMesh) replicaPids(backend string) []int {
+	return replicaPids(backend, m.n1.workDir, m.n2.workDir)
+}
+
 // createBackends creates bs, each once the nodes can place it.
 func (m *twoNodeMesh) createBackends(t *testing.T, bs ...meshspec.Backend) {
 	t.Helper()

@@ -61,7 +61,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		loads := []*load{startLoad("http://"+mesh.n1.public+"/split", 2), startLoad("http://"+mesh.n2.public+"/split", 2),
 			startLoadMethod(http.MethodPost, "http://"+mesh.n1.public+"/split", 1)}
 		time.Sleep(time.Second)
-		pids := replicaPids("solo")
+		pids := mesh.replicaPids("solo")
 		if len(pids) != 1 {
 			t.Fatalf("solo runs %d replica processes, want 1", len(pids))
 		}
@@ -69,7 +69,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 20*time.Second, "solo's replica to be restarted and serve", func() bool {
-			ps := replicaPids("solo")
+			ps := mesh.replicaPids("solo")
 			if len(ps) != 1 || ps[0] == pids[0] {
 				return false
 			}
@@ -191,11 +191,11 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			}
 			return seen
 		}
-		testutil.WaitFor(t, 30*time.Second, "both replicas of tuned to answer", func() bool { return len(replicaPids("tuned")) == 2 && len(configs(10)) > 0 })
+		testutil.WaitFor(t, 30*time.Second, "both replicas of tuned to answer", func() bool { return len(mesh.replicaPids("tuned")) == 2 && len(configs(10)) > 0 })
 		if got := configs(40); len(got) != 1 || got[`{"temperature":0.5}`] != 40 {
 			t.Fatalf("answers by the config their replica ran: %v; want every one with the config", got)
 		}
-		pids := replicaPids("tuned")
+		pids := mesh.replicaPids("tuned")
 		slices.Sort(pids)
 		if _, err := mesh.c.UpdateBackend(ctx, "tuned", meshspec.BackendConfigPatch{UserConfig: ptr(meshspec.UserConfig(`{"temperature":0.9}`))}); err != nil {
 			t.Fatal(err)
@@ -204,7 +204,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			got := configs(20)
 			return len(got) == 1 && got[`{"temperature":0.9}`] == 20
 		})
-		after := replicaPids("tuned")
+		after := mesh.replicaPids("tuned")
 		slices.Sort(after)
 		if !slices.Equal(pids, after) {
 			t.Fatalf("replica processes %v became %v: the config change restarted them", pids, after)

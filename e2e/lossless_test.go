@@ -48,7 +48,7 @@ func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 				tag = p.Tag
 			}
 		}
-		for _, pid := range replicaPids("l") {
+		for _, pid := range replicaPids("l", nodes[0].workDir, nodes[1].workDir) {
 			if envOf(pid)["SERVEMESH_REPLICA_TAG"] == tag {
 				return pid
 			}
@@ -75,7 +75,7 @@ func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.WaitFor(t, 20*time.Second, "the replica on "+victim+" to be restarted", func() bool {
-			for _, p := range replicaPids("l") {
+			for _, p := range replicaPids("l", nodes[0].workDir, nodes[1].workDir) {
 				if p != pid && envOf(p)["SERVEMESH_NODE"] == victim {
 					return true
 				}

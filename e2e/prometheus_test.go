@@ -93,7 +93,7 @@ func TestPrometheus(t *testing.T) {
 	if _, err := mesh.c.StartRollout(ctx, "prom", meshspec.Rollout{Candidate: "pcand", Steps: []meshspec.RolloutStep{step(0.2), step(0.5), step(1)}, Checks: meshspec.RolloutChecks{LatencyToleranceMs: 1000}}); err != nil {
 		t.Fatal(err)
 	}
-	pids := replicaPids("pcand")
+	pids := mesh.replicaPids("pcand")
 	if len(pids) == 0 {
 		t.Fatal("no process of pcand's replica")
 	}

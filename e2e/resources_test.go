@@ -46,7 +46,7 @@ func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 		var got []string
 		testutil.WaitFor(t, 30*time.Second, "llm's replica processes and their GPUs", func() bool {
 			got = nil
-			for _, pid := range replicaPids("llm") {
+			for _, pid := range replicaPids("llm", gpuDir, cpuNode.workDir) {
 				env := envOf(pid)
 				if env["SERVEMESH_NODE"] != "gpu-node" || env["CUDA_VISIBLE_DEVICES"] == "" || env["CUDA_VISIBLE_DEVICES"] != env["SERVEMESH_GPU_DEVICES"] {
 					return false
@@ -85,7 +85,7 @@ func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 		t.Fatalf("after scaling 2 -> 1 (keeping GPU %v) -> 2: devices %v; want the freed one handed out again", kept, got)
 	}
 
-	old := replicaPids("llm")
+	old := replicaPids("llm", gpuDir, cpuNode.workDir)
 	slices.Sort(old)
 	if err := syscall.Kill(gpuNode.child.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestGPUsArePlacedAndHandedOut(t *testing.T) {
 	if got := devices(2); !slices.Equal(got, []string{"0", "1"}) {
 		t.Fatalf("after the agent restarted: devices %v; want 0 and 1", got)
 	}
-	now := replicaPids("llm")
+	now := replicaPids("llm", gpuDir, cpuNode.workDir)
 	slices.Sort(now)
 	if !slices.Equal(now, old) {
 		t.Fatalf("replica processes %v before the agent restarted, %v after; want the same, adopted", old, now)
