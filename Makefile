@@ -105,9 +105,9 @@ $(CONSUL): tools/consul/go.mod tools/consul/go.sum
 	cd tools/consul && GOBIN=$(TOOLS_BIN) go install github.com/hashicorp/consul
 	@touch $@
 
-$(RATELIMIT): tools/ratelimit/go.mod tools/ratelimit/go.sum
+$(RATELIMIT): tools/ratelimit/go.mod tools/ratelimit/go.sum tools/ratelimit/main.go
 	@echo "tools: building Envoy's rate limit service from the pinned module in tools/ratelimit (under a minute)"
-	cd tools/ratelimit && go build -o $@ github.com/envoyproxy/ratelimit/src/service_cmd
+	cd tools/ratelimit && go build -o $@ .
 	@touch $@
 
 $(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum

@@ -503,24 +503,20 @@ func replicaPids(backend string, workDirs ...string) []int {
 	if len(workDirs) == 0 {
 		panic("replicaPids: name the agents' work folders")
 	}
-	entries, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if !strings.HasPrefix(string(cmdline), servemeshBin+"\x00demo-replica\x00") || !strings.Contains(string(cmdline), "\x00--backend\x00"+backend+"\x00") {
-			continue
-		}
-		cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd")
-		if err == nil && slices.ContainsFunc(workDirs, func(d string) bool {
-			real, err := filepath.EvalSymlinks(d)
-			return err == nil && strings.HasPrefix(cwd, real+string(filepath.Separator))
-		}) {
+	for _, pid := range processesOf(servemeshBin, workDirs...) {
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if strings.HasPrefix(string(cmdline), servemeshBin+"\x00demo-replica\x00") && strings.Contains(string(cmdline), "\x00--backend\x00"+backend+"\x00") {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// underAny reports whether path is inside one of dirs (their real paths).
+func underAny(path string, dirs []string) bool {
+	return slices.ContainsFunc(dirs, func(d string) bool {
+		real, err := filepath.EvalSymlinks(d)
+		return err == nil && strings.HasPrefix(path, real+string(filepath.Separator))
+	})
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,14 +13,18 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/agent/ratelimit"
 	"github.com/servemesh/servemesh/internal/devredis"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // TestGlobalRateLimitsHoldAcrossNodes: on the default mesh (mTLS, two
@@ -98,6 +103,10 @@ func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 		}
 		return len(counted) == 4
 	})
+
+	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+		checkRateLimitServiceSealed(t, bin, n)
+	}
 
 	// 80 a second, alternating nodes, over 5 whole one-second windows
 	// (the service counts in windows of the clock's seconds).
@@ -269,4 +278,102 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 	if code, out, _ := cli(t, env, "status"); code != 0 || !strings.Contains(out, "200 tokens/hour") {
 		t.Errorf("status: exit %d, want the token quota listed:\n%s", code, out)
 	}
+}
+
+// checkRateLimitServiceSealed checks that no local user but the agent's
+// (a replica's user: nobody) reaches node n's rate limit service. Issue
+// 58, M6: the service's HTTP API was open on loopback, and a replica's
+// user spent an endpoint's mesh-wide limit through its /json (429 for
+// everyone after). Every TCP listener it has (its metrics, at least) is
+// asked for a decision as nobody and must give none; every unix socket it
+// has bound must refuse nobody and take the agent's user.
+func checkRateLimitServiceSealed(t *testing.T, bin string, n *mtlsNode) {
+	t.Helper()
+	pids := processesOf(bin, n.workDir)
+	if len(pids) != 1 {
+		t.Fatalf("node %s: rate limit service processes %v; want one", n.id, pids)
+	}
+	tcp := tcpListeners(t, pids[0])
+	if len(tcp) == 0 {
+		t.Fatalf("node %s: the rate limit service (pid %d) listens on no TCP address; want its metrics' at least", n.id, pids[0])
+	}
+	ask := `{"domain":"` + wire.RateLimitDomain + `","descriptors":[{"entries":[{"key":"generic_key","value":"global"}]}]}`
+	for _, addr := range tcp {
+		out, _ := asNobody(t, "curl", "-s", "-m", "5", "-d", ask, "http://"+addr+"/json")
+		if strings.Contains(out, "overallCode") {
+			t.Errorf("node %s: nobody (a replica's user) asked the rate limit service at %s/json for a decision and got it: %s", n.id, addr, out)
+		}
+	}
+	socks := boundUnixSockets(t, pids[0])
+	if len(socks) == 0 {
+		t.Fatalf("node %s: the rate limit service (pid %d) has bound no unix socket; want the one Envoy calls", n.id, pids[0])
+	}
+	ctx := context.Background()
+	for _, sock := range socks {
+		if out, err := connectUnix(ctx, nil, sock); err != nil {
+			t.Errorf("node %s: the agent's user cannot connect to the rate limit service's %s: %v %s", n.id, sock.path, err, out)
+		}
+		if out, err := connectUnix(ctx, &syscall.Credential{Uid: 65534, Gid: 65534}, sock); err == nil || !strings.Contains(out, "PermissionError") {
+			t.Errorf("node %s: nobody (a replica's user) connecting to the rate limit service's %s: %v %s; want permission denied", n.id, sock.path, err, out)
+		}
+	}
+}
+
+// tcpListeners are the addresses (host:port) of the TCP sockets process
+// pid listens on.
+func tcpListeners(t *testing.T, pid int) []string {
+	t.Helper()
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := p.FileDescriptorTargets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[uint64]bool{}
+	for _, target := range targets {
+		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
+			n, _ := strconv.ParseUint(strings.TrimSuffix(inode, "]"), 10, 64)
+			held[n] = true
+		}
+	}
+	var out []string
+	for _, table := range []func() (procfs.NetTCP, error){fs.NetTCP, fs.NetTCP6} { //nolint:staticcheck // a test reads it once
+		lines, err := table()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			if l.St == 0x0A && held[l.Inode] { // TCP_LISTEN
+				out = append(out, net.JoinHostPort(l.LocalAddr.String(), strconv.FormatUint(l.LocalPort, 10)))
+			}
+		}
+	}
+	return out
+}
+
+// processesOf finds the processes running binary whose working folder is
+// under one of dirs.
+func processesOf(binary string, dirs ...string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if !strings.HasPrefix(string(cmdline), binary+"\x00") {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && underAny(cwd, dirs) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -216,8 +216,11 @@ func (s *Service) exit() {
 func (s *Service) logPath() string { return filepath.Join(s.dir, "service.log") }
 
 // environ is the service's whole environment (none of the agent's: its
-// Consul token stays with it). The service listens on the unix socket
-// alone beyond loopback-only HTTP, debug and metrics listeners.
+// Consul token stays with it). servemesh's build (tools/ratelimit) serves
+// its API on the unix socket alone, a file only its user may connect to,
+// and its metrics on loopback; the HTTP and debug listeners upstream's
+// build opens beside them (whose /json answers anyone) are pinned to
+// loopback here in case the binary is upstream's.
 func (s *Service) environ(metrics string) []string {
 	env := []string{
 		"GRPC_UDS=" + s.socket(),
@@ -236,9 +239,15 @@ func (s *Service) environ(metrics string) []string {
 }
 
 // settings identifies what the service runs with, the password by its
-// hash: a record with others is of a service to replace.
+// hash, and its binary by its size and modification time: a record with
+// others is of a service to replace (so a rebuilt binary, say one that
+// closes a listener, replaces the service that an agent adopts).
 func (s *Service) settings() string {
-	h := sha256.Sum256([]byte(strings.Join(append([]string{s.o.Binary}, s.environ("")...), "\x00")))
+	binary := s.o.Binary
+	if fi, err := os.Stat(s.o.Binary); err == nil {
+		binary = fmt.Sprintf("%s %d %d", s.o.Binary, fi.Size(), fi.ModTime().UnixNano())
+	}
+	h := sha256.Sum256([]byte(strings.Join(append([]string{binary}, s.environ("")...), "\x00")))
 	return hex.EncodeToString(h[:])
 }
 
