@@ -16,7 +16,6 @@ import (
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/servemesh/servemesh/internal/protoyaml"
 	"github.com/servemesh/servemesh/wire"
@@ -174,10 +173,11 @@ func Build(o Options) (*bootstrapv3.Bootstrap, error) {
 			CdsConfig: ads,
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*cluster.Cluster{xdsCluster}},
-		// An admin runtime layer lets operators override a shadow's fraction
-		// (runtime key servemesh.shadow.<endpoint>.<backend>) on one node.
+		// The static layer holds the listeners' connection limits; an
+		// admin layer lets operators override a shadow's fraction (runtime
+		// key servemesh.shadow.<endpoint>.<backend>) on one node.
 		LayeredRuntime: &bootstrapv3.LayeredRuntime{Layers: []*bootstrapv3.RuntimeLayer{
-			{Name: "static", LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: &structpb.Struct{}}},
+			{Name: "static", LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: runtimeLimits(o.Limits)}},
 			{Name: "admin", LayerSpecifier: &bootstrapv3.RuntimeLayer_AdminLayer_{AdminLayer: &bootstrapv3.RuntimeLayer_AdminLayer{}}},
 		}},
 		// Histograms reach /stats only when Envoy flushes them (5 s by

@@ -71,3 +71,30 @@ func TestBuildRejectsBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// Each listener's connection limit is a share of the node's, and the
+// shares add up to at most the whole, so that a listener at its limit
+// leaves every other its own (issue 58, M5: idle public connections took
+// the connections the mesh and inbound listeners needed).
+func TestListenerConnectionLimitsShareTheWhole(t *testing.T) {
+	for _, max := range []uint64{16, 17, 40, 12_345, 0} {
+		limits := Limits{MaxConnections: max}.ListenerConnectionLimits()
+		whole := max
+		if whole == 0 {
+			whole = DefaultMaxConnections
+		}
+		var sum uint64
+		for _, name := range []string{wire.PublicListener, wire.MeshListener, wire.InboundListener} {
+			if limits[name] == 0 {
+				t.Errorf("max %d: listener %s has no connections of its own: %v", max, name, limits)
+			}
+			sum += limits[name]
+		}
+		if sum > whole || len(limits) != 3 {
+			t.Errorf("max %d: listener limits %v add up to %d; want three, at most %d", max, limits, sum, whole)
+		}
+		if limits[wire.PublicListener] > whole/2 {
+			t.Errorf("max %d: the public listener may hold %d; want at most half", max, limits[wire.PublicListener])
+		}
+	}
+}

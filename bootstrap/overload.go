@@ -9,11 +9,17 @@ import (
 	heapv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/resource_monitors/fixed_heap/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Limits bound what clients can make a node's Envoy hold, through its
 // overload manager: connections across all its listeners, and its heap.
-// Past MaxConnections a new connection is closed at once; as the heap
+// Past MaxConnections a new connection is closed at once, and each
+// listener has a share of them of its own (listenerShares), so that no
+// listener's clients can take another's: idle public connections leave
+// the mesh and inbound listeners serving. As the heap
 // nears MaxHeapMB, Envoy frees memory, resets the streams that buffer the
 // most, stops keep-alive and, at the top, answers new requests 503. The
 // listeners' own limits (buffers, streams, header timeouts) are the
@@ -43,6 +49,41 @@ func (l Limits) Check() error {
 		return fmt.Errorf("--envoy-max-heap-mb %d: Envoy needs about 64 MiB to run at all; give at least 64 (default %d)", l.MaxHeapMB, DefaultMaxHeapMB)
 	}
 	return nil
+}
+
+// listenerShares are the tenths of MaxConnections each listener may hold:
+// the public listener 4, the mesh listener (the node's replicas' calls)
+// 2, the inbound one (other nodes': a connection per calling node, backend
+// and Envoy worker) 4. They add up to the whole, so a listener at its
+// share leaves the others theirs.
+var listenerShares = []struct {
+	listener string
+	tenths   uint64
+}{{wire.PublicListener, 4}, {wire.MeshListener, 2}, {wire.InboundListener, 4}}
+
+// ListenerConnectionLimits are each listener's connection limit under l.
+func (l Limits) ListenerConnectionLimits() map[string]uint64 {
+	conns := l.MaxConnections
+	if conns == 0 {
+		conns = DefaultMaxConnections
+	}
+	out := make(map[string]uint64, len(listenerShares))
+	for _, s := range listenerShares {
+		out[s.listener] = conns * s.tenths / 10
+	}
+	return out
+}
+
+// runtimeLimits is the static runtime layer that gives each listener its
+// connection limit (Envoy's envoy.resource_limits.listener.<name>.
+// connection_limit: past it, a new connection to that listener is closed
+// at once, counted in its downstream_cx_overflow).
+func runtimeLimits(l Limits) *structpb.Struct {
+	fields := map[string]*structpb.Value{}
+	for name, limit := range l.ListenerConnectionLimits() {
+		fields["envoy.resource_limits.listener."+name+".connection_limit"] = structpb.NewNumberValue(float64(limit))
+	}
+	return &structpb.Struct{Fields: fields}
 }
 
 // overloadManager is the node's overload manager for l.

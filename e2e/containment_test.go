@@ -21,9 +21,11 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/internal/connect"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // TestContainment: whoever holds a little (a write token, a replica) cannot
@@ -239,7 +241,9 @@ func TestContainment(t *testing.T) {
 		// manager (200 idle connections took Envoy from 63 to 273 MiB). k2
 		// runs with --envoy-max-connections 40: of 80 connections, those past
 		// the limit are closed at once; once they are gone it serves again.
-		closed := heldConnections(t, nodes[1].public, 80)
+		conns := openIdle(t, nodes[1].public, 80)
+		closed := closedOf(conns)
+		closeAll(conns)
 		if closed < 30 {
 			t.Fatalf("%d of 80 connections were closed; want those past the limit of 40 (at least 30)", closed)
 		}
@@ -247,26 +251,59 @@ func TestContainment(t *testing.T) {
 			return do(httpClient(), http.MethodGet, "http://"+nodes[1].public+"/m", "").status == http.StatusOK
 		})
 	})
+	t.Run("idle public connections leave the mesh and inbound listeners serving", func(t *testing.T) {
+		// Issue 58, M5: k2's listeners shared its one limit of 40
+		// connections, so 80 idle public connections cut the node off
+		// from its mesh listener (its replicas' calls) and its inbound one
+		// (other nodes' calls). Each listener has a share of its own now.
+		held := openIdle(t, nodes[1].public, 80)
+		defer closeAll(held)
+		if closed := closedOf(held); closed < 40 {
+			t.Fatalf("%d of 80 idle public connections were closed; want at least 40 (the public listener full)", closed)
+		}
+		fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+		if r := do(fresh, http.MethodGet, "http://"+nodes[1].mesh+"/", "m"); r.status != http.StatusOK || r.backend != "m" {
+			t.Errorf("a new connection to k2's mesh listener while its public one is full: %s; want m's answer", r)
+		}
+		client, err := consul.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := connect.Fetch(ctx, client, wire.NodeService("probe"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inbound := inboundClient(peer, peer.Roots, wire.BackendSNI("m"), identityPrefix(t, peer)+wire.BackendService("m"))
+		if r := do(inbound, http.MethodGet, "https://"+nodes[1].inbound+"/", ""); r.status != http.StatusOK || r.backend != "m" {
+			t.Errorf("a new connection to k2's inbound listener, as a node, while its public one is full: %s; want m's answer", r)
+		}
+	})
 }
 
-// heldConnections opens n connections to addr and sends nothing, and
-// returns how many the server closed within a second; then closes them
-// all.
-func heldConnections(t *testing.T, addr string, n int) int {
+// openIdle opens n connections to addr and sends nothing on them.
+func openIdle(t *testing.T, addr string, n int) []net.Conn {
 	t.Helper()
 	conns := make([]net.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	}()
 	for range n {
 		c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(context.Background(), "tcp", addr)
 		if err != nil {
+			closeAll(conns)
 			t.Fatalf("connection %d: %v", len(conns), err)
 		}
 		conns = append(conns, c)
 	}
+	return conns
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+// closedOf returns how many of conns the server closed within a second of
+// now (a limit closes a connection past it at once).
+func closedOf(conns []net.Conn) int {
 	closed := 0
 	time.Sleep(time.Second)
 	for _, c := range conns {

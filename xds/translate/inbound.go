@@ -114,6 +114,8 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend, tracing *ir.Tracin
 		Name:             wire.BackendSecret(backend),
 		FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{wire.BackendSNI(backend)}, TransportProtocol: "tls"},
 		TransportSocket:  socket,
+		// A caller that has not finished its TLS handshake by then is cut.
+		TransportSocketConnectTimeout: durationpb.New(inboundHandshakeTimeout),
 		Filters: []*listener.Filter{{
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listener.Filter_TypedConfig{TypedConfig: packed},

@@ -116,7 +116,8 @@ func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string
 		// has no body.
 		LocalReplyConfig: noRouteReply(name),
 	})
-	edgeLimits.bound(manager)
+	limits := edgeLimitsOf(name)
+	limits.bound(manager)
 	routes(manager)
 	if err := traceManager(manager, tracing, node.ID); err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
@@ -128,7 +129,7 @@ func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string
 	return &listener.Listener{
 		Name:                          name,
 		Address:                       socketAddress(address, port),
-		PerConnectionBufferLimitBytes: wrapperspb.UInt32(edgeLimits.bufferBytes),
+		PerConnectionBufferLimitBytes: wrapperspb.UInt32(limits.bufferBytes),
 		FilterChains: []*listener.FilterChain{{
 			Filters: []*listener.Filter{{
 				Name:       "envoy.filters.network.http_connection_manager",
