@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -416,4 +418,97 @@ func writeMesh(t *testing.T, m *meshspec.Model) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestAnAgentsStatusTokenReadsNoLog: issue 58, M2. The controller sent
+// the agents' one shared status token, over plain HTTP, to whatever
+// status address a node registered (a node's Consul token is enough to
+// register one), and the captured token read a real agent's logs. Now the
+// controller calls an agent that takes TLS over mTLS, sending no token,
+// and an agent serves logs only to the controller's certificate: the
+// token, still sent to a node that does not say it takes TLS (a previous
+// release's agent), reads no log.
+func TestAnAgentsStatusTokenReadsNoLog(t *testing.T) {
+	t.Parallel()
+	consul := startConsul(t)
+	token := writeToken(t, "agents-status-secret")
+	ctl := startController(t, consul, "ctl", []string{"--agent-token-file", token})
+	ctl.waitLeading(20 * time.Second)
+	node := startMTLSNode(t, consul, "s1", "127.0.0.2", ctl.xdsAddr, "--status-token-file", token)
+	env := []string{"SERVEMESH_SERVER=" + ctl.apiAddr}
+	testutil.WaitFor(t, 30*time.Second, "the controller to read s1's Envoy log", func() bool {
+		code, out, _ := cli(t, env, "logs", "--node", "s1", "--tail", "3")
+		return code == 0 && strings.TrimSpace(out) != ""
+	})
+
+	client, err := consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tlsToo := range []bool{false, true} {
+		id := map[bool]string{false: "rogue-plain", true: "rogue-tls"}[tlsToo]
+		first := rogueStatusListener(t, client, id, tlsToo)
+		var got []byte
+		select {
+		case got = <-first:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the controller did not call %s's status address within 20 s", id)
+		}
+		if !tlsToo {
+			captured, ok := bearerOf(got)
+			if !ok {
+				t.Fatalf("the controller's call to %s, which says it takes plain HTTP: %q; want the agents' token (a previous release's agent needs it)", id, got)
+			}
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+node.metr+wire.LogsPath+"?envoy=true&tail=5", nil)
+			req.Header.Set("Authorization", "Bearer "+captured)
+			if r := doRequest(httpClient(), req); r.status != http.StatusForbidden {
+				t.Errorf("s1's logs with the token captured at %s: %s; want 403", id, r)
+			}
+			continue
+		}
+		if len(got) == 0 || got[0] != 0x16 || bytes.Contains(got, []byte("agents-status-secret")) {
+			t.Errorf("the controller's call to %s, which says it takes TLS: %q; want a TLS handshake and no token", id, got)
+		}
+	}
+}
+
+// rogueStatusListener registers node id in Consul, as a node's token could,
+// with a status address of a listener of its own, and returns what the
+// first caller of that address sends within a second.
+func rogueStatusListener(t *testing.T, client *consulapi.Client, id string, statusTLS bool) <-chan []byte {
+	t.Helper()
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	first := make(chan []byte, 1)
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close() }()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		b, _ := io.ReadAll(io.LimitReader(c, 4096))
+		first <- b
+	}()
+	n := wire.NodeInfo{ID: id, Address: "127.0.0.9", CPUs: 1, MemoryMB: 64, StatusAddr: lis.Addr().String(), StatusTLS: statusTLS,
+		Version: wire.Version, Protocol: wire.Protocol}
+	if err := client.Agent().ServiceRegister(&consulapi.AgentServiceRegistration{ID: wire.AgentServiceID(id), Name: wire.NodeService(id),
+		Tags: []string{wire.AgentTag}, Address: n.Address, Meta: n.Meta(),
+		Check: &consulapi.AgentServiceCheck{CheckID: wire.AgentServiceID(id), TTL: "10m", Status: consulapi.HealthPassing}}); err != nil {
+		t.Fatal(err)
+	}
+	return first
+}
+
+// bearerOf returns the bearer token of an HTTP request's bytes.
+func bearerOf(request []byte) (string, bool) {
+	for _, line := range strings.Split(string(request), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "Authorization: Bearer "); ok {
+			return v, true
+		}
+	}
+	return "", false
 }

@@ -19,6 +19,9 @@ const (
 	MetaCPUs       = "cpus"
 	MetaMemoryMB   = "memory_mb"
 	MetaStatusAddr = "status_addr"
+	// MetaStatusTLS is "true" when the agent's status listener takes TLS
+	// and knows the controller by its certificate (NodeInfo.StatusTLS).
+	MetaStatusTLS = "status_tls"
 	// MetaInbound is, with mesh mTLS, the node's inbound listener (as
 	// MetaReplicaInbound is in its replicas' registrations).
 	MetaInbound = MetaReplicaInbound
@@ -65,9 +68,14 @@ type NodeInfo struct {
 	Address  string
 	CPUs     float64
 	MemoryMB int
-	// StatusAddr is where the agent serves /metrics, LoadPath and
-	// EnvoyVersionsPath.
+	// StatusAddr is where the agent serves /metrics, LoadPath,
+	// EnvoyVersionsPath and LogsPath.
 	StatusAddr string
+	// StatusTLS says the status listener takes TLS with the node's
+	// identity, and serves the controller (known by its certificate)
+	// without a token. An agent of a release before it took the
+	// controller's token over plain HTTP.
+	StatusTLS bool
 	// AllowedCommands are the commands the node's agent runs as replicas:
 	// paths or path.Match patterns ("/opt/models/*/serve"). None: it runs
 	// no command.
@@ -159,6 +167,9 @@ func (n NodeInfo) Meta() map[string]string {
 	if n.Inbound != "" {
 		m[MetaInbound] = n.Inbound
 	}
+	if n.StatusTLS {
+		m[MetaStatusTLS] = "true"
+	}
 	for i, p := range n.AllowedCommands {
 		m[fmt.Sprintf("%s%02d", MetaAllowCommand, i)] = p
 	}
@@ -185,7 +196,8 @@ func CheckAllowedCommands(patterns []string) error {
 // NodeInfoFromMeta decodes an agent's registration; address is the
 // registration's service address.
 func NodeInfoFromMeta(address string, meta map[string]string) (NodeInfo, error) {
-	n := NodeInfo{ID: meta[MetaNodeID], Address: address, StatusAddr: meta[MetaStatusAddr], Inbound: meta[MetaInbound], Version: meta[MetaVersion]}
+	n := NodeInfo{ID: meta[MetaNodeID], Address: address, StatusAddr: meta[MetaStatusAddr], StatusTLS: meta[MetaStatusTLS] == "true",
+		Inbound: meta[MetaInbound], Version: meta[MetaVersion]}
 	if n.ID == "" {
 		return NodeInfo{}, fmt.Errorf("agent registration has no %q meta", MetaNodeID)
 	}

@@ -41,11 +41,15 @@ type BackendLoad struct {
 // enough that a steady load reads steady, short enough to follow a change.
 const RateWindow = 10 * time.Second
 
+// AgentGetter asks node n's agent for path at its status listener.
+type AgentGetter func(ctx context.Context, n wire.NodeInfo, path string) (*http.Response, error)
+
 // Autoscaler polls the agents and scales autoscaled backends.
 type Autoscaler struct {
-	// AgentToken, if set, is the bearer token agents' status listeners ask
-	// for. Set it before Run.
-	AgentToken string
+	// Agents, if set, is how the nodes' agents are asked for their load
+	// (the daemon's: mTLS, or a token for a previous release's agent);
+	// otherwise plain HTTP. Set it before Run.
+	Agents AgentGetter
 
 	ctl   *controller.Controller
 	nodes controller.NodeLister
@@ -142,7 +146,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 			unread[n.ID] = "its agent names no status address"
 			continue
 		}
-		l, err := a.fetch(ctx, n.StatusAddr)
+		l, err := a.fetch(ctx, n)
 		if err != nil {
 			unread[n.ID] = err.Error() // it adds nothing this round, and status says so
 			continue
@@ -229,24 +233,32 @@ func (a *Autoscaler) EndpointRates() map[string]BackendLoad {
 	return maps.Clone(a.routes)
 }
 
-func (a *Autoscaler) fetch(ctx context.Context, addr string) (wire.Load, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+wire.LoadPath, nil)
-	if err != nil {
-		return wire.Load{}, err
+func (a *Autoscaler) fetch(ctx context.Context, n wire.NodeInfo) (wire.Load, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	get := a.Agents
+	if get == nil {
+		get = a.plainGet
 	}
-	if a.AgentToken != "" {
-		req.Header.Set("Authorization", "Bearer "+a.AgentToken)
-	}
-	resp, err := a.http.Do(req)
+	resp, err := get(ctx, n, wire.LoadPath)
 	if err != nil {
 		return wire.Load{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return wire.Load{}, fmt.Errorf("%s: status %d", addr, resp.StatusCode)
+		return wire.Load{}, fmt.Errorf("%s: status %d", n.StatusAddr, resp.StatusCode)
 	}
 	var l wire.Load
 	return l, json.NewDecoder(io.LimitReader(resp.Body, wire.MaxLoadBytes)).Decode(&l)
+}
+
+// plainGet asks an agent over plain HTTP, with no token.
+func (a *Autoscaler) plainGet(ctx context.Context, n wire.NodeInfo, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.StatusAddr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	return a.http.Do(req)
 }
 
 // decide feeds each autoscaled backend's policy and applies its decisions.

@@ -83,9 +83,9 @@ func TestANodeSpeaksOnlyForItsReplicas(t *testing.T) {
 	}
 }
 
-// TestPollSendsTheAgentToken: an agent whose status listener asks for a
-// token gets it; without it, its load is not read.
-func TestPollSendsTheAgentToken(t *testing.T) {
+// TestPollAsksTheAgentsAsTold: the load is read the way Agents asks (the
+// daemon's mTLS, or a token); an agent that refuses it is not read.
+func TestPollAsksTheAgentsAsTold(t *testing.T) {
 	agent := httptest.NewServer(httpserver.RequireBearer("agent-token", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(wire.Load{Node: "n1", At: time.Now(), Backends: map[string]wire.BackendLoad{"b": {Active: 2}}})
 	})))
@@ -101,7 +101,11 @@ func TestPollSendsTheAgentToken(t *testing.T) {
 	if _, ok := a.Load()["b"]; ok {
 		t.Fatal("an agent asking for a token answered without one")
 	}
-	a.AgentToken = "agent-token"
+	a.Agents = func(ctx context.Context, n wire.NodeInfo, path string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.StatusAddr+path, nil)
+		req.Header.Set("Authorization", "Bearer agent-token")
+		return http.DefaultClient.Do(req)
+	}
 	a.poll(context.Background(), m)
 	if got := a.Load()["b"].InFlight; got != 2 {
 		t.Fatalf("in flight %v with the token, want 2", got)

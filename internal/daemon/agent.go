@@ -140,7 +140,8 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		Desired: desired, Tracer: tracer})
 	// The picker picks the node's replicas of load-aware backends.
 	pick := picker.New(desired)
-	status, err := httpserver.Listen(ctx, o.StatusListen, httpserver.RequireBearer(o.StatusToken, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
+	identity := &nodeIdentity{}
+	status, err := listenStatus(ctx, o, identity, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
 		Held:          hold.Held,
 		Waiting:       pick.Waiting,
 		GlobalLimited: overLimitOf(limits),
@@ -149,11 +150,11 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 				return a.ConfigVersions()
 			}
 			return nil
-		}}, statusLogs(o))), httpserver.DefaultLimits, nil)
+		}}, statusLogs(o)))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
 	}
-	o.Node.StatusAddr = status.Addr()
+	o.Node.StatusAddr, o.Node.StatusTLS = status.Addr(), !o.Plaintext
 	// Every component runs in one group: the first to stop stops the
 	// others, and RunAgent returns when all have. The agent and the Envoy's
 	// supervisor each leave their part of the data plane serving (or, with
@@ -162,6 +163,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	g.Go("status listener", status.Serve)
 	log.Info("agent status listener serving", "status", status.Addr(), "paths", "/metrics "+wire.LoadPath+" "+wire.EnvoyVersionsPath+" "+wire.LogsPath)
 	identities, err := nodeMTLS(gctx, log, client, &o)
+	if err == nil && identities != nil {
+		err = identity.follow(gctx, g, log, client, o.Node.ID)
+	}
 	if err != nil {
 		return stopWith(g, err)
 	}
@@ -422,10 +426,11 @@ func meshListener(n wire.ProxyNode) string {
 	return net.JoinHostPort(host, strconv.Itoa(int(n.MeshPort)))
 }
 
-// statusLogs serves the node's logs on its status listener: only behind a
+// statusLogs serves the node's logs on its status listener: with mTLS,
+// to the controller alone (statusAccess); in plaintext, only behind a
 // status token, never to whoever reaches a tokenless loopback listener.
 func statusLogs(o AgentOptions) http.Handler {
-	if o.StatusToken == "" {
+	if o.Plaintext && o.StatusToken == "" {
 		return agent.LogsRefused()
 	}
 	return agent.LogsHandler(replicasDir(o.Envoy), filepath.Join(o.Envoy.WorkDir, envoy.LogFile))

@@ -11,25 +11,23 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/controller"
-	"github.com/servemesh/servemesh/internal/httpserver"
 	"github.com/servemesh/servemesh/wire"
 )
 
 // agentLogs reads logs from the live nodes' agents, at their status
-// listeners with the agents' token, as the controller reads their load:
+// listeners, as the controller reads their load (agentCalls):
 // the nodes are listed once a call, and what goes wrong with one log is
 // said in its chunk, so one node that does not answer leaves the others'.
-func agentLogs(nodes controller.NodeLister, token string) api.AgentLogs {
-	client := &http.Client{Timeout: 5 * time.Second, CheckRedirect: httpserver.NoRedirects}
+func agentLogs(nodes controller.NodeLister, agents *agentCalls) api.AgentLogs {
 	return func(ctx context.Context, reads []api.LogRead) []api.LogChunk {
 		live, err := nodes(ctx)
-		addrs := make(map[string]string, len(live))
+		byID := make(map[string]wire.NodeInfo, len(live))
 		for _, n := range live {
-			addrs[n.ID] = n.StatusAddr
+			byID[n.ID] = n
 		}
 		out := make([]api.LogChunk, len(reads))
 		for i, r := range reads {
-			c, rerr := readAgentLog(ctx, client, token, addrs[r.Node], r)
+			c, rerr := readAgentLog(ctx, agents, byID[r.Node], r)
 			switch {
 			case err != nil:
 				c.Error = fmt.Sprintf("list the nodes: %v", err)
@@ -43,21 +41,16 @@ func agentLogs(nodes controller.NodeLister, token string) api.AgentLogs {
 	}
 }
 
-// readAgentLog reads one log from the agent at addr ("": the node has no
-// live agent).
-func readAgentLog(ctx context.Context, client *http.Client, token, addr string, r api.LogRead) (api.LogChunk, error) {
+// readAgentLog reads one log from node n's agent (n is zero when the node
+// has no live agent).
+func readAgentLog(ctx context.Context, agents *agentCalls, n wire.NodeInfo, r api.LogRead) (api.LogChunk, error) {
 	node := r.Node
-	if addr == "" {
+	if n.StatusAddr == "" {
 		return api.LogChunk{}, fmt.Errorf("node %s has no live agent that serves its status", node)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+wire.LogsPath+"?"+r.Query.Encode(), nil)
-	if err != nil {
-		return api.LogChunk{}, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := agents.get(ctx, n, wire.LogsPath+"?"+r.Query.Encode())
 	if err != nil {
 		return api.LogChunk{}, fmt.Errorf("node %s's agent: %w", node, err)
 	}

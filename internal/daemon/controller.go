@@ -74,6 +74,7 @@ type ControllerOptions struct {
 // controllerParts are a controller's components, wired together.
 type controllerParts struct {
 	plane     *Plane
+	agents    *agentCalls // how it calls the nodes' agents
 	ctl       *controller.Controller
 	scaler    *autoscale.Autoscaler
 	rollouts  *rollout.Runner
@@ -210,6 +211,7 @@ func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 		return nil, err
 	}
 	p.plane.ServeXDSOverTLS(src.ServerTLS())
+	p.agents.useIdentity(src)
 	log.Info("mTLS: xDS over TLS, nodes known by their Consul Connect certificates; calls between nodes over mTLS", "identities", prefix)
 	return func(ctx context.Context) error { return src.Run(ctx, log.With("component", "connect")) }, nil
 }
@@ -230,7 +232,8 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		Plaintext: o.Plaintext,
 	})
 	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)
-	scaler.AgentToken = o.AgentToken
+	agents := newAgentCalls(o.AgentToken, 5*time.Second)
+	scaler.Agents = agents.get
 	rollouts := rollout.New(ctl, scaler.Latest, log.With("component", "rollout"), plane.Registry)
 	status := func() api.StatusReport {
 		m, _ := ctl.State()
@@ -248,14 +251,14 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 			Health: replicaHealth(watcher.Snapshot()), Problems: problems(ctl, publisher), Refused: publisher.Err(), Configs: scaler.ConfigVersions()})
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Served: served, Live: rollouts.Live, Agents: nodes,
-		Logs: agentLogs(nodes, o.AgentToken), Tracing: tracer.Provider()}))
+		Logs: agentLogs(nodes, agents), Tracing: tracer.Provider()}))
 	plane.Mux.Handle("GET "+console.Path, console.Handler())
 	plane.Mux.Handle("GET /ui", http.RedirectHandler(console.Path, http.StatusMovedPermanently))
 	if o.DebugProfiles {
 		plane.Mux.Handle("/debug/pprof/", api.DebugHandler())
 	}
 	plane.Wrap(o.Tokens.Authenticate)
-	return &controllerParts{plane: plane, ctl: ctl, scaler: scaler, rollouts: rollouts, publisher: publisher, watcher: watcher, tracer: tracer}
+	return &controllerParts{plane: plane, agents: agents, ctl: ctl, scaler: scaler, rollouts: rollouts, publisher: publisher, watcher: watcher, tracer: tracer}
 }
 
 // checkExposure refuses an API without a token on an address beyond

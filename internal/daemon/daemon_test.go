@@ -377,7 +377,7 @@ func TestATokenlessAgentServesNoLogs(t *testing.T) {
 		h.ServeHTTP(w, httptest.NewRequestWithContext(t.Context(), http.MethodGet, wire.LogsPath+"?envoy=true&tail=5", nil))
 		return w
 	}
-	o := AgentOptions{}
+	o := AgentOptions{Plaintext: true}
 	o.Envoy.WorkDir = work
 	if w := get(statusLogs(o)); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "--status-token-file") {
 		t.Fatalf("a tokenless agent's logs: %d %q; want 403 naming --status-token-file", w.Code, w.Body.String())
@@ -385,5 +385,40 @@ func TestATokenlessAgentServesNoLogs(t *testing.T) {
 	o.StatusToken = "status-secret"
 	if w := get(statusLogs(o)); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "envoy's log") {
 		t.Fatalf("an agent with a status token: %d %q; want Envoy's log", w.Code, w.Body.String())
+	}
+}
+
+// TestAnMTLSAgentServesLogsToTheControllerAlone: with mTLS the status
+// token reads the metrics (Prometheus) and the load, never a log; the
+// controller, known by its certificate, reads everything (issue 58, M2).
+func TestAnMTLSAgentServesLogsToTheControllerAlone(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	fromController := func(r *http.Request) bool { return r.Header.Get("X-Test-Controller") == "yes" }
+	h := statusAccess("status-secret", fromController, ok)
+	for _, c := range []struct {
+		path, token string
+		controller  bool
+		want        int
+	}{
+		{wire.LogsPath, "", true, http.StatusOK},
+		{wire.LogsPath, "status-secret", false, http.StatusForbidden},
+		{wire.LogsPath, "", false, http.StatusForbidden},
+		{"/metrics", "status-secret", false, http.StatusOK},
+		{"/metrics", "", false, http.StatusUnauthorized},
+		{wire.LoadPath, "status-secret", false, http.StatusOK},
+		{wire.LoadPath, "", true, http.StatusOK},
+	} {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, c.path, nil)
+		if c.token != "" {
+			r.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		if c.controller {
+			r.Header.Set("X-Test-Controller", "yes")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.want {
+			t.Errorf("%s, token %q, from the controller %v: %d; want %d", c.path, c.token, c.controller, w.Code, c.want)
+		}
 	}
 }
