@@ -251,7 +251,8 @@ func (s *Supervisor) start(epoch, baseID int, socketPath string, draining ...pro
 	cfg := s.Config
 	cfg.Epoch, cfg.BaseID, cfg.SocketPath = epoch, baseID, socketPath
 	if epoch == 0 && cfg.BaseIDPath != "" {
-		_ = os.Remove(cfg.BaseIDPath) // the new Envoy writes the one it picks
+		removeSharedMemory(cfg.BaseIDPath) // of the last Envoy here, which no longer runs
+		_ = os.Remove(cfg.BaseIDPath)      // the new Envoy writes the one it picks
 	}
 	p, err := Start(cfg)
 	if err != nil {
@@ -266,6 +267,24 @@ func (s *Supervisor) start(epoch, baseID int, socketPath string, draining ...pro
 		}
 	}
 	return p, nil
+}
+
+// SharedMemoryDir is where Envoy's hot restart keeps each base id's
+// shared memory region (POSIX shared memory).
+const SharedMemoryDir = "/dev/shm"
+
+// removeSharedMemory removes the shared memory region of the Envoy whose
+// base id is in baseIDPath, once no Envoy of that base id runs. Envoy
+// leaves it when it exits, and each fresh start picks a new base id, so
+// a node's restarts would otherwise fill /dev/shm (issue 58, a low).
+func removeSharedMemory(baseIDPath string) {
+	id, err := readBaseID(baseIDPath)
+	if err != nil {
+		return
+	}
+	// Envoy names it after ten times the base id (the base ids of a hot
+	// restart's sockets are the base id times ten plus the epoch).
+	_ = os.Remove(filepath.Join(SharedMemoryDir, fmt.Sprintf("envoy_shared_memory_%d", id*10)))
 }
 
 // readBaseID reads the base id an epoch-0 Envoy wrote (--base-id-path).
@@ -355,6 +374,7 @@ func (l Launcher) StopLeft(ctx context.Context, drain time.Duration, log *slog.L
 		return 0, nil //nolint:nilerr // it exited already
 	}
 	p := &Process{cfg: Config{Logger: log, StopGrace: 5 * time.Second}, child: child, admin: Admin{Socket: l.AdminSocket()}}
+	defer removeSharedMemory(filepath.Join(workDir, baseIDFile))
 	if drain == 0 {
 		_ = child.Kill()
 		return rec.Process.Pid, nil

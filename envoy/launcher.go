@@ -196,7 +196,7 @@ func (l Launcher) Supervise(ctx context.Context) (*Supervisor, error) {
 		return nil, err
 	}
 	if l.Parent != "" {
-		cfg.HotRestart, cfg.Parent, cfg.BaseIDPath = true, l.Parent, filepath.Join(cfg.Dir, "envoy-base-id")
+		cfg.HotRestart, cfg.Parent, cfg.BaseIDPath = true, l.Parent, filepath.Join(cfg.Dir, baseIDFile)
 		if cfg.SocketPath, err = hotRestartSockets(cfg.Dir); err != nil {
 			return nil, err
 		}
@@ -249,3 +249,8 @@ func (l Launcher) StartReady(ctx context.Context) (*Process, error) {
 	}
 	return p, nil
 }
+
+// baseIDFile, in the work folder, holds the base id the node's epoch-0
+// Envoy picked (--base-id-path), which its hot restarts and shared memory
+// region are named by.
+const baseIDFile = "envoy-base-id"

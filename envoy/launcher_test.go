@@ -2,9 +2,12 @@ package envoy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +135,39 @@ func TestHotRestartSocketsArePrivate(t *testing.T) {
 	cfg.HotRestart = false
 	if args := strings.Join(cfg.Args(), " "); strings.Contains(args, "--socket-path") || !strings.Contains(args, "--disable-hot-restart") {
 		t.Errorf("without hot restart: envoy %s; want hot restart off and no socket", args)
+	}
+}
+
+// TestAFreshEnvoyRemovesTheLastOnesSharedMemory: Envoy leaves its hot
+// restart's shared memory region in /dev/shm when it exits, and each
+// fresh start picks a new base id, so every restart of a node's Envoy
+// left a file there (issue 58, a low: 2,100 of them on a test machine).
+// Starting afresh removes the region of the base id the last one wrote.
+func TestAFreshEnvoyRemovesTheLastOnesSharedMemory(t *testing.T) {
+	work := t.TempDir()
+	t.Setenv("FAKE_ENVOY_STATE", t.TempDir())
+	id := 100_000 + os.Getpid()%100_000
+	region := filepath.Join(SharedMemoryDir, fmt.Sprintf("envoy_shared_memory_%d", id*10))
+	if err := os.WriteFile(region, []byte("left by an exited envoy"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(region) })
+	parent := filepath.Join(work, "parent.sh") // as servemesh envoy-parent -- envoy ARGS, without the waiting
+	if err := os.WriteFile(parent, []byte("#!/bin/sh\nshift 2\nexec \"$@\"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := &Supervisor{Config: Config{Binary: fakeEnvoy(t), Parent: parent, ConfigPath: "x", AdminSocket: filepath.Join(work, "admin.sock"),
+		LogPath: filepath.Join(work, "log"), Logger: quietLogger(), HotRestart: true, BaseIDPath: filepath.Join(work, baseIDFile),
+		StopGrace: 300 * time.Millisecond}}
+	if err := os.WriteFile(s.Config.BaseIDPath, []byte(strconv.Itoa(id)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.start(0, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.child.Kill() })
+	if _, err := os.Stat(region); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the last envoy's shared memory region after a fresh start: %v; want it removed", err)
 	}
 }

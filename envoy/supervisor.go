@@ -68,6 +68,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			if s.StateFile != "" {
 				_ = os.Remove(s.StateFile)
 			}
+			select {
+			case <-p.Done():
+				if s.Config.BaseIDPath != "" {
+					removeSharedMemory(s.Config.BaseIDPath)
+				}
+			default: // it outlived its stop: its region stays
+			}
 			return err
 		case <-p.Done():
 		}
