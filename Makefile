@@ -28,11 +28,11 @@ PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
 # The Python tools, installed again when a pin changes.
 PY_TOOLS    := $(PY_VENV)/installed-schemathesis-$(SCHEMATHESIS_PIN)-pytest-$(PYTEST_PIN)-otel-$(OTEL_PY_PIN)-uvicorn-$(UVICORN_PIN)-starlette-$(STARLETTE_PIN)-openai-$(OPENAI_PIN)
-# Debian packages the e2e tests use: Prometheus (server and promtool),
-# Chromium (the console's browser test) and Redis (the global rate limits'
-# store).
-DEBIAN_PKGS := prometheus chromium redis-server
-DEBIAN_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /usr/bin/redis-server
+# Debian packages the tests use: Prometheus (server and promtool),
+# Chromium (the console's browser test), Redis (the global rate limits'
+# store) and systemd (systemd-analyze scores the units' sandboxes).
+DEBIAN_PKGS := prometheus chromium redis-server systemd
+DEBIAN_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /usr/bin/redis-server /usr/bin/systemd-analyze
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT        := $(TOOLS_BIN)/golangci-lint
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
