@@ -168,6 +168,9 @@ def test_runs_as_a_module(tmp_path, server):
     work.mkdir()
     (work / "tiny.py").write_text("raise SystemExit('the planted module ran')\n")
     (work / "hmac.py").write_text("raise SystemExit('the planted hmac ran')\n")
+    # json: the package's client imported it before the runtime took the
+    # folder off the path (issue 58, a low).
+    (work / "json.py").write_text("raise SystemExit('the planted json ran')\n")
     models = tmp_path / "models"
     models.mkdir()
     (tmp_path / "tiny.py").rename(models / "tiny.py")
