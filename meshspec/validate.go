@@ -657,8 +657,16 @@ func validateSource(p *problems, field string, b Backend) {
 	}
 	if b.External != nil {
 		sources++
-		if s := b.External.Service; !serviceName.MatchString(s) {
+		switch s := b.External.Service; {
+		case !serviceName.MatchString(s):
 			p.add(field+".external.service", "%q is not a Consul service name; use 1 to 255 letters, digits, '.', '_' or '-', starting with a letter or digit", s)
+		case strings.HasPrefix(strings.ToLower(s), ReservedPrefix):
+			// servemesh's own services (the controllers, nodes' agents,
+			// backends' replicas): a backend of them would send a route's
+			// requests to the controllers' API or another backend's
+			// replicas, around their routes and limits.
+			p.add(field+".external.service", "%q starts with %q, servemesh's own services (%scontroller, %snode-<id>, %sbackend-<name>); name a service of yours, or route to a servemesh backend by its name",
+				s, ReservedPrefix, ReservedPrefix, ReservedPrefix, ReservedPrefix)
 		}
 	}
 	if sources > 1 {
