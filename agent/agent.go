@@ -441,6 +441,26 @@ func (a *Agent) reconcile(ctx context.Context, m *meshspec.Model) {
 	}
 	a.metrics.replicas.Set(float64(len(a.replicas)))
 	a.forgetIdentities()
+	a.retireUsers(m)
+}
+
+// retireUsers takes back, never to give again, the users of backends that
+// are gone from the desired state and have no replica left here: a
+// backend deleted and created again runs as a new user.
+func (a *Agent) retireUsers(m *meshspec.Model) {
+	if a.users == nil {
+		return
+	}
+	keep := map[string]bool{}
+	for _, b := range m.Backends {
+		keep[b.Name] = true
+	}
+	for _, r := range a.replicas {
+		keep[r.backend] = true
+	}
+	if err := a.users.retire(keep); err != nil {
+		a.log.Warn("backend users", "err", err)
+	}
 }
 
 // forgetIdentities stops following the identities of backends the node no

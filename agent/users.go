@@ -132,6 +132,38 @@ func (u *backendUsers) claim(backend string, uid uint32) error {
 	return nil
 }
 
+// retiredPrefix keys, in the users file, an id whose backend was deleted:
+// it is never given again, so a backend created later under the same name
+// cannot read what the old one's replicas left (files, shared memory) as
+// that user. No backend name starts with '-', and an agent of an earlier
+// release reads the entry as a backend's and leaves its id taken too.
+const retiredPrefix = "-retired-"
+
+// retire takes back the ids of the backends not in keep (deleted, with no
+// replica left on the node), never to give them again.
+func (u *backendUsers) retire(keep map[string]bool) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var gone []string
+	for backend := range u.by {
+		if !keep[backend] && !strings.HasPrefix(backend, retiredPrefix) {
+			gone = append(gone, backend)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	for _, backend := range gone {
+		id := u.by[backend]
+		delete(u.by, backend)
+		u.by[retiredPrefix+strconv.FormatUint(uint64(id), 10)] = id
+	}
+	if err := u.save(); err != nil {
+		return fmt.Errorf("retiring the user ids of deleted backends %v: %w", gone, err)
+	}
+	return nil
+}
+
 // save writes the ids given so far, atomically; called with mu held.
 func (u *backendUsers) save() error {
 	b, err := json.Marshal(u.by)

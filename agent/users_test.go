@@ -82,3 +82,42 @@ func TestRunningReplicasClaimTheirUsers(t *testing.T) {
 		t.Fatalf("a user outside the range (an earlier release's nobody): %v; want it left alone", err)
 	}
 }
+
+// TestADeletedBackendsUserIsNeverGivenAgain: a backend deleted and created
+// again under its name runs as a new user, so it cannot read what the old
+// one's replicas left as theirs; the old user is given to no backend,
+// across restarts too (issue 58, H2).
+func TestADeletedBackendsUserIsNeverGivenAgain(t *testing.T) {
+	dir := t.TempDir()
+	r := UIDRange{First: 2_000_000_000, Count: 10}
+	u, err := loadBackendUsers(r, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uidOf := func(backend string) uint32 {
+		t.Helper()
+		c, err := u.credential(backend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Uid
+	}
+	old, kept := uidOf("a"), uidOf("b")
+	if err := u.retire(map[string]bool{"b": true}); err != nil { // a deleted
+		t.Fatal(err)
+	}
+	if again := uidOf("a"); again == old || again == kept {
+		t.Fatalf("backend a created again runs as %d; its first run's user was %d (and b's is %d): want a new one", again, old, kept)
+	}
+	if u, err = loadBackendUsers(r, dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := uidOf("b"); got != kept {
+		t.Fatalf("after a restart b runs as %d, was %d", got, kept)
+	}
+	for _, name := range []string{"c", "d", "e"} {
+		if id := uidOf(name); id == old {
+			t.Fatalf("after a restart, new backend %s was given the deleted a's user %d", name, old)
+		}
+	}
+}
