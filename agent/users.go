@@ -91,14 +91,23 @@ func (u *backendUsers) credential(backend string) (*syscall.Credential, error) {
 		if id, err = u.next(); err != nil {
 			return nil, err
 		}
-		u.by[backend], u.taken[id] = id, true
-		if err := u.save(); err != nil {
-			delete(u.by, backend)
-			delete(u.taken, id)
-			return nil, fmt.Errorf("recording backend %s's user id: %w", backend, err)
+		if err := u.give(backend, id); err != nil {
+			return nil, err
 		}
 	}
 	return &syscall.Credential{Uid: id, Gid: id, Groups: []uint32{}}, nil
+}
+
+// give records that backend's replicas run as id, undone if it cannot be
+// saved; called with mu held.
+func (u *backendUsers) give(backend string, id uint32) error {
+	u.by[backend], u.taken[id] = id, true
+	if err := u.save(); err != nil {
+		delete(u.by, backend)
+		delete(u.taken, id)
+		return fmt.Errorf("recording backend %s's user id: %w", backend, err)
+	}
+	return nil
 }
 
 // claim records that backend's replicas run as uid (a running replica's,
@@ -123,13 +132,7 @@ func (u *backendUsers) claim(backend string, uid uint32) error {
 			return fmt.Errorf("it runs as user %d, which is backend %s's, not %s's", uid, other, backend)
 		}
 	}
-	u.by[backend], u.taken[uid] = uid, true
-	if err := u.save(); err != nil {
-		delete(u.by, backend)
-		delete(u.taken, uid)
-		return fmt.Errorf("recording backend %s's user id: %w", backend, err)
-	}
-	return nil
+	return u.give(backend, uid)
 }
 
 // retiredPrefix keys, in the users file, an id whose backend was deleted:
