@@ -5,6 +5,8 @@
 // (ControllerService) and trusts the roots; a node's Envoy presents the
 // leaf of wire.NodeService(id), which is how the xDS server knows which node a
 // stream belongs to; each agent keeps its node's and its backends' leaves
-// fresh for its Envoy. servemesh issues no certificate of its own. In the
-// flow of docs/architecture.md: steps 7 and 9.
+// fresh for its Envoy; the controller calls agents' status listeners with
+// its leaf, and they know it by it (peer.go). servemesh issues no
+// certificate of its own. In the flow of docs/architecture.md: steps 7, 9
+// and 11.
 package connect
