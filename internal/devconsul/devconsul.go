@@ -2,6 +2,7 @@ package devconsul
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,12 +61,27 @@ type Options struct {
 }
 
 // StartWith starts a dev agent with o, logging into dir.
+//
+// Its ports are chosen free, then bound by Consul: another process can
+// take one in between (a loaded machine running many tests side by side
+// did). Then Consul exits saying so, and it is started again on new ports
+// (unless o names the HTTP port), a few times.
 func StartWith(dir string, o Options) (*Agent, error) {
-	httpPort := o.HTTPPort
 	bin, err := Find()
 	if err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		c, err := start(bin, dir, o)
+		if err == nil || o.HTTPPort != 0 || attempt == portAttempts || !errors.Is(err, errPortTaken) {
+			return c, err
+		}
+	}
+}
+
+// choosePorts picks a dev agent's four ports (HTTP, Serf LAN and WAN,
+// server), free now and none of them httpPort; a variable for tests.
+var choosePorts = func(httpPort int) ([]int, error) {
 	ports := make([]int, 0, 4)
 	for len(ports) < 4 { // four different ports: a freed port can come back at once
 		addr, err := proc.FreeAddr(context.Background(), "127.0.0.1")
@@ -75,6 +92,23 @@ func StartWith(dir string, o Options) (*Agent, error) {
 		if port, _ := strconv.Atoi(text); !slices.Contains(ports, port) && port != httpPort {
 			ports = append(ports, port)
 		}
+	}
+	return ports, nil
+}
+
+// portAttempts bounds the starts of a dev agent whose ports were taken.
+const portAttempts = 5
+
+// errPortTaken is a start that failed because a port chosen free was
+// taken before Consul bound it.
+var errPortTaken = errors.New("a port chosen for consul was taken before it bound it")
+
+// start starts a dev agent once, on ports chosen now.
+func start(bin, dir string, o Options) (*Agent, error) {
+	httpPort := o.HTTPPort
+	ports, err := choosePorts(httpPort)
+	if err != nil {
+		return nil, err
 	}
 	if httpPort != 0 {
 		ports[0] = httpPort
@@ -112,9 +146,13 @@ func StartWith(dir string, o Options) (*Agent, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if c.child.Exited() {
-			return nil, fmt.Errorf("consul exited (%w); log:\n%s", c.child.Wait(), c.LogTail())
+			err := fmt.Errorf("consul exited (%w); log:\n%s", c.child.Wait(), c.LogTail())
+			if strings.Contains(c.LogTail(), "bind: address already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return nil, err
 		}
-		if leader, err := client.Status().Leader(); err == nil && leader != "" && c.aclReady(client) {
+		if c.hasLeader(client) && c.aclReady(client) {
 			return c, nil
 		}
 		if time.Now().After(deadline) {
@@ -125,6 +163,15 @@ func StartWith(dir string, o Options) (*Agent, error) {
 	}
 }
 
+// hasLeader reports whether the agent answers with a leader within a
+// second (whatever holds its HTTP port may never answer).
+func (c *Agent) hasLeader(client *api.Client) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	leader, err := client.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+	return err == nil && leader != ""
+}
+
 // aclReady reports whether, with ACLs on, the leader knows the management
 // token yet (it installs it just after its election): until then a call
 // made with it is refused as "ACL not found".
@@ -132,7 +179,9 @@ func (c *Agent) aclReady(client *api.Client) bool {
 	if c.token == "" {
 		return true
 	}
-	_, _, err := client.ACL().TokenReadSelf(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _, err := client.ACL().TokenReadSelf((&api.QueryOptions{}).WithContext(ctx))
 	return err == nil
 }
 
