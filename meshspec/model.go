@@ -217,6 +217,12 @@ type BackendConfig struct {
 	// while none of its replicas is ready (starting, restarting, scaled to
 	// zero) before answering 503; zero means DefaultHoldTimeoutS.
 	HoldTimeoutS float64 `json:"hold_timeout_s,omitempty"`
+	// GracefulShutdownTimeoutS bounds how long a replica being removed
+	// (scaled down, replaced, its node drained) keeps serving the requests
+	// it has in flight, a model's long answer streams above all, after it
+	// stops receiving new ones; it stops once they have ended. Zero means
+	// DefaultGracefulShutdownTimeoutS (Ray Serve's graceful_shutdown_timeout_s).
+	GracefulShutdownTimeoutS float64 `json:"graceful_shutdown_timeout_s,omitempty"`
 	// MaxHeld bounds the requests a node holds for the backend at once;
 	// beyond it, requests are answered 503 at once. Zero means
 	// DefaultMaxHeld.
@@ -300,6 +306,8 @@ type BackendConfigPatch struct {
 	CPUs                 *float64 `json:"cpus,omitempty"`
 	MemoryMB             *int     `json:"memory_mb,omitempty"`
 	HoldTimeoutS         *float64 `json:"hold_timeout_s,omitempty"`
+	// GracefulShutdownTimeoutS, as the config's (0: the default).
+	GracefulShutdownTimeoutS *float64 `json:"graceful_shutdown_timeout_s,omitempty"`
 	// Resources replaces the named resources one replica needs ({} none).
 	Resources map[string]int `json:"resources,omitempty"`
 	// UserConfig replaces the user_config; null removes it.
@@ -539,6 +547,22 @@ func (c BackendConfig) EffectiveHoldTimeout() time.Duration {
 	return time.Duration(s * float64(time.Second))
 }
 
+// Bounds of a removed replica's wait for its requests in flight.
+const (
+	DefaultGracefulShutdownTimeoutS = 600
+	MaxGracefulShutdownTimeoutS     = 86_400
+)
+
+// EffectiveGracefulShutdown is how long a removed replica of the backend
+// may serve its requests in flight.
+func (c BackendConfig) EffectiveGracefulShutdown() time.Duration {
+	s := c.GracefulShutdownTimeoutS
+	if s == 0 {
+		s = DefaultGracefulShutdownTimeoutS
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
 // EffectiveMaxHeld is how many requests a node holds for the backend at once.
 func (c BackendConfig) EffectiveMaxHeld() int {
 	if c.MaxHeld == 0 {
@@ -692,6 +716,7 @@ func BackendsEqual(a, b Backend) bool {
 func configsEqual(a, b BackendConfig) bool {
 	return a.MaxConcurrentQueries == b.MaxConcurrentQueries && a.NumReplicas == b.NumReplicas && a.CPUs == b.CPUs &&
 		a.MemoryMB == b.MemoryMB && a.HoldTimeoutS == b.HoldTimeoutS && a.MaxHeld == b.MaxHeld &&
+		a.GracefulShutdownTimeoutS == b.GracefulShutdownTimeoutS &&
 		bytes.Equal(a.UserConfig, b.UserConfig) && (a.UserConfig == nil) == (b.UserConfig == nil) &&
 		maps.Equal(a.Resources, b.Resources) && (a.Resources == nil) == (b.Resources == nil) &&
 		ptrsEqual(a.Outlier, b.Outlier) && ptrsEqual(a.Autoscaling, b.Autoscaling) && ptrsEqual(a.LoadAware, b.LoadAware)

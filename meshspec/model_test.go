@@ -349,17 +349,18 @@ func TestViewOfAProcessBackendIsValid(t *testing.T) {
 func TestConfigsEqualCoversEveryField(t *testing.T) {
 	base := BackendConfig{}
 	set := map[string]func(c *BackendConfig){
-		"MaxConcurrentQueries": func(c *BackendConfig) { c.MaxConcurrentQueries = 1 },
-		"NumReplicas":          func(c *BackendConfig) { c.NumReplicas = 1 },
-		"CPUs":                 func(c *BackendConfig) { c.CPUs = 1 },
-		"MemoryMB":             func(c *BackendConfig) { c.MemoryMB = 1 },
-		"Resources":            func(c *BackendConfig) { c.Resources = map[string]int{} },
-		"Outlier":              func(c *BackendConfig) { c.Outlier = &OutlierDetection{} },
-		"UserConfig":           func(c *BackendConfig) { c.UserConfig = UserConfig("1") },
-		"HoldTimeoutS":         func(c *BackendConfig) { c.HoldTimeoutS = 1 },
-		"MaxHeld":              func(c *BackendConfig) { c.MaxHeld = 1 },
-		"Autoscaling":          func(c *BackendConfig) { c.Autoscaling = &AutoscalingConfig{} },
-		"LoadAware":            func(c *BackendConfig) { c.LoadAware = &LoadAware{} },
+		"MaxConcurrentQueries":     func(c *BackendConfig) { c.MaxConcurrentQueries = 1 },
+		"NumReplicas":              func(c *BackendConfig) { c.NumReplicas = 1 },
+		"CPUs":                     func(c *BackendConfig) { c.CPUs = 1 },
+		"MemoryMB":                 func(c *BackendConfig) { c.MemoryMB = 1 },
+		"Resources":                func(c *BackendConfig) { c.Resources = map[string]int{} },
+		"Outlier":                  func(c *BackendConfig) { c.Outlier = &OutlierDetection{} },
+		"UserConfig":               func(c *BackendConfig) { c.UserConfig = UserConfig("1") },
+		"HoldTimeoutS":             func(c *BackendConfig) { c.HoldTimeoutS = 1 },
+		"GracefulShutdownTimeoutS": func(c *BackendConfig) { c.GracefulShutdownTimeoutS = 1 },
+		"MaxHeld":                  func(c *BackendConfig) { c.MaxHeld = 1 },
+		"Autoscaling":              func(c *BackendConfig) { c.Autoscaling = &AutoscalingConfig{} },
+		"LoadAware":                func(c *BackendConfig) { c.LoadAware = &LoadAware{} },
 	}
 	typ := reflect.TypeFor[BackendConfig]()
 	for i := range typ.NumField() {

@@ -357,6 +357,10 @@ func validateBackend(p *problems, field string, b Backend) {
 			mcq, MaxConcurrentQueriesLimit, DefaultMaxConcurrentQueries)
 	}
 	validateUserConfig(p, field, b)
+	if g := b.Config.GracefulShutdownTimeoutS; g < 0 || g > MaxGracefulShutdownTimeoutS || math.IsNaN(g) {
+		p.add(field+".config.graceful_shutdown_timeout_s", "is %g; set the seconds a removed replica may finish its requests in flight, from 0 (the default of %d) to %d",
+			g, DefaultGracefulShutdownTimeoutS, MaxGracefulShutdownTimeoutS)
+	}
 	if h := b.Config.HoldTimeoutS; h < 0 || h > MaxHoldTimeoutS || math.IsNaN(h) {
 		p.add(field+".config.hold_timeout_s", "is %g; set the seconds a request may wait for a ready replica, from 0 (the default of %d) to %d",
 			h, DefaultHoldTimeoutS, MaxHoldTimeoutS)

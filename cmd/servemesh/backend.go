@@ -186,7 +186,7 @@ func mergePatch(p meshspec.BackendConfigPatch, unset []string) (map[string]any, 
 type configFlags struct {
 	mcq, num, mem, maxHeld                 int
 	cpus                                   float64
-	hold                                   time.Duration
+	hold, graceful                         time.Duration
 	resources                              []string
 	userConfig                             string
 	as                                     meshspec.AutoscalingConfig
@@ -206,6 +206,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&c.resources, "resource", nil, "a named resource one replica needs, as NAME=COUNT (gpu=1), offered by nodes' --resource; repeat for each; --resource none for none")
 	fs.StringVar(&c.userConfig, "user-config", "", "JSON every replica takes at the backend's --reconfigure-path, without a restart (Ray Serve's user_config)")
 	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default "+seconds(meshspec.DefaultHoldTimeoutS)+")")
+	fs.DurationVar(&c.graceful, "graceful-shutdown-timeout", 0, "how long a replica being removed (scaled down, replaced, its node drained) may finish its requests in flight, long answer streams included; it stops once they end (default "+seconds(meshspec.DefaultGracefulShutdownTimeoutS)+")")
 	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default "+strconv.Itoa(meshspec.DefaultMaxHeld)+")")
 	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
 	fs.IntVar(&c.as.MaxReplicas, "autoscale-max", 0, "autoscale: most replicas (setting it turns autoscaling on)")
@@ -261,6 +262,9 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (meshspec.BackendConfigPatch, err
 		case "hold-timeout":
 			s := c.hold.Seconds()
 			p.HoldTimeoutS = &s
+		case "graceful-shutdown-timeout":
+			s := c.graceful.Seconds()
+			p.GracefulShutdownTimeoutS = &s
 		case "max-held":
 			p.MaxHeld = &c.maxHeld
 		}
