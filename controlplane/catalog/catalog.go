@@ -96,6 +96,21 @@ func (w *Watcher) PassingTags(service string) map[string]bool {
 	return out
 }
 
+// RegisteredTags returns the replica tags of service's instances, passing
+// or not, and whether the service has been read.
+func (w *Watcher) RegisteredTags(service string) (map[string]bool, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, known := w.digests[service] // set by every read, instances or none
+	out := map[string]bool{}
+	for _, in := range w.instances[service] {
+		if in.Tag != "" {
+			out[in.Tag] = true
+		}
+	}
+	return out, known
+}
+
 // Snapshot returns a copy of every watched service's instances.
 func (w *Watcher) Snapshot() map[string][]Instance {
 	w.mu.Lock()

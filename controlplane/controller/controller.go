@@ -38,9 +38,17 @@ type Options struct {
 	Exit func(code int)
 	// Nodes lists the live nodes replicas can be placed on; nil means none.
 	Nodes NodeLister
-	// DrainGrace is how long a draining replica keeps serving its in-flight
-	// requests before its agent stops it; 5s when zero.
+	// DrainGrace is how long a draining replica serves at least, while
+	// the nodes' Envoys stop sending it new requests; 5s when zero. Then
+	// its agent stops it once its requests in flight have ended, or at its
+	// backend's graceful shutdown timeout.
 	DrainGrace time.Duration
+	// Registered tells the replica tags of a backend's Consul service,
+	// and whether the controller has read the service yet: a draining
+	// replica is forgotten once its registration is gone (its agent
+	// deregisters it when it has stopped it). Without it, or while a
+	// service is unread, at the backend's graceful shutdown timeout.
+	Registered func(service string) (tags map[string]bool, known bool)
 	// ReplaceAfter is how long a node may be gone before its replicas are
 	// placed elsewhere; 30s when zero.
 	ReplaceAfter time.Duration
@@ -74,6 +82,7 @@ type Controller struct {
 	addresses    meshspec.AddressPolicy
 	plaintext    bool
 	drainGrace   time.Duration
+	registered   func(service string) (map[string]bool, bool)
 	replaceAfter time.Duration
 	missingSince map[string]time.Time // node -> first seen gone; under mu
 	lastPlaceErr map[string]string    // backend -> last placement error logged; under mu
@@ -113,7 +122,7 @@ func New(o Options) *Controller {
 	c := &Controller{
 		log: o.Logger, store: o.Store, publish: o.Publish, crashP: o.CrashAfterCheckpoint,
 		exit: o.Exit, metrics: newMetrics(o.Registerer), state: &meshspec.Model{},
-		listNodes: o.Nodes, healthy: o.Healthy, addresses: o.Addresses, plaintext: o.Plaintext, drainGrace: o.DrainGrace, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
+		listNodes: o.Nodes, healthy: o.Healthy, addresses: o.Addresses, plaintext: o.Plaintext, drainGrace: o.DrainGrace, registered: o.Registered, replaceAfter: o.ReplaceAfter, missingSince: map[string]time.Time{}, lastPlaceErr: map[string]string{},
 		now: o.Now,
 	}
 	if c.now == nil {

@@ -303,7 +303,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 						continue // its replica is dead: forget it, place a new one below
 					}
 				}
-				if p.State == meshspec.Draining && now.Sub(time.Unix(p.Since, 0)) >= c.drainGrace+drainMargin {
+				if p.State == meshspec.Draining && c.drained(b, p, now) {
 					continue
 				}
 				kept = append(kept, p)
@@ -379,9 +379,28 @@ func (c *Controller) readyTags(backend string) map[string]bool {
 	return c.healthy(backend)
 }
 
-// drainMargin is extra time after the drain period before a draining
-// placement is dropped, so the agent has stopped the replica by then.
+// drainMargin is extra time after the graceful shutdown timeout before a
+// draining placement is dropped, so the agent has stopped the replica by
+// then.
 const drainMargin = 2 * time.Second
+
+// drained reports whether draining placement p of b is done with: its
+// replica has deregistered (its agent stops it once the drain grace has
+// passed and its requests in flight have ended, then deregisters it), or
+// the backend's graceful shutdown timeout has passed. Until then the
+// placement holds its node's resources. Its clock is the stored Since, so
+// a controller fail-over does not restart it.
+func (c *Controller) drained(b *meshspec.Backend, p meshspec.Placement, now time.Time) bool {
+	draining := now.Sub(time.Unix(p.Since, 0))
+	if draining >= b.Config.EffectiveGracefulShutdown()+drainMargin {
+		return true
+	}
+	if draining < c.drainGrace || c.registered == nil {
+		return false
+	}
+	tags, known := c.registered(wire.BackendService(b.Name))
+	return known && !tags[p.Tag]
+}
 
 // ReconcileLoop runs Reconcile every interval until ctx ends.
 func (c *Controller) ReconcileLoop(ctx context.Context, interval time.Duration) {

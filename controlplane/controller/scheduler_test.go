@@ -66,7 +66,7 @@ func newScheduling(t *testing.T, nodes *fakeNodes) (*Controller, *store.Memory) 
 	t.Helper()
 	st := store.NewMemory()
 	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil },
-		Nodes: nodes.list, DrainGrace: time.Second, ReplaceAfter: time.Minute, Now: testClock.Now})
+		Nodes: nodes.list, DrainGrace: time.Second, ReplaceAfter: time.Minute, Now: testClock.Now, Registered: testRegistry.registered})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -162,10 +162,90 @@ func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 	if err := c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if b, _ := c.GetBackend("a"); len(b.Placements) != 4 {
+		t.Fatalf("after the drain grace, the replicas still registered (serving requests in flight): %+v; want them kept", b.Placements)
+	}
+	testRegistry.set(wire.BackendService("a"), tagsOf(b, meshspec.Running)) // the agents stopped and deregistered the others
+	if err := c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if b, _ := c.GetBackend("a"); len(b.Placements) != 1 || b.Placements[0].State != meshspec.Running {
-		t.Fatalf("after the drain period: %+v", b.Placements)
+		t.Fatalf("once the draining replicas deregistered: %+v", b.Placements)
 	}
 }
+
+// TestADrainingReplicaIsForgottenAtTheGracefulShutdownTimeout: a draining
+// replica still registered (its requests in flight going on, or its agent
+// gone) holds its placement until its backend's graceful shutdown timeout,
+// on the stored clock, then no longer (issue 59).
+func TestADrainingReplicaIsForgottenAtTheGracefulShutdownTimeout(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := MayRunCommands(context.Background())
+	spec := processBackend("g", 2, 0)
+	spec.Config.GracefulShutdownTimeoutS = 60
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(spec)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.GetBackend("g")
+	testRegistry.set(wire.BackendService("g"), tagsOf(b, meshspec.Running))
+	one := 1
+	if _, err := c.UpdateBackendConfig(ctx, "g", meshspec.BackendConfigPatch{NumReplicas: &one}); err != nil {
+		t.Fatal(err)
+	}
+	// Steps that add up to the timeout and its margin, less a millisecond.
+	for _, step := range []time.Duration{30 * time.Second, 30*time.Second + drainMargin - time.Millisecond} {
+		testClock.advance(step)
+		if err := c.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := c.GetBackend("g"); len(b.Placements) != 2 {
+			t.Fatalf("a draining replica still registered, before the timeout: %+v; want it kept", b.Placements)
+		}
+	}
+	testClock.advance(time.Millisecond)
+	if err := c.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := c.GetBackend("g"); len(b.Placements) != 1 || b.Placements[0].State != meshspec.Running {
+		t.Fatalf("at the graceful shutdown timeout: %+v; want the draining replica forgotten", b.Placements)
+	}
+}
+
+// tagsOf are the tags of b's placements in state.
+func tagsOf(b meshspec.Backend, state meshspec.PlacementState) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range b.Placements {
+		if p.State == state {
+			out[p.Tag] = true
+		}
+	}
+	return out
+}
+
+// registry is the replicas' registrations as a test sets them; a service
+// set once is known, and a backend never set has every placed replica
+// registered.
+type registry struct {
+	mu   sync.Mutex
+	tags map[string]map[string]bool
+}
+
+func (r *registry) set(service string, tags map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tags[service] = tags
+}
+
+func (r *registry) registered(service string) (map[string]bool, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tags, ok := r.tags[service]
+	return tags, ok
+}
+
+// testRegistry is the registrations the controllers newScheduling makes see.
+var testRegistry = &registry{tags: map[string]map[string]bool{}}
 
 func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}

@@ -228,8 +228,9 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		Logger: log.With("component", "controller"), Store: store.NewConsul(client, o.ConsulPrefix, log.With("component", "store")),
 		Publish: publisher.Publish, Registerer: plane.Registry, CrashAfterCheckpoint: o.CrashAfterCheckpoint,
 		Nodes: nodes, DrainGrace: o.DrainGrace, ReplaceAfter: o.ReplaceAfter, Healthy: func(backend string) map[string]bool { return watcher.PassingTags(wire.BackendService(backend)) },
-		Addresses: o.Addresses,
-		Plaintext: o.Plaintext,
+		Registered: watcher.RegisteredTags,
+		Addresses:  o.Addresses,
+		Plaintext:  o.Plaintext,
 	})
 	scaler := autoscale.New(ctl, nodes, log.With("component", "autoscale"), plane.Registry)
 	agents := newAgentCalls(o.AgentToken, 5*time.Second)
