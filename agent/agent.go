@@ -35,8 +35,11 @@ type Options struct {
 	WorkDir string // replica logs go here
 	// Registerer receives the agent's metrics; nil skips them.
 	Registerer prometheus.Registerer
-	// DrainGrace is how long a draining replica serves in-flight requests
-	// before it is stopped; 5s when zero. Keep it equal to the controller's.
+	// DrainGrace is how long a draining replica serves at least, while the
+	// nodes' Envoys stop sending it new requests; 5s when zero. Keep it
+	// equal to the controller's. Then it is stopped once its requests in
+	// flight have ended (InFlight), or at its backend's graceful shutdown
+	// timeout.
 	DrainGrace time.Duration
 	// StopGrace is how long a replica has to exit after SIGTERM; 5s when zero.
 	StopGrace time.Duration
@@ -70,6 +73,10 @@ type Options struct {
 	// MeshListener is the node's mesh listener (host:port) its replicas
 	// call endpoints at (wire.MeshListenerEnv); "" when it has none.
 	MeshListener string
+	// InFlight, if set, counts a replica's requests in flight (the node's
+	// Envoy's): a draining replica is stopped once it has none. Without it
+	// a draining replica is stopped after DrainGrace.
+	InFlight RequestsInFlight
 }
 
 // Agent runs the replicas placed on its node.
@@ -93,6 +100,7 @@ type Agent struct {
 	metrics                *metrics
 	stopOnExit             bool
 	meshListener           string
+	inFlight               RequestsInFlight // nil: no Envoy to ask
 
 	replicas map[string]*replica // by tag; owned by Run
 	// background are the goroutines Run starts besides its replicas' own
@@ -115,8 +123,36 @@ func (a *Agent) Desired() *meshspec.Model { return a.desired.Load() }
 func (a *Agent) View() *nodeview.View { return a.view.Load() }
 
 type metrics struct {
-	restarts *prometheus.CounterVec
-	replicas prometheus.Gauge
+	restarts  *prometheus.CounterVec
+	replicas  prometheus.Gauge
+	drainCuts *prometheus.CounterVec
+}
+
+// newMetrics are an agent's metrics, unregistered.
+func newMetrics() *metrics {
+	return &metrics{
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servemesh_agent_replica_restarts_total",
+			Help: "Times a replica's process was restarted after it exited (Ray Serve's backend_worker_starts).",
+		}, []string{"backend", "replica"}),
+		replicas: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "servemesh_agent_replicas",
+			Help: "Replicas this agent runs, draining ones included.",
+		}),
+		drainCuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "servemesh_agent_drains_cut_total",
+			Help: "Draining replicas stopped at their backend's graceful shutdown timeout with requests still in flight, which were cut.",
+		}, []string{"backend"}),
+	}
+}
+
+// drainStart is when p's drain began, as the controller stored it (now,
+// for a placement of a release that stored none).
+func drainStart(p meshspec.Placement) time.Time {
+	if p.Since == 0 {
+		return time.Now()
+	}
+	return time.Unix(p.Since, 0)
 }
 
 // New returns an agent; Run starts it. It fails when RunAs names no user.
@@ -128,16 +164,7 @@ func New(o Options) (*Agent, error) {
 	a := &Agent{node: o.Node, consul: o.Consul, store: o.Store, log: o.Logger, workDir: o.WorkDir,
 		drainGrace: o.DrainGrace, stopGrace: o.StopGrace, checkTTL: o.CheckTTL,
 		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second, replicas: map[string]*replica{},
-		metrics: &metrics{
-			restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "servemesh_agent_replica_restarts_total",
-				Help: "Times a replica's process was restarted after it exited (Ray Serve's backend_worker_starts).",
-			}, []string{"backend", "replica"}),
-			replicas: prometheus.NewGauge(prometheus.GaugeOpts{
-				Name: "servemesh_agent_replicas",
-				Help: "Replicas this agent runs, draining ones included.",
-			}),
-		}}
+		metrics: newMetrics()}
 	if a.drainGrace == 0 {
 		a.drainGrace = 5 * time.Second
 	}
@@ -158,7 +185,7 @@ func New(o Options) (*Agent, error) {
 	}
 	a.devices = newDevices(o.Node.Resources)
 	a.secrets, a.inbound, a.listenHost, a.picker, a.stopOnExit = o.Secrets, o.Inbound, o.Node.Address, o.Picker, o.StopOnExit
-	a.meshListener = o.MeshListener
+	a.meshListener, a.inFlight = o.MeshListener, o.InFlight
 	a.node.Inbound = o.Inbound // registered: the controller checks replicas' claims against it
 	if (o.Secrets == nil) != (o.Inbound == "") {
 		return nil, fmt.Errorf("agent: mesh mTLS needs both the node's secrets and its inbound listener")
@@ -167,7 +194,7 @@ func New(o Options) (*Agent, error) {
 		a.listenHost = "127.0.0.1"
 	}
 	if o.Registerer != nil {
-		o.Registerer.MustRegister(a.metrics.restarts, a.metrics.replicas)
+		o.Registerer.MustRegister(a.metrics.restarts, a.metrics.replicas, a.metrics.drainCuts)
 	}
 	return a, nil
 }
@@ -424,7 +451,7 @@ func (a *Agent) reconcile(ctx context.Context, m *meshspec.Model) {
 					a.replicas[p.Tag] = r
 				}
 			case running && p.State == meshspec.Draining:
-				r.drain()
+				r.drain(drainStart(p), b.Config.EffectiveGracefulShutdown())
 			case running:
 				r.setConfig(b.Config.UserConfig) // taken at its next probe
 			}

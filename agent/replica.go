@@ -526,9 +526,10 @@ func (r *replica) check(ctx context.Context) error {
 	return nil
 }
 
-// drain lets in-flight requests finish (Envoy already sends no new ones to a
-// draining replica), then stops the replica.
-func (r *replica) drain() {
+// drain takes the replica out of the picker's rotation (Envoy already
+// sends it no new request) and stops it once it has served its requests
+// in flight, from since and within bound (awaitDrained).
+func (r *replica) drain(since time.Time, bound time.Duration) {
 	r.mu.Lock()
 	if r.draining {
 		r.mu.Unlock()
@@ -537,18 +538,12 @@ func (r *replica) drain() {
 	r.draining = true
 	r.mu.Unlock()
 	r.a.picker.SetReady(r.tag, false)
-	r.log.Info("replica draining", "for", r.a.drainGrace)
+	r.log.Info("replica draining: it stops once its requests in flight have ended", "since", since.Format(time.RFC3339), "at_most", bound)
 	done := context.Background().Done()
 	if r.a.runCtx != nil {
 		done = r.a.runCtx.Done()
 	}
-	r.a.background.Go(func() {
-		select {
-		case <-time.After(r.a.drainGrace):
-			r.stop()
-		case <-done: // the agent stops: the next one drains it, as the state says
-		}
-	})
+	r.a.background.Go(func() { r.awaitDrained(done, since, bound) })
 }
 
 // stop ends the replica: SIGTERM, SIGKILL after the stop grace, then

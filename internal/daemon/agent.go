@@ -181,6 +181,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	ao.Picker = pick
 	if !o.NoEnvoy {
 		ao.MeshListener = meshListener(o.Envoy.Bootstrap.Node)
+		ao.InFlight = agent.EnvoyRequestsInFlight(admin)
 	}
 	a, err := agent.New(ao)
 	if err != nil {
