@@ -1,0 +1,167 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/meshspec"
+)
+
+// TestLongStreamsOutliveAScaleDown: issue 59. On the default mesh (mTLS,
+// two nodes, a replica on each), answers streamed for 30 s through both
+// nodes, some on each replica; the backend is scaled down to one while
+// they stream. The removed replica gets no new request, but finishes its
+// streams whole (it was stopped 5 s into its drain, cutting them); its
+// placement, and the node's resources, are freed once they have ended,
+// not before; and its agent says it drained with nothing in flight.
+func TestLongStreamsOutliveAScaleDown(t *testing.T) {
+	t.Parallel()
+	mesh := startTwoNodeMesh(t, "drains")
+	ctx := context.Background()
+	mesh.createBackends(t, meshspec.Backend{Name: "long", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}, Process: demoProcess("long", false)})
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "long", Route: "/long", Traffic: map[string]float64{"long": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*mtlsNode{mesh.n1, mesh.n2}
+	for _, n := range nodes {
+		waitReplicasAnswer(t, "both replicas to answer through "+n.id, "http://"+n.public+"/long", 2, 60)
+	}
+
+	const tokens, every = 300, 100 * time.Millisecond // 30 s
+	var streams []*longStream
+	on := map[string]int{}
+	for i := 0; i < 16 && (len(on) < 2 || len(streams) < 4); i++ {
+		s := openStream(t, fmt.Sprintf("http://%s/long?tokens=%d&every_ms=%d", nodes[i%2].public, tokens, every.Milliseconds()), i%2 == 1)
+		streams = append(streams, s)
+		on[s.replica]++
+	}
+	if len(on) < 2 {
+		t.Fatalf("streams on %v; want some on each replica", on)
+	}
+	one := 1
+	if _, err := mesh.c.UpdateBackend(ctx, "long", meshspec.BackendConfigPatch{NumReplicas: &one}); err != nil {
+		t.Fatal(err)
+	}
+	scaledDown := time.Now()
+	var draining, survivor string
+	for _, p := range placements(t, mesh.c, "long") {
+		if p.State == meshspec.Draining {
+			draining = p.Tag
+		} else {
+			survivor = p.Tag
+		}
+	}
+	if draining == "" || survivor == "" || on[draining] == 0 {
+		t.Fatalf("after scaling down: draining %q (%d streams on it), running %q; want one of each, streams on the draining one", draining, on[draining], survivor)
+	}
+
+	// New requests reach the survivor alone, through both nodes, once the
+	// nodes have the change; none fails.
+	testutil.WaitFor(t, 20*time.Second, "new requests to reach "+survivor+" alone", func() bool {
+		for i := range 10 {
+			replica, err := replicaOf(httpClient(), "http://"+nodes[i%2].public+"/long")
+			if err != nil {
+				t.Fatalf("a new request while %s drains: %v", draining, err)
+			}
+			if replica != survivor {
+				return false
+			}
+		}
+		return true
+	})
+	// Well past the drain grace (1 s here), its streams still going, the
+	// draining replica keeps its placement.
+	for time.Since(scaledDown) < 8*time.Second {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !hasPlacement(t, mesh, "long", draining) {
+		t.Fatalf("%s's placement was dropped %s into its drain, with its streams still going", draining, time.Since(scaledDown).Round(time.Second))
+	}
+
+	for i, s := range streams {
+		got := <-s.done
+		if got.err != nil || len(got.tokens) != tokens || got.tokens[tokens-1] != fmt.Sprintf("token %d", tokens-1) {
+			t.Errorf("stream %d (on %s): %d of %d tokens, error %v; want it whole", i, s.replica, len(got.tokens), tokens, got.err)
+		}
+	}
+	ended := time.Now()
+	testutil.WaitFor(t, 20*time.Second, draining+"'s placement to be freed once its streams ended", func() bool { return !hasPlacement(t, mesh, "long", draining) })
+	t.Logf("the drained replica's placement was freed %s after its streams ended (%s after the scale-down)",
+		time.Since(ended).Round(100*time.Millisecond), time.Since(scaledDown).Round(100*time.Millisecond))
+	logs := mesh.n1.stderr.String() + mesh.n2.stderr.String()
+	if !strings.Contains(logs, "replica drained: no request in flight") || strings.Contains(logs, "graceful shutdown timeout") {
+		t.Errorf("the agents' logs do not say %s drained with nothing in flight (or say a drain was cut)", draining)
+	}
+}
+
+// hasPlacement reports whether backend still has a placement tagged tag.
+func hasPlacement(t *testing.T, mesh *twoNodeMesh, backend, tag string) bool {
+	t.Helper()
+	for _, p := range placements(t, mesh.c, backend) {
+		if p.Tag == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// longStream is a streamed answer being read: its replica, known from its
+// headers, and done, which receives what the whole stream read.
+type longStream struct {
+	replica string
+	done    chan streamRead
+}
+
+type streamRead struct {
+	tokens []string
+	err    error
+}
+
+// openStream sends a streaming request (server-sent events if sse) and
+// returns once its answer's headers have come; the tokens are read on.
+func openStream(t *testing.T, url string, sse bool) *longStream {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sse {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
+	s := &longStream{replica: resp.Header.Get(demoreplica.ReplicaHeader), done: make(chan streamRead, 1)}
+	go func() {
+		defer func() { _ = resp.Body.Close() }()
+		var got streamRead
+		lines := bufio.NewScanner(resp.Body)
+		for lines.Scan() {
+			line := lines.Text()
+			if sse {
+				var ok bool
+				if line, ok = strings.CutPrefix(line, "data: "); !ok {
+					continue
+				}
+			}
+			got.tokens = append(got.tokens, line)
+		}
+		got.err = lines.Err()
+		s.done <- got
+	}()
+	return s
+}
