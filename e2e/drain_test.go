@@ -137,7 +137,7 @@ func openStream(t *testing.T, url string, sse bool) *longStream {
 	if sse {
 		req.Header.Set("Accept", "text/event-stream")
 	}
-	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req) //nolint:bodyclose // the goroutine reading the stream closes it
 	if err != nil {
 		t.Fatal(err)
 	}
