@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -149,18 +148,7 @@ func openStream(t *testing.T, url string, sse bool) *longStream {
 	go func() {
 		defer func() { _ = resp.Body.Close() }()
 		var got streamRead
-		lines := bufio.NewScanner(resp.Body)
-		for lines.Scan() {
-			line := lines.Text()
-			if sse {
-				var ok bool
-				if line, ok = strings.CutPrefix(line, "data: "); !ok {
-					continue
-				}
-			}
-			got.tokens = append(got.tokens, line)
-		}
-		got.err = lines.Err()
+		got.err = scanTokens(resp.Body, sse, func(token string) { got.tokens = append(got.tokens, token) })
 		s.done <- got
 	}()
 	return s

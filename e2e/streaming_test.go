@@ -141,7 +141,21 @@ func streamTokens(t *testing.T, url string, sse bool) (string, time.Duration, ti
 	}
 	var got []string
 	var first, last time.Duration
-	lines := bufio.NewScanner(resp.Body)
+	_ = scanTokens(resp.Body, sse, func(token string) {
+		last = time.Since(start)
+		if len(got) == 0 {
+			first = last
+		}
+		got = append(got, token)
+	})
+	return resp.Header.Get(demoreplica.ReplicaHeader), first, last, got
+}
+
+// scanTokens calls each with every token of a streamed answer as it
+// comes: its lines, or its server-sent events' data if sse; it returns
+// the error that ended the reading, if any.
+func scanTokens(body io.Reader, sse bool, each func(token string)) error {
+	lines := bufio.NewScanner(body)
 	for lines.Scan() {
 		line := lines.Text()
 		if sse {
@@ -150,13 +164,9 @@ func streamTokens(t *testing.T, url string, sse bool) (string, time.Duration, ti
 				continue // the blank line between events
 			}
 		}
-		last = time.Since(start)
-		if len(got) == 0 {
-			first = last
-		}
-		got = append(got, line)
+		each(line)
 	}
-	return resp.Header.Get(demoreplica.ReplicaHeader), first, last, got
+	return lines.Err()
 }
 
 // echoThroughUpgrade upgrades a connection to the endpoint through the

@@ -540,9 +540,13 @@ const (
 
 // EffectiveHoldTimeout is how long a node holds a request for the backend.
 func (c BackendConfig) EffectiveHoldTimeout() time.Duration {
-	s := c.HoldTimeoutS
+	return secondsOr(c.HoldTimeoutS, DefaultHoldTimeoutS)
+}
+
+// secondsOr is s seconds, or def when s is zero (unset).
+func secondsOr(s, def float64) time.Duration {
 	if s == 0 {
-		s = DefaultHoldTimeoutS
+		s = def
 	}
 	return time.Duration(s * float64(time.Second))
 }
@@ -556,11 +560,7 @@ const (
 // EffectiveGracefulShutdown is how long a removed replica of the backend
 // may serve its requests in flight.
 func (c BackendConfig) EffectiveGracefulShutdown() time.Duration {
-	s := c.GracefulShutdownTimeoutS
-	if s == 0 {
-		s = DefaultGracefulShutdownTimeoutS
-	}
-	return time.Duration(s * float64(time.Second))
+	return secondsOr(c.GracefulShutdownTimeoutS, DefaultGracefulShutdownTimeoutS)
 }
 
 // EffectiveMaxHeld is how many requests a node holds for the backend at once.
