@@ -66,7 +66,7 @@ func newScheduling(t *testing.T, nodes *fakeNodes) (*Controller, *store.Memory) 
 	t.Helper()
 	st := store.NewMemory()
 	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil },
-		Nodes: nodes.list, DrainGrace: time.Second, ReplaceAfter: time.Minute, Now: testClock.Now, Registered: testRegistry.registered})
+		Nodes: nodes.list, DrainGrace: time.Second, ReplaceAfter: time.Minute, Now: testClock.Now, Registered: registryOf(t).registered})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestScaleDownDrainsThenReconcileRemoves(t *testing.T) {
 	if b, _ := c.GetBackend("a"); len(b.Placements) != 4 {
 		t.Fatalf("after the drain grace, the replicas still registered (serving requests in flight): %+v; want them kept", b.Placements)
 	}
-	testRegistry.set(wire.BackendService("a"), tagsOf(b, meshspec.Running)) // the agents stopped and deregistered the others
+	registryOf(t).set(wire.BackendService("a"), tagsOf(b, meshspec.Running)) // the agents stopped and deregistered the others
 	if err := c.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestADrainingReplicaIsForgottenAtTheGracefulShutdownTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := c.GetBackend("g")
-	testRegistry.set(wire.BackendService("g"), tagsOf(b, meshspec.Running))
+	registryOf(t).set(wire.BackendService("g"), tagsOf(b, meshspec.Running))
 	one := 1
 	if _, err := c.UpdateBackendConfig(ctx, "g", meshspec.BackendConfigPatch{NumReplicas: &one}); err != nil {
 		t.Fatal(err)
@@ -244,8 +244,18 @@ func (r *registry) registered(service string) (map[string]bool, bool) {
 	return tags, ok
 }
 
-// testRegistry is the registrations the controllers newScheduling makes see.
-var testRegistry = &registry{tags: map[string]map[string]bool{}}
+// registries are, by test, the registrations the controller newScheduling
+// made for it sees: each run of a test its own (-count runs it again with
+// the same names).
+var registries sync.Map // testing.TB: *registry
+
+func registryOf(t testing.TB) *registry {
+	r, loaded := registries.LoadOrStore(t, &registry{tags: map[string]map[string]bool{}})
+	if !loaded {
+		t.Cleanup(func() { registries.Delete(t) })
+	}
+	return r.(*registry)
+}
 
 func TestReconcileReplacesReplicasOfAGoneNode(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}}}
