@@ -453,7 +453,7 @@ func (ch *chaos) check(admin envoy.Admin) {
 	}
 	// Envoy is connected to one of the two controllers, either may be it:
 	// every controller publishes what is stored.
-	testutil.WaitFor(t, 30*time.Second, "the node to be in sync with the controller it is connected to", func() bool {
+	inSync := func() bool {
 		for _, c := range ch.ctls {
 			for _, n := range nodesOf(c.apiAddr) {
 				if n.Connected && n.InSync {
@@ -462,7 +462,16 @@ func (ch *chaos) check(admin envoy.Admin) {
 			}
 		}
 		return false
-	})
+	}
+	if err := testutil.Until(30*time.Second, inSync); err != nil {
+		// What each controller says of the nodes, to tell which one they
+		// are on and why it is not in sync (make flake saw this once).
+		for _, c := range ch.ctls {
+			nodes, err := readNodes(c.apiAddr)
+			t.Logf("controller at %s: nodes %+v, err %v", c.apiAddr, nodes, err)
+		}
+		t.Fatalf("timed out after 30s waiting for the node to be in sync with the controller it is connected to")
+	}
 	testutil.WaitFor(t, 30*time.Second, "Envoy to serve the stored routes", func() bool {
 		return envoyPolicies(t, admin) == expectedPolicies(stored)
 	})
