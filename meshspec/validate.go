@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
-	"net/netip"
 	"path"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/servemesh/servemesh/wire"
@@ -416,53 +413,6 @@ func validateBackend(p *problems, field string, b Backend) {
 			p.add(rf("health"), "%q is not a health state; use %q, %q, %q or %q", r.Health, HealthHealthy, HealthUnhealthy, HealthDraining, HealthUnknown)
 		}
 	}
-}
-
-// hostName is a DNS name: dot-separated labels of letters, digits and '-'.
-var hostName = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
-
-// CheckReplicaAddress says why addr cannot be a replica's address, or
-// returns nil: it must be IP:port or host:port.
-func CheckReplicaAddress(addr string) error {
-	if _, reason := replicaAddress(addr); reason != "" {
-		return fmt.Errorf("%.80q %s", addr, reason)
-	}
-	return nil
-}
-
-// CheckReplicaInbound says why r's inbound listener (if any) cannot be used:
-// it must be IP:port, and r must name its node.
-func CheckReplicaInbound(r Replica) error {
-	if r.Inbound == "" {
-		return nil
-	}
-	if ap, err := netip.ParseAddrPort(r.Inbound); err != nil || ap.Port() == 0 {
-		return fmt.Errorf(`inbound %.80q is not IP:port with a port from 1 to 65535; write it like "10.0.0.7:21000"`, r.Inbound)
-	}
-	if r.Node == "" {
-		return fmt.Errorf("inbound %q needs the replica's node", r.Inbound)
-	}
-	return nil
-}
-
-// replicaAddress checks a replica's address, IP:port or host:port, and
-// returns its canonical form, or why it is not an address.
-func replicaAddress(addr string) (string, string) {
-	const fix = `is not an IP:port or host:port address; write it like "127.0.0.1:9001", "[::1]:9001" or "legacy.internal:9001"`
-	if ap, err := netip.ParseAddrPort(addr); err == nil {
-		if ap.Port() == 0 {
-			return "", "has port 0; give the port the replica listens on"
-		}
-		return ap.String(), ""
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || len(host) > 253 || !hostName.MatchString(host) {
-		return "", fix
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "", "needs a port from 1 to 65535"
-	}
-	return strings.ToLower(strings.TrimSuffix(host, ".")) + ":" + port, ""
 }
 
 // validateRoute reports problems with a non-empty route and whether it is valid.

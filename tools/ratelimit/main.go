@@ -1,5 +1,5 @@
-// Command ratelimit is servemesh's build of Envoy's rate limit service,
-// the backend of global rate limits: envoyproxy/ratelimit (Apache-2.0,
+// Package main, the command ratelimit, is servemesh's build of Envoy's
+// rate limit service, the backend of global rate limits: envoyproxy/ratelimit (Apache-2.0,
 // with Redis as its store), pinned in go.mod. Its main branch is the
 // release line (it publishes no tags), so the pin is a commit's
 // pseudo-version.
