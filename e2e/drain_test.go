@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )
@@ -35,14 +36,7 @@ func TestLongStreamsOutliveAScaleDown(t *testing.T) {
 		waitReplicasAnswer(t, "both replicas to answer through "+n.id, "http://"+n.public+"/long", 2, 60)
 	}
 
-	const tokens, every = 300, 100 * time.Millisecond // 30 s
-	var streams []*longStream
-	on := map[string]int{}
-	for i := 0; i < 16 && (len(on) < 2 || len(streams) < 4); i++ {
-		s := openStream(t, fmt.Sprintf("http://%s/long?tokens=%d&every_ms=%d", nodes[i%2].public, tokens, every.Milliseconds()), i%2 == 1)
-		streams = append(streams, s)
-		on[s.replica]++
-	}
+	streams, on := openLongStreams(t, nodes, "/long")
 	if len(on) < 2 {
 		t.Fatalf("streams on %v; want some on each replica", on)
 	}
@@ -86,12 +80,7 @@ func TestLongStreamsOutliveAScaleDown(t *testing.T) {
 		t.Fatalf("%s's placement was dropped %s into its drain, with its streams still going", draining, time.Since(scaledDown).Round(time.Second))
 	}
 
-	for i, s := range streams {
-		got := <-s.done
-		if got.err != nil || len(got.tokens) != tokens || got.tokens[tokens-1] != fmt.Sprintf("token %d", tokens-1) {
-			t.Errorf("stream %d (on %s): %d of %d tokens, error %v; want it whole", i, s.replica, len(got.tokens), tokens, got.err)
-		}
-	}
+	wantWhole(t, streams)
 	ended := time.Now()
 	testutil.WaitFor(t, 20*time.Second, draining+"'s placement to be freed once its streams ended", func() bool { return !hasPlacement(t, mesh, "long", draining) })
 	t.Logf("the drained replica's placement was freed %s after its streams ended (%s after the scale-down)",
@@ -99,6 +88,41 @@ func TestLongStreamsOutliveAScaleDown(t *testing.T) {
 	logs := mesh.n1.stderr.String() + mesh.n2.stderr.String()
 	if !strings.Contains(logs, "replica drained: no request in flight") || strings.Contains(logs, "graceful shutdown timeout") {
 		t.Errorf("the agents' logs do not say %s drained with nothing in flight (or say a drain was cut)", draining)
+	}
+}
+
+// longStreamTokens and longStreamEvery make the e2e's long streams: 300 tokens,
+// one every 100 ms, 30 s in all.
+const (
+	longStreamTokens = 300
+	longStreamEvery  = 100 * time.Millisecond
+)
+
+// openLongStreams opens at least four long streams to path, through each
+// of nodes in turn, chunked and server-sent events alternately, until
+// they reach at least two replicas (or sixteen are open); it returns them
+// and how many each replica carries.
+func openLongStreams(t *testing.T, nodes []*mtlsNode, path string) ([]*longStream, map[string]int) {
+	t.Helper()
+	var streams []*longStream
+	on := map[string]int{}
+	for i := 0; i < 16 && (len(on) < 2 || len(streams) < 4); i++ {
+		s := openStream(t, fmt.Sprintf("http://%s%s?tokens=%d&every_ms=%d", nodes[i%len(nodes)].public, path, longStreamTokens, longStreamEvery.Milliseconds()), i%2 == 1)
+		streams = append(streams, s)
+		on[s.replica]++
+	}
+	return streams, on
+}
+
+// wantWhole waits for streams to end and fails the test for each that
+// did not end whole.
+func wantWhole(t *testing.T, streams []*longStream) {
+	t.Helper()
+	for i, s := range streams {
+		got := <-s.done
+		if got.err != nil || len(got.tokens) != longStreamTokens || got.tokens[longStreamTokens-1] != fmt.Sprintf("token %d", longStreamTokens-1) {
+			t.Errorf("stream %d (on %s): %d of %d tokens, error %v; want it whole", i, s.replica, len(got.tokens), longStreamTokens, got.err)
+		}
 	}
 }
 
@@ -136,7 +160,9 @@ func openStream(t *testing.T, url string, sse bool) *longStream {
 	if sse {
 		req.Header.Set("Accept", "text/event-stream")
 	}
-	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req) //nolint:bodyclose // the goroutine reading the stream closes it
+	// Each stream has a connection of its own, closed once it has been read.
+	tr := &http.Transport{DisableKeepAlives: true}
+	resp, err := (&http.Client{Timeout: 2 * time.Minute, Transport: tr}).Do(req) //nolint:bodyclose // the goroutine reading the stream closes it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +178,67 @@ func openStream(t *testing.T, url string, sse bool) *longStream {
 		s.done <- got
 	}()
 	return s
+}
+
+// TestLongStreamsOutliveEnvoyUpgrades: issue 59. On the default mesh,
+// answers streamed for 30 s through both nodes while each node's agent is
+// restarted with another Envoy setting, which hot restarts its Envoy (as
+// an Envoy upgrade does): the old Envoy, which carries the streams, serves
+// them to their end (it was ended 5 s after its drain, cutting them all)
+// while the new one takes every new request, and is ended at its upgrade
+// grace (45 s here). n1's agent is then restarted with yet another
+// setting while the streams go on: a third epoch would make the second
+// end the first at once, cutting them, so that hot restart waits until
+// the first Envoy holds no connection (idle ones included) or has ended.
+func TestLongStreamsOutliveEnvoyUpgrades(t *testing.T) {
+	t.Parallel()
+	mesh := startTwoNodeMesh(t, "upgrades")
+	ctx := context.Background()
+	mesh.createBackends(t, meshspec.Backend{Name: "long", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}, Process: demoProcess("long", false)})
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "long", Route: "/long", Traffic: map[string]float64{"long": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*mtlsNode{mesh.n1, mesh.n2}
+	first := map[string]dataPlane{}
+	for _, n := range nodes {
+		waitReplicasAnswer(t, "both replicas to answer through "+n.id, "http://"+n.public+"/long", 2, 60)
+		first[n.id] = dataPlaneOf(t, mesh, n)
+	}
+	streams, on := openLongStreams(t, nodes, "/long")
+	if len(on) < 2 {
+		t.Fatalf("streams on %v; want some on each replica", on)
+	}
+	l := startLoad("http://"+mesh.n1.public+"/long", 2)
+	withSetting := func(n *mtlsNode, level string) []string {
+		return append(append([]string{}, n.args...), "--envoy-log-level", level, "--envoy-upgrade-grace", "45s")
+	}
+	for _, n := range nodes {
+		restartAgent(t, n.agentProc, false, 1, withSetting(n, "warning"))
+		if now := dataPlaneOf(t, mesh, n); now.epoch != first[n.id].epoch+1 || now.envoy == first[n.id].envoy {
+			t.Fatalf("node %s: envoy pid %d epoch %d, before pid %d epoch %d: want a hot restart", n.id, now.envoy, now.epoch, first[n.id].envoy, first[n.id].epoch)
+		}
+	}
+	before := len(mesh.n1.stderr.String())
+	restartAgent(t, mesh.n1.agentProc, false, 1, withSetting(mesh.n1, "error"))
+	if log := mesh.n1.stderr.String()[before:]; !strings.Contains(log, "envoy hot restart deferred") {
+		t.Errorf("n1's agent, restarted with another setting while its first envoy serves streams, does not say it defers the hot restart:\n%s", log)
+	}
+	if now := dataPlaneOf(t, mesh, mesh.n1); now.epoch != first[mesh.n1.id].epoch+1 {
+		t.Errorf("n1's envoy is at epoch %d while the first one serves streams; want %d (the hot restart deferred)", now.epoch, first[mesh.n1.id].epoch+1)
+	}
+
+	wantWhole(t, streams)
+	l.finish(t)
+	streamsEnded := time.Now()
+	for _, n := range nodes {
+		if _, err := proc.IdentityOf(first[n.id].envoy); err != nil {
+			t.Errorf("node %s's first envoy ended before its upgrade grace passed (%v)", n.id, err)
+		}
+	}
+	testutil.WaitFor(t, 90*time.Second, "n1's first envoy to end at its grace and the deferred hot restart to go ahead", func() bool {
+		_, err := proc.IdentityOf(first[mesh.n1.id].envoy)
+		return dataPlaneOf(t, mesh, mesh.n1).epoch == first[mesh.n1.id].epoch+2 && err != nil
+	})
+	t.Logf("n1's deferred hot restart went ahead %s after the streams ended", time.Since(streamsEnded).Round(time.Second))
+	waitReplicasAnswer(t, "both replicas to answer through n1 after its second hot restart", "http://"+mesh.n1.public+"/long", 2, 60)
 }

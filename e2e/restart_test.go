@@ -151,10 +151,11 @@ func TestAgentRestartKeepsTheDataPlane(t *testing.T) {
 		var old []int
 		for _, n := range []*mtlsNode{m.n1, m.n2} {
 			old = append(old, before[n.id].envoy)
-			restartAgent(t, n.agentProc, false, 2, append(append([]string{}, n.args...), "--envoy-log-level", "warning"))
+			restartAgent(t, n.agentProc, false, 2, append(append([]string{}, n.args...), "--envoy-log-level", "warning", "--envoy-upgrade-grace", "1s"))
 			same(t, n, false)
 		}
-		// The old Envoys drain (--drain 2s), then their successors end them.
+		// The old Envoys drain (--drain 2s) and serve what they have open
+		// for the upgrade grace (1 s here), then their successors end them.
 		testutil.WaitFor(t, 30*time.Second, "the hot-restarted envoys to exit", func() bool {
 			for _, pid := range old {
 				if _, err := proc.IdentityOf(pid); err == nil {

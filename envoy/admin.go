@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -235,4 +236,19 @@ func (a Admin) Versions(ctx context.Context) (ConfigVersions, error) {
 	}
 	out.Connected = stats["control_plane.connected_state"] == 1
 	return out, nil
+}
+
+// ParentConnections is the connections the Envoy this one replaced by a
+// hot restart still serves (server.parent_connections, which Envoy merges
+// from its parent at each stats flush). It fails if Envoy reports none.
+func (a Admin) ParentConnections(ctx context.Context) (uint64, error) {
+	stats, err := a.Stats(ctx, `^server\.parent_connections$`)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := stats["server.parent_connections"]
+	if !ok {
+		return 0, errors.New("envoy admin /stats: no server.parent_connections")
+	}
+	return n, nil
 }

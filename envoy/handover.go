@@ -64,6 +64,30 @@ type envoyRecord struct {
 	// then are ended by it; a supervisor that stops before that ends them
 	// leaves them to the next one (endParent) or to StopLeft.
 	Draining []proc.Identity `json:"draining,omitempty"`
+	// ParentShutdownS is its --parent-shutdown-time-s: how long after it
+	// started it ends the Envoys in Draining. 0 in an earlier release's
+	// record, which ended them 5 s after their drain.
+	ParentShutdownS int `json:"parent_shutdown_s,omitempty"`
+	// StartedAt is when it started; zero in an earlier release's record.
+	StartedAt time.Time `json:"started_at,omitzero"`
+}
+
+// parentShutdown is how long after the recorded Envoy started it ends
+// those it replaced.
+func (r envoyRecord) parentShutdown(c Config) time.Duration {
+	if r.ParentShutdownS > 0 {
+		return time.Duration(r.ParentShutdownS) * time.Second
+	}
+	return c.drainTime() + defaultUpgradeGrace
+}
+
+// drainingUntil is when the recorded Envoy ends those it replaced; zero
+// if unknown (an earlier release's record).
+func (r envoyRecord) drainingUntil(c Config) time.Time {
+	if r.StartedAt.IsZero() {
+		return time.Time{}
+	}
+	return r.StartedAt.Add(r.parentShutdown(c))
 }
 
 // running is what the supervisor would start now, as a record.
@@ -169,7 +193,7 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 	}
 	for _, d := range rec.Draining { // handed over by a supervisor that stopped before they ended
 		if p, err := proc.Adopt(d); err == nil {
-			go s.endParent(&Process{cfg: s.Config, child: p})
+			go s.endParent(&Process{cfg: s.Config, child: p}, rec.parentShutdown(s.Config))
 		}
 	}
 	if !startedWith(rec.Process.Pid, s.Config.ConfigPath) {
@@ -198,7 +222,42 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 		log.Error("envoy not hot restarted: its base id is unknown; the running one serves on", "changed", rec.changes(want), "err", err)
 		return old, nil
 	}
-	log.Info("envoy hot restarting", "changed", rec.changes(want))
+	if s.earlierEpochServes(ctx, old, rec) {
+		log.Info("envoy hot restart deferred: the envoy it replaced last still serves requests it had open, which a hot restart now would cut; "+
+			"it goes ahead once they end", "changed", rec.changes(want), "draining_until", rec.drainingUntil(s.Config))
+		s.deferred = &deferredRestart{rec: rec, baseID: baseID}
+		return old, nil
+	}
+	return s.hotRestart(ctx, rec, baseID, old), nil
+}
+
+// A hot restart (epoch n+1) makes the running Envoy (epoch n) end the one
+// it replaced (n-1) at once, cutting what n-1 still serves. So while n-1
+// serves a connection, the supervisor keeps epoch n and hot restarts it
+// once n-1 has none left or has exited (Run retries a deferredRestart).
+type deferredRestart struct {
+	rec    envoyRecord // the running Envoy's
+	baseID int
+}
+
+// earlierEpochServes reports whether an Envoy the running one (old,
+// recorded as rec) replaced still runs and serves a connection, as old
+// counts them (server.parent_connections); unknown counts as serving.
+func (s *Supervisor) earlierEpochServes(ctx context.Context, old *Process, rec envoyRecord) bool {
+	if len(alive(rec.Draining)) == 0 {
+		return false
+	}
+	n, err := old.admin.ParentConnections(ctx)
+	return err != nil || n > 0
+}
+
+// hotRestart starts the next epoch of old (recorded as rec), which takes
+// over its listeners; old drains, serves what it has open for the upgrade
+// grace and is ended by its successor. If the next epoch fails, old
+// serves on and is returned.
+func (s *Supervisor) hotRestart(ctx context.Context, rec envoyRecord, baseID int, old *Process) *Process {
+	log := s.Config.Logger.With("pid", rec.Process.Pid, "epoch", rec.Epoch)
+	log.Info("envoy hot restarting", "changed", rec.changes(s.want), "old_serves_open_requests_for", s.Config.parentShutdown())
 	if rec.SocketPath == "" && s.Config.SocketPath != "" {
 		log.Warn("the running envoy's hot restart sockets are in the abstract namespace, which any local user reaches (an earlier release started it); " +
 			"they stay so until the envoy is next started afresh (servemesh agent --stop-all, then start the agent)")
@@ -215,10 +274,10 @@ func (s *Supervisor) first(ctx context.Context) (*Process, error) {
 		if err := writeRecord(s.StateFile, rec); err != nil { // the old one's again
 			log.Warn("the next agent will not adopt this envoy", "err", err)
 		}
-		return old, nil
+		return old
 	}
-	go s.endParent(old)
-	return next, nil
+	go s.endParent(old, s.Config.parentShutdown())
+	return next
 }
 
 // alive are those of ids that still run.
@@ -233,9 +292,11 @@ func alive(ids []proc.Identity) []proc.Identity {
 }
 
 // endParent makes sure a hot-restarted Envoy exits: its successor ends
-// it after the drain; this kills it if it outlives that.
-func (s *Supervisor) endParent(old *Process) {
-	limit := s.Config.drainTime() + (parentShutdownAfterDrain+10)*time.Second
+// it parentShutdown after it started; this kills it if it outlives that
+// (killed before, it would take its successor down: Envoy aborts when its
+// parent is gone before it ended it).
+func (s *Supervisor) endParent(old *Process, parentShutdown time.Duration) {
+	limit := parentShutdown + 10*time.Second
 	select {
 	case <-old.Done():
 	case <-time.After(limit):
@@ -262,6 +323,7 @@ func (s *Supervisor) start(epoch, baseID int, socketPath string, draining ...pro
 	if s.StateFile != "" {
 		rec := s.want
 		rec.Process, rec.Epoch, rec.SocketPath, rec.Draining = p.child.Identity(), epoch, socketPath, draining
+		rec.ParentShutdownS, rec.StartedAt = int(cfg.parentShutdown().Seconds()), time.Now().UTC()
 		if err := writeRecord(s.StateFile, rec); err != nil {
 			s.Config.Logger.Warn("the next agent will not adopt this envoy", "err", err)
 		}

@@ -32,8 +32,11 @@ type Launcher struct {
 	LogLevel    string
 	Concurrency int
 	// Drain is how long listeners drain when Envoy stops.
-	Drain  time.Duration
-	Logger *slog.Logger
+	Drain time.Duration
+	// UpgradeGrace is how long an Envoy replaced by a hot restart serves
+	// the requests it has open after its drain (Config.UpgradeGrace).
+	UpgradeGrace time.Duration
+	Logger       *slog.Logger
 	// PublicCert and PublicKey, if set, are PEM files of the public
 	// listener's certificate chain and key: it then serves HTTPS, and Envoy
 	// reloads them when a file is moved into their folder (replace them by
@@ -94,7 +97,7 @@ func (l Launcher) Prepare(ctx context.Context) (Config, error) {
 	return Config{
 		Binary: binary, ConfigPath: path, Dir: l.WorkDir, AdminSocket: l.Bootstrap.AdminSocket,
 		LogPath: filepath.Join(l.WorkDir, LogFile), LogLevel: l.LogLevel,
-		Concurrency: l.Concurrency, DrainTime: l.Drain, Logger: l.Logger,
+		Concurrency: l.Concurrency, DrainTime: l.Drain, UpgradeGrace: l.UpgradeGrace, Logger: l.Logger,
 	}, nil
 }
 

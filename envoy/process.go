@@ -59,6 +59,11 @@ type Config struct {
 	// Parent, with HotRestart, is the servemesh binary, whose
 	// envoy-parent command parents Envoy (see RunParent).
 	Parent string
+	// UpgradeGrace, with HotRestart, is how long after its drain time an
+	// Envoy this one replaces goes on serving the requests it has open
+	// (long answer streams above all) before this one ends it: Envoy's
+	// --parent-shutdown-time-s is the two together. 5s when 0.
+	UpgradeGrace time.Duration
 }
 
 // Args returns Envoy's full command line (without the binary).
@@ -70,8 +75,9 @@ func (c Config) Args() []string {
 		return append(args, "--disable-hot-restart")
 	}
 	args = append(args, "--restart-epoch", strconv.Itoa(c.Epoch),
-		// The old Envoy drains for the drain time, then the new one ends it.
-		"--parent-shutdown-time-s", strconv.Itoa(int(c.drainTime().Seconds())+parentShutdownAfterDrain))
+		// The old Envoy drains for the drain time and serves its open
+		// requests for the upgrade grace, then the new one ends it.
+		"--parent-shutdown-time-s", strconv.Itoa(int(c.parentShutdown().Seconds())))
 	if c.SocketPath != "" {
 		args = append(args, "--socket-path", c.SocketPath, "--socket-mode", "600")
 	}
@@ -81,9 +87,19 @@ func (c Config) Args() []string {
 	return append(args, "--base-id", strconv.Itoa(c.BaseID))
 }
 
-// parentShutdownAfterDrain is how many seconds after its drain time an
-// Envoy being hot restarted is ended by its successor.
-const parentShutdownAfterDrain = 5
+// defaultUpgradeGrace is the upgrade grace when none is given, what
+// earlier releases always gave.
+const defaultUpgradeGrace = 5 * time.Second
+
+// parentShutdown is how long after a hot restart the new Envoy ends the
+// one it replaced (Envoy's --parent-shutdown-time-s), whole seconds.
+func (c Config) parentShutdown() time.Duration {
+	grace := c.UpgradeGrace
+	if grace == 0 {
+		grace = defaultUpgradeGrace
+	}
+	return (c.drainTime() + grace).Truncate(time.Second)
+}
 
 func (c Config) drainTime() time.Duration {
 	if c.DrainTime == 0 {

@@ -34,7 +34,8 @@ type Supervisor struct {
 	// and would share the port with another node's Envoy.
 	Listeners []Listener
 
-	want envoyRecord // what this supervisor starts
+	want     envoyRecord      // what this supervisor starts
+	deferred *deferredRestart // a hot restart waiting for an earlier epoch's requests
 }
 
 // Run supervises Envoy until ctx ends, then stops it with a drain. It returns
@@ -48,7 +49,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		restart.Max = 30 * time.Second
 	}
 	p, err := s.firstStart(ctx)
-	for starts := 1; ; starts++ {
+	for restarts := 0; ; {
 		if err != nil {
 			return err
 		}
@@ -56,36 +57,77 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			s.OnStart(p)
 		}
 		began := time.Now()
-		select {
-		case <-ctx.Done():
-			if s.leaves() {
-				s.Config.Logger.Info("envoy left serving for the next agent to adopt", "pid", p.Pid())
-				return nil
+		next, exited := s.serve(ctx, p)
+		if !exited {
+			if next == nil {
+				return s.stop(p)
 			}
-			stopCtx, cancel := context.WithTimeout(context.Background(), s.Drain+10*time.Second)
-			defer cancel()
-			err := p.Stop(stopCtx, s.Drain)
-			if s.StateFile != "" {
-				_ = os.Remove(s.StateFile)
-			}
-			select {
-			case <-p.Done():
-				if s.Config.BaseIDPath != "" {
-					removeSharedMemory(s.Config.BaseIDPath)
-				}
-			default: // it outlived its stop: its region stays
-			}
-			return err
-		case <-p.Done():
+			p = next // a deferred hot restart took over
+			continue
 		}
+		s.deferred = nil // its Envoy is gone; the next starts afresh anyway
+		restarts++
 		delay := restart.Next(time.Since(began))
 		s.Config.Logger.Error("envoy exited; restarting", "pid", p.Pid(), "exit", p.ExitErr(), "restart_in", delay,
-			"restarts", starts, "log_tail", proc.LogTail(s.Config.LogPath, 512))
+			"restarts", restarts, "log_tail", proc.LogTail(s.Config.LogPath, 512))
 		if !backoff.Sleep(ctx, delay) {
 			return nil
 		}
 		p, err = s.start(0, 0, s.Config.SocketPath)
 	}
+}
+
+// serve waits while p serves: it reports exited when p exits, returns
+// the next epoch once a deferred hot restart has taken over, and returns
+// neither when ctx ends.
+func (s *Supervisor) serve(ctx context.Context, p *Process) (next *Process, exited bool) {
+	var retry <-chan time.Time
+	if s.deferred != nil {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		retry = tick.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-p.Done():
+			return nil, true
+		case <-retry:
+			if s.earlierEpochServes(ctx, p, s.deferred.rec) {
+				continue
+			}
+			d := s.deferred
+			s.deferred = nil
+			if next := s.hotRestart(ctx, d.rec, d.baseID, p); next != p {
+				return next, false
+			}
+			retry = nil // the next epoch failed; the running one serves on, as after a failed hot restart at start
+		}
+	}
+}
+
+// stop ends supervision: it leaves the Envoy serving for the next
+// supervisor, or drains and stops it.
+func (s *Supervisor) stop(p *Process) error {
+	if s.leaves() {
+		s.Config.Logger.Info("envoy left serving for the next agent to adopt", "pid", p.Pid())
+		return nil
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), s.Drain+10*time.Second)
+	defer cancel()
+	err := p.Stop(stopCtx, s.Drain)
+	if s.StateFile != "" {
+		_ = os.Remove(s.StateFile)
+	}
+	select {
+	case <-p.Done():
+		if s.Config.BaseIDPath != "" {
+			removeSharedMemory(s.Config.BaseIDPath)
+		}
+	default: // it outlived its stop: its region stays
+	}
+	return err
 }
 
 // leaves reports whether the supervisor leaves its Envoy running when it

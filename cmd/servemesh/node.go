@@ -14,6 +14,7 @@ import (
 
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/envoy"
+	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
@@ -112,6 +113,7 @@ type envoyFlags struct {
 	workDir     string
 	concurrency int
 	drain       time.Duration
+	upgrade     time.Duration
 	logLevel    string
 	tlsCert     string
 	tlsKey      string
@@ -125,6 +127,9 @@ func (o *envoyFlags) register(fs *pflag.FlagSet, def nodeFlags, workDir string) 
 	fs.StringVar(&o.workDir, "work-dir", workDir, "folder for the bootstrap file and Envoy's log")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "Envoy worker threads (default: one per core)")
 	fs.DurationVar(&o.drain, "drain", 2*time.Second, "how long listeners drain on shutdown")
+	fs.DurationVar(&o.upgrade, "envoy-upgrade-grace", meshspec.DefaultGracefulShutdownTimeoutS*time.Second,
+		"how long an Envoy replaced by a hot restart (a new Envoy binary, bootstrap or setting) goes on serving the requests it has open, such as long answer streams; "+
+			"at least the longest graceful_shutdown_timeout_s of the backends the node serves")
 	fs.StringVar(&o.logLevel, "envoy-log-level", "warning", "Envoy's log level")
 	fs.StringVar(&o.tlsCert, "public-tls-cert", "", "PEM certificate chain for HTTPS on the public listener (with --public-tls-key; replace the files by rename and Envoy reloads them)")
 	fs.StringVar(&o.tlsKey, "public-tls-key", "", "PEM private key for HTTPS on the public listener")
@@ -142,9 +147,13 @@ func (o *envoyFlags) envoyNode(log *slog.Logger) (envoy.Launcher, error) {
 	if err := o.limits.Check(); err != nil {
 		return envoy.Launcher{}, err
 	}
+	if limit := meshspec.MaxGracefulShutdownTimeoutS * time.Second; o.upgrade < time.Second || o.upgrade > limit {
+		return envoy.Launcher{}, fmt.Errorf("--envoy-upgrade-grace %s: must be from 1s to %s (a backend's graceful_shutdown_timeout_s may be no longer); the default is %ds",
+			o.upgrade, limit, meshspec.DefaultGracefulShutdownTimeoutS)
+	}
 	b.Limits = o.limits
 	return envoy.Launcher{Bootstrap: b, Binary: o.binary, WorkDir: o.workDir, LogLevel: o.logLevel,
-		Concurrency: o.concurrency, Drain: o.drain, Logger: log.With("component", "envoy"),
+		Concurrency: o.concurrency, Drain: o.drain, UpgradeGrace: o.upgrade, Logger: log.With("component", "envoy"),
 		PublicCert: o.tlsCert, PublicKey: o.tlsKey, StopOnExit: o.stopOnExit, Parent: self()}, nil
 }
 
