@@ -110,6 +110,7 @@ type Agent struct {
 	runCtx     context.Context
 	devices    *devices
 	configs    sync.Map // replica tag -> the user_config version it runs
+	draining   sync.Map // draining replica tag -> its requests in flight, last counted
 	desired    atomic.Pointer[meshspec.Model]
 	view       atomic.Pointer[nodeview.View] // desired, as the node's parts read it
 }
@@ -418,7 +419,7 @@ func (a *Agent) exit() {
 // reconcile makes the running replicas match this node's placements.
 func (a *Agent) reconcile(ctx context.Context, m *meshspec.Model) {
 	want := map[string]bool{}
-	for _, b := range m.Backends {
+	for _, b := range m.Served() {
 		if b.Process == nil {
 			continue
 		}
@@ -479,7 +480,7 @@ func (a *Agent) retireUsers(m *meshspec.Model) {
 		return
 	}
 	keep := map[string]bool{}
-	for _, b := range m.Backends {
+	for _, b := range m.Served() {
 		keep[b.Name] = true
 	}
 	for _, r := range a.replicas {

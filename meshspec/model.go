@@ -26,6 +26,13 @@ var DefaultMethods = []string{"GET"}
 type Model struct {
 	Backends  []Backend  `json:"backends,omitempty"`
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// Retiring are the backends deleted while their replicas finish the
+	// requests they have in flight (long answer streams): every placement
+	// draining, each dropped once drained, the backend with its last.
+	// Users neither see nor name them; the data plane and the agents serve
+	// them as they do the others (Served). A backend created again under a
+	// retiring one's name takes its draining placements over.
+	Retiring []Backend `json:"retiring,omitempty"`
 	// Nodes are the nodes under maintenance (cordoned or drained).
 	Nodes []NodeSpec `json:"nodes,omitempty"`
 	// Mesh holds the settings of the whole mesh (tracing.go).
@@ -623,24 +630,23 @@ func SortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// Served are the backends whose replicas the data plane serves and the
+// agents run: the backends, then the retiring ones.
+func (m *Model) Served() []Backend {
+	if len(m.Retiring) == 0 {
+		return m.Backends
+	}
+	return append(slices.Clip(m.Backends), m.Retiring...)
+}
+
 // Clone returns a deep copy of m.
 func Clone(m *Model) *Model {
 	out := &Model{}
 	for _, b := range m.Backends {
-		b.Replicas = slices.Clone(b.Replicas)
-		b.Placements = slices.Clone(b.Placements)
-		if b.Process != nil {
-			p := *b.Process
-			p.Args = slices.Clone(p.Args)
-			p.Env = maps.Clone(p.Env)
-			b.Process = &p
-		}
-		if b.External != nil {
-			x := *b.External
-			b.External = &x
-		}
-		b.Config = cloneConfig(b.Config)
-		out.Backends = append(out.Backends, b)
+		out.Backends = append(out.Backends, cloneBackend(b))
+	}
+	for _, b := range m.Retiring {
+		out.Retiring = append(out.Retiring, cloneBackend(b))
 	}
 	for _, e := range m.Endpoints {
 		out.Endpoints = append(out.Endpoints, CloneEndpoint(e))
@@ -655,6 +661,24 @@ func Clone(m *Model) *Model {
 	}
 	out.Mesh = cloneMesh(m.Mesh)
 	return out
+}
+
+// cloneBackend is a deep copy of b.
+func cloneBackend(b Backend) Backend {
+	b.Replicas = slices.Clone(b.Replicas)
+	b.Placements = slices.Clone(b.Placements)
+	if b.Process != nil {
+		p := *b.Process
+		p.Args = slices.Clone(p.Args)
+		p.Env = maps.Clone(p.Env)
+		b.Process = &p
+	}
+	if b.External != nil {
+		x := *b.External
+		b.External = &x
+	}
+	b.Config = cloneConfig(b.Config)
+	return b
 }
 
 // cloneConfig is a deep copy of c.

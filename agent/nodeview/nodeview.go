@@ -15,8 +15,9 @@ func New(m *meshspec.Model, node string) *View {
 	if m == nil {
 		return nil
 	}
-	v := &View{node: node, backends: make(map[string]meshspec.Backend, len(m.Backends)), here: map[string]bool{}}
-	for _, b := range m.Backends {
+	served := m.Served() // retiring backends too: their replicas drain here
+	v := &View{node: node, backends: make(map[string]meshspec.Backend, len(served)), here: map[string]bool{}}
+	for _, b := range served {
 		v.backends[b.Name] = b
 		for _, p := range b.Placements {
 			if p.Node == node && p.State == meshspec.Running {

@@ -364,6 +364,10 @@ func (c *Controller) change(ctx context.Context, op string, fn func(m *meshspec.
 	if err := fn(next); err != nil {
 		return false, err
 	}
+	retireDeleted(c.state, next, c.now())
+	if err := retiringNameTaken(next); err != nil {
+		return false, err
+	}
 	change := store.Diff(c.state, next)
 	if change.Size() == 0 {
 		return false, nil

@@ -86,7 +86,14 @@ func describe(current *meshspec.Model, ch store.Change) []Change {
 		out = append(out, c)
 	}
 	for _, n := range ch.DeleteBackends {
-		out = append(out, Change{Action: "delete", Kind: "backend", Name: n})
+		if _, live := backends[n]; live {
+			out = append(out, Change{Action: "delete", Kind: "backend", Name: n})
+		}
+	}
+	for _, b := range ch.PutRetiring {
+		if _, live := backends[b.Name]; live { // deleted: its replicas finish their requests
+			out = append(out, Change{Action: "delete", Kind: "backend", Name: b.Name})
+		}
 	}
 	for _, e := range ch.PutEndpoints {
 		c := Change{Action: "create", Kind: "endpoint", Name: e.Name}

@@ -69,6 +69,9 @@ func (c *Controller) CreateBackend(ctx context.Context, spec meshspec.BackendSpe
 		if err := c.guard(ctx, m, &meshspec.Model{Backends: []meshspec.Backend{b}}); err != nil {
 			return err // before placement says whether it would fit
 		}
+		if err := retiringNamed(m, b.Name); err != nil {
+			return err
+		}
 		if i := findBackend(m, b.Name); i >= 0 {
 			if meshspec.BackendsEqual(m.Backends[i].Spec(), b) {
 				return nil
@@ -372,6 +375,7 @@ func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, opts ApplyO
 func prepareApply(current, desired *meshspec.Model, nodes []wire.NodeInfo, now time.Time, ready func(backend string) map[string]bool, prune bool) (*meshspec.Model, error) {
 	next := meshspec.Clone(desired)
 	next.Nodes = slices.Clone(current.Nodes) // maintenance is the operator's, not a file's
+	next.Retiring = meshspec.Clone(current).Retiring
 	currentBackends := indexByName(current.Backends, func(b meshspec.Backend) string { return b.Name })
 	for i := range next.Backends {
 		d := &next.Backends[i] // an autoscaled one left without num_replicas starts at its initial_replicas (BackendSpec.Backend)
@@ -393,6 +397,10 @@ func prepareApply(current, desired *meshspec.Model, nodes []wire.NodeInfo, now t
 		}
 	}
 	if err := carryRollouts(current, next, now, prune); err != nil {
+		return nil, err
+	}
+	retireDeleted(current, next, now) // before placing: their replicas hold their nodes' resources
+	if err := retiringNameTaken(next); err != nil {
 		return nil, err
 	}
 	if err := next.Validate(); err != nil {

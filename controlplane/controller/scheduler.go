@@ -53,7 +53,7 @@ func (u *usage) fits(n wire.NodeInfo, b *meshspec.Backend) bool {
 // nodeUsage sums what every placement in m takes of each node.
 func nodeUsage(m *meshspec.Model) map[string]*usage {
 	out := map[string]*usage{}
-	for _, b := range m.Backends {
+	for _, b := range m.Served() { // a retiring backend's replicas hold theirs until they stop
 		for _, p := range b.Placements {
 			u := out[p.Node]
 			if u == nil {
@@ -318,6 +318,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 				delete(c.lastPlaceErr, b.Name)
 			}
 		}
+		c.pruneRetiring(m, now)
 		for name := range c.lastPlaceErr {
 			if findBackend(m, name) < 0 {
 				delete(c.lastPlaceErr, name) // deleted meanwhile

@@ -17,7 +17,7 @@ import (
 func Services(m *meshspec.Model) []string {
 	var out []string
 	nodes := map[string]bool{}
-	for _, b := range m.Backends {
+	for _, b := range m.Served() {
 		switch {
 		case b.Process != nil:
 			out = append(out, wire.BackendService(b.Name))
@@ -80,6 +80,7 @@ func View(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rule
 // no inbound listener (it runs without mesh mTLS) is dropped.
 func Replicas(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (*meshspec.Model, []Dropped) {
 	out := meshspec.Clone(m)
+	out.Backends, out.Retiring = out.Served(), nil // a retiring backend's replicas drain like others
 	var dropped []Dropped
 	for i := range out.Backends {
 		b := &out.Backends[i]

@@ -93,6 +93,11 @@ func (c *Consul) objectOps(change Change) (api.KVTxnOps, int, error) {
 			return nil, 0, err
 		}
 	}
+	for _, b := range change.PutRetiring {
+		if err := put(c.backendKey(b.Name), backendValue{Schema: SchemaVersion, Backend: b, Retiring: true}); err != nil {
+			return nil, 0, err
+		}
+	}
 	for _, e := range change.PutEndpoints {
 		if err := put(c.endpointKey(e.Name), endpointValue{Schema: SchemaVersion, Endpoint: e}); err != nil {
 			return nil, 0, err

@@ -70,6 +70,10 @@ type pendingRef struct {
 type backendValue struct {
 	Schema  int              `json:"schema"`
 	Backend meshspec.Backend `json:"backend"`
+	// Retiring marks a deleted backend whose replicas finish their
+	// requests (meshspec.Model.Retiring). A previous release reads it as
+	// a backend of no replicas, its placements draining.
+	Retiring bool `json:"retiring,omitempty"`
 }
 
 type endpointValue struct {
@@ -193,7 +197,11 @@ func (c *Consul) readPair(s *snapshot, p *api.KVPair, partValues map[string][]by
 		if err := meshspec.ValidateBackend(v.Backend); err != nil {
 			return err.Error()
 		}
-		s.model.Backends = append(s.model.Backends, v.Backend)
+		if v.Retiring {
+			s.model.Retiring = append(s.model.Retiring, v.Backend)
+		} else {
+			s.model.Backends = append(s.model.Backends, v.Backend)
+		}
 		return ""
 	case strings.HasPrefix(p.Key, c.prefix+"/endpoints/"):
 		var v endpointValue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"sort"
 
 	"github.com/servemesh/servemesh/meshspec"
@@ -26,7 +27,11 @@ type Revision = meshspec.Revision
 // Change is one atomic checkpoint, of any size: objects to write and names
 // to delete.
 type Change struct {
-	PutBackends     []meshspec.Backend  `json:"put_backends,omitempty"`
+	PutBackends []meshspec.Backend `json:"put_backends,omitempty"`
+	// PutRetiring writes retiring backends (meshspec.Model.Retiring),
+	// under the same keys as backends: a backend moving between the two is
+	// written, never deleted; DeleteBackends deletes either.
+	PutRetiring     []meshspec.Backend  `json:"put_retiring,omitempty"`
 	DeleteBackends  []string            `json:"delete_backends,omitempty"`
 	PutEndpoints    []meshspec.Endpoint `json:"put_endpoints,omitempty"`
 	DeleteEndpoints []string            `json:"delete_endpoints,omitempty"`
@@ -39,7 +44,7 @@ type Change struct {
 
 // Size is the number of objects the change touches.
 func (c Change) Size() int {
-	n := len(c.PutBackends) + len(c.DeleteBackends) + len(c.PutEndpoints) + len(c.DeleteEndpoints) + len(c.PutNodes) + len(c.DeleteNodes)
+	n := len(c.PutBackends) + len(c.PutRetiring) + len(c.DeleteBackends) + len(c.PutEndpoints) + len(c.DeleteEndpoints) + len(c.PutNodes) + len(c.DeleteNodes)
 	if c.PutMesh != nil || c.DeleteMesh {
 		n++
 	}
@@ -89,8 +94,17 @@ var ErrTooLarge = errors.New("store: an object is too large")
 // Diff returns the change that turns from into to.
 func Diff(from, to *meshspec.Model) Change {
 	var c Change
-	c.PutBackends, c.DeleteBackends = diffByName(from.Backends, to.Backends,
-		func(b meshspec.Backend) string { return b.Name }, meshspec.BackendsEqual)
+	backendName := func(b meshspec.Backend) string { return b.Name }
+	var gone, retired []string
+	c.PutBackends, gone = diffByName(from.Backends, to.Backends, backendName, meshspec.BackendsEqual)
+	c.PutRetiring, retired = diffByName(from.Retiring, to.Retiring, backendName, meshspec.BackendsEqual)
+	for _, n := range append(gone, retired...) {
+		_, live := to.Backend(n)
+		if !live && !slices.ContainsFunc(to.Retiring, func(b meshspec.Backend) bool { return b.Name == n }) {
+			c.DeleteBackends = append(c.DeleteBackends, n) // in neither list now: its key goes
+		}
+	}
+	sort.Strings(c.DeleteBackends)
 	c.PutEndpoints, c.DeleteEndpoints = diffByName(from.Endpoints, to.Endpoints,
 		func(e meshspec.Endpoint) string { return e.Name }, meshspec.EndpointsEqual)
 	c.PutNodes, c.DeleteNodes = diffByName(from.Nodes, to.Nodes,
@@ -131,15 +145,24 @@ func diffByName[T any](from, to []T, name func(T) string, equal func(a, b T) boo
 // Apply returns m with change applied, objects sorted by name; m is not
 // modified.
 func Apply(m *meshspec.Model, c Change) *meshspec.Model {
-	backends := map[string]meshspec.Backend{}
+	backends, retiring := map[string]meshspec.Backend{}, map[string]meshspec.Backend{}
 	for _, b := range m.Backends {
 		backends[b.Name] = b
 	}
+	for _, b := range m.Retiring {
+		retiring[b.Name] = b
+	}
 	for _, b := range c.PutBackends {
 		backends[b.Name] = b
+		delete(retiring, b.Name) // one key holds either
+	}
+	for _, b := range c.PutRetiring {
+		retiring[b.Name] = b
+		delete(backends, b.Name)
 	}
 	for _, n := range c.DeleteBackends {
 		delete(backends, n)
+		delete(retiring, n)
 	}
 	endpoints := map[string]meshspec.Endpoint{}
 	for _, e := range m.Endpoints {
@@ -173,6 +196,9 @@ func Apply(m *meshspec.Model, c Change) *meshspec.Model {
 	}
 	for _, n := range meshspec.SortedKeys(backends) {
 		out.Backends = append(out.Backends, backends[n])
+	}
+	for _, n := range meshspec.SortedKeys(retiring) {
+		out.Retiring = append(out.Retiring, retiring[n])
 	}
 	for _, n := range meshspec.SortedKeys(endpoints) {
 		out.Endpoints = append(out.Endpoints, endpoints[n])

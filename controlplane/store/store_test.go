@@ -384,3 +384,46 @@ func TestWriterIsRecordedAndANewerOneRefused(t *testing.T) {
 		t.Fatalf("the refused commit changed the meta key: %s", pair.Value)
 	}
 }
+
+// A retiring backend (deleted, its replicas finishing their requests) is
+// stored under its backend key, marked: moving there from the backends is
+// a write, never a delete, and it is deleted when it leaves both.
+func TestRetiringBackendsKeepTheirKey(t *testing.T) {
+	for name, st := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			live := meshspec.Backend{Name: "p", Process: &meshspec.ProcessSpec{Command: "/bin/replica"}, Config: meshspec.BackendConfig{NumReplicas: 1},
+				Placements: []meshspec.Placement{{Tag: "p#00000a", Node: "n1", State: meshspec.Running}}}
+			one := &meshspec.Model{Backends: []meshspec.Backend{live}}
+			rev, err := st.Commit(ctx, 0, Diff(&meshspec.Model{}, one))
+			if err != nil {
+				t.Fatal(err)
+			}
+			retired := live
+			retired.Config.NumReplicas = 0
+			retired.Placements = []meshspec.Placement{{Tag: "p#00000a", Node: "n1", State: meshspec.Draining, Since: 1}}
+			two := &meshspec.Model{Retiring: []meshspec.Backend{retired}}
+			change := Diff(one, two)
+			if len(change.PutRetiring) != 1 || len(change.DeleteBackends) != 0 || len(change.PutBackends) != 0 {
+				t.Fatalf("retiring p: %+v; want it written as retiring, not deleted", change)
+			}
+			if rev, err = st.Commit(ctx, rev, change); err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := st.Load(ctx)
+			if err != nil || len(got.Backends) != 0 || Diff(got, two).Size() != 0 {
+				t.Fatalf("loaded %+v (err %v, unreadable %v); want p retiring alone", got, err, st.Unreadable())
+			}
+			change = Diff(two, &meshspec.Model{})
+			if len(change.DeleteBackends) != 1 {
+				t.Fatalf("p's last replica gone: %+v; want its key deleted", change)
+			}
+			if _, err = st.Commit(ctx, rev, change); err != nil {
+				t.Fatal(err)
+			}
+			if got, _, err := st.Load(ctx); err != nil || len(got.Retiring)+len(got.Backends) != 0 {
+				t.Fatalf("loaded %+v (err %v); want nothing", got, err)
+			}
+		})
+	}
+}
