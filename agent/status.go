@@ -36,6 +36,9 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 		if extra.Configs != nil {
 			l.Configs = extra.Configs()
 		}
+		if extra.Draining != nil {
+			l.Draining = extra.Draining()
+		}
 		if extra.Waiting != nil {
 			l.Waiting = extra.Waiting()
 		}
@@ -54,9 +57,11 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 // LoadExtras are what a node's load report says besides Envoy's figures;
 // nil funcs say nothing.
 type LoadExtras struct {
-	Held    func() map[string]int     // requests the activator holds, by backend
-	Configs func() map[string]string  // the user_config version each replica runs, by tag
-	Waiting func() map[string]float64 // requests waiting for a replica, by backend (picker.Waiting)
+	Held    func() map[string]int    // requests the activator holds, by backend
+	Configs func() map[string]string // the user_config version each replica runs, by tag
+	// Draining are the requests in flight to each draining replica, by tag.
+	Draining func() map[string]int
+	Waiting  func() map[string]float64 // requests waiting for a replica, by backend (picker.Waiting)
 	// GlobalLimited reads the requests the node's rate limit service
 	// refused, by endpoint (ratelimit.Service.OverLimit).
 	GlobalLimited func(context.Context) (map[string]uint64, error)

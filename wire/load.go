@@ -69,6 +69,11 @@ type Load struct {
 	// Configs are the user_config versions the node's replicas run, by
 	// replica tag (meshspec.UserConfig.Version).
 	Configs map[string]string `json:"configs,omitempty"`
+	// Draining are the requests the node's Envoy has in flight to each of
+	// its draining replicas, by replica tag, as the agent last counted
+	// them while it waits for them to end. Absent from a previous
+	// release's agents.
+	Draining map[string]int `json:"draining,omitempty"`
 	// RateLimited are the requests each endpoint's local rate limit
 	// refused on the node, since its Envoy started. Absent from a previous
 	// release's agents.

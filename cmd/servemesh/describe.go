@@ -117,7 +117,11 @@ func (d backendDescription) replicas() []describedReplica {
 			case r.Unheard:
 				ready = "unheard"
 			}
-			out = append(out, describedReplica{name: r.Tag, node: r.Node, address: orNone(r.Address), state: string(r.State),
+			state := string(r.State)
+			if r.InFlight != nil {
+				state += fmt.Sprintf(" (%d in flight)", *r.InFlight)
+			}
+			out = append(out, describedReplica{name: r.Tag, node: r.Node, address: orNone(r.Address), state: state,
 				ready: ready, restarts: fmt.Sprint(r.Restarts), age: age(r.Since, d.now), note: orNone(firstLine(r.Note))})
 		}
 		return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -122,7 +123,11 @@ func printNodes(out io.Writer, nodes []api.NodeReport) error {
 		if p := n.Policy; p != nil {
 			policy = fmt.Sprintf("cpus %g, memory %d MB, %d commands", p.CPUs, p.MemoryMB, len(p.AllowedCommands))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%g\t%d\t%s\t%s (protocol %d)\n", n.Name, state, n.Replicas, n.Draining, n.CPUs, n.MemoryMB, policy, orNone(n.Version), n.Protocol)
+		draining := strconv.Itoa(n.Draining)
+		if n.DrainingRequests > 0 {
+			draining += fmt.Sprintf(" (%d in flight)", n.DrainingRequests)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%g\t%d\t%s\t%s (protocol %d)\n", n.Name, state, n.Replicas, draining, n.CPUs, n.MemoryMB, policy, orNone(n.Version), n.Protocol)
 	}
 	return tw.Flush()
 }

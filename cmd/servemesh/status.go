@@ -102,7 +102,11 @@ func printStatus(out io.Writer, r api.StatusReport) error {
 		for _, rep := range b.Replicas {
 			restarts += rep.Restarts
 		}
-		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%d\t%v\t%s\t%s\t%s\t%s\n", b.Name, b.Ready, b.Running, b.Desired, b.Draining, restarts, b.Autoscaled,
+		name := b.Name
+		if b.Retiring {
+			name += " (deleted, retiring)"
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d/%d\t%d\t%d\t%v\t%s\t%s\t%s\t%s\n", name, b.Ready, b.Running, b.Desired, b.Draining, restarts, b.Autoscaled,
 			partial.count(b.InFlight), partial.count(b.Held), partial.rate(b.RequestRate), partial.rate(b.ErrorRate))
 	}
 	fmt.Fprintf(tw, "\nNODE\tCONNECTED\tLATEST CONFIG\tNACKS\tSTATE\tFIGURES\tVERSION (controller %s, protocol %d)\n", orNone(r.Version), r.Protocol)

@@ -35,7 +35,28 @@ func NodeActionPath(node string, action NodeAction) string {
 
 func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
 	nodes, err := s.c.Nodes(r.Context())
+	if err == nil && s.src.Draining != nil {
+		m, _ := s.c.State()
+		open := drainingOpenByNode(m, s.src.Draining())
+		for i := range nodes {
+			nodes[i].DrainingRequests = open[nodes[i].Name]
+		}
+	}
 	s.answer(w, nonNil(nodes), err)
+}
+
+// drainingOpenByNode sums, by node, the requests in flight to its draining
+// replicas (inFlight, by tag).
+func drainingOpenByNode(m *meshspec.Model, inFlight map[string]int) map[string]int {
+	out := map[string]int{}
+	for _, b := range m.Served() {
+		for _, p := range b.Placements {
+			if p.State == meshspec.Draining {
+				out[p.Node] += inFlight[p.Tag]
+			}
+		}
+	}
+	return out
 }
 
 func (s *server) actOnNode(w http.ResponseWriter, r *http.Request) {

@@ -93,6 +93,9 @@ type Sources struct {
 	Served func(rev uint64, backends []meshspec.Backend) ServedReport
 	// Live gives the live figures of the rollouts' stages.
 	Live func() map[string]rollout.Live
+	// Draining gives the requests in flight to each draining replica, by
+	// tag, as its agent last counted them; nil: unknown.
+	Draining func() map[string]int
 	// Agents lists the live nodes' agents, for GET /v1/prometheus/targets.
 	Agents func(ctx context.Context) ([]wire.NodeInfo, error)
 	// Logs reads a log from a node's agent, for GET /v1/backends/{name}/logs

@@ -69,10 +69,13 @@ type BackendStatus struct {
 	// the listed ones); Ready those of them Consul says pass their health
 	// check, Unheard those whose check expired: their agent or node
 	// stopped answering.
-	Running    int     `json:"running"`
-	Ready      int     `json:"ready"`
-	Unheard    int     `json:"unheard,omitempty"`
-	Draining   int     `json:"draining"`
+	Running  int `json:"running"`
+	Ready    int `json:"ready"`
+	Unheard  int `json:"unheard,omitempty"`
+	Draining int `json:"draining"`
+	// Retiring: the backend was deleted; its draining replicas finish the
+	// requests they have in flight, then it is gone.
+	Retiring   bool    `json:"retiring,omitempty"`
 	Autoscaled bool    `json:"autoscaled"`
 	InFlight   float64 `json:"in_flight"`
 	// Held are the requests the nodes hold for want of a ready replica
@@ -148,6 +151,21 @@ type ReplicaStatus struct {
 	// Restarts are how many times its agent restarted its process after
 	// it exited.
 	Restarts int `json:"restarts,omitempty"`
+	// InFlight, for a draining replica, are the requests it is finishing
+	// before it stops, as its agent last counted them.
+	InFlight *int `json:"in_flight,omitempty"`
+}
+
+// fill adds what agents report of each replica: its user_config version
+// and, draining, its requests in flight.
+func (in StatusInputs) fill(replicas []ReplicaStatus) {
+	for i := range replicas {
+		r := &replicas[i]
+		r.ConfigVersion = in.Configs[r.Tag]
+		if n, ok := in.Draining[r.Tag]; ok && r.State == meshspec.Draining {
+			r.InFlight = &n
+		}
+	}
 }
 
 // StatusInputs are what a status report joins: the desired state, the
@@ -162,6 +180,8 @@ type StatusInputs struct {
 	Problems            []string
 	// Configs are the user_config versions replicas run, by tag.
 	Configs map[string]string
+	// Draining are the requests in flight to each draining replica, by tag.
+	Draining map[string]int
 	// Rollouts are the live figures of the rollouts' stages, by endpoint.
 	Rollouts map[string]rollout.Live
 	// Unread are the nodes whose figures (load, rates) could not be read,
@@ -199,12 +219,19 @@ func NewStatusReport(in StatusInputs) StatusReport {
 			h := in.Health(b)
 			bs.Ready, bs.Unheard, bs.Replicas = h.Ready, h.Unheard, h.Replicas
 			bs.ConfigVersion = b.Config.UserConfig.Version()
-			for i := range bs.Replicas {
-				bs.Replicas[i].ConfigVersion = in.Configs[bs.Replicas[i].Tag]
-			}
+			in.fill(bs.Replicas)
 			if bs.Ready < bs.Running {
 				r.Problems = append(r.Problems, notReady(bs))
 			}
+		}
+		r.Backends = append(r.Backends, bs)
+	}
+	for _, b := range m.Retiring {
+		bs := backendStatus(b, in.Backends[b.Name])
+		bs.Retiring = true
+		if in.Health != nil {
+			bs.Replicas = in.Health(b).Replicas
+			in.fill(bs.Replicas)
 		}
 		r.Backends = append(r.Backends, bs)
 	}

@@ -62,6 +62,7 @@ type Autoscaler struct {
 	load     map[string]BackendLoad
 	routes   map[string]BackendLoad // by endpoint, over every node and listener
 	configs  map[string]string      // by replica tag, the user_config version it runs
+	draining map[string]int         // by draining replica tag, its requests in flight
 	unread   map[string]string      // by node, why its last load could not be read
 
 	inFlight  *prometheus.GaugeVec
@@ -128,7 +129,7 @@ func pollPeriod(m *meshspec.Model) time.Duration {
 func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 	known := make(map[string]bool, len(m.Backends))
 	placedOn := map[string]string{} // replica tag: its node
-	for _, b := range m.Backends {
+	for _, b := range m.Served() {  // a retiring backend's draining replicas too
 		known[b.Name] = true
 		for _, p := range b.Placements {
 			placedOn[p.Tag] = p.Node
@@ -139,7 +140,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 		a.log.Warn("autoscale: listing nodes failed", "err", err)
 		return
 	}
-	totals, routes, configs := map[string]BackendLoad{}, map[string]BackendLoad{}, map[string]string{}
+	totals, routes, configs, draining := map[string]BackendLoad{}, map[string]BackendLoad{}, map[string]string{}, map[string]int{}
 	seen, unread := map[string]bool{}, map[string]string{}
 	for _, n := range nodes {
 		if n.StatusAddr == "" {
@@ -155,6 +156,11 @@ func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 		for tag, version := range l.Configs {
 			if placedOn[tag] == n.ID { // a node speaks only for its own replicas
 				configs[tag] = version
+			}
+		}
+		for tag, inFlight := range l.Draining {
+			if placedOn[tag] == n.ID {
+				draining[tag] = inFlight
 			}
 		}
 		base := a.remember(n.ID, l)
@@ -186,7 +192,7 @@ func (a *Autoscaler) poll(ctx context.Context, m *meshspec.Model) {
 			delete(a.history, id)
 		}
 	}
-	a.load, a.routes, a.configs, a.unread = totals, routes, configs, unread
+	a.load, a.routes, a.configs, a.draining, a.unread = totals, routes, configs, draining, unread
 	a.inFlight.Reset() // backends gone from the state lose their series
 	a.rate.Reset()
 	a.errRate.Reset()
@@ -310,6 +316,14 @@ func (a *Autoscaler) ConfigVersions() map[string]string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return maps.Clone(a.configs)
+}
+
+// DrainingInFlight returns the requests in flight to each draining
+// replica, by tag, as its agent last reported them.
+func (a *Autoscaler) DrainingInFlight() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.draining)
 }
 
 // Latest returns each node's latest load, as its agent last answered

@@ -26,12 +26,16 @@ type NodeReport struct {
 	Drained    bool `json:"drained"`
 	// Replicas are those placed on it running, Draining those being
 	// stopped.
-	Replicas int     `json:"replicas"`
-	Draining int     `json:"draining"`
-	CPUs     float64 `json:"cpus,omitempty"`
-	MemoryMB int     `json:"memory_mb,omitempty"`
-	Version  string  `json:"version,omitempty"`
-	Protocol int     `json:"protocol,omitempty"`
+	Replicas int `json:"replicas"`
+	Draining int `json:"draining"`
+	// DrainingRequests are the requests in flight to its draining
+	// replicas, which they finish before they stop, as its agent last
+	// counted them.
+	DrainingRequests int     `json:"draining_requests,omitempty"`
+	CPUs             float64 `json:"cpus,omitempty"`
+	MemoryMB         int     `json:"memory_mb,omitempty"`
+	Version          string  `json:"version,omitempty"`
+	Protocol         int     `json:"protocol,omitempty"`
 	// Policy is what the operator grants the node, if anything; CPUs and
 	// MemoryMB above are its agent's claim.
 	Policy *meshspec.NodePolicy `json:"policy,omitempty"`
@@ -59,7 +63,7 @@ func (c *Controller) Nodes(ctx context.Context) ([]NodeReport, error) {
 	for _, n := range m.Nodes {
 		report(n.Name)
 	}
-	for _, b := range m.Backends {
+	for _, b := range m.Served() {
 		for _, p := range b.Placements {
 			if p.State == meshspec.Running {
 				report(p.Node).Replicas++

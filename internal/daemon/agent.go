@@ -150,6 +150,12 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 				return a.ConfigVersions()
 			}
 			return nil
+		},
+		Draining: func() map[string]int {
+			if a := running.Load(); a != nil {
+				return a.DrainingInFlight()
+			}
+			return nil
 		}}, statusLogs(o)))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)

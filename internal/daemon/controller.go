@@ -240,7 +240,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		m, _ := ctl.State()
 		return api.NewStatusReport(api.StatusInputs{State: m, Backends: scaler.Load(), Endpoints: scaler.EndpointRates(),
 			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher), Configs: scaler.ConfigVersions(),
-			Rollouts: rollouts.Live(), Unread: scaler.Unread()})
+			Draining: scaler.DrainingInFlight(), Rollouts: rollouts.Live(), Unread: scaler.Unread()})
 	}
 	tracer := tracing.New(wire.ControllerTraceService, func() *meshspec.Tracing { t, _ := ctl.Tracing(); return t }, log.With("component", "tracing"))
 	served := func(rev uint64, backends []meshspec.Backend) api.ServedReport {
@@ -251,7 +251,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		return api.NewServedReport(api.ServedInputs{Revision: rev, Backends: backends, Serving: plane.XDS.Serving(names),
 			Health: replicaHealth(watcher.Snapshot()), Problems: problems(ctl, publisher), Refused: publisher.Err(), Configs: scaler.ConfigVersions()})
 	}
-	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Served: served, Live: rollouts.Live, Agents: nodes,
+	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Served: served, Live: rollouts.Live, Draining: scaler.DrainingInFlight, Agents: nodes,
 		Logs: agentLogs(nodes, agents), Tracing: tracer.Provider()}))
 	plane.Mux.Handle("GET "+console.Path, console.Handler())
 	plane.Mux.Handle("GET /ui", http.RedirectHandler(console.Path, http.StatusMovedPermanently))
