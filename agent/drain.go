@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -25,35 +26,73 @@ import (
 // node's own callers' and, through its inbound listener, other nodes'.
 type RequestsInFlight func(ctx context.Context, addr string) (int, error)
 
-// EnvoyRequestsInFlight reads them from admin's /clusters (each host's
-// rq_active).
+// EnvoyRequestsInFlight reads them from admin: each host's rq_active in
+// /clusters, and each of the replica's clusters' upstream_rq_active in
+// /stats. A cluster that changes is made anew in Envoy, and the requests
+// the old one carries leave /clusters (they would read as none, and the
+// replica be stopped under them: a promoted rollout's old version was);
+// the cluster's gauge, kept by name, still counts them. So a replica's
+// requests in a cluster are at least its host's, and at least the
+// cluster's less its other hosts'.
 func EnvoyRequestsInFlight(admin envoy.Admin) RequestsInFlight {
 	return func(ctx context.Context, addr string) (int, error) {
 		body, err := admin.Get(ctx, "/clusters")
 		if err != nil {
 			return 0, err
 		}
-		return hostRequestsActive(body, addr), nil
+		hosts := activeByHost(body)
+		var names []string
+		for c, active := range hosts {
+			if _, ok := active[addr]; ok {
+				names = append(names, regexp.QuoteMeta(c))
+			}
+		}
+		if len(names) == 0 {
+			return 0, nil
+		}
+		gauges, err := admin.Stats(ctx, `^cluster\.(`+strings.Join(names, "|")+`)\.upstream_rq_active$`)
+		if err != nil {
+			return 0, err
+		}
+		total := 0
+		for c, active := range hosts {
+			mine, ok := active[addr]
+			if !ok {
+				continue
+			}
+			others := 0
+			for h, n := range active {
+				if h != addr {
+					others += n
+				}
+			}
+			total += max(mine, int(gauges["cluster."+c+".upstream_rq_active"])-others)
+		}
+		return total, nil
 	}
 }
 
-// hostRequestsActive sums the rq_active of addr over /clusters' text
-// lines, "<cluster>::<host>::rq_active::<n>".
-func hostRequestsActive(clusters []byte, addr string) int {
-	total := 0
-	needle := "::" + addr + "::rq_active::"
+// activeByHost reads /clusters' text lines "<cluster>::<host>::rq_active::<n>"
+// into each cluster's hosts' rq_active.
+func activeByHost(clusters []byte) map[string]map[string]int {
+	out := map[string]map[string]int{}
 	s := bufio.NewScanner(bytes.NewReader(clusters))
 	s.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for s.Scan() {
-		_, n, ok := strings.Cut(s.Text(), needle)
-		if !ok {
+		parts := strings.Split(s.Text(), "::")
+		if len(parts) != 4 || parts[2] != "rq_active" {
 			continue
 		}
-		if v, err := strconv.Atoi(n); err == nil {
-			total += v
+		n, err := strconv.Atoi(parts[3])
+		if err != nil {
+			continue
 		}
+		if out[parts[0]] == nil {
+			out[parts[0]] = map[string]int{}
+		}
+		out[parts[0]][parts[1]] += n
 	}
-	return total
+	return out
 }
 
 // drainPoll is how often a draining replica's requests in flight are read.
@@ -65,6 +104,7 @@ const drainPoll = 250 * time.Millisecond
 func (r *replica) awaitDrained(done <-chan struct{}, since time.Time, bound time.Duration) {
 	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
+	defer r.a.draining.Delete(r.tag)
 	for {
 		draining := time.Since(since)
 		if draining >= bound {
@@ -75,12 +115,14 @@ func (r *replica) awaitDrained(done <-chan struct{}, since time.Time, bound time
 			r.stop()
 			return
 		}
-		if draining >= r.a.drainGrace {
-			if n, err := r.inFlight(); err == nil && n == 0 {
-				r.log.Info("replica drained: no request in flight", "draining_for", draining.Round(time.Millisecond))
-				r.stop()
-				return
-			}
+		n, err := r.inFlight()
+		if err == nil {
+			r.a.draining.Store(r.tag, n)
+		}
+		if draining >= r.a.drainGrace && err == nil && n == 0 {
+			r.log.Info("replica drained: no request in flight", "draining_for", draining.Round(time.Millisecond))
+			r.stop()
+			return
 		}
 		select {
 		case <-done:
@@ -99,4 +141,15 @@ func (r *replica) inFlight() (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	return r.a.inFlight(ctx, r.address())
+}
+
+// DrainingInFlight is the requests in flight to each draining replica, by
+// tag, as last counted (wire.Load.Draining).
+func (a *Agent) DrainingInFlight() map[string]int {
+	out := map[string]int{}
+	a.draining.Range(func(tag, n any) bool {
+		out[tag.(string)] = n.(int)
+		return true
+	})
+	return out
 }

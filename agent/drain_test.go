@@ -2,7 +2,11 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net/http"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -10,11 +14,12 @@ import (
 	"github.com/hashicorp/consul/api"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-func TestHostRequestsActiveSumsTheHostOverClusters(t *testing.T) {
+func TestActiveByHostReadsEachClustersHosts(t *testing.T) {
 	clusters := []byte(`b::default_priority::max_connections::1024
 b::127.0.0.1:4001::rq_active::2
 b::127.0.0.1:4002::rq_active::7
@@ -22,11 +27,10 @@ b::127.0.0.1:4001::rq_total::90
 inbound_b::127.0.0.1:4001::rq_active::1
 other::10.0.0.5:4001::rq_active::5
 `)
-	if got := hostRequestsActive(clusters, "127.0.0.1:4001"); got != 3 {
-		t.Fatalf("rq_active of 127.0.0.1:4001: %d; want 3 (2 from the node's callers, 1 through its inbound listener)", got)
-	}
-	if got := hostRequestsActive(clusters, "127.0.0.1:9"); got != 0 {
-		t.Fatalf("rq_active of a host no cluster has: %d", got)
+	got := activeByHost(clusters)
+	want := map[string]map[string]int{"b": {"127.0.0.1:4001": 2, "127.0.0.1:4002": 7}, "inbound_b": {"127.0.0.1:4001": 1}, "other": {"10.0.0.5:4001": 5}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("activeByHost: %v; want %v", got, want)
 	}
 }
 
@@ -72,5 +76,45 @@ func TestADrainingReplicaStopsOnceIdleOrAtItsBound(t *testing.T) {
 				t.Fatalf("an idle replica: %v cuts counted; want none, and it logged as drained; log:\n%s", cuts, logs)
 			}
 		})
+	}
+}
+
+// A cluster made anew (its config changed) leaves the requests its old
+// self carries out of /clusters, but not out of its gauge: a replica's
+// requests in flight are the more of its host's and its cluster's less
+// the other hosts' (a promoted rollout's old version read none and was
+// stopped under its streams).
+func TestRequestsInFlightCountWhatARemadeClusterCarries(t *testing.T) {
+	gauges := map[string]int{
+		"cluster._inbound_v1@n1.upstream_rq_active": 3, // 1 on the current cluster, 2 on the one it replaced
+		"cluster.v1.upstream_rq_active":             9, // the mesh cluster, whose hosts are nodes
+		"cluster.v2.upstream_rq_active":             4,
+	}
+	admin := testutil.UnixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/clusters":
+			_, _ = w.Write([]byte(`_inbound_v1@n1::127.0.0.1:4001::rq_active::1
+_inbound_v1@n1::127.0.0.1:4002::rq_active::0
+v1::127.0.0.2:7000::rq_active::9
+v2::127.0.0.1:4003::rq_active::4
+`))
+		case "/stats":
+			filter := regexp.MustCompile(r.URL.Query().Get("filter"))
+			var stats []string
+			for name, v := range gauges {
+				if filter.MatchString(name) {
+					stats = append(stats, fmt.Sprintf(`{"name": %q, "value": %d}`, name, v))
+				}
+			}
+			_, _ = w.Write([]byte(`{"stats": [` + strings.Join(stats, ",") + `]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	inFlight := EnvoyRequestsInFlight(envoy.Admin{Socket: admin})
+	for addr, want := range map[string]int{"127.0.0.1:4001": 3, "127.0.0.1:4003": 4, "127.0.0.1:4999": 0} {
+		if got, err := inFlight(context.Background(), addr); err != nil || got != want {
+			t.Errorf("in flight to %s: %d, %v; want %d", addr, got, err, want)
+		}
 	}
 }
