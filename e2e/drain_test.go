@@ -71,6 +71,10 @@ func TestLongStreamsOutliveAScaleDown(t *testing.T) {
 		}
 		return true
 	})
+	// Status and node list say what it is finishing.
+	testutil.WaitFor(t, 10*time.Second, "status and node list to show the requests "+draining+" is finishing", func() bool {
+		return drainingInFlight(t, mesh, "long", draining) > 0 && nodeDrainingRequests(t, mesh, draining) > 0
+	})
 	// Well past the drain grace (1 s here), its streams still going, the
 	// draining replica keeps its placement.
 	for time.Since(scaledDown) < 8*time.Second {
@@ -124,6 +128,46 @@ func wantWhole(t *testing.T, streams []*longStream) {
 			t.Errorf("stream %d (on %s): %d of %d tokens, error %v; want it whole", i, s.replica, len(got.tokens), longStreamTokens, got.err)
 		}
 	}
+}
+
+// drainingInFlight is what the status says replica tag of backend is
+// finishing (-1: it says nothing).
+func drainingInFlight(t *testing.T, mesh *twoNodeMesh, backend, tag string) int {
+	t.Helper()
+	r, err := mesh.c.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range r.Backends {
+		for _, rep := range b.Replicas {
+			if b.Name == backend && rep.Tag == tag && rep.InFlight != nil {
+				return *rep.InFlight
+			}
+		}
+	}
+	return -1
+}
+
+// nodeDrainingRequests is what node list says the node of replica tag
+// has in flight to its draining replicas.
+func nodeDrainingRequests(t *testing.T, mesh *twoNodeMesh, tag string) int {
+	t.Helper()
+	node := ""
+	for _, p := range placements(t, mesh.c, strings.SplitN(tag, "#", 2)[0]) {
+		if p.Tag == tag {
+			node = p.Node
+		}
+	}
+	nodes, err := mesh.c.Nodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Name == node {
+			return n.DrainingRequests
+		}
+	}
+	return 0
 }
 
 // hasPlacement reports whether backend still has a placement tagged tag.

@@ -110,11 +110,19 @@ func (s *Server) notServing(id string, n *nodeState, backends []string) string {
 				continue // not an EDS cluster
 			}
 			if want, held := s.publishedAssignments[asked], n.heldAssignments[asked]; want != "" && held != want {
-				return fmt.Sprintf("has not received backend %s's replicas yet (assignment %s)", b, asked)
+				return fmt.Sprintf("has not received backend %s's replicas yet (assignment %s: it holds version %s, the latest is %s)", b, asked, orNone(held), want)
 			}
 		}
 	}
 	return ""
+}
+
+// orNone is v, or "none".
+func orNone(v string) string {
+	if v == "" {
+		return "none"
+	}
+	return v
 }
 
 // healthy counts the replicas of b the data plane calls.

@@ -49,7 +49,7 @@ func TestServingFollowsAssignmentACKs(t *testing.T) {
 		st := s.Status()
 		return len(st) == 1 && st[0].InSync
 	})
-	if w := tc.waiting(); !strings.Contains(w, "node n1: has not received backend v1's replicas yet (assignment v1)") {
+	if w := tc.waiting(); !strings.Contains(w, "node n1: has not received backend v1's replicas yet (assignment v1: it holds version none") {
 		t.Fatalf("in sync but no assignment asked for: waiting %q; want it waiting for v1's replicas", w)
 	}
 	if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"v1", "v2"}}); err != nil {
