@@ -36,7 +36,7 @@ func TestLongStreamsOutliveAScaleDown(t *testing.T) {
 		waitReplicasAnswer(t, "both replicas to answer through "+n.id, "http://"+n.public+"/long", 2, 60)
 	}
 
-	streams, on := openLongStreams(t, nodes, "/long")
+	streams, on := openLongStreams(t, publics(nodes...), "/long")
 	if len(on) < 2 {
 		t.Fatalf("streams on %v; want some on each replica", on)
 	}
@@ -103,19 +103,34 @@ const (
 )
 
 // openLongStreams opens at least four long streams to path, through each
-// of nodes in turn, chunked and server-sent events alternately, until
-// they reach at least two replicas (or sixteen are open); it returns them
-// and how many each replica carries.
-func openLongStreams(t *testing.T, nodes []*mtlsNode, path string) ([]*longStream, map[string]int) {
+// of nodes (public listener addresses) in turn, chunked and server-sent
+// events alternately, until they reach at least two replicas (or sixteen
+// are open); it returns them and how many each replica carries.
+func openLongStreams(t *testing.T, nodes []string, path string) ([]*longStream, map[string]int) {
 	t.Helper()
 	var streams []*longStream
 	on := map[string]int{}
 	for i := 0; i < 16 && (len(on) < 2 || len(streams) < 4); i++ {
-		s := openStream(t, fmt.Sprintf("http://%s%s?tokens=%d&every_ms=%d", nodes[i%len(nodes)].public, path, longStreamTokens, longStreamEvery.Milliseconds()), i%2 == 1)
+		s := openStream(t, longStreamURL(nodes[i%len(nodes)], path), i%2 == 1)
 		streams = append(streams, s)
 		on[s.replica]++
 	}
 	return streams, on
+}
+
+// longStreamURL asks the demo replicas behind public (a node's public
+// listener) for a long stream at path.
+func longStreamURL(public, path string) string {
+	return fmt.Sprintf("http://%s%s?tokens=%d&every_ms=%d", public, path, longStreamTokens, longStreamEvery.Milliseconds())
+}
+
+// publics are nodes' public listener addresses.
+func publics(nodes ...*mtlsNode) []string {
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.public
+	}
+	return out
 }
 
 // wantWhole waits for streams to end and fails the test for each that
@@ -248,7 +263,7 @@ func TestLongStreamsOutliveEnvoyUpgrades(t *testing.T) {
 		waitReplicasAnswer(t, "both replicas to answer through "+n.id, "http://"+n.public+"/long", 2, 60)
 		first[n.id] = dataPlaneOf(t, mesh, n)
 	}
-	streams, on := openLongStreams(t, nodes, "/long")
+	streams, on := openLongStreams(t, publics(nodes...), "/long")
 	if len(on) < 2 {
 		t.Fatalf("streams on %v; want some on each replica", on)
 	}

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +35,7 @@ func TestLongStreamsOutliveANodeDrain(t *testing.T) {
 		waitReplicasAnswer(t, "both replicas to answer through "+n.id, "http://"+n.public+"/nd", 2, 60)
 	}
 	onN2 := invert(runningOn(placements(t, mesh.c, "nd")))[mesh.n2.id]
-	streams, on := openLongStreams(t, nodes, "/nd")
+	streams, on := openLongStreams(t, publics(nodes...), "/nd")
 	if onN2 == "" || on[onN2] == 0 {
 		t.Fatalf("streams on %v, n2 runs %q; want some on n2's replica", on, onN2)
 	}
@@ -124,7 +123,7 @@ func streamsOnEach(t *testing.T, nodes []*mtlsNode, path string, prefixes ...str
 	var streams []*longStream
 	carried := map[string]bool{}
 	for i := 0; i < 24 && len(carried) < len(prefixes); i++ {
-		s := openStream(t, fmt.Sprintf("http://%s%s?tokens=%d&every_ms=%d", nodes[i%len(nodes)].public, path, longStreamTokens, longStreamEvery.Milliseconds()), i%2 == 1)
+		s := openStream(t, longStreamURL(nodes[i%len(nodes)].public, path), i%2 == 1)
 		streams = append(streams, s)
 		for _, p := range prefixes {
 			if strings.HasPrefix(s.replica, p) {
@@ -157,7 +156,7 @@ func TestLongStreamsOutliveABackendsDeletion(t *testing.T) {
 	for _, n := range nodes {
 		waitReplicasAnswer(t, "del-v1's replicas to answer through "+n.id, "http://"+n.public+"/del", 2, 60)
 	}
-	streams, on := openLongStreams(t, nodes, "/del")
+	streams, on := openLongStreams(t, publics(nodes...), "/del")
 	if len(on) < 2 {
 		t.Fatalf("streams on %v; want some on each replica", on)
 	}

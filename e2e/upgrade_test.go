@@ -242,7 +242,8 @@ func (m *upgradeMesh) replicasOn(t *testing.T) map[string]int {
 // shadow, with a writer changing the split throughout, is upgraded in
 // place: the controllers one by one, then the agents one by one (each
 // adopting its node's replicas and hot restarting its Envoy, whose node
-// metadata now carries a version). No request fails, no replica restarts,
+// metadata now carries a version), answers streaming through two nodes
+// all the while and ending whole. No request fails, no replica restarts,
 // every acknowledged write is stored, and status shows every node and the
 // controller on this release. Then the agents are downgraded back one by
 // one, with the same guarantees.
@@ -265,6 +266,9 @@ func TestRollingUpgradeAndDowngrade(t *testing.T) {
 			c.start()
 			time.Sleep(2 * time.Second) // let it take part before the next goes
 		}
+		// Answers stream through two nodes while every agent is upgraded
+		// (each hot restarting its Envoy): they end whole (issue 59).
+		streams, _ := openLongStreams(t, []string{m.nodes[0].public, m.nodes[1].public}, "/up")
 		for _, n := range m.nodes {
 			replaceAgent(t, n, "", on[n.id])
 			time.Sleep(time.Second)
@@ -275,6 +279,7 @@ func TestRollingUpgradeAndDowngrade(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		w.finish(t, m.c)
 		l.finish(t)
+		wantWhole(t, streams)
 		m.samePids(t)
 		for _, c := range m.ctls {
 			st, err := c.client("").Status(context.Background())
