@@ -54,11 +54,11 @@ func main() {
 
 // phase is one kind of event, and what each run of it measured.
 type phase struct {
-	name  string
-	event func(run int) error // a second into the phase
-	after func() error        // puts the mesh back for the next phase
-	short []loadgen.Stats
-	ttft  [][]time.Duration // per run, each stream's time to its first token
+	name          string
+	event         func(run int) error // a second into the phase
+	after         func() error        // puts the mesh back for the next phase
+	short         []loadgen.Stats
+	ttft          [][]time.Duration // per run, each stream's time to its first token
 	whole, opened int
 }
 
@@ -111,7 +111,10 @@ func run(runs, rate, streams, tokens int) error {
 func (b *bench) phases(ctx context.Context) []*phase {
 	c := b.mesh.Client
 	two, one := 2, 1
-	scale := func(n *int) error { _, err := c.UpdateBackend(ctx, backend, meshspec.BackendConfigPatch{NumReplicas: n}); return err }
+	scale := func(n *int) error {
+		_, err := c.UpdateBackend(ctx, backend, meshspec.BackendConfigPatch{NumReplicas: n})
+		return err
+	}
 	var drained string
 	return []*phase{
 		{name: "quiet (baseline)"},
