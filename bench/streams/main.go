@@ -126,7 +126,8 @@ func (b *bench) phases(ctx context.Context) []*phase {
 				return b.twoReady(ctx)
 			}},
 		{name: "node drain", event: func(run int) error {
-			drained = fmt.Sprintf("n%d", 2-run%2)
+			work := b.mesh.WorkDirs[1-run%2] // n2, then n1, in turn
+			drained = filepath.Base(filepath.Dir(work)) + "-" + filepath.Base(work)
 			_, err := c.NodeAction(ctx, drained, api.Drain)
 			return err
 		}, after: func() error {

@@ -150,3 +150,36 @@ func TestServingOnStateOfTheWorld(t *testing.T) {
 		t.Errorf("Serving: %+v; want one node at revision 3", got)
 	}
 }
+
+// TestAnAssignmentACKedAfterALaterResponseIsHeld: a delta response sends
+// only what changed, so a node that ACKs two assignments responses in a
+// row, the second sent before it ACKed the first, holds what both sent.
+// The first ACK was taken for a stale one and dropped (only the last
+// response was remembered), and the node was waited for, for good, for
+// the assignment it had (make flake run 5: `traffic set --wait` waited 5
+// minutes for one).
+func TestAnAssignmentACKedAfterALaterResponseIsHeld(t *testing.T) {
+	s, conn, _ := startServer(t)
+	tc := servingCase{s}
+	tc.publish(t, "127.0.0.1:9001", 5)
+	subs := []subscription{{resource.ClusterType, nil}, {resource.ListenerType, nil}, {resource.ScopedRouteType, nil},
+		{resource.RouteType, []string{wire.MeshRouteName("api"), wire.PublicRouteName("api")}}}
+	c, _ := openDelta(t, conn, servemeshNode(t, "n1"), subs...)
+	testutil.WaitFor(t, 5*time.Second, "the node's clusters, listeners and routes in sync", func() bool {
+		st := s.Status()
+		return len(st) == 1 && st[0].InSync
+	})
+	var sent []*discovery.DeltaDiscoveryResponse
+	for _, name := range []string{"v1", "v2"} {
+		if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{name}}); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, c.next())
+	}
+	for _, resp := range sent {
+		c.ack(resp)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the node to serve v1 and v2 once it ACKed both responses", func() bool {
+		return len(s.Serving([]string{"v1", "v2"}).Waiting) == 0
+	})
+}

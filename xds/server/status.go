@@ -46,14 +46,58 @@ type streamState struct {
 	nodeID  string
 	nodeErr error
 	peer    identity
-	sent    map[string]sentResponse // type URL -> last response sent
+	// sent are the responses not yet ACKed or NACKed, by type URL and
+	// nonce: a delta response sends only what changed, so each one's ACK
+	// counts, even one that comes after a later response was sent.
+	sent    map[sentKey]sentResponse
+	sentSeq uint64 // numbers the responses sent, in order
 	// assignmentsOpened: the stream asked for assignments (serving.go).
 	assignmentsOpened bool
 }
 
+type sentKey struct{ typeURL, nonce string }
+
 type sentResponse struct {
-	nonce, version string
-	assignments    *sentAssignments // what an assignments response sends
+	version     string
+	seq         uint64
+	assignments *sentAssignments // what an assignments response sends
+}
+
+// maxUnanswered bounds the responses a stream keeps waiting for their
+// ACK: Envoy answers each, in order, so a few are ever waiting.
+const maxUnanswered = 64
+
+// answered takes the response a request with nonce answers (an ACK or a
+// NACK) off st's list, with those of its type sent before it (Envoy
+// answers in order: they never will be), and returns it.
+func (st *streamState) answered(typeURL, nonce string) (sentResponse, bool) {
+	sent, ok := st.sent[sentKey{typeURL, nonce}]
+	if !ok {
+		return sentResponse{}, false
+	}
+	for k, r := range st.sent {
+		if k.typeURL == typeURL && r.seq <= sent.seq {
+			delete(st.sent, k)
+		}
+	}
+	return sent, true
+}
+
+// remember keeps a response sent, until it is answered.
+func (st *streamState) remember(typeURL, nonce string, r sentResponse) {
+	st.sentSeq++
+	r.seq = st.sentSeq
+	st.sent[sentKey{typeURL, nonce}] = r
+	if len(st.sent) <= maxUnanswered {
+		return
+	}
+	oldest := sentKey{}
+	for k, r := range st.sent { // a client that never answers: forget the oldest
+		if oldest == (sentKey{}) || r.seq < st.sent[oldest].seq {
+			oldest = k
+		}
+	}
+	delete(st.sent, oldest)
 }
 
 // streamKey names a stream: go-control-plane numbers state-of-the-world
@@ -65,7 +109,7 @@ type streamKey struct {
 
 func (s *Server) openStream(id streamKey, peer identity) {
 	s.mu.Lock()
-	s.streams[id] = &streamState{sent: map[string]sentResponse{}, peer: peer}
+	s.streams[id] = &streamState{sent: map[sentKey]sentResponse{}, peer: peer}
 	s.mu.Unlock()
 	s.metrics.streams.Inc()
 }
@@ -124,9 +168,9 @@ func (s *Server) onRequest(id streamKey, node *core.Node, typeURL, version, nonc
 		}
 		return "", ""
 	}
-	sent, ok := st.sent[typeURL]
-	if !ok || sent.nonce != nonce {
-		return "", "" // stale nonce: the server ignores it too
+	sent, ok := st.answered(typeURL, nonce)
+	if !ok {
+		return "", "" // a nonce this stream was never sent, or answered already
 	}
 	if errDetail != nil {
 		n.nacks++
@@ -269,7 +313,7 @@ func (s *Server) registerNode(st *streamState, node *core.Node) {
 func (s *Server) onResponse(id streamKey, typeURL, nonce, version string, assignments *sentAssignments) {
 	s.mu.Lock()
 	if st := s.streams[id]; st != nil {
-		st.sent[typeURL] = sentResponse{nonce: nonce, version: version, assignments: assignments}
+		st.remember(typeURL, nonce, sentResponse{version: version, assignments: assignments})
 	}
 	s.mu.Unlock()
 	s.metrics.pushes.WithLabelValues(shortType(typeURL)).Inc()
