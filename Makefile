@@ -191,6 +191,7 @@ bench: tools build ## run the benchmarks; see BENCHMARKS.md for what they measur
 	go run ./bench/coldstart
 	go run ./bench/rollback
 	go run ./bench/restarts
+	go run ./bench/streams
 	go run ./bench/scale
 	go run ./bench/ondemand
 

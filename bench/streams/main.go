@@ -93,6 +93,11 @@ func run(runs, rate, streams, tokens int) error {
 		return err
 	}
 	b := &bench{mesh: mesh, levels: []string{"warning", "warning"}, streams: streams, tokens: tokens}
+	for _, public := range mesh.Public {
+		if err := loadgen.WaitServing("http://" + public + "/s"); err != nil {
+			return err
+		}
+	}
 	if err := b.twoReady(ctx); err != nil {
 		return err
 	}
@@ -163,18 +168,24 @@ func (b *bench) measure(p *phase, run, rate int) error {
 		}
 	}
 	wg.Wait()
-	p.short = append(p.short, <-short)
+	st := <-short
+	p.short = append(p.short, st)
 	var ttft []time.Duration
-	for _, r := range results {
+	whole := 0
+	for i, r := range results {
 		p.opened++
 		if r.tokens == b.tokens && r.err == nil {
-			p.whole++
+			whole++
+		} else {
+			fmt.Fprintf(os.Stderr, "  %s, run %d: stream %d through n%d: %d of %d tokens (%v)\n", p.name, run+1, i, i%2+1, r.tokens, b.tokens, r.err)
 		}
 		if r.first > 0 {
 			ttft = append(ttft, r.first)
 		}
 	}
+	p.whole += whole
 	p.ttft = append(p.ttft, ttft)
+	fmt.Fprintf(os.Stderr, "%s, run %d: %d of %d streams whole; short requests %d failed of %d %s\n", p.name, run+1, whole, len(results), st.Errors, st.N, st.FirstError)
 	if p.after != nil {
 		return p.after()
 	}
