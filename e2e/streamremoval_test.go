@@ -202,3 +202,50 @@ func retiring(t *testing.T, mesh *twoNodeMesh, backend string) bool {
 	}
 	return false
 }
+
+// TestLongStreamsOutliveAnAutoscalerScaleDown: on the default mesh, an
+// autoscaled backend holds two replicas while answers stream from both
+// (four in flight, a target of one each, at most two, no scale-down for
+// ten minutes); its target is raised to eight and its downscale delay cut
+// to 2 s, so the autoscaler wants one replica and drains the other while
+// its streams go on. They end whole, and the drained
+// replica's placement is freed once they have.
+func TestLongStreamsOutliveAnAutoscalerScaleDown(t *testing.T) {
+	t.Parallel()
+	mesh := startTwoNodeMesh(t, "autostreams")
+	ctx := context.Background()
+	as := &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 2, InitialReplicas: 2, TargetInFlight: 1,
+		MetricsIntervalS: 0.25, LookBackPeriodS: 1, UpscaleDelayS: 1, DownscaleDelayS: 600} // no scale-down before the streams
+	mesh.createBackends(t, meshspec.Backend{Name: "auto", Config: meshspec.BackendConfig{CPUs: 3, Autoscaling: as}, Process: demoProcess("auto", false)})
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "auto", Route: "/auto", Traffic: map[string]float64{"auto": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*mtlsNode{mesh.n1, mesh.n2}
+	for _, n := range nodes {
+		waitReplicasAnswer(t, "both replicas to answer through "+n.id, "http://"+n.public+"/auto", 2, 60)
+	}
+	streams, on := openLongStreams(t, publics(nodes...), "/auto")
+	if len(on) < 2 {
+		t.Fatalf("streams on %v; want some on each replica", on)
+	}
+	wide := *as
+	wide.TargetInFlight, wide.DownscaleDelayS = 8, 2
+	if _, err := mesh.c.UpdateBackend(ctx, "auto", meshspec.BackendConfigPatch{Autoscaling: &wide}); err != nil {
+		t.Fatal(err)
+	}
+	var draining string
+	testutil.WaitFor(t, 20*time.Second, "the autoscaler to drain one of the two replicas", func() bool {
+		for _, p := range placements(t, mesh.c, "auto") {
+			if p.State == meshspec.Draining {
+				draining = p.Tag
+				return true
+			}
+		}
+		return false
+	})
+	if on[draining] == 0 {
+		t.Fatalf("the autoscaler drained %s, which carries none of the streams (%v)", draining, on)
+	}
+	wantWhole(t, streams)
+	testutil.WaitFor(t, 20*time.Second, draining+"'s placement to be freed once its streams ended", func() bool { return !hasPlacement(t, mesh, "auto", draining) })
+}
