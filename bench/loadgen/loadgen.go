@@ -179,3 +179,21 @@ func WaitServing(url string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Median is the median over runs of a figure of each run's Stats.
+func Median(runs []Stats, figure func(Stats) time.Duration) time.Duration {
+	ds := make([]time.Duration, 0, len(runs))
+	for _, s := range runs {
+		ds = append(ds, figure(s))
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// Totals are the requests runs sent and those that failed.
+func Totals(runs []Stats) (sent, failed int) {
+	for _, s := range runs {
+		sent, failed = sent+s.N, failed+s.Errors
+	}
+	return sent, failed
+}

@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/servemesh/servemesh/bench/benchenv"
@@ -111,11 +110,12 @@ func run(runs, rate int, d time.Duration) error {
 	fmt.Println("| phase | p50 | p99 | p99.9 | failed / sent |")
 	fmt.Println("| --- | --- | --- | --- | --- |")
 	for _, p := range []*phase{steady, agents, hot} {
-		fmt.Printf("| %s | %s | %s | %s | %d / %d |\n", p.name, loadgen.MS(median(p.stats, func(s loadgen.Stats) time.Duration { return s.P50 })),
-			loadgen.MS(median(p.stats, func(s loadgen.Stats) time.Duration { return s.P99 })),
-			loadgen.MS(median(p.stats, func(s loadgen.Stats) time.Duration { return s.P999 })), sum(p.stats, true), sum(p.stats, false))
+		sent, failed := loadgen.Totals(p.stats)
+		fmt.Printf("| %s | %s | %s | %s | %d / %d |\n", p.name, loadgen.MS(loadgen.Median(p.stats, func(s loadgen.Stats) time.Duration { return s.P50 })),
+			loadgen.MS(loadgen.Median(p.stats, func(s loadgen.Stats) time.Duration { return s.P99 })),
+			loadgen.MS(loadgen.Median(p.stats, func(s loadgen.Stats) time.Duration { return s.P999 })), failed, sent)
 	}
-	fmt.Printf("Envoy hot restart, agent start to the new epoch serving: median %s (of %d)\n", benchenv.Millis(benchenv.Percentile(hot.handoff, 0.5)), len(hot.handoff))
+	fmt.Printf("Envoy hot restart, agent start to the new epoch serving: median %s (of %d)\n", benchenv.Millis(benchenv.Percentile(hot.handoff, 50)), len(hot.handoff))
 	return nil
 }
 
@@ -145,25 +145,4 @@ func epochOf(dir string) int {
 		return -1
 	}
 	return rec.Epoch
-}
-
-func median(stats []loadgen.Stats, f func(loadgen.Stats) time.Duration) time.Duration {
-	var ds []time.Duration
-	for _, s := range stats {
-		ds = append(ds, f(s))
-	}
-	slices.Sort(ds)
-	return ds[len(ds)/2]
-}
-
-func sum(stats []loadgen.Stats, failed bool) int {
-	n := 0
-	for _, s := range stats {
-		if failed {
-			n += s.Errors
-		} else {
-			n += s.N
-		}
-	}
-	return n
 }

@@ -246,10 +246,11 @@ func report(phases []*phase, runs, rate, streams, tokens int) {
 	fmt.Println("| phase | first token p50 | first token, slowest | streams whole | short p50 | short p99 | short failed / sent |")
 	fmt.Println("| --- | --- | --- | --- | --- | --- | --- |")
 	for _, p := range phases {
+		sent, failed := loadgen.Totals(p.short)
 		fmt.Printf("| %s | %s | %s | %d / %d | %s | %s | %d / %d |\n", p.name,
 			loadgen.MS(medianOf(p.ttft, 50)), loadgen.MS(medianOf(p.ttft, 100)), p.whole, p.opened,
-			loadgen.MS(median(p.short, func(s loadgen.Stats) time.Duration { return s.P50 })),
-			loadgen.MS(median(p.short, func(s loadgen.Stats) time.Duration { return s.P99 })), sum(p.short, true), sum(p.short, false))
+			loadgen.MS(loadgen.Median(p.short, func(s loadgen.Stats) time.Duration { return s.P50 })),
+			loadgen.MS(loadgen.Median(p.short, func(s loadgen.Stats) time.Duration { return s.P99 })), failed, sent)
 	}
 }
 
@@ -266,25 +267,4 @@ func medianOf(runs [][]time.Duration, p float64) time.Duration {
 	}
 	slices.Sort(per)
 	return per[len(per)/2]
-}
-
-func median(stats []loadgen.Stats, f func(loadgen.Stats) time.Duration) time.Duration {
-	var ds []time.Duration
-	for _, s := range stats {
-		ds = append(ds, f(s))
-	}
-	slices.Sort(ds)
-	return ds[len(ds)/2]
-}
-
-func sum(stats []loadgen.Stats, failed bool) int {
-	n := 0
-	for _, s := range stats {
-		if failed {
-			n += s.Errors
-		} else {
-			n += s.N
-		}
-	}
-	return n
 }

@@ -8,6 +8,7 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
 
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
@@ -26,6 +27,21 @@ func (tc servingCase) publish(t *testing.T, addr string, rev uint64) {
 
 type servingCase struct{ s *Server }
 
+// openSynced opens node n1's delta stream, subscribed to testModel's
+// clusters, listeners and routes, and waits until it holds them; it
+// returns the stream and the subscriptions.
+func openSynced(t *testing.T, s *Server, conn *grpc.ClientConn) (*deltaClient, []subscription) {
+	t.Helper()
+	subs := []subscription{{resource.ClusterType, nil}, {resource.ListenerType, nil}, {resource.ScopedRouteType, nil},
+		{resource.RouteType, []string{wire.MeshRouteName("api"), wire.PublicRouteName("api")}}}
+	c, _ := openDelta(t, conn, servemeshNode(t, "n1"), subs...)
+	testutil.WaitFor(t, 5*time.Second, "the node's clusters, listeners and routes in sync", func() bool {
+		st := s.Status()
+		return len(st) == 1 && st[0].InSync
+	})
+	return c, subs
+}
+
 // waiting is what Serving says the nodes do not serve yet of v1.
 func (tc servingCase) waiting() string {
 	return strings.Join(tc.s.Serving([]string{"v1"}).Waiting, "; ")
@@ -42,13 +58,7 @@ func TestServingFollowsAssignmentACKs(t *testing.T) {
 	if got := s.Serving([]string{"v1", "gone"}); got.Nodes != 0 || got.Revision != 5 || got.Healthy["v1"] != 1 || len(got.Healthy) != 1 {
 		t.Fatalf("no node yet: %+v; want no node, revision 5, v1's one replica healthy and nothing of a backend it lacks", got)
 	}
-	subs := []subscription{{resource.ClusterType, nil}, {resource.ListenerType, nil}, {resource.ScopedRouteType, nil},
-		{resource.RouteType, []string{wire.MeshRouteName("api"), wire.PublicRouteName("api")}}}
-	c, _ := openDelta(t, conn, servemeshNode(t, "n1"), subs...)
-	testutil.WaitFor(t, 5*time.Second, "the node's clusters, listeners and routes in sync", func() bool {
-		st := s.Status()
-		return len(st) == 1 && st[0].InSync
-	})
+	c, subs := openSynced(t, s, conn)
 	if w := tc.waiting(); !strings.Contains(w, "node n1: has not received backend v1's replicas yet (assignment v1: it holds version none") {
 		t.Fatalf("in sync but no assignment asked for: waiting %q; want it waiting for v1's replicas", w)
 	}
@@ -162,13 +172,7 @@ func TestAnAssignmentACKedAfterALaterResponseIsHeld(t *testing.T) {
 	s, conn, _ := startServer(t)
 	tc := servingCase{s}
 	tc.publish(t, "127.0.0.1:9001", 5)
-	subs := []subscription{{resource.ClusterType, nil}, {resource.ListenerType, nil}, {resource.ScopedRouteType, nil},
-		{resource.RouteType, []string{wire.MeshRouteName("api"), wire.PublicRouteName("api")}}}
-	c, _ := openDelta(t, conn, servemeshNode(t, "n1"), subs...)
-	testutil.WaitFor(t, 5*time.Second, "the node's clusters, listeners and routes in sync", func() bool {
-		st := s.Status()
-		return len(st) == 1 && st[0].InSync
-	})
+	c, _ := openSynced(t, s, conn)
 	var sent []*discovery.DeltaDiscoveryResponse
 	for _, name := range []string{"v1", "v2"} {
 		if err := c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{name}}); err != nil {
