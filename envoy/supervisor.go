@@ -69,7 +69,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		restarts++
 		delay := restart.Next(time.Since(began))
 		s.Config.Logger.Error("envoy exited; restarting", "pid", p.Pid(), "exit", p.ExitErr(), "restart_in", delay,
-			"restarts", restarts, "log_tail", proc.LogTail(s.Config.LogPath, 512))
+			"restarts", restarts, "log_tail", proc.LogTail(s.Config.LogPath, 8192))
 		if !backoff.Sleep(ctx, delay) {
 			return nil
 		}
