@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -241,10 +242,12 @@ func (f *fakeInstances) Sync(services []string) {
 	f.synced = services
 }
 
+// Snapshot returns a copy, as the catalog's Watcher does: the publisher
+// reads it while the test sets instances.
 func (f *fakeInstances) Snapshot() map[string][]catalog.Instance {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.current
+	return maps.Clone(f.current)
 }
 
 func (f *fakeInstances) Changed() <-chan struct{} { return f.changed }
