@@ -27,8 +27,8 @@ func ReadLoad(ctx context.Context, admin envoy.Admin, node string) (wire.Load, e
 type loadCollector struct {
 	admin envoy.Admin
 	node  string
-	// global reads the node's rate limit service's refusals (nil: none).
-	global func(context.Context) (map[string]uint64, error)
+	// global reads the node's rate limit service (nil: none runs).
+	global RateLimitReader
 
 	requests, errors, active, pending, routeRequests, routeErrors, rateLimited *prometheus.Desc
 	mu                                                                         sync.Mutex
@@ -79,7 +79,7 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.global == nil {
 		return
 	}
-	refused, err := c.global(ctx)
+	refused, _, err := c.global(ctx)
 	if err != nil {
 		return // the service down: no figures rather than wrong ones
 	}
@@ -88,9 +88,14 @@ func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// RateLimitReader reads what the node's rate limit service does: the
+// requests it refused and the limits it has loaded, by endpoint
+// (ratelimit.Service.Report).
+type RateLimitReader func(context.Context) (refused map[string]uint64, loaded map[string]string, err error)
+
 // RegisterLoadMetrics exports the node's Envoy figures through reg, and
 // those of its rate limit service, if global reads them (nil: none).
-func RegisterLoadMetrics(reg prometheus.Registerer, admin envoy.Admin, node string, global func(context.Context) (map[string]uint64, error)) {
+func RegisterLoadMetrics(reg prometheus.Registerer, admin envoy.Admin, node string, global RateLimitReader) {
 	c := newLoadCollector(admin, node)
 	c.global = global
 	reg.MustRegister(c)

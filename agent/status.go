@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 
@@ -42,11 +41,11 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 		if extra.Waiting != nil {
 			l.Waiting = extra.Waiting()
 		}
-		if extra.GlobalLimited != nil {
-			if refused, err := extra.GlobalLimited(r.Context()); err != nil {
-				l.RateLimitService = err.Error()
+		if extra.RateLimits != nil {
+			if refused, loaded, err := extra.RateLimits(r.Context()); err != nil {
+				l.RateLimitService, l.RateLimitsLoaded = err.Error(), map[string]string{}
 			} else {
-				l.GlobalRateLimited = refused
+				l.GlobalRateLimited, l.RateLimitsLoaded = refused, loaded
 			}
 		}
 		answer(w, l, err)
@@ -62,9 +61,8 @@ type LoadExtras struct {
 	// Draining are the requests in flight to each draining replica, by tag.
 	Draining func() map[string]int
 	Waiting  func() map[string]float64 // requests waiting for a replica, by backend (picker.Waiting)
-	// GlobalLimited reads the requests the node's rate limit service
-	// refused, by endpoint (ratelimit.Service.OverLimit).
-	GlobalLimited func(context.Context) (map[string]uint64, error)
+	// RateLimits reads the node's rate limit service.
+	RateLimits RateLimitReader
 }
 
 func answer(w http.ResponseWriter, v any, err error) {

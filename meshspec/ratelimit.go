@@ -1,6 +1,7 @@
 package meshspec
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 )
@@ -226,4 +227,16 @@ func rateLimitsEqual(a, b *RateLimit) bool {
 		return a == b
 	}
 	return ptrsEqual(a.Local, b.Local) && ptrsEqual(a.Global, b.Global) && ptrsEqual(a.Tokens, b.Tokens)
+}
+
+// CountedLimits identifies the limits of e that the nodes' rate limit
+// services count (its global rate limit and token quota), "" when it has
+// none: what a node reports its service has loaded, compared with the
+// stored endpoint's.
+func (e Endpoint) CountedLimits() string {
+	if e.RateLimit == nil || e.RateLimit.Global == nil && e.RateLimit.Tokens == nil {
+		return ""
+	}
+	b, _ := json.Marshal(RateLimit{Global: e.RateLimit.Global, Tokens: e.RateLimit.Tokens}) // plain fields: no error
+	return string(b)
 }

@@ -85,6 +85,13 @@ type Load struct {
 	// agents.
 	GlobalRateLimited map[string]uint64 `json:"global_rate_limited,omitempty"`
 	RateLimitService  string            `json:"rate_limit_service,omitempty"`
+	// RateLimitsLoaded are the limits the node's rate limit service
+	// counts, by endpoint (meshspec.Endpoint.CountedLimits), those of the
+	// configuration it has loaded: a change to an endpoint's global limit
+	// or token quota is served on the node once they match. Empty (not
+	// absent) when its service runs none or is down; absent when the
+	// node runs no service, and from a previous release's agents.
+	RateLimitsLoaded map[string]string `json:"rate_limits_loaded"`
 }
 
 // RouteKey is the key of an endpoint's figures on one listener in

@@ -12,8 +12,10 @@
 // the Envoy's folder, so an agent's restart leaves it serving and the next
 // agent adopts it, restarted with backoff when it exits, its configuration
 // rewritten when the desired state changes, which it reloads); and its
-// figures (Service.OverLimit, the requests it refused, by endpoint, read
-// from its metrics on loopback).
+// figures (Service.Report, read from its metrics on loopback: the requests
+// it refused, by endpoint, and the limits of the configuration it has
+// loaded, which the controller's served report compares with the stored
+// endpoints', so that --wait returns once every node counts a new limit).
 //
 // The Redis password reaches the service alone, in its environment; the
 // agent never logs it and replicas never see it.

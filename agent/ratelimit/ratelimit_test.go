@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,12 +133,16 @@ func TestServiceCountsFollowsAndIsAdopted(t *testing.T) {
 			}
 		}
 	}
-	var refused map[string]uint64
+	var report Report
 	if err := testutil.Until(15*time.Second, func() bool {
-		refused, err = first.OverLimit(context.Background())
-		return err == nil && refused["api"] == 1 && refused["keys"] == 2
+		report, err = first.Report(context.Background())
+		return err == nil && report.OverLimit["api"] == 1 && report.OverLimit["keys"] == 2
 	}); err != nil {
-		t.Fatalf("OverLimit = %v, %v; want api 1 and keys 2", refused, err)
+		t.Fatalf("Report = %+v, %v; want api 1 and keys 2 refused", report, err)
+	}
+	// It has answered by the state's limits: it says it has loaded them.
+	if want := limitsOf(desired.Load()); !maps.Equal(report.Loaded, want) {
+		t.Fatalf("Report.Loaded = %v; want %v", report.Loaded, want)
 	}
 
 	// A restarted agent adopts the service its predecessor left.
@@ -159,10 +164,18 @@ func TestServiceCountsFollowsAndIsAdopted(t *testing.T) {
 		t.Fatalf("the restarted agent runs service %d; want the one left, %d", got, pid)
 	}
 
-	// A raised limit is reloaded: api's fourth request is now within it.
-	desired.Store(&meshspec.Model{Endpoints: []meshspec.Endpoint{limited("api", meshspec.GlobalRateLimit{Requests: 100, Unit: "hour"})}})
-	if err := testutil.Until(20*time.Second, func() bool { return ask(t, client, api...) == rls.RateLimitResponse_OK }); err != nil {
-		t.Fatalf("the raised limit was not reloaded: %v; log:\n%s", err, readLog(envoyDir))
+	// A raised limit is reloaded, and said to be once it is: from the
+	// moment the report says so, api's fourth request is within it.
+	raised := &meshspec.Model{Endpoints: []meshspec.Endpoint{limited("api", meshspec.GlobalRateLimit{Requests: 100, Unit: "hour"})}}
+	desired.Store(raised)
+	if err := testutil.Until(20*time.Second, func() bool {
+		report, err = second.Report(context.Background())
+		return err == nil && maps.Equal(report.Loaded, limitsOf(raised))
+	}); err != nil {
+		t.Fatalf("the raised limit was not reported loaded: %+v, %v; log:\n%s", report, err, readLog(envoyDir))
+	}
+	if got := ask(t, client, api...); got != rls.RateLimitResponse_OK {
+		t.Fatalf("api's fourth request once the raised limit is reported loaded: %v, want OK", got)
 	}
 	stopSecond()
 
@@ -222,4 +235,15 @@ func runService(t *testing.T, o Options) (*Service, func()) {
 func readLog(dir string) string {
 	b, _ := os.ReadFile(filepath.Join(dir, "ratelimit", "service.log"))
 	return string(b)
+}
+
+// limitsOf is the limits m's endpoints have the nodes' services count.
+func limitsOf(m *meshspec.Model) map[string]string {
+	out := map[string]string{}
+	for _, e := range m.Endpoints {
+		if l := e.CountedLimits(); l != "" {
+			out[e.Name] = l
+		}
+	}
+	return out
 }

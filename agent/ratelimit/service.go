@@ -59,6 +59,14 @@ type Service struct {
 
 	model  *meshspec.Model // the desired state its config was last rendered from
 	config []byte
+
+	// What the service has loaded: written is the desired state the file
+	// was last rendered from, loadsBefore the service's count of loads
+	// just before it was written (0 for a service started since, which
+	// loads it at start), and loaded the state of the last file it is
+	// known to have loaded.
+	written, loaded *meshspec.Model
+	loadsBefore     float64
 }
 
 // record is what an agent writes down of the service it started, for the
@@ -91,10 +99,17 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := os.MkdirAll(s.configDir(), 0o700); err != nil {
 		return fmt.Errorf("rate limit service: %w", err)
 	}
-	if err := s.follow(); err != nil {
+	if err := s.follow(ctx); err != nil {
 		return err
 	}
-	s.adoptOrStart(ctx)
+	if s.adoptOrStart(ctx) {
+		// What the adopted service loaded is not known: it loads the file
+		// again, and counts it.
+		s.config = nil
+		if err := s.follow(ctx); err != nil {
+			return err
+		}
+	}
 	restart := backoff.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second, ResetAfter: time.Minute}
 	started := time.Now()
 	tick := time.NewTicker(time.Second)
@@ -112,7 +127,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.exit()
 			return nil
 		case <-tick.C:
-			if err := s.follow(); err != nil {
+			if err := s.follow(ctx); err != nil {
 				s.o.Logger.Error("rate limit service: configuration not written; it keeps the last", "err", err)
 			}
 			if child == nil {
@@ -134,7 +149,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 // follow writes the configuration for the desired state, if it changed;
 // the service reloads it.
-func (s *Service) follow() error {
+func (s *Service) follow(ctx context.Context) error {
 	m := s.o.Desired()
 	if m == s.model && s.config != nil {
 		return nil
@@ -145,18 +160,54 @@ func (s *Service) follow() error {
 	}
 	s.model = m
 	if bytes.Equal(config, s.config) {
+		s.mu.Lock()
+		if s.written != nil && s.written != m && s.loaded == s.written {
+			s.loaded = m // the same limits: what it loaded serves m too
+		}
+		s.written = m
+		s.mu.Unlock()
 		return nil
+	}
+	// None runs, or one is starting (its metrics not up yet): it loads
+	// the file at start, its first load.
+	before := 0.0
+	if families, err := s.readMetrics(ctx); err == nil {
+		before = configLoads(families)
 	}
 	if err := envoy.ReplaceFile(filepath.Join(s.configDir(), "servemesh.yaml"), config); err != nil {
 		return fmt.Errorf("rate limit service: %w", err)
 	}
 	s.config = config
+	s.mu.Lock()
+	s.written, s.loadsBefore = m, before
+	s.mu.Unlock()
 	return nil
 }
 
+// loadedLimits is the limits the service counts, by endpoint, now that its
+// count of loads is loads.
+func (s *Service) loadedLimits(loads float64) map[string]string {
+	s.mu.Lock()
+	if loads > s.loadsBefore {
+		s.loaded = s.written
+	}
+	m := s.loaded
+	s.mu.Unlock()
+	out := map[string]string{}
+	if m != nil {
+		for _, e := range m.Endpoints {
+			if limits := e.CountedLimits(); limits != "" {
+				out[e.Name] = limits
+			}
+		}
+	}
+	return out
+}
+
 // adoptOrStart adopts the service an earlier agent left, if it runs with
-// these settings, or starts one (stopping one with other settings).
-func (s *Service) adoptOrStart(ctx context.Context) {
+// these settings, or starts one (stopping one with other settings); it
+// reports whether it adopted one.
+func (s *Service) adoptOrStart(ctx context.Context) bool {
 	if rec, err := s.readRecord(); err == nil {
 		if p, err := proc.Adopt(rec.Process); err == nil {
 			if rec.Settings == s.settings() {
@@ -164,13 +215,14 @@ func (s *Service) adoptOrStart(ctx context.Context) {
 				s.child, s.metrics = p, rec.Metrics
 				s.mu.Unlock()
 				s.o.Logger.Info("rate limit service adopted", "pid", rec.Process.Pid)
-				return
+				return true
 			}
 			s.o.Logger.Info("rate limit service runs with other settings; replacing it", "pid", rec.Process.Pid)
 			_ = p.Stop(5 * time.Second)
 		}
 	}
 	s.start(ctx)
+	return false
 }
 
 // start starts the service; a failure is logged and retried by Run.
@@ -194,6 +246,7 @@ func (s *Service) start(ctx context.Context) {
 	}
 	s.mu.Lock()
 	s.child, s.metrics = child, metrics
+	s.loadsBefore = 0 // it loads the file there is at start
 	s.mu.Unlock()
 	if err := s.writeRecord(record{Process: child.Identity(), Settings: s.settings(), Metrics: metrics}); err != nil {
 		s.o.Logger.Error("rate limit service: record not written; the next agent will start another", "err", err)

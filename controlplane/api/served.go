@@ -13,6 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
 
@@ -56,6 +57,11 @@ type ServedInputs struct {
 	// Configs are the user_config versions replicas run, by tag, as their
 	// agents last said.
 	Configs map[string]string
+	// Endpoints are the stored endpoints; Loads each node's load, as its
+	// agent last reported it (what its rate limit service has loaded
+	// among it).
+	Endpoints []meshspec.Endpoint
+	Loads     map[string]wire.Load
 }
 
 // NewServedReport joins in into a served report.
@@ -81,6 +87,7 @@ func NewServedReport(in ServedInputs) ServedReport {
 			out.Waiting = append(out.Waiting, why)
 		}
 	}
+	out.Waiting = append(out.Waiting, limitsServed(in)...)
 	if in.Serving.Nodes == 0 {
 		out.Waiting = append(out.Waiting, "no node is connected to the controller, so none serves the mesh: start an agent (servemesh node)")
 	}
@@ -120,6 +127,33 @@ func backendServed(b meshspec.Backend, in ServedInputs) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// limitsServed says, a line each, which nodes' rate limit services do not
+// count an endpoint's global rate limit or token quota as stored yet: a
+// node's Envoy serves the change when it has it, its rate limit service
+// (which counts for it) once it has loaded it. Nodes that run no service,
+// and a previous release's agents, say nothing of it.
+func limitsServed(in ServedInputs) []string {
+	var out []string
+	for _, e := range in.Endpoints {
+		want := e.CountedLimits()
+		if want == "" {
+			continue
+		}
+		for _, node := range meshspec.SortedKeys(in.Loads) {
+			loaded := in.Loads[node].RateLimitsLoaded
+			if loaded == nil || loaded[e.Name] == want {
+				continue
+			}
+			line := fmt.Sprintf("node %s: its rate limit service does not count endpoint %s's limits yet", node, e.Name)
+			if why := in.Loads[node].RateLimitService; why != "" {
+				line += " (" + why + ")"
+			}
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // ServedQuery is what GET /v1/served asks about.

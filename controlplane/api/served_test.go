@@ -42,6 +42,11 @@ func TestServedReport(t *testing.T) {
 	if err := configured.Config.UserConfig.UnmarshalJSON([]byte(`{"threshold": 0.7}`)); err != nil {
 		t.Fatal(err)
 	}
+	// Endpoints whose limits the nodes' rate limit services count, and
+	// one that has none.
+	limited := meshspec.Endpoint{Name: "chat", RateLimit: &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 50, Header: "x-tenant-id"}}}
+	older := meshspec.Endpoint{Name: "chat", RateLimit: &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 100, Header: "x-tenant-id"}}}
+	unlimited := meshspec.Endpoint{Name: "free", RateLimit: &meshspec.RateLimit{Local: &meshspec.LocalRateLimit{RequestsPerSecond: 5}}}
 	twoReplicas := func(meshspec.Backend) ReplicaHealth {
 		return ReplicaHealth{Ready: 2, Replicas: []ReplicaStatus{{Tag: "a#a", State: meshspec.Running, Ready: true}, {Tag: "a#b", State: meshspec.Running, Ready: true}}}
 	}
@@ -73,6 +78,13 @@ func TestServedReport(t *testing.T) {
 			[]string{"backend a: 1 of its replicas have not taken its user_config " + configured.Config.UserConfig.Version() + " yet"}, ""},
 		{"user_config taken", ServedInputs{Revision: 7, Backends: []meshspec.Backend{configured}, Serving: serving(7, 2), Health: twoReplicas,
 			Configs: map[string]string{"a#a": configured.Config.UserConfig.Version(), "a#b": configured.Config.UserConfig.Version()}}, true, nil, ""},
+		{"a node's rate limit service behind", ServedInputs{Revision: 7, Serving: serving(7, 2), Health: ready(0), Endpoints: []meshspec.Endpoint{limited, unlimited},
+			Loads: map[string]wire.Load{"n1": {RateLimitsLoaded: map[string]string{"chat": limited.CountedLimits()}}, "n2": {RateLimitsLoaded: map[string]string{"chat": older.CountedLimits()}},
+				"n3": {RateLimitsLoaded: map[string]string{}, RateLimitService: "rate limit service not running"}, "old-agent": {}}}, false,
+			[]string{"node n2: its rate limit service does not count endpoint chat's limits yet",
+				"node n3: its rate limit service does not count endpoint chat's limits yet (rate limit service not running)"}, ""},
+		{"every node's rate limit service counts the limits", ServedInputs{Revision: 7, Serving: serving(7, 2), Health: ready(0), Endpoints: []meshspec.Endpoint{limited, unlimited},
+			Loads: map[string]wire.Load{"n1": {RateLimitsLoaded: map[string]string{"chat": limited.CountedLimits()}}, "old-agent": {}}}, true, nil, ""},
 		{"refused", ServedInputs{Revision: 7, Serving: serving(6, 0), Health: ready(0), Refused: errors.New("the data plane refused the view")}, false, nil,
 			"the data plane refused the view"},
 	} {

@@ -112,7 +112,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		return err
 	}
 	if !o.NoEnvoy {
-		agent.RegisterLoadMetrics(reg, admin, o.Node.ID, overLimitOf(limits))
+		agent.RegisterLoadMetrics(reg, admin, o.Node.ID, rateLimitsOf(limits))
 	}
 	if o.StatusToken == "" && !httpserver.IsLoopback(o.StatusListen) {
 		if !o.Insecure {
@@ -142,9 +142,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	pick := picker.New(desired)
 	identity := &nodeIdentity{}
 	status, err := listenStatus(ctx, o, identity, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
-		Held:          hold.Held,
-		Waiting:       pick.Waiting,
-		GlobalLimited: overLimitOf(limits),
+		Held:       hold.Held,
+		Waiting:    pick.Waiting,
+		RateLimits: rateLimitsOf(limits),
 		Configs: func() map[string]string {
 			if a := running.Load(); a != nil {
 				return a.ConfigVersions()
@@ -255,12 +255,15 @@ func rateLimitService(log *slog.Logger, o AgentOptions, desired func() *meshspec
 		Logger: log.With("component", "ratelimit"), StopOnExit: o.Envoy.StopOnExit})
 }
 
-// overLimitOf reads what s refused, by endpoint; nil if no service runs.
-func overLimitOf(s *ratelimit.Service) func(context.Context) (map[string]uint64, error) {
+// rateLimitsOf reads what s does; nil if no service runs.
+func rateLimitsOf(s *ratelimit.Service) agent.RateLimitReader {
 	if s == nil {
 		return nil
 	}
-	return s.OverLimit
+	return func(ctx context.Context) (map[string]uint64, map[string]string, error) {
+		r, err := s.Report(ctx)
+		return r.OverLimit, r.Loaded, err
+	}
 }
 
 // stopWith stops a daemon's group whose start failed with err: what it

@@ -248,8 +248,14 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		for i, b := range backends {
 			names[i] = b.Name
 		}
+		m, _ := ctl.State()
+		var endpoints []meshspec.Endpoint
+		if m != nil {
+			endpoints = m.Endpoints
+		}
 		return api.NewServedReport(api.ServedInputs{Revision: rev, Backends: backends, Serving: plane.XDS.Serving(names),
-			Health: replicaHealth(watcher.Snapshot()), Problems: problems(ctl, publisher), Refused: publisher.Err(), Configs: scaler.ConfigVersions()})
+			Health: replicaHealth(watcher.Snapshot()), Problems: problems(ctl, publisher), Refused: publisher.Err(), Configs: scaler.ConfigVersions(),
+			Endpoints: endpoints, Loads: scaler.Latest()})
 	}
 	plane.Mux.Handle("/v1/", api.Handler(ctl, log.With("component", "api"), api.Sources{Status: status, Served: served, Live: rollouts.Live, Draining: scaler.DrainingInFlight, Agents: nodes,
 		Logs: agentLogs(nodes, agents), Tracing: tracer.Provider()}))
