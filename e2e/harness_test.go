@@ -648,6 +648,21 @@ func startTwoNodeMeshWith(t *testing.T, name string, ctlArgs, agentArgs []string
 	return m
 }
 
+// waitNodesServe waits until every node's Envoy has accepted the state as
+// it is now (a change just made), replicas ready or not: that the nodes
+// have a route, once guessed with a sleep.
+func waitNodesServe(t *testing.T, c *api.Client) {
+	t.Helper()
+	var last api.ServedReport
+	var err error
+	if testutil.Until(30*time.Second, func() bool {
+		last, err = c.Served(context.Background(), api.ServedQuery{})
+		return err == nil && last.Served
+	}) != nil {
+		t.Fatalf("the nodes do not serve the state: %+v, %v", last, err)
+	}
+}
+
 // replicaPids finds the demo replicas of backend on the mesh's nodes.
 func (m *twoNodeMesh) replicaPids(backend string) []int {
 	return replicaPids(backend, m.n1.workDir, m.n2.workDir)

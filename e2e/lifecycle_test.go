@@ -104,7 +104,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "fresh", Route: "/fresh", Traffic: map[string]float64{"fresh": 1}}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(500 * time.Millisecond) // the nodes have the route; the replica listens in about a second
+		waitNodesServe(t, mesh.c) // the replica listens in about a second
 		took := burst(t, nodes, "/fresh", 20)
 		t.Logf("20 requests sent before fresh's replica was ready answered within %s", took)
 		if held := heldOutcome(t, nodes, "fresh", activator.HeldReleased); held == 0 {
@@ -260,7 +260,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 			if n := running(); n != 0 {
 				t.Fatalf("round %d: sleepy runs %d replicas before any request; want 0", round, n)
 			}
-			time.Sleep(time.Second) // the nodes have the route
+			waitNodesServe(t, mesh.c)
 			took := burst(t, nodes, "/sleepy", 10)
 			t.Logf("round %d: 10 requests to sleepy at zero answered within %s (its replica takes %s to listen)", round, took, slowStart)
 			if t.Failed() {
@@ -304,7 +304,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "patient", Route: "/patient", Traffic: map[string]float64{"patient": 1}}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(500 * time.Millisecond) // the nodes have the route; the replica is starting
+		waitNodesServe(t, mesh.c) // the replica is starting
 		mesh.ctl.kill()
 		testutil.WaitFor(t, 10*time.Second, "the controller to exit", mesh.ctl.exited)
 		answered := make(chan time.Duration)
