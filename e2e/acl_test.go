@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,49 +13,30 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	consulpolicy "github.com/servemesh/servemesh/deploy/consul"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
 
-// aclToken creates a policy from deploy/consul/<file> (NODE replaced by the
-// dev agent's node) and a token with it and the given identities.
-func aclToken(t *testing.T, admin *api.Client, name, file string, nodes []*api.ACLNodeIdentity, services []*api.ACLServiceIdentity) string {
+// aclToken mints a token with deploy/consul's policy name (NODE replaced
+// by the dev agent's node) and the given identities.
+func aclToken(t *testing.T, admin *api.Client, name string, r devconsul.TokenRequest) string {
 	t.Helper()
-	return aclTokenOn(t, admin, devconsul.NodeName, name, file, nodes, services)
-}
-
-// aclTokenOn is aclToken with NODE replaced by consulNode.
-func aclTokenOn(t *testing.T, admin *api.Client, consulNode, name, file string, nodes []*api.ACLNodeIdentity, services []*api.ACLServiceIdentity) string {
-	t.Helper()
-	policies, _, err := admin.ACL().PolicyList(nil)
+	r.Description, r.Policy = name, name
+	token, err := devconsul.MintToken(context.Background(), admin, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var policyID string
-	for _, p := range policies {
-		if p.Name == name {
-			policyID = p.ID
-		}
-	}
-	if policyID == "" {
-		rules, err := os.ReadFile("../deploy/consul/" + file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		policy, _, err := admin.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: strings.ReplaceAll(string(rules), "NODE", consulNode)}, nil)
-		if err != nil {
-			t.Fatalf("policy %s: %v", name, err)
-		}
-		policyID = policy.ID
-	}
-	token, _, err := admin.ACL().TokenCreate(&api.ACLToken{Description: name, Policies: []*api.ACLTokenPolicyLink{{ID: policyID}},
-		NodeIdentities: nodes, ServiceIdentities: services}, nil)
-	if err != nil {
-		t.Fatalf("token %s: %v", name, err)
-	}
-	return token.SecretID
+	return token
+}
+
+// controllerToken is the controller's token as deploy/consul/README.md
+// makes it, for a controller whose Consul agent is consulNode.
+func controllerToken(t *testing.T, admin *api.Client, consulNode string) string {
+	t.Helper()
+	return aclToken(t, admin, "servemesh-controller-"+consulNode, devconsul.TokenRequest{Rules: consulpolicy.ControllerPolicy(consulNode)})
 }
 
 // nodeToken is a node's token as deploy/consul/README.md makes it: the
@@ -69,8 +49,7 @@ func nodeToken(t *testing.T, admin *api.Client, id string) string {
 // nodeTokenOn is nodeToken for a node whose Consul agent is consulNode.
 func nodeTokenOn(t *testing.T, admin *api.Client, consulNode, id string) string {
 	t.Helper()
-	return aclTokenOn(t, admin, consulNode, "servemesh-node", "node-policy.hcl", []*api.ACLNodeIdentity{{NodeName: consulNode, Datacenter: "dc1"}},
-		[]*api.ACLServiceIdentity{{ServiceName: wire.NodeService(id)}})
+	return aclToken(t, admin, "servemesh-node", devconsul.TokenRequest{Rules: consulpolicy.NodePolicy(), ConsulNode: consulNode, Service: wire.NodeService(id)})
 }
 
 // TestConsulACLs runs the controller and two nodes on a Consul with ACLs
@@ -90,12 +69,12 @@ func TestConsulACLs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	controllerToken := aclToken(t, admin, "servemesh-controller", "controller-policy.hcl", nil, nil)
+	ctlToken := controllerToken(t, admin, devconsul.NodeName)
 	tokens := map[string]string{"acl-1": nodeToken(t, admin, "acl-1"), "acl-2": nodeToken(t, admin, "acl-2")}
 
 	// With mTLS, checking that Consul enforces ACLs: the policies also let
 	// each get its Connect identities.
-	ctl := startController(t, consul, "ctl", []string{"--insecure-consul=false"}, "CONSUL_HTTP_TOKEN="+controllerToken)
+	ctl := startController(t, consul, "ctl", []string{"--insecure-consul=false"}, "CONSUL_HTTP_TOKEN="+ctlToken)
 	ctl.waitLeading(20 * time.Second)
 	var nodes []*agentProc
 	var inbounds []string

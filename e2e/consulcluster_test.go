@@ -63,7 +63,7 @@ func TestConsulCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctlToken := aclTokenOn(t, admin, devconsul.ClientNodeName(ctlAddr), "servemesh-controller", "controller-policy.hcl", nil, nil)
+	ctlToken := controllerToken(t, admin, devconsul.ClientNodeName(ctlAddr))
 	ctl := startController(t, cluster.Clients[ctlAddr], "cc-ctl", []string{"--insecure-consul=false"}, "CONSUL_HTTP_TOKEN="+ctlToken)
 	ctl.waitLeading(30 * time.Second)
 	var agents []*agentProc

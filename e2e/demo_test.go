@@ -17,8 +17,11 @@ import (
 	"testing"
 	"time"
 
+	consulapi "github.com/hashicorp/consul/api"
+
 	"github.com/servemesh/servemesh/internal/devjaeger"
 	"github.com/servemesh/servemesh/internal/testutil"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // checkDemoTrace runs the banner's two lines that show a trace: a request
@@ -90,6 +93,91 @@ func checkSecondStackRefused(t *testing.T, workDir string, firstPid int, args []
 	}
 }
 
+// bannerCommand is the banner's command whose first line contains marker,
+// its continuation lines (after a pipe or a backslash) joined; "" if none.
+func bannerCommand(banner, marker string) string {
+	var cmd []string
+	for l := range strings.SplitSeq(banner, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case len(cmd) == 0 && strings.Contains(l, marker):
+			cmd = append(cmd, l)
+		case len(cmd) > 0 && (strings.HasSuffix(cmd[len(cmd)-1], "|") || strings.HasSuffix(cmd[len(cmd)-1], "\\")):
+			cmd = append(cmd, l)
+		}
+	}
+	return strings.Join(cmd, "\n")
+}
+
+// runBanner runs the banner's command whose first line contains marker,
+// as a user pasting it would (with SERVEMESH_SERVER exported), and
+// returns what it printed.
+func runBanner(t *testing.T, banner, marker string, env []string) string {
+	t.Helper()
+	line := bannerCommand(banner, marker)
+	if line == "" {
+		t.Fatalf("no command with %q in the banner:\n%s", marker, banner)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", line)
+	cmd.Env = append(os.Environ(), env...)
+	text, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", line, err, text)
+	}
+	return string(text)
+}
+
+// checkBannerModelTraffic runs the banner's model-traffic lines as
+// printed, which the default (mTLS) mode alone serves: five requests of a
+// long shared prompt all reach one replica, which holds it in cache from
+// the second on; and a token quota, created with --wait, refuses a tenant
+// once its answers' usage has spent it.
+func checkBannerModelTraffic(t *testing.T, banner string, env []string) {
+	t.Helper()
+	text := runBanner(t, banner, "-d @", env)
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	re := regexp.MustCompile(`^(llama#[0-9a-f]{6}) prompt blocks cached: (\d+) of (\d+)$`)
+	var replicas []string
+	for i, l := range lines {
+		m := re.FindStringSubmatch(l)
+		if m == nil || m[3] == "0" || i > 0 && m[2] != m[3] {
+			t.Fatalf("the banner's prompt-affinity line printed:\n%s\nwant five answers, every one after the first with its whole prompt cached", text)
+		}
+		replicas = append(replicas, m[1])
+	}
+	if len(lines) != 5 || len(slices.Compact(replicas)) != 1 {
+		t.Fatalf("the banner's prompt-affinity line printed:\n%s\nwant five answers from one replica", text)
+	}
+	runBanner(t, banner, "endpoint create metered", env)
+	if got := strings.TrimSpace(runBanner(t, banner, "/metered -d", env)); got != "200 200 200 429 429" {
+		t.Fatalf("the banner's token-quota line printed %q; want 200 three times, then 429", got)
+	}
+	if code, o, e := cli(t, env, "endpoint", "delete", "metered"); code != 0 {
+		t.Fatalf("endpoint delete metered: exit %d %s%s", code, o, e)
+	}
+}
+
+// checkDemoConsulACLs: the demo's Consul refuses an anonymous write (a
+// replica could otherwise mint identities from its CA), and the banner's
+// consul line, with the token it names, lists the mesh's services.
+func checkDemoConsulACLs(t *testing.T, banner string) {
+	t.Helper()
+	text := runBanner(t, banner, "catalog services", nil)
+	if !strings.Contains(text, wire.BackendService("llama")) {
+		t.Fatalf("the banner's consul line printed:\n%s\nwant the mesh's services", text)
+	}
+	addr := regexp.MustCompile(`CONSUL_HTTP_ADDR=(\S+)`).FindStringSubmatch(bannerCommand(banner, "catalog services"))
+	anonymous, err := consulapi.NewClient(&consulapi.Config{Address: addr[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := anonymous.KV().Put(&consulapi.KVPair{Key: "servemesh/anonymous", Value: []byte("x")}, nil); err == nil {
+		t.Fatal("the demo's Consul took an anonymous write; want ACLs on with default deny")
+	}
+}
+
 // checkBannerCount runs the banner's one-liner that counts which backend
 // answered 200 requests: it counted 400, matching two headers of each.
 func checkBannerCount(t *testing.T, banner string) {
@@ -125,13 +213,13 @@ func checkBannerCount(t *testing.T, banner string) {
 
 func TestDemoStack(t *testing.T) {
 	t.Parallel()
-	api, public, mesh := freeAddr(t), freeAddr(t), freeAddr(t)
+	api, public, mesh, inbound := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	consulPort := strconv.Itoa(int(testutil.Port(freeAddr(t))))
 	out := &testutil.SyncBuffer{}
 	workDir := t.TempDir()
 	xds := freeAddr(t)
 	cmd := exec.CommandContext(context.Background(), servemeshBin, "demo-stack", "--work-dir", workDir,
-		"--consul-http-port", consulPort, "--api", api, "--xds", xds, "--public", public, "--mesh", mesh)
+		"--consul-http-port", consulPort, "--api", api, "--xds", xds, "--public", public, "--mesh", mesh, "--inbound", inbound)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(cmd.Environ(), "SERVEMESH_ENVOY="+envoyBin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -147,9 +235,11 @@ func TestDemoStack(t *testing.T) {
 		}
 	})
 	testutil.WaitFor(t, 90*time.Second, "the demo to be up", func() bool { return strings.Contains(out.String(), "Try:") })
-	args := []string{"--consul-http-port", consulPort, "--api", api, "--xds", xds, "--public", public, "--mesh", mesh}
+	args := []string{"--consul-http-port", consulPort, "--api", api, "--xds", xds, "--public", public, "--mesh", mesh, "--inbound", inbound}
 	checkSecondStackRefused(t, workDir, cmd.Process.Pid, args)
 	checkBannerCount(t, out.String())
+	checkBannerModelTraffic(t, out.String(), []string{"SERVEMESH_SERVER=" + api})
+	checkDemoConsulACLs(t, out.String())
 
 	counts := sendMany(t, "http://"+public+"/model", 400)
 	checkShare(t, "model-v1 (weight 0.9)", counts["model-v1"], 400, 0.9)

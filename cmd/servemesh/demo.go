@@ -33,6 +33,7 @@ func newDemoStackCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&o.XDS, "xds", "127.0.0.1:18000", "the controller's xDS address")
 	fs.StringVar(&o.Public, "public", "127.0.0.1:8080", "the node's public listener")
 	fs.StringVar(&o.Mesh, "mesh", "127.0.0.1:15001", "the node's mesh listener")
+	fs.StringVar(&o.Inbound, "inbound", "127.0.0.1:21000", "the node's inbound listener, where other nodes call its replicas over mTLS")
 	return c
 }
 

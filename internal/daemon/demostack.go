@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	consulpolicy "github.com/servemesh/servemesh/deploy/consul"
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/devjaeger"
@@ -32,14 +34,27 @@ type StackOptions struct {
 	ConsulHTTPPort int
 	API, XDS       string
 	Public, Mesh   string
+	// Inbound is the node's inbound listener, where other nodes call its
+	// replicas over mTLS.
+	Inbound string
 	// Self is the servemesh binary the controller, agent and replicas run.
 	Self string
 }
 
 // RunStack runs the whole of servemesh on this machine, as it runs in
-// production: a Consul dev agent, the controller, and one node agent with
-// its Envoy running the demo's replicas as processes.
+// production: a Consul dev agent (ACLs on with default deny, its
+// service-mesh CA on), the controller, and one node agent with its Envoy
+// running the demo's replicas as processes, in the default mode (xDS over
+// TLS, calls between nodes over mTLS), each daemon with a Consul token of
+// its own.
 func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.Writer) error {
+	// The daemons' paths (the rate limit service's among them) are the
+	// same wherever each runs from.
+	dir, err := filepath.Abs(o.WorkDir)
+	if err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	o.WorkDir = dir
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return fmt.Errorf("work dir: %w", err)
 	}
@@ -48,11 +63,19 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 		return err
 	}
 	defer unlock()
-	consul, err := devconsul.Start(o.WorkDir, o.ConsulHTTPPort)
+	management, _, err := stackSecret(o.WorkDir, stackConsulToken)
+	if err != nil {
+		return err
+	}
+	consul, err := devconsul.StartWith(o.WorkDir, devconsul.Options{HTTPPort: o.ConsulHTTPPort, ManagementToken: management})
 	if err != nil {
 		return fmt.Errorf("consul: %w", err)
 	}
 	defer consul.Stop()
+	tokens, err := stackConsulTokens(ctx, consul, o.WorkDir)
+	if err != nil {
+		return err
+	}
 	// The store of the node's rate limit service (global limits).
 	redis, passwordFile, err := startStackRedis(o.WorkDir)
 	if err != nil {
@@ -65,7 +88,7 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 		return fmt.Errorf("jaeger: %w", err)
 	}
 	defer jaeger.Stop()
-	children, err := startStackDaemons(o, consul.HTTPAddr, redis.Addr, passwordFile)
+	children, err := startStackDaemons(o, consul.HTTPAddr, tokens, redis.Addr, passwordFile)
 	defer func() {
 		for _, c := range children {
 			_ = c.Stop(15 * time.Second)
@@ -76,6 +99,9 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 	}
 	meshFile, err := applyDemo(ctx, o, jaeger.OTLP, children)
 	if err != nil {
+		return err
+	}
+	if err := writeDemoPrompt(o.WorkDir); err != nil {
 		return err
 	}
 	fmt.Fprint(stdout, stackHelp(o, consul.HTTPAddr, meshFile, jaeger.Query))
@@ -113,7 +139,7 @@ func lockStack(ctx context.Context, o StackOptions) (func(), error) {
 	unlock, err := proc.Lock(filepath.Join(o.WorkDir, stackLock))
 	var held *proc.HeldError
 	if errors.As(err, &held) {
-		return nil, fmt.Errorf("another demo-stack, %s, runs in %s: stop it (Ctrl-C in its terminal, or kill %d), or start this one with another --work-dir and other ports (--consul-http-port, --api, --xds, --public, --mesh)",
+		return nil, fmt.Errorf("another demo-stack, %s, runs in %s: stop it (Ctrl-C in its terminal, or kill %d), or start this one with another --work-dir and other ports (--consul-http-port, --api, --xds, --public, --mesh, --inbound)",
 			held.Holder, o.WorkDir, held.Holder.PID)
 	}
 	if err != nil {
@@ -125,6 +151,7 @@ func lockStack(ctx context.Context, o StackOptions) (func(), error) {
 		{"the controller's xDS", o.XDS, "--xds"},
 		{"the node's public listener", o.Public, "--public"},
 		{"the node's mesh listener", o.Mesh, "--mesh"},
+		{"the node's inbound listener", o.Inbound, "--inbound"},
 	} {
 		if a.addr == "" || strings.HasSuffix(a.addr, ":0") {
 			continue
@@ -140,10 +167,47 @@ func lockStack(ctx context.Context, o StackOptions) (func(), error) {
 // demoNode is the demo's node's id.
 const demoNode = "demo-node"
 
+// stackConsulToken is the file, in the demo's work folder, of its Consul's
+// management token (the UI's login, and the consul command's).
+const stackConsulToken = "consul-management.token"
+
+// stackConsulTokens mints the controller's and the node's Consul tokens
+// from deploy/consul's policies, each in its own file of the work folder
+// (0600): the files by daemon name.
+func stackConsulTokens(ctx context.Context, consul *devconsul.Agent, dir string) (map[string]string, error) {
+	admin, err := consul.Client()
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]string{}
+	for name, r := range map[string]devconsul.TokenRequest{
+		"controller": {Description: "servemesh controller", Policy: "servemesh-controller", Rules: consulpolicy.ControllerPolicy(devconsul.NodeName)},
+		"agent": {Description: "servemesh node " + demoNode, Policy: "servemesh-node", Rules: consulpolicy.NodePolicy(),
+			ConsulNode: devconsul.NodeName, Service: wire.NodeService(demoNode)},
+	} {
+		token, err := devconsul.MintToken(ctx, admin, r)
+		if err != nil {
+			return nil, err
+		}
+		files[name] = filepath.Join(dir, name+"-consul.token")
+		if err := os.WriteFile(files[name], []byte(token), 0o600); err != nil {
+			return nil, fmt.Errorf("%s's consul token: %w", name, err)
+		}
+	}
+	return files, nil
+}
+
 // startStackDaemons starts the controller and the agent, logging into the
-// work folder; it returns those it started.
-func startStackDaemons(o StackOptions, consulAddr, redis, redisPasswordFile string) ([]*proc.Process, error) {
-	env := append(os.Environ(), "CONSUL_HTTP_ADDR="+consulAddr)
+// work folder, each with its Consul token file; it returns those it
+// started.
+func startStackDaemons(o StackOptions, consulAddr string, consulTokens map[string]string, redis, redisPasswordFile string) ([]*proc.Process, error) {
+	var env []string
+	for _, kv := range os.Environ() { // the user's own Consul token is not the daemons'
+		if !strings.HasPrefix(kv, "CONSUL_HTTP_TOKEN") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "CONSUL_HTTP_ADDR="+consulAddr)
 	// The agent serves its replicas' and Envoy's logs only to this token,
 	// which the controller sends: no other user of the host reads them.
 	_, statusToken, err := stackSecret(o.WorkDir, "agent-status.token")
@@ -155,11 +219,10 @@ func startStackDaemons(o StackOptions, consulAddr, redis, redisPasswordFile stri
 		name string
 		args []string
 	}{
-		// The demo runs on one trusted host: plaintext, chosen here and logged.
-		{"controller", []string{"controller", "--plaintext", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s",
+		{"controller", []string{"controller", "--allow-replica-cidr", "127.0.0.0/8", "--api-listen", o.API, "--xds-listen", o.XDS, "--replace-after", "10s", "--drain-grace", "2s",
 			"--agent-token-file", statusToken}},
-		{"agent", []string{"agent", "--plaintext", "--node-id", demoNode, "--address", "127.0.0.1", "--cpus", strconv.Itoa(DemoNodeCPUs), "--memory-mb", "8192",
-			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh,
+		{"agent", []string{"agent", "--node-id", demoNode, "--address", "127.0.0.1", "--cpus", strconv.Itoa(DemoNodeCPUs), "--memory-mb", "8192",
+			"--xds", o.XDS, "--public", o.Public, "--mesh", o.Mesh, "--inbound", o.Inbound,
 			"--work-dir", filepath.Join(o.WorkDir, "agent"), "--drain-grace", "2s", "--stop-on-exit", "--allow-command", o.Self,
 			"--rate-limit-redis", redis, "--rate-limit-redis-password-file", redisPasswordFile, "--status-token-file", statusToken,
 			// The demo's replicas are this binary, wherever the checkout is:
@@ -170,7 +233,7 @@ func startStackDaemons(o StackOptions, consulAddr, redis, redisPasswordFile stri
 		if err != nil {
 			return started, err
 		}
-		p, err := proc.Start(proc.Spec{Path: o.Self, Args: d.args, Env: env, Stdout: logFile, Stderr: logFile})
+		p, err := proc.Start(proc.Spec{Path: o.Self, Args: d.args, Env: append(env, "CONSUL_HTTP_TOKEN_FILE="+consulTokens[d.name]), Stdout: logFile, Stderr: logFile})
 		_ = logFile.Close()
 		if err != nil {
 			return started, fmt.Errorf("start %s: %w", d.name, err)
@@ -265,6 +328,25 @@ func applyDemo(ctx context.Context, o StackOptions, collector string, children [
 	return meshFile, nil
 }
 
+// demoPromptFile, in the demo's work folder, is a chat request with a
+// long system prompt, for the banner's prompt-affinity line.
+const demoPromptFile = "long-prompt.json"
+
+// writeDemoPrompt writes demoPromptFile: a system prompt of about 4,000
+// characters, as long shared prompts (instructions, a document) are.
+func writeDemoPrompt(dir string) error {
+	system := strings.Repeat("You are the assistant of a team that runs many versions of its model servers. Answer briefly and cite the runbook. ", 36)
+	body, err := json.Marshal(map[string]any{"model": "llama-3-8b", "messages": []map[string]string{
+		{"role": "system", "content": system}, {"role": "user", "content": "How do I shift traffic to a new version?"}}})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, demoPromptFile), body, 0o644); err != nil {
+		return fmt.Errorf("the demo's prompt: %w", err)
+	}
+	return nil
+}
+
 // demoSampling traces every request of the demo, to look at any one.
 var demoSampling = 100.0
 
@@ -287,14 +369,18 @@ func StackModel(self string) *meshspec.Model {
 	embedder.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2,
 		MetricsIntervalS: 0.5, LookBackPeriodS: 5, UpscaleDelayS: 2, DownscaleDelayS: 20}
 	// Two stand-in model servers behind an OpenAI-style endpoint routed by
-	// the model the body names.
-	llm := func(name string) meshspec.Backend {
-		b := backend(name, 1)
-		b.Process.Args, b.Process.HealthPath = []string{"demo-model-server", "--backend", name, "--listen", "${HOST}:${PORT}"}, "/health"
+	// the model the body names, picked by their load (vLLM's gauges) and,
+	// for llama's two replicas, by the prompt's prefix each holds in cache.
+	llm := func(name string, replicas int) meshspec.Backend {
+		b := backend(name, replicas)
+		b.Process.Args, b.Process.HealthPath = []string{"demo-model-server", "--backend", name, "--listen", "${HOST}:${PORT}",
+			"--cache-blocks", "4096", "--prefill-per-block", "2ms"}, "/health"
+		b.Config.LoadAware = &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", RunningMetric: "vllm:num_requests_running",
+			KVCacheMetric: meshspec.VLLMKVCacheMetric, PromptAffinity: true, TenantHeader: "x-tenant-id"}
 		return b
 	}
 	return &meshspec.Model{
-		Backends: []meshspec.Backend{backend("model-v1", 2), backend("model-v2", 1), backend("model-v3-candidate", 1), embedder, llm("llama"), llm("mistral")},
+		Backends: []meshspec.Backend{backend("model-v1", 2), backend("model-v2", 1), backend("model-v3-candidate", 1), embedder, llm("llama", 2), llm("mistral", 1)},
 		Endpoints: []meshspec.Endpoint{
 			{Name: "model", Route: "/model", Methods: []string{"GET", "POST"},
 				Traffic: map[string]float64{"model-v1": 0.9, "model-v2": 0.1}, Shadows: map[string]float64{"model-v3-candidate": 0.2}},
@@ -319,9 +405,11 @@ func stackHelp(o StackOptions, consulAddr, meshFile, jaegerQuery string) string 
 		consulBin = "consul"
 	}
 	return fmt.Sprintf(`
-servemesh is running on this machine, as in production: Consul (UI http://%[1]s/ui), the
-controller (API %[2]s, web console http://%[2]s/ui/), and one node agent running its Envoy
-(public %[3]s) and %[9]d demo replicas as processes. The applied state is in %[4]s.
+servemesh is running on this machine, as in production: Consul (UI http://%[1]s/ui, ACLs on:
+log in with the token in %[13]s), the controller (API %[2]s, web console http://%[2]s/ui/),
+and one node agent running its Envoy (public %[3]s) and %[9]d demo replicas as processes, in the
+default mode: identities from Consul's service-mesh CA, xDS over TLS, calls between nodes over
+mTLS. The applied state is in %[4]s.
 
 Try:
   curl -s http://%[3]s/model                       # 90%% model-v1, 10%% model-v2; 20%% mirrored to model-v3-candidate
@@ -330,6 +418,9 @@ Try:
   curl -s -H 'Host: embeddings' http://%[5]s/      # a headless endpoint, on the mesh listener
   curl -s http://%[3]s/v1/chat/completions -d '{"model": "mistral-7b", "messages": []}'
                                                    # routed by the model the body names; another model: 404
+  for i in $(seq 5); do curl -s http://%[3]s/v1/chat/completions -d @%[12]s; done |
+      python3 -c 'import json,sys; [print(a["replica"], "prompt blocks cached:", a.get("cached", 0), "of", a["blocks"]) for a in map(json.loads, sys.stdin)]'
+                                                   # prompt affinity: a long shared prompt stays on the replica that holds it in cache
 
   export SERVEMESH_SERVER=%[2]s
   %[6]s status                           # live request rates next to the weights, replicas, nodes (-w: keep watching)
@@ -342,15 +433,19 @@ Try:
       --global-rate-limit 5 --global-rate-limit-unit minute --global-rate-limit-header x-tenant-id
   for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-tenant-id: acme' http://%[3]s/limited; done; echo
                                                    # 200 five times, then 429: 5 a minute per tenant, on every node together
+  %[6]s endpoint create metered --route /metered --methods POST --backend llama --token-quota 50 --token-quota-header x-tenant-id --wait
+  for i in $(seq 5); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-tenant-id: acme' http://%[3]s/metered -d '{"messages": []}'; done; echo
+                                                   # 200 three times, then 429: 50 model tokens a minute per tenant, counted from the answers' usage (20 each)
   curl -s 'http://%[3]s/model' -H 'traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' -o /dev/null
   curl -s %[10]s/api/traces/4bf92f3577b34da6a3ce929d0e0e4736 | python3 -m json.tool | grep -E '"(operationName|serviceName)"'
                                                    # that request's trace in Jaeger: the endpoint's span, its try on a replica (a 20%% mirror when sampled)
   %[6]s apply -f %[4]s --dry-run   # edit the file, then apply it without --dry-run
-  CONSUL_HTTP_ADDR=%[1]s %[7]s catalog services -tags
+  CONSUL_HTTP_ADDR=%[1]s CONSUL_HTTP_TOKEN_FILE=%[13]s %[7]s catalog services -tags
 
 Traces: every request, in Jaeger (query API %[10]s/api/traces?service=%[11]s; %[6]s tracing get).
 Logs: %[8]s/*.log. Press Ctrl-C to stop everything.
-`, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir, replicasOf(StackModel(o.Self)), jaegerQuery, wire.TraceService(demoNode))
+`, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir, replicasOf(StackModel(o.Self)), jaegerQuery, wire.TraceService(demoNode),
+		filepath.Join(o.WorkDir, demoPromptFile), filepath.Join(o.WorkDir, stackConsulToken))
 }
 
 // replicasOf counts the replicas m's process backends start with.
