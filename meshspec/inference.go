@@ -279,7 +279,11 @@ func validateLoadAware(p *problems, field string, b Backend) {
 	if l == nil {
 		return
 	}
-	if b.Process == nil && !slices.ContainsFunc(b.Replicas, func(r Replica) bool { return r.Node != "" }) { // the data plane's view of a process backend names their nodes
+	// Replicas of another source: an external service, or listed ones
+	// (the data plane's view of a process backend names its replicas'
+	// nodes, and has none while none is registered).
+	listed := len(b.Replicas) > 0 && !slices.ContainsFunc(b.Replicas, func(r Replica) bool { return r.Node != "" })
+	if b.Process == nil && (b.External != nil || listed) {
 		p.add(field, "needs replicas servemesh's agents run (a process backend): the node in front of each replica picks it; remove load_aware or give the backend a process")
 	}
 	if l.MetricsPath != "" && (!strings.HasPrefix(l.MetricsPath, "/") || len(l.MetricsPath) > MaxRouteBytes || strings.ContainsAny(l.MetricsPath, " ?#")) {

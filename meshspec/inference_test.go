@@ -54,6 +54,9 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 		"load_aware without a process": {func(m *Model) {
 			m.Backends[0].Process, m.Backends[0].Replicas = nil, []Replica{{Address: "10.0.0.1:80"}}
 		}, "backend \"llama-a\".config.load_aware: needs replicas servemesh's agents run"},
+		"load_aware on an external service": {func(m *Model) {
+			m.Backends[0].Process, m.Backends[0].External = nil, &ExternalSpec{Service: "legacy-llm"}
+		}, "backend \"llama-a\".config.load_aware: needs replicas servemesh's agents run"},
 		"a metric without a path": {func(m *Model) { m.Backends[0].Config.LoadAware.QueueMetric = "vllm:num_requests_waiting" },
 			"load_aware.queue_metric: is read from the replicas' metrics: set metrics_path"},
 		"a metric name": {func(m *Model) {

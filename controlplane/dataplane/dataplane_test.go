@@ -145,6 +145,24 @@ func TestViewIsTheIR(t *testing.T) {
 	}
 }
 
+// TestViewOfALoadAwareBackendWithNoReplicaYet: a load-aware process
+// backend whose replicas are not registered yet (just created, scaled to
+// zero, all crashed) has no replica in the view; the view is served, not
+// refused as if users had written load_aware on a backend of listed
+// replicas (which held every other change back while it lasted: the
+// e2e engine tests' first --wait failed so).
+func TestViewOfALoadAwareBackendWithNoReplicaYet(t *testing.T) {
+	m := processState()
+	m.Backends[0].Config.LoadAware = &meshspec.LoadAware{PromptAffinity: true}
+	dp, _, err := View(m, withAgents(map[string][]catalog.Instance{}, "10.0.0.%d:21000"), Rules{MTLS: true})
+	if err != nil {
+		t.Fatalf("the view of a load-aware backend with no replica yet: %v; want it served", err)
+	}
+	if run, ok := dp.Backend("run"); !ok || !run.Picked || len(run.Replicas) != 0 {
+		t.Fatalf("backend run in the view: %+v, %v; want it picked, with no replica", run, ok)
+	}
+}
+
 // TestViewServesOnlyWhatNodesMayClaim: any node's Consul token may register
 // instances of a backend's service, claiming any node; such an instance
 // used to be served (other nodes sent it traffic over mTLS). Now an
