@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"slices"
 	"sort"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -46,9 +45,6 @@ type Builder struct {
 	public map[string]*publicGroup
 	// tracing is the last Build's: every node's listeners trace with it.
 	tracing *ir.Tracing
-	// needed are the filters the last Build's routed endpoints need on
-	// every node's public listener.
-	needed publicFilters
 }
 
 type backendParts struct {
@@ -134,7 +130,6 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 	}
 	b.gen++
 	b.tracing = m.Tracing
-	b.needed = publicFiltersOf(slices.Values(m.Endpoints))
 	set := ChangeSet{}
 	changed, err := b.syncBackends(m, set)
 	if err != nil {

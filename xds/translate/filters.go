@@ -2,8 +2,6 @@ package translate
 
 import (
 	"fmt"
-	"iter"
-	"slices"
 
 	grpcstats "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/grpc_stats/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -36,65 +34,8 @@ type filterInput struct {
 	mtls bool
 	// public: the outbound chain is the public listener's.
 	public bool
-	// needed: the route-enabled filters the mesh's routed endpoints use,
-	// the only ones on the public chain.
-	needed publicFilters
 	// onDemand: the node's clusters come on demand (ondemand.go).
 	onDemand bool
-}
-
-// publicFilters are the route-enabled filters that some routed endpoint
-// of the mesh uses, a bit for each row of httpFilters (by its index).
-// Filters on the public chain run on every request, idle on a route
-// without their config (offUntilRouted), so the public chain holds only
-// these: a mesh pays there for the features it uses, and the public
-// listener changes when the first endpoint uses one or the last stops.
-// The mesh chain holds them all, off until routed.
-type publicFilters uint64
-
-// has reports whether the row of httpFilters at i is needed.
-func (f publicFilters) has(i int) bool { return f&(1<<i) != 0 }
-
-// publicFiltersOf is what the routed endpoints among endpoints use, as
-// each route-enabled row of httpFilters says (uses).
-func publicFiltersOf(endpoints iter.Seq[ir.Endpoint]) publicFilters {
-	var f publicFilters
-	for e := range endpoints {
-		if e.Route == "" {
-			continue // headless: not on the public listener
-		}
-		for i, row := range httpFilters {
-			if row.uses != nil && !f.has(i) && row.uses(e) {
-				f |= 1 << i
-			}
-		}
-	}
-	return f
-}
-
-// modelRouted endpoints route by the model their body names.
-func modelRouted(e ir.Endpoint) bool { return e.Models != nil }
-
-// tokenQuota endpoints charge each answer's tokens to a quota.
-func tokenQuota(e ir.Endpoint) bool { return e.TokenQuota != nil }
-
-// globalFailing returns whether an endpoint has a global limit or token
-// quota that fails closed (closed) or open.
-func globalFailing(closed bool) func(ir.Endpoint) bool {
-	return func(e ir.Endpoint) bool { return slices.Contains(globalFailModes(e), closed) }
-}
-
-// globalFailModes are the failure modes of e's global limit and token
-// quota (closed or not), one for each it has.
-func globalFailModes(e ir.Endpoint) []bool {
-	var out []bool
-	if g := e.GlobalRateLimit; g != nil {
-		out = append(out, g.FailClosed)
-	}
-	if q := e.TokenQuota; q != nil {
-		out = append(out, q.FailClosed)
-	}
-	return out
 }
 
 // offUntilRouted is the Disabled of a filter that a route turns on. Envoy
@@ -114,10 +55,6 @@ type httpFilter struct {
 	on    []chain
 	why   string
 	build func(filterInput) (*hcm.HttpFilter, error)
-	// uses, if set, makes the filter route-enabled: it says which
-	// endpoints use its feature, and the public chain holds the filter
-	// only while a routed endpoint does (publicFilters).
-	uses func(ir.Endpoint) bool
 }
 
 // httpFilters is the one ordered table of every HTTP filter servemesh
@@ -136,24 +73,22 @@ var httpFilters = []httpFilter{
 	{name: localRateLimitFilter, on: []chain{outbound},
 		why: "before the body is read: a request over its endpoint's rate limit is refused on its headers, " +
 			"on the route Envoy first matches (a model-routed endpoint's first route carries the limit too; off but on rate-limited endpoints' routes)",
-		build: localRateLimit, uses: localRateLimits{}.uses},
+		build: localRateLimit},
 	{name: jsonToMetadataFilter, on: []chain{outbound},
 		why: "before the route is matched again: it reads the model a JSON body names into metadata " +
 			"(off but on model-routed endpoints' routes, which buffer the body)",
-		build: readModelFilter, uses: modelRouted},
+		build: readModelFilter},
 	{name: luaFilter, on: []chain{outbound},
 		why:   "right after the model is read: it clears the route cache, so the route is matched again by the model's metadata",
-		build: rematchFilter, uses: modelRouted},
+		build: rematchFilter},
 	{name: globalRateLimitOpenFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again: Envoy's global rate limit asks nothing on a route that sends " +
 			"nowhere, as a model-routed endpoint's first route; the node's rate limit service counts the request with every node's, " +
 			"and charges a token quota when the answer ends (off but on the routes of endpoints with a global limit or token quota that fails open)",
-		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, false) },
-		uses:  globalFailing(false)},
+		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, false) }},
 	{name: globalRateLimitClosedFilter, on: []chain{outbound},
 		why:   "next to the one that fails open: the same for endpoints whose global limit fails closed",
-		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, true) },
-		uses:  globalFailing(true)},
+		build: func(in filterInput) (*hcm.HttpFilter, error) { return globalRateLimit(in, true) }},
 	{name: callerPickerFilter, on: []chain{outbound},
 		why: "after the model is read and the route matched again (its model route's settings then apply), before the router: " +
 			"the node's picker reads the body, names the prompt's prefix, which the route hashes, and the node it is placed on, " +
@@ -163,13 +98,12 @@ var httpFilters = []httpFilter{
 				return nil, nil // no picker: no prompt-aware backend either
 			}
 			return callerPicker(in)
-		},
-		uses: callerPickerNeeded},
+		}},
 	{name: usageReaderFilter, on: []chain{outbound},
 		why: "after the route is matched again, so a model route's settings apply: on the way back it reads each answer's tokens " +
 			"(usage.total_tokens) for the global rate limit filter to charge to its token quota when the answer ends " +
 			"(off but on routes of endpoints with a token quota)",
-		build: usageReader, uses: tokenQuota},
+		build: usageReader},
 	{name: onDemandFilter, on: []chain{outbound},
 		why: "last before the router, once every filter that may choose the route again has run: on a node whose clusters " +
 			"come on demand, a request whose route sends to a cluster the node does not hold waits while Envoy asks for it",
@@ -196,8 +130,8 @@ var httpFilters = []httpFilter{
 func filtersFor(c chain, in filterInput) ([]*hcm.HttpFilter, error) {
 	in.chain = c
 	var out []*hcm.HttpFilter
-	for i, f := range httpFilters {
-		if !onChain(f, c) || (in.public && f.uses != nil && !in.needed.has(i)) {
+	for _, f := range httpFilters {
+		if !onChain(f, c) {
 			continue
 		}
 		built, err := f.build(in)

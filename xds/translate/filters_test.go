@@ -38,47 +38,21 @@ func TestFilterTable(t *testing.T) {
 		want  []string
 	}{
 		{outbound, filterInput{}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, "envoy.filters.http.router"}},
-		// The public chain holds the route-enabled filters that routed
-		// endpoints use, alone: none for a plain mesh (they ran idle on
-		// every public request), each for its feature.
-		{outbound, filterInput{public: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", "envoy.filters.http.router"}},
-		{outbound, filterInput{public: true, needed: needing(t, localRateLimitFilter, globalRateLimitClosedFilter)},
-			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, globalRateLimitClosedFilter, "envoy.filters.http.router"}},
-		{outbound, filterInput{public: true, mtls: true, needed: needing(t, localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter)},
+		// The public chain holds every route-enabled filter, whatever the
+		// endpoints use (their change would drain the listener), with the
+		// fallback first; the picker's with mTLS.
+		{outbound, filterInput{public: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, "envoy.filters.http.router"}},
+		{outbound, filterInput{public: true, mtls: true},
 			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, "envoy.filters.http.router"}},
 		// A node whose clusters come on demand asks for the one a
 		// request's route chose last, before the router, on both chains.
-		{outbound, filterInput{public: true, onDemand: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", onDemandFilter, "envoy.filters.http.router"}},
+		{outbound, filterInput{public: true, onDemand: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, onDemandFilter, "envoy.filters.http.router"}},
 		{outbound, filterInput{onDemand: true, mtls: true}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, onDemandFilter, "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: ir.Backend{Name: "api"}}, []string{"servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: aware}, []string{"envoy.filters.http.ext_proc", "servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 	} {
 		if got := names(c.chain, c.in); !slices.Equal(got, c.want) {
 			t.Errorf("chain %d for %q: %v, want %v", c.chain, c.in.backend.Name, got, c.want)
-		}
-	}
-}
-
-// TestPublicFiltersFollowTheRoutedEndpoints: what the public chain needs
-// is what routed endpoints use; a headless endpoint's features are not on
-// the public listener (it is not there).
-func TestPublicFiltersFollowTheRoutedEndpoints(t *testing.T) {
-	limited := ir.Endpoint{Name: "a", Route: "/a", RateLimit: &ir.RateLimit{RequestsPerSecond: 5, Burst: 5}}
-	quota := ir.Endpoint{Name: "q", Route: "/q", TokenQuota: &ir.TokenQuota{Tokens: 100, FailClosed: true}, GlobalRateLimit: &ir.GlobalRateLimit{Requests: 5}}
-	models := ir.Endpoint{Name: "m", Route: "/m", Models: &ir.Models{Field: "model"}, PromptAffinity: true}
-	headless := ir.Endpoint{Name: "h", RateLimit: &ir.RateLimit{RequestsPerSecond: 5, Burst: 5}, Models: &ir.Models{Field: "model"}}
-	for _, c := range []struct {
-		endpoints []ir.Endpoint
-		want      publicFilters
-	}{
-		{nil, 0},
-		{[]ir.Endpoint{headless}, 0},
-		{[]ir.Endpoint{limited, headless}, needing(t, localRateLimitFilter)},
-		{[]ir.Endpoint{quota}, needing(t, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter)},
-		{[]ir.Endpoint{models}, needing(t, jsonToMetadataFilter, luaFilter, callerPickerFilter)},
-	} {
-		if got := publicFiltersOf(slices.Values(c.endpoints)); got != c.want {
-			t.Errorf("endpoints %v need %+v on the public chain; want %+v", c.endpoints, got, c.want)
 		}
 	}
 }
@@ -104,7 +78,7 @@ func TestBackendFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, local := range [][]ir.Backend{nil, {plain}, {plain, aware}} {
-		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil, 0)
+		res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +136,7 @@ func TestInboundRoutesAreInline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil, 0)
+	res, err := forNode(goldenMTLSNode, goldenMTLS, local, ClustersByName(shared), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,29 +160,5 @@ func TestInboundRoutesAreInline(t *testing.T) {
 	}
 	if chains < len(local) {
 		t.Fatalf("the inbound listener has %d connection managers; want one for each of %d backends", chains, len(local))
-	}
-}
-
-// needing is the public filters of the route-enabled rows of httpFilters
-// named, and fails on a name the table has not, or on a row that is not
-// route-enabled.
-func needing(t *testing.T, names ...string) publicFilters {
-	t.Helper()
-	var f publicFilters
-	for _, name := range names {
-		i := slices.IndexFunc(httpFilters, func(r httpFilter) bool { return r.name == name })
-		if i < 0 || httpFilters[i].uses == nil {
-			t.Fatalf("no route-enabled filter %s in the table", name)
-		}
-		f |= 1 << i
-	}
-	return f
-}
-
-// TestTheFilterTableFitsItsBitSet: publicFilters holds a bit for each row
-// of httpFilters.
-func TestTheFilterTableFitsItsBitSet(t *testing.T) {
-	if n := len(httpFilters); n > 64 {
-		t.Fatalf("httpFilters has %d rows; publicFilters holds 64", n)
 	}
 }

@@ -19,20 +19,23 @@ import (
 // BuildListeners builds a node's listeners: the loopback mesh one serving
 // every endpoint by Host header and, unless the node is mesh-only
 // (wire.ProxyNode.Public), the public one serving routed endpoints;
-// with tracing, both trace their requests; the public one holds the
-// route-enabled filters needed alone.
-func buildListeners(node wire.ProxyNode, tracing *ir.Tracing, needed publicFilters) ([]*listener.Listener, error) {
+// with tracing, both trace their requests. Both hold every route-enabled
+// filter, whatever the endpoints use: a listener that changed with them
+// would be drained, and its open connections keep the old filters (an
+// endpoint's new limit passed them by) until Envoy closes them at the
+// drain's end, long answers included.
+func buildListeners(node wire.ProxyNode, tracing *ir.Tracing) ([]*listener.Listener, error) {
 	if err := node.Validate(); err != nil {
 		return nil, err
 	}
-	mesh, err := httpListener(node, tracing, wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes(), needed)
+	mesh, err := httpListener(node, tracing, wire.MeshListener, node.MeshAddress, node.MeshPort, meshScopes())
 	if err != nil {
 		return nil, err
 	}
 	if !node.Public() {
 		return []*listener.Listener{mesh}, nil
 	}
-	public, err := httpListener(node, tracing, wire.PublicListener, node.PublicAddress, node.PublicPort, publicScopes(), needed)
+	public, err := httpListener(node, tracing, wire.PublicListener, node.PublicAddress, node.PublicPort, publicScopes())
 	if err != nil {
 		return nil, err
 	}
@@ -98,8 +101,8 @@ func meshScopes() routeSource {
 	}
 }
 
-func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string, port uint32, routes routeSource, needed publicFilters) (*listener.Listener, error) {
-	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS(), public: name == wire.PublicListener, needed: needed, onDemand: node.ClustersOnDemand})
+func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string, port uint32, routes routeSource) (*listener.Listener, error) {
+	filters, err := filtersFor(outbound, filterInput{mtls: node.MTLS(), public: name == wire.PublicListener, onDemand: node.ClustersOnDemand})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}

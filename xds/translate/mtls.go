@@ -98,14 +98,14 @@ func ForNode(m *ir.DataPlane, node wire.ProxyNode, t *MTLS, shared map[string]*c
 	if t != nil {
 		local = localBackends(m, node.ID)
 	}
-	return forNode(node, t, local, shared, m.Tracing, publicFiltersOf(slices.Values(m.Endpoints)))
+	return forNode(node, t, local, shared, m.Tracing)
 }
 
 // forNode is ForNode given the backends with replicas on node, each with
 // only its replicas there, sorted by name, and the filters its public
 // listener needs.
-func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string]*cluster.Cluster, tracing *ir.Tracing, needed publicFilters) (*Resources, error) {
-	listeners, err := nodeListeners(node, t, local, tracing, needed, func(b ir.Backend) (*listener.FilterChain, error) {
+func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string]*cluster.Cluster, tracing *ir.Tracing) (*Resources, error) {
+	listeners, err := nodeListeners(node, t, local, tracing, func(b ir.Backend) (*listener.FilterChain, error) {
 		return inboundChain(node, t, b, tracing)
 	})
 	if err != nil {
@@ -126,8 +126,8 @@ func forNode(node wire.ProxyNode, t *MTLS, local []ir.Backend, shared map[string
 // t and backends running here (local), its inbound listener, one filter
 // chain per local backend, as chain makes it (inboundChain, or a copy the
 // caller kept).
-func nodeListeners(node wire.ProxyNode, t *MTLS, local []ir.Backend, tracing *ir.Tracing, needed publicFilters, chain func(ir.Backend) (*listener.FilterChain, error)) ([]*listener.Listener, error) {
-	listeners, err := buildListeners(node, tracing, needed)
+func nodeListeners(node wire.ProxyNode, t *MTLS, local []ir.Backend, tracing *ir.Tracing, chain func(ir.Backend) (*listener.FilterChain, error)) ([]*listener.Listener, error) {
+	listeners, err := buildListeners(node, tracing)
 	if err != nil {
 		return nil, err
 	}

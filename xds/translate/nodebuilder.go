@@ -61,7 +61,6 @@ func (n *NodeBuilt) ClusterVersions() map[string]string {
 type nodeParts struct {
 	node    wire.ProxyNode
 	tracing ir.Tracing // the zero value: none
-	needed  publicFilters
 	// chainKeys and clusterKeys are what the node's listeners and clusters
 	// were built from, one per local backend, sorted by name.
 	chainKeys   []configKey
@@ -170,12 +169,12 @@ func (b *Builder) forNode(node wire.ProxyNode, prev *nodeParts, chains *sharedCh
 	if b.tracing != nil {
 		tracing = *b.tracing
 	}
-	if prev == nil || !prev.node.Equal(node) || prev.tracing != tracing || prev.needed != b.needed {
+	if prev == nil || !prev.node.Equal(node) || prev.tracing != tracing {
 		services, err := versionAll(nodeServiceClusters(b.mtls, b.tracing))
 		if err != nil {
 			return nil, nil, err
 		}
-		prev = &nodeParts{node: node, tracing: tracing, needed: b.needed, services: services,
+		prev = &nodeParts{node: node, tracing: tracing, services: services,
 			chains: map[string]chainPart{}, clusters: map[string]clusterPart{}}
 	}
 	sameListeners := prev.built != nil && slices.Equal(prev.chainKeys, chainKeys)
@@ -241,7 +240,7 @@ func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []conf
 	}
 	inOrder := make([]Encoded, 0, len(backends))
 	nodeKey := nodeChainKey(p.node, b.tracing) // once, not per chain
-	listeners, err := nodeListeners(p.node, b.mtls, backends, b.tracing, b.needed, func(be ir.Backend) (*listener.FilterChain, error) {
+	listeners, err := nodeListeners(p.node, b.mtls, backends, b.tracing, func(be ir.Backend) (*listener.FilterChain, error) {
 		config := configs[be.Name]
 		c, ok := p.chains[be.Name]
 		if !ok || c.config != config {

@@ -8,6 +8,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/internal/modelgen"
@@ -301,5 +302,53 @@ func TestNodeClustersAskOnlyForBuiltAssignments(t *testing.T) {
 	b.nodes = nil // built again, and checked
 	if _, err := b.ForNode(node); err == nil || !strings.Contains(err.Error(), view) || !strings.Contains(err.Error(), "inconsistent") {
 		t.Fatalf("a node asking for an assignment not built: %v", err)
+	}
+}
+
+// TestAnEndpointsFeaturesLeaveTheListeners: a node's listeners do not
+// change when an endpoint comes with a feature no endpoint used (a token
+// quota, here): Envoy drains a changed listener, and its open connections
+// kept the old filters until it closed them at the drain's end (the e2e
+// engine test's quota counted nothing through a kept-alive connection,
+// with --wait returned), long answers cut with them. The listener holds
+// the filters every feature needs from the start.
+func TestAnEndpointsFeaturesLeaveTheListeners(t *testing.T) {
+	m := modelgen.Model(4, 2, 2)
+	placeReplicas(m, func(i, j int) int { return j % 2 })
+	for i := range m.Endpoints {
+		m.Endpoints[i].RateLimit = nil
+	}
+	b := NewBuilder(goldenMTLS)
+	node := goldenMTLSNode
+	node.ID = "n0"
+	before := buildNode(t, b, m, node)
+	metered := meshspec.Clone(m)
+	e := metered.Endpoints[0]
+	e.Name, e.Route = "metered", e.Route+"/metered"
+	e.RateLimit = &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 60, Unit: "hour", Header: "x-tenant-id"}}
+	metered.Endpoints = append(metered.Endpoints, e)
+	after := buildNode(t, b, metered, node)
+	if got := changedVersions(versionsOf(before.EncodedListeners), versionsOf(after.EncodedListeners)); len(got) != 0 {
+		t.Fatalf("an endpoint with a token quota changed n0's listeners %v; want none", got)
+	}
+	var filters []string
+	for _, l := range after.Listeners {
+		if l.GetName() != wire.PublicListener {
+			continue
+		}
+		for _, c := range l.GetFilterChains() {
+			for _, f := range c.GetFilters() {
+				var manager hcm.HttpConnectionManager
+				if err := f.GetTypedConfig().UnmarshalTo(&manager); err != nil {
+					t.Fatal(err)
+				}
+				for _, h := range manager.GetHttpFilters() {
+					filters = append(filters, h.GetName())
+				}
+			}
+		}
+	}
+	if !slices.Contains(filters, usageReaderFilter) || !slices.Contains(filters, globalRateLimitOpenFilter) {
+		t.Fatalf("n0's public listener: filters %v; want the usage reader and the global rate limit for the quota", filters)
 	}
 }

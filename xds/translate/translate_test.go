@@ -108,7 +108,7 @@ func TestGoldenListeners(t *testing.T) {
 		if err := yaml.UnmarshalStrict(input, &node); err != nil {
 			t.Fatal(err)
 		}
-		ls, err := buildListeners(node, nil, 0)
+		ls, err := buildListeners(node, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
