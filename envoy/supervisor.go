@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/servemesh/servemesh/internal/backoff"
@@ -69,7 +70,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		restarts++
 		delay := restart.Next(time.Since(began))
 		s.Config.Logger.Error("envoy exited; restarting", "pid", p.Pid(), "exit", p.ExitErr(), "restart_in", delay,
-			"restarts", restarts, "log_tail", proc.LogTail(s.Config.LogPath, 8192))
+			"restarts", restarts, "cause", crashCause(proc.LogTail(s.Config.LogPath, 1<<20)), "log_tail", proc.LogTail(s.Config.LogPath, 8192))
 		if !backoff.Sleep(ctx, delay) {
 			return nil
 		}
@@ -157,4 +158,19 @@ func (s *Supervisor) startFresh(ctx context.Context) (*Process, error) {
 		}
 	}
 	return s.start(0, 0, s.Config.SocketPath)
+}
+
+// crashCause is what a crashed Envoy's log says of why, from log (its
+// end): the lines from its first bug, assertion or critical line on,
+// before the backtrace and the dump of what it was doing (which fill the
+// log's tail); "" if none.
+func crashCause(log string) string {
+	lines := strings.Split(log, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "envoy bug failure:") || strings.Contains(l, "assert failure:") || strings.Contains(l, "panic:") || strings.Contains(l, "][critical][") {
+			end := min(len(lines), i+4)
+			return strings.Join(lines[i:end], "\n")
+		}
+	}
+	return ""
 }
