@@ -10,12 +10,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )
@@ -38,83 +43,206 @@ func findEngine(t *testing.T) engine {
 	return e
 }
 
-// process runs the engine as a backend's replicas, one thread each.
-func (e engine) process() *meshspec.ProcessSpec {
-	return &meshspec.ProcessSpec{Command: e.python, Args: []string{"-m", "llama_cpp.server", "--model", e.model, "--host", "${HOST}", "--port", "${PORT}",
-		"--n_ctx", "4096", "--n_threads", "1", "--chat_format", "chatml"}, HealthPath: "/v1/models"}
-}
-
-// TestARealModelServerBehindTheMesh: issue 60, its first step. llama.cpp's
-// server, a replica on each node of the default mesh (mTLS), answers
-// OpenAI chat completions through each node's public listener: streamed
-// (server-sent events) with its first token timed, and whole with its own
-// usage; and requests through both nodes cross the inbound hop to each
-// replica.
-func TestARealModelServerBehindTheMesh(t *testing.T) {
-	t.Parallel()
-	eng := findEngine(t)
-	// The controller places a command by its path, the agents run it once
-	// the file it leads to is allowed too: the venv's
-	// python is a link to the interpreter it was made with.
-	interpreter, err := filepath.EvalSymlinks(eng.python)
+// allow is what the agents need to run the engine: the controller places
+// a command by its path, the agents run it once the file it leads to is
+// allowed too (the venv's python is a link to the interpreter it was
+// made with).
+func (e engine) allow(t *testing.T) []string {
+	t.Helper()
+	interpreter, err := filepath.EvalSymlinks(e.python)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mesh := startTwoNodeMeshWith(t, "engine", nil, []string{"--allow-command", eng.python, "--allow-command", interpreter})
+	return []string{"--allow-command", e.python, "--allow-command", interpreter}
+}
+
+// process runs the engine as a backend's replicas, one thread each,
+// answering as the model alias (the "model" of its answers), with its
+// RAM prompt cache on: it keeps the KV state of several prompts, not
+// only the last one's.
+func (e engine) process(alias string) *meshspec.ProcessSpec {
+	return &meshspec.ProcessSpec{Command: e.python, Args: []string{"-m", "llama_cpp.server", "--model", e.model, "--model_alias", alias,
+		"--host", "${HOST}", "--port", "${PORT}", "--n_ctx", "4096", "--n_threads", "1", "--chat_format", "chatml", "--cache", "true"},
+		HealthPath: "/v1/models"}
+}
+
+// TestARealModelServerBehindTheMesh: issue 60. llama.cpp's server, a
+// replica on each node of the default mesh (mTLS), load-aware with
+// prompt affinity: OpenAI chat completions through each node's public
+// listener, streamed (server-sent events) with the first token timed and
+// whole with the engine's usage, across the inbound hop both ways; a long
+// shared prompt evaluated in full once, as the engine's own prompt
+// evaluations say; a token quota counted from the engine's usage; and the
+// official OpenAI SDK reading it all.
+func TestARealModelServerBehindTheMesh(t *testing.T) {
+	t.Parallel()
+	eng := findEngine(t)
+	mesh := startTwoNodeMeshWith(t, "engine", nil, append(eng.allow(t), rateLimitArgs(t)...))
 	ctx := context.Background()
-	mesh.createBackends(t, meshspec.Backend{Name: "tiny", Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3}, Process: eng.process()})
+	mesh.createBackends(t, meshspec.Backend{Name: "tiny", Process: eng.process("tiny"),
+		Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3, LoadAware: &meshspec.LoadAware{PromptAffinity: true}}})
 	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "openai", Route: "/v1", Methods: []string{"GET", "POST"}, Traffic: map[string]float64{"tiny": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, time.Minute, "both model servers to be ready", func() bool {
-		r, err := mesh.c.Status(ctx)
-		if err != nil {
-			return false
-		}
-		for _, b := range r.Backends {
-			if b.Name == "tiny" {
-				return b.Ready == 2
-			}
-		}
-		return false
-	})
+	waitServed(t, mesh, "openai")
 	nodes := []*mtlsNode{mesh.n1, mesh.n2}
-	for _, n := range nodes {
-		testutil.WaitFor(t, time.Minute, "the model servers to answer through "+n.id, func() bool {
-			resp, err := httpClient().Get("http://" + n.public + "/v1/models") //nolint:noctx // test probe
-			if err != nil {
-				return false
-			}
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
-	}
-	for _, n := range nodes {
-		first, got := streamChat(t, n.public, "Say hello to the mesh.")
-		if got.chunks == 0 || !got.done {
-			t.Fatalf("a streamed chat completion through %s: %+v; want content chunks and [DONE]", n.id, got)
+	defer func() {
+		if t.Failed() {
+			dumpNodes(t, nodes)
 		}
-		usage := chat(t, n.public, "Say hello to the mesh.")
-		if usage.PromptTokens == 0 || usage.CompletionTokens == 0 {
-			t.Fatalf("a chat completion through %s: usage %+v; want the engine's token counts", n.id, usage)
-		}
-		t.Logf("through %s: streamed, first token after %s, %d chunks; whole, usage %+v", n.id, first.Round(time.Millisecond), got.chunks, usage)
-	}
-	for i := range 8 {
-		streamChat(t, nodes[i%2].public, fmt.Sprintf("Request %d.", i))
-	}
-	// Envoy writes its access log out every second or so.
-	testutil.WaitFor(t, 10*time.Second, "the nodes' access logs to show requests to both replicas", func() bool {
-		replicas := map[string]bool{}
+	}()
+
+	t.Run("streamed and whole answers through each node, to each replica", func(t *testing.T) {
 		for _, n := range nodes {
-			for _, line := range accessLog(t, n) {
-				if line["listener"] == "inbound" && line["backend"] == "_inbound_tiny" {
-					replicas[fmt.Sprint(line["replica"])] = true
+			first, got := streamChat(t, n.public, "Say hello to the mesh.")
+			if got.chunks == 0 || !got.done {
+				t.Fatalf("a streamed chat completion through %s: %+v; want content chunks and [DONE]", n.id, got)
+			}
+			answer := chat(t, n.public, "", "tiny", "Say hello to the mesh.")
+			if answer.status != http.StatusOK || answer.Usage.PromptTokens == 0 || answer.Usage.CompletionTokens == 0 {
+				t.Fatalf("a chat completion through %s: %+v; want the engine's token counts", n.id, answer)
+			}
+			t.Logf("through %s: streamed, first token after %s, %d chunks; whole, usage %+v", n.id, first.Round(time.Millisecond), got.chunks, answer.Usage)
+		}
+		// Requests in flight together, through both nodes: each replica
+		// gets some, across the inbound hop.
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() { streamChat(t, nodes[i%2].public, fmt.Sprintf("Request %d.", i)) })
+		}
+		wg.Wait()
+		// Envoy writes its access log out every second or so.
+		testutil.WaitFor(t, 10*time.Second, "the nodes' access logs to show requests to both replicas", func() bool {
+			replicas := map[string]bool{}
+			for _, n := range nodes {
+				for _, line := range accessLog(t, n) {
+					if line["listener"] == "inbound" && line["backend"] == "_inbound_tiny" {
+						replicas[fmt.Sprint(line["replica"])] = true
+					}
 				}
 			}
-		}
-		return len(replicas) == 2
+			return len(replicas) == 2
+		})
 	})
+
+	t.Run("a long shared prompt is evaluated in full once, by the engine's own count", func(t *testing.T) {
+		// Two long system prompts, each asked four times through
+		// alternating nodes: with prompt affinity each reaches the replica
+		// that holds it, so the engines evaluate each in full once (about
+		// 2,900 tokens) and the other six times only the new question.
+		prompts := []string{strings.Repeat("You are the assistant of a team that runs many versions of its model servers. ", 36),
+			strings.Repeat("Summarise the runbook of the inference platform carefully, step by step. ", 40)}
+		for i := range 8 {
+			answer := chat(t, nodes[i%2].public, prompts[i%2], "tiny", fmt.Sprintf("Question %d?", i))
+			if answer.status != http.StatusOK {
+				t.Fatalf("request %d: %+v", i, answer)
+			}
+		}
+		var full []int
+		testutil.WaitFor(t, 30*time.Second, "the engines to log their prompt evaluations", func() bool {
+			full = fullEvaluations(t, mesh, "tiny")
+			return len(full) >= 2
+		})
+		if len(full) != 2 {
+			t.Fatalf("the engines evaluated a long prompt in full %d times (%v tokens); want 2, once each", len(full), full)
+		}
+		t.Logf("the engines evaluated the two long prompts in full once each (%v tokens), and six times their question alone", full)
+	})
+
+	t.Run("the official OpenAI SDK reads the engine's answers through each node", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, pythonBin(t), "testdata/engine/openai_sdk.py", mesh.n1.public, mesh.n2.public).CombinedOutput()
+		if err != nil {
+			t.Fatalf("openai_sdk.py: %v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+	})
+
+	t.Run("a token quota is counted from the engine's usage", func(t *testing.T) {
+		// A route of its own (the longest route wins): its quota counts
+		// only the tenants asked here.
+		const quota = 60
+		if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "metered", Route: "/v1/chat/completions", Methods: []string{"POST"},
+			Traffic: map[string]float64{"tiny": 1}, RateLimit: &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: quota, Unit: "hour", Header: "x-tenant-id"}}}); err != nil {
+			t.Fatal(err)
+		}
+		waitServed(t, mesh, "metered")
+		spent, refused := 0, false
+		for i := range 10 {
+			answer := chat(t, nodes[i%2].public, "", "tiny", "Count to three.", "x-tenant-id", "acme")
+			switch {
+			case answer.status == http.StatusOK && spent <= quota:
+				spent += answer.Usage.TotalTokens
+			case answer.status == http.StatusTooManyRequests && spent > quota:
+				refused = true
+			default:
+				t.Fatalf("request %d of tenant acme, %d tokens answered before it (the engine's usage): %d; want 200 while at most %d, then 429", i, spent, answer.status, quota)
+			}
+			if refused {
+				break
+			}
+		}
+		if !refused {
+			t.Fatalf("tenant acme was never refused; %d tokens answered", spent)
+		}
+		if answer := chat(t, mesh.n2.public, "", "tiny", "Count to three.", "x-tenant-id", "globex"); answer.status != http.StatusOK {
+			t.Fatalf("another tenant: %d; want 200, its own quota", answer.status)
+		}
+		t.Logf("tenant acme refused once %d tokens (the engine's usage) passed %d; another tenant served", spent, quota)
+	})
+}
+
+// waitServed waits until every node serves the endpoints and their
+// backends' replicas are ready.
+func waitServed(t *testing.T, mesh *twoNodeMesh, endpoints ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := mesh.c.WaitServed(ctx, api.ServedQuery{Endpoints: endpoints}, nil); err != nil {
+		t.Fatalf("endpoints %v served: %v", endpoints, err)
+	}
+}
+
+// promptEvaluation is llama.cpp's line for each prompt it evaluates: the
+// tokens it had to compute (those not reused from its cache).
+var promptEvaluation = regexp.MustCompile(`prompt eval time =\s*[0-9.]+ ms /\s*([0-9]+) tokens`)
+
+// evaluations are the prompt evaluations, in tokens computed, in the
+// logs of backend's replicas on both nodes, as llama.cpp logs each.
+func evaluations(t *testing.T, mesh *twoNodeMesh, backend string) []int {
+	t.Helper()
+	var out []int
+	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+		logs, err := filepath.Glob(filepath.Join(n.workDir, "replicas", backend+"-*.log*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range logs {
+			text, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range promptEvaluation.FindAllStringSubmatch(string(text), -1) {
+				tokens, _ := strconv.Atoi(m[1])
+				out = append(out, tokens)
+			}
+		}
+	}
+	return out
+}
+
+// fullEvaluations are backend's prompt evaluations of 1,000 tokens or
+// more: the long prompts its engines computed in full.
+func fullEvaluations(t *testing.T, mesh *twoNodeMesh, backend string) []int {
+	t.Helper()
+	var out []int
+	for _, tokens := range evaluations(t, mesh, backend) {
+		if tokens >= 1000 {
+			out = append(out, tokens)
+		}
+	}
+	return out
 }
 
 // chatStream is what a streamed chat completion read: its token chunks
@@ -129,25 +257,44 @@ type chatStream struct {
 type chatUsage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
 }
 
-// chat asks for a whole chat completion of prompt through public and
-// returns its usage.
-func chat(t *testing.T, public, prompt string) chatUsage {
+// chatAnswer is a whole chat completion: its status and usage.
+type chatAnswer struct {
+	status int
+	Usage  chatUsage `json:"usage"`
+}
+
+// chat asks for a whole chat completion of model through public: of
+// prompt, after system if given, with headers (name, value, ...).
+func chat(t *testing.T, public, system, model, prompt string, headers ...string) chatAnswer {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"model": "tiny", "max_tokens": 16, "messages": []map[string]string{{"role": "user", "content": prompt}}})
-	resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+public+"/v1/chat/completions", "application/json", bytes.NewReader(body)) //nolint:noctx // test call
+	messages := []map[string]string{{"role": "user", "content": prompt}}
+	if system != "" {
+		messages = append([]map[string]string{{"role": "system", "content": system}}, messages...)
+	}
+	body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 8, "messages": messages})
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+public+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var answer struct {
-		Usage chatUsage `json:"usage"`
+	answer := chatAnswer{status: resp.StatusCode}
+	if resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+			t.Fatalf("POST /v1/chat/completions through %s: %v", public, err)
+		}
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /v1/chat/completions through %s: %d, %v", public, resp.StatusCode, err)
-	}
-	return answer.Usage
+	return answer
 }
 
 // streamChat asks for a streamed chat completion of prompt through public
@@ -204,4 +351,163 @@ func streamChat(t *testing.T, public, prompt string) (time.Duration, chatStream)
 		t.Fatalf("reading the stream through %s: %v", public, err)
 	}
 	return first, out
+}
+
+// TestModelVersionsOnARealEngine: issue 60. Two versions of a model, each
+// llama.cpp's server, a replica each on the two nodes of the default
+// mesh, behind one OpenAI-style endpoint routed by the model the body
+// names: "tiny-v2" goes to v2 alone, "tiny" is split between the versions
+// and mirrored to v2. The engines' own counts of the prompts they
+// evaluated (their logs) show the routing, the split and the mirrors.
+func TestModelVersionsOnARealEngine(t *testing.T) {
+	t.Parallel()
+	eng := findEngine(t)
+	mesh := startTwoNodeMeshWith(t, "versions", nil, eng.allow(t))
+	ctx := context.Background()
+	mesh.createBackends(t,
+		meshspec.Backend{Name: "v1", Process: eng.process("tiny-v1"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 3}},
+		meshspec.Backend{Name: "v2", Process: eng.process("tiny-v2"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 3}})
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
+		ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
+			"tiny":    {Traffic: map[string]float64{"v1": 0.5, "v2": 0.5}, Shadows: map[string]float64{"v2": 0.5}},
+			"tiny-v2": {Traffic: map[string]float64{"v2": 1}},
+		}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitServed(t, mesh, "chat")
+	nodes := []*mtlsNode{mesh.n1, mesh.n2}
+	defer func() {
+		if t.Failed() {
+			dumpNodes(t, nodes)
+		}
+	}()
+	// send asks for model n times through alternating nodes, two callers
+	// at a time (each engine evaluates one request at a time), and waits
+	// until the engines have evaluated every request the nodes sent them.
+	send := func(model string, n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for w := range 2 {
+			wg.Go(func() {
+				for i := w; i < n; i += 2 {
+					if answer := chat(t, nodes[i%2].public, "", model, fmt.Sprintf("Question %d?", i)); answer.status != http.StatusOK {
+						t.Errorf("a request for %s through %s: %d", model, nodes[i%2].id, answer.status)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		settled(t, mesh, "v1", "v2")
+	}
+	const routed, split = 10, 60
+	send("tiny-v2", routed)
+	if v1, v2 := len(evaluations(t, mesh, "v1")), len(evaluations(t, mesh, "v2")); v1 != 0 || v2 != routed {
+		t.Fatalf("%d requests for tiny-v2: v1's engine evaluated %d prompts, v2's %d; want v2's all, v1's none", routed, v1, v2)
+	}
+	send("tiny", split)
+	v1 := len(evaluations(t, mesh, "v1"))
+	checkShare(t, "tiny answered by v1 (weight 0.5), by its engine's count", v1, split, 0.5)
+	mirrored := len(evaluations(t, mesh, "v2")) - routed - (split - v1)
+	checkShare(t, "tiny mirrored to v2 (proportion 0.5), by its engine's count", mirrored, split, 0.5)
+}
+
+// settled waits until no node has a request in flight to backends (a
+// mirror is in flight from when its request is sent): the engines, which
+// log each prompt evaluation before they answer, have logged them all.
+func settled(t *testing.T, mesh *twoNodeMesh, backends ...string) {
+	t.Helper()
+	testutil.WaitFor(t, time.Minute, fmt.Sprintf("no request in flight to %v, mirrors included", backends), func() bool {
+		for _, b := range backends {
+			for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+				if active, ok := readEnvoyStat(n.admin, "cluster."+b+".upstream_rq_active"); !ok || active != 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// TestModelMultiplexingOnARealEngine: issue 60. llama.cpp's server with
+// its own multi-model configuration (two models it loads on demand, one
+// at a time: asking for the other closes the loaded one and loads it), two
+// replicas on each node of the default mesh, load-aware with a model per
+// replica: requests for both models, through alternating nodes, go to a
+// replica that has theirs loaded, so the engines load a model once in all
+// (a replica taking the second model), as their own logs say.
+func TestModelMultiplexingOnARealEngine(t *testing.T) {
+	t.Parallel()
+	eng := findEngine(t)
+	config := filepath.Join(t.TempDir(), "models.json")
+	model := func(alias string) map[string]any {
+		return map[string]any{"model": eng.model, "model_alias": alias, "n_ctx": 2048, "n_threads": 1, "chat_format": "chatml"}
+	}
+	text, err := json.Marshal(map[string]any{"models": []any{model("m-a"), model("m-b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mesh := startTwoNodeMeshWith(t, "multiplex", nil, eng.allow(t))
+	mesh.createBackends(t, meshspec.Backend{Name: "multi",
+		// The server takes its host and port from $HOST and $PORT.
+		Process: &meshspec.ProcessSpec{Command: eng.python, Args: []string{"-m", "llama_cpp.server", "--config_file", config}, HealthPath: "/v1/models"},
+		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 1.5, LoadAware: &meshspec.LoadAware{MaxModelsPerReplica: 1, PromptAffinity: true}}})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "multi", Route: "/v1/chat/completions", Methods: []string{"POST"},
+		Traffic: map[string]float64{"multi": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	waitServed(t, mesh, "multi")
+	nodes := []*mtlsNode{mesh.n1, mesh.n2}
+	defer func() {
+		if t.Failed() {
+			dumpNodes(t, nodes)
+		}
+	}()
+	// Each replica loaded the first model as it started.
+	testutil.WaitFor(t, 30*time.Second, "each replica's engine to have loaded its first model", func() bool { return modelLoads(t, mesh, "multi") == 4 })
+	// Each calling node places the models it sees itself (README:
+	// multiplexing), so the first requests of m-b may load it once through
+	// each node; from then on every request goes to a replica with its
+	// model loaded.
+	round := func() int {
+		before := modelLoads(t, mesh, "multi")
+		for i := range 12 {
+			want := []string{"m-a", "m-b"}[i%2]
+			if answer := chat(t, nodes[(i/2)%2].public, "", want, fmt.Sprintf("Question %d?", i)); answer.status != http.StatusOK {
+				t.Fatalf("request %d for %s: %+v", i, want, answer)
+			}
+		}
+		return modelLoads(t, mesh, "multi") - before
+	}
+	first := round()
+	if first > len(nodes) {
+		t.Fatalf("the engines loaded a model %d times for the first 12 requests of two models through two nodes; want at most %d (m-b once placed by each calling node)", first, len(nodes))
+	}
+	t.Logf("the first 12 requests of two models loaded a model %d times", first)
+	if again := round(); again != 0 {
+		t.Fatalf("the engines loaded a model %d times for 12 more requests of the same two models; want none: each to a replica with its model loaded", again)
+	}
+}
+
+// modelLoads counts the models the engines of backend's replicas on both
+// nodes loaded, as llama.cpp logs each load.
+func modelLoads(t *testing.T, mesh *twoNodeMesh, backend string) int {
+	t.Helper()
+	n := 0
+	for _, node := range []*mtlsNode{mesh.n1, mesh.n2} {
+		logs, err := filepath.Glob(filepath.Join(node.workDir, "replicas", backend+"-*.log*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range logs {
+			text, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += strings.Count(string(text), "llama_model_loader: loaded meta data")
+		}
+	}
+	return n
 }

@@ -40,22 +40,10 @@ import (
 // again. Token quotas (tokenQuotas) are shown on the same mesh.
 func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 	t.Parallel()
-	bin, err := ratelimit.Find("")
-	if err != nil {
-		t.Fatalf("the real rate limit service is required (`make tools` builds it): %v", err)
-	}
-	redisDir := t.TempDir()
-	redis, err := devredis.Start(redisDir, 0, "e2e-redis-password")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rl := startRateLimits(t)
+	bin, redis, redisDir := rl.bin, rl.redis, rl.dir
 	defer func() { redis.Stop() }()
-	passwordFile := filepath.Join(t.TempDir(), "redis-password")
-	if err := os.WriteFile(passwordFile, []byte(redis.Password+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	mesh := startTwoNodeMeshWith(t, "grl", nil, []string{"--rate-limit-redis", redis.Addr,
-		"--rate-limit-redis-password-file", passwordFile, "--rate-limit-service", bin})
+	mesh := startTwoNodeMeshWith(t, "grl", nil, rl.args)
 	mesh.createBackends(t, meshspec.Backend{Name: "grl", Process: demoProcess("grl", false), Config: meshspec.BackendConfig{NumReplicas: 2}})
 	env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr}
 	for _, args := range [][]string{
@@ -63,7 +51,8 @@ func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 		{"closed", "--global-rate-limit", "1000", "--global-rate-limit-failure-mode", "closed"},
 		{"tenants", "--global-rate-limit", "6", "--global-rate-limit-unit", "hour", "--global-rate-limit-header", "x-tenant-id"},
 	} {
-		if code, _, errOut := cli(t, env, append([]string{"endpoint", "create", args[0], "--route", "/" + args[0], "--backend", "grl"}, args[1:]...)...); code != 0 {
+		// --wait: every node's Envoy and rate limit service count it.
+		if code, _, errOut := cli(t, env, append([]string{"endpoint", "create", args[0], "--route", "/" + args[0], "--backend", "grl", "--wait"}, args[1:]...)...); code != 0 {
 			t.Fatalf("endpoint create %v: exit %d, %s", args, code, errOut)
 		}
 	}
@@ -79,30 +68,6 @@ func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 			return a == http.StatusOK && b == http.StatusOK
 		})
 	}
-
-	// Each node's service reloads its configuration a moment after Envoy
-	// has the routes: wait until both count.
-	warmUp := 0
-	testutil.WaitFor(t, 30*time.Second, "the nodes' rate limit services to count the limits", func() bool {
-		counted := map[string]bool{}
-		for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
-			for range 25 {
-				if status, _ := get(n, "/global", ""); status == http.StatusTooManyRequests {
-					counted[n.id] = true
-					break
-				}
-			}
-			name := "warm-up-" + strconv.Itoa(warmUp)
-			warmUp++
-			for range 7 {
-				if status, _ := get(n, "/tenants", name); status == http.StatusTooManyRequests {
-					counted[n.id+"/tenants"] = true
-					break
-				}
-			}
-		}
-		return len(counted) == 4
-	})
 
 	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
 		checkRateLimitServiceSealed(t, bin, n)
@@ -187,6 +152,7 @@ func TestGlobalRateLimitsHoldAcrossNodes(t *testing.T) {
 		t.Errorf("Redis down: fail-open answered %d of 20 (want all, above its limit of 20 a second), fail-closed refused %d of 20 (want all)", openOK, closedRefused)
 	}
 	port := int(testutil.Port(redis.Addr))
+	var err error
 	if redis, err = devredis.Start(redisDir, port, redis.Password); err != nil {
 		t.Fatal(err)
 	}
@@ -229,22 +195,7 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 		time.Sleep(200 * time.Millisecond) // the charge is sent as the answer ends
 		return resp.StatusCode, string(raw), resp.Header
 	}
-	// Until each node's service has the quota, no tenant is refused.
-	warmUp := 0
-	testutil.WaitFor(t, 60*time.Second, "the token quota to be counted on both nodes", func() bool {
-		refused := 0
-		for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
-			name := "warm-up-" + strconv.Itoa(warmUp)
-			warmUp++
-			for range 5 {
-				if status, _, _ := post(n, name, plain); status == http.StatusTooManyRequests {
-					refused++
-					break
-				}
-			}
-		}
-		return refused == 2
-	})
+	waitServed(t, mesh, "chat") // every node's rate limit service counts the quota
 	// Tenant a, alternating nodes and answer kinds: each request passes
 	// while the tokens answered before it are at most 200.
 	spent, got, want := 0, []int{}, []int{}
@@ -376,4 +327,43 @@ func processesOf(binary string, dirs ...string) []int {
 		}
 	}
 	return out
+}
+
+// rateLimitStore is a real Redis for the nodes' rate limit services, and
+// the agent arguments that run those services on it.
+type rateLimitStore struct {
+	redis *devredis.Server
+	dir   string // Redis's folder (to start it again there)
+	bin   string // the rate limit service
+	args  []string
+}
+
+// startRateLimits starts the store; the caller stops its Redis.
+func startRateLimits(t *testing.T) *rateLimitStore {
+	t.Helper()
+	bin, err := ratelimit.Find("")
+	if err != nil {
+		t.Fatalf("the real rate limit service is required (`make tools` builds it): %v", err)
+	}
+	dir := t.TempDir()
+	redis, err := devredis.Start(dir, 0, "e2e-redis-password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	passwordFile := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(passwordFile, []byte(redis.Password+"\n"), 0o600); err != nil {
+		redis.Stop()
+		t.Fatal(err)
+	}
+	return &rateLimitStore{redis: redis, dir: dir, bin: bin,
+		args: []string{"--rate-limit-redis", redis.Addr, "--rate-limit-redis-password-file", passwordFile, "--rate-limit-service", bin}}
+}
+
+// rateLimitArgs are agent arguments that run the nodes' rate limit
+// services on a Redis of the test's own.
+func rateLimitArgs(t *testing.T) []string {
+	t.Helper()
+	rl := startRateLimits(t)
+	t.Cleanup(rl.redis.Stop)
+	return rl.args
 }
