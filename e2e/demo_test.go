@@ -150,9 +150,19 @@ func checkBannerModelTraffic(t *testing.T, banner string, env []string) {
 	if len(lines) != 5 || len(slices.Compact(replicas)) != 1 {
 		t.Fatalf("the banner's prompt-affinity line printed:\n%s\nwant five answers from one replica", text)
 	}
+	checkBannerQuota(t, banner, env)
+}
+
+// checkBannerQuota runs the banner's token-quota lines as printed: created
+// with --wait, the quota answers a tenant until the model server's usage
+// passed it, then refuses it.
+func checkBannerQuota(t *testing.T, banner string, env []string) {
+	t.Helper()
 	runBanner(t, banner, "endpoint create metered", env)
-	if got := strings.TrimSpace(runBanner(t, banner, "/metered -d", env)); got != "200 200 200 429 429" {
-		t.Fatalf("the banner's token-quota line printed %q; want 200 three times, then 429", got)
+	got := strings.Fields(runBanner(t, banner, "/v1/completions -H", env))
+	first429 := slices.Index(got, "429")
+	if first429 < 1 || slices.ContainsFunc(got[:first429], func(s string) bool { return s != "200" }) || slices.ContainsFunc(got[first429:], func(s string) bool { return s != "429" }) {
+		t.Fatalf("the banner's token-quota line printed %q; want 200 some times, then 429", got)
 	}
 	if code, o, e := cli(t, env, "endpoint", "delete", "metered"); code != 0 {
 		t.Fatalf("endpoint delete metered: exit %d %s%s", code, o, e)
@@ -211,32 +221,61 @@ func checkBannerCount(t *testing.T, banner string) {
 	}
 }
 
-func TestDemoStack(t *testing.T) {
-	t.Parallel()
-	api, public, mesh, inbound := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	consulPort := strconv.Itoa(int(testutil.Port(freeAddr(t))))
-	out := &testutil.SyncBuffer{}
-	workDir := t.TempDir()
-	xds := freeAddr(t)
-	cmd := exec.CommandContext(context.Background(), servemeshBin, "demo-stack", "--work-dir", workDir,
-		"--consul-http-port", consulPort, "--api", api, "--xds", xds, "--public", public, "--mesh", mesh, "--inbound", inbound)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(cmd.Environ(), "SERVEMESH_ENVOY="+envoyBin)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+// demoStack is a running `servemesh demo-stack`: its addresses, work
+// folder, process and what it printed.
+type demoStack struct {
+	api, public, mesh, workDir string
+	args                       []string // its address flags
+	cmd                        *exec.Cmd
+	done                       chan error
+	out                        *testutil.SyncBuffer
+}
+
+// startDemoStack starts `servemesh demo-stack` with extra flags, on free
+// addresses and a folder of the test's, and waits for its banner.
+func startDemoStack(t *testing.T, extra ...string) *demoStack {
+	t.Helper()
+	d := &demoStack{api: freeAddr(t), public: freeAddr(t), mesh: freeAddr(t), workDir: t.TempDir(), out: &testutil.SyncBuffer{}, done: make(chan error, 1)}
+	d.args = []string{"--consul-http-port", strconv.Itoa(int(testutil.Port(freeAddr(t)))), "--api", d.api, "--xds", freeAddr(t),
+		"--public", d.public, "--mesh", d.mesh, "--inbound", freeAddr(t)}
+	d.cmd = exec.CommandContext(context.Background(), servemeshBin, append(append([]string{"demo-stack", "--work-dir", d.workDir}, d.args...), extra...)...)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	d.cmd.Env = append(d.cmd.Environ(), "SERVEMESH_ENVOY="+envoyBin)
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { d.done <- d.cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
+		_ = d.cmd.Process.Kill()
 		if t.Failed() {
-			t.Logf("demo-stack output:\n%s", out.String())
+			t.Logf("demo-stack output:\n%s", d.out.String())
 		}
 	})
-	testutil.WaitFor(t, 90*time.Second, "the demo to be up", func() bool { return strings.Contains(out.String(), "Try:") })
-	args := []string{"--consul-http-port", consulPort, "--api", api, "--xds", xds, "--public", public, "--mesh", mesh, "--inbound", inbound}
-	checkSecondStackRefused(t, workDir, cmd.Process.Pid, args)
+	testutil.WaitFor(t, 90*time.Second, "the demo to be up", func() bool { return strings.Contains(d.out.String(), "Try:") })
+	return d
+}
+
+// stop stops the demo as Ctrl-C does and waits until it has stopped
+// everything it started.
+func (d *demoStack) stop(t *testing.T) {
+	t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("demo-stack exited with %v after Ctrl-C", err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("demo-stack did not stop after Ctrl-C")
+	}
+}
+
+func TestDemoStack(t *testing.T) {
+	t.Parallel()
+	d := startDemoStack(t)
+	api, public, mesh, workDir, cmd, out := d.api, d.public, d.mesh, d.workDir, d.cmd, d.out
+	checkSecondStackRefused(t, workDir, cmd.Process.Pid, d.args)
 	checkBannerCount(t, out.String())
 	checkBannerModelTraffic(t, out.String(), []string{"SERVEMESH_SERVER=" + api})
 	checkDemoConsulACLs(t, out.String())
@@ -309,38 +348,14 @@ func TestDemoStack(t *testing.T) {
 		t.Fatalf("backend delete: exit %d %s%s", code, o, e)
 	}
 
-	// The global rate limit the banner suggests: 5 a minute per tenant,
-	// counted by the node's rate limit service in the demo's Redis.
-	if code, o, e := cli(t, env, "endpoint", "create", "limited", "--route", "/limited", "--backend", "model-v1",
-		"--global-rate-limit", "5", "--global-rate-limit-unit", "minute", "--global-rate-limit-header", "x-tenant-id"); code != 0 {
-		t.Fatalf("endpoint create --global-rate-limit: exit %d %s%s", code, o, e)
-	}
-	tenant := func(name string) int {
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+public+"/limited", nil)
-		req.Header.Set("x-tenant-id", name)
-		resp, err := httpClient().Do(req)
-		if err != nil {
-			return 0
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode
-	}
-	// The node's rate limit service reloads its configuration a moment
-	// after Envoy has the route: until then a tenant is not counted.
-	warmUp := 0
-	testutil.WaitFor(t, 30*time.Second, "the limited endpoint to count a tenant", func() bool {
-		name := "warm-up-" + strconv.Itoa(warmUp/6) // six requests each: the sixth over 5
-		warmUp++
-		return tenant(name) == http.StatusTooManyRequests
-	})
+	// The global rate limit the banner suggests, as printed: 5 a minute
+	// per tenant, counted by the node's rate limit service in the demo's
+	// Redis, from the moment its create returns (--wait).
+	runBanner(t, out.String(), "endpoint create limited", env)
 	if s := time.Now().Second(); s >= 58 { // all seven in one minute's window
 		time.Sleep(time.Duration(61-s) * time.Second)
 	}
-	var codes []string
-	for range 7 {
-		codes = append(codes, strconv.Itoa(tenant("acme")))
-	}
-	if got := strings.Join(codes, " "); got != "200 200 200 200 200 429 429" {
+	if got := strings.TrimSpace(runBanner(t, out.String(), "/limited; done", env)); got != "200 200 200 200 200 429 429" {
 		t.Errorf("the banner's seven requests of one tenant: %s; want five answered, then 429", got)
 	}
 	if code, o, e := cli(t, env, "endpoint", "delete", "limited"); code != 0 {
@@ -353,16 +368,40 @@ func TestDemoStack(t *testing.T) {
 		t.Fatalf("servemesh apply -f mesh.yaml: exit %d\n%s%s", code, applied, errOut)
 	}
 
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("demo-stack exited with %v after Ctrl-C", err)
-		}
-	case <-time.After(45 * time.Second):
-		t.Fatal("demo-stack did not stop after Ctrl-C")
-	}
+	d.stop(t)
 	if r := do(httpClient(), http.MethodGet, "http://"+public+"/model", ""); r.err == nil {
 		t.Fatalf("the demo's Envoy still answers after the demo stopped: %+v", r)
 	}
+}
+
+// TestDemoStackOnARealEngine: `make run MODEL=llama` (demo-stack
+// --model-server llama) serves the demo's llama model with llama.cpp's
+// server, and the banner's model-traffic lines work as printed: the long
+// shared prompt asked five times is evaluated in full once, as the
+// engine's own log (read with servemesh logs) says, and the token quota
+// counts the engine's usage.
+func TestDemoStackOnARealEngine(t *testing.T) {
+	t.Parallel()
+	findEngine(t)
+	d := startDemoStack(t, "--model-server", "llama")
+	banner := d.out.String()
+	env := []string{"SERVEMESH_SERVER=" + d.api}
+	times := strings.Fields(runBanner(t, banner, "-w '%{time_total}s\\n'", env))
+	if len(times) != 5 {
+		t.Fatalf("the banner's prompt line printed %q; want five times", times)
+	}
+	var full, warm []int
+	for _, m := range promptEvaluation.FindAllStringSubmatch(runBanner(t, banner, "logs llama", env), -1) {
+		if tokens, _ := strconv.Atoi(m[1]); tokens >= 1000 {
+			full = append(full, tokens)
+		} else {
+			warm = append(warm, tokens)
+		}
+	}
+	if len(full) != 1 || len(warm) != 4 {
+		t.Fatalf("the engine evaluated the banner's long prompt in full %v and in part %v; want in full once, then the question alone four times", full, warm)
+	}
+	t.Logf("the banner's five requests took %v; the engine computed the prompt in full once (%d tokens), then %v tokens", times, full[0], warm)
+	checkBannerQuota(t, banner, env)
+	d.stop(t)
 }

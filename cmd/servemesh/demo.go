@@ -34,6 +34,8 @@ func newDemoStackCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&o.Public, "public", "127.0.0.1:8080", "the node's public listener")
 	fs.StringVar(&o.Mesh, "mesh", "127.0.0.1:15001", "the node's mesh listener")
 	fs.StringVar(&o.Inbound, "inbound", "127.0.0.1:21000", "the node's inbound listener, where other nodes call its replicas over mTLS")
+	fs.StringVar(&o.ModelServer, "model-server", daemon.StandIn, "what serves the demo's llama model: "+daemon.StandIn+" (servemesh's own stand-in) or "+daemon.Llama+" (llama.cpp's OpenAI-compatible server, a real engine, which make tools builds)")
+	_ = c.RegisterFlagCompletionFunc("model-server", cobra.FixedCompletions([]string{daemon.StandIn, daemon.Llama}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 

@@ -132,7 +132,7 @@ func TestControllerWiring(t *testing.T) {
 // every other backend as it starts, fit the demo's node (the autoscaler got
 // none of the replicas it wanted before).
 func TestDemoHasRoomForWhatItPrints(t *testing.T) {
-	m := StackModel("/bin/servemesh")
+	m := StackModel("/bin/servemesh", nil)
 	help := stackHelp(StackOptions{Self: "/bin/servemesh"}, "consul", "mesh.yaml", "http://127.0.0.1:16686")
 	if !strings.Contains(help, "backend update model-v2 --num-replicas 3") {
 		t.Fatalf("the demo's help no longer scales model-v2 to 3; update this test: %s", help)
@@ -154,7 +154,7 @@ func TestDemoHasRoomForWhatItPrints(t *testing.T) {
 }
 
 func TestStackModelIsValid(t *testing.T) {
-	if err := StackModel("/bin/servemesh").Validate(); err != nil {
+	if err := StackModel("/bin/servemesh", nil).Validate(); err != nil {
 		t.Fatal(err)
 	}
 }

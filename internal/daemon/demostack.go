@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,6 +35,11 @@ type StackOptions struct {
 	// Inbound is the node's inbound listener, where other nodes call its
 	// replicas over mTLS.
 	Inbound string
+	// ModelServer is what serves the demo's llama model: StandIn (the
+	// default) or Llama, the real engine.
+	ModelServer string
+	// engine is the real engine, found when ModelServer is Llama.
+	engine *DemoEngine
 	// Self is the servemesh binary the controller, agent and replicas run.
 	Self string
 }
@@ -55,6 +58,16 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 		return fmt.Errorf("work dir: %w", err)
 	}
 	o.WorkDir = dir
+	switch o.ModelServer {
+	case "", StandIn:
+		o.ModelServer = StandIn
+	case Llama:
+		if o.engine, err = FindDemoEngine(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--model-server %q: give %s (the default) or %s (llama.cpp's server, which make tools builds)", o.ModelServer, StandIn, Llama)
+	}
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return fmt.Errorf("work dir: %w", err)
 	}
@@ -229,6 +242,9 @@ func startStackDaemons(o StackOptions, consulAddr string, consulTokens map[strin
 			// they run as the user who started the demo, on one trusted host.
 			"--run-as", currentUser()}},
 	} {
+		if d.name == "agent" && o.engine != nil {
+			d.args = append(d.args, "--allow-command", o.engine.Python, "--allow-command", o.engine.Interpreter)
+		}
 		logFile, err := os.Create(filepath.Join(o.WorkDir, d.name+".log"))
 		if err != nil {
 			return started, err
@@ -273,7 +289,7 @@ func startStackRedis(dir string) (*devredis.Server, string, error) {
 
 // applyDemo applies the demo's state (its traces sent to collector) once
 // the controller and the agent are up, writes it to mesh.yaml for the user
-// to edit, and waits until Envoy serves it.
+// to edit, and waits until it is served, every replica ready.
 func applyDemo(ctx context.Context, o StackOptions, collector string, children []*proc.Process) (string, error) {
 	// A daemon that exits while the demo comes up ends it at once, with
 	// its log (another one listening where it would must not pass for it).
@@ -290,7 +306,7 @@ func applyDemo(ctx context.Context, o StackOptions, collector string, children [
 		}()
 	}
 	client := api.NewClient(o.API, "")
-	m := StackModel(o.Self)
+	m := StackModel(o.Self, o.engine)
 	m.Mesh = &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: collector, SamplingPercent: &demoSampling}}
 	// Process backends need a live node: retry until the agent has registered.
 	if err := poll(ctx, 60*time.Second, func() bool { _, err := client.Apply(ctx, meshspec.SpecOf(m), api.ApplyOptions{}); return err == nil }); err != nil {
@@ -307,156 +323,22 @@ func applyDemo(ctx context.Context, o StackOptions, collector string, children [
 	if err := os.WriteFile(meshFile, out, 0o644); err != nil {
 		return "", err
 	}
-	httpc := &http.Client{Timeout: 2 * time.Second}
-	if err := poll(ctx, 60*time.Second, func() bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.Public+"/model", nil)
-		if err != nil {
-			return false
-		}
-		resp, err := httpc.Do(req)
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}); err != nil {
+	// Every line the banner prints works once it is printed: every node
+	// serves the state and every backend's replicas are ready (a real
+	// engine takes some seconds to load its model).
+	endpoints := make([]string, len(m.Endpoints))
+	for i, e := range m.Endpoints {
+		endpoints[i] = e.Name
+	}
+	waitCtx, stop := context.WithTimeout(ctx, 2*time.Minute)
+	defer stop()
+	if err := client.WaitServed(waitCtx, api.ServedQuery{Endpoints: endpoints}, nil); err != nil {
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}
-		return "", fmt.Errorf("envoy did not serve /model (see %s/*.log): %w", o.WorkDir, err)
+		return "", fmt.Errorf("the demo's state was not served (see %s/*.log): %w", o.WorkDir, err)
 	}
 	return meshFile, nil
-}
-
-// demoPromptFile, in the demo's work folder, is a chat request with a
-// long system prompt, for the banner's prompt-affinity line.
-const demoPromptFile = "long-prompt.json"
-
-// writeDemoPrompt writes demoPromptFile: a system prompt of about 4,000
-// characters, as long shared prompts (instructions, a document) are.
-func writeDemoPrompt(dir string) error {
-	system := strings.Repeat("You are the assistant of a team that runs many versions of its model servers. Answer briefly and cite the runbook. ", 36)
-	body, err := json.Marshal(map[string]any{"model": "llama-3-8b", "messages": []map[string]string{
-		{"role": "system", "content": system}, {"role": "user", "content": "How do I shift traffic to a new version?"}}})
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, demoPromptFile), body, 0o644); err != nil {
-		return fmt.Errorf("the demo's prompt: %w", err)
-	}
-	return nil
-}
-
-// demoSampling traces every request of the demo, to look at any one.
-var demoSampling = 100.0
-
-// DemoNodeCPUs are the CPUs the demo's node offers; every line the demo
-// prints fits in them, in any order (a replica asks for DemoReplicaCPUs).
-const (
-	DemoNodeCPUs    = 8
-	DemoReplicaCPUs = 0.5
-)
-
-// StackModel is the demo's mesh: replicas are `servemesh demo-replica`
-// processes the agent runs.
-func StackModel(self string) *meshspec.Model {
-	backend := func(name string, replicas int) meshspec.Backend {
-		return meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: DemoReplicaCPUs, MaxConcurrentQueries: 16},
-			Process: &meshspec.ProcessSpec{Command: self, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
-	}
-	embedder := backend("embedder", 1)
-	embedder.Config.MaxConcurrentQueries = 2
-	embedder.Config.Autoscaling = &meshspec.AutoscalingConfig{MinReplicas: 1, MaxReplicas: 4, TargetInFlight: 2,
-		MetricsIntervalS: 0.5, LookBackPeriodS: 5, UpscaleDelayS: 2, DownscaleDelayS: 20}
-	// Two stand-in model servers behind an OpenAI-style endpoint routed by
-	// the model the body names, picked by their load (vLLM's gauges) and,
-	// for llama's two replicas, by the prompt's prefix each holds in cache.
-	llm := func(name string, replicas int) meshspec.Backend {
-		b := backend(name, replicas)
-		b.Process.Args, b.Process.HealthPath = []string{"demo-model-server", "--backend", name, "--listen", "${HOST}:${PORT}",
-			"--cache-blocks", "4096", "--prefill-per-block", "2ms"}, "/health"
-		b.Config.LoadAware = &meshspec.LoadAware{MetricsPath: "/metrics", QueueMetric: "vllm:num_requests_waiting", RunningMetric: "vllm:num_requests_running",
-			KVCacheMetric: meshspec.VLLMKVCacheMetric, PromptAffinity: true, TenantHeader: "x-tenant-id"}
-		return b
-	}
-	return &meshspec.Model{
-		Backends: []meshspec.Backend{backend("model-v1", 2), backend("model-v2", 1), backend("model-v3-candidate", 1), embedder, llm("llama", 2), llm("mistral", 1)},
-		Endpoints: []meshspec.Endpoint{
-			{Name: "model", Route: "/model", Methods: []string{"GET", "POST"},
-				Traffic: map[string]float64{"model-v1": 0.9, "model-v2": 0.1}, Shadows: map[string]float64{"model-v3-candidate": 0.2}},
-			{Name: "embeddings", Traffic: map[string]float64{"embedder": 1}},
-			{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"}, ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
-				"llama-3-8b": {Traffic: map[string]float64{"llama": 1}},
-				"mistral-7b": {Traffic: map[string]float64{"mistral": 1}},
-			}}},
-		},
-	}
-}
-
-func stackHelp(o StackOptions, consulAddr, meshFile, jaegerQuery string) string {
-	bin := o.Self
-	if wd, err := os.Getwd(); err == nil {
-		if rel, err := filepath.Rel(wd, o.Self); err == nil {
-			bin = rel
-		}
-	}
-	consulBin, err := devconsul.Find()
-	if err != nil {
-		consulBin = "consul"
-	}
-	return fmt.Sprintf(`
-servemesh is running on this machine, as in production: Consul (UI http://%[1]s/ui, ACLs on:
-log in with the token in %[13]s), the controller (API %[2]s, web console http://%[2]s/ui/),
-and one node agent running its Envoy (public %[3]s) and %[9]d demo replicas as processes, in the
-default mode: identities from Consul's service-mesh CA, xDS over TLS, calls between nodes over
-mTLS. The applied state is in %[4]s.
-
-Try:
-  curl -s http://%[3]s/model                       # 90%% model-v1, 10%% model-v2; 20%% mirrored to model-v3-candidate
-  for i in $(seq 200); do curl -s http://%[3]s/model -o /dev/null -w '%%header{x-servemesh-backend}\n'; done | sort | uniq -c
-  curl -si -X DELETE http://%[3]s/model            # 405, with an Allow header
-  curl -s -H 'Host: embeddings' http://%[5]s/      # a headless endpoint, on the mesh listener
-  curl -s http://%[3]s/v1/chat/completions -d '{"model": "mistral-7b", "messages": []}'
-                                                   # routed by the model the body names; another model: 404
-  for i in $(seq 5); do curl -s http://%[3]s/v1/chat/completions -d @%[12]s; done |
-      python3 -c 'import json,sys; [print(a["replica"], "prompt blocks cached:", a.get("cached", 0), "of", a["blocks"]) for a in map(json.loads, sys.stdin)]'
-                                                   # prompt affinity: a long shared prompt stays on the replica that holds it in cache
-
-  export SERVEMESH_SERVER=%[2]s
-  %[6]s status                           # live request rates next to the weights, replicas, nodes (-w: keep watching)
-  %[6]s traffic set model model-v1=0.5 model-v2=0.5
-  %[6]s backend update model-v2 --num-replicas 3
-  %[6]s backend describe model-v2        # each replica: address, node, health, restarts, age
-  for i in $(seq 8); do (for j in $(seq 60); do curl -s -o /dev/null -H 'Host: embeddings' 'http://%[5]s/?sleep_ms=200'; done &); done
-                                                   # load on embedder: it autoscales from 1 up to 4, then back
-  %[6]s endpoint create limited --route /limited --backend model-v1 \
-      --global-rate-limit 5 --global-rate-limit-unit minute --global-rate-limit-header x-tenant-id
-  for i in $(seq 7); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-tenant-id: acme' http://%[3]s/limited; done; echo
-                                                   # 200 five times, then 429: 5 a minute per tenant, on every node together
-  %[6]s endpoint create metered --route /metered --methods POST --backend llama --token-quota 50 --token-quota-header x-tenant-id --wait
-  for i in $(seq 5); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-tenant-id: acme' http://%[3]s/metered -d '{"messages": []}'; done; echo
-                                                   # 200 three times, then 429: 50 model tokens a minute per tenant, counted from the answers' usage (20 each)
-  curl -s 'http://%[3]s/model' -H 'traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' -o /dev/null
-  curl -s %[10]s/api/traces/4bf92f3577b34da6a3ce929d0e0e4736 | python3 -m json.tool | grep -E '"(operationName|serviceName)"'
-                                                   # that request's trace in Jaeger: the endpoint's span, its try on a replica (a 20%% mirror when sampled)
-  %[6]s apply -f %[4]s --dry-run   # edit the file, then apply it without --dry-run
-  CONSUL_HTTP_ADDR=%[1]s CONSUL_HTTP_TOKEN_FILE=%[13]s %[7]s catalog services -tags
-
-Traces: every request, in Jaeger (query API %[10]s/api/traces?service=%[11]s; %[6]s tracing get).
-Logs: %[8]s/*.log. Press Ctrl-C to stop everything.
-`, consulAddr, o.API, o.Public, meshFile, o.Mesh, bin, consulBin, o.WorkDir, replicasOf(StackModel(o.Self)), jaegerQuery, wire.TraceService(demoNode),
-		filepath.Join(o.WorkDir, demoPromptFile), filepath.Join(o.WorkDir, stackConsulToken))
-}
-
-// replicasOf counts the replicas m's process backends start with.
-func replicasOf(m *meshspec.Model) int {
-	n := 0
-	for _, b := range m.Backends {
-		if b.Process != nil {
-			n += b.Config.NumReplicas
-		}
-	}
-	return n
 }
 
 // currentUser is this process's user id, for --run-as.

@@ -47,3 +47,32 @@ func Find(name, envVar, explicit string) (string, error) {
 	}
 	return "", fmt.Errorf("%s binary: %w; run `make tools`, or set $%s", name, ErrNotFound, envVar)
 }
+
+// Under returns the path of rel under the project's .tools (what `make
+// tools` installs): next to the running binary, else in the working
+// directory or a parent. It fails, saying to run `make tools`, if rel is
+// in none.
+func Under(rel string) (string, error) {
+	var candidates []string
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", ".tools", rel))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for dir := wd; ; dir = filepath.Dir(dir) {
+			candidates = append(candidates, filepath.Join(dir, ".tools", rel))
+			if filepath.Dir(dir) == dir {
+				break
+			}
+		}
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			abs, err := filepath.Abs(c)
+			if err != nil {
+				return "", err
+			}
+			return abs, nil
+		}
+	}
+	return "", fmt.Errorf(".tools/%s: %w; run `make tools`", rel, ErrNotFound)
+}
