@@ -25,9 +25,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 # clearly costs more than a cached one.
 N_EMBD, N_LAYER, N_HEAD, N_FF, N_CTX = 128, 4, 4, 384, 8192
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# One merge (two spaces into one token): llama.cpp refuses a BPE
-# vocabulary without merges.
-MERGES = [("Ġ", "Ġ")]
+# One merge, of the bytes 0x80 and 0x81 (llama.cpp refuses a BPE
+# vocabulary without merges): ASCII text never meets it, so a prompt of
+# ASCII tokens decodes and encodes back to the same tokens, as a tool
+# that writes prompts of an exact length (inference-perf) needs.
+MERGES = [("Ģ", "ģ")]
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -47,13 +49,25 @@ def byte_tokens():
     return [chars[b] for b in range(256)]
 
 
-def write_tokenizer(path, tokens):
+def write_tokenizer(out, tokens):
+    """tokenizer.json, and the tokenizer_config.json a benchmark tool
+    (transformers' AutoTokenizer) loads it by. The tokens of bytes 0x80
+    and up are marked special there, as the chat tokens are: a tool that
+    writes prompts of random tokens (inference-perf) leaves them out, so
+    its prompts are ASCII, which decodes and encodes back to the same
+    tokens as the engine counts them (a lone byte 0x80 and up decodes to
+    U+FFFD, three tokens). Prompts of ASCII text tokenize as the engine's
+    vocabulary does; the GGUF keeps them normal."""
     vocab = {t: i for i, t in enumerate(tokens)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=MERGES))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(SPECIAL)
-    tok.save(path)
+    high = byte_tokens()[0x80:]
+    tok.add_special_tokens(high + SPECIAL)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": N_CTX, "eos_token": "<|im_end|>",
+                   "bos_token": "<|endoftext|>", "clean_up_tokenization_spaces": False}, f)
 
 
 def write_gguf(path, tokens):
@@ -106,7 +120,7 @@ def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     tokens = byte_tokens() + ["".join(m) for m in MERGES] + SPECIAL
-    write_tokenizer(os.path.join(out, "tokenizer.json"), tokens)
+    write_tokenizer(out, tokens)
     tmp = os.path.join(out, "tiny.gguf.tmp")
     write_gguf(tmp, tokens)
     os.replace(tmp, os.path.join(out, "tiny.gguf"))
