@@ -37,6 +37,13 @@ LLAMA_VENV  := $(TOOLS)/llama-venv
 SYSTEM_PYTHON := /usr/bin/python3
 LLAMA_TOOLS := $(LLAMA_VENV)/installed-llama-cpp-python-$(LLAMA_CPP_PIN)-gguf-$(GGUF_PIN)-tokenizers-$(TOKENIZERS_PIN)
 TINY_MODEL  := $(TOOLS)/models/tiny.gguf
+# The field's benchmarking tool for model servers, for make bench-engine:
+# inference-perf (PyPI), which needs Python 3.12 or later.
+INFERENCE_PERF_PIN := 0.7.0
+PERF_PYTHON ?= $(shell for p in python3.13 python3.12 $(wildcard $(HOME)/.pyenv/versions/3.1[23]*/bin/python3); do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { command -v $$p; break; }; done)
+PERF_VENV   := $(TOOLS)/perf-venv
+PERF_TOOLS  := $(PERF_VENV)/installed-inference-perf-$(INFERENCE_PERF_PIN)
 PY_VENV     := $(TOOLS)/py-venv
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
 # The Python tools, installed again when a pin changes.
@@ -72,7 +79,7 @@ FUZZTIME_SHORT ?= 5000x
 # test runs it for 20 s as e2e TestAPIFuzz); 0 skips it.
 API_FUZZTIME   ?= 180
 
-.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos flake release
+.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos flake release bench-tools bench-engine
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -120,6 +127,18 @@ $(LLAMA_TOOLS):
 
 $(TINY_MODEL): $(LLAMA_TOOLS) tools/model/make_model.py
 	$(LLAMA_VENV)/bin/python tools/model/make_model.py $(dir $@)
+
+$(PERF_TOOLS):
+	@test -n "$(PERF_PYTHON)" || { echo "bench-tools: inference-perf needs Python 3.12 or later: install one, or give PERF_PYTHON=/path/to/python3.12"; exit 1; }
+	@echo "bench-tools: installing inference-perf $(INFERENCE_PERF_PIN) from PyPI into $(PERF_VENV) with $(PERF_PYTHON)"
+	$(PERF_PYTHON) -m venv --clear $(PERF_VENV)
+	$(PERF_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'inference-perf==$(INFERENCE_PERF_PIN)'
+	touch $@
+
+bench-tools: tools $(PERF_TOOLS) ## install what make bench-engine needs besides make tools: inference-perf (PyPI; Python 3.12 or later) under .tools
+
+bench-engine: bench-tools build ## measure model traffic on the real engine with inference-perf: servemesh's pickers beside a hand-written Envoy and one server (about 25 minutes; see BENCHMARKS.md)
+	go run ./bench/engine
 
 $(DEBIAN_BINS) &:
 	@echo "tools: installing Debian's $(DEBIAN_PKGS)"

@@ -1,0 +1,147 @@
+// Package main measures model traffic on a real model server with the
+// field's own yardstick: inference-perf (the Gateway API Inference
+// Extension's benchmarking tool) drives llama.cpp's server (the engine
+// `make tools` builds) through servemesh, picking by prompt affinity, by
+// load and by least requests, beside a hand-written Envoy doing round
+// robin and straight to one server, one after another in the same run.
+//
+//	go run ./bench/engine [-runs 3] [-rates 1,2] [-seconds 40] [-shape shared-prefix|unshared|multi-turn] [-cache-mb 16]
+//
+// Through servemesh the mesh is the default one (mTLS): two nodes, a
+// replica of the engine on each, the load entering at the first node, so
+// half the requests, or those prompt affinity places there, cross to the
+// other. Each engine serves the small model tools/model/make_model.py
+// writes, one thread, its RAM prompt cache limited to -cache-mb (the
+// memory a real engine's KV cache has: a few of the shape's prompts, not
+// all of them). Every configuration starts on new engines. It prints, per
+// configuration and rate, inference-perf's time to first token (p50, p90,
+// p99), inter-token latency, output tokens a second, and the engines' own
+// prompt-cache hit share (tokens their logs say they reused, of those they
+// were sent), medians of -runs runs. It needs `make tools` and `make
+// bench-tools` (inference-perf, in .tools/perf-venv).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/servemesh/servemesh/bench/benchenv"
+)
+
+func main() {
+	runs := flag.Int("runs", 3, "runs of each configuration; the figures are their medians")
+	rates := flag.String("rates", "1,2", "requests a second, comma-separated")
+	seconds := flag.Int("seconds", 40, "seconds of load in each run")
+	shape := flag.String("shape", "shared-prefix", "shared-prefix (6 system prompts of 2,000 tokens, shared), unshared (each prompt its own) or multi-turn (shared-prefix conversations)")
+	cacheMB := flag.Int("cache-mb", 16, "each engine's RAM prompt cache, in MB")
+	flag.Parse()
+	if _, ok := shapes[*shape]; !ok {
+		log.Fatalf("-shape %q: give shared-prefix, unshared or multi-turn", *shape)
+	}
+	if err := run(*runs, *rates, *seconds, *shape, *cacheMB); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run measures every configuration at each rate, runs times, and prints
+// the medians.
+func run(runs int, rates string, seconds int, shape string, cacheMB int) error {
+	ctx := context.Background()
+	env, err := benchenv.Start(ctx, "engine")
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	eng, err := findEngine(cacheMB)
+	if err != nil {
+		return err
+	}
+	perf, err := findPerf()
+	if err != nil {
+		return err
+	}
+	mesh, err := env.StartMesh(benchenv.MeshOptions{Work: filepath.Join(env.Dir, "mesh"), NodeCPUs: []string{"4", "4"},
+		AgentArgs: []string{"--allow-command", eng.python, "--allow-command", eng.interpreter}})
+	if err != nil {
+		return err
+	}
+	defer mesh.Stop()
+	targets := []target{meshTarget(mesh, eng, "prompt-affinity"), meshTarget(mesh, eng, "load-aware"), meshTarget(mesh, eng, "least-requests"),
+		envoyTarget(env, eng), directTarget(env, eng)}
+	all := map[string][]figures{}
+	var keys []string
+	for _, rate := range strings.Split(rates, ",") {
+		r, err := strconv.ParseFloat(rate, 64)
+		if err != nil {
+			return fmt.Errorf("-rates: %q is not a rate", rate)
+		}
+		for i := 1; i <= runs; i++ {
+			for _, t := range targets {
+				f, err := measure(ctx, t, perf, eng, r, seconds, shape, filepath.Join(env.Dir, fmt.Sprintf("perf-%s-%s-%d", t.name, rate, i)))
+				if err != nil {
+					return fmt.Errorf("%s at %s/s, run %d: %w", t.name, rate, i, err)
+				}
+				key := t.name + "@" + rate
+				if _, seen := all[key]; !seen {
+					keys = append(keys, key)
+				}
+				all[key] = append(all[key], f)
+				fmt.Printf("run %d, %s at %s/s: %s\n", i, t.name, rate, f)
+			}
+		}
+	}
+	report(keys, all, runs, seconds, shape, cacheMB)
+	return nil
+}
+
+// report prints the medians of each configuration's runs.
+func report(keys []string, all map[string][]figures, runs, seconds int, shape string, cacheMB int) {
+	fmt.Printf("\n%s, %d s a run, engines' prompt caches %d MB; medians of %d runs (inference-perf's figures; the hit share from the engines' logs)\n\n", shape, seconds, cacheMB, runs)
+	fmt.Println("| configuration | rate | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | output tok/s | prompt-cache hit share | failed |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, key := range keys {
+		name, rate, _ := strings.Cut(key, "@")
+		fs := all[key]
+		pick := func(v func(figures) float64) float64 {
+			xs := make([]float64, len(fs))
+			for i, f := range fs {
+				xs[i] = v(f)
+			}
+			sort.Float64s(xs)
+			return xs[len(xs)/2]
+		}
+		fmt.Printf("| %s | %s/s | %.0f ms | %.0f ms | %.0f ms | %.1f ms | %.1f | %.2f | %.0f |\n", name, rate,
+			pick(func(f figures) float64 { return f.ttftP50 }), pick(func(f figures) float64 { return f.ttftP90 }),
+			pick(func(f figures) float64 { return f.ttftP99 }), pick(func(f figures) float64 { return f.itlP50 }),
+			pick(func(f figures) float64 { return f.outputTPS }), pick(func(f figures) float64 { return f.hitShare }),
+			pick(func(f figures) float64 { return float64(f.failed) }))
+	}
+}
+
+// measure runs inference-perf against t, started afresh, and reads its
+// figures and the engines' logs.
+func measure(ctx context.Context, t target, perf string, eng *engine, rate float64, seconds int, shape, dir string) (figures, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return figures{}, err
+	}
+	url, logs, stop, err := t.start(ctx, dir)
+	if err != nil {
+		return figures{}, err
+	}
+	defer stop()
+	f, err := runPerf(ctx, perf, eng, url, rate, seconds, shape, dir)
+	if err != nil {
+		return figures{}, err
+	}
+	if f.hitShare, err = hitShare(logs()); err != nil {
+		return figures{}, err
+	}
+	return f, nil
+}
