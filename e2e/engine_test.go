@@ -213,11 +213,11 @@ func waitServed(t *testing.T, mesh *twoNodeMesh, endpoints ...string) {
 // tokens it had to compute (those not reused from its cache).
 var promptEvaluation = regexp.MustCompile(`prompt eval time =\s*[0-9.]+ ms /\s*([0-9]+) tokens`)
 
-// evaluations are the prompt evaluations, in tokens computed, in the
-// logs of backend's replicas on both nodes, as llama.cpp logs each.
-func evaluations(t *testing.T, mesh *twoNodeMesh, backend string) []int {
+// engineLogs is what the engines of backend's replicas on both nodes
+// logged, their logs one after another.
+func engineLogs(t *testing.T, mesh *twoNodeMesh, backend string) string {
 	t.Helper()
-	var out []int
+	var out strings.Builder
 	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
 		logs, err := filepath.Glob(filepath.Join(n.workDir, "replicas", backend+"-*.log*"))
 		if err != nil {
@@ -228,11 +228,20 @@ func evaluations(t *testing.T, mesh *twoNodeMesh, backend string) []int {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range promptEvaluation.FindAllStringSubmatch(string(text), -1) {
-				tokens, _ := strconv.Atoi(m[1])
-				out = append(out, tokens)
-			}
+			out.Write(text)
 		}
+	}
+	return out.String()
+}
+
+// evaluations are the prompt evaluations, in tokens computed, in the
+// logs of backend's replicas on both nodes, as llama.cpp logs each.
+func evaluations(t *testing.T, mesh *twoNodeMesh, backend string) []int {
+	t.Helper()
+	var out []int
+	for _, m := range promptEvaluation.FindAllStringSubmatch(engineLogs(t, mesh, backend), -1) {
+		tokens, _ := strconv.Atoi(m[1])
+		out = append(out, tokens)
 	}
 	return out
 }
@@ -500,19 +509,5 @@ func TestModelMultiplexingOnARealEngine(t *testing.T) {
 // nodes loaded, as llama.cpp logs each load.
 func modelLoads(t *testing.T, mesh *twoNodeMesh, backend string) int {
 	t.Helper()
-	n := 0
-	for _, node := range []*mtlsNode{mesh.n1, mesh.n2} {
-		logs, err := filepath.Glob(filepath.Join(node.workDir, "replicas", backend+"-*.log*"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, path := range logs {
-			text, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += strings.Count(string(text), "llama_model_loader: loaded meta data")
-		}
-	}
-	return n
+	return strings.Count(engineLogs(t, mesh, backend), "llama_model_loader: loaded meta data")
 }
