@@ -175,7 +175,9 @@ func TestARealModelServerBehindTheMesh(t *testing.T) {
 		waitServed(t, mesh, "metered")
 		spent, refused := 0, false
 		for i := range 10 {
+			calls := rateLimitCalls(t, nodes[i%2])
 			answer := chat(t, nodes[i%2].public, "", "tiny", "Count to three.", "x-tenant-id", "acme")
+			waitCharged(t, nodes[i%2], calls, answer.status)
 			switch {
 			case answer.status == http.StatusOK && spent <= quota:
 				spent += answer.Usage.TotalTokens

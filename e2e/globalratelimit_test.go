@@ -192,8 +192,14 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 		}
 		defer func() { _ = resp.Body.Close() }()
 		raw, _ := io.ReadAll(resp.Body)
-		time.Sleep(200 * time.Millisecond) // the charge is sent as the answer ends
 		return resp.StatusCode, string(raw), resp.Header
+	}
+	charged := func(n *mtlsNode, tenant, body string) (int, string, http.Header) {
+		t.Helper()
+		calls := rateLimitCalls(t, n)
+		status, text, h := post(n, tenant, body)
+		waitCharged(t, n, calls, status)
+		return status, text, h
 	}
 	waitServed(t, mesh, "chat") // every node's rate limit service counts the quota
 	// Tenant a, alternating nodes and answer kinds: each request passes
@@ -204,7 +210,7 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 		if i%2 == 1 {
 			n, body = mesh.n2, streamed
 		}
-		status, text, h := post(n, "tenant-a", body)
+		status, text, h := charged(n, "tenant-a", body)
 		got = append(got, status)
 		if spent <= 200 {
 			want = append(want, http.StatusOK)
@@ -366,4 +372,29 @@ func rateLimitArgs(t *testing.T) []string {
 	rl := startRateLimits(t)
 	t.Cleanup(rl.redis.Stop)
 	return rl.args
+}
+
+// rateLimitCalls is how many calls n's Envoy has made to its node's rate
+// limit service and had answered (the service's cluster carries nothing
+// else).
+func rateLimitCalls(t *testing.T, n *mtlsNode) float64 {
+	t.Helper()
+	return envoyStat(t, n.admin, "cluster."+wire.RateLimitCluster+".upstream_rq_completed")
+}
+
+// waitCharged waits until the rate limit calls of one request through n
+// of a token-quota endpoint have been answered, counted from calls (what
+// rateLimitCalls read before it): its check, and, if it was served, the
+// charge of its answer's tokens. Envoy sends the charge as the answer
+// ends, so the answer can reach its client before the charge lands; a
+// test that expects the next request refused waits for it.
+func waitCharged(t *testing.T, n *mtlsNode, calls float64, status int) {
+	t.Helper()
+	want := calls + 1
+	if status == http.StatusOK {
+		want++
+	}
+	testutil.WaitFor(t, 30*time.Second, "the request's rate limit check and charge answered", func() bool {
+		return rateLimitCalls(t, n) >= want
+	})
 }
