@@ -41,7 +41,7 @@ func dispatched(t *testing.T, p *Picker, busy []choice, ws []*waiter) []string {
 	t.Helper()
 	var order []string
 	for range ws {
-		p.done(busy[0].replica, time.Millisecond)
+		p.done(busy[0], time.Millisecond)
 		busy = busy[1:]
 		for _, w := range ws {
 			select {
@@ -141,7 +141,7 @@ func TestAWaitEnds(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d requests still wait, want none", n)
 	}
-	p.done(busy[0].replica, time.Millisecond)
+	p.done(busy[0], time.Millisecond)
 	if c := pickNow(t, p, request{}); c.replica != busy[0].replica {
 		t.Errorf("the freed replica went to %+v, want the next request", c)
 	}
@@ -200,7 +200,7 @@ func TestAWaitingRequestExtendsEnvoysTimeout(t *testing.T) {
 	if got := resp.GetOverrideMessageTimeout().AsDuration(); got != 5*time.Second || resp.GetRequestHeaders() != nil {
 		t.Fatalf("first answer %v, want only a message timeout of 5 s", resp)
 	}
-	p.done(busy[0].replica, time.Millisecond)
+	p.done(busy[0], time.Millisecond)
 	if resp, err = stream.Recv(); err != nil {
 		t.Fatal(err)
 	}

@@ -121,11 +121,13 @@ func (p *Picker) Forget(tag string) {
 
 // choice is a pick: the replica (nil: none, Envoy picks) or that the
 // request is shed; why it was picked or shed (for its answer, and its
-// span).
+// span); whether the replica is expected to load the request's model for
+// it.
 type choice struct {
-	replica *replicaLoad
-	shed    bool
-	why     string
+	replica    *replicaLoad
+	shed       bool
+	why        string
+	loadsModel bool
 }
 
 // Why a request was shed.
@@ -228,13 +230,14 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 	}
 	ready[i].InFlight++
 	ready[i].cache.Add(req.blocks)
+	loadsModel := loads[i].ModelMiss > 0
 	if req.model != "" && limits.MaxModels > 0 {
 		ready[i].models.use(req.model, limits.MaxModels)
 	}
 	if req.session != "" {
 		p.sessions.served(backend, req.session, ready[i].tag)
 	}
-	return choice{replica: ready[i], why: why}, true
+	return choice{replica: ready[i], why: why, loadsModel: loadsModel}, true
 }
 
 // expectPrompt sets how much of a prompt of blocks each ready replica is
@@ -295,15 +298,21 @@ func (p *Picker) ready(backend string) ([]*replicaLoad, []scoring.Replica) {
 	return out, loads
 }
 
-// done ends a request picked for r: its time to first byte (0: it got
-// none) joins r's smoothed one.
-func (p *Picker) done(r *replicaLoad, ttfb time.Duration) {
+// done ends a request picked (c): its time to first byte (0: it got
+// none) joins its replica's smoothed one, unless the replica had to load
+// its model first (the load's time is ModelMiss's to price: counted as
+// the replica's pace, it would push the model's next requests to one that
+// must drop another model for it).
+func (p *Picker) done(c choice, ttfb time.Duration) {
+	r := c.replica
 	limits, known := p.backendLimits(r.backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r.InFlight--
 	if ttfb > 0 {
-		r.TTFB = scoring.Smooth(r.TTFB, ttfb)
+		if !c.loadsModel {
+			r.TTFB = scoring.Smooth(r.TTFB, ttfb)
+		}
 		p.rate(r.backend).add(p.now())
 	}
 	p.dispatch(r.backend, limits, known)

@@ -92,11 +92,11 @@ func TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated(t *testing.T) {
 	if w == nil {
 		t.Fatalf("a critical request got %+v at once, want it to wait", c)
 	}
-	p.done(last.replica, 10*time.Millisecond)
+	p.done(last, 10*time.Millisecond)
 	if c := p.wait(context.Background(), w, time.Second); c.replica != last.replica {
 		t.Fatalf("the waiting critical request got %+v once a replica freed, want that one", c)
 	}
-	p.done(last.replica, 10*time.Millisecond)
+	p.done(last, 10*time.Millisecond)
 	if c := pickNow(t, p, request{priority: -1}); c.shed || c.replica != last.replica {
 		t.Errorf("after one answer, a sheddable request got %+v, want the replica with room", c)
 	}
@@ -152,7 +152,7 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	for range 40 {
 		c := pickNow(t, p, request{})
 		*now = now.Add(50 * time.Millisecond)
-		p.done(c.replica, 100*time.Millisecond)
+		p.done(c, 100*time.Millisecond)
 	}
 	report := p.Report("llama")
 	var util, rps float64
@@ -188,7 +188,7 @@ func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 		for range 40 {
 			c := pickNow(t, p, request{})
 			*now = now.Add(50 * time.Millisecond)
-			p.done(c.replica, ttfb)
+			p.done(c, ttfb)
 		}
 		var util, rps float64
 		if _, err := fmt.Sscanf(p.Report("llama"), "TEXT application_utilization=%g,rps_fractional=%g", &util, &rps); err != nil {
@@ -281,7 +281,7 @@ func TestPickerSendsAPromptToTheReplicaHoldingItsPrefix(t *testing.T) {
 		return prefix.Blocks([]byte(`{"messages":[{"role":"system","content":"`+strings.Repeat(system, 40*prefix.BlockBytes)+`"},{"role":"user","content":"`+user+`"}]}`), prefix.BlockBytes)
 	}
 	first := pickNow(t, p, request{blocks: prompt("a", "hello")})
-	p.done(first.replica, 100*time.Millisecond)
+	p.done(first, 100*time.Millisecond)
 	second := pickNow(t, p, request{blocks: prompt("a", "another question")})
 	if second.replica != first.replica {
 		t.Fatalf("the second request with the same system prompt went to %s, the first to %s", second.replica.tag, first.replica.tag)
@@ -459,8 +459,8 @@ func TestPickerKeepsAConversationOnItsReplica(t *testing.T) {
 	if third.replica == first.replica {
 		t.Fatalf("the conversation stayed on %s, saturated", first.replica.tag)
 	}
-	p.done(first.replica, 10*time.Millisecond)
-	p.done(first.replica, 10*time.Millisecond)
+	p.done(first, 10*time.Millisecond)
+	p.done(first, 10*time.Millisecond)
 	if fourth := pickNow(t, p, request{session: "chat-1"}); fourth.replica != third.replica {
 		t.Fatalf("after moving to %s the conversation went to %s", third.replica.tag, fourth.replica.tag)
 	}
@@ -476,9 +476,9 @@ func TestPickerKeepsAConversationOnItsReplica(t *testing.T) {
 func TestPickerSendsAModelWhereItIsLoaded(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{MaxModelsPerReplica: 1})
 	a := pickNow(t, p, request{model: "a"})
-	p.done(a.replica, 10*time.Millisecond)
+	p.done(a, 10*time.Millisecond)
 	b := pickNow(t, p, request{model: "b"})
-	p.done(b.replica, 10*time.Millisecond)
+	p.done(b, 10*time.Millisecond)
 	if b.replica == a.replica {
 		t.Fatalf("model b went to %s, which holds a, while two replicas had room", b.replica.tag)
 	}
@@ -486,11 +486,33 @@ func TestPickerSendsAModelWhereItIsLoaded(t *testing.T) {
 		if again := pickNow(t, p, request{model: "a"}); again.replica != a.replica {
 			t.Fatalf("model a went to %s, not %s which has it loaded", again.replica.tag, a.replica.tag)
 		} else {
-			p.done(again.replica, 10*time.Millisecond)
+			p.done(again, 10*time.Millisecond)
 		}
 	}
 	if got := bodyModel([]byte(`{"model":"m-1","prompt":"x"}`)); got != "m-1" {
 		t.Fatalf("body model %q", got)
+	}
+}
+
+// TestPickerKeepsAModelWhereItsLoadWasSlow: the answer that waited for
+// its replica to load its model does not make that replica look slow (its
+// time to first byte is the load's, which ModelMiss prices already), so
+// the model's next requests stay where it is loaded rather than go to a
+// replica that must drop another model for it, and back: on a real engine
+// whose load took 40 times an answer, each request loaded a model.
+func TestPickerKeepsAModelWhereItsLoadWasSlow(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{MaxModelsPerReplica: 1})
+	a := pickNow(t, p, request{model: "a"})
+	p.done(a, 50*time.Millisecond)
+	b := pickNow(t, p, request{model: "b"})
+	p.done(b, 2*time.Second) // b loaded first
+	for i := range 4 {
+		model, want := []string{"a", "b"}[i%2], []choice{a, b}[i%2]
+		again := pickNow(t, p, request{model: model})
+		if again.replica != want.replica {
+			t.Fatalf("request %d, model %s: went to %s, not %s which has it loaded", i, model, again.replica.tag, want.replica.tag)
+		}
+		p.done(again, 50*time.Millisecond)
 	}
 }
 
@@ -546,7 +568,7 @@ func TestPickerSpreadsNewPrompts(t *testing.T) {
 	for i := range 9 {
 		blocks := prefix.Blocks([]byte(strings.Repeat(fmt.Sprintf("tenant %d. ", i), 8*prefix.BlockBytes)), prefix.BlockBytes)
 		c := pickNow(t, p, request{blocks: blocks})
-		p.done(c.replica, 50*time.Millisecond)
+		p.done(c, 50*time.Millisecond)
 		got[c.replica.tag]++
 	}
 	if len(got) != 3 || got["llama#000001"] != 3 || got["llama#000002"] != 3 {
@@ -623,13 +645,13 @@ func TestAPromptKeepsItsHomeThoughItWasSlowFirst(t *testing.T) {
 	p.mu.Unlock()
 	blocks := prefix.Blocks([]byte(strings.Repeat("a long system prompt. ", 4*prefix.BlockBytes)), prefix.BlockBytes)
 	first := pickNow(t, p, request{blocks: blocks})
-	p.done(first.replica, 50*time.Millisecond)
+	p.done(first, 50*time.Millisecond)
 	for i := range 3 {
 		c := pickNow(t, p, request{blocks: blocks})
 		if c.replica != first.replica {
 			t.Fatalf("request %d of the prompt went to %s, not its home %s (slower by its first, cold, request)", i, c.replica.tag, first.replica.tag)
 		}
-		p.done(c.replica, 5*time.Millisecond)
+		p.done(c, 5*time.Millisecond)
 	}
 	// Two in flight at home (max_concurrent_queries 2: saturated): the
 	// next goes elsewhere.

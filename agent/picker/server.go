@@ -122,11 +122,11 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		}
 		withBody = len(md.Get(wire.PickerBodyHeader)) > 0
 	}
-	var picked *replicaLoad
+	var picked choice
 	var sent time.Time
 	var ask request
 	defer func() {
-		if picked != nil { // the answer never came (a reset, a timeout)
+		if picked.replica != nil { // the answer never came (a reset, a timeout)
 			s.picker.done(picked, 0)
 		}
 	}()
@@ -153,7 +153,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 				return nil, err
 			}
 			resp = s.answerRequest(backend, c, headersAnswer)
-			picked, sent = c.replica, s.picker.now()
+			picked, sent = c, s.picker.now()
 		case *extproc.ProcessingRequest_RequestBody:
 			ask.blocks = prefix.Blocks(r.RequestBody.GetBody(), prefix.BlockBytes)
 			if modelHeader != "" && ask.model == "" {
@@ -164,11 +164,11 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 				return nil, err
 			}
 			resp = s.answerRequest(backend, c, bodyAnswer)
-			picked, sent = c.replica, s.picker.now()
+			picked, sent = c, s.picker.now()
 		case *extproc.ProcessingRequest_ResponseHeaders:
-			if picked != nil {
+			if picked.replica != nil {
 				s.picker.done(picked, s.picker.now().Sub(sent))
-				picked = nil
+				picked = choice{}
 			}
 			resp = &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extproc.HeadersResponse{
 				Response: &extproc.CommonResponse{HeaderMutation: &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
@@ -287,7 +287,7 @@ func (s *Server) pick(stream extproc.ExternalProcessor_ProcessServer, backend st
 	timeout := time.Duration(s.picker.flowControl(backend).EffectiveQueueTimeoutS() * float64(time.Second))
 	if err := stream.Send(&extproc.ProcessingResponse{OverrideMessageTimeout: durationpb.New(timeout + time.Second)}); err != nil {
 		if c := s.picker.wait(canceled, w, 0); c.replica != nil { // out of the queue
-			s.picker.done(c.replica, 0)
+			s.picker.done(c, 0)
 		}
 		return choice{}, err
 	}
