@@ -21,49 +21,24 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/internal/devllama"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-// engine is the real model server `make tools` installs: llama.cpp's
-// OpenAI-compatible server (PyPI llama-cpp-python, built from source) in
-// its own Python, and the small model tools/model/make_model.py writes.
-type engine struct{ python, model string }
-
-func findEngine(t *testing.T) engine {
+// findEngine is the real model server `make tools` installs
+// (internal/devllama): llama.cpp's OpenAI-compatible server and the small
+// model it writes. A test without it fails.
+func findEngine(t *testing.T) *devllama.Engine {
 	t.Helper()
-	python, err := filepath.Abs("../.tools/llama-venv/bin/python")
-	if err != nil {
-		t.Fatal(err)
+	e, err := devllama.Find()
+	if err == nil {
+		err = e.Check(context.Background())
 	}
-	e := engine{python: python, model: filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(python))), "models", "tiny.gguf")}
-	if out, err := exec.CommandContext(context.Background(), python, "-c", "import llama_cpp.server, os, sys; os.stat(sys.argv[1])", e.model).CombinedOutput(); err != nil {
-		t.Fatalf("the real model server (llama-cpp-python) and its model are required (`make tools` installs them): %v\n%s", err, out)
+	if err != nil {
+		t.Fatalf("the real model server (llama-cpp-python) and its model are required (`make tools` installs them): %v", err)
 	}
 	return e
-}
-
-// allow is what the agents need to run the engine: the controller places
-// a command by its path, the agents run it once the file it leads to is
-// allowed too (the venv's python is a link to the interpreter it was
-// made with).
-func (e engine) allow(t *testing.T) []string {
-	t.Helper()
-	interpreter, err := filepath.EvalSymlinks(e.python)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{"--allow-command", e.python, "--allow-command", interpreter}
-}
-
-// process runs the engine as a backend's replicas, one thread each,
-// answering as the model alias (the "model" of its answers), with its
-// RAM prompt cache on: it keeps the KV state of several prompts, not
-// only the last one's.
-func (e engine) process(alias string) *meshspec.ProcessSpec {
-	return &meshspec.ProcessSpec{Command: e.python, Args: []string{"-m", "llama_cpp.server", "--model", e.model, "--model_alias", alias,
-		"--host", "${HOST}", "--port", "${PORT}", "--n_ctx", "4096", "--n_threads", "1", "--chat_format", "chatml", "--cache", "true"},
-		HealthPath: "/v1/models"}
 }
 
 // TestARealModelServerBehindTheMesh: issue 60. llama.cpp's server, a
@@ -77,9 +52,9 @@ func (e engine) process(alias string) *meshspec.ProcessSpec {
 func TestARealModelServerBehindTheMesh(t *testing.T) {
 	t.Parallel()
 	eng := findEngine(t)
-	mesh := startTwoNodeMeshWith(t, "engine", nil, append(eng.allow(t), rateLimitArgs(t)...))
+	mesh := startTwoNodeMeshWith(t, "engine", nil, append(eng.AllowFlags(), rateLimitArgs(t)...))
 	ctx := context.Background()
-	mesh.createBackends(t, meshspec.Backend{Name: "tiny", Process: eng.process("tiny"),
+	mesh.createBackends(t, meshspec.Backend{Name: "tiny", Process: eng.Process("tiny"),
 		Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3, LoadAware: &meshspec.LoadAware{PromptAffinity: true}}})
 	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "openai", Route: "/v1", Methods: []string{"GET", "POST"}, Traffic: map[string]float64{"tiny": 1}}); err != nil {
 		t.Fatal(err)
@@ -94,9 +69,9 @@ func TestARealModelServerBehindTheMesh(t *testing.T) {
 
 	t.Run("streamed and whole answers through each node, to each replica", func(t *testing.T) {
 		for _, n := range nodes {
-			first, got := streamChat(t, n.public, "Say hello to the mesh.")
-			if got.chunks == 0 || !got.done {
-				t.Fatalf("a streamed chat completion through %s: %+v; want content chunks and [DONE]", n.id, got)
+			first, got := streamChat(t, n.public, "Say hello to the mesh.", 16)
+			if !got.whole(16) {
+				t.Fatalf("a streamed chat completion of 16 tokens through %s: %+v; want them all, finish_reason length, and [DONE]", n.id, got)
 			}
 			answer := chat(t, n.public, "", "tiny", "Say hello to the mesh.")
 			if answer.status != http.StatusOK || answer.Usage.PromptTokens == 0 || answer.Usage.CompletionTokens == 0 {
@@ -105,12 +80,21 @@ func TestARealModelServerBehindTheMesh(t *testing.T) {
 			t.Logf("through %s: streamed, first token after %s, %d chunks; whole, usage %+v", n.id, first.Round(time.Millisecond), got.chunks, answer.Usage)
 		}
 		// Requests in flight together, through both nodes: each replica
-		// gets some, across the inbound hop.
+		// gets some, across the inbound hop, and each stream comes whole
+		// though others wait for its engine (which, run with its default
+		// request interruption, ends the running stream as soon as another
+		// request waits: internal/devllama).
 		var wg sync.WaitGroup
-		for i := range 8 {
-			wg.Go(func() { streamChat(t, nodes[i%2].public, fmt.Sprintf("Request %d.", i)) })
+		streams := make([]chatStream, 8)
+		for i := range streams {
+			wg.Go(func() { _, streams[i] = streamChat(t, nodes[i%2].public, fmt.Sprintf("Request %d.", i), 16) })
 		}
 		wg.Wait()
+		for i, got := range streams {
+			if !got.whole(16) {
+				t.Errorf("stream %d of 8 at once, 16 tokens: %+v; want them all, finish_reason length, and [DONE]", i, got)
+			}
+		}
 		// Envoy writes its access log out every second or so.
 		testutil.WaitFor(t, 10*time.Second, "the nodes' access logs to show requests to both replicas", func() bool {
 			replicas := map[string]bool{}
@@ -125,11 +109,53 @@ func TestARealModelServerBehindTheMesh(t *testing.T) {
 		})
 	})
 
-	// Before the long prompts: after them, one stream in a hundred or so
-	// read by the SDK ended early, the SDK closing its connection
-	// (Envoy's access log: DC, 485 bytes), while 600 streams read by Go's
-	// client through the same nodes all came whole, and 200 read by the
-	// SDK straight from the engines did too. Left open (the closing note).
+	t.Run("a long stream outlasts its replica's health probes", func(t *testing.T) {
+		// The agent probes each replica every second (its check's TTL
+		// over three), each probe waiting a second at most. A probe of a
+		// path that waits for the model (llama-cpp-python's /v1/models)
+		// fails while a completion runs longer than that, so the replica
+		// reads as dead while it serves; and, with the server's request
+		// interruption on, cuts the stream.
+		const tokens = 300 // two seconds or more on this engine
+		ready := func() int {
+			report, err := mesh.c.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range report.Backends {
+				if b.Name == "tiny" {
+					return b.Ready
+				}
+			}
+			t.Fatalf("status has no backend tiny: %+v", report.Backends)
+			return 0
+		}
+		streaming, dropped := make(chan struct{}), make(chan int, 1)
+		go func() {
+			least := 2
+			for {
+				select {
+				case <-streaming:
+					dropped <- least
+					return
+				case <-time.After(100 * time.Millisecond):
+					least = min(least, ready())
+				}
+			}
+		}()
+		start := time.Now()
+		_, got := streamChat(t, mesh.n1.public, "Tell a long story.", tokens)
+		took := time.Since(start)
+		close(streaming)
+		if !got.whole(tokens) {
+			t.Fatalf("a stream of %d tokens (%s): %+v; want them all, finish_reason length, and [DONE]", tokens, took.Round(time.Millisecond), got)
+		}
+		if least := <-dropped; least != 2 {
+			t.Fatalf("while a stream of %s ran, status counted %d of tiny's 2 replicas ready; want both: a probe must answer while the engine serves", took.Round(time.Millisecond), least)
+		}
+		t.Logf("a stream of %d tokens came whole in %s, both replicas ready throughout", tokens, took.Round(time.Millisecond))
+	})
+
 	t.Run("the official OpenAI SDK reads the engine's answers through each node", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -266,7 +292,16 @@ func fullEvaluations(t *testing.T, mesh *twoNodeMesh, backend string) []int {
 // or not).
 type chatStream struct {
 	chunks int
+	finish string // the last finish_reason
 	done   bool
+}
+
+// whole reports whether a stream asked for tokens tokens (streamChat's
+// min_tokens and max_tokens) came whole: a chunk for each, ended by the
+// length it was given, then [DONE]. (llama-cpp-python's server may split
+// a token's text over two chunks, never join two.)
+func (s chatStream) whole(tokens int) bool {
+	return s.chunks >= tokens && s.finish == "length" && s.done
 }
 
 // chatUsage is an answer's usage, as the engine counts it.
@@ -313,11 +348,12 @@ func chat(t *testing.T, public, system, model, prompt string, headers ...string)
 	return answer
 }
 
-// streamChat asks for a streamed chat completion of prompt through public
-// and returns when its first token chunk came and what it read.
-func streamChat(t *testing.T, public, prompt string) (time.Duration, chatStream) {
+// streamChat asks for a streamed chat completion of prompt through public,
+// of tokens tokens exactly (min_tokens keeps the engine from ending it
+// sooner), and returns when its first token chunk came and what it read.
+func streamChat(t *testing.T, public, prompt string, tokens int) (time.Duration, chatStream) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"model": "tiny", "stream": true, "max_tokens": 16,
+	body, _ := json.Marshal(map[string]any{"model": "tiny", "stream": true, "max_tokens": tokens, "min_tokens": tokens,
 		"messages": []map[string]string{{"role": "user", "content": prompt}}})
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+public+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
@@ -351,10 +387,14 @@ func streamChat(t *testing.T, public, prompt string) (time.Duration, chatStream)
 				Delta struct {
 					Content *string `json:"content"` // "" for a token that ends within a character
 				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
 		}
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
 			t.Fatalf("a chunk that is not JSON: %q: %v", data, err)
+		}
+		if len(chunk.Choices) > 0 && chunk.Choices[0].FinishReason != nil {
+			out.finish = *chunk.Choices[0].FinishReason
 		}
 		if len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != nil {
 			if out.chunks == 0 {
@@ -378,11 +418,11 @@ func streamChat(t *testing.T, public, prompt string) (time.Duration, chatStream)
 func TestModelVersionsOnARealEngine(t *testing.T) {
 	t.Parallel()
 	eng := findEngine(t)
-	mesh := startTwoNodeMeshWith(t, "versions", nil, eng.allow(t))
+	mesh := startTwoNodeMeshWith(t, "versions", nil, eng.AllowFlags())
 	ctx := context.Background()
 	mesh.createBackends(t,
-		meshspec.Backend{Name: "v1", Process: eng.process("tiny-v1"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 3}},
-		meshspec.Backend{Name: "v2", Process: eng.process("tiny-v2"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 3}})
+		meshspec.Backend{Name: "v1", Process: eng.Process("tiny-v1"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 3}},
+		meshspec.Backend{Name: "v2", Process: eng.Process("tiny-v2"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 3}})
 	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
 		ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
 			"tiny":    {Traffic: map[string]float64{"v1": 0.5, "v2": 0.5}, Shadows: map[string]float64{"v2": 0.5}},
@@ -454,21 +494,13 @@ func settled(t *testing.T, mesh *twoNodeMesh, backends ...string) {
 func TestModelMultiplexingOnARealEngine(t *testing.T) {
 	t.Parallel()
 	eng := findEngine(t)
-	config := filepath.Join(t.TempDir(), "models.json")
-	model := func(alias string) map[string]any {
-		return map[string]any{"model": eng.model, "model_alias": alias, "n_ctx": 2048, "n_threads": 1, "chat_format": "chatml"}
-	}
-	text, err := json.Marshal(map[string]any{"models": []any{model("m-a"), model("m-b")}})
+	multi, err := eng.MultiModel(t.TempDir(), "m-a", "m-b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(config, text, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mesh := startTwoNodeMeshWith(t, "multiplex", nil, eng.allow(t))
+	mesh := startTwoNodeMeshWith(t, "multiplex", nil, eng.AllowFlags())
 	mesh.createBackends(t, meshspec.Backend{Name: "multi",
-		// The server takes its host and port from $HOST and $PORT.
-		Process: &meshspec.ProcessSpec{Command: eng.python, Args: []string{"-m", "llama_cpp.server", "--config_file", config}, HealthPath: "/v1/models"},
+		Process: multi,
 		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 1.5, LoadAware: &meshspec.LoadAware{MaxModelsPerReplica: 1, PromptAffinity: true}}})
 	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "multi", Route: "/v1/chat/completions", Methods: []string{"POST"},
 		Traffic: map[string]float64{"multi": 1}}); err != nil {

@@ -68,7 +68,7 @@ func run(runs int, rates string, seconds int, shape string, cacheMB int) error {
 		return err
 	}
 	mesh, err := env.StartMesh(benchenv.MeshOptions{Work: filepath.Join(env.Dir, "mesh"), NodeCPUs: []string{"4", "4"},
-		AgentArgs: []string{"--allow-command", eng.python, "--allow-command", eng.interpreter}})
+		AgentArgs: eng.AllowFlags()})
 	if err != nil {
 		return err
 	}

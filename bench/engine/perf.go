@@ -44,7 +44,7 @@ func runPerf(ctx context.Context, perf string, eng *engine, url string, rate flo
 		"load":      map[string]any{"type": "constant", "stages": []any{map[string]any{"rate": rate, "duration": seconds}}},
 		"api":       map[string]any{"type": "chat", "streaming": true},
 		"server":    map[string]any{"type": "vllm", "model_name": "tiny", "base_url": url, "ignore_eos": true},
-		"tokenizer": map[string]any{"pretrained_model_name_or_path": eng.tokenizer},
+		"tokenizer": map[string]any{"pretrained_model_name_or_path": eng.Tokenizer()},
 		"data":      shapes[shape],
 		"report":    map[string]any{"request_lifecycle": map[string]any{"summary": true}},
 		"storage":   map[string]any{"local_storage": map[string]any{"path": filepath.Join(dir, "out")}},

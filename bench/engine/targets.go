@@ -13,36 +13,29 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/internal/devllama"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/internal/toolpath"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-// engine is llama.cpp's server as `make tools` installs it, and the small
-// model and tokenizer it writes.
+// engine is llama.cpp's server as `make tools` installs it
+// (internal/devllama), each replica's prompt cache of cacheBytes.
 type engine struct {
-	python, interpreter, model, tokenizer string
-	cacheBytes                            int
+	*devllama.Engine
+	cacheBytes int
 }
 
 func findEngine(cacheMB int) (*engine, error) {
-	python, err := toolpath.Under(filepath.Join("llama-venv", "bin", "python"))
+	e, err := devllama.Find()
 	if err != nil {
 		return nil, err
 	}
-	model, err := toolpath.Under(filepath.Join("models", "tiny.gguf"))
-	if err != nil {
-		return nil, err
+	if _, err := os.Stat(filepath.Join(e.Tokenizer(), "tokenizer_config.json")); err != nil {
+		return nil, fmt.Errorf("the model's tokenizer for inference-perf (`make tools` writes it): %w", err)
 	}
-	if _, err := toolpath.Under(filepath.Join("models", "tokenizer_config.json")); err != nil {
-		return nil, fmt.Errorf("the model's tokenizer for inference-perf: %w", err)
-	}
-	interpreter, err := filepath.EvalSymlinks(python)
-	if err != nil {
-		return nil, err
-	}
-	return &engine{python: python, interpreter: interpreter, model: model, tokenizer: filepath.Dir(model), cacheBytes: cacheMB << 20}, nil
+	return &engine{Engine: e, cacheBytes: cacheMB << 20}, nil
 }
 
 // findPerf finds inference-perf, which `make bench-tools` installs.
@@ -52,8 +45,7 @@ func findPerf() (string, error) {
 
 // args are the engine's arguments, on host and port.
 func (e *engine) args(host, port string) []string {
-	return []string{"-m", "llama_cpp.server", "--model", e.model, "--model_alias", "tiny", "--host", host, "--port", port,
-		"--n_ctx", "4096", "--n_threads", "1", "--chat_format", "chatml", "--cache", "true", "--cache_size", strconv.Itoa(e.cacheBytes)}
+	return e.Args("tiny", host, port, "--cache_size", strconv.Itoa(e.cacheBytes))
 }
 
 // target is one configuration measured: start starts it afresh and
@@ -72,7 +64,7 @@ func meshTarget(mesh *benchenv.Mesh, eng *engine, picker string) target {
 		n++
 		name := fmt.Sprintf("%s-%d", picker, n)
 		b := meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3},
-			Process: &meshspec.ProcessSpec{Command: eng.python, Args: eng.args("${HOST}", "${PORT}"), HealthPath: "/v1/models"}}
+			Process: &meshspec.ProcessSpec{Command: eng.Python, Args: eng.args("${HOST}", "${PORT}"), HealthPath: devllama.HealthPath}}
 		switch picker {
 		case "prompt-affinity":
 			b.Config.LoadAware = &meshspec.LoadAware{PromptAffinity: true}
@@ -129,7 +121,7 @@ func servers(eng *engine, dir string, n int) ([]*proc.Process, []string, []strin
 		if err != nil {
 			return ps, nil, nil, err
 		}
-		p, err := proc.Start(proc.Spec{Path: eng.python, Args: eng.args("127.0.0.1", port), Stdout: f, Stderr: f})
+		p, err := proc.Start(proc.Spec{Path: eng.Python, Args: eng.args("127.0.0.1", port), Stdout: f, Stderr: f})
 		_ = f.Close()
 		if err != nil {
 			return ps, nil, nil, err
@@ -144,12 +136,12 @@ func servers(eng *engine, dir string, n int) ([]*proc.Process, []string, []strin
 	return ps, ports, logs, nil
 }
 
-// ready waits until url answers its model list.
+// ready waits until url's server answers its health path.
 func ready(url string) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		if resp, err := client.Get(url + "/v1/models"); err == nil { //nolint:noctx // a readiness probe
+		if resp, err := client.Get(url + devllama.HealthPath); err == nil { //nolint:noctx // a readiness probe
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/servemesh/servemesh/internal/devconsul"
-	"github.com/servemesh/servemesh/internal/toolpath"
+	"github.com/servemesh/servemesh/internal/devllama"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -19,41 +19,6 @@ const (
 	StandIn = "stand-in"
 	Llama   = "llama"
 )
-
-// DemoEngine is the real model server the demo runs as its llama backend:
-// llama.cpp's OpenAI-compatible server (llama-cpp-python) in the venv
-// `make tools` makes, serving the small model it writes.
-type DemoEngine struct {
-	// Python is the venv's interpreter; Interpreter the file it links to,
-	// which the agent must allow too.
-	Python, Interpreter string
-	Model               string
-}
-
-// FindDemoEngine finds the engine under the project's .tools.
-func FindDemoEngine() (*DemoEngine, error) {
-	python, err := toolpath.Under(filepath.Join("llama-venv", "bin", "python"))
-	if err != nil {
-		return nil, fmt.Errorf("--model-server %s: llama.cpp's server: %w", Llama, err)
-	}
-	model, err := toolpath.Under(filepath.Join("models", "tiny.gguf"))
-	if err != nil {
-		return nil, fmt.Errorf("--model-server %s: its model: %w", Llama, err)
-	}
-	interpreter, err := filepath.EvalSymlinks(python)
-	if err != nil {
-		return nil, fmt.Errorf("--model-server %s: %w", Llama, err)
-	}
-	return &DemoEngine{Python: python, Interpreter: interpreter, Model: model}, nil
-}
-
-// process runs the engine: one thread, its RAM prompt cache on (it keeps
-// several prompts' KV state, not the last one's alone).
-func (e *DemoEngine) process() *meshspec.ProcessSpec {
-	return &meshspec.ProcessSpec{Command: e.Python, HealthPath: "/v1/models",
-		Args: []string{"-m", "llama_cpp.server", "--model", e.Model, "--host", "${HOST}", "--port", "${PORT}",
-			"--n_ctx", "4096", "--n_threads", "1", "--chat_format", "chatml", "--cache", "true"}}
-}
 
 // demoPromptFile, in the demo's work folder, is a chat request with a
 // long system prompt, for the banner's prompt-affinity line.
@@ -87,7 +52,7 @@ const (
 // StackModel is the demo's mesh: replicas are `servemesh demo-replica`
 // processes the agent runs, and the llama backend's the real engine if
 // eng is set.
-func StackModel(self string, eng *DemoEngine) *meshspec.Model {
+func StackModel(self string, eng *devllama.Engine) *meshspec.Model {
 	backend := func(name string, replicas int) meshspec.Backend {
 		return meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: replicas, CPUs: DemoReplicaCPUs, MaxConcurrentQueries: 16},
 			Process: &meshspec.ProcessSpec{Command: self, Args: []string{"demo-replica", "--backend", name, "--listen", "${HOST}:${PORT}"}, HealthPath: "/"}}
@@ -110,7 +75,7 @@ func StackModel(self string, eng *DemoEngine) *meshspec.Model {
 	}
 	llama := llm("llama", 2)
 	if eng != nil {
-		llama.Process = eng.process()
+		llama.Process = eng.Process("llama-3-8b")
 		llama.Config.LoadAware = &meshspec.LoadAware{PromptAffinity: true, TenantHeader: "x-tenant-id"}
 	}
 	return &meshspec.Model{

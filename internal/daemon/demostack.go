@@ -19,6 +19,7 @@ import (
 	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/devconsul"
 	"github.com/servemesh/servemesh/internal/devjaeger"
+	"github.com/servemesh/servemesh/internal/devllama"
 	"github.com/servemesh/servemesh/internal/devredis"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/rungroup"
@@ -39,7 +40,7 @@ type StackOptions struct {
 	// default) or Llama, the real engine.
 	ModelServer string
 	// engine is the real engine, found when ModelServer is Llama.
-	engine *DemoEngine
+	engine *devllama.Engine
 	// Self is the servemesh binary the controller, agent and replicas run.
 	Self string
 }
@@ -62,8 +63,8 @@ func RunStack(ctx context.Context, log *slog.Logger, o StackOptions, stdout io.W
 	case "", StandIn:
 		o.ModelServer = StandIn
 	case Llama:
-		if o.engine, err = FindDemoEngine(); err != nil {
-			return err
+		if o.engine, err = devllama.Find(); err != nil {
+			return fmt.Errorf("--model-server %s: %w", Llama, err)
 		}
 	default:
 		return fmt.Errorf("--model-server %q: give %s (the default) or %s (llama.cpp's server, which make tools builds)", o.ModelServer, StandIn, Llama)
@@ -243,7 +244,7 @@ func startStackDaemons(o StackOptions, consulAddr string, consulTokens map[strin
 			"--run-as", currentUser()}},
 	} {
 		if d.name == "agent" && o.engine != nil {
-			d.args = append(d.args, "--allow-command", o.engine.Python, "--allow-command", o.engine.Interpreter)
+			d.args = append(d.args, o.engine.AllowFlags()...)
 		}
 		logFile, err := os.Create(filepath.Join(o.WorkDir, d.name+".log"))
 		if err != nil {
