@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -31,10 +32,13 @@ func (id testID) String() string {
 	return id.Package + "." + id.Test
 }
 
-// failure is one failed run of a test: its output, the lines the test
-// printed from its start to its end.
+// failure is one failed run of a test: the lines its test reported
+// (t.Error, t.Fatal, t.Log: "file_test.go:N: ..."), kept from the whole
+// run, then its output's last lines. A test that dumps its daemons' logs
+// when it fails prints its reason long before its last line.
 type failure struct {
-	output []string
+	messages []string
+	output   []string
 }
 
 // tally is what a phase saw of one test.
@@ -42,7 +46,14 @@ type tally struct {
 	runs, failed int
 	failures     []failure // the first maxKept
 	current      []string  // the output of the run in progress
+	messages     []string  // the run in progress's reports, the first maxMessages
 }
+
+// reported matches the first line of a test's report: its file and line.
+var reported = regexp.MustCompile(`^\s+[\w.-]+_test\.go:\d+: `)
+
+// maxMessages bounds the reports kept of a failed run.
+const maxMessages = 12
 
 // maxKept bounds the distinct failures kept per test, maxLines the lines
 // kept of each (its last ones: the failure is at the end) and maxWidth
@@ -102,10 +113,13 @@ func (rep *report) add(e event) {
 	}
 	switch e.Action {
 	case "run", "start":
-		t.current = t.current[:0]
+		t.current, t.messages = t.current[:0], t.messages[:0]
 	case "output":
 		line := strings.TrimRight(e.Output, "\n")
 		t.current = append(t.current, line)
+		if len(t.messages) < maxMessages && reported.MatchString(line) {
+			t.messages = append(t.messages, line)
+		}
 		if rep.pkgTail != nil {
 			rep.pkgTail[e.Package] = append(rep.pkgTail[e.Package], line)
 			if n := len(rep.pkgTail[e.Package]); n > maxLines {
@@ -117,7 +131,7 @@ func (rep *report) add(e event) {
 		}
 	case "pass":
 		t.runs++
-		t.current = t.current[:0]
+		t.current, t.messages = t.current[:0], t.messages[:0]
 	case "fail":
 		t.runs++
 		t.failed++
@@ -129,9 +143,9 @@ func (rep *report) add(e event) {
 			lines = lines[len(lines)-maxLines:]
 		}
 		if len(t.failures) < maxKept && !t.seen(lines) {
-			t.failures = append(t.failures, failure{output: slices.Clone(lines)})
+			t.failures = append(t.failures, failure{messages: slices.Clone(t.messages), output: slices.Clone(lines)})
 		}
-		t.current = t.current[:0]
+		t.current, t.messages = t.current[:0], t.messages[:0]
 	}
 }
 
@@ -176,6 +190,13 @@ func (rep *report) write(w io.Writer, phase string) {
 		fmt.Fprintf(w, "FAIL %s: %d of %d runs\n", id, t.failed, t.runs)
 		for i, f := range t.failures {
 			fmt.Fprintf(w, "  --- distinct failure %d of %d shown:\n", i+1, len(t.failures))
+			if slices.ContainsFunc(f.messages, func(m string) bool { return !slices.Contains(f.output, m) }) { // cut from the last lines
+				fmt.Fprintf(w, "  what the test reported:\n")
+				for _, l := range f.messages {
+					fmt.Fprintf(w, "    %s\n", clip(l))
+				}
+				fmt.Fprintf(w, "  its last lines:\n")
+			}
 			for _, l := range f.output {
 				fmt.Fprintf(w, "    %s\n", clip(l))
 			}

@@ -134,3 +134,25 @@ func TestPhasesRefuseUnknownNames(t *testing.T) {
 		t.Errorf("phases %+v, %v; want unit at -count=20 -cpu=1,2,4 and e2e twice", ps, err)
 	}
 }
+
+// TestReportKeepsWhatAFailedTestReported: a test that reports its failure
+// and then dumps more than the kept lines (its daemons' logs) is shown
+// with its report, not the dump's tail alone.
+func TestReportKeepsWhatAFailedTestReported(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"Action":"run","Package":"p","Test":"TestD"}` + "\n")
+	b.WriteString(`{"Action":"output","Package":"p","Test":"TestD","Output":"    d_test.go:7: timed out waiting for the agent\n"}` + "\n")
+	for range 5 * maxLines {
+		b.WriteString(`{"Action":"output","Package":"p","Test":"TestD","Output":"        a daemon's log line\n"}` + "\n")
+	}
+	b.WriteString(`{"Action":"fail","Package":"p","Test":"TestD"}` + "\n")
+	rep, err := read(strings.NewReader(b.String()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	rep.write(&out, "e2e")
+	if !strings.Contains(out.String(), "what the test reported:\n        d_test.go:7: timed out waiting for the agent\n  its last lines:") {
+		t.Fatalf("the summary leaves out what the test reported:\n%s", out.String())
+	}
+}
