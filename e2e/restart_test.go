@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -65,6 +66,7 @@ func dataPlaneOf(t *testing.T, m *twoNodeMesh, n *mtlsNode, backends ...string) 
 func restartAgent(t *testing.T, n *agentProc, crash bool, want int, args []string) {
 	t.Helper()
 	if crash {
+		waitRecorded(t, n.workDir, want)
 		_ = n.child.Kill()
 	} else if err := n.child.Stop(15 * time.Second); err != nil {
 		t.Fatalf("agent %s: %v", n.id, err)
@@ -77,6 +79,31 @@ func restartAgent(t *testing.T, n *agentProc, crash bool, want int, args []strin
 	testutil.WaitFor(t, 30*time.Second, "agent "+n.id+" to adopt its replicas and its envoy to be ready", func() bool {
 		log := n.stderr.String()[before:]
 		return strings.Contains(log, "replicas_adopted="+strconv.Itoa(want)) && strings.Contains(log, "envoy ready")
+	})
+}
+
+// waitRecorded waits until the agent working in dir has recorded want
+// running replica processes for its next incarnation to adopt
+// (agent/adopt.go). An agent killed between starting a replica and
+// recording it leaves a process the next one cannot tell from a stray
+// (it stops it, and starts the replica afresh), so a test that kills an
+// agent and counts what the next adopts waits for this first.
+func waitRecorded(t *testing.T, dir string, want int) {
+	t.Helper()
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("the agent to record its %d replica processes", want), func() bool {
+		files, _ := filepath.Glob(filepath.Join(dir, "running", "*.json"))
+		alive := 0
+		for _, f := range files {
+			var rec struct {
+				Process struct {
+					Pid int `json:"pid"`
+				} `json:"process"`
+			}
+			if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &rec) == nil && rec.Process.Pid > 0 && syscall.Kill(rec.Process.Pid, 0) == nil {
+				alive++
+			}
+		}
+		return alive == want
 	})
 }
 
