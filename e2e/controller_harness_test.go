@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/internal/backoff"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 )
@@ -52,14 +53,14 @@ func startController(t *testing.T, consul *testutil.Consul, id string, extraArgs
 	t.Helper()
 	c := &ctlProc{t: t, id: id, apiAddr: freeAddr(t), xdsAddr: freeAddr(t), args: extraArgs,
 		env: append([]string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr}, extraEnv...)}
-	c.start()
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before it starts, so a start that fails prints its log too
 		c.kill()
 		failOnRace(t, "controller "+c.id, strings.Join(c.logs, "")+c.stderr.String())
 		if t.Failed() {
 			t.Logf("controller %s log:\n%s%s", c.id, strings.Join(c.logs, ""), c.stderr.String())
 		}
 	})
+	c.start()
 	return c
 }
 
@@ -87,7 +88,14 @@ func (c *ctlProc) start() {
 		health = "https://" + c.apiAddr + "/healthz"
 		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a readiness probe only
 	}
-	testutil.WaitFor(c.t, 15*time.Second, "controller "+c.id+" /healthz", func() bool {
+	// The controller serves once it has its identity from Consul's CA,
+	// asking again at the pauses of backoff.Consul (up to 10 s apart)
+	// while Consul is not up: so up to that long after Consul is, on top
+	// of what Consul takes. One that exits fails the test at once.
+	testutil.WaitFor(c.t, 20*time.Second+backoff.Consul().Max, "controller "+c.id+" /healthz", func() bool {
+		if c.child.Exited() {
+			c.t.Fatalf("controller %s exited while starting", c.id)
+		}
 		r := do(client, "GET", health, "")
 		return r.err == nil && r.status == 200
 	})

@@ -91,7 +91,7 @@ func restartAgent(t *testing.T, n *agentProc, crash bool, want int, args []strin
 func waitRecorded(t *testing.T, dir string, want int) {
 	t.Helper()
 	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("the agent to record its %d replica processes", want), func() bool {
-		files, _ := filepath.Glob(filepath.Join(dir, "running", "*.json"))
+		files, _ := filepath.Glob(filepath.Join(dir, "replicas", "running", "*.json")) // the agent's replicas' folder
 		alive := 0
 		for _, f := range files {
 			var rec struct {
