@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func dispatched(t *testing.T, p *Picker, busy []choice, ws []*waiter) []string {
 	t.Helper()
 	var order []string
 	for range ws {
-		p.done(busy[0], time.Millisecond)
+		p.done(busy[0], time.Millisecond, http.StatusOK)
 		busy = busy[1:]
 		for _, w := range ws {
 			select {
@@ -141,7 +142,7 @@ func TestAWaitEnds(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d requests still wait, want none", n)
 	}
-	p.done(busy[0], time.Millisecond)
+	p.done(busy[0], time.Millisecond, http.StatusOK)
 	if c := pickNow(t, p, request{}); c.replica != busy[0].replica {
 		t.Errorf("the freed replica went to %+v, want the next request", c)
 	}
@@ -200,7 +201,7 @@ func TestAWaitingRequestExtendsEnvoysTimeout(t *testing.T) {
 	if got := resp.GetOverrideMessageTimeout().AsDuration(); got != 5*time.Second || resp.GetRequestHeaders() != nil {
 		t.Fatalf("first answer %v, want only a message timeout of 5 s", resp)
 	}
-	p.done(busy[0], time.Millisecond)
+	p.done(busy[0], time.Millisecond, http.StatusOK)
 	if resp, err = stream.Recv(); err != nil {
 		t.Fatal(err)
 	}

@@ -260,7 +260,7 @@ func (p *Picker) expectPrompt(blocks []uint64, ready []*replicaLoad, loads []sco
 func (p *Picker) promptHome(backend, key string, ready []*replicaLoad, loads []scoring.Replica, cheapest int, limits scoring.Limits, known bool, now time.Time) int {
 	home := p.spread(backend).Home(key, replicaNodes(ready), now)
 	j := slices.IndexFunc(ready, func(r *replicaLoad) bool { return r.tag == home })
-	if j < 0 || (known && loads[j].Saturated(limits, now)) || !scoring.KeepsHome(loads[j], loads[cheapest], now) {
+	if j < 0 || (known && loads[j].Saturated(limits, now)) || loads[j].Failing() || !scoring.KeepsHome(loads[j], loads[cheapest], now) {
 		return cheapest
 	}
 	return j
@@ -275,7 +275,7 @@ func (p *Picker) sessionReplica(backend string, req request, ready []*replicaLoa
 	}
 	tag := p.sessions.replica(backend, req.session)
 	for _, r := range ready {
-		if r.tag == tag && (!known || !r.Saturated(limits, p.now())) {
+		if r.tag == tag && (!known || !r.Saturated(limits, p.now())) && !r.Failing() {
 			r.InFlight++
 			r.cache.Add(req.blocks)
 			p.sessions.served(backend, req.session, tag)
@@ -298,20 +298,30 @@ func (p *Picker) ready(backend string) ([]*replicaLoad, []scoring.Replica) {
 	return out, loads
 }
 
-// done ends a request picked (c): its time to first byte (0: it got
-// none) joins its replica's smoothed one, unless the replica had to load
-// its model first (the load's time is ModelMiss's to price: counted as
-// the replica's pace, it would push the model's next requests to one that
-// must drop another model for it).
-func (p *Picker) done(c choice, ttfb time.Duration) {
+// done ends a request picked (c), answered with status (0: no answer)
+// after ttfb. A 5xx answer counts as a slow one (scoring.FailedTTFB): one
+// that failed at once is no sign of a fast replica, and a replica whose
+// server fails every request at once would otherwise take ever more of
+// them. Another answer's time to first byte joins the replica's smoothed
+// one, unless the replica had to load its model first (the load's time is
+// ModelMiss's to price: counted as the replica's pace, it would push the
+// model's next requests to one that must drop another model for it).
+func (p *Picker) done(c choice, ttfb time.Duration, status int) {
 	r := c.replica
 	limits, known := p.backendLimits(r.backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r.InFlight--
 	if ttfb > 0 {
-		if !c.loadsModel {
+		switch {
+		case status >= 500:
+			r.Failures++
+			r.TTFB = scoring.Smooth(r.TTFB, scoring.FailedTTFB(r.Replica, p.typicalTTFB(r.backend)))
+		case !c.loadsModel:
+			r.Failures = 0
 			r.TTFB = scoring.Smooth(r.TTFB, ttfb)
+		default:
+			r.Failures = 0
 		}
 		p.rate(r.backend).add(p.now())
 	}

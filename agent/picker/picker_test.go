@@ -92,11 +92,11 @@ func TestPickerShedsSheddableRequestsOnlyWhenAllAreSaturated(t *testing.T) {
 	if w == nil {
 		t.Fatalf("a critical request got %+v at once, want it to wait", c)
 	}
-	p.done(last, 10*time.Millisecond)
+	p.done(last, 10*time.Millisecond, http.StatusOK)
 	if c := p.wait(context.Background(), w, time.Second); c.replica != last.replica {
 		t.Fatalf("the waiting critical request got %+v once a replica freed, want that one", c)
 	}
-	p.done(last, 10*time.Millisecond)
+	p.done(last, 10*time.Millisecond, http.StatusOK)
 	if c := pickNow(t, p, request{priority: -1}); c.shed || c.replica != last.replica {
 		t.Errorf("after one answer, a sheddable request got %+v, want the replica with room", c)
 	}
@@ -152,7 +152,7 @@ func TestPickerReportsTheNodesCapacity(t *testing.T) {
 	for range 40 {
 		c := pickNow(t, p, request{})
 		*now = now.Add(50 * time.Millisecond)
-		p.done(c, 100*time.Millisecond)
+		p.done(c, 100*time.Millisecond, http.StatusOK)
 	}
 	report := p.Report("llama")
 	var util, rps float64
@@ -188,7 +188,7 @@ func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 		for range 40 {
 			c := pickNow(t, p, request{})
 			*now = now.Add(50 * time.Millisecond)
-			p.done(c, ttfb)
+			p.done(c, ttfb, http.StatusOK)
 		}
 		var util, rps float64
 		if _, err := fmt.Sscanf(p.Report("llama"), "TEXT application_utilization=%g,rps_fractional=%g", &util, &rps); err != nil {
@@ -281,7 +281,7 @@ func TestPickerSendsAPromptToTheReplicaHoldingItsPrefix(t *testing.T) {
 		return prefix.Blocks([]byte(`{"messages":[{"role":"system","content":"`+strings.Repeat(system, 40*prefix.BlockBytes)+`"},{"role":"user","content":"`+user+`"}]}`), prefix.BlockBytes)
 	}
 	first := pickNow(t, p, request{blocks: prompt("a", "hello")})
-	p.done(first, 100*time.Millisecond)
+	p.done(first, 100*time.Millisecond, http.StatusOK)
 	second := pickNow(t, p, request{blocks: prompt("a", "another question")})
 	if second.replica != first.replica {
 		t.Fatalf("the second request with the same system prompt went to %s, the first to %s", second.replica.tag, first.replica.tag)
@@ -459,8 +459,8 @@ func TestPickerKeepsAConversationOnItsReplica(t *testing.T) {
 	if third.replica == first.replica {
 		t.Fatalf("the conversation stayed on %s, saturated", first.replica.tag)
 	}
-	p.done(first, 10*time.Millisecond)
-	p.done(first, 10*time.Millisecond)
+	p.done(first, 10*time.Millisecond, http.StatusOK)
+	p.done(first, 10*time.Millisecond, http.StatusOK)
 	if fourth := pickNow(t, p, request{session: "chat-1"}); fourth.replica != third.replica {
 		t.Fatalf("after moving to %s the conversation went to %s", third.replica.tag, fourth.replica.tag)
 	}
@@ -476,9 +476,9 @@ func TestPickerKeepsAConversationOnItsReplica(t *testing.T) {
 func TestPickerSendsAModelWhereItIsLoaded(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{MaxModelsPerReplica: 1})
 	a := pickNow(t, p, request{model: "a"})
-	p.done(a, 10*time.Millisecond)
+	p.done(a, 10*time.Millisecond, http.StatusOK)
 	b := pickNow(t, p, request{model: "b"})
-	p.done(b, 10*time.Millisecond)
+	p.done(b, 10*time.Millisecond, http.StatusOK)
 	if b.replica == a.replica {
 		t.Fatalf("model b went to %s, which holds a, while two replicas had room", b.replica.tag)
 	}
@@ -486,7 +486,7 @@ func TestPickerSendsAModelWhereItIsLoaded(t *testing.T) {
 		if again := pickNow(t, p, request{model: "a"}); again.replica != a.replica {
 			t.Fatalf("model a went to %s, not %s which has it loaded", again.replica.tag, a.replica.tag)
 		} else {
-			p.done(again, 10*time.Millisecond)
+			p.done(again, 10*time.Millisecond, http.StatusOK)
 		}
 	}
 	if got := bodyModel([]byte(`{"model":"m-1","prompt":"x"}`)); got != "m-1" {
@@ -503,17 +503,58 @@ func TestPickerSendsAModelWhereItIsLoaded(t *testing.T) {
 func TestPickerKeepsAModelWhereItsLoadWasSlow(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{MaxModelsPerReplica: 1})
 	a := pickNow(t, p, request{model: "a"})
-	p.done(a, 50*time.Millisecond)
+	p.done(a, 50*time.Millisecond, http.StatusOK)
 	b := pickNow(t, p, request{model: "b"})
-	p.done(b, 2*time.Second) // b loaded first
+	p.done(b, 2*time.Second, http.StatusOK) // b loaded first
 	for i := range 4 {
 		model, want := []string{"a", "b"}[i%2], []choice{a, b}[i%2]
 		again := pickNow(t, p, request{model: model})
 		if again.replica != want.replica {
 			t.Fatalf("request %d, model %s: went to %s, not %s which has it loaded", i, model, again.replica.tag, want.replica.tag)
 		}
-		p.done(again, 50*time.Millisecond)
+		p.done(again, 50*time.Millisecond, http.StatusOK)
 	}
+}
+
+// TestPickerDoesNotFavourAReplicaThatFailsFast: a replica whose server
+// answers 5xx at once (an engine out of memory slots, a broken model)
+// would look the fastest by its time to first byte and take ever more
+// requests, the black hole a load balancer by latency falls into. Its
+// failures count as slow answers instead, and a prompt's home that keeps
+// failing gives the prompt up; once it answers again it wins its share
+// back.
+func TestPickerDoesNotFavourAReplicaThatFailsFast(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{})
+	failing := "127.0.0.1:9001"
+	served := map[string]int{}
+	for range 30 {
+		c := pickNow(t, p, request{})
+		served[c.replica.addr]++
+		if c.replica.addr == failing {
+			p.done(c, time.Millisecond, http.StatusServiceUnavailable)
+		} else {
+			p.done(c, 100*time.Millisecond, http.StatusOK)
+		}
+	}
+	if served[failing] > 3 {
+		t.Fatalf("a replica failing at once got %d of 30 requests (%v); want few: failures are not fast answers", served[failing], served)
+	}
+	// A long prompt's home fails twice in a row: its next request goes
+	// elsewhere, and stays there.
+	p, _ = testPicker(t, &meshspec.LoadAware{})
+	blocks := prefix.Blocks([]byte(strings.Repeat("a system prompt shared by many requests. ", 40)), prefix.BlockBytes)
+	home := pickNow(t, p, request{blocks: blocks})
+	p.done(home, time.Millisecond, http.StatusInternalServerError)
+	again := pickNow(t, p, request{blocks: blocks})
+	if again.replica != home.replica {
+		t.Fatalf("after one failure the prompt left its home %s for %s; want it kept (one failure is chance)", home.replica.tag, again.replica.tag)
+	}
+	p.done(again, time.Millisecond, http.StatusInternalServerError)
+	moved := pickNow(t, p, request{blocks: blocks})
+	if moved.replica == home.replica {
+		t.Fatalf("the prompt stayed on %s after two failures in a row", home.replica.tag)
+	}
+	p.done(moved, 100*time.Millisecond, http.StatusOK)
 }
 
 // pickNow is the picker's choice for req to backend llama, which must not
@@ -568,7 +609,7 @@ func TestPickerSpreadsNewPrompts(t *testing.T) {
 	for i := range 9 {
 		blocks := prefix.Blocks([]byte(strings.Repeat(fmt.Sprintf("tenant %d. ", i), 8*prefix.BlockBytes)), prefix.BlockBytes)
 		c := pickNow(t, p, request{blocks: blocks})
-		p.done(c, 50*time.Millisecond)
+		p.done(c, 50*time.Millisecond, http.StatusOK)
 		got[c.replica.tag]++
 	}
 	if len(got) != 3 || got["llama#000001"] != 3 || got["llama#000002"] != 3 {
@@ -645,13 +686,13 @@ func TestAPromptKeepsItsHomeThoughItWasSlowFirst(t *testing.T) {
 	p.mu.Unlock()
 	blocks := prefix.Blocks([]byte(strings.Repeat("a long system prompt. ", 4*prefix.BlockBytes)), prefix.BlockBytes)
 	first := pickNow(t, p, request{blocks: blocks})
-	p.done(first, 50*time.Millisecond)
+	p.done(first, 50*time.Millisecond, http.StatusOK)
 	for i := range 3 {
 		c := pickNow(t, p, request{blocks: blocks})
 		if c.replica != first.replica {
 			t.Fatalf("request %d of the prompt went to %s, not its home %s (slower by its first, cold, request)", i, c.replica.tag, first.replica.tag)
 		}
-		p.done(c, 5*time.Millisecond)
+		p.done(c, 5*time.Millisecond, http.StatusOK)
 	}
 	// Two in flight at home (max_concurrent_queries 2: saturated): the
 	// next goes elsewhere.

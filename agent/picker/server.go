@@ -127,7 +127,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 	var ask request
 	defer func() {
 		if picked.replica != nil { // the answer never came (a reset, a timeout)
-			s.picker.done(picked, 0)
+			s.picker.done(picked, 0, 0)
 		}
 	}()
 	return answerEach(stream, func(req *extproc.ProcessingRequest) (*extproc.ProcessingResponse, error) {
@@ -167,7 +167,8 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 			picked, sent = c, s.picker.now()
 		case *extproc.ProcessingRequest_ResponseHeaders:
 			if picked.replica != nil {
-				s.picker.done(picked, s.picker.now().Sub(sent))
+				status, _ := strconv.Atoi(headerValue(r.ResponseHeaders.GetHeaders(), ":status"))
+				s.picker.done(picked, s.picker.now().Sub(sent), status)
 				picked = choice{}
 			}
 			resp = &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extproc.HeadersResponse{
@@ -287,7 +288,7 @@ func (s *Server) pick(stream extproc.ExternalProcessor_ProcessServer, backend st
 	timeout := time.Duration(s.picker.flowControl(backend).EffectiveQueueTimeoutS() * float64(time.Second))
 	if err := stream.Send(&extproc.ProcessingResponse{OverrideMessageTimeout: durationpb.New(timeout + time.Second)}); err != nil {
 		if c := s.picker.wait(canceled, w, 0); c.replica != nil { // out of the queue
-			s.picker.done(c, 0)
+			s.picker.done(c, 0, 0)
 		}
 		return choice{}, err
 	}

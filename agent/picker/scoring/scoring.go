@@ -35,7 +35,29 @@ type Replica struct {
 	// backend whose replicas load models on demand: 0 loaded, 1 loaded
 	// into room it has, 2 loaded in place of another (ModelWeight).
 	ModelMiss int
+	// Failures is how many of its last answers in a row were 5xx.
+	Failures int
 }
+
+// FailurePenalty is how much slower than its smoothed time to first byte
+// (or the typical one, if more) a replica's 5xx answer counts: each
+// failure nearly doubles its smoothed time (TTFBWeight), so a replica
+// that keeps failing gets ever fewer requests, and wins its share back as
+// its answers come again.
+const FailurePenalty = 4
+
+// FailedTTFB is the time to first byte a 5xx answer of r counts as.
+func FailedTTFB(r Replica, typical time.Duration) time.Duration {
+	return FailurePenalty * max(r.TTFB, typical)
+}
+
+// FailingAfter is how many 5xx answers in a row make a replica failing:
+// it is no longer a prompt's home or a conversation's replica (one
+// failure may be the request's own; two in a row are the replica's).
+const FailingAfter = 2
+
+// Failing reports whether r's last FailingAfter answers failed.
+func (r Replica) Failing() bool { return r.Failures >= FailingAfter }
 
 // ModelWeight is how much a model the replica must load adds to its cost,
 // per ModelMiss: a replica with the model loaded is picked while its
@@ -141,12 +163,13 @@ func KeepsHome(home, cheapest Replica, now time.Time) bool {
 }
 
 // Typical stands in for the time to first byte of a replica that has
-// answered nothing yet: the fastest of the others', so it is tried soon;
-// a millisecond when none has answered.
+// answered nothing yet: the fastest of the others' (not one whose last
+// answer failed: it sets no pace), so it is tried soon; a millisecond
+// when none has answered.
 func Typical(replicas []Replica) time.Duration {
 	var best time.Duration
 	for _, r := range replicas {
-		if r.TTFB > 0 && (best == 0 || r.TTFB < best) {
+		if r.TTFB > 0 && r.Failures == 0 && (best == 0 || r.TTFB < best) {
 			best = r.TTFB
 		}
 	}

@@ -124,3 +124,20 @@ func TestKeepsHome(t *testing.T) {
 		}
 	}
 }
+
+// TestFailuresSetNoPaceAndCostTime: a replica whose last answer failed is
+// not the typical pace a new replica is taken at, its failure counts as
+// FailurePenalty times its time, and two in a row make it failing.
+func TestFailuresSetNoPaceAndCostTime(t *testing.T) {
+	failed := Replica{TTFB: time.Millisecond, Failures: 1}
+	steady := Replica{TTFB: 80 * time.Millisecond}
+	if got := Typical([]Replica{failed, steady, {}}); got != 80*time.Millisecond {
+		t.Errorf("typical %v; want the steady replica's 80ms, not the failed one's", got)
+	}
+	if got := FailedTTFB(failed, 80*time.Millisecond); got != FailurePenalty*80*time.Millisecond {
+		t.Errorf("a failure of a replica faster than typical counts %v; want %d times typical", got, FailurePenalty)
+	}
+	if failed.Failing() || !(Replica{Failures: FailingAfter}).Failing() {
+		t.Errorf("failing after %d in a row: one failure %v, %d failures %v", FailingAfter, failed.Failing(), FailingAfter, Replica{Failures: FailingAfter}.Failing())
+	}
+}
