@@ -136,7 +136,9 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 	backend := b.Name
 	metadata := []*core.HeaderValue{{Key: wire.BackendHeader, Value: backend}}
 	var forwarded []*matcher.StringMatcher
-	for _, h := range []string{ir.CriticalityHeader, ir.PriorityHeader, ir.PriorityLimitHeader} {
+	// The answer's status too: the picker counts a 5xx as a slow answer,
+	// not a fast one.
+	for _, h := range []string{ir.CriticalityHeader, ir.PriorityHeader, ir.PriorityLimitHeader, ":status"} {
 		forwarded = append(forwarded, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: h}})
 	}
 	for _, h := range []struct{ meta, name string }{{wire.PickerSessionHeader, b.SessionHeader}, {wire.PickerModelHeader, b.ModelHeader}, {wire.PickerTenantHeader, b.TenantHeader}} {
@@ -173,7 +175,8 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
 			Untyped: []string{wire.PickerNamespace}}},
 		// The picker reads the criticality, the priority and the session,
-		// model and tenant headers; the others are not sent to it.
+		// model and tenant headers, and the answer's status; the others
+		// are not sent to it.
 		ForwardRules: &extproc.HeaderForwardingRules{AllowedHeaders: &matcher.ListStringMatcher{Patterns: forwarded}},
 	})
 	if err != nil {
