@@ -41,6 +41,26 @@ func findEngine(t *testing.T) *devllama.Engine {
 	return e
 }
 
+// engineMesh is the default mesh (mTLS, two nodes) named name, its agents
+// given agentArgs, serving endpoint e from backends, once every node
+// serves it; the nodes' logs and stats are printed if the test fails.
+func engineMesh(t *testing.T, name string, agentArgs []string, e meshspec.Endpoint, backends ...meshspec.Backend) (*twoNodeMesh, []*mtlsNode) {
+	t.Helper()
+	mesh := startTwoNodeMeshWith(t, name, nil, agentArgs)
+	mesh.createBackends(t, backends...)
+	if _, err := mesh.c.CreateEndpoint(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	waitServed(t, mesh, e.Name)
+	nodes := []*mtlsNode{mesh.n1, mesh.n2}
+	t.Cleanup(func() { // before the mesh stops
+		if t.Failed() {
+			dumpNodes(t, nodes)
+		}
+	})
+	return mesh, nodes
+}
+
 // TestARealModelServerBehindTheMesh: issue 60. llama.cpp's server, a
 // replica on each node of the default mesh (mTLS), load-aware with
 // prompt affinity: OpenAI chat completions through each node's public
@@ -52,20 +72,11 @@ func findEngine(t *testing.T) *devllama.Engine {
 func TestARealModelServerBehindTheMesh(t *testing.T) {
 	t.Parallel()
 	eng := findEngine(t)
-	mesh := startTwoNodeMeshWith(t, "engine", nil, append(eng.AllowFlags(), rateLimitArgs(t)...))
+	mesh, nodes := engineMesh(t, "engine", append(eng.AllowFlags(), rateLimitArgs(t)...),
+		meshspec.Endpoint{Name: "openai", Route: "/v1", Methods: []string{"GET", "POST"}, Traffic: map[string]float64{"tiny": 1}},
+		meshspec.Backend{Name: "tiny", Process: eng.Process("tiny"),
+			Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3, LoadAware: &meshspec.LoadAware{PromptAffinity: true}}})
 	ctx := context.Background()
-	mesh.createBackends(t, meshspec.Backend{Name: "tiny", Process: eng.Process("tiny"),
-		Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3, LoadAware: &meshspec.LoadAware{PromptAffinity: true}}})
-	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "openai", Route: "/v1", Methods: []string{"GET", "POST"}, Traffic: map[string]float64{"tiny": 1}}); err != nil {
-		t.Fatal(err)
-	}
-	waitServed(t, mesh, "openai")
-	nodes := []*mtlsNode{mesh.n1, mesh.n2}
-	defer func() {
-		if t.Failed() {
-			dumpNodes(t, nodes)
-		}
-	}()
 
 	t.Run("streamed and whole answers through each node, to each replica", func(t *testing.T) {
 		for _, n := range nodes {
@@ -420,25 +431,14 @@ func streamChat(t *testing.T, public, prompt string, tokens int) (time.Duration,
 func TestModelVersionsOnARealEngine(t *testing.T) {
 	t.Parallel()
 	eng := findEngine(t)
-	mesh := startTwoNodeMeshWith(t, "versions", nil, eng.AllowFlags())
-	ctx := context.Background()
-	mesh.createBackends(t,
+	mesh, nodes := engineMesh(t, "versions", eng.AllowFlags(),
+		meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
+			ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
+				"tiny":    {Traffic: map[string]float64{"v1": 0.5, "v2": 0.5}, Shadows: map[string]float64{"v2": 0.5}},
+				"tiny-v2": {Traffic: map[string]float64{"v2": 1}},
+			}}},
 		meshspec.Backend{Name: "v1", Process: eng.Process("tiny-v1"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 3}},
 		meshspec.Backend{Name: "v2", Process: eng.Process("tiny-v2"), Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 3}})
-	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
-		ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{
-			"tiny":    {Traffic: map[string]float64{"v1": 0.5, "v2": 0.5}, Shadows: map[string]float64{"v2": 0.5}},
-			"tiny-v2": {Traffic: map[string]float64{"v2": 1}},
-		}}}); err != nil {
-		t.Fatal(err)
-	}
-	waitServed(t, mesh, "chat")
-	nodes := []*mtlsNode{mesh.n1, mesh.n2}
-	defer func() {
-		if t.Failed() {
-			dumpNodes(t, nodes)
-		}
-	}()
 	// send asks for model n times through alternating nodes, two callers
 	// at a time (each engine evaluates one request at a time), and waits
 	// until the engines have evaluated every request the nodes sent them.
@@ -500,21 +500,10 @@ func TestModelMultiplexingOnARealEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mesh := startTwoNodeMeshWith(t, "multiplex", nil, eng.AllowFlags())
-	mesh.createBackends(t, meshspec.Backend{Name: "multi",
-		Process: multi,
-		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 1.5, LoadAware: &meshspec.LoadAware{MaxModelsPerReplica: 1, PromptAffinity: true}}})
-	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "multi", Route: "/v1/chat/completions", Methods: []string{"POST"},
-		Traffic: map[string]float64{"multi": 1}}); err != nil {
-		t.Fatal(err)
-	}
-	waitServed(t, mesh, "multi")
-	nodes := []*mtlsNode{mesh.n1, mesh.n2}
-	defer func() {
-		if t.Failed() {
-			dumpNodes(t, nodes)
-		}
-	}()
+	mesh, nodes := engineMesh(t, "multiplex", eng.AllowFlags(),
+		meshspec.Endpoint{Name: "multi", Route: "/v1/chat/completions", Methods: []string{"POST"}, Traffic: map[string]float64{"multi": 1}},
+		meshspec.Backend{Name: "multi", Process: multi,
+			Config: meshspec.BackendConfig{NumReplicas: 4, CPUs: 1.5, LoadAware: &meshspec.LoadAware{MaxModelsPerReplica: 1, PromptAffinity: true}}})
 	// Each replica loaded the first model as it started.
 	testutil.WaitFor(t, 30*time.Second, "each replica's engine to have loaded its first model", func() bool { return modelLoads(t, mesh, "multi") == 4 })
 	// Each calling node places the models it sees itself (README:

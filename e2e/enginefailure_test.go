@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -57,21 +56,10 @@ func TestAFailingEngineDoesNotDrawTheLoad(t *testing.T) {
 	}
 	script := fmt.Sprintf(`if [ "$SERVEMESH_NODE" = failing-n1 ]; then exec %q -m llama_cpp.server --config_file %q; else exec %q -m llama_cpp.server --config_file %q; fi`,
 		eng.Python, broken, eng.Python, good)
-	mesh := startTwoNodeMeshWith(t, "failing", nil, append(eng.AllowFlags(), "--allow-command", "/bin/sh", "--allow-command", sh))
-	mesh.createBackends(t, meshspec.Backend{Name: "tiny",
-		Process: &meshspec.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", script}, HealthPath: devllama.HealthPath},
-		Config:  meshspec.BackendConfig{NumReplicas: 2, CPUs: 3, LoadAware: &meshspec.LoadAware{}}})
-	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"},
-		Traffic: map[string]float64{"tiny": 1}}); err != nil {
-		t.Fatal(err)
-	}
-	waitServed(t, mesh, "chat")
-	nodes := []*mtlsNode{mesh.n1, mesh.n2}
-	defer func() {
-		if t.Failed() {
-			dumpNodes(t, nodes)
-		}
-	}()
+	_, nodes := engineMesh(t, "failing", append(eng.AllowFlags(), "--allow-command", "/bin/sh", "--allow-command", sh),
+		meshspec.Endpoint{Name: "chat", Route: "/v1/chat/completions", Methods: []string{"POST"}, Traffic: map[string]float64{"tiny": 1}},
+		meshspec.Backend{Name: "tiny", Process: &meshspec.ProcessSpec{Command: "/bin/sh", Args: []string{"-c", script}, HealthPath: devllama.HealthPath},
+			Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3, LoadAware: &meshspec.LoadAware{}}})
 	// Answers through both nodes until the failing replica's share of the
 	// last 20 is under a quarter; it starts at half or more (the nodes'
 	// weights are equal until their load reports count, and the failing
