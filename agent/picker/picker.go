@@ -141,6 +141,7 @@ const (
 const (
 	pickedSession = "its conversation's replica"
 	pickedHome    = "its prompt's home"
+	pickedModel   = "the replica holding its model"
 	pickedFree    = "the cheapest free replica"
 	pickedRoom    = "every replica saturated: the cheapest with room in its queue"
 	pickedNone    = "no ready replica here: Envoy's own choice"
@@ -190,7 +191,9 @@ func (p *Picker) pick(backend string, req request) (choice, *waiter) {
 // place picks the replica of backend that takes req if one is free: the
 // one that served its conversation while that one is ready and not
 // saturated, else the policy's choice (scoring.ChooseFree) given how much
-// of the prompt each replica is expected to hold; with every replica
+// of the prompt each replica is expected to hold, kept on a replica
+// holding the request's model (scoring.ModelHolder) or on its prompt's
+// home; with every replica
 // saturated, a request of priority 0 or more still goes to the cheapest
 // whose requests in flight are under max_concurrent_queries
 // (scoring.ChooseWithRoom: its server queues it). It counts the request
@@ -213,8 +216,13 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 		}
 	}
 	i, why := scoring.ChooseFree(loads, limits, known, now, typical), pickedFree
+	if req.model != "" && limits.MaxModels > 0 && i >= 0 {
+		if j := scoring.ModelHolder(loads, i, limits, known, now); j >= 0 && j != i {
+			i, why = j, pickedModel
+		}
+	}
 	key, keyed := affinityKey(req.blocks)
-	if keyed && i >= 0 {
+	if keyed && i >= 0 && why != pickedModel {
 		if home := p.promptHome(backend, key, ready, loads, i, limits, known, now); home != i {
 			i, why = home, pickedHome
 		}

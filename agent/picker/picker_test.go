@@ -516,6 +516,37 @@ func TestPickerKeepsAModelWhereItsLoadWasSlow(t *testing.T) {
 	}
 }
 
+// TestAModelKeepsItsReplicaThoughAnotherLooksFaster: a replica's time to
+// first byte swings with its engine's other work and the machine's, so a
+// replica holding the request's model takes it while its requests pending
+// stay within HomeLoad times the cheapest's (as a prompt's home does),
+// whatever the times say: on a real engine under load, one slow answer
+// (a smoothed 207 ms against another replica's 20 ms) outweighed a model
+// load, and the models changed replicas twice, each move a load.
+func TestAModelKeepsItsReplicaThoughAnotherLooksFaster(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{MaxModelsPerReplica: 1})
+	a := pickNow(t, p, request{model: "a"})
+	p.done(a, 20*time.Millisecond, http.StatusOK)
+	b := pickNow(t, p, request{model: "b"})
+	p.done(b, 20*time.Millisecond, http.StatusOK)
+	p.mu.Lock()
+	a.replica.TTFB, b.replica.TTFB = 207*time.Millisecond, 20*time.Millisecond
+	p.mu.Unlock()
+	for i := range 4 {
+		model, want := []string{"a", "b"}[i%2], []choice{a, b}[i%2]
+		again := pickNow(t, p, request{model: model})
+		if again.replica != want.replica {
+			t.Fatalf("request %d, model %s: went to %s, not %s which holds it", i, model, again.replica.tag, want.replica.tag)
+		}
+		p.done(again, 20*time.Millisecond, http.StatusOK)
+	}
+	// Busy enough, the holder gives a request up to an idle replica.
+	busy := []choice{pickNow(t, p, request{model: "a"}), pickNow(t, p, request{model: "a"})}
+	if busy[1].replica != a.replica {
+		t.Fatalf("the second request in flight for a went to %s, not its holder %s", busy[1].replica.tag, a.replica.tag)
+	}
+}
+
 // TestPickerDoesNotFavourAReplicaThatFailsFast: a replica whose server
 // answers 5xx at once (an engine out of memory slots, a broken model)
 // would look the fastest by its time to first byte and take ever more

@@ -162,6 +162,29 @@ func KeepsHome(home, cheapest Replica, now time.Time) bool {
 	return home.Pending(now)+1 <= HomeLoad*(cheapest.Pending(now)+1)
 }
 
+// ModelHolder is which of ready, the cheapest being ready[cheapest],
+// takes a request whose model some hold (ModelMiss 0): the least busy of
+// those not saturated nor failing, while it KeepsHome against the
+// cheapest; -1 if none does. By requests pending, not the cost: a model's
+// replica keeps it as a prompt's home keeps the prompt, since a time to
+// first byte swings with an engine's other work, and a load costs more
+// than any of those swings.
+func ModelHolder(ready []Replica, cheapest int, l Limits, known bool, now time.Time) int {
+	best := -1
+	for i, r := range ready {
+		if r.ModelMiss != 0 || (known && r.Saturated(l, now)) || r.Failing() {
+			continue
+		}
+		if best < 0 || r.Pending(now) < ready[best].Pending(now) {
+			best = i
+		}
+	}
+	if best < 0 || !KeepsHome(ready[best], ready[cheapest], now) {
+		return -1
+	}
+	return best
+}
+
 // Typical stands in for the time to first byte of a replica that has
 // answered nothing yet: the fastest of the others' (not one whose last
 // answer failed: it sets no pace), so it is tried soon; a millisecond

@@ -141,3 +141,29 @@ func TestFailuresSetNoPaceAndCostTime(t *testing.T) {
 		t.Errorf("failing after %d in a row: one failure %v, %d failures %v", FailingAfter, failed.Failing(), FailingAfter, Replica{Failures: FailingAfter}.Failing())
 	}
 }
+
+// TestModelHolder: the least busy replica holding the model takes the
+// request while it keeps its home against the cheapest, whatever their
+// times; not a saturated or failing one; none when no one holds it.
+func TestModelHolder(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	l := Limits{MaxInFlight: 8}
+	slow := Replica{TTFB: time.Second}
+	fast := Replica{TTFB: 10 * time.Millisecond, ModelMiss: 2}
+	for _, c := range []struct {
+		name  string
+		ready []Replica
+		want  int
+	}{
+		{"the holder, ten times slower", []Replica{fast, slow}, 1},
+		{"the less busy of two holders", []Replica{{InFlight: 2}, {InFlight: 1}, fast}, 1},
+		{"a holder too busy against an idle one", []Replica{fast, {InFlight: 4}}, -1},
+		{"a saturated holder", []Replica{fast, {InFlight: 8}}, -1},
+		{"a failing holder", []Replica{fast, {Failures: FailingAfter}}, -1},
+		{"no holder", []Replica{fast, {ModelMiss: 1}}, -1},
+	} {
+		if got := ModelHolder(c.ready, 0, l, true, now); got != c.want {
+			t.Errorf("%s: %d; want %d", c.name, got, c.want)
+		}
+	}
+}
