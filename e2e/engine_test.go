@@ -505,11 +505,15 @@ func TestModelMultiplexingOnARealEngine(t *testing.T) {
 		meshspec.Backend{Name: "multi", Process: multi,
 			Config: meshspec.BackendConfig{NumReplicas: 4, CPUs: 1.5, LoadAware: &meshspec.LoadAware{MaxModelsPerReplica: 1, PromptAffinity: true}}})
 	// Each replica loaded the first model as it started.
-	testutil.WaitFor(t, 30*time.Second, "each replica's engine to have loaded its first model", func() bool { return modelLoads(t, mesh, "multi") == 4 })
-	// Each calling node places the models it sees itself (README:
-	// multiplexing), so the first requests of m-b may load it once through
-	// each node; from then on every request goes to a replica with its
-	// model loaded.
+	// (At least once: an engine that lost its port to another process as
+	// it bound it is started again by its agent on another, and loads its
+	// model again.)
+	testutil.WaitFor(t, 30*time.Second, "each replica's engine to have loaded its first model", func() bool { return modelLoads(t, mesh, "multi") >= 4 })
+	// Each node's picker places the models that reach it on its own
+	// replicas (README: multiplexing), and every engine starts with m-a
+	// loaded: so m-b is loaded once on each node it reaches, at most
+	// twice in all, whichever node Envoy sends each request to, and never
+	// again; each request goes to a replica with its model loaded.
 	round := func() int {
 		before := modelLoads(t, mesh, "multi")
 		for i := range 12 {
@@ -520,14 +524,11 @@ func TestModelMultiplexingOnARealEngine(t *testing.T) {
 		}
 		return modelLoads(t, mesh, "multi") - before
 	}
-	first := round()
-	if first > len(nodes) {
-		t.Fatalf("the engines loaded a model %d times for the first 12 requests of two models through two nodes; want at most %d (m-b once placed by each calling node)", first, len(nodes))
+	rounds := []int{round(), round()}
+	if rounds[0]+rounds[1] > len(nodes) {
+		t.Fatalf("the engines loaded a model %v times for two rounds of 12 requests of two models through two nodes; want at most %d in all (m-b once on each node it reaches)", rounds, len(nodes))
 	}
-	t.Logf("the first 12 requests of two models loaded a model %d times", first)
-	if again := round(); again != 0 {
-		t.Fatalf("the engines loaded a model %d times for 12 more requests of the same two models; want none: each to a replica with its model loaded", again)
-	}
+	t.Logf("two rounds of 12 requests of two models loaded a model %v times", rounds)
 }
 
 // modelLoads counts the models the engines of backend's replicas on both
