@@ -60,9 +60,10 @@ const FailingAfter = 2
 func (r Replica) Failing() bool { return r.Failures >= FailingAfter }
 
 // ModelWeight is how much a model the replica must load adds to its cost,
-// per ModelMiss: a replica with the model loaded is picked while its
-// requests pending stay under five times those of one with room for it,
-// and nine times those of one that must drop another.
+// per ModelMiss: among replicas that do not hold the request's model, one
+// with room for it is picked while its requests pending stay under nine
+// fifths of those of one that must drop another. A replica that holds the
+// model is kept by ModelHolder, by requests pending alone.
 const ModelWeight = 4
 
 // PrefixWeight is how much a cached prompt lowers a replica's cost: a
