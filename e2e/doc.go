@@ -21,6 +21,7 @@
 // A test that needs the machine to itself (exclusive timing, a fixed
 // resource another test uses) leaves out t.Parallel and its doc comment
 // says "Runs alone:" and why (docs/e2e_test.go holds every test to this):
-// go test runs such tests alone, before the parallel ones. None does
-// today.
+// go test runs such tests alone, before the parallel ones.
+// TestNodeLossAtScale does (20 Envoys: the kernel's per-user inotify
+// instances).
 package e2e
