@@ -506,13 +506,21 @@ func TestPickerKeepsAModelWhereItsLoadWasSlow(t *testing.T) {
 	p.done(a, 50*time.Millisecond, http.StatusOK)
 	b := pickNow(t, p, request{model: "b"})
 	p.done(b, 2*time.Second, http.StatusOK) // b loaded first
+	alternateModels(t, p, a, b, 50*time.Millisecond)
+}
+
+// alternateModels asks for models a and b in turn, four times, each
+// answered after ttfb: each must go to the replica that took it first (a,
+// b).
+func alternateModels(t *testing.T, p *Picker, a, b choice, ttfb time.Duration) {
+	t.Helper()
 	for i := range 4 {
 		model, want := []string{"a", "b"}[i%2], []choice{a, b}[i%2]
 		again := pickNow(t, p, request{model: model})
 		if again.replica != want.replica {
-			t.Fatalf("request %d, model %s: went to %s, not %s which has it loaded", i, model, again.replica.tag, want.replica.tag)
+			t.Fatalf("request %d, model %s: went to %s, not %s which holds it", i, model, again.replica.tag, want.replica.tag)
 		}
-		p.done(again, 50*time.Millisecond, http.StatusOK)
+		p.done(again, ttfb, http.StatusOK)
 	}
 }
 
@@ -532,15 +540,9 @@ func TestAModelKeepsItsReplicaThoughAnotherLooksFaster(t *testing.T) {
 	p.mu.Lock()
 	a.replica.TTFB, b.replica.TTFB = 207*time.Millisecond, 20*time.Millisecond
 	p.mu.Unlock()
-	for i := range 4 {
-		model, want := []string{"a", "b"}[i%2], []choice{a, b}[i%2]
-		again := pickNow(t, p, request{model: model})
-		if again.replica != want.replica {
-			t.Fatalf("request %d, model %s: went to %s, not %s which holds it", i, model, again.replica.tag, want.replica.tag)
-		}
-		p.done(again, 20*time.Millisecond, http.StatusOK)
-	}
-	// Busy enough, the holder gives a request up to an idle replica.
+	alternateModels(t, p, a, b, 20*time.Millisecond)
+	// With a request in flight, the holder still takes the next (its
+	// pending plus one within HomeLoad times an idle replica's).
 	busy := []choice{pickNow(t, p, request{model: "a"}), pickNow(t, p, request{model: "a"})}
 	if busy[1].replica != a.replica {
 		t.Fatalf("the second request in flight for a went to %s, not its holder %s", busy[1].replica.tag, a.replica.tag)
