@@ -76,8 +76,14 @@ func TestChaos(t *testing.T) {
 	t.Parallel()
 	d := chaosDuration(t)
 	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("SERVEMESH_CHAOS_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("SERVEMESH_CHAOS_SEED=%q: %v; give the seed a run logged", v, err)
+		}
+	}
 	rng := rand.New(rand.NewPCG(seed, 7))
-	t.Logf("chaos for %s, seed %d", d, seed)
+	t.Logf("chaos for %s, seed %d (SERVEMESH_CHAOS_SEED=%d replays its choices; their timing is the machine's)", d, seed, seed)
 	consul := startConsul(t)
 	ctls := []*ctlProc{startController(t, consul, "c1", []string{"--replace-after", "5s", "--drain-grace", "500ms"}),
 		startController(t, consul, "c2", []string{"--replace-after", "5s", "--drain-grace", "500ms"})}
