@@ -45,8 +45,11 @@ func findPerf() (string, error) {
 
 // args are the engine's arguments, on host and port.
 func (e *engine) args(host, port string) []string {
-	return e.Args("tiny", host, port, "--cache_size", strconv.Itoa(e.cacheBytes))
+	return e.Args("tiny", host, port, e.cacheFlags()...)
 }
+
+// cacheFlags bound its prompt cache.
+func (e *engine) cacheFlags() []string { return []string{"--cache_size", strconv.Itoa(e.cacheBytes)} }
 
 // target is one configuration measured: start starts it afresh and
 // returns its base URL, what reads its engines' logs, and what stops it.
@@ -64,7 +67,7 @@ func meshTarget(mesh *benchenv.Mesh, eng *engine, picker string) target {
 		n++
 		name := fmt.Sprintf("%s-%d", picker, n)
 		b := meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3},
-			Process: &meshspec.ProcessSpec{Command: eng.Python, Args: eng.args("${HOST}", "${PORT}"), HealthPath: devllama.HealthPath}}
+			Process: eng.Process("tiny", eng.cacheFlags()...)}
 		switch picker {
 		case "prompt-affinity":
 			b.Config.LoadAware = &meshspec.LoadAware{PromptAffinity: true}
