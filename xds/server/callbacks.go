@@ -85,7 +85,9 @@ func (c *callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) e
 func (c *callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	// Delta tracks versions per resource, so a NACK causes no resend loop.
 	// A reconnecting delta node states per-resource versions, not a system
-	// version, so until the next change its status shows what was last sent.
+	// version: the cache answers its first request of each type even when
+	// it holds all it should (deltaCache.whole), and that answer's ACK
+	// records the version.
 	c.s.onRequest(delta(id), req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
 	c.s.demand(delta(id), req.GetTypeUrl(), req.GetResourceNamesSubscribe())
 	if req.GetTypeUrl() == resource.EndpointType {

@@ -328,9 +328,14 @@ func (c *deltaCache) whole(k *kind, w deltaWatch) *deltaResponse {
 			}
 		}
 	}
-	// A first wildcard request is answered even when empty: Envoy waits
-	// for it to finish initialising.
-	if len(resp.names) == 0 && len(resp.removed) == 0 && (!w.sub.IsWildcard() || w.req.GetResponseNonce() != "") {
+	// A request that ACKs nothing (a stream's first of its type, or one
+	// changing its subscription) is answered even when it holds all it
+	// should: Envoy waits for a wildcard type's first answer to finish
+	// initialising, and the answer's ACK is how the server learns that a
+	// node which reconnected stating what it holds (its controller failed
+	// over, say) holds its node's kind; unanswered, the node was reported
+	// out of sync until the type next changed.
+	if len(resp.names) == 0 && len(resp.removed) == 0 && w.req.GetResponseNonce() != "" {
 		return nil
 	}
 	if resp.state == nil {
