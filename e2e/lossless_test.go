@@ -82,7 +82,7 @@ func TestNoRequestLostAcrossTheInboundHop(t *testing.T) {
 			}
 			return false
 		})
-		time.Sleep(2 * time.Second) // serving again
+		waitReplicasAnswer(t, "both replicas of l to serve again through l1", "http://"+nodes[0].public+"/l-GET", 2, 20)
 	}
 	get.finish(t)
 	post.finishAllowingReached(t, true)

@@ -123,7 +123,8 @@ func TestRequestRouting(t *testing.T) {
 			}
 			return false
 		})
-		time.Sleep(time.Second) // both nodes follow
+		waitInSync(t, mesh, n1.id) // both nodes follow
+		waitInSync(t, mesh, n2.id)
 		after := assign()
 		moved, back := 0, 0
 		for user, b := range after {
