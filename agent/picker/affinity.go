@@ -58,6 +58,8 @@ func (s *Server) prompt(stream extproc.ExternalProcessor_ProcessServer, md metad
 		}
 	}
 	key := ""
+	var waits []placed // the nodes the request waits on for its answer
+	defer func() { s.picker.answered(waits) }() // none came (a reset, a timeout)
 	return answerEach(stream, func(req *extproc.ProcessingRequest) (*extproc.ProcessingResponse, error) {
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
@@ -65,9 +67,17 @@ func (s *Server) prompt(stream extproc.ExternalProcessor_ProcessServer, md metad
 			if !r.RequestHeaders.GetEndOfStream() || key == "" {
 				return headersAnswer(), nil // the key comes with the body
 			}
-			return s.withNodes(headersAnswer(), route, key), nil
+			var resp *extproc.ProcessingResponse
+			resp, waits = s.withNodes(headersAnswer(), route, key)
+			return resp, nil
 		case *extproc.ProcessingRequest_RequestBody:
-			return s.promptBody(r.RequestBody, route, rewrite, key), nil
+			var resp *extproc.ProcessingResponse
+			resp, waits = s.promptBody(r.RequestBody, route, rewrite, key)
+			return resp, nil
+		case *extproc.ProcessingRequest_ResponseHeaders:
+			s.picker.answered(waits)
+			waits = nil
+			return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extproc.HeadersResponse{}}}, nil
 		default:
 			return nil, fmt.Errorf("picker: asked about %T, which the caller picker filter does not send", r)
 		}
@@ -76,8 +86,9 @@ func (s *Server) prompt(stream extproc.ExternalProcessor_ProcessServer, md metad
 
 // promptBody answers a prompt stream's body: rewritten (rewrite, if any:
 // drawn by the conversation's key when the request names one, so a
-// conversation keeps its model), then the affinity key's header and node.
-func (s *Server) promptBody(b *extproc.HttpBody, route wire.AffinityRoute, rewrite *wire.ModelRewrite, key string) *extproc.ProcessingResponse {
+// conversation keeps its model), then the affinity key's header and node,
+// and the nodes placed (withNodes).
+func (s *Server) promptBody(b *extproc.HttpBody, route wire.AffinityRoute, rewrite *wire.ModelRewrite, key string) (*extproc.ProcessingResponse, []placed) {
 	resp := bodyAnswer()
 	common := &extproc.CommonResponse{}
 	body := b.GetBody()
@@ -103,17 +114,18 @@ func (s *Server) promptBody(b *extproc.HttpBody, route wire.AffinityRoute, rewri
 	if key == "" && affinity {
 		key, _ = affinityKey(prefix.Blocks(body, prefix.BlockBytes))
 	}
+	var waits []placed
 	if key != "" && affinity {
 		common.HeaderMutation = &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
 			Header:       &core.HeaderValue{Key: wire.PromptAffinityHeader, RawValue: []byte(key)},
 			AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD, // never the client's own
 		}}}
-		resp = s.withNodes(resp, route, key)
+		resp, waits = s.withNodes(resp, route, key)
 	}
 	if common.BodyMutation != nil || common.HeaderMutation != nil {
 		resp.GetRequestBody().Response = common
 	}
-	return resp
+	return resp, waits
 }
 
 // rewriteModel is body with its top-level field (rw.Field) set to the
@@ -206,37 +218,65 @@ func headerKey(h *core.HeaderMap, names []string) string {
 }
 
 // withNodes adds to resp the node each of route's backends places key
-// on, in dynamic metadata (wire.PromptNodeKey).
-func (s *Server) withNodes(resp *extproc.ProcessingResponse, route wire.AffinityRoute, key string) *extproc.ProcessingResponse {
-	if nodes := s.picker.placeNodes(route, key); nodes != "" {
+// on, in dynamic metadata (wire.PromptNodeKey); the request waits on
+// those (placed) until its answer begins.
+func (s *Server) withNodes(resp *extproc.ProcessingResponse, route wire.AffinityRoute, key string) (*extproc.ProcessingResponse, []placed) {
+	waits := s.picker.placeNodes(route, key)
+	var nodes []string
+	for _, w := range waits {
+		if !slices.Contains(nodes, w.node) {
+			nodes = append(nodes, w.node)
+		}
+	}
+	if len(nodes) > 0 {
 		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 			wire.PickerNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				wire.PromptNodeKey: structpb.NewStringValue(nodes)}}),
+				wire.PromptNodeKey: structpb.NewStringValue(strings.Join(nodes, ","))}}),
 		}}
 	}
-	return resp
+	return resp, waits
 }
 
+// placed is a node a backend's placement sent a request to.
+type placed struct{ backend, node string }
+
 // placeNodes are the nodes key is placed on, one per backend of route
-// (placement.Table), comma separated, without repeats: the cluster of
-// nodes of whichever backend the route picks takes the first address it
-// lists (a route split over backends on the same nodes may so take
-// another backend's choice: still a node of its own).
-func (p *Picker) placeNodes(route wire.AffinityRoute, key string) string {
+// (placement.Table); the metadata lists them without repeats, and the
+// cluster of nodes of whichever backend the route picks takes the first
+// address it lists (a route split over backends on the same nodes may so
+// take another backend's choice: still a node of its own). Each backend's
+// placement counts the request as waiting on its node until answered: on
+// a route split over backends, one that did not take the request too.
+func (p *Picker) placeNodes(route wire.AffinityRoute, key string) []placed {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	var out []string
+	var out []placed
 	for _, b := range route.Backends {
 		nodes := make([]placement.Node, 0, len(b.Nodes))
 		for _, n := range b.Nodes {
 			nodes = append(nodes, placement.Node{Addr: n.Inbound, Weight: n.Replicas})
 		}
-		if addr := table(p.placements, b.Name, p.desired(), placement.NewTable).Place(key, nodes, now); addr != "" && !slices.Contains(out, addr) {
-			out = append(out, addr)
+		if addr := table(p.placements, b.Name, p.desired(), placement.NewTable).Place(key, nodes, now); addr != "" {
+			out = append(out, placed{b.Name, addr})
 		}
 	}
-	return strings.Join(out, ",")
+	return out
+}
+
+// answered ends the waits of a request placeNodes placed: its answer
+// began, or it ended without one.
+func (p *Picker) answered(waits []placed) {
+	if len(waits) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range waits {
+		if t, ok := p.placements[w.backend]; ok {
+			t.Answered(w.node)
+		}
+	}
 }
 
 // affinityKey names a prompt's prefix by its first AffinityBlocks

@@ -264,11 +264,17 @@ func (p *Picker) expectPrompt(blocks []uint64, ready []*replicaLoad, loads []sco
 // being ready[cheapest]: its home (placement.Table: where its requests
 // went, or for a prompt new here its place among the replicas, as many
 // prompts on each), if ready, not saturated and not too busy
-// (scoring.KeepsHome); else the cheapest. Called with mu held.
+// (scoring.KeepsHome); else the cheapest. A prompt new here has nothing
+// cached at its place, so that place takes it only while no busier than
+// the cheapest. Called with mu held.
 func (p *Picker) promptHome(backend, key string, ready []*replicaLoad, loads []scoring.Replica, cheapest int, limits scoring.Limits, known bool, now time.Time) int {
-	home := p.spread(backend).Home(key, replicaNodes(ready), now)
+	spread, replicas := p.spread(backend), replicaNodes(ready)
+	home := spread.Home(key, replicas, now)
 	j := slices.IndexFunc(ready, func(r *replicaLoad) bool { return r.tag == home })
 	if j < 0 || (known && loads[j].Saturated(limits, now)) || loads[j].Failing() || !scoring.KeepsHome(loads[j], loads[cheapest], now) {
+		return cheapest
+	}
+	if !spread.Placed(key, replicas) && loads[j].Pending(now) > loads[cheapest].Pending(now) {
 		return cheapest
 	}
 	return j

@@ -371,6 +371,7 @@ func askPrompt(ctx context.Context, t *testing.T, client extproc.ExternalProcess
 	for _, req := range []*extproc.ProcessingRequest{
 		{Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: headers}},
 		{Request: &extproc.ProcessingRequest_RequestBody{RequestBody: &extproc.HttpBody{Body: []byte(body), EndOfStream: true}}},
+		{Request: &extproc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extproc.HttpHeaders{}}}, // the answer began
 	} {
 		if err := stream.Send(req); err != nil {
 			t.Fatal(err)

@@ -76,12 +76,18 @@ func callerPicker(in filterInput) (*hcm.HttpFilter, error) {
 
 // pickerMode is what the filter sends the picker on a route that turns
 // it on: the request's headers and its body, as far as the listener
-// buffers it.
-func pickerMode() *extproc.ProcessingMode {
+// buffers it; and, where the picker places the request on a node
+// (placing), the answer's headers, which end its wait there (a new
+// prompt goes where the fewest wait).
+func pickerMode(placing bool) *extproc.ProcessingMode {
+	answer := extproc.ProcessingMode_SKIP
+	if placing {
+		answer = extproc.ProcessingMode_SEND
+	}
 	return &extproc.ProcessingMode{
 		RequestHeaderMode:   extproc.ProcessingMode_SEND,
 		RequestBodyMode:     extproc.ProcessingMode_BUFFERED_PARTIAL,
-		ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
+		ResponseHeaderMode:  answer,
 		RequestTrailerMode:  extproc.ProcessingMode_SKIP,
 		ResponseTrailerMode: extproc.ProcessingMode_SKIP,
 	}
@@ -92,7 +98,7 @@ func pickerMode() *extproc.ProcessingMode {
 // nodes (wire.AffinityRoute), if e has prompt affinity, and the route's
 // model rewrite (nil: none).
 func callerPickerOn(e ir.Endpoint, rewrite *wire.ModelRewrite) *anypb.Any {
-	overrides := &extproc.ExtProcOverrides{ProcessingMode: pickerMode()}
+	overrides := &extproc.ExtProcOverrides{ProcessingMode: pickerMode(false)}
 	if e.PromptAffinity {
 		r := wire.AffinityRoute{Headers: e.AffinityHeaders, Backends: make([]wire.AffinityBackend, 0, len(e.AffinityNodes))}
 		for _, b := range e.AffinityNodes {
@@ -106,6 +112,7 @@ func callerPickerOn(e ir.Endpoint, rewrite *wire.ModelRewrite) *anypb.Any {
 		// the picker then names none, and Maglev alone picks the node.
 		if v, err := r.Encode(); err == nil {
 			overrides.GrpcInitialMetadata = append(overrides.GrpcInitialMetadata, &core.HeaderValue{Key: wire.AffinityRouteHeader, Value: v})
+			overrides.ProcessingMode = pickerMode(len(r.Backends) > 0)
 		}
 	}
 	if rewrite != nil {

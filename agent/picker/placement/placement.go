@@ -15,7 +15,9 @@
 // warmed: each decider places the keys it sees itself, first come first
 // placed. The calling nodes each decide alone (Table.Place): two that see
 // the same keys in the same order place them alike, and they differ only
-// on a key that found its first node full in one and not in the other.
+// on a key that found its first node full in one and not in the other,
+// or busier (a new key goes where the fewest of the caller's requests
+// wait for an answer, when its first node is not among those).
 // (A placement that depends on the set of keys alone would have every
 // caller agree, but must move placed keys as keys come and go: a cache
 // lost for each, which multi-turn chats pay most.) A hot key's requests

@@ -12,10 +12,11 @@ import (
 // (Home), then stays where its requests went (Assign; Place does both).
 // Not safe for concurrent use.
 type Table struct {
-	order *list.List // of *entry, most recently used first
-	at    map[string]*list.Element
-	count map[string]int   // keys, by node
-	load  map[string]*load // recent requests, by node (Place)
+	order   *list.List // of *entry, most recently used first
+	at      map[string]*list.Element
+	count   map[string]int   // keys, by node
+	load    map[string]*load // recent requests, by node (Place)
+	waiting map[string]int   // requests placed and not answered yet, by node (Place, Answered)
 }
 
 type entry struct {
@@ -25,24 +26,71 @@ type entry struct {
 
 // NewTable returns an empty table.
 func NewTable() *Table {
-	return &Table{order: list.New(), at: map[string]*list.Element{}, count: map[string]int{}, load: map[string]*load{}}
+	return &Table{order: list.New(), at: map[string]*list.Element{}, count: map[string]int{}, load: map[string]*load{}, waiting: map[string]int{}}
 }
 
 // Place is the address of the node that takes a request of key, one of
 // nodes (none: ""): the key's node (Home, then Assign) or, while that node
 // has had more than SpillFactor times its share of the recent requests,
-// the next in the key's order that has not (the key stays placed).
+// the next in the key's order that has not (the key stays placed). A key
+// new here goes to its Home while that node is among those with the
+// fewest requests waiting for an answer for their weight, else to the
+// first such in its order, and is placed there: nothing is cached for it
+// anywhere yet, so a busier node would only make it wait. The request
+// then waits on the node returned until Answered.
 func (t *Table) Place(key string, nodes []Node, now time.Time) string {
 	if len(nodes) == 0 {
 		return ""
 	}
 	t.expire(now)
 	order := rendezvous(key, nodes)
-	home := t.home(key, order)
-	t.Assign(key, home, now)
-	out := t.spill(home, order, now)
+	home, out := t.home(key, order), ""
+	if t.Placed(key, nodes) {
+		t.Assign(key, home, now)
+		out = t.spill(home, order, now)
+	} else {
+		out = t.leastWaiting(home, order)
+		t.Assign(key, out, now)
+	}
 	t.loadOf(out, len(nodes)).value++
+	t.waiting[out]++
 	return out
+}
+
+// Answered ends the wait of a request Place sent to node: its answer
+// began.
+func (t *Table) Answered(node string) {
+	if t.waiting[node] <= 1 {
+		delete(t.waiting, node)
+		return
+	}
+	t.waiting[node]--
+}
+
+// Placed reports whether key has a node among nodes: one its requests
+// went to.
+func (t *Table) Placed(key string, nodes []Node) bool {
+	el, ok := t.at[key]
+	if !ok {
+		return false
+	}
+	node := el.Value.(*entry).node
+	return slices.ContainsFunc(nodes, func(n Node) bool { return n.Addr == node })
+}
+
+// leastWaiting is home if no node of order has fewer requests waiting
+// for its weight, else the first in order that has the fewest.
+func (t *Table) leastWaiting(home string, order []ranked) string {
+	less := func(a, b ranked) bool { // a waits less than b, for their weights
+		return t.waiting[a.Addr]*max(b.Weight, 1) < t.waiting[b.Addr]*max(a.Weight, 1)
+	}
+	best := order[slices.IndexFunc(order, func(n ranked) bool { return n.Addr == home })]
+	for _, n := range order {
+		if less(n, best) {
+			best = n
+		}
+	}
+	return best.Addr
 }
 
 // Home is key's node among nodes (none: ""): its own while listed, else

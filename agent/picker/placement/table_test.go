@@ -168,3 +168,50 @@ func TestTableSpreadsNewKeys(t *testing.T) {
 		t.Fatalf("a key whose replica is gone has its home at %s, want a#1", got)
 	}
 }
+
+// TestANewKeyGoesWhereFewestWait: a key new to the table goes to its
+// home while no node has fewer requests waiting for an answer (for its
+// weight), else to the node with the fewest (the benchmark's unshared
+// prompts waited behind each other's prefills on one engine while the
+// other was idle: placed by how many keys each node held). A placed key
+// stays on its node however many wait there (below the spill), and an
+// answered request no longer counts.
+func TestANewKeyGoesWhereFewestWait(t *testing.T) {
+	nodes := twoNodes()
+	tab := NewTable()
+	first := tab.Place("k0", nodes, t0) // waiting: first 1, other 0
+	other := nodes[0].Addr
+	if other == first {
+		other = nodes[1].Addr
+	}
+	for i := range 20 {
+		k := fmt.Sprintf("k%d", i+1)
+		if got := tab.Place(k, nodes, t0); got != other {
+			t.Fatalf("new key %s with one request waiting on %s and none on %s went to %s", k, first, other, got)
+		}
+		tab.Answered(other)
+	}
+	if got := tab.Place("k0", nodes, t0); got != first {
+		t.Fatalf("a placed key went to %s, not its node %s, for the requests waiting there", got, first)
+	}
+	tab.Answered(first)
+	tab.Answered(first)
+	tab.Answered(first) // more answers than requests: none wait
+	// No request waits anywhere: a new key goes to its home, the one the
+	// keys' counts give (other, holding one key fewer).
+	if got := tab.Place("fresh", nodes, t0); got != first {
+		t.Fatalf("with none waiting, a new key went to %s; want its home %s (the node with fewer keys)", got, first)
+	}
+
+	// Weights: a node of two replicas with one waiting waits less, for
+	// its weight, than one of one replica with one waiting.
+	weighted := []Node{{"big", 2}, {"small", 1}}
+	tab = NewTable()
+	tab.waiting["big"], tab.waiting["small"] = 1, 1
+	for i := range 20 {
+		if got := tab.Place(fmt.Sprintf("w%d", i), weighted, t0); got != "big" {
+			t.Fatalf("new key w%d went to %s; want big (1 waiting of 2 replicas against 1 of 1)", i, got)
+		}
+		tab.Answered("big")
+	}
+}
