@@ -58,7 +58,7 @@ func (s *Server) prompt(stream extproc.ExternalProcessor_ProcessServer, md metad
 		}
 	}
 	key := ""
-	var waits []placed // the nodes the request waits on for its answer
+	var waits []placed                          // the nodes the request waits on for its answer
 	defer func() { s.picker.answered(waits) }() // none came (a reset, a timeout)
 	return answerEach(stream, func(req *extproc.ProcessingRequest) (*extproc.ProcessingResponse, error) {
 		switch r := req.Request.(type) {

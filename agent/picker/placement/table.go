@@ -44,7 +44,8 @@ func (t *Table) Place(key string, nodes []Node, now time.Time) string {
 	}
 	t.expire(now)
 	order := rendezvous(key, nodes)
-	home, out := t.home(key, order), ""
+	home := t.home(key, order)
+	var out string
 	if t.Placed(key, nodes) {
 		t.Assign(key, home, now)
 		out = t.spill(home, order, now)
