@@ -34,8 +34,8 @@ func TestAFailingEngineDoesNotDrawTheLoad(t *testing.T) {
 	// node's (the agent names the node in $SERVEMESH_NODE) the broken one.
 	config := func(name, modelFile string) string {
 		text, err := json.Marshal(map[string]any{"interrupt_requests": false, "models": []any{
-			map[string]any{"model": eng.Model, "model_alias": "warm", "n_ctx": 2048, "n_threads": 1, "chat_format": "chatml"},
-			map[string]any{"model": modelFile, "model_alias": "tiny", "n_ctx": 2048, "n_threads": 1, "chat_format": "chatml"}}})
+			map[string]any{"model": eng.Model, "model_alias": "warm", "n_ctx": 2048, "n_threads": 1, "n_threads_batch": 1, "chat_format": "chatml"},
+			map[string]any{"model": modelFile, "model_alias": "tiny", "n_ctx": 2048, "n_threads": 1, "n_threads_batch": 1, "chat_format": "chatml"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
