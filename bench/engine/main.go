@@ -5,7 +5,7 @@
 // load and by least requests, beside a hand-written Envoy doing round
 // robin and straight to one server, one after another in the same run.
 //
-//	go run ./bench/engine [-runs 3] [-rates 1,2] [-seconds 40] [-shape shared-prefix|unshared|multi-turn] [-cache-mb 16]
+//	go run ./bench/engine [-runs 3] [-rates 1,2] [-seconds 40] [-shape shared-prefix|unshared|multi-turn] [-cache-mb 16] [-only prompt-affinity,least-requests]
 //
 // Through servemesh the mesh is the default one (mTLS): two nodes, a
 // replica of the engine on each, the load entering at the first node, so
@@ -28,6 +28,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,18 +42,19 @@ func main() {
 	seconds := flag.Int("seconds", 40, "seconds of load in each run")
 	shape := flag.String("shape", "shared-prefix", "shared-prefix (6 system prompts of 2,000 tokens, shared), unshared (each prompt its own) or multi-turn (shared-prefix conversations)")
 	cacheMB := flag.Int("cache-mb", 16, "each engine's RAM prompt cache, in MB")
+	only := flag.String("only", "", "the configurations to measure, comma-separated parts of their names (prompt-affinity, load-aware, least-requests, Envoy, direct); empty: all")
 	flag.Parse()
 	if _, ok := shapes[*shape]; !ok {
 		log.Fatalf("-shape %q: give shared-prefix, unshared or multi-turn", *shape)
 	}
-	if err := run(*runs, *rates, *seconds, *shape, *cacheMB); err != nil {
+	if err := run(*runs, *rates, *seconds, *shape, *cacheMB, *only); err != nil {
 		log.Fatal(err)
 	}
 }
 
 // run measures every configuration at each rate, runs times, and prints
 // the medians.
-func run(runs int, rates string, seconds int, shape string, cacheMB int) error {
+func run(runs int, rates string, seconds int, shape string, cacheMB int, only string) error {
 	ctx := context.Background()
 	env, err := benchenv.Start(ctx, "engine")
 	if err != nil {
@@ -75,6 +77,14 @@ func run(runs int, rates string, seconds int, shape string, cacheMB int) error {
 	defer mesh.Stop()
 	targets := []target{meshTarget(mesh, eng, "prompt-affinity"), meshTarget(mesh, eng, "load-aware"), meshTarget(mesh, eng, "least-requests"),
 		envoyTarget(env, eng), directTarget(env, eng)}
+	if only != "" {
+		targets = slices.DeleteFunc(targets, func(t target) bool {
+			return !slices.ContainsFunc(strings.Split(only, ","), func(part string) bool { return strings.Contains(t.name, part) })
+		})
+		if len(targets) == 0 {
+			return fmt.Errorf("-only %q names no configuration", only)
+		}
+	}
 	all := map[string][]figures{}
 	var keys []string
 	for _, rate := range strings.Split(rates, ",") {
