@@ -159,8 +159,8 @@ func layerViolations(rules []rule, pkgs []pkg) []string {
 func blanketViolation(from, imp string) string {
 	testOnly := from == "e2e" || strings.HasPrefix(from, "bench/") || from == "internal/testutil"
 	switch {
-	case imp == "internal/daemon" && !strings.HasPrefix(from, "cmd/"):
-		return fmt.Sprintf("%s imports internal/daemon: only cmd/ assembles the daemons", from)
+	case imp == "daemon" && !strings.HasPrefix(from, "cmd/"):
+		return fmt.Sprintf("%s imports daemon: only cmd/ assembles the daemons", from)
 	case (imp == "internal/testutil" || imp == "internal/modelgen") && !testOnly:
 		return fmt.Sprintf("%s imports %s: test helpers stay out of the product", from, imp)
 	case (strings.HasPrefix(from, "xds/") || from == "bootstrap" || from == "envoy" || from == "meshspec" || from == "wire" || from == "ir" ||
@@ -192,7 +192,7 @@ func TestLayersRefuseWrongWayImports(t *testing.T) {
 		{"agent", "internal/testutil"},
 		{"agent", "controlplane/configfile"},
 		{"xds/server", "internal/devconsul"},
-		{"controlplane/store", "internal/daemon"},
+		{"controlplane/store", "daemon"},
 		{"xds/translate", "controlplane/dataplane"},
 		{"agent", "controlplane/store"},
 		{"agent/picker", "controlplane/model"},

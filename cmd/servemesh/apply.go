@@ -12,7 +12,7 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/controlplane/configfile"
 	"github.com/servemesh/servemesh/controlplane/rayserve"
-	"github.com/servemesh/servemesh/internal/daemon"
+	"github.com/servemesh/servemesh/daemon"
 	"github.com/servemesh/servemesh/meshspec"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/bootstrap"
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/daemon"
 	"github.com/servemesh/servemesh/envoy"
-	"github.com/servemesh/servemesh/internal/daemon"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/servemesh/servemesh/internal/daemon"
+	"github.com/servemesh/servemesh/daemon"
 )
 
 func newDemoStackCommand(log *slog.Logger) *cobra.Command {

@@ -3,7 +3,7 @@
 // source, in .tools/llama-venv) and the small model tools/model/make_model.py
 // writes (.tools/models). It finds them and says how to run the server as
 // a backend's replicas behind the mesh, the one place the demo
-// (internal/daemon), the e2e tests and bench/engine take that from, so
+// (daemon), the e2e tests and bench/engine take that from, so
 // the settings a mesh needs of the server (Args) hold everywhere. Off the
 // flow of docs/architecture.md: a tool, like internal/devconsul.
 package devllama

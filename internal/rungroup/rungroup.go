@@ -2,7 +2,7 @@
 // errgroup's shape: every component runs until the daemon's context ends;
 // the first to fail, or to stop while the daemon still runs, cancels the
 // others; Wait joins every one of them and says which stopped first and
-// why. It is off the flow of docs/architecture.md: internal/daemon runs
+// why. It is off the flow of docs/architecture.md: daemon runs
 // each daemon's components with it.
 package rungroup
 

@@ -67,7 +67,7 @@ func TestDaemonsLeaveNoGoroutine(t *testing.T) {
 		}
 		return err == nil
 	})
-	file, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	file, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestFilePlaneServesAValidFileOnly(t *testing.T) {
 	if _, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: bad, XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"}); err == nil {
 		t.Fatal("an invalid config file was served")
 	}
-	p, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	p, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestStackModelIsValid(t *testing.T) {
 func TestXDSStreamsPerConnectionAreCapped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
+	p, err := StartFilePlane(ctx, quiet(), FilePlaneOptions{ConfigPath: "../examples/demo.yaml", XDSListen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
