@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,6 +65,10 @@ type Options struct {
 	// Picker, if set, follows the replicas the agent runs, to pick them
 	// for the node's Envoy (load-aware backends).
 	Picker *picker.Picker
+	// Views, if set, receives the node's view of each desired state the
+	// agent reads, for the node's parts built before it (nil: the agent
+	// keeps its own).
+	Views *nodeview.Latest
 	// StopOnExit stops the node's replicas when Run returns (a node
 	// leaving, or the demo's Ctrl-C). Otherwise they keep running and
 	// registered, for the next agent to adopt.
@@ -109,19 +112,18 @@ type Agent struct {
 	background sync.WaitGroup
 	runCtx     context.Context
 	devices    *devices
-	configs    sync.Map // replica tag -> the user_config version it runs
-	draining   sync.Map // draining replica tag -> its requests in flight, last counted
-	desired    atomic.Pointer[meshspec.Model]
-	view       atomic.Pointer[nodeview.View] // desired, as the node's parts read it
+	configs    sync.Map         // replica tag -> the user_config version it runs
+	draining   sync.Map         // draining replica tag -> its requests in flight, last counted
+	views      *nodeview.Latest // the desired state, as the node's parts read it
 }
 
 // Desired is the latest desired state the agent has read; nil before the
 // first.
-func (a *Agent) Desired() *meshspec.Model { return a.desired.Load() }
+func (a *Agent) Desired() *meshspec.Model { return a.views.Model() }
 
 // View is the node's view of Desired (nodeview), made once per desired
 // state read; nil before the first.
-func (a *Agent) View() *nodeview.View { return a.view.Load() }
+func (a *Agent) View() *nodeview.View { return a.views.View() }
 
 type metrics struct {
 	restarts  *prometheus.CounterVec
@@ -165,7 +167,10 @@ func New(o Options) (*Agent, error) {
 	a := &Agent{node: o.Node, consul: o.Consul, store: o.Store, log: o.Logger, workDir: o.WorkDir,
 		drainGrace: o.DrainGrace, stopGrace: o.StopGrace, checkTTL: o.CheckTTL,
 		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second, replicas: map[string]*replica{},
-		metrics: newMetrics()}
+		metrics: newMetrics(), views: o.Views}
+	if a.views == nil {
+		a.views = &nodeview.Latest{}
+	}
 	if a.drainGrace == 0 {
 		a.drainGrace = 5 * time.Second
 	}
@@ -326,8 +331,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		retry.Reset()
-		a.view.Store(nodeview.New(m, a.node.ID))
-		a.desired.Store(m)
+		a.views.Set(nodeview.New(m, a.node.ID))
 		a.reconcile(ctx, m)
 		if rev, err = a.store.Wait(ctx, rev); err == nil {
 			m, rev, err = a.store.Load(ctx)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
@@ -104,7 +105,7 @@ func testAgent(t *testing.T) *Agent {
 		}
 	}
 	return &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, listenHost: "127.0.0.1", workDir: dir, logMaxMB: 1,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), views: &nodeview.Latest{}}
 }
 
 // runOnce runs one replica of spec to its end and returns what it wrote.
@@ -193,7 +194,7 @@ func TestReplicasAreToldTheMeshsCollector(t *testing.T) {
 	}
 	// Through a replica's real environment: the backend's settings win.
 	a := testAgent(t)
-	a.desired.Store(traced)
+	a.views.Set(nodeview.New(traced, a.node.ID))
 	out := runOnce(t, a, meshspec.ProcessSpec{Command: "/usr/bin/env", Env: map[string]string{"OTEL_SERVICE_NAME": "mine"}}, 4321)
 	for _, w := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.9:4317\n", "OTEL_SERVICE_NAME=mine\n"} {
 		if !strings.Contains(out, w) {

@@ -101,13 +101,12 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	}
 	reg := httpserver.NewRegistry()
 	admin := envoy.Admin{Socket: o.Envoy.AdminSocket()}
+	// The node's parts built before the agent read the desired state it
+	// reads through views; the status listener reads the agent itself
+	// once it runs (running).
+	views := &nodeview.Latest{}
 	var running atomic.Pointer[agent.Agent]
-	limits, err := rateLimitService(log, o, func() *meshspec.Model {
-		if a := running.Load(); a != nil {
-			return a.Desired()
-		}
-		return nil
-	})
+	limits, err := rateLimitService(log, o, views.Model)
 	if err != nil {
 		return err
 	}
@@ -120,26 +119,15 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		}
 		log.Warn("INSECURE: the agent's status listener is beyond loopback without a token", "listen", o.StatusListen)
 	}
-	// The activator holds requests for backends with no ready replica,
-	// knowing them from the agent's desired state.
-	desired := func() *nodeview.View {
-		if a := running.Load(); a != nil {
-			return a.View()
-		}
-		return nil
-	}
 	// The picker's and activator's spans go to the mesh's collector.
-	tracer := tracing.New(wire.AgentTraceService(o.Node.ID), func() *meshspec.Tracing {
-		if a := running.Load(); a != nil {
-			return meshTracing(a.Desired())
-		}
-		return nil
-	}, log.With("component", "tracing"))
+	tracer := tracing.New(wire.AgentTraceService(o.Node.ID), func() *meshspec.Tracing { return meshTracing(views.Model()) },
+		log.With("component", "tracing"))
 	defer shutdownTracer(tracer, log)
+	// The activator holds requests for backends with no ready replica.
 	hold := activator.New(activator.Options{Admin: admin, Node: o.Node.ID, Logger: log.With("component", "activator"), Registerer: reg,
-		Desired: desired, Tracer: tracer})
+		Desired: views.View, Tracer: tracer})
 	// The picker picks the node's replicas of load-aware backends.
-	pick := picker.New(desired)
+	pick := picker.New(views.View)
 	identity := &nodeIdentity{}
 	status, err := listenStatus(ctx, o, identity, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
 		Held:       hold.Held,
@@ -184,7 +172,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		ao.Inbound = o.Inbound
 		g.Go("secrets", func(ctx context.Context) error { <-ctx.Done(); identities.Wait(); return nil })
 	}
-	ao.Picker = pick
+	ao.Picker, ao.Views = pick, views
 	if !o.NoEnvoy {
 		ao.MeshListener = meshListener(o.Envoy.Bootstrap.Node)
 		ao.InFlight = agent.EnvoyRequestsInFlight(admin)

@@ -29,3 +29,17 @@ func TestView(t *testing.T) {
 		t.Fatal("a nil view has backends")
 	}
 }
+
+// TestLatestHoldsTheLastViewSet: none at first (a nil view, which reads as
+// no desired state), then the last view set and the state it was made of.
+func TestLatestHoldsTheLastViewSet(t *testing.T) {
+	var l Latest
+	if l.View() != nil || l.Model() != nil {
+		t.Fatal("a new Latest holds a view")
+	}
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "b"}}}
+	l.Set(New(m, "n1"))
+	if _, ok := l.View().Backend("b"); !ok || l.Model() != m {
+		t.Fatalf("after Set: view %+v, model %p; want backend b and model %p", l.View(), l.Model(), m)
+	}
+}
