@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // TestEqualSeesEveryField: the builder reuses what it built for a backend
@@ -106,7 +107,7 @@ func TestLowerDecides(t *testing.T) {
 			t.Errorf("a replica of no stated health lowered to %q, want healthy", p.Replicas[0].Health)
 		}
 		e := dp.Endpoints[0]
-		if strings.Join(e.Methods, ",") != "GET,POST" || e.Criticality != Critical {
+		if strings.Join(e.Methods, ",") != "GET,POST" || e.Criticality != wire.Critical {
 			t.Errorf("endpoint lowered to methods %v, criticality %q", e.Methods, e.Criticality)
 		}
 	}

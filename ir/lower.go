@@ -11,30 +11,6 @@ import (
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-// Criticalities an endpoint's requests are marked with.
-const (
-	Critical  = string(meshspec.Critical)
-	Sheddable = string(meshspec.Sheddable)
-)
-
-// Headers of a request's criticality and priority (meshspec/flow.go).
-const (
-	CriticalityHeader   = meshspec.CriticalityHeader
-	PriorityHeader      = meshspec.PriorityHeader
-	PriorityLimitHeader = meshspec.PriorityLimitHeader
-)
-
-// MaxRateLimitKeys is how many values of a rate limit's header a node
-// keeps a bucket for at once.
-const MaxRateLimitKeys = meshspec.MaxRateLimitKeys
-
-// RateLimitUnits are the windows a global rate limit counts in.
-var RateLimitUnits = meshspec.RateLimitUnits
-
-// DefaultModelField is the body field that names a request's model when
-// an endpoint says none.
-const DefaultModelField = meshspec.DefaultModelField
-
 // Options are what Lower needs besides the view.
 type Options struct {
 	// MTLS: the mesh runs mTLS between nodes, so a backend that has no

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 // Validate checks what translation relies on without checking again:
@@ -34,11 +36,11 @@ func (dp *DataPlane) Validate() error {
 				errs = append(errs, fmt.Errorf("endpoint %q sends to backend %q, which the data plane does not have", e.Name, backend))
 			}
 		}
-		if g := e.GlobalRateLimit; g != nil && (g.Requests < 1 || !slices.Contains(RateLimitUnits, g.Unit)) {
-			errs = append(errs, fmt.Errorf("endpoint %q: global rate limit: %d a %q: give at least 1 a %s", e.Name, g.Requests, g.Unit, strings.Join(RateLimitUnits, ", ")))
+		if g := e.GlobalRateLimit; g != nil && (g.Requests < 1 || !slices.Contains(meshspec.RateLimitUnits, g.Unit)) {
+			errs = append(errs, fmt.Errorf("endpoint %q: global rate limit: %d a %q: give at least 1 a %s", e.Name, g.Requests, g.Unit, strings.Join(meshspec.RateLimitUnits, ", ")))
 		}
-		if q := e.TokenQuota; q != nil && (q.Tokens < 1 || !slices.Contains(RateLimitUnits, q.Unit)) {
-			errs = append(errs, fmt.Errorf("endpoint %q: token quota: %d a %q: give at least 1 a %s", e.Name, q.Tokens, q.Unit, strings.Join(RateLimitUnits, ", ")))
+		if q := e.TokenQuota; q != nil && (q.Tokens < 1 || !slices.Contains(meshspec.RateLimitUnits, q.Unit)) {
+			errs = append(errs, fmt.Errorf("endpoint %q: token quota: %d a %q: give at least 1 a %s", e.Name, q.Tokens, q.Unit, strings.Join(meshspec.RateLimitUnits, ", ")))
 		}
 		if len(e.Methods) == 0 {
 			errs = append(errs, fmt.Errorf("endpoint %q: methods: none allowed", e.Name))

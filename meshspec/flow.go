@@ -3,6 +3,8 @@ package meshspec
 import (
 	"math"
 	"strings"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Flow control: what happens to a request of a load-aware backend when
@@ -28,10 +30,10 @@ import (
 const (
 	// PriorityHeader carries the priority a request asks for, an integer;
 	// it counts only up to what its endpoint allows.
-	PriorityHeader = "x-servemesh-priority"
+	PriorityHeader = wire.PriorityHeader
 	// PriorityLimitHeader carries what the request's endpoint allows, set
 	// by the route on every request (a client's own is replaced).
-	PriorityLimitHeader = "x-servemesh-priority-limit"
+	PriorityLimitHeader = wire.PriorityLimitHeader
 )
 
 // Bounds of flow control.

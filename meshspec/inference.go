@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Serving model traffic: what the Gateway API Inference Extension adds to a
@@ -174,7 +176,7 @@ type TrafficPolicy struct {
 const MaxRewriteTargets = 16
 
 // DefaultModelField is ByModel.Field's default.
-const DefaultModelField = "model"
+const DefaultModelField = wire.DefaultModelField
 
 // MaxModelBodyBytes is the largest body of a model-routed request: each
 // node's Envoy buffers it whole to read the model (its per-connection
@@ -195,15 +197,15 @@ type Criticality string
 // The criticalities of a request.
 const (
 	// Critical requests wait for a replica when all are saturated.
-	Critical Criticality = "critical"
+	Critical Criticality = wire.Critical
 	// Sheddable requests are answered 429 with Retry-After when every
 	// replica of a load-aware backend on the node they reach is saturated.
-	Sheddable Criticality = "sheddable"
+	Sheddable Criticality = wire.Sheddable
 )
 
 // CriticalityHeader carries a request's criticality; without it, the
 // request is its endpoint's Criticality.
-const CriticalityHeader = "x-servemesh-criticality"
+const CriticalityHeader = wire.CriticalityHeader
 
 // Limits of an endpoint's model routing.
 const (

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+
+	"github.com/servemesh/servemesh/wire"
 )
 
 // RateLimit bounds an endpoint's requests. Local is enforced by each
@@ -113,7 +115,7 @@ func (g GlobalRateLimit) Closed() bool { return g.FailureMode == FailClosed }
 // Limits of rate limits.
 const (
 	MaxRequestsPerSecond = 1_000_000
-	MaxRateLimitKeys     = 10_000
+	MaxRateLimitKeys     = wire.MaxRateLimitKeys
 )
 
 // EffectiveBurst is the tokens a bucket saves.

@@ -8,6 +8,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/servemesh/servemesh/ir"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // TestPublicClientsDecideNothingOfTheMesh: a public client sending a
@@ -17,7 +18,7 @@ import (
 // rule is left out and the criticality is overwritten with the
 // endpoint's; on the mesh listener both are as the caller says.
 func TestPublicClientsDecideNothingOfTheMesh(t *testing.T) {
-	e := ir.Endpoint{Name: "gen", Route: "/gen", Methods: []string{"GET"}, Traffic: map[string]float64{"v1": 1}, Criticality: ir.Sheddable,
+	e := ir.Endpoint{Name: "gen", Route: "/gen", Methods: []string{"GET"}, Traffic: map[string]float64{"v1": 1}, Criticality: wire.Sheddable,
 		Match: []ir.Match{{Header: "x-canary", Exact: "1", Backend: "v2", MeshOnly: true}, {Header: "x-user", Exact: "a", Backend: "v1"}}}
 	for _, tc := range []struct {
 		from      caller
@@ -31,7 +32,7 @@ func TestPublicClientsDecideNothingOfTheMesh(t *testing.T) {
 				canary = canary || m.GetName() == "x-canary"
 			}
 			for _, h := range r.GetRequestHeadersToAdd() {
-				if h.GetHeader().GetKey() == ir.CriticalityHeader {
+				if h.GetHeader().GetKey() == wire.CriticalityHeader {
 					criticality++
 					if got := h.GetAppendAction() == core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD; got != tc.overwrite {
 						t.Errorf("public=%v: route %s sets criticality with %v", tc.from, r.GetName(), h.GetAppendAction())

@@ -138,7 +138,7 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 	var forwarded []*matcher.StringMatcher
 	// The answer's status too: the picker counts a 5xx as a slow answer,
 	// not a fast one.
-	for _, h := range []string{ir.CriticalityHeader, ir.PriorityHeader, ir.PriorityLimitHeader, ":status"} {
+	for _, h := range []string{wire.CriticalityHeader, wire.PriorityHeader, wire.PriorityLimitHeader, ":status"} {
 		forwarded = append(forwarded, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: h}})
 	}
 	for _, h := range []struct{ meta, name string }{{wire.PickerSessionHeader, b.SessionHeader}, {wire.PickerModelHeader, b.ModelHeader}, {wire.PickerTenantHeader, b.TenantHeader}} {
@@ -257,7 +257,7 @@ func readModel(field string) *jsonmeta.JsonToMetadata {
 // replaces (readModel): it reads no body, since it allows a content type
 // no request has.
 func idleReadModel() *jsonmeta.JsonToMetadata {
-	r := readModel(ir.DefaultModelField)
+	r := readModel(wire.DefaultModelField)
 	r.RequestRules.AllowEmptyContentType, r.RequestRules.AllowContentTypesRegex = false, nil
 	r.RequestRules.AllowContentTypes = []string{"application/x-servemesh-idle"}
 	return r
@@ -363,18 +363,18 @@ func modelMatcher(key string, value *matcher.ValueMatcher) *matcher.MetadataMatc
 // request's own replaced.
 func criticalityHeader(e ir.Endpoint, from caller) []*core.HeaderValueOption {
 	limit := &core.HeaderValueOption{
-		Header:       &core.HeaderValue{Key: ir.PriorityLimitHeader, Value: strconv.Itoa(e.MeshPriority)},
+		Header:       &core.HeaderValue{Key: wire.PriorityLimitHeader, Value: strconv.Itoa(e.MeshPriority)},
 		AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
 	action := core.HeaderValueOption_ADD_IF_ABSENT
 	if from == public {
 		action = core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
 		limit.Header.Value = strconv.Itoa(e.Priority)
-	} else if e.Criticality == ir.Critical {
+	} else if e.Criticality == wire.Critical {
 		return []*core.HeaderValueOption{limit} // a request that says nothing is critical
 	}
 	return []*core.HeaderValueOption{{
-		Header:       &core.HeaderValue{Key: ir.CriticalityHeader, Value: e.Criticality},
+		Header:       &core.HeaderValue{Key: wire.CriticalityHeader, Value: e.Criticality},
 		AppendAction: action,
 	}, limit}
 }

@@ -39,7 +39,7 @@ func localRateLimit(in filterInput) (*hcm.HttpFilter, error) {
 
 // localRateLimitOn turns the filter on for a route of e with e's bucket
 // (stats under wire.RateLimitStatPrefix): one for the endpoint, or, with
-// a header, one per value (up to ir.MaxRateLimitKeys a node) and
+// a header, one per value (up to wire.MaxRateLimitKeys a node) and
 // one for the requests without it. An answer over the limit is a 429
 // with Retry-After and the x-ratelimit-* headers.
 func localRateLimitOn(e ir.Endpoint) *anypb.Any {
@@ -61,7 +61,7 @@ func localRateLimitOn(e ir.Endpoint) *anypb.Any {
 			RequestHeaders: &route.RateLimit_Action_RequestHeaders{HeaderName: l.Header, DescriptorKey: rateLimitKey}}}}}}
 		// A value left out: each value its own bucket (dynamic descriptors).
 		config.Descriptors = []*ratelimit.LocalRateLimitDescriptor{{Entries: []*ratelimit.RateLimitDescriptor_Entry{{Key: rateLimitKey}}, TokenBucket: bucket}}
-		config.MaxDynamicDescriptors = wrapperspb.UInt32(ir.MaxRateLimitKeys)
+		config.MaxDynamicDescriptors = wrapperspb.UInt32(wire.MaxRateLimitKeys)
 		config.AlwaysConsumeDefaultTokenBucket = wrapperspb.Bool(false)
 	}
 	return mustAny(&route.FilterConfig{Config: mustAny(config)})
