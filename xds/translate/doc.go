@@ -53,10 +53,24 @@
 //     listener (outbound: public and mesh; inbound: per backend), each row
 //     with the chains it is on and why it sits where it does; a feature
 //     that filters requests adds a row there.
+//   - callerpicker.go: the outbound filter that asks the calling node's
+//     picker (prompt affinity's key and node, a model's rewrite), off but
+//     on the routes that need it.
+//   - ratelimit.go: endpoints' local rate limits (the outbound filter and
+//     each route's bucket); globalratelimit.go: their global limits (the
+//     filters that ask the node's rate limit service, one per failure
+//     mode, and the descriptors each route sends), and token quotas;
+//     usage.go: the filter that reads each answer's token usage for them.
+//   - tracing.go: the mesh's collector's cluster and each connection
+//     manager's tracer.
+//   - ondemand.go: clusters on demand, for nodes that ask for them.
 //   - accesslog.go: the JSON access log of every HTTP listener.
 //   - limits.go: what one client may make a listener hold (buffers, HTTP/2
 //     streams and windows, header timeouts); the node's overload manager
 //     is the bootstrap's.
+//   - translate.go: Translate, the whole of one node's resources at once
+//     (the reference the builder is tested against), and which
+//     assignments a node's clusters ask for.
 //   - builder.go: Builder, the same translation done again at every change
 //     for only what changed: a backend's clusters and assignments depend on
 //     the backend alone and an endpoint's routes on the endpoint alone, so
@@ -73,7 +87,10 @@
 //     listener from its chains' encodings (encodeInbound), and makes a
 //     node's inbound cluster from its backend's template
 //     (inboundTemplate), which a backend keeps while its configuration
-//     holds.
+//     holds. nodebuilder.go builds a node's own resources (Builder.ForNode);
+//     changes.go is the change set a build declares (ChangeSet, by kind and
+//     name), which the xDS server clears its caches by; encoded.go holds a
+//     resource as its encoding (Encoded), so what is sent is a copy.
 //
 // Resource and stat names come from package wire, which the agent also
 // reads them with.
