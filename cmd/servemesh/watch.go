@@ -44,6 +44,9 @@ func watch(ctx context.Context, out io.Writer, terminal bool, interval time.Dura
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
+		if ctx.Err() != nil {
+			return nil // ended while a tick was due too: no reading after Ctrl-C
+		}
 		var frame bytes.Buffer
 		if err := show(&frame); err != nil {
 			if ctx.Err() != nil {

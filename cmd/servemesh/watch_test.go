@@ -73,3 +73,22 @@ func TestBackendDescribe(t *testing.T) {
 		t.Errorf("age of 50 hours: %q", got)
 	}
 }
+
+// TestAWatchEndedReadsNoMore: a watch whose context ends while a tick is
+// due too reads nothing more (make flake: the test above read a sixth time
+// after its fifth reading ended the watch, when select took the tick).
+func TestAWatchEndedReadsNoMore(t *testing.T) {
+	for range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		reads := 0
+		err := watch(ctx, io.Discard, false, time.Nanosecond, func(w io.Writer) error {
+			reads++
+			time.Sleep(time.Microsecond) // the next tick is due when the read ends
+			cancel()
+			return nil
+		})
+		if err != nil || reads != 1 {
+			t.Fatalf("a watch ended during its first reading: %d readings, err %v; want 1, nil", reads, err)
+		}
+	}
+}
