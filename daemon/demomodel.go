@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/servemesh/servemesh/internal/devconsul"
-	"github.com/servemesh/servemesh/internal/devllama"
+	"github.com/servemesh/servemesh/dev/devconsul"
+	"github.com/servemesh/servemesh/dev/devllama"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )

@@ -191,7 +191,7 @@ func TestLayersRefuseWrongWayImports(t *testing.T) {
 		{"internal/connect", "envoy"},
 		{"agent", "internal/testutil"},
 		{"agent", "controlplane/configfile"},
-		{"xds/server", "internal/devconsul"},
+		{"xds/server", "dev/devconsul"},
 		{"controlplane/store", "daemon"},
 		{"xds/translate", "controlplane/dataplane"},
 		{"agent", "controlplane/store"},

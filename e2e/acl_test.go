@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	consulpolicy "github.com/servemesh/servemesh/deploy/consul"
-	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/dev/devconsul"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/dev/devconsul"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )

@@ -19,7 +19,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
-	"github.com/servemesh/servemesh/internal/devjaeger"
+	"github.com/servemesh/servemesh/dev/devjaeger"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/wire"
 )

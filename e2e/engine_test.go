@@ -21,13 +21,13 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/internal/devllama"
+	"github.com/servemesh/servemesh/dev/devllama"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
 // findEngine is the real model server `make tools` installs
-// (internal/devllama): llama.cpp's OpenAI-compatible server and the small
+// (dev/devllama): llama.cpp's OpenAI-compatible server and the small
 // model it writes. A test without it fails.
 func findEngine(t *testing.T) *devllama.Engine {
 	t.Helper()
@@ -94,7 +94,7 @@ func TestARealModelServerBehindTheMesh(t *testing.T) {
 		// gets some, across the inbound hop, and each stream comes whole
 		// though others wait for its engine (which, run with its default
 		// request interruption, ends the running stream as soon as another
-		// request waits: internal/devllama).
+		// request waits: dev/devllama).
 		var wg sync.WaitGroup
 		streams := make([]chatStream, 8)
 		for i := range streams {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/internal/devllama"
+	"github.com/servemesh/servemesh/dev/devllama"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 )

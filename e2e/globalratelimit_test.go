@@ -21,7 +21,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/agent/ratelimit"
-	"github.com/servemesh/servemesh/internal/devredis"
+	"github.com/servemesh/servemesh/dev/devredis"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/internal/devjaeger"
+	"github.com/servemesh/servemesh/dev/devjaeger"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"

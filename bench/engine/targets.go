@@ -13,7 +13,7 @@ import (
 
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/controlplane/api"
-	"github.com/servemesh/servemesh/internal/devllama"
+	"github.com/servemesh/servemesh/dev/devllama"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/internal/toolpath"
@@ -21,7 +21,7 @@ import (
 )
 
 // engine is llama.cpp's server as `make tools` installs it
-// (internal/devllama), each replica's prompt cache of cacheBytes.
+// (dev/devllama), each replica's prompt cache of cacheBytes.
 type engine struct {
 	*devllama.Engine
 	cacheBytes int

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/servemesh/servemesh/internal/devconsul"
+	"github.com/servemesh/servemesh/dev/devconsul"
 )
 
 // Consul is a real Consul dev agent (see package devconsul).

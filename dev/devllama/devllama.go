@@ -5,7 +5,7 @@
 // a backend's replicas behind the mesh, the one place the demo
 // (daemon), the e2e tests and bench/engine take that from, so
 // the settings a mesh needs of the server (Args) hold everywhere. Off the
-// flow of docs/architecture.md: a tool, like internal/devconsul.
+// flow of docs/architecture.md: a tool, like dev/devconsul.
 package devllama
 
 import (
