@@ -101,7 +101,11 @@ func TestServiceCountsFollowsAndIsAdopted(t *testing.T) {
 	if err := os.MkdirAll(envoyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Binary: bin, Redis: redis.Addr, Password: redis.Password, Dir: envoyDir,
+	// The folder is given as users give --work-dir, relative to where the
+	// agent runs: the service runs in a folder of its own, and once took
+	// such paths from there (it exited at start-up, every time).
+	t.Chdir(dir)
+	o := Options{Binary: bin, Redis: redis.Addr, Password: redis.Password, Dir: "envoy",
 		Desired: desired.Load, Logger: slog.New(slog.DiscardHandler)}
 	first, stopFirst := runService(t, o)
 	conn, err := grpc.NewClient("unix://"+filepath.Join(envoyDir, wire.RateLimitSocket), grpc.WithTransportCredentials(insecure.NewCredentials()))

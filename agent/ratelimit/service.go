@@ -82,7 +82,15 @@ func New(o Options) (*Service, error) {
 	if o.Binary == "" || o.Redis == "" || o.Dir == "" || o.Desired == nil || o.Logger == nil {
 		return nil, errors.New("rate limit service: binary, redis, folder, desired state and logger are required")
 	}
-	return &Service{o: o, dir: filepath.Join(o.Dir, "ratelimit")}, nil
+	// The service runs in its own folder, so every path it is given is
+	// absolute: a relative --work-dir once pointed it at a config folder
+	// below its own, and it exited at start-up forever.
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("rate limit service: folder: %w", err)
+	}
+	o.Dir = dir
+	return &Service{o: o, dir: filepath.Join(dir, "ratelimit")}, nil
 }
 
 func (s *Service) configDir() string  { return filepath.Join(s.dir, "runtime", "current", "config") }
