@@ -47,6 +47,8 @@ type ControllerOptions struct {
 	// allowed only on a loopback address unless Insecure.
 	Tokens   api.Tokens
 	Insecure bool
+	// XDSCacheOff turns translation's reuse off (server.Options.CacheOff).
+	XDSCacheOff bool
 	// AgentToken is sent to agents' status listeners, which read it as their
 	// --status-token-file.
 	AgentToken string
@@ -218,7 +220,7 @@ func meshMTLS(ctx context.Context, log *slog.Logger, client *consulapi.Client, o
 
 // wireController builds a controller's components and connects them.
 func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOptions) *controllerParts {
-	plane := NewPlane(log)
+	plane := NewPlane(log, o.XDSCacheOff)
 	watcher := catalog.NewWatcher(client, log.With("component", "catalog"))
 	publisher := dataplane.New(dataplane.Options{Sink: plane.XDS, Instances: watcher,
 		Rules:  dataplane.Rules{MTLS: !o.Plaintext, Addresses: o.Addresses, Names: dataplane.NewResolver(nil, 0)},

@@ -228,7 +228,7 @@ func TestXDSStreamsPerConnectionAreCapped(t *testing.T) {
 func TestEveryPathNeedsAToken(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := NewPlane(quiet())
+	p := NewPlane(quiet(), false)
 	p.Wrap(api.Tokens{"read-token": api.ScopeRead}.Authenticate)
 	if err := p.Listen(ctx, "127.0.0.1:0", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ type FilePlaneOptions struct {
 	// BeforeApply, if set, sees every valid model before it is served; an
 	// error refuses the model (the demo starts its replicas here).
 	BeforeApply func(*meshspec.Model) error
+	// XDSCacheOff turns translation's reuse off (server.Options.CacheOff).
+	XDSCacheOff bool
 }
 
 // FilePlane is a control plane serving a config file: OpenFilePlane
@@ -47,7 +49,7 @@ func OpenFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (*
 	if err := FileModeProblems(m); err != nil {
 		return nil, fmt.Errorf("config file %s: %w", o.ConfigPath, err)
 	}
-	p := NewPlane(log)
+	p := NewPlane(log, o.XDSCacheOff)
 	apply := func(m *meshspec.Model) error {
 		if err := FileModeProblems(m); err != nil {
 			return err // reported by the watcher; the last good config keeps serving

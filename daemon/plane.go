@@ -58,10 +58,11 @@ func (p *Plane) ServeXDSOverTLS(cfg *tls.Config) { p.xdsTLS = cfg }
 func (p *Plane) ServeHTTPOverTLS(cfg *tls.Config) { p.httpTLS = cfg }
 
 // NewPlane builds the xDS server and the HTTP mux; Listen binds them and
-// Run serves them.
-func NewPlane(log *slog.Logger) *Plane {
+// Run serves them. cacheOff turns translation's reuse off
+// (server.Options.CacheOff).
+func NewPlane(log *slog.Logger, cacheOff bool) *Plane {
 	reg := httpserver.NewRegistry()
-	xds := server.New(server.Options{Logger: log.With("component", "xds"), Registerer: reg})
+	xds := server.New(server.Options{Logger: log.With("component", "xds"), Registerer: reg, CacheOff: cacheOff})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })

@@ -636,11 +636,12 @@ func startTwoNodeMesh(t *testing.T, name string) *twoNodeMesh {
 }
 
 // startTwoNodeMeshWith is startTwoNodeMesh with more controller arguments
-// (say, --token-file: then m.c sends that token) and agent arguments.
-func startTwoNodeMeshWith(t *testing.T, name string, ctlArgs, agentArgs []string) *twoNodeMesh {
+// (say, --token-file: then m.c sends that token), agent arguments and
+// controller environment variables.
+func startTwoNodeMeshWith(t *testing.T, name string, ctlArgs, agentArgs []string, ctlEnv ...string) *twoNodeMesh {
 	t.Helper()
 	m := &twoNodeMesh{consul: startConsul(t)}
-	m.ctl = startController(t, m.consul, name, ctlArgs)
+	m.ctl = startController(t, m.consul, name, ctlArgs, ctlEnv...)
 	m.ctl.waitLeading(20 * time.Second)
 	m.n1 = startMTLSNode(t, m.consul, name+"-n1", "127.0.0.2", m.ctl.xdsAddr, agentArgs...)
 	m.n2 = startMTLSNode(t, m.consul, name+"-n2", "127.0.0.3", m.ctl.xdsAddr, agentArgs...)

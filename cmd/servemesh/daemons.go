@@ -87,8 +87,29 @@ func newControllerCommand(log *slog.Logger) *cobra.Command {
 	return c
 }
 
+// xdsCacheEnv names the environment variable that turns translation's
+// reuse off: on (the default) or off.
+const xdsCacheEnv = "SERVEMESH_XDS_CACHE"
+
+// xdsCacheOff reads $SERVEMESH_XDS_CACHE.
+func xdsCacheOff() (bool, error) {
+	switch v := os.Getenv(xdsCacheEnv); v {
+	case "", "on":
+		return false, nil
+	case "off":
+		return true, nil
+	default:
+		return false, fmt.Errorf("$%s=%q: set on (the default) or off (each change is translated whole, reusing nothing; for a suspected cache fault)", xdsCacheEnv, v)
+	}
+}
+
 // controllerDefaults fills what defaults to other flags or the environment.
 func controllerDefaults(o *daemon.ControllerOptions, crashFlagSet bool) error {
+	off, err := xdsCacheOff()
+	if err != nil {
+		return err
+	}
+	o.XDSCacheOff = off
 	if v := os.Getenv(faultEnv); v != "" && !crashFlagSet {
 		p, err := strconv.ParseFloat(v, 64)
 		if err != nil || p < 0 || p > 1 {
@@ -200,6 +221,10 @@ func newServeCommand(log *slog.Logger) *cobra.Command {
 		Short: "run a control plane that serves a config file to Envoy nodes (no Consul needed)",
 		Args:  names(0, "no arguments besides --config FILE"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.XDSCacheOff, err = xdsCacheOff(); err != nil {
+				return err
+			}
 			return daemon.ServeFile(cmd.Context(), log.With("cmd", "serve"), o)
 		},
 	}

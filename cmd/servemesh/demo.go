@@ -55,6 +55,9 @@ func newDemoCommand(log *slog.Logger) *cobra.Command {
 				return fmt.Errorf("--public %s: the demo serves its endpoints on the public listener; give it an address such as 127.0.0.1:8080", noPublic)
 			}
 			o.Envoy = n
+			if o.Plane.XDSCacheOff, err = xdsCacheOff(); err != nil {
+				return err
+			}
 			return daemon.RunDemo(cmd.Context(), log.With("cmd", "demo"), o, cmd.OutOrStdout())
 		},
 	}

@@ -273,3 +273,21 @@ func TestLoadAwareFlags(t *testing.T) {
 		t.Errorf("no --load flag: %+v %v", p.LoadAware, err)
 	}
 }
+
+// TestXDSCacheSwitch: $SERVEMESH_XDS_CACHE is on, off or refused, by the
+// commands that serve xDS, before anything starts.
+func TestXDSCacheSwitch(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "on": false, "off": true} {
+		t.Setenv(xdsCacheEnv, v)
+		if off, err := xdsCacheOff(); err != nil || off != want {
+			t.Errorf("%s=%q: off %v, %v; want %v", xdsCacheEnv, v, off, err, want)
+		}
+	}
+	t.Setenv(xdsCacheEnv, "false")
+	for _, args := range [][]string{{"controller"}, {"serve", "--config", "../../examples/demo.yaml"}} {
+		code, _, errOut := runCLI(args...)
+		if code == 0 || !strings.Contains(errOut, `$SERVEMESH_XDS_CACHE="false": set on (the default) or off`) {
+			t.Errorf("%v with %s=false: code %d, stderr %q", args, xdsCacheEnv, code, errOut)
+		}
+	}
+}

@@ -95,42 +95,53 @@ func publishEach(b *testing.B, s *Server, models [2]*meshspec.Model) {
 
 // BenchmarkPublishOneChange measures what one `traffic set` costs in a
 // large mesh: the model was published once, then each iteration changes
-// one endpoint's weights and publishes, for one node.
+// one endpoint's weights and publishes, for one node; with translation's
+// cache on (the default) and off, side by side.
 func BenchmarkPublishOneChange(b *testing.B) {
 	for _, endpoints := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
-			s := oneNodeServer(b)
-			m := modelgen.Model(endpoints, 3, 10)
-			dp := lowered(b, m)
-			s.dataPlane, s.generation = dp, 1
-			s.publish(context.Background())
-			e := dp.Endpoints[0]
-			backends := slices.Sorted(maps.Keys(e.Traffic))
-			var weights [2]map[string]float64
-			for i := range weights {
-				weights[i] = map[string]float64{backends[0]: 0.5 + 0.1*float64(i), backends[1]: 0.5 - 0.1*float64(i)}
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				next := *dp
-				next.Endpoints = append([]ir.Endpoint(nil), dp.Endpoints...)
-				next.Endpoints[0].Traffic = weights[i%2]
-				s.dataPlane = &next
-				s.generation++
-				s.publish(context.Background())
-				i++
-			}
-		})
+		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) { publishOneChange(b, endpoints, false) })
+		b.Run(fmt.Sprintf("endpoints=%d/cache=off", endpoints), func(b *testing.B) { publishOneChange(b, endpoints, true) })
+	}
+}
+
+func publishOneChange(b *testing.B, endpoints int, cacheOff bool) {
+	s := oneNodeServer(b)
+	s.cacheOff = cacheOff
+	m := modelgen.Model(endpoints, 3, 10)
+	dp := lowered(b, m)
+	s.dataPlane, s.generation = dp, 1
+	s.publish(context.Background())
+	e := dp.Endpoints[0]
+	backends := slices.Sorted(maps.Keys(e.Traffic))
+	var weights [2]map[string]float64
+	for i := range weights {
+		weights[i] = map[string]float64{backends[0]: 0.5 + 0.1*float64(i), backends[1]: 0.5 - 0.1*float64(i)}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		next := *dp
+		next.Endpoints = append([]ir.Endpoint(nil), dp.Endpoints...)
+		next.Endpoints[0].Traffic = weights[i%2]
+		s.dataPlane = &next
+		s.generation++
+		s.publish(context.Background())
+		i++
 	}
 }
 
 // BenchmarkPublishOneHealthChange measures what one replica's health
 // change costs in a 1,000-endpoint mesh with mTLS and 30 nodes: its
 // backend's assignments change, and the own resources of the nodes that
-// run it are looked at again.
+// run it are looked at again; with translation's cache on (the default)
+// and off, side by side.
 func BenchmarkPublishOneHealthChange(b *testing.B) {
-	s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	b.Run("cache=on", func(b *testing.B) { publishOneHealthChange(b, false) })
+	b.Run("cache=off", func(b *testing.B) { publishOneHealthChange(b, true) })
+}
+
+func publishOneHealthChange(b *testing.B, cacheOff bool) {
+	s := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CacheOff: cacheOff})
 	if err := s.RequireMTLS(&translate.MTLS{IdentityPrefix: "spiffe://td.consul/ns/default/dc/dc1/svc/"}); err != nil {
 		b.Fatal(err)
 	}

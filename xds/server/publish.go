@@ -53,7 +53,11 @@ func (s *Server) publish(ctx context.Context) {
 	}
 	fresh := s.builder == nil || s.builder.MTLS() != mtls
 	if fresh {
-		s.builder = translate.NewBuilder(mtls)
+		var opts []translate.Option
+		if s.cacheOff {
+			opts = append(opts, translate.Uncached())
+		}
+		s.builder = translate.NewBuilder(mtls, opts...)
 		s.encodings = newEncodings() // every cluster changes with the mesh's mTLS
 	}
 	shared, err := s.builder.Build(m)

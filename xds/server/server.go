@@ -37,6 +37,11 @@ type Options struct {
 	// MaxGoneNodes is how many nodes without an open stream are kept at
 	// most; the longest gone are forgotten first. 256 when zero.
 	MaxGoneNodes int
+	// CacheOff makes translation reuse nothing it built
+	// (translate.Uncached): each change is translated whole and compared
+	// with what was sent. The off switch for a suspected cache fault
+	// ($SERVEMESH_XDS_CACHE=off).
+	CacheOff bool
 }
 
 // Server holds the last good model and serves it to every connected node.
@@ -51,6 +56,7 @@ type Server struct {
 	maxHoldOff  time.Duration
 	forgetAfter time.Duration
 	maxGone     int
+	cacheOff    bool // Options.CacheOff
 	wake        chan struct{}
 	// urgent wakes the publisher without coalescing: a request is
 	// waiting for what a node asked for on demand (demand.go).
@@ -92,6 +98,7 @@ type Server struct {
 func New(opts Options) *Server {
 	s := &Server{
 		log:                  opts.Logger,
+		cacheOff:             opts.CacheOff,
 		holdOff:              opts.HoldOff,
 		maxHoldOff:           opts.MaxHoldOff,
 		forgetAfter:          opts.ForgetNodesAfter,
@@ -107,6 +114,9 @@ func New(opts Options) *Server {
 		retiring:             map[string]uint64{},
 	}
 	s.metrics = newMetrics(opts.Registerer, s.outOfSync)
+	if s.cacheOff {
+		s.log.Info("translation's cache is off: each change is translated whole and compared with what was sent")
+	}
 	if s.holdOff == 0 {
 		s.holdOff = 20 * time.Millisecond
 	}

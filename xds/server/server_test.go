@@ -51,8 +51,16 @@ func startServer(t *testing.T) (*Server, *grpc.ClientConn, *prometheus.Registry)
 // startServerHolding is startServer with the publisher's hold-offs given.
 func startServerHolding(t *testing.T, holdOff, maxHoldOff time.Duration) (*Server, *grpc.ClientConn, *prometheus.Registry) {
 	t.Helper()
+	return startServerWith(t, Options{HoldOff: holdOff, MaxHoldOff: maxHoldOff})
+}
+
+// startServerWith is startServer with o (its logger and registry are the
+// test's).
+func startServerWith(t *testing.T, o Options) (*Server, *grpc.ClientConn, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	s := New(Options{Logger: slog.New(slog.NewTextHandler(testWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug})), Registerer: reg, HoldOff: holdOff, MaxHoldOff: maxHoldOff})
+	o.Logger, o.Registerer = slog.New(slog.NewTextHandler(testWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug})), reg
+	s := New(o)
 	g := grpc.NewServer()
 	s.Register(g)
 	var lc net.ListenConfig
@@ -560,9 +568,17 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 // TestDeltaSendsOnlyWhatChanged: over delta xDS, a traffic change to one
 // endpoint of two sends that endpoint's mesh routes and the public table,
 // and nothing else: not its scope (unchanged), not the other endpoint's
-// routes, no cluster; the node then counts as in sync.
+// routes, no cluster; the node then counts as in sync. So with
+// translation's cache off too (Options.CacheOff): what changed is then
+// found by comparing versions.
 func TestDeltaSendsOnlyWhatChanged(t *testing.T) {
-	s, conn, _ := startServer(t)
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cache-off=%v", off), func(t *testing.T) { deltaSendsOnlyWhatChanged(t, off) })
+	}
+}
+
+func deltaSendsOnlyWhatChanged(t *testing.T, cacheOff bool) {
+	s, conn, _ := startServerWith(t, Options{HoldOff: time.Millisecond, MaxHoldOff: 5 * time.Millisecond, CacheOff: cacheOff})
 	m := testModel("127.0.0.1:9001")
 	m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "other", Traffic: map[string]float64{"v2": 1}})
 	if err := s.SetDataPlane(lowered(t, m)); err != nil {

@@ -45,7 +45,19 @@ type Builder struct {
 	public map[string]*publicGroup
 	// tracing is the last Build's: every node's listeners trace with it.
 	tracing *ir.Tracing
+	// uncached: every Build and ForNodes builds every part anew and
+	// reuses nothing built before or for another node; what changed is
+	// then decided by comparing versions with the last Build's alone (the
+	// whole-state compare). The off switch (SERVEMESH_XDS_CACHE=off), and
+	// the oracle the reusing builder is tested against.
+	uncached bool
 }
+
+// Option tunes a Builder.
+type Option func(*Builder)
+
+// Uncached makes a builder that reuses nothing (Builder.uncached).
+func Uncached() Option { return func(b *Builder) { b.uncached = true } }
 
 type backendParts struct {
 	gen         uint64
@@ -108,9 +120,16 @@ type Built struct {
 }
 
 // NewBuilder returns a builder for a mesh whose mTLS is t (nil: none).
-func NewBuilder(t *MTLS) *Builder {
-	return &Builder{mtls: t, backends: map[string]*backendParts{}, endpoints: map[string]*endpointParts{}, assignments: map[string]Encoded{}}
+func NewBuilder(t *MTLS, opts ...Option) *Builder {
+	b := &Builder{mtls: t, backends: map[string]*backendParts{}, endpoints: map[string]*endpointParts{}, assignments: map[string]Encoded{}}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
 }
+
+// Cached says whether b reuses what it built (Uncached: it does not).
+func (b *Builder) Cached() bool { return !b.uncached }
 
 // MTLS is the mesh's mTLS the builder builds for.
 func (b *Builder) MTLS() *MTLS { return b.mtls }
@@ -120,7 +139,9 @@ func (b *Builder) MTLS() *MTLS { return b.mtls }
 func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 	defer func() {
 		if err != nil {
-			*b = *NewBuilder(b.mtls)
+			fresh := NewBuilder(b.mtls)
+			fresh.uncached = b.uncached
+			*b = *fresh
 		}
 	}()
 	if b.mtls != nil {
@@ -140,14 +161,14 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 		return nil, err
 	}
 	out = &Built{ChangedBackends: changed, Changed: set}
-	if b.last != nil && len(changed) == 0 {
+	if b.last != nil && len(changed) == 0 && !b.uncached {
 		out.Clusters, out.EncodedClusters, out.ClustersVersion = b.last.Clusters, b.last.EncodedClusters, b.last.ClustersVersion
 		out.ClusterVersions, out.Assignments = b.last.ClusterVersions, b.assignments
 	} else {
 		b.assembleBackends(out)
 		b.byNode = nil
 	}
-	if b.last != nil && !routesChanged {
+	if b.last != nil && !routesChanged && !b.uncached {
 		out.Routes, out.ScopedRoutes, out.RoutesVersion, out.ScopesVersion = b.last.Routes, b.last.ScopedRoutes, b.last.RoutesVersion, b.last.ScopesVersion
 		out.ScopeVersions, out.RouteClusters = b.last.ScopeVersions, b.last.RouteClusters
 	} else if err := b.assembleRoutes(out); err != nil {
@@ -163,7 +184,7 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 	changed := map[string]bool{}
 	var rebuild []ir.Backend
 	for _, be := range m.Backends {
-		if last := b.backends[be.Name]; last != nil && last.backend.Equal(be) {
+		if last := b.backends[be.Name]; last != nil && !b.uncached && last.backend.Equal(be) {
 			last.gen = b.gen
 			continue
 		}
@@ -228,11 +249,14 @@ func (b *Builder) syncEndpoints(m *ir.DataPlane, set ChangeSet) (bool, error) {
 	changed := false
 	for _, e := range m.Endpoints {
 		last := b.endpoints[e.Name]
-		if last != nil && last.endpoint.Equal(e) {
+		reuse := last
+		if b.uncached {
+			reuse = nil
+		} else if last != nil && last.endpoint.Equal(e) {
 			last.gen = b.gen
 			continue
 		}
-		p, err := buildEndpoint(e, last)
+		p, err := buildEndpoint(e, reuse)
 		if err != nil {
 			return false, err
 		}
@@ -318,7 +342,7 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 func (b *Builder) mtlsParts(p, last *backendParts) error {
 	be := p.backend
 	var prior []*cluster.Cluster
-	if last != nil {
+	if last != nil && !b.uncached {
 		prior = last.clusters
 	}
 	if err := secureClusters(&ir.DataPlane{Backends: []ir.Backend{be}}, reusedSockets(b.mtls, prior), p.clusters); err != nil {
@@ -335,7 +359,7 @@ func (b *Builder) mtlsParts(p, last *backendParts) error {
 		}
 		p.perNode[r.Node]++
 	}
-	if last != nil && last.config == p.config && last.inbound.cluster != nil {
+	if last != nil && !b.uncached && last.config == p.config && last.inbound.cluster != nil {
 		p.inbound = last.inbound
 		return nil
 	}
@@ -484,7 +508,7 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 		}
 		v := version.sum()
 		last := b.public[key]
-		if last != nil && last.table.Version == v {
+		if last != nil && last.table.Version == v && !b.uncached {
 			out[key] = last
 			continue
 		}
@@ -497,15 +521,19 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 		if g.table, err = publicTable(key, routes, v); err != nil {
 			return nil, err
 		}
-		set.add(KindRoute, g.table.Name)
-		if last != nil {
+		if last == nil || last.table.Version != v {
+			set.add(KindRoute, g.table.Name)
+		}
+		if last != nil && !b.uncached {
 			g.scope, g.scopeHash = last.scope, last.scopeHash
 		} else {
 			g.scope = publicScope(key)
 			if g.scopeHash, err = hashOf([]*route.ScopedRouteConfiguration{g.scope}); err != nil {
 				return nil, err
 			}
-			set.add(KindScopedRoute, g.scope.GetName())
+			if last == nil {
+				set.add(KindScopedRoute, g.scope.GetName())
+			}
 		}
 		out[key] = g
 	}

@@ -91,6 +91,10 @@
 //     changes.go is the change set a build declares (ChangeSet, by kind and
 //     name), which the xDS server clears its caches by; encoded.go holds a
 //     resource as its encoding (Encoded), so what is sent is a copy.
+//     Uncached (the xDS server's CacheOff, $SERVEMESH_XDS_CACHE=off) makes
+//     a builder that reuses none of these parts: every build is whole, and
+//     what changed is decided by comparing versions with the last build's;
+//     cache_test.go holds the two to the same output, byte for byte.
 //
 // Resource and stat names come from package wire, which the agent also
 // reads them with.

@@ -140,9 +140,11 @@ func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
 	built, errs := make([]*NodeBuilt, len(nodes)), make([]error, len(nodes))
 	parts := make([]*nodeParts, len(nodes))
 	for i, n := range nodes {
-		parts[i] = b.nodes[n.ID]
+		if !b.uncached {
+			parts[i] = b.nodes[n.ID]
+		}
 	}
-	chains := &sharedChains{built: map[chainKey]builtChain{}}
+	chains := &sharedChains{built: map[chainKey]builtChain{}, off: b.uncached}
 	_ = parallel.Each(len(nodes), func(i int) error {
 		parts[i], built[i], errs[i] = b.forNode(nodes[i], parts[i], chains)
 		return nil // each node's error is its own
