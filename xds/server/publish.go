@@ -65,7 +65,11 @@ func (s *Server) publish(ctx context.Context) {
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return
 	}
-	built, err := buildShared(mtls, shared, s.built, s.builder, s.encodings)
+	last := s.built
+	if s.cacheOff { // nothing of the last publish's is reused: encodings, kinds, cuts, snapshots
+		s.encodings, last = newEncodings(), nil
+	}
+	built, err := buildShared(mtls, shared, last, s.builder, s.encodings)
 	if err != nil { // encoding what was just built: a bug
 		s.log.Error("encoding an accepted model's resources failed", "generation", gen, "err", err)
 		return

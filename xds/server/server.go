@@ -38,9 +38,10 @@ type Options struct {
 	// most; the longest gone are forgotten first. 256 when zero.
 	MaxGoneNodes int
 	// CacheOff makes translation reuse nothing it built
-	// (translate.Uncached): each change is translated whole and compared
-	// with what was sent. The off switch for a suspected cache fault
-	// ($SERVEMESH_XDS_CACHE=off).
+	// (translate.Uncached), and each publish nothing of the last one's
+	// (encodings, kinds, cuts, nodes' snapshots): each change is
+	// translated and encoded whole, and compared with what was sent. The
+	// off switch for a suspected cache fault ($SERVEMESH_XDS_CACHE=off).
 	CacheOff bool
 }
 

@@ -1,0 +1,110 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
+	"github.com/servemesh/servemesh/xds/translate"
+)
+
+// TestCacheOffPublishesTheSame: a server with its caches on and one with
+// them off (Options.CacheOff) give every node the same snapshot, type by
+// type: the same version, the same resources at the same versions, the
+// same bytes; through whole changes (every backend's replicas) and small
+// ones (a traffic set, a replica's health, a backend's configuration),
+// for nodes that run replicas, nodes that run none, a node that reaches
+// some endpoints and a node without a public listener.
+func TestCacheOffPublishesTheSame(t *testing.T) {
+	var servers [2]*Server
+	for i, off := range []bool{false, true} {
+		servers[i] = New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), CacheOff: off})
+		if err := servers[i].RequireMTLS(&translate.MTLS{IdentityPrefix: "spiffe://td.consul/ns/default/dc/dc1/svc/"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const nodes = 6 // n4 and n5 run no replica; n4 reaches two endpoints, n5 has no public listener
+	for i := range nodes {
+		n := wire.ProxyNode{ID: fmt.Sprintf("n%d", i), PublicAddress: "0.0.0.0", PublicPort: 8080, MeshAddress: "127.0.0.1", MeshPort: 15001,
+			InboundAddress: fmt.Sprintf("10.255.0.%d", i+1), InboundPort: 21000}
+		switch i {
+		case 4:
+			n.Reachable = []string{"ep-0", "ep-1"}
+		case 5:
+			n.PublicAddress, n.PublicPort = "", 0
+		}
+		for _, s := range servers {
+			s.nodes[n.ID] = &nodeState{node: n, acked: map[string]string{}}
+		}
+	}
+	view := modelgen.Model(20, 2, 3)
+	onNodes(view, nodes-2)
+	steps := []struct {
+		what   string
+		change func(m *meshspec.Model)
+	}{
+		{"the first publish", func(*meshspec.Model) {}},
+		{"a traffic set", func(m *meshspec.Model) {
+			keys := meshspec.SortedKeys(m.Endpoints[1].Traffic)
+			m.Endpoints[1].Traffic = map[string]float64{keys[0]: 1}
+		}},
+		{"a replica's health", func(m *meshspec.Model) { m.Backends[2].Replicas[0].Health = meshspec.HealthUnhealthy }},
+		{"a backend's configuration", func(m *meshspec.Model) { m.Backends[3].Config.MaxConcurrentQueries = 2 }},
+		{"every backend's replicas", func(m *meshspec.Model) {
+			next := modelgen.Model(20, 2, 4)
+			onNodes(next, nodes-2)
+			*m = *next
+		}},
+		{"an endpoint removed", func(m *meshspec.Model) { m.Endpoints = slices.Delete(m.Endpoints, 0, 1) }},
+	}
+	for _, step := range steps {
+		next := meshspec.Clone(view)
+		step.change(next)
+		if err := next.Validate(); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		view = next
+		for _, s := range servers {
+			s.dataPlane = lowered(t, view)
+			s.generation++
+			s.publish(context.Background())
+		}
+		for id := range servers[0].nodes {
+			on, off := servers[0].nodes[id].set, servers[1].nodes[id].set
+			if on == nil || off == nil {
+				t.Fatalf("%s: node %s has no snapshot (on %v, off %v)", step.what, id, on != nil, off != nil)
+			}
+			for _, typ := range []string{resource.ListenerType, resource.RouteType, resource.ScopedRouteType, resource.ClusterType} {
+				sameKind(t, fmt.Sprintf("%s: %s's %s", step.what, id, shortType(typ)), on[typ], off[typ])
+			}
+		}
+	}
+}
+
+// sameKind fails unless two kinds hold the same version and resources,
+// at the same versions, encoded alike.
+func sameKind(t *testing.T, what string, a, b *kind) {
+	t.Helper()
+	if a.version != b.version || !maps.Equal(a.allVersions(), b.allVersions()) {
+		t.Fatalf("%s: version %s and %d resources with the cache on, %s and %d with it off", what, a.version, len(a.allVersions()), b.version, len(b.allVersions()))
+	}
+	twins := b.allTwins()
+	for name, x := range a.allTwins() {
+		bx, err1 := proto.Marshal(x)
+		by, err2 := proto.Marshal(twins[name])
+		if err1 != nil || err2 != nil || !bytes.Equal(bx, by) {
+			t.Fatalf("%s: %s is sent differently with the cache on and off (%v, %v)", what, name, err1, err2)
+		}
+	}
+}
