@@ -79,7 +79,7 @@ FUZZTIME_SHORT ?= 5000x
 # test runs it for 20 s as e2e TestAPIFuzz); 0 skips it.
 API_FUZZTIME   ?= 180
 
-.PHONY: help tools build test race unit e2e run lint testdata bench clean fuzz chaos flake release bench-tools bench-engine
+.PHONY: help tools build test race unit e2e e2e-cache-off run lint testdata bench clean fuzz chaos flake release bench-tools bench-engine
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -210,6 +210,9 @@ unit: tools ## run the unit tests only (no Envoy; the store tests start a Consul
 
 e2e: tools ## run the end-to-end tests only
 	go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m -v $(GO_TEST_FLAGS) ./e2e/...
+
+e2e-cache-off: tools ## run the end-to-end tests with translation's and the xDS server's caches off (SERVEMESH_XDS_CACHE=off): the data plane must follow every change the same way
+	SERVEMESH_XDS_CACHE=off go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m $(GO_TEST_FLAGS) ./e2e/...
 
 run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas (MODEL=llama: llama.cpp's server, a real engine, serves its llama model)
 	bin/servemesh demo-stack --model-server $(MODEL)
