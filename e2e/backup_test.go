@@ -17,7 +17,8 @@ import (
 
 // TestExportRoundTripsAndABackupRestores: `servemesh export` writes the
 // live state (static and process backends, a split, a shadow, match rules,
-// retries) as a config file that `apply -f` takes back with no change; a
+// retries, the mesh's tracing) as a config file that `apply -f` takes back
+// with no change; a
 // backup of the state's keys (`consul kv export servemesh/`) imported into
 // a fresh Consul, and a Consul snapshot restored into a fresh cluster, each
 // give a new controller the very same state (docs/upgrading.md says how).
@@ -37,8 +38,13 @@ func TestExportRoundTripsAndABackupRestores(t *testing.T) {
 		Retry: &meshspec.RetryPolicy{On: []string{"503"}, Attempts: 2}}); err != nil {
 		t.Fatal(err)
 	}
+	pct := 2.5
+	if _, err := m.c.SetTracing(ctx, &meshspec.Tracing{Collector: "127.0.0.1:4317", SamplingPercent: &pct}); err != nil {
+		t.Fatal(err)
+	}
 	code, exported, errOut := cli(t, env, "export")
-	if code != 0 || !strings.Contains(exported, "name: bk") || strings.Contains(exported, "placements") {
+	if code != 0 || !strings.Contains(exported, "name: bk") || strings.Contains(exported, "placements") ||
+		!strings.Contains(exported, "collector: 127.0.0.1:4317") || !strings.Contains(exported, "sampling_percent: 2.5") {
 		t.Fatalf("servemesh export: exit %d\n%s%s", code, exported, errOut)
 	}
 	file := filepath.Join(t.TempDir(), "exported.yaml")

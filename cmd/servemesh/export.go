@@ -1,7 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"net/http"
+
 	"github.com/spf13/cobra"
+
+	"github.com/servemesh/servemesh/controlplane/api"
 
 	"github.com/servemesh/servemesh/meshspec"
 )
@@ -19,15 +25,10 @@ func newExportCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			backends, err := c.ListBackends(cmd.Context())
+			spec, err := declared(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
-			endpoints, err := c.ListEndpoints(cmd.Context())
-			if err != nil {
-				return err
-			}
-			spec := meshspec.SpecOf(&meshspec.Model{Backends: backends, Endpoints: endpoints})
 			if f.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), spec)
 			}
@@ -42,4 +43,32 @@ func newExportCommand() *cobra.Command {
 	}
 	addClientFlags(c, &f)
 	return c
+}
+
+// declared is the controller's declared state, whole (GET /v1/spec). A
+// controller of the previous release serves no such path: its state is
+// then read part by part, every part it has (backends, endpoints, the
+// mesh's tracing).
+func declared(ctx context.Context, c *api.Client) (*meshspec.Spec, error) {
+	spec, err := c.Spec(ctx)
+	var apiErr *api.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound {
+		return spec, err
+	}
+	backends, err := c.ListBackends(ctx)
+	if err != nil {
+		return nil, err
+	}
+	endpoints, err := c.ListEndpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := &meshspec.Model{Backends: backends, Endpoints: endpoints}
+	switch t, err := c.Tracing(ctx); {
+	case err == nil:
+		m.Mesh = &meshspec.Mesh{Tracing: t}
+	case !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound:
+		return nil, err
+	}
+	return meshspec.SpecOf(m), nil
 }

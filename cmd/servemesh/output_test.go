@@ -100,3 +100,38 @@ func TestReadsSpeakKubectl(t *testing.T) {
 		t.Errorf("version -o json: code %d, %+v, %v", code, v, err)
 	}
 }
+
+// TestExportFromAPreviousReleaseKeepsEverySetting: a controller of the
+// previous release serves no GET /v1/spec; export then reads the state
+// part by part, the mesh's tracing included (it once left it out, and
+// `export | apply -f -` removed it).
+func TestExportFromAPreviousReleaseKeepsEverySetting(t *testing.T) {
+	unsetClientEnv(t)
+	pct := 5.0
+	answers := map[string]any{
+		"/v1/backends":     []meshspec.Backend{{Name: "v1", Replicas: []meshspec.Replica{{Address: "10.0.0.1:9000", Node: "n1"}}}},
+		"/v1/endpoints":    []meshspec.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"v1": 1}}},
+		"/v1/mesh/tracing": meshspec.Tracing{Collector: "127.0.0.1:4317", SamplingPercent: &pct},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := answers[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r) // the previous release's mux: no /v1/spec
+			return
+		}
+		_ = json.NewEncoder(w).Encode(a)
+	}))
+	t.Cleanup(srv.Close)
+	code, out, errOut := runCLI("export", "--server", srv.URL)
+	if code != 0 {
+		t.Fatalf("export: code %d, stderr %q", code, errOut)
+	}
+	var spec meshspec.Spec
+	if err := yaml.UnmarshalStrict([]byte(out), &spec); err != nil {
+		t.Fatalf("export wrote what apply cannot read: %v\n%s", err, out)
+	}
+	if spec.Mesh == nil || spec.Mesh.Tracing == nil || spec.Mesh.Tracing.Collector != "127.0.0.1:4317" || *spec.Mesh.Tracing.SamplingPercent != 5 ||
+		len(spec.Backends) != 1 || len(spec.Endpoints) != 1 || strings.Contains(out, "node:") {
+		t.Fatalf("export of a previous release's state:\n%s", out)
+	}
+}

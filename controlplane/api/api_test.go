@@ -566,3 +566,34 @@ func TestApplyDryRunThatIsNotABoolean(t *testing.T) {
 		t.Fatalf("a dry run changed the state")
 	}
 }
+
+// TestSpecIsWhatApplyTakesBack: GET /v1/spec answers every kind of
+// setting users declared, the mesh's included, and applying it back
+// changes nothing.
+func TestSpecIsWhatApplyTakesBack(t *testing.T) {
+	f := newFixture(t, "")
+	ctx := context.Background()
+	cl := NewClient(f.srv.URL, "")
+	v1 := meshspec.Backend{Name: "v1", Replicas: []meshspec.Replica{{Address: "10.0.0.1:9001"}}, Config: meshspec.BackendConfig{MaxConcurrentQueries: 4}}
+	if _, err := cl.CreateBackend(ctx, meshspec.BackendSpecOf(v1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateEndpoint(ctx, meshspec.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1}, Shadows: map[string]float64{"v1": 0.1},
+		Retry: &meshspec.RetryPolicy{On: []string{"503"}, Attempts: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.SetTracing(ctx, &meshspec.Tracing{Collector: "127.0.0.1:4317"}); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cl.Spec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Mesh == nil || spec.Mesh.Tracing == nil || spec.Mesh.Tracing.Collector != "127.0.0.1:4317" || len(spec.Backends) != 1 ||
+		spec.Backends[0].Config.MaxConcurrentQueries != 4 || len(spec.Endpoints) != 1 || spec.Endpoints[0].Retry == nil {
+		t.Fatalf("GET %s: %+v", SpecPath, spec)
+	}
+	if res, err := cl.Apply(ctx, spec, ApplyOptions{DryRun: true}); err != nil || len(res.Changes) != 0 {
+		t.Fatalf("applying the spec back: %+v, %v; want no change", res.Changes, err)
+	}
+}

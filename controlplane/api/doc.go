@@ -15,6 +15,7 @@
 //	POST   /v1/endpoints/{name}/rollout         start a rollout (a meshspec.Rollout without status)
 //	GET    /v1/endpoints/{name}/rollout         its stage, live figures, thresholds and verdicts (a RolloutReport)
 //	POST   /v1/endpoints/{name}/rollout/{action}  pause, resume, promote or abort it
+//	GET    /v1/spec                             the declared state, one revision, as apply takes it (export)
 //	POST   /v1/apply[?dry_run=true]             make the state equal a whole model
 //	GET    /v1/leader                           who leads
 //	GET    /v1/status                           weights next to live rates, replicas, each node's config

@@ -7,6 +7,24 @@ import (
 	"github.com/servemesh/servemesh/meshspec"
 )
 
+// SpecPath is where the declared state is read whole, as apply takes it.
+const SpecPath = "/v1/spec"
+
+// getSpec answers what users declared of the adopted state: every kind
+// of setting, of one revision, so that export is complete by
+// construction.
+func (s *server) getSpec(w http.ResponseWriter, _ *http.Request) {
+	m, _ := s.c.State()
+	writeJSON(w, http.StatusOK, meshspec.SpecOf(m))
+}
+
+// Spec reads the declared state whole (GET /v1/spec); an *Error of status
+// 404 from a controller of a release that does not serve it.
+func (c *Client) Spec(ctx context.Context) (*meshspec.Spec, error) {
+	var out meshspec.Spec
+	return &out, c.do(ctx, http.MethodGet, SpecPath, nil, &out)
+}
+
 // TracingPath is where the mesh's tracing is read (GET), set (PUT) or
 // removed (DELETE).
 const TracingPath = "/v1/mesh/tracing"

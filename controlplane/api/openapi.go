@@ -117,6 +117,8 @@ func operations() []operation {
 			ok: 200, okBody: Changed{}, errors: codes(authErrors, []int{http.StatusBadRequest}, writeErrors), handle: func(s *server) http.HandlerFunc { return s.clearTracing }},
 		{method: "POST", path: NodesPath + "/{name}/{action}", id: "actOnNode", summary: "Cordon, uncordon or drain a node", ok: 200, okBody: Changed{},
 			errors: codes(authErrors, []int{http.StatusBadRequest}, notFound, writeErrors), handle: func(s *server) http.HandlerFunc { return s.actOnNode }},
+		{method: "GET", path: SpecPath, id: "getSpec", summary: "Read the declared state as a config file that apply takes back unchanged: the backends, endpoints and mesh settings of one revision",
+			ok: 200, okBody: meshspec.Spec{}, errors: authErrors, handle: func(s *server) http.HandlerFunc { return s.getSpec }},
 		{method: "POST", path: "/v1/apply", id: "apply", summary: "Make the state the one given, in one change (dry_run: only say what would change; prune_rollouts: remove the records of ended rollouts the file does not declare, which are kept otherwise)", body: meshspec.Spec{}, yaml: true,
 			query: []queryParam{flagParam("dry_run"), flagParam("prune_rollouts")}, ok: 200, okBody: ApplyResult{}, errors: codes(authErrors, bodyErrors, writeErrors),
 			handle: func(s *server) http.HandlerFunc { return s.apply }},
