@@ -242,7 +242,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 		m, _ := ctl.State()
 		return api.NewStatusReport(api.StatusInputs{State: m, Backends: scaler.Load(), Endpoints: scaler.EndpointRates(),
 			Health: replicaHealth(watcher.Snapshot()), Nodes: plane.XDS.Status(), Problems: problems(ctl, publisher), Configs: scaler.ConfigVersions(),
-			Draining: scaler.DrainingInFlight(), Rollouts: rollouts.Live(), Unread: scaler.Unread()})
+			Draining: scaler.DrainingInFlight(), Rollouts: rollouts.Live(), Unread: scaler.Unread(), Loads: scaler.Latest()})
 	}
 	tracer := tracing.New(wire.ControllerTraceService, func() *meshspec.Tracing { t, _ := ctl.Tracing(); return t }, log.With("component", "tracing"))
 	served := func(rev uint64, backends []meshspec.Backend) api.ServedReport {

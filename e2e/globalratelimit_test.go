@@ -398,3 +398,32 @@ func waitCharged(t *testing.T, n *mtlsNode, calls float64, status int) {
 		return rateLimitCalls(t, n) >= want
 	})
 }
+
+// TestARateLimitServiceDownIsAProblem: nodes whose rate limit services
+// cannot run (their Redis is nowhere) while an endpoint has a global
+// limit are each a problem in `servemesh status`, naming the node and
+// why: such a service once exited at every start, and every request
+// passed fail-open with nothing said anywhere.
+func TestARateLimitServiceDownIsAProblem(t *testing.T) {
+	t.Parallel()
+	bin, err := ratelimit.Find("")
+	if err != nil {
+		t.Fatalf("the real rate limit service is required (`make tools` builds it): %v", err)
+	}
+	nowhere := freeAddr(t) // nothing listens there
+	mesh := startTwoNodeMeshWith(t, "rldown", nil, []string{"--rate-limit-redis", nowhere, "--rate-limit-service", bin})
+	mesh.createBackends(t, meshspec.Backend{Name: "rldown", Process: demoProcess("rldown", false), Config: meshspec.BackendConfig{NumReplicas: 2}})
+	env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr}
+	if code, _, errOut := cli(t, env, "endpoint", "create", "limited", "--route", "/limited", "--backend", "rldown", "--global-rate-limit", "20"); code != 0 {
+		t.Fatalf("endpoint create: exit %d, %s", code, errOut)
+	}
+	var out string
+	testutil.WaitFor(t, 60*time.Second, "status to name both nodes' rate limit services as down", func() bool {
+		_, out, _ = cli(t, env, "status")
+		return strings.Contains(out, "node "+mesh.n1.id+": its rate limit service cannot be reached") &&
+			strings.Contains(out, "node "+mesh.n2.id+": its rate limit service cannot be reached")
+	})
+	if !strings.Contains(out, "token quotas of limited are not counted there") {
+		t.Errorf("status does not say what is not counted:\n%s", out)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
 	"github.com/servemesh/servemesh/controlplane/rollout"
@@ -112,6 +113,11 @@ type NodeStatus struct {
 	// figures (load, request and error rates) when it last tried: the
 	// report's rates leave the node out. Empty when they were read.
 	FiguresUnread string `json:"figures_unread,omitempty"`
+	// RateLimitService, if set, says why the node's rate limit service
+	// cannot be reached: the global rate limits and token quotas it
+	// counts fail open or closed there. Absent from a previous release's
+	// controllers.
+	RateLimitService string `json:"rate_limit_service,omitempty"`
 }
 
 // Status reads the controller's status report.
@@ -187,6 +193,9 @@ type StatusInputs struct {
 	// Unread are the nodes whose figures (load, rates) could not be read,
 	// with why: the rates leave them out.
 	Unread map[string]string
+	// Loads are the agents' last load reports, by node: what they say of
+	// the node's own components (its rate limit service).
+	Loads map[string]wire.Load
 }
 
 // NewStatusReport joins in into the status report.
@@ -246,7 +255,40 @@ func NewStatusReport(in StatusInputs) StatusReport {
 			r.Problems = append(r.Problems, "refused: "+n.Skew)
 		}
 	}
+	r.Problems = append(r.Problems, failedComponents(m, in.Loads, r.Nodes)...)
 	return r
+}
+
+// failedComponents are the problems the agents report of their nodes'
+// own components, each also marked on its node in nodes: a rate limit
+// service that cannot be reached while an endpoint has a global rate
+// limit or a token quota (it once exited at every start, and every
+// request passed fail-open with nothing said).
+func failedComponents(m *meshspec.Model, loads map[string]wire.Load, nodes []NodeStatus) []string {
+	var counted []string
+	for _, e := range m.Endpoints {
+		if e.CountedLimits() != "" {
+			counted = append(counted, e.Name)
+		}
+	}
+	if len(counted) == 0 {
+		return nil
+	}
+	var out []string
+	for _, node := range meshspec.SortedKeys(loads) {
+		why := loads[node].RateLimitService
+		if why == "" {
+			continue
+		}
+		out = append(out, fmt.Sprintf("node %s: its rate limit service cannot be reached (%s): the global rate limits and token quotas of %s are not counted there, and its requests pass or are refused by each limit's failure mode",
+			node, why, strings.Join(counted, ", ")))
+		for i := range nodes {
+			if nodes[i].ID == node {
+				nodes[i].RateLimitService = why
+			}
+		}
+	}
+	return out
 }
 
 // endpointStatus lists an endpoint's traffic and shadow backends, sorted by

@@ -2,6 +2,7 @@ package api
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
@@ -99,5 +100,29 @@ func TestStatusOfAnEndpointRoutedByModel(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("rows %+v, want %+v", got, want)
+	}
+}
+
+// TestARateLimitServiceDownIsAProblem: while an endpoint has a global rate
+// limit, a node whose agent cannot reach its rate limit service is a
+// problem, and its node says why; with no such limit, or with the service
+// up, nothing is said.
+func TestARateLimitServiceDownIsAProblem(t *testing.T) {
+	limited := meshspec.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"v1": 1},
+		RateLimit: &meshspec.RateLimit{Global: &meshspec.GlobalRateLimit{Requests: 5, Unit: "minute"}}}
+	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "v1", Replicas: []meshspec.Replica{{Address: "127.0.0.1:1"}}}}, Endpoints: []meshspec.Endpoint{limited}}
+	nodes := []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: true}, {ID: "n2", Connected: true, InSync: true}}
+	loads := map[string]wire.Load{"n1": {RateLimitService: "dial unix ratelimit.sock: connection refused"}, "n2": {RateLimitsLoaded: map[string]string{}}}
+	r := NewStatusReport(StatusInputs{State: m, Nodes: nodes, Loads: loads})
+	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "node n1: its rate limit service cannot be reached (dial unix ratelimit.sock: connection refused)") ||
+		!strings.Contains(r.Problems[0], "token quotas of api are not counted there") {
+		t.Errorf("problems: %q", r.Problems)
+	}
+	if r.Nodes[0].RateLimitService == "" || r.Nodes[1].RateLimitService != "" {
+		t.Errorf("nodes: %+v", r.Nodes)
+	}
+	m.Endpoints[0].RateLimit = nil
+	if r := NewStatusReport(StatusInputs{State: m, Nodes: nodes, Loads: loads}); len(r.Problems) != 0 || r.Nodes[0].RateLimitService != "" {
+		t.Errorf("with no global limit: problems %q, nodes %+v", r.Problems, r.Nodes)
 	}
 }
