@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -540,10 +541,26 @@ func modelRouting(t *testing.T, mesh *twoNodeMesh) {
 		{`{"model": "m-z"}`, http.StatusNotFound, `serves no such model; its models are: "m-a", "m-b"`},
 		{`{"model": "m-a", "prompt": "` + strings.Repeat("a", meshspec.MaxModelBodyBytes) + `"}`, http.StatusRequestEntityTooLarge, ""},
 	} {
-		status, _, _, text, _ := postModel(client, url, c.body)
-		if status != c.status || !strings.Contains(text, c.says) {
-			t.Errorf("%.40s...: status %d %q, want %d saying %q", c.body, status, text, c.status, c.says)
+		status, _, _, text, h := postModel(client, url, c.body)
+		if c.says == "" {
+			if status != c.status {
+				t.Errorf("%.40s...: status %d %q, want %d", c.body, status, text, c.status)
+			}
+			continue
 		}
+		// As OpenAI's API words errors, which its SDKs read.
+		var answer struct {
+			Error struct{ Message, Type, Param string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(text), &answer); status != c.status || err != nil || !strings.Contains(answer.Error.Message, c.says) ||
+			answer.Error.Type != "invalid_request_error" || answer.Error.Param != "model" || h.Get("Content-Type") != "application/json" {
+			t.Errorf("%.40s...: status %d %q (%s), want %d, an OpenAI-shaped JSON error saying %q", c.body, status, text, h.Get("Content-Type"), c.status, c.says)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, pythonBin(t), "testdata/openai_errors.py", mesh.n2.public, "m-z").CombinedOutput(); err != nil {
+		t.Errorf("the official OpenAI SDK on an unknown model: %v\n%s", err, out)
 	}
 }
 

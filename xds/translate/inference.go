@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -320,12 +321,35 @@ func modelAnswers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.
 		// chain on it), off unless the model's route turns it on.
 		read[callerPickerFilter] = callerPickerOff()
 	}
+	missingAnswer := modelError(fmt.Sprintf("endpoint %q routes by the model a JSON body names in its %q field; send a JSON object with %q set to one of: %s", e.Name, field, field, joinQuoted(models)), field, "")
+	unknownAnswer := modelError(fmt.Sprintf("endpoint %q serves no such model; its models are: %s", e.Name, joinQuoted(models)), field, "model_not_found")
 	return []*route.Route{
-		directRoute(e.Name+"/model-missing", missing, 400,
-			fmt.Sprintf("endpoint %q routes by the model a JSON body names in its %q field; send a JSON object with %q set to one of: %s\n", e.Name, field, field, joinQuoted(models))),
+		{Name: e.Name + "/model-missing", Match: missing, Action: directAction(400, missingAnswer), ResponseHeadersToAdd: jsonAnswer()},
 		{Name: e.Name + "/model-unknown", Match: unknown, TypedPerFilterConfig: read,
-			Action: directAction(404, fmt.Sprintf("endpoint %q serves no such model; its models are: %s\n", e.Name, joinQuoted(models)))},
+			Action: directAction(404, unknownAnswer), ResponseHeadersToAdd: jsonAnswer()},
 	}
+}
+
+// modelError is an answer to a request of a model-routed endpoint, as
+// OpenAI's API words its errors (what the official SDKs read: they showed
+// only "Error code: 404" of a text answer): the message, the request's
+// field at fault and a code ("" none).
+func modelError(message, param, code string) string {
+	body := map[string]any{"message": message, "type": "invalid_request_error", "param": param, "code": nil}
+	if code != "" {
+		body["code"] = code
+	}
+	out, err := json.Marshal(map[string]any{"error": body})
+	if err != nil {
+		panic(err) // strings and nil only
+	}
+	return string(out) + "\n"
+}
+
+// jsonAnswer says a direct answer is JSON.
+func jsonAnswer() []*core.HeaderValueOption {
+	return []*core.HeaderValueOption{{Header: &core.HeaderValue{Key: "content-type", Value: "application/json"},
+		AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}
 }
 
 // readModelRoute turns the model filters on for a route, reading field.
@@ -377,10 +401,6 @@ func criticalityHeader(e ir.Endpoint, from caller) []*core.HeaderValueOption {
 		Header:       &core.HeaderValue{Key: wire.CriticalityHeader, Value: e.Criticality},
 		AppendAction: action,
 	}, limit}
-}
-
-func directRoute(name string, m *route.RouteMatch, status uint32, body string) *route.Route {
-	return &route.Route{Name: name, Match: m, Action: directAction(status, body)}
 }
 
 func directAction(status uint32, body string) *route.Route_DirectResponse {
