@@ -146,6 +146,7 @@ func initCompletion(root *cobra.Command) {
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
 			c.Args, c.RunE = cobra.ArbitraryArgs, needSubcommand
+			c.SuggestionsMinimumDistance = 1 // a typo of a shell; tcsh is no typo of bash
 		}
 	}
 }
@@ -159,6 +160,9 @@ func needSubcommand(cmd *cobra.Command, args []string) error {
 		return usageError{"name a command"}
 	}
 	msg := fmt.Sprintf("unknown command %q", args[0])
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, which it sets only on its own path
+	}
 	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 		msg += fmt.Sprintf("; did you mean %q?", s[0])
 	}
