@@ -123,7 +123,7 @@ func TestControllerOperationsThroughCLI(t *testing.T) {
 	expectCLI(t, env, 1, "outside [0, 1]", "shadow", "set", "api", "v2=1.5")
 	expectCLI(t, env, 1, `shadow traffic to a backend "ghost"`, "shadow", "set", "api", "ghost=0.1")
 	expectCLI(t, env, 1, `shadow traffic from an endpoint "ghost"`, "shadow", "set", "ghost", "v2=0.1")
-	expectCLI(t, env, 1, `backend "v2" is in the traffic of endpoints "api", "inner" (remove it there), and shadows endpoint "api"`, "backend", "delete", "v2")
+	expectCLI(t, env, 1, `backend "v2" cannot be deleted: it is in the traffic of endpoints "api", "inner", and endpoint "api" mirrors requests to it; take it out of that traffic and set those shadows to 0 first`, "backend", "delete", "v2")
 	expectCLI(t, env, 0, "-      v2       0.5     0.25", "traffic", "get", "api")
 	expectCLI(t, env, 0, "shadows:\n  v2: 0.25\ntraffic:\n  v1: 0.5\n  v2: 0.5\n", "traffic", "get", "api", "-o", "yaml")
 

@@ -162,7 +162,7 @@ func TestEveryErrorChangesNothing(t *testing.T) {
 			n := 3.0
 			return c.UpdateBackendConfig(ctx, "v1", meshspec.BackendConfigPatch{CPUs: &n})
 		}, Invalid, "cpus: is set on a backend of listed replicas"},
-		{"delete used backend", func() (bool, error) { return c.DeleteBackend(ctx, "v1") }, Conflict, `backend "v1" is in the traffic of endpoint "api" (remove it there) before deleting it`},
+		{"delete used backend", func() (bool, error) { return c.DeleteBackend(ctx, "v1") }, Conflict, `backend "v1" cannot be deleted: it is in the traffic of endpoint "api"; take it out of that traffic first`},
 		{"endpoint exists", func() (bool, error) {
 			return c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "api", Route: "/other", Traffic: map[string]float64{"v1": 1}})
 		}, Conflict, `endpoint "api" is already registered`},
@@ -506,7 +506,7 @@ func TestDeleteNamesEveryUse(t *testing.T) {
 		mustChange(t, true, err)
 	}
 	_, err := c.DeleteBackend(ctx, "v1")
-	mustKind(t, err, Conflict, `backend "v1" is in the traffic of endpoints "a", "b", "d" (remove it there), and shadows endpoint "c" (set those shadows to 0) before deleting it`)
+	mustKind(t, err, Conflict, `backend "v1" cannot be deleted: it is in the traffic of endpoints "a", "b", "d", and endpoint "c" mirrors requests to it; take it out of that traffic and set those shadows to 0 first`)
 }
 
 // plaintextLeader is a controller of a mesh without mTLS (--plaintext),

@@ -167,15 +167,17 @@ func (c *Controller) DeleteBackend(ctx context.Context, name string) (bool, erro
 				shadows = append(shadows, fmt.Sprintf("%q", e.Name))
 			}
 		}
-		var uses []string
+		var uses, fixes []string
 		if len(routes) > 0 {
-			uses = append(uses, fmt.Sprintf("is in the traffic of %s %s (remove it there)", plural(len(routes), "endpoint"), strings.Join(routes, ", ")))
+			uses = append(uses, fmt.Sprintf("it is in the traffic of %s %s", plural(len(routes), "endpoint"), strings.Join(routes, ", ")))
+			fixes = append(fixes, "take it out of that traffic")
 		}
 		if len(shadows) > 0 {
-			uses = append(uses, fmt.Sprintf("shadows %s %s (set those shadows to 0)", plural(len(shadows), "endpoint"), strings.Join(shadows, ", ")))
+			uses = append(uses, fmt.Sprintf("%s %s %s requests to it", plural(len(shadows), "endpoint"), strings.Join(shadows, ", "), verb(len(shadows), "mirrors", "mirror")))
+			fixes = append(fixes, "set those shadows to 0")
 		}
 		if len(uses) > 0 {
-			return errorf(Conflict, "backend %q %s before deleting it", name, strings.Join(uses, ", and "))
+			return errorf(Conflict, "backend %q cannot be deleted: %s; %s first", name, strings.Join(uses, ", and "), strings.Join(fixes, " and "))
 		}
 		m.Backends = slices.Delete(m.Backends, i, i+1)
 		return nil
@@ -453,4 +455,12 @@ func (c *Controller) Autoscale(ctx context.Context, name string, replicas int) (
 		return changed, short
 	}
 	return changed, err
+}
+
+// verb is one of a verb's forms, by count: singular for 1.
+func verb(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
