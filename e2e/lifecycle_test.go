@@ -128,6 +128,9 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		if !strings.Contains(stderr, "waited: 0/2 ready") {
 			t.Errorf("no progress line on stderr: %q", stderr)
 		}
+		if !strings.Contains(stderr, "--timeout is deprecated: use --wait-timeout") || strings.Contains(stdout, "deprecated") {
+			t.Errorf("--timeout, the wait's earlier name, was taken without saying its name now on stderr: stdout %q, stderr %q", stdout, stderr)
+		}
 		report, err := mesh.c.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -165,7 +168,7 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		}
 		start = time.Now()
 		code, _, stderr = cli(t, env, "backend", "create", "crashy", "--command", servemeshBin, "--arg", "demo-replica",
-			"--num-replicas", "1", "--cpus", "0.5", "--wait", "--timeout", "60s")
+			"--num-replicas", "1", "--cpus", "0.5", "--wait", "--wait-timeout", "60s")
 		if code == 0 || !strings.Contains(stderr, "crash-looping") || !strings.Contains(stderr, "--backend is required") {
 			t.Fatalf("create --wait of a replica that exits at once: exit %d, stderr %q; want a crash loop with the end of its log", code, stderr)
 		}

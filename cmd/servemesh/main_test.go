@@ -14,6 +14,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	"github.com/google/shlex"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/servemesh/servemesh/internal/protoyaml"
@@ -292,5 +293,32 @@ func TestXDSCacheSwitch(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, `$SERVEMESH_XDS_CACHE="false": set on (the default) or off`) {
 			t.Errorf("%v with %s=false: code %d, stderr %q", args, xdsCacheEnv, code, errOut)
 		}
+	}
+}
+
+// TestWaitTimeoutIsOneName: every command that waits (--wait) bounds the
+// wait with --wait-timeout (backends once said --timeout and endpoints
+// --wait-timeout); --timeout, where it is not another setting, is the
+// deprecated old name of the same bound.
+func TestWaitTimeoutIsOneName(t *testing.T) {
+	var walk func(c *cobra.Command) int
+	walk = func(c *cobra.Command) int {
+		n := 0
+		if c.Flags().Lookup("wait") != nil {
+			n++
+			if c.Flags().Lookup("wait-timeout") == nil {
+				t.Errorf("%s has --wait and no --wait-timeout", c.CommandPath())
+			}
+			if f := c.Flags().Lookup("timeout"); f != nil && f.Usage == deprecatedTimeout && !f.Hidden {
+				t.Errorf("%s: --timeout, the wait's bound's old name, is not hidden", c.CommandPath())
+			}
+		}
+		for _, sub := range c.Commands() {
+			n += walk(sub)
+		}
+		return n
+	}
+	if n := walk(newRootCommand(slog.New(slog.DiscardHandler))); n < 5 {
+		t.Fatalf("%d commands have --wait; the walk found too few to check", n)
 	}
 }

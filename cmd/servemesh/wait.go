@@ -13,8 +13,10 @@ import (
 	"github.com/servemesh/servemesh/controlplane/api"
 )
 
-// waitFlags are --wait and --timeout (--wait-timeout where a command's
-// --timeout is something else), on every command that changes the state.
+// waitFlags are --wait and --wait-timeout, on every command that changes
+// the state. --timeout, their earlier name, still works where a command's
+// --timeout is not something else (endpoint create's bounds a request),
+// deprecated.
 // Not waiting is the default, as kubectl's: a script that makes many
 // changes waits once, at the end (servemesh status), not after each.
 type waitFlags struct {
@@ -27,11 +29,24 @@ const WaitTimeout = 5 * time.Minute
 
 func (w *waitFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&w.wait, "wait", false, "return when every node serves the change, the backends' replicas all ready (or fail saying why it cannot be)")
-	name := "timeout"
-	if fs.Lookup(name) != nil {
-		name = "wait-timeout"
+	fs.DurationVar(&w.timeout, "wait-timeout", WaitTimeout, "with --wait, how long to wait")
+	if fs.Lookup("timeout") == nil {
+		// Hidden, and warned of by waitServed on stderr: cobra's own
+		// deprecation notice goes where the command's output goes.
+		fs.DurationVar(&w.timeout, "timeout", WaitTimeout, deprecatedTimeout)
+		_ = fs.MarkHidden("timeout")
 	}
-	fs.DurationVar(&w.timeout, name, WaitTimeout, "with --wait, how long to wait")
+}
+
+// deprecatedTimeout is --timeout's usage where it is the wait's bound.
+const deprecatedTimeout = "deprecated: --wait-timeout, its name on every command"
+
+// warnOldName says on stderr that --timeout, given for the wait, has a new
+// name.
+func warnOldName(cmd *cobra.Command) {
+	if f := cmd.Flags().Lookup("timeout"); f != nil && f.Changed && f.Usage == deprecatedTimeout {
+		fmt.Fprintln(cmd.ErrOrStderr(), "--timeout is deprecated: use --wait-timeout, its name on every command")
+	}
 }
 
 // waitServed, with --wait, waits until the process backends named are
@@ -39,6 +54,7 @@ func (w *waitFlags) register(fs *pflag.FlagSet) {
 // as it is now, with the backends named and those the endpoints named
 // send to.
 func (w waitFlags) waitServed(cmd *cobra.Command, c *api.Client, process []string, q api.ServedQuery) error {
+	warnOldName(cmd)
 	if !w.wait {
 		return nil
 	}
