@@ -19,6 +19,7 @@ NOWHERE = "127.0.0.1:9"  # discard: nothing answers, and nothing should be sent
         (lambda c: c.create_backend("b", replicas=[9101]), r"replicas's items must be str, not int"),
         (lambda c: c.create_backend("b", replicas=["a:1"], config=["num_replicas", 2]), r"config must be a mapping"),
         (lambda c: c.create_endpoint("e", backend=7), r"create_endpoint\(\): backend must be a str or None, not int"),
+        (lambda c: c.create_endpoint("e"), r"create_endpoint\(\): backend must be specified"),
         (lambda c: c.create_endpoint("e", traffic={"v1": "0.5"}), r"traffic\['v1'\] must be a number, not str"),
         (lambda c: c.create_endpoint("e", backend="v1", methods="GET"), r"methods must be a list of str"),
         (lambda c: c.set_traffic("e", [("v1", 1.0)]), r"set_traffic\(\): traffic must be a mapping"),

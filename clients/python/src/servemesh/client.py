@@ -211,8 +211,11 @@ class Client:
         _args.strings(verb, "methods", methods)
         _args.weights(verb, "traffic", traffic, optional=True)
         _args.mapping(verb, "models", models, optional=True)
-        if sum(x is not None for x in (backend, traffic, models)) != 1:
-            raise ValueError("give backend, traffic or models, one of the three")
+        given = sum(x is not None for x in (backend, traffic, models))
+        if given == 0:  # as Ray Serve raised it: an argument missing
+            raise TypeError("create_endpoint(): backend must be specified when creating an endpoint (or traffic, or models)")
+        if given > 1:
+            raise ValueError("create_endpoint(): give backend, traffic or models, one of the three")
         e: Dict[str, Any] = {"name": name}
         if models is not None:
             e["model_routing"] = {"models": {m: dict(p) for m, p in models.items()}}
