@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,4 +165,32 @@ func TestHAFailover(t *testing.T) {
 	}
 	// Envoy follows the new leader's xDS.
 	waitNodeInSync(t, b.apiAddr)
+}
+
+// TestStatusListsTheNodesOfEveryController: with two controllers, a node
+// whose Envoy holds its stream to the follower alone is unknown to the
+// leader, which answers status; `servemesh status` given both controllers
+// lists it as connected, to the follower (issue 62, 4: status in HA
+// listed only the answering controller's nodes).
+func TestStatusListsTheNodesOfEveryController(t *testing.T) {
+	t.Parallel()
+	consul := startConsul(t)
+	a := startController(t, consul, "st-a", []string{"--plaintext"})
+	a.waitLeading(20 * time.Second)
+	b := startController(t, consul, "st-b", []string{"--plaintext"})
+	ctx := context.Background()
+	testutil.WaitFor(t, 10*time.Second, "st-b to follow st-a", func() bool {
+		info, err := b.client("").Leader(ctx)
+		return err == nil && !info.Leading && info.Leader == a.apiAddr
+	})
+	startEnvoy(t, "st-node", b.xdsAddr, bootstrap.ProtocolDelta)
+	testutil.WaitFor(t, 20*time.Second, "the node to connect to st-b", func() bool {
+		nodes := api.NewClient(b.apiAddr, "").NodesOfEach(ctx)
+		return nodes[0].Err == nil && len(nodes[0].Nodes) == 1 && nodes[0].Nodes[0].Connected
+	})
+	line := regexp.MustCompile(`(?m)^st-node\s+true \(to ` + regexp.QuoteMeta(b.apiAddr) + `\)`)
+	code, out, errOut := cli(t, []string{"SERVEMESH_SERVER=" + a.apiAddr + "," + b.apiAddr}, "status")
+	if code != 0 || !line.MatchString(out) {
+		t.Fatalf("status given both controllers: exit %d\n%s%s\nwant st-node connected to %s", code, out, errOut, b.apiAddr)
+	}
 }

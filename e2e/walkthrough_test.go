@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,13 @@ func TestDeployWalkthrough(t *testing.T) {
 	out := run("up")
 	if !strings.Contains(out, "the mesh serves /hello on every node") || !strings.Contains(out, "hello") {
 		t.Fatalf("walkthrough.sh up:\n%s", out)
+	}
+	// Issue 62, 4: its last status, asked of both controllers, listed no
+	// node when the one that answered had none connected to it.
+	for _, n := range []string{"n1", "n2"} {
+		if !regexp.MustCompile(`(?m)^` + n + `\s+true`).MatchString(out) {
+			t.Errorf("the walkthrough's status does not list node %s as connected:\n%s", n, out)
+		}
 	}
 	// Issue 58, M8: the daemons' Consul tokens were 0644, in folders
 	// anyone enters; the controller's writes the mesh's state.

@@ -30,6 +30,11 @@ func newStatusCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if strings.Contains(f.server, ",") {
+					// In HA each controller knows only the nodes connected
+					// to it; those it cannot read stay as the report has them.
+					api.MergeNodes(&r, c.NodesOfEach(cmd.Context()))
+				}
 				if done, err := f.structured(out, r); done {
 					return err
 				}
@@ -56,6 +61,8 @@ const statusLegend = `Columns:
   IN FLIGHT           requests in flight or queued now, over every node
   HELD                of those, requests nodes hold while the backend has no ready replica (scaled to
                       zero, starting); they are sent once one is ready
+  CONNECTED           the node's Envoy holds its stream to the controller that answered, or, with several
+                      controllers given (--server a,b), to the one named
   LATEST CONFIG       the node's Envoy runs the latest configuration the controller made
   NACKS               configurations the node's Envoy refused (PROBLEMS says why)
   STATE               ready, cordoned (takes no new replicas) or drained (its replicas moved away)
@@ -122,7 +129,11 @@ func printStatus(out io.Writer, r api.StatusReport) error {
 		if n.FiguresUnread != "" {
 			figures = "? " + n.FiguresUnread
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%s\t%s\t%s (protocol %d)\n", n.ID, n.Connected, n.InSync, n.NACKs, state, figures, orNone(n.Version), n.Protocol)
+		connected := fmt.Sprint(n.Connected)
+		if n.Controller != "" {
+			connected += " (to " + n.Controller + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\t%s\t%s (protocol %d)\n", n.ID, connected, n.InSync, n.NACKs, state, figures, orNone(n.Version), n.Protocol)
 	}
 	if len(r.Problems) > 0 {
 		fmt.Fprintln(tw, "\nPROBLEMS")

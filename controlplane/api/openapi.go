@@ -139,7 +139,7 @@ func operations() []operation {
 		{method: "GET", path: PrometheusTargetsPath, id: "listPrometheusTargets", summary: "The live nodes' agents as Prometheus HTTP service discovery targets (http_sd_configs)",
 			ok: 200, okBody: []PrometheusTargets{}, errors: codes(authErrors, []int{http.StatusServiceUnavailable}),
 			handle: func(s *server) http.HandlerFunc { return s.prometheusTargets }},
-		{method: "GET", path: "/v1/xds/nodes", id: "listXDSNodes", summary: "Which configuration each Envoy node holds", ok: 200, okBody: []xdsserver.NodeStatus{}, errors: authErrors},
+		{method: "GET", path: XDSNodesPath, id: "listXDSNodes", summary: "Which configuration each Envoy node holds", ok: 200, okBody: []xdsserver.NodeStatus{}, errors: authErrors},
 		{method: "GET", path: OpenAPIPath, id: "getOpenAPI", summary: "This description", ok: 200, okBody: map[string]any{}, errors: authErrors,
 			handle: func(*server) http.HandlerFunc { return serveOpenAPI }},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/servemesh/servemesh/controlplane/autoscale"
@@ -118,6 +119,65 @@ type NodeStatus struct {
 	// counts fail open or closed there. Absent from a previous release's
 	// controllers.
 	RateLimitService string `json:"rate_limit_service,omitempty"`
+	// Controller, set by the client that merged it in (MergeNodes), is
+	// the controller the node's Envoy is connected to, when that is not
+	// the one whose report this is.
+	Controller string `json:"controller,omitempty"`
+}
+
+// XDSNodesPath lists the nodes connected to one controller, as its xDS
+// server sees them.
+const XDSNodesPath = "/v1/xds/nodes"
+
+// ControllerNodes are the nodes connected to one controller (Err: why they
+// could not be read).
+type ControllerNodes struct {
+	Controller string
+	Nodes      []xdsserver.NodeStatus
+	Err        error
+}
+
+// MergeNodes completes r, one controller's report, with the nodes the
+// others serve: each node's Envoy holds a stream to one controller, which
+// alone knows whether it is connected and in sync, so in HA one report
+// lists only some nodes as connected. A node connected elsewhere replaces
+// its entry (its maintenance and figures kept) or is added, marked with
+// its controller; a node connected to none stays as r has it.
+func MergeNodes(r *StatusReport, others []ControllerNodes) {
+	at := map[string]int{}
+	for i, n := range r.Nodes {
+		at[n.ID] = i
+	}
+	for _, o := range others {
+		for _, n := range o.Nodes {
+			i, known := at[n.ID]
+			if known && (r.Nodes[i].Connected || !n.Connected) {
+				continue
+			}
+			merged := NodeStatus{ID: n.ID, Connected: n.Connected, InSync: n.InSync, NACKs: n.NACKs, LastNACK: n.LastNACK, Refused: n.Refused,
+				Version: n.Version, Protocol: n.Protocol, Skew: n.Skew, Controller: o.Controller}
+			if !known {
+				at[n.ID] = len(r.Nodes)
+				r.Nodes = append(r.Nodes, merged)
+				continue
+			}
+			old := r.Nodes[i]
+			merged.Cordoned, merged.Drained, merged.FiguresUnread, merged.RateLimitService = old.Cordoned, old.Drained, old.FiguresUnread, old.RateLimitService
+			r.Nodes[i] = merged
+		}
+	}
+	slices.SortFunc(r.Nodes, func(a, b NodeStatus) int { return strings.Compare(a.ID, b.ID) })
+}
+
+// NodesOfEach reads the nodes connected to each of the client's
+// controllers, one answer each (GET /v1/xds/nodes), in the order given.
+func (c *Client) NodesOfEach(ctx context.Context) []ControllerNodes {
+	out := make([]ControllerNodes, len(c.bases))
+	for i, base := range c.bases {
+		out[i].Controller = strings.TrimPrefix(strings.TrimPrefix(base, "http://"), "https://")
+		out[i].Err = c.doAt(ctx, base, http.MethodGet, XDSNodesPath, nil, &out[i].Nodes)
+	}
+	return out
 }
 
 // Status reads the controller's status report.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -124,5 +125,30 @@ func TestARateLimitServiceDownIsAProblem(t *testing.T) {
 	m.Endpoints[0].RateLimit = nil
 	if r := NewStatusReport(StatusInputs{State: m, Nodes: nodes, Loads: loads}); len(r.Problems) != 0 || r.Nodes[0].RateLimitService != "" {
 		t.Errorf("with no global limit: problems %q, nodes %+v", r.Problems, r.Nodes)
+	}
+}
+
+// TestMergeNodesCompletesAnHAReport: one controller's report knows only
+// the nodes connected to it; the others' complete it, a node connected
+// elsewhere marked with its controller and keeping its maintenance.
+func TestMergeNodesCompletesAnHAReport(t *testing.T) {
+	r := StatusReport{Nodes: []NodeStatus{
+		{ID: "n1", Connected: true, InSync: true},
+		{ID: "n2", Connected: false, Cordoned: true},
+		{ID: "n4", Connected: false},
+	}}
+	MergeNodes(&r, []ControllerNodes{
+		{Controller: "c1:18001", Nodes: []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: true}, {ID: "n2", Connected: false}}},
+		{Controller: "c2:18001", Nodes: []xdsserver.NodeStatus{{ID: "n2", Connected: true, InSync: true, Version: "v2"}, {ID: "n3", Connected: true}, {ID: "n1", Connected: false}}},
+		{Controller: "c3:18001", Err: errors.New("connection refused")},
+	})
+	want := []NodeStatus{
+		{ID: "n1", Connected: true, InSync: true},
+		{ID: "n2", Connected: true, InSync: true, Version: "v2", Cordoned: true, Controller: "c2:18001"},
+		{ID: "n3", Connected: true, Controller: "c2:18001"},
+		{ID: "n4", Connected: false},
+	}
+	if !reflect.DeepEqual(r.Nodes, want) {
+		t.Fatalf("merged nodes\n got %+v\nwant %+v", r.Nodes, want)
 	}
 }
