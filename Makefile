@@ -65,6 +65,10 @@ TEST_PARALLEL ?= 4
 # What serves the demo's llama model in make run: stand-in, or llama
 # (llama.cpp's server, a real engine).
 MODEL ?= stand-in
+# Other commands make run's agent may run as replicas, space-separated
+# (ALLOW=/usr/bin/python3.11: a Python model, as README.md's Python
+# section serves it); servemesh itself is always allowed.
+ALLOW ?=
 # Native Go fuzz targets, package:target; make fuzz runs each for FUZZTIME,
 # make test for FUZZTIME_SHORT: a count of executions (a few seconds each),
 # not a duration, which Go 1.26's fuzzer can report as a failure ("context
@@ -214,8 +218,8 @@ e2e: tools ## run the end-to-end tests only
 e2e-cache-off: tools ## run the end-to-end tests with translation's and the xDS server's caches off (SERVEMESH_XDS_CACHE=off): the data plane must follow every change the same way
 	SERVEMESH_XDS_CACHE=off go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m $(GO_TEST_FLAGS) ./e2e/...
 
-run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas (MODEL=llama: llama.cpp's server, a real engine, serves its llama model)
-	bin/servemesh demo-stack --model-server $(MODEL)
+run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas (MODEL=llama: llama.cpp's server, a real engine, serves its llama model; ALLOW=/usr/bin/python3: its agent may run that too)
+	bin/servemesh demo-stack --model-server $(MODEL) $(foreach c,$(ALLOW),--allow-command $(c))
 
 lint: $(LINT) ## run golangci-lint, go vet, gofmt and the layer and flow rules of docs/architecture.md
 	go vet -tags e2e ./...

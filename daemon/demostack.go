@@ -43,6 +43,9 @@ type StackOptions struct {
 	engine *devllama.Engine
 	// Self is the servemesh binary the controller, agent and replicas run.
 	Self string
+	// AllowCommands are the other commands the agent may run as replicas
+	// (its --allow-command), such as a Python model's interpreter.
+	AllowCommands []string
 }
 
 // RunStack runs the whole of servemesh on this machine, as it runs in
@@ -245,6 +248,11 @@ func startStackDaemons(o StackOptions, consulAddr string, consulTokens map[strin
 	} {
 		if d.name == "agent" && o.engine != nil {
 			d.args = append(d.args, o.engine.AllowFlags()...)
+		}
+		if d.name == "agent" {
+			for _, c := range o.AllowCommands {
+				d.args = append(d.args, "--allow-command", c)
+			}
 		}
 		logFile, err := os.Create(filepath.Join(o.WorkDir, d.name+".log"))
 		if err != nil {

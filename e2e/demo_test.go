@@ -273,7 +273,8 @@ func (d *demoStack) stop(t *testing.T) {
 
 func TestDemoStack(t *testing.T) {
 	t.Parallel()
-	d := startDemoStack(t)
+	python, runtime, src, models := pythonReplicas(t)
+	d := startDemoStack(t, "--allow-command", python) // the README's Python section, on the demo
 	api, public, mesh, workDir, cmd, out := d.api, d.public, d.mesh, d.workDir, d.cmd, d.out
 	checkSecondStackRefused(t, workDir, cmd.Process.Pid, d.args)
 	checkBannerCount(t, out.String())
@@ -337,6 +338,25 @@ func TestDemoStack(t *testing.T) {
 	}
 	if code, o, e := cli(t, env, "logs", "--node", "no-such-node"); code != 1 || o != "" || !strings.Contains(e, "node no-such-node has no live agent") {
 		t.Fatalf("logs --node no-such-node: exit %d\n%s%s", code, o, e)
+	}
+	// A Python model, as the README's Python section serves it, on the
+	// demo started with --allow-command naming its Python (issue 62, 3:
+	// the demo's agent ran servemesh alone, and nothing could change it).
+	if code, o, e := cli(t, env, "backend", "create", "pydemo", "--command", python, "--arg", runtime, "--arg", "--path", "--arg", src,
+		"--arg", "--path", "--arg", models, "--arg", "--host", "--arg", "${HOST}", "--arg", "--port", "--arg", "${PORT}", "--arg", "model:Model",
+		"--health-path", "/-/healthz", "--num-replicas", "1", "--wait"); code != 0 {
+		t.Fatalf("backend create of a Python model: exit %d %s%s", code, o, e)
+	}
+	if code, o, e := cli(t, env, "endpoint", "create", "pydemo", "--route", "/pydemo", "--backend", "pydemo", "--wait"); code != 0 {
+		t.Fatalf("endpoint create pydemo: exit %d %s%s", code, o, e)
+	}
+	if r := do(httpClient(), http.MethodGet, "http://"+public+"/pydemo", ""); r.status != 200 || r.backend != "pydemo" {
+		t.Fatalf("the demo's Python model: %+v", r)
+	}
+	for _, args := range [][]string{{"endpoint", "delete", "pydemo"}, {"backend", "delete", "pydemo"}} {
+		if code, o, e := cli(t, env, args...); code != 0 {
+			t.Fatalf("%v: exit %d %s%s", args, code, o, e)
+		}
 	}
 	if code, o, e := cli(t, env, "backend", "update", "extra", "--autoscale-off"); code != 0 || !strings.Contains(o, "updated") {
 		t.Fatalf("backend update --autoscale-off: exit %d %s%s", code, o, e)

@@ -35,6 +35,7 @@ func newDemoStackCommand(log *slog.Logger) *cobra.Command {
 	fs.StringVar(&o.Mesh, "mesh", "127.0.0.1:15001", "the node's mesh listener")
 	fs.StringVar(&o.Inbound, "inbound", "127.0.0.1:21000", "the node's inbound listener, where other nodes call its replicas over mTLS")
 	fs.StringVar(&o.ModelServer, "model-server", daemon.StandIn, "what serves the demo's llama model: "+daemon.StandIn+" (servemesh's own stand-in) or "+daemon.Llama+" (llama.cpp's OpenAI-compatible server, a real engine, which make tools builds)")
+	fs.StringSliceVar(&o.AllowCommands, "allow-command", nil, "another command the demo's agent may run as replicas (repeatable; a clean absolute path, or a folder's /*), such as the Python your model runs with; servemesh itself is always allowed")
 	_ = c.RegisterFlagCompletionFunc("model-server", cobra.FixedCompletions([]string{daemon.StandIn, daemon.Llama}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
