@@ -55,7 +55,9 @@ DEBIAN_PKGS := prometheus chromium redis-server systemd
 DEBIAN_BINS := /usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /usr/bin/redis-server /usr/bin/systemd-analyze
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT        := $(TOOLS_BIN)/golangci-lint
-VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The version make release stamps: the one RELEASES names for this commit
+# (a clean checkout of it), else git describe's.
+VERSION     := $(or $(shell git diff --quiet HEAD 2>/dev/null && awk -v c="$$(git rev-parse HEAD)" '/^v/ && $$2 == c {print $$1}' RELEASES),$(shell git describe --always --dirty 2>/dev/null || echo dev))
 GO_TEST_FLAGS ?=
 # Tests marked t.Parallel (every e2e test that shares nothing: its own
 # Consul, daemons, folders and kernel-chosen ports) run this many at once.

@@ -21,11 +21,25 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
-// previousRelease is the commit of servemesh's previous release, upgraded
-// from and downgraded to: its agents already leave their Envoy and
-// replicas serving when they stop, and it announces no version (protocol
-// 1, which this release's controllers serve).
-const previousRelease = "9ffdae81a07d744bf4a15a55ff10e8ea66347433"
+// previousRelease is the commit of servemesh's previous release, the
+// newest RELEASES names, upgraded from and downgraded to. (v0.1.0's agents
+// already leave their Envoy and replicas serving when they stop, and it
+// announces no version: protocol 1, which this release's controllers
+// serve.)
+func previousRelease(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../RELEASES")
+	if err != nil {
+		t.Fatalf("the releases file: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && !strings.HasPrefix(f[0], "#") {
+			return f[1]
+		}
+	}
+	t.Fatal("RELEASES names no release")
+	return ""
+}
 
 // buildRelease builds servemesh at commit from this clone's history (git
 // archive, then go build), once: the binary is kept in .tools/releases.
@@ -249,7 +263,7 @@ func (m *upgradeMesh) replicasOn(t *testing.T) map[string]int {
 // one, with the same guarantees.
 func TestRollingUpgradeAndDowngrade(t *testing.T) {
 	t.Parallel()
-	old := buildRelease(t, previousRelease)
+	old := buildRelease(t, previousRelease(t))
 	m := startUpgradeMesh(t, old)
 	on := m.replicasOn(t)
 	url := "http://" + m.nodes[0].public + "/up"
