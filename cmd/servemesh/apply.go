@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -22,30 +25,36 @@ const maxAppliedFile = 16 << 20
 
 // loadApplied reads the config file apply -f names, or standard input for
 // "-" (a Ray Serve config's relative paths then start in the working
-// folder).
-func loadApplied(stdin io.Reader, file string, ray rayserve.Options) (*meshspec.Spec, []string, error) {
-	if file != "-" {
-		return configfile.LoadAny(file, ray)
-	}
-	data, err := io.ReadAll(io.LimitReader(stdin, maxAppliedFile+1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("read standard input: %w", err)
-	}
-	if len(data) > maxAppliedFile {
-		return nil, nil, fmt.Errorf("standard input holds more than %d MiB, the most an apply takes; split the config", maxAppliedFile>>20)
-	}
-	if ray.Dir == "" {
-		if ray.Dir, err = os.Getwd(); err != nil {
-			return nil, nil, err
+// folder, else in the file's); ray says whether it was a Ray Serve config.
+func loadApplied(stdin io.Reader, file string, opts rayserve.Options) (spec *meshspec.Spec, notes []string, ray bool, err error) {
+	var data []byte
+	name := file
+	if file == "-" {
+		name = "from standard input"
+		data, err = io.ReadAll(io.LimitReader(stdin, maxAppliedFile+1))
+		if err == nil && opts.Dir == "" {
+			opts.Dir, err = os.Getwd()
+		}
+	} else {
+		data, err = os.ReadFile(file)
+		if err == nil && opts.Dir == "" {
+			opts.Dir, err = filepath.Abs(filepath.Dir(file))
 		}
 	}
-	return configfile.ParseAny("from standard input", data, ray)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(data) > maxAppliedFile {
+		return nil, nil, false, fmt.Errorf("%s holds more than %d MiB, the most an apply takes; split the config", name, maxAppliedFile>>20)
+	}
+	spec, notes, err = configfile.ParseAny(name, data, opts)
+	return spec, notes, rayserve.IsConfig(data), err
 }
 
 func newApplyCommand() *cobra.Command {
 	var f clientFlags
 	var file string
-	var dryRun, prune bool
+	var dryRun, prune, merge bool
 	var wait waitFlags
 	var ray rayFlags
 	c := &cobra.Command{
@@ -56,7 +65,7 @@ func newApplyCommand() *cobra.Command {
 			if file == "" {
 				return errors.New("-f FILE is required (-f - reads it from standard input)")
 			}
-			m, notes, err := loadApplied(cmd.InOrStdin(), file, ray.options())
+			m, notes, isRay, err := loadApplied(cmd.InOrStdin(), file, ray.options())
 			if err != nil {
 				return err
 			}
@@ -67,7 +76,16 @@ func newApplyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.Apply(cmd.Context(), m, api.ApplyOptions{DryRun: dryRun, PruneRollouts: prune})
+			if isRay && !cmd.Flags().Changed("merge") {
+				merge = true // its applications, not the whole mesh
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: a Ray Serve config is merged into the mesh: its applications' backends and endpoints are created or replaced, the rest kept (--merge=false makes the mesh exactly the file)")
+			}
+			if merge {
+				if err := canMerge(cmd.Context(), c); err != nil {
+					return err
+				}
+			}
+			res, err := c.Apply(cmd.Context(), m, api.ApplyOptions{DryRun: dryRun, PruneRollouts: prune, Merge: merge})
 			if err != nil {
 				return err
 			}
@@ -101,6 +119,7 @@ func newApplyCommand() *cobra.Command {
 	addClientFlags(c, &f)
 	c.Flags().StringVarP(&file, "filename", "f", "", "the config `FILE` to apply, in the format servemesh serve --config reads, or a Ray Serve config file (serve deploy's); - reads it from standard input")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, change nothing")
+	c.Flags().BoolVar(&merge, "merge", false, "keep what the file does not name (backends and endpoints of other names, and the mesh's settings if it has none) instead of making the mesh exactly the file; the default for a Ray Serve config")
 	c.Flags().BoolVar(&prune, "prune-rollouts", false, "remove the records of ended rollouts the file does not declare (their stages and verdicts); without it they are kept")
 	ray.register(c.Flags())
 	_ = c.MarkFlagFilename("filename", "yaml", "yml", "json")
@@ -212,4 +231,16 @@ func newImportCommand() *cobra.Command {
 	c := &cobra.Command{Use: "import", Short: "read another system's config into servemesh's"}
 	c.AddCommand(rayCmd)
 	return c
+}
+
+// canMerge refuses a merge a controller of the previous release would
+// take for a whole apply (it ignores ?merge and would delete what the file
+// does not name); GET /v1/spec came with merging.
+func canMerge(ctx context.Context, c *api.Client) error {
+	_, err := c.Spec(ctx)
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
+		return errors.New("the controller runs a release that cannot merge a file into the mesh (it would apply it as the whole mesh): upgrade the controllers, or apply with --merge=false to make the mesh exactly the file")
+	}
+	return err
 }

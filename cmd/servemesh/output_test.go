@@ -135,3 +135,22 @@ func TestExportFromAPreviousReleaseKeepsEverySetting(t *testing.T) {
 		t.Fatalf("export of a previous release's state:\n%s", out)
 	}
 }
+
+// TestMergeRefusedByAPreviousRelease: a controller of the previous
+// release ignores ?merge and would apply a file as the whole mesh, so
+// apply --merge against it is refused before anything is sent.
+func TestMergeRefusedByAPreviousRelease(t *testing.T) {
+	unsetClientEnv(t)
+	applied := false
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/apply" {
+			applied = true
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	code, _, errOut := runCLI("apply", "-f", "../../examples/demo.yaml", "--merge", "--server", srv.URL)
+	if code == 0 || applied || !strings.Contains(errOut, "cannot merge a file into the mesh") {
+		t.Fatalf("apply --merge against a previous release: exit %d, applied %v, stderr %q", code, applied, errOut)
+	}
+}

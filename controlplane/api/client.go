@@ -321,6 +321,9 @@ func (c *Client) Apply(ctx context.Context, m *meshspec.Spec, opts ApplyOptions)
 	if opts.PruneRollouts {
 		q.Set("prune_rollouts", "true")
 	}
+	if opts.Merge {
+		q.Set("merge", "true")
+	}
 	path := "/v1/apply"
 	if len(q) > 0 {
 		path += "?" + q.Encode()

@@ -306,7 +306,7 @@ func (s *server) apply(w http.ResponseWriter, r *http.Request) {
 	for _, p := range []struct {
 		name string
 		to   *bool
-	}{{"dry_run", &opts.DryRun}, {"prune_rollouts", &opts.PruneRollouts}} {
+	}{{"dry_run", &opts.DryRun}, {"prune_rollouts", &opts.PruneRollouts}, {"merge", &opts.Merge}} {
 		if v := r.URL.Query().Get(p.name); v != "" {
 			var err error
 			if *p.to, err = strconv.ParseBool(v); err != nil { // ?dry_run=yes must not apply

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/servemesh/servemesh/controlplane/store"
@@ -53,5 +54,58 @@ func TestTracingSettings(t *testing.T) {
 	diff, err := c.Apply(exec, spec, ApplyOptions{DryRun: true})
 	if err != nil || len(diff) != 1 || diff[0].String() != "update mesh settings" || diff[0].Fields[0].Field != "tracing.collector" {
 		t.Fatalf("apply's diff: %+v, %v; want the mesh's tracing.collector updated", diff, err)
+	}
+}
+
+// TestApplyMergeKeepsWhatTheFileDoesNotName: an apply with Merge (a Ray
+// Serve config's) replaces and adds the backends and endpoints it names
+// and keeps the others and the mesh's settings; without, the file is the
+// whole mesh (issue 62, 5: a Ray Serve config's dry run on the demo
+// deleted 15 objects, tracing included).
+func TestApplyMergeKeepsWhatTheFileDoesNotName(t *testing.T) {
+	ctx := MayRunCommands(context.Background()) // the tracing's collector needs the exec scope
+	c, _ := newLeader(t, store.NewMemory())
+	base := &meshspec.Model{
+		Backends:  []meshspec.Backend{{Name: "a", Replicas: []meshspec.Replica{{Address: "10.0.0.1:1"}}}, {Name: "b", Replicas: []meshspec.Replica{{Address: "10.0.0.2:1"}}}},
+		Endpoints: []meshspec.Endpoint{{Name: "ea", Route: "/ea", Traffic: map[string]float64{"a": 1}}, {Name: "eb", Route: "/eb", Traffic: map[string]float64{"b": 1}}},
+		Mesh:      &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: "127.0.0.1:4317"}},
+	}
+	if _, err := c.Apply(ctx, meshspec.SpecOf(base), ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	file := &meshspec.Model{
+		Backends:  []meshspec.Backend{{Name: "b", Replicas: []meshspec.Replica{{Address: "10.0.0.3:1"}}}, {Name: "c", Replicas: []meshspec.Replica{{Address: "10.0.0.4:1"}}}},
+		Endpoints: []meshspec.Endpoint{{Name: "ec", Route: "/ec", Traffic: map[string]float64{"c": 1}}},
+	}
+	diff, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{Merge: true, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, d := range diff {
+		lines = append(lines, d.String())
+	}
+	if got := strings.Join(lines, "; "); got != "update backend b; create backend c; create endpoint ec" {
+		t.Fatalf("a merge's dry run: %s", got)
+	}
+	if _, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{Merge: true}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := c.State()
+	names := func(m *meshspec.Model) string {
+		var out []string
+		for _, b := range m.Backends {
+			out = append(out, b.Name+"@"+b.Replicas[0].Address)
+		}
+		for _, e := range m.Endpoints {
+			out = append(out, e.Name)
+		}
+		return strings.Join(out, " ")
+	}
+	if got := names(m); got != "a@10.0.0.1:1 b@10.0.0.3:1 c@10.0.0.4:1 ea eb ec" || m.Mesh == nil || m.Mesh.Tracing == nil {
+		t.Fatalf("after the merge: %s, mesh %+v", got, m.Mesh)
+	}
+	if diff, err := c.Apply(ctx, meshspec.SpecOf(file), ApplyOptions{DryRun: true}); err != nil || len(diff) != 4 {
+		t.Fatalf("without merge the file is the whole mesh: %v, %v; want a, ea, eb and the tracing removed", diff, err)
 	}
 }

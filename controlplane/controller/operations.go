@@ -321,6 +321,10 @@ type ApplyOptions struct {
 	// PruneRollouts removes the records of ended rollouts the file does
 	// not declare; without it they are kept, history and all.
 	PruneRollouts bool
+	// Merge keeps what the file does not name: the backends and endpoints
+	// of other names and, if it has none, the mesh's settings. A Ray
+	// Serve config is applied so: its applications, not the whole mesh.
+	Merge bool
 }
 
 // Apply makes the desired state equal to desired, as `kubectl apply` does
@@ -339,13 +343,20 @@ func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, opts ApplyO
 			return nil, &Error{Kind: Invalid, Msg: "refused", Err: err}
 		}
 	}
-	desired := spec.Model()
+	declared := spec.Model()
+	desiredOf := func(current *meshspec.Model) *meshspec.Model {
+		if opts.Merge {
+			return mergeDeclared(current, declared)
+		}
+		return declared
+	}
 	nodes, err := c.nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if opts.DryRun {
 		current, _ := c.State()
+		desired := desiredOf(current)
 		if err := c.guard(ctx, current, desired); err != nil {
 			return nil, err
 		}
@@ -357,6 +368,7 @@ func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, opts ApplyO
 	}
 	var diff []Change
 	_, err = c.change(ctx, "apply", func(m *meshspec.Model) error {
+		desired := desiredOf(m)
 		if err := c.guard(ctx, m, desired); err != nil {
 			return err // before placement says whether it would fit
 		}
@@ -369,6 +381,34 @@ func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, opts ApplyO
 		return nil
 	}, false) // prepareApply validated it
 	return diff, err
+}
+
+// mergeDeclared is what current declares with file's backends and
+// endpoints in place of those of the same names, and file's mesh settings
+// if it has any: a merge under the write lock, so nothing written
+// meanwhile is lost.
+func mergeDeclared(current, file *meshspec.Model) *meshspec.Model {
+	out := meshspec.SpecOf(current).Model()
+	backends := indexByName(out.Backends, func(b meshspec.Backend) string { return b.Name })
+	for _, b := range file.Backends {
+		if i, ok := backends[b.Name]; ok {
+			out.Backends[i] = b
+		} else {
+			out.Backends = append(out.Backends, b)
+		}
+	}
+	endpoints := indexByName(out.Endpoints, func(e meshspec.Endpoint) string { return e.Name })
+	for _, e := range file.Endpoints {
+		if i, ok := endpoints[e.Name]; ok {
+			out.Endpoints[i] = e
+		} else {
+			out.Endpoints = append(out.Endpoints, e)
+		}
+	}
+	if file.Mesh != nil {
+		out.Mesh = file.Mesh
+	}
+	return meshspec.Clone(out)
 }
 
 // prepareApply turns a file's model into the state to store: it carries
