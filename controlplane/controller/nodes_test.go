@@ -108,3 +108,29 @@ func TestCordonAndDrain(t *testing.T) {
 		t.Fatalf("node list %+v, %v", reports, err)
 	}
 }
+
+// TestScalingWithEveryNodeCordonedSaysSo: with every node cordoned, a
+// scale-up that places nothing names the maintenance, not free
+// resources (issue 62, 6: it blamed them, the node idle); with some nodes
+// cordoned, the resources' message names those too.
+func TestScalingWithEveryNodeCordonedSaysSo(t *testing.T) {
+	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 4}, {ID: "n2", CPUs: 1}}}
+	c, _ := newScheduling(t, nodes)
+	ctx := MayRunCommands(context.Background())
+	if _, err := c.CreateBackend(ctx, meshspec.BackendSpecOf(processBackend("a", 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := c.SetNodeMaintenance(ctx, n, Cordon); err != nil {
+			t.Fatal(err)
+		}
+	}
+	three := 3
+	_, err := c.UpdateBackendConfig(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &three})
+	mustKind(t, err, Conflict, `cannot scale backend "a" to 3 replicas: every node that may run it is cordoned or drained (n1, n2); uncordon one`)
+	if _, err := c.SetNodeMaintenance(ctx, "n2", Uncordon); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.UpdateBackendConfig(ctx, "a", meshspec.BackendConfigPatch{NumReplicas: &three})
+	mustKind(t, err, Conflict, `free resources only allow 1 to be added; scale to 2 replicas, lower the backend's cpus, memory_mb or resources, or add nodes (cordoned or drained, taking none: n1)`)
+}

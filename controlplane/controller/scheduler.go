@@ -108,13 +108,34 @@ func schedule(m *meshspec.Model, i int, nodes []wire.NodeInfo, now time.Time, re
 		added := place(m, b, nodes, need, now, spec)
 		b.Placements = append(b.Placements, added...)
 		if len(added) < need {
-			e := errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus, memory_mb or resources, or add nodes",
-				b.Name, want, need, len(added), len(running)+len(added))
+			e := shortOfNodes(m, b.Name, nodes, want, need, len(added), len(running)+len(added))
 			e.Shortfall = need - len(added)
 			return e
 		}
 	}
 	return nil
+}
+
+// shortOfNodes says why only added of need new replicas of backend found
+// a node: every node that may run it is cordoned or drained, or free
+// resources ran out (naming the nodes cordoned or drained, if some are).
+func shortOfNodes(m *meshspec.Model, backend string, nodes []wire.NodeInfo, want, need, added, total int) *Error {
+	var held []string
+	for _, n := range nodes {
+		if !m.Schedulable(n.ID) {
+			held = append(held, n.ID)
+		}
+	}
+	if len(held) == len(nodes) {
+		return errorf(Conflict, "cannot scale backend %q to %d replicas: every node that may run it is cordoned or drained (%s); uncordon one (servemesh node uncordon NODE), or add nodes",
+			backend, want, strings.Join(held, ", "))
+	}
+	e := errorf(Conflict, "cannot scale backend %q to %d replicas: servemesh tried to add %d replicas but the nodes' free resources only allow %d to be added; scale to %d replicas, lower the backend's cpus, memory_mb or resources, or add nodes",
+		backend, want, need, added, total)
+	if len(held) > 0 {
+		e.Msg += fmt.Sprintf(" (cordoned or drained, taking none: %s)", strings.Join(held, ", "))
+	}
+	return e
 }
 
 // drainSurplus marks running placements beyond want draining: those whose
