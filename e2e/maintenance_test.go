@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,14 @@ func TestNodeDrainUnderLoad(t *testing.T) {
 	}
 	if _, out, _ := cli(t, env, "status"); !strings.Contains(out, "drained") {
 		t.Errorf("status does not show the drained node:\n%s", out)
+	}
+	// node describe: the drained node in full, and the replicas now on n1.
+	if code, out, errOut := cli(t, env, "node", "describe", m.n2.id); code != 0 || !regexp.MustCompile(`Maintenance:\s+drained`).MatchString(out) ||
+		!regexp.MustCompile(`Envoy:\s+connected true`).MatchString(out) || !strings.Contains(out, "no replica") {
+		t.Errorf("node describe %s: exit %d\n%s%s", m.n2.id, code, out, errOut)
+	}
+	if code, out, errOut := cli(t, env, "node", "describe", m.n1.id); code != 0 || len(regexp.MustCompile(`(?m)^  dr\s+dr#`).FindAllString(out, -1)) != 2 {
+		t.Errorf("node describe %s: exit %d\n%s%s; want dr's two replicas", m.n1.id, code, out, errOut)
 	}
 	if code, _, _ := cli(t, env, "backend", "update", "dr", "--num-replicas", "3"); code != 0 {
 		t.Fatal("scale to 3")

@@ -59,7 +59,7 @@ func newNodeCommand() *cobra.Command {
 			},
 		})
 	}
-	verbs = append(verbs, newNodePolicyCommand(&f))
+	verbs = append(verbs, newNodeDescribeCommand(&f), newNodePolicyCommand(&f))
 	return nounCommand("node", "list nodes, set what the operator grants them (policy), and take them out for maintenance (cordon, drain) and back (uncordon)", &f, verbs...)
 }
 

@@ -35,6 +35,9 @@ func apiStandIn(t *testing.T) string {
 		"/v1/endpoints":       []meshspec.Endpoint{chat, model},
 		"/v1/endpoints/model": model,
 		"/v1/endpoints/chat":  chat,
+		"/v1/nodes": []api.NodeReport{{Name: "n1", Registered: true, Replicas: 1, CPUs: 8, MemoryMB: 16384, Version: "v0.2.0", Protocol: 2},
+			{Name: "n2", Registered: true, Cordoned: true, Replicas: 2, CPUs: 4, MemoryMB: 8192, Version: "v0.2.0", Protocol: 2,
+				Policy: &meshspec.NodePolicy{CPUs: 2, MemoryMB: 4096, AllowedCommands: []string{"/srv/model"}}}},
 		"/v1/backends": []meshspec.Backend{{Name: "v1", Protocol: "grpc", Replicas: []meshspec.Replica{
 			{Address: "127.0.0.1:9001", Node: "n1"}, {Address: "127.0.0.1:9002", Node: "n2"}, {Address: "127.0.0.1:9003", Node: "n2"}}}},
 	}
@@ -152,5 +155,29 @@ func TestMergeRefusedByAPreviousRelease(t *testing.T) {
 	code, _, errOut := runCLI("apply", "-f", "../../examples/demo.yaml", "--merge", "--server", srv.URL)
 	if code == 0 || applied || !strings.Contains(errOut, "cannot merge a file into the mesh") {
 		t.Fatalf("apply --merge against a previous release: exit %d, applied %v, stderr %q", code, applied, errOut)
+	}
+}
+
+// TestNodeDescribe: a node in full (issue 62, 6: there was no node
+// describe): its maintenance, claim and policy, and the replicas placed
+// on it; an unknown node is refused naming those the controller knows.
+func TestNodeDescribe(t *testing.T) {
+	unsetClientEnv(t)
+	url := apiStandIn(t)
+	code, out, errOut := runCLI("node", "describe", "n2", "--server", url)
+	if code != 0 {
+		t.Fatalf("node describe n2: exit %d, %s", code, errOut)
+	}
+	for _, want := range []string{"Maintenance:   cordoned: it gets no new replicas", "Policy:        2 cpus, 4096 MB, commands /srv/model",
+		"Agent claims:  4 cpus, 8192 MB", "v1       v1#000002  127.0.0.1:9002", "v1       v1#000003  127.0.0.1:9003"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("node describe n2 lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "v1#000001") {
+		t.Errorf("node describe n2 lists n1's replica:\n%s", out)
+	}
+	if code, _, errOut := runCLI("node", "describe", "n9", "--server", url); code == 0 || !strings.Contains(errOut, `no node "n9": the controller knows n1, n2`) {
+		t.Errorf("node describe n9: exit %d, %q", code, errOut)
 	}
 }
