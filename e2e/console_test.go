@@ -53,16 +53,7 @@ func TestConsole(t *testing.T) {
 	l := startLoad("http://"+mesh.n1.public+"/site", 2)
 	defer func() { close(l.stop); l.wg.Wait() }()
 
-	alloc, cancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.WindowSize(1280, 1000))...)
-	defer cancel()
-	page, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	page, cancel = context.WithTimeout(page, 2*time.Minute)
-	defer cancel()
+	page := browserPage(t, browser)
 	url := "http://" + mesh.ctl.apiAddr + "/ui/"
 
 	// Without a token: the page loads and says the API wants one.
@@ -81,6 +72,10 @@ func TestConsole(t *testing.T) {
 	waitText(page, t, "#backend-cstable", "1 / 1 / 1")
 	waitText(page, t, "#node-console-n1", "✓ in sync")
 	waitText(page, t, "#node-console-n2", "✓ in sync")
+	waitText(page, t, "#node-console-n1 .components", "✓")
+	// Each endpoint's split has column headers; a backend's rates say
+	// they are the backend's, over every endpoint (issue 62, 6).
+	waitText(page, t, "#endpoint-site table.split thead", "backend's req/s")
 
 	// A change made with the CLI appears without a reload.
 	env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr, "SERVEMESH_TOKEN_FILE=" + mesh.ctl.tokenFile()}
@@ -158,6 +153,21 @@ func TestConsole(t *testing.T) {
 }
 
 // waitText waits until the element sel's text holds want.
+// browserPage is a page of a real headless Chromium at browser, closed
+// with the test, bounded to two minutes.
+func browserPage(t *testing.T, browser string) context.Context {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1280, 1000))...)
+	page, cancelPage := chromedp.NewContext(alloc)
+	page, cancelTimeout := context.WithTimeout(page, 2*time.Minute)
+	t.Cleanup(func() { cancelTimeout(); cancelPage(); cancelAlloc() })
+	return page
+}
+
 func waitText(page context.Context, t *testing.T, sel, want string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)

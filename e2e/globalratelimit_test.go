@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/prometheus/procfs"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
@@ -426,4 +427,13 @@ func TestARateLimitServiceDownIsAProblem(t *testing.T) {
 	if !strings.Contains(out, "token quotas of limited are not counted there") {
 		t.Errorf("status does not say what is not counted:\n%s", out)
 	}
+	// The console marks each node's failed service.
+	page := browserPage(t, chromiumBin(t))
+	if err := chromedp.Do(page, chromedp.Navigate("http://"+mesh.ctl.apiAddr+"/ui/")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+		waitText(page, t, "#node-"+n.id+" .bad.components", "✗ rate limit service: ")
+	}
+	waitText(page, t, "#problems", "its rate limit service cannot be reached")
 }

@@ -48,6 +48,12 @@ function drawEndpoint(e, colors) {
     box.append(splitBar(e.backends.filter((b) => (b.model || "") === m), colors));
   }
   const rows = el("table", "split");
+  // A backend's rates are over every endpoint that sends it requests.
+  const head = el("tr");
+  for (const h of ["backend", "weight", "shadow", "backend's req/s", "backend's 5xx/s"]) head.append(el("th", "", h));
+  head.lastChild.title = head.lastChild.previousSibling.title = "over every endpoint that sends the backend requests, not this one's alone";
+  rows.append(el("thead"));
+  rows.firstChild.append(head);
   for (const b of e.backends) {
     const tr = el("tr");
     tr.dataset.backend = b.backend;
@@ -167,7 +173,9 @@ function drawNodes(nodes) {
     tr.append(el("td", "", n.id), el("td", n.connected ? "ok" : "bad", n.connected ? "yes" : "no"),
       el("td", n.in_sync ? "ok" : "bad", n.in_sync ? "✓ in sync" : (n.refused || "✗ behind")),
       el("td", n.nacks ? "bad" : "", String(n.nacks) + (n.last_nack ? ": " + n.last_nack : "")),
-      el("td", n.figures_unread ? "bad figures" : "figures", n.figures_unread ? "? " + n.figures_unread : "read"));
+      el("td", n.figures_unread ? "bad figures" : "figures", n.figures_unread ? "? " + n.figures_unread : "read"),
+      // The node's own components, as its agent reports them.
+      el("td", n.rate_limit_service ? "bad components" : "ok components", n.rate_limit_service ? "✗ rate limit service: " + n.rate_limit_service : "✓"));
     body.append(tr);
   }
 }
