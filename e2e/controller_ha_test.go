@@ -25,15 +25,8 @@ import (
 // and Envoy (bootstrapped to both) serves with zero failed requests.
 func TestHAFailover(t *testing.T) {
 	t.Parallel()
-	consul := startConsul(t)
-	a := startController(t, consul, "ctl-a", []string{"--plaintext"})
-	a.waitLeading(20 * time.Second)
-	b := startController(t, consul, "ctl-b", []string{"--plaintext"})
+	consul, a, b := startLeaderAndFollower(t, "ctl")
 	ctx := context.Background()
-	testutil.WaitFor(t, 10*time.Second, "ctl-b to follow ctl-a", func() bool {
-		info, err := b.client("").Leader(ctx)
-		return err == nil && !info.Leading && info.Leader == a.apiAddr
-	})
 
 	x := startReplicas(t, "x", 2)
 	both := api.NewClient(a.apiAddr+","+b.apiAddr, "")
@@ -174,15 +167,8 @@ func TestHAFailover(t *testing.T) {
 // listed only the answering controller's nodes).
 func TestStatusListsTheNodesOfEveryController(t *testing.T) {
 	t.Parallel()
-	consul := startConsul(t)
-	a := startController(t, consul, "st-a", []string{"--plaintext"})
-	a.waitLeading(20 * time.Second)
-	b := startController(t, consul, "st-b", []string{"--plaintext"})
+	_, a, b := startLeaderAndFollower(t, "st")
 	ctx := context.Background()
-	testutil.WaitFor(t, 10*time.Second, "st-b to follow st-a", func() bool {
-		info, err := b.client("").Leader(ctx)
-		return err == nil && !info.Leading && info.Leader == a.apiAddr
-	})
 	startEnvoy(t, "st-node", b.xdsAddr, bootstrap.ProtocolDelta)
 	testutil.WaitFor(t, 20*time.Second, "the node to connect to st-b", func() bool {
 		nodes := api.NewClient(b.apiAddr, "").NodesOfEach(ctx)
@@ -193,4 +179,19 @@ func TestStatusListsTheNodesOfEveryController(t *testing.T) {
 	if code != 0 || !line.MatchString(out) {
 		t.Fatalf("status given both controllers: exit %d\n%s%s\nwant st-node connected to %s", code, out, errOut, b.apiAddr)
 	}
+}
+
+// startLeaderAndFollower starts a Consul and two plaintext controllers on
+// it, prefix-a leading and prefix-b following it.
+func startLeaderAndFollower(t *testing.T, prefix string) (consul *testutil.Consul, a, b *ctlProc) {
+	t.Helper()
+	consul = startConsul(t)
+	a = startController(t, consul, prefix+"-a", []string{"--plaintext"})
+	a.waitLeading(20 * time.Second)
+	b = startController(t, consul, prefix+"-b", []string{"--plaintext"})
+	testutil.WaitFor(t, 10*time.Second, prefix+"-b to follow "+prefix+"-a", func() bool {
+		info, err := b.client("").Leader(context.Background())
+		return err == nil && !info.Leading && info.Leader == a.apiAddr
+	})
+	return consul, a, b
 }

@@ -389,26 +389,26 @@ func (c *Controller) Apply(ctx context.Context, spec *meshspec.Spec, opts ApplyO
 // meanwhile is lost.
 func mergeDeclared(current, file *meshspec.Model) *meshspec.Model {
 	out := meshspec.SpecOf(current).Model()
-	backends := indexByName(out.Backends, func(b meshspec.Backend) string { return b.Name })
-	for _, b := range file.Backends {
-		if i, ok := backends[b.Name]; ok {
-			out.Backends[i] = b
-		} else {
-			out.Backends = append(out.Backends, b)
-		}
-	}
-	endpoints := indexByName(out.Endpoints, func(e meshspec.Endpoint) string { return e.Name })
-	for _, e := range file.Endpoints {
-		if i, ok := endpoints[e.Name]; ok {
-			out.Endpoints[i] = e
-		} else {
-			out.Endpoints = append(out.Endpoints, e)
-		}
-	}
+	out.Backends = replaceByName(out.Backends, file.Backends, func(b meshspec.Backend) string { return b.Name })
+	out.Endpoints = replaceByName(out.Endpoints, file.Endpoints, func(e meshspec.Endpoint) string { return e.Name })
 	if file.Mesh != nil {
 		out.Mesh = file.Mesh
 	}
 	return meshspec.Clone(out)
+}
+
+// replaceByName is items with each of with in place of the item of its
+// name, or after them if none has it.
+func replaceByName[T any](items, with []T, name func(T) string) []T {
+	at := indexByName(items, name)
+	for _, x := range with {
+		if i, ok := at[name(x)]; ok {
+			items[i] = x
+		} else {
+			items = append(items, x)
+		}
+	}
+	return items
 }
 
 // prepareApply turns a file's model into the state to store: it carries
