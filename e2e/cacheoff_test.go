@@ -15,8 +15,8 @@ import (
 // TestCacheOffFollowsEveryChange: with translation's cache off
 // ($SERVEMESH_XDS_CACHE=off, each change translated whole), two nodes
 // follow a mesh through the changes users make: an endpoint created, its
-// traffic shifted, a backend scaled, the endpoint deleted; each through
-// either node, with the replicas on both.
+// traffic shifted, its route moved in place, a backend scaled, the
+// endpoint deleted; each through either node, with the replicas on both.
 func TestCacheOffFollowsEveryChange(t *testing.T) {
 	t.Parallel()
 	mesh := startTwoNodeMeshWith(t, "cacheoff", nil, nil, "SERVEMESH_XDS_CACHE=off")
@@ -42,6 +42,21 @@ func TestCacheOffFollowsEveryChange(t *testing.T) {
 		if counts := sendMany(t, url, 40); counts["candidate"] != 40 {
 			t.Fatalf("after the shift to the candidate, %s answered from %v", url, counts)
 		}
+	}
+	// Moved to another route in place (endpoint update).
+	env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr}
+	if code, out, errOut := cli(t, env, "endpoint", "update", "model", "--route", "/model2", "--wait"); code != 0 || !strings.Contains(out, "updated") {
+		t.Fatalf("endpoint update --route: exit %d %s%s", code, out, errOut)
+	}
+	for i, url := range urls {
+		moved := strings.Replace(url, "/model", "/model2", 1)
+		if counts := sendMany(t, moved, 20); counts["candidate"] != 20 {
+			t.Fatalf("after the route's move, %s answered from %v", moved, counts)
+		}
+		if r := do(httpClient(), "GET", url, ""); r.status != 404 {
+			t.Fatalf("node %d still serves the old route: %+v", i+1, r)
+		}
+		urls[i] = moved
 	}
 	three := 3
 	if _, err := c.UpdateBackend(ctx, "candidate", meshspec.BackendConfigPatch{NumReplicas: &three}); err != nil {

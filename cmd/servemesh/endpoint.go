@@ -14,8 +14,9 @@ import (
 
 func newEndpointCommand() *cobra.Command {
 	var f clientFlags
-	return nounCommand("endpoint", "create, delete, list and get endpoints", &f,
+	return nounCommand("endpoint", "create, update, delete, list and get endpoints", &f,
 		newEndpointCreateCommand(&f),
+		newEndpointUpdateCommand(&f),
 		deleteCommand("endpoint", &f, (*api.Client).DeleteEndpoint),
 		listCommand("endpoint", &f, (*api.Client).ListEndpoints, endpointColumns),
 		getCommand("endpoint", &f, (*api.Client).GetEndpoint, endpointColumns))

@@ -283,6 +283,13 @@ func (c *Client) CreateEndpoint(ctx context.Context, e meshspec.Endpoint) (bool,
 	return out.Changed, c.do(ctx, http.MethodPost, "/v1/endpoints", e, &out)
 }
 
+// PatchEndpoint merges patch (a JSON merge patch of the endpoint's
+// fields; nil removes one) into an endpoint.
+func (c *Client) PatchEndpoint(ctx context.Context, name string, patch map[string]any) (bool, error) {
+	var out Changed
+	return out.Changed, c.do(ctx, http.MethodPatch, "/v1/endpoints/"+esc(name), patch, &out)
+}
+
 // DeleteEndpoint deletes an endpoint.
 func (c *Client) DeleteEndpoint(ctx context.Context, name string) (bool, error) {
 	var out Changed

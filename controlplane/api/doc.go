@@ -9,6 +9,7 @@
 //	GET    /v1/endpoints                        list endpoints
 //	POST   /v1/endpoints                        create an endpoint (a meshspec.Endpoint)
 //	GET    /v1/endpoints/{name}                 get one
+//	PATCH  /v1/endpoints/{name}                 merge a JSON merge patch into it (not its name or rollout)
 //	DELETE /v1/endpoints/{name}                 delete it
 //	PUT    /v1/endpoints/{name}/traffic         set its traffic ({"traffic": {backend: weight}})
 //	PUT    /v1/endpoints/{name}/shadows/{backend}  set a shadow ({"proportion": p}; 0 removes it)

@@ -91,6 +91,8 @@ func operations() []operation {
 			errors: codes(authErrors, bodyErrors, writeErrors), handle: func(s *server) http.HandlerFunc { return s.createEndpoint }},
 		{method: "GET", path: "/v1/endpoints/{name}", id: "getEndpoint", summary: "Read an endpoint", ok: 200, okBody: meshspec.Endpoint{}, errors: read,
 			handle: func(s *server) http.HandlerFunc { return s.getEndpoint }},
+		{method: "PATCH", path: "/v1/endpoints/{name}", id: "updateEndpoint", summary: "Change an endpoint's fields (a JSON merge patch: its route, methods, timeouts, limits, traffic; not its name or rollout)", body: meshspec.Endpoint{}, mergePatch: true,
+			ok: 200, okBody: Changed{}, errors: write, handle: func(s *server) http.HandlerFunc { return s.updateEndpoint }},
 		{method: "DELETE", path: "/v1/endpoints/{name}", id: "deleteEndpoint", summary: "Delete an endpoint", ok: 200, okBody: Changed{}, errors: bodyless,
 			handle: func(s *server) http.HandlerFunc { return s.deleteEndpoint }},
 		{method: "PUT", path: "/v1/endpoints/{name}/traffic", id: "setTraffic", summary: "Set an endpoint's traffic split", body: TrafficRequest{}, ok: 200, okBody: Changed{},

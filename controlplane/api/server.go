@@ -264,6 +264,15 @@ func (s *server) createEndpoint(w http.ResponseWriter, r *http.Request) {
 	s.answerChange(w, changed, err, http.StatusCreated)
 }
 
+func (s *server) updateEndpoint(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r, MaxBodyBytes, mediaJSON, mediaMergePatch)
+	if !ok {
+		return
+	}
+	changed, err := s.c.PatchEndpoint(r.Context(), r.PathValue("name"), body)
+	s.answerChange(w, changed, err, http.StatusOK)
+}
+
 func (s *server) deleteEndpoint(w http.ResponseWriter, r *http.Request) {
 	changed, err := s.c.DeleteEndpoint(r.Context(), r.PathValue("name"))
 	s.answerChange(w, changed, err, http.StatusOK)

@@ -677,3 +677,42 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestPatchEndpoint: an endpoint changed in place, in one change; a route
+// another endpoint has, a backend not registered or an invalid field is
+// refused and changes nothing.
+func TestPatchEndpoint(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newLeader(t, store.NewMemory())
+	for _, b := range []string{"v1", "v2"} {
+		if _, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: b, Replicas: []meshspec.ReplicaSpec{{Address: "10.0.0.1:1"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range []meshspec.Endpoint{{Name: "a", Route: "/a", Traffic: map[string]float64{"v1": 1}}, {Name: "b", Route: "/b", Traffic: map[string]float64{"v2": 1}}} {
+		if _, err := c.CreateEndpoint(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if changed, err := c.PatchEndpoint(ctx, "a", []byte(`{"route": "/a2", "methods": ["POST"], "timeout_s": 30}`)); err != nil || !changed {
+		t.Fatalf("patch: %v, %v", changed, err)
+	}
+	if e, _ := c.GetEndpoint("a"); e.Route != "/a2" || e.Methods[0] != "POST" || e.TimeoutS != 30 || e.Traffic["v1"] != 1 {
+		t.Fatalf("after the patch: %+v", e)
+	}
+	if changed, err := c.PatchEndpoint(ctx, "a", []byte(`{"route": "/a2"}`)); err != nil || changed {
+		t.Fatalf("the same patch again: %v, %v; want no change", changed, err)
+	}
+	rev := c.Revision()
+	_, err := c.PatchEndpoint(ctx, "a", []byte(`{"route": "/b"}`))
+	mustKind(t, err, Conflict, `route "/b" is already registered to endpoint "b"`)
+	_, err = c.PatchEndpoint(ctx, "a", []byte(`{"traffic": {"v9": 1, "v1": null}}`))
+	mustKind(t, err, Invalid, `backend "v9" that is not registered`)
+	_, err = c.PatchEndpoint(ctx, "a", []byte(`{"timeout_s": -1}`))
+	mustKind(t, err, Invalid, "timeout_s")
+	_, err = c.PatchEndpoint(ctx, "ghost", []byte(`{"route": "/g"}`))
+	mustKind(t, err, NotFound, `endpoint "ghost" is not registered`)
+	if c.Revision() != rev {
+		t.Fatalf("a refused patch stored a change: revision %d -> %d", rev, c.Revision())
+	}
+}

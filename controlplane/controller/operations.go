@@ -198,7 +198,7 @@ func (c *Controller) CreateEndpoint(ctx context.Context, e meshspec.Endpoint) (b
 			if meshspec.EndpointsEqual(existing, want) {
 				return nil
 			}
-			return errorf(Conflict, "cannot create endpoint: endpoint %q is already registered with a different route, methods or traffic; use `traffic set` to change its traffic, or delete it first", e.Name)
+			return errorf(Conflict, "cannot create endpoint: endpoint %q is already registered with a different route, methods or traffic; change it with servemesh endpoint update (or traffic set), or delete it first", e.Name)
 		}
 		if e.Route != "" {
 			for _, other := range m.Endpoints {
@@ -211,6 +211,33 @@ func (c *Controller) CreateEndpoint(ctx context.Context, e meshspec.Endpoint) (b
 			return err
 		}
 		m.Endpoints = append(m.Endpoints, meshspec.CloneEndpoint(e))
+		return nil
+	})
+}
+
+// PatchEndpoint merges a JSON merge patch into an endpoint
+// (meshspec.PatchEndpoint): its route, methods, timeouts, limits, traffic
+// or any other field but its name and rollout, in one checkpointed
+// change, the whole state validated.
+func (c *Controller) PatchEndpoint(ctx context.Context, name string, patch []byte) (bool, error) {
+	return c.mutate(ctx, "update_endpoint", func(m *meshspec.Model) error {
+		i := findEndpoint(m, name)
+		if i < 0 {
+			return errorf(NotFound, "endpoint %q is not registered; create it with servemesh endpoint create", name)
+		}
+		next, err := meshspec.PatchEndpoint(m.Endpoints[i], patch)
+		if err != nil {
+			return &Error{Kind: Invalid, Msg: "refused", Err: err}
+		}
+		for j, other := range m.Endpoints {
+			if j != i && next.Route != "" && other.Route == next.Route {
+				return errorf(Conflict, "cannot update endpoint %q: route %q is already registered to endpoint %q", name, next.Route, other.Name)
+			}
+		}
+		if err := registered(m, meshspec.SortedKeys(next.UsedBackends())); err != nil {
+			return err
+		}
+		m.Endpoints[i] = next
 		return nil
 	})
 }
