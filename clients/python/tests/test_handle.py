@@ -19,11 +19,21 @@ class MeshListener(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def do_GET(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._send(200, "application/json", json.dumps({"endpoint": self.headers["Host"], "method": "GET", "got": json.loads(body or b"null")}).encode())
+
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         host = self.headers["Host"]
         if host == "missing":
             return self._send(404, "text/plain", b"no such endpoint")
+        if host == "get-only":  # as the mesh answers a method an endpoint does not take
+            self.send_response(405)
+            self.send_header("Allow", "GET")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if "text/event-stream" in self.headers.get("Accept", ""):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -88,3 +98,14 @@ def test_handles_need_a_mesh_listener(monkeypatch):
         servemesh.get_handle("x")
     with pytest.raises(TypeError):
         servemesh.get_handle(3)
+
+
+def test_a_call_reaches_an_endpoint_whatever_its_methods(listener):
+    # Ray's handles ignore the HTTP methods of a deployment's route: a call
+    # to an endpoint that takes GET alone goes again as a GET, body and all.
+    got = servemesh.get_handle("get-only").remote({"x": 1}).result(5)
+    assert got == {"endpoint": "get-only", "method": "GET", "got": {"x": 1}}
+    # A method the caller chose is kept, and refused.
+    with pytest.raises(servemesh.HandleError) as e:
+        servemesh.get_handle("get-only").options(method="POST").remote({"x": 1}).result(5)
+    assert e.value.status == 405

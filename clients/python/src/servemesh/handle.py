@@ -42,15 +42,17 @@ class HandleError(Exception):
         self.endpoint, self.status, self.body = endpoint, status, body
 
 
-def get_handle(endpoint: str, *, path: str = "/", method: str = "POST") -> "Handle":
+def get_handle(endpoint: str, *, path: str = "/", method: Optional[str] = None) -> "Handle":
     """A handle of endpoint, called at path with method (POST by default,
-    as Ray's handles send their arguments)."""
+    as Ray's handles send their arguments; an endpoint that does not take
+    POST is called as it does, as Ray's handles ignore HTTP methods)."""
     if not isinstance(endpoint, str) or not endpoint:
         raise TypeError(f"get_handle(): endpoint must be a non-empty str, not {type(endpoint).__name__}")
     listener = os.environ.get(MESH_LISTENER_ENV, "")
     if not listener:
         raise RuntimeError(f"get_handle(): ${MESH_LISTENER_ENV} is not set: handles work inside a replica servemesh runs, on a node with a mesh listener")
-    return Handle(listener, endpoint, {"path": path, "method": method, "stream": False, "headers": {}, "timeout": DEFAULT_TIMEOUT_S})
+    return Handle(listener, endpoint, {"path": path, "method": method or "POST", "stream": False, "headers": {}, "timeout": DEFAULT_TIMEOUT_S,
+                                       "method_chosen": method is not None})
 
 
 class Handle:
@@ -68,6 +70,8 @@ class Handle:
         for key, value in (("stream", stream), ("path", path), ("method", method), ("headers", headers), ("timeout", timeout)):
             if value is not None:
                 changed[key] = value
+        if method is not None:
+            changed["method_chosen"] = True
         return Handle(self._listener, self._endpoint, changed)
 
     def remote(self, body: Any = None) -> Any:
@@ -93,6 +97,20 @@ class Handle:
         return urllib.request.Request(f"http://{self._listener}{self._options['path']}", data=data, method=self._options["method"], headers=headers)
 
     def _open(self, request: urllib.request.Request) -> Any:
+        try:
+            return urllib.request.urlopen(request, timeout=self._options["timeout"])
+        except urllib.error.HTTPError as e:
+            allowed = [m.strip() for m in (e.headers.get("Allow") or "").split(",") if m.strip()]
+            if e.code == 405 and allowed and not self._options.get("method_chosen"):
+                # Ray's handles call a deployment whatever the HTTP methods
+                # of its route; an endpoint's methods refused nothing yet,
+                # so the call goes again as the endpoint takes it.
+                e.close()
+                again = urllib.request.Request(request.full_url, data=request.data, method=allowed[0], headers=dict(request.header_items()))
+                return self._open_as_is(again)
+            raise HandleError(self._endpoint, e.code, e.read()) from None
+
+    def _open_as_is(self, request: urllib.request.Request) -> Any:
         try:
             return urllib.request.urlopen(request, timeout=self._options["timeout"])
         except urllib.error.HTTPError as e:
