@@ -34,4 +34,10 @@
 //     what `--wait` waits for.
 //  5. metrics.go: the server's metrics (pushes, NACKs, convergence time,
 //     nodes connected and out of sync).
+//
+// Options.CacheOff ($SERVEMESH_XDS_CACHE=off) turns off what steps 2 and 3
+// keep from one publish to the next, and the builder's own memos: each
+// change is translated, encoded and cut whole, and compared with what was
+// sent (TestCacheOffPublishesTheSame holds the two ways to the same
+// snapshots).
 package server
