@@ -155,8 +155,9 @@ Try:
   for i in $(seq 6); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-tenant-id: acme' http://%[3]s/v1/completions -H 'content-type: application/json' -d '{"prompt": "Count to three.", "max_tokens": 8}'; done; echo
                                                    # 200 until the answers' usage (the model server's count) passes 50 tokens a minute for the tenant, then 429
   curl -s 'http://%[3]s/model' -H 'traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' -o /dev/null
-  for i in $(seq 30); do curl -sf %[10]s/api/traces/4bf92f3577b34da6a3ce929d0e0e4736 && break; sleep 0.5; done | python3 -m json.tool | grep -E '"(operationName|serviceName)"'
-                                                   # that request's trace in Jaeger, once searchable (a second or so): the endpoint's span, its try on a replica (a 20%% mirror when sampled)
+  for i in $(seq 30); do curl -sf %[10]s/api/traces/4bf92f3577b34da6a3ce929d0e0e4736 | grep -Eq '"operationName": ?"model"' && break; sleep 0.5; done
+  curl -s %[10]s/api/traces/4bf92f3577b34da6a3ce929d0e0e4736 | python3 -m json.tool | grep -E '"(operationName|serviceName)"'
+                                                   # that request's trace in Jaeger once its endpoint's span is in (a second or so): that span, its try on a replica (a 20%% mirror when sampled)
   %[6]s apply -f %[4]s --dry-run   # edit the file, then apply it without --dry-run
   CONSUL_HTTP_ADDR=%[1]s CONSUL_HTTP_TOKEN_FILE=%[13]s %[7]s catalog services -tags
 
