@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -25,30 +24,24 @@ const maxAppliedFile = 16 << 20
 
 // loadApplied reads the config file apply -f names, or standard input for
 // "-" (a Ray Serve config's relative paths then start in the working
-// folder, else in the file's); ray says whether it was a Ray Serve config.
-func loadApplied(stdin io.Reader, file string, opts rayserve.Options) (spec *meshspec.Spec, notes []string, ray bool, err error) {
-	var data []byte
-	name := file
-	if file == "-" {
-		name = "from standard input"
-		data, err = io.ReadAll(io.LimitReader(stdin, maxAppliedFile+1))
-		if err == nil && opts.Dir == "" {
-			opts.Dir, err = os.Getwd()
-		}
-	} else {
-		data, err = os.ReadFile(file)
-		if err == nil && opts.Dir == "" {
-			opts.Dir, err = filepath.Abs(filepath.Dir(file))
-		}
+// folder).
+func loadApplied(stdin io.Reader, file string, ray rayserve.Options) (configfile.Loaded, error) {
+	if file != "-" {
+		return configfile.LoadAny(file, ray)
 	}
+	data, err := io.ReadAll(io.LimitReader(stdin, maxAppliedFile+1))
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("read %s: %w", name, err)
+		return configfile.Loaded{}, fmt.Errorf("read standard input: %w", err)
 	}
 	if len(data) > maxAppliedFile {
-		return nil, nil, false, fmt.Errorf("%s holds more than %d MiB, the most an apply takes; split the config", name, maxAppliedFile>>20)
+		return configfile.Loaded{}, fmt.Errorf("standard input holds more than %d MiB, the most an apply takes; split the config", maxAppliedFile>>20)
 	}
-	spec, notes, err = configfile.ParseAny(name, data, opts)
-	return spec, notes, rayserve.IsConfig(data), err
+	if ray.Dir == "" {
+		if ray.Dir, err = os.Getwd(); err != nil {
+			return configfile.Loaded{}, err
+		}
+	}
+	return configfile.ParseAny("from standard input", data, ray)
 }
 
 func newApplyCommand() *cobra.Command {
@@ -65,18 +58,19 @@ func newApplyCommand() *cobra.Command {
 			if file == "" {
 				return errors.New("-f FILE is required (-f - reads it from standard input)")
 			}
-			m, notes, isRay, err := loadApplied(cmd.InOrStdin(), file, ray.options())
+			loaded, err := loadApplied(cmd.InOrStdin(), file, ray.options())
 			if err != nil {
 				return err
 			}
-			for _, n := range notes {
+			m := loaded.Spec
+			for _, n := range loaded.Notes {
 				fmt.Fprintln(cmd.ErrOrStderr(), "note: "+n)
 			}
 			c, err := f.client(cmd)
 			if err != nil {
 				return err
 			}
-			if isRay && !cmd.Flags().Changed("merge") {
+			if loaded.Ray && !cmd.Flags().Changed("merge") {
 				merge = true // its applications, not the whole mesh
 				fmt.Fprintln(cmd.ErrOrStderr(), "note: a Ray Serve config is merged into the mesh: its applications' backends and endpoints are created or replaced, the rest kept (--merge=false makes the mesh exactly the file)")
 			}
@@ -208,17 +202,17 @@ func newImportCommand() *cobra.Command {
 				}
 				return fmt.Errorf("%s is not a Ray Serve config (it has no applications): a servemesh config is applied as it is", file)
 			}
-			s, notes, err := configfile.LoadAny(file, ray.options())
+			loaded, err := configfile.LoadAny(file, ray.options())
 			if err != nil {
 				return err
 			}
-			out, err := meshspec.MarshalSpec(s)
+			out, err := meshspec.MarshalSpec(loaded.Spec)
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "# servemesh config of the Ray Serve config %s (servemesh import ray)\n", file)
-			for _, n := range notes {
+			for _, n := range loaded.Notes {
 				fmt.Fprintf(w, "# note: %s\n", n)
 			}
 			_, err = w.Write(out)

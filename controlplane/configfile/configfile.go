@@ -30,18 +30,26 @@ func LoadSpec(path string) (*meshspec.Spec, error) {
 	return s, nil
 }
 
+// Loaded is a config file as LoadAny read it: its spec and, for a Ray
+// Serve config, that it was one and the notes of its conversion (what it
+// left out or chose).
+type Loaded struct {
+	Spec  *meshspec.Spec
+	Ray   bool
+	Notes []string
+}
+
 // LoadAny reads the file in path: a servemesh config (LoadSpec), or a Ray
 // Serve config file, converted with ray (rayserve.Convert; ray.Dir
-// defaults to the file's folder). The notes say what the conversion left
-// out or chose; a servemesh config has none.
-func LoadAny(path string, ray rayserve.Options) (*meshspec.Spec, []string, error) {
+// defaults to the file's folder).
+func LoadAny(path string, ray rayserve.Options) (Loaded, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read config file: %w", err)
+		return Loaded{}, fmt.Errorf("read config file: %w", err)
 	}
 	if ray.Dir == "" {
 		if ray.Dir, err = filepath.Abs(filepath.Dir(path)); err != nil {
-			return nil, nil, err
+			return Loaded{}, err
 		}
 	}
 	return ParseAny(path, data, ray)
@@ -49,22 +57,22 @@ func LoadAny(path string, ray rayserve.Options) (*meshspec.Spec, []string, error
 
 // ParseAny is LoadAny of data, read from what name says ("standard
 // input", say); a Ray Serve config's relative paths are from ray.Dir.
-func ParseAny(name string, data []byte, ray rayserve.Options) (*meshspec.Spec, []string, error) {
+func ParseAny(name string, data []byte, ray rayserve.Options) (Loaded, error) {
 	if !rayserve.IsConfig(data) {
 		s, err := ParseSpec(data)
 		if err != nil {
-			return nil, nil, fmt.Errorf("config file %s: %w", name, err)
+			return Loaded{}, fmt.Errorf("config file %s: %w", name, err)
 		}
-		return s, nil, nil
+		return Loaded{Spec: s}, nil
 	}
 	s, notes, err := rayserve.Convert(data, ray)
 	if err == nil {
 		err = s.Model().Validate()
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("the Ray Serve config %s: %w", name, err)
+		return Loaded{}, fmt.Errorf("the Ray Serve config %s: %w", name, err)
 	}
-	return s, notes, nil
+	return Loaded{Spec: s, Ray: true, Notes: notes}, nil
 }
 
 // ParseSpec reads a config: one servemesh document (meshspec.ParseSpec), or

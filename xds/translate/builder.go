@@ -128,9 +128,6 @@ func NewBuilder(t *MTLS, opts ...Option) *Builder {
 	return b
 }
 
-// Cached says whether b reuses what it built (Uncached: it does not).
-func (b *Builder) Cached() bool { return !b.uncached }
-
 // MTLS is the mesh's mTLS the builder builds for.
 func (b *Builder) MTLS() *MTLS { return b.mtls }
 
