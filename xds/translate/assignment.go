@@ -109,3 +109,16 @@ func healthStatus(h ir.Health) core.HealthStatus {
 		return core.HealthStatus_HEALTHY
 	}
 }
+
+// encodeAssignments encodes each of assignments under its cluster name.
+func encodeAssignments(assignments []*endpoint.ClusterLoadAssignment) ([]Encoded, error) {
+	out := make([]Encoded, 0, len(assignments))
+	for _, cla := range assignments {
+		e, err := encode(cla.GetClusterName(), cla)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

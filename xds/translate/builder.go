@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"slices"
 	"sort"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/servemesh/servemesh/internal/parallel"
 	"github.com/servemesh/servemesh/ir"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // Builder builds what Shared builds, again and again as the model changes,
@@ -69,20 +71,20 @@ type backendParts struct {
 	config      string             // with mTLS, of the backend without its replicas (configHash)
 	nodes       []string           // with mTLS, the nodes it has replicas on
 	perNode     map[string]int     // and how many on each
-	inbound     inboundTemplate    // with mTLS, what its nodes' inbound clusters share
 }
 
 type endpointParts struct {
 	gen      uint64
 	endpoint ir.Endpoint
-	public   []byte  // its public routes, encoded (encodeRoutes); nil when headless
 	mesh     Encoded // its mesh routes, versioned by their encoding
 	scope    *route.ScopedRouteConfiguration
 	// meshClusters are the clusters its mesh routes send to.
 	meshClusters []string
 	// The hash of the other parts, so that a change versions only the
 	// resources it changed: a traffic change alters the mesh routes and
-	// the public ones, never the scope.
+	// the public ones, never the scope. publicHash is empty when the
+	// endpoint is headless: its public routes are built again when its
+	// route key's table is (publicRoutes), not held.
 	publicHash, scopeHash string
 }
 
@@ -305,12 +307,11 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		return nil, err
 	}
 	p := &backendParts{gen: b.gen, backend: be, clusters: clusters}
+	assignments := BuildAssignments(one)
 	if b.mtls != nil && be.ViaInbound() {
-		p.assignments, err = inboundBackendAssignments(be)
-	} else {
-		p.assignments, err = encodeAssignments(BuildAssignments(one))
+		assignments = slices.Concat(assignments, inboundAssignments(one), nodeViewAssignments(one))
 	}
-	if err != nil {
+	if p.assignments, err = encodeAssignments(assignments); err != nil {
 		return nil, err
 	}
 	if b.mtls != nil {
@@ -333,9 +334,9 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 // mtlsParts gives p, a backend's parts in an mTLS mesh, what its nodes'
 // own parts read (ForNode): its clusters' TLS sockets, its
 // configuration's hash and, reached through inbound listeners, the nodes
-// it runs on with its count of replicas on each and its inbound
-// template. A socket, and the template, are last's (the backend's parts
-// built last, nil if none) where what they depend on is the same.
+// it runs on with its count of replicas on each. A socket is last's (the
+// backend's parts built last, nil if none) where what it depends on is
+// the same.
 func (b *Builder) mtlsParts(p, last *backendParts) error {
 	be := p.backend
 	var prior []*cluster.Cluster
@@ -356,12 +357,12 @@ func (b *Builder) mtlsParts(p, last *backendParts) error {
 		}
 		p.perNode[r.Node]++
 	}
-	if last != nil && !b.uncached && last.config == p.config && last.inbound.cluster != nil {
-		p.inbound = last.inbound
-		return nil
-	}
-	p.inbound, err = newInboundTemplate(be)
-	return err
+	return nil
+}
+
+// publicRoutesOf are e's routes on the public listener.
+func publicRoutesOf(e ir.Endpoint) []*route.Route {
+	return endpointRoutes(e, pathMatch(e.Route), public)
 }
 
 // buildEndpoint builds one endpoint's routes and scope; a part equal to
@@ -376,10 +377,9 @@ func buildEndpoint(e ir.Endpoint, prev *endpointParts) (*endpointParts, error) {
 	}
 	p.meshClusters = RouteClusters(mesh)
 	if !e.Headless() {
-		if p.public, err = encodeRoutes(endpointRoutes(e, pathMatch(e.Route), public)); err != nil {
+		if p.publicHash, err = hashOf(publicRoutesOf(e)); err != nil {
 			return nil, err
 		}
-		p.publicHash = hashBytes(p.public)
 	}
 	p.scope = scope
 	if p.scopeHash, err = hashOf([]*route.ScopedRouteConfiguration{scope}); err != nil {
@@ -461,7 +461,7 @@ func (b *Builder) assembleRoutes(out *Built) error {
 		out.RouteClusters[p.mesh.Name] = p.meshClusters
 		out.ScopedRoutes = append(out.ScopedRoutes, p.scope)
 		out.ScopeVersions[p.scope.GetName()] = p.scopeHash
-		if p.public != nil {
+		if p.publicHash != "" {
 			routed = append(routed, p)
 		}
 		all.add(n, p.mesh.Version)
@@ -510,14 +510,15 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 			continue
 		}
 		g := &publicGroup{}
-		routes := make([][]byte, len(members))
-		for i, p := range members {
-			routes[i] = p.public
+		var routes []*route.Route
+		for _, p := range members {
+			routes = append(routes, publicRoutesOf(p.endpoint)...)
 		}
-		var err error
-		if g.table, err = publicTable(key, routes, v); err != nil {
+		table, err := encode(wire.PublicRouteName(key), publicRoutesConfig(key, routes))
+		if err != nil {
 			return nil, err
 		}
+		g.table = encodedAs(table.Name, table.bytes(), v)
 		if last == nil || last.table.Version != v {
 			set.add(KindRoute, g.table.Name)
 		}

@@ -69,12 +69,9 @@ func sameAsShared(t *testing.T, b *Builder, view *meshspec.Model, mtls *MTLS) *B
 			t.Fatal(err)
 		}
 		equalLists(t, node.ID+"'s listeners", own.Listeners, wantOwn.Listeners)
-		// As sent: the inbound listener's encoding is framed from its
-		// chains' (encodeInbound).
+		// As sent.
 		equalLists(t, node.ID+"'s listeners as encoded", decoded[*listener.Listener](t, own.EncodedListeners), wantOwn.Listeners)
 		equalLists(t, node.ID+"'s clusters", own.Clusters, wantOwn.Clusters)
-		// As sent: a view's encoding is its shared cluster's with its
-		// EDS name appended (localViewEncoded).
 		equalLists(t, node.ID+"'s clusters as encoded", decoded[*cluster.Cluster](t, own.EncodedClusters), wantOwn.Clusters)
 		versioned(t, node.ID+"'s clusters", own.Clusters, (*cluster.Cluster).GetName, own.ClusterVersions())
 	}

@@ -2,7 +2,6 @@ package translate
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 
 	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
@@ -18,7 +17,6 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -141,40 +139,6 @@ func inboundListenerHead(node wire.ProxyNode) (*listener.Listener, error) {
 	}, nil
 }
 
-// Listener.filter_chains.
-const listenerFilterChains protowire.Number = 3
-
-// encodeInbound is node's inbound listener encoded from its chains'
-// encodings, in order: its head's encoding followed by each chain as a
-// filter_chains entry, which protobuf reads as the whole listener
-// (TestBuilderBuildsWhatSharedBuilds decodes it). A node of a large mesh
-// has hundreds of chains, most of them the same on the other nodes
-// running the backend: marshalling each node's listener whole, and again
-// to hash it, was most of a first mTLS publish. Its version hashes the
-// head's encoding with the chains' versions, which decide the encoding.
-func encodeInbound(node wire.ProxyNode, chains []Encoded) (Encoded, error) {
-	head, err := inboundListenerHead(node)
-	if err != nil {
-		return Encoded{}, err
-	}
-	b, err := marshalDeterministic(head)
-	if err != nil {
-		return Encoded{}, err
-	}
-	size, h := len(b), newKindHash()
-	h.add("", hashBytes(b))
-	for _, c := range chains {
-		size += protowire.SizeTag(listenerFilterChains) + protowire.SizeBytes(len(c.bytes()))
-		h.add(c.Name, c.Version)
-	}
-	b = slices.Grow(b, size-len(b))
-	for _, c := range chains {
-		b = protowire.AppendTag(b, listenerFilterChains, protowire.BytesType)
-		b = protowire.AppendBytes(b, c.bytes())
-	}
-	return encodedAs(wire.InboundListener, b, h.sum()), nil
-}
-
 // chainKey is what a backend's inbound chain depends on besides the
 // mesh's mTLS and tracing, which are a Builder's: the backend's
 // configuration (configHash), the connection-manager features its node
@@ -205,14 +169,14 @@ func (k chainKey) of(backend, config string) chainKey {
 // differ). Built chains are read, never written, so nodes share them.
 type sharedChains struct {
 	mu    sync.Mutex
-	built map[chainKey]builtChain
+	built map[chainKey]*listener.FilterChain
 	off   bool // an uncached builder's: every node builds its own
 }
 
 // get is the chain of key, built by build if no node has built it yet.
 // Two nodes may build the same chain at once; both are the same, and the
 // first stored is kept.
-func (s *sharedChains) get(key chainKey, build func() (builtChain, error)) (builtChain, error) {
+func (s *sharedChains) get(key chainKey, build func() (*listener.FilterChain, error)) (*listener.FilterChain, error) {
 	if s.off {
 		return build()
 	}
@@ -224,7 +188,7 @@ func (s *sharedChains) get(key chainKey, build func() (builtChain, error)) (buil
 	}
 	c, err := build()
 	if err != nil {
-		return builtChain{}, err
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -283,73 +247,6 @@ func buildInboundCluster(b ir.Backend, node string, replicas int) (*cluster.Clus
 		CircuitBreakers: circuitBreakersOf(b, replicas),
 	}
 	return c, patchInboundCluster(b, c)
-}
-
-// inboundTemplate is a backend's inbound cluster as every node running
-// its replicas has it, but for what differs from node to node: its
-// circuit breakers, which count the node's replicas, and its EDS service
-// name, the node's assignment. A node's is the template with those set
-// (on), its encoding the template's followed by theirs (protobuf merges
-// them: appendEncoded), instead of building and encoding each node's
-// whole. The template depends on the backend's configuration alone, so a
-// backend rebuilt for its replicas keeps it (Builder.mtlsParts). Backend
-// features leave the circuit breakers as they are
-// (TestInboundFeaturesLeaveTheBreakers), so a node's are the ones it
-// would have had.
-type inboundTemplate struct {
-	cluster *cluster.Cluster
-	encoded Encoded
-	// breakers are the circuit breakers of each count of replicas a
-	// node has run, with their encoding (a patch of the template's),
-	// made once for the nodes of that count: built clusters share them.
-	breakers *sync.Map // int -> nodeBreakers
-}
-
-type nodeBreakers struct {
-	breakers *cluster.CircuitBreakers
-	patch    []byte
-}
-
-// newInboundTemplate is b's inbound template.
-func newInboundTemplate(b ir.Backend) (inboundTemplate, error) {
-	c, err := buildInboundCluster(b, "", 0)
-	if err != nil {
-		return inboundTemplate{}, err
-	}
-	c.CircuitBreakers = nil
-	c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: c.GetEdsClusterConfig().GetEdsConfig()}
-	e, err := encode(c.GetName(), c)
-	return inboundTemplate{cluster: c, encoded: e, breakers: &sync.Map{}}, err
-}
-
-// on is b's inbound cluster on node, which runs replicas of b's replicas:
-// the template with the node's circuit breakers and assignment, sharing
-// the template's other messages (built clusters are read, never
-// written).
-func (t inboundTemplate) on(b ir.Backend, node string, replicas int) (versionedCluster, error) {
-	breakers, err := t.breakersOf(b, replicas)
-	if err != nil {
-		return versionedCluster{}, err
-	}
-	service := wire.InboundAssignmentName(b.Name, node)
-	c := withEDSService(t.cluster, service)
-	c.CircuitBreakers = breakers.breakers
-	return versionedCluster{cluster: c, encoded: appendEncoded(t.encoded, breakers.patch, edsServicePatch(service))}, nil
-}
-
-// breakersOf are the circuit breakers of b's inbound cluster on a node
-// running replicas of its replicas, made once for each count.
-func (t inboundTemplate) breakersOf(b ir.Backend, replicas int) (nodeBreakers, error) {
-	if made, ok := t.breakers.Load(replicas); ok {
-		return made.(nodeBreakers), nil
-	}
-	cb := circuitBreakersOf(b, replicas)
-	patch, err := marshalDeterministic(&cluster.Cluster{CircuitBreakers: cb})
-	if err != nil {
-		return nodeBreakers{}, err
-	}
-	made, _ := t.breakers.LoadOrStore(replicas, nodeBreakers{breakers: cb, patch: patch})
-	return made.(nodeBreakers), nil
 }
 
 // inboundAssignments are, for every node with replicas of a backend reached

@@ -8,7 +8,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
-	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -33,134 +33,13 @@ const (
 	localSocket      = "local"
 )
 
-// localView is node's version of b's shared cluster c: c with the EDS
-// service name of node's view (its socket matches, set by
-// secureClusters, already reach local hosts without TLS). It shares c's
-// messages but its EDS configuration (copying them cost a full mTLS
-// publish a tenth of its time): a built cluster is read, never written.
+// localView is node's version of b's shared cluster c: a copy of c with
+// the EDS service name of node's view (its socket matches, set by
+// secureClusters, already reach local hosts without TLS).
 func localView(c *cluster.Cluster, b ir.Backend, node string) *cluster.Cluster {
-	return withEDSService(c, wire.NodeViewAssignmentName(b.Name, node))
-}
-
-// withEDSService is c asking for the assignment service by EDS, sharing
-// c's messages but its EDS configuration.
-func withEDSService(c *cluster.Cluster, service string) *cluster.Cluster {
-	out := shallowCopy(c)
-	out.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: c.GetEdsClusterConfig().GetEdsConfig(), ServiceName: service}
+	out := proto.CloneOf(c)
+	out.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: c.GetEdsClusterConfig().GetEdsConfig(), ServiceName: wire.NodeViewAssignmentName(b.Name, node)}
 	return out
-}
-
-// shallowCopy is a cluster with c's fields, sharing c's messages: every
-// exported field of the generated struct, one for each of the message's
-// fields and oneofs (its own state and unknown fields are unexported,
-// and built clusters have none). Protoreflect's Range and Set cost a
-// node's views of the backends it runs six times as much, and a
-// reflected copy of the struct's fields ten times;
-// TestShallowCopyHasEveryField sets every field, so a field a newer
-// go-control-plane adds fails it until it is listed here.
-func shallowCopy(c *cluster.Cluster) *cluster.Cluster {
-	//nolint:staticcheck // deprecated fields are copied too: a cluster may set them
-	return &cluster.Cluster{
-		TransportSocketMatches:                  c.TransportSocketMatches,
-		TransportSocketMatcher:                  c.TransportSocketMatcher,
-		Name:                                    c.Name,
-		AltStatName:                             c.AltStatName,
-		StatsMatcher:                            c.StatsMatcher,
-		ClusterDiscoveryType:                    c.ClusterDiscoveryType,
-		EdsClusterConfig:                        c.EdsClusterConfig,
-		ConnectTimeout:                          c.ConnectTimeout,
-		PerConnectionBufferLimitBytes:           c.PerConnectionBufferLimitBytes,
-		PerConnectionBufferHighWatermarkTimeout: c.PerConnectionBufferHighWatermarkTimeout,
-		LbPolicy:                                c.LbPolicy,
-		LoadAssignment:                          c.LoadAssignment,
-		HealthChecks:                            c.HealthChecks,
-		MaxRequestsPerConnection:                c.MaxRequestsPerConnection,
-		CircuitBreakers:                         c.CircuitBreakers,
-		UpstreamHttpProtocolOptions:             c.UpstreamHttpProtocolOptions,
-		CommonHttpProtocolOptions:               c.CommonHttpProtocolOptions,
-		HttpProtocolOptions:                     c.HttpProtocolOptions,
-		Http2ProtocolOptions:                    c.Http2ProtocolOptions,
-		TypedExtensionProtocolOptions:           c.TypedExtensionProtocolOptions,
-		DnsRefreshRate:                          c.DnsRefreshRate,
-		DnsJitter:                               c.DnsJitter,
-		DnsFailureRefreshRate:                   c.DnsFailureRefreshRate,
-		RespectDnsTtl:                           c.RespectDnsTtl,
-		DnsLookupFamily:                         c.DnsLookupFamily,
-		DnsResolvers:                            c.DnsResolvers,
-		UseTcpForDnsLookups:                     c.UseTcpForDnsLookups,
-		DnsResolutionConfig:                     c.DnsResolutionConfig,
-		TypedDnsResolverConfig:                  c.TypedDnsResolverConfig,
-		WaitForWarmOnInit:                       c.WaitForWarmOnInit,
-		OutlierDetection:                        c.OutlierDetection,
-		CleanupInterval:                         c.CleanupInterval,
-		UpstreamBindConfig:                      c.UpstreamBindConfig,
-		LbSubsetConfig:                          c.LbSubsetConfig,
-		LbConfig:                                c.LbConfig,
-		CommonLbConfig:                          c.CommonLbConfig,
-		TransportSocket:                         c.TransportSocket,
-		Metadata:                                c.Metadata,
-		ProtocolSelection:                       c.ProtocolSelection,
-		UpstreamConnectionOptions:               c.UpstreamConnectionOptions,
-		CloseConnectionsOnHostHealthFailure:     c.CloseConnectionsOnHostHealthFailure,
-		IgnoreHealthOnHostRemoval:               c.IgnoreHealthOnHostRemoval,
-		Filters:                                 c.Filters,
-		LoadBalancingPolicy:                     c.LoadBalancingPolicy,
-		LrsServer:                               c.LrsServer,
-		LrsReportEndpointMetrics:                c.LrsReportEndpointMetrics,
-		TrackTimeoutBudgets:                     c.TrackTimeoutBudgets,
-		UpstreamConfig:                          c.UpstreamConfig,
-		TrackClusterStats:                       c.TrackClusterStats,
-		PreconnectPolicy:                        c.PreconnectPolicy,
-		ConnectionPoolPerDownstreamConnection:   c.ConnectionPoolPerDownstreamConnection,
-		QueuingPolicies:                         c.QueuingPolicies,
-	}
-}
-
-// localViewEncoded is localView's cluster, encoded from shared, the
-// shared cluster's encoding. Protobuf merges a message's encodings when
-// they are concatenated, a later singular field replacing an earlier one
-// and messages merged field by field, so the shared cluster's encoding
-// followed by that of an EDS configuration with the view's service name
-// alone is the view's, without encoding the whole cluster again for each
-// node that runs the backend (TestBuilderBuildsWhatSharedBuilds decodes
-// every node's clusters as sent).
-func localViewEncoded(shared Encoded, c *cluster.Cluster) Encoded {
-	return appendEncoded(shared, edsServicePatch(c.GetEdsClusterConfig().GetServiceName()))
-}
-
-// appendEncoded is base, a resource's encoding, followed by patches,
-// encodings of messages of its type that set some of its fields, under
-// base's name. Its version hashes base's with the patches, which decide
-// the encoding as well as hashing it whole would.
-func appendEncoded(base Encoded, patches ...[]byte) Encoded {
-	n := len(base.bytes())
-	for _, p := range patches {
-		n += len(p)
-	}
-	var hashed [256]byte // what the version hashes, on the stack unless longer
-	b, version := append(make([]byte, 0, n), base.bytes()...), append(hashed[:0], base.Version...)
-	for _, p := range patches {
-		b, version = append(b, p...), append(version, p...)
-	}
-	return encodedAs(base.Name, b, hashBytes(version))
-}
-
-// Cluster.eds_cluster_config, and its service_name.
-const (
-	clusterEDSConfig protowire.Number = 3
-	edsServiceName   protowire.Number = 2
-)
-
-// edsServicePatch is proto.Marshal's encoding of a cluster whose only
-// field is an EDS configuration naming service, which is never empty
-// (TestEDSServicePatch).
-func edsServicePatch(service string) []byte {
-	inner := protowire.SizeTag(edsServiceName) + protowire.SizeBytes(len(service))
-	b := make([]byte, 0, protowire.SizeTag(clusterEDSConfig)+protowire.SizeBytes(inner))
-	b = protowire.AppendTag(b, clusterEDSConfig, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(inner))
-	b = protowire.AppendTag(b, edsServiceName, protowire.BytesType)
-	return protowire.AppendString(b, service)
 }
 
 // nodeViewAssignments are, for every backend reached over mTLS and every

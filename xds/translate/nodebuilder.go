@@ -32,8 +32,7 @@ import (
 //     each with its own version, so that the node is sent the clusters
 //     that changed and not every one it owns: its inbound cluster on the
 //     backend's configuration and its count of replicas here, its view of
-//     the backend on the shared cluster (encoded from the shared one's
-//     encoding, localViewEncoded).
+//     the backend on the shared cluster.
 //
 // ForNodes builds many nodes at once, in parallel; the backends' parts
 // are only read there.
@@ -84,15 +83,10 @@ type localKey struct {
 }
 
 // chainPart is a backend's inbound chain on a node, built from its
-// configuration, and encoded (versioned by its encoding).
+// configuration.
 type chainPart struct {
 	config string
-	builtChain
-}
-
-type builtChain struct {
-	chain   *listener.FilterChain
-	encoded Encoded
+	chain  *listener.FilterChain
 }
 
 // clusterPart is a backend's clusters on a node: its inbound cluster,
@@ -144,7 +138,7 @@ func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
 			parts[i] = b.nodes[n.ID]
 		}
 	}
-	chains := &sharedChains{built: map[chainKey]builtChain{}, off: b.uncached}
+	chains := &sharedChains{built: map[chainKey]*listener.FilterChain{}, off: b.uncached}
 	_ = parallel.Each(len(nodes), func(i int) error {
 		parts[i], built[i], errs[i] = b.forNode(nodes[i], parts[i], chains)
 		return nil // each node's error is its own
@@ -232,35 +226,27 @@ func onNode(local []*backendParts, node string) []ir.Backend {
 
 // nodeListeners builds the node's listeners into out, reusing each
 // inbound chain whose backend's configuration is what it was, or that
-// another node built alike (shared). Each chain is encoded once, and the
-// inbound listener's encoding is framed from its chains' (encodeInbound).
+// another node built alike (shared).
 func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []configKey, shared *sharedChains, out *NodeBuilt) error {
 	chains := make(map[string]chainPart, len(backends))
 	configs := make(map[string]string, len(keys))
 	for _, k := range keys {
 		configs[k.backend] = k.config
 	}
-	inOrder := make([]Encoded, 0, len(backends))
 	nodeKey := nodeChainKey(p.node, b.tracing) // once, not per chain
 	listeners, err := nodeListeners(p.node, b.mtls, backends, b.tracing, func(be ir.Backend) (*listener.FilterChain, error) {
 		config := configs[be.Name]
 		c, ok := p.chains[be.Name]
 		if !ok || c.config != config {
-			built, err := shared.get(nodeKey.of(be.Name, config), func() (builtChain, error) {
-				chain, err := inboundChain(p.node, b.mtls, be, b.tracing)
-				if err != nil {
-					return builtChain{}, err
-				}
-				e, err := encode(chain.GetName(), chain)
-				return builtChain{chain: chain, encoded: e}, err
+			chain, err := shared.get(nodeKey.of(be.Name, config), func() (*listener.FilterChain, error) {
+				return inboundChain(p.node, b.mtls, be, b.tracing)
 			})
 			if err != nil {
 				return nil, err
 			}
-			c = chainPart{config: config, builtChain: built}
+			c = chainPart{config: config, chain: chain}
 		}
 		chains[be.Name] = c
-		inOrder = append(inOrder, c.encoded)
 		return c.chain, nil
 	})
 	if err != nil {
@@ -269,12 +255,7 @@ func (b *Builder) nodeListeners(p *nodeParts, backends []ir.Backend, keys []conf
 	out.EncodedListeners = make([]Encoded, len(listeners))
 	h := newKindHash()
 	for i, l := range listeners {
-		if l.GetName() == wire.InboundListener {
-			out.EncodedListeners[i], err = encodeInbound(p.node, inOrder)
-		} else {
-			out.EncodedListeners[i], err = encode(l.GetName(), l)
-		}
-		if err != nil {
+		if out.EncodedListeners[i], err = encode(l.GetName(), l); err != nil {
 			return err
 		}
 		h.add(out.EncodedListeners[i].Name, out.EncodedListeners[i].Version)
@@ -330,7 +311,11 @@ func ownClusters(last clusterPart, shared *backendParts, key localKey, node stri
 	part := clusterPart{key: key, inbound: last.inbound, view: last.view}
 	if last.inbound.cluster == nil || last.key.config != key.config || last.key.replicas != key.replicas {
 		var err error
-		if part.inbound, err = shared.inbound.on(be, node, key.replicas); err != nil {
+		c, err := buildInboundCluster(be, node, key.replicas)
+		if err != nil {
+			return clusterPart{}, err
+		}
+		if part.inbound, err = versionOne(c); err != nil {
 			return clusterPart{}, err
 		}
 	}
@@ -353,7 +338,7 @@ func sharedView(shared *backendParts, be ir.Backend, node string) (versionedClus
 	for _, c := range shared.encoded {
 		if c.encoded.Name == name {
 			view := localView(c.cluster, be, node)
-			return versionedCluster{cluster: view, encoded: localViewEncoded(c.encoded, view)}, nil
+			return versionOne(view)
 		}
 	}
 	return versionedCluster{}, fmt.Errorf("node %q: no shared cluster of backend %q", node, be.Name)

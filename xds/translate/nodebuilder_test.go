@@ -9,10 +9,8 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/internal/modelgen"
-	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 )
@@ -182,54 +180,6 @@ func TestForNodesIsForNodeForEach(t *testing.T) {
 			t.Errorf("%s: built with the others: listeners %s, clusters %s (%d); alone: %s, %s (%d)", n.ID, built[i].ListenersVersion,
 				built[i].ClustersVersion, len(built[i].Clusters), want.ListenersVersion, want.ClustersVersion, len(want.Clusters))
 		}
-	}
-}
-
-// TestInboundFeaturesLeaveTheBreakers: every backend feature leaves an
-// inbound cluster's circuit breakers as they are, which a node's inbound
-// cluster, made from its backend's template (inboundTemplate.on), sets
-// after the features have applied.
-func TestInboundFeaturesLeaveTheBreakers(t *testing.T) {
-	b := ir.Backend{Name: "b", Reach: ir.ReachInbound, HTTP2: true, MaxConcurrent: 4, Picked: true, PromptAffinity: true,
-		Outlier:  &ir.Outlier{Consecutive5xx: 3, IntervalS: 1, BaseEjectionS: 5, MaxEjectionPercent: 50},
-		Replicas: []ir.Replica{{Address: "127.0.0.1:9000", Node: "n0", Inbound: "10.255.0.1:21000"}}}
-	for _, f := range backendFeatures {
-		c := &cluster.Cluster{Name: "b", CircuitBreakers: circuitBreakers(b)}
-		if err := f.inboundCluster(b, c); err != nil {
-			t.Fatalf("%s: %v", f.name(), err)
-		}
-		if !proto.Equal(c.GetCircuitBreakers(), circuitBreakers(b)) {
-			t.Errorf("backend feature %s changes an inbound cluster's circuit breakers: a node's inbound cluster would lose it (inboundTemplate)", f.name())
-		}
-	}
-}
-
-// TestABackendKeepsItsInboundTemplateWhileItsConfigurationHolds: a
-// backend rebuilt for its replicas keeps its inbound template; one whose
-// configuration changed gets a new one.
-func TestABackendKeepsItsInboundTemplateWhileItsConfigurationHolds(t *testing.T) {
-	m := modelgen.Model(3, 1, 2)
-	placeReplicas(m, func(_, j int) int { return j })
-	b := NewBuilder(goldenMTLS)
-	name := m.Backends[0].Name
-	template := func(m *meshspec.Model) *cluster.Cluster {
-		if _, err := b.Build(lowerFor(t, m, true)); err != nil {
-			t.Fatal(err)
-		}
-		return b.backends[name].inbound.cluster
-	}
-	first := template(m)
-	more := meshspec.Clone(m)
-	extra := more.Backends[0].Replicas[0]
-	extra.Address = "10.1.0.99:9000"
-	more.Backends[0].Replicas = append(more.Backends[0].Replicas, extra)
-	if first == nil || template(more) != first {
-		t.Error("a replica more rebuilt the backend's inbound template")
-	}
-	config := meshspec.Clone(more)
-	config.Backends[0].Config.MaxConcurrentQueries = 3
-	if template(config) == first {
-		t.Error("a new configuration kept the backend's inbound template")
 	}
 }
 
