@@ -24,6 +24,7 @@ import (
 	"github.com/servemesh/servemesh/dev/devllama"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // findEngine is the real model server `make tools` installs
@@ -327,7 +328,9 @@ type chatUsage struct {
 // chatAnswer is a whole chat completion: its status and usage.
 type chatAnswer struct {
 	status int
-	Usage  chatUsage `json:"usage"`
+	// backend is the backend the mesh says answered (wire.BackendHeader).
+	backend string
+	Usage   chatUsage `json:"usage"`
 }
 
 // chat asks for a whole chat completion of model through public: of
@@ -352,7 +355,7 @@ func chat(t *testing.T, public, system, model, prompt string, headers ...string)
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	answer := chatAnswer{status: resp.StatusCode}
+	answer := chatAnswer{status: resp.StatusCode, backend: resp.Header.Get(wire.BackendHeader)}
 	if resp.StatusCode == http.StatusOK {
 		if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
 			t.Fatalf("POST /v1/chat/completions through %s: %v", public, err)
@@ -448,8 +451,14 @@ func TestModelVersionsOnARealEngine(t *testing.T) {
 		for w := range 2 {
 			wg.Go(func() {
 				for i := w; i < n; i += 2 {
-					if answer := chat(t, nodes[i%2].public, "", model, fmt.Sprintf("Question %d?", i)); answer.status != http.StatusOK {
+					answer := chat(t, nodes[i%2].public, "", model, fmt.Sprintf("Question %d?", i))
+					if answer.status != http.StatusOK {
 						t.Errorf("a request for %s through %s: %d", model, nodes[i%2].id, answer.status)
+					}
+					// The mesh names the backend that answered: llama.cpp's
+					// server sets no such header itself.
+					if model == "tiny-v2" && answer.backend != "v2" {
+						t.Errorf("a request for tiny-v2 through %s: answered by %q (%s), want v2", nodes[i%2].id, answer.backend, wire.BackendHeader)
 					}
 				}
 			})

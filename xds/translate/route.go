@@ -104,6 +104,11 @@ func virtualHost(name string, routes []*route.Route) *route.VirtualHost {
 		// activator: the router sets the chosen cluster, whose name is
 		// the backend's (wire.ClusterName), before it adds the headers.
 		RequestHeadersToAdd: backendHeader("%UPSTREAM_CLUSTER%"),
+		// And each answer names the backend that gave it, whatever the
+		// replica said (none on the mesh's own answers: Envoy drops a
+		// header whose value is empty), so a split can be watched from
+		// outside.
+		ResponseHeadersToAdd: backendHeader("%UPSTREAM_CLUSTER%"),
 		// What a node's inbound listener tells its callers stays inside;
 		// only a node marks a request as a shadow.
 		ResponseHeadersToRemove: []string{wire.UnreachedHeader, wire.ResetHeader, wire.LoadReportHeader, wire.LoadReportBinHeader},
