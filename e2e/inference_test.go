@@ -559,8 +559,8 @@ func modelRouting(t *testing.T, mesh *twoNodeMesh) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, pythonBin(t), "testdata/openai_errors.py", mesh.n2.public, "m-z").CombinedOutput(); err != nil {
-		t.Errorf("the official OpenAI SDK on an unknown model: %v\n%s", err, out)
+	if out, err := exec.CommandContext(ctx, pythonBin(t), "testdata/openai_errors.py", mesh.n2.public, "m-z", "m-a,m-b").CombinedOutput(); err != nil {
+		t.Errorf("the official OpenAI SDK listing the models and naming an unknown one: %v\n%s", err, out)
 	}
 }
 

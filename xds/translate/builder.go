@@ -510,9 +510,13 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 			continue
 		}
 		g := &publicGroup{}
-		var routes []*route.Route
-		for _, p := range members {
-			routes = append(routes, publicRoutesOf(p.endpoint)...)
+		endpoints := make([]ir.Endpoint, len(members))
+		for i, p := range members {
+			endpoints[i] = p.endpoint
+		}
+		routes := modelListRoutes(endpoints)
+		for _, e := range endpoints {
+			routes = append(routes, publicRoutesOf(e)...)
 		}
 		table, err := encode(wire.PublicRouteName(key), publicRoutesConfig(key, routes))
 		if err != nil {

@@ -43,6 +43,8 @@
 //     round robin over nodes by their load reports and, on the inbound
 //     listener, the node's picker (ext_proc) and the override_host policy
 //     that follows it.
+//   - modellist.go: a model-routed endpoint's model list, as OpenAI's
+//     clients ask for it (GET <base>/models), in its route key's table.
 //   - features.go: features, registered in one table per resource they
 //     change, each an implementation of that table's interface:
 //     backendFeatures (grpc, outlier, load_aware) change a backend's

@@ -10,6 +10,7 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	earlymutation "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
@@ -110,8 +111,22 @@ func publicVirtualHost(routes []*route.Route) *route.VirtualHost {
 // publicRoutesConfig is the public route configuration of key: routes, in
 // order.
 func publicRoutesConfig(key string, routes []*route.Route) *route.RouteConfiguration {
-	return &route.RouteConfiguration{Name: wire.PublicRouteName(key), VirtualHosts: []*route.VirtualHost{publicVirtualHost(routes)}}
+	rc := &route.RouteConfiguration{Name: wire.PublicRouteName(key), VirtualHosts: []*route.VirtualHost{publicVirtualHost(routes)}}
+	// Envoy refuses a table whose direct answers exceed 4 KiB unless it
+	// says how long they may be (a long model list).
+	longest := 0
+	for _, r := range routes {
+		longest = max(longest, len(r.GetDirectResponse().GetBody().GetInlineString()))
+	}
+	if longest > defaultDirectBodyLimit {
+		rc.MaxDirectResponseBodySizeBytes = wrapperspb.UInt32(uint32(longest))
+	}
+	return rc
 }
+
+// defaultDirectBodyLimit is how long Envoy lets a direct answer be when a
+// route configuration does not say.
+const defaultDirectBodyLimit = 4096
 
 // publicScope selects key's public route configuration.
 func publicScope(key string) *route.ScopedRouteConfiguration {

@@ -61,7 +61,7 @@ func BuildRoutes(m *ir.DataPlane) ([]*route.RouteConfiguration, []*route.ScopedR
 	routes := make([]*route.RouteConfiguration, 0, len(m.Endpoints)+len(groups))
 	scopes := make([]*route.ScopedRouteConfiguration, 0, len(m.Endpoints)+len(groups))
 	for _, key := range sortedNames(groups) {
-		var publicRoutes []*route.Route
+		publicRoutes := modelListRoutes(groups[key])
 		for _, e := range groups[key] {
 			publicRoutes = append(publicRoutes, endpointRoutes(e, pathMatch(e.Route), public)...)
 		}
