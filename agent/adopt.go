@@ -171,7 +171,7 @@ func (a *Agent) adopt(ctx context.Context, rec replicaRecord) (*replica, error) 
 	r.process.Store(&rec.Process)
 	r.restarts.Store(int64(rec.Restarts))
 	if rec.Config != "" {
-		a.configs.Store(rec.Tag, rec.Config)
+		a.state.configs.Store(rec.Tag, rec.Config)
 	}
 	status := api.HealthPassing
 	if err := r.check(ctx); err != nil {

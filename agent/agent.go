@@ -69,6 +69,9 @@ type Options struct {
 	// agent reads, for the node's parts built before it (nil: the agent
 	// keeps its own).
 	Views *nodeview.Latest
+	// State is where the agent keeps what the status listener reports of
+	// its replicas (nil: its own).
+	State *ReplicaState
 	// StopOnExit stops the node's replicas when Run returns (a node
 	// leaving, or the demo's Ctrl-C). Otherwise they keep running and
 	// registered, for the next agent to adopt.
@@ -112,8 +115,7 @@ type Agent struct {
 	background sync.WaitGroup
 	runCtx     context.Context
 	devices    *devices
-	configs    sync.Map         // replica tag -> the user_config version it runs
-	draining   sync.Map         // draining replica tag -> its requests in flight, last counted
+	state      *ReplicaState    // what the status listener reports of the replicas
 	views      *nodeview.Latest // the desired state, as the node's parts read it
 }
 
@@ -167,9 +169,12 @@ func New(o Options) (*Agent, error) {
 	a := &Agent{node: o.Node, consul: o.Consul, store: o.Store, log: o.Logger, workDir: o.WorkDir,
 		drainGrace: o.DrainGrace, stopGrace: o.StopGrace, checkTTL: o.CheckTTL,
 		minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second, replicas: map[string]*replica{},
-		metrics: newMetrics(), views: o.Views}
+		metrics: newMetrics(), views: o.Views, state: o.State}
 	if a.views == nil {
 		a.views = &nodeview.Latest{}
+	}
+	if a.state == nil {
+		a.state = &ReplicaState{}
 	}
 	if a.drainGrace == 0 {
 		a.drainGrace = 5 * time.Second

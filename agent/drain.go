@@ -104,7 +104,7 @@ const drainPoll = 250 * time.Millisecond
 func (r *replica) awaitDrained(done <-chan struct{}, since time.Time, bound time.Duration) {
 	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
-	defer r.a.draining.Delete(r.tag)
+	defer r.a.state.draining.Delete(r.tag)
 	for {
 		draining := time.Since(since)
 		if draining >= bound {
@@ -117,7 +117,7 @@ func (r *replica) awaitDrained(done <-chan struct{}, since time.Time, bound time
 		}
 		n, err := r.inFlight()
 		if err == nil {
-			r.a.draining.Store(r.tag, n)
+			r.a.state.draining.Store(r.tag, n)
 		}
 		if draining >= r.a.drainGrace && err == nil && n == 0 {
 			r.log.Info("replica drained: no request in flight", "draining_for", draining.Round(time.Millisecond))
@@ -141,15 +141,4 @@ func (r *replica) inFlight() (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	return r.a.inFlight(ctx, r.address())
-}
-
-// DrainingInFlight is the requests in flight to each draining replica, by
-// tag, as last counted (wire.Load.Draining).
-func (a *Agent) DrainingInFlight() map[string]int {
-	out := map[string]int{}
-	a.draining.Range(func(tag, n any) bool {
-		out[tag.(string)] = n.(int)
-		return true
-	})
-	return out
 }

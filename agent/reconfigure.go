@@ -46,7 +46,7 @@ func (r *replica) reconfigure(ctx context.Context) error {
 		return nil
 	}
 	version := want.Version()
-	if applied, _ := r.a.configs.Load(r.tag); applied == version {
+	if applied, _ := r.a.state.configs.Load(r.tag); applied == version {
 		return nil
 	}
 	if err := r.ownsPort(true); err != nil { // its secret goes with it
@@ -70,19 +70,8 @@ func (r *replica) reconfigure(ctx context.Context) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 		return fmt.Errorf("user_config %s not taken at %s: status %d: %s", version, r.spec.ReconfigurePath, resp.StatusCode, bytes.TrimSpace(body))
 	}
-	r.a.configs.Store(r.tag, version)
+	r.a.state.configs.Store(r.tag, version)
 	r.writeRecord() // an adopting agent need not send it again
 	r.log.Info("replica took its user_config", "version", version)
 	return nil
-}
-
-// ConfigVersions are, by replica tag, the user_config version each of the
-// node's replicas runs.
-func (a *Agent) ConfigVersions() map[string]string {
-	out := map[string]string{}
-	a.configs.Range(func(tag, version any) bool {
-		out[tag.(string)] = version.(string)
-		return true
-	})
-	return out
 }

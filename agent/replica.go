@@ -188,7 +188,7 @@ func (r *replica) run(ctx context.Context, child *proc.Process) {
 	}
 	defer func() {
 		if !r.leaving.Load() {
-			r.a.configs.Delete(r.tag)
+			r.a.state.configs.Delete(r.tag)
 			r.a.devices.release(r.tag) // stopped for good
 		}
 	}()
@@ -304,7 +304,7 @@ func (r *replica) exited(err error, exits int) {
 	if uerr := r.register(note, exits, api.HealthCritical); uerr != nil {
 		r.log.Warn("could not say why the replica exited in its registration", "err", uerr)
 	}
-	r.a.configs.Delete(r.tag)
+	r.a.state.configs.Delete(r.tag)
 }
 
 // exitNoteLines are the lines of its log a replica's exit note quotes.
@@ -435,7 +435,7 @@ func (r *replica) writeRecord() {
 		return
 	}
 	uid := r.uid
-	version, _ := r.a.configs.Load(r.tag)
+	version, _ := r.a.state.configs.Load(r.tag)
 	config, _ := version.(string)
 	r.mu.Lock()
 	devices := r.devices

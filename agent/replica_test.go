@@ -105,7 +105,7 @@ func testAgent(t *testing.T) *Agent {
 		}
 	}
 	return &Agent{node: wire.NodeInfo{ID: "n1", Address: "127.0.0.1"}, listenHost: "127.0.0.1", workDir: dir, logMaxMB: 1,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), views: &nodeview.Latest{}}
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), views: &nodeview.Latest{}, state: &ReplicaState{}}
 }
 
 // runOnce runs one replica of spec to its end and returns what it wrote.

@@ -32,11 +32,8 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 		if extra.Held != nil {
 			l.Held = extra.Held()
 		}
-		if extra.Configs != nil {
-			l.Configs = extra.Configs()
-		}
-		if extra.Draining != nil {
-			l.Draining = extra.Draining()
+		if extra.Replicas != nil {
+			l.Configs, l.Draining = extra.Replicas.ConfigVersions(), extra.Replicas.DrainingInFlight()
 		}
 		if extra.Waiting != nil {
 			l.Waiting = extra.Waiting()
@@ -56,10 +53,10 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 // LoadExtras are what a node's load report says besides Envoy's figures;
 // nil funcs say nothing.
 type LoadExtras struct {
-	Held    func() map[string]int    // requests the activator holds, by backend
-	Configs func() map[string]string // the user_config version each replica runs, by tag
-	// Draining are the requests in flight to each draining replica, by tag.
-	Draining func() map[string]int
+	Held func() map[string]int // requests the activator holds, by backend
+	// Replicas is what the agent keeps of its replicas: the user_config
+	// version each runs and the requests in flight to each draining one.
+	Replicas *ReplicaState
 	Waiting  func() map[string]float64 // requests waiting for a replica, by backend (picker.Waiting)
 	// RateLimits reads the node's rate limit service.
 	RateLimits RateLimitReader

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -102,10 +101,9 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	reg := httpserver.NewRegistry()
 	admin := envoy.Admin{Socket: o.Envoy.AdminSocket()}
 	// The node's parts built before the agent read the desired state it
-	// reads through views; the status listener reads the agent itself
-	// once it runs (running).
-	views := &nodeview.Latest{}
-	var running atomic.Pointer[agent.Agent]
+	// reads through views, and the status listener what it keeps of its
+	// replicas through replicas.
+	views, replicas := &nodeview.Latest{}, &agent.ReplicaState{}
 	limits, err := rateLimitService(log, o, views.Model)
 	if err != nil {
 		return err
@@ -133,18 +131,8 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		Held:       hold.Held,
 		Waiting:    pick.Waiting,
 		RateLimits: rateLimitsOf(limits),
-		Configs: func() map[string]string {
-			if a := running.Load(); a != nil {
-				return a.ConfigVersions()
-			}
-			return nil
-		},
-		Draining: func() map[string]int {
-			if a := running.Load(); a != nil {
-				return a.DrainingInFlight()
-			}
-			return nil
-		}}, statusLogs(o)))
+		Replicas:   replicas,
+	}, statusLogs(o)))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
 	}
@@ -172,7 +160,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		ao.Inbound = o.Inbound
 		g.Go("secrets", func(ctx context.Context) error { <-ctx.Done(); identities.Wait(); return nil })
 	}
-	ao.Picker, ao.Views = pick, views
+	ao.Picker, ao.Views, ao.State = pick, views, replicas
 	if !o.NoEnvoy {
 		ao.MeshListener = meshListener(o.Envoy.Bootstrap.Node)
 		ao.InFlight = agent.EnvoyRequestsInFlight(admin)
@@ -181,7 +169,6 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	if err != nil {
 		return stopWith(g, err)
 	}
-	running.Store(a)
 	g.Go("agent", a.Run)
 	if !o.NoEnvoy {
 		sup, err := o.Envoy.Supervise(gctx)
