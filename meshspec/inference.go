@@ -54,6 +54,15 @@ type LoadAware struct {
 	// every node the picker prefers such a replica anyway; this carries
 	// it across nodes, for workloads of long shared prompts. Not for gRPC.
 	PromptAffinity bool `json:"prompt_affinity,omitempty"`
+	// PrefixCacheTokens is how many tokens each replica's prefix (KV)
+	// cache holds: each node's picker expects a replica to hold only the
+	// prompts it sent it lately that fit there (the Inference Extension's
+	// lruCapacityPerServer, in tokens), so a prompt its home has evicted
+	// goes where it is still held. 0: what the server's metrics say
+	// (vLLM's vllm:cache_config_info, SGLang's
+	// sglang:max_total_num_tokens; with MetricsPath), else 262,144
+	// (agent/picker/prefix.DefaultIndexBlocks).
+	PrefixCacheTokens int `json:"prefix_cache_tokens,omitempty"`
 	// SessionHeader names the request header that names a conversation
 	// (say x-session-id): each node's picker keeps a conversation on the
 	// replica that served it while that one is ready and not saturated,
@@ -83,6 +92,10 @@ type LoadAware struct {
 
 // DefaultModelHeader is LoadAware.ModelHeader's default, Ray Serve's.
 const DefaultModelHeader = "serve_multiplexed_model_id"
+
+// PrefixCacheTokensLimit bounds LoadAware.PrefixCacheTokens (and what the
+// picker takes from a server's report).
+const PrefixCacheTokensLimit = 4194304
 
 // MaxModelsPerReplicaLimit bounds LoadAware.MaxModelsPerReplica.
 const MaxModelsPerReplicaLimit = 1000
@@ -307,6 +320,9 @@ func validateLoadAware(p *problems, field string, b Backend) {
 	}
 	if l.MaxModelsPerReplica < 0 || l.MaxModelsPerReplica > MaxModelsPerReplicaLimit {
 		p.add(field+".max_models_per_replica", "is %d; set the models one replica holds at once, from 1 to %d, or 0 for one model", l.MaxModelsPerReplica, MaxModelsPerReplicaLimit)
+	}
+	if l.PrefixCacheTokens < 0 || l.PrefixCacheTokens > PrefixCacheTokensLimit {
+		p.add(field+".prefix_cache_tokens", "is %d; set the tokens one replica's prefix (KV) cache holds, from 1 to %d (vLLM logs it at start as its KV cache size), or 0 to read it from the server's metrics", l.PrefixCacheTokens, PrefixCacheTokensLimit)
 	}
 	if h := l.ModelHeader; h != "" && (l.MaxModelsPerReplica == 0 || !headerName.MatchString(h) || strings.HasPrefix(h, "x-servemesh-")) {
 		p.add(field+".model_header", "%.80q: name a lower-case header of the clients' own (default %s), with max_models_per_replica set", h, DefaultModelHeader)

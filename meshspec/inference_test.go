@@ -62,7 +62,10 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 		"a metric name": {func(m *Model) {
 			m.Backends[0].Config.LoadAware = &LoadAware{MetricsPath: "/metrics", KVCacheMetric: "gpu cache"}
 		}, "load_aware.kv_cache_metric: \"gpu cache\" is not a Prometheus metric name"},
-		"a KV-cache limit":                         {func(m *Model) { m.Backends[0].Config.LoadAware.KVCacheLimit = 2 }, "load_aware.kv_cache_limit: is 2"},
+		"a KV-cache limit": {func(m *Model) { m.Backends[0].Config.LoadAware.KVCacheLimit = 2 }, "load_aware.kv_cache_limit: is 2"},
+		"a prefix cache too large": {func(m *Model) { m.Backends[0].Config.LoadAware.PrefixCacheTokens = PrefixCacheTokensLimit + 1 },
+			"load_aware.prefix_cache_tokens: is 4194305; set the tokens one replica's prefix (KV) cache holds, from 1 to 4194304"},
+		"a negative prefix cache":                  {func(m *Model) { m.Backends[0].Config.LoadAware.PrefixCacheTokens = -1 }, "load_aware.prefix_cache_tokens: is -1"},
 		"a criticality":                            {func(m *Model) { m.Endpoints[0].Criticality = "urgent" }, "criticality: \"urgent\" is not a criticality"},
 		"a priority out of range":                  {func(m *Model) { m.Endpoints[0].Priority = -1001 }, "endpoint \"chat\".priority: is -1001; set an integer from -1000 to 1000"},
 		"a priority above a sheddable criticality": {func(m *Model) { m.Endpoints[0].Priority = 2 }, "priority: is 2, but criticality is sheddable"},

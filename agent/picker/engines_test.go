@@ -23,21 +23,24 @@ var engineSignals = map[string]scrapeTarget{
 // engine's own code writes it (testdata/engines: each file cites the
 // project's file and commit its names, types and labels come from) with
 // the names the README gives: every signal the engine has is read, with
-// its value, and one it lacks is said to be missing, never read as 0.
+// its value, and one it lacks is said to be missing, never read as 0; the
+// size of its prefix cache where it says it (cacheTokens: vLLM's blocks
+// times their tokens, SGLang's pool).
 func TestTheEnginesOwnExpositions(t *testing.T) {
 	for _, tc := range []struct {
 		engine               string
 		waiting, running, kv float64
 		hasKV                bool
+		cacheTokens          int
 		maxModels            int
 		models               []string
 		deprecatedKVNameOnly bool
 	}{
-		{engine: "vllm", waiting: 7, running: 3, kv: 0.42, hasKV: true},
+		{engine: "vllm", waiting: 7, running: 3, kv: 0.42, hasKV: true, cacheTokens: 4096 * 16},
 		// Multiplexed adapters: the newest lora_requests_info series,
 		// waiting then running.
-		{engine: "vllm", waiting: 7, running: 3, kv: 0.42, hasKV: true, maxModels: 2, models: []string{"sql-lora", "chat-lora"}},
-		{engine: "sglang", waiting: 2, running: 5, kv: 0.76, hasKV: true},
+		{engine: "vllm", waiting: 7, running: 3, kv: 0.42, hasKV: true, cacheTokens: 4096 * 16, maxModels: 2, models: []string{"sql-lora", "chat-lora"}},
+		{engine: "sglang", waiting: 2, running: 5, kv: 0.76, hasKV: true, cacheTokens: 4096},
 		{engine: "llamacpp", waiting: 4, running: 1},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
@@ -58,6 +61,9 @@ func TestTheEnginesOwnExpositions(t *testing.T) {
 			}
 			if got.HasKV != tc.hasKV || got.KV != tc.kv {
 				t.Errorf("KV cache %v (read %t); want %v (read %t)", got.KV, got.HasKV, tc.kv, tc.hasKV)
+			}
+			if got.cacheTokens != tc.cacheTokens {
+				t.Errorf("prefix cache of %d tokens, want %d", got.cacheTokens, tc.cacheTokens)
 			}
 			if !slices.Equal(got.models, tc.models) {
 				t.Errorf("models in use %q; want %q", got.models, tc.models)

@@ -72,9 +72,25 @@ type replicaLoad struct {
 	ready              bool
 	scoring.Replica
 	// cache is the prompts' blocks the picker sent it lately: its prefix
-	// cache, as far as the picker can tell; models, the models it sent it.
-	cache  *prefix.Index
-	models *models
+	// cache, as far as the picker can tell, bounded by what the backend
+	// sets or the server reports it holds (reportedCacheTokens, 0: none;
+	// cacheBlocks); models, the models it sent it.
+	cache               *prefix.Index
+	reportedCacheTokens int
+	models              *models
+}
+
+// cacheBlocks is how many blocks r's prefix cache holds: the tokens its
+// backend sets (configured), else those its server reports, else
+// prefix.DefaultIndexBlocks.
+func (r *replicaLoad) cacheBlocks(configured int) int {
+	switch {
+	case configured > 0:
+		return prefix.BlocksOfTokens(configured)
+	case r.reportedCacheTokens > 0:
+		return prefix.BlocksOfTokens(r.reportedCacheTokens)
+	}
+	return prefix.DefaultIndexBlocks
 }
 
 // New returns a picker for the backends of desired, the node's view of the
@@ -209,7 +225,7 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 		return c, true
 	}
 	now, typical := p.now(), p.typicalTTFB(backend)
-	p.expectPrompt(req.blocks, ready, loads)
+	p.expectPrompt(req.blocks, ready, loads, limits.CacheTokens)
 	if req.model != "" && limits.MaxModels > 0 {
 		for i, r := range ready {
 			loads[i].ModelMiss = r.models.miss(req.model, limits.MaxModels)
@@ -250,12 +266,16 @@ func (p *Picker) place(backend string, req request, limits scoring.Limits, known
 
 // expectPrompt sets how much of a prompt of blocks each ready replica is
 // expected to hold (loads' PrefixHit): what the picker sent it lately
-// (its cache).
-func (p *Picker) expectPrompt(blocks []uint64, ready []*replicaLoad, loads []scoring.Replica) {
+// that its cache holds (cacheBlocks, of the tokens the backend sets:
+// configured).
+func (p *Picker) expectPrompt(blocks []uint64, ready []*replicaLoad, loads []scoring.Replica, configured int) {
 	if len(blocks) == 0 {
 		return
 	}
 	for i, r := range ready {
+		if c := r.cacheBlocks(configured); c != r.cache.Capacity() {
+			r.cache.Resize(c)
+		}
 		loads[i].PrefixHit = float64(r.cache.Match(blocks)) / float64(len(blocks))
 	}
 }
@@ -263,14 +283,15 @@ func (p *Picker) expectPrompt(blocks []uint64, ready []*replicaLoad, loads []sco
 // promptHome is the replica that takes a prompt of key, the cheapest
 // being ready[cheapest]: its home (placement.Table: where its requests
 // went, or for a prompt new here its place among the replicas, as many
-// prompts on each), if ready, not saturated and not too busy
-// (scoring.KeepsHome); else the cheapest. A prompt new here has nothing
+// prompts on each; or a replica that holds more of it, holder), if
+// ready, not saturated and not too busy (scoring.KeepsHome); else the
+// cheapest. A prompt new here has nothing
 // cached at its place, so that place takes it only while no busier than
 // the cheapest. Called with mu held.
 func (p *Picker) promptHome(backend, key string, ready []*replicaLoad, loads []scoring.Replica, cheapest int, limits scoring.Limits, known bool, now time.Time) int {
 	spread, replicas := p.spread(backend), replicaNodes(ready)
 	home := spread.Home(key, replicas, now)
-	j := slices.IndexFunc(ready, func(r *replicaLoad) bool { return r.tag == home })
+	j := holder(loads, slices.IndexFunc(ready, func(r *replicaLoad) bool { return r.tag == home }))
 	if j < 0 || (known && loads[j].Saturated(limits, now)) || loads[j].Failing() || !scoring.KeepsHome(loads[j], loads[cheapest], now) {
 		return cheapest
 	}
@@ -278,6 +299,23 @@ func (p *Picker) promptHome(backend, key string, ready []*replicaLoad, loads []s
 		return cheapest
 	}
 	return j
+}
+
+// holder is which of ready (their loads) is a prompt's home, its place
+// among them being home (-1: none ready): the one expected to hold most of
+// the prompt, if it holds more than home does (the home's cache let it go
+// for others', or a conversation's later turns went elsewhere); else home.
+func holder(loads []scoring.Replica, home int) int {
+	best, most := home, 0.0
+	if home >= 0 {
+		most = loads[home].PrefixHit
+	}
+	for i, l := range loads {
+		if l.PrefixHit > most {
+			best, most = i, l.PrefixHit
+		}
+	}
+	return best
 }
 
 // sessionReplica is the pick of the replica that served req's
@@ -384,6 +422,7 @@ func (p *Picker) backendSettings(backend string) (scoring.Limits, meshspec.LoadA
 	if la := b.Config.LoadAware; la != nil {
 		flow = *la
 		l.MaxModels = la.MaxModelsPerReplica
+		l.CacheTokens = la.PrefixCacheTokens
 		l.QueueLimit = la.QueueLimit
 		if la.KVCacheMetric != "" {
 			l.KVCacheLimit = la.EffectiveKVCacheLimit()

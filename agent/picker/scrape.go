@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,7 +56,7 @@ func (p *Picker) scrapeOnce(ctx context.Context) {
 		}
 		p.mu.Lock()
 		if r, ok := p.replicas[target.tag]; ok {
-			r.Server = load.Server
+			r.Server, r.reportedCacheTokens = load.Server, load.cacheTokens
 			for _, m := range load.models {
 				r.models.use(m, target.maxModels)
 			}
@@ -71,12 +73,54 @@ type scrapeTarget struct {
 	maxModels               int // models loaded on demand: read the adapters (meshspec.VLLMLoRAMetric)
 }
 
-// serverLoad is what a replica's metrics say: its load and, for a
-// backend whose replicas load models on demand, the models its server
-// names in use (the least recent first).
+// serverLoad is what a replica's metrics say: its load; for a backend
+// whose replicas load models on demand, the models its server names in
+// use (the least recent first); and the tokens its prefix cache holds (0:
+// not said).
 type serverLoad struct {
 	scoring.Server
-	models []string
+	models      []string
+	cacheTokens int
+}
+
+// The engines' own word on their prefix caches' size: vLLM's info gauge
+// labelled with its KV cache's blocks and their tokens, SGLang's gauge of
+// its KV pool's tokens (testdata/engines).
+const (
+	vllmCacheConfigMetric   = "vllm:cache_config_info"
+	sglangCacheTokensMetric = "sglang:max_total_num_tokens"
+)
+
+// cacheTokens is the most tokens one of the server's engines says its
+// prefix cache holds (vLLM: num_gpu_blocks times block_size; SGLang: its
+// pool), 0 if it says none.
+func cacheTokens(families map[string]*dto.MetricFamily) int {
+	var said []float64
+	for _, m := range families[vllmCacheConfigMetric].GetMetric() {
+		said = append(said, labelNumber(m, "num_gpu_blocks")*labelNumber(m, "block_size"))
+	}
+	for _, m := range families[sglangCacheTokensMetric].GetMetric() {
+		said = append(said, m.GetGauge().GetValue()+m.GetUntyped().GetValue())
+	}
+	most := 0.0
+	for _, v := range said {
+		if v > most { // NaN is never more
+			most = v
+		}
+	}
+	return int(math.Min(most, math.MaxInt32))
+}
+
+// labelNumber is m's label name read as a number, 0 if it is none.
+func labelNumber(m *dto.Metric, name string) float64 {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			if v, err := strconv.ParseFloat(l.GetValue(), 64); err == nil && v > 0 && !math.IsInf(v, 0) {
+				return v
+			}
+		}
+	}
+	return 0
 }
 
 func (p *Picker) scrapeTargets() []scrapeTarget {
@@ -123,6 +167,7 @@ func readServerLoad(ctx context.Context, t scrapeTarget) (serverLoad, error) {
 	if t.maxModels > 0 {
 		load.models = adaptersInUse(families[meshspec.VLLMLoRAMetric], t.maxModels)
 	}
+	load.cacheTokens = cacheTokens(families)
 	load.Waiting, load.HasWaiting = gaugeSum(families, t.queue)
 	load.Running, load.HasRunning = gaugeSum(families, t.running)
 	load.KV, load.HasKV = gaugeSum(families, t.kvCache)

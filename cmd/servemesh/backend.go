@@ -227,6 +227,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.loadAware.QueueLimit, "load-queue-limit", 0, "load-aware: waiting requests that saturate a replica (sheddable requests are then refused)")
 	fs.Float64Var(&c.loadAware.KVCacheLimit, "load-kv-cache-limit", 0, "load-aware: KV-cache use that saturates a replica (default "+strconv.FormatFloat(meshspec.DefaultKVCacheLimit, 'g', -1, 64)+")")
 	fs.BoolVar(&c.loadAware.PromptAffinity, "load-prompt-affinity", false, "load-aware: callers choose the node by each prompt's prefix (loads bounded), so it reaches the replica holding it in cache (long shared prompts; not gRPC)")
+	fs.IntVar(&c.loadAware.PrefixCacheTokens, "load-prefix-cache-tokens", 0, "load-aware: tokens each replica's prefix (KV) cache holds, so a prompt its home evicted goes where it is still held (default: what vLLM's or SGLang's metrics say, else 262144)")
 	fs.StringVar(&c.loadAware.SessionHeader, "load-session-header", "", "load-aware: the request header naming a conversation, kept on the replica that served it while it has room (say x-session-id)")
 	fs.IntVar(&c.loadAware.MaxModelsPerReplica, "load-max-models-per-replica", 0, "load-aware: models each replica loads on demand, at most (Ray Serve's max_num_models_per_replica): requests go to a replica with theirs loaded")
 	fs.StringVar(&c.loadAware.ModelHeader, "load-model-header", "", "load-aware: the header naming a request's model (default "+meshspec.DefaultModelHeader+"; else the body's \"model\")")

@@ -77,9 +77,25 @@ func text(raw json.RawMessage) []byte {
 	return raw
 }
 
-// DefaultIndexBlocks is how many blocks an Index holds by default: 16,384
-// (about 64k tokens of one replica's cache, ~1.5 MB of index).
+// TokensPerBlock is how many of a server's tokens a block stands for:
+// BlockBytes at about 4 bytes a token (the Inference Extension's prefix
+// scorer's estimate too).
+const TokensPerBlock = 16
+
+// DefaultIndexBlocks is how many blocks an Index holds when nothing says
+// how much the replica's cache holds: 16,384 (262,144 tokens, ~1.5 MB of
+// index).
 const DefaultIndexBlocks = 16384
+
+// MaxIndexBlocks bounds an Index, whatever a server reports or a backend
+// sets: 262,144 blocks (4,194,304 tokens, ~25 MB of index per replica).
+const MaxIndexBlocks = 262144
+
+// BlocksOfTokens is the index capacity for a cache of tokens: a block per
+// TokensPerBlock, from 1 to MaxIndexBlocks.
+func BlocksOfTokens(tokens int) int {
+	return min(max(tokens/TokensPerBlock, 1), MaxIndexBlocks)
+}
 
 // Index is the blocks one replica recently served, least recently used
 // forgotten first. Not safe for concurrent use.
@@ -117,12 +133,27 @@ func (x *Index) Add(blocks []uint64) {
 		}
 		x.at[blocks[i]] = x.order.PushFront(blocks[i])
 	}
+	x.evict()
+}
+
+// evict forgets the least recent blocks past the capacity.
+func (x *Index) evict() {
 	for x.order.Len() > x.capacity {
 		last := x.order.Back()
 		delete(x.at, last.Value.(uint64))
 		x.order.Remove(last)
 	}
 }
+
+// Resize makes capacity the index's bound (at least 1), forgetting the
+// least recent blocks past it.
+func (x *Index) Resize(capacity int) {
+	x.capacity = max(capacity, 1)
+	x.evict()
+}
+
+// Capacity is the index's bound, in blocks.
+func (x *Index) Capacity() int { return x.capacity }
 
 // Len is how many blocks the index holds.
 func (x *Index) Len() int { return x.order.Len() }

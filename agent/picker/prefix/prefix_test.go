@@ -54,3 +54,26 @@ func TestIndexKeepsRecentPrefixes(t *testing.T) {
 		t.Fatalf("after eviction: %d blocks, 7-8-9 matched %d, 1-2-3 %d; want 6, 2, 3", x.Len(), x.Match([]uint64{7, 8, 9}), x.Match([]uint64{1, 2, 3}))
 	}
 }
+
+// TestIndexResizes: a smaller bound forgets the least recent blocks at
+// once, a larger one keeps what is held; a cache's tokens make blocks of
+// TokensPerBlock, bounded.
+func TestIndexResizes(t *testing.T) {
+	x := NewIndex(6)
+	x.Add([]uint64{1, 2, 3})
+	x.Add([]uint64{4, 5, 6})
+	x.Resize(3)
+	if x.Len() != 3 || x.Match([]uint64{4, 5, 6}) != 3 || x.Match([]uint64{1}) != 0 {
+		t.Fatalf("resized to 3: %d blocks, 4-5-6 matched %d, 1 matched %d; want 3, 3, 0", x.Len(), x.Match([]uint64{4, 5, 6}), x.Match([]uint64{1}))
+	}
+	x.Resize(10)
+	x.Add([]uint64{7, 8, 9})
+	if x.Capacity() != 10 || x.Len() != 6 {
+		t.Fatalf("resized to 10: capacity %d holding %d; want 10 holding 6", x.Capacity(), x.Len())
+	}
+	for tokens, want := range map[int]int{0: 1, 65536: 4096, 1 << 40: MaxIndexBlocks} {
+		if got := BlocksOfTokens(tokens); got != want {
+			t.Errorf("BlocksOfTokens(%d) = %d, want %d", tokens, got, want)
+		}
+	}
+}

@@ -86,6 +86,9 @@ type Limits struct {
 	KVCacheLimit float64
 	// MaxModels, if positive, is how many models one replica holds.
 	MaxModels int
+	// CacheTokens, if positive, is how many tokens one replica's prefix
+	// cache holds, as its backend sets it (else as its server says).
+	CacheTokens int
 }
 
 // Stale is how old a server's figures may be and still count.
