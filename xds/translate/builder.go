@@ -518,11 +518,12 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 		for _, e := range endpoints {
 			routes = append(routes, publicRoutesOf(e)...)
 		}
-		table, err := encode(wire.PublicRouteName(key), publicRoutesConfig(key, routes))
+		// Versioned by its members' versions, known before it is encoded.
+		var err error
+		g.table, err = encodeVersioned(wire.PublicRouteName(key), publicRoutesConfig(key, routes), func([]byte) string { return v })
 		if err != nil {
 			return nil, err
 		}
-		g.table = encodedAs(table.Name, table.bytes(), v)
 		if last == nil || last.table.Version != v {
 			set.add(KindRoute, g.table.Name)
 		}

@@ -25,11 +25,17 @@ type Encoded struct {
 
 // encode is m's Encoded form under name, versioned by its encoding.
 func encode(name string, m proto.Message) (Encoded, error) {
+	return encodeVersioned(name, m, hashBytes)
+}
+
+// encodeVersioned is m encoded under name, its version versionOf its
+// encoding (hashBytes, or a version already known of its inputs).
+func encodeVersioned(name string, m proto.Message, versionOf func([]byte) string) (Encoded, error) {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return Encoded{}, fmt.Errorf("encode %s %q: %w", proto.MessageName(m), name, err)
 	}
-	return encodedAs(name, b, hashBytes(b)), nil
+	return encodedAs(name, b, versionOf(b)), nil
 }
 
 // Encode is m held as its deterministic encoding, its twin (what
