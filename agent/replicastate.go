@@ -15,21 +15,17 @@ type ReplicaState struct {
 
 // ConfigVersions are, by replica tag, the user_config version each of the
 // node's replicas runs.
-func (s *ReplicaState) ConfigVersions() map[string]string {
-	out := map[string]string{}
-	s.configs.Range(func(tag, version any) bool {
-		out[tag.(string)] = version.(string)
-		return true
-	})
-	return out
-}
+func (s *ReplicaState) ConfigVersions() map[string]string { return copyOf[string](&s.configs) }
 
 // DrainingInFlight is the requests in flight to each draining replica, by
 // tag, as last counted.
-func (s *ReplicaState) DrainingInFlight() map[string]int {
-	out := map[string]int{}
-	s.draining.Range(func(tag, n any) bool {
-		out[tag.(string)] = n.(int)
+func (s *ReplicaState) DrainingInFlight() map[string]int { return copyOf[int](&s.draining) }
+
+// copyOf is m, whose keys are replica tags and values V, as a map.
+func copyOf[V any](m *sync.Map) map[string]V {
+	out := map[string]V{}
+	m.Range(func(tag, v any) bool {
+		out[tag.(string)] = v.(V)
 		return true
 	})
 	return out
