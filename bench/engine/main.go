@@ -5,7 +5,7 @@
 // load and by least requests, beside a hand-written Envoy doing round
 // robin and straight to one server, one after another in the same run.
 //
-//	go run ./bench/engine [-runs 3] [-rates 1,2] [-seconds 40] [-shape shared-prefix|unshared|multi-turn] [-cache-mb 16] [-only prompt-affinity,least-requests]
+//	go run ./bench/engine [-runs 3] [-rates 1,2] [-seconds 40] [-warmup 0] [-shape shared-prefix|unshared|multi-turn] [-cache-mb 16] [-only prompt-affinity,least-requests]
 //
 // Through servemesh the mesh is the default one (mTLS): two nodes, a
 // replica of the engine on each, the load entering at the first node, so
@@ -17,7 +17,10 @@
 // configuration and rate, inference-perf's time to first token (p50, p90,
 // p99), inter-token latency, output tokens a second, and the engines' own
 // prompt-cache hit share (tokens their logs say they reused, of those they
-// were sent), medians of -runs runs. It needs `make tools` and `make
+// were sent), medians of -runs runs. With -warmup, each run is preceded
+// by that many seconds of the same load, not counted: the figures are of
+// engines that have seen the shape's prompts (a steady state), not of
+// new ones. It needs `make tools` and `make
 // bench-tools` (inference-perf, in .tools/perf-venv).
 package main
 
@@ -40,6 +43,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs of each configuration; the figures are their medians")
 	rates := flag.String("rates", "1,2", "requests a second, comma-separated")
 	seconds := flag.Int("seconds", 40, "seconds of load in each run")
+	warmup := flag.Int("warmup", 0, "seconds of the same load before each run, not counted (0: none)")
 	shape := flag.String("shape", "shared-prefix", "shared-prefix (6 system prompts of 2,000 tokens, shared), unshared (each prompt its own) or multi-turn (shared-prefix conversations)")
 	cacheMB := flag.Int("cache-mb", 16, "each engine's RAM prompt cache, in MB")
 	only := flag.String("only", "", "the configurations to measure, comma-separated parts of their names (prompt-affinity, load-aware, least-requests, Envoy, direct); empty: all")
@@ -47,14 +51,22 @@ func main() {
 	if _, ok := shapes[*shape]; !ok {
 		log.Fatalf("-shape %q: give shared-prefix, unshared or multi-turn", *shape)
 	}
-	if err := run(*runs, *rates, *seconds, *shape, *cacheMB, *only); err != nil {
+	if err := run(*runs, *rates, workload{shape: *shape, seconds: *seconds, warmup: *warmup}, *cacheMB, *only); err != nil {
 		log.Fatal(err)
 	}
 }
 
 // run measures every configuration at each rate, runs times, and prints
 // the medians.
-func run(runs int, rates string, seconds int, shape string, cacheMB int, only string) error {
+// workload is what inference-perf sends in one run: the shape, at a rate
+// for seconds, after warmup seconds not counted.
+type workload struct {
+	shape           string
+	rate            float64
+	seconds, warmup int
+}
+
+func run(runs int, rates string, w workload, cacheMB int, only string) error {
 	ctx := context.Background()
 	env, err := benchenv.Start(ctx, "engine")
 	if err != nil {
@@ -88,13 +100,13 @@ func run(runs int, rates string, seconds int, shape string, cacheMB int, only st
 	all := map[string][]figures{}
 	var keys []string
 	for _, rate := range strings.Split(rates, ",") {
-		r, err := strconv.ParseFloat(rate, 64)
-		if err != nil {
+		var err error
+		if w.rate, err = strconv.ParseFloat(rate, 64); err != nil {
 			return fmt.Errorf("-rates: %q is not a rate", rate)
 		}
 		for i := 1; i <= runs; i++ {
 			for _, t := range targets {
-				f, err := measure(ctx, t, perf, eng, r, seconds, shape, filepath.Join(env.Dir, fmt.Sprintf("perf-%s-%s-%d", t.name, rate, i)))
+				f, err := measure(ctx, t, perf, eng, w, filepath.Join(env.Dir, fmt.Sprintf("perf-%s-%s-%d", t.name, rate, i)))
 				if err != nil {
 					return fmt.Errorf("%s at %s/s, run %d: %w", t.name, rate, i, err)
 				}
@@ -107,13 +119,13 @@ func run(runs int, rates string, seconds int, shape string, cacheMB int, only st
 			}
 		}
 	}
-	report(keys, all, runs, seconds, shape, cacheMB)
+	report(keys, all, runs, w, cacheMB)
 	return nil
 }
 
 // report prints the medians of each configuration's runs.
-func report(keys []string, all map[string][]figures, runs, seconds int, shape string, cacheMB int) {
-	fmt.Printf("\n%s, %d s a run, engines' prompt caches %d MB; medians of %d runs (inference-perf's figures; the hit share from the engines' logs)\n\n", shape, seconds, cacheMB, runs)
+func report(keys []string, all map[string][]figures, runs int, w workload, cacheMB int) {
+	fmt.Printf("\n%s, %d s a run after %d s of warm-up, engines' prompt caches %d MB; medians of %d runs (inference-perf's figures; the hit share from the engines' logs)\n\n", w.shape, w.seconds, w.warmup, cacheMB, runs)
 	fmt.Println("| configuration | rate | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | output tok/s | prompt-cache hit share | failed |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, key := range keys {
@@ -135,9 +147,10 @@ func report(keys []string, all map[string][]figures, runs, seconds int, shape st
 	}
 }
 
-// measure runs inference-perf against t, started afresh, and reads its
-// figures and the engines' logs.
-func measure(ctx context.Context, t target, perf string, eng *engine, rate float64, seconds int, shape, dir string) (figures, error) {
+// measure runs inference-perf against t, started afresh, after w's
+// warm-up, and reads its figures and what the engines logged since the
+// warm-up.
+func measure(ctx context.Context, t target, perf string, eng *engine, w workload, dir string) (figures, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return figures{}, err
 	}
@@ -146,11 +159,20 @@ func measure(ctx context.Context, t target, perf string, eng *engine, rate float
 		return figures{}, err
 	}
 	defer stop()
-	f, err := runPerf(ctx, perf, eng, url, rate, seconds, shape, dir)
+	if w.warmup > 0 {
+		if err := os.MkdirAll(filepath.Join(dir, "warmup"), 0o755); err != nil {
+			return figures{}, err
+		}
+		if _, err := runPerf(ctx, perf, eng, url, w.shape, w.rate, w.warmup, filepath.Join(dir, "warmup")); err != nil {
+			return figures{}, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	from := logSizes(logs())
+	f, err := runPerf(ctx, perf, eng, url, w.shape, w.rate, w.seconds, dir)
 	if err != nil {
 		return figures{}, err
 	}
-	if f.hitShare, err = hitShare(logs()); err != nil {
+	if f.hitShare, err = hitShare(logs(), from); err != nil {
 		return figures{}, err
 	}
 	return f, nil

@@ -39,7 +39,7 @@ func (f figures) String() string {
 
 // runPerf runs inference-perf at rate for seconds against url, its
 // output in dir, and reads its figures.
-func runPerf(ctx context.Context, perf string, eng *engine, url string, rate float64, seconds int, shape, dir string) (figures, error) {
+func runPerf(ctx context.Context, perf string, eng *engine, url, shape string, rate float64, seconds int, dir string) (figures, error) {
 	config := map[string]any{
 		"load":      map[string]any{"type": "constant", "stages": []any{map[string]any{"rate": rate, "duration": seconds}}},
 		"api":       map[string]any{"type": "chat", "streaming": true},
@@ -107,15 +107,28 @@ var (
 	computedLine = regexp.MustCompile(`prompt eval time =\s*[0-9.]+ ms /\s*([0-9]+) tokens`)
 )
 
+// logSizes are the logs' sizes now, by path (a log not there yet: 0).
+func logSizes(logs []string) map[string]int64 {
+	out := map[string]int64{}
+	for _, path := range logs {
+		if st, err := os.Stat(path); err == nil {
+			out[path] = st.Size()
+		}
+	}
+	return out
+}
+
 // hitShare is the share of the prompt tokens the engines were sent that
-// they reused from their caches, as their logs say.
-func hitShare(logs []string) (float64, error) {
+// they reused from their caches, as their logs say after from (each
+// log's size then; logSizes).
+func hitShare(logs []string, from map[string]int64) (float64, error) {
 	reused, computed := 0, 0
 	for _, path := range logs {
 		text, err := os.ReadFile(path)
 		if err != nil {
 			return 0, err
 		}
+		text = text[min(from[path], int64(len(text))):]
 		for _, m := range reusedLine.FindAllSubmatch(text, -1) {
 			n, _ := strconv.Atoi(string(m[1]))
 			reused += n
