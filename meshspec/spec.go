@@ -7,18 +7,31 @@ package meshspec
 // name. Spec.Model is the state the controller stores and the translator
 // reads.
 type Spec struct {
-	Backends  []BackendSpec `json:"backends,omitempty"`
-	Endpoints []Endpoint    `json:"endpoints,omitempty"`
-	Mesh      *Mesh         `json:"mesh,omitempty"`
+	// Backends are the services that run replicas, by name.
+	Backends []BackendSpec `json:"backends,omitempty"`
+	// Endpoints expose routes and split their requests over backends.
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// Mesh holds the settings of the whole mesh (tracing); absent keeps
+	// them as they are.
+	Mesh *Mesh `json:"mesh,omitempty"`
 }
 
 // BackendSpec is a backend as users declare it.
 type BackendSpec struct {
-	Name     string        `json:"name"`
+	// Name identifies the backend: lower-case letters, digits and dashes.
+	Name string `json:"name"`
+	// Replicas are static replicas at addresses something else runs; give
+	// these, Process or External.
 	Replicas []ReplicaSpec `json:"replicas,omitempty"`
-	Config   BackendConfig `json:"config,omitempty"`
-	Protocol Protocol      `json:"protocol,omitempty"`
-	Process  *ProcessSpec  `json:"process,omitempty"`
+	// Config is how many replicas, how they scale, and how requests reach
+	// them.
+	Config BackendConfig `json:"config,omitempty"`
+	// Protocol is what the replicas speak: http1 (the default), http2 or
+	// grpc.
+	Protocol Protocol `json:"protocol,omitempty"`
+	// Process is a command servemesh's agents run as each replica.
+	Process *ProcessSpec `json:"process,omitempty"`
+	// External routes to a Consul service run by something else.
 	External *ExternalSpec `json:"external,omitempty"`
 }
 

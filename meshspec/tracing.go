@@ -10,6 +10,7 @@ import (
 // backend and endpoint (`servemesh tracing set`, or a config file's
 // `mesh:`).
 type Mesh struct {
+	// Tracing, if set, sends every node's spans to a collector.
 	Tracing *Tracing `json:"tracing,omitempty"`
 }
 
