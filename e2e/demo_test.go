@@ -276,7 +276,7 @@ func (d *demoStack) stop(t *testing.T) {
 func TestDemoStack(t *testing.T) {
 	t.Parallel()
 	python, runtime, src, models := pythonReplicas(t)
-	d := startDemoStack(t, "--allow-command", python) // the README's Python section, on the demo
+	d := startDemoStack(t, "--allow-command", python) // docs/python.md's model, on the demo
 	api, public, mesh, workDir, cmd, out := d.api, d.public, d.mesh, d.workDir, d.cmd, d.out
 	checkSecondStackRefused(t, workDir, cmd.Process.Pid, d.args)
 	checkBannerCount(t, out.String())
@@ -341,7 +341,7 @@ func TestDemoStack(t *testing.T) {
 	if code, o, e := cli(t, env, "logs", "--node", "no-such-node"); code != 1 || o != "" || !strings.Contains(e, "node no-such-node has no live agent") {
 		t.Fatalf("logs --node no-such-node: exit %d\n%s%s", code, o, e)
 	}
-	// A Python model, as the README's Python section serves it, on the
+	// A Python model, as docs/python.md serves it, on the
 	// demo started with --allow-command naming its Python (issue 62, 3:
 	// the demo's agent ran servemesh alone, and nothing could change it).
 	if code, o, e := cli(t, env, "backend", "create", "pydemo", "--command", python, "--arg", runtime, "--arg", "--path", "--arg", src,

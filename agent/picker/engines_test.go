@@ -22,7 +22,7 @@ var engineSignals = map[string]scrapeTarget{
 // TestTheEnginesOwnExpositions reads each engine's /metrics as the
 // engine's own code writes it (testdata/engines: each file cites the
 // project's file and commit its names, types and labels come from) with
-// the names the README gives: every signal the engine has is read, with
+// the names docs/model-traffic.md gives: every signal the engine has is read, with
 // its value, and one it lacks is said to be missing, never read as 0; the
 // size of its prefix cache where it says it (cacheTokens: vLLM's blocks
 // times their tokens, SGLang's pool).

@@ -172,12 +172,20 @@ func TestCompletion(t *testing.T) {
 }
 
 // TestREADMECommandLines parses every servemesh command line the README
-// documents with the CLI's own parser: each names a command, takes the
-// flags it is given, and the number of arguments it expects. Nothing runs.
+// and the docs (docs/*.md) document with the CLI's own parser: each names
+// a command, takes the flags it is given, and the number of arguments it
+// expects. Nothing runs.
 func TestREADMECommandLines(t *testing.T) {
-	lines := readmeCommandLines(t, "../../README.md")
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, page := range append([]string{"../../README.md"}, pages...) {
+		lines = append(lines, readmeCommandLines(t, page)...)
+	}
 	if len(lines) < 15 {
-		t.Fatalf("found only %d servemesh command lines in README.md; the parser below is off", len(lines))
+		t.Fatalf("found only %d servemesh command lines in README.md and docs/; the parser below is off", len(lines))
 	}
 	root := newRootCommand(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, line := range lines {
@@ -219,8 +227,9 @@ func readmeCommandLines(t *testing.T, path string) []string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "```") {
-			inBlock = !inBlock
+		if lang, ok := strings.CutPrefix(line, "```"); ok {
+			// Shell blocks alone hold command lines (not a diagram's).
+			inBlock = !inBlock && lang == "sh"
 			continue
 		}
 		if !inBlock {
