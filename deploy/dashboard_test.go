@@ -8,11 +8,23 @@ import (
 	"testing"
 )
 
-// definedMetrics finds every servemesh_* metric name the Go code defines.
+// definedMetrics finds every servemesh_* name the Go code writes (its
+// metrics among them).
 func definedMetrics(t *testing.T) map[string]bool {
+	return namesInCode(t, regexp.MustCompile(`"(servemesh_[a-z_]+)"`))
+}
+
+// declaredMetrics are the metrics the Go code declares: a collector's
+// Name, a descriptor's.
+func declaredMetrics(t *testing.T) map[string]bool {
+	return namesInCode(t, regexp.MustCompile(`(?:Name: *|NewDesc\()"(servemesh_[a-z_]+)"`))
+}
+
+// namesInCode are decl's first group's matches in the Go code (not its
+// tests).
+func namesInCode(t *testing.T, decl *regexp.Regexp) map[string]bool {
 	t.Helper()
 	defined := map[string]bool{}
-	decl := regexp.MustCompile(`"(servemesh_[a-z_]+)"`)
 	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -54,6 +66,34 @@ func TestDashboardQueriesOnlyDefinedMetrics(t *testing.T) {
 			if !defined[name] && !defined[base] {
 				t.Errorf("panel %q queries %s, which servemesh does not define", q.Panel, name)
 			}
+		}
+	}
+}
+
+// TestMetricsReferenceIsTheCode: docs/metrics.md, the docs site's metrics
+// reference, names every servemesh_* metric the code defines, and none it
+// does not (a metric renamed or removed).
+func TestMetricsReferenceIsTheCode(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, name := range regexp.MustCompile(`servemesh_[a-z_]+[a-z]`).FindAllString(string(text), -1) {
+		documented[name] = true
+	}
+	defined := declaredMetrics(t)
+	if len(defined) < 40 {
+		t.Fatalf("found %d metrics declared in the code; the pattern is off", len(defined))
+	}
+	for name := range defined {
+		if !documented[name] {
+			t.Errorf("docs/metrics.md does not name %s, which servemesh defines", name)
+		}
+	}
+	for name := range documented {
+		if !defined[name] && !defined[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")] {
+			t.Errorf("docs/metrics.md names %s, which servemesh does not define", name)
 		}
 	}
 }
