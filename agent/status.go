@@ -38,6 +38,9 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 		if extra.Waiting != nil {
 			l.Waiting = extra.Waiting()
 		}
+		if extra.Tracing != nil {
+			l.Tracing = extra.Tracing()
+		}
 		if extra.RateLimits != nil {
 			if refused, loaded, err := extra.RateLimits(r.Context()); err != nil {
 				l.RateLimitService, l.RateLimitsLoaded = err.Error(), map[string]string{}
@@ -60,6 +63,9 @@ type LoadExtras struct {
 	Waiting  func() map[string]float64 // requests waiting for a replica, by backend (picker.Waiting)
 	// RateLimits reads the node's rate limit service.
 	RateLimits RateLimitReader
+	// Tracing says why the agent's spans could not be sent to the mesh's
+	// collector ("": they were; tracing.Tracer.Problem).
+	Tracing func() string
 }
 
 func answer(w http.ResponseWriter, v any, err error) {

@@ -132,6 +132,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		Waiting:    pick.Waiting,
 		RateLimits: rateLimitsOf(limits),
 		Replicas:   replicas,
+		Tracing:    tracer.Problem,
 	}, statusLogs(o)))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)

@@ -402,3 +402,54 @@ func randomHex(t *testing.T, n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// TestSpansThatCannotBeSentAreAProblem: on the default mesh, with the
+// mesh's collector an address nothing listens on, a node whose agent
+// cannot send its spans (its picker's, for a load-aware backend with a
+// replica there) is a problem in status naming the collector, and its
+// node is marked in node describe; requests are served throughout.
+func TestSpansThatCannotBeSentAreAProblem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nowhere := freeAddr(t) // nothing listens there
+	mesh := startTwoNodeMeshWith(t, "trdown", nil, nil)
+	mesh.createBackends(t, meshspec.Backend{Name: "trdown", Process: demoProcess("trdown", false),
+		Config: meshspec.BackendConfig{NumReplicas: 2, LoadAware: &meshspec.LoadAware{}}})
+	env := []string{"SERVEMESH_SERVER=" + mesh.ctl.apiAddr}
+	if code, out, errOut := cli(t, env, "tracing", "set", "--collector", nowhere, "--sampling", "100"); code != 0 {
+		t.Fatalf("tracing set: exit %d, %s %s", code, out, errOut)
+	}
+	if _, err := mesh.c.CreateEndpoint(ctx, meshspec.Endpoint{Name: "trdown", Route: "/trdown", Traffic: map[string]float64{"trdown": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	client := httpClient()
+	get := func() (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mesh.n1.public+"/trdown", nil)
+		if err != nil {
+			return nil, err
+		}
+		return client.Do(req)
+	}
+	var out string
+	testutil.WaitFor(t, 90*time.Second, "status to name a node whose spans cannot be sent", func() bool {
+		// Traced requests keep the pickers' spans coming.
+		if resp, err := get(); err == nil {
+			_ = resp.Body.Close()
+		}
+		_, out, _ = cli(t, env, "status")
+		return strings.Contains(out, "its spans cannot be sent to the mesh's collector "+nowhere)
+	})
+	for _, n := range []*mtlsNode{mesh.n1, mesh.n2} {
+		if !strings.Contains(out, "node "+n.id+": its spans cannot be sent") {
+			continue
+		}
+		if code, desc, errOut := cli(t, env, "node", "describe", n.id); code != 0 || !strings.Contains(desc, "its spans cannot be sent to the mesh's collector "+nowhere) {
+			t.Errorf("node describe %s: exit %d, %s %s; want its spans' problem", n.id, code, desc, errOut)
+		}
+	}
+	resp, err := get()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a request while spans cannot be sent: %v %v; want it served", resp, err)
+	}
+	_ = resp.Body.Close()
+}

@@ -85,6 +85,10 @@ type Load struct {
 	// agents.
 	GlobalRateLimited map[string]uint64 `json:"global_rate_limited,omitempty"`
 	RateLimitService  string            `json:"rate_limit_service,omitempty"`
+	// Tracing, if set, is why the agent's spans could not be sent to the
+	// mesh's collector when it last sent some. Absent from a previous
+	// release's agents.
+	Tracing string `json:"tracing,omitempty"`
 	// RateLimitsLoaded are the limits the node's rate limit service
 	// counts, by endpoint (meshspec.Endpoint.CountedLimits), those of the
 	// configuration it has loaded: a change to an endpoint's global limit

@@ -119,6 +119,9 @@ func (d nodeDescription) write(out io.Writer) error {
 		if e.RateLimitService != "" {
 			envoy += "; its rate limit service cannot be reached: " + e.RateLimitService
 		}
+		if e.Tracing != "" {
+			envoy += "; " + e.Tracing
+		}
 	}
 	fmt.Fprintf(tw, "Envoy:\t%s\n", envoy)
 	fmt.Fprintf(tw, "Replicas:\t%d running, %d draining (%d requests in flight to them)\n", n.Replicas, n.Draining, n.DrainingRequests)

@@ -119,6 +119,9 @@ type NodeStatus struct {
 	// counts fail open or closed there. Absent from a previous release's
 	// controllers.
 	RateLimitService string `json:"rate_limit_service,omitempty"`
+	// Tracing, if set, says why the node's spans cannot be sent to the
+	// mesh's collector. Absent from a previous release's controllers.
+	Tracing string `json:"tracing,omitempty"`
 	// Controller, set by the client that merged it in (MergeNodes), is
 	// the controller the node's Envoy is connected to, when that is not
 	// the one whose report this is.
@@ -162,7 +165,7 @@ func MergeNodes(r *StatusReport, others []ControllerNodes) {
 				continue
 			}
 			old := r.Nodes[i]
-			merged.Cordoned, merged.Drained, merged.FiguresUnread, merged.RateLimitService = old.Cordoned, old.Drained, old.FiguresUnread, old.RateLimitService
+			merged.Cordoned, merged.Drained, merged.FiguresUnread, merged.RateLimitService, merged.Tracing = old.Cordoned, old.Drained, old.FiguresUnread, old.RateLimitService, old.Tracing
 			r.Nodes[i] = merged
 		}
 	}
@@ -323,7 +326,8 @@ func NewStatusReport(in StatusInputs) StatusReport {
 // own components, each also marked on its node in nodes: a rate limit
 // service that cannot be reached while an endpoint has a global rate
 // limit or a token quota (it once exited at every start, and every
-// request passed fail-open with nothing said).
+// request passed fail-open with nothing said), and spans that cannot be
+// sent to the mesh's collector while the mesh traces.
 func failedComponents(m *meshspec.Model, loads map[string]wire.Load, nodes []NodeStatus) []string {
 	var counted []string
 	for _, e := range m.Endpoints {
@@ -331,24 +335,30 @@ func failedComponents(m *meshspec.Model, loads map[string]wire.Load, nodes []Nod
 			counted = append(counted, e.Name)
 		}
 	}
-	if len(counted) == 0 {
-		return nil
-	}
+	tracing := m.Mesh != nil && m.Mesh.Tracing != nil
 	var out []string
 	for _, node := range meshspec.SortedKeys(loads) {
-		why := loads[node].RateLimitService
-		if why == "" {
-			continue
+		l := loads[node]
+		if why := l.RateLimitService; why != "" && len(counted) > 0 {
+			out = append(out, fmt.Sprintf("node %s: its rate limit service cannot be reached (%s): the global rate limits and token quotas of %s are not counted there, and its requests pass or are refused by each limit's failure mode",
+				node, why, strings.Join(counted, ", ")))
+			markNode(nodes, node, func(n *NodeStatus) { n.RateLimitService = why })
 		}
-		out = append(out, fmt.Sprintf("node %s: its rate limit service cannot be reached (%s): the global rate limits and token quotas of %s are not counted there, and its requests pass or are refused by each limit's failure mode",
-			node, why, strings.Join(counted, ", ")))
-		for i := range nodes {
-			if nodes[i].ID == node {
-				nodes[i].RateLimitService = why
-			}
+		if why := l.Tracing; why != "" && tracing {
+			out = append(out, fmt.Sprintf("node %s: %s; its agent's spans are dropped (its Envoy's likely too: it sends to the same collector)", node, why))
+			markNode(nodes, node, func(n *NodeStatus) { n.Tracing = why })
 		}
 	}
 	return out
+}
+
+// markNode sets what mark sets on node's status in nodes.
+func markNode(nodes []NodeStatus, node string, mark func(*NodeStatus)) {
+	for i := range nodes {
+		if nodes[i].ID == node {
+			mark(&nodes[i])
+		}
+	}
 }
 
 // endpointStatus lists an endpoint's traffic and shadow backends, sorted by

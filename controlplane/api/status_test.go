@@ -128,6 +128,28 @@ func TestARateLimitServiceDownIsAProblem(t *testing.T) {
 	}
 }
 
+// TestSpansThatCannotBeSentAreAProblem: while the mesh traces, a node
+// whose agent says its spans cannot be sent to the collector is a problem
+// naming it, and its node is marked; while the mesh traces nothing, it
+// is not.
+func TestSpansThatCannotBeSentAreAProblem(t *testing.T) {
+	m := &meshspec.Model{Mesh: &meshspec.Mesh{Tracing: &meshspec.Tracing{Collector: "127.0.0.1:4317"}}}
+	nodes := []xdsserver.NodeStatus{{ID: "n1", Connected: true, InSync: true}, {ID: "n2", Connected: true, InSync: true}}
+	why := "its spans cannot be sent to the mesh's collector 127.0.0.1:4317: connection refused"
+	loads := map[string]wire.Load{"n1": {}, "n2": {Tracing: why}}
+	r := NewStatusReport(StatusInputs{State: m, Nodes: nodes, Loads: loads})
+	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "node n2: "+why) {
+		t.Errorf("problems: %q", r.Problems)
+	}
+	if r.Nodes[0].Tracing != "" || r.Nodes[1].Tracing != why {
+		t.Errorf("nodes: %+v", r.Nodes)
+	}
+	m.Mesh = nil
+	if r := NewStatusReport(StatusInputs{State: m, Nodes: nodes, Loads: loads}); len(r.Problems) != 0 || r.Nodes[1].Tracing != "" {
+		t.Errorf("with tracing off: problems %q, nodes %+v", r.Problems, r.Nodes)
+	}
+}
+
 // TestMergeNodesCompletesAnHAReport: one controller's report knows only
 // the nodes connected to it; the others' complete it, a node connected
 // elsewhere marked with its controller and keeping its maintenance.

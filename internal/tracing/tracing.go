@@ -79,6 +79,7 @@ type state struct {
 	sampling  float64
 	provider  *sdktrace.TracerProvider // nil: off
 	tracer    trace.Tracer
+	exporter  *watchedExporter // nil: off
 }
 
 // New returns the tracer of service (the name its spans show under, such
@@ -159,16 +160,60 @@ func (t *Tracer) stateFor(want *meshspec.Tracing) *state {
 		t.log.Info("tracing off: the mesh names no collector")
 		return off
 	}
-	exp, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(want.Collector), otlptracegrpc.WithInsecure())
+	// Retried for ExportGiveUp at most: a collector that cannot be reached
+	// is then a Problem within seconds, not the SDK's minute.
+	exp, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(want.Collector), otlptracegrpc.WithInsecure(),
+		otlptracegrpc.WithTimeout(ExportGiveUp/2), otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{
+			Enabled: true, InitialInterval: time.Second, MaxInterval: ExportGiveUp / 4, MaxElapsedTime: ExportGiveUp}))
 	if err != nil { // only for options it cannot use; it dials lazily
 		t.log.Warn("tracing off: the mesh's collector cannot be used", "collector", want.Collector, "err", err)
 		return &state{collector: want.Collector, sampling: want.Sampling(), tracer: off.tracer}
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", t.service))
-	p := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)), sdktrace.WithResource(res),
+	watched := &watchedExporter{SpanExporter: exp}
+	p := sdktrace.NewTracerProvider(sdktrace.WithBatcher(watched, sdktrace.WithBatchTimeout(time.Second)), sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(want.Sampling()/100))))
 	t.log.Info("tracing: spans go to the mesh's collector", "collector", want.Collector, "sampling_percent", want.Sampling())
-	return &state{collector: want.Collector, sampling: want.Sampling(), provider: p, tracer: p.Tracer(t.service)}
+	return &state{collector: want.Collector, sampling: want.Sampling(), provider: p, tracer: p.Tracer(t.service), exporter: watched}
+}
+
+// ExportGiveUp is how long a batch of spans is tried, then dropped and its
+// failure a Problem.
+const ExportGiveUp = 10 * time.Second
+
+// Problem says why the process's spans could not be sent to the mesh's
+// collector at their last sending ("": they were, none were sent yet, or
+// the mesh traces nothing): the agent reports it, and the controller
+// lists it among the problems of status.
+func (t *Tracer) Problem() string {
+	if t == nil {
+		return ""
+	}
+	s := t.now.Load()
+	if s.exporter == nil {
+		return ""
+	}
+	if err := s.exporter.failed.Load(); err != nil {
+		return "its spans cannot be sent to the mesh's collector " + s.collector + ": " + *err
+	}
+	return ""
+}
+
+// watchedExporter is an exporter that keeps why its last export failed.
+type watchedExporter struct {
+	sdktrace.SpanExporter
+	failed atomic.Pointer[string] // nil: the last export went through
+}
+
+func (w *watchedExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := w.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		why := err.Error()
+		w.failed.Store(&why)
+	} else {
+		w.failed.Store(nil)
+	}
+	return err
 }
 
 // Shutdown sends the spans not yet sent and stops the exporter, within

@@ -3,12 +3,16 @@ package tracing
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 
 	"github.com/servemesh/servemesh/meshspec"
 )
@@ -86,4 +90,70 @@ func TestNilTracer(t *testing.T) {
 		t.Fatal("a nil tracer recorded a span")
 	}
 	span.End()
+}
+
+// collector is an OTLP/gRPC trace collector on loopback that takes every
+// export.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+}
+
+func (collector) Export(context.Context, *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// TestTracerSaysWhenItsSpansCannotBeSent: while the mesh's collector
+// cannot be reached, the tracer's Problem says so, naming it; once spans
+// go through again it says nothing. Nothing is said before a span is sent,
+// nor while the mesh traces nothing.
+func TestTracerSaysWhenItsSpansCannotBeSent(t *testing.T) {
+	dead, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	_ = dead.Close() // nothing listens there now
+	var mesh atomic.Pointer[meshspec.Tracing]
+	tr := New("servemesh-test", mesh.Load, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	if p := tr.Problem(); p != "" {
+		t.Fatalf("tracing off, yet a problem: %s", p)
+	}
+	// send sends a span and waits until its export has ended, one way or
+	// the other (the SDK's flush returns when it has).
+	send := func() {
+		t.Helper()
+		_, span := tr.Start(t.Context(), "pick b", carrier(sampledParent), trace.SpanKindInternal)
+		span.End()
+		ctx, cancel := context.WithTimeout(t.Context(), 3*ExportGiveUp)
+		defer cancel()
+		if err := tr.now.Load().provider.ForceFlush(ctx); ctx.Err() != nil {
+			t.Fatalf("the export did not end within %v: %v", 3*ExportGiveUp, err)
+		}
+	}
+	mesh.Store(&meshspec.Tracing{Collector: deadAddr, SamplingPercent: percent(100)})
+	if _, span := tr.Start(t.Context(), "pick b", carrier(sampledParent), trace.SpanKindInternal); span != nil {
+		span.End() // switches to the collector; nothing sent yet
+	}
+	if p := tr.Problem(); p != "" {
+		t.Fatalf("nothing sent yet, yet a problem: %s", p)
+	}
+	send()
+	if p := tr.Problem(); !strings.Contains(p, "cannot be sent to the mesh's collector "+deadAddr) {
+		t.Fatalf("spans to a collector nothing listens on: problem %q; want it named", p)
+	}
+
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, collector{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	mesh.Store(&meshspec.Tracing{Collector: lis.Addr().String(), SamplingPercent: percent(100)})
+	send()
+	if p := tr.Problem(); p != "" {
+		t.Fatalf("spans sent to a collector that takes them, yet a problem: %s", p)
+	}
 }

@@ -174,10 +174,18 @@ function drawNodes(nodes) {
       el("td", n.in_sync ? "ok" : "bad", n.in_sync ? "✓ in sync" : (n.refused || "✗ behind")),
       el("td", n.nacks ? "bad" : "", String(n.nacks) + (n.last_nack ? ": " + n.last_nack : "")),
       el("td", n.figures_unread ? "bad figures" : "figures", n.figures_unread ? "? " + n.figures_unread : "read"),
-      // The node's own components, as its agent reports them.
-      el("td", n.rate_limit_service ? "bad components" : "ok components", n.rate_limit_service ? "✗ rate limit service: " + n.rate_limit_service : "✓"));
+      componentsCell(n));
     body.append(tr);
   }
+}
+
+// componentsCell is a node's own components, as its agent reports them:
+// its rate limit service and its spans' exporter.
+function componentsCell(n) {
+  const failed = [];
+  if (n.rate_limit_service) failed.push("✗ rate limit service: " + n.rate_limit_service);
+  if (n.tracing) failed.push("✗ tracing: " + n.tracing);
+  return el("td", failed.length ? "bad components" : "ok components", failed.length ? failed.join("; ") : "✓");
 }
 
 function drawProblems(problems) {
