@@ -140,8 +140,7 @@ Try:
   curl -s -H 'Host: embeddings' http://%[5]s/      # a headless endpoint, on the mesh listener
   curl -s http://%[3]s/v1/chat/completions -d '{"model": "mistral-7b", "messages": []}'
                                                    # routed by the model the body names (%[14]s); another model: 404
-%[12]s
-  %[6]s status                           # live request rates next to the weights, replicas, nodes (-w: keep watching)
+%[12]s  %[6]s status                           # live request rates next to the weights, replicas, nodes (-w: keep watching)
   %[6]s traffic set model model-v1=0.5 model-v2=0.5
   %[6]s backend update model-v2 --num-replicas 3
   %[6]s backend describe model-v2        # each replica: address, node, health, restarts, age

@@ -64,4 +64,5 @@ func TestDemoBannerPastedAsOneBlock(t *testing.T) {
 			t.Errorf("the pasted block printed nothing for %s (%s):\n%s", what, want, text)
 		}
 	}
+	d.stop(t) // as Ctrl-C: everything it started stops
 }
