@@ -172,6 +172,8 @@ type ByModel struct {
 // TrafficPolicy is one model's traffic and shadow policies, as an
 // endpoint's own, and the model names its requests are rewritten to.
 type TrafficPolicy struct {
+	// Traffic splits the model's requests over backends by weight
+	// (summing to 1); Shadows mirrors a proportion of them to others.
 	Traffic map[string]float64 `json:"traffic"`
 	Shadows map[string]float64 `json:"shadows,omitempty"`
 	// Rewrite, if set, splits the model's requests over the model names

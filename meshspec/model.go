@@ -253,13 +253,25 @@ type BackendConfig struct {
 // need has lasted UpscaleDelayS and down only after DownscaleDelayS. Zero
 // durations take the defaults (Ray Serve's).
 type AutoscalingConfig struct {
-	MinReplicas      int     `json:"min_replicas"`
-	MaxReplicas      int     `json:"max_replicas"`
-	TargetInFlight   float64 `json:"target_in_flight_requests"`
+	// MinReplicas is the fewest replicas (0 or more; 0 lets an idle
+	// backend sleep, its next request held while one starts).
+	MinReplicas int `json:"min_replicas"`
+	// MaxReplicas is the most replicas, from 1 to 1,000.
+	MaxReplicas int `json:"max_replicas"`
+	// TargetInFlight is the requests in flight one replica should carry.
+	TargetInFlight float64 `json:"target_in_flight_requests"`
+	// MetricsIntervalS is how often the load is read, in seconds (default
+	// 10).
 	MetricsIntervalS float64 `json:"metrics_interval_s,omitempty"`
-	LookBackPeriodS  float64 `json:"look_back_period_s,omitempty"`
-	UpscaleDelayS    float64 `json:"upscale_delay_s,omitempty"`
-	DownscaleDelayS  float64 `json:"downscale_delay_s,omitempty"`
+	// LookBackPeriodS is the window the load is averaged over, in seconds
+	// (default 30).
+	LookBackPeriodS float64 `json:"look_back_period_s,omitempty"`
+	// UpscaleDelayS is how long a need for more replicas must last before
+	// they are added, in seconds (default 30).
+	UpscaleDelayS float64 `json:"upscale_delay_s,omitempty"`
+	// DownscaleDelayS is how long a need for fewer must last before
+	// replicas are removed, in seconds (default 600).
+	DownscaleDelayS float64 `json:"downscale_delay_s,omitempty"`
 	// TargetQueued, if positive, also scales a load-aware backend on its
 	// queue depth: enough replicas that at most this many requests wait
 	// per replica on average (in the nodes' pickers and the servers' own
@@ -466,11 +478,14 @@ type Endpoint struct {
 // cookie) matches go to Backend. Give one of Header and Cookie, and one of
 // Exact, Prefix and Regex (RE2, matching the whole value).
 type RequestMatch struct {
-	Header  string `json:"header,omitempty"`
-	Cookie  string `json:"cookie,omitempty"`
-	Exact   string `json:"exact,omitempty"`
-	Prefix  string `json:"prefix,omitempty"`
-	Regex   string `json:"regex,omitempty"`
+	// Header or Cookie names what the rule reads.
+	Header string `json:"header,omitempty"`
+	Cookie string `json:"cookie,omitempty"`
+	// Exact, Prefix or Regex is how its value must read.
+	Exact  string `json:"exact,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+	Regex  string `json:"regex,omitempty"`
+	// Backend takes the requests that match.
 	Backend string `json:"backend"`
 	// MeshOnly applies the rule only to requests from inside the mesh
 	// (replicas, through their node's mesh listener); a public client's
@@ -521,6 +536,8 @@ type OutlierDetection struct {
 // StickyKey names what keeps a client on one backend: a header or a
 // cookie (one of the two).
 type StickyKey struct {
+	// Header, or Cookie, is what a client's requests carry the same value
+	// of.
 	Header string `json:"header,omitempty"`
 	Cookie string `json:"cookie,omitempty"`
 }

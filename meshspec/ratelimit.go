@@ -25,9 +25,12 @@ import (
 // usage the model servers answer with, charged when an answer ends and
 // checked before the next request.
 type RateLimit struct {
-	Local  *LocalRateLimit  `json:"local,omitempty"`
+	// Local is a bucket on each node.
+	Local *LocalRateLimit `json:"local,omitempty"`
+	// Global is a count every node shares.
 	Global *GlobalRateLimit `json:"global,omitempty"`
-	Tokens *TokenQuota      `json:"tokens,omitempty"`
+	// Tokens is a quota of model tokens every node shares.
+	Tokens *TokenQuota `json:"tokens,omitempty"`
 }
 
 // LocalRateLimit is a token bucket on each node (Envoy's local rate
@@ -38,9 +41,12 @@ type RateLimit struct {
 // without it share one. A request over it gets 429 with Retry-After and
 // the x-ratelimit-* headers.
 type LocalRateLimit struct {
-	RequestsPerSecond int    `json:"requests_per_second"`
-	Burst             int    `json:"burst,omitempty"`
-	Header            string `json:"header,omitempty"`
+	// RequestsPerSecond is the bucket's refill.
+	RequestsPerSecond int `json:"requests_per_second"`
+	// Burst is what it saves up (default RequestsPerSecond).
+	Burst int `json:"burst,omitempty"`
+	// Header, if set, gives each of its values a bucket of its own.
+	Header string `json:"header,omitempty"`
 }
 
 // GlobalRateLimit lets Requests a Unit (a fixed window: second, the
@@ -54,11 +60,16 @@ type LocalRateLimit struct {
 // A request over it gets 429 with Retry-After and the x-ratelimit-*
 // headers.
 type GlobalRateLimit struct {
-	Requests      int    `json:"requests"`
-	Unit          string `json:"unit,omitempty"`
-	Header        string `json:"header,omitempty"`
-	ClientAddress bool   `json:"client_address,omitempty"`
-	FailureMode   string `json:"failure_mode,omitempty"`
+	// Requests are let through a Unit.
+	Requests int `json:"requests"`
+	// Unit is the window: second (the default), minute, hour or day.
+	Unit string `json:"unit,omitempty"`
+	// Header, if set, gives each of its values a count of its own.
+	Header string `json:"header,omitempty"`
+	// ClientAddress gives each client address a count of its own.
+	ClientAddress bool `json:"client_address,omitempty"`
+	// FailureMode is open (the default) or closed.
+	FailureMode string `json:"failure_mode,omitempty"`
 }
 
 // TokenQuota lets Tokens model tokens a Unit (default minute) through
@@ -71,9 +82,13 @@ type GlobalRateLimit struct {
 // quota: the answer that crosses it is served whole. FailureMode is as
 // GlobalRateLimit's.
 type TokenQuota struct {
-	Tokens      int    `json:"tokens"`
-	Unit        string `json:"unit,omitempty"`
-	Header      string `json:"header,omitempty"`
+	// Tokens are let through a Unit.
+	Tokens int `json:"tokens"`
+	// Unit is the window: minute (the default), second, hour or day.
+	Unit string `json:"unit,omitempty"`
+	// Header, if set, gives each of its values a quota of its own.
+	Header string `json:"header,omitempty"`
+	// FailureMode is open (the default) or closed.
 	FailureMode string `json:"failure_mode,omitempty"`
 }
 

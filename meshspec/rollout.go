@@ -40,6 +40,7 @@ type Rollout struct {
 // RolloutShadow is the shadow stage: Proportion of the endpoint's requests
 // are mirrored to the candidate, whose answers are judged and discarded.
 type RolloutShadow struct {
+	// Proportion of the endpoint's requests is mirrored, from 0 to 1.
 	Proportion float64 `json:"proportion"`
 	// DurationS is how long the stage lasts, in seconds, before it is
 	// judged; MinRequests how many answers of the candidate it needs first
@@ -51,6 +52,7 @@ type RolloutShadow struct {
 // RolloutHeader is the header stage: requests whose Header is Value go to
 // the candidate, the others to the primary.
 type RolloutHeader struct {
+	// Header is the request header, Value what it must be.
 	Header string `json:"header"`
 	Value  string `json:"value"`
 	// DurationS is how long the stage lasts, in seconds, before it is
@@ -63,6 +65,7 @@ type RolloutHeader struct {
 // RolloutStep is a traffic step: Weight of the endpoint's requests go to
 // the candidate.
 type RolloutStep struct {
+	// Weight is the candidate's share of the requests, from 0 to 1.
 	Weight float64 `json:"weight"`
 	// DurationS is how long the stage lasts, in seconds, before it is
 	// judged; MinRequests how many answers of the candidate it needs first
@@ -173,16 +176,21 @@ const MaxRolloutVerdicts = MaxRolloutSteps + 2
 // RolloutVerdict is the judgement of one stage, with the figures it was
 // taken on.
 type RolloutVerdict struct {
-	Stage     string         `json:"stage"`
-	Passed    bool           `json:"passed"`
-	AtMs      int64          `json:"at_ms"`
-	Reason    string         `json:"reason"`
+	// Stage names the stage judged ("traffic 5%").
+	Stage string `json:"stage"`
+	// Passed is the verdict, Reason why, AtMs when (Unix milliseconds).
+	Passed bool   `json:"passed"`
+	AtMs   int64  `json:"at_ms"`
+	Reason string `json:"reason"`
+	// Candidate and Primary are the figures it was taken on.
 	Candidate RolloutFigures `json:"candidate"`
 	Primary   RolloutFigures `json:"primary"`
 }
 
 // RolloutFigures are one backend's figures over a stage's window.
 type RolloutFigures struct {
+	// Requests are the answers counted, Errors those that were errors,
+	// ErrorRate their share.
 	Requests  uint64  `json:"requests"`
 	Errors    uint64  `json:"errors"`
 	ErrorRate float64 `json:"error_rate"`
