@@ -103,7 +103,9 @@ func TestPythonServed(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, pythonBin(t), "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/mesh")
+	// -x: the first failure ends the run with its report, before the
+	// bound above would kill pytest and lose it.
+	cmd := exec.CommandContext(ctx, pythonBin(t), "-m", "pytest", "-x", "-q", "-s", "-p", "no:cacheprovider", "tests/mesh")
 	cmd.Dir = "../clients/python"
 	cmd.Env = append(os.Environ(), "SERVEMESH_TEST_MESH_SERVER="+mesh.ctl.apiAddr, "SERVEMESH_TEST_MESH_TOKEN_FILE="+mesh.ctl.tokenFile(),
 		"SERVEMESH_TEST_MESH_PUBLIC="+mesh.n1.public+","+mesh.n2.public, "SERVEMESH_TEST_REPLICA_ARGS="+string(replica),
