@@ -266,6 +266,7 @@ func wireController(log *slog.Logger, client *consulapi.Client, o ControllerOpti
 	if o.DebugProfiles {
 		plane.Mux.Handle("/debug/pprof/", api.DebugHandler())
 	}
+	plane.Mux.Handle("GET "+api.XDSCachePath, api.XDSCacheHandler(func() any { return plane.XDS.CacheView() }))
 	plane.Wrap(o.Tokens.Authenticate)
 	return &controllerParts{plane: plane, agents: agents, ctl: ctl, scaler: scaler, rollouts: rollouts, publisher: publisher, watcher: watcher, tracer: tracer}
 }

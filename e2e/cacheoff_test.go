@@ -4,12 +4,16 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
+	xdsserver "github.com/servemesh/servemesh/xds/server"
 )
 
 // TestCacheOffFollowsEveryChange: with translation's cache off
@@ -23,6 +27,9 @@ func TestCacheOffFollowsEveryChange(t *testing.T) {
 	c, ctx := mesh.c, context.Background()
 	if !strings.Contains(mesh.ctl.stderr.String(), "translation's cache is off") {
 		t.Fatalf("the controller did not take SERVEMESH_XDS_CACHE=off; its log:\n%s", mesh.ctl.stderr.String())
+	}
+	if view := xdsCacheView(t, mesh.ctl.apiAddr); view.On {
+		t.Fatalf("GET %s says the cache is on: %+v", api.XDSCachePath, view)
 	}
 	for _, name := range []string{"stable", "candidate"} {
 		mesh.createBackends(t, meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 0.5}, Process: demoProcess(name, false)})
@@ -73,4 +80,43 @@ func TestCacheOffFollowsEveryChange(t *testing.T) {
 			return do(httpClient(), "GET", url, "").status == 404
 		})
 	}
+	view := xdsCacheView(t, mesh.ctl.apiAddr)
+	for _, k := range view.Kinds {
+		if k.Hits != 0 {
+			t.Fatalf("the cache is off, yet its kind %s hit %d times: %+v", k.Kind, k.Hits, view.Kinds)
+		}
+	}
+	if len(view.Keys) == 0 {
+		t.Fatalf("the cache holds no entry after five changes (off, it keeps what each change is compared with): %+v", view)
+	}
+}
+
+// xdsCacheView reads the controller's debug view of the xDS cache.
+func xdsCacheView(t *testing.T, apiAddr string) xdsserver.CacheView {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+apiAddr+api.XDSCachePath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := httpClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var view xdsserver.CacheView
+	if err := json.NewDecoder(resp.Body).Decode(&view); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: HTTP %d, %v", api.XDSCachePath, resp.StatusCode, err)
+	}
+	return view
+}
+
+// hitsOf is how many lookups of kind hit in view; it fails the caller's
+// check (0) when the kind is not listed.
+func hitsOf(view xdsserver.CacheView, kind string) uint64 {
+	for _, k := range view.Kinds {
+		if k.Kind == kind {
+			return k.Hits
+		}
+	}
+	return 0
 }

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
+	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
+	"github.com/servemesh/servemesh/xds/translate"
 )
 
 // TestRequestRouting runs match rules and the sticky split through the
@@ -125,6 +127,11 @@ func TestRequestRouting(t *testing.T) {
 		})
 		waitInSync(t, mesh, n1.id) // both nodes follow
 		waitInSync(t, mesh, n2.id)
+		// The change translated the endpoint alone: the backends' parts
+		// came from the one cache, on by default.
+		if view := xdsCacheView(t, mesh.ctl.apiAddr); !view.On || hitsOf(view, translate.KindBackendParts) == 0 {
+			t.Fatalf("GET %s after a weight change: %+v; want the cache on, with hits of the backends' parts", api.XDSCachePath, view.Kinds)
+		}
 		after := assign()
 		moved, back := 0, 0
 		for user, b := range after {

@@ -483,6 +483,26 @@ func TestProfilesNeedTheExecScope(t *testing.T) {
 	}
 }
 
+// TestXDSCacheViewIsReadByAnyToken: the xDS cache's debug view answers
+// any token with what the view gives, and no one without one.
+func TestXDSCacheViewIsReadByAnyToken(t *testing.T) {
+	tokens := Tokens{"r-token": ScopeRead, "x-token": ScopeExec}
+	view := map[string]any{"on": true, "keys": []map[string]string{{"kind": "translate/backend", "name": "a"}}}
+	mux := http.NewServeMux()
+	mux.Handle("GET "+XDSCachePath, XDSCacheHandler(func() any { return view }))
+	srv := httptest.NewServer(tokens.Authenticate(mux))
+	defer srv.Close()
+	for token, want := range map[string]int{"": 401, "r-token": 200, "x-token": 200} {
+		status, body := raw(t, "GET", srv.URL+XDSCachePath, "", token)
+		if status != want {
+			t.Errorf("GET %s with %q: HTTP %d %.200s; want %d", XDSCachePath, token, status, body, want)
+		}
+		if want == 200 && !strings.Contains(body, `"translate/backend"`) {
+			t.Errorf("GET %s: %s; want the view", XDSCachePath, body)
+		}
+	}
+}
+
 // TestPatchIsAJSONMergePatch: PATCH /v1/backends/{name} takes an RFC 7386
 // merge patch (as application/merge-patch+json or application/json): null
 // removes a field, an object merges, any config field can be named; the

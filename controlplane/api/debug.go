@@ -25,3 +25,18 @@ func DebugHandler() http.Handler {
 		mux.ServeHTTP(w, r)
 	})
 }
+
+// XDSCachePath is where the xDS wing's one cache is listed.
+const XDSCachePath = "/debug/xds/cache"
+
+// XDSCacheHandler serves GET /debug/xds/cache: the xDS wing's one cache
+// (xds/cache), whether it is on, each kind's entries, hits and misses, and
+// every entry's key (kind, name, the version of its inputs), as view
+// gives them: Istio's debug view of its XdsCache. Keys name backends,
+// endpoints and nodes, which any token may read; wrap it in
+// Tokens.Authenticate like the API, and route GET alone to it.
+func XDSCacheHandler(view func() any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, view())
+	})
+}

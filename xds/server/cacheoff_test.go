@@ -80,6 +80,7 @@ func TestCacheOffPublishesTheSame(t *testing.T) {
 			s.generation++
 			s.publish(context.Background())
 		}
+		checkCacheViews(t, step.what, servers[0].CacheView(), servers[1].CacheView())
 		for id := range servers[0].nodes {
 			on, off := servers[0].nodes[id].set, servers[1].nodes[id].set
 			if on == nil || off == nil {
@@ -89,6 +90,42 @@ func TestCacheOffPublishesTheSame(t *testing.T) {
 				sameKind(t, fmt.Sprintf("%s: %s's %s", step.what, id, shortType(typ)), on[typ], off[typ])
 			}
 		}
+	}
+}
+
+// checkCacheViews holds the debug views of a server with its cache on
+// and one with it off to what each does: both hold an entry of every kind
+// (off, they are what a change is compared with), and the one with it off
+// never hit one; after the first publish, the one with it on has.
+func checkCacheViews(t *testing.T, what string, on, off CacheView) {
+	t.Helper()
+	if !on.On || off.On {
+		t.Fatalf("%s: the views say on %t and %t; want true and false", what, on.On, off.On)
+	}
+	kinds := []string{translate.KindBackendParts, translate.KindEndpointParts, translate.KindRouteTable, translate.KindNodeParts, KindSnapshotKinds}
+	hits := map[bool]uint64{}
+	for _, v := range []CacheView{on, off} {
+		held := map[string]int{}
+		for _, k := range v.Keys {
+			held[k.Kind]++
+		}
+		for _, kind := range kinds {
+			if held[kind] == 0 {
+				t.Fatalf("%s: the view with the cache on=%t lists no entry of %s: %v", what, v.On, kind, held)
+			}
+		}
+		for _, k := range v.Kinds {
+			hits[v.On] += k.Hits
+			if k.Entries != held[k.Kind] {
+				t.Fatalf("%s: kind %s counts %d entries and lists %d keys", what, k.Kind, k.Entries, held[k.Kind])
+			}
+		}
+	}
+	if hits[false] != 0 {
+		t.Fatalf("%s: the cache that is off hit %d times", what, hits[false])
+	}
+	if what != "the first publish" && hits[true] == 0 {
+		t.Fatalf("%s: the cache that is on never hit", what)
 	}
 }
 

@@ -119,30 +119,16 @@ func (sr *sharedResources) onDemand(clusters *kind, demanded []string) *kind {
 	return clusters.subset(names)
 }
 
-// onDemandScopesType keys the encodings of scopes made on demand apart
-// from the shared scopes' (encodings.go).
-const onDemandScopesType = resource.ScopedRouteType + "#on-demand"
-
 // onDemandScopes is scopes with each scope's route configuration loaded on
-// demand, made once a publish for each kind it is made from.
+// demand, made once for each kind it is made from.
 func (sr *sharedResources) onDemandScopes(scopes *kind) (*kind, error) {
-	if k := sr.onDemandCuts[scopes]; k != nil {
-		return k, nil
-	}
-	list := make([]*route.ScopedRouteConfiguration, 0, len(scopes.sources))
-	for _, name := range slices.Sorted(maps.Keys(scopes.sources)) {
-		sc := proto.Clone(scopes.sources[name].(*route.ScopedRouteConfiguration)).(*route.ScopedRouteConfiguration)
-		sc.OnDemand = true
-		list = append(list, sc)
-	}
-	k, err := newKind(scopes.version+"-on-demand", list, func(name string) string { v, _ := scopes.versionOf(name); return v + "-on-demand" },
-		sr.enc.begin(onDemandScopesType, len(list)))
-	if err != nil {
-		return nil, err
-	}
-	if sr.onDemandCuts == nil {
-		sr.onDemandCuts = map[*kind]*kind{}
-	}
-	sr.onDemandCuts[scopes] = k
-	return k, nil
+	return sr.kindOf("scopes-on-demand/"+scopes.version, "", func() (*kind, error) {
+		list := make([]*route.ScopedRouteConfiguration, 0, len(scopes.sources))
+		for _, name := range slices.Sorted(maps.Keys(scopes.sources)) {
+			sc := proto.Clone(scopes.sources[name].(*route.ScopedRouteConfiguration)).(*route.ScopedRouteConfiguration)
+			sc.OnDemand = true
+			list = append(list, sc)
+		}
+		return newKind(scopes.version+"-on-demand", list, func(name string) string { v, _ := scopes.versionOf(name); return v + "-on-demand" })
+	})
 }

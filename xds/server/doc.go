@@ -18,8 +18,9 @@
 //     shared by the nodes that have the same), cut to what a node reaches
 //     (reach.go) or, for a node whose clusters come on demand, to those its
 //     Envoy asked for (demand.go); each cache is set only with the types
-//     the change touched. encodings.go keeps every resource's encoding by
-//     type, name and version, once however many nodes hold it.
+//     the change touched. Every resource comes encoded from the builder;
+//     the kinds made of them are entries of the one cache (xds/cache,
+//     KindSnapshotKinds), keyed by what each is made from and its version.
 //  3. deltacache.go answers delta streams from what changed since the
 //     resources each last got; go-control-plane's snapshot caches answer
 //     state-of-the-world streams, its linear cache the assignments.
@@ -35,9 +36,9 @@
 //  5. metrics.go: the server's metrics (pushes, NACKs, convergence time,
 //     nodes connected and out of sync).
 //
-// Options.CacheOff ($SERVEMESH_XDS_CACHE=off) turns off what steps 2 and 3
-// keep from one publish to the next, and the builder's own memos: each
-// change is translated, encoded and cut whole, and compared with what was
-// sent (TestCacheOffPublishesTheSame holds the two ways to the same
-// snapshots).
+// Options.CacheOff ($SERVEMESH_XDS_CACHE=off) turns the one cache off:
+// the builder's parts and step 2's kinds are made anew at each change,
+// each change translated, encoded and cut whole, and compared with what
+// was sent (TestCacheOffPublishesTheSame holds the two ways to the same
+// snapshots). Server.CacheKeys is the cache's debug view.
 package server

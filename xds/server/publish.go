@@ -16,6 +16,7 @@ import (
 
 	"github.com/servemesh/servemesh/internal/parallel"
 	"github.com/servemesh/servemesh/wire"
+	"github.com/servemesh/servemesh/xds/cache"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -53,29 +54,23 @@ func (s *Server) publish(ctx context.Context) {
 	}
 	fresh := s.builder == nil || s.builder.MTLS() != mtls
 	if fresh {
-		var opts []translate.Option
-		if s.cacheOff {
-			opts = append(opts, translate.Uncached())
-		}
-		s.builder = translate.NewBuilder(mtls, opts...)
-		s.encodings = newEncodings() // every cluster changes with the mesh's mTLS
+		// Every cluster changes with the mesh's mTLS: the new builder
+		// forgets its parts, and the server its kinds.
+		s.builder = translate.NewBuilder(mtls, translate.WithCache(s.cache))
+		s.cache.Clear(KindSnapshotKinds)
 	}
+	// Every node is published below: the kinds no node takes are dropped
+	// after (DropUnused), and the builder forgets the nodes gone.
+	s.cache.NextEpoch()
+	defer s.cache.DropUnused(KindSnapshotKinds)
 	shared, err := s.builder.Build(m)
 	if err != nil { // ir.Lower validated it, so this is a bug
 		s.log.Error("translating an accepted model failed", "generation", gen, "err", err)
 		return
 	}
-	last := s.built
-	if s.cacheOff { // nothing of the last publish's is reused: encodings, kinds, cuts, snapshots
-		s.encodings, last = newEncodings(), nil
-	}
-	built, err := buildShared(mtls, shared, last, s.builder, s.encodings)
-	if err != nil { // encoding what was just built: a bug
-		s.log.Error("encoding an accepted model's resources failed", "generation", gen, "err", err)
-		return
-	}
+	built := buildShared(mtls, shared, s.builder, s.cache)
 	s.built, s.builtGen = built, gen
-	built.keepNodes(nodes) // every node is published below
+	s.builder.KeepNodes(nodeIDs(nodes))
 
 	// The nodes' own resources are built while the assignments go to
 	// their cache: the one reads the build, the other the caches.
@@ -105,8 +100,7 @@ func (s *Server) publish(ctx context.Context) {
 // model generation gen, and sets in the caches the kinds that changed for
 // the node since it was last set (snapshotTypes: one cache per type).
 func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen uint64, nodes []wire.ProxyNode, own []*translate.NodeBuilt, errs []error) {
-	built.prepare(nodes, own, errs)
-	defer clear(built.prepared)
+	prepared := built.prepare(nodes, own, errs)
 	for i, node := range nodes {
 		s.mu.Lock()
 		var asked demand
@@ -117,7 +111,7 @@ func (s *Server) setSnapshots(ctx context.Context, built *sharedResources, gen u
 		var snap snapshot
 		err := errs[i]
 		if err == nil {
-			snap, err = built.snapshotFor(node, own[i], asked)
+			snap, err = built.snapshotFor(node, own[i], asked, prepared[i])
 		}
 		s.mu.Lock()
 		st := s.nodes[node.ID]
@@ -199,6 +193,15 @@ func (s *Server) diffAssignments(built *translate.Built, fresh bool) (map[string
 	return changed, removed
 }
 
+// nodeIDs are the ids of nodes, as a set.
+func nodeIDs(nodes []wire.ProxyNode) map[string]bool {
+	out := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		out[n.ID] = true
+	}
+	return out
+}
+
 // iterConcat yields a's values, then b's.
 func iterConcat[T any](a, b iter.Seq[T]) iter.Seq[T] {
 	return func(yield func(T) bool) {
@@ -215,107 +218,89 @@ func iterConcat[T any](a, b iter.Seq[T]) iter.Seq[T] {
 	}
 }
 
+// KindSnapshotKinds is the kind of the server's entries in the one cache
+// (xds/cache): the kinds (kind) it makes of a build's resources, which
+// nodes' snapshots share: the shared routes, scopes and clusters, the cuts
+// of them for nodes that reach some endpoints, have no public listener or
+// load routes on demand, each node's listeners, and the nodes' clusters
+// merged over the shared ones. Each is keyed by what it is made from (its
+// name) and that input's version, so a change makes again only the kinds
+// whose inputs it changed; a publish to every node drops those it no
+// longer used (cache.DropUnused).
+const KindSnapshotKinds = "server/kind"
+
 // sharedResources are one publish's node-independent resources, and the
 // builder that builds each node's own.
 type sharedResources struct {
 	mtls           *translate.MTLS
 	builder        *translate.Builder
-	enc            *encodings // the server's
+	cache          *cache.Cache // the server's (and the builder's)
 	routes, scopes *kind
 	clusters       *kind
 	clusterList    []*cluster.Cluster // clusters, as translated
-	// merged are the nodes' clusters with mTLS, by version (mergedFor).
-	merged map[string]*kind
 	// assignments are the build's, by name (read-only).
 	assignments map[string]translate.Encoded
-	// snaps are the nodes' last snapshots, by node, with what they were
-	// built from.
-	snaps map[string]*nodeSnapshot
-	// reach are the kinds of the nodes that reach only some endpoints, by
-	// reachKey; routeClusters, the clusters each mesh route configuration
-	// sends to.
-	reach         map[string]*reachKinds
+	// routeClusters are the clusters each mesh route configuration sends
+	// to.
 	routeClusters map[string][]string
 	// clusterRoutes are the mesh route configurations that send to each
 	// cluster: routeClusters turned round, when a node first asks
-	// (onDemand); onDemandCuts, the scopes kinds made on demand, by the
-	// kind they were made from (onDemandScopes).
+	// (onDemand).
 	clusterRoutes map[string][]string
-	onDemandCuts  map[*kind]*kind
-	// prepared are the kinds prepare built, by node, for snapshotFor.
-	prepared map[string]preparedKinds
-	// sharedChecked says sharedConsistent ran, sharedErr what it found.
-	sharedChecked bool
-	sharedErr     error
-	// meshOnly are scopes without the public ones, for the nodes without
-	// a public listener, cut from scopes when first asked.
-	meshOnly, meshOnlyFrom *kind
+	// clustersBuilt says the shared clusters' kind was made by this
+	// publish (its cache entry missed), sharedChecked that
+	// sharedConsistent ran, sharedErr what it found.
+	clustersBuilt, sharedChecked bool
+	sharedErr                    error
+}
+
+// kindOf is the server's kind name made from an input of version, made
+// by make if the cache has none.
+func (sr *sharedResources) kindOf(name, version string, make func() (*kind, error)) (*kind, error) {
+	key := cache.Key{Kind: KindSnapshotKinds, Name: name, Version: version}
+	if k, ok := cache.Get[*kind](sr.cache, key); ok {
+		return k, nil
+	}
+	k, err := make()
+	if err != nil {
+		return nil, err
+	}
+	cache.Put(sr.cache, key, k)
+	return k, nil
+}
+
+// cut is kindOf for a kind that cannot fail to be made.
+func (sr *sharedResources) cut(name, version string, make func() *kind) *kind {
+	k, _ := sr.kindOf(name, version, func() (*kind, error) { return make(), nil })
+	return k
 }
 
 // meshScopes are the mesh's scopes alone, cut again only when the scopes
 // changed.
 func (sr *sharedResources) meshScopes() *kind {
-	if sr.meshOnlyFrom != sr.scopes {
-		sr.meshOnly, sr.meshOnlyFrom = sr.scopes.subset(sr.scopes.meshNames()), sr.scopes
-	}
-	return sr.meshOnly
+	return sr.cut("mesh-scopes", sr.scopes.version, func() *kind { return sr.scopes.subset(sr.scopes.meshNames()) })
 }
 
-// nodeSnapshot is what a node's last snapshot was built from, and its own
-// kinds.
-type nodeSnapshot struct {
-	listenersVer, ownVer, sharedClusters string
-	listeners, clusters                  *kind
-}
-
-// buildShared turns a build into what snapshots take, reusing the last
-// publish's kinds whose version did not change, and the encodings of the
-// resources that did not.
-func buildShared(mtls *translate.MTLS, r *translate.Built, last *sharedResources, b *translate.Builder, enc *encodings) (*sharedResources, error) {
-	out := &sharedResources{mtls: mtls, builder: b, enc: enc, snaps: map[string]*nodeSnapshot{}, reach: map[string]*reachKinds{}}
-	if last != nil {
-		out.reach = last.reach // each cut is made again if what it was cut from changed
-		out.meshOnly, out.meshOnlyFrom = last.meshOnly, last.meshOnlyFrom
-	}
-	sameMTLS := last != nil && last.mtls == mtls
-	var prevClusters, prevRoutes, prevScopes *kind
-	if sameMTLS {
-		out.snaps, prevClusters = last.snaps, last.clusters
-	}
-	shared := func(typ string, n int) *kindEncoder { return enc.begin(typ, n) }
-	if last != nil {
-		prevRoutes, prevScopes = last.routes, last.scopes
-	}
-	var err error
-	// The encodings of what the build changed are stale: drop them (a
-	// resource keeps its encoding while its version holds).
-	enc.invalidate(resource.ScopedRouteType, r.Changed.Names(translate.KindScopedRoute))
-	if prevClusters != nil && prevClusters.version == r.ClustersVersion {
-		out.clusters, out.clusterList = last.clusters, last.clusterList
-	} else {
-		// The builder encoded each cluster as it built it.
-		out.clusters, out.clusterList = clustersKind(r), r.Clusters
-	}
-	if prevRoutes != nil && prevRoutes.version == r.RoutesVersion {
-		out.routes = prevRoutes
-	} else {
-		out.routes = encodedKind(r.RoutesVersion, r.Routes)
-	}
-	out.routeClusters = r.RouteClusters
-	if prevScopes != nil && prevScopes.version == r.ScopesVersion {
-		out.scopes = prevScopes
-	} else if out.scopes, err = newKind(r.ScopesVersion, r.ScopedRoutes, lookup(r.ScopeVersions), shared(resource.ScopedRouteType, len(r.ScopedRoutes))); err != nil {
-		return nil, err
-	}
-	out.assignments = r.Assignments
-	return out, nil
+// buildShared turns a build into what snapshots take: the shared kinds,
+// each made again only when its version changed.
+func buildShared(mtls *translate.MTLS, r *translate.Built, b *translate.Builder, c *cache.Cache) *sharedResources {
+	out := &sharedResources{mtls: mtls, builder: b, cache: c, assignments: r.Assignments, routeClusters: r.RouteClusters}
+	out.clusters = out.cut("shared/clusters", r.ClustersVersion, func() *kind {
+		out.clustersBuilt = true
+		return clustersKind(r)
+	})
+	out.clusterList = out.clusters.clusterList
+	out.routes = out.cut("shared/routes", r.RoutesVersion, func() *kind { return encodedKind(r.RoutesVersion, r.Routes) })
+	out.scopes = out.cut("shared/scopes", r.ScopesVersion, func() *kind { return builtKind(r.ScopesVersion, r.ScopedRoutes, r.EncodedScopes) })
+	return out
 }
 
 // clustersKind lists a build's shared clusters as the builder encoded
 // them, under their versions.
 func clustersKind(r *translate.Built) *kind {
 	k := &kind{version: r.ClustersVersion, twins: make(map[string]types.Resource, len(r.Clusters)),
-		versions: make(map[string]string, len(r.Clusters)), sources: make(map[string]types.Resource, len(r.Clusters))}
+		versions: make(map[string]string, len(r.Clusters)), sources: make(map[string]types.Resource, len(r.Clusters)),
+		clusterList: r.Clusters}
 	for i, c := range r.Clusters {
 		name := c.GetName()
 		k.twins[name], k.versions[name], k.sources[name] = r.EncodedClusters[i].Resource, r.ClusterVersions[name], c
@@ -325,7 +310,7 @@ func clustersKind(r *translate.Built) *kind {
 
 // builtKind lists resources the builder encoded (encoded[i] is
 // items[i]'s encoding, with its version) under version: a node's
-// listeners.
+// listeners, the shared scopes.
 func builtKind[T types.Resource](version string, items []T, encoded []translate.Encoded) *kind {
 	k := &kind{version: version, twins: make(map[string]types.Resource, len(items)),
 		versions: make(map[string]string, len(items)), sources: make(map[string]types.Resource, len(items))}
@@ -336,48 +321,19 @@ func builtKind[T types.Resource](version string, items []T, encoded []translate.
 	return k
 }
 
-// keepNodes forgets what was built for nodes other than nodes: their
-// own resources, last snapshots, and the cuts of reaches no node has.
-func (sr *sharedResources) keepNodes(nodes []wire.ProxyNode) {
-	known := make(map[string]bool, len(nodes))
-	reaches := map[string]bool{}
-	for _, n := range nodes {
-		known[n.ID] = true
-		if n.Reachable != nil {
-			reaches[reachKey(n)] = true
-		}
-	}
-	sr.builder.KeepNodes(known)
-	for id := range sr.snaps {
-		if !known[id] {
-			delete(sr.snaps, id)
-		}
-	}
-	for key := range sr.reach {
-		if !reaches[key] {
-			delete(sr.reach, key)
-		}
-	}
-}
-
-func lookup(versions map[string]string) func(string) string {
-	return func(name string) string { return versions[name] }
-}
-
 // snapshotFor builds a node's snapshot of listeners, routes, scoped routes
 // and clusters from its own resources (Builder.ForNodes builds every
 // node's at once, in parallel); asked is what it asked for, if its
-// clusters come on demand. A node whose listeners and clusters are what they were at
-// its last snapshot only gets the new routes; otherwise the snapshot is
-// first checked to be consistent with the assignments (every cluster has
-// its assignment, every listener its routes).
-func (sr *sharedResources) snapshotFor(node wire.ProxyNode, own *translate.NodeBuilt, asked demand) (snapshot, error) {
+// clusters come on demand; pre, what prepare made for it (nil: nothing).
+// A node's listeners are checked consistent with its routes (every
+// listener has its routes) when they are made, and the shared clusters
+// with the assignments (every cluster has its assignment) when they are.
+func (sr *sharedResources) snapshotFor(node wire.ProxyNode, own *translate.NodeBuilt, asked demand, pre *nodeKinds) (snapshot, error) {
 	var err error
 	routes, scopes, clusters := sr.routes, sr.scopes, sr.clusters
 	switch {
 	case node.Reachable != nil:
-		rk := sr.reachFor(node)
-		routes, scopes, clusters = rk.routes, rk.scopes, rk.clusters
+		routes, scopes, clusters = sr.reachFor(node)
 	case !node.Public():
 		// Scopes are sent to every node that asks for any (Envoy asks for
 		// all): a node without a public listener gets the mesh's alone, or
@@ -393,130 +349,101 @@ func (sr *sharedResources) snapshotFor(node wire.ProxyNode, own *translate.NodeB
 			routes = routes.subset(asked.routes)
 		}
 	}
-	last := sr.snaps[node.ID]
-	if last.outdated(own, clusters) {
-		p, ok := sr.prepared[node.ID]
-		if !ok || p.routes != routes || p.clusters != clusters {
-			p.kinds, p.err = sr.nodeKinds(node.ID, own, routes, clusters)
-		}
-		if last, err = p.kinds, p.err; err != nil {
-			return nil, err
-		}
+	if pre == nil || pre.routes != routes || pre.clusters != clusters {
+		pre = &nodeKinds{routes: routes, clusters: clusters}
+		pre.listeners, pre.merged, pre.err = sr.nodeKinds(node.ID, own, routes, clusters)
 	}
-	snap := snapshot{
-		resource.ListenerType:    last.listeners,
+	if pre.err != nil {
+		return nil, pre.err
+	}
+	return snapshot{
+		resource.ListenerType:    pre.listeners,
 		resource.RouteType:       routes,
 		resource.ScopedRouteType: scopes,
-		resource.ClusterType:     last.clusters,
-	}
-	sr.snaps[node.ID] = last
-	return snap, nil
+		resource.ClusterType:     pre.merged,
+	}, nil
 }
 
-// outdated reports whether a node's last kinds (nil: none) are not those
-// of its own resources and the shared clusters it gets.
-func (last *nodeSnapshot) outdated(own *translate.NodeBuilt, clusters *kind) bool {
-	return last == nil || last.listenersVer != own.ListenersVersion || last.ownVer != own.ClustersVersion || last.sharedClusters != clusters.version
+// nodeKinds are a node's listeners and clusters as prepare made them,
+// from routes and clusters.
+type nodeKinds struct {
+	routes, clusters  *kind
+	listeners, merged *kind
+	err               error
 }
 
-// preparedKinds are a node's kinds as prepare built them, from routes and
-// clusters.
-type preparedKinds struct {
-	routes, clusters *kind
-	kinds            *nodeSnapshot
-	err              error
-}
-
-// prepare builds, on every core, the kinds (nodeKinds) of the nodes whose
+// prepare makes, on every core, the kinds (nodeKinds) of the nodes whose
 // snapshots take the publish's routes and clusters whole (neither cut to
-// what they reach nor on demand: most nodes) and whose own resources or
-// shared clusters changed since their last: checking a node's listeners
+// what they reach nor on demand: most nodes): checking a node's listeners
 // and merging its clusters with the shared ones, one node after the
 // other, was a tenth of a full mTLS publish of 30 nodes. The merged
-// clusters are made first, one per distinct version of the nodes' own
-// (mergedFor's cache, which the nodes then only read); snapshotFor takes
-// what prepare built.
-func (sr *sharedResources) prepare(nodes []wire.ProxyNode, own []*translate.NodeBuilt, errs []error) {
+// clusters are made first, one per distinct version of the nodes' own,
+// which the nodes then only read. snapshotFor takes each node's at its
+// index (nil: not prepared).
+func (sr *sharedResources) prepare(nodes []wire.ProxyNode, own []*translate.NodeBuilt, errs []error) []*nodeKinds {
+	out := make([]*nodeKinds, len(nodes))
 	var todo []int
 	merge := map[string]*translate.NodeBuilt{}
 	for i, n := range nodes {
-		if errs[i] != nil || n.Reachable != nil || n.ClustersOnDemand || !sr.snaps[n.ID].outdated(own[i], sr.clusters) {
+		if errs[i] != nil || n.Reachable != nil || n.ClustersOnDemand {
 			continue
 		}
 		todo = append(todo, i)
-		if key := mergedKey(sr.clusters, own[i]); len(own[i].Clusters) > 0 && sr.merged[key] == nil {
-			merge[key] = own[i]
+		if len(own[i].Clusters) > 0 {
+			merge[mergedKey(sr.clusters, own[i])] = own[i]
 		}
 	}
 	if len(todo) == 0 {
-		return
+		return out
 	}
 	_ = sr.sharedConsistent() // once, here, not in parallel; each node's nodeKinds reports it
 	keys := slices.Collect(maps.Keys(merge))
-	merged := make([]*kind, len(keys))
 	_ = parallel.Each(len(keys), func(k int) error {
-		merged[k] = mergedClusters(sr.clusters, merge[keys[k]])
+		sr.mergedFor(sr.clusters, merge[keys[k]])
 		return nil
 	})
-	if sr.merged == nil {
-		sr.merged = map[string]*kind{}
-	}
-	for k, key := range keys {
-		sr.merged[key] = merged[k]
-	}
-	kinds := make([]preparedKinds, len(todo))
 	_ = parallel.Each(len(todo), func(k int) error {
 		i := todo[k]
-		p := preparedKinds{routes: sr.routes, clusters: sr.clusters}
-		p.kinds, p.err = sr.nodeKinds(nodes[i].ID, own[i], sr.routes, sr.clusters)
-		kinds[k] = p
+		p := &nodeKinds{routes: sr.routes, clusters: sr.clusters}
+		p.listeners, p.merged, p.err = sr.nodeKinds(nodes[i].ID, own[i], sr.routes, sr.clusters)
+		out[i] = p
 		return nil
 	})
-	if sr.prepared == nil {
-		sr.prepared = make(map[string]preparedKinds, len(todo))
-	}
-	for k, i := range todo {
-		sr.prepared[nodes[i].ID] = kinds[k]
-	}
+	return out
 }
 
-// nodeKinds builds a node's listeners and clusters (clusters: the shared
-// ones it gets, with its own) once they are checked consistent with the
-// assignments and routes, encoding its own through the server's cache.
-func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, routes, clusters *kind) (*nodeSnapshot, error) {
-	// The shared clusters a node gets are the publish's or a cut of them,
-	// checked once a publish; its own clusters, as ForNodes built them;
-	// its listeners, here.
+// nodeKinds makes a node's listeners and clusters (clusters: the shared
+// ones it gets, with its own), checked consistent with routes and the
+// assignments.
+func (sr *sharedResources) nodeKinds(node string, own *translate.NodeBuilt, routes, clusters *kind) (listeners, merged *kind, err error) {
 	if err := sr.sharedConsistent(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := sr.listenersConsistent(own.Listeners, routes); err != nil {
-		return nil, err
+	// Checked against routes when made: what a listener names by RDS
+	// changes with the listener (the mesh's and public routes come by
+	// scopes, which name route configurations of their own).
+	listeners, err = sr.kindOf("listeners/"+node, own.ListenersVersion, func() (*kind, error) {
+		if err := sr.listenersConsistent(own.Listeners, routes); err != nil {
+			return nil, err
+		}
+		return builtKind(own.ListenersVersion, own.Listeners, own.EncodedListeners), nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	next := &nodeSnapshot{listenersVer: own.ListenersVersion, ownVer: own.ClustersVersion, sharedClusters: clusters.version, clusters: clusters,
-		listeners: builtKind(own.ListenersVersion, own.Listeners, own.EncodedListeners)}
-	if len(own.Clusters) > 0 {
-		next.clusters = sr.mergedFor(clusters, own)
+	if len(own.Clusters) == 0 {
+		return listeners, clusters, nil
 	}
-	return next, nil
+	return listeners, sr.mergedFor(clusters, own), nil
 }
 
-// mergedFor is mergedClusters(shared, own), made once a publish for every
-// node whose own clusters are these (by their version): nodes that run no
+// mergedFor is mergedClusters(shared, own), made once for every node
+// whose own clusters are these (by their version): nodes that run no
 // replica have the same, and a thousand of them held a copy each of the
 // mesh's clusters (and their streams each a map of its versions, which a
 // shared kind's streams share: deltacache.go).
 func (sr *sharedResources) mergedFor(shared *kind, own *translate.NodeBuilt) *kind {
-	key := mergedKey(shared, own)
-	if k := sr.merged[key]; k != nil {
-		return k
-	}
-	if sr.merged == nil {
-		sr.merged = map[string]*kind{}
-	}
-	k := mergedClusters(shared, own)
-	sr.merged[key] = k
-	return k
+	return sr.cut("merged/"+mergedKey(shared, own), "", func() *kind { return mergedClusters(shared, own) })
 }
 
 // mergedKey is the version of mergedClusters(shared, own), by which
@@ -542,12 +469,21 @@ func mergedClusters(shared *kind, own *translate.NodeBuilt) *kind {
 	return k
 }
 
-// sharedConsistent checks, once a publish, that every shared EDS cluster
-// has its assignment.
+// sharedConsistent checks, once a publish that made the shared clusters
+// anew, that every shared EDS cluster has its assignment; their kind is
+// dropped if not, so the next publish checks again. Not safe for
+// concurrent use: prepare calls it before its goroutines.
 func (sr *sharedResources) sharedConsistent() error {
-	if !sr.sharedChecked {
-		sr.sharedErr, sr.sharedChecked = translate.AskedAreBuilt(sr.clusterList, sr.assignments), true
+	if sr.sharedChecked {
+		return sr.sharedErr
 	}
+	if sr.clustersBuilt {
+		sr.sharedErr = translate.AskedAreBuilt(sr.clusterList, sr.assignments)
+		if sr.sharedErr != nil {
+			sr.cache.Clear(KindSnapshotKinds, "shared/clusters")
+		}
+	}
+	sr.sharedChecked = true
 	return sr.sharedErr
 }
 

@@ -13,57 +13,41 @@ import (
 	"github.com/servemesh/servemesh/wire"
 )
 
-// reachKinds are the routes, scopes and clusters of the nodes that reach
-// the same endpoints (wire.ProxyNode.Reachable), cut from the shared
-// kinds: the mesh routes and scopes of those endpoints, the public ones if
-// the nodes have a public listener, and the clusters of the backends the
-// mesh routes name (every cluster for a public node, whose table names
-// every routed endpoint's). A cut is made again only when the kind it was
-// cut from changed, so nodes that reach the same endpoints share it.
-type reachKinds struct {
-	routesFrom, scopesFrom, clustersFrom *kind
-	routes, scopes, clusters             *kind
-}
-
 // reachKey names a node's reach: its endpoints, and whether it is public.
 func reachKey(node wire.ProxyNode) string {
 	return fmt.Sprintf("%t/%s", node.Public(), strings.Join(node.Reachable, ","))
 }
 
-// reachFor returns the kinds of a node that reaches only some endpoints.
-func (sr *sharedResources) reachFor(node wire.ProxyNode) *reachKinds {
-	key := reachKey(node)
-	rk := sr.reach[key]
-	if rk == nil {
-		rk = &reachKinds{}
-		sr.reach[key] = rk
-	}
+// reachFor returns the routes, scopes and clusters of a node that reaches
+// only some endpoints (wire.ProxyNode.Reachable), cut from the shared
+// kinds: the mesh routes and scopes of those endpoints, the public ones if
+// the node has a public listener, and the clusters of the backends the
+// mesh routes name (every cluster for a public node, whose table names
+// every routed endpoint's). A cut is made again only when the kind it was
+// cut from changed, so nodes that reach the same endpoints share it.
+func (sr *sharedResources) reachFor(node wire.ProxyNode) (routes, scopes, clusters *kind) {
+	key := "reach/" + reachKey(node)
 	meshNames := make([]string, len(node.Reachable))
 	for i, e := range node.Reachable {
 		meshNames[i] = wire.MeshRouteName(e)
 	}
-	routesChanged := rk.routesFrom != sr.routes
-	if routesChanged {
-		names := meshNames
-		if node.Public() {
-			names = append(names[:len(names):len(names)], sr.routes.publicNames()...)
-		}
-		rk.routes, rk.routesFrom = sr.routes.subset(names), sr.routes
-	}
-	if rk.scopesFrom != sr.scopes {
-		names := meshNames
-		if node.Public() {
-			names = append(names[:len(names):len(names)], sr.scopes.publicNames()...)
-		}
-		rk.scopes, rk.scopesFrom = sr.scopes.subset(names), sr.scopes
-	}
-	if routesChanged || rk.clustersFrom != sr.clusters {
-		rk.clusters, rk.clustersFrom = sr.clusters, sr.clusters
+	withPublic := func(k *kind) []string {
 		if !node.Public() {
-			rk.clusters = sr.clusters.subset(sr.clusterNames(meshNames))
+			return meshNames
 		}
+		return append(meshNames[:len(meshNames):len(meshNames)], k.publicNames()...)
 	}
-	return rk
+	routes = sr.cut(key+"/routes", sr.routes.version, func() *kind { return sr.routes.subset(withPublic(sr.routes)) })
+	scopes = sr.cut(key+"/scopes", sr.scopes.version, func() *kind { return sr.scopes.subset(withPublic(sr.scopes)) })
+	clusters = sr.clusters
+	if !node.Public() {
+		// The clusters its mesh routes name: cut again when they or the
+		// routes change.
+		clusters = sr.cut(key+"/clusters", sr.routes.version+"/"+sr.clusters.version, func() *kind {
+			return sr.clusters.subset(sr.clusterNames(meshNames))
+		})
+	}
+	return routes, scopes, clusters
 }
 
 // clusterNames are the clusters the named mesh route configurations send

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/servemesh/servemesh/ir"
+	"github.com/servemesh/servemesh/xds/cache"
 	"github.com/servemesh/servemesh/xds/translate"
 )
 
@@ -87,11 +88,14 @@ type Server struct {
 	// connected node has ACKed clusters of that generation or later
 	// (removeRetired), so a cluster still using one never loses its
 	// replicas before its new version reaches the node. Under mu.
-	retiring  map[string]uint64
-	built     *sharedResources // the last generation's resources
-	encodings *encodings       // every resource's encoding, by type, name and version
-	builtGen  uint64
-	builder   *translate.Builder // incremental translation, for the current mTLS
+	retiring map[string]uint64
+	built    *sharedResources // the last generation's resources
+	builtGen uint64
+	builder  *translate.Builder // incremental translation, for the current mTLS
+	// cache is the one cache of the xDS wing: the builder's parts and the
+	// server's kinds (KindSnapshotKinds); safe for concurrent use, so the
+	// debug view reads it from the API's goroutines.
+	cache *cache.Cache
 }
 
 // New builds a Server. Call Register to expose it on a gRPC server and Run to
@@ -136,7 +140,7 @@ func New(opts Options) *Server {
 	// listener failed (say, its port was taken) would never get the routes of
 	// its working mesh listener. Envoy sequences ADS updates itself.
 	caches := map[string]cachev3.Cache{}
-	s.encodings = newEncodings()
+	s.cache = cache.New(cache.Mode(!s.cacheOff))
 	s.snapshots = make(map[string]cachev3.SnapshotCache, len(snapshotTypes))
 	s.deltas = make(map[string]*deltaCache, len(snapshotTypes))
 	for _, typ := range snapshotTypes {
@@ -298,4 +302,19 @@ func (s *Server) coalesce(ctx context.Context) (ended bool) {
 			return false
 		}
 	}
+}
+
+// CacheView is the one cache's debug view (GET /debug/xds/cache on the
+// controller's API): whether it is on, each kind's entries and how its
+// lookups went, and every entry's key.
+type CacheView struct {
+	On    bool              `json:"on"`
+	Kinds []cache.KindStats `json:"kinds"`
+	Keys  []cache.Key       `json:"keys"`
+}
+
+// CacheView lists what the cache holds now; safe to call from any
+// goroutine.
+func (s *Server) CacheView() CacheView {
+	return CacheView{On: s.cache.On(), Kinds: s.cache.Stats(), Keys: s.cache.Keys()}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"weak"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
@@ -38,7 +39,10 @@ type kind struct {
 	// sources are the resources twins encode, by name (reach.go lists a
 	// cut's clusters from them).
 	sources map[string]types.Resource
-	under   *kind
+	// clusterList is, in the shared clusters' kind, the clusters as the
+	// build listed them (sharedConsistent reads them in order).
+	clusterList []*cluster.Cluster
+	under       *kind
 	// hidden counts under's resources the kind's own hide (size).
 	hidden int
 
@@ -58,17 +62,18 @@ type kind struct {
 }
 
 // newKind lists items under version, each with the version versionOf
-// gives its name, encoded through enc (which keeps the twins of the
-// versions it already encoded), and commits enc once every item is.
-func newKind[T types.ResourceWithName](version string, items []T, versionOf func(name string) string, enc *kindEncoder) (*kind, error) {
+// gives its name, encoded.
+func newKind[T types.ResourceWithName](version string, items []T, versionOf func(name string) string) (*kind, error) {
 	k := &kind{version: version, twins: make(map[string]types.Resource, len(items)),
 		versions: make(map[string]string, len(items)), sources: make(map[string]types.Resource, len(items))}
 	for _, x := range items {
-		if err := k.add(x.GetName(), x, versionOf(x.GetName()), enc); err != nil {
+		twin, err := translate.Encode(x)
+		if err != nil {
 			return nil, err
 		}
+		name := x.GetName()
+		k.sources[name], k.versions[name], k.twins[name] = x, versionOf(name), twin
 	}
-	enc.commit()
 	return k, nil
 }
 
@@ -80,16 +85,6 @@ func encodedKind(version string, items []translate.Encoded) *kind {
 		k.twins[x.Name], k.versions[x.Name], k.sources[x.Name] = x.Resource, x.Version, x.Resource
 	}
 	return k
-}
-
-// add lists r as name, with its version and its twin from enc.
-func (k *kind) add(name string, r types.Resource, version string, enc *kindEncoder) error {
-	twin, err := enc.twin(name, version, r)
-	if err != nil {
-		return err
-	}
-	k.sources[name], k.versions[name], k.twins[name] = r, version, twin
-	return nil
 }
 
 // twin is the twin of k's resource name, nil if k has none.

@@ -41,10 +41,14 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 			t.Fatalf("route configuration %s is not sent as itself (%v)", r.GetName(), err)
 		}
 	}
-	enc := newEncodings()
-	clusters1, err := newKind(first.ClustersVersion, first.Clusters, lookup(first.ClusterVersions), enc.begin(resource.ClusterType, 0))
-	if err != nil {
-		t.Fatal(err)
+	clusters1 := clustersKind(first)
+	scopes1 := builtKind(first.ScopesVersion, first.ScopedRoutes, first.EncodedScopes)
+	for _, sc := range want.ScopedRoutes {
+		sent, err := proto.Marshal(scopes1.twin(sc.GetName()))
+		var back route.ScopedRouteConfiguration
+		if err != nil || proto.Unmarshal(sent, &back) != nil || !proto.Equal(&back, sc) {
+			t.Fatalf("scope %s is not sent as itself (%v)", sc.GetName(), err)
+		}
 	}
 	for _, c := range first.Clusters {
 		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
@@ -67,9 +71,10 @@ func TestKindsSendTheResourcesAndEncodeOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	routes2 := encodedKind(second.RoutesVersion, second.Routes)
-	clusters2, err := newKind(second.ClustersVersion, second.Clusters, lookup(second.ClusterVersions), enc.begin(resource.ClusterType, 0))
-	if err != nil {
-		t.Fatal(err)
+	clusters2 := clustersKind(second)
+	scopes2 := builtKind(second.ScopesVersion, second.ScopedRoutes, second.EncodedScopes)
+	if got := newlyEncoded(scopes1, scopes2); len(got) != 0 {
+		t.Errorf("a traffic change re-encoded scopes %v; want none", got)
 	}
 	if got := newlyEncoded(routes1, routes2); len(got) != 2 { // the endpoint's mesh routes and the public table
 		t.Errorf("a traffic change re-encoded route configurations %v; want the endpoint's mesh routes and the public table", got)
@@ -88,39 +93,6 @@ func newlyEncoded(last, next *kind) []string {
 		}
 	}
 	return out
-}
-
-// TestKindsReuseByVersion: a resource rebuilt with the same content (a
-// new pointer, the same version) keeps its encoding; one whose version
-// changed is encoded again. The version decides, not the pointer; and a
-// name the next kind lacks leaves the cache with it.
-func TestKindsReuseByVersion(t *testing.T) {
-	a := &cluster.Cluster{Name: "a", ConnectTimeout: nil}
-	b := &cluster.Cluster{Name: "b"}
-	enc := newEncodings()
-	first, err := newKind("1", []*cluster.Cluster{a, b}, func(n string) string { return n + "-v1" }, enc.begin(resource.ClusterType, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	again := []*cluster.Cluster{proto.Clone(a).(*cluster.Cluster), {Name: "b", AltStatName: "changed"}}
-	second, err := newKind("2", again, func(n string) string {
-		if n == "b" {
-			return "b-v2"
-		}
-		return n + "-v1"
-	}, enc.begin(resource.ClusterType, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := newlyEncoded(first, second); len(got) != 1 || got[0] != "b" {
-		t.Fatalf("re-encoded %v; want b alone (a is a new pointer at the same version)", got)
-	}
-	if _, err := newKind("3", []*cluster.Cluster{b}, func(string) string { return "b-v2" }, enc.begin(resource.ClusterType, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if cached := enc.by[resource.ClusterType]; len(cached) != 1 || cached["a"].twin != nil {
-		t.Fatalf("the cache holds %d clusters after a kind without a; want b alone", len(cached))
-	}
 }
 
 // TestMergedClustersLieOverTheShared: a node's clusters with mTLS are the

@@ -15,6 +15,7 @@ import (
 	"github.com/servemesh/servemesh/internal/parallel"
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
+	"github.com/servemesh/servemesh/xds/cache"
 )
 
 // Builder builds what Shared builds, again and again as the model changes,
@@ -26,11 +27,15 @@ import (
 // kind's version is the hash of its parts' hashes. A Builder is not safe
 // for concurrent use.
 type Builder struct {
-	mtls      *MTLS
-	gen       uint64
-	backends  map[string]*backendParts
-	endpoints map[string]*endpointParts
-	// assignments are every backend's assignments by name, kept as
+	mtls *MTLS
+	gen  uint64
+	// cache holds the parts: each backend's (KindBackendParts), each
+	// endpoint's (KindEndpointParts), each route key's public table
+	// (KindRouteTable) and each node's (KindNodeParts, nodebuilder.go).
+	// Off, nothing is reused and what changed is decided by comparing
+	// versions with the last Build's parts (cache.Last).
+	cache *cache.Cache
+	// assignments index every backend's assignments by name, kept as
 	// backends are rebuilt (syncBackends): a full mTLS publish has tens
 	// of thousands, which a map built anew at each Build, and a sort, cost
 	// a tenth of its time.
@@ -41,25 +46,31 @@ type Builder struct {
 	// byNode indexes, with mTLS, the backends with replicas on each node;
 	// nil until nodeBackends needs it after a change.
 	byNode map[string]map[string]bool
-	nodes  map[string]*nodeParts // what ForNode built last, by node
-	// public are the last Build's public route configurations, by route
-	// key.
-	public map[string]*publicGroup
 	// tracing is the last Build's: every node's listeners trace with it.
 	tracing *ir.Tracing
-	// uncached: every Build and ForNodes builds every part anew and
-	// reuses nothing built before or for another node; what changed is
-	// then decided by comparing versions with the last Build's alone (the
-	// whole-state compare). The off switch (SERVEMESH_XDS_CACHE=off), and
-	// the oracle the reusing builder is tested against.
-	uncached bool
 }
+
+// The kinds of the builder's entries in its cache (xds/cache), each a
+// row of docs/architecture.md's table of caches.
+const (
+	KindBackendParts  = "translate/backend"
+	KindEndpointParts = "translate/endpoint"
+	KindRouteTable    = "translate/route-table"
+	KindNodeParts     = "translate/node"
+)
+
+// builderKinds are every kind a builder keeps in its cache.
+var builderKinds = []string{KindBackendParts, KindEndpointParts, KindRouteTable, KindNodeParts}
 
 // Option tunes a Builder.
 type Option func(*Builder)
 
-// Uncached makes a builder that reuses nothing (Builder.uncached).
-func Uncached() Option { return func(b *Builder) { b.uncached = true } }
+// Uncached makes a builder whose cache is off: it reuses nothing.
+func Uncached() Option { return WithCache(cache.New(cache.Off)) }
+
+// WithCache makes a builder keep its parts in c (the xDS server's, which
+// holds its own entries there too); a builder makes its own by default.
+func WithCache(c *cache.Cache) Option { return func(b *Builder) { b.cache = c } }
 
 type backendParts struct {
 	gen         uint64
@@ -78,6 +89,8 @@ type endpointParts struct {
 	endpoint ir.Endpoint
 	mesh     Encoded // its mesh routes, versioned by their encoding
 	scope    *route.ScopedRouteConfiguration
+	// encodedScope is scope encoded, versioned by its encoding.
+	encodedScope Encoded
 	// meshClusters are the clusters its mesh routes send to.
 	meshClusters []string
 	// The hash of the other parts, so that a change versions only the
@@ -85,7 +98,7 @@ type endpointParts struct {
 	// the public ones, never the scope. publicHash is empty when the
 	// endpoint is headless: its public routes are built again when its
 	// route key's table is (publicRoutes), not held.
-	publicHash, scopeHash string
+	publicHash string
 }
 
 // Built is one Build's output: Shared's resources (the route
@@ -97,7 +110,10 @@ type Built struct {
 	// BuildRoutes lists them, encoded and versioned.
 	Routes       []Encoded
 	ScopedRoutes []*route.ScopedRouteConfiguration
-	Clusters     []*cluster.Cluster
+	// EncodedScopes are ScopedRoutes encoded, in their order, as they are
+	// sent.
+	EncodedScopes []Encoded
+	Clusters      []*cluster.Cluster
 	// EncodedClusters are Clusters encoded, in their order, as they are
 	// sent.
 	EncodedClusters []Encoded
@@ -123,11 +139,34 @@ type Built struct {
 
 // NewBuilder returns a builder for a mesh whose mTLS is t (nil: none).
 func NewBuilder(t *MTLS, opts ...Option) *Builder {
-	b := &Builder{mtls: t, backends: map[string]*backendParts{}, endpoints: map[string]*endpointParts{}, assignments: map[string]Encoded{}}
+	b := &Builder{mtls: t, assignments: map[string]Encoded{}}
 	for _, o := range opts {
 		o(b)
 	}
+	if b.cache == nil {
+		b.cache = cache.New(cache.On)
+	}
+	b.forget()
 	return b
+}
+
+// forget drops every part the builder's cache holds: a new builder (a
+// new mesh mTLS changes every cluster) or one whose Build failed starts
+// over.
+func (b *Builder) forget() {
+	for _, k := range builderKinds {
+		b.cache.Clear(k)
+	}
+}
+
+// Cache is where the builder keeps its parts.
+func (b *Builder) Cache() *cache.Cache { return b.cache }
+
+// backendParts is a backend's parts as last built, whatever the cache's
+// mode (what a change is compared with).
+func (b *Builder) lastBackend(name string) *backendParts {
+	p, _, _ := cache.Last[*backendParts](b.cache, KindBackendParts, name)
+	return p
 }
 
 // MTLS is the mesh's mTLS the builder builds for.
@@ -138,9 +177,7 @@ func (b *Builder) MTLS() *MTLS { return b.mtls }
 func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 	defer func() {
 		if err != nil {
-			fresh := NewBuilder(b.mtls)
-			fresh.uncached = b.uncached
-			*b = *fresh
+			*b = *NewBuilder(b.mtls, WithCache(b.cache))
 		}
 	}()
 	if b.mtls != nil {
@@ -160,15 +197,16 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 		return nil, err
 	}
 	out = &Built{ChangedBackends: changed, Changed: set}
-	if b.last != nil && len(changed) == 0 && !b.uncached {
+	if b.last != nil && len(changed) == 0 && b.cache.On() {
 		out.Clusters, out.EncodedClusters, out.ClustersVersion = b.last.Clusters, b.last.EncodedClusters, b.last.ClustersVersion
 		out.ClusterVersions, out.Assignments = b.last.ClusterVersions, b.assignments
 	} else {
 		b.assembleBackends(out)
 		b.byNode = nil
 	}
-	if b.last != nil && !routesChanged && !b.uncached {
+	if b.last != nil && !routesChanged && b.cache.On() {
 		out.Routes, out.ScopedRoutes, out.RoutesVersion, out.ScopesVersion = b.last.Routes, b.last.ScopedRoutes, b.last.RoutesVersion, b.last.ScopesVersion
+		out.EncodedScopes = b.last.EncodedScopes
 		out.ScopeVersions, out.RouteClusters = b.last.ScopeVersions, b.last.RouteClusters
 	} else if err := b.assembleRoutes(out); err != nil {
 		return nil, err
@@ -183,7 +221,9 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 	changed := map[string]bool{}
 	var rebuild []ir.Backend
 	for _, be := range m.Backends {
-		if last := b.backends[be.Name]; last != nil && !b.uncached && last.backend.Equal(be) {
+		// The entry holds its input, the backend's IR, which it is
+		// compared with.
+		if last, ok := cache.Get[*backendParts](b.cache, cache.Key{Kind: KindBackendParts, Name: be.Name}); ok && last.backend.Equal(be) {
 			last.gen = b.gen
 			continue
 		}
@@ -196,7 +236,7 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 		}
 		// Compared here, in parallel: a full mTLS publish compares tens
 		// of thousands of assignments with their last versions.
-		changes[i] = backendChanges(b.backends[rebuild[i].Name], built[i])
+		changes[i] = backendChanges(b.lastBackend(rebuild[i].Name), built[i])
 		return nil
 	})
 	if err != nil {
@@ -210,18 +250,19 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 	for i, p := range built {
 		name := p.backend.Name
 		set.addAll(changes[i])
-		b.indexAssignments(b.backends[name], p)
-		b.backends[name] = p
+		b.indexAssignments(b.lastBackend(name), p)
+		cache.Put(b.cache, cache.Key{Kind: KindBackendParts, Name: name}, p)
 		changed[name] = true
 	}
-	for name, p := range b.backends {
-		if p.gen != b.gen {
-			set.addAll(backendChanges(p, nil))
-			b.indexAssignments(p, nil)
-			delete(b.backends, name)
-			changed[name] = true
+	cache.Sweep(b.cache, KindBackendParts, func(name string, p *backendParts) bool {
+		if p.gen == b.gen {
+			return true
 		}
-	}
+		set.addAll(backendChanges(p, nil))
+		b.indexAssignments(p, nil)
+		changed[name] = true
+		return false
+	})
 	return changed, nil
 }
 
@@ -247,30 +288,31 @@ func (b *Builder) indexAssignments(before, after *backendParts) {
 func (b *Builder) syncEndpoints(m *ir.DataPlane, set ChangeSet) (bool, error) {
 	changed := false
 	for _, e := range m.Endpoints {
-		last := b.endpoints[e.Name]
-		reuse := last
-		if b.uncached {
-			reuse = nil
-		} else if last != nil && last.endpoint.Equal(e) {
-			last.gen = b.gen
+		key := cache.Key{Kind: KindEndpointParts, Name: e.Name}
+		// As a backend's, the entry holds its input, the endpoint's IR.
+		reuse, ok := cache.Get[*endpointParts](b.cache, key)
+		if ok && reuse.endpoint.Equal(e) {
+			reuse.gen = b.gen
 			continue
 		}
 		p, err := buildEndpoint(e, reuse)
 		if err != nil {
 			return false, err
 		}
+		last, _, _ := cache.Last[*endpointParts](b.cache, KindEndpointParts, e.Name)
 		endpointChanges(set, last, p)
 		p.gen = b.gen
-		b.endpoints[e.Name] = p
+		cache.Put(b.cache, key, p)
 		changed = true
 	}
-	for name, p := range b.endpoints {
-		if p.gen != b.gen {
-			endpointChanges(set, p, nil)
-			delete(b.endpoints, name)
-			changed = true
+	cache.Sweep(b.cache, KindEndpointParts, func(_ string, p *endpointParts) bool {
+		if p.gen == b.gen {
+			return true
 		}
-	}
+		endpointChanges(set, p, nil)
+		changed = true
+		return false
+	})
 	return changed, nil
 }
 
@@ -291,7 +333,7 @@ func endpointChanges(set ChangeSet, before, after *endpointParts) {
 		if before.mesh.Version != after.mesh.Version {
 			set.add(KindRoute, after.mesh.Name)
 		}
-		if before.scopeHash != after.scopeHash {
+		if before.encodedScope.Version != after.encodedScope.Version {
 			set.add(KindScopedRoute, after.scope.GetName())
 		}
 	}
@@ -315,8 +357,8 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 		return nil, err
 	}
 	if b.mtls != nil {
-		// b.backends is read-only while backends build.
-		if err := b.mtlsParts(p, b.backends[be.Name]); err != nil {
+		// The backends' entries are only read while backends build.
+		if err := b.mtlsParts(p, b.lastBackend(be.Name)); err != nil {
 			return nil, err
 		}
 	}
@@ -340,7 +382,7 @@ func (b *Builder) buildBackend(be ir.Backend) (*backendParts, error) {
 func (b *Builder) mtlsParts(p, last *backendParts) error {
 	be := p.backend
 	var prior []*cluster.Cluster
-	if last != nil && !b.uncached {
+	if last != nil && b.cache.On() {
 		prior = last.clusters
 	}
 	if err := secureClusters(&ir.DataPlane{Backends: []ir.Backend{be}}, reusedSockets(b.mtls, prior), p.clusters); err != nil {
@@ -382,15 +424,15 @@ func buildEndpoint(e ir.Endpoint, prev *endpointParts) (*endpointParts, error) {
 		}
 	}
 	p.scope = scope
-	if p.scopeHash, err = hashOf([]*route.ScopedRouteConfiguration{scope}); err != nil {
+	if p.encodedScope, err = encode(scope.GetName(), scope); err != nil {
 		return nil, err
 	}
 	if prev != nil {
 		if prev.mesh.Version == p.mesh.Version {
 			p.mesh = prev.mesh
 		}
-		if prev.scopeHash == p.scopeHash {
-			p.scope = prev.scope
+		if prev.encodedScope.Version == p.encodedScope.Version {
+			p.scope, p.encodedScope = prev.scope, prev.encodedScope
 		}
 	}
 	return p, nil
@@ -420,16 +462,18 @@ func RouteClusters(rc *route.RouteConfiguration) []string {
 // assembleBackends lists every backend's clusters and assignments, sorted
 // by name, and versions the clusters.
 func (b *Builder) assembleBackends(out *Built) {
-	names := sortedNames(b.backends)
+	names := b.cache.Names(KindBackendParts)
+	parts := make([]*backendParts, len(names))
 	h := newKindHash()
 	n := 0
-	for _, p := range b.backends {
-		n += len(p.clusters)
+	for i, name := range names {
+		parts[i] = b.lastBackend(name)
+		n += len(parts[i].clusters)
 	}
 	out.ClusterVersions = make(map[string]string, n)
 	out.Clusters, out.EncodedClusters = make([]*cluster.Cluster, 0, n), make([]Encoded, 0, n)
-	for _, n := range names {
-		p := b.backends[n]
+	for i, n := range names {
+		p := parts[i]
 		out.Clusters = append(out.Clusters, p.clusters...)
 		for _, c := range p.encoded {
 			out.EncodedClusters = append(out.EncodedClusters, c.encoded)
@@ -448,24 +492,25 @@ func (b *Builder) assembleBackends(out *Built) {
 // endpoints' encoded routes (publicRoutes), in BuildRoutes's order, and
 // versions them.
 func (b *Builder) assembleRoutes(out *Built) error {
-	names := sortedNames(b.endpoints)
+	names := b.cache.Names(KindEndpointParts)
 	out.Routes = make([]Encoded, 0, len(names)+1)
 	out.ScopedRoutes = make([]*route.ScopedRouteConfiguration, 0, len(names)+1)
+	out.EncodedScopes = make([]Encoded, 0, len(names)+1)
 	out.ScopeVersions = make(map[string]string, len(names)+1)
 	out.RouteClusters = make(map[string][]string, len(names))
 	all, scopes := newKindHash(), newKindHash()
 	var routed []*endpointParts
 	for _, n := range names {
-		p := b.endpoints[n]
+		p, _, _ := cache.Last[*endpointParts](b.cache, KindEndpointParts, n)
 		out.Routes = append(out.Routes, p.mesh)
 		out.RouteClusters[p.mesh.Name] = p.meshClusters
-		out.ScopedRoutes = append(out.ScopedRoutes, p.scope)
-		out.ScopeVersions[p.scope.GetName()] = p.scopeHash
+		out.ScopedRoutes, out.EncodedScopes = append(out.ScopedRoutes, p.scope), append(out.EncodedScopes, p.encodedScope)
+		out.ScopeVersions[p.scope.GetName()] = p.encodedScope.Version
 		if p.publicHash != "" {
 			routed = append(routed, p)
 		}
 		all.add(n, p.mesh.Version)
-		scopes.add(n, p.scopeHash)
+		scopes.add(n, p.encodedScope.Version)
 	}
 	groups, err := b.publicRoutes(routed, out.Changed)
 	if err != nil {
@@ -474,10 +519,10 @@ func (b *Builder) assembleRoutes(out *Built) error {
 	for _, key := range sortedNames(groups) { // "public/..." sorts after every "mesh/..."
 		g := groups[key]
 		out.Routes = append(out.Routes, g.table)
-		out.ScopedRoutes = append(out.ScopedRoutes, g.scope)
-		out.ScopeVersions[g.scope.GetName()] = g.scopeHash
+		out.ScopedRoutes, out.EncodedScopes = append(out.ScopedRoutes, g.scope), append(out.EncodedScopes, g.encodedScope)
+		out.ScopeVersions[g.scope.GetName()] = g.encodedScope.Version
 		all.add(g.table.Name, g.table.Version)
-		scopes.add(g.scope.GetName(), g.scopeHash)
+		scopes.add(g.scope.GetName(), g.encodedScope.Version)
 	}
 	out.RoutesVersion, out.ScopesVersion = all.sum(), scopes.sum()
 	return nil
@@ -486,9 +531,9 @@ func (b *Builder) assembleRoutes(out *Built) error {
 // publicGroup is one public route configuration, of the routed endpoints
 // whose routes share a route key, and its scope.
 type publicGroup struct {
-	table     Encoded
-	scope     *route.ScopedRouteConfiguration
-	scopeHash string
+	table        Encoded
+	scope        *route.ScopedRouteConfiguration
+	encodedScope Encoded
 }
 
 // publicRoutes groups the routed endpoints' parts by route key into their
@@ -504,50 +549,63 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 			version.add(p.endpoint.Name, p.publicHash)
 		}
 		v := version.sum()
-		last := b.public[key]
-		if last != nil && last.table.Version == v && !b.uncached {
-			out[key] = last
+		ckey := cache.Key{Kind: KindRouteTable, Name: key, Version: v}
+		if g, ok := cache.Get[*publicGroup](b.cache, ckey); ok {
+			out[key] = g
 			continue
 		}
-		g := &publicGroup{}
-		endpoints := make([]ir.Endpoint, len(members))
-		for i, p := range members {
-			endpoints[i] = p.endpoint
-		}
-		routes := modelListRoutes(endpoints)
-		for _, e := range endpoints {
-			routes = append(routes, publicRoutesOf(e)...)
-		}
-		// Versioned by its members' versions, known before it is encoded.
-		var err error
-		g.table, err = encodeVersioned(wire.PublicRouteName(key), publicRoutesConfig(key, routes), func([]byte) string { return v })
+		last, _, _ := cache.Last[*publicGroup](b.cache, KindRouteTable, key)
+		g, err := buildPublicGroup(key, v, members, last, b.cache.On())
 		if err != nil {
 			return nil, err
 		}
 		if last == nil || last.table.Version != v {
 			set.add(KindRoute, g.table.Name)
 		}
-		if last != nil && !b.uncached {
-			g.scope, g.scopeHash = last.scope, last.scopeHash
-		} else {
-			g.scope = publicScope(key)
-			if g.scopeHash, err = hashOf([]*route.ScopedRouteConfiguration{g.scope}); err != nil {
-				return nil, err
-			}
-			if last == nil {
-				set.add(KindScopedRoute, g.scope.GetName())
-			}
-		}
-		out[key] = g
-	}
-	for key, g := range b.public {
-		if out[key] == nil {
-			set.add(KindRoute, g.table.Name)
+		if last == nil {
 			set.add(KindScopedRoute, g.scope.GetName())
 		}
+		cache.Put(b.cache, ckey, g)
+		out[key] = g
 	}
-	b.public = out
+	cache.Sweep(b.cache, KindRouteTable, func(key string, g *publicGroup) bool {
+		if out[key] != nil {
+			return true
+		}
+		set.add(KindRoute, g.table.Name)
+		set.add(KindScopedRoute, g.scope.GetName())
+		return false
+	})
 	return out, nil
+}
+
+// buildPublicGroup builds route key's public table of members, version
+// v, with last's scope (the table's before, nil if none) if reuse.
+func buildPublicGroup(key, v string, members []*endpointParts, last *publicGroup, reuse bool) (*publicGroup, error) {
+	g := &publicGroup{}
+	endpoints := make([]ir.Endpoint, len(members))
+	for i, p := range members {
+		endpoints[i] = p.endpoint
+	}
+	routes := modelListRoutes(endpoints)
+	for _, e := range endpoints {
+		routes = append(routes, publicRoutesOf(e)...)
+	}
+	// Versioned by its members' versions, known before it is encoded.
+	var err error
+	g.table, err = encodeVersioned(wire.PublicRouteName(key), publicRoutesConfig(key, routes), func([]byte) string { return v })
+	if err != nil {
+		return nil, err
+	}
+	if last != nil && reuse {
+		g.scope, g.encodedScope = last.scope, last.encodedScope
+		return g, nil
+	}
+	g.scope = publicScope(key)
+	if g.encodedScope, err = encode(g.scope.GetName(), g.scope); err != nil {
+		return nil, err
+	}
+	return g, nil
 }
 
 func sortedNames[T any](m map[string]T) []string {

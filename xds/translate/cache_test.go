@@ -28,8 +28,8 @@ func TestCacheOffSendsTheSame(t *testing.T) {
 	}{{"plaintext", "testdata/in", nil}, {"mtls", "testdata/mtls/in", goldenMTLS}} {
 		t.Run(c.name, func(t *testing.T) {
 			on, off := NewBuilder(c.mtls), NewBuilder(c.mtls, Uncached())
-			if on.uncached || !off.uncached {
-				t.Fatalf("uncached: %v and %v, want false and true", on.uncached, off.uncached)
+			if !on.Cache().On() || off.Cache().On() {
+				t.Fatalf("caches on: %v and %v, want true and false", on.Cache().On(), off.Cache().On())
 			}
 			nodes := cacheTestNodes(c.mtls)
 			for i, m := range goldenInputs(t, c.golden) {

@@ -13,6 +13,7 @@ import (
 	"github.com/servemesh/servemesh/internal/parallel"
 	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/wire"
+	"github.com/servemesh/servemesh/xds/cache"
 )
 
 // A node's own resources, built incrementally (Builder.ForNode). With
@@ -127,25 +128,22 @@ func (b *Builder) ForNode(node wire.ProxyNode) (*NodeBuilt, error) {
 // parts depend on the node and the backends' parts, which are only read.
 // Each node has its result and its error at its index.
 func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
-	if b.nodes == nil {
-		b.nodes = map[string]*nodeParts{}
-	}
 	b.indexByNode() // before the nodes, built in parallel, read it
 	built, errs := make([]*NodeBuilt, len(nodes)), make([]error, len(nodes))
 	parts := make([]*nodeParts, len(nodes))
 	for i, n := range nodes {
-		if !b.uncached {
-			parts[i] = b.nodes[n.ID]
-		}
+		// The entry holds its inputs, the node's settings and the keys
+		// of its chains and clusters, which forNode compares.
+		parts[i], _ = cache.Get[*nodeParts](b.cache, cache.Key{Kind: KindNodeParts, Name: n.ID})
 	}
-	chains := &sharedChains{built: map[chainKey]*listener.FilterChain{}, off: b.uncached}
+	chains := &sharedChains{built: map[chainKey]*listener.FilterChain{}, off: !b.cache.On()}
 	_ = parallel.Each(len(nodes), func(i int) error {
 		parts[i], built[i], errs[i] = b.forNode(nodes[i], parts[i], chains)
 		return nil // each node's error is its own
 	})
 	for i, n := range nodes {
 		if errs[i] == nil {
-			b.nodes[n.ID] = parts[i]
+			cache.Put(b.cache, cache.Key{Kind: KindNodeParts, Name: n.ID}, parts[i])
 		}
 	}
 	return built, errs
@@ -210,7 +208,7 @@ func (b *Builder) localParts(node string) []*backendParts {
 	}
 	var out []*backendParts
 	for _, name := range sortedNames(b.nodeBackends(node)) {
-		out = append(out, b.backends[name])
+		out = append(out, b.lastBackend(name))
 	}
 	return out
 }
@@ -377,11 +375,7 @@ func configHash(b ir.Backend) (string, error) {
 // KeepNodes drops what ForNode kept of nodes not in ids: gone from the
 // mesh.
 func (b *Builder) KeepNodes(ids map[string]bool) {
-	for id := range b.nodes {
-		if !ids[id] {
-			delete(b.nodes, id)
-		}
-	}
+	b.cache.Retain(KindNodeParts, func(id string) bool { return ids[id] })
 }
 
 // nodeBackends returns, with mTLS, the names of the backends with replicas
@@ -398,12 +392,12 @@ func (b *Builder) indexByNode() {
 		return
 	}
 	b.byNode = map[string]map[string]bool{}
-	for name, p := range b.backends {
+	cache.Each(b.cache, KindBackendParts, func(name string, p *backendParts) {
 		for _, n := range p.nodes {
 			if b.byNode[n] == nil {
 				b.byNode[n] = map[string]bool{}
 			}
 			b.byNode[n][name] = true
 		}
-	}
+	})
 }
