@@ -230,7 +230,7 @@ unit: tools ## run the unit tests only (no Envoy; the store tests start a Consul
 e2e: tools ## run the end-to-end tests only
 	go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m -v $(GO_TEST_FLAGS) ./e2e/...
 
-e2e-cache-off: tools ## run the end-to-end tests with translation's and the xDS server's caches off (SERVEMESH_XDS_CACHE=off): the data plane must follow every change the same way
+e2e-cache-off: tools ## run the end-to-end tests with the xDS cache off (SERVEMESH_XDS_CACHE=off, which every controller they start inherits): the data plane must follow every change the same way
 	SERVEMESH_XDS_CACHE=off go test -tags e2e -count=1 -parallel $(TEST_PARALLEL) -timeout 30m $(GO_TEST_FLAGS) ./e2e/...
 
 run: tools build ## run servemesh on this machine with a demo: Consul, the controller, an agent, its Envoy and replicas (MODEL=llama: llama.cpp's server, a real engine, serves its llama model; ALLOW=/usr/bin/python3: its agent may run that too)

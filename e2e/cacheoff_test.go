@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -120,3 +121,8 @@ func hitsOf(view xdsserver.CacheView, kind string) uint64 {
 	}
 	return 0
 }
+
+// suiteCacheOff says the suite runs with the xDS cache off
+// (SERVEMESH_XDS_CACHE=off in its environment, which every controller it
+// starts inherits: make e2e-cache-off).
+func suiteCacheOff() bool { return os.Getenv("SERVEMESH_XDS_CACHE") == "off" }

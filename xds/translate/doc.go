@@ -87,16 +87,19 @@
 //     inbound chain once for the nodes of one ForNodes that have it alike
 //     (sharedChains). nodebuilder.go builds a node's own resources
 //     (Builder.ForNode); changes.go is the change set a build declares
-//     (ChangeSet, by kind and name), which the xDS server clears its
-//     caches by; encoded.go holds a resource as its encoding (Encoded),
+//     (ChangeSet, by kind and name), by which the xDS server sends the
+//     assignments that changed; encoded.go holds a resource as its encoding (Encoded),
 //     proto.Marshal of the built message, so what is sent is a copy.
 //     Every resource is encoded from its whole message: nothing is framed
 //     or patched byte by byte (issue 61 measured each such trick on one
 //     change, and none saved 10%).
-//     Uncached (the xDS server's CacheOff, $SERVEMESH_XDS_CACHE=off) makes
-//     a builder that reuses none of these parts: every build is whole, and
-//     what changed is decided by comparing versions with the last build's;
-//     cache_test.go holds the two to the same output, byte for byte.
+//     The parts are entries of the one cache (xds/cache: KindBackendParts,
+//     KindEndpointParts, KindRouteTable, KindNodeParts), which the xDS
+//     server shares. Off (Uncached; the server's CacheOff,
+//     $SERVEMESH_XDS_CACHE=off) the builder reuses none of them: every
+//     build is whole, and what changed is decided by comparing versions
+//     with each entry's last value; cache_test.go holds the two to the
+//     same output, byte for byte.
 //
 // Resource and stat names come from package wire, which the agent also
 // reads them with.
