@@ -702,7 +702,10 @@ func demoProcess(backend string, grpc bool) *meshspec.ProcessSpec {
 func waitReplicasAnswer(t *testing.T, what, url string, n, tries int) []string {
 	t.Helper()
 	var seen map[string]bool
-	testutil.WaitFor(t, 30*time.Second, what, func() bool {
+	// Replicas start one by one, each a process its agent starts and
+	// probes: each new one that answers is progress (a machine loaded by
+	// a race build starts five in more than 30 s), none for 30 s is not.
+	testutil.WaitForProgress(t, 30*time.Second, 3*time.Minute, what, func() (bool, int) {
 		seen = map[string]bool{}
 		var mu sync.Mutex
 		for sent := 0; sent < tries; sent += n {
@@ -718,7 +721,7 @@ func waitReplicasAnswer(t *testing.T, what, url string, n, tries int) []string {
 			}
 			batch.Wait()
 		}
-		return len(seen) == n
+		return len(seen) == n, len(seen)
 	})
 	return meshspec.SortedKeys(seen)
 }

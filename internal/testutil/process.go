@@ -107,6 +107,34 @@ func PidListening(addr string) int {
 	return 0
 }
 
+// WaitForProgress polls step every 10ms until it reports done, and fails
+// t only when step's progress (a count that grows as the awaited state
+// comes about, such as replicas answering) has not grown for stall, or
+// when limit has passed: a loaded machine that brings the state about
+// slowly passes, one where it stopped coming about fails after stall.
+func WaitForProgress(t testing.TB, stall, limit time.Duration, what string, step func() (done bool, progress int)) {
+	t.Helper()
+	start := time.Now()
+	last, best := start, -1
+	for {
+		done, progress := step()
+		if done {
+			return
+		}
+		now := time.Now()
+		if progress > best {
+			last, best = now, progress
+		}
+		switch {
+		case now.Sub(last) > stall:
+			t.Fatalf("waiting for %s: no progress for %s (at %d after %s)", what, stall, best, now.Sub(start).Round(time.Millisecond))
+		case now.Sub(start) > limit:
+			t.Fatalf("waiting for %s: not within %s (at %d)", what, limit, best)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // WaitFor polls cond every 10ms until it holds, and fails t if it does not
 // within timeout, naming what it waited for.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {

@@ -44,14 +44,14 @@ type Cache struct {
 // kindEntries are one kind's entries, and how its Gets went (the debug
 // view's counts).
 type kindEntries struct {
-	names        map[string]entry
+	names        map[string]*entry
 	hits, misses atomic.Uint64
 }
 
 type entry struct {
 	version string
 	value   any
-	used    *atomic.Uint64 // the epoch it was last got or put in
+	used    atomic.Uint64 // the epoch it was last got or put in
 }
 
 // New returns an empty cache.
@@ -59,42 +59,24 @@ func New(mode Mode) *Cache {
 	return &Cache{on: bool(mode), by: map[string]*kindEntries{}}
 }
 
-// kind is kind's entries, made if c has none yet.
-func (c *Cache) kind(kind string) *kindEntries {
-	c.mu.RLock()
+// On reports whether c reuses what it holds.
+func (c *Cache) On() bool { return c.on }
+
+// kindLocked is kind's entries, made if c has none yet; c.mu is held for
+// writing.
+func (c *Cache) kindLocked(kind string) *kindEntries {
 	k := c.by[kind]
-	c.mu.RUnlock()
-	if k != nil {
-		return k
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if k = c.by[kind]; k == nil {
-		k = &kindEntries{names: map[string]entry{}}
+	if k == nil {
+		k = &kindEntries{names: map[string]*entry{}}
 		c.by[kind] = k
 	}
 	return k
 }
 
-// On reports whether c reuses what it holds.
-func (c *Cache) On() bool { return c.on }
-
 // Get returns the entry of k's kind and name if it was made from k's
 // version, and the cache is on.
 func Get[V any](c *Cache, k Key) (V, bool) {
-	v, version, ok := lookup[V](c, k.Kind, k.Name)
-	hit := ok && c.on && version == k.Version
-	if counts := c.kind(k.Kind); hit {
-		counts.hits.Add(1)
-		c.touch(k.Kind, k.Name)
-	} else {
-		counts.misses.Add(1)
-	}
-	if !hit {
-		var zero V
-		return zero, false
-	}
-	return v, true
+	return KindOf[V](c, k.Kind).Get(k.Name, k.Version)
 }
 
 // Last returns the entry of kind and name whatever its version, and that
@@ -102,38 +84,27 @@ func Get[V any](c *Cache, k Key) (V, bool) {
 // with to declare what it changed, and which an entry without a version
 // holds its inputs in.
 func Last[V any](c *Cache, kind, name string) (V, string, bool) {
-	return lookup[V](c, kind, name)
-}
-
-// touch records that kind's entry name was used in this epoch.
-func (c *Cache) touch(kind, name string) {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if e, ok := c.by[kind].names[name]; ok {
-		e.used.Store(c.epoch.Load())
-	}
-}
-
-func lookup[V any](c *Cache, kind, name string) (V, string, bool) {
-	c.mu.RLock()
-	var e entry
-	var ok bool
+	var e *entry
 	if k := c.by[kind]; k != nil {
-		e, ok = k.names[name]
+		e = k.names[name]
 	}
 	c.mu.RUnlock()
-	v, typed := e.value.(V)
-	return v, e.version, ok && typed
+	var zero V
+	if e == nil {
+		return zero, "", false
+	}
+	v, ok := e.value.(V)
+	return v, e.version, ok
 }
 
 // Put makes v the entry of k's kind and name, made from k's version.
 func Put[V any](c *Cache, k Key, v V) {
-	kind := c.kind(k.Kind)
+	e := &entry{version: k.Version, value: v}
+	e.used.Store(c.epoch.Load())
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	used := &atomic.Uint64{}
-	used.Store(c.epoch.Load())
-	kind.names[k.Name] = entry{version: k.Version, value: v, used: used}
+	c.kindLocked(k.Kind).names[k.Name] = e
 }
 
 // Clear drops the entries of kind named in names (a declared change), or
@@ -217,6 +188,29 @@ func Each[V any](c *Cache, kind string, fn func(name string, v V)) {
 	}
 }
 
+// Named is one entry's name and value.
+type Named[V any] struct {
+	Name  string
+	Value V
+}
+
+// Sorted are kind's entries, sorted by name.
+func Sorted[V any](c *Cache, kind string) []Named[V] {
+	c.mu.RLock()
+	var out []Named[V]
+	if k := c.by[kind]; k != nil {
+		out = make([]Named[V], 0, len(k.names))
+		for n, e := range k.names {
+			if v, ok := e.value.(V); ok {
+				out = append(out, Named[V]{Name: n, Value: v})
+			}
+		}
+	}
+	c.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Named[V]) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
 // Len is how many entries of kind c holds.
 func (c *Cache) Len(kind string) int {
 	c.mu.RLock()
@@ -275,3 +269,63 @@ func (c *Cache) Stats() []KindStats {
 	slices.SortFunc(out, func(a, b KindStats) int { return cmp.Compare(a.Kind, b.Kind) })
 	return out
 }
+
+// Of is one kind of c's entries, whose values are V: a handle that spares
+// each lookup the kind's.
+type Of[V any] struct {
+	c    *Cache
+	kind string
+	k    *kindEntries
+}
+
+// KindOf is c's kind of entries, made if c has none yet.
+func KindOf[V any](c *Cache, kind string) Of[V] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Of[V]{c: c, kind: kind, k: c.kindLocked(kind)}
+}
+
+// Get is Get(c, Key{Kind: o's, Name: name, Version: version}).
+func (o Of[V]) Get(name, version string) (V, bool) {
+	o.c.mu.RLock()
+	e := o.k.names[name]
+	o.c.mu.RUnlock()
+	var zero V
+	if e == nil || !o.c.on || e.version != version {
+		o.k.misses.Add(1)
+		return zero, false
+	}
+	v, ok := e.value.(V)
+	if !ok {
+		o.k.misses.Add(1)
+		return zero, false
+	}
+	o.k.hits.Add(1)
+	e.used.Store(o.c.epoch.Load())
+	return v, true
+}
+
+// Last is Last(c, o's kind, name) without the version.
+func (o Of[V]) Last(name string) V {
+	o.c.mu.RLock()
+	e := o.k.names[name]
+	o.c.mu.RUnlock()
+	var zero V
+	if e == nil {
+		return zero
+	}
+	v, _ := e.value.(V)
+	return v
+}
+
+// Put is Put(c, Key{Kind: o's, Name: name, Version: version}, v).
+func (o Of[V]) Put(name, version string, v V) {
+	e := &entry{version: version, value: v}
+	e.used.Store(o.c.epoch.Load())
+	o.c.mu.Lock()
+	defer o.c.mu.Unlock()
+	o.k.names[name] = e
+}
+
+// Kind is o's kind.
+func (o Of[V]) Kind() string { return o.kind }

@@ -35,6 +35,11 @@ type Builder struct {
 	// Off, nothing is reused and what changed is decided by comparing
 	// versions with the last Build's parts (cache.Last).
 	cache *cache.Cache
+	// backends, endpoints, tables and nodes are its kinds.
+	backends  cache.Of[*backendParts]
+	endpoints cache.Of[*endpointParts]
+	tables    cache.Of[*publicGroup]
+	nodes     cache.Of[*nodeParts]
 	// assignments index every backend's assignments by name, kept as
 	// backends are rebuilt (syncBackends): a full mTLS publish has tens
 	// of thousands, which a map built anew at each Build, and a sort, cost
@@ -135,6 +140,9 @@ type Built struct {
 	// Changed names every shared resource this Build built anew or
 	// dropped (ChangeSet).
 	Changed ChangeSet
+	// meshRoutes is how many of Routes are endpoints' mesh routes (the
+	// rest are public tables).
+	meshRoutes int
 }
 
 // NewBuilder returns a builder for a mesh whose mTLS is t (nil: none).
@@ -146,6 +154,10 @@ func NewBuilder(t *MTLS, opts ...Option) *Builder {
 	if b.cache == nil {
 		b.cache = cache.New(cache.On)
 	}
+	b.backends = cache.KindOf[*backendParts](b.cache, KindBackendParts)
+	b.endpoints = cache.KindOf[*endpointParts](b.cache, KindEndpointParts)
+	b.tables = cache.KindOf[*publicGroup](b.cache, KindRouteTable)
+	b.nodes = cache.KindOf[*nodeParts](b.cache, KindNodeParts)
 	b.forget()
 	return b
 }
@@ -165,8 +177,7 @@ func (b *Builder) Cache() *cache.Cache { return b.cache }
 // backendParts is a backend's parts as last built, whatever the cache's
 // mode (what a change is compared with).
 func (b *Builder) lastBackend(name string) *backendParts {
-	p, _, _ := cache.Last[*backendParts](b.cache, KindBackendParts, name)
-	return p
+	return b.backends.Last(name)
 }
 
 // MTLS is the mesh's mTLS the builder builds for.
@@ -192,7 +203,7 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 	if err != nil {
 		return nil, err
 	}
-	routesChanged, err := b.syncEndpoints(m, set)
+	endpoints, err := b.syncEndpoints(m, set)
 	if err != nil {
 		return nil, err
 	}
@@ -204,12 +215,14 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 		b.assembleBackends(out)
 		b.byNode = nil
 	}
-	if b.last != nil && !routesChanged && b.cache.On() {
-		out.Routes, out.ScopedRoutes, out.RoutesVersion, out.ScopesVersion = b.last.Routes, b.last.ScopedRoutes, b.last.RoutesVersion, b.last.ScopesVersion
-		out.EncodedScopes = b.last.EncodedScopes
-		out.ScopeVersions, out.RouteClusters = b.last.ScopeVersions, b.last.RouteClusters
-	} else if err := b.assembleRoutes(out); err != nil {
+	switch patched, err := b.patchRoutes(out, endpoints); {
+	case err != nil:
 		return nil, err
+	case patched:
+	default:
+		if err := b.assembleRoutes(out); err != nil {
+			return nil, err
+		}
 	}
 	b.last = out
 	return out, nil
@@ -223,7 +236,7 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 	for _, be := range m.Backends {
 		// The entry holds its input, the backend's IR, which it is
 		// compared with.
-		if last, ok := cache.Get[*backendParts](b.cache, cache.Key{Kind: KindBackendParts, Name: be.Name}); ok && last.backend.Equal(be) {
+		if last, ok := b.backends.Get(be.Name, ""); ok && last.backend.Equal(be) {
 			last.gen = b.gen
 			continue
 		}
@@ -251,7 +264,7 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 		name := p.backend.Name
 		set.addAll(changes[i])
 		b.indexAssignments(b.lastBackend(name), p)
-		cache.Put(b.cache, cache.Key{Kind: KindBackendParts, Name: name}, p)
+		b.backends.Put(name, "", p)
 		changed[name] = true
 	}
 	cache.Sweep(b.cache, KindBackendParts, func(name string, p *backendParts) bool {
@@ -285,36 +298,51 @@ func (b *Builder) indexAssignments(before, after *backendParts) {
 
 // syncEndpoints rebuilds the parts of m's endpoints that changed, drops
 // those of endpoints gone, and reports whether any did either.
-func (b *Builder) syncEndpoints(m *ir.DataPlane, set ChangeSet) (bool, error) {
-	changed := false
+func (b *Builder) syncEndpoints(m *ir.DataPlane, set ChangeSet) (endpointSync, error) {
+	var out endpointSync
 	for _, e := range m.Endpoints {
-		key := cache.Key{Kind: KindEndpointParts, Name: e.Name}
 		// As a backend's, the entry holds its input, the endpoint's IR.
-		reuse, ok := cache.Get[*endpointParts](b.cache, key)
+		reuse, ok := b.endpoints.Get(e.Name, "")
 		if ok && reuse.endpoint.Equal(e) {
 			reuse.gen = b.gen
 			continue
 		}
 		p, err := buildEndpoint(e, reuse)
 		if err != nil {
-			return false, err
+			return endpointSync{}, err
 		}
-		last, _, _ := cache.Last[*endpointParts](b.cache, KindEndpointParts, e.Name)
+		last := b.endpoints.Last(e.Name)
 		endpointChanges(set, last, p)
 		p.gen = b.gen
-		cache.Put(b.cache, key, p)
-		changed = true
+		b.endpoints.Put(e.Name, "", p)
+		if last == nil {
+			out.added = true
+		} else {
+			out.edited = append(out.edited, endpointEdit{before: last, after: p})
+		}
 	}
 	cache.Sweep(b.cache, KindEndpointParts, func(_ string, p *endpointParts) bool {
 		if p.gen == b.gen {
 			return true
 		}
 		endpointChanges(set, p, nil)
-		changed = true
+		out.removed = true
 		return false
 	})
-	return changed, nil
+	return out, nil
 }
+
+// endpointSync is what syncEndpoints changed: endpoints added or removed,
+// and those rebuilt, each with its parts before and after.
+type endpointSync struct {
+	added, removed bool
+	edited         []endpointEdit
+}
+
+type endpointEdit struct{ before, after *endpointParts }
+
+// changed reports whether any endpoint's parts changed.
+func (s endpointSync) changed() bool { return s.added || s.removed || len(s.edited) > 0 }
 
 // endpointChanges adds to set what an endpoint's rebuild (before nil: new;
 // after nil: gone) changed: its mesh routes and its scope (its public
@@ -462,18 +490,16 @@ func RouteClusters(rc *route.RouteConfiguration) []string {
 // assembleBackends lists every backend's clusters and assignments, sorted
 // by name, and versions the clusters.
 func (b *Builder) assembleBackends(out *Built) {
-	names := b.cache.Names(KindBackendParts)
-	parts := make([]*backendParts, len(names))
+	parts := cache.Sorted[*backendParts](b.cache, KindBackendParts)
 	h := newKindHash()
 	n := 0
-	for i, name := range names {
-		parts[i] = b.lastBackend(name)
-		n += len(parts[i].clusters)
+	for _, p := range parts {
+		n += len(p.Value.clusters)
 	}
 	out.ClusterVersions = make(map[string]string, n)
 	out.Clusters, out.EncodedClusters = make([]*cluster.Cluster, 0, n), make([]Encoded, 0, n)
-	for i, n := range names {
-		p := parts[i]
+	for _, named := range parts {
+		n, p := named.Name, named.Value
 		out.Clusters = append(out.Clusters, p.clusters...)
 		for _, c := range p.encoded {
 			out.EncodedClusters = append(out.EncodedClusters, c.encoded)
@@ -492,16 +518,16 @@ func (b *Builder) assembleBackends(out *Built) {
 // endpoints' encoded routes (publicRoutes), in BuildRoutes's order, and
 // versions them.
 func (b *Builder) assembleRoutes(out *Built) error {
-	names := b.cache.Names(KindEndpointParts)
-	out.Routes = make([]Encoded, 0, len(names)+1)
-	out.ScopedRoutes = make([]*route.ScopedRouteConfiguration, 0, len(names)+1)
-	out.EncodedScopes = make([]Encoded, 0, len(names)+1)
-	out.ScopeVersions = make(map[string]string, len(names)+1)
-	out.RouteClusters = make(map[string][]string, len(names))
+	parts := cache.Sorted[*endpointParts](b.cache, KindEndpointParts)
+	out.Routes = make([]Encoded, 0, len(parts)+1)
+	out.ScopedRoutes = make([]*route.ScopedRouteConfiguration, 0, len(parts)+1)
+	out.EncodedScopes = make([]Encoded, 0, len(parts)+1)
+	out.ScopeVersions = make(map[string]string, len(parts)+1)
+	out.RouteClusters = make(map[string][]string, len(parts))
 	all, scopes := newKindHash(), newKindHash()
 	var routed []*endpointParts
-	for _, n := range names {
-		p, _, _ := cache.Last[*endpointParts](b.cache, KindEndpointParts, n)
+	for _, named := range parts {
+		n, p := named.Name, named.Value
 		out.Routes = append(out.Routes, p.mesh)
 		out.RouteClusters[p.mesh.Name] = p.meshClusters
 		out.ScopedRoutes, out.EncodedScopes = append(out.ScopedRoutes, p.scope), append(out.EncodedScopes, p.encodedScope)
@@ -509,7 +535,7 @@ func (b *Builder) assembleRoutes(out *Built) error {
 		if p.publicHash != "" {
 			routed = append(routed, p)
 		}
-		all.add(n, p.mesh.Version)
+		all.add(p.mesh.Name, p.mesh.Version)
 		scopes.add(n, p.encodedScope.Version)
 	}
 	groups, err := b.publicRoutes(routed, out.Changed)
@@ -525,12 +551,15 @@ func (b *Builder) assembleRoutes(out *Built) error {
 		scopes.add(g.scope.GetName(), g.encodedScope.Version)
 	}
 	out.RoutesVersion, out.ScopesVersion = all.sum(), scopes.sum()
+	out.meshRoutes = len(parts)
 	return nil
 }
 
 // publicGroup is one public route configuration, of the routed endpoints
 // whose routes share a route key, and its scope.
 type publicGroup struct {
+	// members are the names of its endpoints, in its routes' order.
+	members      []string
 	table        Encoded
 	scope        *route.ScopedRouteConfiguration
 	encodedScope Encoded
@@ -544,28 +573,10 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 	byKey := byRouteKey(routed, func(p *endpointParts) string { return p.endpoint.Route })
 	out := make(map[string]*publicGroup, len(byKey))
 	for key, members := range byKey {
-		version := newKindHash()
-		for _, p := range members {
-			version.add(p.endpoint.Name, p.publicHash)
-		}
-		v := version.sum()
-		ckey := cache.Key{Kind: KindRouteTable, Name: key, Version: v}
-		if g, ok := cache.Get[*publicGroup](b.cache, ckey); ok {
-			out[key] = g
-			continue
-		}
-		last, _, _ := cache.Last[*publicGroup](b.cache, KindRouteTable, key)
-		g, err := buildPublicGroup(key, v, members, last, b.cache.On())
+		g, err := b.tableFor(key, members, set)
 		if err != nil {
 			return nil, err
 		}
-		if last == nil || last.table.Version != v {
-			set.add(KindRoute, g.table.Name)
-		}
-		if last == nil {
-			set.add(KindScopedRoute, g.scope.GetName())
-		}
-		cache.Put(b.cache, ckey, g)
 		out[key] = g
 	}
 	cache.Sweep(b.cache, KindRouteTable, func(key string, g *publicGroup) bool {
@@ -577,6 +588,36 @@ func (b *Builder) publicRoutes(routed []*endpointParts, set ChangeSet) (map[stri
 		return false
 	})
 	return out, nil
+}
+
+// tableFor is route key's public table of members (its endpoints' parts,
+// in its routes' order): the cache's if its members' public routes are
+// those it was made from, else made anew and declared in set.
+func (b *Builder) tableFor(key string, members []*endpointParts, set ChangeSet) (*publicGroup, error) {
+	version := newKindHash()
+	for _, p := range members {
+		version.add(p.endpoint.Name, p.publicHash)
+	}
+	v := version.sum()
+	if g, ok := b.tables.Get(key, v); ok {
+		return g, nil
+	}
+	last := b.tables.Last(key)
+	g, err := buildPublicGroup(key, v, members, last, b.cache.On())
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range members {
+		g.members = append(g.members, p.endpoint.Name)
+	}
+	if last == nil || last.table.Version != v {
+		set.add(KindRoute, g.table.Name)
+	}
+	if last == nil {
+		set.add(KindScopedRoute, g.scope.GetName())
+	}
+	b.tables.Put(key, v, g)
+	return g, nil
 }
 
 // buildPublicGroup builds route key's public table of members, version

@@ -3,6 +3,7 @@ package translate
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -76,7 +77,7 @@ func cacheTestNodes(mtls *MTLS) []wire.ProxyNode {
 // and names it; "" if it made none.
 func randomChange(rng *rand.Rand, m *meshspec.Model) string {
 	be := &m.Backends[rng.IntN(len(m.Backends))]
-	switch rng.IntN(7) {
+	switch rng.IntN(8) {
 	case 0:
 		e := &m.Endpoints[rng.IntN(len(m.Endpoints))]
 		keys := meshspec.SortedKeys(e.Traffic)
@@ -110,6 +111,15 @@ func randomChange(rng *rand.Rand, m *meshspec.Model) string {
 			return "a replica more in " + be.Name
 		}
 		return ""
+	case 7:
+		// The mesh routes' clusters change (the mirror's goes), the
+		// routes stay where they are.
+		e := &m.Endpoints[rng.IntN(len(m.Endpoints))]
+		if len(e.Shadows) == 0 {
+			return ""
+		}
+		e.Shadows = nil
+		return "shadows of " + e.Name
 	case 5:
 		name := fmt.Sprintf("added-%d", rng.IntN(1000))
 		m.Backends = append(m.Backends, meshspec.Backend{Name: name, Replicas: slices.Clone(be.Replicas)})
@@ -153,6 +163,9 @@ func sameOnAndOff(t *testing.T, what string, on, off *Builder, m *ir.DataPlane, 
 		}
 	}
 	sameMap(t, what+": scope versions", a.ScopeVersions, b.ScopeVersions)
+	if !maps.EqualFunc(a.RouteClusters, b.RouteClusters, slices.Equal) {
+		t.Fatalf("%s: the mesh routes' clusters differ with the cache on and off", what)
+	}
 	sameMap(t, what+": cluster versions", a.ClusterVersions, b.ClusterVersions)
 	for _, k := range []ResourceKind{KindCluster, KindAssignment, KindRoute, KindScopedRoute} {
 		if x, y := a.Changed.Names(k), b.Changed.Names(k); !slices.Equal(x, y) {

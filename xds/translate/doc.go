@@ -86,7 +86,10 @@
 //     built in parallel (internal/parallel), and inbound.go builds an
 //     inbound chain once for the nodes of one ForNodes that have it alike
 //     (sharedChains). nodebuilder.go builds a node's own resources
-//     (Builder.ForNode); changes.go is the change set a build declares
+//     (Builder.ForNode); routepatch.go puts the routes of the endpoints a
+//     change rebuilt in the last build's list when nothing else about the
+//     routes changed, rather than assembling every endpoint's again;
+//     changes.go is the change set a build declares
 //     (ChangeSet, by kind and name), by which the xDS server sends the
 //     assignments that changed; encoded.go holds a resource as its encoding (Encoded),
 //     proto.Marshal of the built message, so what is sent is a copy.

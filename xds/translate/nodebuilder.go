@@ -134,7 +134,7 @@ func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
 	for i, n := range nodes {
 		// The entry holds its inputs, the node's settings and the keys
 		// of its chains and clusters, which forNode compares.
-		parts[i], _ = cache.Get[*nodeParts](b.cache, cache.Key{Kind: KindNodeParts, Name: n.ID})
+		parts[i], _ = b.nodes.Get(n.ID, "")
 	}
 	chains := &sharedChains{built: map[chainKey]*listener.FilterChain{}, off: !b.cache.On()}
 	_ = parallel.Each(len(nodes), func(i int) error {
@@ -143,7 +143,7 @@ func (b *Builder) ForNodes(nodes []wire.ProxyNode) ([]*NodeBuilt, []error) {
 	})
 	for i, n := range nodes {
 		if errs[i] == nil {
-			cache.Put(b.cache, cache.Key{Kind: KindNodeParts, Name: n.ID}, parts[i])
+			b.nodes.Put(n.ID, "", parts[i])
 		}
 	}
 	return built, errs
