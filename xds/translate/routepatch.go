@@ -88,4 +88,3 @@ func (b *Builder) patchTable(out *Built, key string) error {
 	public[i] = g.table
 	return nil
 }
-
