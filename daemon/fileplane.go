@@ -59,7 +59,7 @@ func OpenFilePlane(ctx context.Context, log *slog.Logger, o FilePlaneOptions) (*
 				return err
 			}
 		}
-		dp, err := ir.Lower(m, ir.Options{}) // a file's mesh runs no mTLS
+		dp, err := ir.Lower(m, nil, ir.Options{}) // a file's mesh runs no mTLS; LoadForWatch validated m
 		if err != nil {
 			return err
 		}

@@ -5,16 +5,18 @@
 //
 // In the flow of docs/architecture.md: steps 4 and 6.
 //
-//  1. The controller's publisher (controlplane/dataplane, step 4) merges
-//     the desired state with the health view into a view of the mesh, as
-//     users' vocabulary (meshspec) says it: each backend's replicas with
-//     address, node, inbound listener and health.
-//  2. Lower makes the IR of that view once per change: how every node
+//  1. The controller's publisher (controlplane/dataplane, step 4) takes
+//     the stored state, validated there once in its role (meshspec's
+//     Validate, as users' input was at the door), and each backend's
+//     replicas from Consul's catalog and DNS (dataplane.Replicas: address,
+//     node, inbound listener and health), by backend name.
+//  2. Lower makes the IR of the two once per change, reading the state as
+//     it is (nothing cleared, nothing validated again): how every node
 //     reaches each backend (Reach), its effective limits, whether the
 //     activator and the picker front it, each endpoint's allowed methods
-//     and effective settings. It validates the view and then the IR
-//     (DataPlane.Validate): a view the IR cannot serve is refused here,
-//     with the field and the fix, and the data plane keeps the last one.
+//     and effective settings. It validates the IR (DataPlane.Validate),
+//     which checks the catalog's replicas too: an IR translation cannot
+//     serve is refused here, and the data plane keeps the last one.
 //  3. Translation (xds/translate, step 6) reads only the IR and trusts
 //     it: no user type, no validation, no defaults.
 //

@@ -77,7 +77,7 @@ func TestLowerDecides(t *testing.T) {
 		Endpoints: []meshspec.Endpoint{{Name: "e", Route: "/e", Methods: []string{"post", "GET", "get"}, Traffic: map[string]float64{"plain": 1}}},
 	}
 	for _, mtls := range []bool{false, true} {
-		dp, err := Lower(view, Options{MTLS: mtls})
+		dp, err := Lower(view, nil, Options{MTLS: mtls})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,14 +113,34 @@ func TestLowerDecides(t *testing.T) {
 	}
 }
 
-// TestLowerRefusesAnInvalidView: the view's own validation error, the
-// field named, and no IR.
-func TestLowerRefusesAnInvalidView(t *testing.T) {
-	view := &meshspec.Model{Backends: []meshspec.Backend{{Name: "a"}},
-		Endpoints: []meshspec.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"a": 0.5}}}}
-	dp, err := Lower(view, Options{})
-	if dp != nil || !meshspec.IsValidationError(err) || !strings.Contains(err.Error(), "sum to 1") {
-		t.Fatalf("got %v, %v; want the view's validation error about the weights", dp, err)
+// TestLowerTakesTheStateAndItsReplicas: Lower reads the stored state as
+// it is (a process backend's spec and placements, which it does not
+// serve, are left as they were) with each backend's replicas from the
+// map, and refuses, naming the backend, replicas the IR cannot serve.
+func TestLowerTakesTheStateAndItsReplicas(t *testing.T) {
+	state := &meshspec.Model{Backends: []meshspec.Backend{
+		{Name: "a", Process: &meshspec.ProcessSpec{Command: "/srv/a"}, Config: meshspec.BackendConfig{NumReplicas: 1},
+			Placements: []meshspec.Placement{{Tag: "a#000001", Node: "n1", State: meshspec.Running}}},
+		{Name: "s", Replicas: []meshspec.Replica{{Address: "127.0.0.1:2"}}},
+	}, Endpoints: []meshspec.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"a": 0.5, "s": 0.5}}}}
+	if err := state.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	before := meshspec.Clone(state)
+	dp, err := Lower(state, map[string][]meshspec.Replica{"a": {{Address: "127.0.0.1:1", Node: "n1", Inbound: "10.0.0.1:21000"}}}, Options{MTLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := dp.Backend("a")
+	s, _ := dp.Backend("s")
+	if len(a.Replicas) != 1 || a.Replicas[0].Inbound != "10.0.0.1:21000" || len(s.Replicas) != 1 || s.Replicas[0].Address != "127.0.0.1:2" {
+		t.Fatalf("lowered backends %+v and %+v; want a's replica from the map, s's own", a, s)
+	}
+	if !reflect.DeepEqual(state, before) {
+		t.Fatal("Lower changed the state")
+	}
+	if dp, err := Lower(state, map[string][]meshspec.Replica{"a": {{Address: "not an address", Node: "n1", Inbound: "10.0.0.1:21000"}}}, Options{MTLS: true}); dp != nil || err == nil || !strings.Contains(err.Error(), `backend "a"`) {
+		t.Fatalf("got %v, %v; want the IR's refusal naming backend a", dp, err)
 	}
 }
 

@@ -11,38 +11,44 @@ import (
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-// Options are what Lower needs besides the view.
+// Options are what Lower needs besides the state and the replicas.
 type Options struct {
 	// MTLS: the mesh runs mTLS between nodes, so a backend that has no
 	// replica yet is reached through inbound listeners once it has some.
 	MTLS bool
 }
 
-// Lower validates view, a view of the mesh whose backends list their
-// replicas (controlplane/dataplane's View, or a file's static replicas),
-// and returns its IR, validated too. An invalid view is refused with its
-// *meshspec.ValidationError; view is not modified.
-func Lower(view *meshspec.Model, o Options) (*DataPlane, error) {
-	if err := view.Validate(); err != nil {
-		return nil, err
-	}
+// Lower returns the IR of state, a stored state that passed
+// meshspec.Validate (it reads no field it has not checked), whose served
+// backends have the replicas in replicas, by backend name (the catalog's
+// and DNS's, as controlplane/dataplane's Replicas gives them); a backend
+// replicas does not name keeps the ones it lists (static replicas, a
+// config file's). Nothing of state is cleared or changed: what the
+// controller alone reads (processes, placements, autoscaling) is simply
+// not read. The IR is validated (DataPlane.Validate): one translation
+// cannot serve is refused with the error.
+func Lower(state *meshspec.Model, replicas map[string][]meshspec.Replica, o Options) (*DataPlane, error) {
+	served := state.Served()
 	dp := &DataPlane{
-		Backends:  make([]Backend, 0, len(view.Backends)),
-		Endpoints: make([]Endpoint, 0, len(view.Endpoints)),
+		Backends:  make([]Backend, 0, len(served)),
+		Endpoints: make([]Endpoint, 0, len(state.Endpoints)),
 	}
-	for _, b := range view.Backends {
+	for _, b := range served {
+		if rs, ok := replicas[b.Name]; ok {
+			b.Replicas = rs // b is a copy: state keeps its own
+		}
 		dp.Backends = append(dp.Backends, lowerBackend(b, o))
 	}
 	slices.SortFunc(dp.Backends, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
-	if view.Mesh != nil && view.Mesh.Tracing != nil {
-		t := view.Mesh.Tracing
-		host, port, _ := net.SplitHostPort(t.Collector) // valid: view.Validate checked it
+	if state.Mesh != nil && state.Mesh.Tracing != nil {
+		t := state.Mesh.Tracing
+		host, port, _ := net.SplitHostPort(t.Collector) // valid: state.Validate checked it
 		n, _ := strconv.ParseUint(port, 10, 16)
 		dp.Tracing = &Tracing{Host: host, Port: uint32(n), SamplingPercent: t.Sampling()}
 	}
-	for _, e := range view.Endpoints {
+	for _, e := range state.Endpoints {
 		out := lowerEndpoint(e, o)
-		if sampling, traced := meshspec.TraceSampling(view.Mesh, e); traced {
+		if sampling, traced := meshspec.TraceSampling(state.Mesh, e); traced {
 			out.TraceSampling = &sampling
 		}
 		for _, name := range out.backends() {

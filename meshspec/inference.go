@@ -4,7 +4,6 @@ import (
 	"maps"
 	"math"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/servemesh/servemesh/wire"
@@ -296,11 +295,8 @@ func validateLoadAware(p *problems, field string, b Backend) {
 	if l == nil {
 		return
 	}
-	// Replicas of another source: an external service, or listed ones
-	// (the data plane's view of a process backend names its replicas'
-	// nodes, and has none while none is registered).
-	listed := len(b.Replicas) > 0 && !slices.ContainsFunc(b.Replicas, func(r Replica) bool { return r.Node != "" })
-	if b.Process == nil && (b.External != nil || listed) {
+	// Replicas of another source: an external service, or listed ones.
+	if b.Process == nil && (b.External != nil || len(b.Replicas) > 0) {
 		p.add(field, "needs replicas servemesh's agents run (a process backend): the node in front of each replica picks it; remove load_aware or give the backend a process")
 	}
 	if l.MetricsPath != "" && (!strings.HasPrefix(l.MetricsPath, "/") || len(l.MetricsPath) > MaxRouteBytes || strings.ContainsAny(l.MetricsPath, " ?#")) {

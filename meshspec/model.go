@@ -45,8 +45,8 @@ type Backend struct {
 	Name string `json:"name"`
 	// Replicas are the addresses that serve this backend: static ones a user
 	// lists. For process and external backends they stay empty in the stored
-	// state; the data-plane view (package dataplane) fills them in from
-	// Consul's catalog before translation.
+	// state; the data plane takes theirs from Consul's catalog
+	// (controlplane/dataplane's Replicas), beside the state.
 	Replicas []Replica `json:"replicas,omitempty"`
 	// Config tunes how the backend is served.
 	Config BackendConfig `json:"config,omitempty"`

@@ -2,8 +2,8 @@ package meshspec
 
 // Spec is the desired state as users write it: a config file, `servemesh
 // apply`, the API. It holds only what users may set: no placements (the
-// controller's), and no replica's node or inbound listener (the data-plane
-// view's, from Consul's catalog). Strict decoding refuses those fields by
+// controller's), and no replica's node or inbound listener (the catalog's,
+// which the data plane reads beside the state). Strict decoding refuses those fields by
 // name. Spec.Model is the state the controller stores and the translator
 // reads.
 type Spec struct {

@@ -83,7 +83,7 @@ func run(flips, commits int) error {
 		ctl := controller.New(controller.Options{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: bigStore,
 			Publish: func(m *meshspec.Model, _ meshspec.Revision) error {
-				dp, err := ir.Lower(m, ir.Options{})
+				dp, err := ir.Lower(m, nil, ir.Options{})
 				if err != nil {
 					return err
 				}

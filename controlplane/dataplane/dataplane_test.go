@@ -68,18 +68,18 @@ func TestView(t *testing.T) {
 			{ID: "meta", Address: "169.254.169.254:80", Passing: true},
 		},
 	}, ""), Rules{})
-	if err := view.Validate(); err != nil {
-		t.Fatalf("the data-plane view must be a valid model: %v", err)
+	if dp, err := ir.Lower(m, view, ir.Options{}); err != nil || len(dp.Backends) != 3 {
+		t.Fatalf("the stored state with these replicas must lower to an IR of its three backends: %v", err)
 	}
 	want := []meshspec.Replica{
 		{Address: "127.0.0.2:1000", Health: meshspec.HealthHealthy, Node: "n1"},
 		{Address: "127.0.0.3:1000", Health: meshspec.HealthDraining, Node: "n2"},
 		{Address: "127.0.0.4:1000", Health: meshspec.HealthUnhealthy, Node: "n3"},
 	}
-	if got := view.Backends[0].Replicas; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+	if got := view["run"]; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("process backend replicas %+v, want %+v", got, want)
 	}
-	if got := view.Backends[1].Replicas; len(got) != 1 || got[0].Address != "10.0.0.1:80" {
+	if got := view["ext"]; len(got) != 1 || got[0].Address != "10.0.0.1:80" {
 		t.Fatalf("external backend replicas %+v", got)
 	}
 	if len(dropped) != 5 || dropped[0].Instance != "dns" || !strings.Contains(dropped[0].Reason, "--allow-replica-name legacy.internal") ||
@@ -90,14 +90,14 @@ func TestView(t *testing.T) {
 	}
 	allowed, dropped := Replicas(m, map[string][]catalog.Instance{"legacy": {{ID: "admin", Address: "127.0.0.1:9001", Passing: true}}},
 		Rules{Addresses: meshspec.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
-	if len(dropped) != 0 || len(allowed.Backends[1].Replicas) != 1 {
-		t.Fatalf("with loopback allowed, an external instance there is served: %+v, dropped %+v", allowed.Backends[1].Replicas, dropped)
+	if len(dropped) != 0 || len(allowed["ext"]) != 1 {
+		t.Fatalf("with loopback allowed, an external instance there is served: %+v, dropped %+v", allowed["ext"], dropped)
 	}
-	if len(view.Backends[2].Replicas) != 1 || m.Backends[0].Replicas != nil || m.Backends[0].Process == nil {
+	if len(view["static"]) != 1 || m.Backends[0].Replicas != nil || m.Backends[0].Process == nil || len(m.Backends[0].Placements) != 3 {
 		t.Fatal("static replicas lost, or the input state was modified")
 	}
-	if b := view.Backends[0]; b.Process != nil || b.Placements != nil || b.Config.Autoscaling != nil {
-		t.Fatalf("the view keeps what only the controller uses: %+v", b)
+	if len(view) != 3 {
+		t.Fatalf("replicas of %d backends, want every served backend's: %v", len(view), view)
 	}
 	if s, want := Services(m), []string{"servemesh-backend-run", "legacy", "servemesh-node-n1", "servemesh-node-n2", "servemesh-node-n3"}; !slices.Equal(s, want) {
 		t.Fatalf("services %v, want %v", s, want)
@@ -180,7 +180,7 @@ func TestViewUnknownHealth(t *testing.T) {
 		},
 	}, ""), Rules{})
 	var got []meshspec.Health
-	for _, r := range view.Backends[0].Replicas {
+	for _, r := range view["run"] {
 		got = append(got, r.Health)
 	}
 	if want := []meshspec.Health{meshspec.HealthUnknown, meshspec.HealthDraining, meshspec.HealthUnhealthy}; !slices.Equal(got, want) {
@@ -209,7 +209,7 @@ func TestViewServesOnlyWhatNodesMayClaim(t *testing.T) {
 		state := meshspec.Clone(m)
 		state.Backends[0].Placements = append(state.Backends[0].Placements, meshspec.Placement{Tag: "run#000004", Node: "n4", State: meshspec.Running})
 		view, dropped := Replicas(state, withAgents(map[string][]catalog.Instance{"servemesh-backend-run": {genuine, tc.fake}}, "10.0.0.%d:21000"), Rules{MTLS: true})
-		if got := view.Backends[0].Replicas; len(got) != 1 || got[0].Address != genuine.Address || got[0].Node != "n1" {
+		if got := view["run"]; len(got) != 1 || got[0].Address != genuine.Address || got[0].Node != "n1" {
 			t.Errorf("%s: served %+v, want the genuine replica alone", name, got)
 		}
 		if len(dropped) != 1 || dropped[0].Instance != tc.fake.ID || !strings.Contains(dropped[0].Reason, tc.reason) {
@@ -231,17 +231,17 @@ func TestViewMTLS(t *testing.T) {
 		},
 		"legacy": {{ID: "l", Address: "10.0.0.9:80", Passing: true, Node: "x", Inbound: "10.0.0.9:21000"}},
 	}, "10.0.0.%d:21000"), Rules{MTLS: true})
-	if err := view.Validate(); err != nil {
-		t.Fatalf("the data-plane view must be a valid model: %v", err)
+	if _, err := ir.Lower(m, view, ir.Options{MTLS: true}); err != nil {
+		t.Fatalf("the stored state with these replicas must lower to an IR: %v", err)
 	}
-	got := view.Backends[0].Replicas
+	got := view["run"]
 	if len(got) != 2 || got[0].Inbound != "10.0.0.1:21000" || got[0].Node != "n1" || got[1].Inbound != "10.0.0.2:21000" {
 		t.Fatalf("process backend replicas %+v, want both loopback replicas with their nodes' inbound listeners", got)
 	}
 	if len(dropped) != 1 || dropped[0].Instance != "c" || !strings.Contains(dropped[0].Reason, `node "n3" announces no inbound listener`) {
 		t.Fatalf("dropped %+v, want the replica of the node without mesh mTLS", dropped)
 	}
-	if ext := view.Backends[1].Replicas; len(ext) != 1 || ext[0].Inbound != "" || ext[0].Node != "" {
+	if ext := view["ext"]; len(ext) != 1 || ext[0].Inbound != "" || ext[0].Node != "" {
 		t.Fatalf("an external instance is reached directly, whatever its meta says: %+v", ext)
 	}
 }
@@ -380,6 +380,37 @@ func TestPublisherReportsRefusedViews(t *testing.T) {
 	}
 }
 
+// TestPublisherRefusesAnInvalidState: a stored state that fails
+// validation (another writer stored it) is refused once, when published:
+// the data plane keeps following the last valid state, health changes
+// included, and Err says why until a valid state is published.
+func TestPublisherRefusesAnInvalidState(t *testing.T) {
+	p, in, out, _ := newPublisher(t)
+	if err := p.Publish(processState(), 7); err != nil {
+		t.Fatal(err)
+	}
+	bad := processState()
+	bad.Endpoints = []meshspec.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"run": 0.5}}}
+	if err := p.Publish(bad, 8); err == nil || !strings.Contains(err.Error(), "sum to 1") || !strings.Contains(err.Error(), "revision 8") {
+		t.Fatalf("Publish of an invalid state: %v; want its validation error, naming its revision", err)
+	}
+	in.set("servemesh-node-n1", catalog.Instance{ID: "n1", Node: "n1", ConsulNode: "c1"})
+	in.set("servemesh-backend-run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true, Node: "n1", ConsulNode: "c1"})
+	testutil.WaitFor(t, 5*time.Second, "a view of the last valid state with the new replica", func() bool {
+		run, _ := out.last().Backend("run")
+		return len(run.Replicas) == 1
+	})
+	if last := out.last(); last.Revision != 7 || len(last.Endpoints) != 0 {
+		t.Fatalf("the view after the invalid state: revision %d, %d endpoints; want the last valid state's (7, none)", last.Revision, len(last.Endpoints))
+	}
+	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "invalid") {
+		t.Fatalf("Err after a health change: %v; want the invalid state still reported", err)
+	}
+	if err := p.Publish(processState(), 9); err != nil || p.Err() != nil {
+		t.Fatalf("a valid state must clear the error: %v, %v", err, p.Err())
+	}
+}
+
 // TestRefusedViewIsRetried: a view the data plane refused is offered again
 // without waiting for the next change, so a passing refusal heals itself.
 func TestRefusedViewIsRetried(t *testing.T) {
@@ -420,7 +451,7 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	m := &meshspec.Model{Backends: []meshspec.Backend{{Name: "static", Replicas: []meshspec.Replica{{Address: "legacy.internal:8080"}, {Address: "10.0.0.1:80"}}}}}
 	rules := Rules{Addresses: meshspec.AddressPolicy{Names: []string{".internal"}}, Names: names}
 	view, dropped := Replicas(m, nil, rules)
-	if got := view.Backends[0].Replicas; len(got) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, "resolving legacy.internal") {
+	if got := view["static"]; len(got) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, "resolving legacy.internal") {
 		t.Fatalf("before the name is resolved: replicas %+v, dropped %+v", got, dropped)
 	}
 	select {
@@ -429,7 +460,7 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 		t.Fatal("no change signalled once the name was resolved")
 	}
 	view, dropped = Replicas(m, nil, rules)
-	if got := view.Backends[0].Replicas; len(got) != 2 || got[0].Address != "10.0.0.9:8080" || got[1].Address != "10.0.0.1:80" {
+	if got := view["static"]; len(got) != 2 || got[0].Address != "10.0.0.9:8080" || got[1].Address != "10.0.0.1:80" {
 		t.Fatalf("replicas %+v, want the name's public address and the literal", got)
 	}
 	if len(dropped) != 1 || !strings.Contains(dropped[0].Reason, "resolves to 127.0.0.1") || !strings.Contains(dropped[0].Reason, "on loopback") {
@@ -440,12 +471,12 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	mu.Unlock()
 	testutil.WaitFor(t, 5*time.Second, "the new answer to be used", func() bool {
 		view, dropped = Replicas(m, nil, rules)
-		return len(view.Backends[0].Replicas) == 1 && len(dropped) == 1 && strings.Contains(dropped[0].Reason, "link-local")
+		return len(view["static"]) == 1 && len(dropped) == 1 && strings.Contains(dropped[0].Reason, "link-local")
 	})
 	// A name stored before names needed the operator's leave gets no
 	// traffic until it is given.
 	rules.Addresses.Names = nil
-	if view, dropped = Replicas(m, nil, rules); len(view.Backends[0].Replicas) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, meshspec.NameFlag) {
-		t.Fatalf("a name no longer allowed: replicas %+v, dropped %+v", view.Backends[0].Replicas, dropped)
+	if view, dropped = Replicas(m, nil, rules); len(view["static"]) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, meshspec.NameFlag) {
+		t.Fatalf("a name no longer allowed: replicas %+v, dropped %+v", view["static"], dropped)
 	}
 }

@@ -5,14 +5,17 @@
 //
 //   - The controller adopts a state (a checkpointed change, a watched
 //     revision, or recovery) and calls Publisher.Publish with it.
-//   - Publish tells the catalog watcher which services to follow
-//     (Services: process backends' own, external backends' named ones, and
-//     the registrations of the nodes replicas are placed on).
-//   - View merges the state with the watcher's instances (Replicas): every
-//     backend ends up listing plain replicas with their health, as a
-//     config file would; instances that cannot be used, or that claim what
-//     their node may not, are left out and reported. It then lowers that
-//     view to the data plane's IR (ir.Lower), validated once, there.
+//   - Publish validates the state, once (meshspec's Validate, in its
+//     role: the stored state; one another writer stored that fails it is
+//     refused, and the data plane keeps following the last valid one), and
+//     tells the catalog watcher which services to follow (Services:
+//     process backends' own, external backends' named ones, and the
+//     registrations of the nodes replicas are placed on).
+//   - Replicas gives each served backend's replicas from the watcher's
+//     instances: plain replicas with their health; instances that cannot
+//     be used, or that claim what their node may not, are left out and
+//     reported. ir.Lower makes the data plane's IR of the state and those
+//     replicas, reading the state as it is, and validates the IR.
 //   - The IR goes to the sink (the xDS server's SetDataPlane), which
 //     translates and serves it.
 //   - When an instance's health changes, the watcher signals Changed and

@@ -47,8 +47,12 @@ type Publisher struct {
 	dropped   prometheus.Gauge
 	rules     Rules
 
-	mu          sync.Mutex
-	state       *meshspec.Model // the last state published
+	mu    sync.Mutex
+	state *meshspec.Model // the last valid state published
+	// stateErr is why the last state published was refused as invalid
+	// (nil: it was not): the data plane follows state, the last valid
+	// one, and Err says so while it does.
+	stateErr    error
 	rev         meshspec.Revision
 	lastErr     error
 	lastDropped []Dropped // left out of the last view
@@ -74,7 +78,18 @@ func New(o Options) *Publisher {
 func (p *Publisher) Publish(m *meshspec.Model, rev meshspec.Revision) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.state, p.rev = m, rev
+	// Validated here, once a state, in its role (the stored state): the
+	// health changes that follow lower it again without checking it again.
+	// A state another writer stored that today's validation refuses is
+	// not served; the data plane keeps the last one.
+	if err := m.Validate(); err != nil {
+		p.failures.Inc()
+		p.stateErr = fmt.Errorf("the stored state at revision %d is invalid; the data plane keeps serving the last valid one: %w", rev, err)
+		p.lastErr = p.stateErr
+		p.log.Error("publishing the stored state failed", "revision", rev, "err", err)
+		return p.lastErr
+	}
+	p.state, p.rev, p.stateErr = m, rev, nil
 	p.instances.Sync(Services(m))
 	return p.handOver()
 }
@@ -128,7 +143,7 @@ func (p *Publisher) Err() error {
 // handOver builds the IR of p.state's view and gives it to the sink.
 // Called with mu held.
 func (p *Publisher) handOver() error {
-	dp, dropped, err := View(p.state, p.instances.Snapshot(), p.rules)
+	dp, dropped, err := lower(p.state, p.instances.Snapshot(), p.rules)
 	p.lastDropped = dropped
 	p.dropped.Set(float64(len(dropped)))
 	for _, d := range dropped {
@@ -144,6 +159,6 @@ func (p *Publisher) handOver() error {
 		p.log.Error("publishing the data-plane view failed", "err", err)
 		return p.lastErr
 	}
-	p.lastErr = nil
+	p.lastErr = p.stateErr
 	return nil
 }

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/ir"
@@ -54,40 +55,50 @@ type Rules struct {
 	Names *Resolver
 }
 
-// View returns the data plane's IR of state m given the health view
-// (ir.Lower of Replicas): each backend with its replicas, as translation
-// reads them. An instance whose address the data plane cannot use, or
-// that the address policy refuses, is dropped alone and listed in the
-// second result; a view the IR cannot serve is refused with the error;
-// m is not modified.
+// View returns the data plane's IR of state m, which it validates
+// (meshspec.Validate, in its role: the stored state), given the health
+// view: ir.Lower of m and Replicas. An instance whose address the data
+// plane cannot use, or that the address policy refuses, is dropped alone
+// and listed in the second result; a state or an IR the data plane cannot
+// serve is refused with the error; m is not modified.
 func View(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (*ir.DataPlane, []Dropped, error) {
-	view, dropped := Replicas(m, instances, rules)
-	dp, err := ir.Lower(view, ir.Options{MTLS: rules.MTLS})
+	if err := m.Validate(); err != nil {
+		return nil, nil, err
+	}
+	return lower(m, instances, rules)
+}
+
+// lower is View of a state already validated.
+func lower(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (*ir.DataPlane, []Dropped, error) {
+	replicas, dropped := Replicas(m, instances, rules)
+	dp, err := ir.Lower(m, replicas, ir.Options{MTLS: rules.MTLS})
 	return dp, dropped, err
 }
 
-// Replicas returns m with every backend's replicas listed plainly: a
-// process backend gets its placed replicas that Consul knows (draining when
-// their placement drains), an external backend its service's instances, by
+// Replicas returns the replicas the data plane serves of each of m's
+// served backends, by name: a process backend's placed replicas that
+// Consul knows (draining when their placement drains), an external
+// backend's service's instances, a backend of listed replicas its own; by
 // IP or by DNS name (resolved by rules.Names, each address checked, when
-// it is set). What only the controller and agents use (process specs,
-// placements, autoscaling) is left out. An instance whose address the
-// data plane cannot use, or that the address policy refuses, is dropped
-// alone and listed in the second result; m is not modified.
+// it is set). An instance whose address the data plane cannot use, or that
+// the address policy refuses, is dropped alone and listed in the second
+// result; m is not read beyond its backends, nor modified.
 //
 // With mTLS, a replica servemesh runs keeps its node and its node's inbound
 // listener, through which every node reaches it; one whose agent announces
 // no inbound listener (it runs without mesh mTLS) is dropped.
-func Replicas(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (*meshspec.Model, []Dropped) {
-	out := meshspec.Clone(m)
-	out.Backends, out.Retiring = out.Served(), nil // a retiring backend's replicas drain like others
+func Replicas(m *meshspec.Model, instances map[string][]catalog.Instance, rules Rules) (map[string][]meshspec.Replica, []Dropped) {
+	served := m.Served() // a retiring backend's replicas drain like others
+	out := make(map[string][]meshspec.Replica, len(served))
 	var dropped []Dropped
-	for i := range out.Backends {
-		b := &out.Backends[i]
+	for _, stored := range served {
+		// b collects the replicas: addReplica and resolveNames read its
+		// name and replicas alone.
+		b := &meshspec.Backend{Name: stored.Name, Replicas: slices.Clone(stored.Replicas)}
 		switch {
-		case b.Process != nil:
+		case stored.Process != nil:
 			placed := map[string]meshspec.Placement{}
-			for _, p := range b.Placements {
+			for _, p := range stored.Placements {
 				placed[p.Tag] = p
 			}
 			served := map[string]bool{}
@@ -103,8 +114,8 @@ func Replicas(m *meshspec.Model, instances map[string][]catalog.Instance, rules 
 				served[in.Tag] = true
 				b.Replicas, dropped = addReplica(b, in, p.State, dropped)
 			}
-		case b.External != nil:
-			for _, in := range instances[b.External.Service] {
+		case stored.External != nil:
+			for _, in := range instances[stored.External.Service] {
 				in.Node, in.Inbound = "", "" // outside the mesh: reached directly
 				if err := rules.Addresses.Check(in.Address); err != nil {
 					dropped = append(dropped, Dropped{Backend: b.Name, Instance: in.ID, Reason: err.Error()})
@@ -114,8 +125,7 @@ func Replicas(m *meshspec.Model, instances map[string][]catalog.Instance, rules 
 			}
 		}
 		dropped = resolveNames(b, rules.Names, rules.Addresses, dropped)
-		b.Process, b.External, b.Placements, b.Config.Autoscaling = nil, nil, nil, nil
-		*b = b.WithoutProcessOnlyFields()
+		out[b.Name] = b.Replicas
 	}
 	return out, dropped
 }

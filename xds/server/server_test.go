@@ -659,7 +659,7 @@ func TestSotWAndDeltaStreamsAreKeptApart(t *testing.T) {
 // an mTLS mesh if the view's replicas have inbound listeners.
 func lowered(tb testing.TB, m *meshspec.Model) *ir.DataPlane {
 	tb.Helper()
-	dp, err := ir.Lower(m, ir.Options{})
+	dp, err := ir.Lower(m, nil, ir.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func BenchmarkTranslate(b *testing.B) {
 		b.Run(fmt.Sprintf("endpoints=%d", endpoints), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				dp, err := ir.Lower(m, ir.Options{})
+				dp, err := ir.Lower(m, nil, ir.Options{})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -341,9 +341,6 @@ type endpointSync struct {
 
 type endpointEdit struct{ before, after *endpointParts }
 
-// changed reports whether any endpoint's parts changed.
-func (s endpointSync) changed() bool { return s.added || s.removed || len(s.edited) > 0 }
-
 // endpointChanges adds to set what an endpoint's rebuild (before nil: new;
 // after nil: gone) changed: its mesh routes and its scope (its public
 // routes' configuration, which others share, is publicRoutes's to

@@ -224,8 +224,9 @@ func TestStatNamesReadBack(t *testing.T) {
 	}
 }
 
-// parseView reads a translation case: a data-plane view, which unlike what
-// users write (meshspec.Parse) holds replicas' nodes and inbound listeners.
+// parseView reads a translation case: a stored state whose backends list
+// their replicas too, which unlike what users write (meshspec.Parse) may
+// name their nodes and inbound listeners; the state (split) must be valid.
 func parseView(input []byte) (*meshspec.Model, error) {
 	js, err := yaml.YAMLToJSONStrict(input)
 	if err != nil {
@@ -235,7 +236,8 @@ func parseView(input []byte) (*meshspec.Model, error) {
 	if err := meshspec.DecodeJSON(js, &m); err != nil {
 		return nil, err
 	}
-	return &m, m.Validate()
+	state, _ := split(&m)
+	return &m, state.Validate()
 }
 
 // TestInboundHealthChangesOnlyAssignments: a node's own replicas come by
