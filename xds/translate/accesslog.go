@@ -1,7 +1,6 @@
 package translate
 
 import (
-	"sync"
 
 	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -46,20 +45,24 @@ var accessLogFields = map[string]string{
 // to the node's access log (wire.AccessLogFile, relative to the folder its
 // Envoy runs in, so that the configuration is the same on every node).
 // Every connection manager of a listener name gets the same one, packed
-// once: an mTLS node has an inbound chain per backend it runs, and packing
-// the format for each was a tenth of a full publish. Callers must not
-// change what it returns.
+// once, when the package loads, for each of wire's three listener names:
+// an mTLS node has an inbound chain per backend it runs, and packing the
+// format for each was a tenth of a full publish. Callers must not change
+// what it returns.
 func accessLogs(listener string) []*accesslog.AccessLog {
-	if logs, ok := packedAccessLogs.Load(listener); ok {
-		return logs.([]*accesslog.AccessLog)
+	if logs, ok := packedAccessLogs[listener]; ok {
+		return logs
 	}
-	logs, _ := packedAccessLogs.LoadOrStore(listener, packAccessLogs(listener))
-	return logs.([]*accesslog.AccessLog)
+	return packAccessLogs(listener)
 }
 
-// packedAccessLogs are accessLogs' answers by listener name (a handful:
-// wire's listener names).
-var packedAccessLogs sync.Map
+// packedAccessLogs are accessLogs' answers for wire's listener names, a
+// table made once (not a memo: it depends on nothing that changes).
+var packedAccessLogs = map[string][]*accesslog.AccessLog{
+	wire.PublicListener:  packAccessLogs(wire.PublicListener),
+	wire.MeshListener:    packAccessLogs(wire.MeshListener),
+	wire.InboundListener: packAccessLogs(wire.InboundListener),
+}
 
 // packAccessLogs builds accessLogs' answer for listener.
 func packAccessLogs(listener string) []*accesslog.AccessLog {
