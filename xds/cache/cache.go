@@ -73,40 +73,6 @@ func (c *Cache) kindLocked(kind string) *kindEntries {
 	return k
 }
 
-// Get returns the entry of k's kind and name if it was made from k's
-// version, and the cache is on.
-func Get[V any](c *Cache, k Key) (V, bool) {
-	return KindOf[V](c, k.Kind).Get(k.Name, k.Version)
-}
-
-// Last returns the entry of kind and name whatever its version, and that
-// version, on or off: what was built before, which a change is compared
-// with to declare what it changed, and which an entry without a version
-// holds its inputs in.
-func Last[V any](c *Cache, kind, name string) (V, string, bool) {
-	c.mu.RLock()
-	var e *entry
-	if k := c.by[kind]; k != nil {
-		e = k.names[name]
-	}
-	c.mu.RUnlock()
-	var zero V
-	if e == nil {
-		return zero, "", false
-	}
-	v, ok := e.value.(V)
-	return v, e.version, ok
-}
-
-// Put makes v the entry of k's kind and name, made from k's version.
-func Put[V any](c *Cache, k Key, v V) {
-	e := &entry{version: k.Version, value: v}
-	e.used.Store(c.epoch.Load())
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.kindLocked(k.Kind).names[k.Name] = e
-}
-
 // Clear drops the entries of kind named in names (a declared change), or
 // every entry of kind when names is empty.
 func (c *Cache) Clear(kind string, names ...string) {
@@ -211,31 +177,6 @@ func Sorted[V any](c *Cache, kind string) []Named[V] {
 	return out
 }
 
-// Len is how many entries of kind c holds.
-func (c *Cache) Len(kind string) int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if k := c.by[kind]; k != nil {
-		return len(k.names)
-	}
-	return 0
-}
-
-// Names are the names of kind's entries, sorted.
-func (c *Cache) Names(kind string) []string {
-	c.mu.RLock()
-	var out []string
-	if k := c.by[kind]; k != nil {
-		out = make([]string, 0, len(k.names))
-		for n := range k.names {
-			out = append(out, n)
-		}
-	}
-	c.mu.RUnlock()
-	slices.Sort(out)
-	return out
-}
-
 // Keys lists every entry's key, by kind, then name: the debug view.
 func (c *Cache) Keys() []Key {
 	c.mu.RLock()
@@ -270,22 +211,22 @@ func (c *Cache) Stats() []KindStats {
 	return out
 }
 
-// Of is one kind of c's entries, whose values are V: a handle that spares
-// each lookup the kind's.
+// Of is one kind of c's entries, whose values are V: what its users hold
+// to get and put entries, a handle that spares each lookup the kind's.
 type Of[V any] struct {
-	c    *Cache
-	kind string
-	k    *kindEntries
+	c *Cache
+	k *kindEntries
 }
 
 // KindOf is c's kind of entries, made if c has none yet.
 func KindOf[V any](c *Cache, kind string) Of[V] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Of[V]{c: c, kind: kind, k: c.kindLocked(kind)}
+	return Of[V]{c: c, k: c.kindLocked(kind)}
 }
 
-// Get is Get(c, Key{Kind: o's, Name: name, Version: version}).
+// Get returns the entry of o's kind and name if it was made from
+// version, and the cache is on.
 func (o Of[V]) Get(name, version string) (V, bool) {
 	o.c.mu.RLock()
 	e := o.k.names[name]
@@ -305,7 +246,9 @@ func (o Of[V]) Get(name, version string) (V, bool) {
 	return v, true
 }
 
-// Last is Last(c, o's kind, name) without the version.
+// Last returns the entry name whatever its version, on or off: what was
+// built before, which a change is compared with to declare what it
+// changed, and which an entry without a version holds its inputs in.
 func (o Of[V]) Last(name string) V {
 	o.c.mu.RLock()
 	e := o.k.names[name]
@@ -318,7 +261,16 @@ func (o Of[V]) Last(name string) V {
 	return v
 }
 
-// Put is Put(c, Key{Kind: o's, Name: name, Version: version}, v).
+// Clear drops the entries named in names.
+func (o Of[V]) Clear(names ...string) {
+	o.c.mu.Lock()
+	defer o.c.mu.Unlock()
+	for _, n := range names {
+		delete(o.k.names, n)
+	}
+}
+
+// Put makes v the entry name, made from version.
 func (o Of[V]) Put(name, version string, v V) {
 	e := &entry{version: version, value: v}
 	e.used.Store(o.c.epoch.Load())
@@ -326,6 +278,3 @@ func (o Of[V]) Put(name, version string, v V) {
 	defer o.c.mu.Unlock()
 	o.k.names[name] = e
 }
-
-// Kind is o's kind.
-func (o Of[V]) Kind() string { return o.kind }

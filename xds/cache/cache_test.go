@@ -7,32 +7,45 @@ import (
 	"testing"
 )
 
+// names are the names of kind's entries in c, sorted, as the debug view
+// lists them.
+func names(c *Cache, kind string) []string {
+	var out []string
+	for _, k := range c.Keys() {
+		if k.Kind == kind {
+			out = append(out, k.Name)
+		}
+	}
+	return out
+}
+
 func TestGetHitsOnlyTheSameVersion(t *testing.T) {
 	c := New(On)
-	Put(c, Key{Kind: "backend", Name: "a", Version: "1"}, 10)
-	if v, ok := Get[int](c, Key{Kind: "backend", Name: "a", Version: "1"}); !ok || v != 10 {
+	backends := KindOf[int](c, "backend")
+	backends.Put("a", "1", 10)
+	if v, ok := backends.Get("a", "1"); !ok || v != 10 {
 		t.Fatalf("Get of the version put = %d, %t; want 10, true", v, ok)
 	}
-	if _, ok := Get[int](c, Key{Kind: "backend", Name: "a", Version: "2"}); ok {
+	if _, ok := backends.Get("a", "2"); ok {
 		t.Fatal("Get of another version hit")
 	}
-	if _, ok := Get[int](c, Key{Kind: "endpoint", Name: "a", Version: "1"}); ok {
+	if _, ok := KindOf[int](c, "endpoint").Get("a", "1"); ok {
 		t.Fatal("Get of another kind hit")
 	}
-	if _, ok := Get[string](c, Key{Kind: "backend", Name: "a", Version: "1"}); ok {
+	if _, ok := KindOf[string](c, "backend").Get("a", "1"); ok {
 		t.Fatal("Get of another type hit")
 	}
 }
 
 func TestOffNeverHitsButKeepsTheLast(t *testing.T) {
 	c := New(Off)
-	k := Key{Kind: "backend", Name: "a", Version: "1"}
-	Put(c, k, 10)
-	if _, ok := Get[int](c, k); ok {
+	backends := KindOf[int](c, "backend")
+	backends.Put("a", "1", 10)
+	if _, ok := backends.Get("a", "1"); ok {
 		t.Fatal("an off cache hit")
 	}
-	if v, version, ok := Last[int](c, "backend", "a"); !ok || v != 10 || version != "1" {
-		t.Fatalf("Last = %d, %q, %t; want what was put: 10, 1, true", v, version, ok)
+	if v, keys := backends.Last("a"), c.Keys(); v != 10 || !slices.Equal(keys, []Key{{Kind: "backend", Name: "a", Version: "1"}}) {
+		t.Fatalf("Last = %d, keys %v; want what was put: 10, version 1", v, keys)
 	}
 	if got := c.Stats(); len(got) != 1 || got[0].Hits != 0 || got[0].Misses != 1 || got[0].Entries != 1 {
 		t.Fatalf("Stats = %+v; want one entry, one miss", got)
@@ -41,20 +54,21 @@ func TestOffNeverHitsButKeepsTheLast(t *testing.T) {
 
 func TestClearAndRetainDropWhatTheyName(t *testing.T) {
 	c := New(On)
+	backends, endpoints := KindOf[string](c, "backend"), KindOf[string](c, "endpoint")
 	for _, n := range []string{"a", "b", "c"} {
-		Put(c, Key{Kind: "backend", Name: n}, n)
-		Put(c, Key{Kind: "endpoint", Name: n}, n)
+		backends.Put(n, "", n)
+		endpoints.Put(n, "", n)
 	}
-	c.Clear("backend", "a")
+	backends.Clear("a")
 	c.Retain("endpoint", func(n string) bool { return n == "c" })
-	if got, want := c.Names("backend"), []string{"b", "c"}; !slices.Equal(got, want) {
+	if got, want := names(c, "backend"), []string{"b", "c"}; !slices.Equal(got, want) {
 		t.Fatalf("backends after Clear(a) = %v; want %v", got, want)
 	}
-	if got, want := c.Names("endpoint"), []string{"c"}; !slices.Equal(got, want) {
+	if got, want := names(c, "endpoint"), []string{"c"}; !slices.Equal(got, want) {
 		t.Fatalf("endpoints after Retain(c) = %v; want %v", got, want)
 	}
 	c.Clear("backend")
-	if n := c.Len("backend"); n != 0 {
+	if n := len(names(c, "backend")); n != 0 {
 		t.Fatalf("Clear(kind) left %d entries", n)
 	}
 	want := []Key{{Kind: "endpoint", Name: "c"}}
@@ -72,10 +86,10 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			kind := KindOf[int](c, fmt.Sprint("k", w%2))
 			for i := range 200 {
-				k := Key{Kind: fmt.Sprint("k", w%2), Name: fmt.Sprint(i), Version: "v"}
-				Put(c, k, i)
-				if v, ok := Get[int](c, k); ok && v != i {
+				kind.Put(fmt.Sprint(i), "v", i)
+				if v, ok := kind.Get(fmt.Sprint(i), "v"); ok && v != i {
 					t.Errorf("Get = %d; want %d", v, i)
 				}
 				_ = c.Keys()
@@ -84,22 +98,23 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if c.Len("k0") != 200 || c.Len("k1") != 200 {
-		t.Fatalf("entries = %d, %d; want 200 each", c.Len("k0"), c.Len("k1"))
+	if n0, n1 := len(names(c, "k0")), len(names(c, "k1")); n0 != 200 || n1 != 200 {
+		t.Fatalf("entries = %d, %d; want 200 each", n0, n1)
 	}
 }
 
 func TestDropUnusedKeepsWhatTheRoundUsed(t *testing.T) {
 	c := New(On)
+	kinds := KindOf[string](c, "kind")
 	for _, n := range []string{"a", "b", "c"} {
-		Put(c, Key{Kind: "kind", Name: n, Version: "1"}, n)
+		kinds.Put(n, "1", n)
 	}
 	c.NextEpoch()
-	Get[string](c, Key{Kind: "kind", Name: "a", Version: "1"}) // a hit: used
-	Get[string](c, Key{Kind: "kind", Name: "b", Version: "2"}) // a miss: not
-	Put(c, Key{Kind: "kind", Name: "d", Version: "1"}, "d")    // put: used
+	kinds.Get("a", "1")      // a hit: used
+	kinds.Get("b", "2")      // a miss: not
+	kinds.Put("d", "1", "d") // put: used
 	c.DropUnused("kind")
-	if got, want := c.Names("kind"), []string{"a", "d"}; !slices.Equal(got, want) {
+	if got, want := names(c, "kind"), []string{"a", "d"}; !slices.Equal(got, want) {
 		t.Fatalf("after a round that used a and d: %v; want %v", got, want)
 	}
 }

@@ -234,7 +234,7 @@ const KindSnapshotKinds = "server/kind"
 type sharedResources struct {
 	mtls           *translate.MTLS
 	builder        *translate.Builder
-	cache          *cache.Cache // the server's (and the builder's)
+	kinds          cache.Of[*kind] // the server's entries (KindSnapshotKinds) in its cache
 	routes, scopes *kind
 	clusters       *kind
 	clusterList    []*cluster.Cluster // clusters, as translated
@@ -257,15 +257,14 @@ type sharedResources struct {
 // kindOf is the server's kind name made from an input of version, made
 // by make if the cache has none.
 func (sr *sharedResources) kindOf(name, version string, make func() (*kind, error)) (*kind, error) {
-	key := cache.Key{Kind: KindSnapshotKinds, Name: name, Version: version}
-	if k, ok := cache.Get[*kind](sr.cache, key); ok {
+	if k, ok := sr.kinds.Get(name, version); ok {
 		return k, nil
 	}
 	k, err := make()
 	if err != nil {
 		return nil, err
 	}
-	cache.Put(sr.cache, key, k)
+	sr.kinds.Put(name, version, k)
 	return k, nil
 }
 
@@ -284,7 +283,7 @@ func (sr *sharedResources) meshScopes() *kind {
 // buildShared turns a build into what snapshots take: the shared kinds,
 // each made again only when its version changed.
 func buildShared(mtls *translate.MTLS, r *translate.Built, b *translate.Builder, c *cache.Cache) *sharedResources {
-	out := &sharedResources{mtls: mtls, builder: b, cache: c, assignments: r.Assignments, routeClusters: r.RouteClusters}
+	out := &sharedResources{mtls: mtls, builder: b, kinds: cache.KindOf[*kind](c, KindSnapshotKinds), assignments: r.Assignments, routeClusters: r.RouteClusters}
 	out.clusters = out.cut("shared/clusters", r.ClustersVersion, func() *kind {
 		out.clustersBuilt = true
 		return clustersKind(r)
@@ -480,7 +479,7 @@ func (sr *sharedResources) sharedConsistent() error {
 	if sr.clustersBuilt {
 		sr.sharedErr = translate.AskedAreBuilt(sr.clusterList, sr.assignments)
 		if sr.sharedErr != nil {
-			sr.cache.Clear(KindSnapshotKinds, "shared/clusters")
+			sr.kinds.Clear("shared/clusters")
 		}
 	}
 	sr.sharedChecked = true

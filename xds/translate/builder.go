@@ -33,7 +33,7 @@ type Builder struct {
 	// endpoint's (KindEndpointParts), each route key's public table
 	// (KindRouteTable) and each node's (KindNodeParts, nodebuilder.go).
 	// Off, nothing is reused and what changed is decided by comparing
-	// versions with the last Build's parts (cache.Last).
+	// versions with the last Build's parts (cache.Of.Last).
 	cache *cache.Cache
 	// backends, endpoints, tables and nodes are its kinds.
 	backends  cache.Of[*backendParts]
