@@ -3,6 +3,7 @@ package ir
 import (
 	"maps"
 	"slices"
+	"strings"
 )
 
 // DataPlane is the IR of one view of the mesh: its backends and its
@@ -16,6 +17,11 @@ type DataPlane struct {
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
 	// Tracing, if set, is where every node's Envoy sends its spans.
 	Tracing *Tracing `json:"tracing,omitempty"`
+	// Seq numbers the data planes one publisher makes (0: none, as a
+	// config file's or a test's), and Changes names what changed since
+	// the one it follows (see Delta); neither is part of what is served.
+	Seq     uint64 `json:"-"`
+	Changes *Delta `json:"-"`
 }
 
 // Tracing is the mesh's OTLP/gRPC collector, Host:Port, and the share of
@@ -284,19 +290,22 @@ type Split struct {
 
 // Backend returns dp's backend named name.
 func (dp *DataPlane) Backend(name string) (Backend, bool) {
-	i, ok := slices.BinarySearchFunc(dp.Backends, name, func(b Backend, n string) int {
-		switch {
-		case b.Name < n:
-			return -1
-		case b.Name > n:
-			return 1
-		}
-		return 0
-	})
+	return byName(dp.Backends, name, func(b Backend) string { return b.Name })
+}
+
+// Endpoint returns dp's endpoint named name.
+func (dp *DataPlane) Endpoint(name string) (Endpoint, bool) {
+	return byName(dp.Endpoints, name, func(e Endpoint) string { return e.Name })
+}
+
+// byName finds the item named name in list, sorted by name.
+func byName[T any](list []T, name string, nameOf func(T) string) (T, bool) {
+	i, ok := slices.BinarySearchFunc(list, name, func(x T, n string) int { return strings.Compare(nameOf(x), n) })
 	if !ok {
-		return Backend{}, false
+		var zero T
+		return zero, false
 	}
-	return dp.Backends[i], true
+	return list[i], true
 }
 
 // Equal reports whether a and b are the same backend, as translation

@@ -47,26 +47,7 @@ func Lower(state *meshspec.Model, replicas map[string][]meshspec.Replica, o Opti
 		dp.Tracing = &Tracing{Host: host, Port: uint32(n), SamplingPercent: t.Sampling()}
 	}
 	for _, e := range state.Endpoints {
-		out := lowerEndpoint(e, o)
-		if sampling, traced := meshspec.TraceSampling(state.Mesh, e); traced {
-			out.TraceSampling = &sampling
-		}
-		for _, name := range out.backends() {
-			if b, ok := dp.Backend(name); ok && b.PromptAffinity {
-				out.PromptAffinity = true
-				if !slices.ContainsFunc(out.AffinityNodes, func(a AffinityBackend) bool { return a.Name == name }) {
-					out.AffinityNodes = append(out.AffinityNodes, AffinityBackend{Name: name, Nodes: b.nodeShares()})
-				}
-				for _, h := range []string{b.SessionHeader, b.ModelHeader} {
-					if h != "" && !slices.Contains(out.AffinityHeaders, h) {
-						out.AffinityHeaders = append(out.AffinityHeaders, h)
-					}
-				}
-			}
-		}
-		slices.Sort(out.AffinityHeaders)
-		slices.SortFunc(out.AffinityNodes, func(a, b AffinityBackend) int { return strings.Compare(a.Name, b.Name) })
-		dp.Endpoints = append(dp.Endpoints, out)
+		dp.Endpoints = append(dp.Endpoints, dp.lowerEndpoint(state.Mesh, e, o))
 	}
 	slices.SortFunc(dp.Endpoints, func(a, b Endpoint) int { return strings.Compare(a.Name, b.Name) })
 	if err := dp.Validate(); err != nil {
@@ -136,7 +117,33 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 	return out
 }
 
-func lowerEndpoint(e meshspec.Endpoint, o Options) Endpoint {
+// lowerEndpoint is e's IR in dp, whose backends are lowered: an endpoint
+// reads the nodes and headers of the prompt-affine backends it sends to.
+func (dp *DataPlane) lowerEndpoint(mesh *meshspec.Mesh, e meshspec.Endpoint, o Options) Endpoint {
+	out := lowerEndpointAlone(e, o)
+	if sampling, traced := meshspec.TraceSampling(mesh, e); traced {
+		out.TraceSampling = &sampling
+	}
+	for _, name := range out.backends() {
+		if b, ok := dp.Backend(name); ok && b.PromptAffinity {
+			out.PromptAffinity = true
+			if !slices.ContainsFunc(out.AffinityNodes, func(a AffinityBackend) bool { return a.Name == name }) {
+				out.AffinityNodes = append(out.AffinityNodes, AffinityBackend{Name: name, Nodes: b.nodeShares()})
+			}
+			for _, h := range []string{b.SessionHeader, b.ModelHeader} {
+				if h != "" && !slices.Contains(out.AffinityHeaders, h) {
+					out.AffinityHeaders = append(out.AffinityHeaders, h)
+				}
+			}
+		}
+	}
+	slices.Sort(out.AffinityHeaders)
+	slices.SortFunc(out.AffinityNodes, func(a, b AffinityBackend) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// lowerEndpointAlone is what e's IR reads of e alone.
+func lowerEndpointAlone(e meshspec.Endpoint, o Options) Endpoint {
 	out := Endpoint{
 		Name:           e.Name,
 		Route:          e.Route,

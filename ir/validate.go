@@ -19,40 +19,110 @@ import (
 // otherwise (a test's) must pass it before it is translated.
 func (dp *DataPlane) Validate() error {
 	var errs []error
-	for i, b := range dp.Backends {
-		if i > 0 && dp.Backends[i-1].Name >= b.Name {
-			errs = append(errs, fmt.Errorf("backends: %q after %q: names must be unique and sorted", b.Name, dp.Backends[i-1].Name))
+	for i := range dp.Backends {
+		errs = append(errs, dp.checkBackend(i))
+	}
+	for i := range dp.Endpoints {
+		errs = append(errs, dp.checkEndpoint(i)...)
+	}
+	errs = append(errs, dp.checkTracing())
+	return errors.Join(errs...)
+}
+
+// ValidateSince is Validate of dp, made from prev, which passed it, by
+// the change dp.Changes names: when the change follows prev, what it
+// names is checked (every endpoint's backends when a backend went), and
+// the order of every name; otherwise dp is validated whole. A data plane
+// of 10,000 endpoints and 300,000 replicas takes tens of milliseconds to
+// validate whole.
+func (dp *DataPlane) ValidateSince(prev *DataPlane) error {
+	if prev == nil || !dp.Changes.Follows(prev.Seq) {
+		return dp.Validate()
+	}
+	return dp.validateDelta(dp.Changes, backendGone(prev, dp, dp.Changes))
+}
+
+// backendGone reports whether a backend d names is in prev and not in dp.
+func backendGone(prev, dp *DataPlane, d *Delta) bool {
+	for name := range d.Backends {
+		if _, was := prev.Backend(name); was {
+			if _, is := dp.Backend(name); !is {
+				return true
+			}
 		}
-		if err := b.validate(); err != nil {
-			errs = append(errs, fmt.Errorf("backend %q: %w", b.Name, err))
+	}
+	return false
+}
+
+// validateDelta is Validate of dp, made from a valid data plane by the
+// change d names: the backends and endpoints d names are checked, and the
+// order of every name; every endpoint's backends too when allEndpoints
+// (a backend went).
+func (dp *DataPlane) validateDelta(d *Delta, allEndpoints bool) error {
+	var errs []error
+	for i, b := range dp.Backends {
+		if _, ok := d.Backends[b.Name]; ok {
+			errs = append(errs, dp.checkBackend(i))
+		} else if i > 0 && dp.Backends[i-1].Name >= b.Name {
+			errs = append(errs, fmt.Errorf("backends: %q after %q: names must be unique and sorted", b.Name, dp.Backends[i-1].Name))
 		}
 	}
 	for i, e := range dp.Endpoints {
-		if i > 0 && dp.Endpoints[i-1].Name >= e.Name {
+		if _, ok := d.Endpoints[e.Name]; ok || allEndpoints {
+			errs = append(errs, dp.checkEndpoint(i)...)
+		} else if i > 0 && dp.Endpoints[i-1].Name >= e.Name {
 			errs = append(errs, fmt.Errorf("endpoints: %q after %q: names must be unique and sorted", e.Name, dp.Endpoints[i-1].Name))
 		}
-		for _, backend := range e.backends() {
-			if _, ok := dp.Backend(backend); !ok {
-				errs = append(errs, fmt.Errorf("endpoint %q sends to backend %q, which the data plane does not have", e.Name, backend))
-			}
-		}
-		if g := e.GlobalRateLimit; g != nil && (g.Requests < 1 || !slices.Contains(meshspec.RateLimitUnits, g.Unit)) {
-			errs = append(errs, fmt.Errorf("endpoint %q: global rate limit: %d a %q: give at least 1 a %s", e.Name, g.Requests, g.Unit, strings.Join(meshspec.RateLimitUnits, ", ")))
-		}
-		if q := e.TokenQuota; q != nil && (q.Tokens < 1 || !slices.Contains(meshspec.RateLimitUnits, q.Unit)) {
-			errs = append(errs, fmt.Errorf("endpoint %q: token quota: %d a %q: give at least 1 a %s", e.Name, q.Tokens, q.Unit, strings.Join(meshspec.RateLimitUnits, ", ")))
-		}
-		if len(e.Methods) == 0 {
-			errs = append(errs, fmt.Errorf("endpoint %q: methods: none allowed", e.Name))
-		}
-		if s := e.TraceSampling; s != nil && (dp.Tracing == nil || !(*s >= 0 && *s <= 100)) {
-			errs = append(errs, fmt.Errorf("endpoint %q: trace sampling %v%%: want 0 to 100, in a data plane with a collector", e.Name, *s))
-		}
-	}
-	if t := dp.Tracing; t != nil && (t.Host == "" || t.Port == 0 || !(t.SamplingPercent >= 0 && t.SamplingPercent <= 100)) {
-		errs = append(errs, fmt.Errorf("tracing: collector %q port %d, sampling %v%%: want a host, a port and 0 to 100", t.Host, t.Port, t.SamplingPercent))
 	}
 	return errors.Join(errs...)
+}
+
+// checkBackend validates dp's i-th backend and its place in the order.
+func (dp *DataPlane) checkBackend(i int) error {
+	b := dp.Backends[i]
+	var errs []error
+	if i > 0 && dp.Backends[i-1].Name >= b.Name {
+		errs = append(errs, fmt.Errorf("backends: %q after %q: names must be unique and sorted", b.Name, dp.Backends[i-1].Name))
+	}
+	if err := b.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("backend %q: %w", b.Name, err))
+	}
+	return errors.Join(errs...)
+}
+
+// checkEndpoint validates dp's i-th endpoint, its place in the order and
+// the backends it sends to.
+func (dp *DataPlane) checkEndpoint(i int) []error {
+	e := dp.Endpoints[i]
+	var errs []error
+	if i > 0 && dp.Endpoints[i-1].Name >= e.Name {
+		errs = append(errs, fmt.Errorf("endpoints: %q after %q: names must be unique and sorted", e.Name, dp.Endpoints[i-1].Name))
+	}
+	for _, backend := range e.backends() {
+		if _, ok := dp.Backend(backend); !ok {
+			errs = append(errs, fmt.Errorf("endpoint %q sends to backend %q, which the data plane does not have", e.Name, backend))
+		}
+	}
+	if g := e.GlobalRateLimit; g != nil && (g.Requests < 1 || !slices.Contains(meshspec.RateLimitUnits, g.Unit)) {
+		errs = append(errs, fmt.Errorf("endpoint %q: global rate limit: %d a %q: give at least 1 a %s", e.Name, g.Requests, g.Unit, strings.Join(meshspec.RateLimitUnits, ", ")))
+	}
+	if q := e.TokenQuota; q != nil && (q.Tokens < 1 || !slices.Contains(meshspec.RateLimitUnits, q.Unit)) {
+		errs = append(errs, fmt.Errorf("endpoint %q: token quota: %d a %q: give at least 1 a %s", e.Name, q.Tokens, q.Unit, strings.Join(meshspec.RateLimitUnits, ", ")))
+	}
+	if len(e.Methods) == 0 {
+		errs = append(errs, fmt.Errorf("endpoint %q: methods: none allowed", e.Name))
+	}
+	if s := e.TraceSampling; s != nil && (dp.Tracing == nil || !(*s >= 0 && *s <= 100)) {
+		errs = append(errs, fmt.Errorf("endpoint %q: trace sampling %v%%: want 0 to 100, in a data plane with a collector", e.Name, *s))
+	}
+	return errs
+}
+
+func (dp *DataPlane) checkTracing() error {
+	if t := dp.Tracing; t != nil && (t.Host == "" || t.Port == 0 || !(t.SamplingPercent >= 0 && t.SamplingPercent <= 100)) {
+		return fmt.Errorf("tracing: collector %q port %d, sampling %v%%: want a host, a port and 0 to 100", t.Host, t.Port, t.SamplingPercent)
+	}
+	return nil
 }
 
 func (b Backend) validate() error {
