@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/servemesh/servemesh/internal/modelgen"
+	"github.com/servemesh/servemesh/ir"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
 	"github.com/servemesh/servemesh/xds/translate"
@@ -50,34 +51,66 @@ func TestCacheOffPublishesTheSame(t *testing.T) {
 	}
 	view := modelgen.Model(20, 2, 3)
 	onNodes(view, nodes-2)
+	// Each step is one or more changes, each with what it touched (none
+	// listed: the whole state), set one after the other and published
+	// once: the server with its cache on gets each change's IR lowered
+	// from the last where the change touched (ir.LowerDelta) and carrying
+	// it, the one off the IR lowered whole.
+	type change struct {
+		apply               func(m *meshspec.Model)
+		backends, endpoints []string
+	}
+	trafficSet := change{func(m *meshspec.Model) {
+		keys := meshspec.SortedKeys(m.Endpoints[1].Traffic)
+		m.Endpoints[1].Traffic = map[string]float64{keys[0]: 1}
+	}, nil, []string{"ep-1"}}
 	steps := []struct {
-		what   string
-		change func(m *meshspec.Model)
+		what    string
+		changes []change
 	}{
-		{"the first publish", func(*meshspec.Model) {}},
-		{"a traffic set", func(m *meshspec.Model) {
-			keys := meshspec.SortedKeys(m.Endpoints[1].Traffic)
-			m.Endpoints[1].Traffic = map[string]float64{keys[0]: 1}
+		{"the first publish", []change{{apply: func(*meshspec.Model) {}}}},
+		{"a traffic set", []change{trafficSet}},
+		{"a replica's health", []change{{func(m *meshspec.Model) { m.Backends[2].Replicas[0].Health = meshspec.HealthUnhealthy }, []string{view.Backends[2].Name}, nil}}},
+		{"a backend's configuration, then a replica's health, published once", []change{
+			{func(m *meshspec.Model) { m.Backends[3].Config.MaxConcurrentQueries = 2 }, []string{view.Backends[3].Name}, nil},
+			{func(m *meshspec.Model) { m.Backends[2].Replicas[0].Health = meshspec.HealthHealthy }, []string{view.Backends[2].Name}, nil},
 		}},
-		{"a replica's health", func(m *meshspec.Model) { m.Backends[2].Replicas[0].Health = meshspec.HealthUnhealthy }},
-		{"a backend's configuration", func(m *meshspec.Model) { m.Backends[3].Config.MaxConcurrentQueries = 2 }},
-		{"every backend's replicas", func(m *meshspec.Model) {
+		{"every backend's replicas", []change{{apply: func(m *meshspec.Model) {
 			next := modelgen.Model(20, 2, 4)
 			onNodes(next, nodes-2)
 			*m = *next
-		}},
-		{"an endpoint removed", func(m *meshspec.Model) { m.Endpoints = slices.Delete(m.Endpoints, 0, 1) }},
+		}}}},
+		{"an endpoint removed", []change{{func(m *meshspec.Model) { m.Endpoints = slices.Delete(m.Endpoints, 0, 1) }, nil, []string{"ep-0"}}}},
 	}
+	var last *ir.DataPlane
+	seq := uint64(0)
 	for _, step := range steps {
-		next := meshspec.Clone(view)
-		step.change(next)
-		if err := next.Validate(); err != nil {
-			t.Fatalf("%s: %v", step.what, err)
+		for _, c := range step.changes {
+			next := meshspec.Clone(view)
+			c.apply(next)
+			if err := next.Validate(); err != nil {
+				t.Fatalf("%s: %v", step.what, err)
+			}
+			view, seq = next, seq+1
+			dp := lowered(t, view)
+			if last != nil && (c.backends != nil || c.endpoints != nil) {
+				d := &ir.Delta{Since: last.Seq}
+				d.AddBackends(c.backends...)
+				d.AddEndpoints(c.endpoints...)
+				var err error
+				if dp, err = ir.LowerDelta(last, view, nil, d, ir.Options{}); err != nil {
+					t.Fatalf("%s: %v", step.what, err)
+				}
+			}
+			dp.Seq, last = seq, dp
+			if err := servers[0].SetDataPlane(dp); err != nil {
+				t.Fatalf("%s: cache on: %v", step.what, err)
+			}
+			if err := servers[1].SetDataPlane(lowered(t, view)); err != nil {
+				t.Fatalf("%s: cache off: %v", step.what, err)
+			}
 		}
-		view = next
 		for _, s := range servers {
-			s.dataPlane = lowered(t, view)
-			s.generation++
 			s.publish(context.Background())
 		}
 		checkCacheViews(t, step.what, servers[0].CacheView(), servers[1].CacheView())

@@ -35,6 +35,7 @@ func (s *Server) publish(ctx context.Context) {
 	s.mu.Lock()
 	s.forgetGoneNodes(start)
 	m, gen, mtls := s.dataPlane, s.generation, s.mtls
+	s.taken = gen
 	newOnly := s.built != nil && s.builtGen == gen && s.built.mtls == mtls
 	nodes := make([]wire.ProxyNode, 0, len(s.nodes))
 	for id, n := range s.nodes {

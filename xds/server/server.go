@@ -64,8 +64,15 @@ type Server struct {
 	// waiting for what a node asked for on demand (demand.go).
 	urgent chan struct{}
 
-	mu         sync.Mutex
-	dataPlane  *ir.DataPlane
+	// setting serialises SetDataPlane: each validates what changed since
+	// the data plane it replaces.
+	setting sync.Mutex
+
+	mu        sync.Mutex
+	dataPlane *ir.DataPlane
+	// taken is the generation of the data plane the last publish took; a
+	// later one is pending, and the change of the next is added to its.
+	taken      uint64
 	mtls       *translate.MTLS // nil: plaintext between nodes
 	generation uint64
 	acceptedAt map[uint64]time.Time // when each recent generation was accepted
@@ -197,19 +204,32 @@ func (s *Server) Register(g *grpc.Server) {
 
 // SetDataPlane makes dp, an IR as ir.Lower makes it, the data plane every
 // node is served; the caller must not modify it afterwards. The server
-// checks the IR's invariants (DataPlane.Validate, which Lower ran already)
-// before translation, which trusts them: an IR that breaks them is
-// refused and the last good one keeps serving.
+// checks the IR's invariants (DataPlane.Validate, which Lower ran already;
+// only what changed when dp's Changes follow the last data plane) before
+// translation, which trusts them: an IR that breaks them is refused and
+// the last good one keeps serving. A data plane that replaces one no
+// publish took yet carries both changes (ir.Delta.Then), so the next
+// build still rebuilds only what changed.
 func (s *Server) SetDataPlane(dp *ir.DataPlane) error {
+	s.setting.Lock()
+	defer s.setting.Unlock()
+	s.mu.Lock()
+	prev := s.dataPlane
+	s.mu.Unlock()
 	err := errors.New("nil")
 	if dp != nil {
-		err = dp.Validate()
+		err = dp.ValidateSince(prev)
 	}
 	if err != nil {
 		s.metrics.rejected.Inc()
 		return fmt.Errorf("data plane refused, the last good one keeps serving: %w", err)
 	}
 	s.mu.Lock()
+	if prev != nil && s.taken != s.generation && dp.Changes != nil {
+		merged := *dp
+		merged.Changes = prev.Changes.Then(prev.Seq, dp.Changes)
+		dp = &merged
+	}
 	s.dataPlane = dp
 	s.generation++
 	gen := s.generation

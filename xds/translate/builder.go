@@ -53,6 +53,9 @@ type Builder struct {
 	byNode map[string]map[string]bool
 	// tracing is the last Build's: every node's listeners trace with it.
 	tracing *ir.Tracing
+	// seq is the last Build's data plane's (ir.DataPlane.Seq): a data
+	// plane whose Changes follow it names what to look at again.
+	seq uint64
 }
 
 // The kinds of the builder's entries in its cache (xds/cache), each a
@@ -199,11 +202,18 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 	b.gen++
 	b.tracing = m.Tracing
 	set := ChangeSet{}
-	changed, err := b.syncBackends(m, set)
+	// What changed is what m's delta names, carried from its source; after
+	// a fresh start, with the cache off (the oracle) or when the delta does
+	// not follow the last Build, every backend and endpoint is compared.
+	var delta *ir.Delta
+	if b.last != nil && b.cache.On() && m.Changes.Follows(b.seq) {
+		delta = m.Changes
+	}
+	changed, err := b.syncBackends(m, delta, set)
 	if err != nil {
 		return nil, err
 	}
-	endpoints, err := b.syncEndpoints(m, set)
+	endpoints, err := b.syncEndpoints(m, delta, set)
 	if err != nil {
 		return nil, err
 	}
@@ -224,23 +234,38 @@ func (b *Builder) Build(m *ir.DataPlane) (out *Built, err error) {
 			return nil, err
 		}
 	}
-	b.last = out
+	b.last, b.seq = out, m.Seq
 	return out, nil
 }
 
 // syncBackends rebuilds the parts of m's backends that changed, drops
-// those of backends gone, and names both.
-func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool, error) {
+// those of backends gone, and names both: those delta names, or every
+// backend when delta is nil.
+func (b *Builder) syncBackends(m *ir.DataPlane, delta *ir.Delta, set ChangeSet) (map[string]bool, error) {
 	changed := map[string]bool{}
 	var rebuild []ir.Backend
-	for _, be := range m.Backends {
+	var gone []*backendParts
+	look := func(be ir.Backend) {
 		// The entry holds its input, the backend's IR, which it is
 		// compared with.
 		if last, ok := b.backends.Get(be.Name, ""); ok && last.backend.Equal(be) {
 			last.gen = b.gen
-			continue
+			return
 		}
 		rebuild = append(rebuild, be)
+	}
+	if delta == nil {
+		for _, be := range m.Backends {
+			look(be)
+		}
+	} else {
+		for _, name := range delta.SortedBackends() {
+			if be, ok := m.Backend(name); ok {
+				look(be)
+			} else if p := b.backends.Last(name); p != nil {
+				gone = append(gone, p)
+			}
+		}
 	}
 	built, changes := make([]*backendParts, len(rebuild)), make([]changeList, len(rebuild))
 	err := parallel.Each(len(rebuild), func(i int) (err error) {
@@ -267,15 +292,24 @@ func (b *Builder) syncBackends(m *ir.DataPlane, set ChangeSet) (map[string]bool,
 		b.backends.Put(name, "", p)
 		changed[name] = true
 	}
-	cache.Sweep(b.cache, KindBackendParts, func(name string, p *backendParts) bool {
-		if p.gen == b.gen {
-			return true
-		}
+	drop := func(name string, p *backendParts) {
 		set.addAll(backendChanges(p, nil))
 		b.indexAssignments(p, nil)
 		changed[name] = true
-		return false
-	})
+	}
+	for _, p := range gone {
+		drop(p.backend.Name, p)
+		b.backends.Clear(p.backend.Name)
+	}
+	if delta == nil {
+		cache.Sweep(b.cache, KindBackendParts, func(name string, p *backendParts) bool {
+			if p.gen == b.gen {
+				return true
+			}
+			drop(name, p)
+			return false
+		})
+	}
 	return changed, nil
 }
 
@@ -297,19 +331,20 @@ func (b *Builder) indexAssignments(before, after *backendParts) {
 }
 
 // syncEndpoints rebuilds the parts of m's endpoints that changed, drops
-// those of endpoints gone, and reports whether any did either.
-func (b *Builder) syncEndpoints(m *ir.DataPlane, set ChangeSet) (endpointSync, error) {
+// those of endpoints gone, and reports whether any did either: those delta
+// names, or every endpoint when delta is nil.
+func (b *Builder) syncEndpoints(m *ir.DataPlane, delta *ir.Delta, set ChangeSet) (endpointSync, error) {
 	var out endpointSync
-	for _, e := range m.Endpoints {
+	look := func(e ir.Endpoint) error {
 		// As a backend's, the entry holds its input, the endpoint's IR.
 		reuse, ok := b.endpoints.Get(e.Name, "")
 		if ok && reuse.endpoint.Equal(e) {
 			reuse.gen = b.gen
-			continue
+			return nil
 		}
 		p, err := buildEndpoint(e, reuse)
 		if err != nil {
-			return endpointSync{}, err
+			return err
 		}
 		last := b.endpoints.Last(e.Name)
 		endpointChanges(set, last, p)
@@ -320,15 +355,35 @@ func (b *Builder) syncEndpoints(m *ir.DataPlane, set ChangeSet) (endpointSync, e
 		} else {
 			out.edited = append(out.edited, endpointEdit{before: last, after: p})
 		}
+		return nil
 	}
-	cache.Sweep(b.cache, KindEndpointParts, func(_ string, p *endpointParts) bool {
-		if p.gen == b.gen {
-			return true
+	if delta == nil {
+		for _, e := range m.Endpoints {
+			if err := look(e); err != nil {
+				return endpointSync{}, err
+			}
 		}
-		endpointChanges(set, p, nil)
-		out.removed = true
-		return false
-	})
+		cache.Sweep(b.cache, KindEndpointParts, func(_ string, p *endpointParts) bool {
+			if p.gen == b.gen {
+				return true
+			}
+			endpointChanges(set, p, nil)
+			out.removed = true
+			return false
+		})
+		return out, nil
+	}
+	for _, name := range delta.SortedEndpoints() {
+		if e, ok := m.Endpoint(name); ok {
+			if err := look(e); err != nil {
+				return endpointSync{}, err
+			}
+		} else if p := b.endpoints.Last(name); p != nil {
+			endpointChanges(set, p, nil)
+			b.endpoints.Clear(name)
+			out.removed = true
+		}
+	}
 	return out, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -40,16 +41,25 @@ func TestCacheOffSendsTheSame(t *testing.T) {
 			if c.mtls != nil {
 				placeReplicas(m, func(i, j int) int { return (i + j) % 3 })
 			}
+			// The series carries each change's delta to the builder with
+			// the cache on, which rebuilds only what it names, from an IR
+			// lowered only where it names (ir.LowerDelta); the one off
+			// compares the whole IR, lowered whole.
 			rng := rand.New(rand.NewPCG(61, 7))
+			dp := lowerFor(t, m, c.mtls != nil)
+			dp.Seq = 1
+			sameOnAndOff(t, "generated mesh", on, off, dp, nodes)
 			applied := 0
 			for step := range 60 {
 				next := meshspec.Clone(m)
-				what := randomChange(rng, next)
+				what, touched := randomChange(rng, next)
 				if err := next.Validate(); err != nil || what == "" {
 					continue // a change the generator cannot make here; nothing applied
 				}
 				m, applied = next, applied+1
-				sameOnAndOff(t, fmt.Sprintf("step %d (%s)", step, what), on, off, lowerFor(t, m, c.mtls != nil), nodes)
+				what = fmt.Sprintf("step %d (%s)", step, what)
+				dp = lowerDeltaLikeWhole(t, what, dp, m, touched, c.mtls != nil)
+				sameOnAndOff(t, what, on, off, dp, nodes)
 			}
 			if applied < 40 {
 				t.Fatalf("%d of 60 random changes applied; the series tests too little", applied)
@@ -73,9 +83,37 @@ func cacheTestNodes(mtls *MTLS) []wire.ProxyNode {
 	return out
 }
 
+// lowerDeltaLikeWhole is the IR of m after a change that touched what
+// touched names, lowered from prev by ir.LowerDelta; the test fails
+// unless it is the IR ir.Lower makes of m whole.
+func lowerDeltaLikeWhole(t *testing.T, what string, prev *ir.DataPlane, m *meshspec.Model, touched *ir.Delta, mtls bool) *ir.DataPlane {
+	t.Helper()
+	touched.Since = prev.Seq
+	state, replicas := split(m)
+	got, err := ir.LowerDelta(prev, state, replicas, touched, ir.Options{MTLS: mtls})
+	if err != nil {
+		t.Fatalf("%s: lower the delta: %v", what, err)
+	}
+	got.Seq = prev.Seq + 1
+	whole, want := *got, lowerFor(t, m, mtls)
+	whole.Seq, whole.Changes = 0, nil
+	if !reflect.DeepEqual(&whole, want) {
+		t.Fatalf("%s: the IR lowered from the delta differs from the IR lowered whole:\n%s\nwant\n%s", what, marshalIR(t, &whole), marshalIR(t, want))
+	}
+	return got
+}
+
 // randomChange makes one change to m of the kinds users and health make,
-// and names it; "" if it made none.
-func randomChange(rng *rand.Rand, m *meshspec.Model) string {
+// and names it and what it touched; "" if it made none.
+func randomChange(rng *rand.Rand, m *meshspec.Model) (string, *ir.Delta) {
+	what, backends, endpoints := randomChangeOf(rng, m)
+	d := &ir.Delta{}
+	d.AddBackends(backends...)
+	d.AddEndpoints(endpoints...)
+	return what, d
+}
+
+func randomChangeOf(rng *rand.Rand, m *meshspec.Model) (what string, backends, endpoints []string) {
 	be := &m.Backends[rng.IntN(len(m.Backends))]
 	switch rng.IntN(8) {
 	case 0:
@@ -86,54 +124,54 @@ func randomChange(rng *rand.Rand, m *meshspec.Model) string {
 		if len(keys) > 1 {
 			e.Traffic[keys[1]] = 1 - w
 		}
-		return "traffic of " + e.Name
+		return "traffic of " + e.Name, nil, []string{e.Name}
 	case 1:
 		if len(be.Replicas) == 0 {
-			return ""
+			return "", nil, nil
 		}
 		r := &be.Replicas[rng.IntN(len(be.Replicas))]
 		r.Health = []meshspec.Health{meshspec.HealthHealthy, meshspec.HealthUnhealthy}[rng.IntN(2)]
-		return "health in " + be.Name
+		return "health in " + be.Name, []string{be.Name}, nil
 	case 2:
 		be.Config.MaxConcurrentQueries = rng.IntN(8) + 1
-		return "config of " + be.Name
+		return "config of " + be.Name, []string{be.Name}, nil
 	case 3:
 		if len(be.Replicas) > 1 {
 			be.Replicas = be.Replicas[:len(be.Replicas)-1]
-			return "a replica less in " + be.Name
+			return "a replica less in " + be.Name, []string{be.Name}, nil
 		}
-		return ""
+		return "", nil, nil
 	case 4:
 		if len(be.Replicas) > 0 {
 			r := be.Replicas[0]
 			r.Address = fmt.Sprintf("127.0.0.9:%d", 20000+rng.IntN(1000))
 			be.Replicas = append(be.Replicas, r)
-			return "a replica more in " + be.Name
+			return "a replica more in " + be.Name, []string{be.Name}, nil
 		}
-		return ""
+		return "", nil, nil
 	case 7:
 		// The mesh routes' clusters change (the mirror's goes), the
 		// routes stay where they are.
 		e := &m.Endpoints[rng.IntN(len(m.Endpoints))]
 		if len(e.Shadows) == 0 {
-			return ""
+			return "", nil, nil
 		}
 		e.Shadows = nil
-		return "shadows of " + e.Name
+		return "shadows of " + e.Name, nil, []string{e.Name}
 	case 5:
 		name := fmt.Sprintf("added-%d", rng.IntN(1000))
 		m.Backends = append(m.Backends, meshspec.Backend{Name: name, Replicas: slices.Clone(be.Replicas)})
 		m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: name, Route: "/" + name, Traffic: map[string]float64{name: 1}})
-		return "added " + name
+		return "added " + name, []string{name}, []string{name}
 	default:
 		for i, e := range m.Endpoints {
 			if len(e.Traffic) == 1 && e.Traffic[e.Name] == 1 && slices.ContainsFunc(m.Backends, func(b meshspec.Backend) bool { return b.Name == e.Name }) {
 				m.Endpoints = slices.Delete(m.Endpoints, i, i+1)
 				m.Backends = slices.DeleteFunc(m.Backends, func(b meshspec.Backend) bool { return b.Name == e.Name })
-				return "removed " + e.Name
+				return "removed " + e.Name, []string{e.Name}, []string{e.Name}
 			}
 		}
-		return ""
+		return "", nil, nil
 	}
 }
 
