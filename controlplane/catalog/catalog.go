@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -69,14 +70,17 @@ type Watcher struct {
 	want      map[string]bool
 	instances map[string][]Instance
 	digests   map[string]string // service -> digest of its checks when last read
-	nodes     string            // digest of the node-level checks
+	// changed are the services whose instances changed since TakeChanged
+	// last took them.
+	changedSet map[string]bool
+	nodes      string // digest of the node-level checks
 }
 
 // NewWatcher returns a watcher of no services; Sync chooses them, Run
 // watches.
 func NewWatcher(client *api.Client, log *slog.Logger) *Watcher {
 	return &Watcher{client: client, log: log, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1),
-		want: map[string]bool{}, instances: map[string][]Instance{}, digests: map[string]string{}}
+		want: map[string]bool{}, instances: map[string][]Instance{}, digests: map[string]string{}, changedSet: map[string]bool{}}
 }
 
 // Changed receives a value after any watched service's instances changed;
@@ -119,6 +123,30 @@ func (w *Watcher) Snapshot() map[string][]Instance {
 	for s, is := range w.instances {
 		out[s] = slices.Clone(is)
 	}
+	return out
+}
+
+// Instances returns a copy of the instances of services that are watched.
+func (w *Watcher) Instances(services []string) map[string][]Instance {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string][]Instance, len(services))
+	for _, s := range services {
+		if is, ok := w.instances[s]; ok {
+			out[s] = slices.Clone(is)
+		}
+	}
+	return out
+}
+
+// TakeChanged returns the services whose instances changed since it last
+// returned, and forgets them: the change a signal on Changed announced,
+// carried to its one reader.
+func (w *Watcher) TakeChanged() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := slices.Sorted(maps.Keys(w.changedSet))
+	clear(w.changedSet)
 	return out
 }
 
@@ -299,6 +327,7 @@ func (w *Watcher) read(ctx context.Context, service string) bool {
 		return false
 	}
 	w.instances[service] = next
+	w.changedSet[service] = true
 	return true
 }
 

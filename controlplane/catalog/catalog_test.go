@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,6 +81,9 @@ func TestWatcherUsesBoundedConnections(t *testing.T) {
 	go func() { _ = w.Run(ctx) }()
 	w.Sync(names)
 	testutil.WaitFor(t, 20*time.Second, "every service's instance", func() bool { return len(w.Snapshot()) == services })
+	if got := w.TakeChanged(); len(got) != services {
+		t.Fatalf("TakeChanged names %d services after every one was first read, want %d", len(got), services)
+	}
 
 	// A health change on one service reaches the snapshot.
 	if err := admin.Agent().UpdateTTL("svc-123-check", "down", api.HealthCritical); err != nil {
@@ -91,12 +95,22 @@ func TestWatcherUsesBoundedConnections(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Changed was not signalled")
 	}
+	// The change is carried: the one service that changed is named.
+	if got := w.TakeChanged(); !slices.Equal(got, []string{"svc-123"}) {
+		t.Fatalf("TakeChanged = %v after one service's health changed, want [svc-123]", got)
+	}
 	// A new instance too.
 	if err := admin.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "svc-007-2", Name: "svc-007", Address: "127.0.0.2", Port: 7,
 		Check: &api.AgentServiceCheck{CheckID: "svc-007-2-check", TTL: "1h", Status: api.HealthPassing}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 20*time.Second, "the new instance", func() bool { return len(w.Snapshot()["svc-007"]) == 2 })
+	if got := w.TakeChanged(); !slices.Equal(got, []string{"svc-007"}) {
+		t.Fatalf("TakeChanged = %v after one service's new instance, want [svc-007]", got)
+	}
+	if got := w.Instances([]string{"svc-007", "unwatched"}); len(got) != 1 || len(got["svc-007"]) != 2 {
+		t.Fatalf("Instances of svc-007 and an unwatched service: %v", got)
+	}
 	t.Logf("connections to Consul: %d open now, at most %d at once, for %d services", open.Load(), peak.Load(), services)
 	// One blocking query and Fetchers reads; a read may dial afresh while
 	// the connection of the one before it is still being returned to the
