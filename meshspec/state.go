@@ -19,3 +19,17 @@ type StateReader interface {
 	// ctx's error when ctx ends.
 	Wait(ctx context.Context, rev Revision) (Revision, error)
 }
+
+// Touched names what a change of the stored state touched: the backends
+// (live or retiring) and the endpoints it put or deleted. Whole says it
+// cannot name them: a state read whole, or a change of the nodes or the
+// mesh's settings, which any backend or endpoint may read. The controller
+// hands it with each state it adopts, so that the data plane lowers and
+// translates again only what a change touched.
+type Touched struct {
+	Whole               bool
+	Backends, Endpoints []string
+}
+
+// WholeState is what a state read whole touched: everything.
+var WholeState = Touched{Whole: true}

@@ -82,7 +82,7 @@ func run(flips, commits int) error {
 	for range 5 {
 		ctl := controller.New(controller.Options{
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: bigStore,
-			Publish: func(m *meshspec.Model, _ meshspec.Revision) error {
+			Publish: func(m *meshspec.Model, _ meshspec.Revision, _ meshspec.Touched) error {
 				dp, err := ir.Lower(m, nil, ir.Options{})
 				if err != nil {
 					return err

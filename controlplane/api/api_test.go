@@ -31,7 +31,7 @@ func newFixture(t testing.TB, token string) *fixture {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.NewMemory()
-	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestClientRidesThroughAFailover(t *testing.T) {
 func TestTokenScopes(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.NewMemory()
-	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestTokenlessAPIRefusesBrowsers(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tokens := range []Tokens{{}, {"x-token": ScopeExec}} {
 		st := store.NewMemory()
-		c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+		c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 		if err := c.Lead(context.Background(), "self"); err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +405,7 @@ func TestTokenFilesAreTheOwnersAlone(t *testing.T) {
 // model server's secrets; read and write tokens saw its values.
 func TestEnvValuesNeedTheExecScope(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +430,7 @@ func TestEnvValuesNeedTheExecScope(t *testing.T) {
 // it (issue 34). Now they get the note without the log lines.
 func TestLogTailsNeedTheExecScope(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}

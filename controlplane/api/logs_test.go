@@ -27,7 +27,7 @@ func TestLogs(t *testing.T) {
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", CPUs: 1, MemoryMB: 1024, AllowedCommands: []string{"/srv/model"}}}, nil
 	}
-	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Nodes: nodes, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Nodes: nodes, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}

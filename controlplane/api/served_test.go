@@ -107,7 +107,7 @@ func TestServedReport(t *testing.T) {
 func TestWritesAnswerTheirRevision(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.NewMemory()
-	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	c := controller.New(controller.Options{Logger: log, Store: st, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestPollKeepsOnlyKnownBackendsAndBoundsAnswers(t *testing.T) {
 	}))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}
@@ -70,7 +70,7 @@ func TestANodeSpeaksOnlyForItsReplicas(t *testing.T) {
 	}))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}
@@ -91,7 +91,7 @@ func TestPollAsksTheAgentsAsTold(t *testing.T) {
 	})))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}
@@ -153,7 +153,7 @@ func TestPollSaysWhichNodesItCouldNotRead(t *testing.T) {
 	}))
 	defer agent.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+	ctl := controller.New(controller.Options{Logger: log, Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	nodes := func(context.Context) ([]wire.NodeInfo, error) {
 		return []wire.NodeInfo{{ID: "n1"}, {ID: "n2", StatusAddr: strings.TrimPrefix(agent.URL, "http://")}}, nil
 	}

@@ -26,9 +26,9 @@ type Options struct {
 	Logger *slog.Logger
 	Store  store.Store
 	// Publish receives every state the controller adopts, with its stored
-	// revision (the data plane's publisher). It is called with the write
-	// lock held, in order.
-	Publish func(*meshspec.Model, store.Revision) error
+	// revision and what the change that made it touched (the data plane's
+	// publisher). It is called with the write lock held, in order.
+	Publish func(*meshspec.Model, store.Revision, meshspec.Touched) error
 	// Registerer receives the controller's metrics; nil skips them.
 	Registerer prometheus.Registerer
 	// CrashAfterCheckpoint is the probability of exiting right after a
@@ -71,7 +71,7 @@ type Options struct {
 type Controller struct {
 	log     *slog.Logger
 	store   store.Store
-	publish func(*meshspec.Model, store.Revision) error
+	publish func(*meshspec.Model, store.Revision, meshspec.Touched) error
 	crashP  float64
 	now     func() time.Time
 	exit    func(int)
@@ -173,7 +173,7 @@ func (c *Controller) Lead(ctx context.Context, self string) error {
 		// accepted; serve writes only once an operator fixes it.
 		return fmt.Errorf("recover: the stored state is invalid; fix it in the store: %w", err)
 	}
-	c.adopt(m, rev)
+	c.adopt(m, rev, meshspec.WholeState)
 	c.setLeading(true, self)
 	c.log.Info("leading: recovered state and published it", "revision", rev, "backends", len(m.Backends),
 		"endpoints", len(m.Endpoints), "took", time.Since(start))
@@ -249,7 +249,7 @@ func (c *Controller) follow(ctx context.Context, rev store.Revision) (store.Revi
 	// Revisions only grow. A read older than what this controller already
 	// holds (it committed meanwhile) must not roll its state back.
 	if loaded > c.rev {
-		c.adopt(m, loaded)
+		c.adopt(m, loaded, meshspec.WholeState)
 	}
 	return loaded, nil
 }
@@ -268,7 +268,7 @@ func (c *Controller) loadOnce(ctx context.Context) bool {
 		return false
 	}
 	c.reportUnreadable()
-	c.adopt(m, rev)
+	c.adopt(m, rev, meshspec.WholeState)
 	return true
 }
 
@@ -300,11 +300,12 @@ func (c *Controller) PlacementProblems() map[string]string {
 	return nil
 }
 
-// adopt makes m the current state and publishes it. Called with mu held.
-func (c *Controller) adopt(m *meshspec.Model, rev store.Revision) {
+// adopt makes m the current state and publishes it with what the change
+// that made it touched. Called with mu held.
+func (c *Controller) adopt(m *meshspec.Model, rev store.Revision, touched meshspec.Touched) {
 	c.state, c.rev, c.loaded = m, rev, true
 	c.adopted.Store(&adoptedState{model: m, rev: rev})
-	if err := c.publish(m, rev); err != nil {
+	if err := c.publish(m, rev, touched); err != nil {
 		c.log.Error("publishing the stored state failed; the data plane keeps its last config", "revision", rev, "err", err)
 	}
 }
@@ -406,7 +407,7 @@ func (c *Controller) checkpoint(ctx context.Context, change store.Change, next *
 	case errors.Is(err, store.ErrConflict):
 		// Another writer got in: adopt what is stored and let the client retry.
 		if m, r, lerr := c.store.Load(ctx); lerr == nil {
-			c.adopt(m, r)
+			c.adopt(m, r, meshspec.WholeState)
 		}
 		return &Error{Kind: Unavailable, Msg: "the stored state changed under this controller; nothing changed; retry", Err: err}
 	case err != nil:
@@ -423,14 +424,14 @@ func (c *Controller) checkpoint(ctx context.Context, change store.Change, next *
 		m, loaded, err := c.store.Load(ctx)
 		if err == nil && loaded >= rev {
 			c.reportUnreadable()
-			c.adopt(m, loaded)
+			c.adopt(m, loaded, meshspec.WholeState)
 			return nil
 		}
 		if err != nil {
 			c.log.Warn("reading back a commit that stores a backend a stored endpoint names failed; the endpoint waits for the next read", "err", err)
 		}
 	}
-	c.adopt(next, rev)
+	c.adopt(next, rev, change.Touched())
 	return nil
 }
 
@@ -459,11 +460,11 @@ func (c *Controller) afterFailedCommit(ctx context.Context, err error, next *mes
 	case lerr != nil:
 		return &Error{Kind: Unavailable, Msg: "the store did not answer: whether the change was stored is unknown; read the state before retrying", Err: errors.Join(err, lerr)}
 	case store.Diff(m, next).Size() == 0:
-		c.adopt(m, rev) // it was stored after all
+		c.adopt(m, rev, meshspec.WholeState) // it was stored after all
 		return nil
 	case rev == c.rev:
 		return &Error{Kind: Unavailable, Msg: "checkpoint failed; nothing changed", Err: err}
 	}
-	c.adopt(m, rev)
+	c.adopt(m, rev, meshspec.WholeState)
 	return &Error{Kind: Unavailable, Msg: "checkpoint failed and the stored state moved on; nothing of this change is stored; retry", Err: err}
 }

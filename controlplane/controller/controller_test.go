@@ -20,13 +20,17 @@ import (
 	"github.com/servemesh/servemesh/meshspec"
 )
 
-type published struct{ models []*meshspec.Model }
+type published struct {
+	models  []*meshspec.Model
+	touched []meshspec.Touched
+}
 
-func (p *published) publish(m *meshspec.Model, _ meshspec.Revision) error {
+func (p *published) publish(m *meshspec.Model, _ meshspec.Revision, touched meshspec.Touched) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
 	p.models = append(p.models, m)
+	p.touched = append(p.touched, touched)
 	return nil
 }
 
@@ -95,6 +99,13 @@ func TestOperationsAreCheckpointedThenPublished(t *testing.T) {
 	}
 	if b, _ := c.GetBackend("v1"); b.Config.MaxConcurrentQueries != 7 {
 		t.Fatalf("backend %+v", b)
+	}
+	// Each state is published with what its change touched, the state
+	// recovered at leading with the whole state.
+	want := []meshspec.Touched{meshspec.WholeState, {Backends: []string{"v1"}}, {Backends: []string{"v2"}},
+		{Endpoints: []string{"api"}}, {Endpoints: []string{"api"}}, {Endpoints: []string{"api"}}, {Backends: []string{"v1"}}}
+	if !reflect.DeepEqual(pub.touched, want) {
+		t.Fatalf("published with touched %+v, want %+v", pub.touched, want)
 	}
 }
 
@@ -207,7 +218,7 @@ func TestCrashAfterCheckpointLosesNothing(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
 	crashed := false
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil },
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil },
 		CrashAfterCheckpoint: 1, Exit: func(int) { crashed = true; panic("exited") }})
 	if err := c.Lead(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -274,7 +285,7 @@ func equalModels(a, b *meshspec.Model) bool {
 func TestOperationResultsAreCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
-		Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }, Registerer: reg})
+		Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }, Registerer: reg})
 	ctx := context.Background()
 	if err := c.Lead(ctx, "self:1"); err != nil {
 		t.Fatal(err)
@@ -471,7 +482,7 @@ func TestReplicaAddressesOnTheNodeNeedTheOperator(t *testing.T) {
 	if m, _ := c.State(); len(m.Backends) != 0 {
 		t.Fatalf("refused writes stored %+v", m.Backends)
 	}
-	allowing := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil },
+	allowing := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil },
 		Addresses: meshspec.AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err := allowing.Lead(ctx, "self"); err != nil {
 		t.Fatal(err)
@@ -513,7 +524,7 @@ func TestDeleteNamesEveryUse(t *testing.T) {
 // leading, on st.
 func plaintextLeader(t *testing.T, st store.Store) *Controller {
 	t.Helper()
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }, Plaintext: true})
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }, Plaintext: true})
 	if err := c.Lead(MayRunCommands(context.Background()), "self:1"); err != nil {
 		t.Fatal(err)
 	}

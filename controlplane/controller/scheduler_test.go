@@ -65,7 +65,7 @@ var testClock = &clock{now: time.Unix(1_800_000_000, 0)}
 func newScheduling(t *testing.T, nodes *fakeNodes) (*Controller, *store.Memory) {
 	t.Helper()
 	st := store.NewMemory()
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision) error { return nil },
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: st, Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil },
 		Nodes: nodes.list, DrainGrace: time.Second, ReplaceAfter: time.Minute, Now: testClock.Now, Registered: registryOf(t).registered})
 	if err := c.Lead(context.Background(), "self"); err != nil {
 		t.Fatal(err)
@@ -512,7 +512,7 @@ func TestANodesPolicyBoundsItsClaim(t *testing.T) {
 func TestScaleDownDrainsNotReadyReplicasFirst(t *testing.T) {
 	nodes := &fakeNodes{nodes: []wire.NodeInfo{{ID: "n1", CPUs: 8}, {ID: "n2", CPUs: 8}, {ID: "n3", CPUs: 8}}}
 	var ready map[string]bool
-	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision) error { return nil },
+	c := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(), Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil },
 		Nodes: nodes.list, Now: testClock.Now, Healthy: func(string) map[string]bool { return ready }})
 	ctx := MayRunCommands(context.Background())
 	if err := c.Lead(ctx, "self"); err != nil {

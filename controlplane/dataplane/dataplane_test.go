@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -252,6 +253,7 @@ type fakeInstances struct {
 	synced  []string
 	current map[string][]catalog.Instance
 	changed chan struct{}
+	taken   map[string]bool // changed since TakeChanged last took them
 }
 
 func (f *fakeInstances) Sync(services []string) {
@@ -268,7 +270,27 @@ func (f *fakeInstances) Snapshot() map[string][]catalog.Instance {
 	return maps.Clone(f.current)
 }
 
+func (f *fakeInstances) Instances(services []string) map[string][]catalog.Instance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]catalog.Instance{}
+	for _, s := range services {
+		if is, ok := f.current[s]; ok {
+			out[s] = is
+		}
+	}
+	return out
+}
+
 func (f *fakeInstances) Changed() <-chan struct{} { return f.changed }
+
+func (f *fakeInstances) TakeChanged() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := slices.Sorted(maps.Keys(f.taken))
+	clear(f.taken)
+	return out
+}
 
 func (f *fakeInstances) set(service string, in ...catalog.Instance) {
 	f.mu.Lock()
@@ -276,6 +298,10 @@ func (f *fakeInstances) set(service string, in ...catalog.Instance) {
 		f.current = map[string][]catalog.Instance{}
 	}
 	f.current[service] = in
+	if f.taken == nil {
+		f.taken = map[string]bool{}
+	}
+	f.taken[service] = true
 	f.mu.Unlock()
 	select {
 	case f.changed <- struct{}{}:
@@ -326,7 +352,7 @@ func newPublisher(t *testing.T) (*Publisher, *fakeInstances, *sink, *prometheus.
 
 func TestPublisherFollowsStateAndHealth(t *testing.T) {
 	p, in, out, _ := newPublisher(t)
-	if err := p.Publish(processState(), 7); err != nil {
+	if err := p.Publish(processState(), 7, meshspec.WholeState); err != nil {
 		t.Fatal(err)
 	}
 	if run, _ := out.last().Backend("run"); out.count() != 1 || len(run.Replicas) != 0 {
@@ -359,7 +385,7 @@ func TestPublisherFollowsStateAndHealth(t *testing.T) {
 func TestPublisherReportsRefusedViews(t *testing.T) {
 	p, in, out, reg := newPublisher(t)
 	out.refuse = errors.New("invalid model")
-	if err := p.Publish(processState(), 7); err == nil || !strings.Contains(err.Error(), "invalid model") {
+	if err := p.Publish(processState(), 7, meshspec.WholeState); err == nil || !strings.Contains(err.Error(), "invalid model") {
 		t.Fatalf("Publish returned %v, want the sink's refusal", err)
 	}
 	in.set("servemesh-backend-run", catalog.Instance{ID: "a", Address: "127.0.0.2:1000", Tag: "run#000001", Passing: true})
@@ -375,7 +401,7 @@ func TestPublisherReportsRefusedViews(t *testing.T) {
 	out.mu.Lock()
 	out.refuse = nil
 	out.mu.Unlock()
-	if err := p.Publish(processState(), 7); err != nil || p.Err() != nil {
+	if err := p.Publish(processState(), 7, meshspec.WholeState); err != nil || p.Err() != nil {
 		t.Fatalf("an accepted view must clear the error: %v, %v", err, p.Err())
 	}
 }
@@ -386,12 +412,12 @@ func TestPublisherReportsRefusedViews(t *testing.T) {
 // included, and Err says why until a valid state is published.
 func TestPublisherRefusesAnInvalidState(t *testing.T) {
 	p, in, out, _ := newPublisher(t)
-	if err := p.Publish(processState(), 7); err != nil {
+	if err := p.Publish(processState(), 7, meshspec.WholeState); err != nil {
 		t.Fatal(err)
 	}
 	bad := processState()
 	bad.Endpoints = []meshspec.Endpoint{{Name: "e", Route: "/e", Traffic: map[string]float64{"run": 0.5}}}
-	if err := p.Publish(bad, 8); err == nil || !strings.Contains(err.Error(), "sum to 1") || !strings.Contains(err.Error(), "revision 8") {
+	if err := p.Publish(bad, 8, meshspec.WholeState); err == nil || !strings.Contains(err.Error(), "sum to 1") || !strings.Contains(err.Error(), "revision 8") {
 		t.Fatalf("Publish of an invalid state: %v; want its validation error, naming its revision", err)
 	}
 	in.set("servemesh-node-n1", catalog.Instance{ID: "n1", Node: "n1", ConsulNode: "c1"})
@@ -406,7 +432,7 @@ func TestPublisherRefusesAnInvalidState(t *testing.T) {
 	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "invalid") {
 		t.Fatalf("Err after a health change: %v; want the invalid state still reported", err)
 	}
-	if err := p.Publish(processState(), 9); err != nil || p.Err() != nil {
+	if err := p.Publish(processState(), 9, meshspec.WholeState); err != nil || p.Err() != nil {
 		t.Fatalf("a valid state must clear the error: %v, %v", err, p.Err())
 	}
 }
@@ -418,7 +444,7 @@ func TestRefusedViewIsRetried(t *testing.T) {
 	out.mu.Lock()
 	out.refuse = errors.New("not now")
 	out.mu.Unlock()
-	if err := p.Publish(processState(), 7); err == nil {
+	if err := p.Publish(processState(), 7, meshspec.WholeState); err == nil {
 		t.Fatal("the refusal was not returned")
 	}
 	out.mu.Lock()
@@ -479,4 +505,73 @@ func TestViewResolvesAllowedNames(t *testing.T) {
 	if view, dropped = Replicas(m, nil, rules); len(view["static"]) != 1 || len(dropped) != 1 || !strings.Contains(dropped[0].Reason, meshspec.NameFlag) {
 		t.Fatalf("a name no longer allowed: replicas %+v, dropped %+v", view["static"], dropped)
 	}
+}
+
+// TestPublisherCarriesTheChange: each IR handed over names what changed
+// since the last one the sink took (ir.Delta): nothing named after the
+// first, which is whole; the backends and endpoints a state's change
+// touched; the backend whose service the catalog changed; both changes
+// when the IR between was refused. Each is the IR lowered whole.
+func TestPublisherCarriesTheChange(t *testing.T) {
+	p, in, out, _ := newPublisher(t)
+	state := processState()
+	if err := p.Publish(state, 1, meshspec.WholeState); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.last().Changes; got.Follows(0) || got != nil && !got.All {
+		t.Fatalf("the first IR's changes: %+v, want none named", got)
+	}
+	wantLike := func(what string, backends, endpoints []string) {
+		t.Helper()
+		out.mu.Lock()
+		prev, dp := out.views[len(out.views)-2], out.views[len(out.views)-1]
+		out.mu.Unlock()
+		if !dp.Changes.Follows(prev.Seq) {
+			t.Fatalf("%s: the IR names no change since the last one taken (%d): %+v", what, prev.Seq, dp.Changes)
+		}
+		if got := dp.Changes.SortedBackends(); !slices.Equal(got, backends) {
+			t.Fatalf("%s: backends named %v, want %v", what, got, backends)
+		}
+		if got := dp.Changes.SortedEndpoints(); !slices.Equal(got, endpoints) {
+			t.Fatalf("%s: endpoints named %v, want %v", what, got, endpoints)
+		}
+		whole, _, err := View(state, in.Snapshot(), Rules{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := *dp
+		got.Seq, got.Changes, whole.Revision = 0, nil, got.Revision
+		if !reflect.DeepEqual(&got, whole) {
+			t.Fatalf("%s: the IR lowered where the change names:\n%+v\nwant, lowered whole:\n%+v", what, got, *whole)
+		}
+	}
+	state = meshspec.Clone(state)
+	state.Endpoints = append(state.Endpoints, meshspec.Endpoint{Name: "api", Route: "/api", Traffic: map[string]float64{"static": 1}})
+	if err := p.Publish(state, 2, meshspec.Touched{Endpoints: []string{"api"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantLike("an endpoint added", nil, []string{"api"})
+
+	views := out.count()
+	in.set("servemesh-node-n1", catalog.Instance{ID: "n1", Node: "n1", ConsulNode: "c1"})
+	testutil.WaitFor(t, 5*time.Second, "an IR after the node's registration", func() bool { return out.count() > views })
+	wantLike("a node's registration", []string{"run"}, nil)
+
+	out.mu.Lock()
+	out.refuse = errors.New("refused")
+	out.mu.Unlock()
+	state = meshspec.Clone(state)
+	state.Backends[2].Replicas[0].Address = "127.0.0.1:2"
+	if err := p.Publish(state, 3, meshspec.Touched{Backends: []string{"static"}}); err == nil {
+		t.Fatal("the sink refused the IR, and Publish says nothing")
+	}
+	out.mu.Lock()
+	out.refuse = nil
+	out.mu.Unlock()
+	state = meshspec.Clone(state)
+	state.Endpoints[0].Traffic = map[string]float64{"static": 0.5, "ext": 0.5}
+	if err := p.Publish(state, 4, meshspec.Touched{Endpoints: []string{"api"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantLike("a change after a refused one", []string{"static"}, []string{"api"})
 }

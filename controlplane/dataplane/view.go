@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/servemesh/servemesh/controlplane/catalog"
 	"github.com/servemesh/servemesh/ir"
@@ -194,4 +195,37 @@ func health(in catalog.Instance, state meshspec.PlacementState) meshspec.Health 
 	default:
 		return meshspec.HealthUnhealthy
 	}
+}
+
+// backendsReading are the backends of m whose replicas Replicas reads from
+// services: a process backend's own service and the registrations of the
+// nodes it is placed on, an external backend's service.
+func backendsReading(m *meshspec.Model, services []string) []string {
+	if len(services) == 0 {
+		return nil
+	}
+	own, nodes, other := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, s := range services {
+		if b, ok := strings.CutPrefix(s, wire.BackendServicePrefix); ok {
+			own[b] = true
+		}
+		if n, ok := strings.CutPrefix(s, wire.NodeServicePrefix); ok {
+			nodes[n] = true
+		}
+		other[s] = true
+	}
+	var out []string
+	for _, b := range m.Served() {
+		switch {
+		case b.Process != nil:
+			if own[b.Name] || len(nodes) > 0 && slices.ContainsFunc(b.Placements, func(p meshspec.Placement) bool { return nodes[p.Node] }) {
+				out = append(out, b.Name)
+			}
+		case b.External != nil:
+			if other[b.External.Service] {
+				out = append(out, b.Name)
+			}
+		}
+	}
+	return out
 }

@@ -36,7 +36,7 @@ func totals(requests, errors uint64, ms float64) wire.BackendLoad {
 func genController(ctx context.Context, t *testing.T) *controller.Controller {
 	t.Helper()
 	ctl := controller.New(controller.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Store: store.NewMemory(),
-		Publish: func(*meshspec.Model, meshspec.Revision) error { return nil }})
+		Publish: func(*meshspec.Model, meshspec.Revision, meshspec.Touched) error { return nil }})
 	if err := ctl.Lead(ctx, "self"); err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,26 @@ type Change struct {
 	DeleteMesh bool           `json:"delete_mesh,omitempty"`
 }
 
+// Touched names what c touches (meshspec.Touched): a change of the nodes
+// or of the mesh's settings touches the whole state.
+func (c Change) Touched() meshspec.Touched {
+	if len(c.PutNodes) > 0 || len(c.DeleteNodes) > 0 || c.PutMesh != nil || c.DeleteMesh {
+		return meshspec.WholeState
+	}
+	var t meshspec.Touched
+	for _, list := range [][]meshspec.Backend{c.PutBackends, c.PutRetiring} {
+		for _, b := range list {
+			t.Backends = append(t.Backends, b.Name)
+		}
+	}
+	t.Backends = append(t.Backends, c.DeleteBackends...)
+	for _, e := range c.PutEndpoints {
+		t.Endpoints = append(t.Endpoints, e.Name)
+	}
+	t.Endpoints = append(t.Endpoints, c.DeleteEndpoints...)
+	return t
+}
+
 // Size is the number of objects the change touches.
 func (c Change) Size() int {
 	n := len(c.PutBackends) + len(c.PutRetiring) + len(c.DeleteBackends) + len(c.PutEndpoints) + len(c.DeleteEndpoints) + len(c.PutNodes) + len(c.DeleteNodes)
