@@ -110,6 +110,7 @@ func publishOneChange(b *testing.B, endpoints int, cacheOff bool) {
 	s := oneNodeServer(b, cacheOff)
 	m := modelgen.Model(endpoints, 3, 10)
 	dp := lowered(b, m)
+	dp.Seq = 1
 	s.dataPlane, s.generation = dp, 1
 	s.publish(context.Background())
 	e := dp.Endpoints[0]
@@ -124,6 +125,7 @@ func publishOneChange(b *testing.B, endpoints int, cacheOff bool) {
 		next := *dp
 		next.Endpoints = append([]ir.Endpoint(nil), dp.Endpoints...)
 		next.Endpoints[0].Traffic = weights[i%2]
+		carry(&next, s.dataPlane, nil, []string{e.Name})
 		s.dataPlane = &next
 		s.generation++
 		s.publish(context.Background())
@@ -154,6 +156,7 @@ func publishOneHealthChange(b *testing.B, cacheOff bool) {
 	m := modelgen.Model(1000, 3, 10)
 	onNodes(m, 30)
 	dp := lowered(b, m)
+	dp.Seq = 1
 	s.dataPlane, s.generation = dp, 1
 	s.publish(context.Background())
 	b.ReportAllocs()
@@ -164,11 +167,21 @@ func publishOneHealthChange(b *testing.B, cacheOff bool) {
 		replicas := append([]ir.Replica(nil), next.Backends[0].Replicas...)
 		replicas[0].Health = [2]ir.Health{ir.Unhealthy, ir.Healthy}[i%2]
 		next.Backends[0].Replicas = replicas
+		carry(&next, s.dataPlane, []string{next.Backends[0].Name}, nil)
 		s.dataPlane = &next
 		s.generation++
 		s.publish(context.Background())
 		i++
 	}
+}
+
+// carry numbers next after prev and names the backends and endpoints it
+// changed, as the controller's publisher does.
+func carry(next, prev *ir.DataPlane, backends, endpoints []string) {
+	next.Seq = prev.Seq + 1
+	next.Changes = &ir.Delta{Since: prev.Seq}
+	next.Changes.AddBackends(backends...)
+	next.Changes.AddEndpoints(endpoints...)
 }
 
 // oneNodeServer is a server with one plaintext node connected, its cache

@@ -20,7 +20,9 @@ import (
 
 // Builder builds what Shared builds, again and again as the model changes,
 // rebuilding only the backends and endpoints that changed since its last
-// Build: a backend's clusters and assignments depend on the backend alone,
+// Build (those the model's delta names, ir.Delta, when it follows the last
+// Build; else every one is compared with what it was built from): a
+// backend's clusters and assignments depend on the backend alone,
 // an endpoint's routes on the endpoint alone, so what did not change is
 // the same resource as before (the same pointer, which callers may use to
 // tell what changed). Each part is hashed once, when it is built; a
