@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/servemesh/servemesh/wire"
@@ -87,7 +88,21 @@ type LoadAware struct {
 	TenantHeader  string  `json:"tenant_header,omitempty"`
 	MaxQueued     int     `json:"max_queued,omitempty"`
 	QueueTimeoutS float64 `json:"queue_timeout_s,omitempty"`
+	// Weights weigh the picker's scorers (agent/picker/scoring's
+	// pipeline), by name: queue (requests pending), ttfb (time to first
+	// byte), kv_cache, prefix (the prompt held in cache) and model (the
+	// request's model to load). Each is a factor of a replica's cost,
+	// raised to its weight: 1, the default, is as is; 0 leaves it out; 2
+	// counts it twice. From 0 to MaxScorerWeight.
+	Weights map[string]float64 `json:"weights,omitempty"`
 }
+
+// ScorerNames are the picker's scorers that LoadAware.Weights may weigh
+// (agent/picker/scoring.Scorers, whose test holds the two lists alike).
+var ScorerNames = []string{"queue", "ttfb", "kv_cache", "prefix", "model"}
+
+// MaxScorerWeight bounds a scorer's weight.
+const MaxScorerWeight = 10
 
 // DefaultModelHeader is LoadAware.ModelHeader's default, Ray Serve's.
 const DefaultModelHeader = "serve_multiplexed_model_id"
@@ -338,6 +353,24 @@ func validateLoadAware(p *problems, field string, b Backend) {
 		p.add(field+".kv_cache_limit", "is %v; set a share of the KV cache from 0 to 1 (0.9 is 90%%), or leave it out for %v", k, DefaultKVCacheLimit)
 	}
 	validateFlowControl(p, field, *l)
+	validateWeights(p, field+".weights", l.Weights)
+}
+
+// validateWeights checks the picker's scorers' weights.
+func validateWeights(p *problems, field string, w map[string]float64) {
+	if len(w) > len(ScorerNames) {
+		p.add(field, "names %d scorers; the picker has %d: %s", len(w), len(ScorerNames), strings.Join(ScorerNames, ", "))
+		return
+	}
+	for _, name := range SortedKeys(w) {
+		v := w[name]
+		switch {
+		case !slices.Contains(ScorerNames, name):
+			p.add(field, "%.80q is not a scorer of the picker; weigh %s", name, strings.Join(ScorerNames, ", "))
+		case math.IsNaN(v) || v < 0 || v > MaxScorerWeight:
+			p.add(field+"."+name, "is %v; set a weight from 0 (left out) to %d, or leave it out for 1", v, MaxScorerWeight)
+		}
+	}
 }
 
 // validateInference checks an endpoint's model routing and criticality.

@@ -1,6 +1,7 @@
 package meshspec
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -74,6 +75,10 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 		"a tenant header": {func(m *Model) { m.Backends[0].Config.LoadAware.TenantHeader = "X-Tenant" }, "load_aware.tenant_header: \"X-Tenant\" is not a header"},
 		"a queue bound":   {func(m *Model) { m.Backends[0].Config.LoadAware.MaxQueued = -1 }, "load_aware.max_queued: is -1; set how many requests may wait on a node, from 1 to 100000"},
 		"a queue timeout": {func(m *Model) { m.Backends[0].Config.LoadAware.QueueTimeoutS = 61 }, "load_aware.queue_timeout_s: is 61; set how long a request may wait for a replica, up to 60 seconds"},
+		"a scorer's weight": {func(m *Model) { m.Backends[0].Config.LoadAware.Weights = map[string]float64{"prefix": 11} },
+			"load_aware.weights.prefix: is 11; set a weight from 0 (left out) to 10"},
+		"an unknown scorer": {func(m *Model) { m.Backends[0].Config.LoadAware.Weights = map[string]float64{"latency": 1} },
+			"load_aware.weights: \"latency\" is not a scorer of the picker; weigh queue, ttfb, kv_cache, prefix, model"},
 		"traffic beside models": {func(m *Model) { m.Endpoints[0].Traffic = map[string]float64{"llama-a": 1} },
 			"endpoint \"chat\".model_routing: splits by model"},
 		"a model's weights": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Traffic["mistral"] = 0.5 },
@@ -125,7 +130,7 @@ func TestLoadAwarePatch(t *testing.T) {
 		if c, err = p.Apply(c); err != nil {
 			t.Fatalf("%s: %v", step.patch, err)
 		}
-		if (c.LoadAware == nil) != (step.want == nil) || c.LoadAware != nil && *c.LoadAware != *step.want {
+		if (c.LoadAware == nil) != (step.want == nil) || c.LoadAware != nil && !reflect.DeepEqual(*c.LoadAware, *step.want) {
 			t.Fatalf("after %s: %+v, want %+v", step.patch, c.LoadAware, step.want)
 		}
 	}

@@ -719,6 +719,7 @@ func cloneConfig(c BackendConfig) BackendConfig {
 	}
 	if c.LoadAware != nil {
 		l := *c.LoadAware
+		l.Weights = maps.Clone(l.Weights)
 		c.LoadAware = &l
 	}
 	return c

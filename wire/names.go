@@ -464,11 +464,13 @@ const (
 	// request (the picker's or activator's outcome as counted in their
 	// metrics), TagReplica the replica picked (its address), TagWhy why
 	// it was picked or shed, TagHeldMS how long the request waited there
-	// (for a replica to be ready, or to be free).
-	TagOutcome = "servemesh.outcome"
-	TagReplica = "servemesh.replica"
-	TagWhy     = "servemesh.why"
-	TagHeldMS  = "servemesh.held_ms"
+	// (for a replica to be ready, or to be free), TagPickPass the
+	// request's pass through the picker's pipeline (what each step kept).
+	TagOutcome  = "servemesh.outcome"
+	TagReplica  = "servemesh.replica"
+	TagWhy      = "servemesh.why"
+	TagHeldMS   = "servemesh.held_ms"
+	TagPickPass = "servemesh.pick.pass"
 	// TagOperation is the controller's operation an API call made (span
 	// "operation <op>"), TagRevision the stored revision its checkpoint
 	// wrote.

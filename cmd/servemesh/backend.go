@@ -196,6 +196,7 @@ type configFlags struct {
 	loadAware                              meshspec.LoadAware
 	loadAwareOff                           bool
 	queueTimeout                           time.Duration
+	weights                                map[string]string
 }
 
 func (c *configFlags) register(fs *pflag.FlagSet) {
@@ -234,6 +235,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.loadAware.TenantHeader, "load-tenant-header", "", "load-aware: the request header naming its tenant; while replicas are saturated, waiting requests of one priority take turns by it (say x-tenant-id)")
 	fs.IntVar(&c.loadAware.MaxQueued, "load-max-queued", 0, "load-aware: requests that may wait on a node while its replicas are saturated (default "+strconv.Itoa(meshspec.DefaultMaxQueued)+")")
 	fs.DurationVar(&c.queueTimeout, "load-queue-timeout", 0, "load-aware: how long a request may wait for a replica, then 429 (default "+seconds(meshspec.DefaultQueueTimeoutS)+")")
+	fs.StringToStringVar(&c.weights, "load-weight", nil, "load-aware: weigh the picker's scorers ("+strings.Join(meshspec.ScorerNames, ", ")+"), as NAME=WEIGHT (prefix=2): 1, the default, as is; 0 leaves one out; repeat or join with commas")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
 }
 
@@ -295,6 +297,16 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (meshspec.BackendConfigPatch, err
 	case loadAware:
 		p.LoadAware = &meshspec.LoadAwarePatch{LoadAware: c.loadAware}
 		p.LoadAware.QueueTimeoutS = c.queueTimeout.Seconds()
+		for name, v := range c.weights {
+			w, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return p, fmt.Errorf("--load-weight %s=%q: not a number; give one from 0 to %d, such as %s=2", name, v, meshspec.MaxScorerWeight, name)
+			}
+			if p.LoadAware.Weights == nil {
+				p.LoadAware.Weights = map[string]float64{}
+			}
+			p.LoadAware.Weights[name] = w
+		}
 	}
 	switch {
 	case autoscale && c.off:

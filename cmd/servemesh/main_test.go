@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -269,12 +270,19 @@ func TestLoadAwareFlags(t *testing.T) {
 		return c.patch(fs)
 	}
 	p, err := parse("--load-aware")
-	if err != nil || p.LoadAware == nil || p.LoadAware.Off || p.LoadAware.LoadAware != (meshspec.LoadAware{}) {
+	if err != nil || p.LoadAware == nil || p.LoadAware.Off || !reflect.DeepEqual(p.LoadAware.LoadAware, meshspec.LoadAware{}) {
 		t.Errorf("--load-aware: %+v %v", p.LoadAware, err)
 	}
 	p, err = parse("--load-metrics-path", "/metrics", "--load-queue-metric", "vllm:num_requests_waiting", "--load-queue-limit", "8")
 	if err != nil || p.LoadAware == nil || p.LoadAware.MetricsPath != "/metrics" || p.LoadAware.QueueLimit != 8 {
 		t.Errorf("--load-*: %+v %v", p.LoadAware, err)
+	}
+	p, err = parse("--load-weight", "prefix=2,queue=0", "--load-weight", "ttfb=0.5")
+	if err != nil || p.LoadAware == nil || !reflect.DeepEqual(p.LoadAware.Weights, map[string]float64{"prefix": 2, "queue": 0, "ttfb": 0.5}) {
+		t.Errorf("--load-weight: %+v %v", p.LoadAware, err)
+	}
+	if _, err = parse("--load-weight", "prefix=lots"); err == nil || !strings.Contains(err.Error(), "--load-weight prefix") {
+		t.Errorf("--load-weight prefix=lots: %v, want an error naming the flag", err)
 	}
 	if p, err = parse("--load-aware-off"); err != nil || p.LoadAware == nil || !p.LoadAware.Off {
 		t.Errorf("--load-aware-off: %+v %v", p.LoadAware, err)
