@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/servemesh/servemesh/agent/picker/scoring"
 	"github.com/servemesh/servemesh/meshspec"
 )
 
@@ -134,16 +133,16 @@ func (p *Picker) queue(backend string) *flowQueue {
 
 // flowControl is backend's flow control, as the desired state has it.
 func (p *Picker) flowControl(backend string) meshspec.LoadAware {
-	_, flow, _ := p.backendSettings(backend)
+	_, flow := p.backendSettings(backend)
 	return flow
 }
 
 // Dispatch gives backend's free replicas to the requests waiting, in turn.
 func (p *Picker) Dispatch(backend string) {
-	limits, known := p.backendLimits(backend)
+	pol, _ := p.backendSettings(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.dispatch(backend, limits, known)
+	p.dispatch(backend, pol)
 }
 
 // dispatchAll dispatches every backend with requests waiting: what
@@ -165,11 +164,11 @@ func (p *Picker) dispatchAll() {
 
 // dispatch places backend's waiting requests, in turn, while replicas are
 // free. Called with mu held.
-func (p *Picker) dispatch(backend string, limits scoring.Limits, known bool) {
+func (p *Picker) dispatch(backend string, pol policy) {
 	q := p.queues[backend]
 	for q != nil && q.len() > 0 {
 		w := q.head()
-		c, ok := p.place(backend, w.req, limits, known)
+		c, ok := p.place(backend, w.req, pol)
 		if !ok {
 			return
 		}

@@ -1,7 +1,6 @@
 package picker
 
 import (
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -144,6 +143,8 @@ type choice struct {
 	shed       bool
 	why        string
 	loadsModel bool
+	// pass is the request's way through the policy's pipeline.
+	pass scoring.Pass
 }
 
 // Why a request was shed.
@@ -179,12 +180,12 @@ type request struct {
 // 0 or more waits for one (the waiter returned: wait for it), and one
 // below is shed.
 func (p *Picker) pick(backend string, req request) (choice, *waiter) {
-	limits, flow, known := p.backendSettings(backend)
+	pol, flow := p.backendSettings(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	q := p.queue(backend)
 	if q.len() == 0 {
-		if c, ok := p.place(backend, req, limits, known); ok {
+		if c, ok := p.place(backend, req, pol); ok {
 			return c, nil
 		}
 	}
@@ -204,65 +205,71 @@ func (p *Picker) pick(backend string, req request) (choice, *waiter) {
 	return choice{}, w
 }
 
-// place picks the replica of backend that takes req if one is free: the
-// one that served its conversation while that one is ready and not
-// saturated, else the policy's choice (scoring.ChooseFree) given how much
-// of the prompt each replica is expected to hold, kept on a replica
-// holding the request's model (scoring.ModelHolder) or on its prompt's
-// home; with every replica
-// saturated, a request of priority 0 or more still goes to the cheapest
-// whose requests in flight are under max_concurrent_queries
-// (scoring.ChooseWithRoom: its server queues it). It counts the request
-// in flight there until done; the replica is then expected to hold the
-// prompt, and the conversation. With no ready replica, the choice is
-// none (Envoy picks). Called with mu held.
-func (p *Picker) place(backend string, req request, limits scoring.Limits, known bool) (choice, bool) {
+// place picks the replica of backend that takes req if one is free, or,
+// for a request of priority 0 or more, has room in its queue: one pass
+// through the policy's pipeline (scoring.Run) over the ready replicas,
+// given the conversation's replica, how much of the prompt each is
+// expected to hold (expectPrompt), what the request's model costs each,
+// and the prompt's home (placement.Table). It counts the request in
+// flight on the replica picked until done; the replica is then expected to
+// hold the prompt, its model and the conversation, and the prompt's key
+// goes there. With no ready replica, the choice is none (Envoy picks); with
+// none picked, the request waits or is shed (false). Called with mu held.
+func (p *Picker) place(backend string, req request, pol policy) (choice, bool) {
 	ready, loads := p.ready(backend)
 	if len(ready) == 0 {
 		return choice{why: pickedNone}, true
 	}
-	if c, ok := p.sessionReplica(backend, req, ready, limits, known); ok {
-		return c, true
+	now := p.now()
+	ask := scoring.Ask{Priority: req.priority, Model: req.model != "" && pol.limits.MaxModels > 0, Limits: pol.limits,
+		Known: pol.known, Now: now, Typical: p.typicalTTFB(backend), Weights: pol.weights}
+	p.expectPrompt(req.blocks, ready, loads, pol.limits.CacheTokens)
+	sessionTag := ""
+	if req.session != "" {
+		sessionTag = p.sessions.replica(backend, req.session)
 	}
-	now, typical := p.now(), p.typicalTTFB(backend)
-	p.expectPrompt(req.blocks, ready, loads, limits.CacheTokens)
-	if req.model != "" && limits.MaxModels > 0 {
-		for i, r := range ready {
-			loads[i].ModelMiss = r.models.miss(req.model, limits.MaxModels)
-		}
-	}
-	i, why := scoring.ChooseFree(loads, limits, known, now, typical), pickedFree
-	if req.model != "" && limits.MaxModels > 0 && i >= 0 {
-		if j := scoring.ModelHolder(loads, i, limits, known, now); j >= 0 && j != i {
-			i, why = j, pickedModel
+	cands := make([]scoring.Candidate, len(ready))
+	for i, r := range ready {
+		cands[i] = scoring.Candidate{Replica: loads[i], Session: sessionTag != "" && r.tag == sessionTag}
+		if ask.Model {
+			cands[i].ModelMiss = r.models.miss(req.model, pol.limits.MaxModels)
 		}
 	}
 	key, keyed := affinityKey(req.blocks)
-	if keyed && i >= 0 && why != pickedModel {
-		if home := p.promptHome(backend, key, ready, loads, i, limits, known, now); home != i {
-			i, why = home, pickedHome
+	if keyed {
+		spread, nodes := p.spread(backend), replicaNodes(ready)
+		home := spread.Home(key, nodes, now)
+		ask.Keyed, ask.Placed = true, spread.Placed(key, nodes)
+		for i, r := range ready {
+			cands[i].Home = r.tag == home
 		}
 	}
-	if i < 0 && req.priority >= 0 {
-		i, why = scoring.ChooseWithRoom(loads, limits, now, typical), pickedRoom
+	pass := scoring.Run(cands, ask)
+	if pass.Picked < 0 {
+		return choice{pass: pass}, false
 	}
-	if i < 0 {
-		return choice{}, false
+	r := ready[pass.Picked]
+	r.InFlight++
+	r.cache.Add(req.blocks)
+	if req.session != "" {
+		p.sessions.served(backend, req.session, r.tag)
+	}
+	if pass.Why == scoring.WhySession {
+		return choice{replica: r, why: pickedSession, pass: pass}, true
 	}
 	if keyed {
-		p.spread(backend).Assign(key, ready[i].tag, now)
+		p.spread(backend).Assign(key, r.tag, now)
 	}
-	ready[i].InFlight++
-	ready[i].cache.Add(req.blocks)
-	loadsModel := loads[i].ModelMiss > 0
-	if req.model != "" && limits.MaxModels > 0 {
-		ready[i].models.use(req.model, limits.MaxModels)
+	if ask.Model {
+		r.models.use(req.model, pol.limits.MaxModels)
 	}
-	if req.session != "" {
-		p.sessions.served(backend, req.session, ready[i].tag)
-	}
-	return choice{replica: ready[i], why: why, loadsModel: loadsModel}, true
+	return choice{replica: r, why: pickedWhy[pass.Why], loadsModel: cands[pass.Picked].ModelMiss > 0, pass: pass}, true
 }
+
+// pickedWhy is what each of the pipeline's reasons reads as in an answer
+// and a span.
+var pickedWhy = map[string]string{scoring.WhySession: pickedSession, scoring.WhyModel: pickedModel,
+	scoring.WhyHome: pickedHome, scoring.WhyFree: pickedFree, scoring.WhyRoom: pickedRoom}
 
 // expectPrompt sets how much of a prompt of blocks each ready replica is
 // expected to hold (loads' PrefixHit): what the picker sent it lately
@@ -278,63 +285,6 @@ func (p *Picker) expectPrompt(blocks []uint64, ready []*replicaLoad, loads []sco
 		}
 		loads[i].PrefixHit = float64(r.cache.Match(blocks)) / float64(len(blocks))
 	}
-}
-
-// promptHome is the replica that takes a prompt of key, the cheapest
-// being ready[cheapest]: its home (placement.Table: where its requests
-// went, or for a prompt new here its place among the replicas, as many
-// prompts on each; or a replica that holds more of it, holder), if
-// ready, not saturated and not too busy (scoring.KeepsHome); else the
-// cheapest. A prompt new here has nothing
-// cached at its place, so that place takes it only while no busier than
-// the cheapest. Called with mu held.
-func (p *Picker) promptHome(backend, key string, ready []*replicaLoad, loads []scoring.Replica, cheapest int, limits scoring.Limits, known bool, now time.Time) int {
-	spread, replicas := p.spread(backend), replicaNodes(ready)
-	home := spread.Home(key, replicas, now)
-	j := holder(loads, slices.IndexFunc(ready, func(r *replicaLoad) bool { return r.tag == home }))
-	if j < 0 || (known && loads[j].Saturated(limits, now)) || loads[j].Failing() || !scoring.KeepsHome(loads[j], loads[cheapest], now) {
-		return cheapest
-	}
-	if !spread.Placed(key, replicas) && loads[j].Pending(now) > loads[cheapest].Pending(now) {
-		return cheapest
-	}
-	return j
-}
-
-// holder is which of ready (their loads) is a prompt's home, its place
-// among them being home (-1: none ready): the one expected to hold most of
-// the prompt, if it holds more than home does (the home's cache let it go
-// for others', or a conversation's later turns went elsewhere); else home.
-func holder(loads []scoring.Replica, home int) int {
-	best, most := home, 0.0
-	if home >= 0 {
-		most = loads[home].PrefixHit
-	}
-	for i, l := range loads {
-		if l.PrefixHit > most {
-			best, most = i, l.PrefixHit
-		}
-	}
-	return best
-}
-
-// sessionReplica is the pick of the replica that served req's
-// conversation, if it is among ready and not saturated. Called with mu
-// held.
-func (p *Picker) sessionReplica(backend string, req request, ready []*replicaLoad, limits scoring.Limits, known bool) (choice, bool) {
-	if req.session == "" {
-		return choice{}, false
-	}
-	tag := p.sessions.replica(backend, req.session)
-	for _, r := range ready {
-		if r.tag == tag && (!known || !r.Saturated(limits, p.now())) && !r.Failing() {
-			r.InFlight++
-			r.cache.Add(req.blocks)
-			p.sessions.served(backend, req.session, tag)
-			return choice{replica: r, why: pickedSession}, true
-		}
-	}
-	return choice{}, false
 }
 
 // ready are backend's ready replicas by tag (for a stable choice among
@@ -360,7 +310,7 @@ func (p *Picker) ready(backend string) ([]*replicaLoad, []scoring.Replica) {
 // model's next requests to one that must drop another model for it).
 func (p *Picker) done(c choice, ttfb time.Duration, status int) {
 	r := c.replica
-	limits, known := p.backendLimits(r.backend)
+	pol, _ := p.backendSettings(r.backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r.InFlight--
@@ -377,7 +327,7 @@ func (p *Picker) done(c choice, ttfb time.Duration, status int) {
 		}
 		p.rate(r.backend).add(p.now())
 	}
-	p.dispatch(r.backend, limits, known)
+	p.dispatch(r.backend, pol)
 }
 
 // sorted are backend's replicas by tag (for a stable choice among equals).
@@ -404,31 +354,34 @@ func (p *Picker) typicalTTFB(backend string) time.Duration {
 	return scoring.Typical(all)
 }
 
-// backendLimits are what saturate backend's replicas, if the desired state
-// has the backend.
-func (p *Picker) backendLimits(backend string) (scoring.Limits, bool) {
-	l, _, ok := p.backendSettings(backend)
-	return l, ok
+// policy is what the pipeline reads of a backend's settings: what
+// saturates its replicas, its scorers' weights, and whether the desired
+// state has the backend (known; else nothing saturates them).
+type policy struct {
+	limits  scoring.Limits
+	weights scoring.Weights
+	known   bool
 }
 
-// backendSettings are backend's limits (backendLimits) and its load_aware
-// settings (zero without), from one lookup of the desired state.
-func (p *Picker) backendSettings(backend string) (scoring.Limits, meshspec.LoadAware, bool) {
+// backendSettings are backend's policy and its load_aware settings (zero
+// without), from one lookup of the desired state.
+func (p *Picker) backendSettings(backend string) (policy, meshspec.LoadAware) {
 	b, ok := p.desired().Backend(backend)
 	if !ok {
-		return scoring.Limits{}, meshspec.LoadAware{}, false
+		return policy{}, meshspec.LoadAware{}
 	}
-	l, flow := scoring.Limits{MaxInFlight: b.Config.EffectiveMaxConcurrentQueries()}, meshspec.LoadAware{}
+	pol, flow := policy{limits: scoring.Limits{MaxInFlight: b.Config.EffectiveMaxConcurrentQueries()}, known: true}, meshspec.LoadAware{}
 	if la := b.Config.LoadAware; la != nil {
 		flow = *la
-		l.MaxModels = la.MaxModelsPerReplica
-		l.CacheTokens = la.PrefixCacheTokens
-		l.QueueLimit = la.QueueLimit
+		pol.weights = la.Weights
+		pol.limits.MaxModels = la.MaxModelsPerReplica
+		pol.limits.CacheTokens = la.PrefixCacheTokens
+		pol.limits.QueueLimit = la.QueueLimit
 		if la.KVCacheMetric != "" {
-			l.KVCacheLimit = la.EffectiveKVCacheLimit()
+			pol.limits.KVCacheLimit = la.EffectiveKVCacheLimit()
 		}
 	}
-	return l, flow, true
+	return pol, flow
 }
 
 // Report is the node's ORCA load report for backend, in the header
@@ -440,12 +393,12 @@ func (p *Picker) backendSettings(backend string) (scoring.Limits, meshspec.LoadA
 // a node whose every replica is saturated a tenth of its share, not none:
 // its answers keep its report fresh.
 func (p *Picker) Report(backend string) string {
-	limits, known := p.backendLimits(backend)
+	pol, _ := p.backendSettings(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	_, loads := p.ready(backend)
-	return scoring.NodeReport(loads, limits, known, p.rate(backend).perSecond(now), now, p.typicalTTFB(backend)).Header()
+	return scoring.NodeReport(loads, pol.limits, pol.known, p.rate(backend).perSecond(now), now, p.typicalTTFB(backend)).Header()
 }
 
 func (p *Picker) rate(backend string) *rate {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -734,5 +735,13 @@ func TestAPromptKeepsItsHomeThoughItWasSlowFirst(t *testing.T) {
 	pickNow(t, p, request{blocks: blocks})
 	if c := pickNow(t, p, request{blocks: blocks}); c.replica == first.replica {
 		t.Fatalf("a saturated home took the prompt's request")
+	}
+}
+
+// TestScorerNamesAreTheStatesNames: load_aware.weights is validated
+// against meshspec.ScorerNames, which must name the pipeline's scorers.
+func TestScorerNamesAreTheStatesNames(t *testing.T) {
+	if got, want := scoring.ScorerNames(), meshspec.ScorerNames; !slices.Equal(got, want) {
+		t.Fatalf("the pipeline's scorers %v, the state's names %v", got, want)
 	}
 }

@@ -249,8 +249,8 @@ func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.Pr
 }
 
 // tracedPick is pick in a span, the child of the trace context Envoy sent
-// in md: the replica picked and why, or why none, and how long the request
-// waited for one.
+// in md: the replica picked and why, or why none, the request's pass
+// through the policy's pipeline, and how long the request waited for one.
 func (s *Server) tracedPick(stream extproc.ExternalProcessor_ProcessServer, md metadata.MD, backend string, ask request) (choice, error) {
 	_, span := s.tracer.Start(stream.Context(), "pick "+backend, tracing.MetadataCarrier(md), trace.SpanKindInternal,
 		attribute.String(wire.TagBackend, backend))
@@ -270,6 +270,9 @@ func (s *Server) tracedPick(stream extproc.ExternalProcessor_ProcessServer, md m
 		outcome = PickNone
 	default:
 		span.SetAttributes(attribute.String(wire.TagReplica, c.replica.addr))
+	}
+	if len(c.pass.Steps) > 0 {
+		span.SetAttributes(attribute.String(wire.TagPickPass, c.pass.String()))
 	}
 	span.SetAttributes(attribute.String(wire.TagOutcome, outcome), attribute.String(wire.TagWhy, c.why),
 		attribute.Float64(wire.TagHeldMS, float64(s.picker.now().Sub(start).Microseconds())/1000))

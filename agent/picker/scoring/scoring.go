@@ -3,8 +3,11 @@
 // time to first byte, what its server last reported), which one takes a
 // request, whether the request is shed, and what the node reports of its
 // capacity to calling nodes. No state, no clock, no I/O: the picker
-// (agent/picker) holds the figures and asks. It is off the flow of
-// docs/architecture.md, a part of step 9's picker.
+// (agent/picker) holds the figures and asks. A request's pick is one pass
+// through a pipeline of filters, weighted scorers and a picker
+// (pipeline.go, which draws it); this file holds the figures' own rules
+// (saturation, smoothing, failures, the node's load report). It is off the
+// flow of docs/architecture.md, a part of step 9's picker.
 package scoring
 
 import (
@@ -126,18 +129,10 @@ func (r Replica) Saturated(l Limits, now time.Time) bool {
 // its requests pending plus one, where pending is what the node has in
 // flight to it or, if its server says more (running and waiting), that;
 // a full KV cache doubles it, the request's prompt in its prefix cache
-// lowers it (PrefixWeight).
+// lowers it (PrefixWeight), a model to load raises it (ModelWeight). It
+// is the pipeline's cost with every scorer weighing 1 (Cost).
 func (r Replica) Cost(now time.Time, typical time.Duration) float64 {
-	pending, kv := r.Pending(now), 0.0
-	if s := r.Server; r.Fresh(now) && s.HasKV {
-		kv = math.Min(math.Max(s.KV, 0), 1)
-	}
-	ttfb := r.TTFB
-	if ttfb == 0 {
-		ttfb = typical
-	}
-	hit := math.Min(math.Max(r.PrefixHit, 0), 1)
-	return (pending + 1) * ttfb.Seconds() * (1 + kv) * (1 - PrefixWeight*hit) * float64(1+ModelWeight*max(r.ModelMiss, 0))
+	return Cost(Candidate{Replica: r}, Ask{Now: now, Typical: typical})
 }
 
 // Pending is r's requests pending: what the node has in flight to it or,
@@ -166,29 +161,6 @@ func KeepsHome(home, cheapest Replica, now time.Time) bool {
 	return home.Pending(now)+1 <= HomeLoad*(cheapest.Pending(now)+1)
 }
 
-// ModelHolder is which of ready, the cheapest being ready[cheapest],
-// takes a request whose model some hold (ModelMiss 0): the least busy of
-// those not saturated nor failing, while it KeepsHome against the
-// cheapest; -1 if none does. By requests pending, not the cost: a model's
-// replica keeps it as a prompt's home keeps the prompt, since a time to
-// first byte swings with an engine's other work, and a load costs more
-// than any of those swings.
-func ModelHolder(ready []Replica, cheapest int, l Limits, known bool, now time.Time) int {
-	best := -1
-	for i, r := range ready {
-		if r.ModelMiss != 0 || (known && r.Saturated(l, now)) || r.Failing() {
-			continue
-		}
-		if best < 0 || r.Pending(now) < ready[best].Pending(now) {
-			best = i
-		}
-	}
-	if best < 0 || !KeepsHome(ready[best], ready[cheapest], now) {
-		return -1
-	}
-	return best
-}
-
 // Typical stands in for the time to first byte of a replica that has
 // answered nothing yet: the fastest of the others' (not one whose last
 // answer failed: it sets no pace), so it is tried soon; a millisecond
@@ -202,40 +174,6 @@ func Typical(replicas []Replica) time.Duration {
 	}
 	if best == 0 {
 		return time.Millisecond
-	}
-	return best
-}
-
-// ChooseFree picks among ready replicas the cheapest that is not
-// saturated, or -1 when every one is (or none is ready). With no limits
-// known (the backend is not in the desired state yet), no replica counts
-// as saturated. typical is Typical of the backend's replicas on the node.
-// Among equals the first wins, so callers pass replicas in a stable order.
-func ChooseFree(ready []Replica, l Limits, known bool, now time.Time, typical time.Duration) int {
-	return cheapest(ready, now, typical, func(r Replica) bool { return !known || !r.Saturated(l, now) })
-}
-
-// ChooseWithRoom picks, when every replica is saturated, the cheapest
-// that still has room by the node's own count (requests in flight under
-// max_concurrent_queries) though its server's figures saturate it: the
-// server queues the request, as it would without the picker. -1 when
-// every one has max_concurrent_queries in flight: the request then waits
-// on the node (the picker's flow control) or is shed.
-func ChooseWithRoom(ready []Replica, l Limits, now time.Time, typical time.Duration) int {
-	return cheapest(ready, now, typical, func(r Replica) bool { return r.InFlight < l.MaxInFlight })
-}
-
-// cheapest is the index of the cheapest of ready that ok takes, -1 for
-// none; among equals the first.
-func cheapest(ready []Replica, now time.Time, typical time.Duration, ok func(Replica) bool) int {
-	best, bestCost := -1, math.Inf(1)
-	for i, r := range ready {
-		if !ok(r) {
-			continue
-		}
-		if cost := r.Cost(now, typical); best < 0 || cost < bestCost {
-			best, bestCost = i, cost
-		}
 	}
 	return best
 }

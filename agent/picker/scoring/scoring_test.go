@@ -11,8 +11,10 @@ var now = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 
-// TestChooseFree: the policy alone, case by case.
-func TestChooseFree(t *testing.T) {
+// TestFreeCheapest: the pipeline's pick among free replicas by cost alone
+// (no conversation, no affinity), case by case; a sheddable request, so
+// that none is picked when every one is saturated.
+func TestFreeCheapest(t *testing.T) {
 	limits := Limits{MaxInFlight: 4, QueueLimit: 5, KVCacheLimit: 0.9}
 	fresh := func(s Server) Server { s.At = now; return s }
 	for _, c := range []struct {
@@ -21,7 +23,7 @@ func TestChooseFree(t *testing.T) {
 		known    bool
 		want     int
 	}{
-		{"none ready: Envoy picks", nil, true, -1},
+		{"none ready: none", nil, true, -1},
 		{"the faster of two idle", []Replica{{TTFB: ms(300)}, {TTFB: ms(100)}}, true, 1},
 		{"the idle one over a busy faster one", []Replica{{TTFB: ms(100), InFlight: 3}, {TTFB: ms(200)}}, true, 1},
 		{"among equals, the first", []Replica{{TTFB: ms(100)}, {TTFB: ms(100)}}, true, 0},
@@ -44,8 +46,13 @@ func TestChooseFree(t *testing.T) {
 		{"a free replica over a saturated one holding the prefix", []Replica{{TTFB: ms(100), InFlight: 4, PrefixHit: 1}, {TTFB: ms(100), InFlight: 3}}, true, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := ChooseFree(c.replicas, limits, c.known, now, Typical(c.replicas)); got != c.want {
-				t.Fatalf("ChooseFree = %d; want %d", got, c.want)
+			cands := make([]Candidate, len(c.replicas))
+			for i, r := range c.replicas {
+				cands[i] = Candidate{Replica: r}
+			}
+			pass := Run(cands, Ask{Priority: -1, Limits: limits, Known: c.known, Now: now, Typical: Typical(c.replicas)})
+			if pass.Picked != c.want || (c.want >= 0 && pass.Why != WhyFree) {
+				t.Fatalf("picked %d (%s); want %d, the cheapest free: %s", pass.Picked, pass.Why, c.want, pass)
 			}
 		})
 	}
@@ -90,17 +97,26 @@ func TestNodeReport(t *testing.T) {
 	}
 }
 
-// TestChooseWithRoom: with every replica saturated, a critical request
-// goes to the cheapest whose node counts room under max_concurrent_queries
-// whatever its server reports; none when every one is full by the count.
-func TestChooseWithRoom(t *testing.T) {
+// TestRoom: with every replica saturated, a request of priority 0 or
+// more goes to the cheapest whose node counts room under
+// max_concurrent_queries whatever its server reports; none when every one
+// is full by the count, and none for a sheddable request.
+func TestRoom(t *testing.T) {
 	limits := Limits{MaxInFlight: 4, QueueLimit: 5}
 	full := Server{At: now, Waiting: 5, HasWaiting: true}
-	if got := ChooseWithRoom([]Replica{{TTFB: ms(10), InFlight: 4}, {TTFB: ms(20), InFlight: 1, Server: full}}, limits, now, ms(10)); got != 1 {
-		t.Errorf("ChooseWithRoom = %d; want 1, the one with room by the count though its queue is full", got)
+	ask := Ask{Limits: limits, Known: true, Now: now, Typical: ms(10)}
+	cands := []Candidate{{Replica: Replica{TTFB: ms(10), InFlight: 4}}, {Replica: Replica{TTFB: ms(20), InFlight: 1, Server: full}}}
+	if pass := Run(cands, ask); pass.Picked != 1 || pass.Why != WhyRoom {
+		t.Errorf("picked %d (%s); want 1, the one with room by the count though its queue is full: %s", pass.Picked, pass.Why, pass)
 	}
-	if got := ChooseWithRoom([]Replica{{TTFB: ms(10), InFlight: 4}, {TTFB: ms(20), InFlight: 4}}, limits, now, ms(10)); got != -1 {
-		t.Errorf("ChooseWithRoom = %d; want -1: every one at max_concurrent_queries", got)
+	ask.Priority = -1
+	if pass := Run(cands, ask); pass.Picked != -1 {
+		t.Errorf("a sheddable request took %d: %s", pass.Picked, pass)
+	}
+	ask.Priority = 0
+	cands[1].InFlight = 4
+	if pass := Run(cands, ask); pass.Picked != -1 {
+		t.Errorf("picked %d; want none: every one at max_concurrent_queries: %s", pass.Picked, pass)
 	}
 }
 
@@ -142,9 +158,10 @@ func TestFailuresSetNoPaceAndCostTime(t *testing.T) {
 	}
 }
 
-// TestModelHolder: the least busy replica holding the model takes the
-// request while it keeps its home against the cheapest, whatever their
-// times; not a saturated or failing one; none when no one holds it.
+// TestModelHolder: the sticky picker's model holder, the least busy free
+// replica holding the model, takes the request while it keeps its home
+// against the cheapest (the first here), whatever their times; not a
+// saturated or failing one; none when no one holds it.
 func TestModelHolder(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	l := Limits{MaxInFlight: 8}
@@ -162,7 +179,13 @@ func TestModelHolder(t *testing.T) {
 		{"a failing holder", []Replica{fast, {Failures: FailingAfter}}, -1},
 		{"no holder", []Replica{fast, {ModelMiss: 1}}, -1},
 	} {
-		if got := ModelHolder(c.ready, 0, l, true, now); got != c.want {
+		cands := make([]Candidate, len(c.ready))
+		for i, r := range c.ready {
+			cands[i] = Candidate{Replica: r}
+		}
+		ask := Ask{Model: true, Limits: l, Known: true, Now: now}
+		free := keep(cands, []int{0, 1, 2}[:len(cands)], ask, Free{})
+		if got := modelHolder(cands, free, 0, ask); got != c.want {
 			t.Errorf("%s: %d; want %d", c.name, got, c.want)
 		}
 	}

@@ -1,0 +1,140 @@
+package scoring
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestFilters: each filter's cases.
+func TestFilters(t *testing.T) {
+	limits := Limits{MaxInFlight: 2, QueueLimit: 3}
+	full := Server{At: now, Waiting: 3, HasWaiting: true}
+	for _, c := range []struct {
+		name   string
+		filter Filter
+		cand   Candidate
+		known  bool
+		keep   bool
+	}{
+		{"session: the conversation's replica", Session{}, Candidate{Session: true}, true, true},
+		{"session: another replica", Session{}, Candidate{}, true, false},
+		{"session: saturated", Session{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, true, false},
+		{"session: saturated, limits unknown", Session{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, false, true},
+		{"session: failing", Session{}, Candidate{Session: true, Replica: Replica{Failures: FailingAfter}}, true, false},
+		{"free: under every limit", Free{}, Candidate{Replica: Replica{InFlight: 1}}, true, true},
+		{"free: max_concurrent_queries in flight", Free{}, Candidate{Replica: Replica{InFlight: 2}}, true, false},
+		{"free: its server's queue full", Free{}, Candidate{Replica: Replica{Server: full}}, true, false},
+		{"free: limits unknown", Free{}, Candidate{Replica: Replica{InFlight: 9}}, false, true},
+		{"room: its server's queue full, the count under the limit", Room{}, Candidate{Replica: Replica{InFlight: 1, Server: full}}, true, true},
+		{"room: the count at the limit", Room{}, Candidate{Replica: Replica{InFlight: 2}}, true, false},
+	} {
+		if got := c.filter.Keep(c.cand, Ask{Limits: limits, Known: c.known, Now: now}); got != c.keep {
+			t.Errorf("%s: %s keeps %v, want %v", c.name, c.filter.Name(), got, c.keep)
+		}
+	}
+}
+
+// TestScorers: each scorer's factor, and their weights.
+func TestScorers(t *testing.T) {
+	ask := Ask{Now: now, Typical: ms(50)}
+	fresh := Server{At: now, KV: 0.5, HasKV: true, Waiting: 4, HasWaiting: true}
+	for _, c := range []struct {
+		scorer Scorer
+		cand   Candidate
+		want   float64
+	}{
+		{Queue{}, Candidate{Replica: Replica{InFlight: 2}}, 3},
+		{Queue{}, Candidate{Replica: Replica{InFlight: 2, Server: fresh}}, 5},
+		{TTFB{}, Candidate{Replica: Replica{TTFB: ms(200)}}, 0.2},
+		{TTFB{}, Candidate{}, 0.05},
+		{KVCache{}, Candidate{Replica: Replica{Server: fresh}}, 1.5},
+		{KVCache{}, Candidate{Replica: Replica{Server: Server{At: now.Add(-Stale), KV: 0.5, HasKV: true}}}, 1},
+		{Prefix{}, Candidate{Replica: Replica{PrefixHit: 1}}, 1 - PrefixWeight},
+		{Prefix{}, Candidate{Replica: Replica{PrefixHit: 0.5}}, 1 - PrefixWeight/2},
+		{Model{}, Candidate{Replica: Replica{ModelMiss: 2}}, 1 + 2*ModelWeight},
+		{Model{}, Candidate{}, 1},
+	} {
+		if got := c.scorer.Factor(c.cand, ask); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("%s of %+v: %v, want %v", c.scorer.Name(), c.cand, got, c.want)
+		}
+	}
+	c := Candidate{Replica: Replica{InFlight: 1, TTFB: ms(100), PrefixHit: 1}}
+	base := Cost(c, ask)
+	ask.Weights = Weights{"prefix": 0}
+	if got := Cost(c, ask); math.Abs(got-base/(1-PrefixWeight)) > 1e-12 {
+		t.Errorf("prefix weighing 0: cost %v, want %v, the prefix left out", got, base/(1-PrefixWeight))
+	}
+	ask.Weights = Weights{"queue": 2}
+	if got := Cost(c, ask); math.Abs(got-base*2) > 1e-12 {
+		t.Errorf("queue weighing 2: cost %v, want %v, its factor (2) counted twice", got, base*2)
+	}
+	if got := ScorerNames(); len(got) != 5 || got[0] != "queue" || got[4] != "model" {
+		t.Errorf("scorer names %v", got)
+	}
+}
+
+// TestCostIsPeakEWMA: with every weight 1 the pipeline's cost is Linkerd's
+// peak-EWMA as the picker priced replicas before the pipeline, bit for
+// bit, so the pipeline picks as it did.
+func TestCostIsPeakEWMA(t *testing.T) {
+	rng := rand.New(rand.NewPCG(63, 1))
+	for range 1000 {
+		r := Replica{InFlight: rng.IntN(10), TTFB: time.Duration(rng.IntN(500)) * time.Millisecond, PrefixHit: rng.Float64(), ModelMiss: rng.IntN(3),
+			Server: Server{At: now.Add(-time.Duration(rng.IntN(3)) * time.Second), KV: rng.Float64(), HasKV: rng.IntN(2) == 0, Waiting: float64(rng.IntN(9)), HasWaiting: rng.IntN(2) == 0}}
+		typical := ms(float64(rng.IntN(100) + 1))
+		pending, kv := r.Pending(now), 0.0
+		if s := r.Server; r.Fresh(now) && s.HasKV {
+			kv = math.Min(math.Max(s.KV, 0), 1)
+		}
+		ttfb := r.TTFB
+		if ttfb == 0 {
+			ttfb = typical
+		}
+		want := (pending + 1) * ttfb.Seconds() * (1 + kv) * (1 - PrefixWeight*r.PrefixHit) * float64(1+ModelWeight*r.ModelMiss)
+		if got := r.Cost(now, typical); got != want {
+			t.Fatalf("%+v: cost %v, want %v", r, got, want)
+		}
+	}
+}
+
+// TestPassRecordsItsSteps: a pass's steps, pick and reason, for each way
+// through the pipeline.
+func TestPassRecordsItsSteps(t *testing.T) {
+	limits := Limits{MaxInFlight: 4, MaxModels: 2}
+	ask := Ask{Limits: limits, Known: true, Now: now, Typical: ms(10)}
+	idle, busy := Replica{TTFB: ms(10)}, Replica{TTFB: ms(10), InFlight: 2}
+	for _, c := range []struct {
+		name  string
+		cands []Candidate
+		ask   func(Ask) Ask
+		want  int
+		why   string
+		line  string
+	}{
+		{"the conversation's replica", []Candidate{{Replica: idle}, {Replica: busy, Session: true}}, nil, 1, WhySession,
+			"ready 2 > session 1 > picked 1 (session)"},
+		{"the cheapest free", []Candidate{{Replica: busy}, {Replica: idle}}, nil, 1, WhyFree,
+			"ready 2 > free 2 > picked 1 (free)"},
+		{"the prompt's home, busier", []Candidate{{Replica: idle}, {Replica: busy, Home: true}}, func(a Ask) Ask { a.Keyed, a.Placed = true, true; return a }, 1, WhyHome,
+			"ready 2 > free 2 > picked 1 (home)"},
+		{"a new prompt's place, busier: the cheapest", []Candidate{{Replica: idle}, {Replica: busy, Home: true}}, func(a Ask) Ask { a.Keyed = true; return a }, 0, WhyFree,
+			"ready 2 > free 2 > picked 0 (free)"},
+		{"the model's holder, busier", []Candidate{{Replica: Replica{TTFB: ms(10), ModelMiss: 1}}, {Replica: busy}}, func(a Ask) Ask { a.Model = true; return a }, 1, WhyFree,
+			"ready 2 > free 2 > picked 1 (free)"},
+		{"the model's holder over a faster one", []Candidate{{Replica: Replica{TTFB: ms(1), ModelMiss: 2}}, {Replica: Replica{TTFB: ms(100), InFlight: 1}}}, func(a Ask) Ask { a.Model = true; return a }, 1, WhyModel,
+			"ready 2 > free 2 > picked 1 (model)"},
+		{"every one saturated: room", []Candidate{{Replica: Replica{TTFB: ms(10), InFlight: 4}}, {Replica: Replica{TTFB: ms(10), InFlight: 3, Server: Server{At: now, KV: 1, HasKV: true}}}},
+			func(a Ask) Ask { a.Limits.KVCacheLimit = 0.9; return a }, 1, WhyRoom, "ready 2 > free 0 > room 1 > picked 1 (room)"},
+	} {
+		a := ask
+		if c.ask != nil {
+			a = c.ask(a)
+		}
+		pass := Run(c.cands, a)
+		if pass.Picked != c.want || pass.Why != c.why || pass.String() != c.line {
+			t.Errorf("%s: picked %d (%s), %q; want %d (%s), %q", c.name, pass.Picked, pass.Why, pass, c.want, c.why, c.line)
+		}
+	}
+}
