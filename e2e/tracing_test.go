@@ -209,12 +209,14 @@ func checkControllerSpans(t *testing.T, jaeger *devjaeger.Server) {
 }
 
 // checkAgentSpans: a request to a load-aware backend has the picker's span
-// in its trace (the replica picked and why), the child of the Envoy's; a
+// in its trace (the replica picked, why, and the request's pass through the
+// picker's pipeline, its scorers weighed as the backend says), the child
+// of the Envoy's; a
 // request sent before its new backend's replica is ready has the
 // activator's (released, and how long it was held).
 func checkAgentSpans(t *testing.T, mesh *twoNodeMesh, jaeger *devjaeger.Server, send func(path, traceparent string) (int, string, string)) {
 	mesh.createBackends(t, meshspec.Backend{Name: "tla", Process: demoProcess("tla", false),
-		Config: meshspec.BackendConfig{NumReplicas: 1, LoadAware: &meshspec.LoadAware{}}})
+		Config: meshspec.BackendConfig{NumReplicas: 1, LoadAware: &meshspec.LoadAware{Weights: map[string]float64{"prefix": 2}}}})
 	if _, err := mesh.c.CreateEndpoint(t.Context(), meshspec.Endpoint{Name: "picked", Route: "/picked", Traffic: map[string]float64{"tla": 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,6 +233,10 @@ func checkAgentSpans(t *testing.T, mesh *twoNodeMesh, jaeger *devjaeger.Server, 
 	why, _ := pick.span.Tag(wire.TagWhy)
 	if replica == "" || why == "" {
 		t.Errorf("the picker's span names replica %q, why %q; want both", replica, why)
+	}
+	// The request's one pass through the picker's pipeline, step by step.
+	if pass, _ := pick.span.Tag(wire.TagPickPass); pass != "ready 1 > free 1 > picked 0 (free)" {
+		t.Errorf("the picker's span records the pass %q; want %q", pass, "ready 1 > free 1 > picked 0 (free)")
 	}
 	t.Logf("the picker's span: replica %s, why %q, under %q", replica, why, pick.parent)
 
