@@ -65,6 +65,8 @@ func (d *Delta) Then(seq uint64, next *Delta) *Delta {
 	return out
 }
 
-// SortedBackends and SortedEndpoints are d's names of each, sorted.
-func (d *Delta) SortedBackends() []string  { return slices.Sorted(maps.Keys(d.Backends)) }
+// SortedBackends are the backends d names, sorted.
+func (d *Delta) SortedBackends() []string { return slices.Sorted(maps.Keys(d.Backends)) }
+
+// SortedEndpoints are the endpoints d names, sorted.
 func (d *Delta) SortedEndpoints() []string { return slices.Sorted(maps.Keys(d.Endpoints)) }

@@ -129,30 +129,30 @@ type Filter interface {
 	Keep(c Candidate, a Ask) bool
 }
 
-// Session keeps the replica that served the request's conversation while
+// sessionFilter keeps the replica that served the request's conversation while
 // it is not saturated (with limits known) nor failing.
-type Session struct{}
+type sessionFilter struct{}
 
-func (Session) Name() string { return "session" }
-func (Session) Keep(c Candidate, a Ask) bool {
+func (sessionFilter) Name() string { return "session" }
+func (sessionFilter) Keep(c Candidate, a Ask) bool {
 	return c.Session && (!a.Known || !c.Saturated(a.Limits, a.Now)) && !c.Failing()
 }
 
-// Free keeps the replicas that are not saturated; with no limits known
+// freeFilter keeps the replicas that are not saturated; with no limits known
 // (the backend is not in the desired state yet), every one.
-type Free struct{}
+type freeFilter struct{}
 
-func (Free) Name() string                 { return "free" }
-func (Free) Keep(c Candidate, a Ask) bool { return !a.Known || !c.Saturated(a.Limits, a.Now) }
+func (freeFilter) Name() string                 { return "free" }
+func (freeFilter) Keep(c Candidate, a Ask) bool { return !a.Known || !c.Saturated(a.Limits, a.Now) }
 
-// Room keeps the replicas whose requests in flight, by the node's own
+// roomFilter keeps the replicas whose requests in flight, by the node's own
 // count, are under max_concurrent_queries, though their servers' figures
 // may saturate them: their servers queue the request, as without the
 // picker.
-type Room struct{}
+type roomFilter struct{}
 
-func (Room) Name() string                 { return "room" }
-func (Room) Keep(c Candidate, a Ask) bool { return c.InFlight < a.Limits.MaxInFlight }
+func (roomFilter) Name() string                 { return "room" }
+func (roomFilter) Keep(c Candidate, a Ask) bool { return c.InFlight < a.Limits.MaxInFlight }
 
 // Scorer is one factor of a candidate's cost: a multiplier, 1 neutral,
 // lower better.
@@ -161,18 +161,18 @@ type Scorer interface {
 	Factor(c Candidate, a Ask) float64
 }
 
-// Queue is its requests pending plus one (Replica.Pending).
-type Queue struct{}
+// queueScorer is its requests pending plus one (Replica.Pending).
+type queueScorer struct{}
 
-func (Queue) Name() string                      { return "queue" }
-func (Queue) Factor(c Candidate, a Ask) float64 { return c.Pending(a.Now) + 1 }
+func (queueScorer) Name() string                      { return "queue" }
+func (queueScorer) Factor(c Candidate, a Ask) float64 { return c.Pending(a.Now) + 1 }
 
-// TTFB is its smoothed time to first byte in seconds (the typical one if
+// ttfbScorer is its smoothed time to first byte in seconds (the typical one if
 // it has none yet).
-type TTFB struct{}
+type ttfbScorer struct{}
 
-func (TTFB) Name() string { return "ttfb" }
-func (TTFB) Factor(c Candidate, a Ask) float64 {
+func (ttfbScorer) Name() string { return "ttfb" }
+func (ttfbScorer) Factor(c Candidate, a Ask) float64 {
 	ttfb := c.TTFB
 	if ttfb == 0 {
 		ttfb = a.Typical
@@ -180,37 +180,39 @@ func (TTFB) Factor(c Candidate, a Ask) float64 {
 	return ttfb.Seconds()
 }
 
-// KVCache is one plus the share of its KV cache its server's fresh
+// kvCacheScorer is one plus the share of its KV cache its server's fresh
 // figures say is used: a full cache doubles its cost.
-type KVCache struct{}
+type kvCacheScorer struct{}
 
-func (KVCache) Name() string { return "kv_cache" }
-func (KVCache) Factor(c Candidate, a Ask) float64 {
+func (kvCacheScorer) Name() string { return "kv_cache" }
+func (kvCacheScorer) Factor(c Candidate, a Ask) float64 {
 	if s := c.Server; c.Fresh(a.Now) && s.HasKV {
 		return 1 + math.Min(math.Max(s.KV, 0), 1)
 	}
 	return 1
 }
 
-// Prefix lowers the cost of a replica expected to hold the request's
+// prefixScorer lowers the cost of a replica expected to hold the request's
 // prompt in its prefix cache: a whole prompt held, by PrefixWeight.
-type Prefix struct{}
+type prefixScorer struct{}
 
-func (Prefix) Name() string { return "prefix" }
-func (Prefix) Factor(c Candidate, _ Ask) float64 {
+func (prefixScorer) Name() string { return "prefix" }
+func (prefixScorer) Factor(c Candidate, _ Ask) float64 {
 	return 1 - PrefixWeight*math.Min(math.Max(c.PrefixHit, 0), 1)
 }
 
-// Model raises the cost of a replica that must load the request's model:
+// modelScorer raises the cost of a replica that must load the request's model:
 // by ModelWeight for each ModelMiss.
-type Model struct{}
+type modelScorer struct{}
 
-func (Model) Name() string                      { return "model" }
-func (Model) Factor(c Candidate, _ Ask) float64 { return float64(1 + ModelWeight*max(c.ModelMiss, 0)) }
+func (modelScorer) Name() string { return "model" }
+func (modelScorer) Factor(c Candidate, _ Ask) float64 {
+	return float64(1 + ModelWeight*max(c.ModelMiss, 0))
+}
 
 // Scorers are the pipeline's scorers, in the order their factors are
 // multiplied.
-var Scorers = []Scorer{Queue{}, TTFB{}, KVCache{}, Prefix{}, Model{}}
+var Scorers = []Scorer{queueScorer{}, ttfbScorer{}, kvCacheScorer{}, prefixScorer{}, modelScorer{}}
 
 // ScorerNames are the names of Scorers, which load_aware.weights may
 // weigh.
@@ -247,13 +249,13 @@ func Run(cands []Candidate, a Ask) Pass {
 		all[i] = i
 	}
 	p.step("ready", all)
-	if kept := keep(cands, all, a, Session{}); len(kept) > 0 {
-		p.step(Session{}.Name(), kept)
+	if kept := keep(cands, all, a, sessionFilter{}); len(kept) > 0 {
+		p.step(sessionFilter{}.Name(), kept)
 		p.Picked, p.Why = kept[0], WhySession
 		return p
 	}
-	free := keep(cands, all, a, Free{})
-	p.step(Free{}.Name(), free)
+	free := keep(cands, all, a, freeFilter{})
+	p.step(freeFilter{}.Name(), free)
 	if len(free) > 0 {
 		best := p.cheapest(cands, free, a)
 		p.Picked, p.Why = sticky(cands, all, free, best, a)
@@ -262,8 +264,8 @@ func Run(cands []Candidate, a Ask) Pass {
 	if a.Priority < 0 {
 		return p
 	}
-	room := keep(cands, all, a, Room{})
-	p.step(Room{}.Name(), room)
+	room := keep(cands, all, a, roomFilter{})
+	p.step(roomFilter{}.Name(), room)
 	if len(room) > 0 {
 		p.Picked, p.Why = p.cheapest(cands, room, a), WhyRoom
 	}

@@ -18,17 +18,17 @@ func TestFilters(t *testing.T) {
 		known  bool
 		keep   bool
 	}{
-		{"session: the conversation's replica", Session{}, Candidate{Session: true}, true, true},
-		{"session: another replica", Session{}, Candidate{}, true, false},
-		{"session: saturated", Session{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, true, false},
-		{"session: saturated, limits unknown", Session{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, false, true},
-		{"session: failing", Session{}, Candidate{Session: true, Replica: Replica{Failures: FailingAfter}}, true, false},
-		{"free: under every limit", Free{}, Candidate{Replica: Replica{InFlight: 1}}, true, true},
-		{"free: max_concurrent_queries in flight", Free{}, Candidate{Replica: Replica{InFlight: 2}}, true, false},
-		{"free: its server's queue full", Free{}, Candidate{Replica: Replica{Server: full}}, true, false},
-		{"free: limits unknown", Free{}, Candidate{Replica: Replica{InFlight: 9}}, false, true},
-		{"room: its server's queue full, the count under the limit", Room{}, Candidate{Replica: Replica{InFlight: 1, Server: full}}, true, true},
-		{"room: the count at the limit", Room{}, Candidate{Replica: Replica{InFlight: 2}}, true, false},
+		{"session: the conversation's replica", sessionFilter{}, Candidate{Session: true}, true, true},
+		{"session: another replica", sessionFilter{}, Candidate{}, true, false},
+		{"session: saturated", sessionFilter{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, true, false},
+		{"session: saturated, limits unknown", sessionFilter{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, false, true},
+		{"session: failing", sessionFilter{}, Candidate{Session: true, Replica: Replica{Failures: FailingAfter}}, true, false},
+		{"free: under every limit", freeFilter{}, Candidate{Replica: Replica{InFlight: 1}}, true, true},
+		{"free: max_concurrent_queries in flight", freeFilter{}, Candidate{Replica: Replica{InFlight: 2}}, true, false},
+		{"free: its server's queue full", freeFilter{}, Candidate{Replica: Replica{Server: full}}, true, false},
+		{"free: limits unknown", freeFilter{}, Candidate{Replica: Replica{InFlight: 9}}, false, true},
+		{"room: its server's queue full, the count under the limit", roomFilter{}, Candidate{Replica: Replica{InFlight: 1, Server: full}}, true, true},
+		{"room: the count at the limit", roomFilter{}, Candidate{Replica: Replica{InFlight: 2}}, true, false},
 	} {
 		if got := c.filter.Keep(c.cand, Ask{Limits: limits, Known: c.known, Now: now}); got != c.keep {
 			t.Errorf("%s: %s keeps %v, want %v", c.name, c.filter.Name(), got, c.keep)
@@ -45,16 +45,16 @@ func TestScorers(t *testing.T) {
 		cand   Candidate
 		want   float64
 	}{
-		{Queue{}, Candidate{Replica: Replica{InFlight: 2}}, 3},
-		{Queue{}, Candidate{Replica: Replica{InFlight: 2, Server: fresh}}, 5},
-		{TTFB{}, Candidate{Replica: Replica{TTFB: ms(200)}}, 0.2},
-		{TTFB{}, Candidate{}, 0.05},
-		{KVCache{}, Candidate{Replica: Replica{Server: fresh}}, 1.5},
-		{KVCache{}, Candidate{Replica: Replica{Server: Server{At: now.Add(-Stale), KV: 0.5, HasKV: true}}}, 1},
-		{Prefix{}, Candidate{Replica: Replica{PrefixHit: 1}}, 1 - PrefixWeight},
-		{Prefix{}, Candidate{Replica: Replica{PrefixHit: 0.5}}, 1 - PrefixWeight/2},
-		{Model{}, Candidate{Replica: Replica{ModelMiss: 2}}, 1 + 2*ModelWeight},
-		{Model{}, Candidate{}, 1},
+		{queueScorer{}, Candidate{Replica: Replica{InFlight: 2}}, 3},
+		{queueScorer{}, Candidate{Replica: Replica{InFlight: 2, Server: fresh}}, 5},
+		{ttfbScorer{}, Candidate{Replica: Replica{TTFB: ms(200)}}, 0.2},
+		{ttfbScorer{}, Candidate{}, 0.05},
+		{kvCacheScorer{}, Candidate{Replica: Replica{Server: fresh}}, 1.5},
+		{kvCacheScorer{}, Candidate{Replica: Replica{Server: Server{At: now.Add(-Stale), KV: 0.5, HasKV: true}}}, 1},
+		{prefixScorer{}, Candidate{Replica: Replica{PrefixHit: 1}}, 1 - PrefixWeight},
+		{prefixScorer{}, Candidate{Replica: Replica{PrefixHit: 0.5}}, 1 - PrefixWeight/2},
+		{modelScorer{}, Candidate{Replica: Replica{ModelMiss: 2}}, 1 + 2*ModelWeight},
+		{modelScorer{}, Candidate{}, 1},
 	} {
 		if got := c.scorer.Factor(c.cand, ask); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("%s of %+v: %v, want %v", c.scorer.Name(), c.cand, got, c.want)

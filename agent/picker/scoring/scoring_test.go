@@ -184,7 +184,7 @@ func TestModelHolder(t *testing.T) {
 			cands[i] = Candidate{Replica: r}
 		}
 		ask := Ask{Model: true, Limits: l, Known: true, Now: now}
-		free := keep(cands, []int{0, 1, 2}[:len(cands)], ask, Free{})
+		free := keep(cands, []int{0, 1, 2}[:len(cands)], ask, freeFilter{})
 		if got := modelHolder(cands, free, 0, ask); got != c.want {
 			t.Errorf("%s: %d; want %d", c.name, got, c.want)
 		}
