@@ -118,6 +118,9 @@ func (r *replica) watch(child *proc.Process) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.a.picker.Track(r.tag, r.backend, r.address())
+	if r.adopted {
+		r.a.picker.Resume(r.tag) // its cache outlived the last agent
+	}
 	go r.run(runCtx, child)
 	go heartbeat.RunProbing(runCtx, r.a.consul.Agent(), r.checkID(), r.a.checkTTL/3, startupProbe, r.probe, r.log)
 }

@@ -126,6 +126,10 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		Desired: views.View, Tracer: tracer})
 	// The picker picks the node's replicas of load-aware backends.
 	pick := picker.New(views.View)
+	checkpoint := filepath.Join(o.Envoy.WorkDir, picker.CheckpointFile)
+	if err := pick.Restore(checkpoint); err != nil {
+		log.Warn("the picker starts without what it learned before the agent restarted", "err", err)
+	}
 	identity := &nodeIdentity{}
 	status, err := listenStatus(ctx, o, identity, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
 		Held:       hold.Held,
@@ -181,6 +185,10 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		pickerServer := picker.NewServer(pick, log.With("component", "picker"), reg, tracer)
 		g.Go("picker", func(ctx context.Context) error { return pickerServer.Serve(ctx, o.Envoy.WorkDir) })
 		g.Go("picker scrape", func(ctx context.Context) error { pick.Scrape(ctx); return nil })
+		g.Go("picker checkpoint", func(ctx context.Context) error {
+			pick.KeepCheckpoint(ctx, checkpoint, log.With("component", "picker"))
+			return nil
+		})
 		if limits != nil {
 			g.Go("rate limit service", limits.Run)
 		}

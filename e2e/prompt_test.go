@@ -326,3 +326,86 @@ func (m *twoNodeMesh) waitPassing(t *testing.T, backend string, n int, url strin
 		return len(e) == n && err == nil
 	})
 }
+
+// TestThePickersLearningOutlivesItsAgent: on the default mesh (mTLS, two
+// nodes), a backend of stand-in model servers with prompt affinity, two
+// replicas on each node. Four long prompts are sent through both nodes
+// until each has its replica; then both nodes' agents restart (adopting
+// their replicas, whose caches hold the prompts). Each picker reads back
+// from its checkpoint where each prompt went: no request of a known
+// prompt after the restart goes to a replica the picker does not expect
+// to hold it (a miss in servemesh_picker_prompts_total), where a picker
+// that forgot would count each prompt's first request a miss; and the
+// replicas find the prompts cached.
+func TestThePickersLearningOutlivesItsAgent(t *testing.T) {
+	t.Parallel()
+	mesh := startTwoNodeMesh(t, "ckp")
+	mesh.createBackends(t, meshspec.Backend{Name: "ckp",
+		Process: modelServer("ckp", "--slots", "4", "--service", "2ms", "--cache-blocks", "8192", "--prefill-per-block", "1ms"),
+		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: &meshspec.LoadAware{PromptAffinity: true}}})
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "ckp", Route: "/v1/chat/completions", Methods: []string{"POST"},
+		Traffic: map[string]float64{"ckp": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	mesh.waitPassing(t, "ckp", 4, "http://"+mesh.n1.public+"/v1/chat/completions")
+	on := map[string]int{}
+	for _, node := range runningOn(placements(t, mesh.c, "ckp")) {
+		on[node]++
+	}
+	if len(on) != 2 {
+		t.Fatalf("ckp runs on %v, want both nodes", on)
+	}
+	client := httpClient()
+	ask := func(node *mtlsNode, p, i int) demoreplica.ModelAnswer {
+		t.Helper()
+		system := strings.Repeat(fmt.Sprintf("Tenant %d's assistant answers in its house style. ", p), 60)
+		body := fmt.Sprintf(`{"model":"ckp","messages":[{"role":"system","content":%q},{"role":"user","content":"question %d?"}]}`, system, i)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+node.public+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var a demoreplica.ModelAnswer
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&a) != nil {
+			t.Fatalf("prompt %d: status %d from %s", p, resp.StatusCode, node.id)
+		}
+		return a
+	}
+	nodes := []*mtlsNode{mesh.n1, mesh.n2}
+	for p := range 4 {
+		for i := range 4 {
+			ask(nodes[i%2], p, i)
+		}
+	}
+	for _, n := range nodes {
+		restartAgent(t, n.agentProc, false, on[n.id], nil)
+	}
+	const each = 4
+	blocks, cached := 0, 0
+	for p := range 4 {
+		for i := range each {
+			a := ask(nodes[i%2], p, 100+i)
+			blocks, cached = blocks+a.Blocks, cached+a.Cached
+		}
+	}
+	// Counted since the restart (the agents are new processes): no
+	// request a picker gave a replica was a miss, and some were hits (a
+	// series that is not there counts nothing: the sum of hits must be).
+	hits, misses := 0.0, 0.0
+	for _, n := range nodes {
+		if v, found := scrapeMetric(t, n.metr, "servemesh_picker_prompts_total", "backend", "ckp", "cache", "hit"); found {
+			hits += v
+		}
+		if v, found := scrapeMetric(t, n.metr, "servemesh_picker_prompts_total", "backend", "ckp", "cache", "miss"); found {
+			misses += v
+		}
+	}
+	if misses != 0 || hits < 1 {
+		t.Errorf("after the restart the pickers counted %v hits and %v misses of %d requests: want no miss (each prompt's replica known), and hits", hits, misses, 4*each)
+	}
+	if hit := float64(cached) / float64(max(blocks, 1)); hit < 0.95 {
+		t.Errorf("after the restart %d of %d prompt blocks were found cached (%.0f%%), want at least 95%%", cached, blocks, 100*hit)
+	}
+}

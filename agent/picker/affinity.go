@@ -207,11 +207,13 @@ func parsed[T any](c *routeMeta, cache map[string]T, text string, parse func(str
 }
 
 // headerKey is the affinity key a request's headers name: the first of
-// names present, with its name, or "".
+// names present, with its name, hashed (the key is sent on to Envoy,
+// which hashes it again, and kept in the picker's checkpoint: a session
+// id is not), or "".
 func headerKey(h *core.HeaderMap, names []string) string {
 	for _, name := range names {
 		if v := headerValue(h, name); v != "" {
-			return truncate(name+":"+v, maxAffinityKeyBytes)
+			return "h" + sessionHash(truncate(name+":"+v, maxAffinityKeyBytes))
 		}
 	}
 	return ""
@@ -260,6 +262,9 @@ func (p *Picker) placeNodes(route wire.AffinityRoute, key string) []placed {
 		if addr := table(p.placements, b.Name, p.desired(), placement.NewTable).Place(key, nodes, now); addr != "" {
 			out = append(out, placed{b.Name, addr})
 		}
+	}
+	if len(out) > 0 {
+		p.changed()
 	}
 	return out
 }

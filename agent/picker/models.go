@@ -43,6 +43,16 @@ func (m *models) use(model string, capacity int) {
 	}
 }
 
+// names are the models, most recent first (a picker's checkpoint; use
+// them from the last to hold them again in the same order).
+func (m *models) names() []string {
+	out := make([]string, 0, m.order.Len())
+	for e := m.order.Front(); e != nil; e = e.Next() {
+		out = append(out, e.Value.(string))
+	}
+	return out
+}
+
 // bodyModel is the "model" an OpenAI-style JSON body names, or "".
 func bodyModel(body []byte) string {
 	var req struct {

@@ -62,6 +62,11 @@ type Picker struct {
 	// spreads are, for the backends with replicas here, which replica
 	// each prompt's prefix went to (its first AffinityBlocks blocks).
 	spreads map[string]*placement.Table
+	// restored are the replicas' indexes and models a checkpoint held,
+	// by tag, until the agent adopts them (Resume); changes counts the
+	// changes of what a checkpoint holds (checkpoint.go).
+	restored map[string]savedReplica
+	changes  uint64
 }
 
 // replicaLoad is what the picker knows of one replica: which it is, and
@@ -106,6 +111,7 @@ func (p *Picker) Track(tag, backend, addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.replicas[tag] = &replicaLoad{tag: tag, backend: backend, addr: addr, cache: prefix.NewIndex(prefix.DefaultIndexBlocks), models: newModels()}
+	p.changed()
 }
 
 // SetReady says whether the replica may take new requests.
@@ -132,6 +138,7 @@ func (p *Picker) Forget(tag string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.replicas, tag)
+	p.changed()
 }
 
 // choice is a pick: the replica (nil: none, Envoy picks) or that the
@@ -145,6 +152,10 @@ type choice struct {
 	loadsModel bool
 	// pass is the request's way through the policy's pipeline.
 	pass scoring.Pass
+	// prompted: the request's prompt was read; prefixHit is how much of
+	// it the replica was expected to hold.
+	prompted  bool
+	prefixHit float64
 }
 
 // Why a request was shed.
@@ -249,13 +260,14 @@ func (p *Picker) place(backend string, req request, pol policy) (choice, bool) {
 		return choice{pass: pass}, false
 	}
 	r := ready[pass.Picked]
+	p.changed()
 	r.InFlight++
 	r.cache.Add(req.blocks)
 	if req.session != "" {
 		p.sessions.served(backend, req.session, r.tag)
 	}
 	if pass.Why == scoring.WhySession {
-		return choice{replica: r, why: pickedSession, pass: pass}, true
+		return choice{replica: r, why: pickedSession, pass: pass, prompted: len(req.blocks) > 0, prefixHit: cands[pass.Picked].PrefixHit}, true
 	}
 	if keyed {
 		p.spread(backend).Assign(key, r.tag, now)
@@ -263,7 +275,8 @@ func (p *Picker) place(backend string, req request, pol policy) (choice, bool) {
 	if ask.Model {
 		r.models.use(req.model, pol.limits.MaxModels)
 	}
-	return choice{replica: r, why: pickedWhy[pass.Why], loadsModel: cands[pass.Picked].ModelMiss > 0, pass: pass}, true
+	return choice{replica: r, why: pickedWhy[pass.Why], loadsModel: cands[pass.Picked].ModelMiss > 0, pass: pass,
+		prompted: len(req.blocks) > 0, prefixHit: cands[pass.Picked].PrefixHit}, true
 }
 
 // pickedWhy is what each of the pipeline's reasons reads as in an answer

@@ -42,8 +42,11 @@ type Server struct {
 	outcomes *prometheus.CounterVec
 	queued   *prometheus.CounterVec
 	rewrites *prometheus.CounterVec
-	meta     routeMeta // routes' affinity nodes and rewrites, parsed
-	tracer   *tracing.Tracer
+	// prompts counts the requests picked with a prompt read, by whether
+	// the replica picked was expected to hold part of it (hit, miss).
+	prompts *prometheus.CounterVec
+	meta    routeMeta // routes' affinity nodes and rewrites, parsed
+	tracer  *tracing.Tracer
 }
 
 // Outcomes of a request the picker was asked about, as counted.
@@ -69,9 +72,12 @@ func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer, tr *traci
 	}, []string{"backend"}), rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_model_rewrites_total",
 		Help: "Requests this node sent whose model its picker rewrote (model_routing.models.<model>.rewrite), by the model asked for and the one it was rewritten to.",
-	}, []string{"from", "to"})}
+	}, []string{"from", "to"}), prompts: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "servemesh_picker_prompts_total",
+		Help: "Requests with a prompt this node's picker read and gave a replica, by backend and whether that replica was expected to hold part of the prompt in its prefix cache (hit) or none of it (miss): the picker's prompt hit rate.",
+	}, []string{"backend", "cache"})}
 	if reg != nil {
-		reg.MustRegister(s.outcomes, s.queued, s.rewrites)
+		reg.MustRegister(s.outcomes, s.queued, s.rewrites, s.prompts)
 	}
 	return s
 }
@@ -240,6 +246,9 @@ func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.Pr
 		return goOn()
 	}
 	s.outcomes.WithLabelValues(backend, PickPicked).Inc()
+	if c.prompted {
+		s.prompts.WithLabelValues(backend, map[bool]string{true: "hit", false: "miss"}[c.prefixHit > 0]).Inc()
+	}
 	resp := goOn()
 	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 		wire.PickerNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{

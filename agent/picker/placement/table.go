@@ -225,3 +225,32 @@ func (t *Table) loadOf(addr string, nodes int) *load {
 	}
 	return l
 }
+
+// Entry is one key's placement: its node and when it was last used.
+type Entry struct {
+	Key  string    `json:"key"`
+	Node string    `json:"node"`
+	Used time.Time `json:"used"`
+}
+
+// Entries are the table's placements, most recently used first (a
+// picker's checkpoint).
+func (t *Table) Entries() []Entry {
+	out := make([]Entry, 0, t.order.Len())
+	for el := t.order.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*entry)
+		out = append(out, Entry{Key: e.key, Node: e.node, Used: e.used})
+	}
+	return out
+}
+
+// Restore places entries, most recently used first, as Entries gave
+// them: each stays on its node, used when it was (those idle past Idle
+// go at the next use, as others; at most MaxKeys are kept).
+func (t *Table) Restore(entries []Entry) {
+	for i := len(entries) - 1; i >= 0; i-- {
+		if e := entries[i]; e.Key != "" && e.Node != "" {
+			t.Assign(e.Key, e.Node, e.Used)
+		}
+	}
+}

@@ -157,3 +157,13 @@ func (x *Index) Capacity() int { return x.capacity }
 
 // Len is how many blocks the index holds.
 func (x *Index) Len() int { return x.order.Len() }
+
+// Blocks are the blocks the index holds, most recent first: what Add
+// takes to hold them again in the same order (a picker's checkpoint).
+func (x *Index) Blocks() []uint64 {
+	out := make([]uint64, 0, x.order.Len())
+	for e := x.order.Front(); e != nil; e = e.Next() {
+		out = append(out, e.Value.(uint64))
+	}
+	return out
+}
