@@ -343,7 +343,7 @@ func TestThePickersLearningOutlivesItsAgent(t *testing.T) {
 	mesh.createBackends(t, meshspec.Backend{Name: "ckp",
 		Process: modelServer("ckp", "--slots", "4", "--service", "2ms", "--cache-blocks", "8192", "--prefill-per-block", "1ms"),
 		Config:  meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: &meshspec.LoadAware{PromptAffinity: true}}})
-	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "ckp", Route: "/v1/chat/completions", Methods: []string{"POST"},
+	if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: "ckp", Route: "/v1/chat/completions", Methods: []string{"GET", "POST"},
 		Traffic: map[string]float64{"ckp": 1}}); err != nil {
 		t.Fatal(err)
 	}
