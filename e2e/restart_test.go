@@ -74,6 +74,13 @@ func restartAgent(t *testing.T, n *agentProc, crash bool, want int, args []strin
 	if args != nil {
 		n.args = args
 	}
+	restartStopped(t, n, want)
+}
+
+// restartStopped starts n's stopped agent again, waiting until it has
+// adopted want replicas and its Envoy is ready.
+func restartStopped(t *testing.T, n *agentProc, want int) {
+	t.Helper()
 	before := len(n.stderr.String())
 	n.start(t)
 	testutil.WaitFor(t, 30*time.Second, "agent "+n.id+" to adopt its replicas and its envoy to be ready", func() bool {

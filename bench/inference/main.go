@@ -31,6 +31,15 @@
 // once without (first come first served); it prints each tenant's times
 // to first byte.
 //
+// With -workload restart it runs e2e TestPromptHitsAcrossAgentRestarts:
+// twelve tenants' long prompts at 40 requests a second through a backend
+// of four stand-in servers with prompt affinity and small prefix caches,
+// both nodes' agents restarted under that load twice, keeping the
+// pickers' checkpoints and with them removed; it prints, for each, the
+// prefix hit rate before, while the agents are down, in the first second
+// after and the rest of the phase, and how long until it stays at 95% of
+// the rate before.
+//
 // With -workload multiplexing it runs e2e TestMultiplexingWorkload: eight
 // models at 40 requests a second on four stand-in servers that hold two
 // each, picked with max_models_per_replica and by least requests; it
@@ -54,7 +63,7 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of the comparison")
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
-	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
+	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), restart (agents restarted under prompts' load, with and without the pickers' checkpoints), fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
 	flag.Parse()
 	switch *workload {
 	case "prompts", "prompts-unshared":
@@ -65,6 +74,9 @@ func main() {
 		return
 	case "multiplexing":
 		multiplexing(*runs, *seconds)
+		return
+	case "restart":
+		restarts(*runs, *seconds)
 		return
 	}
 	placements := map[string]int{} // load-aware runs by whether the slow replica was alone on its node
@@ -155,6 +167,21 @@ func multiplexing(runs, seconds int) {
 	fmt.Printf("\nmedians of %d runs of %d s at 40 requests/s, eight models:\n", runs, seconds)
 	for _, picker := range []string{"multiplexed", "least-request"} {
 		fmt.Printf("%-14s %6.0f model loads per 1,000 requests\n", picker, median(figures[picker]["loads_per_1000"]))
+	}
+}
+
+// restarts runs TestPromptHitsAcrossAgentRestarts runs times, each phase
+// (settling, and after each restart) seconds long, and prints each run's
+// figures and their medians.
+func restarts(runs, seconds int) {
+	keys := []string{"hit_before", "hit_during", "hit_first_second", "hit_after", "recovery_ms", "restart_ms"}
+	figures := collect(runs, "TestPromptHitsAcrossAgentRestarts", fmt.Sprintf("PROMPT_RESTART_LOAD_S=%d", seconds), "restart", "mode", keys, nil)
+	fmt.Printf("\nmedians of %d runs, phases of %d s at 40 requests/s, both agents restarted:\n", runs, seconds)
+	fmt.Printf("%-7s %10s %10s %12s %10s %12s %11s\n", "mode", "hit before", "hit during", "first second", "hit after", "recovery ms", "restart ms")
+	for _, mode := range []string{"kept", "forgot"} {
+		f := figures[mode]
+		fmt.Printf("%-7s %10.3f %10.3f %12.3f %10.3f %12.0f %11.0f\n", mode, median(f["hit_before"]), median(f["hit_during"]),
+			median(f["hit_first_second"]), median(f["hit_after"]), median(f["recovery_ms"]), median(f["restart_ms"]))
 	}
 }
 
