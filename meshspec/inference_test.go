@@ -79,6 +79,8 @@ func TestBadInferenceSettingsNameTheField(t *testing.T) {
 			"load_aware.weights.prefix: is 11; set a weight from 0 (left out) to 10"},
 		"an unknown scorer": {func(m *Model) { m.Backends[0].Config.LoadAware.Weights = map[string]float64{"latency": 1} },
 			"load_aware.weights: \"latency\" is not a scorer of the picker; weigh queue, ttfb, kv_cache, prefix, model"},
+		"a first-byte timeout": {func(m *Model) { m.Backends[0].Config.FirstByteTimeoutS = -1 },
+			"config.first_byte_timeout_s: is -1; set the seconds one try may wait for its answer to start before it is tried on another replica, up to 3600, or 0 for no bound"},
 		"traffic beside models": {func(m *Model) { m.Endpoints[0].Traffic = map[string]float64{"llama-a": 1} },
 			"endpoint \"chat\".model_routing: splits by model"},
 		"a model's weights": {func(m *Model) { m.Endpoints[0].ModelRouting.Models["mistral-7b"].Traffic["mistral"] = 0.5 },

@@ -239,6 +239,18 @@ type BackendConfig struct {
 	// beyond it, requests are answered 503 at once. Zero means
 	// DefaultMaxHeld.
 	MaxHeld int `json:"max_held,omitempty"`
+	// FirstByteTimeoutS bounds, in seconds, how long one try of a request
+	// waits for its answer to start: past it, the try is given up and the
+	// request tried again on another replica (another node's first),
+	// whatever its method, as a model server that accepts a request and
+	// stalls would hold it until the endpoint's timeout (Envoy AI
+	// Gateway's per-try idle time before the first token). Never once the
+	// answer has started: a long token stream is not cut by it. A POST
+	// tried again may have reached the stalled replica: set it where that
+	// is safe, as a model's completion is. An endpoint's routes take it
+	// when every backend they send to sets it (the largest of theirs). 0,
+	// the default: no bound.
+	FirstByteTimeoutS float64 `json:"first_byte_timeout_s,omitempty"`
 	// Autoscaling, if set, lets the controller choose NumReplicas from the
 	// backend's load (process backends only).
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
@@ -337,6 +349,8 @@ type BackendConfigPatch struct {
 	// UserConfig replaces the user_config; null removes it.
 	UserConfig *UserConfig `json:"user_config,omitempty"`
 	MaxHeld    *int        `json:"max_held,omitempty"`
+	// FirstByteTimeoutS, as the config's (0: no bound).
+	FirstByteTimeoutS *float64 `json:"first_byte_timeout_s,omitempty"`
 	// Autoscaling replaces the autoscaling config; an empty one
 	// ({"max_replicas": 0}) turns autoscaling off.
 	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
@@ -564,7 +578,9 @@ const (
 	DefaultHoldTimeoutS = 30
 	MaxHoldTimeoutS     = 3600
 	DefaultMaxHeld      = 1000
-	MaxMaxHeld          = 100_000
+	// MaxFirstByteTimeoutS bounds BackendConfig.FirstByteTimeoutS.
+	MaxFirstByteTimeoutS = 3600
+	MaxMaxHeld           = 100_000
 )
 
 // EffectiveHoldTimeout is how long a node holds a request for the backend.
@@ -763,7 +779,7 @@ func BackendsEqual(a, b Backend) bool {
 func configsEqual(a, b BackendConfig) bool {
 	return a.MaxConcurrentQueries == b.MaxConcurrentQueries && a.NumReplicas == b.NumReplicas && a.CPUs == b.CPUs &&
 		a.MemoryMB == b.MemoryMB && a.HoldTimeoutS == b.HoldTimeoutS && a.MaxHeld == b.MaxHeld &&
-		a.GracefulShutdownTimeoutS == b.GracefulShutdownTimeoutS &&
+		a.GracefulShutdownTimeoutS == b.GracefulShutdownTimeoutS && a.FirstByteTimeoutS == b.FirstByteTimeoutS &&
 		bytes.Equal(a.UserConfig, b.UserConfig) && (a.UserConfig == nil) == (b.UserConfig == nil) &&
 		maps.Equal(a.Resources, b.Resources) && (a.Resources == nil) == (b.Resources == nil) &&
 		ptrsEqual(a.Outlier, b.Outlier) && ptrsEqual(a.Autoscaling, b.Autoscaling) && ptrsEqual(a.LoadAware, b.LoadAware)

@@ -359,6 +359,7 @@ func TestConfigsEqualCoversEveryField(t *testing.T) {
 		"HoldTimeoutS":             func(c *BackendConfig) { c.HoldTimeoutS = 1 },
 		"GracefulShutdownTimeoutS": func(c *BackendConfig) { c.GracefulShutdownTimeoutS = 1 },
 		"MaxHeld":                  func(c *BackendConfig) { c.MaxHeld = 1 },
+		"FirstByteTimeoutS":        func(c *BackendConfig) { c.FirstByteTimeoutS = 1 },
 		"Autoscaling":              func(c *BackendConfig) { c.Autoscaling = &AutoscalingConfig{} },
 		"LoadAware":                func(c *BackendConfig) { c.LoadAware = &LoadAware{} },
 	}

@@ -362,6 +362,10 @@ func validateBackend(p *problems, field string, b Backend) {
 		p.add(field+".config.hold_timeout_s", "is %g; set the seconds a request may wait for a ready replica, from 0 (the default of %d) to %d",
 			h, DefaultHoldTimeoutS, MaxHoldTimeoutS)
 	}
+	if f := b.Config.FirstByteTimeoutS; f < 0 || f > MaxFirstByteTimeoutS || math.IsNaN(f) {
+		p.add(field+".config.first_byte_timeout_s", "is %g; set the seconds one try may wait for its answer to start before it is tried on another replica, up to %d, or 0 for no bound",
+			f, MaxFirstByteTimeoutS)
+	}
 	if m := b.Config.MaxHeld; m < 0 || m > MaxMaxHeld {
 		p.add(field+".config.max_held", "is %d; set how many requests a node may hold for the backend, from 1 to %d, or leave it out for the default of %d",
 			m, MaxMaxHeld, DefaultMaxHeld)

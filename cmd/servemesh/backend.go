@@ -196,6 +196,7 @@ type configFlags struct {
 	loadAware                              meshspec.LoadAware
 	loadAwareOff                           bool
 	queueTimeout                           time.Duration
+	firstByte                              time.Duration
 	weights                                map[string]string
 }
 
@@ -208,6 +209,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.userConfig, "user-config", "", "JSON every replica takes at the backend's --reconfigure-path, without a restart (Ray Serve's user_config)")
 	fs.DurationVar(&c.hold, "hold-timeout", 0, "how long a node holds a request while no replica is ready (default "+seconds(meshspec.DefaultHoldTimeoutS)+")")
 	fs.DurationVar(&c.graceful, "graceful-shutdown-timeout", 0, "how long a replica being removed (scaled down, replaced, its node drained) may finish its requests in flight, long answer streams included; it stops once they end (default "+seconds(meshspec.DefaultGracefulShutdownTimeoutS)+")")
+	fs.DurationVar(&c.firstByte, "first-byte-timeout", 0, "how long one try of a request may wait for its answer to start before it is tried on another replica, whatever its method (a model server that stalls); never once the answer has started; 0: no bound")
 	fs.IntVar(&c.maxHeld, "max-held", 0, "most requests a node holds at once while no replica is ready (default "+strconv.Itoa(meshspec.DefaultMaxHeld)+")")
 	fs.IntVar(&c.as.MinReplicas, "autoscale-min", 0, "autoscale: fewest replicas")
 	fs.IntVar(&c.as.MaxReplicas, "autoscale-max", 0, "autoscale: most replicas (setting it turns autoscaling on)")
@@ -270,6 +272,9 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (meshspec.BackendConfigPatch, err
 			p.GracefulShutdownTimeoutS = &s
 		case "max-held":
 			p.MaxHeld = &c.maxHeld
+		case "first-byte-timeout":
+			s := c.firstByte.Seconds()
+			p.FirstByteTimeoutS = &s
 		}
 	})
 	if fs.Changed("user-config") {

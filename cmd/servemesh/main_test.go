@@ -277,6 +277,9 @@ func TestLoadAwareFlags(t *testing.T) {
 	if err != nil || p.LoadAware == nil || p.LoadAware.MetricsPath != "/metrics" || p.LoadAware.QueueLimit != 8 {
 		t.Errorf("--load-*: %+v %v", p.LoadAware, err)
 	}
+	if p, err = parse("--first-byte-timeout", "500ms"); err != nil || p.FirstByteTimeoutS == nil || *p.FirstByteTimeoutS != 0.5 {
+		t.Errorf("--first-byte-timeout 500ms: %+v %v", p.FirstByteTimeoutS, err)
+	}
 	p, err = parse("--load-weight", "prefix=2,queue=0", "--load-weight", "ttfb=0.5")
 	if err != nil || p.LoadAware == nil || !reflect.DeepEqual(p.LoadAware.Weights, map[string]float64{"prefix": 2, "queue": 0, "ttfb": 0.5}) {
 		t.Errorf("--load-weight: %+v %v", p.LoadAware, err)
