@@ -102,7 +102,17 @@ type Backend struct {
 	// a node's replicas are saturated, requests of one priority waiting
 	// there take turns by it. "": one tenant. Only Picked ones.
 	TenantHeader string `json:"tenant_header,omitempty"`
+	// FirstByteTimeoutS bounds how long one try waits for its answer to
+	// start before the request is tried on another replica (0: none);
+	// the endpoints that send only to such backends take it
+	// (Endpoint.FirstByteTimeoutS).
+	FirstByteTimeoutS float64 `json:"first_byte_timeout_s,omitempty"`
 }
+
+// readByEndpoints reports whether the IR of the endpoints that send to b
+// reads b: its prompt affinity's nodes and headers, its first-byte
+// timeout.
+func (b Backend) readByEndpoints() bool { return b.PromptAffinity || b.FirstByteTimeoutS > 0 }
 
 // Activated reports whether the activator fronts b: it holds b's requests
 // while b has no ready replica (every backend Envoy does not resolve by
@@ -151,6 +161,12 @@ type Endpoint struct {
 	TimeoutS       float64 `json:"timeout_s,omitempty"`
 	IdleTimeoutS   float64 `json:"idle_timeout_s,omitempty"`
 	PerTryTimeoutS float64 `json:"per_try_timeout_s,omitempty"`
+	// FirstByteTimeoutS, when every backend the endpoint sends to (its
+	// split, its match rules, its models') bounds a try's wait for its
+	// answer to start, is the largest of theirs: its routes try a request
+	// that waits longer again on another replica, whatever its method,
+	// never once the answer has started. 0: none.
+	FirstByteTimeoutS float64 `json:"first_byte_timeout_s,omitempty"`
 	// Match rules send matching requests to one backend, in order, before
 	// the split.
 	Match []Match `json:"match,omitempty"`
@@ -313,7 +329,8 @@ func byName[T any](list []T, name string, nameOf func(T) string) (T, bool) {
 func (b Backend) Equal(o Backend) bool {
 	return b.Name == o.Name && b.Reach == o.Reach && b.HTTP2 == o.HTTP2 && b.MaxConcurrent == o.MaxConcurrent &&
 		b.Picked == o.Picked && b.PromptAware == o.PromptAware && b.PromptAffinity == o.PromptAffinity && b.SessionHeader == o.SessionHeader &&
-		b.MaxModels == o.MaxModels && b.ModelHeader == o.ModelHeader && b.TenantHeader == o.TenantHeader && equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
+		b.MaxModels == o.MaxModels && b.ModelHeader == o.ModelHeader && b.TenantHeader == o.TenantHeader && b.FirstByteTimeoutS == o.FirstByteTimeoutS &&
+		equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
 }
 
 // Equal reports whether e and o are the same endpoint, as translation
@@ -321,7 +338,7 @@ func (b Backend) Equal(o Backend) bool {
 func (e Endpoint) Equal(o Endpoint) bool {
 	return e.Name == o.Name && e.Route == o.Route && slices.Equal(e.Methods, o.Methods) &&
 		maps.Equal(e.Traffic, o.Traffic) && maps.Equal(e.Shadows, o.Shadows) &&
-		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS &&
+		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS && e.FirstByteTimeoutS == o.FirstByteTimeoutS &&
 		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		slices.EqualFunc(e.AffinityNodes, o.AffinityNodes, func(a, b AffinityBackend) bool { return a.Name == b.Name && slices.Equal(a.Nodes, b.Nodes) }) &&
 		equalPtr(e.RateLimit, o.RateLimit) && equalPtr(e.GlobalRateLimit, o.GlobalRateLimit) && equalPtr(e.TokenQuota, o.TokenQuota) && equalPtr(e.TraceSampling, o.TraceSampling) &&

@@ -92,6 +92,8 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 		Reach:         reach(b, o),
 		HTTP2:         b.HTTP2(),
 		MaxConcurrent: b.Config.EffectiveMaxConcurrentQueries(),
+
+		FirstByteTimeoutS: b.Config.FirstByteTimeoutS,
 	}
 	// The picker runs on the inbound listener: without one (a plaintext
 	// mesh), load_aware is not served, and the controller says so in its
@@ -139,7 +141,22 @@ func (dp *DataPlane) lowerEndpoint(mesh *meshspec.Mesh, e meshspec.Endpoint, o O
 	}
 	slices.Sort(out.AffinityHeaders)
 	slices.SortFunc(out.AffinityNodes, func(a, b AffinityBackend) int { return strings.Compare(a.Name, b.Name) })
+	out.FirstByteTimeoutS = dp.firstByteTimeout(out)
 	return out
+}
+
+// firstByteTimeout is e's: the largest of its serving backends' (those
+// it sends requests to, not mirrors) if every one sets one, else 0.
+func (dp *DataPlane) firstByteTimeout(e Endpoint) float64 {
+	most := 0.0
+	for _, name := range e.servingBackends() {
+		b, ok := dp.Backend(name)
+		if !ok || b.FirstByteTimeoutS <= 0 {
+			return 0
+		}
+		most = max(most, b.FirstByteTimeoutS)
+	}
+	return most
 }
 
 // lowerEndpointAlone is what e's IR reads of e alone.

@@ -13,8 +13,9 @@ import (
 // the state before the change d names (d follows prev.Seq, and is not
 // All): only the backends and the endpoints d names are lowered again,
 // the backends with the replicas replicas has of them, and with them the
-// endpoints that read a changed backend (one reached by its prompts'
-// prefixes, whose nodes they carry). The result shares the rest with prev,
+// endpoints that read a changed backend (Backend.readByEndpoints: one
+// reached by its prompts' prefixes, whose nodes they carry, or one with a
+// first-byte timeout, which they take). The result shares the rest with prev,
 // which it does not modify; its Changes is d with those endpoints added,
 // and it is validated as far as d changed it (what prev had was). The
 // tracing settings are prev's: a change of the mesh's settings is All.
@@ -24,10 +25,10 @@ func LowerDelta(prev *DataPlane, state *meshspec.Model, replicas map[string][]me
 	}
 	out := &DataPlane{Revision: prev.Revision, Tracing: prev.Tracing,
 		Changes: &Delta{Since: d.Since, Backends: maps.Clone(d.Backends)}}
-	var affine, gone bool
-	out.Backends, affine, gone = lowerNamedBackends(prev, state, replicas, d, o)
+	var read, gone bool
+	out.Backends, read, gone = lowerNamedBackends(prev, state, replicas, d, o)
 	endpoints := d.Endpoints
-	if affine || gone {
+	if read || gone {
 		endpoints = readers(prev, out, d)
 	}
 	out.Changes.Endpoints = endpoints
@@ -39,9 +40,9 @@ func LowerDelta(prev *DataPlane, state *meshspec.Model, replicas map[string][]me
 }
 
 // lowerNamedBackends is prev's backends with those d names lowered again
-// from state, added or dropped, sorted; it reports whether a prompt-affine
-// backend changed and whether one went.
-func lowerNamedBackends(prev *DataPlane, state *meshspec.Model, replicas map[string][]meshspec.Replica, d *Delta, o Options) (out []Backend, affine, gone bool) {
+// from state, added or dropped, sorted; it reports whether a backend
+// endpoints read changed and whether one went.
+func lowerNamedBackends(prev *DataPlane, state *meshspec.Model, replicas map[string][]meshspec.Replica, d *Delta, o Options) (out []Backend, read, gone bool) {
 	lowered := make(map[string]Backend, len(d.Backends))
 	for _, b := range state.Served() {
 		if _, ok := d.Backends[b.Name]; !ok {
@@ -51,7 +52,7 @@ func lowerNamedBackends(prev *DataPlane, state *meshspec.Model, replicas map[str
 			b.Replicas = rs // b is a copy: state keeps its own
 		}
 		lowered[b.Name] = lowerBackend(b, o)
-		affine = affine || lowered[b.Name].PromptAffinity
+		read = read || lowered[b.Name].readByEndpoints()
 	}
 	out = make([]Backend, 0, len(prev.Backends)+len(lowered))
 	for _, b := range prev.Backends {
@@ -59,7 +60,7 @@ func lowerNamedBackends(prev *DataPlane, state *meshspec.Model, replicas map[str
 			out = append(out, b)
 			continue
 		}
-		affine = affine || b.PromptAffinity
+		read = read || b.readByEndpoints()
 		if next, ok := lowered[b.Name]; ok {
 			out = append(out, next)
 			delete(lowered, b.Name)
@@ -71,7 +72,7 @@ func lowerNamedBackends(prev *DataPlane, state *meshspec.Model, replicas map[str
 		out = append(out, b)
 	}
 	slices.SortFunc(out, func(a, b Backend) int { return strings.Compare(a.Name, b.Name) })
-	return out, affine, gone
+	return out, read, gone
 }
 
 // readers are the endpoints d names and those of prev or next that send to

@@ -40,7 +40,8 @@ func lowerWhole(t *testing.T, state *meshspec.Model, replicas map[string][]meshs
 // TestLowerDeltaIsLowerWhole: an IR lowered from the last one where a
 // change names is the IR lowered whole, also for an endpoint the change
 // does not name that reads a backend it names (a prompt-affine backend's
-// nodes), and for backends and endpoints added and gone.
+// nodes, a backend's first-byte timeout), and for backends and endpoints
+// added and gone.
 func TestLowerDeltaIsLowerWhole(t *testing.T) {
 	state, replicas := affineState()
 	prev := lowerWhole(t, state, replicas)
@@ -61,6 +62,9 @@ func TestLowerDeltaIsLowerWhole(t *testing.T) {
 			m.Endpoints = append(m.Endpoints, meshspec.Endpoint{Name: "added", Route: "/added", Traffic: map[string]float64{"added": 1}})
 			r["added"] = []meshspec.Replica{{Address: "127.0.0.1:9003", Node: "node-2", Inbound: "10.0.0.2:21000"}}
 		}, []string{"added"}, []string{"added"}},
+		{"the plain backend's first-byte timeout, which its endpoint takes", func(m *meshspec.Model, _ map[string][]meshspec.Replica) {
+			m.Backends[1].Config.FirstByteTimeoutS = 2
+		}, []string{"plain"}, nil},
 		{"a plain replica's health", func(_ *meshspec.Model, r map[string][]meshspec.Replica) {
 			r["plain"] = []meshspec.Replica{{Address: "127.0.0.1:9002", Node: "node-1", Inbound: "10.0.0.1:21000", Health: meshspec.HealthUnhealthy}}
 		}, []string{"plain"}, nil},

@@ -196,6 +196,25 @@ func (r Replica) validate(reach Reach) error {
 	return nil
 }
 
+// servingBackends are the backends e sends requests to, not mirrors.
+func (e Endpoint) servingBackends() []string {
+	var out []string
+	for b := range e.Traffic {
+		out = append(out, b)
+	}
+	for _, m := range e.Match {
+		out = append(out, m.Backend)
+	}
+	if e.Models != nil {
+		for _, s := range e.Models.Models {
+			for b := range s.Traffic {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
 // backends are the backends e sends requests to or mirrors them to.
 func (e Endpoint) backends() []string {
 	var out []string
