@@ -183,7 +183,7 @@ type routeFeature interface {
 
 // routeFeatures are the registered route features, in the order they
 // apply.
-var routeFeatures = []routeFeature{endpointRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}, globalRateLimits{}, tracedRoutes{}}
+var routeFeatures = []routeFeature{endpointRetries{}, firstByteRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}, globalRateLimits{}, tracedRoutes{}}
 
 // patchForwarding applies e's route features to r, then leaves to the
 // virtual host a retry policy that is the virtual host's.
@@ -213,6 +213,32 @@ func (endpointRetries) forward(e ir.Endpoint, r *route.Route, site routeSite) {
 		policy.PerTryTimeout = seconds(e.PerTryTimeoutS)
 		if site.idempotent {
 			policy.RetryOn += ",gateway-error"
+		}
+	}
+}
+
+// firstByteRetries is first_byte_timeout_s, its backends' (see
+// ir.Endpoint.FirstByteTimeoutS): each try waits that long at most for its
+// answer to start (Envoy's per-try timeout, which it ignores once the
+// answer has started downstream), then the request is tried again on
+// another host, whatever its method: "reset" covers the try given up, and
+// the answer a node's inbound listener makes when its replica resets.
+type firstByteRetries struct{}
+
+func (firstByteRetries) name() string            { return "first_byte_timeout" }
+func (firstByteRetries) uses(e ir.Endpoint) bool { return e.FirstByteTimeoutS > 0 }
+func (firstByteRetries) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
+	policy := r.GetRoute().GetRetryPolicy()
+	if t := policy.GetPerTryTimeout(); t == nil || t.AsDuration() > seconds(e.FirstByteTimeoutS).AsDuration() {
+		policy.PerTryTimeout = seconds(e.FirstByteTimeoutS)
+	}
+	if !slices.Contains(strings.Split(policy.RetryOn, ","), "reset") {
+		policy.RetryOn += ",reset"
+	}
+	for _, h := range retriedHeaders[retryOnIdempotent] {
+		if !slices.ContainsFunc(policy.RetriableHeaders, func(m *route.HeaderMatcher) bool { return m.GetName() == h }) {
+			policy.RetriableHeaders = append(policy.RetriableHeaders, &route.HeaderMatcher{
+				Name: h, HeaderMatchSpecifier: &route.HeaderMatcher_PresentMatch{PresentMatch: true}})
 		}
 	}
 }
