@@ -151,8 +151,11 @@ type ModelServerOptions struct {
 	SlowFactor  float64
 	FakeWaiting int
 	// ForgeReport makes the replica that takes SlowLock send load reports
-	// of its own (demoreplica.ModelServer.ForgeReport).
-	ForgeReport bool
+	// of its own (demoreplica.ModelServer.ForgeReport); Hang makes it
+	// stall (demoreplica.ModelServer.Hang).
+	ForgeReport, Hang bool
+	// TokenInterval is the time between a streamed answer's tokens.
+	TokenInterval time.Duration
 	// PrefillPerBlock and CacheBlocks give it a prefix cache
 	// (demoreplica.ModelServer's).
 	PrefillPerBlock time.Duration
@@ -169,12 +172,13 @@ func RunModelServer(ctx context.Context, log *slog.Logger, o ModelServerOptions)
 		return fmt.Errorf("--backend is required")
 	}
 	s := &demoreplica.ModelServer{Backend: o.Backend, Name: cmp.Or(o.Tag, o.Backend), Slots: o.Slots, Service: o.Service, Slowdown: 1,
-		PrefillPerBlock: o.PrefillPerBlock, CacheBlocks: o.CacheBlocks, ModelsPerReplica: o.ModelsPerReplica, ModelLoad: o.ModelLoad}
+		PrefillPerBlock: o.PrefillPerBlock, CacheBlocks: o.CacheBlocks, ModelsPerReplica: o.ModelsPerReplica, ModelLoad: o.ModelLoad,
+		TokenInterval: o.TokenInterval}
 	if o.SlowLock != "" {
 		if f, err := os.OpenFile(o.SlowLock, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); err == nil {
 			_, _ = fmt.Fprintln(f, s.Name)
 			_ = f.Close()
-			s.Slowdown, s.FakeWaiting, s.Odd, s.ForgeReport = o.SlowFactor, o.FakeWaiting, true, o.ForgeReport
+			s.Slowdown, s.FakeWaiting, s.Odd, s.ForgeReport, s.Hang = o.SlowFactor, o.FakeWaiting, true, o.ForgeReport, o.Hang
 		}
 	}
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.Listen)

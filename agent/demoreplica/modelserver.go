@@ -52,6 +52,11 @@ type ModelServer struct {
 	// else the body's "model".
 	ModelsPerReplica int
 	ModelLoad        time.Duration
+	// Hang makes it accept every POST and never answer it, until the
+	// client goes (a stalled engine); GETs are answered.
+	Hang bool
+	// TokenInterval is the time between two tokens of a streamed answer.
+	TokenInterval time.Duration
 
 	mu               sync.Mutex
 	running, waiting int
@@ -100,6 +105,10 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if s.Hang && req.Method == http.MethodPost {
+		<-req.Context().Done()
+		return
+	}
 	var body chatRequest
 	raw, err := io.ReadAll(io.LimitReader(req.Body, maxModelRequest))
 	if err == nil && len(raw) > 0 {
@@ -137,7 +146,7 @@ func (s *ModelServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		Shadow: req.Header.Get(wire.ShadowHeader), Queued: queued, Blocks: len(blocks), Cached: cached, LoadedModel: loaded}
 	usage := usageOf(body, raw)
 	if body.Stream {
-		streamAnswer(w, a, body, usage)
+		streamAnswer(w, a, body, usage, s.TokenInterval)
 		return
 	}
 	openAIAnswer(&a, usage)

@@ -78,7 +78,7 @@ func openAIAnswer(a *ModelAnswer, u Usage) {
 
 // streamAnswer writes a's answer as server-sent events: a chunk a token,
 // flushed as it goes, the last one with usage if asked, then [DONE].
-func streamAnswer(w http.ResponseWriter, a ModelAnswer, req chatRequest, u Usage) {
+func streamAnswer(w http.ResponseWriter, a ModelAnswer, req chatRequest, u Usage, interval time.Duration) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
@@ -100,6 +100,9 @@ func streamAnswer(w http.ResponseWriter, a ModelAnswer, req chatRequest, u Usage
 		Usage   *Usage   `json:"usage,omitempty"`
 	}
 	for i := range u.CompletionTokens {
+		if i > 0 && interval > 0 {
+			time.Sleep(interval)
+		}
 		c := chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: a.Model, Backend: a.Backend,
 			Choices: []Choice{{Delta: &Message{Content: "token" + strconv.Itoa(i) + " "}}}}
 		if i == u.CompletionTokens-1 {

@@ -40,6 +40,12 @@
 // after and the rest of the phase, and how long until it stays at 95% of
 // the rate before.
 //
+// With -workload stall it runs e2e TestAStalledReplicaIsTriedAgain: twenty
+// chat requests through both nodes to a backend of two stand-in servers,
+// one of which stalls every POST, with first_byte_timeout_s 0.5; it prints
+// how long the requests took, and how much beyond the bound the slowest
+// did.
+//
 // With -workload multiplexing it runs e2e TestMultiplexingWorkload: eight
 // models at 40 requests a second on four stand-in servers that hold two
 // each, picked with max_models_per_replica and by least requests; it
@@ -63,7 +69,7 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of the comparison")
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
-	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), restart (agents restarted under prompts' load, with and without the pickers' checkpoints), fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
+	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), restart (agents restarted under prompts' load, with and without the pickers' checkpoints), stall (a replica that stalls, first_byte_timeout_s 0.5), fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
 	flag.Parse()
 	switch *workload {
 	case "prompts", "prompts-unshared":
@@ -77,6 +83,9 @@ func main() {
 		return
 	case "restart":
 		restarts(*runs, *seconds)
+		return
+	case "stall":
+		stalls(*runs)
 		return
 	}
 	placements := map[string]int{} // load-aware runs by whether the slow replica was alone on its node
@@ -182,6 +191,17 @@ func restarts(runs, seconds int) {
 		f := figures[mode]
 		fmt.Printf("%-7s %10.3f %10.3f %12.3f %10.3f %12.0f %11.0f\n", mode, median(f["hit_before"]), median(f["hit_during"]),
 			median(f["hit_first_second"]), median(f["hit_after"]), median(f["recovery_ms"]), median(f["restart_ms"]))
+	}
+}
+
+// stalls runs TestAStalledReplicaIsTriedAgain runs times and prints each
+// run's figures and their medians.
+func stalls(runs int) {
+	keys := []string{"took_p50_ms", "took_max_ms", "beyond_bound_max_ms"}
+	figures := collect(runs, "TestAStalledReplicaIsTriedAgain", "", "stall", "bound_ms", keys, nil)
+	for bound, f := range figures {
+		fmt.Printf("\nmedians of %d runs, first_byte_timeout %s ms, one of two replicas stalling: took p50 %.1f ms, max %.1f ms; the slowest %.1f ms beyond the bound\n",
+			runs, bound, median(f["took_p50_ms"]), median(f["took_max_ms"]), median(f["beyond_bound_max_ms"]))
 	}
 }
 

@@ -112,5 +112,7 @@ func newModelServerCommand(log *slog.Logger) *cobra.Command {
 	c.Flags().IntVar(&o.ModelsPerReplica, "models-per-replica", 0, "models it holds at once, loading them on demand (Ray Serve's multiplexing; 0: one), named in vllm:lora_requests_info")
 	c.Flags().DurationVar(&o.ModelLoad, "model-load", 0, "with --models-per-replica, what loading a model adds to a request's time")
 	c.Flags().BoolVar(&o.ForgeReport, "forge-load-report", false, "the replica that takes --slow-lock sends ORCA load reports of its own claiming a huge capacity (a compromised replica, for tests)")
+	c.Flags().BoolVar(&o.Hang, "hang", false, "the replica that takes --slow-lock accepts every POST and never answers it (a stalled engine, for tests); it still answers GET")
+	c.Flags().DurationVar(&o.TokenInterval, "token-interval", 0, "in a streamed answer, the time between two tokens (a model's inter-token latency)")
 	return c
 }
