@@ -88,6 +88,13 @@ type LoadAware struct {
 	TenantHeader  string  `json:"tenant_header,omitempty"`
 	MaxQueued     int     `json:"max_queued,omitempty"`
 	QueueTimeoutS float64 `json:"queue_timeout_s,omitempty"`
+	// RefuseLate has each node's picker answer 429 at once a request that
+	// states a time to first token (TTFTObjectiveHeader, from inside the
+	// mesh) it cannot meet: its replicas' typical time to first byte is
+	// longer, or it waited past it. Without it such a request is served
+	// late. Waiting requests of one priority are served earliest deadline
+	// first either way.
+	RefuseLate bool `json:"refuse_late,omitempty"`
 	// Weights weigh the picker's scorers (agent/picker/scoring's
 	// pipeline), by name: queue (requests pending), ttfb (time to first
 	// byte), kv_cache, prefix (the prompt held in cache) and model (the
@@ -103,6 +110,10 @@ var ScorerNames = []string{"queue", "ttfb", "kv_cache", "prefix", "model"}
 
 // MaxScorerWeight bounds a scorer's weight.
 const MaxScorerWeight = 10
+
+// TTFTObjectiveHeader carries the time to first token a request aims for,
+// in milliseconds (LoadAware.RefuseLate).
+const TTFTObjectiveHeader = wire.TTFTObjectiveHeader
 
 // DefaultModelHeader is LoadAware.ModelHeader's default, Ray Serve's.
 const DefaultModelHeader = "serve_multiplexed_model_id"

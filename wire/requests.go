@@ -13,7 +13,16 @@ const (
 	// PriorityLimitHeader carries what the request's endpoint allows, set
 	// by the route on every request (a client's own is replaced).
 	PriorityLimitHeader = "x-servemesh-priority-limit"
+	// TTFTObjectiveHeader carries, in milliseconds, the time to first
+	// token a request aims for: its deadline, counted from when the
+	// picker of its replica's node gets it. Honoured from inside the mesh
+	// only: the public listener removes a client's own.
+	TTFTObjectiveHeader = "x-servemesh-ttft-objective-ms"
 )
+
+// MaxTTFTObjectiveMS bounds what TTFTObjectiveHeader may ask for; more
+// counts as no objective.
+const MaxTTFTObjectiveMS = 600_000
 
 // Criticalities, as CriticalityHeader carries them.
 const (

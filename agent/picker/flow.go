@@ -14,7 +14,10 @@ import (
 // here, in bands by priority, each band a ring of tenants with a
 // queue of their own. A replica that frees takes the first request of the
 // next tenant in turn in the highest band (dispatch), so a tenant sending
-// ten times another's rate gets no more turns than it. Requests of
+// ten times another's rate gets no more turns than it; but a request that
+// states a deadline (wire.TTFTObjectiveHeader) goes before those that do
+// not, the earliest first, and with load_aware.refuse_late one that can no
+// longer meet it is refused. Requests of
 // priority below 0 never wait (shed), and a full queue refuses the lowest
 // priority first.
 
@@ -61,14 +64,49 @@ func (q *flowQueue) push(w *waiter) {
 	q.n++
 }
 
-// head is the request whose turn it is: the first of the tenant in turn
-// in the highest band; nil when none waits.
+// head is the request whose turn it is in the highest band: the one with
+// the earliest deadline, if any states one (earliest deadline first, as
+// llm-d orders waiting requests by their objectives), else the first of
+// the tenant in turn; nil when none waits.
 func (q *flowQueue) head() *waiter {
 	if q.n == 0 {
 		return nil
 	}
 	b := q.bands[0]
+	var first *waiter
+	for _, t := range b.order {
+		for _, w := range b.tenants[t] {
+			if !w.req.deadline.IsZero() && (first == nil || w.req.deadline.Before(first.req.deadline)) {
+				first = w
+			}
+		}
+	}
+	if first != nil {
+		return first
+	}
 	return b.tenants[b.order[b.next]][0]
+}
+
+// late reports whether req cannot meet its deadline: it falls before now
+// plus backend's typical time to first byte here. Called with mu held.
+func (p *Picker) late(backend string, req request) bool {
+	return !req.deadline.IsZero() && req.deadline.Before(p.now().Add(p.typicalTTFB(backend)))
+}
+
+// late are the waiting requests whose deadline falls before now plus
+// typical, the time a replica takes to answer at best.
+func (q *flowQueue) late(now time.Time, typical time.Duration) []*waiter {
+	var out []*waiter
+	for _, b := range q.bands {
+		for _, t := range b.order {
+			for _, w := range b.tenants[t] {
+				if !w.req.deadline.IsZero() && w.req.deadline.Before(now.Add(typical)) {
+					out = append(out, w)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // remove takes w out of its queue; the tenant in turn moves on when w
@@ -166,6 +204,12 @@ func (p *Picker) dispatchAll() {
 // free. Called with mu held.
 func (p *Picker) dispatch(backend string, pol policy) {
 	q := p.queues[backend]
+	if pol.refuseLate && q != nil {
+		for _, w := range q.late(p.now(), p.typicalTTFB(backend)) {
+			q.remove(w)
+			w.picked <- choice{shed: true, why: shedLate}
+		}
+	}
 	for q != nil && q.len() > 0 {
 		w := q.head()
 		c, ok := p.place(backend, w.req, pol)

@@ -210,3 +210,71 @@ func TestAWaitingRequestExtendsEnvoysTimeout(t *testing.T) {
 		t.Errorf("answer once a replica freed: %v, want %s", resp, busy[0].replica.addr)
 	}
 }
+
+// TestEarliestDeadlineFirst: among waiting requests of one priority, those
+// that state a time to first token go first, the earliest deadline first,
+// whatever their tenants' turns and the order they came in; a higher
+// priority still goes before them.
+func TestEarliestDeadlineFirst(t *testing.T) {
+	p, now := testPicker(t, &meshspec.LoadAware{TenantHeader: "x-tenant"})
+	busy := saturate(t, p)
+	at := func(ms int) time.Time { return now.Add(time.Duration(ms) * time.Millisecond) }
+	ws := []*waiter{
+		waitFor(t, p, request{tenant: "none"}),
+		waitFor(t, p, request{tenant: "loose", deadline: at(5000)}),
+		waitFor(t, p, request{tenant: "tight", deadline: at(300)}),
+		waitFor(t, p, request{tenant: "urgent", priority: 5}),
+		waitFor(t, p, request{tenant: "tighter", deadline: at(200)}),
+	}
+	got := strings.Join(dispatched(t, p, busy, ws), " ")
+	if want := "urgent tighter tight loose none"; got != want {
+		t.Errorf("dispatched %q, want %q", got, want)
+	}
+}
+
+// TestLateRequestsAreRefused: with load_aware.refuse_late, a request whose
+// deadline falls before its replicas' typical time to first byte is
+// refused at once, and one that waits past that point is refused then;
+// without it, both are served late.
+func TestLateRequestsAreRefused(t *testing.T) {
+	for _, refuse := range []bool{true, false} {
+		p, now := testPicker(t, &meshspec.LoadAware{RefuseLate: refuse})
+		for _, r := range p.replicas {
+			r.TTFB = 100 * time.Millisecond
+		}
+		busy := saturate(t, p)
+		c, w := p.pick("llama", request{deadline: now.Add(50 * time.Millisecond)})
+		if refuse != (w == nil && c.shed && c.why == shedLate) {
+			t.Errorf("refuse_late %t: a request due in 50 ms, replicas taking 100: %+v (waiting %t)", refuse, c, w != nil)
+		}
+		if w != nil {
+			p.mu.Lock()
+			p.queue("llama").remove(w)
+			p.mu.Unlock()
+		}
+		waiting := waitFor(t, p, request{deadline: now.Add(400 * time.Millisecond)})
+		*now = now.Add(350 * time.Millisecond) // 50 ms left: less than a replica takes
+		p.done(busy[0], 100*time.Millisecond, http.StatusOK)
+		select {
+		case c := <-waiting.picked:
+			if refuse != (c.shed && c.why == shedLate) {
+				t.Errorf("refuse_late %t: a request that waited past its point of no return got %+v", refuse, c)
+			}
+		default:
+			t.Errorf("refuse_late %t: a replica freed and the waiting request got nothing", refuse)
+		}
+	}
+}
+
+// TestRequestDeadline: the objective a request states, within bounds,
+// counts from now; anything else states none.
+func TestRequestDeadline(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	for v, want := range map[string]time.Duration{"250": 250 * time.Millisecond, "0": 0, "-5": 0, "600001": 0, "soon": 0, "": 0} {
+		h := &core.HeaderMap{Headers: []*core.HeaderValue{{Key: wire.TTFTObjectiveHeader, RawValue: []byte(v)}}}
+		got := requestDeadline(h, now)
+		if (want == 0) != got.IsZero() || want > 0 && got.Sub(now) != want {
+			t.Errorf("%s %q: deadline %v after now, want %v", wire.TTFTObjectiveHeader, v, got.Sub(now), want)
+		}
+	}
+}

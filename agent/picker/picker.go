@@ -163,6 +163,7 @@ const (
 	shedSaturated = "saturated"  // sheddable, every replica saturated
 	shedQueueFull = "queue full" // no room to wait, others' priority higher
 	shedTimedOut  = "timed out"  // waited its queue timeout
+	shedLate      = "late"       // its deadline cannot be met (refuse_late)
 )
 
 // Why a replica was picked, or none.
@@ -184,6 +185,9 @@ type request struct {
 	blocks   []uint64
 	session  string
 	model    string // "": none, or its replicas do not multiplex models
+	// deadline is when its first token is due (wire.TTFTObjectiveHeader);
+	// zero: none.
+	deadline time.Time
 }
 
 // pick chooses the replica of backend that takes a request (place), if one
@@ -194,6 +198,9 @@ func (p *Picker) pick(backend string, req request) (choice, *waiter) {
 	pol, flow := p.backendSettings(backend)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if pol.refuseLate && p.late(backend, req) {
+		return choice{shed: true, why: shedLate}, nil
+	}
 	q := p.queue(backend)
 	if q.len() == 0 {
 		if c, ok := p.place(backend, req, pol); ok {
@@ -374,6 +381,9 @@ type policy struct {
 	limits  scoring.Limits
 	weights scoring.Weights
 	known   bool
+	// refuseLate: a request that cannot meet its deadline is refused
+	// (load_aware.refuse_late).
+	refuseLate bool
 }
 
 // backendSettings are backend's policy and its load_aware settings (zero
@@ -386,7 +396,7 @@ func (p *Picker) backendSettings(backend string) (policy, meshspec.LoadAware) {
 	pol, flow := policy{limits: scoring.Limits{MaxInFlight: b.Config.EffectiveMaxConcurrentQueries()}, known: true}, meshspec.LoadAware{}
 	if la := b.Config.LoadAware; la != nil {
 		flow = *la
-		pol.weights = la.Weights
+		pol.weights, pol.refuseLate = la.Weights, la.RefuseLate
 		pol.limits.MaxModels = la.MaxModelsPerReplica
 		pol.limits.CacheTokens = la.PrefixCacheTokens
 		pol.limits.QueueLimit = la.QueueLimit

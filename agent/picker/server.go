@@ -141,6 +141,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
 			ask.priority = requestPriority(r.RequestHeaders.GetHeaders())
+			ask.deadline = requestDeadline(r.RequestHeaders.GetHeaders(), s.picker.now())
 			if tenantHeader != "" {
 				ask.tenant = truncate(headerValue(r.RequestHeaders.GetHeaders(), tenantHeader), maxTenantBytes)
 			}
@@ -321,6 +322,8 @@ func shedMessage(backend, why string) string {
 		return fmt.Sprintf("backend %q is saturated on this node and its queue is full of requests of this priority or higher; retry after %s s\n", backend, ShedRetryAfter)
 	case shedTimedOut:
 		return fmt.Sprintf("backend %q stayed saturated on this node for as long as this request could wait (load_aware.queue_timeout_s); retry after %s s\n", backend, ShedRetryAfter)
+	case shedLate:
+		return fmt.Sprintf("backend %q cannot answer this request within the time to first token it states (%s): its replicas here take longer (load_aware.refuse_late); retry later, or state a longer objective\n", backend, wire.TTFTObjectiveHeader)
 	}
 	return fmt.Sprintf("backend %q is saturated on this node; this sheddable request was refused, retry after %s s or send it as %s: %s\n", backend, ShedRetryAfter, meshspec.CriticalityHeader, meshspec.Critical)
 }
@@ -353,6 +356,17 @@ func requestPriority(h *core.HeaderMap) int {
 		p = min(p, -1)
 	}
 	return max(p, -meshspec.MaxPriority)
+}
+
+// requestDeadline is when a request's first token is due, now plus the
+// objective it states (wire.TTFTObjectiveHeader, from 1 ms to
+// wire.MaxTTFTObjectiveMS); zero when it states none it may.
+func requestDeadline(h *core.HeaderMap, now time.Time) time.Time {
+	ms, err := strconv.Atoi(headerValue(h, wire.TTFTObjectiveHeader))
+	if err != nil || ms < 1 || ms > wire.MaxTTFTObjectiveMS {
+		return time.Time{}
+	}
+	return now.Add(time.Duration(ms) * time.Millisecond)
 }
 
 // headerValue is the value of header name in h ("" if absent).

@@ -46,6 +46,13 @@
 // how long the requests took, and how much beyond the bound the slowest
 // did.
 //
+// With -workload deadlines it runs e2e TestDeadlines: the same overload
+// (16 requests a second, half stating a 600 ms time to first token, half
+// 4 s) from inside the mesh to two identical backends of two one-slot
+// stand-in servers, one getting the objectives (earliest deadline first),
+// the other not (first come, first served); it prints each one's goodput,
+// the share of requests answered within their objective.
+//
 // With -workload multiplexing it runs e2e TestMultiplexingWorkload: eight
 // models at 40 requests a second on four stand-in servers that hold two
 // each, picked with max_models_per_replica and by least requests; it
@@ -69,7 +76,7 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of the comparison")
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
-	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), restart (agents restarted under prompts' load, with and without the pickers' checkpoints), stall (a replica that stalls, first_byte_timeout_s 0.5), fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
+	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), restart (agents restarted under prompts' load, with and without the pickers' checkpoints), stall (a replica that stalls, first_byte_timeout_s 0.5), deadlines (requests stating their time to first token, earliest deadline first or not), fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
 	flag.Parse()
 	switch *workload {
 	case "prompts", "prompts-unshared":
@@ -86,6 +93,9 @@ func main() {
 		return
 	case "stall":
 		stalls(*runs)
+		return
+	case "deadlines":
+		deadlines(*runs, *seconds)
 		return
 	}
 	placements := map[string]int{} // load-aware runs by whether the slow replica was alone on its node
@@ -202,6 +212,19 @@ func stalls(runs int) {
 	for bound, f := range figures {
 		fmt.Printf("\nmedians of %d runs, first_byte_timeout %s ms, one of two replicas stalling: took p50 %.1f ms, max %.1f ms; the slowest %.1f ms beyond the bound\n",
 			runs, bound, median(f["took_p50_ms"]), median(f["took_max_ms"]), median(f["beyond_bound_max_ms"]))
+	}
+}
+
+// deadlines runs TestDeadlines runs times and prints each run's figures
+// and their medians.
+func deadlines(runs, seconds int) {
+	keys := []string{"goodput", "tight_met", "loose_met", "requests"}
+	figures := collect(runs, "TestDeadlines", fmt.Sprintf("DEADLINE_LOAD_S=%d", seconds), "deadlines", "mode", keys, nil)
+	fmt.Printf("\nmedians of %d runs of %d s at 16 requests/s, half due in 600 ms, half in 4 s:\n", runs, seconds)
+	fmt.Printf("%-6s %9s %12s %12s %9s\n", "mode", "goodput", "600 ms met", "4 s met", "requests")
+	for _, mode := range []string{"edf", "fifo"} {
+		f := figures[mode]
+		fmt.Printf("%-6s %9.3f %12.3f %12.3f %9.0f\n", mode, median(f["goodput"]), median(f["tight_met"]), median(f["loose_met"]), median(f["requests"]))
 	}
 }
 

@@ -139,7 +139,7 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 	var forwarded []*matcher.StringMatcher
 	// The answer's status too: the picker counts a 5xx as a slow answer,
 	// not a fast one.
-	for _, h := range []string{wire.CriticalityHeader, wire.PriorityHeader, wire.PriorityLimitHeader, ":status"} {
+	for _, h := range []string{wire.CriticalityHeader, wire.PriorityHeader, wire.PriorityLimitHeader, wire.TTFTObjectiveHeader, ":status"} {
 		forwarded = append(forwarded, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: h}})
 	}
 	for _, h := range []struct{ meta, name string }{{wire.PickerSessionHeader, b.SessionHeader}, {wire.PickerModelHeader, b.ModelHeader}, {wire.PickerTenantHeader, b.TenantHeader}} {

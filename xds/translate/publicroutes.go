@@ -111,7 +111,10 @@ func publicVirtualHost(routes []*route.Route) *route.VirtualHost {
 // publicRoutesConfig is the public route configuration of key: routes, in
 // order.
 func publicRoutesConfig(key string, routes []*route.Route) *route.RouteConfiguration {
-	rc := &route.RouteConfiguration{Name: wire.PublicRouteName(key), VirtualHosts: []*route.VirtualHost{publicVirtualHost(routes)}}
+	// A public client's TTFT objective would put its requests ahead of
+	// others' while they wait: only callers inside the mesh state one.
+	rc := &route.RouteConfiguration{Name: wire.PublicRouteName(key), VirtualHosts: []*route.VirtualHost{publicVirtualHost(routes)},
+		RequestHeadersToRemove: []string{wire.TTFTObjectiveHeader}}
 	// Envoy refuses a table whose direct answers exceed 4 KiB unless it
 	// says how long they may be (a long model list).
 	longest := 0
