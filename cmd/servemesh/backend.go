@@ -236,6 +236,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.loadAware.ModelHeader, "load-model-header", "", "load-aware: the header naming a request's model (default "+meshspec.DefaultModelHeader+"; else the body's \"model\")")
 	fs.StringVar(&c.loadAware.TenantHeader, "load-tenant-header", "", "load-aware: the request header naming its tenant; while replicas are saturated, waiting requests of one priority take turns by it (say x-tenant-id)")
 	fs.IntVar(&c.loadAware.MaxQueued, "load-max-queued", 0, "load-aware: requests that may wait on a node while its replicas are saturated (default "+strconv.Itoa(meshspec.DefaultMaxQueued)+")")
+	fs.BoolVar(&c.loadAware.RefuseLate, "load-refuse-late", false, "load-aware: answer 429 at once a request from inside the mesh that states a time to first token ("+meshspec.TTFTObjectiveHeader+") its replicas cannot meet")
 	fs.DurationVar(&c.queueTimeout, "load-queue-timeout", 0, "load-aware: how long a request may wait for a replica, then 429 (default "+seconds(meshspec.DefaultQueueTimeoutS)+")")
 	fs.StringToStringVar(&c.weights, "load-weight", nil, "load-aware: weigh the picker's scorers ("+strings.Join(meshspec.ScorerNames, ", ")+"), as NAME=WEIGHT (prefix=2): 1, the default, as is; 0 leaves one out; repeat or join with commas")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
