@@ -27,9 +27,10 @@ import (
 // listener, which removes a client's objective, is served; one stating
 // ten seconds is served.
 //
-// Then the same overload (16 requests a second, half stating 600 ms,
-// half 4 s) to two identical backends (two servers of one slot each,
-// 100 ms an answer), from the mesh listeners: one gets the objectives
+// Then the same load (DEADLINE_RATE requests a second, 10 by default,
+// about what the servers answer; half stating 600 ms, half 4 s) to two
+// identical backends (two servers of one slot each, 100 ms an answer
+// alone), from the mesh listeners: one gets the objectives
 // (waiting requests of one priority served earliest deadline first), the
 // other the same requests without them (first come, first served, as
 // before). No request fails; each one's share meeting its objective (the
@@ -74,12 +75,12 @@ func TestDeadlines(t *testing.T) {
 		}
 	}
 
-	d := loadSeconds(t, "DEADLINE_LOAD_S", 6)
+	d, rate := loadSeconds(t, "DEADLINE_LOAD_S", 6), int(loadSeconds(t, "DEADLINE_RATE", 10)/time.Second)
 	loads := map[string]*deadlineLoad{"edf": {host: "edf", stated: true}, "fifo": {host: "fifo"}}
 	var wg sync.WaitGroup
 	for _, l := range loads {
 		l.urls = []string{"http://" + mesh.n1.mesh + "/", "http://" + mesh.n2.mesh + "/"}
-		wg.Go(func() { l.run(16, d) })
+		wg.Go(func() { l.run(rate, d) })
 	}
 	wg.Wait()
 	for _, mode := range []string{"edf", "fifo"} {
@@ -87,7 +88,7 @@ func TestDeadlines(t *testing.T) {
 		if l.failed > 0 {
 			t.Errorf("%s: %d of %d requests failed (first: %s)", mode, l.failed, l.sent, l.firstFailure)
 		}
-		t.Logf("BENCH deadlines mode=%s requests=%d goodput=%.3f tight_met=%.3f loose_met=%.3f", mode, l.sent, l.goodput(), l.share("tight"), l.share("loose"))
+		t.Logf("BENCH deadlines mode=%s rate=%d requests=%d goodput=%.3f tight_met=%.3f loose_met=%.3f", mode, rate, l.sent, l.goodput(), l.share("tight"), l.share("loose"))
 	}
 }
 
