@@ -49,22 +49,7 @@ func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
 	client := httpClient()
 	ask := func(node *mtlsNode, system, question string, header ...string) demoreplica.ModelAnswer {
 		t.Helper()
-		body := fmt.Sprintf(`{"model":"pa","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`, system, question)
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+node.public+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if len(header) == 2 {
-			req.Header.Set(header[0], header[1])
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		var a demoreplica.ModelAnswer
-		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&a) != nil {
-			t.Fatalf("status %d from %s", resp.StatusCode, node.id)
-		}
-		return a
+		return askChat(t, client, node, "pa", system, question, header...)
 	}
 	blocks, cached := 0, 0
 	for p := range 4 {
@@ -102,6 +87,30 @@ func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
 	} else {
 		t.Logf("after each prompt's first request, %d of %d prompt blocks were found cached (%.0f%%)", cached, blocks, 100*hit)
 	}
+}
+
+// askChat posts a chat request of model with a system prompt and a
+// question to node's public listener at /v1/chat/completions (with a
+// header, given as name, value) and returns the stand-in's answer; an
+// answer other than 200 fails the test.
+func askChat(t *testing.T, client *http.Client, node *mtlsNode, model, system, question string, header ...string) demoreplica.ModelAnswer {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`, model, system, question)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+node.public+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if len(header) == 2 {
+		req.Header.Set(header[0], header[1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var a demoreplica.ModelAnswer
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&a) != nil {
+		t.Fatalf("status %d from %s", resp.StatusCode, node.id)
+	}
+	return a
 }
 
 // distinct are the values of m, each once.
@@ -359,19 +368,7 @@ func TestThePickersLearningOutlivesItsAgent(t *testing.T) {
 	ask := func(node *mtlsNode, p, i int) demoreplica.ModelAnswer {
 		t.Helper()
 		system := strings.Repeat(fmt.Sprintf("Tenant %d's assistant answers in its house style. ", p), 60)
-		body := fmt.Sprintf(`{"model":"ckp","messages":[{"role":"system","content":%q},{"role":"user","content":"question %d?"}]}`, system, i)
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+node.public+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		var a demoreplica.ModelAnswer
-		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&a) != nil {
-			t.Fatalf("prompt %d: status %d from %s", p, resp.StatusCode, node.id)
-		}
-		return a
+		return askChat(t, client, node, "ckp", system, fmt.Sprintf("question %d?", i))
 	}
 	nodes := []*mtlsNode{mesh.n1, mesh.n2}
 	for p := range 4 {

@@ -3,6 +3,7 @@ package ir
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -198,18 +199,13 @@ func (r Replica) validate(reach Reach) error {
 
 // servingBackends are the backends e sends requests to, not mirrors.
 func (e Endpoint) servingBackends() []string {
-	var out []string
-	for b := range e.Traffic {
-		out = append(out, b)
-	}
+	out := slices.Collect(maps.Keys(e.Traffic))
 	for _, m := range e.Match {
 		out = append(out, m.Backend)
 	}
 	if e.Models != nil {
 		for _, s := range e.Models.Models {
-			for b := range s.Traffic {
-				out = append(out, b)
-			}
+			out = slices.AppendSeq(out, maps.Keys(s.Traffic))
 		}
 	}
 	return out
@@ -217,24 +213,10 @@ func (e Endpoint) servingBackends() []string {
 
 // backends are the backends e sends requests to or mirrors them to.
 func (e Endpoint) backends() []string {
-	var out []string
-	for b := range e.Traffic {
-		out = append(out, b)
-	}
-	for b := range e.Shadows {
-		out = append(out, b)
-	}
-	for _, m := range e.Match {
-		out = append(out, m.Backend)
-	}
+	out := slices.AppendSeq(e.servingBackends(), maps.Keys(e.Shadows))
 	if e.Models != nil {
 		for _, s := range e.Models.Models {
-			for b := range s.Traffic {
-				out = append(out, b)
-			}
-			for b := range s.Shadows {
-				out = append(out, b)
-			}
+			out = slices.AppendSeq(out, maps.Keys(s.Shadows))
 		}
 	}
 	return out
