@@ -181,6 +181,12 @@ func (a *Agent) adopt(ctx context.Context, rec replicaRecord) (*replica, error) 
 		a.log.Warn("could not register an adopted replica; its probe will", "replica", rec.Tag, "err", err)
 	}
 	r.watch(child)
+	if status == api.HealthPassing {
+		// Ready for the picker now, as its registration says, not at its
+		// next probe: a node's picker that knows no ready replica leaves
+		// the pick to Envoy, prompts and sessions unknown to it.
+		a.picker.SetReady(r.tag, true)
+	}
 	r.log.Info("replica adopted", "backend", rec.Backend, "pid", rec.Process.Pid, "address", r.address(), "status", status)
 	return r, nil
 }
