@@ -331,37 +331,6 @@ func orDefault[T int | float64](v *T, d T) {
 	}
 }
 
-// BackendConfigPatch is a typed way to write, in Go, a merge patch of a
-// BackendConfig (ConfigPatch, which is what the API takes): the fields
-// that are set change, as in Ray Serve's update_backend_config. It names
-// the fields its previous release's clients sent, with their removal
-// conventions; a field added since is patched with ParseConfigPatch.
-type BackendConfigPatch struct {
-	MaxConcurrentQueries *int     `json:"max_concurrent_queries,omitempty"`
-	NumReplicas          *int     `json:"num_replicas,omitempty"`
-	CPUs                 *float64 `json:"cpus,omitempty"`
-	MemoryMB             *int     `json:"memory_mb,omitempty"`
-	HoldTimeoutS         *float64 `json:"hold_timeout_s,omitempty"`
-	// GracefulShutdownTimeoutS, as the config's (0: the default).
-	GracefulShutdownTimeoutS *float64 `json:"graceful_shutdown_timeout_s,omitempty"`
-	// Resources replaces the named resources one replica needs ({} none).
-	Resources map[string]int `json:"resources,omitempty"`
-	// UserConfig replaces the user_config; null removes it.
-	UserConfig *UserConfig `json:"user_config,omitempty"`
-	MaxHeld    *int        `json:"max_held,omitempty"`
-	// FirstByteTimeoutS, as the config's (0: no bound).
-	FirstByteTimeoutS *float64 `json:"first_byte_timeout_s,omitempty"`
-	// Autoscaling replaces the autoscaling config; an empty one
-	// ({"max_replicas": 0}) turns autoscaling off.
-	Autoscaling *AutoscalingConfig `json:"autoscaling,omitempty"`
-	// LoadAware replaces the load-aware setting ({} turns it on without
-	// reading metrics); {"off": true} turns it off.
-	LoadAware *LoadAwarePatch `json:"load_aware,omitempty"`
-	// Replicas replaces the replicas of a backend of listed replicas (not
-	// of a process or external one).
-	Replicas []ReplicaSpec `json:"replicas,omitempty"`
-}
-
 // WithoutProcessOnlyFields returns b without the fields that size the
 // replicas servemesh runs if b has none to run: values older versions
 // accepted there and which never had an effect.

@@ -242,6 +242,32 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
 }
 
+// loadAwarePatch is the load_aware patch of the --load flags (set: one of
+// them was given), or nil for none.
+func (c *configFlags) loadAwarePatch(set bool) (*meshspec.LoadAwarePatch, error) {
+	switch {
+	case set && c.loadAwareOff:
+		return nil, errors.New("--load-aware-off goes without the other --load flags")
+	case c.loadAwareOff:
+		return &meshspec.LoadAwarePatch{Off: true}, nil
+	case set:
+		p := &meshspec.LoadAwarePatch{LoadAware: c.loadAware}
+		p.QueueTimeoutS = c.queueTimeout.Seconds()
+		for name, v := range c.weights {
+			w, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, fmt.Errorf("--load-weight %s=%q: not a number; give one from 0 to %d, such as %s=2", name, v, meshspec.MaxScorerWeight, name)
+			}
+			if p.Weights == nil {
+				p.Weights = map[string]float64{}
+			}
+			p.Weights[name] = w
+		}
+		return p, nil
+	}
+	return nil, nil
+}
+
 // seconds is a default given in seconds as a flag's duration shows it.
 func seconds(s float64) string { return (time.Duration(s) * time.Second).String() }
 
@@ -295,24 +321,9 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (meshspec.BackendConfigPatch, err
 		}
 		p.Resources = res
 	}
-	switch {
-	case loadAware && c.loadAwareOff:
-		return p, errors.New("--load-aware-off goes without the other --load flags")
-	case c.loadAwareOff:
-		p.LoadAware = &meshspec.LoadAwarePatch{Off: true}
-	case loadAware:
-		p.LoadAware = &meshspec.LoadAwarePatch{LoadAware: c.loadAware}
-		p.LoadAware.QueueTimeoutS = c.queueTimeout.Seconds()
-		for name, v := range c.weights {
-			w, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return p, fmt.Errorf("--load-weight %s=%q: not a number; give one from 0 to %d, such as %s=2", name, v, meshspec.MaxScorerWeight, name)
-			}
-			if p.LoadAware.Weights == nil {
-				p.LoadAware.Weights = map[string]float64{}
-			}
-			p.LoadAware.Weights[name] = w
-		}
+	var err error
+	if p.LoadAware, err = c.loadAwarePatch(loadAware); err != nil {
+		return p, err
 	}
 	switch {
 	case autoscale && c.off:
