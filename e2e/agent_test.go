@@ -78,7 +78,9 @@ func startAgentBin(t *testing.T, consul *testutil.Consul, bin, id, address, xds 
 		failOnRace(t, "agent "+id, a.stderr.String())
 		if t.Failed() {
 			t.Logf("agent %s log:\n%s", id, a.stderr.String())
-			t.Logf("agent %s's Envoy, requests that did not get a 200 (up to 40):\n%s", id, failedRequests(a.workDir, 40))
+			t.Logf("agent %s's Envoy, requests that did not get a 200, or were flagged (up to 40):\n%s", id, failedRequests(a.workDir, 40))
+			t.Logf("agent %s's Envoy, its warnings and errors (up to 40):\n%s", id, envoyWarnings(a.workDir, 40))
+			t.Logf("agent %s's replicas, the last lines of each one's log:\n%s", id, replicaLogTails(a.workDir, 8))
 		}
 		stopNodeLeftovers(t, a.id, a.workDir, a.env)
 	})
@@ -460,6 +462,50 @@ func TestCommandsNodesDoNotAllowAreRefused(t *testing.T) {
 	expectCLI(t, env, 1, `backend "shell" is not registered`, "backend", "get", "shell")
 }
 
+// envoyWarnings are the last max lines at warning level or above of the
+// Envoy log in an agent's work folder, every epoch's.
+func envoyWarnings(workDir string, max int) string {
+	data, err := os.ReadFile(filepath.Join(workDir, envoy.LogFile))
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, "][warning][") || strings.Contains(line, "][error][") || strings.Contains(line, "][critical][") {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	if len(out) == 0 {
+		return "(none)"
+	}
+	return strings.Join(out, "\n")
+}
+
+// replicaLogTails are the last lines lines of the log of each replica in
+// an agent's work folder: why one that exited did.
+func replicaLogTails(workDir string, lines int) string {
+	logs, _ := filepath.Glob(filepath.Join(workDir, "replicas", wire.ReplicaServiceID("*#*")+".log"))
+	var out []string
+	for _, path := range logs {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		all := strings.Split(strings.TrimSpace(string(data)), "\n")
+		out = append(out, filepath.Base(path)+":")
+		for _, l := range all[max(0, len(all)-lines):] {
+			out = append(out, "  "+l)
+		}
+	}
+	if len(out) == 0 {
+		return "(none)"
+	}
+	return strings.Join(out, "\n")
+}
+
 // failedRequests are up to max lines of the access log in an agent's work
 // folder (its rotated one first) whose status is not 200: on a failure,
 // which Envoy answered what, with its response flags.
@@ -472,9 +518,11 @@ func failedRequests(workDir string, max int) string {
 		}
 		for line := range strings.Lines(string(data)) {
 			var entry struct {
-				Status any `json:"status"` // a number, as Envoy's JSON format types it
+				Status any    `json:"status"` // a number, as Envoy's JSON format types it
+				Flags  string `json:"flags"`
 			}
-			if json.Unmarshal([]byte(line), &entry) == nil && fmt.Sprint(entry.Status) != "200" {
+			// Not a 200, or a 200 Envoy flagged (a stream cut: UC, DC, UPE...).
+			if json.Unmarshal([]byte(line), &entry) == nil && (fmt.Sprint(entry.Status) != "200" || (entry.Flags != "" && entry.Flags != "-")) {
 				out = append(out, strings.TrimSpace(line))
 			}
 		}

@@ -140,7 +140,8 @@ func wantWhole(t *testing.T, streams []*longStream) {
 	for i, s := range streams {
 		got := <-s.done
 		if got.err != nil || len(got.tokens) != longStreamTokens || got.tokens[longStreamTokens-1] != fmt.Sprintf("token %d", longStreamTokens-1) {
-			t.Errorf("stream %d (on %s): %d of %d tokens, error %v; want it whole", i, s.replica, len(got.tokens), longStreamTokens, got.err)
+			t.Errorf("stream %d (on %s, opened %s, ended %s): %d of %d tokens, error %v; want it whole", i, s.replica,
+				s.opened.Format("15:04:05.000"), got.ended.Format("15:04:05.000"), len(got.tokens), longStreamTokens, got.err)
 		}
 	}
 }
@@ -200,12 +201,14 @@ func hasPlacement(t *testing.T, mesh *twoNodeMesh, backend, tag string) bool {
 // headers, and done, which receives what the whole stream read.
 type longStream struct {
 	replica string
+	opened  time.Time
 	done    chan streamRead
 }
 
 type streamRead struct {
 	tokens []string
 	err    error
+	ended  time.Time
 }
 
 // openStream sends a streaming request (server-sent events if sse) and
@@ -229,11 +232,12 @@ func openStream(t *testing.T, url string, sse bool) *longStream {
 		_ = resp.Body.Close()
 		t.Fatalf("GET %s: %d", url, resp.StatusCode)
 	}
-	s := &longStream{replica: resp.Header.Get(demoreplica.ReplicaHeader), done: make(chan streamRead, 1)}
+	s := &longStream{replica: resp.Header.Get(demoreplica.ReplicaHeader), opened: time.Now(), done: make(chan streamRead, 1)}
 	go func() {
 		defer func() { _ = resp.Body.Close() }()
 		var got streamRead
 		got.err = scanTokens(resp.Body, sse, func(token string) { got.tokens = append(got.tokens, token) })
+		got.ended = time.Now()
 		s.done <- got
 	}()
 	return s

@@ -324,7 +324,8 @@ func doRequest(client *http.Client, req *http.Request) result {
 		return result{err: err}
 	}
 	var body string
-	if resp.StatusCode >= 500 {
+	if resp.StatusCode >= 400 { // who answered, and why: Envoy's own answers say so
+
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		body = string(b)
 	}
@@ -503,6 +504,9 @@ func (l *load) finishAllowingReached(t *testing.T, reached bool) {
 		failed -= l.reached.Load()
 	}
 	if failed != 0 {
+		for _, e := range l.recorded() {
+			t.Logf("failed at %s: %s", e.at.Format("15:04:05.000"), e.what)
+		}
 		t.Fatalf("%d requests failed, first: %v", l.failed.Load(), l.first.Load())
 	}
 	if l.sent.Load() < minLoad {
