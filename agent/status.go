@@ -41,6 +41,9 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 		if extra.Tracing != nil {
 			l.Tracing = extra.Tracing()
 		}
+		if extra.GenAI != nil {
+			l.GenAI = extra.GenAI()
+		}
 		if extra.RateLimits != nil {
 			if refused, loaded, err := extra.RateLimits(r.Context()); err != nil {
 				l.RateLimitService, l.RateLimitsLoaded = err.Error(), map[string]string{}
@@ -66,6 +69,9 @@ type LoadExtras struct {
 	// Tracing says why the agent's spans could not be sent to the mesh's
 	// collector ("": they were; tracing.Tracer.Problem).
 	Tracing func() string
+	// GenAI are the GenAI histograms of the answers the node's Envoy read,
+	// by backend (genai.Recorder.Loads).
+	GenAI func() map[string]wire.GenAILoad
 }
 
 func answer(w http.ResponseWriter, v any, err error) {

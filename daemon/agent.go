@@ -16,6 +16,7 @@ import (
 
 	"github.com/servemesh/servemesh/agent"
 	"github.com/servemesh/servemesh/agent/activator"
+	"github.com/servemesh/servemesh/agent/genai"
 	"github.com/servemesh/servemesh/agent/nodeview"
 	"github.com/servemesh/servemesh/agent/picker"
 	"github.com/servemesh/servemesh/agent/ratelimit"
@@ -130,6 +131,8 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 	if err := pick.Restore(checkpoint); err != nil {
 		log.Warn("the picker starts without what it learned before the agent restarted", "err", err)
 	}
+	// The node's GenAI signals: what its Envoy read of model answers.
+	signals := genai.New(log.With("component", "genai"), reg)
 	identity := &nodeIdentity{}
 	status, err := listenStatus(ctx, o, identity, agent.StatusHandler(reg, admin, o.Node.ID, agent.LoadExtras{
 		Held:       hold.Held,
@@ -137,6 +140,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		RateLimits: rateLimitsOf(limits),
 		Replicas:   replicas,
 		Tracing:    tracer.Problem,
+		GenAI:      signals.Loads,
 	}, statusLogs(o)))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)
@@ -184,6 +188,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		g.Go("activator", func(ctx context.Context) error { return hold.Serve(ctx, o.Envoy.WorkDir) })
 		pickerServer := picker.NewServer(pick, log.With("component", "picker"), reg, tracer)
 		g.Go("picker", func(ctx context.Context) error { return pickerServer.Serve(ctx, o.Envoy.WorkDir) })
+		g.Go("genai", func(ctx context.Context) error { return signals.Serve(ctx, o.Envoy.WorkDir) })
 		g.Go("picker scrape", func(ctx context.Context) error { pick.Scrape(ctx); return nil })
 		g.Go("picker checkpoint", func(ctx context.Context) error {
 			pick.KeepCheckpoint(ctx, checkpoint, log.With("component", "picker"))

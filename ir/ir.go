@@ -111,8 +111,8 @@ type Backend struct {
 
 // readByEndpoints reports whether the IR of the endpoints that send to b
 // reads b: its prompt affinity's nodes and headers, its first-byte
-// timeout.
-func (b Backend) readByEndpoints() bool { return b.PromptAffinity || b.FirstByteTimeoutS > 0 }
+// timeout, whether it is load-aware (Endpoint.ReadsAnswers).
+func (b Backend) readByEndpoints() bool { return b.PromptAffinity || b.FirstByteTimeoutS > 0 || b.Picked }
 
 // Activated reports whether the activator fronts b: it holds b's requests
 // while b has no ready replica (every backend Envoy does not resolve by
@@ -191,6 +191,10 @@ type Endpoint struct {
 	// prefix (consistent hashing with bounded loads), where that node's
 	// picker picks the replica holding it.
 	PromptAffinity bool `json:"prompt_affinity,omitempty"`
+	// ReadsAnswers: the endpoint serves model traffic (it routes by model,
+	// has a token quota, or sends to a load-aware backend), so the calling
+	// node reads each answer's tokens and timing (wire/genai.go).
+	ReadsAnswers bool `json:"reads_answers,omitempty"`
 	// AffinityHeaders are those backends' session and model headers,
 	// sorted: the route hashes them, in order, before the prompt.
 	AffinityHeaders []string `json:"affinity_headers,omitempty"`
@@ -339,7 +343,7 @@ func (e Endpoint) Equal(o Endpoint) bool {
 	return e.Name == o.Name && e.Route == o.Route && slices.Equal(e.Methods, o.Methods) &&
 		maps.Equal(e.Traffic, o.Traffic) && maps.Equal(e.Shadows, o.Shadows) &&
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS && e.FirstByteTimeoutS == o.FirstByteTimeoutS &&
-		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
+		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && e.ReadsAnswers == o.ReadsAnswers && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		slices.EqualFunc(e.AffinityNodes, o.AffinityNodes, func(a, b AffinityBackend) bool { return a.Name == b.Name && slices.Equal(a.Nodes, b.Nodes) }) &&
 		equalPtr(e.RateLimit, o.RateLimit) && equalPtr(e.GlobalRateLimit, o.GlobalRateLimit) && equalPtr(e.TokenQuota, o.TokenQuota) && equalPtr(e.TraceSampling, o.TraceSampling) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)

@@ -126,8 +126,11 @@ func (dp *DataPlane) lowerEndpoint(mesh *meshspec.Mesh, e meshspec.Endpoint, o O
 	if sampling, traced := meshspec.TraceSampling(mesh, e); traced {
 		out.TraceSampling = &sampling
 	}
+	out.ReadsAnswers = out.Models != nil || out.TokenQuota != nil
 	for _, name := range out.backends() {
-		if b, ok := dp.Backend(name); ok && b.PromptAffinity {
+		b, ok := dp.Backend(name)
+		out.ReadsAnswers = out.ReadsAnswers || (ok && b.Picked)
+		if ok && b.PromptAffinity {
 			out.PromptAffinity = true
 			if !slices.ContainsFunc(out.AffinityNodes, func(a AffinityBackend) bool { return a.Name == name }) {
 				out.AffinityNodes = append(out.AffinityNodes, AffinityBackend{Name: name, Nodes: b.nodeShares()})

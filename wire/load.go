@@ -96,6 +96,10 @@ type Load struct {
 	// absent) when its service runs none or is down; absent when the
 	// node runs no service, and from a previous release's agents.
 	RateLimitsLoaded map[string]string `json:"rate_limits_loaded"`
+	// GenAI are the GenAI histograms of the answers the node's agent
+	// read (wire/genai.go), by backend. Absent from a previous release's
+	// agents.
+	GenAI map[string]GenAILoad `json:"genai,omitempty"`
 }
 
 // RouteKey is the key of an endpoint's figures on one listener in

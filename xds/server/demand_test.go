@@ -44,7 +44,7 @@ func TestClustersOnDemand(t *testing.T) {
 		subscription{resource.ClusterType, nil}, subscription{resource.ListenerType, nil},
 		subscription{resource.ScopedRouteType, nil}, subscription{resource.RouteType, []string{api, other, publicAPI, publicOther}})
 	for typ, want := range map[string][]string{
-		resource.ClusterType: {wire.RateLimitCluster},
+		resource.ClusterType: {wire.GenAICluster, wire.RateLimitCluster},
 		resource.RouteType:   {api, other, publicAPI, publicOther},
 	} {
 		if !slices.Equal(got[typ], want) {

@@ -126,7 +126,7 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, got := openDelta(t, conn, &core.Node{Id: reaching.ID, Metadata: meta}, subs(api)...)
-	for typ, want := range map[string][]string{resource.ClusterType: {wire.RateLimitCluster, "v1", "v2"}, resource.ScopedRouteType: {api}, resource.RouteType: {api}} {
+	for typ, want := range map[string][]string{resource.ClusterType: {wire.GenAICluster, wire.RateLimitCluster, "v1", "v2"}, resource.ScopedRouteType: {api}, resource.RouteType: {api}} {
 		if !slices.Equal(got[typ], want) {
 			t.Errorf("a mesh-only node reaching api got %s %v; want %v", typ, got[typ], want)
 		}
@@ -138,7 +138,7 @@ func TestNodesGetWhatTheyReach(t *testing.T) {
 	}
 	publicAPI, publicOther := wire.PublicRouteName("api"), wire.PublicRouteName("other")
 	_, got = openDelta(t, conn, &core.Node{Id: public.ID, Metadata: meta}, subs(api, publicAPI, publicOther)...)
-	for typ, want := range map[string][]string{resource.ClusterType: {wire.RateLimitCluster, "v1", "v2", "v3"},
+	for typ, want := range map[string][]string{resource.ClusterType: {wire.GenAICluster, wire.RateLimitCluster, "v1", "v2", "v3"},
 		resource.ScopedRouteType: {api, publicAPI, publicOther}, resource.RouteType: {api, publicAPI, publicOther}} {
 		if !slices.Equal(got[typ], want) {
 			t.Errorf("a public node reaching api got %s %v; want %v", typ, got[typ], want)

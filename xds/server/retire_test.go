@@ -39,8 +39,8 @@ func TestAssignmentsOutliveTheClustersThatAskForThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	cds := st.expect(resource.ClusterType)
-	if got := clusterNames(t, cds); !slices.Equal(got, []string{wire.RateLimitCluster, "v1"}) {
-		t.Fatalf("clusters %v, want v1 alone (and the node's rate limit service's)", got)
+	if got := clusterNames(t, cds); !slices.Equal(got, []string{wire.GenAICluster, wire.RateLimitCluster, "v1"}) {
+		t.Fatalf("clusters %v, want v1 alone (and the node's access log and rate limit services')", got)
 	}
 	time.Sleep(100 * time.Millisecond) // publishes would have removed it by now
 	if _, ok := s.assignments.GetResources()["v2"]; !ok {

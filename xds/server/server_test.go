@@ -197,8 +197,8 @@ func TestServesClustersListenersAndEndpoints(t *testing.T) {
 	st := openSotW(t, conn)
 	st.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "n1"), TypeUrl: resource.ClusterType})
 	cds := st.expect(resource.ClusterType)
-	if got := strings.Join(clusterNames(t, cds), ","); got != "_servemesh_rate_limit,v1,v2" {
-		t.Fatalf("clusters %q, want the node's rate limit service's and v1,v2", got)
+	if got := strings.Join(clusterNames(t, cds), ","); got != "_servemesh_genai,_servemesh_rate_limit,v1,v2" {
+		t.Fatalf("clusters %q, want the node's access log and rate limit services' and v1,v2", got)
 	}
 	st.send(ack(cds))
 	st.send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{"v1", "v2"}})
@@ -262,8 +262,8 @@ func TestInvalidDataPlaneIsRefusedAndLastGoodKept(t *testing.T) {
 	}
 	st := openSotW(t, conn)
 	st.send(&discovery.DiscoveryRequest{Node: servemeshNode(t, "n1"), TypeUrl: resource.ClusterType})
-	if got := strings.Join(clusterNames(t, st.expect(resource.ClusterType)), ","); got != "_servemesh_rate_limit,v1,v2" {
-		t.Fatalf("clusters %q, want the last good v1,v2 (and the rate limit service's)", got)
+	if got := strings.Join(clusterNames(t, st.expect(resource.ClusterType)), ","); got != "_servemesh_genai,_servemesh_rate_limit,v1,v2" {
+		t.Fatalf("clusters %q, want the last good v1,v2 (and the access log and rate limit services')", got)
 	}
 }
 
@@ -410,7 +410,7 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 	st.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "n1", Metadata: md}, TypeUrl: resource.ClusterType})
 	cds := st.expect(resource.ClusterType)
 	names := strings.Join(clusterNames(t, cds), ",")
-	if names != "_inbound_v1,_inbound_v2,_servemesh_rate_limit,servemesh_picker,v1,v2" {
+	if names != "_inbound_v1,_inbound_v2,_servemesh_genai,_servemesh_rate_limit,servemesh_picker,v1,v2" {
 		t.Fatalf("clusters %q, want the node's inbound clusters, its rate limit service's and picker's and v1,v2", names)
 	}
 	for _, r := range cds.GetResources() {
@@ -418,7 +418,7 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 		if err := r.UnmarshalTo(&c); err != nil {
 			t.Fatal(err)
 		}
-		local := strings.HasPrefix(c.GetName(), "_inbound_") || c.GetName() == wire.PickerCluster || c.GetName() == wire.RateLimitCluster // on the node's own machine
+		local := strings.HasPrefix(c.GetName(), "_inbound_") || c.GetName() == wire.PickerCluster || c.GetName() == wire.RateLimitCluster || c.GetName() == wire.GenAICluster // on the node's own machine
 		if tls := c.GetTransportSocket() != nil; tls != !local {
 			t.Errorf("cluster %s: over TLS %v", c.GetName(), tls)
 		}
@@ -433,7 +433,7 @@ func TestMTLSServesOnlyMTLSNodes(t *testing.T) {
 	}
 	other := openSotW(t, conn)
 	other.send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "n2", Metadata: md2}, TypeUrl: resource.ClusterType})
-	if names := strings.Join(clusterNames(t, other.expect(resource.ClusterType)), ","); names != "_servemesh_rate_limit,servemesh_picker,v1,v2" {
+	if names := strings.Join(clusterNames(t, other.expect(resource.ClusterType)), ","); names != "_servemesh_genai,_servemesh_rate_limit,servemesh_picker,v1,v2" {
 		t.Fatalf("node n2's clusters %q, want its rate limit service's and picker's and v1,v2", names)
 	}
 	plain := openSotW(t, conn)
@@ -491,8 +491,8 @@ func TestDeltaStreamServesClusters(t *testing.T) {
 		names = append(names, r.GetName())
 	}
 	slices.Sort(names)
-	if strings.Join(names, ",") != "_servemesh_rate_limit,v1,v2" {
-		t.Fatalf("delta clusters %v, want v1 and v2 (and the rate limit service's)", names)
+	if strings.Join(names, ",") != "_servemesh_genai,_servemesh_rate_limit,v1,v2" {
+		t.Fatalf("delta clusters %v, want v1 and v2 (and the access log and rate limit services')", names)
 	}
 	if err := stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"v1"}}); err != nil {
 		t.Fatal(err)

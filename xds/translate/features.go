@@ -27,9 +27,9 @@ import (
 //     load-aware picking and prompt affinity.
 //   - routeFeatures change an endpoint's forwarding routes: its retries,
 //     the criticality its requests are marked with, the hashes of prompt
-//     affinity, and its rate limit.
+//     affinity, its rate limit, and the reading of its answers.
 //   - managerFeatures change every HTTP connection manager of a node's
-//     listeners: its access log.
+//     listeners: its access log, and the log of the answers read.
 
 // backendFeature is one feature's part in translating a backend: what it
 // changes of the backend's clusters and of how its nodes call it.
@@ -183,7 +183,7 @@ type routeFeature interface {
 
 // routeFeatures are the registered route features, in the order they
 // apply.
-var routeFeatures = []routeFeature{endpointRetries{}, firstByteRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}, globalRateLimits{}, tracedRoutes{}}
+var routeFeatures = []routeFeature{endpointRetries{}, firstByteRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}, globalRateLimits{}, answerReading{}, tracedRoutes{}}
 
 // patchForwarding applies e's route features to r, then leaves to the
 // virtual host a retry policy that is the virtual host's.
@@ -287,7 +287,7 @@ type managerFeature interface {
 }
 
 // managerFeatures are the registered connection-manager features.
-var managerFeatures = []managerFeature{accessLogging{}}
+var managerFeatures = []managerFeature{accessLogging{}, answerSignals{}}
 
 // managerFeaturesOf names the connection-manager features node uses: a
 // manager built for one node is another's when they use the same.

@@ -148,9 +148,6 @@ func (globalRateLimits) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{}
 	}
 	maps.Copy(r.TypedPerFilterConfig, globalRateLimitsOn(e))
-	if e.TokenQuota != nil {
-		r.TypedPerFilterConfig[usageReaderFilter] = usageReaderOn()
-	}
 }
 
 // globalRateLimitFilterFor is the filter of a failure mode.

@@ -313,7 +313,7 @@ func modelAnswers(e ir.Endpoint, match func() *route.RouteMatch, methods *route.
 		read[localRateLimitFilter] = localRateLimitOn(e)
 	}
 	maps.Copy(read, globalRateLimitsOn(e))
-	if e.TokenQuota != nil {
+	if e.ReadsAnswers {
 		read[usageReaderFilter] = usageReaderOn()
 	}
 	if callerPickerNeeded(e) {

@@ -122,7 +122,7 @@ func httpListener(node wire.ProxyNode, tracing *ir.Tracing, name, address string
 	limits := edgeLimitsOf(name)
 	limits.bound(manager)
 	routes(manager)
-	if err := traceManager(manager, tracing, node.ID); err != nil {
+	if err := traceManager(manager, tracing, node.ID, genAITags()...); err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}
 	managerConfig, err := anypb.New(manager)

@@ -153,11 +153,12 @@ func nodeListeners(node wire.ProxyNode, t *MTLS, local []ir.Backend, tracing *ir
 }
 
 // nodeServiceClusters are the clusters of the agent's services every
-// node has: its rate limit service, the mesh's trace collector if it
+// node has: its rate limit service, its access log service (GenAI
+// signals), the mesh's trace collector if it
 // traces, and with t its picker (its inbound listener's for load-aware
 // backends, its outbound listeners' for prompt-affine endpoints).
 func nodeServiceClusters(t *MTLS, tracing *ir.Tracing) []*cluster.Cluster {
-	out := []*cluster.Cluster{rateLimitServiceCluster()}
+	out := []*cluster.Cluster{rateLimitServiceCluster(), genAICluster()}
 	if tracing != nil {
 		out = append(out, tracingCluster(tracing))
 	}
