@@ -98,6 +98,14 @@ type RolloutChecks struct {
 	// by at most LatencyToleranceMs (5 ms by default).
 	MaxLatencyRatio    float64 `json:"max_latency_ratio,omitempty"`
 	LatencyToleranceMs float64 `json:"latency_tolerance_ms,omitempty"`
+	// MaxTTFTRatio, if set, fails a candidate of model traffic whose time
+	// to first token, at p95, is more than this many times the
+	// primary's; MaxInterTokenRatio the same for the mean time between
+	// the tokens of its streamed answers. Both read the GenAI signals the
+	// calling nodes keep (an endpoint that serves model traffic), once
+	// each side has MinSample such answers.
+	MaxTTFTRatio       float64 `json:"max_ttft_ratio,omitempty"`
+	MaxInterTokenRatio float64 `json:"max_inter_token_ratio,omitempty"`
 	// MinSample is how many of the candidate's answers a stage needs
 	// before any verdict, and the primary's before it is compared with: 20
 	// by default. A stage passes only with its own min_requests too.
@@ -126,7 +134,13 @@ func (c RolloutChecks) Effective() RolloutChecks {
 // Relative reports whether the checks compare the candidate with the
 // primary (an error rate increase, a latency ratio), which needs the
 // primary's figures.
-func (c RolloutChecks) Relative() bool { return c.MaxErrorRateIncrease > 0 || c.MaxLatencyRatio > 0 }
+func (c RolloutChecks) Relative() bool {
+	return c.MaxErrorRateIncrease > 0 || c.MaxLatencyRatio > 0 || c.MaxTTFTRatio > 0 || c.MaxInterTokenRatio > 0
+}
+
+// TokenPercentile is the percentile the GenAI checks compare
+// (MaxTTFTRatio, MaxInterTokenRatio).
+const TokenPercentile = 95
 
 // RolloutPhase is where a rollout is.
 type RolloutPhase string
@@ -197,6 +211,11 @@ type RolloutFigures struct {
 	// LatencyMs is the checks' percentile of the answers' time; 0 when
 	// there were none to measure.
 	LatencyMs float64 `json:"latency_ms"`
+	// TTFTMs and InterTokenMs are, for model traffic, the p95 of the time
+	// to first token and of the mean time between tokens (TokenPercentile);
+	// 0 when there were none to measure.
+	TTFTMs       float64 `json:"ttft_p95_ms,omitempty"`
+	InterTokenMs float64 `json:"inter_token_p95_ms,omitempty"`
 }
 
 // StageKind is what a stage sends the candidate.
@@ -414,14 +433,21 @@ func validateRolloutChecks(p *problems, field string, c RolloutChecks) {
 		{"max_latency_ms", "no absolute bound", c.MaxLatencyMs, 0, 3_600_000},
 		{"max_latency_ratio", "2", c.MaxLatencyRatio, 0, 1000},
 		{"latency_tolerance_ms", "5", c.LatencyToleranceMs, 0, 3_600_000},
+		{"max_ttft_ratio", "no time-to-first-token check", c.MaxTTFTRatio, 0, 1000},
+		{"max_inter_token_ratio", "no inter-token check", c.MaxInterTokenRatio, 0, 1000},
 		{"min_sample", "20", float64(c.MinSample), 0, MaxRolloutRequests},
 	} {
 		if !(f.v >= f.lo && f.v <= f.hi) {
 			p.add(field+"."+f.name, "is %v; set it from %v to %v, or leave it out for %s", f.v, f.lo, f.hi, f.zero)
 		}
 	}
-	if c.MaxLatencyRatio != 0 && c.MaxLatencyRatio < 1 {
-		p.add(field+".max_latency_ratio", "is %v; a ratio below 1 fails a candidate as fast as the primary; set 1 or more", c.MaxLatencyRatio)
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"max_latency_ratio", c.MaxLatencyRatio}, {"max_ttft_ratio", c.MaxTTFTRatio}, {"max_inter_token_ratio", c.MaxInterTokenRatio}} {
+		if r.v != 0 && r.v < 1 {
+			p.add(field+"."+r.name, "is %v; a ratio below 1 fails a candidate as fast as the primary; set 1 or more", r.v)
+		}
 	}
 }
 

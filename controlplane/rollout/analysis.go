@@ -19,6 +19,10 @@ type Sample struct {
 	// lower one where the candidate has too few answers for it
 	// (judgedPercentile).
 	Percentile float64 `json:"percentile,omitempty"`
+	// FirstTokens and Streamed are how many answers the GenAI histograms
+	// hold (TTFTMs's and InterTokenMs's).
+	FirstTokens uint64 `json:"first_tokens,omitempty"`
+	Streamed    uint64 `json:"streamed,omitempty"`
 	// From names the stage whose window the figures are of, where they
 	// are not the current one's: the primary's of an earlier stage
 	// (baseline).
@@ -74,6 +78,9 @@ func sampleOf(c counts, p float64) Sample {
 		s.Timed = c.timed()
 		s.LatencyMs = Quantile(p/100, wire.LatencyBoundsMs, c.latency)
 	}
+	s.FirstTokens, s.Streamed = total(c.ttft), total(c.interToken)
+	s.TTFTMs = Quantile(float64(meshspec.TokenPercentile)/100, wire.GenAIBoundsMs, c.ttft)
+	s.InterTokenMs = Quantile(float64(meshspec.TokenPercentile)/100, wire.GenAIBoundsMs, c.interToken)
 	return s
 }
 
@@ -140,6 +147,9 @@ func failedCheck(c meshspec.RolloutChecks, cand, prim Sample) string {
 	case c.MaxErrorRateIncrease > 0 && primCounts && cand.ErrorRate > prim.ErrorRate+c.MaxErrorRateIncrease:
 		return fmt.Sprintf("error rate %.2f%% above the primary's %.2f%% by more than the %.2f points allowed", 100*cand.ErrorRate, 100*prim.ErrorRate, 100*c.MaxErrorRateIncrease)
 	}
+	if reason := failedTokenCheck(c, cand, prim); reason != "" {
+		return reason
+	}
 	if cand.Timed < uint64(c.MinSample) {
 		return ""
 	}
@@ -152,6 +162,19 @@ func failedCheck(c meshspec.RolloutChecks, cand, prim Sample) string {
 		return fmt.Sprintf("%s latency %.1f ms above the %.1f ms allowed", p, cand.LatencyMs, c.MaxLatencyMs)
 	case prim.Timed >= uint64(c.MinSample) && cand.LatencyMs > prim.LatencyMs*c.MaxLatencyRatio && cand.LatencyMs-prim.LatencyMs > c.LatencyToleranceMs:
 		return fmt.Sprintf("%s latency %.1f ms, more than %g times the primary's %.1f ms", p, cand.LatencyMs, c.MaxLatencyRatio, prim.LatencyMs)
+	}
+	return ""
+}
+
+// failedTokenCheck says which GenAI check the candidate fails, "" if
+// none: each compares p95s once both sides have MinSample answers of it.
+func failedTokenCheck(c meshspec.RolloutChecks, cand, prim Sample) string {
+	enough := func(a, b uint64) bool { return a >= uint64(c.MinSample) && b >= uint64(c.MinSample) }
+	switch {
+	case c.MaxTTFTRatio > 0 && enough(cand.FirstTokens, prim.FirstTokens) && cand.TTFTMs > prim.TTFTMs*c.MaxTTFTRatio:
+		return fmt.Sprintf("time to first token p%d %.1f ms, more than %g times the primary's %.1f ms", meshspec.TokenPercentile, cand.TTFTMs, c.MaxTTFTRatio, prim.TTFTMs)
+	case c.MaxInterTokenRatio > 0 && enough(cand.Streamed, prim.Streamed) && cand.InterTokenMs > prim.InterTokenMs*c.MaxInterTokenRatio:
+		return fmt.Sprintf("time between tokens p%d %.1f ms, more than %g times the primary's %.1f ms", meshspec.TokenPercentile, cand.InterTokenMs, c.MaxInterTokenRatio, prim.InterTokenMs)
 	}
 	return ""
 }

@@ -145,3 +145,72 @@ func TestWindowCountsFromTheStageOn(t *testing.T) {
 		t.Fatalf("window with 10 in flight: %+v", s)
 	}
 }
+
+// genaiLoad is n answers of one backend, each with a time to first token
+// of ttftMs and tokens interMs apart, as an agent reports them.
+func genaiLoad(n uint64, ttftMs, interMs float64) wire.GenAILoad {
+	at := func(ms float64) []uint64 {
+		out := make([]uint64, len(wire.GenAIBoundsMs))
+		for i, b := range wire.GenAIBoundsMs {
+			if b >= ms {
+				out[i] = n
+			}
+		}
+		return out
+	}
+	return wire.GenAILoad{TTFT: at(ttftMs), InterToken: at(interMs)}
+}
+
+// TestTokenChecks: a candidate of model traffic is judged on its time to
+// first token and between tokens at p95 against the primary's, from the
+// GenAI histograms the nodes report over the stage's window; an agent
+// that restarted (its histograms went back) counts again from nothing.
+func TestTokenChecks(t *testing.T) {
+	step := meshspec.RolloutStage{Kind: meshspec.StageTraffic, Share: 0.1, DurationS: 10, MinRequests: 10}
+	checks := meshspec.RolloutChecks{MaxTTFTRatio: 1.5, MaxInterTokenRatio: 1.1}
+	judge := func(cand, prim wire.GenAILoad) meshspec.RolloutVerdict {
+		w := newWindow(windowKey{stage: 1})
+		load := func(c, p wire.GenAILoad) wire.Load {
+			b := wire.BackendLoad{Requests: 1000, Latency: histogram(1000, 3)}
+			return wire.Load{Backends: map[string]wire.BackendLoad{"v2": b, "v1": b}, GenAI: map[string]wire.GenAILoad{"v2": c, "v1": p}}
+		}
+		w.observe(map[string]wire.Load{"n1": load(wire.GenAILoad{}, wire.GenAILoad{})}, "v2", "v1")
+		more := load(cand, prim)
+		for _, b := range []string{"v2", "v1"} {
+			l := more.Backends[b]
+			l.Requests, l.Latency = 2000, histogram(2000, 3)
+			more.Backends[b] = l
+		}
+		c := w.observe(map[string]wire.Load{"n1": more}, "v2", "v1")
+		v, decided := Judge(step, checks, time.Minute, sampleOf(c[0], 99), sampleOf(c[1], 99))
+		if !decided {
+			t.Fatalf("no verdict over 1000 answers each")
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name       string
+		cand, prim wire.GenAILoad
+		pass       bool
+		reason     string
+	}{
+		{"as fast", genaiLoad(100, 200, 50), genaiLoad(100, 200, 50), true, "within the checks"},
+		{"tokens 20% slower", genaiLoad(100, 200, 60), genaiLoad(100, 200, 50), false, "time between tokens p95"},
+		{"first token twice as slow", genaiLoad(100, 400, 50), genaiLoad(100, 200, 50), false, "time to first token p95"},
+		{"first token a little slower", genaiLoad(100, 260, 50), genaiLoad(100, 200, 50), true, "within the checks"},
+		{"too few streamed answers to compare", genaiLoad(10, 200, 90), genaiLoad(100, 200, 50), true, "within the checks"},
+	} {
+		v := judge(tc.cand, tc.prim)
+		if v.Passed != tc.pass || !strings.Contains(v.Reason, tc.reason) {
+			t.Errorf("%s: passed=%v %q; want passed=%v, saying %q", tc.name, v.Passed, v.Reason, tc.pass, tc.reason)
+		}
+	}
+	// An agent that restarted reports fewer answers than the window began
+	// from: the window counts its answers from nothing again.
+	w := newWindow(windowKey{stage: 1})
+	w.observe(map[string]wire.Load{"n1": {GenAI: map[string]wire.GenAILoad{"v2": genaiLoad(500, 100, 10)}}}, "v2")
+	c := w.observe(map[string]wire.Load{"n1": {GenAI: map[string]wire.GenAILoad{"v2": genaiLoad(30, 100, 10)}}}, "v2")
+	if s := sampleOf(c[0], 99); s.FirstTokens != 30 || s.Streamed != 30 {
+		t.Errorf("after the agent restarted: %d and %d answers, want the 30 since", s.FirstTokens, s.Streamed)
+	}
+}

@@ -10,6 +10,9 @@ import (
 type counts struct {
 	requests, errors uint64
 	latency          []uint64 // cumulative, at wire.LatencyBoundsMs
+	// ttft and interToken are the GenAI histograms (cumulative, at
+	// wire.GenAIBoundsMs), for model traffic.
+	ttft, interToken []uint64
 }
 
 // timed is how many answers the latency histogram holds.
@@ -28,6 +31,9 @@ type window struct {
 	key     windowKey
 	started time.Time                              // when this controller began watching it
 	base    map[string]map[string]wire.BackendLoad // node -> backend -> first sample
+	// genai is the same for the GenAI histograms, which the node's agent
+	// keeps (they go back when it restarts, not when Envoy does).
+	genai map[string]map[string]wire.GenAILoad
 }
 
 // windowKey names a stage's run: a new stage, or the same one resumed,
@@ -38,7 +44,7 @@ type windowKey struct {
 }
 
 func newWindow(key windowKey) *window {
-	return &window{key: key, base: map[string]map[string]wire.BackendLoad{}}
+	return &window{key: key, base: map[string]map[string]wire.BackendLoad{}, genai: map[string]map[string]wire.GenAILoad{}}
 }
 
 // observe takes the nodes' latest loads and returns the counts of each of
@@ -64,9 +70,44 @@ func (w *window) observe(loads map[string]wire.Load, backends ...string) []count
 			}
 			base[b] = then
 			out[i].add(now, then)
+			out[i].addGenAI(w.genaiBase(node, b, l.GenAI[b]), l.GenAI[b])
 		}
 	}
 	return out
+}
+
+// genaiBase is the GenAI histograms of backend on node the window counts
+// from: the first seen in it, or none once they went back (the node's
+// agent restarted).
+func (w *window) genaiBase(node, backend string, now wire.GenAILoad) wire.GenAILoad {
+	base := w.genai[node]
+	if base == nil {
+		base = map[string]wire.GenAILoad{}
+		w.genai[node] = base
+	}
+	then, seen := base[backend]
+	switch {
+	case !seen:
+		then = now
+	case total(now.TTFT) < total(then.TTFT) || total(now.InterToken) < total(then.InterToken):
+		then = wire.GenAILoad{}
+	}
+	base[backend] = then
+	return then
+}
+
+// total is how many answers a cumulative histogram holds.
+func total(cumulative []uint64) uint64 {
+	if len(cumulative) == 0 {
+		return 0
+	}
+	return cumulative[len(cumulative)-1]
+}
+
+// addGenAI adds the GenAI histograms of now over then.
+func (c *counts) addGenAI(then, now wire.GenAILoad) {
+	c.ttft = addHistogram(c.ttft, then.TTFT, now.TTFT, len(wire.GenAIBoundsMs))
+	c.interToken = addHistogram(c.interToken, then.InterToken, now.InterToken, len(wire.GenAIBoundsMs))
 }
 
 // add adds the counters of now over then. Requests are those answered:
@@ -80,23 +121,31 @@ func (c *counts) add(now, then wire.BackendLoad) {
 	}
 	c.requests += requests
 	c.errors += min(now.Errors-then.Errors, requests)
-	if len(now.Latency) != len(wire.LatencyBoundsMs) {
-		return
+	c.latency = addHistogram(c.latency, then.Latency, now.Latency, len(wire.LatencyBoundsMs))
+}
+
+// addHistogram adds to sum (cumulative counts at n bounds) those of now
+// over then; now of another length (none yet, or another release's
+// bounds) adds nothing.
+func addHistogram(sum, then, now []uint64, n int) []uint64 {
+	if len(now) != n {
+		return sum
 	}
-	if c.latency == nil {
-		c.latency = make([]uint64, len(now.Latency))
+	if sum == nil {
+		sum = make([]uint64, n)
 	}
-	for i, v := range now.Latency {
+	for i, v := range now {
 		var was uint64
-		if len(then.Latency) == len(now.Latency) {
-			was = then.Latency[i]
+		if len(then) == len(now) {
+			was = then[i]
 		}
 		if v >= was {
-			c.latency[i] += v - was
+			sum[i] += v - was
 		}
 	}
 	// Keep the counts cumulative whatever rounding the subtraction did.
-	for i := 1; i < len(c.latency); i++ {
-		c.latency[i] = max(c.latency[i], c.latency[i-1])
+	for i := 1; i < len(sum); i++ {
+		sum[i] = max(sum[i], sum[i-1])
 	}
+	return sum
 }
