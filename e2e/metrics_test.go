@@ -51,6 +51,8 @@ samples:
 			sum += m.GetGauge().GetValue()
 		case m.GetUntyped() != nil:
 			sum += m.GetUntyped().GetValue()
+		case m.GetHistogram() != nil: // its observations
+			sum += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum, found

@@ -50,8 +50,7 @@ var usageSource = fmt.Sprintf(`function envoy_on_request(h)
   h:streamInfo():dynamicMetadata():set(%[1]q, %[2]q, h:timestamp())
 end
 function envoy_on_response(h)
-  local meta = h:streamInfo():dynamicMetadata()
-  local start = (meta:get(%[1]q) or {})[%[2]q]
+  local start = (h:streamInfo():dynamicMetadata():get(%[1]q) or {})[%[2]q]
   local tail, total, input, output, model = "", nil, nil, nil, nil
   local first, last, events = nil, nil, 0
   for chunk in h:bodyChunks() do
@@ -71,6 +70,8 @@ function envoy_on_response(h)
       tail = string.sub(s, -64)
     end
   end
+  -- Envoy's objects do not outlive the reads above: take them again.
+  local meta = h:streamInfo():dynamicMetadata()
   if total then meta:set(%[1]q, %[3]q, total) end
   if not first or not start then return end
   local tokens = tonumber(output) or events
