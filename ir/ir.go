@@ -112,7 +112,9 @@ type Backend struct {
 // readByEndpoints reports whether the IR of the endpoints that send to b
 // reads b: its prompt affinity's nodes and headers, its first-byte
 // timeout, whether it is load-aware (Endpoint.ReadsAnswers).
-func (b Backend) readByEndpoints() bool { return b.PromptAffinity || b.FirstByteTimeoutS > 0 || b.Picked }
+func (b Backend) readByEndpoints() bool {
+	return b.PromptAffinity || b.FirstByteTimeoutS > 0 || b.Picked
+}
 
 // Activated reports whether the activator fronts b: it holds b's requests
 // while b has no ready replica (every backend Envoy does not resolve by
