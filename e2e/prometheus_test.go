@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +46,7 @@ func prometheusBins(t *testing.T) (server, tool string) {
 // alerting rules of deploy/prometheus (promtool checks both) against the
 // default mesh under load, with what makes every panel of the Grafana
 // dashboard speak (an autoscaled backend that scales, a replica killed and
-// restarted, a rollout judged, a load-aware backend picked): it finds the
+// restarted, a rollout judged, a load-aware backend picked, its answers streamed): it finds the
 // controller and both agents (the agents through the controller's HTTP
 // service discovery), every
 // query of deploy/grafana/servemesh.json returns data through
@@ -87,6 +89,27 @@ func TestPrometheus(t *testing.T) {
 			l.wg.Wait()
 		}
 	}()
+	// Streamed answers of the load-aware endpoint (model traffic), for the
+	// GenAI panels: events 10 ms apart.
+	streams := make(chan struct{})
+	var streaming sync.WaitGroup
+	defer func() { close(streams); streaming.Wait() }()
+	streaming.Go(func() {
+		client := &http.Client{Timeout: 10 * time.Second}
+		for {
+			select {
+			case <-streams:
+				return
+			default:
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mesh.n1.public+"/picked?tokens=5&every_ms=10", nil)
+			req.Header.Set("Accept", "text/event-stream")
+			if resp, err := client.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}
+	})
 
 	prom := startPrometheus(t, promBin, promtool, mesh.ctl.apiAddr)
 
