@@ -67,7 +67,7 @@ func main() {
 	pause := flag.String("pause", "", "stop servemesh's daemons (SIGSTOP) while measuring, leaving the Envoys and the replica running: controller, agents or all; what they cost the data path on a shared machine")
 	only := flag.String("placements", sameNode+","+crossNode, "the placements measured, comma-separated")
 	noAccessLog := flag.Bool("no-access-log", false, "run servemesh's nodes without their access log (--no-access-log)")
-	loadAware := flag.Bool("load-aware", false, "make servemesh's backend load-aware (config.load_aware): its node's picker chooses the replica of every request; also prints the agents' CPU per request")
+	loadAware := flag.Bool("load-aware", false, "make servemesh's backend load-aware (config.load_aware): its node's picker chooses the replica of every request; also prints the agents' CPU per request (the plaintext run stays as it is: a mesh without mTLS refuses load_aware)")
 	rateLimit := flag.Int("rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.local at this many requests a second (set it above what the load sends: the filter's cost, nothing refused)")
 	globalLimit := flag.Int("global-rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.global at this many requests a second (each node's rate limit service over one Redis; set it above what the load sends: the call's cost, nothing refused)")
 	traced := flag.Bool("tracing", false, "also measure servemesh (mTLS) with the mesh's tracing on, sampling 1% and 100%, every node's Envoy sending its spans to a real Jaeger v2 on loopback")
@@ -456,13 +456,14 @@ func (b *bench) startServemesh(work, placement, mode string) (stack, error) {
 		spec.HealthPath, protocol = "", meshspec.ProtocolGRPC // probed with the gRPC health service
 		endpoint.Route, endpoint.Methods = "/grpc.health.v1.Health", []string{"POST"}
 	}
+	var refused error
 	if err := testutil.Until(30*time.Second, func() bool {
-		_, err := c.CreateBackend(ctx, meshspec.BackendSpec{Name: "bench", Process: spec, Protocol: protocol,
-			Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000, LoadAware: loadAware(b.loadAware)}})
-		return err == nil
+		_, refused = c.CreateBackend(ctx, meshspec.BackendSpec{Name: "bench", Process: spec, Protocol: protocol,
+			Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000, LoadAware: loadAware(b.loadAware && mode != modePlaintext)}})
+		return refused == nil
 	}); err != nil {
 		s.stop()
-		return s, fmt.Errorf("create backend (are the agents up?): %w", err)
+		return s, fmt.Errorf("create backend (are the agents up?): %w; the last refusal: %w", err, refused)
 	}
 	if sampling, ok := tracedAt[mode]; ok {
 		if _, err := c.SetTracing(ctx, &meshspec.Tracing{Collector: b.jaeger.OTLP, SamplingPercent: &sampling}); err != nil {
