@@ -44,6 +44,9 @@ func StatusHandler(reg prometheus.Gatherer, admin envoy.Admin, node string, extr
 		if extra.GenAI != nil {
 			l.GenAI = extra.GenAI()
 		}
+		if extra.Shadowed != nil {
+			l.TokenQuotaShadowed = extra.Shadowed()
+		}
 		if extra.RateLimits != nil {
 			if refused, loaded, err := extra.RateLimits(r.Context()); err != nil {
 				l.RateLimitService, l.RateLimitsLoaded = err.Error(), map[string]string{}
@@ -72,6 +75,9 @@ type LoadExtras struct {
 	// GenAI are the GenAI histograms of the answers the node's Envoy read,
 	// by backend (genai.Recorder.Loads).
 	GenAI func() map[string]wire.GenAILoad
+	// Shadowed are the requests token quotas in shadow mode would have
+	// refused, by endpoint (genai.Recorder.Shadowed).
+	Shadowed func() map[string]uint64
 }
 
 func answer(w http.ResponseWriter, v any, err error) {

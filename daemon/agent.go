@@ -141,6 +141,7 @@ func RunAgent(ctx context.Context, log *slog.Logger, o AgentOptions) error {
 		Replicas:   replicas,
 		Tracing:    tracer.Problem,
 		GenAI:      signals.Loads,
+		Shadowed:   signals.Shadowed,
 	}, statusLogs(o)))
 	if err != nil {
 		return fmt.Errorf("agent status listener: %w", err)

@@ -228,6 +228,12 @@ type TokenQuota struct {
 	Unit       string `json:"unit"`
 	Header     string `json:"header,omitempty"`
 	FailClosed bool   `json:"fail_closed,omitempty"`
+	// Weighted: an answer costs its tokens weighed by Input, Output and
+	// Cached (meshspec.TokenWeights), not its total.
+	Weighted bool    `json:"weighted,omitempty"`
+	Input    float64 `json:"input_weight,omitempty"`
+	Output   float64 `json:"output_weight,omitempty"`
+	Cached   float64 `json:"cached_weight,omitempty"`
 }
 
 // GlobalRateLimit is an endpoint's limit shared by every node: Requests

@@ -90,7 +90,29 @@ type TokenQuota struct {
 	Header string `json:"header,omitempty"`
 	// FailureMode is open (the default) or closed.
 	FailureMode string `json:"failure_mode,omitempty"`
+	// Weights, if set, make an answer's cost a weighted sum of its tokens
+	// instead of its total, as Envoy AI Gateway's budgets weigh them.
+	Weights TokenWeights `json:"weights,omitzero"`
+	// Shadow counts the quota without enforcing it: a request it would
+	// refuse passes, and is counted as a would-be refusal (the agents'
+	// servemesh_token_quota_shadow_refusals_total, and servemesh status).
+	Shadow bool `json:"shadow,omitempty"`
 }
+
+// TokenWeights weigh an answer's tokens (OpenAI's usage): Input its
+// prompt tokens the server did not serve from its prefix cache
+// (prompt_tokens less prompt_tokens_details.cached_tokens), Cached those
+// it did, Output its completion tokens. The cost is rounded up; an
+// answer that states neither its prompt nor its completion tokens costs
+// its total_tokens.
+type TokenWeights struct {
+	Input  float64 `json:"input,omitempty"`
+	Output float64 `json:"output,omitempty"`
+	Cached float64 `json:"cached,omitempty"`
+}
+
+// MaxTokenWeight bounds each of TokenWeights.
+const MaxTokenWeight = 1000
 
 // EffectiveUnit is the window a token quota counts in.
 func (q TokenQuota) EffectiveUnit() string {
@@ -154,12 +176,28 @@ func validateRateLimit(p *problems, field string, r *RateLimit) {
 	if q := r.Tokens; q != nil {
 		validateWindow(p, field+".tokens", "tokens", q.Tokens, q.EffectiveUnit(), q.Unit, q.FailureMode)
 		validateLimitHeader(p, field+".tokens", q.Header)
+		validateTokenWeights(p, field+".tokens.weights", q.Weights)
 	}
 	if r.Global != nil {
 		validateGlobalRateLimit(p, field+".global", *r.Global)
 	}
 	if r.Local != nil {
 		validateLocalRateLimit(p, field+".local", *r.Local)
+	}
+}
+
+// validateTokenWeights checks a token quota's weights, if set.
+func validateTokenWeights(p *problems, field string, w TokenWeights) {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"input", w.Input}, {"output", w.Output}, {"cached", w.Cached}} {
+		if !(f.v >= 0 && f.v <= MaxTokenWeight) {
+			p.add(field+"."+f.name, "is %v; weigh a token from 0 to %d (1 counts it as it is)", f.v, MaxTokenWeight)
+		}
+	}
+	if w != (TokenWeights{}) && w.Input == 0 && w.Output == 0 {
+		p.add(field, "weighs neither input nor output tokens, so only cached prompt tokens would cost; set input or output above 0, or remove weights to count total_tokens")
 	}
 }
 

@@ -30,6 +30,20 @@ const (
 	UsageOutputTokensKey = "output_tokens"
 	UsageTTFTKey         = "ttft_ms"
 	UsageInterTokenKey   = "inter_token_ms"
+	// UsageCostKey is an answer's weighted cost, where its endpoint's
+	// token quota weighs its tokens (charged instead of UsageTokensKey).
+	UsageCostKey = "cost"
+)
+
+// A token quota in shadow mode (meshspec.TokenQuota.Shadow) refuses
+// nothing: the node's rate limit service answers that a request passes
+// and, in its answer's metadata, which of its descriptors it would have
+// refused (ShadowedKey, a list), which Envoy's rate limit filter keeps in
+// the request's dynamic metadata (RateLimitFilterMetadata); the node's
+// agent counts those requests from the access log service's entries.
+const (
+	RateLimitFilterMetadata = "envoy.filters.http.ratelimit"
+	ShadowedKey             = "quotaModeViolations"
 )
 
 // The spans' attributes of the GenAI signals (OpenTelemetry's semantic

@@ -100,6 +100,10 @@ type Load struct {
 	// read (wire/genai.go), by backend. Absent from a previous release's
 	// agents.
 	GenAI map[string]GenAILoad `json:"genai,omitempty"`
+	// TokenQuotaShadowed are the requests each endpoint's token quota in
+	// shadow mode would have refused on the node, since its agent
+	// started. Absent from a previous release's agents.
+	TokenQuotaShadowed map[string]uint64 `json:"token_quota_shadowed,omitempty"`
 }
 
 // RouteKey is the key of an endpoint's figures on one listener in

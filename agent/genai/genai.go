@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"sort"
 	"strings"
@@ -41,6 +42,9 @@ type Answer struct {
 	// between its tokens, negative when it did not stream two or more.
 	TTFTMs, InterTokenMs float64
 	Input, Output        uint64
+	// Shadowed: the endpoint's token quota, in shadow mode, would have
+	// refused the request (wire.ShadowedKey).
+	Shadowed bool
 }
 
 // Recorder keeps the signals. Its zero value is not usable: call New.
@@ -48,10 +52,12 @@ type Recorder struct {
 	log              *slog.Logger
 	ttft, interToken *prometheus.HistogramVec
 	tokens           *prometheus.CounterVec
+	shadowed         *prometheus.CounterVec
 
-	mu     sync.Mutex
-	loads  map[string]*counts         // by backend
-	models map[string]map[string]bool // by backend: the models it is labelled with
+	mu       sync.Mutex
+	shadowBy map[string]uint64          // by endpoint
+	loads    map[string]*counts         // by backend
+	models   map[string]map[string]bool // by backend: the models it is labelled with
 }
 
 // counts are one backend's answers by bucket of wire.GenAIBoundsMs (the
@@ -61,7 +67,10 @@ type counts struct{ ttft, interToken []uint64 }
 // New returns a Recorder whose metrics reg receives (nil: none).
 func New(log *slog.Logger, reg prometheus.Registerer) *Recorder {
 	labels := []string{"endpoint", "backend", "model"}
-	r := &Recorder{log: log, loads: map[string]*counts{}, models: map[string]map[string]bool{},
+	r := &Recorder{log: log, loads: map[string]*counts{}, models: map[string]map[string]bool{}, shadowBy: map[string]uint64{},
+		shadowed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "servemesh_token_quota_shadow_refusals_total",
+			Help: "Requests an endpoint's token quota in shadow mode would have refused (it refuses none), as this node's rate limit service answered."},
+			[]string{"endpoint"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "servemesh_genai_time_to_first_token_seconds",
 			Help:    "Time from a request of model traffic to the first byte of its answer, as the calling node saw it (OpenTelemetry's gen_ai.server.time_to_first_token).",
 			Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}}, labels),
@@ -73,7 +82,7 @@ func New(log *slog.Logger, reg prometheus.Registerer) *Recorder {
 			append(labels, "type")),
 	}
 	if reg != nil {
-		reg.MustRegister(r.ttft, r.interToken, r.tokens)
+		reg.MustRegister(r.ttft, r.interToken, r.tokens, r.shadowed)
 	}
 	return r
 }
@@ -91,7 +100,13 @@ func (r *Recorder) Record(a Answer) {
 	if a.InterTokenMs >= 0 {
 		c.interToken[bucket(a.InterTokenMs)]++
 	}
+	if a.Shadowed {
+		r.shadowBy[a.Endpoint]++
+	}
 	r.mu.Unlock()
+	if a.Shadowed {
+		r.shadowed.WithLabelValues(a.Endpoint).Inc()
+	}
 	r.ttft.WithLabelValues(a.Endpoint, a.Backend, a.Model).Observe(a.TTFTMs / 1000)
 	if a.InterTokenMs >= 0 {
 		r.interToken.WithLabelValues(a.Endpoint, a.Backend, a.Model).Observe(a.InterTokenMs / 1000)
@@ -133,6 +148,14 @@ func (r *Recorder) Loads() map[string]wire.GenAILoad {
 		out[b] = wire.GenAILoad{TTFT: cumulative(c.ttft), InterToken: cumulative(c.interToken)}
 	}
 	return out
+}
+
+// Shadowed are the requests each endpoint's token quota in shadow mode
+// would have refused, since the agent started.
+func (r *Recorder) Shadowed() map[string]uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.shadowBy)
 }
 
 // cumulative is counts by bucket as counts at or below each bound.
@@ -208,6 +231,7 @@ func AnswerOf(e *accesslogdata.HTTPAccessLogEntry) (Answer, bool) {
 	if v, ok := number(usage[wire.UsageOutputTokensKey]); ok && v > 0 {
 		a.Output = uint64(v)
 	}
+	a.Shadowed = len(common.GetMetadata().GetFilterMetadata()[wire.RateLimitFilterMetadata].GetFields()[wire.ShadowedKey].GetListValue().GetValues()) > 0
 	return a, true
 }
 

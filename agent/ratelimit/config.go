@@ -27,6 +27,10 @@ type descriptor struct {
 	Value       string       `json:"value,omitempty"`
 	RateLimit   *limit       `json:"rate_limit,omitempty"`
 	Descriptors []descriptor `json:"descriptors,omitempty"`
+	// QuotaMode counts without refusing: a request over the limit passes,
+	// and the service names the descriptor it would have refused in its
+	// answer's metadata (a token quota's shadow mode, wire.ShadowedKey).
+	QuotaMode bool `json:"quota_mode,omitempty"`
 }
 
 type limit struct {
@@ -37,8 +41,9 @@ type limit struct {
 // Config renders the service's configuration for m: each endpoint with a
 // global limit counts its requests (per value of its header or client
 // address, if it counts by either; the requests without the header
-// together), in its unit; each with a token quota, its answers' tokens,
-// the same way. nil m: no limit.
+// together), in its unit; each with a token quota, its answers' tokens
+// (or their weighted cost), the same way, counted without refusing in
+// shadow mode. nil m: no limit.
 func Config(m *meshspec.Model) ([]byte, error) {
 	c := serviceConfig{Domain: wire.RateLimitDomain, Descriptors: []descriptor{}}
 	if m != nil {
@@ -62,8 +67,14 @@ func Config(m *meshspec.Model) ([]byte, error) {
 				if q.Header != "" {
 					nested = wire.RateLimitHeaderKey
 				}
-				c.Descriptors = append(c.Descriptors, endpointDescriptor(wire.RateLimitTokensKey, e.Name, nested,
-					limit{Unit: q.EffectiveUnit(), RequestsPerUnit: q.Tokens}))
+				d := endpointDescriptor(wire.RateLimitTokensKey, e.Name, nested, limit{Unit: q.EffectiveUnit(), RequestsPerUnit: q.Tokens})
+				if q.Shadow {
+					d.QuotaMode = true
+					for i := range d.Descriptors {
+						d.Descriptors[i].QuotaMode = true
+					}
+				}
+				c.Descriptors = append(c.Descriptors, d)
 			}
 		}
 	}

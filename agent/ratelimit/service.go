@@ -292,6 +292,9 @@ func (s *Service) environ(metrics string) []string {
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=SINGLE", "REDIS_URL=" + s.o.Redis, "REDIS_TIMEOUT=" + RedisTimeout.String(),
 		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + metrics, "STATS_FLUSH_INTERVAL=1s",
 		"LOG_LEVEL=warn", "LOG_FORMAT=json",
+		// Its answers say which descriptors a quota in shadow mode would
+		// have refused (wire.ShadowedKey).
+		"RESPONSE_DYNAMIC_METADATA=true",
 	}
 	if s.o.Password != "" {
 		env = append(env, "REDIS_AUTH="+s.o.Password)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/servemesh/servemesh/controlplane/api"
+	"github.com/servemesh/servemesh/meshspec"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -195,9 +196,23 @@ func printRateLimitRows(tw io.Writer, r api.StatusReport) {
 			row("%s\t%d/%s\tmesh\t-\t%s\t%s\n", e.Name, g.Requests, g.EffectiveUnit(), limitKey(g.Header, g.ClientAddress), failureMode(g.Closed()))
 		}
 		if q := l.Tokens; q != nil {
-			row("%s\t%d tokens/%s\tmesh\t-\t%s\t%s\n", e.Name, q.Tokens, q.EffectiveUnit(), limitKey(q.Header, false), failureMode(q.Closed()))
+			row("%s\t%d tokens/%s%s\tmesh\t-\t%s\t%s\n", e.Name, q.Tokens, q.EffectiveUnit(), tokenQuotaNote(*q, e.TokenQuotaShadowed),
+				limitKey(q.Header, false), failureMode(q.Closed()))
 		}
 	}
+}
+
+// tokenQuotaNote says how a token quota counts, when not by total
+// tokens, and, in shadow mode, what it would have refused.
+func tokenQuotaNote(q meshspec.TokenQuota, shadowed uint64) string {
+	note := ""
+	if w := q.Weights; w != (meshspec.TokenWeights{}) {
+		note += fmt.Sprintf(" (weighed: input %g, output %g, cached %g)", w.Input, w.Output, w.Cached)
+	}
+	if q.Shadow {
+		note += fmt.Sprintf(" (shadow: would have refused %d)", shadowed)
+	}
+	return note
 }
 
 // limitKey says what a limit counts by.

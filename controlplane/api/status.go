@@ -44,6 +44,10 @@ type EndpointStatus struct {
 	Rollout *RolloutReport `json:"rollout,omitempty"`
 	// RateLimit is the endpoint's rate limit, if it has one.
 	RateLimit *meshspec.RateLimit `json:"rate_limit,omitempty"`
+	// TokenQuotaShadowed, for a token quota in shadow mode, is how many
+	// requests it would have refused, summed over the nodes' reports
+	// (each since its agent started).
+	TokenQuotaShadowed uint64 `json:"token_quota_shadowed,omitempty"`
 }
 
 // EndpointBackendStatus is one backend of an endpoint: configured weight or
@@ -283,6 +287,9 @@ func NewStatusReport(in StatusInputs) StatusReport {
 	for _, e := range m.Endpoints {
 		es := endpointStatus(e, in.Backends, in.Endpoints[e.Name], uses)
 		es.Rollout = rolloutReport(e, in.Rollouts)
+		for _, l := range in.Loads {
+			es.TokenQuotaShadowed += l.TokenQuotaShadowed[e.Name]
+		}
 		r.Endpoints = append(r.Endpoints, es)
 	}
 	for _, b := range m.Backends {

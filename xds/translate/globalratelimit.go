@@ -117,8 +117,17 @@ func tokenQuotaLimits(endpoint string, q *ir.TokenQuota) []*route.RateLimit {
 	return []*route.RateLimit{
 		{Actions: actions(), HitsAddend: &route.RateLimit_HitsAddend{Number: wrapperspb.UInt64(0)}},
 		{Actions: actions(), ApplyOnStreamDone: true,
-			HitsAddend: &route.RateLimit_HitsAddend{Format: "%DYNAMIC_METADATA(" + wire.UsageMetadata + ":" + wire.UsageTokensKey + ")%"}},
+			HitsAddend: &route.RateLimit_HitsAddend{Format: "%DYNAMIC_METADATA(" + wire.UsageMetadata + ":" + chargedKey(q) + ")%"}},
 	}
+}
+
+// chargedKey is what an answer of a quota is charged: its weighted cost,
+// or its total tokens.
+func chargedKey(q *ir.TokenQuota) string {
+	if q.Weighted {
+		return wire.UsageCostKey
+	}
+	return wire.UsageTokensKey
 }
 
 func genericKey(key, value string) *route.RateLimit_Action {

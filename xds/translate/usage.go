@@ -12,6 +12,7 @@ import (
 	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	tracingtype "github.com/envoyproxy/go-control-plane/envoy/type/tracing/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -43,7 +44,8 @@ const usageScript = "usage"
 // answer's usage, or a streamed answer's last chunk's) and the first
 // "model". The tail of each chunk is kept, so a figure split between two
 // chunks is read too. Server-sent events are counted as tokens where the
-// answer states none. The time to the first byte, and for a streamed
+// answer states none. Where the route carries a token quota's weights
+// (tokenWeights), the answer's weighted cost is set too. The time to the first byte, and for a streamed
 // answer of two tokens or more the mean time between them, are set with
 // them; an answer with no body sets nothing of the kind.
 var usageSource = fmt.Sprintf(`function envoy_on_request(h)
@@ -51,7 +53,7 @@ var usageSource = fmt.Sprintf(`function envoy_on_request(h)
 end
 function envoy_on_response(h)
   local start = (h:streamInfo():dynamicMetadata():get(%[1]q) or {})[%[2]q]
-  local tail, total, input, output, model = "", nil, nil, nil, nil
+  local tail, total, input, output, cached, model = "", nil, nil, nil, nil, nil
   local first, last, events = nil, nil, 0
   for chunk in h:bodyChunks() do
     local n = chunk:length()
@@ -64,6 +66,7 @@ function envoy_on_response(h)
       for v in string.gmatch(s, '"total_tokens"%%s*:%%s*(%%d+)') do total = v end
       for v in string.gmatch(s, '"prompt_tokens"%%s*:%%s*(%%d+)') do input = v end
       for v in string.gmatch(s, '"completion_tokens"%%s*:%%s*(%%d+)') do output = v end
+      for v in string.gmatch(s, '"cached_tokens"%%s*:%%s*(%%d+)') do cached = v end
       model = model or string.match(s, '"model"%%s*:%%s*"([%%w%%._:/%%-]+)"')
       for _ in string.gmatch("\n" .. bytes, "\ndata:") do events = events + 1 end
       for _ in string.gmatch(bytes, "data: %%[DONE%%]") do events = events - 1 end
@@ -73,6 +76,16 @@ function envoy_on_response(h)
   -- Envoy's objects do not outlive the reads above: take them again.
   local meta = h:streamInfo():dynamicMetadata()
   if total then meta:set(%[1]q, %[3]q, total) end
+  local weights = h:metadata()
+  if weights:get("input") then
+    local inp, out, hit = tonumber(input), tonumber(output), tonumber(cached) or 0
+    local cost = tonumber(total)
+    if inp or out then
+      hit = math.min(hit, inp or 0)
+      cost = weights:get("input") * ((inp or 0) - hit) + weights:get("cached") * hit + weights:get("output") * (out or 0)
+    end
+    if cost then meta:set(%[1]q, %[9]q, string.format("%%d", math.ceil(cost))) end
+  end
   if not first or not start then return end
   local tokens = tonumber(output) or events
   meta:set(%[1]q, %[4]q, first - start)
@@ -81,7 +94,7 @@ function envoy_on_response(h)
   if model and #model <= 128 then meta:set(%[1]q, %[7]q, model) end
   if events >= 2 and tokens >= 2 then meta:set(%[1]q, %[8]q, (last - first) / (tokens - 1)) end
 end`, wire.UsageMetadata, wire.UsageStartKey, wire.UsageTokensKey, wire.UsageTTFTKey, wire.UsageOutputTokensKey,
-	wire.UsageInputTokensKey, wire.UsageModelKey, wire.UsageInterTokenKey)
+	wire.UsageInputTokensKey, wire.UsageModelKey, wire.UsageInterTokenKey, wire.UsageCostKey)
 
 // usageReader is the filter on a listener: its own script is empty, so
 // it reads nothing but on a route that names usageScript.
@@ -107,11 +120,22 @@ type answerReading struct{}
 
 func (answerReading) name() string            { return "answer_reading" }
 func (answerReading) uses(e ir.Endpoint) bool { return e.ReadsAnswers }
-func (answerReading) forward(_ ir.Endpoint, r *route.Route, _ routeSite) {
+func (answerReading) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 	if r.TypedPerFilterConfig == nil {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{}
 	}
 	r.TypedPerFilterConfig[usageReaderFilter] = usageReaderOn()
+	if q := e.TokenQuota; q != nil && q.Weighted {
+		r.Metadata = tokenWeights(q)
+	}
+}
+
+// tokenWeights are a weighted quota's weights in its routes' metadata,
+// under the reader's name, where the reader finds them (Lua's
+// metadata()).
+func tokenWeights(q *ir.TokenQuota) *core.Metadata {
+	weights, _ := structpb.NewStruct(map[string]any{"input": q.Input, "output": q.Output, "cached": q.Cached}) // numbers: no error
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{usageReaderFilter: weights}}
 }
 
 // answerSignalsLog is the public and mesh listeners' access log of the
