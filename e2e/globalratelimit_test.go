@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -178,13 +179,12 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 	if _, err := mesh.c.CreateEndpoint(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
-	url := func(n *mtlsNode) string { return "http://" + n.public + "/v1/chat/completions" }
 	plain := `{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`
 	streamed := `{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":50,"stream":true,"stream_options":{"include_usage":true}}`
 	tokens := func(body string) int { return demoreplica.PromptTokens([]byte(body)) + 50 }
-	post := func(n *mtlsNode, tenant, body string) (int, string, http.Header) {
+	post := func(n *mtlsNode, path, tenant, body string) (int, string, http.Header) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url(n), strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+n.public+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("x-tenant-id", tenant)
 		resp, err := httpClient().Do(req)
@@ -195,10 +195,10 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 		raw, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(raw), resp.Header
 	}
-	charged := func(n *mtlsNode, tenant, body string) (int, string, http.Header) {
+	charged := func(n *mtlsNode, path, tenant, body string) (int, string, http.Header) {
 		t.Helper()
 		calls := rateLimitCalls(t, n)
-		status, text, h := post(n, tenant, body)
+		status, text, h := post(n, path, tenant, body)
 		waitCharged(t, n, calls, status)
 		return status, text, h
 	}
@@ -211,7 +211,7 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 		if i%2 == 1 {
 			n, body = mesh.n2, streamed
 		}
-		status, text, h := charged(n, "tenant-a", body)
+		status, text, h := charged(n, "/v1/chat/completions", "tenant-a", body)
 		got = append(got, status)
 		if spent <= 200 {
 			want = append(want, http.StatusOK)
@@ -230,12 +230,60 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 	if !slices.Equal(got, want) {
 		t.Errorf("tenant a's requests: %v; want %v (refused once its answered tokens passed 200)", got, want)
 	}
-	if status, _, _ := post(mesh.n2, "tenant-b", plain); status != http.StatusOK {
+	if status, _, _ := post(mesh.n2, "/v1/chat/completions", "tenant-b", plain); status != http.StatusOK {
 		t.Errorf("tenant b while tenant a is over its quota: %d, want 200", status)
 	}
 	if code, out, _ := cli(t, env, "status"); code != 0 || !strings.Contains(out, "200 tokens/hour") {
 		t.Errorf("status: exit %d, want the token quota listed:\n%s", code, out)
 	}
+	shadowQuota(t, mesh, env, charged, plain)
+}
+
+// shadowQuota: a quota of 150 tokens an hour in shadow mode whose output
+// tokens weigh 2 (rate_limit.tokens.weights, shadow) refuses nothing,
+// and counts the requests it would have refused: those that came once
+// the answers' weighed cost passed 150 (with the weights ignored, one
+// fewer), on both nodes' metrics and in servemesh status.
+func shadowQuota(t *testing.T, mesh *twoNodeMesh, env []string, charged func(*mtlsNode, string, string, string) (int, string, http.Header), plain string) {
+	t.Helper()
+	e := meshspec.Endpoint{Name: "shadowchat", Route: "/shadow", Methods: []string{"POST"}, Traffic: map[string]float64{"llm": 1},
+		RateLimit: &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 150, Unit: "hour", Weights: meshspec.TokenWeights{Input: 1, Output: 2}, Shadow: true}}}
+	if _, err := mesh.c.CreateEndpoint(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	waitServed(t, mesh, "shadowchat")
+	cost := demoreplica.PromptTokens([]byte(plain)) + 2*50
+	spent, wouldRefuse := 0, 0
+	for i := range 4 {
+		n := []*mtlsNode{mesh.n1, mesh.n2}[i%2]
+		if status, text, _ := charged(n, "/shadow", "", plain); status != http.StatusOK {
+			t.Fatalf("request %d to a quota in shadow mode: %d %s; want 200 (it refuses nothing)", i, status, text)
+		}
+		if spent > 150 {
+			wouldRefuse++
+		}
+		spent += cost
+	}
+	if wouldRefuse != 2 {
+		t.Fatalf("the test's own sums: %d would-be refusals, want 2 (answers of %d weighed tokens)", wouldRefuse, cost)
+	}
+	counted := func() float64 {
+		return metricValue(t, mesh.n1.metr, "servemesh_token_quota_shadow_refusals_total", "endpoint", "shadowchat") +
+			metricValue(t, mesh.n2.metr, "servemesh_token_quota_shadow_refusals_total", "endpoint", "shadowchat")
+	}
+	testutil.WaitFor(t, 20*time.Second, "the nodes to count the would-be refusals", func() bool {
+		_, found1 := scrapeMetric(t, mesh.n1.metr, "servemesh_token_quota_shadow_refusals_total", "endpoint", "shadowchat")
+		_, found2 := scrapeMetric(t, mesh.n2.metr, "servemesh_token_quota_shadow_refusals_total", "endpoint", "shadowchat")
+		return found1 && found2 && counted() >= float64(wouldRefuse)
+	})
+	if got := counted(); got != float64(wouldRefuse) {
+		t.Errorf("would-be refusals counted: %v; want %d", got, wouldRefuse)
+	}
+	want := fmt.Sprintf("150 tokens/hour (weighed: input 1, output 2, cached 0) (shadow: would have refused %d)", wouldRefuse)
+	testutil.WaitFor(t, 30*time.Second, "servemesh status to say what the quota would have refused", func() bool {
+		code, out, _ := cli(t, env, "status")
+		return code == 0 && strings.Contains(out, want)
+	})
 }
 
 // checkRateLimitServiceSealed checks that no local user but the agent's

@@ -23,6 +23,18 @@ func entry(t *testing.T, cluster, route string, usage map[string]any) *accesslog
 		Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{wire.UsageMetadata: fields}}}}
 }
 
+// shadowed adds to e what the rate limit service answered: the
+// descriptors a quota in shadow mode would have refused.
+func shadowed(e *accesslogdata.HTTPAccessLogEntry, violations []any) *accesslogdata.HTTPAccessLogEntry {
+	answer := map[string]any{"quotaModeEnabled": true}
+	if violations != nil {
+		answer[wire.ShadowedKey] = violations
+	}
+	fields, _ := structpb.NewStruct(answer)
+	e.CommonProperties.Metadata.FilterMetadata[wire.RateLimitFilterMetadata] = fields
+	return e
+}
+
 func TestAnswerOf(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -39,6 +51,10 @@ func TestAnswerOf(t *testing.T) {
 		{"no backend reached", entry(t, "", "chat", map[string]any{wire.UsageTTFTKey: 1.0}), Answer{}, false},
 		{"servemesh's own cluster", entry(t, "_servemesh_activator", "chat", map[string]any{wire.UsageTTFTKey: 1.0}), Answer{}, false},
 		{"a negative time", entry(t, "llm", "chat", map[string]any{wire.UsageTTFTKey: -5.0}), Answer{}, false},
+		{"over a quota in shadow mode", shadowed(entry(t, "llm", "chat", map[string]any{wire.UsageTTFTKey: 9.0}), []any{0.0}),
+			Answer{Endpoint: "chat", Backend: "llm", TTFTMs: 9, InterTokenMs: -1, Shadowed: true}, true},
+		{"within a quota in shadow mode", shadowed(entry(t, "llm", "chat", map[string]any{wire.UsageTTFTKey: 9.0}), nil),
+			Answer{Endpoint: "chat", Backend: "llm", TTFTMs: 9, InterTokenMs: -1}, true},
 	} {
 		got, ok := AnswerOf(c.e)
 		if ok != c.valid || got != c.want {

@@ -15,6 +15,7 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"sigs.k8s.io/yaml"
 
 	"github.com/servemesh/servemesh/dev/devredis"
 	"github.com/servemesh/servemesh/internal/proc"
@@ -251,4 +252,32 @@ func limitsOf(m *meshspec.Model) map[string]string {
 		}
 	}
 	return out
+}
+
+// TestShadowQuotaCountsWithoutRefusing: a token quota in shadow mode is
+// the service's quota mode, at every level of its descriptor, so the
+// service refuses nothing and names what it would have refused; an
+// enforced quota is not.
+func TestShadowQuotaCountsWithoutRefusing(t *testing.T) {
+	m := &meshspec.Model{Endpoints: []meshspec.Endpoint{
+		{Name: "tried", RateLimit: &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 100, Header: "x-tenant-id", Shadow: true}}},
+		{Name: "enforced", RateLimit: &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 100, Header: "x-tenant-id"}}},
+	}}
+	got, err := Config(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c serviceConfig
+	if err := yaml.Unmarshal(got, &c); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range c.Descriptors {
+		shadow := d.Value == "tried"
+		if d.QuotaMode != shadow || len(d.Descriptors) != 1 || d.Descriptors[0].QuotaMode != shadow {
+			t.Errorf("endpoint %s: quota mode %v, its header's %+v; want %v at both levels:\n%s", d.Value, d.QuotaMode, d.Descriptors, shadow, got)
+		}
+	}
+	if len(c.Descriptors) != 2 {
+		t.Errorf("%d descriptors, want the two quotas':\n%s", len(c.Descriptors), got)
+	}
 }
