@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -149,6 +151,7 @@ func TestTracingFollowsEveryHop(t *testing.T) {
 	t.Run("an endpoint sampling 1% traces about 1% of its requests", func(t *testing.T) { checkSampledShare(t, mesh, env, send) })
 	t.Run("the controller traces its operations", func(t *testing.T) { checkControllerSpans(t, jaeger) })
 	t.Run("the agents' picker and activator add their spans", func(t *testing.T) { checkAgentSpans(t, mesh, jaeger, send) })
+	t.Run("a request of model traffic carries its gen_ai attributes", func(t *testing.T) { checkGenAISpans(t, mesh, jaeger) })
 }
 
 // checkSampledShare: of 2,000 requests without a trace context to an
@@ -299,6 +302,61 @@ func agentSpan(t *testing.T, jaeger *devjaeger.Server, id, name string) (found a
 	}
 	found.parent = parent.OperationName
 	return found
+}
+
+// checkGenAISpans: a chat request of model traffic (a load-aware
+// backend of a stand-in model server, which states its usage) has, on the
+// calling node's Envoy's span, the answer's model and tokens as
+// OpenTelemetry's gen_ai.* attributes.
+func checkGenAISpans(t *testing.T, mesh *twoNodeMesh, jaeger *devjaeger.Server) {
+	mesh.createBackends(t, meshspec.Backend{Name: "tgen", Process: modelServer("tgen"),
+		Config: meshspec.BackendConfig{NumReplicas: 1, LoadAware: &meshspec.LoadAware{}}})
+	if _, err := mesh.c.CreateEndpoint(t.Context(), meshspec.Endpoint{Name: "gen", Route: "/gen", Methods: []string{"POST"},
+		Traffic: map[string]float64{"tgen": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"m","messages":[{"role":"user","content":"trace me"}],"max_tokens":7}`
+	post := func(traceparent string) int {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+mesh.n1.public+"/gen", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if traceparent != "" {
+			req.Header.Set("traceparent", traceparent)
+		}
+		resp, err := httpClient().Do(req)
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	testutil.WaitFor(t, 60*time.Second, "/gen to answer on n1", func() bool { return post("") == http.StatusOK })
+	id := randomHex(t, 16)
+	if status := post("00-" + id + "-" + randomHex(t, 8) + "-01"); status != http.StatusOK {
+		t.Fatalf("a traced chat request: %d", status)
+	}
+	want := map[string]string{wire.TagGenAIModel: "m", wire.TagGenAIInputTokens: fmt.Sprint(demoreplica.PromptTokens([]byte(body))),
+		wire.TagGenAIOutputTokens: "7"}
+	var got map[string]string
+	testutil.WaitFor(t, 30*time.Second, "the calling node's span of the chat request to carry its gen_ai attributes", func() bool {
+		tr, err := jaeger.Trace(t.Context(), id)
+		if err != nil {
+			return false
+		}
+		for _, s := range tr.Spans {
+			if v, ok := s.Tag(wire.TagGenAIModel); ok && v != "" {
+				got = map[string]string{}
+				for k := range want {
+					got[k], _ = s.Tag(k)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	if !maps.Equal(got, want) {
+		t.Errorf("the span's gen_ai attributes %v; want %v", got, want)
+	}
 }
 
 // spanNamed is tr's first span named name.
