@@ -237,6 +237,42 @@ func tokenQuotas(t *testing.T, mesh *twoNodeMesh, env []string) {
 		t.Errorf("status: exit %d, want the token quota listed:\n%s", code, out)
 	}
 	shadowQuota(t, mesh, env, charged, plain)
+	perModelQuota(t, mesh, charged)
+}
+
+// perModelQuota: a model-routed endpoint's quota of 120 tokens an hour
+// per model (rate_limit.tokens.per_model): model a's requests pass while
+// its answered tokens are at most 120, then get 429, while model b's pass
+// on its own count.
+func perModelQuota(t *testing.T, mesh *twoNodeMesh, charged func(*mtlsNode, string, string, string) (int, string, http.Header)) {
+	t.Helper()
+	e := meshspec.Endpoint{Name: "permodel", Route: "/permodel", Methods: []string{"POST"},
+		ModelRouting: &meshspec.ByModel{Models: map[string]meshspec.TrafficPolicy{"a": {Traffic: map[string]float64{"llm": 1}}, "b": {Traffic: map[string]float64{"llm": 1}}}},
+		RateLimit:    &meshspec.RateLimit{Tokens: &meshspec.TokenQuota{Tokens: 120, Unit: "hour", PerModel: true}}}
+	if _, err := mesh.c.CreateEndpoint(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	waitServed(t, mesh, "permodel")
+	ask := func(model string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":"hello"}],"max_tokens":50}`
+	}
+	spent, got, want := 0, []int{}, []int{}
+	for i := range 4 {
+		status, _, _ := charged([]*mtlsNode{mesh.n1, mesh.n2}[i%2], "/permodel", "", ask("a"))
+		got = append(got, status)
+		if spent <= 120 {
+			want = append(want, http.StatusOK)
+			spent += demoreplica.PromptTokens([]byte(ask("a"))) + 50
+		} else {
+			want = append(want, http.StatusTooManyRequests)
+		}
+	}
+	if !slices.Equal(got, want) || want[len(want)-1] != http.StatusTooManyRequests {
+		t.Errorf("model a's requests: %v; want %v (refused once its answered tokens passed 120)", got, want)
+	}
+	if status, text, _ := charged(mesh.n1, "/permodel", "", ask("b")); status != http.StatusOK {
+		t.Errorf("model b while model a is over its quota: %d %s; want 200 (a quota of its own)", status, text)
+	}
 }
 
 // shadowQuota: a quota of 150 tokens an hour in shadow mode whose output

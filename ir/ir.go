@@ -230,6 +230,9 @@ type TokenQuota struct {
 	FailClosed bool   `json:"fail_closed,omitempty"`
 	// Weighted: an answer costs its tokens weighed by Input, Output and
 	// Cached (meshspec.TokenWeights), not its total.
+	// PerModel: each model its own quota (the request's model, which
+	// model routing read from its body).
+	PerModel bool    `json:"per_model,omitempty"`
 	Weighted bool    `json:"weighted,omitempty"`
 	Input    float64 `json:"input_weight,omitempty"`
 	Output   float64 `json:"output_weight,omitempty"`

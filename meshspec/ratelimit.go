@@ -93,6 +93,10 @@ type TokenQuota struct {
 	// Weights, if set, make an answer's cost a weighted sum of its tokens
 	// instead of its total, as Envoy AI Gateway's budgets weigh them.
 	Weights TokenWeights `json:"weights,omitzero"`
+	// PerModel gives each model of a model-routed endpoint (model_routing)
+	// a quota of its own (per value of Header too, if set): the model is
+	// read from the request's body before its quota is checked.
+	PerModel bool `json:"per_model,omitempty"`
 	// Shadow counts the quota without enforcing it: a request it would
 	// refuse passes, and is counted as a would-be refusal (the agents'
 	// servemesh_token_quota_shadow_refusals_total, and servemesh status).
@@ -164,7 +168,7 @@ func (l LocalRateLimit) EffectiveBurst() int {
 }
 
 // validateRateLimit checks an endpoint's rate limit.
-func validateRateLimit(p *problems, field string, r *RateLimit) {
+func validateRateLimit(p *problems, field string, r *RateLimit, modelRouted bool) {
 	if r == nil {
 		return
 	}
@@ -177,6 +181,9 @@ func validateRateLimit(p *problems, field string, r *RateLimit) {
 		validateWindow(p, field+".tokens", "tokens", q.Tokens, q.EffectiveUnit(), q.Unit, q.FailureMode)
 		validateLimitHeader(p, field+".tokens", q.Header)
 		validateTokenWeights(p, field+".tokens.weights", q.Weights)
+		if q.PerModel && !modelRouted {
+			p.add(field+".tokens.per_model", "is set, but the endpoint does not route by model (model_routing), so a request's model is not known before its quota is checked; route by model, or remove per_model")
+		}
 	}
 	if r.Global != nil {
 		validateGlobalRateLimit(p, field+".global", *r.Global)

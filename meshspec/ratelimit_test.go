@@ -47,6 +47,10 @@ func TestRateLimitValidates(t *testing.T) {
 		{&RateLimit{Tokens: &TokenQuota{Tokens: 0, FailureMode: FailClosed}}, "rate_limit.tokens.tokens: is 0 with failure_mode closed"},
 		{&RateLimit{Tokens: &TokenQuota{Tokens: 100, Unit: "fortnight"}}, `rate_limit.tokens.unit: is "fortnight"`},
 		{&RateLimit{Tokens: &TokenQuota{Tokens: 100, Header: "x-envoy-foo"}}, `rate_limit.tokens.header: "x-envoy-foo"`},
+		{&RateLimit{Tokens: &TokenQuota{Tokens: 100, PerModel: true}}, "rate_limit.tokens.per_model: is set, but the endpoint does not route by model (model_routing)"},
+		{&RateLimit{Tokens: &TokenQuota{Tokens: 100, Weights: TokenWeights{Input: -1, Output: 1}}}, "rate_limit.tokens.weights.input: is -1; weigh a token from 0 to 1000"},
+		{&RateLimit{Tokens: &TokenQuota{Tokens: 100, Weights: TokenWeights{Output: 1001}}}, "rate_limit.tokens.weights.output: is 1001"},
+		{&RateLimit{Tokens: &TokenQuota{Tokens: 100, Weights: TokenWeights{Cached: 1}}}, "rate_limit.tokens.weights: weighs neither input nor output tokens"},
 	} {
 		err := model(c.limit).Validate()
 		if err == nil || !strings.Contains(err.Error(), c.says) {

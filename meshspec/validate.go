@@ -182,7 +182,7 @@ func (m *Model) Validate() error {
 		}
 		validateMethods(&p, field+".methods", e.Methods)
 		validateInference(&p, field, e, backends)
-		validateRateLimit(&p, field, e.RateLimit)
+		validateRateLimit(&p, field, e.RateLimit, e.ModelRouting != nil)
 		if e.Tracing != nil {
 			endpointTracing = append(endpointTracing, field+".tracing")
 			validatePercent(&p, field+".tracing.sampling_percent", e.Tracing.SamplingPercent)

@@ -383,7 +383,10 @@ const (
 	RateLimitDomain      = "servemesh"
 	RateLimitEndpointKey = "servemesh_endpoint"
 	RateLimitHeaderKey   = "servemesh_key"
-	RateLimitAddressKey  = "remote_address"
+	// RateLimitModelKey is a token quota's descriptor entry of the
+	// request's model, when it counts each model apart.
+	RateLimitModelKey   = "servemesh_model"
+	RateLimitAddressKey = "remote_address"
 )
 
 // Load-aware picking (xds/translate's inference.go): a node's inbound

@@ -67,12 +67,13 @@ func Config(m *meshspec.Model) ([]byte, error) {
 				if q.Header != "" {
 					nested = wire.RateLimitHeaderKey
 				}
-				d := endpointDescriptor(wire.RateLimitTokensKey, e.Name, nested, limit{Unit: q.EffectiveUnit(), RequestsPerUnit: q.Tokens})
+				l := limit{Unit: q.EffectiveUnit(), RequestsPerUnit: q.Tokens}
+				d := endpointDescriptor(wire.RateLimitTokensKey, e.Name, nested, l)
+				if q.PerModel {
+					perModel(&d, l)
+				}
 				if q.Shadow {
-					d.QuotaMode = true
-					for i := range d.Descriptors {
-						d.Descriptors[i].QuotaMode = true
-					}
+					quotaMode(&d)
 				}
 				c.Descriptors = append(c.Descriptors, d)
 			}
@@ -86,6 +87,23 @@ func Config(m *meshspec.Model) ([]byte, error) {
 		return nil, fmt.Errorf("rate limit service config: %w", err)
 	}
 	return out, nil
+}
+
+// perModel counts each model of d's requests apart (a request's model is
+// its descriptor's last entry), with or without the header d counts by.
+func perModel(d *descriptor, l limit) {
+	for i := range d.Descriptors {
+		d.Descriptors[i].Descriptors = []descriptor{{Key: wire.RateLimitModelKey, RateLimit: &l}}
+	}
+	d.Descriptors = append(d.Descriptors, descriptor{Key: wire.RateLimitModelKey, RateLimit: &l})
+}
+
+// quotaMode puts d and every descriptor under it in quota mode.
+func quotaMode(d *descriptor) {
+	d.QuotaMode = true
+	for i := range d.Descriptors {
+		quotaMode(&d.Descriptors[i])
+	}
 }
 
 // endpointDescriptor counts an endpoint's requests (or tokens) by key,

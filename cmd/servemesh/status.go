@@ -206,6 +206,9 @@ func printRateLimitRows(tw io.Writer, r api.StatusReport) {
 // tokens, and, in shadow mode, what it would have refused.
 func tokenQuotaNote(q meshspec.TokenQuota, shadowed uint64) string {
 	note := ""
+	if q.PerModel {
+		note += " per model"
+	}
 	if w := q.Weights; w != (meshspec.TokenWeights{}) {
 		note += fmt.Sprintf(" (weighed: input %g, output %g, cached %g)", w.Input, w.Output, w.Cached)
 	}

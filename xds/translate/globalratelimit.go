@@ -11,6 +11,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	globalrl "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -112,6 +113,9 @@ func tokenQuotaLimits(endpoint string, q *ir.TokenQuota) []*route.RateLimit {
 		if q.Header != "" {
 			a = append(a, headerKey(q.Header))
 		}
+		if q.PerModel {
+			a = append(a, modelKey())
+		}
 		return a
 	}
 	return []*route.RateLimit{
@@ -133,6 +137,18 @@ func chargedKey(q *ir.TokenQuota) string {
 func genericKey(key, value string) *route.RateLimit_Action {
 	return &route.RateLimit_Action{ActionSpecifier: &route.RateLimit_Action_GenericKey_{
 		GenericKey: &route.RateLimit_Action_GenericKey{DescriptorKey: key, DescriptorValue: value}}}
+}
+
+// modelKey is the request's model (model routing's metadata) as
+// wire.RateLimitModelKey; a request without one is counted without it.
+func modelKey() *route.RateLimit_Action {
+	return &route.RateLimit_Action{ActionSpecifier: &route.RateLimit_Action_Metadata{Metadata: &route.RateLimit_Action_MetaData{
+		DescriptorKey: wire.RateLimitModelKey,
+		MetadataKey: &metadatav3.MetadataKey{Key: wire.ModelMetadata,
+			Path: []*metadatav3.MetadataKey_PathSegment{{Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: wire.ModelKey}}}},
+		Source:       route.RateLimit_Action_MetaData_DYNAMIC,
+		SkipIfAbsent: true,
+	}}}
 }
 
 // headerKey is the header's value as wire.RateLimitHeaderKey; a request
