@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +82,7 @@ func startAgentBin(t *testing.T, consul *testutil.Consul, bin, id, address, xds 
 			t.Logf("agent %s's Envoy, requests that did not get a 200, or were flagged (up to 40):\n%s", id, failedRequests(a.workDir, 40))
 			t.Logf("agent %s's Envoy, its warnings and errors (up to 40):\n%s", id, envoyWarnings(a.workDir, 40))
 			t.Logf("agent %s's replicas, the last lines of each one's log:\n%s", id, replicaLogTails(a.workDir, 8))
+			t.Logf("agent %s's Envoy, its codec and connection errors (non-zero):\n%s", id, envoyCodecErrors(a.admin))
 		}
 		stopNodeLeftovers(t, a.id, a.workDir, a.env)
 	})
@@ -460,6 +462,28 @@ func TestCommandsNodesDoNotAllowAreRefused(t *testing.T) {
 	expectCLI(t, env, 1, `no node allows command "/bin/sh" (nodes: allow-node); start their agents with --allow-command "/bin/sh"`,
 		"backend", "create", "shell", "--command", "/bin/sh", "--arg", "-c", "--arg", "id", "--num-replicas", "1")
 	expectCLI(t, env, 1, `backend "shell" is not registered`, "backend", "get", "shell")
+}
+
+// envoyCodecErrors are the non-zero counters of the Envoy at admin that say
+// why a connection or stream was cut (HTTP/2 codec errors and resets,
+// protocol errors, connections destroyed with requests active), or why
+// they could not be read.
+func envoyCodecErrors(admin string) string {
+	body, err := envoy.Admin{Socket: admin}.Get(context.Background(),
+		"/stats?type=Counters&filter="+url.QueryEscape(`(http2\.|protocol_error|cx_destroy_.*with_active_rq|rx_reset|tx_reset|cx_drain_close)`))
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if _, v, ok := strings.Cut(line, ": "); ok && strings.TrimSpace(v) != "0" {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	if len(out) == 0 {
+		return "(none)"
+	}
+	return strings.Join(out, "\n")
 }
 
 // envoyWarnings are the last max lines at warning level or above of the
