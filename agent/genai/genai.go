@@ -179,12 +179,7 @@ func (r *Recorder) Serve(ctx context.Context, dir string) error {
 	srv := grpc.NewServer()
 	accesslog.RegisterAccessLogServiceServer(srv, r)
 	r.log.Info("access log service serving: the node's GenAI signals are kept here", "socket", path)
-	err = rungroup.Serve(ctx, func() error {
-		if err := srv.Serve(l); !errors.Is(err, grpc.ErrServerStopped) {
-			return err
-		}
-		return nil
-	}, srv.Stop)
+	err = rungroup.ServeGRPC(ctx, srv, l)
 	if err != nil {
 		return fmt.Errorf("genai: %w", err)
 	}

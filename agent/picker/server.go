@@ -92,12 +92,7 @@ func (s *Server) Serve(ctx context.Context, dir string) error {
 	srv := grpc.NewServer()
 	extproc.RegisterExternalProcessorServer(srv, s)
 	s.log.Info("picker serving: the node's replicas of load-aware backends are picked here", "socket", path)
-	err = rungroup.Serve(ctx, func() error {
-		if err := srv.Serve(l); !errors.Is(err, grpc.ErrServerStopped) {
-			return err
-		}
-		return nil
-	}, srv.Stop)
+	err = rungroup.ServeGRPC(ctx, srv, l)
 	if err != nil {
 		return fmt.Errorf("picker: %w", err)
 	}

@@ -1,4 +1,4 @@
-// Command tokenquota measures how far a token quota's answers overshoot
+// Package main measures how far a token quota's answers overshoot
 // it under concurrent load: on the default mesh (mTLS, two nodes, each
 // node's rate limit service over one real Redis), an endpoint of stand-in
 // model servers with a quota of -quota tokens an hour is sent chat

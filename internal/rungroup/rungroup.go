@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 )
 
 // Group is one daemon's running components. Make it with New.
@@ -85,6 +87,16 @@ func Serve(ctx context.Context, serve func() error, stop func()) error {
 		<-served //nolint:errcheck // what a closed server says as it stops is no failure
 		return nil
 	}
+}
+
+// ServeGRPC is Serve for gRPC server srv on l, which srv.Stop ends.
+func ServeGRPC(ctx context.Context, srv *grpc.Server, l net.Listener) error {
+	return Serve(ctx, func() error {
+		if err := srv.Serve(l); !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	}, srv.Stop)
 }
 
 // Background runs run in a goroutine of its own until the returned stop is
