@@ -16,12 +16,7 @@ type counts struct {
 }
 
 // timed is how many answers the latency histogram holds.
-func (c counts) timed() uint64 {
-	if len(c.latency) == 0 {
-		return 0
-	}
-	return c.latency[len(c.latency)-1]
-}
+func (c counts) timed() uint64 { return total(c.latency) }
 
 // window holds, per node, the counters a stage's window started from:
 // each node's first sample seen in it. Envoy's counters only grow while it
