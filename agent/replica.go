@@ -240,9 +240,8 @@ func (r *replica) run(ctx context.Context, child *proc.Process) {
 
 // movePortIfTaken moves the replica to a free port when another socket
 // holds its own, before its process starts: a port is chosen once
-// (proc.FreeAddr, from the kernel's ephemeral range), and an outgoing
-// connection, or another program, may take it while the replica is down;
-// its process would then fail to listen at every start, for ever. The
+// (proc.FreeAddr), and another program may take it while the replica is
+// down; its process would then fail to listen at every start, for ever. The
 // replica registers again at its new port (critical until its probe
 // passes, with why it last exited), and the node's picker follows it.
 // exits is how many times in a row it exited, for its registration.

@@ -7,8 +7,11 @@
 // at once), so each shares nothing with another:
 //   - its own Consul, controllers, agents, Envoys and replicas, stopped by
 //     its cleanups (TestMain fails the run if any process is left);
-//   - its own folders (t.TempDir) and ports the kernel chose
-//     (proc.FreeAddr, which never hands a port out twice in a run);
+//   - its own folders (t.TempDir) and ports from proc.FreeAddr, which
+//     never hands a port out twice in a minute to any process here (the
+//     demo stack and the agents it starts included) and draws them from
+//     below the kernel's ephemeral range, so no kernel-chosen port
+//     (Jaeger's, an outgoing connection's) takes one first;
 //   - nodes on 127.0.0.2 and 127.0.0.3 (twoNodeMesh) with such ports;
 //   - a test whose daemons need fixed ports (Consul's defaults in a
 //     cluster) has loopback addresses no other test uses:

@@ -17,6 +17,9 @@ import (
 const helperEnv = "PROC_TEST_START_CHILD"
 
 func TestMain(m *testing.M) {
+	if claims := os.Getenv(freeAddrChildEnv); claims != "" {
+		os.Exit(freeAddrChild(claims))
+	}
 	if mode := os.Getenv(helperEnv); mode != "" {
 		p, err := Start(Spec{Path: "/bin/sleep", Args: []string{"30"}, Detached: mode == "detached"})
 		if err != nil {

@@ -11,14 +11,11 @@
 package proc
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -127,67 +124,6 @@ func (p *Process) Stop(grace time.Duration) error {
 func (p *Process) Kill() error {
 	_ = p.Signal(syscall.SIGKILL)
 	return p.Wait()
-}
-
-// FreeAddr returns host:port with a port nothing listens on right now and
-// that this process has not handed out in the last HandedOutFor: the
-// kernel may give a just-closed port to the next bind to port 0, so two
-// calls in a row (a node's mesh and status listeners, two replicas
-// started at once) could otherwise get the same port and the second
-// listener to bind would fail.
-func FreeAddr(ctx context.Context, host string) (string, error) {
-	for range freeAddrTries {
-		addr, err := anyPort(ctx, host)
-		if err != nil {
-			return "", err
-		}
-		if handedOut.claim(addr, time.Now()) {
-			return addr, nil
-		}
-	}
-	return "", fmt.Errorf("find a free port on %s: %d ports in a row were ones this process handed out in the last %s", host, freeAddrTries, HandedOutFor)
-}
-
-// HandedOutFor is how long FreeAddr keeps a port it returned from being
-// returned again: long enough for its caller to bind it.
-const HandedOutFor = time.Minute
-
-const freeAddrTries = 100
-
-// handedOut remembers the ports FreeAddr returned and when.
-var handedOut = &recentPorts{at: map[string]time.Time{}}
-
-type recentPorts struct {
-	mu sync.Mutex
-	at map[string]time.Time
-}
-
-// claim records addr as handed out at now, unless it was in the last
-// HandedOutFor; it forgets what is older.
-func (r *recentPorts) claim(addr string, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for a, t := range r.at {
-		if now.Sub(t) >= HandedOutFor {
-			delete(r.at, a)
-		}
-	}
-	if _, ok := r.at[addr]; ok {
-		return false
-	}
-	r.at[addr] = now
-	return true
-}
-
-// anyPort is the kernel's pick of a free port on host.
-func anyPort(ctx context.Context, host string) (string, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return "", fmt.Errorf("find a free port on %s: %w", host, err)
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
 }
 
 // LogTail returns up to the last n bytes of a log file, for error messages.

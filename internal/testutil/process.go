@@ -16,7 +16,7 @@ import (
 )
 
 // FreeAddr is proc.FreeAddr: a port nothing listens on, not handed out
-// before by this process.
+// in the last minute by any servemesh process here.
 func FreeAddr(host string) (string, error) {
 	return proc.FreeAddr(context.Background(), host)
 }
