@@ -287,7 +287,6 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 		}
 		waitReplicasAnswer(t, "greedy's first replica to answer", "http://"+mesh.n1.public+"/greedy", 1, 5)
 		busy := startLoad("http://"+mesh.n1.public+"/greedy?sleep_ms=100", 12) // 12 in flight: it wants 12 replicas
-		defer busy.finish(t)
 		var greedy api.BackendStatus
 		var problems []string
 		testutil.WaitFor(t, 30*time.Second, "greedy to want 12 replicas, run what fits, and status to say why", func() bool {
@@ -299,6 +298,13 @@ func TestHoldWhileNoReplicaIsReady(t *testing.T) {
 				slices.ContainsFunc(problems, func(p string) bool { return strings.HasPrefix(p, api.PlacementProblemPrefix("greedy")) })
 		})
 		t.Logf("greedy: %d of %d wanted replicas run; status says: %q", greedy.Running, greedy.Desired, problems)
+		busy.finish(t)
+		// Room for the next: greedy, still scaling up, would take every
+		// CPU the nodes have left (it once left patient none).
+		if _, err := mesh.c.DeleteEndpoint(ctx, "greedy"); err != nil {
+			t.Fatal(err)
+		}
+		deleteBackends(t, mesh, "greedy")
 	})
 	// Last: the restarted controller leads again only once the killed one's
 	// session has expired, and until then nothing autoscales.
