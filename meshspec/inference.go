@@ -95,10 +95,23 @@ type LoadAware struct {
 	// late. Waiting requests of one priority are served earliest deadline
 	// first either way.
 	RefuseLate bool `json:"refuse_late,omitempty"`
+	// TTFTBudgetMs turns on token load, llm-d's "sticky until
+	// saturated": each node's picker counts each replica's queued
+	// prefill (the uncached prompt tokens, by its own prefix index, of
+	// the requests it sent there that have had no first byte), measures
+	// the replica's prefill rate from its own cold prefills (again when
+	// the backend's process or user_config changes), and a prompt's
+	// home, its conversation's or its model's replica keeps a request
+	// only while that queue and the request's own tokens would be
+	// prefilled within this many milliseconds; past it the affinity is
+	// released and the request goes by cost, where the token_load scorer
+	// counts the same wait. 0: off. From 1 to MaxTTFTBudgetMs.
+	TTFTBudgetMs int `json:"ttft_budget_ms,omitempty"`
 	// Weights weigh the picker's scorers (agent/picker/scoring's
 	// pipeline), by name: queue (requests pending), ttfb (time to first
-	// byte), kv_cache, prefix (the prompt held in cache) and model (the
-	// request's model to load). Each is a factor of a replica's cost,
+	// byte), kv_cache, prefix (the prompt held in cache), model (the
+	// request's model to load) and token_load (queued prefill, with
+	// TTFTBudgetMs). Each is a factor of a replica's cost,
 	// raised to its weight: 1, the default, is as is; 0 leaves it out; 2
 	// counts it twice. From 0 to MaxScorerWeight.
 	Weights map[string]float64 `json:"weights,omitempty"`
@@ -106,7 +119,10 @@ type LoadAware struct {
 
 // ScorerNames are the picker's scorers that LoadAware.Weights may weigh
 // (agent/picker/scoring.Scorers, whose test holds the two lists alike).
-var ScorerNames = []string{"queue", "ttfb", "kv_cache", "prefix", "model"}
+var ScorerNames = []string{"queue", "ttfb", "kv_cache", "prefix", "model", "token_load"}
+
+// MaxTTFTBudgetMs bounds LoadAware.TTFTBudgetMs: ten minutes.
+const MaxTTFTBudgetMs = 600000
 
 // MaxScorerWeight bounds a scorer's weight.
 const MaxScorerWeight = 10
@@ -362,6 +378,9 @@ func validateLoadAware(p *problems, field string, b Backend) {
 	}
 	if k := l.KVCacheLimit; math.IsNaN(k) || k < 0 || k > 1 {
 		p.add(field+".kv_cache_limit", "is %v; set a share of the KV cache from 0 to 1 (0.9 is 90%%), or leave it out for %v", k, DefaultKVCacheLimit)
+	}
+	if l.TTFTBudgetMs < 0 || l.TTFTBudgetMs > MaxTTFTBudgetMs {
+		p.add(field+".ttft_budget_ms", "is %d; set the prefill a replica may have queued and keep a prompt's affinity, in milliseconds from 1 to %d (llm-d's sticky until saturated; say 500), or 0 for none", l.TTFTBudgetMs, MaxTTFTBudgetMs)
 	}
 	validateFlowControl(p, field, *l)
 	validateWeights(p, field+".weights", l.Weights)

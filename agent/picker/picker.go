@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -82,6 +83,9 @@ type replicaLoad struct {
 	cache               *prefix.Index
 	reportedCacheTokens int
 	models              *models
+	// prefillSpec is the backend's spec (specKey) its PrefillRate was
+	// measured under.
+	prefillSpec uint64
 }
 
 // cacheBlocks is how many blocks r's prefix cache holds: the tokens its
@@ -156,6 +160,11 @@ type choice struct {
 	// it the replica was expected to hold.
 	prompted  bool
 	prefixHit float64
+	// tokens are its uncached prompt tokens, queued on the replica until
+	// its first byte; cold: the replica had nothing in flight, so its
+	// time to first byte measures the replica's prefill rate.
+	tokens int
+	cold   bool
 }
 
 // Why a request was shed.
@@ -247,8 +256,13 @@ func (p *Picker) place(backend string, req request, pol policy) (choice, bool) {
 		sessionTag = p.sessions.replica(backend, req.session)
 	}
 	cands := make([]scoring.Candidate, len(ready))
+	tokens, typicalRate := len(req.blocks)*prefix.TokensPerBlock, p.typicalPrefillRate(backend)
 	for i, r := range ready {
-		cands[i] = scoring.Candidate{Replica: loads[i], Session: sessionTag != "" && r.tag == sessionTag}
+		cands[i] = scoring.Candidate{Replica: loads[i], Session: sessionTag != "" && r.tag == sessionTag,
+			Tokens: int(math.Round(float64(tokens) * (1 - loads[i].PrefixHit)))}
+		if cands[i].PrefillRate == 0 {
+			cands[i].PrefillRate = typicalRate
+		}
 		if ask.Model {
 			cands[i].ModelMiss = r.models.miss(req.model, pol.limits.MaxModels)
 		}
@@ -266,15 +280,19 @@ func (p *Picker) place(backend string, req request, pol policy) (choice, bool) {
 	if pass.Picked < 0 {
 		return choice{pass: pass}, false
 	}
-	r := ready[pass.Picked]
+	r, picked := ready[pass.Picked], cands[pass.Picked]
 	p.changed()
+	c := choice{replica: r, pass: pass, prompted: len(req.blocks) > 0, prefixHit: picked.PrefixHit,
+		tokens: picked.Tokens, cold: r.InFlight == 0}
 	r.InFlight++
+	r.QueuedTokens += picked.Tokens
 	r.cache.Add(req.blocks)
 	if req.session != "" {
 		p.sessions.served(backend, req.session, r.tag)
 	}
 	if pass.Why == scoring.WhySession {
-		return choice{replica: r, why: pickedSession, pass: pass, prompted: len(req.blocks) > 0, prefixHit: cands[pass.Picked].PrefixHit}, true
+		c.why = pickedSession
+		return c, true
 	}
 	if keyed {
 		p.spread(backend).Assign(key, r.tag, now)
@@ -282,8 +300,8 @@ func (p *Picker) place(backend string, req request, pol policy) (choice, bool) {
 	if ask.Model {
 		r.models.use(req.model, pol.limits.MaxModels)
 	}
-	return choice{replica: r, why: pickedWhy[pass.Why], loadsModel: cands[pass.Picked].ModelMiss > 0, pass: pass,
-		prompted: len(req.blocks) > 0, prefixHit: cands[pass.Picked].PrefixHit}, true
+	c.why, c.loadsModel = pickedWhy[pass.Why], picked.ModelMiss > 0
+	return c, true
 }
 
 // pickedWhy is what each of the pipeline's reasons reads as in an answer
@@ -334,6 +352,10 @@ func (p *Picker) done(c choice, ttfb time.Duration, status int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r.InFlight--
+	r.QueuedTokens = max(r.QueuedTokens-c.tokens, 0)
+	if c.cold && status > 0 && status < 500 && !c.loadsModel {
+		p.measurePrefill(r, c.tokens, ttfb)
+	}
 	if ttfb > 0 {
 		switch {
 		case status >= 500:
@@ -400,6 +422,7 @@ func (p *Picker) backendSettings(backend string) (policy, meshspec.LoadAware) {
 		pol.limits.MaxModels = la.MaxModelsPerReplica
 		pol.limits.CacheTokens = la.PrefixCacheTokens
 		pol.limits.QueueLimit = la.QueueLimit
+		pol.limits.TTFTBudget = time.Duration(la.TTFTBudgetMs) * time.Millisecond
 		if la.KVCacheMetric != "" {
 			pol.limits.KVCacheLimit = la.EffectiveKVCacheLimit()
 		}

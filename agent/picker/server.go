@@ -45,8 +45,10 @@ type Server struct {
 	// prompts counts the requests picked with a prompt read, by whether
 	// the replica picked was expected to hold part of it (hit, miss).
 	prompts *prometheus.CounterVec
-	meta    routeMeta // routes' affinity nodes and rewrites, parsed
-	tracer  *tracing.Tracer
+	// released counts affinities released for queued prefill.
+	released *prometheus.CounterVec
+	meta     routeMeta // routes' affinity nodes and rewrites, parsed
+	tracer   *tracing.Tracer
 }
 
 // Outcomes of a request the picker was asked about, as counted.
@@ -75,9 +77,12 @@ func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer, tr *traci
 	}, []string{"from", "to"}), prompts: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_prompts_total",
 		Help: "Requests with a prompt this node's picker read and gave a replica, by backend and whether that replica was expected to hold part of the prompt in its prefix cache (hit) or none of it (miss): the picker's prompt hit rate.",
-	}, []string{"backend", "cache"})}
+	}, []string{"backend", "cache"}), released: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "servemesh_picker_affinity_released_total",
+		Help: "Requests of load-aware backends with a TTFT budget (load_aware.ttft_budget_ms) that this node's picker gave another replica than their affinity target (target: session, model or home), since the target's queued prefill with theirs would have passed the budget.",
+	}, []string{"backend", "target"})}
 	if reg != nil {
-		reg.MustRegister(s.outcomes, s.queued, s.rewrites, s.prompts)
+		reg.MustRegister(s.outcomes, s.queued, s.rewrites, s.prompts, s.released)
 	}
 	return s
 }
@@ -242,6 +247,9 @@ func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.Pr
 		return goOn()
 	}
 	s.outcomes.WithLabelValues(backend, PickPicked).Inc()
+	if c.pass.Released != "" {
+		s.released.WithLabelValues(backend, c.pass.Released).Inc()
+	}
 	if c.prompted {
 		s.prompts.WithLabelValues(backend, map[bool]string{true: "hit", false: "miss"}[c.prefixHit > 0]).Inc()
 	}

@@ -195,7 +195,7 @@ type configFlags struct {
 	off                                    bool
 	loadAware                              meshspec.LoadAware
 	loadAwareOff                           bool
-	queueTimeout                           time.Duration
+	queueTimeout, ttftBudget               time.Duration
 	firstByte                              time.Duration
 	weights                                map[string]string
 }
@@ -237,6 +237,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.loadAware.TenantHeader, "load-tenant-header", "", "load-aware: the request header naming its tenant; while replicas are saturated, waiting requests of one priority take turns by it (say x-tenant-id)")
 	fs.IntVar(&c.loadAware.MaxQueued, "load-max-queued", 0, "load-aware: requests that may wait on a node while its replicas are saturated (default "+strconv.Itoa(meshspec.DefaultMaxQueued)+")")
 	fs.BoolVar(&c.loadAware.RefuseLate, "load-refuse-late", false, "load-aware: answer 429 at once a request from inside the mesh that states a time to first token ("+meshspec.TTFTObjectiveHeader+") its replicas cannot meet")
+	fs.DurationVar(&c.ttftBudget, "load-ttft-budget", 0, "load-aware: the prefill a replica may have queued and keep a prompt's affinity (llm-d's sticky until saturated; say 500ms): past it, requests go by load")
 	fs.DurationVar(&c.queueTimeout, "load-queue-timeout", 0, "load-aware: how long a request may wait for a replica, then 429 (default "+seconds(meshspec.DefaultQueueTimeoutS)+")")
 	fs.StringToStringVar(&c.weights, "load-weight", nil, "load-aware: weigh the picker's scorers ("+strings.Join(meshspec.ScorerNames, ", ")+"), as NAME=WEIGHT (prefix=2): 1, the default, as is; 0 leaves one out; repeat or join with commas")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
@@ -253,6 +254,10 @@ func (c *configFlags) loadAwarePatch(set bool) (*meshspec.LoadAwarePatch, error)
 	case set:
 		p := &meshspec.LoadAwarePatch{LoadAware: c.loadAware}
 		p.QueueTimeoutS = c.queueTimeout.Seconds()
+		if c.ttftBudget > 0 && c.ttftBudget < time.Millisecond {
+			return nil, fmt.Errorf("--load-ttft-budget %s: give at least 1ms, such as 500ms", c.ttftBudget)
+		}
+		p.TTFTBudgetMs = int(c.ttftBudget.Milliseconds())
 		for name, v := range c.weights {
 			w, err := strconv.ParseFloat(v, 64)
 			if err != nil {

@@ -15,13 +15,16 @@ import (
 //  1. session (filter, preferred): the replica that served the request's
 //     conversation, while it is neither saturated nor failing, takes it.
 //  2. free (filter, required): the replicas that are not saturated.
-//  3. scorers: queue, ttfb, kv_cache, prefix and model (Scorers), each a
+//  3. scorers: queue, ttfb, kv_cache, prefix, model and token_load
+//     (Scorers), each a
 //     factor of a candidate's cost (1 neutral, lower better), raised to
 //     its weight and multiplied: a weighted sum of their logarithms. With
 //     every weight 1 the cost is Linkerd's peak-EWMA (Replica.Cost).
 //  4. sticky (picker): the cheapest, unless the request's affinity target
 //     (the replica holding its model, else its prompt's home) is not
-//     saturated nor failing and not too busy beside it (KeepsHome).
+//     saturated nor failing, not too busy beside it (KeepsHome), and with
+//     a TTFT budget, not past it in queued prefill (TokenSaturated: the
+//     affinity is released, and the pass records it).
 //  5. room (filter, when no replica is free, for a request of priority 0
 //     or more): those with requests in flight under
 //     max_concurrent_queries; the cheapest takes it (its server queues
@@ -42,6 +45,9 @@ type Candidate struct {
 	Session bool
 	// Home: the request's prompt is placed on it (agent/picker/placement).
 	Home bool
+	// Tokens are the request's prompt tokens it is not expected to hold
+	// in its prefix cache: what it would prefill.
+	Tokens int
 }
 
 // Ask is what a pass knows of the request and its backend.
@@ -102,6 +108,10 @@ type Pass struct {
 	// Picked is the candidate picked (-1: none) and Why, why.
 	Picked int
 	Why    string
+	// Released names the affinity target (WhySession, WhyModel, WhyHome)
+	// that would have taken the request but for its queued prefill
+	// (TokenSaturated); "": none.
+	Released string
 }
 
 // String is the pass in one line, as the request's span records it:
@@ -114,6 +124,9 @@ func (p Pass) String() string {
 			b.WriteString(" > ")
 		}
 		fmt.Fprintf(&b, "%s %d", s.Name, s.Kept)
+	}
+	if p.Released != "" {
+		fmt.Fprintf(&b, " > released %s", p.Released)
 	}
 	if p.Picked >= 0 {
 		fmt.Fprintf(&b, " > picked %d (%s)", p.Picked, p.Why)
@@ -130,12 +143,13 @@ type Filter interface {
 }
 
 // sessionFilter keeps the replica that served the request's conversation while
-// it is not saturated (with limits known) nor failing.
+// it is not saturated (with limits known), failing, nor past its token
+// budget (TokenSaturated).
 type sessionFilter struct{}
 
 func (sessionFilter) Name() string { return "session" }
 func (sessionFilter) Keep(c Candidate, a Ask) bool {
-	return c.Session && (!a.Known || !c.Saturated(a.Limits, a.Now)) && !c.Failing()
+	return c.Session && (!a.Known || !c.Saturated(a.Limits, a.Now)) && !c.Failing() && !TokenSaturated(c, a)
 }
 
 // freeFilter keeps the replicas that are not saturated; with no limits known
@@ -212,7 +226,7 @@ func (modelScorer) Factor(c Candidate, _ Ask) float64 {
 
 // Scorers are the pipeline's scorers, in the order their factors are
 // multiplied.
-var Scorers = []Scorer{queueScorer{}, ttfbScorer{}, kvCacheScorer{}, prefixScorer{}, modelScorer{}}
+var Scorers = []Scorer{queueScorer{}, ttfbScorer{}, kvCacheScorer{}, prefixScorer{}, modelScorer{}, tokenLoadScorer{}}
 
 // ScorerNames are the names of Scorers, which load_aware.weights may
 // weigh.
@@ -254,11 +268,22 @@ func Run(cands []Candidate, a Ask) Pass {
 		p.Picked, p.Why = kept[0], WhySession
 		return p
 	}
+	if a.Limits.TTFTBudget > 0 {
+		unbudgeted := a
+		unbudgeted.Limits.TTFTBudget = 0
+		if len(keep(cands, all, unbudgeted, sessionFilter{})) > 0 {
+			p.Released = WhySession // it would have kept it but for its queued prefill
+		}
+	}
 	free := keep(cands, all, a, freeFilter{})
 	p.step(freeFilter{}.Name(), free)
 	if len(free) > 0 {
 		best := p.cheapest(cands, free, a)
-		p.Picked, p.Why = sticky(cands, all, free, best, a)
+		var released string
+		p.Picked, p.Why, released = sticky(cands, all, free, best, a)
+		if released != "" {
+			p.Released = released
+		}
 		return p
 	}
 	if a.Priority < 0 {
@@ -302,19 +327,26 @@ func (p *Pass) cheapest(cands []Candidate, idx []int, a Ask) int {
 // sticky is the picker: the cheapest of the free candidates (best), unless
 // the request's affinity target keeps it: the least busy free replica
 // holding its model (not failing), else its prompt's home (holder), each
-// while KeepsHome beside the cheapest.
-func sticky(cands []Candidate, all, free []int, best int, a Ask) (int, string) {
+// while KeepsHome beside the cheapest and not TokenSaturated. released
+// names a target that would have kept it but for its queued prefill.
+func sticky(cands []Candidate, all, free []int, best int, a Ask) (pick int, why, released string) {
 	if a.Model && a.Limits.MaxModels > 0 {
 		if j := modelHolder(cands, free, best, a); j >= 0 && j != best {
-			return j, WhyModel
+			if !TokenSaturated(cands[j], a) {
+				return j, WhyModel, ""
+			}
+			released = WhyModel
 		}
 	}
 	if a.Keyed {
 		if j := promptHome(cands, all, best, a); j != best {
-			return j, WhyHome
+			if !TokenSaturated(cands[j], a) {
+				return j, WhyHome, released
+			}
+			released = WhyHome
 		}
 	}
-	return best, WhyFree
+	return best, WhyFree, released
 }
 
 // modelHolder is the least busy of the free candidates that hold the

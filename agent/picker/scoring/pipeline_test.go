@@ -9,7 +9,7 @@ import (
 
 // TestFilters: each filter's cases.
 func TestFilters(t *testing.T) {
-	limits := Limits{MaxInFlight: 2, QueueLimit: 3}
+	limits := Limits{MaxInFlight: 2, QueueLimit: 3, TTFTBudget: time.Second}
 	full := Server{At: now, Waiting: 3, HasWaiting: true}
 	for _, c := range []struct {
 		name   string
@@ -23,6 +23,8 @@ func TestFilters(t *testing.T) {
 		{"session: saturated", sessionFilter{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, true, false},
 		{"session: saturated, limits unknown", sessionFilter{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, false, true},
 		{"session: failing", sessionFilter{}, Candidate{Session: true, Replica: Replica{Failures: FailingAfter}}, true, false},
+		{"session: its queued prefill past the budget", sessionFilter{}, Candidate{Session: true, Tokens: 500, Replica: Replica{QueuedTokens: 600, PrefillRate: 1000}}, true, false},
+		{"session: its queued prefill within the budget", sessionFilter{}, Candidate{Session: true, Tokens: 300, Replica: Replica{QueuedTokens: 600, PrefillRate: 1000}}, true, true},
 		{"free: under every limit", freeFilter{}, Candidate{Replica: Replica{InFlight: 1}}, true, true},
 		{"free: max_concurrent_queries in flight", freeFilter{}, Candidate{Replica: Replica{InFlight: 2}}, true, false},
 		{"free: its server's queue full", freeFilter{}, Candidate{Replica: Replica{Server: full}}, true, false},
@@ -55,6 +57,7 @@ func TestScorers(t *testing.T) {
 		{prefixScorer{}, Candidate{Replica: Replica{PrefixHit: 0.5}}, 1 - PrefixWeight/2},
 		{modelScorer{}, Candidate{Replica: Replica{ModelMiss: 2}}, 1 + 2*ModelWeight},
 		{modelScorer{}, Candidate{}, 1},
+		{tokenLoadScorer{}, Candidate{Tokens: 100, Replica: Replica{QueuedTokens: 400, PrefillRate: 1000}}, 1}, // no budget
 	} {
 		if got := c.scorer.Factor(c.cand, ask); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("%s of %+v: %v, want %v", c.scorer.Name(), c.cand, got, c.want)
@@ -70,7 +73,14 @@ func TestScorers(t *testing.T) {
 	if got := Cost(c, ask); math.Abs(got-base*2) > 1e-12 {
 		t.Errorf("queue weighing 2: cost %v, want %v, its factor (2) counted twice", got, base*2)
 	}
-	if got := ScorerNames(); len(got) != 5 || got[0] != "queue" || got[4] != "model" {
+	budget := Ask{Now: now, Limits: Limits{TTFTBudget: 250 * time.Millisecond}}
+	if got := (tokenLoadScorer{}).Factor(Candidate{Tokens: 100, Replica: Replica{QueuedTokens: 400, PrefillRate: 1000}}, budget); math.Abs(got-3) > 1e-12 {
+		t.Errorf("token_load of 500 ms of prefill with a 250 ms budget: %v, want 3", got)
+	}
+	if got := (tokenLoadScorer{}).Factor(Candidate{Tokens: 100}, budget); got != 1 {
+		t.Errorf("token_load with no prefill rate known: %v, want 1", got)
+	}
+	if got := ScorerNames(); len(got) != 6 || got[0] != "queue" || got[4] != "model" || got[5] != "token_load" {
 		t.Errorf("scorer names %v", got)
 	}
 }
@@ -105,6 +115,7 @@ func TestPassRecordsItsSteps(t *testing.T) {
 	limits := Limits{MaxInFlight: 4, MaxModels: 2}
 	ask := Ask{Limits: limits, Known: true, Now: now, Typical: ms(10)}
 	idle, busy := Replica{TTFB: ms(10)}, Replica{TTFB: ms(10), InFlight: 2}
+	queued := Replica{TTFB: ms(10), InFlight: 2, QueuedTokens: 600, PrefillRate: 10000, PrefixHit: 0.5} // 90 ms of prefill with the request's
 	for _, c := range []struct {
 		name  string
 		cands []Candidate
@@ -125,6 +136,15 @@ func TestPassRecordsItsSteps(t *testing.T) {
 			"ready 2 > free 2 > picked 1 (free)"},
 		{"the model's holder over a faster one", []Candidate{{Replica: Replica{TTFB: ms(1), ModelMiss: 2}}, {Replica: Replica{TTFB: ms(100), InFlight: 1}}}, func(a Ask) Ask { a.Model = true; return a }, 1, WhyModel,
 			"ready 2 > free 2 > picked 1 (model)"},
+		{"the prompt's home, its queued prefill past the budget: released", []Candidate{{Replica: idle, Tokens: 300}, {Replica: queued, Home: true, Tokens: 300}},
+			func(a Ask) Ask { a.Keyed, a.Placed, a.Limits.TTFTBudget = true, true, 50*time.Millisecond; return a }, 0, WhyFree,
+			"ready 2 > free 2 > released home > picked 0 (free)"},
+		{"the prompt's home, its queued prefill within the budget", []Candidate{{Replica: idle, Tokens: 300}, {Replica: queued, Home: true, Tokens: 300}},
+			func(a Ask) Ask { a.Keyed, a.Placed, a.Limits.TTFTBudget = true, true, time.Second; return a }, 1, WhyHome,
+			"ready 2 > free 2 > picked 1 (home)"},
+		{"the conversation's replica past the budget: released", []Candidate{{Replica: idle, Tokens: 300}, {Replica: queued, Session: true, Tokens: 300}},
+			func(a Ask) Ask { a.Limits.TTFTBudget = 50 * time.Millisecond; return a }, 0, WhyFree,
+			"ready 2 > free 2 > released session > picked 0 (free)"},
 		{"every one saturated: room", []Candidate{{Replica: Replica{TTFB: ms(10), InFlight: 4}}, {Replica: Replica{TTFB: ms(10), InFlight: 3, Server: Server{At: now, KV: 1, HasKV: true}}}},
 			func(a Ask) Ask { a.Limits.KVCacheLimit = 0.9; return a }, 1, WhyRoom, "ready 2 > free 0 > room 1 > picked 1 (room)"},
 	} {

@@ -40,6 +40,12 @@ type Replica struct {
 	ModelMiss int
 	// Failures is how many of its last answers in a row were 5xx.
 	Failures int
+	// QueuedTokens are the uncached prompt tokens of the requests the
+	// node sent it that have had no first byte yet: its prefill queue;
+	// PrefillRate is how many tokens a second it prefills (0: not known
+	// yet). See tokens.go.
+	QueuedTokens int
+	PrefillRate  float64
 }
 
 // FailurePenalty is how much slower than its smoothed time to first byte
@@ -92,6 +98,9 @@ type Limits struct {
 	// CacheTokens, if positive, is how many tokens one replica's prefix
 	// cache holds, as its backend sets it (else as its server says).
 	CacheTokens int
+	// TTFTBudget, if positive, is the prefill an affinity target may
+	// have queued and still keep a request (TokenSaturated).
+	TTFTBudget time.Duration
 }
 
 // Stale is how old a server's figures may be and still count.
