@@ -95,22 +95,38 @@ func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
 // answer other than 200 fails the test.
 func askChat(t *testing.T, client *http.Client, node *mtlsNode, model, system, question string, header ...string) demoreplica.ModelAnswer {
 	t.Helper()
+	return askChatAt(t, client, "http://"+node.public+"/v1/chat/completions", model, system, question, header...)
+}
+
+// askChatAt is askChat to url.
+func askChatAt(t *testing.T, client *http.Client, url, model, system, question string, header ...string) demoreplica.ModelAnswer {
+	t.Helper()
+	a, err := postChat(t.Context(), client, url, model, system, question, header...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// postChat is askChat's request to url, for a goroutine: an answer other
+// than 200 is an error.
+func postChat(ctx context.Context, client *http.Client, url, model, system, question string, header ...string) (demoreplica.ModelAnswer, error) {
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`, model, system, question)
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+node.public+"/v1/chat/completions", strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if len(header) == 2 {
 		req.Header.Set(header[0], header[1])
 	}
+	var a demoreplica.ModelAnswer
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return a, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var a demoreplica.ModelAnswer
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&a) != nil {
-		t.Fatalf("status %d from %s", resp.StatusCode, node.id)
+		return a, fmt.Errorf("status %d from %s", resp.StatusCode, url)
 	}
-	return a
+	return a, nil
 }
 
 // distinct are the values of m, each once.
