@@ -157,8 +157,13 @@ func distinct(m map[string]string) map[string]bool {
 func TestPromptWorkload(t *testing.T) {
 	t.Parallel()
 	mesh := startTwoNodeMesh(t, "pwl")
-	server := []string{"--slots", "4", "--service", "5ms", "--cache-blocks", "150", "--prefill-per-block", "1ms"}
-	for name, la := range map[string]*meshspec.LoadAware{"pf": {PromptAffinity: true}, "pl": {}, "lr": nil} {
+	shape := promptShapeOf(t)
+	server := []string{"--slots", strconv.Itoa(shape.slots), "--service", "5ms", "--cache-blocks", "150", "--prefill-per-block", shape.prefill.String()}
+	backends := map[string]*meshspec.LoadAware{"pf": {PromptAffinity: true}, "pl": {}, "lr": nil}
+	if shape.budgetMs > 0 {
+		backends["pt"] = &meshspec.LoadAware{PromptAffinity: true, TTFTBudgetMs: shape.budgetMs}
+	}
+	for name, la := range backends {
 		mesh.createBackends(t, meshspec.Backend{Name: name, Process: modelServer(name, server...), Config: meshspec.BackendConfig{NumReplicas: 4, CPUs: 0.25, LoadAware: la}})
 		if _, err := mesh.c.CreateEndpoint(context.Background(), meshspec.Endpoint{Name: name, Route: "/" + name, Methods: []string{"GET", "POST"},
 			Traffic: map[string]float64{name: 1}}); err != nil {
@@ -168,27 +173,30 @@ func TestPromptWorkload(t *testing.T) {
 	}
 	baseline := startBaselineEnvoyOf(t, 4, server...)
 	urls := map[string][]string{"baseline": {"http://" + baseline}}
-	for _, name := range []string{"pf", "pl", "lr"} {
+	for name := range backends {
 		urls[name] = []string{"http://" + mesh.n1.public + "/" + name, "http://" + mesh.n2.public + "/" + name}
 	}
-	const rate = 40
+	rate := shape.rate
 	tenants, d := promptTenants(t), promptLoad(t)
 	loops := map[string]*promptLoop{}
 	var wg sync.WaitGroup
 	for name, u := range urls {
-		l := &promptLoop{urls: u, tenants: tenants}
+		l := &promptLoop{urls: u, tenants: tenants, questionBlocks: shape.questionBlocks}
 		loops[name] = l
 		wg.Go(func() { l.run(rate, d) })
 	}
 	wg.Wait()
-	labels := map[string]string{"pf": "prompt-affinity", "pl": "load-aware", "lr": "least-request", "baseline": "envoy-least-request"}
-	for _, name := range []string{"pf", "pl", "lr", "baseline"} {
+	labels := map[string]string{"pf": "prompt-affinity", "pl": "load-aware", "lr": "least-request", "baseline": "envoy-least-request", "pt": "token-load"}
+	for _, name := range []string{"pf", "pl", "lr", "baseline", "pt"} {
 		l := loops[name]
+		if l == nil {
+			continue
+		}
 		if l.failed > 0 {
 			t.Errorf("%s: %d of %d requests failed (first: %s)", name, l.failed, len(l.ttfb)+l.failed, l.firstFailure)
 		}
-		t.Logf("BENCH prompt picker=%s rate=%d/s seconds=%.0f requests=%d hit_rate=%.3f oracle_hit_rate=%.3f ttfb_p50_ms=%.1f ttfb_p90_ms=%.1f ttfb_p99_ms=%.1f",
-			labels[name], rate, d.Seconds(), len(l.ttfb), l.hitRate(), l.oracleHitRate(), ms(percentile(l.ttfb, 0.5)), ms(percentile(l.ttfb, 0.9)), ms(percentile(l.ttfb, 0.99)))
+		t.Logf("BENCH prompt picker=%s rate=%d seconds=%.0f requests=%d answered_per_s=%.1f hit_rate=%.3f oracle_hit_rate=%.3f ttfb_p50_ms=%.1f ttfb_p90_ms=%.1f ttfb_p99_ms=%.1f",
+			labels[name], rate, d.Seconds(), len(l.ttfb), float64(len(l.ttfb))/l.took.Seconds(), l.hitRate(), l.oracleHitRate(), ms(percentile(l.ttfb, 0.5)), ms(percentile(l.ttfb, 0.9)), ms(percentile(l.ttfb, 0.99)))
 	}
 	pf, pl, lr := loops["pf"].hitRate(), loops["pl"].hitRate(), loops["lr"].hitRate()
 	if tenants == 0 {
@@ -227,6 +235,35 @@ func promptTenants(t *testing.T) int {
 	return n
 }
 
+// promptShape is TestPromptWorkload's load and servers beyond its
+// tenants: bench/inference's rate sweep sets them (PROMPT_RATE,
+// PROMPT_SLOTS, PROMPT_PREFILL_MS a block, PROMPT_QUESTION_BLOCKS: each
+// question that long, PROMPT_TTFT_BUDGET_MS: a fifth backend, pt, with
+// token load); by default 40 requests a second to servers of 4 slots,
+// 1 ms a block, short questions, no pt.
+type promptShape struct {
+	rate, slots, questionBlocks, budgetMs int
+	prefill                               time.Duration
+}
+
+func promptShapeOf(t *testing.T) promptShape {
+	return promptShape{rate: envCount(t, "PROMPT_RATE", 40), slots: envCount(t, "PROMPT_SLOTS", 4), questionBlocks: envCount(t, "PROMPT_QUESTION_BLOCKS", 0),
+		budgetMs: envCount(t, "PROMPT_TTFT_BUDGET_MS", 0), prefill: time.Duration(envCount(t, "PROMPT_PREFILL_MS", 1)) * time.Millisecond}
+}
+
+// envCount is env's whole number, else def.
+func envCount(t *testing.T, env string, def int) int {
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a whole number", env, v)
+	}
+	return n
+}
+
 // promptLoad is how long TestPromptWorkload sends requests: PROMPT_LOAD_S
 // seconds (bench/prompt sets it), 6 by default.
 func promptLoad(t *testing.T) time.Duration { return loadSeconds(t, "PROMPT_LOAD_S", 6) }
@@ -236,8 +273,10 @@ func promptLoad(t *testing.T) time.Duration { return loadSeconds(t, "PROMPT_LOAD
 // between urls, and records each one's time to first byte and its
 // prompt's blocks, cached and not.
 type promptLoop struct {
-	urls    []string
-	tenants int
+	urls           []string
+	tenants        int
+	questionBlocks int // each question's length in prefix blocks (0: a short one)
+	took           time.Duration
 
 	mu                    sync.Mutex
 	ttfb                  []time.Duration
@@ -250,15 +289,21 @@ type promptLoop struct {
 func (l *promptLoop) run(rate int, d time.Duration) {
 	l.firstBlocks, l.requests = map[int]int{}, map[int]int{}
 	client := loadClient()
+	start := time.Now()
 	atRate(rate, d, func(i int) {
 		tenant := i // none: each its own
 		if l.tenants > 0 {
 			tenant = (i * 7) % l.tenants // every tenant in turn, not in order
 		}
-		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":"question %d"}]}`,
-			strings.Repeat(fmt.Sprintf("Tenant %d's assistant answers in its house style. ", tenant), 60), i)
+		question := fmt.Sprintf("question %d", i)
+		if l.questionBlocks > 0 {
+			question = strings.Repeat(question+"? ", 8*l.questionBlocks)[:64*l.questionBlocks]
+		}
+		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`,
+			strings.Repeat(fmt.Sprintf("Tenant %d's assistant answers in its house style. ", tenant), 60), question)
 		l.one(client, l.urls[i%len(l.urls)], tenant, body)
 	})
+	l.took = time.Since(start)
 }
 
 func (l *promptLoop) one(client *http.Client, url string, tenant int, body string) {

@@ -76,9 +76,15 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of the comparison")
 	seconds := flag.Int("seconds", 30, "seconds of load in each run")
-	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), restart (agents restarted under prompts' load, with and without the pickers' checkpoints), stall (a replica that stalls, first_byte_timeout_s 0.5), deadlines (requests stating their time to first token, earliest deadline first or not), fairness (one tenant bursting at ten times another's rate) or multiplexing (eight models on four servers holding two)")
+	workload := flag.String("workload", "slow-replica", "slow-replica (one replica three times slower), prompts (long shared prompts, prefix caches), prompts-unshared (the same, none shared), restart (agents restarted under prompts' load, with and without the pickers' checkpoints), stall (a replica that stalls, first_byte_timeout_s 0.5), deadlines (requests stating their time to first token, earliest deadline first or not), fairness (one tenant bursting at ten times another's rate) multiplexing (eight models on four servers holding two) or prompts-sweep (prompts with long questions at -rates, prefill-bound servers, token load beside prompt affinity: the knee)")
+	rates := flag.String("rates", "10,20,30,40", "prompts-sweep: requests a second per backend, comma-separated")
+	sloMs := flag.Float64("slo-ms", 1000, "prompts-sweep: the time to first byte, p90, a rate's answers must keep to count as under the knee")
+	budgetMs := flag.Int("budget-ms", 300, "prompts-sweep: token load's load_aware.ttft_budget_ms")
 	flag.Parse()
 	switch *workload {
+	case "prompts-sweep":
+		sweep(*runs, *seconds, *rates, *sloMs, *budgetMs)
+		return
 	case "prompts", "prompts-unshared":
 		prompts(*runs, *seconds, *workload == "prompts-unshared")
 		return
