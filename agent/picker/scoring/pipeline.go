@@ -13,7 +13,8 @@ import (
 // score, and a picker takes one. Here:
 //
 //  1. session (filter, preferred): the replica that served the request's
-//     conversation, while it is neither saturated nor failing, takes it.
+//     conversation, while it is neither saturated nor failing, takes it,
+//     unless its queued prefill releases it (releases).
 //  2. free (filter, required): the replicas that are not saturated.
 //  3. scorers: queue, ttfb, kv_cache, prefix, model and token_load
 //     (Scorers), each a
@@ -143,13 +144,13 @@ type Filter interface {
 }
 
 // sessionFilter keeps the replica that served the request's conversation while
-// it is not saturated (with limits known), failing, nor past its token
-// budget (TokenSaturated).
+// it is not saturated (with limits known) nor failing; Run then lets it
+// release the request past its token budget (releases).
 type sessionFilter struct{}
 
 func (sessionFilter) Name() string { return "session" }
 func (sessionFilter) Keep(c Candidate, a Ask) bool {
-	return c.Session && (!a.Known || !c.Saturated(a.Limits, a.Now)) && !c.Failing() && !TokenSaturated(c, a)
+	return c.Session && (!a.Known || !c.Saturated(a.Limits, a.Now)) && !c.Failing()
 }
 
 // freeFilter keeps the replicas that are not saturated; with no limits known
@@ -263,19 +264,15 @@ func Run(cands []Candidate, a Ask) Pass {
 		all[i] = i
 	}
 	p.step("ready", all)
-	if kept := keep(cands, all, a, sessionFilter{}); len(kept) > 0 {
-		p.step(sessionFilter{}.Name(), kept)
-		p.Picked, p.Why = kept[0], WhySession
-		return p
-	}
-	if a.Limits.TTFTBudget > 0 {
-		unbudgeted := a
-		unbudgeted.Limits.TTFTBudget = 0
-		if len(keep(cands, all, unbudgeted, sessionFilter{})) > 0 {
-			p.Released = WhySession // it would have kept it but for its queued prefill
-		}
-	}
 	free := keep(cands, all, a, freeFilter{})
+	if kept := keep(cands, all, a, sessionFilter{}); len(kept) > 0 {
+		if !releases(cands, free, kept[0], a) {
+			p.step(sessionFilter{}.Name(), kept)
+			p.Picked, p.Why = kept[0], WhySession
+			return p
+		}
+		p.Released = WhySession
+	}
 	p.step(freeFilter{}.Name(), free)
 	if len(free) > 0 {
 		best := p.cheapest(cands, free, a)
@@ -327,12 +324,13 @@ func (p *Pass) cheapest(cands []Candidate, idx []int, a Ask) int {
 // sticky is the picker: the cheapest of the free candidates (best), unless
 // the request's affinity target keeps it: the least busy free replica
 // holding its model (not failing), else its prompt's home (holder), each
-// while KeepsHome beside the cheapest and not TokenSaturated. released
-// names a target that would have kept it but for its queued prefill.
+// while KeepsHome beside the cheapest and it does not release the
+// request (releases). released names a target that would have kept it
+// but for its queued prefill.
 func sticky(cands []Candidate, all, free []int, best int, a Ask) (pick int, why, released string) {
 	if a.Model && a.Limits.MaxModels > 0 {
 		if j := modelHolder(cands, free, best, a); j >= 0 && j != best {
-			if !TokenSaturated(cands[j], a) {
+			if !releases(cands, free, j, a) {
 				return j, WhyModel, ""
 			}
 			released = WhyModel
@@ -340,13 +338,30 @@ func sticky(cands []Candidate, all, free []int, best int, a Ask) (pick int, why,
 	}
 	if a.Keyed {
 		if j := promptHome(cands, all, best, a); j != best {
-			if !TokenSaturated(cands[j], a) {
+			if !releases(cands, free, j, a) {
 				return j, WhyHome, released
 			}
 			released = WhyHome
 		}
 	}
 	return best, WhyFree, released
+}
+
+// releases reports whether affinity target j lets the request go: it is
+// past its budget (TokenSaturated) and another free candidate would
+// prefill it sooner (its own queue and the request's tokens it does not
+// hold: a release that only waits longer elsewhere helps no one).
+func releases(cands []Candidate, free []int, j int, a Ask) bool {
+	if !TokenSaturated(cands[j], a) {
+		return false
+	}
+	wait := cands[j].PrefillWait()
+	for _, k := range free {
+		if k != j && cands[k].PrefillRate > 0 && cands[k].PrefillWait() < wait {
+			return true
+		}
+	}
+	return false
 }
 
 // modelHolder is the least busy of the free candidates that hold the

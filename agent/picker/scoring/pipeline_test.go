@@ -23,8 +23,6 @@ func TestFilters(t *testing.T) {
 		{"session: saturated", sessionFilter{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, true, false},
 		{"session: saturated, limits unknown", sessionFilter{}, Candidate{Session: true, Replica: Replica{InFlight: 2}}, false, true},
 		{"session: failing", sessionFilter{}, Candidate{Session: true, Replica: Replica{Failures: FailingAfter}}, true, false},
-		{"session: its queued prefill past the budget", sessionFilter{}, Candidate{Session: true, Tokens: 500, Replica: Replica{QueuedTokens: 600, PrefillRate: 1000}}, true, false},
-		{"session: its queued prefill within the budget", sessionFilter{}, Candidate{Session: true, Tokens: 300, Replica: Replica{QueuedTokens: 600, PrefillRate: 1000}}, true, true},
 		{"free: under every limit", freeFilter{}, Candidate{Replica: Replica{InFlight: 1}}, true, true},
 		{"free: max_concurrent_queries in flight", freeFilter{}, Candidate{Replica: Replica{InFlight: 2}}, true, false},
 		{"free: its server's queue full", freeFilter{}, Candidate{Replica: Replica{Server: full}}, true, false},
@@ -116,6 +114,7 @@ func TestPassRecordsItsSteps(t *testing.T) {
 	ask := Ask{Limits: limits, Known: true, Now: now, Typical: ms(10)}
 	idle, busy := Replica{TTFB: ms(10)}, Replica{TTFB: ms(10), InFlight: 2}
 	queued := Replica{TTFB: ms(10), InFlight: 2, QueuedTokens: 600, PrefillRate: 10000, PrefixHit: 0.5} // 90 ms of prefill with the request's
+	rated := Replica{TTFB: ms(10), PrefillRate: 10000}                                                  // idle: 30 ms for the request's
 	for _, c := range []struct {
 		name  string
 		cands []Candidate
@@ -136,15 +135,18 @@ func TestPassRecordsItsSteps(t *testing.T) {
 			"ready 2 > free 2 > picked 1 (free)"},
 		{"the model's holder over a faster one", []Candidate{{Replica: Replica{TTFB: ms(1), ModelMiss: 2}}, {Replica: Replica{TTFB: ms(100), InFlight: 1}}}, func(a Ask) Ask { a.Model = true; return a }, 1, WhyModel,
 			"ready 2 > free 2 > picked 1 (model)"},
-		{"the prompt's home, its queued prefill past the budget: released", []Candidate{{Replica: idle, Tokens: 300}, {Replica: queued, Home: true, Tokens: 300}},
+		{"the prompt's home, its queued prefill past the budget: released", []Candidate{{Replica: rated, Tokens: 300}, {Replica: queued, Home: true, Tokens: 300}},
 			func(a Ask) Ask { a.Keyed, a.Placed, a.Limits.TTFTBudget = true, true, 50*time.Millisecond; return a }, 0, WhyFree,
 			"ready 2 > free 2 > released home > picked 0 (free)"},
 		{"the prompt's home, its queued prefill within the budget", []Candidate{{Replica: idle, Tokens: 300}, {Replica: queued, Home: true, Tokens: 300}},
 			func(a Ask) Ask { a.Keyed, a.Placed, a.Limits.TTFTBudget = true, true, time.Second; return a }, 1, WhyHome,
 			"ready 2 > free 2 > picked 1 (home)"},
-		{"the conversation's replica past the budget: released", []Candidate{{Replica: idle, Tokens: 300}, {Replica: queued, Session: true, Tokens: 300}},
+		{"the conversation's replica past the budget: released", []Candidate{{Replica: rated, Tokens: 300}, {Replica: queued, Session: true, Tokens: 300}},
 			func(a Ask) Ask { a.Limits.TTFTBudget = 50 * time.Millisecond; return a }, 0, WhyFree,
 			"ready 2 > free 2 > released session > picked 0 (free)"},
+		{"the prompt's home past the budget, but slower to prefill it elsewhere: kept", []Candidate{{Replica: rated, Tokens: 1500}, {Replica: queued, Home: true, Tokens: 300}},
+			func(a Ask) Ask { a.Keyed, a.Placed, a.Limits.TTFTBudget = true, true, 50*time.Millisecond; return a }, 1, WhyHome,
+			"ready 2 > free 2 > picked 1 (home)"},
 		{"every one saturated: room", []Candidate{{Replica: Replica{TTFB: ms(10), InFlight: 4}}, {Replica: Replica{TTFB: ms(10), InFlight: 3, Server: Server{At: now, KV: 1, HasKV: true}}}},
 			func(a Ask) Ask { a.Limits.KVCacheLimit = 0.9; return a }, 1, WhyRoom, "ready 2 > free 0 > room 1 > picked 1 (room)"},
 	} {
