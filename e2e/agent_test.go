@@ -480,10 +480,7 @@ func envoyCodecErrors(admin string) string {
 			out = append(out, strings.TrimSpace(line))
 		}
 	}
-	if len(out) == 0 {
-		return "(none)"
-	}
-	return strings.Join(out, "\n")
+	return listed(out, len(out))
 }
 
 // envoyWarnings are the last max lines at warning level or above of the
@@ -499,13 +496,7 @@ func envoyWarnings(workDir string, max int) string {
 			out = append(out, strings.TrimSpace(line))
 		}
 	}
-	if len(out) > max {
-		out = out[len(out)-max:]
-	}
-	if len(out) == 0 {
-		return "(none)"
-	}
-	return strings.Join(out, "\n")
+	return listed(out, max)
 }
 
 // replicaLogTails are the last lines lines of the log of each replica in
@@ -524,10 +515,7 @@ func replicaLogTails(workDir string, lines int) string {
 			out = append(out, "  "+l)
 		}
 	}
-	if len(out) == 0 {
-		return "(none)"
-	}
-	return strings.Join(out, "\n")
+	return listed(out, len(out))
 }
 
 // failedRequests are up to max lines of the access log in an agent's work
@@ -551,11 +539,16 @@ func failedRequests(workDir string, max int) string {
 			}
 		}
 	}
-	if len(out) > max {
-		out = out[len(out)-max:]
+	return listed(out, max)
+}
+
+// listed is the last max of lines, one a line, or "(none)".
+func listed(lines []string, max int) string {
+	if len(lines) > max {
+		lines = lines[len(lines)-max:]
 	}
-	if len(out) == 0 {
+	if len(lines) == 0 {
 		return "(none)"
 	}
-	return strings.Join(out, "\n")
+	return strings.Join(lines, "\n")
 }

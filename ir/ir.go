@@ -228,16 +228,19 @@ type TokenQuota struct {
 	Unit       string `json:"unit"`
 	Header     string `json:"header,omitempty"`
 	FailClosed bool   `json:"fail_closed,omitempty"`
-	// Weighted: an answer costs its tokens weighed by Input, Output and
-	// Cached (meshspec.TokenWeights), not its total.
 	// PerModel: each model its own quota (the request's model, which
 	// model routing read from its body).
-	PerModel bool    `json:"per_model,omitempty"`
-	Weighted bool    `json:"weighted,omitempty"`
-	Input    float64 `json:"input_weight,omitempty"`
-	Output   float64 `json:"output_weight,omitempty"`
-	Cached   float64 `json:"cached_weight,omitempty"`
+	PerModel bool `json:"per_model,omitempty"`
+	// Input, Output and Cached weigh an answer's tokens
+	// (meshspec.TokenWeights); all 0: it costs its total (Weighted).
+	Input  float64 `json:"input_weight,omitempty"`
+	Output float64 `json:"output_weight,omitempty"`
+	Cached float64 `json:"cached_weight,omitempty"`
 }
+
+// Weighted reports whether an answer costs its tokens weighed by Input,
+// Output and Cached, not its total.
+func (q TokenQuota) Weighted() bool { return q.Input != 0 || q.Output != 0 || q.Cached != 0 }
 
 // GlobalRateLimit is an endpoint's limit shared by every node: Requests
 // a Unit (second, minute, hour, day), per value of Header or per client

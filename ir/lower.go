@@ -196,7 +196,7 @@ func lowerEndpointAlone(e meshspec.Endpoint, o Options) Endpoint {
 	if r := e.RateLimit; r != nil && r.Tokens != nil {
 		q := r.Tokens
 		out.TokenQuota = &TokenQuota{Tokens: q.Tokens, Unit: q.EffectiveUnit(), Header: q.Header, FailClosed: q.Closed(),
-			PerModel: q.PerModel, Weighted: q.Weights != (meshspec.TokenWeights{}), Input: q.Weights.Input, Output: q.Weights.Output, Cached: q.Weights.Cached}
+			PerModel: q.PerModel, Input: q.Weights.Input, Output: q.Weights.Output, Cached: q.Weights.Cached}
 	}
 	if r := e.ModelRouting; r != nil {
 		out.Models = &Models{Field: r.EffectiveField(), Models: make(map[string]Split, len(r.Models))}

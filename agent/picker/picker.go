@@ -256,7 +256,10 @@ func (p *Picker) place(backend string, req request, pol policy) (choice, bool) {
 		sessionTag = p.sessions.replica(backend, req.session)
 	}
 	cands := make([]scoring.Candidate, len(ready))
-	tokens, typicalRate := len(req.blocks)*prefix.TokensPerBlock, p.typicalPrefillRate(backend)
+	tokens, typicalRate := len(req.blocks)*prefix.TokensPerBlock, 0.0
+	if pol.limits.TTFTBudget > 0 {
+		typicalRate = p.typicalPrefillRate(backend) // only token load reads rates
+	}
 	for i, r := range ready {
 		cands[i] = scoring.Candidate{Replica: loads[i], Session: sessionTag != "" && r.tag == sessionTag,
 			Tokens: int(math.Round(float64(tokens) * (1 - loads[i].PrefixHit)))}

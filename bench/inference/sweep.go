@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
+
+	"github.com/servemesh/servemesh/bench/benchenv"
 )
 
 // sweep runs TestPromptWorkload at each of rates (requests a second per
@@ -20,12 +20,12 @@ func sweep(runs, seconds int, rates string, sloMs float64, budgetMs int) {
 	pickers := []string{"token-load", "prompt-affinity", "load-aware", "least-request", "envoy-least-request"}
 	type point struct{ rate, answered, p50, p90, hit float64 }
 	at := map[string][]point{}
-	for _, field := range strings.Split(rates, ",") {
-		rate, err := strconv.Atoi(strings.TrimSpace(field))
-		if err != nil || rate <= 0 {
-			fmt.Fprintf(os.Stderr, "-rates: %q is not a rate\n", field)
-			os.Exit(2)
-		}
+	counts, err := benchenv.Counts("rates", rates, 10000)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	for _, rate := range counts {
 		env := fmt.Sprintf("PROMPT_LOAD_S=%d PROMPT_RATE=%d PROMPT_SLOTS=1 PROMPT_PREFILL_MS=4 PROMPT_QUESTION_BLOCKS=16 PROMPT_TTFT_BUDGET_MS=%d", seconds, rate, budgetMs)
 		figures := collect(runs, "TestPromptWorkload", env, "prompt", "picker", []string{"answered_per_s", "ttfb_p50_ms", "ttfb_p90_ms", "hit_rate"}, nil)
 		for _, picker := range pickers {

@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -60,14 +61,10 @@ func main() {
 	protocols := flag.String("protocols", "delta", "the simulated nodes' xDS variants, each run in turn: delta (the nodes' default), sotw, or both")
 	flag.Parse()
 	o.realArgs = strings.Fields(*realArgs)
-	var counts []int
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "scale: -endpoints: %q is not a count\n", s)
-			os.Exit(2)
-		}
-		counts = append(counts, n)
+	counts, err := benchenv.Counts("endpoints", *sizes, math.MaxInt32)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(2)
 	}
 	if o.reach < 0 {
 		fmt.Fprintf(os.Stderr, "scale: -reach %d: want 0 (every endpoint) or more\n", o.reach)

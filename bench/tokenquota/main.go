@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,13 +51,9 @@ func main() {
 }
 
 func run(runs int, concurrency string, quota, completion int, service time.Duration) error {
-	var levels []int
-	for _, f := range strings.Split(concurrency, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 256 {
-			return fmt.Errorf("-concurrency %q: each from 1 to 256", f)
-		}
-		levels = append(levels, n)
+	levels, err := benchenv.Counts("concurrency", concurrency, 256)
+	if err != nil {
+		return err
 	}
 	ctx := context.Background()
 	be, err := benchenv.Start(ctx, "tokenquota")

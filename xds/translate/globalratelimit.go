@@ -128,7 +128,7 @@ func tokenQuotaLimits(endpoint string, q *ir.TokenQuota) []*route.RateLimit {
 // chargedKey is what an answer of a quota is charged: its weighted cost,
 // or its total tokens.
 func chargedKey(q *ir.TokenQuota) string {
-	if q.Weighted {
+	if q.Weighted() {
 		return wire.UsageCostKey
 	}
 	return wire.UsageTokensKey

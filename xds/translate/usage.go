@@ -45,9 +45,10 @@ const usageScript = "usage"
 // "model". The tail of each chunk is kept, so a figure split between two
 // chunks is read too. Server-sent events are counted as tokens where the
 // answer states none. Where the route carries a token quota's weights
-// (tokenWeights), the answer's weighted cost is set too. The time to the first byte, and for a streamed
-// answer of two tokens or more the mean time between them, are set with
-// them; an answer with no body sets nothing of the kind.
+// (tokenWeights), the answer's weighted cost is set too. The time to the
+// first byte, and for a streamed answer of two tokens or more the mean
+// time between them, are set with them; an answer with no body sets
+// nothing of the kind.
 var usageSource = fmt.Sprintf(`function envoy_on_request(h)
   h:streamInfo():dynamicMetadata():set(%[1]q, %[2]q, h:timestamp())
 end
@@ -125,7 +126,7 @@ func (answerReading) forward(e ir.Endpoint, r *route.Route, _ routeSite) {
 		r.TypedPerFilterConfig = map[string]*anypb.Any{}
 	}
 	r.TypedPerFilterConfig[usageReaderFilter] = usageReaderOn()
-	if q := e.TokenQuota; q != nil && q.Weighted {
+	if q := e.TokenQuota; q != nil && q.Weighted() {
 		r.Metadata = tokenWeights(q)
 	}
 }
