@@ -181,7 +181,7 @@ func TestPromptWorkload(t *testing.T) {
 	loops := map[string]*promptLoop{}
 	var wg sync.WaitGroup
 	for name, u := range urls {
-		l := &promptLoop{urls: u, tenants: tenants, questionBlocks: shape.questionBlocks}
+		l := &promptLoop{urls: u, tenants: tenants, questionBlocks: shape.questionBlocks, hotPercent: shape.hotPercent}
 		loops[name] = l
 		wg.Go(func() { l.run(rate, d) })
 	}
@@ -239,16 +239,23 @@ func promptTenants(t *testing.T) int {
 // tenants: bench/inference's rate sweep sets them (PROMPT_RATE,
 // PROMPT_SLOTS, PROMPT_PREFILL_MS a block, PROMPT_QUESTION_BLOCKS: each
 // question that long, PROMPT_TTFT_BUDGET_MS: a fifth backend, pt, with
-// token load); by default 40 requests a second to servers of 4 slots,
-// 1 ms a block, short questions, no pt.
+// token load, PROMPT_HOT_PERCENT: that share of the requests are the first
+// tenant's, a hot prefix, the rest the others' in turn); by default 40
+// requests a second to servers of 4 slots, 1 ms a block, short questions,
+// no pt, every tenant in turn.
 type promptShape struct {
-	rate, slots, questionBlocks, budgetMs int
-	prefill                               time.Duration
+	rate, slots, questionBlocks, budgetMs, hotPercent int
+	prefill                                           time.Duration
 }
 
 func promptShapeOf(t *testing.T) promptShape {
-	return promptShape{rate: envCount(t, "PROMPT_RATE", 40), slots: envCount(t, "PROMPT_SLOTS", 4), questionBlocks: envCount(t, "PROMPT_QUESTION_BLOCKS", 0),
-		budgetMs: envCount(t, "PROMPT_TTFT_BUDGET_MS", 0), prefill: time.Duration(envCount(t, "PROMPT_PREFILL_MS", 1)) * time.Millisecond}
+	s := promptShape{rate: envCount(t, "PROMPT_RATE", 40), slots: envCount(t, "PROMPT_SLOTS", 4), questionBlocks: envCount(t, "PROMPT_QUESTION_BLOCKS", 0),
+		budgetMs: envCount(t, "PROMPT_TTFT_BUDGET_MS", 0), hotPercent: envCount(t, "PROMPT_HOT_PERCENT", 0),
+		prefill: time.Duration(envCount(t, "PROMPT_PREFILL_MS", 1)) * time.Millisecond}
+	if s.hotPercent > 100 {
+		t.Fatalf("PROMPT_HOT_PERCENT=%d: want a share of the requests, 0 to 100", s.hotPercent)
+	}
+	return s
 }
 
 // envCount is env's whole number, else def.
@@ -269,13 +276,14 @@ func envCount(t *testing.T, env string, def int) int {
 func promptLoad(t *testing.T) time.Duration { return loadSeconds(t, "PROMPT_LOAD_S", 6) }
 
 // promptLoop sends chat requests at a fixed rate, open loop, each of a
-// tenant in turn (its system prompt and a new question), alternating
-// between urls, and records each one's time to first byte and its
-// prompt's blocks, cached and not.
+// tenant in turn (its system prompt and a new question; hotPercent of
+// them the first tenant's), alternating between urls, and records each
+// one's time to first byte and its prompt's blocks, cached and not.
 type promptLoop struct {
 	urls           []string
 	tenants        int
 	questionBlocks int // each question's length in prefix blocks (0: a short one)
+	hotPercent     int // the share of requests that are tenant 0's (0: each tenant in turn)
 	took           time.Duration
 
 	mu                    sync.Mutex
@@ -291,10 +299,7 @@ func (l *promptLoop) run(rate int, d time.Duration) {
 	client := loadClient()
 	start := time.Now()
 	atRate(rate, d, func(i int) {
-		tenant := i // none: each its own
-		if l.tenants > 0 {
-			tenant = (i * 7) % l.tenants // every tenant in turn, not in order
-		}
+		tenant := l.tenantOf(i)
 		question := fmt.Sprintf("question %d", i)
 		if l.questionBlocks > 0 {
 			question = strings.Repeat(question+"? ", 8*l.questionBlocks)[:64*l.questionBlocks]
@@ -304,6 +309,20 @@ func (l *promptLoop) run(rate int, d time.Duration) {
 		l.one(client, l.urls[i%len(l.urls)], tenant, body)
 	})
 	l.took = time.Since(start)
+}
+
+// tenantOf is request i's tenant: each its own without tenants; else
+// every tenant in turn, not in order, but that (i*37)%100 below
+// hotPercent goes to tenant 0 (a fixed pattern, the same in every loop).
+func (l *promptLoop) tenantOf(i int) int {
+	switch {
+	case l.tenants == 0:
+		return i
+	case (i*37)%100 < l.hotPercent:
+		return 0
+	default:
+		return (i * 7) % l.tenants
+	}
 }
 
 func (l *promptLoop) one(client *http.Client, url string, tenant int, body string) {

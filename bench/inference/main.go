@@ -80,10 +80,15 @@ func main() {
 	rates := flag.String("rates", "10,20,30,40", "prompts-sweep: requests a second per backend, comma-separated")
 	sloMs := flag.Float64("slo-ms", 1000, "prompts-sweep: the time to first byte, p90, a rate's answers must keep to count as under the knee")
 	budgetMs := flag.Int("budget-ms", 300, "prompts-sweep: token load's load_aware.ttft_budget_ms")
+	hot := flag.Int("hot-percent", 0, "prompts-sweep: the share of requests (0 to 100) that are one tenant's, a hot prefix; 0: every tenant in turn")
 	flag.Parse()
 	switch *workload {
 	case "prompts-sweep":
-		sweep(*runs, *seconds, *rates, *sloMs, *budgetMs)
+		if *hot < 0 || *hot > 100 {
+			fmt.Fprintf(os.Stderr, "-hot-percent %d: want a share of the requests, 0 to 100\n", *hot)
+			os.Exit(2)
+		}
+		sweep(*runs, *seconds, *rates, *sloMs, *budgetMs, *hot)
 		return
 	case "prompts", "prompts-unshared":
 		prompts(*runs, *seconds, *workload == "prompts-unshared")

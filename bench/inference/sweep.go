@@ -15,8 +15,9 @@ import (
 // affinity, load alone, least requests and the hand-written Envoy. It
 // prints each picker's medians at each rate, and its knee: the highest
 // rate whose answers' time to first byte, p90, stays within sloMs, and
-// the answers a second there.
-func sweep(runs, seconds int, rates string, sloMs float64, budgetMs int) {
+// the answers a second there. hotPercent of the requests are one tenant's
+// (a hot prefix; 0: every tenant in turn).
+func sweep(runs, seconds int, rates string, sloMs float64, budgetMs, hotPercent int) {
 	pickers := []string{"token-load", "prompt-affinity", "load-aware", "least-request", "envoy-least-request"}
 	type point struct{ rate, answered, p50, p90, hit float64 }
 	at := map[string][]point{}
@@ -26,14 +27,14 @@ func sweep(runs, seconds int, rates string, sloMs float64, budgetMs int) {
 		os.Exit(2)
 	}
 	for _, rate := range counts {
-		env := fmt.Sprintf("PROMPT_LOAD_S=%d PROMPT_RATE=%d PROMPT_SLOTS=1 PROMPT_PREFILL_MS=4 PROMPT_QUESTION_BLOCKS=16 PROMPT_TTFT_BUDGET_MS=%d", seconds, rate, budgetMs)
+		env := fmt.Sprintf("PROMPT_LOAD_S=%d PROMPT_RATE=%d PROMPT_SLOTS=1 PROMPT_PREFILL_MS=4 PROMPT_QUESTION_BLOCKS=16 PROMPT_TTFT_BUDGET_MS=%d PROMPT_HOT_PERCENT=%d", seconds, rate, budgetMs, hotPercent)
 		figures := collect(runs, "TestPromptWorkload", env, "prompt", "picker", []string{"answered_per_s", "ttfb_p50_ms", "ttfb_p90_ms", "hit_rate"}, nil)
 		for _, picker := range pickers {
 			f := figures[picker]
 			at[picker] = append(at[picker], point{float64(rate), median(f["answered_per_s"]), median(f["ttfb_p50_ms"]), median(f["ttfb_p90_ms"]), median(f["hit_rate"])})
 		}
 	}
-	fmt.Printf("\nmedians of %d runs of %d s per rate; prefill-bound stand-ins; token load's budget %d ms; knee: the highest rate with TTFB p90 within %.0f ms\n", runs, seconds, budgetMs, sloMs)
+	fmt.Printf("\nmedians of %d runs of %d s per rate; prefill-bound stand-ins; token load's budget %d ms; %d%% of requests one tenant's; knee: the highest rate with TTFB p90 within %.0f ms\n", runs, seconds, budgetMs, hotPercent, sloMs)
 	fmt.Printf("%-20s %6s %12s %12s %12s %9s\n", "picker", "rate", "answered/s", "TTFB p50 ms", "TTFB p90 ms", "hit rate")
 	for _, picker := range pickers {
 		knee := point{}
