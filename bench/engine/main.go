@@ -5,10 +5,13 @@
 // load and by least requests, beside a hand-written Envoy doing round
 // robin and straight to one server, one after another in the same run.
 //
-//	go run ./bench/engine [-runs 3] [-rates 1,2] [-seconds 40] [-warmup 0] [-shape shared-prefix|unshared|multi-turn] [-cache-mb 16] [-only prompt-affinity,least-requests]
+//	go run ./bench/engine [-runs 3] [-rates 1,2] [-seconds 40] [-warmup 0] [-shape shared-prefix|unshared|multi-turn] [-cache-mb 16] [-per-node 1] [-budget-ms 0] [-only prompt-affinity,least-requests]
 //
 // Through servemesh the mesh is the default one (mTLS): two nodes, a
-// replica of the engine on each, the load entering at the first node, so
+// replica of the engine on each (-per-node 2: two, so each node's picker
+// has a choice; the hand-written Envoy then has four), and with
+// -budget-ms a fourth backend picking by token load (prompt affinity with
+// that load_aware.ttft_budget_ms), the load entering at the first node, so
 // half the requests, or those prompt affinity places there, cross to the
 // other. Each engine serves the small model tools/model/make_model.py
 // writes, one thread, its RAM prompt cache limited to -cache-mb (the
@@ -46,12 +49,20 @@ func main() {
 	warmup := flag.Int("warmup", 0, "seconds of the same load before each run, not counted (0: none)")
 	shape := flag.String("shape", "shared-prefix", "shared-prefix (6 system prompts of 2,000 tokens, shared), unshared (each prompt its own) or multi-turn (shared-prefix conversations)")
 	cacheMB := flag.Int("cache-mb", 16, "each engine's RAM prompt cache, in MB")
+	perNode := flag.Int("per-node", 1, "engine replicas on each node (1 or 2); the hand-written Envoy has as many in all")
+	budgetMs := flag.Int("budget-ms", 0, "with a budget, a backend picking by token load (prompt affinity, load_aware.ttft_budget_ms of it) is measured too")
 	only := flag.String("only", "", "the configurations to measure, comma-separated parts of their names (prompt-affinity, load-aware, least-requests, Envoy, direct); empty: all")
 	flag.Parse()
 	if _, ok := shapes[*shape]; !ok {
 		log.Fatalf("-shape %q: give shared-prefix, unshared or multi-turn", *shape)
 	}
-	if err := run(*runs, *rates, workload{shape: *shape, seconds: *seconds, warmup: *warmup}, *cacheMB, *only); err != nil {
+	if *perNode < 1 || *perNode > 2 {
+		log.Fatalf("-per-node %d: give 1 or 2 (the machine's two cores run every engine)", *perNode)
+	}
+	if *budgetMs < 0 || *budgetMs > 600000 {
+		log.Fatalf("-budget-ms %d: give 0 (no token-load backend) to 600000", *budgetMs)
+	}
+	if err := run(*runs, *rates, workload{shape: *shape, seconds: *seconds, warmup: *warmup}, fleet{cacheMB: *cacheMB, perNode: *perNode, budgetMs: *budgetMs}, *only); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -66,14 +77,18 @@ type workload struct {
 	seconds, warmup int
 }
 
-func run(runs int, rates string, w workload, cacheMB int, only string) error {
+// fleet is the engines each configuration runs: caches of cacheMB, perNode
+// on each node, and a token-load backend with budgetMs (0: none).
+type fleet struct{ cacheMB, perNode, budgetMs int }
+
+func run(runs int, rates string, w workload, fl fleet, only string) error {
 	ctx := context.Background()
 	env, err := benchenv.Start(ctx, "engine")
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	eng, err := findEngine(cacheMB)
+	eng, err := findEngine(fl.cacheMB)
 	if err != nil {
 		return err
 	}
@@ -87,8 +102,12 @@ func run(runs int, rates string, w workload, cacheMB int, only string) error {
 		return err
 	}
 	defer mesh.Stop()
-	targets := []target{meshTarget(mesh, eng, "prompt-affinity"), meshTarget(mesh, eng, "load-aware"), meshTarget(mesh, eng, "least-requests"),
-		envoyTarget(env, eng), directTarget(env, eng)}
+	var targets []target
+	if fl.budgetMs > 0 {
+		targets = append(targets, meshTarget(mesh, eng, "token-load", fl.perNode, fl.budgetMs))
+	}
+	targets = append(targets, meshTarget(mesh, eng, "prompt-affinity", fl.perNode, 0), meshTarget(mesh, eng, "load-aware", fl.perNode, 0),
+		meshTarget(mesh, eng, "least-requests", fl.perNode, 0), envoyTarget(env, eng, 2*fl.perNode), directTarget(env, eng))
 	if only != "" {
 		targets = slices.DeleteFunc(targets, func(t target) bool {
 			return !slices.ContainsFunc(strings.Split(only, ","), func(part string) bool { return strings.Contains(t.name, part) })
@@ -119,13 +138,14 @@ func run(runs int, rates string, w workload, cacheMB int, only string) error {
 			}
 		}
 	}
-	report(keys, all, runs, w, cacheMB)
+	report(keys, all, runs, w, fl)
 	return nil
 }
 
 // report prints the medians of each configuration's runs.
-func report(keys []string, all map[string][]figures, runs int, w workload, cacheMB int) {
-	fmt.Printf("\n%s, %d s a run after %d s of warm-up, engines' prompt caches %d MB; medians of %d runs (inference-perf's figures; the hit share from the engines' logs)\n\n", w.shape, w.seconds, w.warmup, cacheMB, runs)
+func report(keys []string, all map[string][]figures, runs int, w workload, fl fleet) {
+	fmt.Printf("\n%s, %d s a run after %d s of warm-up, engines' prompt caches %d MB, %d a node (token load's budget %d ms); medians of %d runs (inference-perf's figures; the hit share from the engines' logs)\n\n",
+		w.shape, w.seconds, w.warmup, fl.cacheMB, fl.perNode, fl.budgetMs, runs)
 	fmt.Println("| configuration | rate | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | output tok/s | prompt-cache hit share | failed |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, key := range keys {

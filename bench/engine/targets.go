@@ -58,19 +58,22 @@ type target struct {
 	start func(ctx context.Context, dir string) (url string, logs func() []string, stop func(), err error)
 }
 
-// meshTarget is a backend of two engine replicas, one on each node,
-// behind an endpoint at /v1, picked by picker; the load enters at the
-// first node.
-func meshTarget(mesh *benchenv.Mesh, eng *engine, picker string) target {
+// meshTarget is a backend of perNode engine replicas on each of the two
+// nodes, behind an endpoint at /v1, picked by picker (token-load: prompt
+// affinity with load_aware.ttft_budget_ms budgetMs); the load enters at
+// the first node.
+func meshTarget(mesh *benchenv.Mesh, eng *engine, picker string, perNode, budgetMs int) target {
 	n := 0
 	return target{name: "servemesh " + picker, start: func(ctx context.Context, _ string) (string, func() []string, func(), error) {
 		n++
 		name := fmt.Sprintf("%s-%d", picker, n)
-		b := meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: 2, CPUs: 3},
+		b := meshspec.Backend{Name: name, Config: meshspec.BackendConfig{NumReplicas: 2 * perNode, CPUs: 3 / float64(perNode)},
 			Process: eng.Process("tiny", eng.cacheFlags()...)}
 		switch picker {
 		case "prompt-affinity":
 			b.Config.LoadAware = &meshspec.LoadAware{PromptAffinity: true}
+		case "token-load":
+			b.Config.LoadAware = &meshspec.LoadAware{PromptAffinity: true, TTFTBudgetMs: budgetMs}
 		case "load-aware":
 			b.Config.LoadAware = &meshspec.LoadAware{}
 		}
@@ -165,12 +168,13 @@ func stopAll(ps []*proc.Process) {
 //go:embed baseline.yaml
 var baselineConfig string
 
-// envoyTarget is two engines behind a minimal hand-written Envoy doing
-// round robin: the baseline without the mesh.
-func envoyTarget(env *benchenv.Env, eng *engine) target {
+// envoyTarget is as many engines as the mesh's (servers) behind a
+// minimal hand-written Envoy doing round robin: the baseline without the
+// mesh.
+func envoyTarget(env *benchenv.Env, eng *engine, count int) target {
 	tmpl := template.Must(template.New("baseline").Parse(baselineConfig))
 	return target{name: "hand-written Envoy, round robin", start: func(_ context.Context, dir string) (string, func() []string, func(), error) {
-		ps, ports, logs, err := servers(eng, dir, 2)
+		ps, ports, logs, err := servers(eng, dir, count)
 		if err != nil {
 			stopAll(ps)
 			return "", nil, nil, err
