@@ -14,7 +14,7 @@ import (
 //
 //  1. session (filter, preferred): the replica that served the request's
 //     conversation, while it is neither saturated nor failing, takes it,
-//     unless its queued prefill releases it (releases).
+//     unless its queued prefill releases it (releaseTo).
 //  2. free (filter, required): the replicas that are not saturated.
 //  3. scorers: queue, ttfb, kv_cache, prefix, model and token_load
 //     (Scorers), each a
@@ -25,7 +25,8 @@ import (
 //     (the replica holding its model, else its prompt's home) is not
 //     saturated nor failing, not too busy beside it (KeepsHome), and with
 //     a TTFT budget, not past it in queued prefill (TokenSaturated: the
-//     affinity is released, and the pass records it).
+//     affinity is released to the free replica with no prefill queued that
+//     would prefill the request soonest, and the pass records it).
 //  5. room (filter, when no replica is free, for a request of priority 0
 //     or more): those with requests in flight under
 //     max_concurrent_queries; the cheapest takes it (its server queues
@@ -145,7 +146,7 @@ type Filter interface {
 
 // sessionFilter keeps the replica that served the request's conversation while
 // it is not saturated (with limits known) nor failing; Run then lets it
-// release the request past its token budget (releases).
+// release the request past its token budget (releaseTo).
 type sessionFilter struct{}
 
 func (sessionFilter) Name() string { return "session" }
@@ -266,21 +267,21 @@ func Run(cands []Candidate, a Ask) Pass {
 	p.step("ready", all)
 	free := keep(cands, all, a, freeFilter{})
 	if kept := keep(cands, all, a, sessionFilter{}); len(kept) > 0 {
-		if !releases(cands, free, kept[0], a) {
+		to := releaseTo(cands, free, kept[0], a)
+		if to < 0 {
 			p.step(sessionFilter{}.Name(), kept)
 			p.Picked, p.Why = kept[0], WhySession
 			return p
 		}
-		p.Released = WhySession
+		p.step(freeFilter{}.Name(), free)
+		p.cheapest(cands, free, a)
+		p.Picked, p.Why, p.Released = to, WhyFree, WhySession
+		return p
 	}
 	p.step(freeFilter{}.Name(), free)
 	if len(free) > 0 {
 		best := p.cheapest(cands, free, a)
-		var released string
-		p.Picked, p.Why, released = sticky(cands, all, free, best, a)
-		if released != "" {
-			p.Released = released
-		}
+		p.Picked, p.Why, p.Released = sticky(cands, all, free, best, a)
 		return p
 	}
 	if a.Priority < 0 {
@@ -325,43 +326,48 @@ func (p *Pass) cheapest(cands []Candidate, idx []int, a Ask) int {
 // the request's affinity target keeps it: the least busy free replica
 // holding its model (not failing), else its prompt's home (holder), each
 // while KeepsHome beside the cheapest and it does not release the
-// request (releases). released names a target that would have kept it
-// but for its queued prefill.
+// request (releaseTo: then the request goes where that says). released
+// names the target that would have kept it but for its queued prefill.
 func sticky(cands []Candidate, all, free []int, best int, a Ask) (pick int, why, released string) {
 	if a.Model && a.Limits.MaxModels > 0 {
 		if j := modelHolder(cands, free, best, a); j >= 0 && j != best {
-			if !releases(cands, free, j, a) {
+			to := releaseTo(cands, free, j, a)
+			if to < 0 {
 				return j, WhyModel, ""
 			}
-			released = WhyModel
+			return to, WhyFree, WhyModel
 		}
 	}
 	if a.Keyed {
 		if j := promptHome(cands, all, best, a); j != best {
-			if !releases(cands, free, j, a) {
-				return j, WhyHome, released
+			to := releaseTo(cands, free, j, a)
+			if to < 0 {
+				return j, WhyHome, ""
 			}
-			released = WhyHome
+			return to, WhyFree, WhyHome
 		}
 	}
-	return best, WhyFree, released
+	return best, WhyFree, ""
 }
 
-// releases reports whether affinity target j lets the request go: it is
-// past its budget (TokenSaturated) and another free candidate would
-// prefill it sooner (its own queue and the request's tokens it does not
-// hold: a release that only waits longer elsewhere helps no one).
-func releases(cands []Candidate, free []int, j int, a Ask) bool {
+// releaseTo is where affinity target j lets the request go, -1 if it keeps
+// it: j is past its budget (TokenSaturated), and of the other free
+// candidates with no prefill queued (spare: a release takes a cold prefill,
+// which a busy replica pays for with its own requests' time, and past
+// the knee with everyone's) the one that would prefill the request
+// soonest, if sooner than j (the tokens of the request it does not hold:
+// a release that only waits longer elsewhere helps no one).
+func releaseTo(cands []Candidate, free []int, j int, a Ask) int {
 	if !TokenSaturated(cands[j], a) {
-		return false
+		return -1
 	}
-	wait := cands[j].PrefillWait()
+	to, wait := -1, cands[j].PrefillWait()
 	for _, k := range free {
-		if k != j && cands[k].PrefillRate > 0 && cands[k].PrefillWait() < wait {
-			return true
+		if c := cands[k]; k != j && c.QueuedTokens == 0 && c.PrefillRate > 0 && c.PrefillWait() < wait {
+			to, wait = k, c.PrefillWait()
 		}
 	}
-	return false
+	return to
 }
 
 // modelHolder is the least busy of the free candidates that hold the

@@ -147,6 +147,13 @@ func TestPassRecordsItsSteps(t *testing.T) {
 		{"the prompt's home past the budget, but slower to prefill it elsewhere: kept", []Candidate{{Replica: rated, Tokens: 1500}, {Replica: queued, Home: true, Tokens: 300}},
 			func(a Ask) Ask { a.Keyed, a.Placed, a.Limits.TTFTBudget = true, true, 50*time.Millisecond; return a }, 1, WhyHome,
 			"ready 2 > free 2 > picked 1 (home)"},
+		{"the prompt's home past the budget, the other with prefill queued too: kept", []Candidate{{Replica: Replica{TTFB: ms(10), QueuedTokens: 10, PrefillRate: 10000}, Tokens: 300}, {Replica: queued, Home: true, Tokens: 300}},
+			func(a Ask) Ask { a.Keyed, a.Placed, a.Limits.TTFTBudget = true, true, 50*time.Millisecond; return a }, 1, WhyHome,
+			"ready 2 > free 2 > picked 1 (home)"},
+		{"released to the spare replica that prefills it soonest, not the cheapest", []Candidate{{Replica: rated, Tokens: 300}, {Replica: Replica{TTFB: ms(1), QueuedTokens: 10, PrefillRate: 10000}, Tokens: 300},
+			{Replica: rated, Tokens: 100}, {Replica: queued, Home: true, Tokens: 300}},
+			func(a Ask) Ask { a.Keyed, a.Placed, a.Limits.TTFTBudget = true, true, 50*time.Millisecond; return a }, 2, WhyFree,
+			"ready 4 > free 4 > released home > picked 2 (free)"},
 		{"every one saturated: room", []Candidate{{Replica: Replica{TTFB: ms(10), InFlight: 4}}, {Replica: Replica{TTFB: ms(10), InFlight: 3, Server: Server{At: now, KV: 1, HasKV: true}}}},
 			func(a Ask) Ask { a.Limits.KVCacheLimit = 0.9; return a }, 1, WhyRoom, "ready 2 > free 0 > room 1 > picked 1 (room)"},
 	} {

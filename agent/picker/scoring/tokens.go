@@ -11,10 +11,12 @@ import "time"
 // target (its conversation's replica, its model's, its prompt's home)
 // keeps it only while that queue and the request's own uncached tokens
 // (Candidate.Tokens) would be prefilled within the budget (TokenSaturated),
-// or no other free replica would prefill it sooner (the whole prompt,
-// where it holds none of it): past that, the affinity is released and the
-// request goes by cost, where the token_load scorer counts the same wait. Without a budget, or before
-// a rate is known, token load changes nothing.
+// or no other free replica with no prefill queued (spare) would prefill it
+// sooner (the whole prompt, where it holds none of it): past that, the
+// affinity is released to the spare replica that would prefill it
+// soonest. The token_load scorer counts the same wait in every
+// candidate's cost. Without a budget, or before a rate is known, token
+// load changes nothing.
 
 // PrefillWait is how long c would take to prefill its queued tokens and
 // the request's own, at its prefill rate (0: no rate known).
