@@ -103,10 +103,11 @@ type LoadAware struct {
 	// the backend's process or user_config changes), and a prompt's
 	// home, its conversation's or its model's replica keeps a request
 	// only while that queue and the request's own tokens would be
-	// prefilled within this many milliseconds, or no other replica
-	// would prefill it sooner; past it the affinity is released and the
-	// request goes by cost, where the token_load scorer counts the same
-	// wait. 0: off. From 1 to MaxTTFTBudgetMs.
+	// prefilled within this many milliseconds, or no other replica with
+	// no prefill queued would prefill it sooner; past it the affinity is
+	// released to the one of those that would prefill it soonest (the
+	// token_load scorer counts the same wait in every replica's cost).
+	// 0: off. From 1 to MaxTTFTBudgetMs.
 	TTFTBudgetMs int `json:"ttft_budget_ms,omitempty"`
 	// Weights weigh the picker's scorers (agent/picker/scoring's
 	// pipeline), by name: queue (requests pending), ttfb (time to first
