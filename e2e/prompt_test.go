@@ -87,6 +87,27 @@ func TestPromptsReachTheReplicaHoldingTheirPrefix(t *testing.T) {
 	} else {
 		t.Logf("after each prompt's first request, %d of %d prompt blocks were found cached (%.0f%%)", cached, blocks, 100*hit)
 	}
+	checkServedAsPicked(t, []*mtlsNode{mesh.n1, mesh.n2}, "pa", 4*8+3*6)
+}
+
+// checkServedAsPicked: the nodes' pickers were told, as the Endpoint Picker
+// Protocol has the proxy tell a picker (x-gateway-destination-endpoint-served),
+// that the replica each picked served at least requests of backend's, and
+// never that another did or that Envoy reported none.
+func checkServedAsPicked(t *testing.T, nodes []*mtlsNode, backend string, requests int) {
+	t.Helper()
+	counts := map[string]float64{}
+	for _, n := range nodes {
+		for _, replica := range []string{"picked", "other", "unreported"} {
+			if v, found := scrapeMetric(t, n.metr, "servemesh_picker_served_total", "backend", backend, "replica", replica); found {
+				counts[replica] += v
+			}
+		}
+	}
+	if counts["picked"] < float64(requests) || counts["other"] != 0 || counts["unreported"] != 0 {
+		t.Errorf("the pickers were told of %v answers of %s by the replica picked, another or none (servemesh_picker_served_total); want at least %d by the one picked, none otherwise",
+			counts, backend, requests)
+	}
 }
 
 // askChat posts a chat request of model with a system prompt and a

@@ -392,14 +392,28 @@ const (
 // Load-aware picking (xds/translate's inference.go): a node's inbound
 // listener asks its agent's picker, a gRPC ext_proc server on PickerSocket
 // in the Envoy's folder (cluster PickerCluster), which replica takes each
-// request of a load-aware backend; the picker names it in dynamic metadata
-// (PickerNamespace, PickedReplicaKey: "IP:port"), which the inbound
-// cluster follows, and adds the node's ORCA load report to the answer
-// (LoadReportHeader), which the calling node weighs nodes by and removes.
+// request of a load-aware backend; the picker names it as the Gateway API
+// Inference Extension's Endpoint Picker Protocol (v1.0.0 of the protocol)
+// has an endpoint picker do: in dynamic metadata (PickerNamespace,
+// DestinationEndpointKey: "IP:port") and in the request header of that
+// name. The inbound cluster follows the metadata (override_host) and
+// reports the replica that served the request back in metadata
+// (PickerNamespace, DestinationEndpointServedKey), which Envoy sends the
+// picker with the answer's headers. The picker adds the node's ORCA load
+// report to the answer (LoadReportHeader), which the calling node weighs
+// nodes by and removes.
 const (
-	PickerSocket     = "picker.sock"
-	PickerCluster    = "servemesh_picker"
-	PickerNamespace  = "envoy.lb"
+	PickerSocket    = "picker.sock"
+	PickerCluster   = "servemesh_picker"
+	PickerNamespace = "envoy.lb"
+	// DestinationEndpointKey and DestinationEndpointServedKey are the
+	// protocol's names of the endpoint picked and the one that served.
+	DestinationEndpointKey       = "x-gateway-destination-endpoint"
+	DestinationEndpointServedKey = "x-gateway-destination-endpoint-served"
+	// PickedReplicaKey is where a picker of servemesh 0.x before the
+	// protocol named the replica: its agents still answer so while an
+	// upgrade is rolled out, and the inbound cluster follows it after
+	// DestinationEndpointKey (docs/upgrading.md).
 	PickedReplicaKey = "x-servemesh-replica"
 	LoadReportHeader = "endpoint-load-metrics"
 	// LoadReportBinHeader is ORCA's binary form, which Envoy reads first:

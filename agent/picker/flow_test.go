@@ -205,7 +205,7 @@ func TestAWaitingRequestExtendsEnvoysTimeout(t *testing.T) {
 	if resp, err = stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	picked := resp.GetDynamicMetadata().GetFields()[wire.PickerNamespace].GetStructValue().GetFields()[wire.PickedReplicaKey].GetStringValue()
+	picked := pickedOf(resp)
 	if picked != busy[0].replica.addr || resp.GetRequestHeaders() == nil {
 		t.Errorf("answer once a replica freed: %v, want %s", resp, busy[0].replica.addr)
 	}

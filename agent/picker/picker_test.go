@@ -16,9 +16,11 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/agent/nodeview"
@@ -208,11 +210,15 @@ func TestAFastReplicaCannotTakeTheMesh(t *testing.T) {
 
 // TestPickerServerSpeaksExtProc: through a real gRPC stream on the unix
 // socket, as the node's Envoy calls it: the request's headers get the
-// replica in dynamic metadata, or a 429 with Retry-After for a shed one;
-// the answer's headers get the load report, replacing the replica's own.
+// replica as the Endpoint Picker Protocol names it (dynamic metadata and
+// a header, and the metadata key of the previous release), or a 429 with
+// Retry-After for a shed one; the answer's headers, which come with the
+// replica that served it, get the load report, replacing the replica's
+// own, and the served replica is counted.
 func TestPickerServerSpeaksExtProc(t *testing.T) {
 	p, _ := testPicker(t, &meshspec.LoadAware{})
-	client, ctx := pickerClient(t, p)
+	srv := NewServer(p, slog.New(slog.DiscardHandler), nil, nil)
+	client, ctx := pickerClientOf(t, srv)
 	var err error
 	ask := func(criticality string) (*extproc.ProcessingResponse, extproc.ExternalProcessor_ProcessClient) {
 		t.Helper()
@@ -237,11 +243,15 @@ func TestPickerServerSpeaksExtProc(t *testing.T) {
 		}
 	}
 	resp, stream := ask("sheddable")
-	picked := resp.GetDynamicMetadata().GetFields()[wire.PickerNamespace].GetStructValue().GetFields()[wire.PickedReplicaKey].GetStringValue()
-	if picked != "127.0.0.1:9001" {
-		t.Fatalf("picked %q (%v), want the first idle replica", picked, resp)
+	picked := pickedOf(resp)
+	named := resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders()
+	if picked != "127.0.0.1:9001" || previousKeyOf(resp) != picked || len(named) != 1 || named[0].GetHeader().GetKey() != wire.DestinationEndpointKey ||
+		string(named[0].GetHeader().GetRawValue()) != picked || named[0].GetAppendAction() != core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
+		t.Fatalf("picked %q (%v), want the first idle replica, named in %s's metadata and header (replacing any) and by the previous key", picked, resp, wire.DestinationEndpointKey)
 	}
-	if err := stream.Send(&extproc.ProcessingRequest{Request: &extproc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extproc.HttpHeaders{}}}); err != nil {
+	served := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{wire.PickerNamespace: {Fields: map[string]*structpb.Value{
+		wire.DestinationEndpointServedKey: structpb.NewStringValue(picked)}}}}
+	if err := stream.Send(&extproc.ProcessingRequest{MetadataContext: served, Request: &extproc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extproc.HttpHeaders{}}}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err = stream.Recv()
@@ -252,6 +262,9 @@ func TestPickerServerSpeaksExtProc(t *testing.T) {
 	if len(set) != 1 || set[0].GetHeader().GetKey() != wire.LoadReportHeader || !strings.HasPrefix(string(set[0].GetHeader().GetRawValue()), "TEXT application_utilization=") ||
 		set[0].GetAppendAction() != core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
 		t.Fatalf("answer's headers: %v, want the load report replacing any", set)
+	}
+	if got := promtestutil.ToFloat64(srv.served.WithLabelValues("llama", ServedPicked)); got != 1 {
+		t.Fatalf("answers served by the replica picked: %v, want 1", got)
 	}
 	_ = stream.CloseSend()
 	for range 6 { // fill every replica (2 each)
@@ -347,7 +360,13 @@ func TestPickerServerPicksOnTheBody(t *testing.T) {
 	}
 }
 
+// pickedOf is the replica resp names (wire.DestinationEndpointKey).
 func pickedOf(resp *extproc.ProcessingResponse) string {
+	return resp.GetDynamicMetadata().GetFields()[wire.PickerNamespace].GetStructValue().GetFields()[wire.DestinationEndpointKey].GetStringValue()
+}
+
+// previousKeyOf is the replica resp names by the previous release's key.
+func previousKeyOf(resp *extproc.ProcessingResponse) string {
 	return resp.GetDynamicMetadata().GetFields()[wire.PickerNamespace].GetStructValue().GetFields()[wire.PickedReplicaKey].GetStringValue()
 }
 

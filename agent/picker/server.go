@@ -32,9 +32,10 @@ import (
 // Server serves the node's Picker to its Envoy: the ext_proc
 // protocol on wire.PickerSocket, one stream per request of a load-aware
 // backend (the backend named in the stream's metadata). On the request's
-// headers it answers with the replica picked, in dynamic metadata, or a
-// 429 with Retry-After for a shed request; on the answer's headers, with
-// the node's load report.
+// headers (or body) it answers with the replica picked, as the Endpoint
+// Picker Protocol says (named), or a 429 with Retry-After for a shed
+// request; on the answer's headers, which come with the replica that
+// served it, with the node's load report.
 type Server struct {
 	extproc.UnimplementedExternalProcessorServer
 	picker   *Picker
@@ -47,6 +48,9 @@ type Server struct {
 	prompts *prometheus.CounterVec
 	// released counts affinities released for queued prefill.
 	released *prometheus.CounterVec
+	// served counts the answers the inbound cluster reports a replica
+	// served, by whether it was the one picked.
+	served *prometheus.CounterVec
 	meta     routeMeta // routes' affinity nodes and rewrites, parsed
 	tracer   *tracing.Tracer
 }
@@ -80,11 +84,36 @@ func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer, tr *traci
 	}, []string{"backend", "cache"}), released: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_affinity_released_total",
 		Help: "Requests of load-aware backends with a TTFT budget (load_aware.ttft_budget_ms) that this node's picker gave another replica than their affinity target (target: session, model or home), since the target's queued prefill with theirs would have passed the budget.",
-	}, []string{"backend", "target"})}
+	}, []string{"backend", "target"}), served: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "servemesh_picker_served_total",
+		Help: "Answers of requests this node's picker gave a replica, by backend and the replica that served them as Envoy reports it (the Endpoint Picker Protocol's x-gateway-destination-endpoint-served): picked (the one the picker named), other (Envoy sent the request elsewhere: the replica named had left its cluster or failed its health checks), unreported (no report: an Envoy without it).",
+	}, []string{"backend", "replica"})}
 	if reg != nil {
-		reg.MustRegister(s.outcomes, s.queued, s.rewrites, s.prompts, s.released)
+		reg.MustRegister(s.outcomes, s.queued, s.rewrites, s.prompts, s.released, s.served)
 	}
 	return s
+}
+
+// Which replica served a request, against the one picked
+// (servemesh_picker_served_total).
+const (
+	ServedPicked     = "picked"
+	ServedOther      = "other"
+	ServedUnreported = "unreported"
+)
+
+// countServed counts the answer to a request picked c by the replica
+// served names.
+func (s *Server) countServed(backend string, c choice, served string) {
+	outcome := ServedPicked
+	switch {
+	case served == "":
+		outcome = ServedUnreported
+	case served != c.replica.addr:
+		outcome = ServedOther
+		s.log.Debug("a request was served by another replica than the one picked", "backend", backend, "picked", c.replica.addr, "served", served)
+	}
+	s.served.WithLabelValues(backend, outcome).Inc()
 }
 
 // Serve listens on the picker's socket in dir (the node's Envoy's folder)
@@ -175,6 +204,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		case *extproc.ProcessingRequest_ResponseHeaders:
 			if picked.replica != nil {
 				status, _ := strconv.Atoi(headerValue(r.ResponseHeaders.GetHeaders(), ":status"))
+				s.countServed(backend, picked, servedBy(req))
 				s.picker.done(picked, s.picker.now().Sub(sent), status)
 				picked = choice{}
 			}
@@ -253,12 +283,44 @@ func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.Pr
 	if c.prompted {
 		s.prompts.WithLabelValues(backend, map[bool]string{true: "hit", false: "miss"}[c.prefixHit > 0]).Inc()
 	}
-	resp := goOn()
+	return named(goOn(), c.replica.addr)
+}
+
+// named is resp naming replica (IP:port) as the Endpoint Picker Protocol
+// has a picker name the endpoint it chose: in dynamic metadata and in the
+// request header, both wire.DestinationEndpointKey, the metadata also by
+// the key a previous release's inbound cluster follows (while an upgrade
+// is rolled out).
+func named(resp *extproc.ProcessingResponse, replica string) *extproc.ProcessingResponse {
 	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 		wire.PickerNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			wire.PickedReplicaKey: structpb.NewStringValue(c.replica.addr)}}),
+			wire.DestinationEndpointKey: structpb.NewStringValue(replica),
+			wire.PickedReplicaKey:       structpb.NewStringValue(replica)}}),
 	}}
+	var common *extproc.CommonResponse
+	switch r := resp.Response.(type) {
+	case *extproc.ProcessingResponse_RequestHeaders:
+		common = &extproc.CommonResponse{}
+		r.RequestHeaders.Response = common
+	case *extproc.ProcessingResponse_RequestBody:
+		common = &extproc.CommonResponse{}
+		r.RequestBody.Response = common
+	default:
+		return resp
+	}
+	common.HeaderMutation = &extproc.HeaderMutation{SetHeaders: []*core.HeaderValueOption{{
+		Header:       &core.HeaderValue{Key: wire.DestinationEndpointKey, RawValue: []byte(replica)},
+		AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}}
 	return resp
+}
+
+// servedBy is the replica the inbound cluster reports served a request
+// (wire.DestinationEndpointServedKey, in the metadata Envoy sends with the
+// answer's headers), "" if it reports none.
+func servedBy(req *extproc.ProcessingRequest) string {
+	ns := req.GetMetadataContext().GetFilterMetadata()[wire.PickerNamespace]
+	return ns.GetFields()[wire.DestinationEndpointServedKey].GetStringValue()
 }
 
 // tracedPick is pick in a span, the child of the trace context Envoy sent

@@ -101,27 +101,42 @@ func loadAwareCluster(c *cluster.Cluster) error {
 }
 
 // pickedReplicaCluster makes c, a node's inbound cluster, send each request
-// to the replica its picker named, or by least requests when it named none.
+// to the replica its picker named (the Endpoint Picker Protocol's key,
+// then the key a picker of the previous release names it by), or by
+// least requests when it named none, and report the replica that served
+// it to the picker (wire.DestinationEndpointServedKey).
 func pickedReplicaCluster(c *cluster.Cluster) error {
 	fallback, err := anypb.New(&leastrequest.LeastRequest{})
 	if err != nil {
 		return err
 	}
-	return overrideHostCluster(c, wire.PickedReplicaKey, "envoy.load_balancing_policies.least_request", fallback)
+	return overrideHostCluster(c, []string{wire.DestinationEndpointKey, wire.PickedReplicaKey}, wire.DestinationEndpointServedKey,
+		"envoy.load_balancing_policies.least_request", fallback)
 }
 
 // overrideHostCluster makes c take the host a filter named in dynamic
-// metadata (wire.PickerNamespace, key), as "IP:port", while it is in the
-// cluster, else pick by the fallback policy (named, with its config).
-func overrideHostCluster(c *cluster.Cluster, key, fallbackName string, fallback *anypb.Any) error {
-	policy, err := anypb.New(&overridehost.OverrideHost{
-		OverrideHostSources: []*overridehost.OverrideHost_OverrideHostSource{{
-			Metadata: &metadatav3.MetadataKey{Key: wire.PickerNamespace, Path: []*metadatav3.MetadataKey_PathSegment{{
-				Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: key}}}},
-		}},
+// metadata (wire.PickerNamespace, the first of keys it finds), as
+// "IP:port" (or a list of them, in order), while it is in the cluster,
+// else pick by the fallback policy (named, with its config); with served,
+// it names the host taken in metadata (wire.PickerNamespace, served).
+func overrideHostCluster(c *cluster.Cluster, keys []string, served, fallbackName string, fallback *anypb.Any) error {
+	key := func(k string) *metadatav3.MetadataKey {
+		return &metadatav3.MetadataKey{Key: wire.PickerNamespace, Path: []*metadatav3.MetadataKey_PathSegment{{
+			Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: k}}}}
+	}
+	var sources []*overridehost.OverrideHost_OverrideHostSource
+	for _, k := range keys {
+		sources = append(sources, &overridehost.OverrideHost_OverrideHostSource{Metadata: key(k)})
+	}
+	config := &overridehost.OverrideHost{
+		OverrideHostSources: sources,
 		FallbackPolicy: &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
 			TypedExtensionConfig: &core.TypedExtensionConfig{Name: fallbackName, TypedConfig: fallback}}}},
-	})
+	}
+	if served != "" {
+		config.SelectedHostKey = key(served)
+	}
+	policy, err := anypb.New(config)
 	if err != nil {
 		return fmt.Errorf("cluster %s: pack override host policy: %w", c.GetName(), err)
 	}
@@ -173,8 +188,11 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 		// picker extend its answer's time, up to the longest wait.
 		MaxMessageTimeout: durationpb.New(wire.PickerMaxWait),
 		ProcessingMode:    mode,
-		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
-			Untyped: []string{wire.PickerNamespace}}},
+		// It names the replica in the protocol's namespace, and is told
+		// which served the request there (with the answer's headers).
+		MetadataOptions: &extproc.MetadataOptions{
+			ReceivingNamespaces:  &extproc.MetadataOptions_MetadataNamespaces{Untyped: []string{wire.PickerNamespace}},
+			ForwardingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{Untyped: []string{wire.PickerNamespace}}},
 		// The picker reads the criticality, the priority and the session,
 		// model and tenant headers, and the answer's status; the others
 		// are not sent to it.
@@ -437,7 +455,7 @@ func boundedHashCluster(c *cluster.Cluster) error {
 	if err != nil {
 		return fmt.Errorf("cluster %s: pack maglev policy: %w", c.GetName(), err)
 	}
-	if err := overrideHostCluster(c, wire.PromptNodeKey, "envoy.load_balancing_policies.maglev", hashed); err != nil {
+	if err := overrideHostCluster(c, []string{wire.PromptNodeKey}, "", "envoy.load_balancing_policies.maglev", hashed); err != nil {
 		return err
 	}
 	// A node named but not healthy (its replicas' checks lapsed: DEGRADED;
