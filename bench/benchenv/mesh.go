@@ -87,8 +87,10 @@ func (e *Env) StartMesh(o MeshOptions) (*Mesh, error) {
 		m.Agents, m.args = append(m.Agents, p), append(m.args, args)
 		m.Public, m.WorkDirs = append(m.Public, public), append(m.WorkDirs, work)
 		m.stops = append(m.stops, func() {
-			_ = m.Agents[i].Stop(15 * time.Second)
-			if o.KeepDataPlane {
+			// An agent killed at the end of its grace (one draining
+			// engines may take longer) leaves its Envoy and replicas
+			// running, as one kept on purpose does: both are stopped.
+			if err := m.Agents[i].Stop(15 * time.Second); err != nil || o.KeepDataPlane {
 				if left, err := e.Run("agent", "--stop-all", "--stop-grace", "0", "--node-id", args[slices.Index(args, "--node-id")+1], "--work-dir", work); err == nil {
 					_ = left.Wait()
 				}
