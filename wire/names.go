@@ -410,6 +410,12 @@ const (
 	// protocol's names of the endpoint picked and the one that served.
 	DestinationEndpointKey       = "x-gateway-destination-endpoint"
 	DestinationEndpointServedKey = "x-gateway-destination-endpoint-served"
+	// SubsetHintNamespace and SubsetHintKey are where a proxy may list
+	// the endpoints ("IP:port", a list or one comma-separated string) a
+	// picker must choose from: the picker answers 503 when none of them
+	// is ready.
+	SubsetHintNamespace = "envoy.lb.subset_hint"
+	SubsetHintKey       = "x-gateway-destination-endpoint-subset"
 	// PickedReplicaKey is where a picker of servemesh 0.x before the
 	// protocol named the replica: its agents still answer so while an
 	// upgrade is rolled out, and the inbound cluster follows it after

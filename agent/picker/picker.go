@@ -150,8 +150,11 @@ func (p *Picker) Forget(tag string) {
 // span); whether the replica is expected to load the request's model for
 // it.
 type choice struct {
-	replica    *replicaLoad
-	shed       bool
+	replica *replicaLoad
+	shed    bool
+	// unservable: no replica the request may go to (its subset hint) is
+	// ready: answered 503.
+	unservable bool
 	why        string
 	loadsModel bool
 	// pass is the request's way through the policy's pipeline.
@@ -183,6 +186,8 @@ const (
 	pickedFree    = "the cheapest free replica"
 	pickedRoom    = "every replica saturated: the cheapest with room in its queue"
 	pickedNone    = "no ready replica here: Envoy's own choice"
+	// pickedNoneInSubset: none of those the request's subset hint names.
+	pickedNoneInSubset = "no ready replica of those the subset hint names"
 )
 
 // request is what the picker reads of a request: its priority (below 0:
@@ -197,6 +202,9 @@ type request struct {
 	// deadline is when its first token is due (wire.TTFTObjectiveHeader);
 	// zero: none.
 	deadline time.Time
+	// subset are the replicas (IP:port) it may go to, as the Endpoint
+	// Picker Protocol's subset hint names them; nil: any.
+	subset map[string]bool
 }
 
 // pick chooses the replica of backend that takes a request (place), if one
@@ -244,6 +252,12 @@ func (p *Picker) pick(backend string, req request) (choice, *waiter) {
 // none picked, the request waits or is shed (false). Called with mu held.
 func (p *Picker) place(backend string, req request, pol policy) (choice, bool) {
 	ready, loads := p.ready(backend)
+	if req.subset != nil {
+		ready, loads = within(ready, loads, req.subset)
+		if len(ready) == 0 {
+			return choice{unservable: true, why: pickedNoneInSubset}, true
+		}
+	}
 	if len(ready) == 0 {
 		return choice{why: pickedNone}, true
 	}
@@ -330,6 +344,18 @@ func (p *Picker) expectPrompt(blocks []uint64, ready []*replicaLoad, loads []sco
 
 // ready are backend's ready replicas by tag (for a stable choice among
 // equals), and their figures.
+// within are those of ready (and their loads) in subset.
+func within(ready []*replicaLoad, loads []scoring.Replica, subset map[string]bool) ([]*replicaLoad, []scoring.Replica) {
+	var in []*replicaLoad
+	var inLoads []scoring.Replica
+	for i, r := range ready {
+		if subset[r.addr] {
+			in, inLoads = append(in, r), append(inLoads, loads[i])
+		}
+	}
+	return in, inLoads
+}
+
 func (p *Picker) ready(backend string) ([]*replicaLoad, []scoring.Replica) {
 	var out []*replicaLoad
 	var loads []scoring.Replica

@@ -764,3 +764,41 @@ func TestScorerNamesAreTheStatesNames(t *testing.T) {
 		t.Fatalf("the pipeline's scorers %v, the state's names %v", got, want)
 	}
 }
+
+// TestPickerHonoursTheSubsetHint: a request whose metadata carries the
+// Endpoint Picker Protocol's subset hint goes only to a replica it names
+// (as a list or a comma-separated string); one naming no ready replica is
+// answered 503.
+func TestPickerHonoursTheSubsetHint(t *testing.T) {
+	p, _ := testPicker(t, &meshspec.LoadAware{})
+	client, ctx := pickerClient(t, p)
+	ask := func(hint *structpb.Value) *extproc.ProcessingResponse {
+		t.Helper()
+		stream, err := client.Process(metadata.AppendToOutgoingContext(ctx, wire.BackendHeader, "llama"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = stream.CloseSend() }()
+		md := &core.Metadata{FilterMetadata: map[string]*structpb.Struct{wire.SubsetHintNamespace: {Fields: map[string]*structpb.Value{wire.SubsetHintKey: hint}}}}
+		if err := stream.Send(&extproc.ProcessingRequest{MetadataContext: md, Request: &extproc.ProcessingRequest_RequestHeaders{RequestHeaders: &extproc.HttpHeaders{EndOfStream: true}}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	list, _ := structpb.NewList([]any{"10.9.9.9:1", "127.0.0.1:9003"})
+	for _, hint := range []*structpb.Value{structpb.NewListValue(list), structpb.NewStringValue("10.9.9.9:1, 127.0.0.1:9003")} {
+		for range 3 { // not merely the first idle replica
+			if got := pickedOf(ask(hint)); got != "127.0.0.1:9003" {
+				t.Fatalf("subset hint %v: picked %q, want 127.0.0.1:9003, the one ready replica it names", hint, got)
+			}
+		}
+	}
+	resp := ask(structpb.NewStringValue("10.9.9.9:1"))
+	if got := resp.GetImmediateResponse().GetStatus().GetCode(); got != 503 || pickedOf(resp) != "" {
+		t.Fatalf("a subset hint naming no ready replica: %v, want 503 and no replica named", resp)
+	}
+}

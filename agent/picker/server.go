@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -51,8 +52,8 @@ type Server struct {
 	// served counts the answers the inbound cluster reports a replica
 	// served, by whether it was the one picked.
 	served *prometheus.CounterVec
-	meta     routeMeta // routes' affinity nodes and rewrites, parsed
-	tracer   *tracing.Tracer
+	meta   routeMeta // routes' affinity nodes and rewrites, parsed
+	tracer *tracing.Tracer
 }
 
 // Outcomes of a request the picker was asked about, as counted.
@@ -60,6 +61,9 @@ const (
 	PickPicked = "picked" // a replica was named
 	PickShed   = "shed"   // 429: sheddable with every replica saturated, or no room or time to wait
 	PickNone   = "none"   // no ready replica here: Envoy's own choice
+	// PickUnservable: 503, no ready replica among those the request's
+	// subset hint (the Endpoint Picker Protocol's) names.
+	PickUnservable = "unservable"
 )
 
 // ShedRetryAfter is the Retry-After, in seconds, of a shed request.
@@ -71,7 +75,7 @@ const ShedRetryAfter = "1"
 func NewServer(p *Picker, log *slog.Logger, reg prometheus.Registerer, tr *tracing.Tracer) *Server {
 	s := &Server{picker: p, log: log, meta: newRouteMeta(), tracer: tr, outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_requests_total",
-		Help: "Requests of load-aware backends this node's picker was asked about, by outcome: picked (a replica named), shed (429: sheddable with every replica here saturated, or the queue full or its wait too long), none (no ready replica here).",
+		Help: "Requests of load-aware backends this node's picker was asked about, by outcome: picked (a replica named), shed (429: sheddable with every replica here saturated, or the queue full or its wait too long), none (no ready replica here), unservable (503: no ready replica among those the request's subset hint names).",
 	}, []string{"backend", "outcome"}), queued: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "servemesh_picker_queued_total",
 		Help: "Requests of load-aware backends that waited on this node for a replica (every one saturated), whatever their outcome.",
@@ -169,6 +173,7 @@ func (s *Server) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 		var resp *extproc.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extproc.ProcessingRequest_RequestHeaders:
+			ask.subset = subsetHint(req)
 			ask.priority = requestPriority(r.RequestHeaders.GetHeaders())
 			ask.deadline = requestDeadline(r.RequestHeaders.GetHeaders(), s.picker.now())
 			if tenantHeader != "" {
@@ -272,6 +277,13 @@ func (s *Server) answerRequest(backend string, c choice, goOn func() *extproc.Pr
 			Body:    []byte(shedMessage(backend, c.why)),
 			Details: "servemesh_shed",
 		}}}
+	case c.unservable:
+		s.outcomes.WithLabelValues(backend, PickUnservable).Inc()
+		return &extproc.ProcessingResponse{Response: &extproc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extproc.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+			Body:    []byte(fmt.Sprintf("servemesh: backend %q: %s (%s)\n", backend, c.why, wire.SubsetHintKey)),
+			Details: "servemesh_no_replica_in_subset",
+		}}}
 	case c.replica == nil:
 		s.outcomes.WithLabelValues(backend, PickNone).Inc()
 		return goOn()
@@ -313,6 +325,29 @@ func named(resp *extproc.ProcessingResponse, replica string) *extproc.Processing
 		AppendAction: core.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}}}
 	return resp
+}
+
+// subsetHint are the endpoints the Endpoint Picker Protocol's subset hint
+// in req's metadata names (a list of "IP:port", or a comma-separated
+// string, or a list of those), nil if it names none.
+func subsetHint(req *extproc.ProcessingRequest) map[string]bool {
+	v, ok := req.GetMetadataContext().GetFilterMetadata()[wire.SubsetHintNamespace].GetFields()[wire.SubsetHintKey]
+	if !ok {
+		return nil
+	}
+	subset := map[string]bool{}
+	add := func(s string) {
+		for _, e := range strings.Split(s, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				subset[e] = true
+			}
+		}
+	}
+	add(v.GetStringValue())
+	for _, e := range v.GetListValue().GetValues() {
+		add(e.GetStringValue())
+	}
+	return subset
 }
 
 // servedBy is the replica the inbound cluster reports served a request

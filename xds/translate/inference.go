@@ -189,10 +189,11 @@ func pickerFilter(b ir.Backend) (*hcm.HttpFilter, error) {
 		MaxMessageTimeout: durationpb.New(wire.PickerMaxWait),
 		ProcessingMode:    mode,
 		// It names the replica in the protocol's namespace, and is told
-		// which served the request there (with the answer's headers).
+		// which served the request there (with the answer's headers), and
+		// the protocol's subset hint where a filter before it set one.
 		MetadataOptions: &extproc.MetadataOptions{
 			ReceivingNamespaces:  &extproc.MetadataOptions_MetadataNamespaces{Untyped: []string{wire.PickerNamespace}},
-			ForwardingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{Untyped: []string{wire.PickerNamespace}}},
+			ForwardingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{Untyped: []string{wire.PickerNamespace, wire.SubsetHintNamespace}}},
 		// The picker reads the criticality, the priority and the session,
 		// model and tenant headers, and the answer's status; the others
 		// are not sent to it.
