@@ -14,6 +14,10 @@ CONSUL      := $(TOOLS_BIN)/consul
 RATELIMIT   := $(TOOLS_BIN)/ratelimit
 # Jaeger v2, the trace collector of the demo and the tests.
 JAEGER      := $(TOOLS_BIN)/jaeger
+# The Gateway API Inference Extension's reference endpoint picker, run
+# outside Kubernetes (tools/gie-epp): the external picker the Endpoint
+# Picker Protocol's e2e tests will run (issue 64; not yet in make tools).
+GIE_EPP     := $(TOOLS_BIN)/gie-epp
 SCHEMATHESIS_PIN := 4.32.5
 PYTEST_PIN  := 9.2.0
 # The OpenTelemetry SDK and its OTLP/gRPC exporter: the Python replica
@@ -91,7 +95,7 @@ FUZZTIME_SHORT ?= 5000x
 # test runs it for 20 s as e2e TestAPIFuzz); 0 skips it.
 API_FUZZTIME   ?= 180
 
-.PHONY: help tools build test race unit e2e e2e-cache-off run lint testdata bench clean fuzz chaos flake release bench-tools bench-engine docs
+.PHONY: help tools build test race unit e2e e2e-cache-off run lint testdata bench clean fuzz chaos flake release bench-tools bench-engine docs gie-epp
 
 help: ## show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  make %-9s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -173,6 +177,12 @@ $(RATELIMIT): tools/ratelimit/go.mod tools/ratelimit/go.sum tools/ratelimit/main
 	@echo "tools: building Envoy's rate limit service from the pinned module in tools/ratelimit (under a minute)"
 	cd tools/ratelimit && go build -o $@ .
 	@touch $@
+
+gie-epp: $(GIE_EPP) ## build the Inference Extension's reference endpoint picker (tools/gie-epp) under .tools
+
+$(GIE_EPP): tools/gie-epp/go.mod tools/gie-epp/go.sum tools/gie-epp/main.go
+	@echo "tools: building the Inference Extension's reference endpoint picker from the pinned module in tools/gie-epp (about 2 minutes the first time)"
+	cd tools/gie-epp && go build -trimpath -o $@ .
 
 $(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
 	@echo "tools: building Jaeger v2 from the pinned module in tools/jaeger (about 3 minutes the first time)"
