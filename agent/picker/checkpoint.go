@@ -16,7 +16,7 @@ import (
 )
 
 // A node's picker learns where prompts and conversations went: each
-// replica's prefix index and models, the sessions, and each backend's
+// replica's prefix index, models and prefill rate, the sessions, and each backend's
 // placements of prompts, over its replicas here (spreads) and, as a
 // caller, over the backend's nodes (placements). Held in memory alone, an
 // agent's restart lost them, and until they were learned again affinity
@@ -58,6 +58,11 @@ type savedReplica struct {
 	Backend string   `json:"backend"`
 	Blocks  []uint64 `json:"blocks,omitempty"`
 	Models  []string `json:"models,omitempty"`
+	// PrefillRate is its measured prefill rate (token load), for the
+	// backend's spec PrefillSpec (specKey): a replica adopted under
+	// another spec measures it afresh.
+	PrefillRate float64 `json:"prefill_rate,omitempty"`
+	PrefillSpec uint64  `json:"prefill_spec,omitempty"`
 }
 
 // snapshot is the picker's checkpoint now. Called with mu held.
@@ -65,7 +70,8 @@ func (p *Picker) snapshot() checkpoint {
 	cp := checkpoint{Version: checkpointVersion, Replicas: make(map[string]savedReplica, len(p.replicas)), Sessions: p.sessions.saved(),
 		Spreads: entriesOf(p.spreads), Placements: entriesOf(p.placements)}
 	for tag, r := range p.replicas {
-		cp.Replicas[tag] = savedReplica{Backend: r.backend, Blocks: r.cache.Blocks(), Models: r.models.names()}
+		cp.Replicas[tag] = savedReplica{Backend: r.backend, Blocks: r.cache.Blocks(), Models: r.models.names(),
+			PrefillRate: r.PrefillRate, PrefillSpec: r.prefillSpec}
 	}
 	return cp
 }
@@ -125,8 +131,10 @@ func restoreTables(tables map[string]*placement.Table, saved map[string][]placem
 }
 
 // Resume gives a replica the agent adopted, tracked already, the index
-// and models the checkpoint holds of it: its process, and so its cache,
-// outlived the agent. A replica the agent started anew resumes nothing.
+// and models the checkpoint holds of it, and its prefill rate while the
+// backend's spec is the one it was measured under: its process, and so
+// its cache, outlived the agent. A replica the agent started anew resumes
+// nothing.
 func (p *Picker) Resume(tag string) {
 	if p == nil {
 		return
@@ -145,6 +153,9 @@ func (p *Picker) Resume(tag string) {
 	r.cache.Add(saved.Blocks)
 	for i := len(saved.Models) - 1; i >= 0; i-- {
 		r.models.use(saved.Models[i], len(saved.Models))
+	}
+	if saved.PrefillRate > 0 && saved.PrefillSpec == p.specKey(r.backend) {
+		r.PrefillRate, r.prefillSpec = saved.PrefillRate, saved.PrefillSpec
 	}
 }
 

@@ -143,3 +143,43 @@ func TestABadCheckpointIsNotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestACheckpointKeepsPrefillRates: a replica the new agent adopts keeps
+// the prefill rate its cold prefills showed (token load's valve works at
+// once after a restart), unless the backend's spec changed meanwhile; a
+// replica started anew has none.
+func TestACheckpointKeepsPrefillRates(t *testing.T) {
+	p, _ := tokenPicker(t, 100)
+	c := pickNow(t, p, request{blocks: sharedPrompt("q1")})
+	p.done(c, 100*time.Millisecond, http.StatusOK)
+	tag, rate := c.replica.tag, c.replica.PrefillRate
+	if rate <= 0 {
+		t.Fatalf("no rate measured from a cold prefill of %d tokens", c.tokens)
+	}
+	path := filepath.Join(t.TempDir(), CheckpointFile)
+	written := uint64(0)
+	if err := p.writeCheckpoint(path, &written); err != nil {
+		t.Fatal(err)
+	}
+	restarted := func(userConfig string, adopt bool) float64 {
+		t.Helper()
+		q, view := tokenPicker(t, 100)
+		view(userConfig)
+		if err := q.Restore(path); err != nil {
+			t.Fatal(err)
+		}
+		if adopt {
+			q.Resume(tag)
+		}
+		return q.replicas[tag].PrefillRate
+	}
+	if got := restarted(`{}`, true); got != rate {
+		t.Errorf("the adopted replica's prefill rate after the restart: %v, want %v", got, rate)
+	}
+	if got := restarted(`{}`, false); got != 0 {
+		t.Errorf("a replica started anew has a prefill rate of %v, want none", got)
+	}
+	if got := restarted(`{"engine":"faster"}`, true); got != 0 {
+		t.Errorf("after the backend's spec changed the adopted replica kept its rate %v, want none (measured afresh)", got)
+	}
+}

@@ -25,6 +25,7 @@ func (p *Picker) measurePrefill(r *replicaLoad, tokens int, ttfb time.Duration) 
 		r.PrefillRate, r.prefillSpec = 0, spec
 	}
 	r.PrefillRate = scoring.PrefillRate(r.PrefillRate, tokens, ttfb)
+	p.changed() // the checkpoint keeps it
 }
 
 // specKey is a hash of what makes backend's replicas prefill as they
