@@ -257,6 +257,9 @@ type BackendConfig struct {
 	// LoadAware, if set, picks the replicas by their load rather than by
 	// least requests (model servers; see inference.go).
 	LoadAware *LoadAware `json:"load_aware,omitempty"`
+	// EndpointPicker, if set, has an external picker (the Endpoint Picker
+	// Protocol's) choose each request's replica; not with LoadAware.
+	EndpointPicker *EndpointPicker `json:"endpoint_picker,omitempty"`
 }
 
 // AutoscalingConfig is Ray Serve's autoscaling policy: keep about
@@ -707,6 +710,10 @@ func cloneConfig(c BackendConfig) BackendConfig {
 		l.Weights = maps.Clone(l.Weights)
 		c.LoadAware = &l
 	}
+	if c.EndpointPicker != nil {
+		e := *c.EndpointPicker
+		c.EndpointPicker = &e
+	}
 	return c
 }
 
@@ -751,7 +758,7 @@ func configsEqual(a, b BackendConfig) bool {
 		a.GracefulShutdownTimeoutS == b.GracefulShutdownTimeoutS && a.FirstByteTimeoutS == b.FirstByteTimeoutS &&
 		bytes.Equal(a.UserConfig, b.UserConfig) && (a.UserConfig == nil) == (b.UserConfig == nil) &&
 		maps.Equal(a.Resources, b.Resources) && (a.Resources == nil) == (b.Resources == nil) &&
-		ptrsEqual(a.Outlier, b.Outlier) && ptrsEqual(a.Autoscaling, b.Autoscaling) && ptrsEqual(a.LoadAware, b.LoadAware)
+		ptrsEqual(a.Outlier, b.Outlier) && ptrsEqual(a.Autoscaling, b.Autoscaling) && ptrsEqual(a.LoadAware, b.LoadAware) && ptrsEqual(a.EndpointPicker, b.EndpointPicker)
 }
 
 // ptrsEqual is reflect.DeepEqual of two pointers, without reflection when

@@ -362,6 +362,7 @@ func TestConfigsEqualCoversEveryField(t *testing.T) {
 		"FirstByteTimeoutS":        func(c *BackendConfig) { c.FirstByteTimeoutS = 1 },
 		"Autoscaling":              func(c *BackendConfig) { c.Autoscaling = &AutoscalingConfig{} },
 		"LoadAware":                func(c *BackendConfig) { c.LoadAware = &LoadAware{} },
+		"EndpointPicker":           func(c *BackendConfig) { c.EndpointPicker = &EndpointPicker{} },
 	}
 	typ := reflect.TypeFor[BackendConfig]()
 	for i := range typ.NumField() {

@@ -249,6 +249,9 @@ type BackendConfigPatch struct {
 	// LoadAware replaces the load-aware setting ({} turns it on without
 	// reading metrics); {"off": true} turns it off.
 	LoadAware *LoadAwarePatch `json:"load_aware,omitempty"`
+	// EndpointPicker sets the external picker (a merge patch's null
+	// removes it).
+	EndpointPicker *EndpointPicker `json:"endpoint_picker,omitempty"`
 	// Replicas replaces the replicas of a backend of listed replicas (not
 	// of a process or external one).
 	Replicas []ReplicaSpec `json:"replicas,omitempty"`

@@ -392,6 +392,7 @@ func validateBackend(p *problems, field string, b Backend) {
 		validateOutlier(p, field+".config.outlier", *o)
 	}
 	validateLoadAware(p, field+".config.load_aware", b)
+	validateEndpointPicker(p, field+".config.endpoint_picker", b)
 	seen := make(map[string]bool, len(b.Replicas))
 	for j, r := range b.Replicas {
 		// Field names are formatted only for problems: models hold many replicas.

@@ -727,3 +727,34 @@ func TestPatchEndpoint(t *testing.T) {
 		t.Fatalf("a refused patch stored a change: revision %d -> %d", rev, c.Revision())
 	}
 }
+
+// TestEndpointPickerIsADestination: an endpoint picker's address is
+// checked as a replica's is (a write token could otherwise have every
+// node's Envoy send requests, headers and bodies to Consul or the
+// metadata service), and a mesh without mTLS refuses the setting; both
+// name the field and the fix and store nothing.
+func TestEndpointPickerIsADestination(t *testing.T) {
+	ctx := MayRunCommands(context.Background())
+	st := store.NewMemory()
+	c, _ := newLeader(t, st)
+	pool := func(addr string) meshspec.BackendSpec {
+		return meshspec.BackendSpec{Name: "pool", Process: &meshspec.ProcessSpec{Command: "/srv/model"},
+			Config: meshspec.BackendConfig{EndpointPicker: &meshspec.EndpointPicker{Address: addr}}}
+	}
+	for _, addr := range []string{"127.0.0.1:8500", "169.254.169.254:80", "[::1]:9002"} {
+		_, err := c.CreateBackend(ctx, pool(addr))
+		mustKind(t, err, Invalid, `backend "pool" config.endpoint_picker.address`)
+		mustKind(t, err, Invalid, meshspec.AllowFlag)
+	}
+	changed, err := c.CreateBackend(ctx, pool("10.0.0.5:9002"))
+	mustChange(t, changed, err)
+	_, err = c.UpdateBackendConfig(ctx, "pool", meshspec.BackendConfigPatch{EndpointPicker: &meshspec.EndpointPicker{Address: "127.0.0.1:15000"}})
+	mustKind(t, err, Invalid, meshspec.AllowFlag)
+	if m, _ := c.State(); m.Backends[0].Config.EndpointPicker.Address != "10.0.0.5:9002" {
+		t.Fatalf("a refused patch stored %+v", m.Backends[0].Config.EndpointPicker)
+	}
+	plain := plaintextLeader(t, store.NewMemory())
+	_, err = plain.CreateBackend(ctx, pool("10.0.0.5:9002"))
+	mustKind(t, err, Invalid, `backend "pool" config.endpoint_picker`)
+	mustKind(t, err, Invalid, "without --plaintext")
+}

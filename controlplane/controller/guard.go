@@ -68,13 +68,16 @@ func (c *Controller) guard(ctx context.Context, current, next *meshspec.Model) e
 // and the setting would do nothing. A backend stored with it before this
 // check keeps its setting (and status says it is not served).
 func checkPlaintext(current, next *meshspec.Model) error {
-	had := make(map[string]bool, len(current.Backends))
+	had, picked := make(map[string]bool, len(current.Backends)), make(map[string]bool, len(current.Backends))
 	for _, b := range current.Backends {
-		had[b.Name] = b.Config.LoadAware != nil
+		had[b.Name], picked[b.Name] = b.Config.LoadAware != nil, b.Config.EndpointPicker != nil
 	}
 	for _, b := range next.Backends {
 		if b.Config.LoadAware != nil && !had[b.Name] {
 			return &Error{Kind: Invalid, Msg: fmt.Sprintf("refused: backend %q config.load_aware", b.Name), Err: ErrLoadAwarePlaintext}
+		}
+		if b.Config.EndpointPicker != nil && !picked[b.Name] {
+			return &Error{Kind: Invalid, Msg: fmt.Sprintf("refused: backend %q config.endpoint_picker", b.Name), Err: ErrEndpointPickerPlaintext}
 		}
 	}
 	rewrote := map[string]bool{}
@@ -116,17 +119,30 @@ var ErrRewritePlaintext = errors.New("this mesh runs without mTLS (the controlle
 var ErrLoadAwarePlaintext = errors.New("this mesh runs without mTLS (the controller's --plaintext), where no node's picker stands in front of its replicas, " +
 	"so picking replicas by load cannot be served; remove load_aware, or run the controller and agents with mTLS (without --plaintext)")
 
-// checkAddresses refuses a static replica address that is new to its
-// backend and that policy refuses.
+// ErrEndpointPickerPlaintext is why a mesh without mTLS refuses an
+// endpoint picker.
+var ErrEndpointPickerPlaintext = errors.New("this mesh runs without mTLS (the controller's --plaintext), where no node's inbound listener stands in front of its replicas " +
+	"to send a request to the one an endpoint picker names; remove endpoint_picker, or run the controller and agents with mTLS (without --plaintext)")
+
+// checkAddresses refuses a static replica address, or an endpoint
+// picker's, that is new to its backend and that policy refuses.
 func checkAddresses(policy meshspec.AddressPolicy, current, next *meshspec.Model) error {
 	held := make(map[string]map[string]bool, len(current.Backends))
 	for _, b := range current.Backends {
-		held[b.Name] = make(map[string]bool, len(b.Replicas))
+		held[b.Name] = make(map[string]bool, len(b.Replicas)+1)
 		for _, r := range b.Replicas {
 			held[b.Name][r.Address] = true
 		}
+		if e := b.Config.EndpointPicker; e != nil {
+			held[b.Name][e.Address] = true
+		}
 	}
 	for _, b := range next.Backends {
+		if e := b.Config.EndpointPicker; e != nil && !held[b.Name][e.Address] {
+			if err := policy.Check(e.Address); err != nil {
+				return &Error{Kind: Invalid, Msg: fmt.Sprintf("refused: backend %q config.endpoint_picker.address", b.Name), Err: err}
+			}
+		}
 		for i, r := range b.Replicas {
 			if held[b.Name][r.Address] {
 				continue
@@ -205,6 +221,9 @@ func (c *Controller) UnservedSettings() []string {
 	for _, b := range m.Backends {
 		if b.Config.LoadAware != nil {
 			out = append(out, fmt.Sprintf("backend %s config.load_aware is not served: %v", b.Name, ErrLoadAwarePlaintext))
+		}
+		if b.Config.EndpointPicker != nil {
+			out = append(out, fmt.Sprintf("backend %s config.endpoint_picker is not served: %v", b.Name, ErrEndpointPickerPlaintext))
 		}
 	}
 	for _, e := range m.Endpoints {
