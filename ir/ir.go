@@ -107,13 +107,46 @@ type Backend struct {
 	// the endpoints that send only to such backends take it
 	// (Endpoint.FirstByteTimeoutS).
 	FirstByteTimeoutS float64 `json:"first_byte_timeout_s,omitempty"`
+	// Picker, if set, is the external endpoint picker every calling node
+	// asks which replica takes a request. Only with ReachInbound.
+	Picker *EndpointPicker `json:"endpoint_picker,omitempty"`
+}
+
+// EndpointPicker is an external picker of a backend's replicas (the
+// Endpoint Picker Protocol's): where it listens, IP and port, over TLS or
+// not, and whether requests go on unpicked while it does not answer.
+type EndpointPicker struct {
+	Host     string `json:"host"`
+	Port     uint32 `json:"port"`
+	TLS      bool   `json:"tls,omitempty"`
+	FailOpen bool   `json:"fail_open,omitempty"`
+}
+
+// PickedBackend is a backend an endpoint sends to whose replicas an
+// external picker picks: the backend, whether its requests go on
+// unpicked while the picker does not answer, and its healthy replicas
+// as the picker knows them.
+type PickedBackend struct {
+	Name      string           `json:"name"`
+	FailOpen  bool             `json:"fail_open,omitempty"`
+	Endpoints []PickerEndpoint `json:"endpoints,omitempty"`
+}
+
+// PickerEndpoint is one replica as an external picker names it: its
+// node's address and its own port (Endpoint, "IP:port"), the node's
+// inbound listener that reaches it (Inbound) and where it listens on
+// that node (Local).
+type PickerEndpoint struct {
+	Endpoint string `json:"endpoint"`
+	Inbound  string `json:"inbound"`
+	Local    string `json:"local"`
 }
 
 // readByEndpoints reports whether the IR of the endpoints that send to b
 // reads b: its prompt affinity's nodes and headers, its first-byte
 // timeout, whether it is load-aware (Endpoint.ReadsAnswers).
 func (b Backend) readByEndpoints() bool {
-	return b.PromptAffinity || b.FirstByteTimeoutS > 0 || b.Picked
+	return b.PromptAffinity || b.FirstByteTimeoutS > 0 || b.Picked || b.Picker != nil
 }
 
 // Activated reports whether the activator fronts b: it holds b's requests
@@ -205,6 +238,9 @@ type Endpoint struct {
 	// replicas, agent/picker/placement), so the nodes' caches hold what
 	// they can. Sorted by backend.
 	AffinityNodes []AffinityBackend `json:"affinity_nodes,omitempty"`
+	// Picked are the backends it sends to (or mirrors to) whose replicas
+	// an external picker picks, sorted by name.
+	Picked []PickedBackend `json:"picked,omitempty"`
 	// RateLimit, if set, is the token bucket each node's Envoy keeps for
 	// the endpoint's requests (per value of its Header, if any).
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
@@ -348,7 +384,7 @@ func (b Backend) Equal(o Backend) bool {
 	return b.Name == o.Name && b.Reach == o.Reach && b.HTTP2 == o.HTTP2 && b.MaxConcurrent == o.MaxConcurrent &&
 		b.Picked == o.Picked && b.PromptAware == o.PromptAware && b.PromptAffinity == o.PromptAffinity && b.SessionHeader == o.SessionHeader &&
 		b.MaxModels == o.MaxModels && b.ModelHeader == o.ModelHeader && b.TenantHeader == o.TenantHeader && b.FirstByteTimeoutS == o.FirstByteTimeoutS &&
-		equalPtr(b.Outlier, o.Outlier) && slices.Equal(b.Replicas, o.Replicas)
+		equalPtr(b.Outlier, o.Outlier) && equalPtr(b.Picker, o.Picker) && slices.Equal(b.Replicas, o.Replicas)
 }
 
 // Equal reports whether e and o are the same endpoint, as translation
@@ -359,6 +395,9 @@ func (e Endpoint) Equal(o Endpoint) bool {
 		e.TimeoutS == o.TimeoutS && e.IdleTimeoutS == o.IdleTimeoutS && e.PerTryTimeoutS == o.PerTryTimeoutS && e.FirstByteTimeoutS == o.FirstByteTimeoutS &&
 		slices.Equal(e.Match, o.Match) && e.Criticality == o.Criticality && e.Priority == o.Priority && e.MeshPriority == o.MeshPriority && e.PromptAffinity == o.PromptAffinity && e.ReadsAnswers == o.ReadsAnswers && slices.Equal(e.AffinityHeaders, o.AffinityHeaders) &&
 		slices.EqualFunc(e.AffinityNodes, o.AffinityNodes, func(a, b AffinityBackend) bool { return a.Name == b.Name && slices.Equal(a.Nodes, b.Nodes) }) &&
+		slices.EqualFunc(e.Picked, o.Picked, func(a, b PickedBackend) bool {
+			return a.Name == b.Name && a.FailOpen == b.FailOpen && slices.Equal(a.Endpoints, b.Endpoints)
+		}) &&
 		equalPtr(e.RateLimit, o.RateLimit) && equalPtr(e.GlobalRateLimit, o.GlobalRateLimit) && equalPtr(e.TokenQuota, o.TokenQuota) && equalPtr(e.TraceSampling, o.TraceSampling) &&
 		equalRetry(e.Retry, o.Retry) && equalPtr(e.Sticky, o.Sticky) && equalModels(e.Models, o.Models)
 }

@@ -107,6 +107,9 @@ func lowerBackend(b meshspec.Backend, o Options) Backend {
 		out.MaxModels, out.ModelHeader = la.MaxModelsPerReplica, la.EffectiveModelHeader()
 		out.TenantHeader = la.TenantHeader
 	}
+	if e := b.Config.EndpointPicker; e != nil && out.Reach == ReachInbound {
+		out.Picker = lowerPicker(*e)
+	}
 	if od := b.Config.Outlier; od != nil {
 		out.Outlier = &Outlier{Consecutive5xx: od.Consecutive5xx, IntervalS: od.IntervalS, BaseEjectionS: od.BaseEjectionS, MaxEjectionPercent: od.MaxEjectionPercent}
 	}
@@ -142,6 +145,7 @@ func (dp *DataPlane) lowerEndpoint(mesh *meshspec.Mesh, e meshspec.Endpoint, o O
 			}
 		}
 	}
+	out.Picked = dp.pickedBackends(out)
 	slices.Sort(out.AffinityHeaders)
 	slices.SortFunc(out.AffinityNodes, func(a, b AffinityBackend) int { return strings.Compare(a.Name, b.Name) })
 	out.FirstByteTimeoutS = dp.firstByteTimeout(out)

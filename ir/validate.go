@@ -153,6 +153,9 @@ func (b Backend) validate() error {
 	if b.SessionHeader != "" && !b.Picked {
 		return errors.New("session_header: only a picked backend keeps conversations on a replica")
 	}
+	if p := b.Picker; p != nil && (b.Reach != ReachInbound || b.Picked || p.Host == "" || p.Port == 0) {
+		return fmt.Errorf("endpoint_picker %s:%d with reach %s: an external picker needs an mTLS backend, not load-aware, and an IP and port", p.Host, p.Port, b.Reach)
+	}
 	if b.PromptAffinity && !b.PromptAware {
 		return errors.New("prompt_affinity: only a prompt-aware backend is reached by its prompts' prefixes")
 	}

@@ -521,7 +521,8 @@ func buildEndpoint(e ir.Endpoint, prev *endpointParts) (*endpointParts, error) {
 }
 
 // RouteClusters are the clusters a route configuration sends to: its
-// routes' clusters, weighted clusters and mirrors, sorted.
+// routes' clusters, weighted clusters and mirrors, and the external
+// pickers they ask, sorted.
 func RouteClusters(rc *route.RouteConfiguration) []string {
 	seen := map[string]bool{}
 	for _, vh := range rc.GetVirtualHosts() {
@@ -530,8 +531,14 @@ func RouteClusters(rc *route.RouteConfiguration) []string {
 			if c := a.GetCluster(); c != "" {
 				seen[c] = true
 			}
+			if c := askedPicker(r.GetTypedPerFilterConfig()); c != "" {
+				seen[c] = true
+			}
 			for _, wc := range a.GetWeightedClusters().GetClusters() {
 				seen[wc.GetName()] = true
+				if c := askedPicker(wc.GetTypedPerFilterConfig()); c != "" {
+					seen[c] = true
+				}
 			}
 			for _, m := range a.GetRequestMirrorPolicies() {
 				seen[m.GetCluster()] = true

@@ -67,6 +67,13 @@ func BuildClusters(m *ir.DataPlane) ([]*cluster.Cluster, error) {
 			return nil, err
 		}
 		out = append(out, c)
+		if b.Picker != nil {
+			epp, err := endpointPickerCluster(b)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, epp)
+		}
 	}
 	return out, nil
 }

@@ -61,6 +61,10 @@
 //   - callerpicker.go: the outbound filter that asks the calling node's
 //     picker (prompt affinity's key and node, a model's rewrite), off but
 //     on the routes that need it.
+//   - endpointpicker.go: backends' external pickers (the Endpoint Picker
+//     Protocol): the outbound filters that ask a backend's picker and
+//     follow its answer (off but on its routes, or its share of a split),
+//     its cluster, and the clusters that send to the replica it named.
 //   - ratelimit.go: endpoints' local rate limits (the outbound filter and
 //     each route's bucket); globalratelimit.go: their global limits (the
 //     filters that ask the node's rate limit service, one per failure

@@ -57,7 +57,7 @@ type backendFeature interface {
 
 // backendFeatures are the registered backend features, in the order they
 // apply.
-var backendFeatures = []backendFeature{grpcBackend{}, outlierEjection{}, loadAwarePicking{}, promptAffinity{}}
+var backendFeatures = []backendFeature{grpcBackend{}, outlierEjection{}, loadAwarePicking{}, promptAffinity{}, externalPicking{}}
 
 // featuresOf are the features b uses, in backendFeatures' order.
 func featuresOf(b ir.Backend) []backendFeature {
@@ -186,7 +186,7 @@ type routeFeature interface {
 
 // routeFeatures are the registered route features, in the order they
 // apply.
-var routeFeatures = []routeFeature{endpointRetries{}, firstByteRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}, globalRateLimits{}, answerReading{}, tracedRoutes{}}
+var routeFeatures = []routeFeature{endpointRetries{}, firstByteRetries{}, criticalityMark{}, promptPrefixHash{}, localRateLimits{}, globalRateLimits{}, answerReading{}, tracedRoutes{}, endpointPickers{}}
 
 // patchForwarding applies e's route features to r, then leaves to the
 // virtual host a retry policy that is the virtual host's.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/servemesh/servemesh/ir"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // chain is a kind of HTTP connection manager servemesh configures.
@@ -108,6 +109,20 @@ var httpFilters = []httpFilter{
 		why: "last before the router, once every filter that may choose the route again has run: on a node whose clusters " +
 			"come on demand, a request whose route sends to a cluster the node does not hold waits while Envoy asks for it",
 		build: onDemandClusters},
+	{name: wire.EndpointSubsetFilter, on: []chain{outbound},
+		why: "after the cluster is here (on demand) and every filter that may choose the route has run: it puts the ready replicas " +
+			"of the backend the route chose (in a split, the backend drawn) in the Endpoint Picker Protocol's subset hint " +
+			"(off but on routes to backends with an external picker)",
+		build: endpointSubset},
+	{name: endpointPickerFilter, on: []chain{outbound},
+		why: "next: it asks the backend's external picker which replica takes the request, with the subset hint, " +
+			"and tells it, on the way back, which served (off but on routes to backends with an external picker)",
+		build: endpointPicker},
+	{name: wire.EndpointRouteFilter, on: []chain{outbound},
+		why: "after the picker, before the router: it keeps of the picker's list the backend's replicas on the first one's node, " +
+			"names that node for the cluster and the replicas for its inbound listener; on the way back, before the picker sees " +
+			"the answer, it moves the served replica the inbound listener named into the picker's metadata",
+		build: endpointRoute},
 	{name: "envoy.filters.http.ext_proc", on: []chain{inbound},
 		why: "first on the inbound hop of a load-aware backend: the node's picker chooses the replica (override_host) " +
 			"before the router sends it, and adds the node's load report to the answer",

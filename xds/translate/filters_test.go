@@ -43,11 +43,14 @@ func TestFilterTable(t *testing.T) {
 		// fallback first; the picker's with mTLS.
 		{outbound, filterInput{public: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, "envoy.filters.http.router"}},
 		{outbound, filterInput{public: true, mtls: true},
-			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, "envoy.filters.http.router"}},
+			[]string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter,
+				wire.EndpointSubsetFilter, endpointPickerFilter, wire.EndpointRouteFilter, "envoy.filters.http.router"}},
 		// A node whose clusters come on demand asks for the one a
 		// request's route chose last, before the router, on both chains.
 		{outbound, filterInput{public: true, onDemand: true}, []string{routeFallbackFilter, "envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, usageReaderFilter, onDemandFilter, "envoy.filters.http.router"}},
-		{outbound, filterInput{onDemand: true, mtls: true}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, onDemandFilter, "envoy.filters.http.router"}},
+		// An external picker is asked once the cluster is here.
+		{outbound, filterInput{onDemand: true, mtls: true}, []string{"envoy.filters.http.grpc_stats", localRateLimitFilter, jsonToMetadataFilter, luaFilter, globalRateLimitOpenFilter, globalRateLimitClosedFilter, callerPickerFilter, usageReaderFilter, onDemandFilter,
+			wire.EndpointSubsetFilter, endpointPickerFilter, wire.EndpointRouteFilter, "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: ir.Backend{Name: "api"}}, []string{"servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 		{inbound, filterInput{backend: aware}, []string{"envoy.filters.http.ext_proc", "servemesh.replica_report_scrub", "envoy.filters.http.router"}},
 	} {

@@ -67,6 +67,7 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend, tracing *ir.Tracin
 	if err != nil {
 		return nil, fmt.Errorf("inbound listener, backend %s: %w", backend, err)
 	}
+	served, scrubbed := servedReplicaHeaders(b)
 	manager := inboundLimits.applied(patchManager(node, wire.InboundListener, &hcm.HttpConnectionManager{
 		StatPrefix:     wire.InboundListener + "_" + backend,
 		CodecType:      hcm.HttpConnectionManager_AUTO,
@@ -83,6 +84,9 @@ func inboundChain(node wire.ProxyNode, t *MTLS, b ir.Backend, tracing *ir.Tracin
 					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 					// The hop's span, when traced.
 					Decorator: &route.Decorator{Operation: "inbound " + backend},
+					// With an external picker: the replica that served.
+					ResponseHeadersToAdd:    served,
+					ResponseHeadersToRemove: scrubbed,
 					Action: &route.Route_Route{Route: &route.RouteAction{
 						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: wire.InboundClusterName(backend)},
 						// The calling node keeps the endpoint's timeouts.

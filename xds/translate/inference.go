@@ -120,21 +120,31 @@ func pickedReplicaCluster(c *cluster.Cluster) error {
 // else pick by the fallback policy (named, with its config); with served,
 // it names the host taken in metadata (wire.PickerNamespace, served).
 func overrideHostCluster(c *cluster.Cluster, keys []string, served, fallbackName string, fallback *anypb.Any) error {
-	key := func(k string) *metadatav3.MetadataKey {
-		return &metadatav3.MetadataKey{Key: wire.PickerNamespace, Path: []*metadatav3.MetadataKey_PathSegment{{
-			Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: k}}}}
-	}
 	var sources []*overridehost.OverrideHost_OverrideHostSource
 	for _, k := range keys {
-		sources = append(sources, &overridehost.OverrideHost_OverrideHostSource{Metadata: key(k)})
+		sources = append(sources, &overridehost.OverrideHost_OverrideHostSource{Metadata: pickerKey(k)})
 	}
+	return overrideHostFrom(c, sources, served, fallbackName, fallback)
+}
+
+// pickerKey is key in the picker's metadata namespace.
+func pickerKey(k string) *metadatav3.MetadataKey {
+	return &metadatav3.MetadataKey{Key: wire.PickerNamespace, Path: []*metadatav3.MetadataKey_PathSegment{{
+		Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: k}}}}
+}
+
+// overrideHostFrom makes c take the host the first of sources names
+// while it is in the cluster, else pick by the fallback policy; with
+// served, it names the host taken in metadata (wire.PickerNamespace,
+// served).
+func overrideHostFrom(c *cluster.Cluster, sources []*overridehost.OverrideHost_OverrideHostSource, served, fallbackName string, fallback *anypb.Any) error {
 	config := &overridehost.OverrideHost{
 		OverrideHostSources: sources,
 		FallbackPolicy: &cluster.LoadBalancingPolicy{Policies: []*cluster.LoadBalancingPolicy_Policy{{
 			TypedExtensionConfig: &core.TypedExtensionConfig{Name: fallbackName, TypedConfig: fallback}}}},
 	}
 	if served != "" {
-		config.SelectedHostKey = key(served)
+		config.SelectedHostKey = pickerKey(served)
 	}
 	policy, err := anypb.New(config)
 	if err != nil {
@@ -381,9 +391,12 @@ func readModelRoute(field string) map[string]*anypb.Any {
 	}
 }
 
-// mustAny packs a message built here, which cannot fail.
+// mustAny packs a message built here, which cannot fail, the same bytes
+// each time (a Struct's fields are a map): routes are versioned by their
+// encoding.
 func mustAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
+	a := &anypb.Any{}
+	err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true})
 	if err != nil {
 		panic(err) // a static, valid message
 	}
