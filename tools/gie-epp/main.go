@@ -10,8 +10,10 @@
 // controller-runtime), and with no API server it exits at start. Its
 // ext_proc handlers read them through a two-method interface
 // (handlers.Datastore); this command gives them a servemesh backend's
-// passing replicas from Consul's catalog instead, as llm-d runs its
-// router outside Kubernetes with an endpoint-discovery plugin. Everything
+// passing replicas from Consul's catalog instead (each named by its
+// node's address and its port, as servemesh names replicas to a picker),
+// as llm-d runs its router outside Kubernetes with an endpoint-discovery
+// plugin. Everything
 // the protocol covers (the subset hint, the chosen endpoint in a header
 // and in envoy.lb metadata, the served endpoint) is upstream's code.
 //
@@ -138,6 +140,28 @@ func (c *catalog) PodList(predicate func(*datastore.Endpoint) bool) []*datastore
 	return out
 }
 
+// inboundMeta is the Consul service meta key where a servemesh agent
+// registers the node's inbound listener (IP:port) beside a replica (the
+// servemesh module's wire.MetaReplicaInbound).
+const inboundMeta = "servemesh_inbound"
+
+// endpointHost is the address a replica is named by: its node's, where the
+// node's inbound listener reaches it (mTLS), for replicas listen on their
+// node's loopback; else the address it registered with. A replica is then
+// its node's address and its own port, and one node's replicas are the
+// ranks of one address.
+func endpointHost(e *consul.ServiceEntry) string {
+	if inbound := e.Service.Meta[inboundMeta]; inbound != "" {
+		if host, _, err := net.SplitHostPort(inbound); err == nil {
+			return host
+		}
+	}
+	if e.Service.Address != "" {
+		return e.Service.Address
+	}
+	return e.Node.Address
+}
+
 // follow keeps the endpoints those of service's instances passing their
 // checks (a blocking query, retried a second after a failure), calling
 // synced after the first read.
@@ -157,10 +181,7 @@ func (c *catalog) follow(ctx context.Context, h *consul.Health, service string, 
 		index = meta.LastIndex
 		var eps []*datastore.Endpoint
 		for _, e := range entries {
-			addr := e.Service.Address
-			if addr == "" {
-				addr = e.Node.Address
-			}
+			addr := endpointHost(e)
 			name := strings.ReplaceAll(e.Service.ID, "/", "-")
 			eps = append(eps, &datastore.Endpoint{NamespacedName: types.NamespacedName{Name: name}, PodName: name, Address: addr, Port: strconv.Itoa(e.Service.Port)})
 		}
