@@ -8,12 +8,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	consul "github.com/hashicorp/consul/api"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/dev/devepp"
@@ -267,4 +272,121 @@ func pickerEndpoints(t *testing.T, c *consul.Client, backend string) map[string]
 		out[net.JoinHostPort(host, strconv.Itoa(e.Service.Port))] = e.Service.Meta[wire.MetaReplicaTag]
 	}
 	return out
+}
+
+// TestEndpointPickerCannotLeaveItsBackend: a picker is a part that can be
+// compromised (or wrong). On the default mesh, a picker that answers what
+// the test says is told the backend's ready replicas (the subset hint),
+// and whatever it names, a request goes only to a replica of that
+// backend: a list naming another backend's replica is a 503, and in a
+// list the names that are not the backend's replicas are passed over.
+func TestEndpointPickerCannotLeaveItsBackend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mesh := startTwoNodeMesh(t, "eppx")
+	rogue := &scriptedPicker{}
+	addr := rogue.serve(t)
+	mesh.createBackends(t,
+		meshspec.Backend{Name: "pc", Process: demoProcess("pc", false), Config: meshspec.BackendConfig{NumReplicas: 2,
+			EndpointPicker: &meshspec.EndpointPicker{Address: addr}}},
+		meshspec.Backend{Name: "other", Process: demoProcess("other", false), Config: meshspec.BackendConfig{NumReplicas: 1}})
+	for _, e := range []meshspec.Endpoint{{Name: "c", Route: "/c", Traffic: map[string]float64{"pc": 1}}, {Name: "o", Route: "/o", Traffic: map[string]float64{"other": 1}}} {
+		if _, err := mesh.c.CreateEndpoint(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	catalog, err := mesh.consul.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc, other map[string]string
+	testutil.WaitFor(t, 2*time.Minute, "pc's 2 replicas and other's 1 to pass and answer", func() bool {
+		pc, other = pickerEndpoints(t, catalog, "pc"), pickerEndpoints(t, catalog, "other")
+		if len(pc) != 2 || len(other) != 1 {
+			return false
+		}
+		for ep := range pc {
+			rogue.answer.Store(ep)
+			if a := askPicked(t, mesh.n1, "/c", ""); a.status != http.StatusOK || a.replica != pc[ep] {
+				return false
+			}
+		}
+		return askPicked(t, mesh.n1, "/o", "").status == http.StatusOK
+	})
+	var want []string
+	for ep := range pc {
+		want = append(want, ep)
+	}
+	slices.Sort(want)
+	if got := rogue.subset.Load(); got == nil || *got != strings.Join(want, ",") {
+		t.Errorf("the picker's subset hint: %v; want pc's ready replicas %s", got, strings.Join(want, ","))
+	}
+	for ep := range other {
+		rogue.answer.Store(ep)
+		if a := askPicked(t, mesh.n2, "/c", ""); a.status != http.StatusServiceUnavailable {
+			t.Errorf("the picker naming %s, a replica of another backend: %d from %s %q; want 503", ep, a.status, a.backend, a.replica)
+		}
+	}
+	for ep, replica := range pc {
+		for _, node := range []*mtlsNode{mesh.n1, mesh.n2} {
+			rogue.answer.Store("192.0.2.1:80," + ep)
+			if a := askPicked(t, node, "/c", ""); a.status != http.StatusOK || a.replica != replica {
+				t.Errorf("the picker naming 192.0.2.1:80 then %s, via %s: %d from %q; want 200 from %s", ep, node.id, a.status, a.replica, replica)
+			}
+		}
+	}
+}
+
+// scriptedPicker is an ext_proc server speaking the protocol's picker side
+// with whatever answer holds ("IP:port", a list), keeping the last subset
+// hint it was sent.
+type scriptedPicker struct {
+	extproc.UnimplementedExternalProcessorServer
+	answer atomic.Value // string
+	subset atomic.Pointer[string]
+}
+
+// serve serves the picker on a free loopback port until the test ends.
+func (p *scriptedPicker) serve(t *testing.T) string {
+	t.Helper()
+	p.answer.Store("")
+	l, err := net.Listen("tcp", freeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	extproc.RegisterExternalProcessorServer(srv, p)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return l.Addr().String()
+}
+
+func (p *scriptedPicker) Process(stream extproc.ExternalProcessor_ProcessServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		resp := &extproc.ProcessingResponse{}
+		switch req.Request.(type) {
+		case *extproc.ProcessingRequest_RequestHeaders:
+			if hint := req.GetMetadataContext().GetFilterMetadata()[wire.SubsetHintNamespace].GetFields()[wire.SubsetHintKey]; hint != nil {
+				s := hint.GetStringValue()
+				p.subset.Store(&s)
+			}
+			picked, _ := p.answer.Load().(string)
+			resp.Response = &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}}
+			resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{wire.PickerNamespace: structpb.NewStructValue(&structpb.Struct{
+				Fields: map[string]*structpb.Value{wire.DestinationEndpointKey: structpb.NewStringValue(picked)}})}}
+		case *extproc.ProcessingRequest_RequestBody:
+			resp.Response = &extproc.ProcessingResponse_RequestBody{RequestBody: &extproc.BodyResponse{}}
+		case *extproc.ProcessingRequest_ResponseHeaders:
+			resp.Response = &extproc.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extproc.HeadersResponse{}}
+		default:
+			continue
+		}
+		if err := stream.Send(resp); err != nil {
+			return nil
+		}
+	}
 }
