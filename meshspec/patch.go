@@ -249,12 +249,19 @@ type BackendConfigPatch struct {
 	// LoadAware replaces the load-aware setting ({} turns it on without
 	// reading metrics); {"off": true} turns it off.
 	LoadAware *LoadAwarePatch `json:"load_aware,omitempty"`
-	// EndpointPicker sets the external picker (a merge patch's null
-	// removes it).
-	EndpointPicker *EndpointPicker `json:"endpoint_picker,omitempty"`
+	// EndpointPicker sets the fields of the external picker it names (a
+	// merge patch's null removes the picker).
+	EndpointPicker *EndpointPickerPatch `json:"endpoint_picker,omitempty"`
 	// Replicas replaces the replicas of a backend of listed replicas (not
 	// of a process or external one).
 	Replicas []ReplicaSpec `json:"replicas,omitempty"`
+}
+
+// EndpointPickerPatch sets the fields of an endpoint picker it names.
+type EndpointPickerPatch struct {
+	Address  string `json:"address,omitempty"`
+	TLS      *bool  `json:"tls,omitempty"`
+	FailOpen *bool  `json:"fail_open,omitempty"`
 }
 
 // MergePatch is the patch as a JSON merge patch: its set fields, with the

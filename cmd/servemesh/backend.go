@@ -198,6 +198,7 @@ type configFlags struct {
 	queueTimeout, ttftBudget               time.Duration
 	firstByte                              time.Duration
 	weights                                map[string]string
+	picker                                 meshspec.EndpointPicker
 }
 
 func (c *configFlags) register(fs *pflag.FlagSet) {
@@ -241,6 +242,9 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.queueTimeout, "load-queue-timeout", 0, "load-aware: how long a request may wait for a replica, then 429 (default "+seconds(meshspec.DefaultQueueTimeoutS)+")")
 	fs.StringToStringVar(&c.weights, "load-weight", nil, "load-aware: weigh the picker's scorers ("+strings.Join(meshspec.ScorerNames, ", ")+"), as NAME=WEIGHT (prefix=2): 1, the default, as is; 0 leaves one out; repeat or join with commas")
 	fs.BoolVar(&c.loadAwareOff, "load-aware-off", false, "stop picking replicas by their load")
+	fs.StringVar(&c.picker.Address, "endpoint-picker", "", "IP:port of an external picker of the replicas (the Endpoint Picker Protocol: the Inference Extension's picker, llm-d's router) every calling node asks for each request; not with --load-aware; --unset endpoint_picker removes it")
+	fs.BoolVar(&c.picker.FailOpen, "endpoint-picker-fail-open", false, "while the endpoint picker does not answer, send requests to a replica the node picks (else 503)")
+	fs.BoolVar(&c.picker.TLS, "endpoint-picker-tls", false, "reach the endpoint picker over TLS, its certificate verified for its IP against the node's system trust store")
 }
 
 // loadAwarePatch is the load_aware patch of the --load flags (set: one of
@@ -271,6 +275,22 @@ func (c *configFlags) loadAwarePatch(set bool) (*meshspec.LoadAwarePatch, error)
 		return p, nil
 	}
 	return nil, nil
+}
+
+// pickerPatch is the endpoint_picker patch of the --endpoint-picker
+// flags given, or nil for none.
+func (c *configFlags) pickerPatch(fs *pflag.FlagSet) *meshspec.EndpointPickerPatch {
+	if !fs.Changed("endpoint-picker") && !fs.Changed("endpoint-picker-fail-open") && !fs.Changed("endpoint-picker-tls") {
+		return nil
+	}
+	p := &meshspec.EndpointPickerPatch{Address: c.picker.Address}
+	if fs.Changed("endpoint-picker-fail-open") {
+		p.FailOpen = &c.picker.FailOpen
+	}
+	if fs.Changed("endpoint-picker-tls") {
+		p.TLS = &c.picker.TLS
+	}
+	return p
 }
 
 // seconds is a default given in seconds as a flag's duration shows it.
@@ -330,6 +350,7 @@ func (c *configFlags) patch(fs *pflag.FlagSet) (meshspec.BackendConfigPatch, err
 	if p.LoadAware, err = c.loadAwarePatch(loadAware); err != nil {
 		return p, err
 	}
+	p.EndpointPicker = c.pickerPatch(fs)
 	switch {
 	case autoscale && c.off:
 		return p, errors.New("--autoscale-off goes without the other --autoscale flags")

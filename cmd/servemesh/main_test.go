@@ -257,6 +257,44 @@ func readmeCommandLines(t *testing.T, path string) []string {
 	return out
 }
 
+// TestEndpointPickerFlags: --endpoint-picker and its two switches patch
+// the fields given, so a switch turned off is sent as false, and merged
+// into a stored picker; no such flag leaves the picker alone.
+func TestEndpointPickerFlags(t *testing.T) {
+	parse := func(args ...string) meshspec.BackendConfigPatch {
+		var c configFlags
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		c.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		p, err := c.patch(fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stored := meshspec.BackendConfig{EndpointPicker: &meshspec.EndpointPicker{Address: "10.0.0.5:9002", FailOpen: true}}
+	for _, c := range []struct {
+		args []string
+		want *meshspec.EndpointPicker
+	}{
+		{[]string{"--cpus", "1"}, stored.EndpointPicker},
+		{[]string{"--endpoint-picker", "10.0.0.6:9002"}, &meshspec.EndpointPicker{Address: "10.0.0.6:9002", FailOpen: true}},
+		{[]string{"--endpoint-picker-fail-open=false", "--endpoint-picker-tls"}, &meshspec.EndpointPicker{Address: "10.0.0.5:9002", TLS: true}},
+	} {
+		mp, err := parse(c.args...).MergePatch()
+		if err != nil {
+			t.Fatal(err)
+		}
+		picker := *stored.EndpointPicker
+		got, err := mp.Apply(meshspec.BackendConfig{EndpointPicker: &picker})
+		if err != nil || !reflect.DeepEqual(got.EndpointPicker, c.want) {
+			t.Errorf("%v on %+v: %+v %v; want %+v", c.args, *stored.EndpointPicker, got.EndpointPicker, err, c.want)
+		}
+	}
+}
+
 // TestLoadAwareFlags: --load-aware and the --load-* flags set a backend's
 // load-aware setting, --load-aware-off removes it, not both at once.
 func TestLoadAwareFlags(t *testing.T) {

@@ -748,7 +748,7 @@ func TestEndpointPickerIsADestination(t *testing.T) {
 	}
 	changed, err := c.CreateBackend(ctx, pool("10.0.0.5:9002"))
 	mustChange(t, changed, err)
-	_, err = c.UpdateBackendConfig(ctx, "pool", meshspec.BackendConfigPatch{EndpointPicker: &meshspec.EndpointPicker{Address: "127.0.0.1:15000"}})
+	_, err = c.UpdateBackendConfig(ctx, "pool", meshspec.BackendConfigPatch{EndpointPicker: &meshspec.EndpointPickerPatch{Address: "127.0.0.1:15000"}})
 	mustKind(t, err, Invalid, meshspec.AllowFlag)
 	if m, _ := c.State(); m.Backends[0].Config.EndpointPicker.Address != "10.0.0.5:9002" {
 		t.Fatalf("a refused patch stored %+v", m.Backends[0].Config.EndpointPicker)
