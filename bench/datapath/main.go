@@ -29,11 +29,13 @@ import (
 	"github.com/servemesh/servemesh/agent/ratelimit"
 	"github.com/servemesh/servemesh/bench/benchenv"
 	"github.com/servemesh/servemesh/bench/loadgen"
+	"github.com/servemesh/servemesh/dev/devepp"
 	"github.com/servemesh/servemesh/dev/devjaeger"
 	"github.com/servemesh/servemesh/dev/devredis"
 	"github.com/servemesh/servemesh/internal/proc"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
+	"github.com/servemesh/servemesh/wire"
 )
 
 // The placements of the replica, and the modes compared.
@@ -47,7 +49,10 @@ const (
 	modeTraced1   = "servemesh (mTLS), traced 1%"
 	modeTraced100 = "servemesh (mTLS), traced 100%"
 	modePlaintext = "servemesh --plaintext"
-	modeBaseline  = "hand-written Envoy"
+	// The backend's replicas picked by the Inference Extension's
+	// reference picker (tools/gie-epp), which every calling node asks.
+	modeExternal = "servemesh (mTLS), external picker"
+	modeBaseline = "hand-written Envoy"
 	// The hand-written Envoys traced as servemesh's traced nodes are.
 	modeBaselineTraced1   = "hand-written Envoy, traced 1%"
 	modeBaselineTraced100 = "hand-written Envoy, traced 100%"
@@ -70,6 +75,7 @@ func main() {
 	loadAware := flag.Bool("load-aware", false, "make servemesh's backend load-aware (config.load_aware): its node's picker chooses the replica of every request; also prints the agents' CPU per request (the plaintext run stays as it is: a mesh without mTLS refuses load_aware)")
 	rateLimit := flag.Int("rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.local at this many requests a second (set it above what the load sends: the filter's cost, nothing refused)")
 	globalLimit := flag.Int("global-rate-limit", 0, "also measure servemesh (mTLS) with the endpoint's rate_limit.global at this many requests a second (each node's rate limit service over one Redis; set it above what the load sends: the call's cost, nothing refused)")
+	external := flag.Bool("endpoint-picker", false, "also measure servemesh (mTLS) with the backend's replicas picked by an external picker (config.endpoint_picker): the Inference Extension's reference picker (gie-epp, which make tools builds) on loopback, asked by the calling node over the Endpoint Picker Protocol")
 	traced := flag.Bool("tracing", false, "also measure servemesh (mTLS) with the mesh's tracing on, sampling 1% and 100%, every node's Envoy sending its spans to a real Jaeger v2 on loopback")
 	protocol := flag.String("protocol", protoHTTP, "what the replica serves and the load sends: http (HTTP/1.1 GETs), grpc (unary gRPC calls over HTTP/2) or stream (HTTP/1.1 GETs of streamed tokens: the time to the first token)")
 	flag.Parse()
@@ -82,7 +88,7 @@ func main() {
 		os.Exit(2)
 	}
 	o := options{rate: *rate, duration: *duration, concurrency: *concurrency, runs: *runs, pause: *pause, placements: strings.Split(*only, ","),
-		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware, rateLimit: *rateLimit, globalLimit: *globalLimit, tracing: *traced}
+		protocol: *protocol, noAccessLog: *noAccessLog, loadAware: *loadAware, rateLimit: *rateLimit, globalLimit: *globalLimit, tracing: *traced, external: *external}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "datapath:", err)
 		os.Exit(1)
@@ -93,6 +99,7 @@ func main() {
 type result struct {
 	rps, p50, p99, cpu float64 // req/s at saturation; ms at the fixed rate; Envoy CPU ms per request
 	agentCPU           float64 // the agents' CPU ms per request at saturation
+	pickerCPU          float64 // an external picker's CPU ms per request at saturation
 	last99             float64 // for streams, the last token's p99 at the fixed rate, ms
 	errors             int
 	firstError         string
@@ -110,6 +117,7 @@ type options struct {
 	rateLimit               int // requests a second of modeLimited's endpoint; 0: no such mode
 	globalLimit             int // requests a second of modeGlobal's endpoint; 0: no such mode
 	tracing                 bool
+	external                bool // measure modeExternal too
 }
 
 // The protocols of -protocol.
@@ -141,6 +149,10 @@ func run(o options) error {
 		}
 		defer redis.Stop()
 		b.redis = redis
+	}
+	if o.external {
+		measured = slices.Insert(slices.Clone(measured), 1, modeExternal)
+		fmt.Printf("%s: the backend's replicas are picked by the Inference Extension's reference picker (gie-epp) on loopback, which n1's Envoy asks for each request\n", modeExternal)
 	}
 	if o.tracing {
 		measured = slices.Insert(slices.Clone(measured), 1, modeTraced1, modeTraced100)
@@ -213,6 +225,13 @@ func run(o options) error {
 				median(all[placement+modeDefault], func(r result) float64 { return r.agentCPU }))
 		}
 	}
+	if o.external {
+		for _, placement := range o.placements {
+			fmt.Printf("%s, %s: the external picker's CPU per request %.3f ms, the agents' %.3f ms\n", placement, modeExternal,
+				median(all[placement+modeExternal], func(r result) float64 { return r.pickerCPU }),
+				median(all[placement+modeExternal], func(r result) float64 { return r.agentCPU }))
+		}
+	}
 	return nil
 }
 
@@ -263,11 +282,12 @@ func (b *bench) measure(name, placement, mode string) (result, error) {
 	resume := s.pause(b.pause)
 	defer resume()
 	fixed, _ := withCPU(work, func() loadgen.Stats { return loadgen.FixedRateUntil(l.fixed, b.rate, b.duration) })
-	agentsBefore := processCPU(work, isAgent)
+	agentsBefore, pickerBefore := processCPU(work, isAgent), s.pickerCPU()
 	saturated, cpu := withCPU(work, func() loadgen.Stats { return loadgen.ClosedLoopOf(l.saturate, b.concurrency, b.duration) })
 	r := result{rps: saturated.RPS, p50: ms(fixed.P50), p99: ms(fixed.P99), cpu: cpu, errors: fixed.Errors + saturated.Errors}
 	if saturated.N > 0 {
 		r.agentCPU = (processCPU(work, isAgent) - agentsBefore) * 1000 / float64(saturated.N)
+		r.pickerCPU = (s.pickerCPU() - pickerBefore) * 1000 / float64(saturated.N)
 	}
 	if l.lastTokens != nil {
 		r.last99 = ms(l.lastTokens.p99())
@@ -398,6 +418,15 @@ type stack struct {
 	stop       func()
 	controller *proc.Process
 	agents     []*proc.Process
+	picker     *devepp.Picker // the external picker, with modeExternal
+}
+
+// pickerCPU is the CPU seconds the stack's external picker used (0: none).
+func (s stack) pickerCPU() float64 {
+	if s.picker == nil || s.picker.Pid() == 0 {
+		return 0
+	}
+	return testutil.CPUSeconds(s.picker.Pid())
 }
 
 // pause stops which daemons ("": none) until the returned func resumes
@@ -437,11 +466,27 @@ func (b *bench) startServemesh(work, placement, mode string) (stack, error) {
 		}
 		agentArgs = append(agentArgs, "--rate-limit-redis", b.redis.Addr, "--rate-limit-redis-password-file", passwordFile, "--rate-limit-service", bin)
 	}
-	mesh, err := b.StartMesh(benchenv.MeshOptions{Work: work, Plaintext: mode == modePlaintext, NodeCPUs: cpus, AgentArgs: agentArgs})
+	var ctlArgs []string
+	var picker *devepp.Picker
+	if mode == modeExternal {
+		ctlArgs = []string{"--allow-replica-cidr", "127.0.0.0/8"} // the picker runs on loopback
+		var err error
+		if picker, err = devepp.Start(ctx, devepp.Options{Dir: work + "-picker", Consul: "http://" + b.Consul.HTTPAddr, Service: wire.BackendService("bench"),
+			Listen: testutil.MustFreeAddr("127.0.0.1")}); err != nil {
+			return stack{}, err
+		}
+	}
+	mesh, err := b.StartMesh(benchenv.MeshOptions{Work: work, Plaintext: mode == modePlaintext, NodeCPUs: cpus, AgentArgs: agentArgs, ControllerArgs: ctlArgs})
 	if err != nil {
+		if picker != nil {
+			picker.Stop()
+		}
 		return stack{}, err
 	}
 	s := stack{stop: mesh.Stop, controller: mesh.Controller, agents: mesh.Agents}
+	if picker != nil {
+		s.stop, s.picker = func() { mesh.Stop(); picker.Stop() }, picker
+	}
 	c := mesh.Client
 	spec := &meshspec.ProcessSpec{Command: b.Bin, Args: b.replicaArgs("${HOST}:${PORT}"), HealthPath: "/"}
 	endpoint := meshspec.Endpoint{Name: "bench", Route: "/bench", Traffic: map[string]float64{"bench": 1}}
@@ -456,10 +501,13 @@ func (b *bench) startServemesh(work, placement, mode string) (stack, error) {
 		spec.HealthPath, protocol = "", meshspec.ProtocolGRPC // probed with the gRPC health service
 		endpoint.Route, endpoint.Methods = "/grpc.health.v1.Health", []string{"POST"}
 	}
+	config := meshspec.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000, LoadAware: loadAware(b.loadAware && mode != modePlaintext && mode != modeExternal)}
+	if picker != nil {
+		config.EndpointPicker = &meshspec.EndpointPicker{Address: picker.Addr}
+	}
 	var refused error
 	if err := testutil.Until(30*time.Second, func() bool {
-		_, refused = c.CreateBackend(ctx, meshspec.BackendSpec{Name: "bench", Process: spec, Protocol: protocol,
-			Config: meshspec.BackendConfig{NumReplicas: 1, CPUs: 1, MaxConcurrentQueries: 1000, LoadAware: loadAware(b.loadAware && mode != modePlaintext)}})
+		_, refused = c.CreateBackend(ctx, meshspec.BackendSpec{Name: "bench", Process: spec, Protocol: protocol, Config: config})
 		return refused == nil
 	}); err != nil {
 		s.stop()

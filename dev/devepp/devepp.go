@@ -106,6 +106,14 @@ func (p *Picker) ready(ctx context.Context) error {
 	return nil
 }
 
+// Pid is the picker's process id (0: not running).
+func (p *Picker) Pid() int {
+	if p.child == nil || p.child.Exited() {
+		return 0
+	}
+	return p.child.Pid()
+}
+
 // LogTail is the end of the picker's log.
 func (p *Picker) LogTail() string { return proc.LogTail(p.log, 4096) }
 
