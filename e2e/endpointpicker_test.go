@@ -16,6 +16,7 @@ import (
 	"time"
 
 	extproc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	consul "github.com/hashicorp/consul/api"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -279,7 +280,8 @@ func pickerEndpoints(t *testing.T, c *consul.Client, backend string) map[string]
 // the test says is told the backend's ready replicas (the subset hint),
 // and whatever it names, a request goes only to a replica of that
 // backend: a list naming another backend's replica is a 503, and in a
-// list the names that are not the backend's replicas are passed over.
+// list the names that are not the backend's replicas are passed over. Its
+// own answers (429 shed, 503) reach the client as they are.
 func TestEndpointPickerCannotLeaveItsBackend(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -327,6 +329,15 @@ func TestEndpointPickerCannotLeaveItsBackend(t *testing.T) {
 			t.Errorf("the picker naming %s, a replica of another backend: %d from %s %q; want 503", ep, a.status, a.backend, a.replica)
 		}
 	}
+	// The picker's own answers (shed: 429; no ready endpoint: 503) reach
+	// the client as they are.
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		rogue.status.Store(int32(status))
+		if a := askPicked(t, mesh.n1, "/c", ""); a.status != status || a.replica != "" {
+			t.Errorf("the picker answering %d: %d from %q; want its %d", status, a.status, a.replica, status)
+		}
+	}
+	rogue.status.Store(0)
 	for ep, replica := range pc {
 		for _, node := range []*mtlsNode{mesh.n1, mesh.n2} {
 			rogue.answer.Store("192.0.2.1:80," + ep)
@@ -343,6 +354,7 @@ func TestEndpointPickerCannotLeaveItsBackend(t *testing.T) {
 type scriptedPicker struct {
 	extproc.UnimplementedExternalProcessorServer
 	answer atomic.Value // string
+	status atomic.Int32 // if set, the picker answers the request itself with this status
 	subset atomic.Pointer[string]
 }
 
@@ -373,6 +385,11 @@ func (p *scriptedPicker) Process(stream extproc.ExternalProcessor_ProcessServer)
 			if hint := req.GetMetadataContext().GetFilterMetadata()[wire.SubsetHintNamespace].GetFields()[wire.SubsetHintKey]; hint != nil {
 				s := hint.GetStringValue()
 				p.subset.Store(&s)
+			}
+			if status := p.status.Load(); status != 0 {
+				resp.Response = &extproc.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extproc.ImmediateResponse{
+					Status: &typev3.HttpStatus{Code: typev3.StatusCode(status)}, Body: []byte("the picker's own answer\n")}}
+				break
 			}
 			picked, _ := p.answer.Load().(string)
 			resp.Response = &extproc.ProcessingResponse_RequestHeaders{RequestHeaders: &extproc.HeadersResponse{}}
