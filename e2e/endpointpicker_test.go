@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -362,7 +363,7 @@ type scriptedPicker struct {
 func (p *scriptedPicker) serve(t *testing.T) string {
 	t.Helper()
 	p.answer.Store("")
-	l, err := net.Listen("tcp", freeAddr(t))
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", freeAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,11 +374,15 @@ func (p *scriptedPicker) serve(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// Process answers one request's stream until Envoy ends it.
 func (p *scriptedPicker) Process(stream extproc.ExternalProcessor_ProcessServer) error {
 	for {
 		req, err := stream.Recv()
-		if err != nil {
+		if errors.Is(err, io.EOF) {
 			return nil
+		}
+		if err != nil {
+			return err
 		}
 		resp := &extproc.ProcessingResponse{}
 		switch req.Request.(type) {
@@ -403,7 +408,7 @@ func (p *scriptedPicker) Process(stream extproc.ExternalProcessor_ProcessServer)
 			continue
 		}
 		if err := stream.Send(resp); err != nil {
-			return nil
+			return err
 		}
 	}
 }
