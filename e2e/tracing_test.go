@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	"github.com/servemesh/servemesh/agent/demoreplica"
 	"github.com/servemesh/servemesh/controlplane/api"
 	"github.com/servemesh/servemesh/dev/devjaeger"
+	"github.com/servemesh/servemesh/envoy"
 	"github.com/servemesh/servemesh/internal/testutil"
 	"github.com/servemesh/servemesh/meshspec"
 	"github.com/servemesh/servemesh/wire"
@@ -57,6 +59,10 @@ func TestTracingFollowsEveryHop(t *testing.T) {
 	if code, out, errOut := cli(t, env, "tracing", "set", "--collector", jaeger.OTLP, "--sampling", "100"); code != 0 {
 		t.Fatalf("tracing set: exit %d, %s %s", code, out, errOut)
 	}
+	// A connection keeps the listener it was accepted by: one n1 opened to
+	// n2's inbound listener before n2 had the tracer would carry untraced
+	// hops for as long as it lives. So nothing crosses before both have it.
+	waitListenersTraced(t, mesh.n1.agentProc, mesh.n2.agentProc)
 	if code, out, errOut := cli(t, env, "endpoint", "create", "quiet", "--route", "/quiet", "--backend", "tv1", "--trace-sampling", "0"); code != 0 {
 		t.Fatalf("endpoint create quiet: exit %d, %s %s", code, out, errOut)
 	}
@@ -516,4 +522,37 @@ func TestSpansThatCannotBeSentAreAProblem(t *testing.T) {
 		t.Fatalf("a request while spans cannot be sent: %v %v; want it served", resp, err)
 	}
 	_ = resp.Body.Close()
+}
+
+// waitListenersTraced waits until every listener each node's Envoy serves
+// new connections with (its active ones) traces its requests.
+func waitListenersTraced(t *testing.T, nodes ...*agentProc) {
+	t.Helper()
+	for _, n := range nodes {
+		testutil.WaitFor(t, 30*time.Second, "every active listener of "+n.id+"'s Envoy to trace", func() bool {
+			dump, err := envoy.Admin{Socket: n.admin}.Get(t.Context(), "/config_dump?resource=dynamic_listeners")
+			if err != nil {
+				return false
+			}
+			var listeners struct {
+				Configs []struct {
+					Name        string          `json:"name"`
+					ActiveState json.RawMessage `json:"active_state"`
+				} `json:"configs"`
+			}
+			if json.Unmarshal(dump, &listeners) != nil || len(listeners.Configs) == 0 {
+				return false
+			}
+			active := 0
+			for _, l := range listeners.Configs {
+				if len(l.ActiveState) == 0 {
+					continue
+				}
+				if active++; !strings.Contains(string(l.ActiveState), "envoy.tracers.opentelemetry") {
+					return false
+				}
+			}
+			return active > 0 // its public listener, at least
+		})
+	}
 }
