@@ -185,6 +185,21 @@ func TestExternalEndpointPicker(t *testing.T) {
 				t.Errorf("/pools split 0.7/0.3 (selection %q): %v of %d; want about 140 to pa", selection, got, n)
 			}
 		}
+		// From inside the mesh (a replica's call, through its node's mesh
+		// listener, by the endpoint's name): each backend's share asks its
+		// own picker there too.
+		got := map[string]int{}
+		for i := range 40 {
+			node := []*mtlsNode{mesh.n1, mesh.n2}[i%2]
+			a := askPickedAt(t, "http://"+node.mesh+"/pools", "pools", "")
+			if replica, ok := eps[a.backend][a.served]; a.status != http.StatusOK || !ok || replica != a.replica {
+				t.Fatalf("pools via %s's mesh listener: %d from backend %q replica %q, served %q; want 200 from a replica its picker chose", node.id, a.status, a.backend, a.replica, a.served)
+			}
+			got[a.backend]++
+		}
+		if got["pa"] == 0 || got["pb"] == 0 {
+			t.Errorf("pools via the mesh listeners: %v of 40; want both backends", got)
+		}
 	})
 
 	t.Run("a picker down: fail open is served, fail closed is a 503", func(t *testing.T) {
@@ -242,7 +257,14 @@ type pickedAnswer struct {
 // (the conformance picker's header; "" none).
 func askPicked(t *testing.T, node *mtlsNode, path, selection string) pickedAnswer {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+node.public+path, nil)
+	return askPickedAt(t, "http://"+node.public+path, "", selection)
+}
+
+// askPickedAt is askPicked to url, as host ("" the URL's).
+func askPickedAt(t *testing.T, url, host, selection string) pickedAnswer {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	req.Host = host
 	if selection != "" {
 		req.Header.Set(eppSelectionHeader, selection)
 	}
