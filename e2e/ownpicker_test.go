@@ -41,6 +41,9 @@ func TestOwnPickerSpeaksTheProtocol(t *testing.T) {
 	mesh.waitPassing(t, "ob", 2, "http://"+mesh.n1.public+"/opools")
 	nodes := []*mtlsNode{mesh.n1, mesh.n2}
 	split := map[string]int{} // the split's answers, by backend
+	// The pickers' reports of the split's answers (servemesh_picker_served_total
+	// while it ran), by backend and replica label.
+	reported := map[string]map[string]float64{}
 
 	t.Run("data-parallel ranks: every replica of each node serves when picked", func(t *testing.T) {
 		perNode := map[string]int{}
@@ -61,6 +64,16 @@ func TestOwnPickerSpeaksTheProtocol(t *testing.T) {
 	t.Run("a split across two load-aware backends goes by weight", func(t *testing.T) {
 		const n = 200
 		got := split
+		before := map[string]map[string]float64{"oa": servedCounts(t, nodes, "oa"), "ob": servedCounts(t, nodes, "ob")}
+		defer func() {
+			for _, b := range []string{"oa", "ob"} {
+				after := servedCounts(t, nodes, b)
+				reported[b] = map[string]float64{}
+				for label, v := range after {
+					reported[b][label] = v - before[b][label]
+				}
+			}
+		}()
 		for i := range n {
 			a := askPicked(t, nodes[i%2], "/opools", "")
 			if a.status != http.StatusOK || (a.backend != "oa" && a.backend != "ob") {
@@ -75,12 +88,16 @@ func TestOwnPickerSpeaksTheProtocol(t *testing.T) {
 	})
 
 	t.Run("every answer is served by the replica picked, and the picker told so", func(t *testing.T) {
-		// Everything sent so far: at least the split's, and the waits'.
+		// The split's answers, once the replicas were ready (while they
+		// start, a request may be answered by Envoy itself and retried).
 		if split["oa"] == 0 || split["ob"] == 0 {
 			t.Fatalf("the split's answers %v: want some of each backend", split)
 		}
-		checkServedAsPicked(t, nodes, "oa", split["oa"])
-		checkServedAsPicked(t, nodes, "ob", split["ob"])
+		for b, n := range split {
+			if r := reported[b]; r["picked"] < float64(n) || r["other"] != 0 || r["unreported"] != 0 {
+				t.Errorf("of the split's %d answers by %s the pickers were told %v (servemesh_picker_served_total: picked, other, unreported); want every one by the replica picked", n, b, r)
+			}
+		}
 	})
 
 	t.Run("a node's picker down: requests fail open to the replica Envoy picks", func(t *testing.T) {
@@ -109,4 +126,19 @@ func TestOwnPickerSpeaksTheProtocol(t *testing.T) {
 			t.Fatalf("/oa via %s after its agent came back: %q, %v", mesh.n2.id, r, err)
 		}
 	})
+}
+
+// servedCounts are servemesh_picker_served_total of backend over nodes, by
+// its replica label (picked, other, unreported; 0 where a node has none).
+func servedCounts(t *testing.T, nodes []*mtlsNode, backend string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, n := range nodes {
+		for _, replica := range []string{"picked", "other", "unreported"} {
+			if v, found := scrapeMetric(t, n.metr, "servemesh_picker_served_total", "backend", backend, "replica", replica); found {
+				out[replica] += v
+			}
+		}
+	}
+	return out
 }
