@@ -49,20 +49,11 @@ func callerPicker(in filterInput) (*hcm.HttpFilter, error) {
 		MessageTimeout:   durationpb.New(pickerTimeout),
 		// Idle (it sends nothing) but on a route that turns it on with
 		// pickerMode.
-		ProcessingMode: &extproc.ProcessingMode{
-			RequestHeaderMode:   extproc.ProcessingMode_SKIP,
-			ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
-			RequestTrailerMode:  extproc.ProcessingMode_SKIP,
-			ResponseTrailerMode: extproc.ProcessingMode_SKIP,
-		},
+		ProcessingMode: idleMode(),
 		// The picker reads the route's session and model headers (which
 		// the route names in the stream's metadata) and the body; never a
 		// request's credentials.
-		ForwardRules: &extproc.HeaderForwardingRules{DisallowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "authorization"}},
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "proxy-authorization"}},
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "cookie"}},
-		}}},
+		ForwardRules: withoutCredentials(),
 		// It may set one header, and the node in dynamic metadata.
 		MutationRules: &mutation.HeaderMutationRules{DisallowAll: wrapperspb.Bool(true), AllowExpression: &matcher.RegexMatcher{Regex: wire.PromptAffinityHeader}},
 		MetadataOptions: &extproc.MetadataOptions{ReceivingNamespaces: &extproc.MetadataOptions_MetadataNamespaces{
@@ -72,6 +63,27 @@ func callerPicker(in filterInput) (*hcm.HttpFilter, error) {
 		return nil, fmt.Errorf("pack caller picker filter: %w", err)
 	}
 	return &hcm.HttpFilter{Name: callerPickerFilter, Disabled: in.offUntilRouted(), ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: config}}, nil
+}
+
+// idleMode sends an ext_proc server nothing: a filter's own mode where
+// only the routes that turn it on ask.
+func idleMode() *extproc.ProcessingMode {
+	return &extproc.ProcessingMode{
+		RequestHeaderMode:   extproc.ProcessingMode_SKIP,
+		ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
+		RequestTrailerMode:  extproc.ProcessingMode_SKIP,
+		ResponseTrailerMode: extproc.ProcessingMode_SKIP,
+	}
+}
+
+// withoutCredentials forwards a request's headers but its credentials
+// (authorization, proxy-authorization, cookie) to an ext_proc server.
+func withoutCredentials() *extproc.HeaderForwardingRules {
+	return &extproc.HeaderForwardingRules{DisallowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{
+		{MatchPattern: &matcher.StringMatcher_Exact{Exact: "authorization"}},
+		{MatchPattern: &matcher.StringMatcher_Exact{Exact: "proxy-authorization"}},
+		{MatchPattern: &matcher.StringMatcher_Exact{Exact: "cookie"}},
+	}}}
 }
 
 // pickerMode is what the filter sends the picker on a route that turns

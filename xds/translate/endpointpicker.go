@@ -145,20 +145,11 @@ func endpointPicker(in filterInput) (*hcm.HttpFilter, error) {
 		GrpcService: &core.GrpcService{
 			TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: wire.PickerCluster}},
 		},
-		ProcessingMode: &extproc.ProcessingMode{
-			RequestHeaderMode:   extproc.ProcessingMode_SKIP,
-			ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
-			RequestTrailerMode:  extproc.ProcessingMode_SKIP,
-			ResponseTrailerMode: extproc.ProcessingMode_SKIP,
-		},
+		ProcessingMode:   idleMode(),
 		MessageTimeout:   durationpb.New(wire.EndpointPickerWait),
 		StatusOnError:    &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
 		RouteCacheAction: extproc.ExternalProcessor_RETAIN,
-		ForwardRules: &extproc.HeaderForwardingRules{DisallowedHeaders: &matcher.ListStringMatcher{Patterns: []*matcher.StringMatcher{
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "authorization"}},
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "proxy-authorization"}},
-			{MatchPattern: &matcher.StringMatcher_Exact{Exact: "cookie"}},
-		}}},
+		ForwardRules:     withoutCredentials(),
 		MutationRules: &mutation.HeaderMutationRules{
 			DisallowSystem:     wrapperspb.Bool(true),
 			DisallowExpression: &matcher.RegexMatcher{Regex: "(x-servemesh-|x-envoy-).*|authorization|proxy-authorization|cookie"},
@@ -233,12 +224,7 @@ func pickersIdle() map[string]*anypb.Any {
 	return map[string]*anypb.Any{
 		wire.EndpointSubsetFilter: mustAny(&route.FilterConfig{Config: idle}),
 		endpointPickerFilter: mustAny(&route.FilterConfig{Config: mustAny(&extproc.ExtProcPerRoute{Override: &extproc.ExtProcPerRoute_Overrides{
-			Overrides: &extproc.ExtProcOverrides{ProcessingMode: &extproc.ProcessingMode{
-				RequestHeaderMode:   extproc.ProcessingMode_SKIP,
-				ResponseHeaderMode:  extproc.ProcessingMode_SKIP,
-				RequestTrailerMode:  extproc.ProcessingMode_SKIP,
-				ResponseTrailerMode: extproc.ProcessingMode_SKIP,
-			}}}})}),
+			Overrides: &extproc.ExtProcOverrides{ProcessingMode: idleMode()}}})}),
 		wire.EndpointRouteFilter: mustAny(&route.FilterConfig{Config: idle}),
 	}
 }
